@@ -1,0 +1,3 @@
+from colocation.cli import main
+
+main()
