@@ -1,0 +1,251 @@
+"""Who is calling: the admin token, static tokens, and the ServiceAccount tokens the sandbox issues.
+
+ServiceAccount tokens are shaped like upstream's (a JWT with the same claims), so clients that
+decode them work, but they are signed with a per-process HMAC key and are only valid while the
+authority remembers them: a real bound token dies with its pod or ServiceAccount, and
+`revoke_bound_to` / `revoke_service_account` give the sandbox the same behaviour.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import secrets
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from colocation.sandbox.clock import Clock, now
+from colocation.sandbox.errors import ApiError, Cause
+from colocation.sandbox.rbac import (
+    ANONYMOUS,
+    AUTHENTICATED,
+    MASTERS,
+    UserInfo,
+    service_account_groups,
+    service_account_username,
+)
+
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+API_AUDIENCES = (ISSUER,)  # what kube-apiserver accepts by default (--api-audiences = the issuer)
+ADMIN_USERNAME = "sandbox-admin"
+MIN_EXPIRATION_SECONDS = 600
+MAX_EXPIRATION_SECONDS = 2**32
+
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+CREDENTIAL_ID_EXTRA = "authentication.kubernetes.io/credential-id"
+
+_ALGORITHM = "HS256"
+
+
+@dataclass(frozen=True)
+class _Grant:
+    """What the authority remembers of a live ServiceAccount token, to revoke it later."""
+
+    sa_uid: str
+    pod_uid: str
+    expires: float
+
+
+@dataclass(frozen=True)
+class Authentication:
+    """The outcome of checking a token for some audiences: a user, or why not."""
+
+    user: UserInfo | None
+    audiences: tuple[str, ...] = ()
+    error: str = ""
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _rejected(why: str) -> Authentication:
+    # Worded like kube-apiserver's union of authenticators, as seen in TokenReview errors.
+    return Authentication(None, error=f"[invalid bearer token, {why}]")
+
+
+def _with_authenticated(user: UserInfo) -> UserInfo:
+    # Every authenticated user is in system:authenticated, whatever its source says (upstream adds it).
+    if user.username == ANONYMOUS or AUTHENTICATED in user.groups:
+        return user
+    return UserInfo(user.username, user.uid, (*user.groups, AUTHENTICATED), user.extra)
+
+
+class TokenAuthority:
+    """Issues and checks the bearer tokens the sandbox's API server accepts."""
+
+    def __init__(self, clock: Clock = now) -> None:
+        self._clock = clock
+        self._key = secrets.token_bytes(32)
+        self._key_id = _b64encode(hashlib.sha256(self._key).digest()[:12])
+        self._static: dict[str, UserInfo] = {}
+        self._grants: dict[str, _Grant] = {}  # by the token's jti
+        self._by_pod: dict[str, set[str]] = {}
+        self._by_service_account: dict[str, set[str]] = {}
+        self._next_sweep = 1024
+        self.admin_token = secrets.token_urlsafe(32)
+        self.admin_user = UserInfo(ADMIN_USERNAME, groups=(MASTERS, AUTHENTICATED))
+        self._static[self.admin_token] = self.admin_user
+
+    def add_static_token(self, token: str, user: UserInfo) -> None:
+        """Accept `token` as `user` from now on, like a line of kube-apiserver's --token-auth-file."""
+        self._static[token] = _with_authenticated(user)
+
+    # ---- ServiceAccount tokens (TokenRequest) ---------------------------------------------------
+
+    def issue_service_account_token(
+        self, namespace: str, name: str, sa_uid: str, *, audiences: Iterable[str] = (),
+        expiration_seconds: int = 3600, bound_object: Mapping[str, Any] | None = None,
+    ) -> tuple[str, float]:
+        """A token for the ServiceAccount, optionally bound to a pod (its JSON); returns it and its expiry."""
+        if expiration_seconds < MIN_EXPIRATION_SECONDS or expiration_seconds > MAX_EXPIRATION_SECONDS:
+            too = "less than 10 minutes" if expiration_seconds < MIN_EXPIRATION_SECONDS \
+                else "larger than 2^32 seconds"
+            raise ApiError.invalid("authentication.k8s.io", "TokenRequest", name, [Cause(
+                "spec.expirationSeconds",
+                f"Invalid value: {expiration_seconds}: may not specify a duration {too}")])
+        issued_at = int(self._clock())
+        expires = issued_at + expiration_seconds
+        jti = str(uuid.uuid4())
+        private: dict[str, Any] = {"namespace": namespace, "serviceaccount": {"name": name, "uid": sa_uid}}
+        pod_uid = ""
+        if bound_object is not None:
+            metadata = bound_object.get("metadata") or {}
+            pod_uid = metadata.get("uid", "")
+            private["pod"] = {"name": metadata.get("name", ""), "uid": pod_uid}
+            if node_name := (bound_object.get("spec") or {}).get("nodeName"):
+                private["node"] = {"name": node_name}
+        claims = {
+            "aud": list(audiences) or list(API_AUDIENCES), "exp": expires, "iat": issued_at, "iss": ISSUER,
+            "jti": jti, "kubernetes.io": private, "nbf": issued_at,
+            "sub": service_account_username(namespace, name),
+        }
+        self._remember(jti, _Grant(sa_uid, pod_uid, expires))
+        return self._sign(claims), float(expires)
+
+    def revoke_bound_to(self, pod_uid: str) -> None:
+        """Invalidate every token bound to the pod (it was deleted)."""
+        for jti in self._by_pod.pop(pod_uid, set()):
+            self._forget(jti)
+
+    def revoke_service_account(self, sa_uid: str) -> None:
+        """Invalidate every token of the ServiceAccount (it was deleted)."""
+        for jti in self._by_service_account.pop(sa_uid, set()):
+            self._forget(jti)
+
+    def _remember(self, jti: str, grant: _Grant) -> None:
+        if len(self._grants) >= self._next_sweep:
+            # Expired tokens can never authenticate again; drop them so the table stays small.
+            moment = self._clock()
+            for old in [j for j, g in self._grants.items() if g.expires <= moment]:
+                self._forget(old)
+            self._next_sweep = max(1024, 2 * len(self._grants))
+        self._grants[jti] = grant
+        self._by_service_account.setdefault(grant.sa_uid, set()).add(jti)
+        if grant.pod_uid:
+            self._by_pod.setdefault(grant.pod_uid, set()).add(jti)
+
+    def _forget(self, jti: str) -> None:
+        grant = self._grants.pop(jti, None)
+        if grant is None:
+            return
+        self._by_service_account.get(grant.sa_uid, set()).discard(jti)
+        self._by_pod.get(grant.pod_uid, set()).discard(jti)
+
+    def _sign(self, claims: Mapping[str, Any]) -> str:
+        header = {"alg": _ALGORITHM, "kid": self._key_id, "typ": "JWT"}
+        signing_input = ".".join(_b64encode(json.dumps(part, separators=(",", ":")).encode())
+                                 for part in (header, claims))
+        signature = hmac.new(self._key, signing_input.encode("ascii"), hashlib.sha256).digest()
+        return f"{signing_input}.{_b64encode(signature)}"
+
+    def _verified_claims(self, token: str) -> dict[str, Any] | None:
+        parts = token.split(".")
+        if len(parts) != 3:
+            return None
+        try:
+            signature = _b64decode(parts[2])
+            expected = hmac.new(self._key, f"{parts[0]}.{parts[1]}".encode("ascii"), hashlib.sha256).digest()
+            if not hmac.compare_digest(signature, expected):
+                return None
+            header = json.loads(_b64decode(parts[0]))
+            claims = json.loads(_b64decode(parts[1]))
+        except (ValueError, UnicodeError, binascii.Error):
+            return None
+        if not isinstance(header, dict) or header.get("alg") != _ALGORITHM or not isinstance(claims, dict):
+            return None
+        return claims
+
+    # ---- authentication ---------------------------------------------------------------------------
+
+    def authenticate(self, token: str, audiences: Iterable[str] = ()) -> UserInfo | None:
+        """The user a bearer token stands for, or None (unknown, expired, revoked, wrong audience)."""
+        return self.check(token, audiences).user
+
+    def check(self, token: str, audiences: Iterable[str] = ()) -> Authentication:
+        """Like `authenticate`, with the audiences that matched or the reason it failed.
+
+        Without `audiences` the token must be meant for this API server (its default audiences).
+        """
+        targets = tuple(audiences) or API_AUDIENCES
+        static = self._static.get(token)
+        if static is not None:
+            # Static tokens carry no audience: they are only good for the API server itself.
+            return self._audience_match(static, API_AUDIENCES, targets)
+        claims = self._verified_claims(token)
+        if claims is None:
+            return Authentication(None, error="invalid bearer token")
+        moment = self._clock()
+        try:
+            if moment >= float(claims["exp"]):
+                return _rejected("service account token has expired")
+            if moment < float(claims["nbf"]):
+                return _rejected("service account token is not valid yet")
+            if claims["jti"] not in self._grants:
+                return _rejected("service account token has been invalidated")
+            user = self._service_account_user(claims)
+            token_audiences = tuple(str(a) for a in claims["aud"])
+        except (KeyError, TypeError, ValueError):
+            return Authentication(None, error="invalid bearer token")
+        return self._audience_match(user, token_audiences, targets)
+
+    @staticmethod
+    def _audience_match(user: UserInfo, token_audiences: tuple[str, ...],
+                        targets: tuple[str, ...]) -> Authentication:
+        matched = tuple(audience for audience in targets if audience in token_audiences)
+        if not matched:
+            return _rejected(f"token audiences {list(token_audiences)} is invalid for the target audiences "
+                             f"{list(targets)}")
+        return Authentication(user, matched)
+
+    @staticmethod
+    def _service_account_user(claims: Mapping[str, Any]) -> UserInfo:
+        private = claims["kubernetes.io"]
+        namespace, account = private["namespace"], private["serviceaccount"]
+        extra: dict[str, tuple[str, ...]] = {}
+        if pod := private.get("pod"):
+            extra[POD_NAME_EXTRA] = (pod["name"],)
+            extra[POD_UID_EXTRA] = (pod["uid"],)
+        if node := private.get("node"):
+            extra[NODE_NAME_EXTRA] = (node["name"],)
+        extra[CREDENTIAL_ID_EXTRA] = (f"JTI={claims['jti']}",)
+        return UserInfo(username=service_account_username(namespace, account["name"]), uid=account["uid"],
+                        groups=(*service_account_groups(namespace), AUTHENTICATED), extra=extra)
+
+    def token_review(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The status of a TokenReview of spec.token for spec.audiences (default: this API server)."""
+        outcome = self.check(str(spec.get("token") or ""), spec.get("audiences") or ())
+        if outcome.user is None:
+            return {"authenticated": False, "user": {}, "error": outcome.error}
+        return {"authenticated": True, "user": outcome.user.to_json(), "audiences": list(outcome.audiences)}

@@ -1,0 +1,163 @@
+"""Bearer tokens as kube-apiserver treats them: admin, static, and ServiceAccount tokens (TokenRequest)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from colocation.sandbox.auth import TokenAuthority
+from colocation.sandbox.errors import ApiError
+from colocation.sandbox.rbac import UserInfo
+
+T0 = 1_800_000_000.0
+POD = {"kind": "Pod",
+       "metadata": {"name": "agent-x7k2p", "namespace": "colocation-system", "uid": "pod-uid-1"},
+       "spec": {"nodeName": "node-3", "serviceAccountName": "agent"}}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def authority(clock: FakeClock) -> TokenAuthority:
+    return TokenAuthority(clock)
+
+
+def claims_of(token: str) -> dict[str, Any]:
+    payload = token.split(".")[1]
+    decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return decoded
+
+
+def test_admin_token_is_a_cluster_admin(authority: TokenAuthority) -> None:
+    admin = authority.authenticate(authority.admin_token)
+    assert admin is not None
+    assert admin.username == "sandbox-admin"
+    assert set(admin.groups) == {"system:masters", "system:authenticated"}
+
+
+def test_unknown_and_forged_tokens_are_rejected(authority: TokenAuthority) -> None:
+    token, _ = authority.issue_service_account_token("default", "builder", "sa-uid")
+    header, _, signature = token.split(".")
+    forged = json.dumps({**claims_of(token), "sub": "system:serviceaccount:kube-system:admin"}).encode()
+    forged_payload = base64.urlsafe_b64encode(forged).rstrip(b"=").decode()
+    assert authority.authenticate("not-a-token") is None
+    assert authority.authenticate("a.b.c") is None
+    assert authority.authenticate(f"{header}.{forged_payload}.{signature}") is None
+    assert TokenAuthority().authenticate(token) is None  # another server's key
+
+
+def test_service_account_token_looks_like_upstream_jwt(authority: TokenAuthority) -> None:
+    token, expires = authority.issue_service_account_token("colocation-system", "agent", "sa-uid-9",
+                                                           expiration_seconds=3600, bound_object=POD)
+    assert len(token.split(".")) == 3
+    claims = claims_of(token)
+    assert claims["sub"] == "system:serviceaccount:colocation-system:agent"
+    assert claims["iss"] == "https://kubernetes.default.svc.cluster.local"
+    assert claims["aud"] == ["https://kubernetes.default.svc.cluster.local"]
+    assert claims["iat"] == claims["nbf"] == int(T0)
+    assert claims["exp"] == int(T0) + 3600 == expires
+    assert claims["kubernetes.io"] == {
+        "namespace": "colocation-system",
+        "serviceaccount": {"name": "agent", "uid": "sa-uid-9"},
+        "pod": {"name": "agent-x7k2p", "uid": "pod-uid-1"},
+        "node": {"name": "node-3"},
+    }
+
+
+def test_token_review_of_a_pod_bound_token_names_pod_and_node(authority: TokenAuthority) -> None:
+    token, _ = authority.issue_service_account_token("colocation-system", "agent", "sa-uid-9",
+                                                     bound_object=POD)
+    status = authority.token_review({"token": token})
+    assert status == {
+        "authenticated": True,
+        "user": {
+            "username": "system:serviceaccount:colocation-system:agent",
+            "uid": "sa-uid-9",
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:colocation-system",
+                       "system:authenticated"],
+            "extra": {
+                "authentication.kubernetes.io/credential-id": [f"JTI={claims_of(token)['jti']}"],
+                "authentication.kubernetes.io/node-name": ["node-3"],
+                "authentication.kubernetes.io/pod-name": ["agent-x7k2p"],
+                "authentication.kubernetes.io/pod-uid": ["pod-uid-1"],
+            },
+        },
+        "audiences": ["https://kubernetes.default.svc.cluster.local"],
+    }
+
+
+def test_unbound_and_unscheduled_tokens_carry_no_node(authority: TokenAuthority) -> None:
+    unscheduled = {**POD, "spec": {"serviceAccountName": "agent"}}
+    for bound in (None, unscheduled):
+        token, _ = authority.issue_service_account_token("ns", "agent", "u", bound_object=bound)
+        user = authority.authenticate(token)
+        assert user is not None
+        assert "authentication.kubernetes.io/node-name" not in user.extra
+
+
+def test_tokens_expire(authority: TokenAuthority, clock: FakeClock) -> None:
+    token, expires = authority.issue_service_account_token("ns", "agent", "u", expiration_seconds=600)
+    clock.now = expires - 1
+    assert authority.authenticate(token) is not None
+    clock.now = expires
+    assert authority.authenticate(token) is None
+    status = authority.token_review({"token": token})
+    assert status["authenticated"] is False
+    assert "expired" in status["error"]
+
+
+def test_bound_tokens_die_with_their_pod_and_all_tokens_with_their_service_account(
+        authority: TokenAuthority) -> None:
+    bound, _ = authority.issue_service_account_token("ns", "agent", "sa-1", bound_object=POD)
+    unbound, _ = authority.issue_service_account_token("ns", "agent", "sa-1")
+    other, _ = authority.issue_service_account_token("ns", "operator", "sa-2")
+    authority.revoke_bound_to("pod-uid-1")
+    assert authority.authenticate(bound) is None
+    assert authority.authenticate(unbound) is not None
+    authority.revoke_service_account("sa-1")
+    assert authority.authenticate(unbound) is None
+    assert authority.authenticate(other) is not None
+
+
+def test_audiences_must_meet(authority: TokenAuthority) -> None:
+    vault, _ = authority.issue_service_account_token("ns", "agent", "u", audiences=["vault"])
+    assert authority.authenticate(vault) is None  # not meant for the API server
+    assert authority.token_review({"token": vault, "audiences": ["vault", "other"]})["audiences"] == ["vault"]
+    default, _ = authority.issue_service_account_token("ns", "agent", "u")
+    assert authority.token_review({"token": default, "audiences": ["vault"]})["authenticated"] is False
+    assert authority.token_review({"token": authority.admin_token, "audiences": ["vault"]})["authenticated"] \
+        is False
+
+
+def test_token_request_duration_limits(authority: TokenAuthority) -> None:
+    with pytest.raises(ApiError) as caught:
+        authority.issue_service_account_token("ns", "agent", "u", expiration_seconds=599)
+    assert caught.value.code == 422
+    assert "may not specify a duration less than 10 minutes" in caught.value.message
+
+
+def test_static_tokens_add_users_in_system_authenticated(authority: TokenAuthority) -> None:
+    authority.add_static_token("s3cret", UserInfo("jane", uid="42", groups=("devs",)))
+    assert authority.authenticate("s3cret") == \
+        UserInfo("jane", uid="42", groups=("devs", "system:authenticated"))
+    assert authority.token_review({"token": "s3cret"})["user"] == {
+        "username": "jane", "uid": "42", "groups": ["devs", "system:authenticated"]}
+
+
+def test_token_review_of_garbage_reports_an_error(authority: TokenAuthority) -> None:
+    assert authority.token_review({"token": "garbage"}) == {
+        "authenticated": False, "user": {}, "error": "invalid bearer token"}
