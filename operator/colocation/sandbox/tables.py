@@ -1,0 +1,942 @@
+"""Server-side printing: objects as `meta.k8s.io` Tables, column for column as kube-apiserver builds them.
+
+kubectl asks for a Table (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io,...`) and prints the
+cells it gets, so every column and every cell format here mirrors upstream: the built-in printers of
+`pkg/printers/internalversion` (always in their wide form: the server sends every column and kubectl
+hides priority > 0 unless `-o wide`), the default convertor (Name, Created At) of resources without a
+printer, and the CRD convertor (Name + additionalPrinterColumns evaluated by JSONPath).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from colocation.sandbox.errors import ApiError
+from colocation.sandbox.resources import PrinterColumn, ResourceType
+
+Cell = str | int | float | bool | None
+JSON = dict[str, Any]
+
+TABLE_GROUP = "meta.k8s.io"
+TABLE_VERSIONS = ("v1", "v1beta1")
+INCLUDE_OBJECT_VALUES = ("Object", "Metadata", "None")
+
+
+# --- Accept negotiation ---------------------------------------------------------------------------
+
+def wants_table(accept_header: str) -> str | None:
+    """The Table version the first acceptable Accept clause asks for, or None for the plain object.
+
+    Like the apiserver: clauses by preference (q, then specificity), the first one the server can
+    serve wins; `as=Table` needs `g=meta.k8s.io` and a version it knows, or the clause is skipped.
+    Nothing acceptable at all is 406, as upstream.
+    """
+    if not accept_header.strip():
+        return None
+    for media_type, params in _accept_clauses(accept_header):
+        if media_type not in ("application/json", "application/yaml", "application/*", "*/*"):
+            continue
+        if "as" not in params and "g" not in params and "v" not in params:
+            return None
+        if (params.get("as") == "Table" and params.get("g") == TABLE_GROUP
+                and params.get("v") in TABLE_VERSIONS):
+            return params["v"]
+    raise ApiError(406, "NotAcceptable",
+                   "only the following media types are accepted: application/json, application/yaml")
+
+
+def _accept_clauses(header: str) -> list[tuple[str, dict[str, str]]]:
+    clauses: list[tuple[float, int, str, dict[str, str]]] = []
+    for raw in header.split(","):
+        media_type, *raw_params = (part.strip() for part in raw.split(";"))
+        params: dict[str, str] = {}
+        quality = 1.0
+        for param in raw_params:
+            key, _, value = param.partition("=")
+            if key.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+            elif key.strip():
+                params[key.strip()] = value.strip()
+        wildcards = media_type.count("*")
+        clauses.append((quality, wildcards, media_type.lower(), params))
+    # Stable: equally preferred clauses keep the client's order.
+    clauses.sort(key=lambda c: (-c[0], c[1]))
+    return [(media_type, params) for _, _, media_type, params in clauses]
+
+
+# --- Durations and timestamps ---------------------------------------------------------------------
+
+def human_duration(seconds: float) -> str:
+    """Upstream's duration.HumanDuration: ~2-3 significant figures, e.g. 5s, 3m20s, 10m, 2d3h, 3y."""
+    whole = int(seconds)  # truncates toward zero, as Go's int(d.Seconds())
+    if whole < -1:
+        return "<invalid>"
+    if whole < 0:
+        return "0s"
+    if whole < 60 * 2:
+        return f"{whole}s"
+    minutes = whole // 60
+    if minutes < 10:
+        rest = whole % 60
+        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+    if minutes < 60 * 3:
+        return f"{minutes}m"
+    hours = whole // 3600
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h{rest}m" if rest else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        rest = hours % 24
+        return f"{hours // 24}d{rest}h" if rest else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        rest = (hours // 24) % 365
+        return f"{hours // 24 // 365}y{rest}d" if rest else f"{hours // 24 // 365}y"
+    return f"{hours // 24 // 365}y"
+
+
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as Go parses it; None for a missing, empty or malformed one."""
+    if not isinstance(value, str) or not _RFC3339.match(value):
+        return None
+    text = value.replace("Z", "+00:00")
+    head, dot, tail = text.partition(".")
+    if dot:  # Python takes at most 6 fractional digits; Go takes nanoseconds.
+        digits = re.match(r"\d+", tail)
+        assert digits is not None
+        text = f"{head}.{digits.group()[:6].ljust(6, '0')}{tail[digits.end():]}"
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def age(timestamp: Any, now: datetime) -> str:
+    """Time since a timestamp, as printers show it; `<unknown>` when there is none."""
+    at = parse_timestamp(timestamp)
+    if at is None:
+        return "<unknown>"
+    return human_duration((now - at).total_seconds())
+
+
+# --- Tables ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str = "string"
+    description: str = ""
+    priority: int = 0
+    format: str = ""
+
+    def definition(self) -> JSON:
+        return {"name": self.name, "type": self.type, "format": self.format,
+                "description": self.description, "priority": self.priority}
+
+
+NAME_DOC = ("Name must be unique within a namespace (or the cluster, for cluster-scoped objects); "
+            "it identifies the object and cannot be updated.")
+CREATED_DOC = ("CreationTimestamp is when the server created this object, in RFC 3339 form and UTC; "
+               "set by the system, read-only.")
+NAME_COLUMN = Column("Name", format="name", description=NAME_DOC)
+AGE_COLUMN = Column("Age", description=CREATED_DOC)
+CREATED_AT_COLUMN = Column("Created At", type="date", description=CREATED_DOC)
+
+
+def partial_object_metadata(obj: JSON, table_version: str = "v1") -> JSON:
+    return {"kind": "PartialObjectMetadata", "apiVersion": f"{TABLE_GROUP}/{table_version}",
+            "metadata": obj.get("metadata") or {}}
+
+
+def to_table(rt: ResourceType, objects: list[JSON], *, list_meta: JSON, include_object: str = "Metadata",
+             table_version: str = "v1", now: datetime, include_headers: bool = True) -> JSON:
+    """A `meta.k8s.io` Table of `objects`, which are of type `rt`.
+
+    `include_headers=False` is for watch events after the first, which upstream sends without
+    column definitions.
+    """
+    if include_object not in (*INCLUDE_OBJECT_VALUES, ""):
+        raise ApiError.bad_request(f'unrecognized includeObject value: "{include_object}"')
+    columns, row_of = printer_for(rt)
+    rows = []
+    for obj in objects:
+        cells, conditions = row_of(obj, now)
+        row: JSON = {"cells": cells}
+        if conditions:
+            row["conditions"] = conditions
+        if include_object == "Object":
+            row["object"] = obj
+        elif include_object == "None":
+            row["object"] = None
+        else:
+            row["object"] = partial_object_metadata(obj, table_version)
+        rows.append(row)
+    metadata: JSON = {}
+    for key in ("resourceVersion", "continue", "remainingItemCount"):
+        if list_meta.get(key) not in (None, ""):
+            metadata[key] = list_meta[key]
+    return {
+        "kind": "Table",
+        "apiVersion": f"{TABLE_GROUP}/{table_version}",
+        "metadata": metadata,
+        "columnDefinitions": [c.definition() for c in columns] if include_headers else None,
+        "rows": rows,
+    }
+
+
+RowFunction = Callable[[JSON, datetime], tuple[list[Cell], list[JSON]]]
+Printer = tuple[tuple[Column, ...], RowFunction]
+
+
+def printer_for(rt: ResourceType) -> Printer:
+    """The columns and row builder upstream uses for this resource type."""
+    key = (rt.group, rt.resource)
+    if key in BUILTIN_PRINTERS:
+        return BUILTIN_PRINTERS[key]
+    if key in DEFAULT_CONVERTOR_RESOURCES:
+        return (NAME_COLUMN, CREATED_AT_COLUMN), _default_convertor_row
+    return custom_resource_printer(rt.printer_columns)
+
+
+def _default_convertor_row(obj: JSON, now: datetime) -> tuple[list[Cell], list[JSON]]:
+    meta = obj.get("metadata") or {}
+    created = parse_timestamp(meta.get("creationTimestamp")) or datetime(1, 1, 1, tzinfo=UTC)
+    return [meta.get("name", ""), created.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")], []
+
+
+# --- Custom resources: additionalPrinterColumns ---------------------------------------------------
+
+DEFAULT_CRD_COLUMNS = (PrinterColumn("Age", "date", ".metadata.creationTimestamp", description=CREATED_DOC),)
+
+
+def custom_resource_printer(printer_columns: Iterable[PrinterColumn]) -> Printer:
+    """The CRD table convertor: Name, then each printer column (Age alone when the CRD has none)."""
+    specs = tuple(printer_columns) or DEFAULT_CRD_COLUMNS
+    columns = [NAME_COLUMN]
+    paths: list[list[_Step]] = []
+    for spec in specs:
+        try:
+            steps = parse_jsonpath(spec.json_path)
+        except ValueError:
+            break  # upstream keeps the columns parsed so far and drops the rest
+        description = spec.description or f"Custom resource definition column (in JSONPath format): " \
+                                          f"{spec.json_path}"
+        columns.append(Column(spec.name, spec.type, description, spec.priority, spec.format))
+        paths.append(steps)
+    typed = list(zip(columns[1:], paths, strict=True))
+
+    def row(obj: JSON, now: datetime) -> tuple[list[Cell], list[JSON]]:
+        cells: list[Cell] = [(obj.get("metadata") or {}).get("name", "")]
+        for column, steps in typed:
+            try:
+                found = evaluate_jsonpath(steps, obj)
+            except LookupError:
+                found = []
+            cells.append(typed_cell(column.type, found[0], now) if found else None)
+        return cells, []
+
+    return tuple(columns), row
+
+
+def typed_cell(column_type: str, value: Any, now: datetime) -> Cell:
+    """A JSONPath result as the CRD convertor types it for its column."""
+    if column_type == "string":
+        return go_text(value)
+    if value is None:
+        return None
+    if column_type == "integer" and isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)  # Go converts float64 to int64 by truncation, as int() does
+    if column_type == "number" and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if column_type == "boolean" and isinstance(value, bool):
+        return value
+    if column_type == "date" and isinstance(value, str):
+        if value in ("", "null"):
+            return "<unknown>"
+        at = parse_timestamp(value)
+        return "<invalid>" if at is None else human_duration((now - at).total_seconds())
+    return None
+
+
+def go_text(value: Any) -> str:
+    """How client-go's JSONPath prints one result: scalars as Go prints them, the rest as JSON."""
+    if isinstance(value, dict | list):
+        return go_json(value)
+    if value is None:
+        return "<no value>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return go_float(value)
+    return str(value)
+
+
+def go_float(value: float) -> str:
+    """A float64 as Go's %v (and encoding/json) writes it: 7.0 is "7", 1e21 is "1e+21"."""
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e21:
+        return str(int(value))
+    text = repr(value)
+    mantissa, e, exponent = text.partition("e")
+    return f"{mantissa}e{exponent[0]}{exponent[1:].zfill(2)}" if e and exponent[0] in "+-" else text
+
+
+def go_json(value: Any) -> str:
+    """Compact JSON as Go's encoding/json writes it: sorted keys, HTML-escaped, Go floats."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{go_json(str(k))}:{go_json(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(go_json(v) for v in value) + "]"
+    if isinstance(value, float):
+        return go_float(value)
+    text = json.dumps(value, ensure_ascii=False)
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                          ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escaped)
+    return text
+
+
+# --- JSONPath: the subset printer columns use, with client-go's semantics ----------------------------
+
+@dataclass(frozen=True)
+class _Step:
+    kind: str  # "field" | "index" | "all" | "filter"
+    name: str = ""
+    index: int = 0
+    filter_path: tuple[_Step, ...] = ()
+    operator: str = ""
+    operand: Any = None
+
+
+_TERMINATORS = set(" \t\r\n.,[]$@{}")
+_FILTER = re.compile(r"^\?\((@(?:\.[^=!<>]+)?)\s*(==|!=)\s*(.+?)\)$")
+
+
+def parse_jsonpath(text: str) -> list[_Step]:
+    """Parse `.a.b[0]['c'].d\\.e[?(@.type=="Ready")]`; ValueError on what printer columns cannot use.
+
+    Like client-go, a key in `['...']` is parsed again as a dotted path, so a dot in it must be
+    escaped (`['app\\.kubernetes\\.io/name']`), and `\\` escapes a dot in a plain field name.
+    """
+    steps: list[_Step] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char in "$@ ":
+            i += 1
+        elif char == "." and text.startswith("..", i):
+            raise ValueError("recursive descent is not supported")
+        elif char == ".":
+            i += 1
+            start = i
+            while i < len(text) and text[i] not in _TERMINATORS:
+                i += 2 if text[i] == "\\" else 1
+            name = text[start:i].replace("\\", "")
+            if name == "*":
+                raise ValueError("wildcards are not supported")
+            if name:
+                steps.append(_Step("field", name=name))
+        elif char == "[":
+            end = text.find("]", i) if not text.startswith("[?(", i) else text.find(")]", i) + 1
+            if end <= i:
+                raise ValueError(f"unterminated array in {text!r}")
+            steps.extend(_parse_bracket(text[i + 1:end]))
+            i = end + 1
+        else:
+            raise ValueError(f"unrecognized character in {text!r}: {char!r}")
+    return steps
+
+
+def _parse_bracket(inner: str) -> list[_Step]:
+    if inner.startswith("'") and inner.endswith("'") and len(inner) >= 2:
+        return parse_jsonpath("." + inner[1:-1])
+    if inner in ("*", ":"):
+        return [_Step("all")]
+    if re.fullmatch(r"-?\d+", inner):
+        return [_Step("index", index=int(inner))]
+    match = _FILTER.match(inner)
+    if match:
+        path, operator, literal = match.groups()
+        return [_Step("filter", filter_path=tuple(parse_jsonpath(path)), operator=operator,
+                      operand=_literal(literal.strip()))]
+    raise ValueError(f"invalid array index {inner}")
+
+
+def _literal(text: str) -> Any:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError as exc:
+            raise ValueError(f"unsupported filter operand {text}") from exc
+
+
+def evaluate_jsonpath(steps: Iterable[_Step], data: Any) -> list[Any]:
+    """All results, in order; missing keys yield none, a bad index raises LookupError (as upstream)."""
+    current = [data]
+    for step in steps:
+        following: list[Any] = []
+        for value in current:
+            if value is None:
+                continue  # upstream skips nil intermediates
+            if step.kind == "field":
+                if isinstance(value, dict) and step.name in value:
+                    following.append(value[step.name])
+            elif not isinstance(value, list):
+                raise LookupError(f"{type(value).__name__} is not array or slice")
+            elif step.kind == "index":
+                index = step.index + len(value) if step.index < 0 else step.index
+                if not 0 <= index < len(value):
+                    raise LookupError(f"array index out of bounds: index {step.index}, length {len(value)}")
+                following.append(value[index])
+            elif step.kind == "all":
+                following.extend(value)
+            else:
+                for item in value:
+                    found = evaluate_jsonpath(step.filter_path, item) if step.filter_path else [item]
+                    if found and (found[0] == step.operand) == (step.operator == "=="):
+                        following.append(item)
+        current = following
+    return current
+
+
+# --- Built-in printers (pkg/printers/internalversion, wide form) ----------------------------------
+
+Row = tuple[list[Cell], list[JSON]]
+
+
+def _meta(obj: JSON) -> JSON:
+    return obj.get("metadata") or {}
+
+
+def _name(obj: JSON) -> str:
+    return str(_meta(obj).get("name", ""))
+
+
+def _age(obj: JSON, now: datetime) -> str:
+    return age(_meta(obj).get("creationTimestamp"), now)
+
+
+def _since(at: datetime | None, now: datetime) -> str:
+    return "<unknown>" if at is None else human_duration((now - at).total_seconds())
+
+
+def format_labels(labels: JSON | None) -> str:
+    """labels.FormatLabels: `k=v,...` sorted by key, `<none>` when empty."""
+    return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) or "<none>"
+
+
+def selector_string(selector: JSON | None) -> str | None:
+    """A LabelSelector as its selector string (None when invalid), requirements sorted by key."""
+    if not selector:
+        return ""
+    labels = selector.get("matchLabels") or {}
+    requirements: list[tuple[str, str]] = [(k, f"{k}={v}") for k, v in labels.items()]
+    for expression in selector.get("matchExpressions") or []:
+        key, operator = expression.get("key", ""), expression.get("operator")
+        values = ",".join(sorted(expression.get("values") or []))
+        if operator in ("In", "NotIn"):
+            requirements.append((key, f"{key} {operator.lower()} ({values})"))
+        elif operator == "Exists":
+            requirements.append((key, key))
+        elif operator == "DoesNotExist":
+            requirements.append((key, f"!{key}"))
+        else:
+            return None
+    return ",".join(text for _, text in sorted(requirements, key=lambda r: r[0]))
+
+
+def format_label_selector(selector: JSON | None) -> str:
+    """metav1.FormatLabelSelector: `<none>` when empty, `<error>` when invalid."""
+    text = selector_string(selector)
+    return "<error>" if text is None else text or "<none>"
+
+
+def _container_cells(pod_spec: JSON) -> list[Cell]:
+    containers = pod_spec.get("containers") or []
+    return [",".join(c.get("name", "") for c in containers), ",".join(c.get("image", "") for c in containers)]
+
+
+def _template_spec(obj: JSON) -> JSON:
+    return ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
+_POD_SUCCEEDED = {"type": "Completed", "status": "True", "reason": "Succeeded",
+                  "message": "The pod has completed successfully."}
+_POD_FAILED = {"type": "Completed", "status": "True", "reason": "Failed", "message": "The pod failed."}
+
+
+def _finished_at(container_status: JSON) -> datetime | None:
+    terminated = (container_status.get("lastState") or {}).get("terminated")
+    return parse_timestamp(terminated.get("finishedAt")) if terminated is not None else None
+
+
+def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+    return b if a is None or (b is not None and b > a) else a
+
+
+def _condition_true(conditions: list[JSON] | None, kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions or [])
+
+
+def _terminated_reason(terminated: JSON, prefix: str = "") -> str:
+    if terminated.get("reason"):
+        return prefix + str(terminated["reason"])
+    if terminated.get("signal"):
+        return f"{prefix}Signal:{terminated['signal']}"
+    return f"{prefix}ExitCode:{terminated.get('exitCode', 0)}"
+
+
+def _pod_row(pod: JSON, now: datetime) -> Row:
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    phase = status.get("phase", "")
+    reason = status.get("reason") or phase
+    if any(c.get("type") == "PodScheduled" and c.get("reason") == "SchedulingGated" for c in conditions):
+        reason = "SchedulingGated"
+    init_specs = {c.get("name"): c for c in spec.get("initContainers") or []}
+    sidecars = {name for name, c in init_specs.items() if c.get("restartPolicy") == "Always"}
+    total = len(spec.get("containers") or []) + len(sidecars)
+    ready = restarts = sidecar_restarts = 0
+    last_restart: datetime | None = None
+    last_sidecar_restart: datetime | None = None
+
+    initializing = False
+    for i, cs in enumerate(status.get("initContainerStatuses") or []):
+        restarts += cs.get("restartCount", 0)
+        last_restart = _later(last_restart, _finished_at(cs))
+        is_sidecar = cs.get("name") in sidecars
+        if is_sidecar:
+            sidecar_restarts += cs.get("restartCount", 0)
+            last_sidecar_restart = _later(last_sidecar_restart, _finished_at(cs))
+        state = cs.get("state") or {}
+        terminated, waiting = state.get("terminated"), state.get("waiting")
+        if terminated is not None and terminated.get("exitCode", 0) == 0:
+            continue
+        if is_sidecar and cs.get("started"):
+            ready += 1 if cs.get("ready") else 0
+            continue
+        if terminated is not None:
+            reason = _terminated_reason(terminated, "Init:")
+        elif waiting is not None and waiting.get("reason") and waiting["reason"] != "PodInitializing":
+            reason = "Init:" + waiting["reason"]
+        else:
+            reason = f"Init:{i}/{len(init_specs)}"
+        initializing = True
+        break
+
+    if not initializing or _condition_true(conditions, "Initialized"):
+        restarts, last_restart = sidecar_restarts, last_sidecar_restart
+        has_running = False
+        for cs in reversed(status.get("containerStatuses") or []):
+            restarts += cs.get("restartCount", 0)
+            last_restart = _later(last_restart, _finished_at(cs))
+            state = cs.get("state") or {}
+            terminated, waiting = state.get("terminated"), state.get("waiting")
+            if waiting is not None and waiting.get("reason"):
+                reason = waiting["reason"]
+            elif terminated is not None:
+                reason = _terminated_reason(terminated)
+            elif cs.get("ready") and state.get("running") is not None:
+                has_running = True
+                ready += 1
+        if reason == "Completed" and has_running:
+            reason = "Running" if _condition_true(conditions, "Ready") else "NotReady"
+
+    if _meta(pod).get("deletionTimestamp"):
+        if status.get("reason") == "NodeLost":
+            reason = "Unknown"
+        elif phase not in ("Succeeded", "Failed"):
+            reason = "Terminating"
+
+    restarts_text = str(restarts)
+    if restarts and last_restart is not None:
+        restarts_text = f"{restarts} ({_since(last_restart, now)} ago)"
+    pod_ips = status.get("podIPs") or ([{"ip": status["podIP"]}] if status.get("podIP") else [])
+    gates = spec.get("readinessGates") or []
+    gates_text = "<none>"
+    if gates:
+        by_type: dict[str, JSON] = {}
+        for condition in conditions:
+            by_type.setdefault(condition.get("type"), condition)
+        passed = len([g for g in gates
+                      if by_type.get(g.get("conditionType", ""), {}).get("status") == "True"])
+        gates_text = f"{passed}/{len(gates)}"
+    cells: list[Cell] = [
+        _name(pod), f"{ready}/{total}", reason, restarts_text, _age(pod, now),
+        (pod_ips[0].get("ip") if pod_ips else "") or "<none>", spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>", gates_text,
+    ]
+    row_conditions = [_POD_SUCCEEDED] if phase == "Succeeded" else [_POD_FAILED] if phase == "Failed" else []
+    return cells, row_conditions
+
+
+def _node_row(node: JSON, now: datetime) -> Row:
+    status = node.get("status") or {}
+    ready = {c.get("type"): c for c in status.get("conditions") or []}.get("Ready")
+    states = ["Unknown"] if ready is None else ["Ready" if ready.get("status") == "True" else "NotReady"]
+    if (node.get("spec") or {}).get("unschedulable"):
+        states.append("SchedulingDisabled")
+    roles = set()
+    for key, value in (_meta(node).get("labels") or {}).items():
+        if key.startswith("node-role.kubernetes.io/") and key != "node-role.kubernetes.io/":
+            roles.add(key.removeprefix("node-role.kubernetes.io/"))
+        elif key == "kubernetes.io/role" and value:
+            roles.add(value)
+    info = status.get("nodeInfo") or {}
+
+    def address(kind: str) -> str:
+        addresses = status.get("addresses") or []
+        return next((a.get("address", "") for a in addresses if a.get("type") == kind), "<none>")
+
+    return [
+        _name(node), ",".join(states), ",".join(sorted(roles)) or "<none>", _age(node, now),
+        info.get("kubeletVersion", ""), address("InternalIP"), address("ExternalIP"),
+        info.get("osImage") or "<unknown>", info.get("kernelVersion") or "<unknown>",
+        info.get("containerRuntimeVersion") or "<unknown>",
+    ], []
+
+
+def _service_external_ip(service: JSON, kind: str) -> str:
+    spec = service.get("spec") or {}
+    external = spec.get("externalIPs") or []
+    if kind in ("ClusterIP", "NodePort"):
+        return ",".join(external) or "<none>"
+    if kind == "LoadBalancer":
+        ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        balancers = sorted({i.get("ip") or i.get("hostname") for i in ingress} - {None, ""})
+        if external:
+            return ",".join([*balancers, *external])
+        return ",".join(balancers) or "<pending>"
+    if kind == "ExternalName":
+        return str(spec.get("externalName", ""))
+    return "<unknown>"
+
+
+def _service_row(service: JSON, now: datetime) -> Row:
+    spec = service.get("spec") or {}
+    kind = spec.get("type") or "ClusterIP"  # the apiserver defaults it on create
+    cluster_ips = spec.get("clusterIPs") or ([spec["clusterIP"]] if spec.get("clusterIP") else [])
+    ports = []
+    for port in spec.get("ports") or []:
+        protocol = port.get("protocol") or "TCP"
+        node_port = port.get("nodePort") or 0
+        ports.append(f"{port.get('port', 0)}:{node_port}/{protocol}" if node_port > 0
+                     else f"{port.get('port', 0)}/{protocol}")
+    return [
+        _name(service), kind, cluster_ips[0] if cluster_ips else "<none>",
+        _service_external_ip(service, kind), ",".join(ports) or "<none>", _age(service, now),
+        format_labels(spec.get("selector")),
+    ], []
+
+
+def _more(items: list[str], count: int, limit: int = 3, empty: str = "") -> str:
+    text = ",".join(items[:limit])
+    if count > limit:
+        return f"{text} + {count - limit} more..."
+    return text or empty
+
+
+def _endpoints_row(endpoints: JSON, now: datetime) -> Row:
+    subsets = endpoints.get("subsets") or []
+    shown: list[str] = []
+    count = 0
+    for subset in subsets:
+        addresses = [a.get("ip", "") for a in subset.get("addresses") or []]
+        ports = subset.get("ports") or []
+        if not ports:
+            count += len(addresses)
+            shown.extend(addresses)
+        for port in ports:
+            count += len(addresses)
+            shown.extend(f"[{ip}]:{port.get('port', 0)}" if ":" in ip else f"{ip}:{port.get('port', 0)}"
+                         for ip in addresses)
+    return [_name(endpoints), _more(shown, count) if subsets else "<none>", _age(endpoints, now)], []
+
+
+def _endpoint_slice_row(endpoint_slice: JSON, now: datetime) -> Row:
+    ports = [str(p["port"]) if p.get("port") is not None else p.get("name") or "*"
+             for p in endpoint_slice.get("ports") or []]
+    addresses = [a for e in endpoint_slice.get("endpoints") or [] for a in e.get("addresses") or []]
+    return [_name(endpoint_slice), endpoint_slice.get("addressType", ""),
+            _more(ports, len(ports), empty="<unset>"), _more(addresses, len(addresses), empty="<unset>"),
+            _age(endpoint_slice, now)], []
+
+
+def _core_event(event: JSON) -> JSON:
+    """An events.k8s.io/v1 Event in core/v1 field names, as the apiserver converts it to print."""
+    if "involvedObject" in event or not any(k in event for k in ("regarding", "note", "reportingController")):
+        return event
+    return {
+        "metadata": event.get("metadata") or {}, "involvedObject": event.get("regarding") or {},
+        "reason": event.get("reason", ""), "message": event.get("note", ""), "type": event.get("type", ""),
+        "source": event.get("deprecatedSource") or {},
+        "firstTimestamp": event.get("deprecatedFirstTimestamp"),
+        "lastTimestamp": event.get("deprecatedLastTimestamp"), "count": event.get("deprecatedCount", 0),
+        "eventTime": event.get("eventTime"), "series": event.get("series"),
+        "reportingComponent": event.get("reportingController", ""),
+        "reportingInstance": event.get("reportingInstance", ""),
+    }
+
+
+def _event_row(raw: JSON, now: datetime) -> Row:
+    event = _core_event(raw)
+    first_at = parse_timestamp(event.get("firstTimestamp"))
+    first = _since(first_at or parse_timestamp(event.get("eventTime")), now)
+    last_at = parse_timestamp(event.get("lastTimestamp"))
+    last = first if last_at is None else _since(last_at, now)
+    count = event.get("count") or 0
+    series = event.get("series")
+    if series is not None:
+        last = _since(parse_timestamp(series.get("lastObservedTime")), now)
+        count = series.get("count", 0)
+    elif count == 0:
+        count = 1  # singleton events of the new API carry no count
+    involved = event.get("involvedObject") or {}
+    kind = str(involved.get("kind", "")).lower()
+    target = f"{kind}/{involved['name']}" if involved.get("name") else kind
+    source = event.get("source") or {}
+    component = source.get("component") or event.get("reportingComponent") or ""
+    instance = source.get("host") or event.get("reportingInstance") or ""
+    return [
+        last, event.get("type", ""), event.get("reason", ""), target, involved.get("fieldPath", ""),
+        f"{component}, {instance}" if instance else component, str(event.get("message", "")).strip(),
+        first, count, _name(event),
+    ], []
+
+
+def _int_or_string(value: Any) -> str:
+    return "N/A" if value is None else str(value)
+
+
+def _binding_row(binding: JSON, now: datetime) -> Row:
+    ref = binding.get("roleRef") or {}
+    users, groups, accounts = [], [], []
+    for subject in binding.get("subjects") or []:
+        kind, name = subject.get("kind"), subject.get("name", "")
+        if kind == "ServiceAccount":
+            accounts.append(f"{subject.get('namespace', '')}/{name}")
+        elif kind == "User":
+            users.append(name)
+        elif kind == "Group":
+            groups.append(name)
+    return [_name(binding), f"{ref.get('kind', '')}/{ref.get('name', '')}", _age(binding, now),
+            ", ".join(users), ", ".join(groups), ", ".join(accounts)], []
+
+
+def _apiservice_row(apiservice: JSON, now: datetime) -> Row:
+    service = (apiservice.get("spec") or {}).get("service")
+    where = f"{service.get('namespace', '')}/{service.get('name', '')}" if service is not None else "Local"
+    available = "Unknown"
+    for condition in (apiservice.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Available":
+            state = condition.get("status", "")
+            reason = condition.get("reason") if state != "True" else ""
+            available = f"{state} ({reason})" if reason else state
+            break
+    return [_name(apiservice), where, available, _age(apiservice, now)], []
+
+
+def _deployment_row(deployment: JSON, now: datetime) -> Row:
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    desired = spec.get("replicas", 1)  # defaulted to 1 on create
+    selector = selector_string(spec.get("selector"))
+    return [_name(deployment), f"{status.get('readyReplicas', 0)}/{desired}",
+            status.get("updatedReplicas", 0), status.get("availableReplicas", 0), _age(deployment, now),
+            *_container_cells(_template_spec(deployment)), "<invalid>" if selector is None else selector], []
+
+
+def _daemonset_row(daemonset: JSON, now: datetime) -> Row:
+    status, pod_spec = daemonset.get("status") or {}, _template_spec(daemonset)
+    return [_name(daemonset), *(status.get(k, 0) for k in (
+        "desiredNumberScheduled", "currentNumberScheduled", "numberReady", "updatedNumberScheduled",
+        "numberAvailable")), format_labels(pod_spec.get("nodeSelector")), _age(daemonset, now),
+        *_container_cells(pod_spec), format_label_selector((daemonset.get("spec") or {}).get("selector"))], []
+
+
+def _replicaset_row(replicaset: JSON, now: datetime) -> Row:
+    spec, status = replicaset.get("spec") or {}, replicaset.get("status") or {}
+    return [_name(replicaset), spec.get("replicas", 1), status.get("replicas", 0), status.get("readyReplicas", 0),
+            _age(replicaset, now), *_container_cells(_template_spec(replicaset)),
+            format_label_selector(spec.get("selector"))], []
+
+
+def _statefulset_row(statefulset: JSON, now: datetime) -> Row:
+    spec, status = statefulset.get("spec") or {}, statefulset.get("status") or {}
+    return [_name(statefulset), f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 1)}",
+            _age(statefulset, now), *_container_cells(_template_spec(statefulset))], []
+
+
+def _resource_quota_row(quota: JSON, now: datetime) -> Row:
+    status = quota.get("status") or {}
+    used = status.get("used") or {}
+    requests: list[str] = []
+    limits: list[str] = []
+    for resource, hard in sorted((status.get("hard") or {}).items()):
+        usage = f"{resource}: {used.get(resource, '0')}/{hard}"
+        (limits if resource.split(".")[0] == "limits" and "." in resource else requests).append(usage)
+    return [_name(quota), ", ".join(requests), ", ".join(limits), _age(quota, now)], []
+
+
+def _simple(*cells: Callable[[JSON], Cell]) -> RowFunction:
+    """A row of the name, the given cells, then the age."""
+    return lambda obj, now: ([_name(obj), *(cell(obj) for cell in cells), _age(obj, now)], [])
+
+
+def _c(name: str, description: str, priority: int = 0, kind: str = "string") -> Column:
+    return Column(name, kind, description, priority)
+
+
+_CONTAINERS = _c("Containers", "Names of each container in the template.", 1)
+_IMAGES = _c("Images", "Images referenced by each container in the template.", 1)
+_EVENT_COLUMNS = (
+    _c("Last Seen", "Time when the most recent occurrence of this event was recorded."),
+    _c("Type", "Type of this event (Normal, Warning)."),
+    _c("Reason", "Short, machine-readable reason for the transition into the object's state."),
+    _c("Object", "The object this event is about."),
+    _c("Subobject", "The part of the object this event is about, if any.", 1),
+    _c("Source", "The component reporting this event.", 1),
+    _c("Message", "A human-readable description of this event."),
+    _c("First Seen", "Time when this event was first recorded.", 1),
+    _c("Count", "The number of times this event has occurred.", 1),
+    Column("Name", "string", NAME_DOC, 1, "name"),
+)
+_BINDING_COLUMNS = (
+    NAME_COLUMN, _c("Role", "The role this binding grants."), AGE_COLUMN,
+    _c("Users", "Users in the binding", 1),
+    _c("Groups", "Groups in the binding", 1), _c("ServiceAccounts", "ServiceAccounts in the binding", 1),
+)
+
+
+def _status(field: str, default: Any = 0) -> Callable[[JSON], Cell]:
+    return lambda obj: (obj.get("status") or {}).get(field, default)
+
+
+def _spec(field: str, default: Any = "") -> Callable[[JSON], Cell]:
+    return lambda obj: (obj.get("spec") or {}).get(field, default)
+
+
+BUILTIN_PRINTERS: dict[tuple[str, str], Printer] = {
+    ("", "pods"): ((
+        NAME_COLUMN, _c("Ready", "The aggregate readiness state of this pod for accepting traffic."),
+        _c("Status", "The aggregate status of the containers in this pod."),
+        _c("Restarts", "The number of times the containers in this pod have been restarted and when the last "
+                       "container in this pod has restarted."),
+        AGE_COLUMN, _c("IP", "The IP address allocated to the pod.", 1),
+        _c("Node", "The node the pod is scheduled onto.", 1),
+        _c("Nominated Node", "The node the scheduler nominated for preemption.", 1),
+        _c("Readiness Gates", "Readiness gates of the pod that are satisfied.", 1),
+    ), _pod_row),
+    ("", "nodes"): ((
+        NAME_COLUMN, _c("Status", "The status of the node"), _c("Roles", "The roles of the node"), AGE_COLUMN,
+        _c("Version", "Kubelet version reported by the node."),
+        _c("Internal-IP", "The node's internal address.", 1),
+        _c("External-IP", "The node's external address.", 1),
+        _c("OS-Image", "OS image reported by the node.", 1),
+        _c("Kernel-Version", "Kernel version reported by the node.", 1),
+        _c("Container-Runtime", "Container runtime version reported by the node.", 1),
+    ), _node_row),
+    ("", "namespaces"): ((NAME_COLUMN, _c("Status", "The status of the namespace"), AGE_COLUMN),
+                         _simple(_status("phase", ""))),
+    ("", "configmaps"): ((NAME_COLUMN, _c("Data", "Number of data and binaryData keys."), AGE_COLUMN),
+                         _simple(lambda o: len(o.get("data") or {}) + len(o.get("binaryData") or {}))),
+    ("", "secrets"): ((NAME_COLUMN, _c("Type", "Used to facilitate programmatic handling of secret data."),
+                       _c("Data", "Number of data keys."), AGE_COLUMN),
+                      _simple(lambda o: o.get("type") or "Opaque", lambda o: len(o.get("data") or {}))),
+    ("", "serviceaccounts"): ((NAME_COLUMN, _c("Secrets", "Number of secrets listed."), AGE_COLUMN),
+                              _simple(lambda o: len(o.get("secrets") or []))),
+    ("", "services"): ((
+        NAME_COLUMN, _c("Type", "How the Service is exposed."),
+        _c("Cluster-IP", "The IP address of the service, in the cluster."),
+        _c("External-IP", "Addresses the service is reachable at from outside the cluster."),
+        _c("Port(s)", "The ports the service exposes."), AGE_COLUMN,
+        _c("Selector", "Labels of the pods the service routes to.", 1),
+    ), _service_row),
+    ("", "endpoints"): ((NAME_COLUMN, _c("Endpoints", "Addresses and ports of the endpoints."), AGE_COLUMN),
+                        _endpoints_row),
+    ("discovery.k8s.io", "endpointslices"): ((
+        NAME_COLUMN, _c("AddressType", "The type of address carried by this EndpointSlice."),
+        _c("Ports", "Network ports exposed by the endpoints."),
+        _c("Endpoints", "Addresses of the endpoints."),
+        AGE_COLUMN,
+    ), _endpoint_slice_row),
+    ("", "events"): (_EVENT_COLUMNS, _event_row),
+    ("events.k8s.io", "events"): (_EVENT_COLUMNS, _event_row),
+    ("coordination.k8s.io", "leases"): ((NAME_COLUMN, _c("Holder", "Identity of the holder."), AGE_COLUMN),
+                                        _simple(lambda o: _spec("holderIdentity")(o) or "")),
+    ("apps", "deployments"): ((
+        NAME_COLUMN, _c("Ready", "Number of the pod with ready state"),
+        _c("Up-to-date", "Total number of pods with the desired template."),
+        _c("Available", "Total number of available pods."), AGE_COLUMN, _CONTAINERS, _IMAGES,
+        _c("Selector", "Label query over the pods of the deployment.", 1),
+    ), _deployment_row),
+    ("apps", "daemonsets"): ((
+        NAME_COLUMN, _c("Desired", "Number of nodes that should run the daemon pod.", kind="integer"),
+        _c("Current", "Number of nodes running at least one daemon pod that should.", kind="integer"),
+        _c("Ready", "Number of nodes whose daemon pod is ready.", kind="integer"),
+        _c("Up-to-date", "Number of nodes running the updated daemon pod.", kind="integer"),
+        _c("Available", "Number of nodes whose daemon pod is available.", kind="integer"),
+        _c("Node Selector", "Nodes the daemon pods may run on."), AGE_COLUMN, _CONTAINERS, _IMAGES,
+        _c("Selector", "Label query over the pods of the daemon set.", 1),
+    ), _daemonset_row),
+    ("policy", "poddisruptionbudgets"): ((
+        NAME_COLUMN, _c("Min Available", "The minimum number of pods that must be available."),
+        _c("Max Unavailable", "The maximum number of pods that may be unavailable."),
+        _c("Allowed Disruptions", "Calculated number of pods that may be disrupted at this time.",
+           kind="integer"),
+        AGE_COLUMN,
+    ), _simple(lambda o: _int_or_string(_spec("minAvailable", None)(o)),
+               lambda o: _int_or_string(_spec("maxUnavailable", None)(o)), _status("disruptionsAllowed"))),
+    ("apiregistration.k8s.io", "apiservices"): ((
+        NAME_COLUMN, _c("Service", "The reference to the service that hosts this API endpoint."),
+        _c("Available", "Whether this service is available."), AGE_COLUMN,
+    ), _apiservice_row),
+    ("apps", "replicasets"): ((
+        NAME_COLUMN, _c("Desired", "Number of desired pods.", kind="integer"),
+        _c("Current", "Number of pods currently running.", kind="integer"),
+        _c("Ready", "Number of ready pods.", kind="integer"), AGE_COLUMN, _CONTAINERS, _IMAGES,
+        _c("Selector", "Label query over the pods of the replica set.", 1),
+    ), _replicaset_row),
+    ("apps", "statefulsets"): ((
+        NAME_COLUMN, _c("Ready", "Number of the pod with ready state"), AGE_COLUMN, _CONTAINERS, _IMAGES,
+    ), _statefulset_row),
+    ("", "resourcequotas"): ((
+        NAME_COLUMN, _c("Request", "Used and hard quota of requests and other resources."),
+        _c("Limit", "Used and hard quota of limits."), AGE_COLUMN,
+    ), _resource_quota_row),
+    ("scheduling.k8s.io", "priorityclasses"): ((
+        NAME_COLUMN, _c("Value", "The priority of pods of this class.", kind="integer"),
+        _c("Global-Default", "Whether this class is the default.", kind="boolean"), AGE_COLUMN,
+        _c("PreemptionPolicy", "Whether pods of this class preempt lower-priority ones."),
+    ), lambda o, now: ([_name(o), o.get("value", 0), bool(o.get("globalDefault")), _age(o, now),
+                        o.get("preemptionPolicy") or ""], [])),
+    ("rbac.authorization.k8s.io", "rolebindings"): (_BINDING_COLUMNS, _binding_row),
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): (_BINDING_COLUMNS, _binding_row),
+}
+
+# Registered with upstream's default convertor: Name and Created At (an RFC 3339 timestamp, not an age).
+DEFAULT_CONVERTOR_RESOURCES = frozenset({
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+    ("", "limitranges"),
+    ("rbac.authorization.k8s.io", "roles"),
+    ("rbac.authorization.k8s.io", "clusterroles"),
+})
