@@ -1,0 +1,165 @@
+"""What happens to an object between the request and the store: defaults, pruning, validation."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from colocation.sandbox import schema as schemas
+from colocation.sandbox.errors import ApiError, Cause
+from colocation.sandbox.resources import ResourceType
+
+Obj = dict[str, Any]
+
+
+def unknown_fields(obj: Any, pruned: Any, path: str = "") -> list[str]:
+    """Paths present in `obj` that pruning removed (for fieldValidation=Strict and Warn)."""
+    if isinstance(obj, dict) and isinstance(pruned, dict):
+        found: list[str] = []
+        for key, value in obj.items():
+            child = f"{path}.{key}" if path else key
+            if key not in pruned:
+                found.append(child)
+            else:
+                found.extend(unknown_fields(value, pruned[key], child))
+        return found
+    if isinstance(obj, list) and isinstance(pruned, list):
+        return [f for i, (a, b) in enumerate(zip(obj, pruned, strict=False))
+                for f in unknown_fields(a, b, f"{path}[{i}]")]
+    return []
+
+
+def admit(rt: ResourceType, obj: Obj, field_validation: str) -> tuple[Obj, list[str]]:
+    """Prepare an object for writing. Returns the object and warnings for the client."""
+    _check_type_meta(rt, obj)
+    warnings: list[str] = []
+    if rt.schema is not None:
+        pruned = schemas.prune(obj, rt.schema)
+        dropped = unknown_fields(obj, pruned)
+        if dropped and field_validation == "Strict":
+            listed = ", ".join(f'unknown field "{f}"' for f in dropped)
+            raise ApiError.bad_request(f"strict decoding error: {listed}")
+        if dropped and field_validation == "Warn":
+            warnings.extend(f'unknown field "{f}"' for f in dropped)
+        obj = schemas.apply_defaults(pruned, rt.schema)
+        name = (obj.get("metadata") or {}).get("name", "")
+        schemas.validate(obj, rt.schema, rt.group, rt.kind, name)
+    else:
+        obj = _builtin_defaults(rt, obj)
+        if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            causes = crd_causes(obj)
+            if causes:
+                raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes)
+    return obj, warnings
+
+
+def crd_causes(crd: Obj) -> list[Cause]:
+    """What apiextensions-apiserver would reject in a CustomResourceDefinition."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    causes: list[Cause] = []
+    for field in ("plural", "kind"):
+        if not names.get(field):
+            causes.append(Cause(f"spec.names.{field}", "Required value", "FieldValueRequired"))
+    if not spec.get("group"):
+        causes.append(Cause("spec.group", "Required value", "FieldValueRequired"))
+    expected = f'{names.get("plural")}.{spec.get("group")}'
+    if (crd.get("metadata") or {}).get("name") != expected:
+        causes.append(Cause("metadata.name", f'Invalid value: "{(crd.get("metadata") or {}).get("name")}": '
+                            f"must be spec.names.plural+\".\"+spec.group"))
+    if spec.get("scope") not in ("Namespaced", "Cluster"):
+        causes.append(Cause("spec.scope", f'Unsupported value: "{spec.get("scope")}": supported values: '
+                            '"Cluster", "Namespaced"', "FieldValueNotSupported"))
+    versions = spec.get("versions") or []
+    if not versions:
+        causes.append(Cause("spec.versions", "Invalid value: must have exactly one version marked as storage "
+                            "version"))
+    elif sum(1 for v in versions if v.get("storage")) != 1:
+        causes.append(Cause("spec.versions", "Invalid value: must have exactly one version marked as storage "
+                            "version"))
+    for index, version in enumerate(versions):
+        schema = (version.get("schema") or {}).get("openAPIV3Schema")
+        path = f"spec.versions[{index}].schema.openAPIV3Schema"
+        if schema is None:
+            causes.append(Cause(path, "Required value: schemas are required", "FieldValueRequired"))
+            continue
+        for problem in schemas.check_structural(schema, path):
+            field, _, message = problem.partition(": ")
+            causes.append(Cause(field, message, "FieldValueForbidden" if message.startswith("Forbidden")
+                                else "FieldValueInvalid"))
+    return causes
+
+
+def _check_type_meta(rt: ResourceType, obj: Obj) -> None:
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if kind and kind != rt.kind:
+        raise ApiError.bad_request(f"the kind of the object ({kind}) does not match the resource "
+                                   f"({rt.resource}, kind {rt.kind})")
+    if api_version and api_version.rpartition("/")[0] != rt.group:
+        raise ApiError.bad_request(f"the API version of the object ({api_version}) does not match the "
+                                   f"request ({rt.api_version})")
+    metadata = obj.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ApiError.bad_request("metadata must be an object")
+    for field in ("labels", "annotations"):
+        values = (metadata or {}).get(field)
+        if values is None:
+            continue
+        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+            raise ApiError.invalid(rt.group, rt.kind, (metadata or {}).get("name", ""), [
+                Cause(f"metadata.{field}", "Invalid value: values must be strings", "FieldValueTypeInvalid")])
+
+
+def _builtin_defaults(rt: ResourceType, obj: Obj) -> Obj:
+    """The few defaults of built-in types that clients in this project read back."""
+    if (rt.group, rt.resource) == ("", "namespaces"):
+        status = dict(obj.get("status") or {})
+        status.setdefault("phase", "Active")
+        spec = dict(obj.get("spec") or {})
+        spec.setdefault("finalizers", ["kubernetes"])
+        return {**obj, "spec": spec, "status": status}
+    if (rt.group, rt.resource) == ("", "pods"):
+        status = dict(obj.get("status") or {})
+        status.setdefault("phase", "Pending")
+        status.setdefault("qosClass", _qos_class(obj.get("spec") or {}))
+        return {**obj, "status": status}
+    if (rt.group, rt.resource) == ("", "services"):
+        return {**obj, "spec": _service_spec(obj)}
+    if (rt.group, rt.resource) == ("apps", "deployments"):
+        spec = dict(obj.get("spec") or {})
+        spec.setdefault("replicas", 1)
+        return {**obj, "spec": spec}
+    return obj
+
+
+def _service_spec(obj: Obj) -> dict[str, Any]:
+    spec = dict(obj.get("spec") or {})
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    spec["ports"] = [{"protocol": "TCP", **p, "targetPort": p.get("targetPort", p.get("port"))}
+                     for p in spec.get("ports") or ()]
+    if not spec.get("clusterIP"):
+        # No IP allocator in the sandbox: a stable address derived from the name is unique enough.
+        meta = obj.get("metadata") or {}
+        digest = hashlib.sha256(f'{meta.get("namespace")}/{meta.get("name")}'.encode()).digest()
+        spec["clusterIP"] = f"10.96.{digest[0]}.{max(digest[1], 1)}"
+    spec.setdefault("clusterIPs", [spec["clusterIP"]])
+    return spec
+
+
+def _qos_class(spec: dict[str, Any]) -> str:
+    """Guaranteed, Burstable or BestEffort, from the containers' requests and limits."""
+    containers = list(spec.get("containers") or ()) + list(spec.get("initContainers") or ())
+    requests_seen = limits_seen = False
+    guaranteed = bool(containers)
+    for container in containers:
+        resources = container.get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        requests_seen |= bool(requests)
+        limits_seen |= bool(limits)
+        for name in ("cpu", "memory"):
+            if name not in limits or requests.get(name, limits[name]) != limits[name]:
+                guaranteed = False
+    if not requests_seen and not limits_seen:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"

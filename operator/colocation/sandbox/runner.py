@@ -1,0 +1,140 @@
+"""Starting and stopping the sandbox API server: TLS, bootstrap objects, the kubeconfig it writes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from colocation import tlsutil
+from colocation.sandbox.aggregation import Aggregator, authentication_configmap
+from colocation.sandbox.clock import Clock, now
+from colocation.sandbox.controllers import Controllers
+from colocation.sandbox.rbac_bootstrap import bootstrap_policy
+from colocation.sandbox.server import ApiServer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+ADMIN_USER = "sandbox-admin"
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: any free port
+    state_dir: Path = Path(".sandbox")
+    kubeconfig_out: Path | None = None
+    watch_window: int = 5000
+    bookmark_interval: float = 60.0
+    probe_interval: float = 1.0  # endpoint readiness and APIService availability checks
+
+
+def kubeconfig_document(server_url: str, ca_pem: bytes, token: str, *, name: str = "colocation-sandbox",
+                        user: str = ADMIN_USER, namespace: str = "default") -> dict[str, Any]:
+    import base64
+
+    return {
+        "apiVersion": "v1", "kind": "Config", "current-context": name, "preferences": {},
+        "clusters": [{"name": name, "cluster": {
+            "server": server_url, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": user, "namespace": namespace}}],
+    }
+
+
+class Sandbox:
+    """The API server on loopback HTTPS, its certificates, and the admin kubeconfig."""
+
+    def __init__(self, config: SandboxConfig, *, clock: Clock = now) -> None:
+        self.config = config
+        self.api = ApiServer(clock=clock, window=config.watch_window, bookmark_interval=config.bookmark_interval)
+        self.controllers = Controllers(self.api.store)
+        self.ca = tlsutil.new_ca("colocation-sandbox-ca")
+        self.serving = tlsutil.issue_certificate(self.ca, "colocation-sandbox",
+                                                 dns_names=("localhost", "kubernetes", "kubernetes.default",
+                                                            "kubernetes.default.svc"),
+                                                 ip_addresses=(config.host,))
+        self.front_proxy_ca = tlsutil.new_ca("colocation-sandbox-front-proxy-ca")
+        self.api.aggregator = Aggregator(self.api, self.front_proxy_ca, probe_interval=config.probe_interval)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        self._bootstrap()
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.config.host}:{self.port}"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.config.kubeconfig_out or self.config.state_dir / "kubeconfig"
+
+    def _bootstrap(self) -> None:
+        store, api = self.api.store, self.api
+        for name in DEFAULT_NAMESPACES:
+            store.create(api.rt("", "namespaces"), {"metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]},
+                                                    "status": {"phase": "Active"}})
+        for obj in bootstrap_policy():
+            rt = api.registry.by_kind(obj["apiVersion"], obj["kind"])
+            assert rt is not None, obj["kind"]
+            store.create(rt, obj)
+        store.create(api.rt("", "configmaps"), authentication_configmap(self.front_proxy_ca.cert_pem,
+                                                                        self.ca.cert_pem))
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return tlsutil.ssl_server_context(self.serving)
+
+    async def start(self) -> None:
+        app = self.api.application()
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.config.host, self.config.port))
+        self.port = sock.getsockname()[1]
+        site = web.SockSite(self._runner, sock, ssl_context=self.ssl_context())
+        await site.start()
+        assert self.api.aggregator is not None
+        self.api.aggregator.start()
+        self.write_kubeconfig(self.kubeconfig_path)
+        log.info("sandbox API server listening", extra={"url": self.url})
+
+    def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        document = kubeconfig_document(self.url, self.ca.cert_pem, token or self.api.tokens.admin_token)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(yaml.safe_dump(document, sort_keys=False))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+        return path
+
+    async def stop(self) -> None:
+        self.api.verbs.drop_watches()
+        if self.api.aggregator is not None:
+            await self.api.aggregator.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Sandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def serve_forever(sandbox: Sandbox, stop: asyncio.Event) -> None:
+    await sandbox.start()
+    print(f"ready: kubeconfig={sandbox.kubeconfig_path}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await sandbox.stop()

@@ -1,0 +1,231 @@
+"""The HTTP shell: authentication, impersonation, RBAC, routing to verbs and special endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from colocation import __version__
+from colocation.sandbox import bodies, discovery, openapi
+from colocation.sandbox.aggregation import Aggregator
+from colocation.sandbox.auth import TokenAuthority
+from colocation.sandbox.clock import Clock, now
+from colocation.sandbox.errors import ApiError
+from colocation.sandbox.faults import FaultRule, Faults
+from colocation.sandbox.paths import Target, parse_target, resolve, verb_for
+from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, UserInfo, forbidden_error, impersonate
+from colocation.sandbox.resources import Registry, ResourceType
+from colocation.sandbox.special import SpecialEndpoints
+from colocation.sandbox.store import Change, Store
+from colocation.sandbox.verbs import Verbs, json_response
+
+log = logging.getLogger(__name__)
+
+ANONYMOUS = UserInfo("system:anonymous", groups=("system:unauthenticated",))
+_RBAC_RESOURCES = frozenset({"roles", "rolebindings", "clusterroles", "clusterrolebindings"})
+_HEALTH_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
+
+
+class ApiServer:
+    """Everything behind the sandbox's HTTPS port, independent of how it is served."""
+
+    def __init__(self, *, clock: Clock = now, window: int = 5000, bookmark_interval: float = 60.0) -> None:
+        self.clock = clock
+        self.registry = Registry()
+        self.store = Store(self.registry, clock=clock, window=window)
+        self.tokens = TokenAuthority(clock)
+        self._rbac_version = 0
+        self.rbac = RbacAuthorizer(self._rbac_objects, version=lambda: self._rbac_version)
+        self.store.subscribe(self._on_change)
+        self.verbs = Verbs(self.store, bookmark_interval=bookmark_interval, clock=clock)
+        self.special = SpecialEndpoints(self)
+        self.faults = Faults()
+        self.aggregator: Aggregator | None = None  # set when the sandbox serves aggregated APIs
+        self.requests_total = 0
+
+    # ---- wiring ------------------------------------------------------------------------------
+
+    def _rbac_objects(self, resource: str) -> list[dict[str, Any]]:
+        rt = self.registry.get("rbac.authorization.k8s.io", "v1", resource)
+        return list(self.store.objects(rt)) if rt is not None else []
+
+    def _on_change(self, change: Change) -> None:
+        if change.rt.group == "rbac.authorization.k8s.io" and change.rt.resource in _RBAC_RESOURCES:
+            self._rbac_version += 1
+
+    def rt(self, group: str, resource: str, version: str = "v1") -> ResourceType:
+        rt = self.registry.get(group, version, resource)
+        if rt is None:
+            raise KeyError(f"{resource}.{group}/{version} is not registered")
+        return rt
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=bodies.MAX_BODY_BYTES)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    # ---- the request path --------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests_total += 1
+        try:
+            fault = await self.faults.before(request)
+            if fault is not None:
+                return fault
+            user = self.authenticate(request)
+            if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:
+                user = impersonate(user, request.headers, self.rbac.authorize)
+            target = parse_target(request.path)
+            if target is None:
+                return await self._non_resource(request, user)
+            return await self._resource(request, user, target)
+        except ApiError as error:
+            if error.code >= 500:
+                log.warning("request failed", extra={"path": request.path, "error": str(error)})
+            return json_response(error.status(), error.code)
+        except web.HTTPException:
+            raise
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # the sandbox must answer, never hang: report and carry on
+            log.exception("unexpected error", extra={"path": request.path, "method": request.method})
+            return json_response(ApiError.internal(f"{type(exc).__name__}: {exc}").status(), 500)
+
+    def authenticate(self, request: web.Request) -> UserInfo:
+        header = request.headers.get("Authorization", "")
+        if not header:
+            return ANONYMOUS
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError.unauthorized()
+        user = self.tokens.authenticate(token.strip())
+        if user is None:
+            raise ApiError.unauthorized()
+        return user
+
+    def authorize(self, attrs: RequestAttributes) -> None:
+        decision = self.rbac.authorize(attrs)
+        if decision.allowed:
+            return
+        if attrs.user.username == ANONYMOUS.username and attrs.resource_request:
+            raise ApiError.unauthorized()
+        raise forbidden_error(attrs, decision.reason)
+
+    async def _non_resource(self, request: web.Request, user: UserInfo) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        if path.startswith("/sandbox/"):
+            return await self._sandbox_admin(request, user, path)
+        self.authorize(RequestAttributes(user, request.method.lower() if request.method != "HEAD" else "get",
+                                         resource_request=False, path=path))
+        if path in _HEALTH_PATHS or path.startswith(("/livez/", "/readyz/", "/healthz/")):
+            return web.Response(text="ok")
+        parts = path.strip("/").split("/")
+        if len(parts) == 3 and parts[0] == "apis" and self.aggregator is not None \
+                and self.aggregator.serves(parts[1], parts[2]):
+            return await self.aggregator.proxy(request, user, None)
+        if path == "/openapi/v2" and "json" not in request.headers.get("Accept", "json"):
+            raise ApiError(406, "NotAcceptable", "only application/json is served for /openapi/v2")
+        body = self._discovery(path)
+        if body is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return json_response(body)
+
+    async def _sandbox_admin(self, request: web.Request, user: UserInfo, path: str) -> web.StreamResponse:
+        """Test controls (fault injection, dropping watches): for cluster admins only."""
+        if "system:masters" not in user.groups:
+            raise ApiError(403, "Forbidden", f'forbidden: User "{user.username}" cannot use the sandbox controls')
+        if path == "/sandbox/faults" and request.method == "POST":
+            raw = await request.read()
+            self.faults.add(FaultRule.from_json(bodies.decode_object(raw, "application/json")))
+            return json_response({"rules": len(self.faults.rules)}, 201)
+        if path == "/sandbox/faults" and request.method == "DELETE":
+            self.faults.clear()
+            return json_response({"rules": 0})
+        if path == "/sandbox/watches" and request.method == "DELETE":
+            return json_response({"dropped": self.verbs.drop_watches()})
+        raise ApiError(404, "NotFound", f"no sandbox control at {request.method} {path}")
+
+    def _aggregated_groups(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        if self.aggregator is not None:
+            for group, version in self.aggregator.groups():
+                groups.setdefault(group, []).append(version)
+        return groups
+
+    def _discovery(self, path: str) -> Any:
+        parts = path.strip("/").split("/")
+        if path == "/version":
+            return {"major": "1", "minor": "32", "gitVersion": "v1.32.0-colocation-sandbox",
+                    "gitCommit": __version__, "gitTreeState": "clean", "buildDate": "2026-11-22T00:00:00Z",
+                    "goVersion": "go1.23", "compiler": "gc", "platform": "linux/amd64"}
+        if path == "/api":
+            return discovery.api_versions()
+        if path == "/apis":
+            return discovery.api_group_list(self.registry, self._aggregated_groups())
+        if parts[0] == "api" and len(parts) == 2:
+            return discovery.api_resource_list(self.registry, "", parts[1])
+        if parts[0] == "apis" and len(parts) == 2:
+            return discovery.api_group(self.registry, parts[1], self._aggregated_groups())
+        if parts[0] == "apis" and len(parts) == 3:
+            return discovery.api_resource_list(self.registry, parts[1], parts[2])
+        if path == "/openapi/v2":
+            return openapi.openapi_v2(self.registry)  # JSON only: protobuf asks are answered 406 earlier
+        if path == "/openapi/v3":
+            return openapi.openapi_v3_root(self.registry)
+        if parts[:2] == ["openapi", "v3"] and len(parts) >= 4:
+            if parts[2] == "api":
+                return openapi.openapi_v3_group_version(self.registry, "", parts[3])
+            if parts[2] == "apis" and len(parts) == 5:
+                return openapi.openapi_v3_group_version(self.registry, parts[3], parts[4])
+        return None
+
+    async def _resource(self, request: web.Request, user: UserInfo, target: Target) -> web.StreamResponse:
+        watch_param = request.query.get("watch") in ("true", "1")
+        verb = verb_for(request.method, target, watch_param)
+        if self.aggregator is not None and self.aggregator.serves(target.group, target.version):
+            # kube-apiserver authorizes aggregated requests itself before proxying them.
+            self.authorize(RequestAttributes(user, verb, True, target.group, target.resource,
+                                             target.subresource, target.name, target.namespace))
+            return await self.aggregator.proxy(request, user, target)
+        if target.group == "" and not target.name and target.resource == "namespaces" and target.namespace:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        rt = resolve(self.registry, target)
+        if verb not in rt.verbs and not target.subresource:
+            raise ApiError.method_not_allowed(f"{verb} is not supported on {rt.group_resource}")
+        self.authorize(RequestAttributes(user, verb, True, target.group, target.resource, target.subresource,
+                                         target.name, target.namespace))
+        return await self._dispatch(request, user, rt, target, verb)
+
+    async def _dispatch(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target,
+                        verb: str) -> web.StreamResponse:
+        ns, name, sub = target.namespace, target.name, target.subresource
+        if verb == "watch":
+            return await self.verbs.watch(request, rt, ns, name)
+        special = self.special.handler(rt, sub, verb)
+        if special is not None:
+            return await special(request, user, rt, target)
+        if sub and sub != "status":
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if rt.virtual:
+            raise ApiError.method_not_allowed(f"{verb} is not supported on {rt.group_resource}")
+        if verb == "get":
+            return self.verbs.get(request, rt, ns, name)
+        if verb == "list":
+            return self.verbs.list_collection(request, rt, ns)
+        raw = await request.read()
+        content_type = request.headers.get("Content-Type", "application/json")
+        if verb == "create":
+            if name or sub:
+                raise ApiError.method_not_allowed("POST is only allowed on a collection")
+            return self.verbs.create(request, rt, ns, bodies.decode_object(raw, content_type))
+        if verb == "update":
+            return self.verbs.update(request, rt, ns, name, sub, bodies.decode_object(raw, content_type))
+        if verb == "patch":
+            return self.verbs.patch(request, rt, ns, name, sub, raw)
+        options = bodies.decode_object(raw, content_type) if raw.strip() else {}
+        if verb == "delete":
+            return self.verbs.delete(request, rt, ns, name, options)
+        return self.verbs.delete_collection(request, rt, ns)

@@ -1,0 +1,241 @@
+"""Endpoints that are not plain storage: reviews, TokenRequest, eviction, binding and scale."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from colocation.sandbox import bodies
+from colocation.sandbox.clock import rfc3339
+from colocation.sandbox.errors import ApiError, Cause
+from colocation.sandbox.eviction import check_eviction
+from colocation.sandbox.paths import Target
+from colocation.sandbox.rbac import UserInfo, subject_access_review
+from colocation.sandbox.resources import ResourceType
+from colocation.sandbox.verbs import json_response
+
+if TYPE_CHECKING:
+    from colocation.sandbox.server import ApiServer
+
+Obj = dict[str, Any]
+Handler = Callable[[web.Request, UserInfo, ResourceType, Target], Awaitable[web.StreamResponse]]
+
+
+def _user_json(user: UserInfo) -> dict[str, Any]:
+    return {"username": user.username, "uid": user.uid, "groups": list(user.groups),
+            "extra": {k: list(v) for k, v in dict(user.extra).items()}}
+
+
+class SpecialEndpoints:
+    def __init__(self, api: ApiServer) -> None:
+        self.api = api
+        self._routes: dict[tuple[str, str, str, str], Handler] = {
+            ("authentication.k8s.io", "tokenreviews", "", "create"): self.token_review,
+            ("authentication.k8s.io", "selfsubjectreviews", "", "create"): self.self_subject_review,
+            ("authorization.k8s.io", "subjectaccessreviews", "", "create"): self.subject_access_review,
+            ("authorization.k8s.io", "localsubjectaccessreviews", "", "create"): self.subject_access_review,
+            ("authorization.k8s.io", "selfsubjectaccessreviews", "", "create"): self.self_subject_access_review,
+            ("authorization.k8s.io", "selfsubjectrulesreviews", "", "create"): self.self_subject_rules_review,
+            ("", "serviceaccounts", "token", "create"): self.token_request,
+            ("", "pods", "eviction", "create"): self.eviction,
+            ("", "pods", "binding", "create"): self.binding,
+        }
+
+    def handler(self, rt: ResourceType, subresource: str, verb: str) -> Handler | None:
+        if subresource == "scale":
+            return self.scale
+        return self._routes.get((rt.group, rt.resource, subresource, verb))
+
+    async def _body(self, request: web.Request) -> Obj:
+        return bodies.decode_object(await request.read(), request.headers.get("Content-Type", "application/json"))
+
+    def _review(self, rt: ResourceType, body: Obj, status: Obj) -> web.Response:
+        return json_response({**body, "apiVersion": rt.api_version, "kind": rt.kind,
+                              "metadata": {**(body.get("metadata") or {}),
+                                           "creationTimestamp": None}, "status": status}, 201)
+
+    # ---- authentication and authorization reviews ---------------------------------------------
+
+    async def token_review(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
+            -> web.StreamResponse:
+        body = await self._body(request)
+        spec = body.get("spec") or {}
+        if not spec.get("token"):
+            raise ApiError.invalid(rt.group, rt.kind, "", [_cause("spec.token", "Required value")])
+        return self._review(rt, body, self.api.tokens.token_review(spec))
+
+    async def self_subject_review(self, request: web.Request, user: UserInfo, rt: ResourceType,
+                                  target: Target) -> web.StreamResponse:
+        body = await self._body(request)
+        return self._review(rt, body, {"userInfo": _user_json(user)})
+
+    async def subject_access_review(self, request: web.Request, user: UserInfo, rt: ResourceType,
+                                    target: Target) -> web.StreamResponse:
+        body = await self._body(request)
+        spec = dict(body.get("spec") or {})
+        if rt.resource == "localsubjectaccessreviews":
+            attrs = dict(spec.get("resourceAttributes") or {})
+            if attrs.get("namespace", target.namespace) != target.namespace:
+                raise ApiError.bad_request("spec.resourceAttributes.namespace must match the request namespace")
+            spec["resourceAttributes"] = {**attrs, "namespace": target.namespace}
+        if not spec.get("user") and not spec.get("groups"):
+            raise ApiError.invalid(rt.group, rt.kind, "", [_cause(
+                "spec.user", "Invalid value: \"\": at least one of user or group must be specified")])
+        return self._review(rt, body, subject_access_review(spec, self.api.rbac))
+
+    async def self_subject_access_review(self, request: web.Request, user: UserInfo, rt: ResourceType,
+                                         target: Target) -> web.StreamResponse:
+        body = await self._body(request)
+        spec = {**(body.get("spec") or {}), "user": user.username, "groups": list(user.groups),
+                "uid": user.uid, "extra": {k: list(v) for k, v in dict(user.extra).items()}}
+        return self._review(rt, body, subject_access_review(spec, self.api.rbac))
+
+    async def self_subject_rules_review(self, request: web.Request, user: UserInfo, rt: ResourceType,
+                                        target: Target) -> web.StreamResponse:
+        body = await self._body(request)
+        namespace = (body.get("spec") or {}).get("namespace", "")
+        resource_rules, non_resource_rules = self.api.rbac.rules_for(user, namespace)
+        return self._review(rt, body, {"resourceRules": resource_rules, "nonResourceRules": non_resource_rules,
+                                       "incomplete": False})
+
+    # ---- subresources -------------------------------------------------------------------------
+
+    async def token_request(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
+            -> web.StreamResponse:
+        body = await self._body(request)
+        sa = self.api.store.get(rt, target.namespace, target.name)
+        spec = body.get("spec") or {}
+        expiration = int(spec.get("expirationSeconds") or 3600)
+        if expiration < 600:
+            raise ApiError.invalid("authentication.k8s.io", "TokenRequest", target.name, [_cause(
+                "spec.expirationSeconds", "Invalid value: may not specify a duration less than 10 minutes")])
+        bound: Obj | None = None
+        ref = spec.get("boundObjectRef")
+        if ref:
+            if ref.get("kind") != "Pod":
+                raise ApiError.bad_request("the sandbox binds tokens to Pods only")
+            bound = self.api.store.get(self.api.rt("", "pods"), target.namespace, ref.get("name", ""))
+            if ref.get("uid") and ref["uid"] != bound["metadata"]["uid"]:
+                raise ApiError.conflict("", "pods", ref.get("name", ""), "the UID in the bound object "
+                                        "reference does not match the object")
+            if (bound.get("spec") or {}).get("serviceAccountName", "default") != target.name:
+                raise ApiError.bad_request(f'pod {ref.get("name")} does not run as service account {target.name}')
+        token, expiry = self.api.tokens.issue_service_account_token(
+            target.namespace, target.name, sa["metadata"]["uid"], audiences=tuple(spec.get("audiences") or ()),
+            expiration_seconds=expiration, bound_object=bound)
+        return json_response({"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+                              "metadata": {"name": target.name, "namespace": target.namespace,
+                                           "creationTimestamp": None},
+                              "spec": {**spec, "expirationSeconds": expiration},
+                              "status": {"token": token, "expirationTimestamp": rfc3339(expiry)}}, 201)
+
+    async def eviction(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
+            -> web.StreamResponse:
+        body = await self._body(request)
+        if (body.get("metadata") or {}).get("name", target.name) != target.name:
+            raise ApiError.bad_request("name in URL does not match name in Eviction object")
+        store = self.api.store
+        pod = store.get(rt, target.namespace, target.name)
+        pdb_rt = self.api.rt("policy", "poddisruptionbudgets")
+        budgets = list(store.objects(pdb_rt, target.namespace))
+        pods = list(store.objects(rt, target.namespace))
+        check_eviction(pod, pods, budgets)  # raises 429 when a budget would be violated
+        options = body.get("deleteOptions") or {}
+        dry_run = "All" in (options.get("dryRun") or []) or "All" in request.query.getall("dryRun", [])
+        store.delete(rt, target.namespace, target.name, preconditions=options.get("preconditions"),
+                     dry_run=dry_run)
+        return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                              "code": 201}, 201)
+
+    async def binding(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
+            -> web.StreamResponse:
+        body = await self._body(request)
+        node = (body.get("target") or {}).get("name", "")
+        if not node:
+            raise ApiError.invalid("", "Binding", target.name, [_cause("target.name", "Required value")])
+        pod = self.api.store.get(rt, target.namespace, target.name)
+        if (pod.get("spec") or {}).get("nodeName"):
+            raise ApiError.conflict("", "pods", target.name, f'pod {target.name} is already assigned to node '
+                                    f'"{pod["spec"]["nodeName"]}"')
+        updated = {**pod, "spec": {**pod.get("spec", {}), "nodeName": node}}
+        self.api.store.update(rt, target.namespace, target.name, updated)
+        return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                              "code": 201}, 201)
+
+    async def scale(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
+            -> web.StreamResponse:
+        store = self.api.store
+        obj = store.get(rt, target.namespace, target.name)
+        spec_path, status_path, selector_path = _scale_paths(rt)
+        if request.method in ("PUT", "PATCH"):
+            current = _scale_of(obj, spec_path, status_path, selector_path)
+            if request.method == "PUT":
+                wanted = await self._body(request)
+            else:
+                kind, patch_body = bodies.decode_patch(await request.read(),
+                                                       request.headers.get("Content-Type", ""), rt)
+                if kind == bodies.APPLY_PATCH:
+                    raise ApiError.unsupported_media_type(kind)
+                wanted = bodies.apply_patch(kind, current, patch_body, rt)
+            replicas = (wanted.get("spec") or {}).get("replicas")
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise ApiError.invalid("autoscaling", "Scale", target.name, [_cause(
+                    "spec.replicas", f"Invalid value: {replicas!r}: must be greater than or equal to 0")])
+            rv = (wanted.get("metadata") or {}).get("resourceVersion")
+            obj = store.update(rt, target.namespace, target.name,
+                               _set_path({**obj, "metadata": {**obj["metadata"], **({"resourceVersion": rv}
+                                                                                  if rv else {})}},
+                                         spec_path, replicas))
+        return json_response(_scale_of(obj, spec_path, status_path, selector_path))
+
+
+def _cause(field: str, message: str) -> Cause:
+    return Cause(field, message, "FieldValueRequired" if message == "Required value" else "FieldValueInvalid")
+
+
+def _scale_paths(rt: ResourceType) -> tuple[str, str, str]:
+    if rt.scale_paths:
+        return (rt.scale_paths.get("specReplicasPath", ".spec.replicas"),
+                rt.scale_paths.get("statusReplicasPath", ".status.replicas"),
+                rt.scale_paths.get("labelSelectorPath", ""))
+    return ".spec.replicas", ".status.replicas", ".spec.selector"
+
+
+def _get_path(obj: Any, path: str) -> Any:
+    for part in [p for p in path.split(".") if p]:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def _set_path(obj: Obj, path: str, value: Any) -> Obj:
+    parts = [p for p in path.split(".") if p]
+    result = dict(obj)
+    cursor = result
+    for part in parts[:-1]:
+        cursor[part] = dict(cursor.get(part) or {})
+        cursor = cursor[part]
+    cursor[parts[-1]] = value
+    return result
+
+
+def _selector_string(selector: Any) -> str:
+    if isinstance(selector, str):
+        return selector
+    if isinstance(selector, dict):
+        return ",".join(f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items()))
+    return ""
+
+
+def _scale_of(obj: Obj, spec_path: str, status_path: str, selector_path: str) -> Obj:
+    meta = obj["metadata"]
+    status: Obj = {"replicas": _get_path(obj, status_path) or 0}
+    selector = _selector_string(_get_path(obj, selector_path)) if selector_path else ""
+    if selector:
+        status["selector"] = selector
+    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {"name": meta["name"], "namespace": meta.get("namespace", ""), "uid": meta["uid"],
+                         "resourceVersion": meta["resourceVersion"],
+                         "creationTimestamp": meta.get("creationTimestamp")},
+            "spec": {"replicas": _get_path(obj, spec_path) or 0}, "status": status}
