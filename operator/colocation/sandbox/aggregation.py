@@ -1,0 +1,319 @@
+"""API aggregation: APIServices routed to their Service's ready endpoints, as kube-aggregator does.
+
+The sandbox forwards /apis/{group}/{version}/... over HTTPS with the front-proxy client
+certificate and the caller's identity in X-Remote-User / X-Remote-Group / X-Remote-Extra-*
+headers (published in kube-system/extension-apiserver-authentication). It has no kubelet and no
+pod network, so the endpoints of locally run servers are registered on their Service with the
+annotation `sandbox.colocation.dev/local-endpoints: "127.0.0.1:8443,127.0.0.1:8444"`; a prober
+checks each address's /readyz, like the endpoints controller checks readiness, and keeps the
+Service's Endpoints (ready and not-ready addresses) current. The availability controller sets
+each APIService's Available condition from a discovery request to its backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import urllib.parse
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from colocation import tlsutil
+from colocation.sandbox.clock import rfc3339
+from colocation.sandbox.errors import ApiError
+from colocation.sandbox.paths import Target
+from colocation.sandbox.rbac import UserInfo
+
+if TYPE_CHECKING:
+    from colocation.sandbox.server import ApiServer
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+LOCAL_ENDPOINTS_ANNOTATION = "sandbox.colocation.dev/local-endpoints"
+FRONT_PROXY_CLIENT_NAME = "front-proxy-client"
+PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2)
+CONNECT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5)
+# Hop-by-hop and identity headers never forwarded to a backend.
+_DROPPED_REQUEST_HEADERS = frozenset({"authorization", "host", "connection", "keep-alive", "transfer-encoding",
+                                      "content-length", "upgrade", "te", "trailer", "proxy-authorization"})
+_DROPPED_RESPONSE_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
+                                       "content-encoding", "upgrade", "te", "trailer"})
+
+
+def authentication_configmap(front_proxy_ca_pem: bytes, client_ca_pem: bytes) -> Obj:
+    """kube-system/extension-apiserver-authentication: how extension servers authenticate callers."""
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+        "data": {
+            "client-ca-file": client_ca_pem.decode(),
+            "requestheader-client-ca-file": front_proxy_ca_pem.decode(),
+            "requestheader-allowed-names": orjson.dumps([FRONT_PROXY_CLIENT_NAME]).decode(),
+            "requestheader-username-headers": orjson.dumps(["X-Remote-User"]).decode(),
+            "requestheader-uid-headers": orjson.dumps(["X-Remote-Uid"]).decode(),
+            "requestheader-group-headers": orjson.dumps(["X-Remote-Group"]).decode(),
+            "requestheader-extra-headers-prefix": orjson.dumps(["X-Remote-Extra-"]).decode(),
+        },
+    }
+
+
+def identity_headers(user: UserInfo) -> list[tuple[str, str]]:
+    headers = [("X-Remote-User", user.username)]
+    if user.uid:
+        headers.append(("X-Remote-Uid", user.uid))
+    headers += [("X-Remote-Group", group) for group in user.groups]
+    for key, values in dict(user.extra).items():
+        # Extra keys are case-insensitive header suffixes: escape what a header name cannot carry.
+        escaped = urllib.parse.quote(key, safe="")
+        headers += [(f"X-Remote-Extra-{escaped}", value) for value in values]
+    return headers
+
+
+def parse_local_endpoints(value: str) -> list[tuple[str, int]]:
+    endpoints = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bad local endpoint {item!r}: expected HOST:PORT")
+        endpoints.append((host.strip("[]"), int(port)))
+    return endpoints
+
+
+class Aggregator:
+    def __init__(self, api: ApiServer, front_proxy_ca: tlsutil.CertKey, *, probe_interval: float = 1.0) -> None:
+        self.api = api
+        self.front_proxy_ca = front_proxy_ca
+        self.client_cert = tlsutil.issue_certificate(front_proxy_ca, FRONT_PROXY_CLIENT_NAME, server=False,
+                                                     client=True)
+        self.probe_interval = probe_interval
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- which requests go where --------------------------------------------------------------
+
+    def _apiservice(self, group: str, version: str) -> Obj | None:
+        rt = self.api.rt("apiregistration.k8s.io", "apiservices")
+        obj = self.api.store.find(rt, "", f"{version}.{group}")
+        if obj is None or not (obj.get("spec") or {}).get("service"):
+            return None
+        return obj
+
+    def serves(self, group: str, version: str) -> bool:
+        return bool(group) and self._apiservice(group, version) is not None
+
+    def groups(self) -> Iterator[tuple[str, str]]:
+        """(group, version) of every service-backed APIService, for /apis discovery."""
+        rt = self.api.rt("apiregistration.k8s.io", "apiservices")
+        for obj in self.api.store.objects(rt):
+            spec = obj.get("spec") or {}
+            if spec.get("service") and spec.get("group") and spec.get("version"):
+                yield spec["group"], spec["version"]
+
+    def _ready_addresses(self, apiservice: Obj) -> list[tuple[str, int]]:
+        service_ref = apiservice["spec"]["service"]
+        namespace, name = service_ref.get("namespace", ""), service_ref.get("name", "")
+        service = self.api.store.find(self.api.rt("", "services"), namespace, name)
+        if service is None:
+            raise ApiError.service_unavailable(f'service "{namespace}/{name}" not found')
+        wanted_port = int(service_ref.get("port", 443))
+        ports = (service.get("spec") or {}).get("ports") or []
+        port_spec = next((p for p in ports if int(p.get("port", 0)) == wanted_port), None)
+        if port_spec is None:
+            raise ApiError.service_unavailable(f'service "{namespace}/{name}" has no port {wanted_port}')
+        endpoints = self.api.store.find(self.api.rt("", "endpoints"), namespace, name)
+        addresses: list[tuple[str, int]] = []
+        for subset in (endpoints or {}).get("subsets") or ():
+            port_numbers = [int(p["port"]) for p in subset.get("ports") or ()
+                            if p.get("name", "") == port_spec.get("name", "")] or \
+                           [int(p["port"]) for p in subset.get("ports") or ()][:1]
+            addresses += [(a["ip"], port) for a in subset.get("addresses") or () for port in port_numbers]
+        return addresses
+
+    # ---- proxying ------------------------------------------------------------------------------
+
+    def _client_ssl(self, apiservice: Obj) -> ssl.SSLContext:
+        spec = apiservice["spec"]
+        if spec.get("insecureSkipTLSVerify"):
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            context.load_cert_chain(*self._client_files())
+            return context
+        import base64
+
+        ca_pem = base64.b64decode(spec.get("caBundle") or "")
+        if not ca_pem:
+            raise ApiError.service_unavailable(f'apiservice {apiservice["metadata"]["name"]} has no caBundle')
+        context = tlsutil.ssl_client_context(ca_pem, self.client_cert)
+        context.check_hostname = False  # the backend's certificate names its Service, not 127.0.0.1
+        return context
+
+    def _client_files(self) -> tuple[str, str]:
+        import tempfile
+        from pathlib import Path
+
+        directory = Path(tempfile.mkdtemp(prefix="front-proxy-"))
+        cert, key = self.client_cert.write(directory, "front-proxy-client")
+        return str(cert), str(key)
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=CONNECT_TIMEOUT, auto_decompress=False)
+        return self._session
+
+    async def proxy(self, request: web.Request, user: UserInfo, target: Target | None) -> web.StreamResponse:
+        group, version = (target.group, target.version) if target else _group_version(request.path)
+        apiservice = self._apiservice(group, version)
+        if apiservice is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        addresses = self._ready_addresses(apiservice)
+        if not addresses:
+            raise ApiError.service_unavailable(f'no endpoints available for service of apiservice '
+                                               f'"{apiservice["metadata"]["name"]}"')
+        host, port = addresses[self.api.requests_total % len(addresses)]
+        headers = [(k, v) for k, v in request.headers.items()
+                   if k.lower() not in _DROPPED_REQUEST_HEADERS and not k.lower().startswith(
+                       ("impersonate-", "x-remote-"))]
+        headers += identity_headers(user)
+        url = f"https://{host}:{port}{request.path_qs}"
+        body = await request.read()
+        try:
+            upstream = await self.session().request(request.method, url, data=body or None,
+                                                    headers=_multi(headers), ssl=self._client_ssl(apiservice))
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ApiError.service_unavailable(f"error trying to reach service: {exc}") from None
+        async with upstream:
+            response = web.StreamResponse(status=upstream.status, headers={
+                k: v for k, v in upstream.headers.items() if k.lower() not in _DROPPED_RESPONSE_HEADERS})
+            await response.prepare(request)
+            with contextlib.suppress(aiohttp.ClientError, ConnectionResetError):
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+            await response.write_eof()
+        return response
+
+    # ---- endpoints and availability -------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Probe local endpoints and APIService availability until cancelled."""
+        while True:
+            try:
+                await self.reconcile()
+            except Exception:  # a probe round must never end the loop
+                log.exception("aggregation reconcile failed")
+            await asyncio.sleep(self.probe_interval)  # the probe period, not synchronisation
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._session is not None:
+            await self._session.close()
+
+    async def reconcile(self) -> None:
+        services_rt = self.api.rt("", "services")
+        for service in list(self.api.store.objects(services_rt)):
+            annotation = (service["metadata"].get("annotations") or {}).get(LOCAL_ENDPOINTS_ANNOTATION)
+            if annotation is not None:
+                await self._probe_service(service, annotation)
+        apiservices_rt = self.api.rt("apiregistration.k8s.io", "apiservices")
+        for apiservice in list(self.api.store.objects(apiservices_rt)):
+            await self._check_available(apiservice)
+
+    async def _probe_service(self, service: Obj, annotation: str) -> None:
+        meta = service["metadata"]
+        try:
+            endpoints = parse_local_endpoints(annotation)
+        except ValueError as exc:
+            log.warning("bad local endpoints annotation", extra={"service": meta["name"], "error": str(exc)})
+            return
+        results = await asyncio.gather(*(self._ready(host, port) for host, port in endpoints))
+        port_name = ((service.get("spec") or {}).get("ports") or [{}])[0].get("name", "")
+        subsets = []
+        for (host, port), ready in zip(endpoints, results, strict=True):
+            key = "addresses" if ready else "notReadyAddresses"
+            subsets.append({key: [{"ip": host}], "ports": [{"name": port_name, "port": port, "protocol": "TCP"}]})
+        wanted = {"apiVersion": "v1", "kind": "Endpoints",
+                  "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "subsets": subsets}
+        rt = self.api.rt("", "endpoints")
+        current = self.api.store.find(rt, meta["namespace"], meta["name"])
+        if current is None:
+            self.api.store.create(rt, wanted)
+        elif current.get("subsets") != subsets:
+            self.api.store.update(rt, meta["namespace"], meta["name"], {**current, "subsets": subsets},
+                                  check_rv=False)
+
+    async def _ready(self, host: str, port: int) -> bool:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # a readiness probe, like the kubelet's, does not verify
+        try:
+            async with self.session().get(f"https://{host}:{port}/readyz", ssl=context,
+                                          timeout=PROBE_TIMEOUT) as response:
+                return response.status == 200
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            return False
+
+    async def _check_available(self, apiservice: Obj) -> None:
+        spec = apiservice.get("spec") or {}
+        if not spec.get("service"):
+            status, reason, message = "True", "Local", "Local APIServices are always available"
+        else:
+            status, reason, message = await self._probe_apiservice(apiservice)
+        conditions = (apiservice.get("status") or {}).get("conditions") or []
+        current = next((c for c in conditions if c.get("type") == "Available"), None)
+        if current and (current.get("status"), current.get("reason"), current.get("message")) == (
+                status, reason, message):
+            return
+        condition = {"type": "Available", "status": status, "reason": reason, "message": message,
+                     "lastTransitionTime": rfc3339(self.api.clock())
+                     if not current or current.get("status") != status else current["lastTransitionTime"]}
+        rt = self.api.rt("apiregistration.k8s.io", "apiservices")
+        self.api.store.update(rt, "", apiservice["metadata"]["name"],
+                              {**apiservice, "status": {"conditions": [condition]}}, subresource="status",
+                              check_rv=False)
+
+    async def _probe_apiservice(self, apiservice: Obj) -> tuple[str, str, str]:
+        spec = apiservice["spec"]
+        try:
+            addresses = self._ready_addresses(apiservice)
+        except ApiError as error:
+            return "False", "ServiceNotFound", error.message
+        if not addresses:
+            return "False", "MissingEndpoints", "endpoints for service have no ready addresses"
+        host, port = addresses[0]
+        try:
+            async with self.session().get(f'https://{host}:{port}/apis/{spec["group"]}/{spec["version"]}',
+                                          ssl=self._client_ssl(apiservice), timeout=PROBE_TIMEOUT,
+                                          headers=_multi(identity_headers(UserInfo(
+                                              "system:kube-aggregator", groups=("system:masters",))))) as response:
+                if response.status == 200:
+                    return "True", "Passed", "all checks passed"
+                return "False", "FailedDiscoveryCheck", f"failing or missing response from " \
+                                                        f"https://{host}:{port}: bad status {response.status}"
+        except ApiError as error:
+            return "False", "FailedDiscoveryCheck", error.message
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            return "False", "FailedDiscoveryCheck", f"failing or missing response from https://{host}:{port}: {exc}"
+
+
+def _multi(headers: list[tuple[str, str]]) -> Any:
+    from multidict import CIMultiDict
+
+    return CIMultiDict(headers)
+
+
+def _group_version(path: str) -> tuple[str, str]:
+    parts = [p for p in path.split("/") if p]
+    return (parts[1], parts[2]) if len(parts) >= 3 and parts[0] == "apis" else ("", "")

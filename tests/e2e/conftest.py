@@ -1,0 +1,136 @@
+"""E2E fixtures: a sandbox started as a real process, or a real cluster with --kubeconfig PATH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.kube import Kube, Widgets, install_crd, start_sandbox_process
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--kubeconfig", action="store", default=None,
+                     help="Run the e2e tests against this cluster instead of a fresh sandbox.")
+
+
+@pytest.fixture(scope="session")
+def real_cluster(request: pytest.FixtureRequest) -> bool:
+    return request.config.getoption("--kubeconfig") is not None
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    given = request.config.getoption("--kubeconfig")
+    if given:
+        yield Path(given)
+        return
+    state = tmp_path_factory.mktemp("sandbox")
+    with start_sandbox_process(state, ["--api-only"]) as path:
+        yield path
+
+
+@pytest.fixture(autouse=True)
+def _skip_sandbox_only(request: pytest.FixtureRequest, real_cluster: bool) -> None:
+    if real_cluster and request.node.get_closest_marker("sandbox_only"):
+        pytest.skip("relies on sandbox-only controls")
+
+
+@pytest.fixture
+async def kube(kubeconfig: Path) -> AsyncIterator[Kube]:
+    async with Kube.from_kubeconfig(kubeconfig) as client:
+        yield client
+
+
+@pytest.fixture
+async def namespace(kube: Kube) -> AsyncIterator[str]:
+    """A fresh namespace per test, deleted afterwards."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    status, body = await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    assert status == 201, body
+    yield name
+    await kube.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+class Kubectl:
+    """The real kubectl binary against the test cluster, with its own discovery cache."""
+
+    def __init__(self, binary: str, kubeconfig: Path, cache_dir: Path) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+        self.cache_dir = cache_dir
+
+    def run(self, *args: str, input: str | None = None, check: bool = True,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "KUBECACHEDIR": str(self.cache_dir),
+               "HOME": str(self.cache_dir)}
+        result = subprocess.run([self.binary, "--cache-dir", str(self.cache_dir), *args], input=input,
+                                capture_output=True, text=True, env=env, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n"
+                                 f"{result.stdout}\n{result.stderr}")
+        return result
+
+
+@pytest.fixture
+def kubectl(kubeconfig: Path, tmp_path: Path) -> Kubectl:
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.skip("kubectl is not installed")
+    return Kubectl(binary, kubeconfig, tmp_path / "kubectl-cache")
+
+
+@pytest.fixture(scope="session")
+def python() -> str:
+    return sys.executable
+
+
+# ---- fixtures for the contract tests -----------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def small_window_kubeconfig(real_cluster: bool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A second sandbox that forgets watch history quickly and sends bookmarks twice a second."""
+    if real_cluster:
+        pytest.skip("a sandbox with a small watch window exists only without --kubeconfig")
+    state = tmp_path_factory.mktemp("sandbox-small-window")
+    with start_sandbox_process(state, ["--api-only", "--watch-window", "100", "--bookmark-interval", "0.5"]) as path:
+        yield path
+
+
+@pytest.fixture
+async def small_window_kube(small_window_kubeconfig: Path) -> AsyncIterator[Kube]:
+    async with Kube.from_kubeconfig(small_window_kubeconfig) as client:
+        yield client
+
+
+@pytest.fixture
+async def cluster_cleanup(kube: Kube) -> AsyncIterator[list[str]]:
+    """Paths of cluster-scoped objects a test created; deleted (last first) after the test."""
+    paths: list[str] = []
+    yield paths
+    for path in reversed(paths):
+        await kube.request("DELETE", path)
+
+
+@pytest.fixture
+async def faults(kube: Kube) -> AsyncIterator[Kube]:
+    """The sandbox's fault controls, cleared after the test whatever it left behind."""
+    yield kube
+    await kube.request("DELETE", "/sandbox/faults")
+
+
+@pytest.fixture
+async def widgets(kube: Kube) -> AsyncIterator[Widgets]:
+    """A Widget CRD in a group of its own, Established, deleted after the test."""
+    kind = Widgets(f"e2e-{uuid.uuid4().hex[:8]}.example.com")
+    await install_crd(kube, kind)
+    yield kind
+    await kube.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{kind.crd_name}")
