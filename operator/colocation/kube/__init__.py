@@ -1,0 +1,1 @@
+"""What the operator and the agent need from the Kubernetes API, and how they reach it."""

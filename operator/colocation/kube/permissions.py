@@ -1,0 +1,133 @@
+"""Every Kubernetes API call the operator and the agent make, declared as data.
+
+This module is the single source of truth for the RBAC in `manifests/`: the unit test
+`tests/unit/test_manifests.py` proves that the rendered Roles and bindings allow every call
+declared here for the right ServiceAccount, and grant nothing that no call declared here uses.
+The clients (leader election, the NodeMetric API server, the controllers, the agent) import
+these constants and look their calls up with `declared()` at import time, so a client that
+starts making a new call fails loudly until the call is declared here — and then the manifest
+test fails until the RBAC grants it. The declaration cannot silently drift from the code.
+
+Namespaces are the ones the manifests install into. Installing elsewhere means changing them
+here and in `manifests/` together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+OPERATOR_NAMESPACE = "colocation-system"
+NODE_LEASE_NAMESPACE = "colocation-node-lease"
+# Holds the two bootstrap objects an aggregated API server reads (front-proxy CA, header names).
+AUTHENTICATION_CONFIG_NAMESPACE = "kube-system"
+AUTHENTICATION_CONFIG_MAP = "extension-apiserver-authentication"
+
+OPERATOR_SERVICE_ACCOUNT = "colocation-operator"
+AGENT_SERVICE_ACCOUNT = "colocation-agent"
+LEADER_LEASE_NAME = "colocation-operator"
+CONFIG_MAP_NAME = "colocation-config"
+
+SLO_GROUP = "slo.colocation.dev"
+METRICS_GROUP = "metrics.colocation.dev"
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One kind of request, in the terms RBAC authorizes it.
+
+    `namespace` is None for cluster-scoped resources and for calls across all namespaces
+    (both need a ClusterRoleBinding); `name` is "" when the call is not limited to one object.
+    """
+
+    group: str  # "" for the core group
+    resource: str  # plural, lower case
+    verb: str  # get, list, watch, create, update, patch, delete
+    namespace: str | None
+    subresource: str = ""
+    name: str = ""
+
+    def __str__(self) -> str:
+        resource = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        where = f"in namespace {self.namespace}" if self.namespace is not None else "cluster-wide"
+        named = f" {self.name!r}" if self.name else ""
+        return f"{self.verb} {resource}.{self.group or 'core'}{named} {where}"
+
+
+def _calls(
+    group: str,
+    resource: str,
+    verbs: Iterable[str],
+    namespace: str | None,
+    subresource: str = "",
+    name: str = "",
+) -> tuple[ApiCall, ...]:
+    return tuple(ApiCall(group, resource, verb, namespace, subresource, name) for verb in verbs)
+
+
+_READ = ("get", "list", "watch")
+_WRITE_STATUS = ("patch", "update")
+_OWN = ("get", "list", "watch", "create", "update", "patch", "delete")
+
+OPERATOR_API_CALLS: tuple[ApiCall, ...] = (
+    # Leader election on Lease colocation-operator (create has no name in RBAC terms).
+    *_calls("coordination.k8s.io", "leases", ("create",), OPERATOR_NAMESPACE),
+    *_calls("coordination.k8s.io", "leases", ("get", "update"), OPERATOR_NAMESPACE, name=LEADER_LEASE_NAME),
+    # Node heartbeats written by the agents.
+    *_calls("coordination.k8s.io", "leases", _READ, NODE_LEASE_NAMESPACE),
+    # Batch resources live in node.status.capacity/allocatable.
+    *_calls("", "nodes", _READ, None),
+    *_calls("", "nodes", _WRITE_STATUS, None, subresource="status"),
+    # Priority classification of pods, and the exit process.
+    *_calls("", "pods", _READ, None),
+    *_calls("", "pods", ("create",), None, subresource="eviction"),
+    *_calls("policy", "poddisruptionbudgets", _READ, None),
+    # The cluster configuration.
+    *_calls("", "configmaps", _READ, OPERATOR_NAMESPACE),
+    # Events about nodes (namespace default), pods (theirs) and the ConfigMap: any namespace.
+    *_calls("", "events", ("create", "patch"), None),
+    *_calls("events.k8s.io", "events", ("create", "patch"), None),
+    *_calls(SLO_GROUP, "nodeslos", _OWN, None),
+    *_calls(SLO_GROUP, "nodeslos", _WRITE_STATUS, None, subresource="status"),
+    *_calls(SLO_GROUP, "noderesources", _OWN, None),
+    *_calls(SLO_GROUP, "noderesources", _WRITE_STATUS, None, subresource="status"),
+    # A standby follows the leader's NodeMetric watch (warm standby); the leader authorizes it
+    # by SubjectAccessReview like any other reader.
+    *_calls(METRICS_GROUP, "nodemetrics", _READ, None),
+    # Kopf scans CRDs to resolve resources, and lists namespaces when given namespace patterns.
+    *_calls("apiextensions.k8s.io", "customresourcedefinitions", _READ, None),
+    *_calls("", "namespaces", ("list", "watch"), None),
+    # Delegated authentication and authorization of the aggregated API server: granted by
+    # binding the bootstrap roles system:auth-delegator and extension-apiserver-authentication-reader.
+    *_calls("authentication.k8s.io", "tokenreviews", ("create",), None),
+    *_calls("authorization.k8s.io", "subjectaccessreviews", ("create",), None),
+    *_calls("", "configmaps", _READ, AUTHENTICATION_CONFIG_NAMESPACE, name=AUTHENTICATION_CONFIG_MAP),
+)
+
+AGENT_API_CALLS: tuple[ApiCall, ...] = (
+    # Heartbeat: Lease <node> (its name is the node's, unknown before the pod is scheduled).
+    *_calls("coordination.k8s.io", "leases", ("get", "create", "update"), NODE_LEASE_NAMESPACE),
+    # The leader's report endpoint and CA bundle are annotations on its Lease.
+    *_calls("coordination.k8s.io", "leases", ("get",), OPERATOR_NAMESPACE, name=LEADER_LEASE_NAME),
+    # Its Node (uid for the Lease's ownerReference, labels) and its pods (fieldSelector
+    # spec.nodeName, which RBAC cannot narrow).
+    *_calls("", "nodes", _READ, None),
+    *_calls("", "pods", _READ, None),
+    # Its collection policy.
+    *_calls(SLO_GROUP, "nodeslos", _READ, None),
+    # Reports: PUT .../nodemetrics/{node}/status; RBAC calls every PUT "update", even one that
+    # creates. The leader accepts a report only from a token bound to a pod on that node.
+    ApiCall(METRICS_GROUP, "nodemetrics", "update", None, subresource="status"),
+)
+
+# The roles the operator is bound to that Kubernetes itself defines; they grant more than the
+# operator uses, which is why the least-privilege check leaves them out.
+DELEGATION_CLUSTER_ROLE = "system:auth-delegator"
+DELEGATION_ROLE = "extension-apiserver-authentication-reader"
+
+
+def declared(calls: Iterable[ApiCall], call: ApiCall) -> ApiCall:
+    """Return `call` if it is declared in `calls`, else raise: for clients, at import time."""
+    if call not in tuple(calls):
+        raise LookupError(f"undeclared Kubernetes API call: {call}; add it to colocation.kube.permissions")
+    return call
