@@ -1,0 +1,61 @@
+"""`colocation sandbox`: the whole system on one machine, or the API server alone."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import click
+
+from colocation.clicommon import common_options
+
+
+@click.command("sandbox")
+@click.option("--api-only", is_flag=True, default=False,
+              help="Run the sandbox Kubernetes API server alone (no operator, no agents).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Loopback address to listen on. The sandbox is for one machine; never expose it.")
+@click.option("--port", type=click.IntRange(0, 65535), default=6443, show_default=True,
+              help="HTTPS port of the API server; 0 picks a free port.")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".sandbox"),
+              show_default=True, help="Directory for the kubeconfig and other state.")
+@click.option("--kubeconfig-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the admin kubeconfig. Default: STATE_DIR/kubeconfig.")
+@click.option("--watch-window", type=click.IntRange(100, 10_000_000), default=5000, show_default=True,
+              help="Events kept per resource for watches to resume from; older ones get 410 Expired.")
+@click.option("--bookmark-interval", type=click.FloatRange(0.1, 3600), default=60.0, show_default=True,
+              help="Seconds between BOOKMARK events on watches that allow them.")
+@common_options
+def sandbox_command(kubeconfig: Path | None, api_only: bool, host: str, port: int, state_dir: Path,
+                    kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float) -> None:
+    """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
+    capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
+    answers, and runs until interrupted (SIGINT/SIGTERM).
+
+    The operator replicas and node agents join the sandbox as their issues land; today the
+    sandbox runs the API server with the CRDs and install manifests applied (or bare with --api-only).
+    """
+    from colocation.sandbox.runner import Sandbox, SandboxConfig, serve_forever
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise click.BadParameter("the sandbox listens on loopback only", param_hint="--host")
+    config = SandboxConfig(host=host, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
+                           watch_window=watch_window, bookmark_interval=bookmark_interval)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        sandbox = Sandbox(config)
+        if not api_only:
+            from colocation.sandbox.install import install_project
+
+            install_project(sandbox)
+        try:
+            await serve_forever(sandbox, stop)
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+    asyncio.run(main())
