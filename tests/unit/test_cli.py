@@ -1,0 +1,52 @@
+"""The command line as a user meets it: help for every subcommand, honest errors for missing parts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from colocation.cli import main
+
+SHARED_FLAGS = ("--kubeconfig", "--log-level", "--log-format")
+
+
+@pytest.mark.parametrize("command", ["operator", "agent", "sandbox"])
+def test_every_subcommand_documents_the_shared_flags_and_their_defaults(command: str) -> None:
+    result = CliRunner().invoke(main, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    for flag in SHARED_FLAGS:
+        assert flag in result.output
+    text = " ".join(result.output.split())  # help is wrapped to the terminal width
+    assert "[default: info]" in text and "[default: json]" in text
+
+
+def test_top_level_help_lists_the_subcommands() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for command in ("operator", "agent", "sandbox"):
+        assert command in result.output
+
+
+@pytest.mark.parametrize(("command", "issue"), [("operator", 4), ("agent", 5)])
+def test_unimplemented_subcommands_fail_with_one_line(command: str, issue: int) -> None:
+    result = subprocess.run([sys.executable, "-m", "colocation", command], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"issue {issue}" in lines[0], result.stderr
+
+
+def test_sandbox_refuses_a_non_loopback_address() -> None:
+    result = CliRunner().invoke(main, ["sandbox", "--host", "0.0.0.0"])
+    assert result.exit_code != 0 and "loopback" in result.output
+
+
+def test_the_package_does_not_shadow_the_standard_library_operator_module() -> None:
+    import operator
+
+    assert Path(operator.__file__).parent.name.startswith("python3"), operator.__file__
+    assert operator.itemgetter(1)([0, 7]) == 7
