@@ -49,9 +49,18 @@ def _resource_entries(rt: ResourceType) -> list[dict[str, Any]]:
     entries = [main]
     for sub in sorted(rt.subresources):
         kind, verbs = _subresource_shape(rt, sub)
-        entries.append({"name": f"{rt.resource}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                        "kind": kind, "verbs": verbs})
+        entry: dict[str, Any] = {"name": f"{rt.resource}/{sub}", "singularName": "", "namespaced": rt.namespaced,
+                                 "kind": kind, "verbs": verbs}
+        if kind in _SUBRESOURCE_GROUP_VERSION:
+            # kubectl drain checks these to know the Eviction API is there (else it deletes pods).
+            entry["group"], entry["version"] = _SUBRESOURCE_GROUP_VERSION[kind]
+        entries.append(entry)
     return entries
+
+
+# Subresources whose kind lives in another API group than their resource.
+_SUBRESOURCE_GROUP_VERSION = {"Eviction": ("policy", "v1"), "TokenRequest": ("authentication.k8s.io", "v1"),
+                              "Scale": ("autoscaling", "v1")}
 
 
 def _subresource_shape(rt: ResourceType, sub: str) -> tuple[str, list[str]]:
