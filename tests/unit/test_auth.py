@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from colocation.apimachinery.errors import ApiError
 from colocation.sandbox.auth import TokenAuthority
-from colocation.sandbox.errors import ApiError
 from colocation.sandbox.rbac import UserInfo
 
 T0 = 1_800_000_000.0

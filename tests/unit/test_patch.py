@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from colocation.sandbox.errors import ApiError
+from colocation.apimachinery.errors import ApiError
 from colocation.sandbox.patch import (
     create_merge_patch,
     json_merge_patch,

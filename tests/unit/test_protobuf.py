@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from colocation.apimachinery.errors import ApiError
 from colocation.sandbox import protobuf
-from colocation.sandbox.errors import ApiError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "protobuf"
 

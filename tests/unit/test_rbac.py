@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from multidict import CIMultiDict
 
-from colocation.sandbox.errors import ApiError
+from colocation.apimachinery.errors import ApiError
 from colocation.sandbox.rbac import (
     Decision,
     RbacAuthorizer,

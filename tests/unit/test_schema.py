@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from colocation.sandbox.errors import ApiError
+from colocation.apimachinery.errors import ApiError
 from colocation.sandbox.schema import apply_defaults, check_structural, prune, validate, validation_causes
 
 

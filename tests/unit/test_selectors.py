@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from colocation.sandbox.errors import ApiError
-from colocation.sandbox.selectors import FieldSelector, LabelSelector, Operator, Requirement
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.selectors import FieldSelector, LabelSelector, Operator, Requirement
 
 # --------------------------------------------------------------------------------------------
 # Label selector syntax.

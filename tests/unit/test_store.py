@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.sandbox.controllers import Controllers
-from colocation.sandbox.errors import ApiError
 from colocation.sandbox.resources import Registry, ResourceType
-from colocation.sandbox.selectors import FieldSelector, LabelSelector
 from colocation.sandbox.store import Store
 from colocation.sandbox.watch import WatchFilter
 

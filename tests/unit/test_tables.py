@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from colocation.sandbox.errors import ApiError
+from colocation.apimachinery.errors import ApiError
 from colocation.sandbox.resources import BUILTIN_TYPES, PrinterColumn, ResourceType
 from colocation.sandbox.tables import (
     evaluate_jsonpath,

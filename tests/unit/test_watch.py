@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from colocation.apimachinery.selectors import LabelSelector
 from colocation.sandbox.controllers import Controllers
 from colocation.sandbox.resources import Registry, ResourceType
-from colocation.sandbox.selectors import LabelSelector
 from colocation.sandbox.store import Store
 from colocation.sandbox.watch import Watcher, WatchFilter
 

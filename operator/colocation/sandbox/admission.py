@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.selectors import label_key_errors, label_value_errors
 from colocation.sandbox import schema as schemas
-from colocation.sandbox.errors import ApiError, Cause
 from colocation.sandbox.resources import ResourceType
 
 Obj = dict[str, Any]
@@ -71,10 +72,7 @@ def crd_causes(crd: Obj) -> list[Cause]:
         causes.append(Cause("spec.scope", f'Unsupported value: "{spec.get("scope")}": supported values: '
                             '"Cluster", "Namespaced"', "FieldValueNotSupported"))
     versions = spec.get("versions") or []
-    if not versions:
-        causes.append(Cause("spec.versions", "Invalid value: must have exactly one version marked as storage "
-                            "version"))
-    elif sum(1 for v in versions if v.get("storage")) != 1:
+    if sum(1 for v in versions if v.get("storage")) != 1:
         causes.append(Cause("spec.versions", "Invalid value: must have exactly one version marked as storage "
                             "version"))
     for index, version in enumerate(versions):
@@ -108,6 +106,12 @@ def _check_type_meta(rt: ResourceType, obj: Obj) -> None:
         if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
             raise ApiError.invalid(rt.group, rt.kind, (metadata or {}).get("name", ""), [
                 Cause(f"metadata.{field}", "Invalid value: values must be strings", "FieldValueTypeInvalid")])
+    causes = [Cause("metadata.labels", f'Invalid value: "{text}": {error}')
+              for key, value in ((metadata or {}).get("labels") or {}).items()
+              for text, errors in ((key, label_key_errors(key)), (value, label_value_errors(value)))
+              for error in errors]
+    if causes:
+        raise ApiError.invalid(rt.group, rt.kind, (metadata or {}).get("name", ""), causes)
 
 
 def _builtin_defaults(rt: ResourceType, obj: Obj) -> Obj:
@@ -122,7 +126,16 @@ def _builtin_defaults(rt: ResourceType, obj: Obj) -> Obj:
         status = dict(obj.get("status") or {})
         status.setdefault("phase", "Pending")
         status.setdefault("qosClass", _qos_class(obj.get("spec") or {}))
+        conditions = list(status.get("conditions") or [])
+        # As kube-apiserver does for a gated pod, so kubectl shows it as SchedulingGated.
+        if (obj.get("spec") or {}).get("schedulingGates") and not any(
+                c.get("type") == "PodScheduled" for c in conditions):
+            status["conditions"] = [*conditions, {
+                "type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates"}]
         return {**obj, "status": status}
+    if (rt.group, rt.resource) == ("", "secrets"):
+        return {**obj, "type": obj.get("type") or "Opaque"}
     if (rt.group, rt.resource) == ("", "services"):
         return {**obj, "spec": _service_spec(obj)}
     if (rt.group, rt.resource) == ("apps", "deployments"):

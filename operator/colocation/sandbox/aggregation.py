@@ -25,8 +25,8 @@ import orjson
 from aiohttp import web
 
 from colocation import tlsutil
+from colocation.apimachinery.errors import ApiError
 from colocation.sandbox.clock import rfc3339
-from colocation.sandbox.errors import ApiError
 from colocation.sandbox.paths import Target
 from colocation.sandbox.rbac import UserInfo
 

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from colocation.apimachinery.errors import ApiError, Cause
 from colocation.sandbox.clock import Clock, now
-from colocation.sandbox.errors import ApiError, Cause
 from colocation.sandbox.rbac import (
     ANONYMOUS,
     AUTHENTICATED,

@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import yaml
 
+from colocation.apimachinery.errors import ApiError
 from colocation.sandbox import patch as patches
-from colocation.sandbox.errors import ApiError
 from colocation.sandbox.resources import ResourceType
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's limit for a single object write

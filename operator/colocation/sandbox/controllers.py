@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.selectors import LabelSelector
 from colocation.sandbox.clock import rfc3339
-from colocation.sandbox.errors import ApiError
 from colocation.sandbox.eviction import budget_status
 from colocation.sandbox.resources import PrinterColumn, ResourceType
-from colocation.sandbox.selectors import LabelSelector
 from colocation.sandbox.store import Change, Store
 
 log = logging.getLogger(__name__)

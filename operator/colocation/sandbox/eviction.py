@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from colocation.sandbox.errors import ApiError, Cause
-from colocation.sandbox.selectors import LabelSelector
+from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.selectors import LabelSelector
 
 Obj = dict[str, Any]
 

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from colocation.sandbox.errors import ApiError
+from colocation.apimachinery.errors import ApiError
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from colocation.sandbox.errors import ApiError
+from colocation.apimachinery.errors import ApiError
 from colocation.sandbox.managedfields import managed_fields_for_update, server_side_apply
 from colocation.sandbox.strategic import strategic_merge_patch
 

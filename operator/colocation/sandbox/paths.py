@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from colocation.sandbox.errors import ApiError
+from colocation.apimachinery.errors import ApiError
 from colocation.sandbox.resources import Registry, ResourceType
 
 

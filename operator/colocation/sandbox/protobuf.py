@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 
-from colocation.sandbox.errors import ApiError
+from colocation.apimachinery.errors import ApiError
 
 MAGIC = b"k8s\x00"
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .errors import ApiError, Cause
+from colocation.apimachinery.errors import ApiError, Cause
 
 Schema = Mapping[str, Any]
 

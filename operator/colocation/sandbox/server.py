@@ -9,18 +9,18 @@ from typing import Any
 from aiohttp import web
 
 from colocation import __version__
+from colocation.apimachinery.errors import ApiError
 from colocation.sandbox import bodies, discovery, openapi
 from colocation.sandbox.aggregation import Aggregator
 from colocation.sandbox.auth import TokenAuthority
 from colocation.sandbox.clock import Clock, now
-from colocation.sandbox.errors import ApiError
 from colocation.sandbox.faults import FaultRule, Faults
 from colocation.sandbox.paths import Target, parse_target, resolve, verb_for
 from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, UserInfo, forbidden_error, impersonate
 from colocation.sandbox.resources import Registry, ResourceType
 from colocation.sandbox.special import SpecialEndpoints
 from colocation.sandbox.store import Change, Store
-from colocation.sandbox.verbs import Verbs, json_response
+from colocation.sandbox.verbs import Verbs, flag_param, json_response
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class ApiServer:
         return None
 
     async def _resource(self, request: web.Request, user: UserInfo, target: Target) -> web.StreamResponse:
-        watch_param = request.query.get("watch") in ("true", "1")
+        watch_param = flag_param(request.query, "watch")
         verb = verb_for(request.method, target, watch_param)
         if self.aggregator is not None and self.aggregator.serves(target.group, target.version):
             # kube-apiserver authorizes aggregated requests itself before proxying them.

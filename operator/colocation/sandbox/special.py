@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from colocation.apimachinery.errors import ApiError, Cause
 from colocation.sandbox import bodies
 from colocation.sandbox.clock import rfc3339
-from colocation.sandbox.errors import ApiError, Cause
 from colocation.sandbox.eviction import check_eviction
 from colocation.sandbox.paths import Target
 from colocation.sandbox.rbac import UserInfo, subject_access_review

@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
+from colocation.apimachinery.errors import ApiError, Cause
 from colocation.sandbox.clock import Clock, now, rfc3339
-from colocation.sandbox.errors import ApiError, Cause
 from colocation.sandbox.resources import Registry, ResourceType
 from colocation.sandbox.watch import EventWindow, Watcher, WatchFilter
 
@@ -126,6 +126,7 @@ class Store:
         self.window_size = window
         # Seeded from the clock (microseconds) so a restarted sandbox never reuses a resourceVersion.
         self._rv = int(clock() * 1_000_000)
+        self._first_rv = self._rv
         self._objects: dict[StorageKey, Bucket] = {}
         self._windows: dict[StorageKey, EventWindow] = {}
         self._listeners: list[Listener] = []
@@ -153,7 +154,9 @@ class Store:
     def window(self, rt: ResourceType) -> EventWindow:
         window = self._windows.get(rt.storage_key)
         if window is None:
-            window = self._windows[rt.storage_key] = EventWindow(self.window_size, self._rv)
+            # A resource without a window has had no events since the store began: a watch may
+            # resume from any version since then (an informer's list may predate the window).
+            window = self._windows[rt.storage_key] = EventWindow(self.window_size, self._first_rv)
         return window
 
     def _commit(self, rt: ResourceType, type_: str, old: Obj | None, new: Obj, rv: int) -> None:
@@ -379,9 +382,25 @@ class Store:
         del self._bucket(rt)[key]
         gone = {**old, "metadata": {**meta, "resourceVersion": str(rv)}}
         self._commit(rt, "DELETED", old, gone, rv)
-        if not orphan:
+        if orphan:
+            self._orphan_dependents(gone)
+        else:
             self._collect_dependents(gone)
         return gone, True
+
+    def _orphan_dependents(self, owner: Obj) -> None:
+        """Orphaning deletion: the garbage collector removes the owner's reference from each dependent."""
+        uid = owner["metadata"]["uid"]
+        for storage_key, (namespace, name) in sorted(self._dependents.pop(uid, set())):
+            rt = next((r for r in self.registry if r.storage_key == storage_key), None)
+            obj = self.find(rt, namespace, name) if rt is not None else None
+            if rt is None or obj is None:
+                continue
+            meta = {k: v for k, v in obj["metadata"].items() if k != "ownerReferences"}
+            refs = [ref for ref in obj["metadata"].get("ownerReferences") or () if ref.get("uid") != uid]
+            if refs:
+                meta["ownerReferences"] = refs
+            self.update(rt, namespace, name, {**obj, "metadata": meta}, check_rv=False)
 
     def _collect_dependents(self, owner: Obj) -> None:
         """Background cascading deletion, as the garbage collector does it."""

@@ -12,7 +12,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from colocation.sandbox.errors import ApiError
+from colocation.apimachinery.errors import ApiError
 
 Strategy = tuple[str, str]  # (patchStrategy, patchMergeKey); merge key "" for lists of scalars
 

@@ -11,13 +11,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.sandbox import bodies, tables
 from colocation.sandbox import patch as patches
 from colocation.sandbox.admission import admit
 from colocation.sandbox.clock import rfc3339
-from colocation.sandbox.errors import ApiError, Cause
 from colocation.sandbox.resources import EXTRA_SELECTABLE_FIELDS, ResourceType
-from colocation.sandbox.selectors import FieldSelector, LabelSelector
 from colocation.sandbox.store import Obj, Store
 from colocation.sandbox.watch import Watcher, WatchFilter
 
@@ -34,6 +34,13 @@ def _query_filter(rt: ResourceType, namespace: str, query: Any) -> WatchFilter:
     allowed = ("metadata.name", "metadata.namespace", *EXTRA_SELECTABLE_FIELDS.get(rt.storage_key, ()))
     fields = FieldSelector.parse(query["fieldSelector"], allowed) if query.get("fieldSelector") else None
     return WatchFilter(namespace, labels, fields)
+
+
+def flag_param(query: Any, name: str) -> bool:
+    """A boolean query parameter as kube-apiserver reads one: absent, "0" or "false" (any case) is
+    false, anything else is true (kubernetes-asyncio sends Python's "True")."""
+    raw = query.get(name)
+    return raw is not None and raw != "0" and raw.lower() != "false"
 
 
 def _int_param(query: Any, name: str, default: int = 0) -> int:
@@ -102,8 +109,8 @@ class Verbs:
         if name:  # /watch/namespaces/ns/pods/name: a watch of one object
             flt = WatchFilter(namespace, flt.labels,
                               FieldSelector.parse(f"metadata.name={name}", ("metadata.name",)))
-        send_initial = query.get("sendInitialEvents") == "true"
-        bookmarks = query.get("allowWatchBookmarks") == "true"
+        send_initial = flag_param(query, "sendInitialEvents")
+        bookmarks = flag_param(query, "allowWatchBookmarks")
         if send_initial and (query.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks):
             raise ApiError.invalid(rt.group, rt.kind, "", [Cause(
                 "sendInitialEvents", "Forbidden: sendInitialEvents requires setting resourceVersionMatch "
@@ -174,7 +181,7 @@ class Verbs:
     # ---- writes ------------------------------------------------------------------------------
 
     def create(self, request: web.Request, rt: ResourceType, namespace: str, body: Obj) -> web.Response:
-        obj = self._scoped(rt, namespace, body)
+        obj = _without_status_on_create(rt, self._scoped(rt, namespace, body))
         obj, warnings = admit(rt, obj, _field_validation(request))
         created = self.store.create(rt, obj, dry_run=_dry_run(request))
         return json_response(_with_version(rt, created), 201, warnings)
@@ -224,7 +231,7 @@ class Verbs:
         body = self._scoped(rt, namespace, body)
         if (body.get("metadata") or {}).get("name", name) != name:
             raise ApiError.bad_request("the name of the object does not match the name on the URL")
-        force = request.query.get("force") == "true"
+        force = flag_param(request.query, "force")
         live = self.store.find(rt, namespace, name)
         now = rfc3339(self.clock())
         # Each endpoint owns its part: the main resource never applies status, /status nothing else.
@@ -232,6 +239,7 @@ class Verbs:
         applied = patches.server_side_apply(live, body, manager, force, rt.group, rt.kind, now,
                                             ignored_fields=ignored)
         if live is None:
+            applied = _without_status_on_create(rt, applied)
             applied.setdefault("metadata", {})["name"] = name
             applied, warnings = admit(rt, applied, _field_validation(request))
             applied["metadata"].pop("resourceVersion", None)
@@ -248,7 +256,10 @@ class Verbs:
         obj, gone = self.store.delete(rt, namespace, name, preconditions=options.get("preconditions"),
                                       dry_run=_dry_run(request) or bool(options.get("dryRun")),
                                       orphan=options.get("propagationPolicy") == "Orphan")
-        return json_response(_with_version(rt, obj), 200 if gone else 202)
+        # kube-apiserver answers 200 even when finalizers keep the object; 202 only for the legacy
+        # orphanDependents=false (changing that would break clients, says its source).
+        deferred = not gone and options.get("orphanDependents") is False
+        return json_response(_with_version(rt, obj), 202 if deferred else 200)
 
     def delete_collection(self, request: web.Request, rt: ResourceType, namespace: str) -> web.Response:
         flt = _query_filter(rt, namespace, request.query)
@@ -291,6 +302,13 @@ def _patch_names_rv(kind: str, body: Any) -> bool:
     if kind == bodies.JSON_PATCH:
         return any(isinstance(op, dict) and op.get("path") == "/metadata/resourceVersion" for op in body)
     return isinstance(body, dict) and bool((body.get("metadata") or {}).get("resourceVersion"))
+
+
+def _without_status_on_create(rt: ResourceType, obj: Obj) -> Obj:
+    """A custom resource with a status subresource cannot be created with a status (apiextensions drops it)."""
+    if rt.schema is not None and "status" in rt.subresources and "status" in obj:
+        return {k: v for k, v in obj.items() if k != "status"}
+    return obj
 
 
 def _allows_unconditional_update(rt: ResourceType) -> bool:

@@ -13,11 +13,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from colocation.sandbox.errors import ApiError
+from colocation.apimachinery.errors import ApiError
 
 if TYPE_CHECKING:
+    from colocation.apimachinery.selectors import FieldSelector, LabelSelector
     from colocation.sandbox.resources import ResourceType
-    from colocation.sandbox.selectors import FieldSelector, LabelSelector
 
 Obj = dict[str, Any]
 

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ApiError
+from colocation.apimachinery.errors import ApiError
 
 # --------------------------------------------------------------------------------------------
 # Label keys and values (apimachinery's util/validation rules and messages).
