@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.kube import Kube, Widgets, install_crd, start_sandbox_process
+from tests.e2e.kube import Kube, start_sandbox_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -128,9 +128,28 @@ async def faults(kube: Kube) -> AsyncIterator[Kube]:
 
 
 @pytest.fixture
-async def widgets(kube: Kube) -> AsyncIterator[Widgets]:
-    """A Widget CRD in a group of its own, Established, deleted after the test."""
+async def widgets(kube: Kube) -> AsyncIterator[object]:
+    """A Widget CRD (tests.e2e.kube.Widgets) in a group of its own, Established, deleted after the test."""
+    from tests.e2e.kube import Widgets, install_crd  # appended fixtures keep the lead's imports untouched
+
     kind = Widgets(f"e2e-{uuid.uuid4().hex[:8]}.example.com")
     await install_crd(kube, kind)
     yield kind
     await kube.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{kind.crd_name}")
+
+
+@pytest.fixture
+async def as_user(kubeconfig: Path) -> AsyncIterator[object]:
+    """`await as_user(token)`: an open client that authenticates with that token only (None: anonymous)."""
+    from tests.e2e.kube import token_client
+
+    clients: list[Kube] = []
+
+    async def open_client(token: str | None) -> Kube:
+        client = await token_client(kubeconfig, token).__aenter__()
+        clients.append(client)
+        return client
+
+    yield open_client
+    for client in clients:
+        await client.__aexit__(None, None, None)

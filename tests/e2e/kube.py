@@ -334,3 +334,32 @@ async def install_crd(kube: Kube, widgets: Widgets, timeout: float = 30) -> dict
 
     crd: dict[str, Any] = await wait_for(established, timeout)
     return crd
+
+
+async def ensure_crd(kube: Kube, crd: dict[str, Any], timeout: float = 30) -> None:
+    """Create a CRD unless it exists, then wait until it is Established. Never deletes it: CRDs are
+    cluster-scoped and shared by every test of the session (and by other runs on a real cluster)."""
+    status, body = await kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    assert status in (201, 409), body
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+
+    async def established() -> bool:
+        status, body = await kube.request("GET", path)
+        conditions = (body.get("status") or {}).get("conditions") or [] if status == 200 else []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    await wait_for(established, timeout=timeout)
+
+
+def token_client(kubeconfig: Path, token: str | None) -> Kube:
+    """A client of the kubeconfig's cluster that authenticates with `token` alone (None: anonymous).
+
+    Unlike `Kube.with_token`, it never presents the kubeconfig's client certificate, which a real
+    cluster would authenticate first (as the admin) whatever the token says.
+    """
+    config = yaml.safe_load(kubeconfig.read_text())
+    context_name = config["current-context"]
+    context = next(c["context"] for c in config["contexts"] if c["name"] == context_name)
+    cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+    ca = _data_file(Path(tempfile.mkdtemp(prefix="kube-")), "ca.crt", cluster, "certificate-authority")
+    return Kube(cluster["server"], ssl.create_default_context(cafile=ca), token)
