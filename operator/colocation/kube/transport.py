@@ -1,0 +1,68 @@
+"""HTTP transports for the informer: kube-apiserver through kubernetes-asyncio, or direct HTTPS."""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+
+from colocation.kube.informer import Transport
+
+CONNECT_TIMEOUT = 5.0
+LIST_TIMEOUT = 30.0
+# A watch carries no overall deadline; silence longer than the server's own watch timeout plus
+# this margin means the connection is dead (bookmarks and events both count as traffic).
+STREAM_SILENCE_MARGIN = 60.0
+
+
+class _Adapter:
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+
+    async def read(self) -> bytes:
+        return await self._response.read()
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        async for line in self._response.content:
+            yield line
+
+
+def _timeout(stream: bool, params: dict[str, str]) -> aiohttp.ClientTimeout:
+    if not stream:
+        return aiohttp.ClientTimeout(total=LIST_TIMEOUT, sock_connect=CONNECT_TIMEOUT)
+    silence = float(params.get("timeoutSeconds", "300")) + STREAM_SILENCE_MARGIN
+    return aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT, sock_read=silence)
+
+
+def kube_transport(api_client: Any) -> Transport:
+    """GETs through a kubernetes-asyncio ApiClient (its authentication, TLS and token refresh)."""
+
+    @contextlib.asynccontextmanager
+    async def open_(path: str, params: dict[str, str], stream: bool) -> AsyncIterator[_Adapter]:
+        response = await api_client.call_api(
+            path, "GET", query_params=list(params.items()), header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=_timeout(stream, params))
+        try:
+            yield _Adapter(response)
+        finally:
+            response.release()
+
+    return open_
+
+
+def https_transport(session: aiohttp.ClientSession, base_url: Callable[[], str],
+                    ssl_context: Callable[[], ssl.SSLContext], token: Callable[[], str]) -> Transport:
+    """GETs straight to an HTTPS server (the leader), with a bearer token; all three may change."""
+
+    @contextlib.asynccontextmanager
+    async def open_(path: str, params: dict[str, str], stream: bool) -> AsyncIterator[_Adapter]:
+        headers = {"Accept": "application/json", "Authorization": f"Bearer {token()}"}
+        async with session.get(base_url() + path, params=params, headers=headers, ssl=ssl_context(),
+                               timeout=_timeout(stream, params)) as response:
+            yield _Adapter(response)
+
+    return open_
