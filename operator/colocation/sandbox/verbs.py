@@ -13,6 +13,7 @@ from aiohttp import web
 
 from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
+from colocation.apimachinery.tables import wants_table
 from colocation.sandbox import bodies, tables
 from colocation.sandbox import patch as patches
 from colocation.sandbox.admission import admit
@@ -73,7 +74,7 @@ class Verbs:
 
     def get(self, request: web.Request, rt: ResourceType, namespace: str, name: str) -> web.Response:
         obj = _with_version(rt, self.store.get(rt, namespace, name))
-        table_version = tables.wants_table(request.headers.get("Accept", ""))
+        table_version = wants_table(request.headers.get("Accept", ""))
         if table_version:
             meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
             return json_response(self._table(request, rt, [obj], meta, table_version))
@@ -90,7 +91,7 @@ class Verbs:
             if remaining is not None:
                 meta["remainingItemCount"] = remaining
         items = [_with_version(rt, o) for o in items]
-        table_version = tables.wants_table(request.headers.get("Accept", ""))
+        table_version = wants_table(request.headers.get("Accept", ""))
         if table_version:
             return json_response(self._table(request, rt, items, meta, table_version))
         return json_response({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
@@ -116,7 +117,7 @@ class Verbs:
                 "sendInitialEvents", "Forbidden: sendInitialEvents requires setting resourceVersionMatch "
                 "to NotOlderThan and allowWatchBookmarks to true", "FieldValueForbidden")])
         timeout = _int_param(query, "timeoutSeconds", 1800)
-        table_version = tables.wants_table(request.headers.get("Accept", ""))
+        table_version = wants_table(request.headers.get("Accept", ""))
         watcher = self.store.watch(rt, namespace, flt, resource_version=query.get("resourceVersion", ""),
                                    send_initial_events=send_initial, queue_size=self.watch_queue_size)
         if send_initial:
