@@ -1,0 +1,99 @@
+"""How operator code reaches the Kubernetes API: a kubernetes-asyncio ApiClient and bounded calls.
+
+Every call goes through `call()` or `call_json()`, which bound it with a timeout the caller
+chooses (shorter than whatever deadline the caller itself has: a leader's renew deadline, a
+request being served). kubernetes-asyncio has no timeout by default, so a call left to it
+could hang on a half-open connection for as long as the kernel keeps the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
+
+T = TypeVar("T")
+
+
+class KubeConfigError(Exception):
+    """No usable way to reach the Kubernetes API; the message is one line, fit for a CLI."""
+
+
+async def api_client(kubeconfig: Path | None = None) -> ApiClient:
+    """An ApiClient for `kubeconfig`, else the pod's service account, else the default kubeconfig.
+
+    The default kubeconfig is `$KUBECONFIG` or `~/.kube/config`, as kubectl finds it. The
+    kubeconfig is never written back (kubernetes-asyncio would, on token refresh, by default).
+    The caller closes the client (`async with` or `await client.close()`).
+    """
+    configuration = client.Configuration()
+    if kubeconfig is not None:
+        await _load_kubeconfig(configuration, str(kubeconfig))
+        return ApiClient(configuration)
+    try:
+        # Refreshes the bound service-account token as the kubelet rotates it.
+        config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration, try_refresh_token=True)
+    except config.ConfigException as in_cluster_error:
+        default = KUBE_CONFIG_DEFAULT_LOCATION
+        try:
+            await _load_kubeconfig(configuration, default)
+        except KubeConfigError as error:
+            raise KubeConfigError(f"not running in a cluster ({_one_line(in_cluster_error)}) and {error}; "
+                                  f"pass --kubeconfig") from None
+    return ApiClient(configuration)
+
+
+async def _load_kubeconfig(configuration: client.Configuration, path: str) -> None:
+    try:
+        await config.load_kube_config(config_file=path, client_configuration=configuration, persist_config=False)
+    except Exception as error:  # YAML, base64, exec plugins, files: any of them makes the kubeconfig unusable
+        raise KubeConfigError(f"cannot use kubeconfig {path}: {_one_line(error)}") from None
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
+
+
+async def call(fn: Callable[..., Awaitable[T]], *args: Any, timeout: float, **kwargs: Any) -> T:
+    """`await fn(*args, **kwargs)`, a kubernetes-asyncio API method, within `timeout` seconds.
+
+    The timeout is passed down as `_request_timeout` (so the connection is torn down properly)
+    and enforced around the whole call as well (so time spent waiting for a pooled connection
+    or refreshing a token counts too). Raises TimeoutError when it runs out.
+    """
+    if timeout <= 0:
+        raise TimeoutError("no time left for the call")
+    async with asyncio.timeout(timeout):
+        return await fn(*args, _request_timeout=timeout, **kwargs)
+
+
+async def call_json(fn: Callable[..., Awaitable[Any]], *args: Any, timeout: float, **kwargs: Any) -> tuple[int, Any]:
+    """Like `call()`, but return `(status, decoded JSON body)` for every status, errors included.
+
+    For callers that want the object exactly as the API server sent it (field formats untouched
+    by the generated models) and decide on 404/409 themselves instead of catching ApiException.
+    A body that is not JSON is returned as text.
+    """
+    if timeout <= 0:
+        raise TimeoutError("no time left for the call")
+    async with asyncio.timeout(timeout):
+        response = await fn(*args, _request_timeout=timeout, _preload_content=False, **kwargs)
+        try:
+            raw = await response.read()
+        finally:
+            response.release()
+    status = int(response.status)
+    if not raw:
+        return status, None
+    try:
+        return status, orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return status, raw.decode(errors="replace")

@@ -1,0 +1,532 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, with client-go's semantics.
+
+The pure core (`LeaderElectionRecord`, `ElectionState`) decides; `LeaderElector` does the I/O.
+
+Expiry is judged the way client-go judges it, never by comparing clocks across machines: a
+replica remembers the record it last saw and the moment, on its own monotonic clock, it saw
+that record change. Another holder's lease is expired only when that moment plus the lease
+duration has passed. The `renewTime` written in the Lease is for humans and tools; a holder
+whose wall clock is an hour off neither loses nor keeps the lease because of it.
+
+Writes are optimistic: every update is a PUT carrying the resourceVersion last read, so two
+replicas that both think the lease expired cannot both take it; the loser gets 409 Conflict.
+
+A leader that cannot renew within the renew deadline (counted from the moment it sent its last
+successful renewal, so before any other replica can have seen that renewal) stops leading. As
+the renew deadline is shorter than the lease duration, it stops before anyone else can take
+over: there is never a moment with two leaders, provided clocks run at the same rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import logging
+import math
+import random
+import re
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta, timezone
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient, CoordinationV1Api
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from colocation.kube import permissions
+from colocation.kube.backoff import Backoff
+from colocation.kube.client import call_json
+from colocation.kube.permissions import OPERATOR_API_CALLS, ApiCall
+
+logger = logging.getLogger(__name__)
+
+# The calls made here, on the operator's own Lease (see colocation.kube.permissions).
+_LEASES = ("coordination.k8s.io", "leases")
+for _verb, _name in (("get", permissions.LEADER_LEASE_NAME), ("create", ""), ("update", permissions.LEADER_LEASE_NAME)):
+    permissions.declared(OPERATOR_API_CALLS, ApiCall(*_LEASES, _verb, permissions.OPERATOR_NAMESPACE, name=_name))
+
+# The annotations a leader publishes on its Lease so agents reach it without kube-apiserver.
+LEADER_ENDPOINT_ANNOTATION = "colocation.dev/leader-endpoint"  # https://IP:PORT
+LEADER_CA_ANNOTATION = "colocation.dev/leader-ca"  # base64 of the PEM CA bundle of its serving certificate
+
+
+# --- MicroTime ----------------------------------------------------------------------------------------
+
+def format_micro_time(moment: datetime) -> str:
+    """MicroTime as Kubernetes writes it: UTC, exactly six fractional digits, `Z`."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_TIMESTAMP = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?\s*(?:([Zz])|([+-])(\d{2}):?(\d{2}))?")
+
+
+def parse_micro_time(value: object) -> datetime | None:
+    """A Time or MicroTime as any API server or client may have written it; None if unreadable.
+
+    Accepts 0-9 fractional digits (nanoseconds are truncated), `Z`, a numeric offset, or no zone
+    (taken as UTC). The times in a Lease are informational, so a bad one must not stop anything.
+    """
+    if not isinstance(value, str):
+        return None
+    match = _TIMESTAMP.fullmatch(value.strip())
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, _, sign, off_hours, off_minutes = match.groups()
+    zone: timezone = UTC
+    if sign:
+        offset = timedelta(hours=int(off_hours), minutes=int(off_minutes))
+        zone = timezone(offset if sign == "+" else -offset)
+    try:
+        moment = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
+                          int((fraction or "0")[:6].ljust(6, "0")), tzinfo=zone)
+    except ValueError:
+        return None
+    return moment.astimezone(UTC)
+
+
+def wall_time(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+# --- The record and the pure decisions -------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class LeaderElectionRecord:
+    """The Lease's spec in leader-election terms, plus its annotations (what the leader publishes)."""
+
+    holder_identity: str = ""  # "" when released
+    lease_duration_seconds: int = 0
+    acquire_time: datetime | None = None
+    renew_time: datetime | None = None
+    leader_transitions: int = 0
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "annotations", MappingProxyType(dict(self.annotations)))
+
+    def same_spec(self, other: LeaderElectionRecord | None) -> bool:
+        """Whether `other` says the same about the lease (annotations aside): no sign of life if so."""
+        return other is not None and dataclasses.replace(self, annotations={}) == dataclasses.replace(
+            other, annotations={})
+
+    @classmethod
+    def from_lease(cls, lease: Mapping[str, Any]) -> LeaderElectionRecord:
+        spec = lease.get("spec") or {}
+        annotations = (lease.get("metadata") or {}).get("annotations") or {}
+        return cls(
+            holder_identity=str(spec.get("holderIdentity") or ""),
+            lease_duration_seconds=_int(spec.get("leaseDurationSeconds")),
+            acquire_time=parse_micro_time(spec.get("acquireTime")),
+            renew_time=parse_micro_time(spec.get("renewTime")),
+            leader_transitions=_int(spec.get("leaseTransitions")),
+            annotations={str(k): str(v) for k, v in annotations.items()},
+        )
+
+    def to_lease(self, namespace: str, name: str, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A Lease body for PUT (keeping `base`'s resourceVersion and other fields) or POST (no base)."""
+        body: dict[str, Any] = copy.deepcopy(dict(base)) if base else {}
+        body.update(apiVersion="coordination.k8s.io/v1", kind="Lease")
+        metadata = dict(body.get("metadata") or {})
+        metadata.pop("managedFields", None)  # omitted means "keep": the server tracks them itself
+        metadata.update(name=name, namespace=namespace)
+        if self.annotations:
+            metadata["annotations"] = dict(self.annotations)
+        else:
+            metadata.pop("annotations", None)
+        spec = dict(body.get("spec") or {})
+        spec.update(holderIdentity=self.holder_identity, leaseDurationSeconds=self.lease_duration_seconds,
+                    leaseTransitions=self.leader_transitions)
+        for key, moment in (("acquireTime", self.acquire_time), ("renewTime", self.renew_time)):
+            if moment is None:
+                spec.pop(key, None)
+            else:
+                spec[key] = format_micro_time(moment)
+        body.update(metadata=metadata, spec=spec)
+        return body
+
+
+def _int(value: object) -> int:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ElectionState:
+    """What one candidate knows; every method is pure and returns a new state or a decision.
+
+    `now` is always the candidate's monotonic clock (seconds); wall-clock datetimes are only
+    ever written into records.
+    """
+
+    identity: str
+    observed: LeaderElectionRecord | None = None
+    observed_at: float = 0.0  # when `observed` was last seen to change
+    renewed_at: float | None = None  # when we sent our last successful write as the holder
+    transitions_seen: int = 0  # holder changes this candidate has observed
+
+    @property
+    def holds(self) -> bool:
+        """Whether the last record observed names us as the holder."""
+        return self.observed is not None and self.observed.holder_identity == self.identity
+
+    @property
+    def holder(self) -> str:
+        return self.observed.holder_identity if self.observed is not None else ""
+
+    def observe(self, record: LeaderElectionRecord, now: float) -> ElectionState:
+        """Remember a record read from the API; the expiry clock restarts only if it changed."""
+        if record.same_spec(self.observed):
+            return dataclasses.replace(self, observed=record)  # annotations may still have changed
+        changed_holder = self.observed is not None and record.holder_identity != self.observed.holder_identity
+        return dataclasses.replace(
+            self, observed=record, observed_at=now,
+            renewed_at=self.renewed_at if record.holder_identity == self.identity else None,
+            transitions_seen=self.transitions_seen + changed_holder)
+
+    def wrote(self, record: LeaderElectionRecord, sent_at: float, now: float) -> ElectionState:
+        """Remember a record we wrote successfully (sent at `sent_at`, answered at `now`)."""
+        state = self.observe(record, now)
+        return dataclasses.replace(state, renewed_at=sent_at if record.holder_identity == self.identity else None)
+
+    def expired(self, now: float) -> bool:
+        """Whether the observed lease has run out, judged on our clock from its last observed change."""
+        if self.observed is None:
+            return True
+        return self.observed_at + self.observed.lease_duration_seconds < now
+
+    def leads(self, now: float, renew_deadline: float) -> bool:
+        """Whether we may act as the leader: we hold the lease and renewed it within the deadline."""
+        return self.holds and self.renewed_at is not None and now - self.renewed_at < renew_deadline
+
+    def next_record(self, now: float, wall: datetime, lease_duration_seconds: int,
+                    annotations: Mapping[str, str]) -> LeaderElectionRecord | None:
+        """The record to write to renew or acquire the observed lease; None while another holds it.
+
+        A released lease (no holder) is free at once; another holder's only after expiry.
+        """
+        observed = self.observed
+        if observed is None:
+            return initial_record(self.identity, wall, lease_duration_seconds, annotations)
+        merged = {**observed.annotations, **annotations}
+        if observed.holder_identity == self.identity:
+            return dataclasses.replace(observed, lease_duration_seconds=lease_duration_seconds, renew_time=wall,
+                                       annotations=merged)
+        if observed.holder_identity and not self.expired(now):
+            return None
+        return LeaderElectionRecord(self.identity, lease_duration_seconds, acquire_time=wall, renew_time=wall,
+                                    leader_transitions=observed.leader_transitions + 1, annotations=merged)
+
+    def release_record(self, wall: datetime, unpublish: frozenset[str] = frozenset()) -> LeaderElectionRecord | None:
+        """The record that gives up the lease (no holder, 1 s duration, now); None if we don't hold it.
+
+        The annotations in `unpublish` (the ones we published as leader) are removed with it.
+        """
+        if self.observed is None or not self.holds:
+            return None
+        kept = {k: v for k, v in self.observed.annotations.items() if k not in unpublish}
+        return LeaderElectionRecord("", 1, acquire_time=wall, renew_time=wall,
+                                    leader_transitions=self.observed.leader_transitions, annotations=kept)
+
+
+def initial_record(identity: str, wall: datetime, lease_duration_seconds: int,
+                   annotations: Mapping[str, str]) -> LeaderElectionRecord:
+    """The record that creates the Lease: we hold it, nobody held it before."""
+    return LeaderElectionRecord(identity, lease_duration_seconds, acquire_time=wall, renew_time=wall,
+                                leader_transitions=0, annotations=annotations)
+
+
+def default_identity() -> str:
+    """Unique per process, readable per host (client-go's convention: hostname_uuid)."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+# --- I/O: the Lease in the API ---------------------------------------------------------------------
+
+class LeaseError(Exception):
+    """The API answered a Lease call with an error."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class LeaseConflict(LeaseError):
+    """409: someone else wrote (or created) the Lease since we read it."""
+
+
+class LeaseStore(Protocol):
+    """One Lease; bodies are plain JSON objects exactly as sent and received."""
+
+    async def get(self, timeout: float) -> dict[str, Any] | None: ...  # None: it does not exist
+    async def create(self, body: dict[str, Any], timeout: float) -> dict[str, Any]: ...
+    async def replace(self, body: dict[str, Any], timeout: float) -> dict[str, Any]: ...
+
+
+class KubernetesLeases:
+    """A Lease through kubernetes-asyncio, with dict bodies so MicroTime goes out as formatted here."""
+
+    def __init__(self, api: ApiClient, namespace: str, name: str) -> None:
+        self._api = CoordinationV1Api(api)
+        self.namespace = namespace
+        self.name = name
+
+    async def get(self, timeout: float) -> dict[str, Any] | None:
+        status, body = await call_json(self._api.read_namespaced_lease, self.name, self.namespace, timeout=timeout)
+        return None if status == 404 else _lease_or_raise(status, body)
+
+    async def create(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        status, answer = await call_json(self._api.create_namespaced_lease, self.namespace, body, timeout=timeout)
+        return _lease_or_raise(status, answer)
+
+    async def replace(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        status, answer = await call_json(self._api.replace_namespaced_lease, self.name, self.namespace, body,
+                                         timeout=timeout)
+        return _lease_or_raise(status, answer)
+
+
+def _lease_or_raise(status: int, body: Any) -> dict[str, Any]:
+    if 200 <= status < 300 and isinstance(body, dict):
+        return body
+    message = body.get("message", "") if isinstance(body, dict) else str(body or "")
+    raise (LeaseConflict if status == 409 else LeaseError)(status, message or "unexpected answer")
+
+
+# What a round can fail with and still be retried: the API or the network, never a bug.
+_TRANSIENT = (LeaseError, ApiException, TimeoutError, aiohttp.ClientError, OSError)
+
+
+# --- The elector ---------------------------------------------------------------------------------------
+
+class LeaderElector:
+    """Campaigns for a Lease, then keeps renewing it; tells the caller when leadership starts and ends.
+
+    `run()` returns (after `on_stopped_leading()`) when leadership is lost: no successful renewal
+    within `renew_deadline`, or another holder seen. The caller then stops its leader's work (the
+    operator exits non-zero). Cancel `run()` to stop campaigning, then `await release()` to hand
+    the lease over at once. Callbacks are plain functions called from the election task: they
+    must not block (set an event, start a task).
+    """
+
+    def __init__(
+        self,
+        api: ApiClient | None,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        lease_duration: float = 15,
+        renew_deadline: float = 10,
+        retry_period: float = 2,
+        annotations_provider: Callable[[], Mapping[str, str]] = dict,
+        on_started_leading: Callable[[], None] = lambda: None,
+        on_stopped_leading: Callable[[], None] = lambda: None,
+        on_new_leader: Callable[[str], None] = lambda identity: None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        leases: LeaseStore | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not lease_duration > renew_deadline > retry_period > 0:
+            raise ValueError("leader election needs lease_duration > renew_deadline > retry_period > 0, got "
+                             f"{lease_duration} / {renew_deadline} / {retry_period}")
+        if not identity:
+            raise ValueError("leader election needs a non-empty identity")
+        if leases is None:
+            if api is None:
+                raise ValueError("leader election needs an ApiClient or a LeaseStore")
+            leases = KubernetesLeases(api, namespace, name)
+        self.namespace, self.name, self.identity = namespace, name, identity
+        self.lease_duration_seconds = math.ceil(lease_duration)  # the API takes whole seconds: never less
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        # Each call must leave time to retry within the renew deadline.
+        self.call_timeout = min(renew_deadline / 2, 5.0)
+        self._leases = leases
+        self._annotations_provider = annotations_provider
+        self._on_started_leading = on_started_leading
+        self._on_stopped_leading = on_stopped_leading
+        self._on_new_leader = on_new_leader
+        self._clock, self._wall, self._sleep = clock, wall, sleep
+        self._state = ElectionState(identity)
+        self._lease: dict[str, Any] | None = None  # the Lease as last read or written
+        self._published: frozenset[str] = frozenset()
+        self._leading = False
+        self._reported_leader: str | None = None
+        self._wake = asyncio.Event()
+        # Jitter only shortens waits: a leader renews at least every retry period.
+        self._period = Backoff(retry_period, retry_period, factor=1.0, jitter=0.2, rng=rng)
+        self._errors = Backoff(retry_period, max(retry_period, lease_duration / 2), factor=2.0, jitter=0.2, rng=rng)
+        self._log = {"lease": f"{namespace}/{name}", "identity": identity}
+
+    # -- what the rest of the process reads (also for Prometheus gauges) --
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    @property
+    def leader_identity(self) -> str:
+        """The holder last observed ("" for none or not yet known)."""
+        return self._state.holder
+
+    @property
+    def observed_record(self) -> LeaderElectionRecord | None:
+        return self._state.observed
+
+    @property
+    def transitions_seen(self) -> int:
+        """Holder changes observed by this elector since it started."""
+        return self._state.transitions_seen
+
+    def wake(self) -> None:
+        """Retry now instead of at the end of the current wait (e.g. a watch saw the lease released)."""
+        self._wake.set()
+
+    # -- the loop --
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._try_acquire_or_renew()
+                failed = False
+            except _TRANSIENT as error:
+                failed = True
+                level = logging.WARNING if self._leading else logging.INFO
+                logger.log(level, "leader election: lease call failed: %s", error, extra=self._log)
+            self._report_leader()
+            now = self._clock()
+            leads = self._state.leads(now, self.renew_deadline)
+            if leads and not self._leading:
+                self._leading = True
+                logger.info("leader election: started leading", extra=self._log)
+                self._on_started_leading()
+            elif self._leading and not leads:
+                self._leading = False
+                logger.error("leader election: lost the lease (holder %r, last renewal %s s ago)",
+                             self._state.holder, _ago(now, self._state.renewed_at), extra=self._log)
+                self._on_stopped_leading()
+                return
+            await self._pause(self._next_delay(failed, now))
+
+    def _next_delay(self, failed: bool, now: float) -> float:
+        if self._leading:
+            # Wake no later than the renew deadline, so leadership ends on time even while waiting.
+            assert self._state.renewed_at is not None
+            return min(self._period.next_delay(), self._state.renewed_at + self.renew_deadline - now)
+        if failed:
+            return self._errors.next_delay()
+        self._errors.reset()
+        return self._period.next_delay()
+
+    async def _pause(self, delay: float) -> None:
+        if delay > 0 and not self._wake.is_set():
+            woken = asyncio.ensure_future(self._wake.wait())
+            slept = asyncio.ensure_future(self._sleep(delay))
+            try:
+                await asyncio.wait((woken, slept), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+                slept.cancel()
+        self._wake.clear()
+
+    def _timeout(self) -> float:
+        """Per-call timeout; as leader, never past the renew deadline."""
+        if self._leading and self._state.renewed_at is not None:
+            return min(self.call_timeout, self._state.renewed_at + self.renew_deadline - self._clock())
+        return self.call_timeout
+
+    async def _try_acquire_or_renew(self) -> None:
+        if self._leading and self._lease is not None:
+            # Fast path: assume the lease is as we last wrote it; a 409 says otherwise.
+            renewal = self._state.next_record(self._clock(), self._now(), self.lease_duration_seconds,
+                                              self._annotations())
+            assert renewal is not None  # we hold the lease, so there is always a renewal to write
+            try:
+                await self._write(renewal)
+                return
+            except LeaseConflict as error:
+                logger.info("leader election: renewal conflicted, re-reading: %s", error, extra=self._log)
+        lease = await self._leases.get(self._timeout())
+        if lease is None:
+            first = initial_record(self.identity, self._now(), self.lease_duration_seconds, self._annotations())
+            sent_at = self._clock()
+            created = await self._leases.create(first.to_lease(self.namespace, self.name), self._timeout())
+            self._remember(created, sent_at)
+            return
+        self._lease = lease
+        self._state = self._state.observe(LeaderElectionRecord.from_lease(lease), self._clock())
+        record = self._state.next_record(self._clock(), self._now(), self.lease_duration_seconds, self._annotations())
+        if record is not None:
+            await self._write(record)
+
+    async def _write(self, record: LeaderElectionRecord) -> None:
+        assert self._lease is not None, "a Lease is written only after it was read or created"
+        sent_at = self._clock()
+        written = await self._leases.replace(record.to_lease(self.namespace, self.name, self._lease), self._timeout())
+        self._remember(written, sent_at)
+
+    def _remember(self, lease: dict[str, Any], sent_at: float) -> None:
+        self._lease = lease
+        self._state = self._state.wrote(LeaderElectionRecord.from_lease(lease), sent_at, self._clock())
+
+    def _annotations(self) -> dict[str, str]:
+        published = dict(self._annotations_provider())
+        self._published |= published.keys()
+        return published
+
+    def _now(self) -> datetime:
+        return wall_time(self._wall())
+
+    def _report_leader(self) -> None:
+        holder = self._state.holder
+        if self._state.observed is not None and holder != self._reported_leader:
+            self._reported_leader = holder
+            logger.info("leader election: leader is now %r", holder, extra=self._log)
+            self._on_new_leader(holder)
+
+    # -- shutdown --
+
+    async def release(self) -> bool:
+        """Give the lease up if we hold it, so a standby takes over within about one retry period.
+
+        Call after cancelling `run()`. Returns whether we released it; never raises for API errors
+        (the lease then simply expires). Calls no callbacks.
+        """
+        self._leading = False
+        for _ in range(2):  # a conflict means the Lease changed: re-read it once and decide again
+            record = self._state.release_record(self._now(), self._published)
+            if record is None or self._lease is None:
+                return False
+            try:
+                await self._write(record)
+            except LeaseConflict:
+                try:
+                    lease = await self._leases.get(self.call_timeout)
+                except _TRANSIENT as error:
+                    logger.warning("leader election: release failed: %s", error, extra=self._log)
+                    return False
+                if lease is None:
+                    return False
+                self._lease = lease
+                self._state = self._state.observe(LeaderElectionRecord.from_lease(lease), self._clock())
+                continue
+            except _TRANSIENT as error:
+                logger.warning("leader election: release failed: %s", error, extra=self._log)
+                return False
+            logger.info("leader election: released the lease", extra=self._log)
+            return True
+        return False
+
+
+def _ago(now: float, then: float | None) -> str:
+    return "never" if then is None else f"{now - then:.1f}"
