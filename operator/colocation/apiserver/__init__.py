@@ -1,0 +1,1 @@
+"""The operator's aggregated API server: transport, auth, store, watch."""
