@@ -1,0 +1,358 @@
+"""The NodeMetric object an agent reports: its schema, and the validation of a report's body.
+
+The shape is Koordinator's NodeMetric (slo.koordinator.sh), served as metrics.colocation.dev.
+Unknown fields are accepted and dropped, so what is stored is canonical: only the fields below,
+in this order. Validation runs in pydantic-core; the only Python called per field is the
+quantity check, and that is one compiled regular expression for every well-formed value.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetPydanticSchema,
+    StringConstraints,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError, core_schema
+
+from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.quantity import byte_value, cpu_millis, parse_quantity
+
+GROUP = "metrics.colocation.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "NodeMetric"
+LIST_KIND = "NodeMetricList"
+RESOURCE = "nodemetrics"
+
+PriorityClass = Literal["koord-prod", "koord-mid", "koord-batch", "koord-free"]
+QoSClass = Literal["LSE", "LSR", "LS", "BE", "SYSTEM"]
+AggregationType = Literal["avg", "p50", "p90", "p95", "p99"]
+
+# ---------------------------------------------------------------------------------------------
+# Field types. Patterns run in pydantic-core; their error messages are replaced by upstream's
+# (see _PATTERN_MESSAGES) only when a report is rejected.
+
+_DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_RESOURCE_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_GO_DURATION = r"^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$"
+
+_PATTERN_MESSAGES = {
+    _DNS1123_LABEL: "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+                    "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+                    f"regex used for validation is '{_DNS1123_LABEL[1:-1]}')",
+    _DNS1123_SUBDOMAIN: "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                        "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
+                        f"regex used for validation is '{_DNS1123_SUBDOMAIN[1:-1]}')",
+    _RESOURCE_NAME: "a resource name must be a qualified name: alphanumeric characters, '-', '_' or '.', "
+                    "starting and ending with an alphanumeric character, with an optional DNS subdomain "
+                    "prefix and '/' (e.g. 'cpu', 'kubernetes.io/batch-cpu')",
+    _GO_DURATION: "must be a duration such as '5m0s' or '30s'",
+}
+
+DnsLabel = Annotated[str, StringConstraints(max_length=63, pattern=_DNS1123_LABEL)]
+DnsSubdomain = Annotated[str, StringConstraints(max_length=253, pattern=_DNS1123_SUBDOMAIN)]
+ResourceName = Annotated[str, StringConstraints(max_length=316, pattern=_RESOURCE_NAME)]
+GoDuration = Annotated[str, StringConstraints(max_length=64, pattern=_GO_DURATION)]
+
+# The common case, a plain non-negative quantity, is matched in pydantic-core; anything else
+# (numbers, spaces, "-0", errors) goes through the exact parser in Python.
+_PLAIN_QUANTITY = r"^\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,9})?$"
+
+
+def quantity_problem(value: object) -> str | None:
+    """Why `value` is not a usable usage quantity, or None when it is."""
+    try:
+        _normalize_quantity(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _normalize_quantity(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError("must be a quantity, e.g. \"2500m\" or \"1Gi\"")
+    # Upstream's UnmarshalJSON trims spaces and takes JSON numbers; store the canonical text.
+    text = value.strip() if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
+    try:
+        quantity = parse_quantity(text)
+    except ValueError as exc:
+        message = str(exc)
+        # parse_quantity says "invalid quantity 'x': why"; the cause shows the value already.
+        raise ValueError(message.split(": ", 1)[1] if message.startswith("invalid quantity ") else message) from None
+    if quantity < 0:
+        raise ValueError("must be greater than or equal to 0")
+    return "0" if not quantity else text
+
+
+def _quantity_schema(source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    # One error type for both branches; _cause asks quantity_problem() for the reason.
+    return core_schema.union_schema(
+        [core_schema.str_schema(pattern=_PLAIN_QUANTITY),
+         core_schema.no_info_plain_validator_function(_normalize_quantity)],
+        mode="left_to_right", custom_error_type="quantity", custom_error_message="invalid quantity")
+
+
+Quantity = Annotated[str, GetPydanticSchema(_quantity_schema)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+class ResourceMap(_Model):
+    resources: dict[ResourceName, Quantity] = Field(default_factory=dict)
+
+
+class AggregatedUsage(_Model):
+    usage: dict[AggregationType, ResourceMap] = Field(default_factory=dict)
+    duration: GoDuration | None = None
+
+
+class NodeMetricInfo(_Model):
+    node_usage: ResourceMap
+    system_usage: ResourceMap | None = None
+    aggregated_node_usages: list[AggregatedUsage] | None = None
+
+
+class PodMetricInfo(_Model):
+    namespace: DnsLabel
+    name: DnsSubdomain
+    pod_usage: ResourceMap
+    priority: PriorityClass | None = None
+    qos: QoSClass | None = None
+
+
+class HostApplicationMetricInfo(_Model):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    usage: ResourceMap
+    priority: PriorityClass | None = None
+    qos: QoSClass | None = None
+
+
+class NodeMetricStatus(_Model):
+    update_time: AwareDatetime
+    node_metric: NodeMetricInfo
+    pods_metric: list[PodMetricInfo] | None = None
+    host_application_metric: list[HostApplicationMetricInfo] | None = None
+
+    @field_validator("pods_metric")
+    @classmethod
+    def _pods_are_unique(cls, pods: list[PodMetricInfo] | None) -> list[PodMetricInfo] | None:
+        # A pod listed twice would be counted twice by the batch formula.
+        if not pods or len({(pod.namespace, pod.name) for pod in pods}) == len(pods):
+            return pods
+        seen: set[tuple[str, str]] = set()
+        for index, pod in enumerate(pods):
+            if (pod.namespace, pod.name) in seen:
+                raise PydanticCustomError("duplicate", "Duplicate value",
+                                          {"index": index, "value": f"{pod.namespace}/{pod.name}"})
+            seen.add((pod.namespace, pod.name))
+        raise AssertionError("unreachable: the set was smaller than the list")
+
+    @field_serializer("update_time")
+    def _rfc3339(self, value: dt.datetime) -> str:
+        return format_time(value.timestamp())
+
+
+class ObjectMeta(_Model):
+    name: DnsSubdomain
+
+
+class NodeMetric(_Model):
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: ObjectMeta
+    status: NodeMetricStatus
+
+
+_STATUS_SERIALIZER = NodeMetricStatus.__pydantic_serializer__
+
+
+def format_time(at: float) -> str:
+    """metav1.Time as it is written: RFC 3339 in UTC, whole seconds (fractions are truncated)."""
+    return dt.datetime.fromtimestamp(int(at), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------------------------
+# A validated report.
+
+
+@dataclass(frozen=True, slots=True)
+class UsageFigures:
+    """The few numbers the API and the controllers read without parsing the object again."""
+
+    cpu_millis: int  # status.nodeMetric.nodeUsage cpu
+    memory_bytes: int  # status.nodeMetric.nodeUsage memory
+    pod_count: int
+    update_time: float  # status.updateTime, seconds since the epoch
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedReport:
+    """A report that passed validation, reduced to what the store keeps.
+
+    `status_json` is the canonical `status` (known fields only, in schema order), serialized by
+    pydantic-core in the same pass that checked it; the store splices it into the object's body.
+    """
+
+    name: str
+    status_json: bytes
+    figures: UsageFigures
+
+    def obj(self) -> dict[str, Any]:
+        """The canonical object as a dict (parses `status_json`: not for the ingest path)."""
+        return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": self.name},
+                "status": orjson.loads(self.status_json)}
+
+
+def validate_report(raw: bytes, node: str) -> ValidatedReport:
+    """Validate the body of `PUT …/nodemetrics/{node}/status`; raise ApiError (400/422) if bad."""
+    try:
+        model = NodeMetric.model_validate_json(raw)
+    except ValidationError as exc:
+        raise _rejection(raw, node, exc) from None
+    _check_identity(model.api_version, model.kind, model.metadata.name, node)
+    status = model.status
+    usage = status.node_metric.node_usage.resources
+    figures = UsageFigures(
+        cpu_millis=cpu_millis(usage.get("cpu", "0")),
+        memory_bytes=byte_value(usage.get("memory", "0")),
+        pod_count=len(status.pods_metric or ()),
+        update_time=float(int(status.update_time.timestamp())),
+    )
+    # to_json gives bytes directly (model_dump_json would decode them into a str).
+    status_json = _STATUS_SERIALIZER.to_json(status, by_alias=True, exclude_none=True)
+    return ValidatedReport(node, status_json, figures)
+
+
+def figures_of(obj: Mapping[str, Any]) -> UsageFigures:
+    """The figures of an object already validated (by us, or by the leader we replicate)."""
+    status = obj.get("status") or {}
+    usage = ((status.get("nodeMetric") or {}).get("nodeUsage") or {}).get("resources") or {}
+    update_time = status.get("updateTime")
+    return UsageFigures(
+        cpu_millis=cpu_millis(usage.get("cpu", "0")),
+        memory_bytes=byte_value(usage.get("memory", "0")),
+        pod_count=len(status.get("podsMetric") or ()),
+        update_time=dt.datetime.fromisoformat(update_time).timestamp() if update_time else 0.0,
+    )
+
+
+def _check_identity(api_version: Any, kind: Any, name: Any, node: str) -> None:
+    if api_version != API_VERSION or kind != KIND:
+        version = api_version.rpartition("/")[2] if isinstance(api_version, str) else api_version
+        raise ApiError.bad_request(
+            f"{kind} in version {_go_quote(version)} cannot be handled as a {KIND}: "
+            f"no kind {_go_quote(kind)} is registered for version {_go_quote(api_version)}")
+    if name != node:
+        raise ApiError.bad_request(
+            f"the name of the object ({name}) does not match the name on the URL ({node})")
+
+
+def _rejection(raw: bytes, node: str, exc: ValidationError) -> ApiError:
+    """The error to answer with, the way kube-apiserver orders them: decoding, identity, fields."""
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as decode_error:
+        return ApiError.bad_request(
+            f"the object provided is unrecognized (must be of type {KIND}): couldn't get version/kind; "
+            f"json parse error: {decode_error} ({_summary(raw)})")
+    if not isinstance(document, dict):
+        return ApiError.bad_request(
+            f"the object provided is unrecognized (must be of type {KIND}): couldn't get version/kind; "
+            f"json parse error: expected an object ({_summary(raw)})")
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    _check_identity(document.get("apiVersion", API_VERSION), document.get("kind", KIND), name or "", node)
+    causes = [_cause(error) for error in exc.errors()]
+    return ApiError.invalid(GROUP, KIND, node, causes)
+
+
+def _summary(raw: bytes) -> str:
+    # Upstream's summarizeData: the start of a JSON-looking body, or hex of anything else.
+    if not raw:
+        return "<empty>"
+    if raw[:1] == b"{":
+        text = raw[:30].decode("utf-8", "replace")
+        return text + " ..." if len(raw) > 30 else text
+    return raw[:30].hex() + (" ..." if len(raw) > 30 else "")
+
+
+def _cause(error: Mapping[str, Any]) -> Cause:
+    kind, value, context = error["type"], error.get("input"), error.get("ctx") or {}
+    path = field_path(error["loc"])
+    if kind == "missing":
+        return Cause(path, "Required value", "FieldValueRequired")
+    if kind == "duplicate":
+        return Cause(f"{path}[{context['index']}]", f"Duplicate value: {_go_quote(context['value'])}",
+                     "FieldValueDuplicate")
+    if kind == "literal_error":
+        supported = ", ".join(_go_quote(v) for v in re.findall(r"'([^']*)'", str(context.get("expected", ""))))
+        return Cause(path, f"Unsupported value: {_show(value)}: supported values: {supported}",
+                     "FieldValueNotSupported")
+    if kind == "string_too_long":
+        return Cause(path, f"Too long: may not be more than {context.get('max_length')} bytes", "FieldValueTooLong")
+    if kind == "string_pattern_mismatch":
+        detail = _PATTERN_MESSAGES.get(str(context.get("pattern")), error["msg"])
+        return Cause(path, f"Invalid value: {_show(value)}: {detail}")
+    if kind == "quantity":
+        return Cause(path, f"Invalid value: {_show(value)}: {quantity_problem(value) or 'invalid quantity'}")
+    detail = _lower_first(error["msg"])
+    return Cause(path, f"Invalid value: {_show(value)}: {detail}")
+
+
+# Map-valued fields: what follows them in a location is a key, written `field[key]`.
+_MAP_FIELDS = (("resources",), ("aggregatedNodeUsages", int, "usage"))
+
+
+def field_path(location: Sequence[int | str]) -> str:
+    """A pydantic error location as Kubernetes writes field paths: `a.b[3].c[cpu]`."""
+    parts: list[str] = []
+    for position, step in enumerate(location):
+        if step == "[key]":  # the key itself is wrong: the path already ends with it
+            continue
+        if isinstance(step, int) or _follows_map(location[:position]):
+            parts.append(f"[{step}]")
+        else:
+            parts.append(f".{step}" if parts else step)
+    return "".join(parts)
+
+
+def _follows_map(before: Sequence[int | str]) -> bool:
+    for shape in _MAP_FIELDS:
+        tail = before[-len(shape):]
+        if len(tail) == len(shape) and all(isinstance(step, int) if expected is int else step == expected
+                                           for step, expected in zip(tail, shape, strict=True)):
+            return True
+    return False
+
+
+def _go_quote(value: object) -> str:
+    return orjson.dumps(value).decode() if isinstance(value, str) else str(value)
+
+
+def _show(value: object) -> str:
+    text = orjson.dumps(value, default=str).decode() if value is not None else "null"
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
