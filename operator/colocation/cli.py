@@ -8,6 +8,7 @@ import click
 
 from colocation import __version__
 from colocation.clicommon import common_options
+from colocation.manager.cli import operator_command
 from colocation.sandbox.cli import sandbox_command
 
 
@@ -22,13 +23,6 @@ def _not_implemented(what: str, issue: int) -> None:
     raise click.ClickException(f"`colocation {what}` is not implemented yet (tracked in issue {issue})")
 
 
-@main.command("operator")
-@common_options
-def operator_command(kubeconfig: Path | None) -> None:
-    """Run an operator replica: leader election, the NodeMetric aggregated API and the controllers."""
-    _not_implemented("operator", 4)
-
-
 @main.command("agent")
 @common_options
 def agent_command(kubeconfig: Path | None) -> None:
@@ -36,4 +30,5 @@ def agent_command(kubeconfig: Path | None) -> None:
     _not_implemented("agent", 5)
 
 
+main.add_command(operator_command)
 main.add_command(sandbox_command)

@@ -31,13 +31,26 @@ def test_top_level_help_lists_the_subcommands() -> None:
         assert command in result.output
 
 
-@pytest.mark.parametrize(("command", "issue"), [("operator", 4), ("agent", 5)])
-def test_unimplemented_subcommands_fail_with_one_line(command: str, issue: int) -> None:
-    result = subprocess.run([sys.executable, "-m", "colocation", command], capture_output=True, text=True,
+def test_unimplemented_subcommands_fail_with_one_line() -> None:
+    result = subprocess.run([sys.executable, "-m", "colocation", "agent"], capture_output=True, text=True,
                             timeout=60, check=False)
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"issue {issue}" in lines[0], result.stderr
+    assert len(lines) == 1 and "issue 5" in lines[0], result.stderr
+
+
+def test_operator_without_a_usable_kubeconfig_fails_with_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.kubeconfig"
+    result = subprocess.run([sys.executable, "-m", "colocation", "operator", "--kubeconfig", str(missing)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "nowhere.kubeconfig" in lines[0], result.stderr
+
+
+def test_operator_rejects_inconsistent_lease_timings() -> None:
+    result = CliRunner().invoke(main, ["operator", "--lease-duration", "5", "--renew-deadline", "10"])
+    assert result.exit_code != 0 and "--lease-duration > --renew-deadline" in result.output
 
 
 def test_sandbox_refuses_a_non_loopback_address() -> None:

@@ -9,6 +9,7 @@ could hang on a half-open connection for as long as the kernel keeps the socket.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,10 +52,18 @@ async def api_client(kubeconfig: Path | None = None) -> ApiClient:
 
 
 async def _load_kubeconfig(configuration: client.Configuration, path: str) -> None:
+    if not _is_file(path):
+        # Checked here: kubernetes-asyncio would log a warning and then fail with a vaguer error.
+        raise KubeConfigError(f"cannot use kubeconfig {path}: no such file")
     try:
         await config.load_kube_config(config_file=path, client_configuration=configuration, persist_config=False)
     except Exception as error:  # YAML, base64, exec plugins, files: any of them makes the kubeconfig unusable
         raise KubeConfigError(f"cannot use kubeconfig {path}: {_one_line(error)}") from None
+
+
+def _is_file(path: str) -> bool:
+    """A stat at start-up, before any event loop work depends on it."""
+    return os.path.isfile(os.path.expanduser(path))
 
 
 def _one_line(error: BaseException) -> str:

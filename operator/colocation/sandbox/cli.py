@@ -26,22 +26,32 @@ from colocation.clicommon import common_options
               help="Events kept per resource for watches to resume from; older ones get 410 Expired.")
 @click.option("--bookmark-interval", type=click.FloatRange(0.1, 3600), default=60.0, show_default=True,
               help="Seconds between BOOKMARK events on watches that allow them.")
+@click.option("--probe-interval", type=click.FloatRange(0.05, 60), default=1.0, show_default=True,
+              help="Seconds between readiness probes of registered endpoints and APIService checks.")
+@click.option("--operators", type=click.IntRange(0, 10), default=2, show_default=True,
+              help="Operator replicas to run as processes (active/standby), with the manifests' "
+                   "ServiceAccount and RBAC. Ignored with --api-only.")
+@click.option("--operator-arg", "operator_args", multiple=True, metavar="ARG",
+              help="Extra argument for every operator replica (repeatable), "
+                   "e.g. --operator-arg=--lease-duration=4.")
 @common_options
 def sandbox_command(kubeconfig: Path | None, api_only: bool, host: str, port: int, state_dir: Path,
-                    kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float) -> None:
+                    kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
+                    probe_interval: float, operators: int, operator_args: tuple[str, ...]) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
     capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
     answers, and runs until interrupted (SIGINT/SIGTERM).
 
-    The operator replicas and node agents join the sandbox as their issues land; today the
-    sandbox runs the API server with the CRDs and install manifests applied (or bare with --api-only).
+    Without --api-only it installs crds/ and manifests/ and runs --operators replicas of
+    `colocation operator`, registered behind the metrics APIService; node agents join with issue 5.
     """
     from colocation.sandbox.runner import Sandbox, SandboxConfig, serve_forever
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise click.BadParameter("the sandbox listens on loopback only", param_hint="--host")
     config = SandboxConfig(host=host, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
-                           watch_window=watch_window, bookmark_interval=bookmark_interval)
+                           watch_window=watch_window, bookmark_interval=bookmark_interval,
+                           probe_interval=probe_interval)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -49,12 +59,13 @@ def sandbox_command(kubeconfig: Path | None, api_only: bool, host: str, port: in
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         sandbox = Sandbox(config)
+        replicas = 0 if api_only else operators
         if not api_only:
             from colocation.sandbox.install import install_project
 
-            install_project(sandbox)
+            install_project(sandbox, with_apiservice=replicas > 0)
         try:
-            await serve_forever(sandbox, stop)
+            await serve_forever(sandbox, stop, replicas, operator_args)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 

@@ -44,8 +44,12 @@ def load_crds(root: Path) -> list[dict[str, Any]]:
             for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def install_project(sandbox: Sandbox, root: Path | None = None) -> None:
-    """Create the CRDs, then every manifest object, as `kubectl apply` would on a fresh cluster."""
+def install_project(sandbox: Sandbox, root: Path | None = None, *, with_apiservice: bool = True) -> None:
+    """Create the CRDs, then every manifest object, as `kubectl apply` would on a fresh cluster.
+
+    Without operator replicas to serve it, the metrics APIService is left out: an APIService with
+    no backend makes every kubectl discovery print errors, as it would on a real cluster.
+    """
     root = root or project_root()
     if root is None:
         raise RuntimeError("cannot find the project's crds/ and manifests/ (run from a source checkout, "
@@ -54,10 +58,8 @@ def install_project(sandbox: Sandbox, root: Path | None = None) -> None:
     objects = load_crds(root) + render_manifests(root)
     installed = 0
     for obj in objects:
-        if obj["kind"] == "APIService":
-            # Registered once operator replicas run in the sandbox (issue 4): an APIService with no
-            # backend makes every kubectl discovery print errors, as it would on a real cluster.
-            log.info("APIService not registered: no operator runs in the sandbox yet",
+        if obj["kind"] == "APIService" and not with_apiservice:
+            log.info("APIService not registered: no operator replicas run",
                      extra={"apiservice": obj["metadata"]["name"]})
             continue
         rt = api.registry.by_kind(obj["apiVersion"], obj["kind"])

@@ -131,10 +131,19 @@ class Sandbox:
         await self.stop()
 
 
-async def serve_forever(sandbox: Sandbox, stop: asyncio.Event) -> None:
+async def serve_forever(sandbox: Sandbox, stop: asyncio.Event, operators: int = 0,
+                        operator_args: tuple[str, ...] = ()) -> None:
+    """Serve until `stop`; with `operators`, run that many operator replicas against the sandbox."""
+    from colocation.sandbox.replicas import OperatorReplicas
+
     await sandbox.start()
-    print(f"ready: kubeconfig={sandbox.kubeconfig_path}", flush=True)
+    replicas = OperatorReplicas(sandbox, operators, operator_args) if operators else None
     try:
+        if replicas is not None:
+            await replicas.start()
+        print(f"ready: kubeconfig={sandbox.kubeconfig_path}", flush=True)
         await stop.wait()
     finally:
+        if replicas is not None:
+            await replicas.stop()
         await sandbox.stop()

@@ -1,0 +1,76 @@
+"""`colocation operator`: flags, defaults and their environment variables (set by the Deployment)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import click
+
+from colocation.clicommon import common_options
+from colocation.kube import permissions
+
+
+def _default_identity() -> str:
+    # A fresh suffix per process, as kube-controller-manager does: a restarted replica (same pod
+    # name, empty memory) must not resume the lease of its previous life, but wait for it to expire
+    # like any other candidate, so that the warm standby, holding a full copy, takes over first.
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+@click.command("operator")
+@click.option("--namespace", envvar="POD_NAMESPACE", show_envvar=True, default=permissions.OPERATOR_NAMESPACE,
+              show_default=True, help="Namespace of the leader Lease (the operator's own).")
+@click.option("--identity", default=None,
+              help="Holder identity in the leader Lease. Default: POD_NAME (else the host name), an "
+                   "underscore and a random suffix, new for every process.")
+@click.option("--bind-address", default="0.0.0.0", show_default=True, help="Address the HTTPS server listens on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8443, show_default=True,
+              help="HTTPS port: the NodeMetric API, /readyz, /livez, /healthz and /metrics.")
+@click.option("--advertise-address", envvar="POD_IP", show_envvar=True, default="127.0.0.1", show_default=True,
+              help="Address agents and standbys use to reach this replica when it leads (published on the Lease).")
+@click.option("--tls-cert-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Serving certificate (PEM). Default: a CA and a certificate generated at start.")
+@click.option("--tls-key-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Key of --tls-cert-file (PEM).")
+@click.option("--lease-duration", type=click.FloatRange(min=1), default=15.0, show_default=True,
+              help="Seconds a standby waits, after the last change it saw, before taking over the Lease.")
+@click.option("--renew-deadline", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
+              help="Seconds the leader keeps trying to renew before it gives up leading (and exits).")
+@click.option("--retry-period", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              help="Seconds between attempts to acquire or renew the Lease.")
+@click.option("--metric-ttl", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds after its last report a node's NodeMetric is dropped (a DELETED event).")
+@click.option("--bookmark-interval", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="Seconds between BOOKMARK events on NodeMetric watches that allow them.")
+@common_options
+def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, bind_address: str, port: int,
+                     advertise_address: str, tls_cert_file: Path | None, tls_key_file: Path | None,
+                     lease_duration: float, renew_deadline: float, retry_period: float, metric_ttl: float,
+                     bookmark_interval: float) -> None:
+    """Run an operator replica: leader election, the NodeMetric aggregated API, standby replication.
+
+    Exits 0 after SIGTERM/SIGINT (releasing the Lease) and 3 when it loses the Lease.
+    """
+    from colocation.kube.client import KubeConfigError
+    from colocation.manager.runtime import OperatorConfig, run
+
+    if (tls_cert_file is None) != (tls_key_file is None):
+        raise click.BadParameter("give both --tls-cert-file and --tls-key-file, or neither")
+    if not lease_duration > renew_deadline > retry_period:
+        raise click.BadParameter("need --lease-duration > --renew-deadline > --retry-period")
+    config = OperatorConfig(kubeconfig=kubeconfig, namespace=namespace, identity=identity or _default_identity(),
+                            bind_address=bind_address, port=port, advertise_address=advertise_address,
+                            tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, lease_duration=lease_duration,
+                            renew_deadline=renew_deadline, retry_period=retry_period, metric_ttl=metric_ttl,
+                            bookmark_interval=bookmark_interval)
+    try:
+        code = run(config)
+    except KubeConfigError as error:
+        raise click.ClickException(str(error)) from None
+    except OSError as error:
+        raise click.ClickException(f"cannot serve on {bind_address}:{port}: {error.strerror}") from None
+    sys.exit(code)

@@ -1,0 +1,238 @@
+"""`colocation operator`: one asyncio process with the leader elector, the HTTPS API and its loops.
+
+Every replica serves the NodeMetric API and follows the Node list. The leader accepts reports,
+drops silent nodes, and (later) runs the controllers; each standby follows the leader's watch to
+keep a full copy. Losing the lease ends the process with a non-zero status, so it restarts as a
+standby with nothing stale in memory; SIGTERM releases the lease first so a standby takes over
+within about one retry period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import signal
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from colocation import tlsutil
+from colocation.apiserver.app import ApiOptions, NodeMetricApi
+from colocation.apiserver.auth import (
+    DelegatingAuthenticator,
+    DelegatingAuthorizer,
+    RequestHeaderConfig,
+    kube_subject_access_reviewer,
+    kube_token_reviewer,
+    load_request_header_config,
+)
+from colocation.apiserver.follower import LeaderAddress, LeaderFollower
+from colocation.apiserver.metrics import ServerMetrics
+from colocation.apiserver.store import NodeMetricStore
+from colocation.kube import permissions
+from colocation.kube.backoff import Backoff
+from colocation.kube.client import api_client
+from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElector
+from colocation.kube.nodes import NodeDirectory
+from colocation.kube.transport import kube_transport
+
+log = logging.getLogger(__name__)
+
+EXIT_LOST_LEADERSHIP = 3
+SERVICE_NAME = "colocation-operator"
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    kubeconfig: Path | None
+    namespace: str
+    identity: str
+    bind_address: str
+    port: int
+    advertise_address: str
+    tls_cert_file: Path | None
+    tls_key_file: Path | None
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+    metric_ttl: float
+    expiry_interval: float = 10.0
+    bookmark_interval: float = 60.0
+
+
+def serving_certificate(config: OperatorConfig) -> tuple[tlsutil.CertKey, bytes]:
+    """(serving certificate and key, CA bundle clients verify it with): from files or generated."""
+    if config.tls_cert_file and config.tls_key_file:
+        cert = tlsutil.CertKey(config.tls_cert_file.read_bytes(), config.tls_key_file.read_bytes())
+        return cert, cert.cert_pem
+    ca = tlsutil.new_ca(f"{SERVICE_NAME}-ca@{int(time.time())}")
+    dns = (SERVICE_NAME, f"{SERVICE_NAME}.{config.namespace}", f"{SERVICE_NAME}.{config.namespace}.svc",
+           f"{SERVICE_NAME}.{config.namespace}.svc.cluster.local", "localhost")
+    ips = tuple(dict.fromkeys(ip for ip in (config.advertise_address, "127.0.0.1") if _is_ip(ip)))
+    return tlsutil.issue_certificate(ca, SERVICE_NAME, dns_names=dns, ip_addresses=ips), ca.cert_pem
+
+
+def _is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
+async def _retry(what: str, attempt: Callable[[], Awaitable[Any]], stop: asyncio.Event) -> Any:
+    backoff = Backoff(initial=0.5, maximum=10.0, jitter=0.5)
+    while not stop.is_set():
+        try:
+            return await attempt()
+        except Exception as error:  # keep trying until the API answers; the log says why
+            delay = backoff.next_delay()
+            log.warning(f"{what} failed, retrying", extra={"error": str(error), "retry_in": round(delay, 2)})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+    return None
+
+
+class OperatorProcess:
+    def __init__(self, config: OperatorConfig) -> None:
+        self.config = config
+        self.metrics = ServerMetrics()
+        self.store = NodeMetricStore(time.time, time.monotonic, ttl_seconds=config.metric_ttl)
+        self.metrics.track(lambda: self.store.node_count, lambda: self.store.watcher_count)
+        self.nodes = NodeDirectory()
+        self.stop = asyncio.Event()
+        self.lost_leadership = False
+        self.request_header: RequestHeaderConfig | None = None
+        self.cert, self.ca_bundle = serving_certificate(config)
+        self.elector: LeaderElector | None = None
+        self._leader_tasks: list[asyncio.Task[Any]] = []
+
+    # ---- leadership callbacks (synchronous, on the election task) ----------------------------
+
+    def _started_leading(self) -> None:
+        log.info("started leading", extra={"identity": self.config.identity})
+        self.metrics.leader.set(1)
+        self.metrics.leader_transitions.inc()
+        self._leader_tasks.append(asyncio.create_task(self._expire_loop()))
+
+    def _stopped_leading(self) -> None:
+        log.error("lost the leader lease; exiting to restart as a standby", extra={"identity": self.config.identity})
+        self.metrics.leader.set(0)
+        self.metrics.leader_transitions.inc()
+        self.lost_leadership = True
+        self.stop.set()
+
+    def _new_leader(self, identity: str) -> None:
+        log.info("leader observed", extra={"leader": identity or "<none>"})
+
+    def _annotations(self) -> dict[str, str]:
+        endpoint = f"https://{self.config.advertise_address}:{self.config.port}"
+        return {LEADER_ENDPOINT_ANNOTATION: endpoint,
+                LEADER_CA_ANNOTATION: base64.b64encode(self.ca_bundle).decode()}
+
+    def _leader_address(self) -> LeaderAddress | None:
+        if self.elector is None or self.elector.is_leader:
+            return None
+        record = self.elector.observed_record
+        if record is None or record.holder_identity in ("", self.config.identity):
+            return None
+        return LeaderAddress.from_annotations(record.holder_identity, dict(record.annotations))
+
+    # ---- loops ---------------------------------------------------------------------------------
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.expiry_interval)  # the sweep period
+            for name in self.store.expire():
+                self.metrics.expired.inc()
+                log.info("dropped NodeMetric of a silent node", extra={"node": name})
+
+    async def _follow_while_standby(self, follower: LeaderFollower) -> None:
+        """Run the follower until this replica leads; then the store carries on by itself."""
+        assert self.elector is not None
+        task = asyncio.create_task(follower.run())
+        try:
+            while not self.elector.is_leader and not task.done():
+                await asyncio.wait({task}, timeout=self.config.retry_period / 2)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def run(self) -> int:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop.set)
+        async with await api_client(config.kubeconfig) as api:
+            self.request_header = await _retry("reading extension-apiserver-authentication",
+                                               lambda: load_request_header_config(api), self.stop)
+            if self.stop.is_set():
+                return 0
+            token = _bearer_token(api)
+            authenticator = DelegatingAuthenticator(kube_token_reviewer(api))
+            authorizer = DelegatingAuthorizer(kube_subject_access_reviewer(api))
+            self.elector = LeaderElector(
+                api, config.namespace, permissions.LEADER_LEASE_NAME, config.identity,
+                lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
+                retry_period=config.retry_period, annotations_provider=self._annotations,
+                on_started_leading=self._started_leading, on_stopped_leading=self._stopped_leading,
+                on_new_leader=self._new_leader)
+            elector = self.elector
+            api_app = NodeMetricApi(self.store, authenticator, authorizer, lambda: self.request_header, elector,
+                                    self.nodes.__contains__, self.nodes.labels, self.metrics,
+                                    ApiOptions(bookmark_interval=config.bookmark_interval))
+            runner = web.AppRunner(api_app.application(), access_log=None, handle_signals=False,
+                                   shutdown_timeout=2.0)
+            await runner.setup()
+            site = web.TCPSite(runner, config.bind_address, config.port, ssl_context=self._ssl_context())
+            await site.start()
+            log.info("serving", extra={"address": f"https://{config.bind_address}:{config.port}",
+                                       "identity": config.identity})
+            follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.metrics)
+            tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
+                     asyncio.create_task(elector.run()),
+                     asyncio.create_task(self._follow_while_standby(follower))]
+            try:
+                await self.stop.wait()
+            finally:
+                for task in tasks + self._leader_tasks:
+                    task.cancel()
+                for task in tasks + self._leader_tasks:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+                if not self.lost_leadership and await elector.release():
+                    log.info("released the leader lease", extra={"identity": config.identity})
+                self.store.close_watchers()
+                await runner.cleanup()
+        return EXIT_LOST_LEADERSHIP if self.lost_leadership else 0
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        client_ca = self.request_header.request_header_ca_pem if self.request_header else None
+        # Client certificates are verified against the front-proxy CA only: that is what makes
+        # the X-Remote-* identity headers trustworthy (see apiserver.auth).
+        return tlsutil.ssl_server_context(self.cert, client_ca_pem=client_ca.encode() if client_ca else None)
+
+
+def _bearer_token(api: Any) -> str:
+    """This replica's own token (kubeconfig or mounted ServiceAccount), to read the leader's API."""
+    configuration = api.configuration
+    key = (configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get("BearerToken")
+    if not key:
+        return ""
+    prefix = (configuration.api_key_prefix or {}).get("authorization", "")
+    text = f"{prefix} {key}".strip() if prefix else str(key)
+    return text.removeprefix("Bearer ").strip()
+
+
+def run(config: OperatorConfig) -> int:
+    return asyncio.run(OperatorProcess(config).run())

@@ -1,0 +1,163 @@
+"""Operator replicas as real processes, run the way the Deployment in manifests/ runs them.
+
+Each replica gets a Pod object, a token for the `colocation-operator` ServiceAccount bound to that
+pod (so the RBAC of manifests/ is what it gets), a kubeconfig with that token, and a loopback
+port registered on the Service for the aggregation layer. A replica that exits is started again
+after a backoff, as the kubelet restarts a crashed container. `STATE_DIR/operators.json` lists
+the replicas (identity, pid, port, log) for tests and people.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from colocation.kube import permissions
+from colocation.kube.backoff import Backoff
+from colocation.sandbox.aggregation import LOCAL_ENDPOINTS_ANNOTATION
+from colocation.sandbox.clock import rfc3339
+
+if TYPE_CHECKING:
+    from colocation.sandbox.runner import Sandbox
+
+log = logging.getLogger(__name__)
+
+TOKEN_SECONDS = 7 * 24 * 3600
+STOP_GRACE_SECONDS = 10.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Replica:
+    identity: str  # the pod name; each process holds the Lease as POD_NAME_SUFFIX
+    port: int
+    kubeconfig: str
+    log: str
+    pid: int = 0
+    restarts: int = 0
+    process: asyncio.subprocess.Process | None = field(default=None, repr=False)
+
+    def public(self) -> dict[str, Any]:
+        return {"identity": self.identity, "port": self.port, "kubeconfig": self.kubeconfig, "log": self.log,
+                "pid": self.pid, "restarts": self.restarts}
+
+
+class OperatorReplicas:
+    def __init__(self, sandbox: Sandbox, count: int, extra_args: tuple[str, ...] = ()) -> None:
+        self.sandbox = sandbox
+        self.count = count
+        self.extra_args = extra_args
+        self.namespace = permissions.OPERATOR_NAMESPACE
+        self.replicas: list[Replica] = []
+        self._supervisors: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    @property
+    def state_file(self) -> Path:
+        return self.sandbox.config.state_dir / "operators.json"
+
+    def _pod(self, name: str) -> dict[str, Any]:
+        api = self.sandbox.api
+        pod = {"metadata": {"name": name, "namespace": self.namespace,
+                            "labels": {"app.kubernetes.io/name": "colocation-operator",
+                                       "app.kubernetes.io/part-of": "colocation"}},
+               "spec": {"serviceAccountName": permissions.OPERATOR_SERVICE_ACCOUNT,
+                        "containers": [{"name": "operator", "image": "colocation:sandbox"}]}}
+        created = api.store.create(api.rt("", "pods"), pod)
+        ready = {**created, "status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(api.clock())}]}}
+        return api.store.update(api.rt("", "pods"), self.namespace, name, ready, subresource="status")
+
+    def _prepare(self, index: int) -> Replica:
+        api = self.sandbox.api
+        name = f"colocation-operator-{index}"
+        pod = self._pod(name)
+        sa = api.store.get(api.rt("", "serviceaccounts"), self.namespace, permissions.OPERATOR_SERVICE_ACCOUNT)
+        token, _ = api.tokens.issue_service_account_token(self.namespace, permissions.OPERATOR_SERVICE_ACCOUNT,
+                                                          sa["metadata"]["uid"], expiration_seconds=TOKEN_SECONDS,
+                                                          bound_object=pod)
+        state = self.sandbox.config.state_dir
+        kubeconfig = self.sandbox.write_kubeconfig(state / f"{name}.kubeconfig", token=token)
+        return Replica(name, free_port(), str(kubeconfig), str(state / f"{name}.log"))
+
+    def _register_endpoints(self) -> None:
+        api = self.sandbox.api
+        services = api.rt("", "services")
+        service = api.store.get(services, self.namespace, "colocation-operator")
+        annotations = {**(service["metadata"].get("annotations") or {}),
+                       LOCAL_ENDPOINTS_ANNOTATION: ",".join(f"127.0.0.1:{r.port}" for r in self.replicas)}
+        api.store.update(services, self.namespace, "colocation-operator",
+                         {**service, "metadata": {**service["metadata"], "annotations": annotations}})
+
+    async def start(self) -> None:
+        self.replicas = [self._prepare(i) for i in range(self.count)]
+        self._register_endpoints()
+        for replica in self.replicas:
+            await self._spawn(replica)
+            self._supervisors.append(asyncio.create_task(self._supervise(replica)))
+        self._write_state()
+
+    async def _spawn(self, replica: Replica) -> None:
+        # No --identity: each process picks POD_NAME plus a fresh suffix, as in the Deployment.
+        command = [sys.executable, "-m", "colocation", "operator", "--kubeconfig", replica.kubeconfig,
+                   "--namespace", self.namespace, "--bind-address", "127.0.0.1",
+                   "--port", str(replica.port), "--advertise-address", "127.0.0.1", *self.extra_args]
+        with open(replica.log, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
+            replica.process = await asyncio.create_subprocess_exec(
+                *command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "POD_NAME": replica.identity,
+                     "POD_NAMESPACE": self.namespace})
+        replica.pid = replica.process.pid
+        log.info("operator replica started", extra={"identity": replica.identity, "pid": replica.pid,
+                                                    "port": replica.port})
+
+    async def _supervise(self, replica: Replica) -> None:
+        backoff = Backoff(initial=0.5, maximum=10.0, jitter=0.3)
+        while True:
+            assert replica.process is not None
+            code = await replica.process.wait()
+            if self._stopping:
+                return
+            delay = backoff.next_delay()
+            log.warning("operator replica exited; restarting", extra={
+                "identity": replica.identity, "code": code, "restart_in": round(delay, 2)})
+            await asyncio.sleep(delay)  # CrashLoopBackOff, in small
+            replica.restarts += 1
+            await self._spawn(replica)
+            self._write_state()
+
+    def _write_state(self) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps([r.public() for r in self.replicas], option=orjson.OPT_INDENT_2))
+        tmp.replace(self.state_file)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._supervisors:
+            task.cancel()
+        processes = [r.process for r in self.replicas if r.process is not None and r.process.returncode is None]
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                await asyncio.wait_for(process.wait(), STOP_GRACE_SECONDS)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()

@@ -1,0 +1,241 @@
+"""The operator's NodeMetric API end to end: real operator processes behind the sandbox's APIService.
+
+The sandbox runs two `colocation operator` replicas with the manifests' ServiceAccount and RBAC
+(short lease timings so failovers fit a test); reports are sent as an agent sends them, with a
+ServiceAccount token bound to a pod on the node, straight to the leader or through the
+aggregation layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import ssl
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.e2e.conftest import Kubectl
+from tests.e2e.kube import Kube, start_sandbox_process, wait_for
+
+pytestmark = pytest.mark.sandbox_only  # replicas are processes the sandbox starts and the test kills
+
+NS = "colocation-system"
+BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
+LEASE_ARGS = ["--operator-arg=--lease-duration=1.5", "--operator-arg=--renew-deadline=1",
+              "--operator-arg=--retry-period=0.2", "--probe-interval=0.2"]
+
+
+@pytest.fixture(scope="module")
+def operator_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    state = tmp_path_factory.mktemp("operator-sandbox")
+    with start_sandbox_process(state, ["--operators", "2", *LEASE_ARGS]) as kubeconfig:
+        yield kubeconfig, state
+
+
+@pytest.fixture
+async def admin(operator_sandbox: tuple[Path, Path]) -> AsyncIterator[Kube]:
+    async with Kube.from_kubeconfig(operator_sandbox[0]) as kube:
+        await wait_for(lambda: _available(kube), timeout=30)
+        yield kube
+
+
+async def _available(kube: Kube) -> bool:
+    status, body = await kube.request("GET", "/apis/apiregistration.k8s.io/v1/apiservices/"
+                                             "v1alpha1.metrics.colocation.dev")
+    conditions = (body.get("status") or {}).get("conditions") or [] if status == 200 else []
+    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
+
+
+def replicas(state: Path) -> list[dict[str, Any]]:
+    return list(json.loads((state / "operators.json").read_text()))
+
+
+async def leader(kube: Kube) -> tuple[str, str, ssl.SSLContext]:
+    """(pod name, endpoint, TLS context) of the current leader, from the Lease annotations.
+
+    A replica holds the Lease as POD_NAME_SUFFIX, the suffix new for every process.
+    """
+    status, lease = await kube.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/"
+                                              "colocation-operator")
+    assert status == 200, lease
+    annotations = lease["metadata"].get("annotations") or {}
+    ca = annotations.get("colocation.dev/leader-ca")  # absent while nobody leads
+    context = ssl.create_default_context(cadata=base64.b64decode(ca).decode()) if ca else ssl.create_default_context()
+    context.check_hostname = False
+    pod = (lease["spec"].get("holderIdentity") or "").rpartition("_")[0]
+    return pod, annotations.get("colocation.dev/leader-endpoint", ""), context
+
+
+async def make_node(kube: Kube, labels: dict[str, str] | None = None) -> tuple[str, str]:
+    """A Node and an agent pod on it; returns (node name, the pod-bound agent token)."""
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    status, body = await kube.request("POST", "/api/v1/nodes", {"metadata": {"name": node, "labels": labels or {}}})
+    assert status == 201, body
+    pod = {"metadata": {"name": f"agent-{node}", "namespace": NS},
+           "spec": {"nodeName": node, "serviceAccountName": "colocation-agent",
+                    "containers": [{"name": "agent", "image": "colocation:test"}]}}
+    status, body = await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", pod)
+    assert status == 201, body
+    request = {"spec": {"expirationSeconds": 3600, "boundObjectRef": {
+        "kind": "Pod", "apiVersion": "v1", "name": f"agent-{node}", "uid": body["metadata"]["uid"]}}}
+    status, token = await kube.request("POST", f"/api/v1/namespaces/{NS}/serviceaccounts/colocation-agent/token",
+                                       request)
+    assert status == 201, token
+    return node, token["status"]["token"]
+
+
+def report(node: str, cpu: str = "1500m", memory: str = "2Gi", pods: int = 3) -> dict[str, Any]:
+    now = dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    usage = {"resources": {"cpu": cpu, "memory": memory}}
+    return {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric", "metadata": {"name": node},
+            "status": {"updateTime": now,
+                       "nodeMetric": {"nodeUsage": usage, "systemUsage": {"resources": {"cpu": "100m"}},
+                                      "aggregatedNodeUsages": [{"duration": "5m0s", "usage": {
+                                          "avg": usage, "p50": usage, "p90": usage, "p95": usage, "p99": usage}}]},
+                       "podsMetric": [{"namespace": "default", "name": f"pod-{i}", "priority": "koord-batch",
+                                       "qos": "BE", "podUsage": {"resources": {"cpu": "100m", "memory": "64Mi"}}}
+                                      for i in range(pods)]}}
+
+
+async def put_direct(endpoint: str, context: ssl.SSLContext, node: str, body: Any,
+                     token: str | None) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, session.put(
+            f"{endpoint}{BASE}/{node}/status", data=data, headers=headers, ssl=context) as response:
+        raw = await response.read()
+        return response.status, orjson.loads(raw) if raw else None
+
+
+@pytest.fixture
+def kubectl_here(operator_sandbox: tuple[Path, Path], tmp_path: Path) -> Kubectl:
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.skip("kubectl is not installed")
+    return Kubectl(binary, operator_sandbox[0], tmp_path / "kubectl-cache")
+
+
+async def test_reports_appear_through_the_apiservice_with_node_labels(admin: Kube, kubectl_here: Kubectl) -> None:
+    node, token = await make_node(admin, {"pool": "batch-" + uuid.uuid4().hex[:4]})
+    _, endpoint, context = await leader(admin)
+    status, stored = await put_direct(endpoint, context, node, report(node), token)
+    assert status == 200, stored
+    status, got = await admin.request("GET", f"{BASE}/{node}")
+    assert status == 200, got
+    assert got["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "1500m"
+    pool = got["metadata"]["labels"]["pool"]
+    status, listed = await admin.request("GET", BASE, params={"labelSelector": f"pool={pool}"})
+    assert [item["metadata"]["name"] for item in listed["items"]] == [node]
+
+    output = kubectl_here.run("get", "nodemetrics", node).stdout
+    header, row = output.splitlines()[:2]
+    assert header.split()[:4] == ["NAME", "CPU", "MEMORY", "PODS"]
+    assert row.split()[:4] == [node, "1500m", "2Gi", "3"]
+
+
+async def test_reports_through_kube_apiserver_are_accepted_too(admin: Kube) -> None:
+    node, token = await make_node(admin)
+    async with admin.with_token(token) as agent:
+        status, body = await agent.request("PUT", f"{BASE}/{node}/status", report(node, cpu="700m"))
+    assert status == 200, body
+    status, got = await admin.request("GET", f"{BASE}/{node}")
+    assert got["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "700m"
+
+
+async def test_rejected_reports_change_nothing(admin: Kube) -> None:
+    node, token = await make_node(admin)
+    other, _ = await make_node(admin)
+    _, endpoint, context = await leader(admin)
+    assert (await put_direct(endpoint, context, node, report(node), token))[0] == 200
+    status, before = await admin.request("GET", BASE)
+    cases = [
+        ("a report for another node", other, report(other), token, 403),
+        ("no token", node, report(node, cpu="9"), None, 401),
+        ("malformed JSON", node, b'{"kind": "NodeMetric",', token, 400),
+        ("negative usage", node, report(node, cpu="-1"), token, 422),
+        ("wrong kind", node, {**report(node), "kind": "Pod"}, token, 400),
+        ("over 1 MiB", node, b"{" + b" " * (1024 * 1024 + 10) + b"}", token, 413),
+    ]
+    for what, target, body, credential, expected in cases:
+        status, answer = await put_direct(endpoint, context, target, body, credential)
+        assert status == expected, (what, answer)
+        assert answer["kind"] == "Status" and answer["code"] == expected, (what, answer)
+    status, after = await admin.request("GET", BASE)
+    assert after["items"] == before["items"]
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+async def test_a_standby_refuses_reports_and_names_the_leader(admin: Kube, operator_sandbox: tuple[Path, Path]) -> None:
+    node, token = await make_node(admin)
+    identity, _, _ = await leader(admin)
+    standby = next(r for r in replicas(operator_sandbox[1]) if r["identity"] != identity)
+    # The standby's certificate comes from its own CA, which only a leader publishes.
+    unverified = ssl.create_default_context()
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE
+    status, answer = await put_direct(f"https://127.0.0.1:{standby['port']}", unverified, node, report(node), token)
+    assert status == 503, answer
+    assert answer["reason"] == "ServiceUnavailable" and identity in answer["message"]
+
+
+async def _complete(kube: Kube, nodes: set[str]) -> bool:
+    status, body = await kube.request("GET", BASE)
+    return status == 200 and nodes <= {item["metadata"]["name"] for item in body["items"]}
+
+
+@pytest.mark.parametrize("how", ["kill", "terminate"])
+async def test_failover_serves_complete_data_and_watches_resume(
+        admin: Kube, operator_sandbox: tuple[Path, Path], how: str,
+        record_property: Any) -> None:
+    nodes = {}
+    for _ in range(3):
+        node, token = await make_node(admin)
+        nodes[node] = token
+    identity, endpoint, context = await leader(admin)
+    for node, token in nodes.items():
+        assert (await put_direct(endpoint, context, node, report(node), token))[0] == 200
+    _, listed = await admin.request("GET", BASE)
+    list_rv = int(listed["metadata"]["resourceVersion"])
+    # The standby follows the leader: wait until its copy has everything before failing over.
+    standby = next(r for r in replicas(operator_sandbox[1]) if r["identity"] != identity)
+    old = next(r for r in replicas(operator_sandbox[1]) if r["identity"] == identity)
+
+    os.kill(old["pid"], signal.SIGKILL if how == "kill" else signal.SIGTERM)
+    started = time.monotonic()
+    await wait_for(lambda: _led_by(admin, standby["identity"]), timeout=10, interval=0.02)
+    await wait_for(lambda: _complete(admin, set(nodes)), timeout=10, interval=0.02)
+    elapsed = time.monotonic() - started
+    record_property(f"failover_{how}_seconds", round(elapsed, 3))
+    print(f"failover after {how}: new leader serving complete data in {elapsed:.2f}s")
+    # The timings the sandbox runs here: lease 1.5 s, retry 0.2 s. A killed leader is replaced
+    # after the lease expires; a terminated one releases it at once.
+    assert elapsed < (3.0 if how == "kill" else 2.0)
+
+    _, after = await admin.request("GET", BASE)
+    assert int(after["metadata"]["resourceVersion"]) >= list_rv  # never backwards across the handover
+    # A watch resumed from before the failover is answered by the new leader without a relist.
+    async with admin.watch(BASE, resourceVersion=str(list_rv)) as events:
+        node, token = next(iter(nodes.items()))
+        _, endpoint, context = await leader(admin)
+        assert (await put_direct(endpoint, context, node, report(node, cpu="2"), token))[0] == 200
+        event = await asyncio.wait_for(events.get(), 10)
+        assert event is not None and event["type"] == "MODIFIED", event
+        assert event["object"]["metadata"]["name"] == node
+
+
+async def _led_by(kube: Kube, identity: str) -> bool:
+    return (await leader(kube))[0] == identity
