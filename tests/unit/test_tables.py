@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.resources import BUILTIN_TYPES, PrinterColumn, ResourceType
 from colocation.apimachinery.tables import human_duration, wants_table
+from colocation.sandbox.resources import BUILTIN_TYPES, PrinterColumn, ResourceType
 from colocation.sandbox.tables import evaluate_jsonpath, parse_jsonpath, partial_object_metadata, to_table
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
