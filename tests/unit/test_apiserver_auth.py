@@ -12,15 +12,13 @@ from colocation.apimachinery.errors import ApiError
 from colocation.apiserver.auth import (
     Caller,
     DelegatingAuthenticator,
-    DelegatingAuthorizer,
     RequestHeaderConfig,
     ReviewFailed,
-    SubjectAccessSpec,
     TokenReviewResult,
     bearer_token,
-    check_node_rule,
-    token_review_result,
 )
+from colocation.apiserver.authz import DelegatingAuthorizer, SubjectAccessSpec, check_node_rule
+from colocation.apiserver.reviewers import token_review_result
 
 AGENT = Caller("system:serviceaccount:colocation-system:colocation-agent", "sa-uid",
                ("system:serviceaccounts", "system:serviceaccounts:colocation-system", "system:authenticated"),

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from colocation.apimachinery.microtime import format_micro_time, parse_micro_time
 from colocation.kube.client import KubeConfigError, api_client
 from colocation.kube.leaderelection import (
     LEADER_CA_ANNOTATION,
@@ -26,11 +27,8 @@ from colocation.kube.leaderelection import (
     ElectionState,
     LeaderElectionRecord,
     LeaderElector,
-    LeaseConflict,
-    LeaseError,
-    format_micro_time,
-    parse_micro_time,
 )
+from colocation.kube.leases import LeaseConflict, LeaseError
 
 MICRO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
 T0 = datetime(2026, 11, 22, 1, 2, 3, 123, tzinfo=UTC)

@@ -14,12 +14,14 @@ from colocation.sandbox.rbac import (
     RequestAttributes,
     UserInfo,
     forbidden_error,
+)
+from colocation.sandbox.rbac_bootstrap import bootstrap_policy
+from colocation.sandbox.reviews import (
     impersonate,
     self_subject_access_review,
     self_subject_rules_review,
     subject_access_review,
 )
-from colocation.sandbox.rbac_bootstrap import bootstrap_policy
 
 Obj = dict[str, Any]
 PLURALS = {"Role": "roles", "RoleBinding": "rolebindings", "ClusterRole": "clusterroles",

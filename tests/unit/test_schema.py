@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.schema import apply_defaults, check_structural, prune, validate, validation_causes
+from colocation.sandbox.schema import apply_defaults, prune, validate, validation_causes
+from colocation.sandbox.structural import check_structural
 
 
 def _spec(**properties: Any) -> dict[str, Any]:

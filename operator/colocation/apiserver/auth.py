@@ -1,11 +1,11 @@
-"""Who is calling and what they may do, delegated to kube-apiserver as aggregated API servers do.
+"""Who is calling, delegated to kube-apiserver as aggregated API servers do it.
 
-Authentication: a front-proxy client certificate (kube-apiserver forwarding a request it already
-authenticated) makes the `X-Remote-*` headers the identity; otherwise a bearer token is checked
-with a TokenReview. Authorization: a SubjectAccessReview. Both reviews are cached and concurrent
-identical reviews share one call, because every report and every read would otherwise cost a
-round trip to kube-apiserver. A review that fails (timeout, kube-apiserver down) is never
-cached and never lets the request through.
+A front-proxy client certificate (kube-apiserver forwarding a request it already authenticated)
+makes the `X-Remote-*` headers the identity; otherwise a bearer token is checked with a TokenReview.
+Reviews (TokenReviews here, SubjectAccessReviews in `authz`) are cached and concurrent identical
+reviews share one call, because every report and every read would otherwise cost a round trip to
+kube-apiserver. A review that fails (timeout, kube-apiserver down) is never cached and never lets
+the request through.
 """
 
 from __future__ import annotations
@@ -23,33 +23,15 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, M
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-import aiohttp
 import cachetools
-from kubernetes_asyncio import client as kube
 
 from colocation.apimachinery.errors import ApiError
-from colocation.kube.permissions import (
-    AUTHENTICATION_CONFIG_MAP,
-    AUTHENTICATION_CONFIG_NAMESPACE,
-    METRICS_GROUP,
-    OPERATOR_API_CALLS,
-    ApiCall,
-    declared,
-)
+from colocation.kube.permissions import AUTHENTICATION_CONFIG_MAP
 
 log = logging.getLogger(__name__)
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 AUTHENTICATED_GROUP = "system:authenticated"
-NODE_METRICS = "nodemetrics"
-REVIEW_TIMEOUT = 3.0
-
-# Looked up at import, so the RBAC test in tests/unit/test_manifests.py covers these calls.
-_TOKEN_REVIEW = declared(OPERATOR_API_CALLS, ApiCall("authentication.k8s.io", "tokenreviews", "create", None))
-_SUBJECT_ACCESS_REVIEW = declared(
-    OPERATOR_API_CALLS, ApiCall("authorization.k8s.io", "subjectaccessreviews", "create", None))
-_READ_AUTHENTICATION_CONFIG = declared(OPERATOR_API_CALLS, ApiCall(
-    "", "configmaps", "get", AUTHENTICATION_CONFIG_NAMESPACE, name=AUTHENTICATION_CONFIG_MAP))
 
 _ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
@@ -115,7 +97,7 @@ class ReviewFailed(Exception):
     """A review could not be made (timeout, transport, kube-apiserver error): fail closed."""
 
 
-def _why(error: Exception) -> str:
+def why_failed(error: Exception) -> str:
     # Our own failures are worded for clients; anything else may carry internals.
     return str(error) if isinstance(error, ReviewFailed) else "internal error"
 
@@ -224,7 +206,7 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
-class _ReviewCache(Generic[K, V]):
+class ReviewCache(Generic[K, V]):
     """Answers cached with a lifetime that depends on the answer; identical misses share one call.
 
     Errors are not cached (upstream caches only answers), so the next request asks again. A call
@@ -272,10 +254,10 @@ class _ReviewCache(Generic[K, V]):
         return (*self._cache.keys(), *self._in_flight.keys())
 
 
-class _CountsReviews:
+class CountsReviews:
     """Counters for Prometheus (the server wires them): answers from cache, reviews made, shared."""
 
-    _reviews: _ReviewCache[Any, Any]
+    _reviews: ReviewCache[Any, Any]
     reviews_failed: int
 
     @property
@@ -296,7 +278,7 @@ class _CountsReviews:
 TokenReviewer = Callable[[str], Awaitable[TokenReviewResult]]
 
 
-class DelegatingAuthenticator(_CountsReviews):
+class DelegatingAuthenticator(CountsReviews):
     """Front-proxy identity, else bearer token by cached TokenReview, else 401."""
 
     def __init__(self, token_reviewer: TokenReviewer, *, cache_ttl: float = 10.0, failure_ttl: float = 2.0,
@@ -304,7 +286,7 @@ class DelegatingAuthenticator(_CountsReviews):
         self._reviewer = token_reviewer
         # Keyed by an HMAC under a per-process key: a token is never a dictionary key or in a dump.
         self._key = secrets.token_bytes(32)
-        self._reviews: _ReviewCache[bytes, TokenReviewResult] = _ReviewCache(
+        self._reviews: ReviewCache[bytes, TokenReviewResult] = ReviewCache(
             maxsize=cache_size, clock=clock,
             ttl_of=lambda result: cache_ttl if result.authenticated else failure_ttl)
         self.reviews_failed = 0
@@ -335,7 +317,7 @@ class DelegatingAuthenticator(_CountsReviews):
         try:
             result = await self._reviews.get(key, lambda: self._review(token))
         except Exception as error:
-            raise ApiError.unauthorized(f"Unauthorized: the token review failed: {_why(error)}") from None
+            raise ApiError.unauthorized(f"Unauthorized: the token review failed: {why_failed(error)}") from None
         if not result.authenticated or result.caller is None:
             raise ApiError.unauthorized()
         return _with_authenticated_group(result.caller)
@@ -348,214 +330,3 @@ class DelegatingAuthenticator(_CountsReviews):
             self.reviews_failed += 1
             log.warning("token review failed", extra={"error": str(error), "cause": repr(error.__cause__)})
             raise
-
-
-# ---- authorization ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SubjectAccessSpec:
-    """The question a SubjectAccessReview asks; a request for a path when `path` is set."""
-
-    user: str
-    uid: str
-    groups: tuple[str, ...]
-    extra: Extra
-    verb: str
-    api_group: str = ""
-    resource: str = ""
-    subresource: str = ""
-    name: str = ""
-    namespace: str = ""
-    path: str = ""
-
-    @classmethod
-    def of(cls, caller: Caller, verb: str, **attributes: str) -> SubjectAccessSpec:
-        extra = caller.extra if isinstance(caller.extra, Extra) else Extra(caller.extra)
-        return cls(caller.username, caller.uid, caller.groups, extra, verb, **attributes)
-
-
-@dataclass(frozen=True)
-class _Decision:
-    allowed: bool
-    reason: str = ""
-
-
-def forbidden(spec: SubjectAccessSpec, reason: str = "") -> ApiError:
-    """403 worded as kube-apiserver words it (the reason after a colon)."""
-    if spec.path:
-        message = f'forbidden: User "{spec.user}" cannot {spec.verb} path "{spec.path}"'
-        details: dict[str, Any] = {}
-    else:
-        resource = f"{spec.resource}/{spec.subresource}" if spec.subresource else spec.resource
-        scope = f' in the namespace "{spec.namespace}"' if spec.namespace else " at the cluster scope"
-        why = f'User "{spec.user}" cannot {spec.verb} resource "{resource}" in API group "{spec.api_group}"{scope}'
-        qualified = f"{spec.resource}.{spec.api_group}" if spec.api_group else spec.resource
-        message = f'{qualified} "{spec.name}" is forbidden: {why}' if spec.name else f"{qualified} is forbidden: {why}"
-        details = {"kind": spec.resource, **({"name": spec.name} if spec.name else {}),
-                   **({"group": spec.api_group} if spec.api_group else {})}
-    if reason:
-        message += f": {reason}"
-    return ApiError(403, "Forbidden", message, details)
-
-
-SubjectAccessReviewer = Callable[[SubjectAccessSpec], Awaitable[bool | tuple[bool, str]]]
-
-
-class DelegatingAuthorizer(_CountsReviews):
-    """Authorization by cached SubjectAccessReview, with upstream's always-allowed groups and paths."""
-
-    def __init__(self, sar: SubjectAccessReviewer, *, allowed_ttl: float = 10.0, denied_ttl: float = 10.0,
-                 cache_size: int = 10_000, always_allow_groups: Iterable[str] = ("system:masters",),
-                 always_allow_paths: Iterable[str] = ("/healthz", "/livez", "/readyz"),
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._sar = sar
-        self._always_allow_groups = frozenset(always_allow_groups)
-        self._always_allow_paths = tuple(always_allow_paths)
-        self._reviews: _ReviewCache[SubjectAccessSpec, _Decision] = _ReviewCache(
-            maxsize=cache_size, clock=clock,
-            ttl_of=lambda decision: allowed_ttl if decision.allowed else denied_ttl)
-        self.reviews_failed = 0
-
-    async def authorize(self, caller: Caller, verb: str, resource: str, subresource: str = "", name: str = "",
-                        api_group: str = METRICS_GROUP, namespace: str = "") -> None:
-        """Return if allowed, else raise ApiError 403."""
-        spec = SubjectAccessSpec.of(caller, verb, api_group=api_group, resource=resource,
-                                    subresource=subresource, name=name, namespace=namespace)
-        await self._decide(spec)
-
-    async def authorize_path(self, caller: Caller, verb: str, path: str) -> None:
-        """The same for a non-resource URL (/metrics, /openapi/v2, ...)."""
-        if any(path == allowed or (allowed.endswith("*") and path.startswith(allowed[:-1]))
-               for allowed in self._always_allow_paths):
-            return
-        await self._decide(SubjectAccessSpec.of(caller, verb, path=path))
-
-    async def _decide(self, spec: SubjectAccessSpec) -> None:
-        if self._always_allow_groups.intersection(spec.groups):
-            return
-        try:
-            decision = await self._reviews.get(spec, lambda: self._review(spec))
-        except Exception as error:
-            raise forbidden(spec, f"the authorization review failed: {_why(error)}") from None
-        if not decision.allowed:
-            raise forbidden(spec, decision.reason)
-
-    async def _review(self, spec: SubjectAccessSpec) -> _Decision:
-        try:
-            answer = await self._sar(spec)
-        except Exception as error:
-            self.reviews_failed += 1
-            log.warning("subject access review failed",
-                        extra={"error": str(error), "cause": repr(error.__cause__), "user": spec.user})
-            raise
-        return _Decision(*answer) if isinstance(answer, tuple) else _Decision(bool(answer))
-
-
-# ---- the node rule ----------------------------------------------------------------------------
-
-
-def check_node_rule(caller: Caller, node: str) -> None:
-    """A report for `node` only from a token bound to a pod on `node`; else ApiError 403."""
-    bound_to = caller.extra.get(NODE_NAME_EXTRA, ())
-    if bound_to == (node,):
-        return
-    prefix = f'{NODE_METRICS}.{METRICS_GROUP} "{node}" is forbidden: User "{caller.username}"'
-    if not bound_to:
-        message = (f"{prefix} cannot report for node \"{node}\": reports must come from a ServiceAccount "
-                   f"token bound to a pod on the node")
-    else:
-        nodes = ", ".join(f'"{name}"' for name in bound_to)
-        message = (f"{prefix} holds a token bound to a pod on node {nodes} and cannot report for "
-                   f'node "{node}"')
-    raise ApiError(403, "Forbidden", message, {"kind": NODE_METRICS, "name": node, "group": METRICS_GROUP})
-
-
-# ---- kube-apiserver backends ------------------------------------------------------------------
-
-_TRANSPORT_ERRORS = (TimeoutError, aiohttp.ClientError, OSError, kube.exceptions.ApiException)
-
-
-def _describe(error: BaseException, timeout: float) -> str:
-    if isinstance(error, TimeoutError):
-        return f"no answer from kube-apiserver within {timeout:g} s"
-    if isinstance(error, kube.exceptions.ApiException):
-        return f"kube-apiserver answered {error.status} {error.reason}"
-    return f"kube-apiserver unreachable ({type(error).__name__})"  # details go to the log, not to clients
-
-
-def token_review_result(status: Mapping[str, Any], audiences: Iterable[str] = ()) -> TokenReviewResult:
-    """Read a TokenReview status (JSON) for the audiences asked for."""
-    if not status.get("authenticated"):
-        return TokenReviewResult(False, None, str(status.get("error") or ""))
-    wanted = tuple(audiences)
-    granted = tuple(status.get("audiences") or ())
-    # An answer that names no audiences means the API server's own, i.e. the ones asked for.
-    if wanted and granted and not set(wanted) & set(granted):
-        return TokenReviewResult(False, None, f"token audiences {list(granted)} do not include {list(wanted)}")
-    user = status.get("user") or {}
-    caller = Caller(str(user.get("username") or ""), str(user.get("uid") or ""), tuple(user.get("groups") or ()),
-                    {key: tuple(values or ()) for key, values in (user.get("extra") or {}).items()})
-    if not caller.username:
-        return TokenReviewResult(False, None, "the token review named no user")
-    return TokenReviewResult(True, caller)
-
-
-def kube_token_reviewer(api_client: Any, *, audiences: Iterable[str] = (),
-                        timeout: float = REVIEW_TIMEOUT) -> TokenReviewer:
-    """TokenReviews through kube-apiserver: one attempt per review, bounded by `timeout`."""
-    api = kube.AuthenticationV1Api(api_client)
-    wanted = tuple(audiences)
-
-    async def review(token: str) -> TokenReviewResult:
-        body = kube.V1TokenReview(api_version="authentication.k8s.io/v1", kind="TokenReview",
-                                  spec=kube.V1TokenReviewSpec(token=token, audiences=list(wanted) or None))
-        try:
-            async with asyncio.timeout(timeout):
-                answer = await api.create_token_review(body, _request_timeout=timeout)
-        except _TRANSPORT_ERRORS as error:
-            raise ReviewFailed(f"TokenReview: {_describe(error, timeout)}") from error
-        return token_review_result(api_client.sanitize_for_serialization(answer).get("status") or {}, wanted)
-
-    return review
-
-
-def _subject_access_review_spec(spec: SubjectAccessSpec) -> Any:
-    if spec.path:
-        resource, non_resource = None, kube.V1NonResourceAttributes(path=spec.path, verb=spec.verb)
-    else:
-        non_resource = None
-        resource = kube.V1ResourceAttributes(
-            verb=spec.verb, group=spec.api_group, resource=spec.resource, subresource=spec.subresource or None,
-            name=spec.name or None, namespace=spec.namespace or None)
-    return kube.V1SubjectAccessReviewSpec(
-        user=spec.user, uid=spec.uid or None, groups=list(spec.groups),
-        extra={key: list(values) for key, values in spec.extra.items()} or None,
-        resource_attributes=resource, non_resource_attributes=non_resource)
-
-
-def kube_subject_access_reviewer(api_client: Any, *, timeout: float = REVIEW_TIMEOUT) -> SubjectAccessReviewer:
-    """SubjectAccessReviews through kube-apiserver: one attempt per review, bounded by `timeout`."""
-    api = kube.AuthorizationV1Api(api_client)
-
-    async def review(spec: SubjectAccessSpec) -> bool | tuple[bool, str]:
-        body = kube.V1SubjectAccessReview(api_version="authorization.k8s.io/v1", kind="SubjectAccessReview",
-                                          spec=_subject_access_review_spec(spec))
-        try:
-            async with asyncio.timeout(timeout):
-                answer = await api.create_subject_access_review(body, _request_timeout=timeout)
-        except _TRANSPORT_ERRORS as error:
-            raise ReviewFailed(f"SubjectAccessReview: {_describe(error, timeout)}") from error
-        status = api_client.sanitize_for_serialization(answer).get("status") or {}
-        return bool(status.get("allowed")), str(status.get("reason") or "")
-
-    return review
-
-
-async def load_request_header_config(api_client: Any, *, timeout: float = REVIEW_TIMEOUT) -> RequestHeaderConfig:
-    """Read kube-system/extension-apiserver-authentication (one attempt; the caller retries)."""
-    call = _READ_AUTHENTICATION_CONFIG
-    async with asyncio.timeout(timeout):
-        configmap = await kube.CoreV1Api(api_client).read_namespaced_config_map(
-            call.name, AUTHENTICATION_CONFIG_NAMESPACE, _request_timeout=timeout)
-    return RequestHeaderConfig.from_configmap(configmap.data or {})

@@ -1,6 +1,7 @@
 """Leader election on a coordination.k8s.io/v1 Lease, with client-go's semantics.
 
-The pure core (`LeaderElectionRecord`, `ElectionState`) decides; `LeaderElector` does the I/O.
+The pure core (`LeaderElectionRecord`, `ElectionState`) decides; `LeaderElector` does the I/O
+(through a `leases.LeaseStore`).
 
 Expiry is judged the way client-go judges it, never by comparing clocks across machines: a
 replica remembers the record it last saw and the moment, on its own monotonic clock, it saw
@@ -25,75 +26,27 @@ import dataclasses
 import logging
 import math
 import random
-import re
 import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient, CoordinationV1Api
+from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from colocation.kube import permissions
+from colocation.apimachinery.microtime import format_micro_time, parse_micro_time, wall_time
 from colocation.kube.backoff import Backoff
-from colocation.kube.client import call_json
-from colocation.kube.permissions import OPERATOR_API_CALLS, ApiCall
+from colocation.kube.leases import KubernetesLeases, LeaseConflict, LeaseError, LeaseStore
 
 logger = logging.getLogger(__name__)
-
-# The calls made here, on the operator's own Lease (see colocation.kube.permissions).
-_LEASES = ("coordination.k8s.io", "leases")
-for _verb, _name in (("get", permissions.LEADER_LEASE_NAME), ("create", ""), ("update", permissions.LEADER_LEASE_NAME)):
-    permissions.declared(OPERATOR_API_CALLS, ApiCall(*_LEASES, _verb, permissions.OPERATOR_NAMESPACE, name=_name))
 
 # The annotations a leader publishes on its Lease so agents reach it without kube-apiserver.
 LEADER_ENDPOINT_ANNOTATION = "colocation.dev/leader-endpoint"  # https://IP:PORT
 LEADER_CA_ANNOTATION = "colocation.dev/leader-ca"  # base64 of the PEM CA bundle of its serving certificate
-
-
-# --- MicroTime ----------------------------------------------------------------------------------------
-
-def format_micro_time(moment: datetime) -> str:
-    """MicroTime as Kubernetes writes it: UTC, exactly six fractional digits, `Z`."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-_TIMESTAMP = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?\s*(?:([Zz])|([+-])(\d{2}):?(\d{2}))?")
-
-
-def parse_micro_time(value: object) -> datetime | None:
-    """A Time or MicroTime as any API server or client may have written it; None if unreadable.
-
-    Accepts 0-9 fractional digits (nanoseconds are truncated), `Z`, a numeric offset, or no zone
-    (taken as UTC). The times in a Lease are informational, so a bad one must not stop anything.
-    """
-    if not isinstance(value, str):
-        return None
-    match = _TIMESTAMP.fullmatch(value.strip())
-    if match is None:
-        return None
-    year, month, day, hour, minute, second, fraction, _, sign, off_hours, off_minutes = match.groups()
-    zone: timezone = UTC
-    if sign:
-        offset = timedelta(hours=int(off_hours), minutes=int(off_minutes))
-        zone = timezone(offset if sign == "+" else -offset)
-    try:
-        moment = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
-                          int((fraction or "0")[:6].ljust(6, "0")), tzinfo=zone)
-    except ValueError:
-        return None
-    return moment.astimezone(UTC)
-
-
-def wall_time(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
 
 
 # --- The record and the pure decisions -------------------------------------------------------------
@@ -247,57 +200,6 @@ def initial_record(identity: str, wall: datetime, lease_duration_seconds: int,
 def default_identity() -> str:
     """Unique per process, readable per host (client-go's convention: hostname_uuid)."""
     return f"{socket.gethostname()}_{uuid.uuid4()}"
-
-
-# --- I/O: the Lease in the API ---------------------------------------------------------------------
-
-class LeaseError(Exception):
-    """The API answered a Lease call with an error."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-
-
-class LeaseConflict(LeaseError):
-    """409: someone else wrote (or created) the Lease since we read it."""
-
-
-class LeaseStore(Protocol):
-    """One Lease; bodies are plain JSON objects exactly as sent and received."""
-
-    async def get(self, timeout: float) -> dict[str, Any] | None: ...  # None: it does not exist
-    async def create(self, body: dict[str, Any], timeout: float) -> dict[str, Any]: ...
-    async def replace(self, body: dict[str, Any], timeout: float) -> dict[str, Any]: ...
-
-
-class KubernetesLeases:
-    """A Lease through kubernetes-asyncio, with dict bodies so MicroTime goes out as formatted here."""
-
-    def __init__(self, api: ApiClient, namespace: str, name: str) -> None:
-        self._api = CoordinationV1Api(api)
-        self.namespace = namespace
-        self.name = name
-
-    async def get(self, timeout: float) -> dict[str, Any] | None:
-        status, body = await call_json(self._api.read_namespaced_lease, self.name, self.namespace, timeout=timeout)
-        return None if status == 404 else _lease_or_raise(status, body)
-
-    async def create(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        status, answer = await call_json(self._api.create_namespaced_lease, self.namespace, body, timeout=timeout)
-        return _lease_or_raise(status, answer)
-
-    async def replace(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        status, answer = await call_json(self._api.replace_namespaced_lease, self.name, self.namespace, body,
-                                         timeout=timeout)
-        return _lease_or_raise(status, answer)
-
-
-def _lease_or_raise(status: int, body: Any) -> dict[str, Any]:
-    if 200 <= status < 300 and isinstance(body, dict):
-        return body
-    message = body.get("message", "") if isinstance(body, dict) else str(body or "")
-    raise (LeaseConflict if status == 409 else LeaseError)(status, message or "unexpected answer")
 
 
 # What a round can fail with and still be retried: the API or the network, never a bug.

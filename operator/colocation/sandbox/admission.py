@@ -9,6 +9,7 @@ from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.selectors import label_key_errors, label_value_errors
 from colocation.sandbox import schema as schemas
 from colocation.sandbox.resources import ResourceType
+from colocation.sandbox.structural import check_structural
 
 Obj = dict[str, Any]
 
@@ -81,7 +82,7 @@ def crd_causes(crd: Obj) -> list[Cause]:
         if schema is None:
             causes.append(Cause(path, "Required value: schemas are required", "FieldValueRequired"))
             continue
-        for problem in schemas.check_structural(schema, path):
+        for problem in check_structural(schema, path):
             field, _, message = problem.partition(": ")
             causes.append(Cause(field, message, "FieldValueForbidden" if message.startswith("Forbidden")
                                 else "FieldValueInvalid"))

@@ -1,9 +1,9 @@
-"""CRD structural schemas: validation, pruning, defaulting, and the structural-schema rules.
+"""CRD structural schemas applied to objects: validation, pruning and defaulting.
 
 The semantics are apiextensions-apiserver's: values are checked by JSON kind the way kube-openapi's
 validators are, errors carry its field paths and wording (`spec.items[2].name: Required value`),
 pruning and defaulting follow the structural algorithms. A request goes prune -> apply_defaults ->
-validate, as in the real decoder and strategy.
+validate, as in the real decoder and strategy. The rules a schema itself must follow are `structural`'s.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _render(value: Any) -> str:
     return _json(value)
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
@@ -139,7 +139,7 @@ def _types(schema: Schema) -> list[str]:
     return [schema["type"]] if schema.get("type") else []
 
 
-def _child(path: str, name: str) -> str:
+def child_path(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
@@ -170,7 +170,7 @@ def _validate(value: Any, schema: Schema, path: str) -> list[Cause]:
 
 
 def _type_cause(path: str, types: list[str], actual: str) -> Cause:
-    detail = f"{path} in body must be of type {','.join(types)}: {_quote(actual)}"
+    detail = f"{path} in body must be of type {','.join(types)}: {quote(actual)}"
     return _invalid(path, actual, detail, "FieldValueTypeInvalid")
 
 
@@ -183,14 +183,14 @@ def _junctor_causes(value: Any, schema: Schema, path: str) -> list[Cause]:
     if any_of := schema.get("anyOf"):
         results = [_validate(value, branch, path) for branch in any_of]
         if all(results):
-            causes.append(failed(f"{_quote(path)} must validate at least one schema (anyOf)"))
+            causes.append(failed(f"{quote(path)} must validate at least one schema (anyOf)"))
             causes += _fewest(results)
     if one_of := schema.get("oneOf"):
         results = [_validate(value, branch, path) for branch in one_of]
         valid = sum(not r for r in results)
         if valid != 1:
             found = "Found none valid" if valid == 0 else f"Found {valid} valid alternatives"
-            causes.append(failed(f"{_quote(path)} must validate one and only one schema (oneOf). {found}"))
+            causes.append(failed(f"{quote(path)} must validate one and only one schema (oneOf). {found}"))
             if valid == 0:
                 causes += _fewest(results)
     if all_of := schema.get("allOf"):
@@ -199,9 +199,9 @@ def _junctor_causes(value: Any, schema: Schema, path: str) -> list[Cause]:
             causes += result
         if any(results):
             none = ". None validated" if all(results) else ""
-            causes.append(failed(f"{_quote(path)} must validate all the schemas (allOf){none}"))
+            causes.append(failed(f"{quote(path)} must validate all the schemas (allOf){none}"))
     if "not" in schema and not _validate(value, schema["not"], path):
-        causes.append(failed(f"{_quote(path)} must not validate the schema (not)"))
+        causes.append(failed(f"{quote(path)} must not validate the schema (not)"))
     return causes
 
 
@@ -221,7 +221,7 @@ def _string_causes(value: str, schema: Schema, path: str) -> list[Cause]:
         causes.append(_invalid(path, value, f"{path} in body should match '{pattern}'"))
     fmt = schema.get("format", "")
     if fmt in _FORMATS and not _FORMATS[fmt](value):
-        detail = f"{path} in body must be of type {fmt}: {_quote(value)}"
+        detail = f"{path} in body must be of type {fmt}: {quote(value)}"
         causes.append(_invalid(path, value, detail, "FieldValueTypeInvalid"))
     return causes
 
@@ -281,7 +281,7 @@ def _enum_causes(value: Any, schema: Schema, path: str) -> list[Cause]:
     allowed = schema.get("enum")
     if not allowed or any(_same_json(value, a) for a in allowed):
         return []
-    shown = ", ".join(_quote(a if isinstance(a, str) else _json(a)) for a in allowed)
+    shown = ", ".join(quote(a if isinstance(a, str) else _json(a)) for a in allowed)
     return [Cause(_field(path), f"Unsupported value: {_render(value)}: supported values: {shown}",
                   "FieldValueNotSupported")]
 
@@ -311,8 +311,8 @@ def _object_causes(value: Mapping[str, Any], schema: Schema, path: str) -> list[
             causes += _validate(item, additional, f"{path}.{key}")
     for key, sub in properties.items():
         if key in value:
-            causes += _validate(value[key], sub, _child(path, key))
-    causes += [_required(_child(path, key)) for key in schema.get("required") or () if key not in value]
+            causes += _validate(value[key], sub, child_path(path, key))
+    causes += [_required(child_path(path, key)) for key in schema.get("required") or () if key not in value]
     return causes
 
 
@@ -324,7 +324,7 @@ def _walk(value: Any, schema: Schema, path: str) -> Iterator[tuple[Any, Schema, 
         additional = schema.get("additionalProperties")
         for key, item in value.items():
             if key in properties:
-                yield from _walk(item, properties[key], _child(path, key))
+                yield from _walk(item, properties[key], child_path(path, key))
             elif isinstance(additional, Mapping):
                 yield from _walk(item, additional, f"{path}[{key}]")
     elif isinstance(value, list) and isinstance(items := schema.get("items"), Mapping):
@@ -358,7 +358,7 @@ def _list_type_causes(value: Any, schema: Schema, path: str) -> list[Cause]:
 def _embedded_causes(value: Mapping[str, Any], path: str) -> list[Cause]:
     causes: list[Cause] = []
     for key in ("apiVersion", "kind"):
-        where = _child(path, key)
+        where = child_path(path, key)
         if key not in value:
             causes.append(_required(where, "must not be empty"))
         elif not isinstance(value[key], str):
@@ -547,215 +547,3 @@ def _default(value: Any, schema: Schema | None) -> None:
             if item is None and "default" in items and not items.get("nullable"):
                 value[i] = copy.deepcopy(items["default"])
             _default(value[i], items)
-
-
-# --------------------------------------------------------------------------------------------
-# The structural-schema rules a CRD's openAPIV3Schema must follow to be registered.
-
-_INT_OR_STRING_ANY_OF = [{"type": "integer"}, {"type": "string"}]
-_JUNCTORS = ("allOf", "anyOf", "oneOf")
-# Set in a logic junctor, these would change the shape of the data rather than constrain it.
-_NOT_IN_JUNCTORS = {
-    "type": "must be empty to be structural",
-    "additionalProperties": "must be undefined to be structural",
-    "default": "must be undefined to be structural",
-    "title": "must be empty to be structural",
-    "description": "must be empty to be structural",
-    "nullable": "must be false to be structural",
-    PRESERVE: "must be false to be structural",
-    EMBEDDED: "must be false to be structural",
-    INT_OR_STRING: "must be false to be structural",
-    LIST_MAP_KEYS: "must be empty to be structural",
-    LIST_TYPE: "must be undefined to be structural",
-}
-
-
-def check_structural(schema: Schema, path: str = "") -> list[str]:
-    """The violations, `path: message` as the CRD's NonStructuralSchema condition lists them.
-
-    `path` is where the schema sits in the CRD, e.g. "spec.versions[0].schema.openAPIV3Schema".
-    """
-    violations = _invariants(schema, "root", path) + _completeness(schema, schema, path, path)
-    return sorted(violations)
-
-
-def _key(path: str, key: str) -> str:
-    return f"{path}[{key}]"
-
-
-def _invariants(node: Schema, level: str, path: str) -> list[str]:
-    out: list[str] = []
-    node_type = node.get("type", "")
-    properties = node.get("properties") or {}
-    items = node.get("items")
-    additional = node.get("additionalProperties")
-
-    if node_type == "array" and items is None:
-        out.append(f"{_child(path, 'items')}: Required value: must be specified")
-    if isinstance(items, list):
-        out.append(f"{_child(path, 'items')}: Forbidden: items must be a schema object and not an array")
-    elif isinstance(items, Mapping):
-        out += _invariants(items, "item", _child(path, "items"))
-    for key, sub in properties.items():
-        out += _invariants(sub, "field", _key(_child(path, "properties"), key))
-    if additional is not None:
-        if level == "root":
-            out.append(f"{_child(path, 'additionalProperties')}: Forbidden: must not be used at the root")
-        elif properties:
-            out.append(f"{_child(path, 'additionalProperties')}: Forbidden: "
-                       "additionalProperties and properties are mutual exclusive")
-        if isinstance(additional, Mapping):
-            out += _invariants(additional, "field", _child(path, "additionalProperties"))
-    out += _extension_violations(node, path)
-    out += _value_validation(node, path, skip_any_of=node.get("anyOf") == _INT_OR_STRING_ANY_OF,
-                             skip_first_all_of_any_of=_all_of_int_or_string(node))
-
-    if node.get(EMBEDDED) and node_type != "object":
-        message = ("Required value" if not node_type else f"Invalid value: {_quote(node_type)}")
-        out.append(f"{_child(path, 'type')}: {message}: must be object if {EMBEDDED} is true")
-    elif not node_type and not node.get(INT_OR_STRING) and not node.get(PRESERVE):
-        where = {"root": "at the root", "item": "for specified array items",
-                 "field": "for specified object fields"}
-        out.append(f"{_child(path, 'type')}: Required value: must not be empty {where[level]}")
-    if node.get(EMBEDDED) and additional is not None:
-        out.append(f"{_child(path, 'additionalProperties')}: Forbidden: "
-                   "must not be used if x-kubernetes-embedded-resource is set")
-    if level == "root" and node_type and node_type != "object":
-        out.append(f"{_child(path, 'type')}: Invalid value: {_quote(node_type)}: must be object at the root")
-    if level == "root" or node.get(EMBEDDED):
-        out += _resource_field_types(properties, _child(path, "properties"))
-    if level == "root" and isinstance(metadata := properties.get("metadata"), Mapping):
-        names = set(metadata.get("properties") or {})
-        rest = {k: v for k, v in metadata.items() if k not in ("type", "default", "properties")}
-        if rest or not names <= {"name", "generateName"}:
-            out.append(f"{_key(_child(path, 'properties'), 'metadata')}: Forbidden: must not specify "
-                       "anything other than name and generateName, but metadata is implicitly specified")
-    if node.get(EMBEDDED) and not node.get(PRESERVE) and not properties:
-        out.append(f"{_child(path, 'properties')}: Required value: must not be empty if "
-                   "x-kubernetes-embedded-resource is true without x-kubernetes-preserve-unknown-fields")
-    if "default" in node and level != "root":
-        for cause in validation_causes(node["default"], node):
-            inner = "" if cause.field == "<nil>" else f".{cause.field}"
-            out.append(f"{_child(path, 'default')}{inner}: {cause.message}")
-    return out
-
-
-def _all_of_int_or_string(node: Schema) -> bool:
-    all_of = node.get("allOf") or []
-    return bool(all_of) and isinstance(all_of[0], Mapping) and all_of[0].get("anyOf") == _INT_OR_STRING_ANY_OF
-
-
-def _resource_field_types(properties: Mapping[str, Schema], path: str) -> list[str]:
-    out = []
-    for key, expected in (("kind", "string"), ("apiVersion", "string"), ("metadata", "object")):
-        if key in properties and properties[key].get("type", "") != expected:
-            shown = _quote(properties[key].get("type", ""))
-            out.append(f"{_child(_key(path, key), 'type')}: Invalid value: {shown}: must be {expected}")
-    return out
-
-
-def _extension_violations(node: Schema, path: str) -> list[str]:
-    """Rules on the x-kubernetes-* extensions and fields a v1 CRD refuses outright."""
-    out = []
-    if node.get(INT_OR_STRING) and node.get(PRESERVE):
-        out.append(f"{_child(path, PRESERVE)}: Invalid value: true: must be false if {INT_OR_STRING} is true")
-    if node.get(INT_OR_STRING) and node.get(EMBEDDED):
-        out.append(f"{_child(path, EMBEDDED)}: Invalid value: true: must be false if {INT_OR_STRING} is true")
-    if node.get(PRESERVE) is False:
-        out.append(f"{_child(path, PRESERVE)}: Invalid value: false: must be true or undefined")
-    if "$ref" in node:
-        out.append(f"{_child(path, '$ref')}: Forbidden: $ref is not supported")
-    if node.get("uniqueItems"):
-        out.append(f"{_child(path, 'uniqueItems')}: Forbidden: uniqueItems cannot be set to true "
-                   "since the runtime complexity becomes quadratic")
-    list_type = node.get(LIST_TYPE)
-    if list_type is not None and list_type not in ("atomic", "set", "map"):
-        out.append(f"{_child(path, LIST_TYPE)}: Unsupported value: {_quote(str(list_type))}: "
-                   'supported values: "atomic", "set", "map"')
-    if list_type is not None and node.get("type") != "array":
-        out.append(f"{_child(path, LIST_TYPE)}: Invalid value: {_quote(str(list_type))}: "
-                   "must only be used if type is array")
-    if list_type == "map" and not node.get(LIST_MAP_KEYS):
-        out.append(f"{_child(path, LIST_MAP_KEYS)}: Required value: "
-                   "must not be empty if x-kubernetes-list-type is map")
-    if node.get(LIST_MAP_KEYS) and list_type != "map":
-        out.append(f"{_child(path, LIST_MAP_KEYS)}: Forbidden: "
-                   "must not be set if x-kubernetes-list-type is not map")
-    return out
-
-
-def _value_validation(node: Schema, path: str, skip_any_of: bool = False,
-                      skip_first_all_of_any_of: bool = False) -> list[str]:
-    out: list[str] = []
-    if not skip_any_of:
-        for i, branch in enumerate(node.get("anyOf") or []):
-            out += _nested(branch, _key(_child(path, "anyOf"), str(i)))
-    for i, branch in enumerate(node.get("allOf") or []):
-        skip = skip_first_all_of_any_of and i == 0
-        out += _nested(branch, _key(_child(path, "allOf"), str(i)), skip_any_of=skip)
-    for i, branch in enumerate(node.get("oneOf") or []):
-        out += _nested(branch, _key(_child(path, "oneOf"), str(i)))
-    if isinstance(node.get("not"), Mapping):
-        out += _nested(node["not"], _child(path, "not"))
-    if pattern := node.get("pattern"):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            out.append(f"{_child(path, 'pattern')}: Invalid value: {_quote(pattern)}: "
-                       f"must be a valid regular expression, but isn't: {exc}")
-    return out
-
-
-def _nested(branch: Any, path: str, skip_any_of: bool = False) -> list[str]:
-    """A schema under a logic junctor: it may only constrain values, never shape them."""
-    if not isinstance(branch, Mapping):
-        return []
-    out = _value_validation(branch, path, skip_any_of=skip_any_of)
-    if isinstance(items := branch.get("items"), list):
-        out.append(f"{_child(path, 'items')}: Forbidden: items must be a schema object and not an array")
-    elif isinstance(items, Mapping):
-        out += _nested(items, _child(path, "items"))
-    for key, sub in (branch.get("properties") or {}).items():
-        out += _nested(sub, _key(_child(path, "properties"), key))
-    for key, message in _NOT_IN_JUNCTORS.items():
-        if branch.get(key) not in (None, False, "", []):
-            out.append(f"{_child(path, key)}: Forbidden: {message}")
-    if "metadata" in (branch.get("properties") or {}):
-        out.append(f"{_key(_child(path, 'properties'), 'metadata')}: Forbidden: "
-                   "must not be specified in a nested context")
-    return out
-
-
-def _completeness(junctors: Schema, node: Schema | None, node_path: str, junctor_path: str) -> list[str]:
-    """Every field or item a junctor names must also be specified outside the junctors."""
-    out: list[str] = []
-    branches: list[tuple[str, Any]] = []
-    if "not" in junctors:
-        branches.append((_child(junctor_path, "not"), junctors["not"]))
-    for name in _JUNCTORS:
-        for i, branch in enumerate(junctors.get(name) or []):
-            branches.append((_key(_child(junctor_path, name), str(i)), branch))
-    for branch_path, branch in branches:
-        out += _nested_completeness(branch, node, node_path, branch_path)
-    return out
-
-
-def _nested_completeness(branch: Any, node: Schema | None, node_path: str, branch_path: str) -> list[str]:
-    if not isinstance(branch, Mapping):
-        return []
-    if node is None:
-        return [f"{node_path}: Required value: because it is defined in {branch_path}"]
-    out = _completeness(branch, node, node_path, branch_path)
-    if isinstance(branch.get("items"), Mapping):
-        items = node.get("items")
-        out += _nested_completeness(branch["items"], items if isinstance(items, Mapping) else None,
-                                    _child(node_path, "items"), _child(branch_path, "items"))
-    node_properties = node.get("properties") or {}
-    for key, sub in (branch.get("properties") or {}).items():
-        node_key = _key(_child(node_path, "properties"), key)
-        branch_key = _key(_child(branch_path, "properties"), key)
-        if key not in node_properties:
-            out.append(f"{node_key}: Required value: because it is defined in {branch_key}")
-        else:
-            out += _nested_completeness(sub, node_properties[key], node_key, branch_key)
-    return out

@@ -16,8 +16,9 @@ from colocation.sandbox.auth import TokenAuthority
 from colocation.sandbox.clock import Clock, now
 from colocation.sandbox.faults import FaultRule, Faults
 from colocation.sandbox.paths import Target, parse_target, resolve, verb_for
-from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, UserInfo, forbidden_error, impersonate
+from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, UserInfo, forbidden_error
 from colocation.sandbox.resources import Registry, ResourceType
+from colocation.sandbox.reviews import impersonate
 from colocation.sandbox.special import SpecialEndpoints
 from colocation.sandbox.store import Change, Store
 from colocation.sandbox.verbs import Verbs, flag_param, json_response

@@ -1,0 +1,120 @@
+"""The kube-apiserver backends of delegated authentication and authorization, via kubernetes-asyncio.
+
+TokenReview, SubjectAccessReview and the front-proxy ConfigMap: each one attempt bounded by a
+timeout, a failure raised as ReviewFailed worded for clients (its cause keeps the details for the log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as kube
+
+from colocation.apiserver.auth import Caller, RequestHeaderConfig, ReviewFailed, TokenReviewer, TokenReviewResult
+from colocation.apiserver.authz import SubjectAccessReviewer, SubjectAccessSpec
+from colocation.kube.permissions import (
+    AUTHENTICATION_CONFIG_MAP,
+    AUTHENTICATION_CONFIG_NAMESPACE,
+    OPERATOR_API_CALLS,
+    ApiCall,
+    declared,
+)
+
+REVIEW_TIMEOUT = 3.0
+
+# Looked up at import, so the RBAC test in tests/unit/test_manifests.py covers these calls.
+_TOKEN_REVIEW = declared(OPERATOR_API_CALLS, ApiCall("authentication.k8s.io", "tokenreviews", "create", None))
+_SUBJECT_ACCESS_REVIEW = declared(
+    OPERATOR_API_CALLS, ApiCall("authorization.k8s.io", "subjectaccessreviews", "create", None))
+_READ_AUTHENTICATION_CONFIG = declared(OPERATOR_API_CALLS, ApiCall(
+    "", "configmaps", "get", AUTHENTICATION_CONFIG_NAMESPACE, name=AUTHENTICATION_CONFIG_MAP))
+
+_TRANSPORT_ERRORS = (TimeoutError, aiohttp.ClientError, OSError, kube.exceptions.ApiException)
+
+
+def _describe(error: BaseException, timeout: float) -> str:
+    if isinstance(error, TimeoutError):
+        return f"no answer from kube-apiserver within {timeout:g} s"
+    if isinstance(error, kube.exceptions.ApiException):
+        return f"kube-apiserver answered {error.status} {error.reason}"
+    return f"kube-apiserver unreachable ({type(error).__name__})"  # details go to the log, not to clients
+
+
+def token_review_result(status: Mapping[str, Any], audiences: Iterable[str] = ()) -> TokenReviewResult:
+    """Read a TokenReview status (JSON) for the audiences asked for."""
+    if not status.get("authenticated"):
+        return TokenReviewResult(False, None, str(status.get("error") or ""))
+    wanted = tuple(audiences)
+    granted = tuple(status.get("audiences") or ())
+    # An answer that names no audiences means the API server's own, i.e. the ones asked for.
+    if wanted and granted and not set(wanted) & set(granted):
+        return TokenReviewResult(False, None, f"token audiences {list(granted)} do not include {list(wanted)}")
+    user = status.get("user") or {}
+    caller = Caller(str(user.get("username") or ""), str(user.get("uid") or ""), tuple(user.get("groups") or ()),
+                    {key: tuple(values or ()) for key, values in (user.get("extra") or {}).items()})
+    if not caller.username:
+        return TokenReviewResult(False, None, "the token review named no user")
+    return TokenReviewResult(True, caller)
+
+
+def kube_token_reviewer(api_client: Any, *, audiences: Iterable[str] = (),
+                        timeout: float = REVIEW_TIMEOUT) -> TokenReviewer:
+    """TokenReviews through kube-apiserver: one attempt per review, bounded by `timeout`."""
+    api = kube.AuthenticationV1Api(api_client)
+    wanted = tuple(audiences)
+
+    async def review(token: str) -> TokenReviewResult:
+        body = kube.V1TokenReview(api_version="authentication.k8s.io/v1", kind="TokenReview",
+                                  spec=kube.V1TokenReviewSpec(token=token, audiences=list(wanted) or None))
+        try:
+            async with asyncio.timeout(timeout):
+                answer = await api.create_token_review(body, _request_timeout=timeout)
+        except _TRANSPORT_ERRORS as error:
+            raise ReviewFailed(f"TokenReview: {_describe(error, timeout)}") from error
+        return token_review_result(api_client.sanitize_for_serialization(answer).get("status") or {}, wanted)
+
+    return review
+
+
+def _subject_access_review_spec(spec: SubjectAccessSpec) -> Any:
+    if spec.path:
+        resource, non_resource = None, kube.V1NonResourceAttributes(path=spec.path, verb=spec.verb)
+    else:
+        non_resource = None
+        resource = kube.V1ResourceAttributes(
+            verb=spec.verb, group=spec.api_group, resource=spec.resource, subresource=spec.subresource or None,
+            name=spec.name or None, namespace=spec.namespace or None)
+    return kube.V1SubjectAccessReviewSpec(
+        user=spec.user, uid=spec.uid or None, groups=list(spec.groups),
+        extra={key: list(values) for key, values in spec.extra.items()} or None,
+        resource_attributes=resource, non_resource_attributes=non_resource)
+
+
+def kube_subject_access_reviewer(api_client: Any, *, timeout: float = REVIEW_TIMEOUT) -> SubjectAccessReviewer:
+    """SubjectAccessReviews through kube-apiserver: one attempt per review, bounded by `timeout`."""
+    api = kube.AuthorizationV1Api(api_client)
+
+    async def review(spec: SubjectAccessSpec) -> bool | tuple[bool, str]:
+        body = kube.V1SubjectAccessReview(api_version="authorization.k8s.io/v1", kind="SubjectAccessReview",
+                                          spec=_subject_access_review_spec(spec))
+        try:
+            async with asyncio.timeout(timeout):
+                answer = await api.create_subject_access_review(body, _request_timeout=timeout)
+        except _TRANSPORT_ERRORS as error:
+            raise ReviewFailed(f"SubjectAccessReview: {_describe(error, timeout)}") from error
+        status = api_client.sanitize_for_serialization(answer).get("status") or {}
+        return bool(status.get("allowed")), str(status.get("reason") or "")
+
+    return review
+
+
+async def load_request_header_config(api_client: Any, *, timeout: float = REVIEW_TIMEOUT) -> RequestHeaderConfig:
+    """Read kube-system/extension-apiserver-authentication (one attempt; the caller retries)."""
+    call = _READ_AUTHENTICATION_CONFIG
+    async with asyncio.timeout(timeout):
+        configmap = await kube.CoreV1Api(api_client).read_namespaced_config_map(
+            call.name, AUTHENTICATION_CONFIG_NAMESPACE, _request_timeout=timeout)
+    return RequestHeaderConfig.from_configmap(configmap.data or {})
