@@ -1,0 +1,244 @@
+"""Time windows over samples, the way koordlet aggregates before it reports.
+
+- `node_usage` / `pod_usages` / `system_usage_avg`: the average over the last
+  `window_seconds` (koordlet's metricCollectPolicy.aggregateDurationSeconds, default 300).
+- `aggregated`: for each duration of nodeAggregatePolicy (default 5m, 10m, 30m), the avg, p50,
+  p90, p95 and p99 of node cpu and memory over the last `d` seconds, leaving out a duration whose
+  samples span less than half of it (koordlet's cold-start rule: a 30-minute p99 from two
+  minutes of data would be a lie).
+
+Percentiles are nearest-rank: the p-th percentile of n sorted values is the value at rank
+ceil(p·n/100) (1-based); so p50 of [1, 2, 3, 4] is 2 and p99 of 10 values is the largest.
+(koordlet takes rank floor(p·n), which is one lower whenever p·n is not whole.)
+
+Time is the samples' wall-clock timestamps; the window of `d` seconds at `now` is (now - d, now].
+A sample older than the newest one means the wall clock stepped back: the history no longer
+lines up with `now`, so it is dropped and aggregation starts over.
+
+cpu values a collector could not measure (a first reading, a counter reset) are left out of cpu
+statistics; a pod with no measured cpu in the window is left out of `pod_usages` (the operator
+then counts its request, the safe side).
+
+Memory is bounded explicitly: the node ring holds at most `max_samples` entries, each pod ring
+at most what `window_seconds` needs at `sample_interval_seconds`, and pods not seen within the
+window are forgotten.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from colocation.agent.collector import HostApplicationSample, PodSample, Sample
+
+DEFAULT_WINDOW_SECONDS = 300
+DEFAULT_DURATIONS: tuple[int, ...] = (300, 600, 1800)
+PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+
+
+@dataclass(frozen=True)
+class Usage:
+    cpu_millis: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class AggregatedUsage:
+    """Node usage statistics over the last `duration_seconds`."""
+
+    duration_seconds: int
+    avg: Usage
+    p50: Usage
+    p90: Usage
+    p95: Usage
+    p99: Usage
+
+
+def percentile(sorted_values: Sequence[int], p: int) -> int:
+    """Nearest-rank percentile of already sorted values; p in 1..100. Raises on no values."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    if not 0 < p <= 100:
+        raise ValueError(f"percentile must be in 1..100, not {p}")
+    rank = max(1, (p * len(sorted_values) + 99) // 100)  # ceil(p·n/100) in integers: no float error
+    return sorted_values[rank - 1]
+
+
+def system_usage(node: Usage, pods: Iterable[Usage], host_applications: Iterable[Usage] = ()) -> Usage:
+    """What the node uses outside pods and host applications: max(node - Σ pods - Σ apps, 0)."""
+    cpu, memory = node.cpu_millis, node.memory_bytes
+    for usage in (*pods, *host_applications):
+        cpu -= usage.cpu_millis
+        memory -= usage.memory_bytes
+    return Usage(cpu_millis=max(cpu, 0), memory_bytes=max(memory, 0))
+
+
+@dataclass(frozen=True)
+class _NodePoint:
+    timestamp: float
+    cpu: int | None
+    memory: int | None
+    system_cpu: int | None
+    system_memory: int | None
+
+
+_Point = tuple[float, int | None, int]  # (timestamp, cpu millis or None when unmeasured, memory)
+
+
+def _average(values: Sequence[int]) -> int:
+    return round(sum(values) / len(values))
+
+
+class Aggregator:
+    """Keeps recent samples and answers koordlet's questions about them. Not thread-safe: one
+    task feeds it and reads it (the agent's event loop)."""
+
+    def __init__(
+        self,
+        window_seconds: int = DEFAULT_WINDOW_SECONDS,
+        durations: Sequence[int] = DEFAULT_DURATIONS,
+        *,
+        sample_interval_seconds: float = 1.0,
+        max_samples: int = 4096,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if sample_interval_seconds <= 0 or max_samples < 2:
+            raise ValueError("sample_interval_seconds must be positive and max_samples at least 2")
+        self.sample_interval_seconds = sample_interval_seconds
+        self.max_samples = max_samples
+        self._clock = clock
+        self._latest: Sample | None = None
+        self._node: deque[_NodePoint] = deque()
+        self._pods: dict[str, deque[_Point]] = {}
+        self._apps: dict[str, deque[_Point]] = {}
+        self.window_seconds = DEFAULT_WINDOW_SECONDS
+        self.durations: tuple[int, ...] = DEFAULT_DURATIONS
+        self.configure(window_seconds=window_seconds, durations=durations)
+
+    def configure(self, *, window_seconds: int | None = None, durations: Sequence[int] | None = None) -> None:
+        """Apply a new metricCollectPolicy; kept samples stay (rings are resized, oldest dropped)."""
+        if window_seconds is not None:
+            if window_seconds <= 0:
+                raise ValueError(f"window_seconds must be positive, not {window_seconds}")
+            self.window_seconds = window_seconds
+        if durations is not None:
+            if any(duration <= 0 for duration in durations):
+                raise ValueError(f"durations must be positive, not {list(durations)}")
+            self.durations = tuple(durations)
+        longest = max((self.window_seconds, *self.durations))
+        self._node = deque(self._node, maxlen=self._capacity(longest))
+        self._pods = {uid: deque(points, maxlen=self._pod_capacity) for uid, points in self._pods.items()}
+        self._apps = {name: deque(points, maxlen=self._pod_capacity) for name, points in self._apps.items()}
+
+    def _capacity(self, seconds: float) -> int:
+        # Two spare slots: a window of d seconds can hold d/interval + 1 samples, plus jitter.
+        return min(self.max_samples, math.ceil(seconds / self.sample_interval_seconds) + 2)
+
+    @property
+    def _pod_capacity(self) -> int:
+        return self._capacity(self.window_seconds)
+
+    def __len__(self) -> int:
+        return len(self._node)
+
+    def add(self, sample: Sample) -> None:
+        if self._latest is not None and sample.timestamp < self._latest.timestamp:
+            self._node.clear()
+            self._pods.clear()
+            self._apps.clear()
+        self._latest = sample
+        at = sample.timestamp
+        node_cpu = sample.node_cpu_millis if sample.node_cpu_measured else None
+        node_memory = sample.node_memory_bytes if sample.node_memory_measured else None
+        parts: tuple[PodSample | HostApplicationSample, ...] = (*sample.pods, *sample.host_applications)
+        system_cpu = system_memory = None
+        if node_cpu is not None and all(part.cpu_measured for part in parts):
+            system_cpu = max(node_cpu - sum(part.cpu_millis for part in parts), 0)
+        if node_memory is not None:
+            system_memory = max(node_memory - sum(part.memory_bytes for part in parts), 0)
+        self._node.append(_NodePoint(at, node_cpu, node_memory, system_cpu, system_memory))
+        for pod in sample.pods:
+            self._ring(self._pods, pod.uid).append((at, pod.cpu_millis if pod.cpu_measured else None,
+                                                     pod.memory_bytes))
+        for app in sample.host_applications:
+            self._ring(self._apps, app.name).append((at, app.cpu_millis if app.cpu_measured else None,
+                                                      app.memory_bytes))
+        self._forget_before(at)
+
+    def _ring(self, rings: dict[str, deque[_Point]], key: str) -> deque[_Point]:
+        ring = rings.get(key)
+        if ring is None:
+            ring = rings[key] = deque(maxlen=self._pod_capacity)
+        return ring
+
+    def _forget_before(self, now: float) -> None:
+        horizon = now - max((self.window_seconds, *self.durations))
+        while self._node and self._node[0].timestamp <= horizon:
+            self._node.popleft()
+        for rings in (self._pods, self._apps):
+            for key in [key for key, ring in rings.items() if ring[-1][0] <= now - self.window_seconds]:
+                del rings[key]  # gone from the node for a whole window: nothing left to report
+
+    def latest(self) -> Sample | None:
+        return self._latest
+
+    def _now(self, now: float | None) -> float:
+        return self._clock() if now is None else now
+
+    def _node_points(self, now: float, seconds: float) -> list[_NodePoint]:
+        return [point for point in self._node if now - seconds < point.timestamp <= now]
+
+    def node_usage(self, now: float | None = None) -> Usage | None:
+        """Average node usage over the window; None while the window lacks cpu or memory values."""
+        points = self._node_points(self._now(now), self.window_seconds)
+        return self._average_usage([p.cpu for p in points], [p.memory for p in points])
+
+    def system_usage(self, now: float | None = None) -> Usage | None:
+        """Average over the window of each sample's system usage (koordlet's systemUsage)."""
+        points = self._node_points(self._now(now), self.window_seconds)
+        return self._average_usage([p.system_cpu for p in points], [p.system_memory for p in points])
+
+    @staticmethod
+    def _average_usage(cpu: Sequence[int | None], memory: Sequence[int | None]) -> Usage | None:
+        cpu_values = [value for value in cpu if value is not None]
+        memory_values = [value for value in memory if value is not None]
+        if not cpu_values or not memory_values:
+            return None
+        return Usage(cpu_millis=_average(cpu_values), memory_bytes=_average(memory_values))
+
+    def pod_usages(self, now: float | None = None) -> Mapping[str, Usage]:
+        """Pod UID → average usage over the window, for pods with a measured cpu value in it."""
+        return self._ring_usages(self._pods, self._now(now))
+
+    def host_application_usages(self, now: float | None = None) -> Mapping[str, Usage]:
+        """Host application name → average usage over the window."""
+        return self._ring_usages(self._apps, self._now(now))
+
+    def _ring_usages(self, rings: Mapping[str, deque[_Point]], now: float) -> dict[str, Usage]:
+        usages: dict[str, Usage] = {}
+        for key, ring in rings.items():
+            points = [point for point in ring if now - self.window_seconds < point[0] <= now]
+            usage = self._average_usage([point[1] for point in points], [point[2] for point in points])
+            if usage is not None:
+                usages[key] = usage
+        return usages
+
+    def aggregated(self, now: float | None = None) -> tuple[AggregatedUsage, ...]:
+        """One entry per configured duration whose samples span at least half of it."""
+        at = self._now(now)
+        results: list[AggregatedUsage] = []
+        for duration in self.durations:
+            points = self._node_points(at, duration)
+            if not points or points[-1].timestamp - points[0].timestamp < duration / 2:
+                continue
+            cpu = sorted(p.cpu for p in points if p.cpu is not None)
+            memory = sorted(p.memory for p in points if p.memory is not None)
+            if not cpu or not memory:
+                continue
+            stats = [Usage(percentile(cpu, p), percentile(memory, p)) for p in PERCENTILES]
+            results.append(AggregatedUsage(duration_seconds=duration, avg=Usage(_average(cpu), _average(memory)),
+                                           p50=stats[0], p90=stats[1], p95=stats[2], p99=stats[3]))
+        return tuple(results)

@@ -1,0 +1,353 @@
+"""Plausible load for simulated nodes: pods with realistic names and priorities, and their usage.
+
+A `SyntheticCollector` stands in for `RealCollector` on a node that does not exist. Its pods
+look like a colocated cluster's: DaemonSet pods (`kube-proxy-x7k2p`), Deployment pods
+(`checkout-7d9f8b6c5d-q2w4e`), StatefulSet pods (`redis-0`), and batch work (Spark executors,
+CronJob pods) that asks for `kubernetes.io/batch-cpu` / `batch-memory` and so is BestEffort to
+Kubernetes, as Koordinator's batch pods are. Priorities mix prod, mid, batch and free.
+
+Deterministic: pods depend only on (seed, node name, pods_per_node), and each sample only on
+those and `now` (noise comes from hashing, not from a generator whose state depends on how often
+it was called), so two runs, or two processes, agree on every number.
+
+Profiles shape each pod's usage around its base (a share of its request):
+- steady: small noise (±5 % cpu, ±1 % memory);
+- diurnal: a sinusoid over `period_seconds` (default a day; tests shorten it) between 10 % and
+  100 % of the peak, each pod with its own phase offset of up to 1/24 of the period (an hour of a day);
+- spiky: steady, plus bursts of 3-5x cpu lasting `burst_seconds`, in ~5 % of bursts windows.
+
+The API server assigns its own UIDs when the pods are created: `adopt()` takes the created pods
+so that samples carry the UIDs the cluster knows.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+from colocation.agent.classify import PRIORITY_LABEL, QOS_LABEL, PriorityClass, QoSClass
+from colocation.agent.collector import PodSample, Pressure, PressureStat, Sample
+from colocation.apimachinery.quantity import format_bytes, format_millis
+
+Profile = Literal["steady", "diurnal", "spiky"]
+PROFILES: tuple[Profile, ...] = ("steady", "diurnal", "spiky")
+SIMULATED_LABEL = "colocation.dev/simulated"
+
+_MI = 2**20
+_GI = 2**30
+# Kubernetes' name-suffix alphabet (no vowels, no confusable characters).
+_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_PRIORITY_VALUES: dict[PriorityClass, int] = {
+    "koord-prod": 9000, "koord-mid": 7000, "koord-batch": 5000, "koord-free": 3000}
+_MASK64 = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class _Workload:
+    app: str
+    namespace: str
+    kind: Literal["Deployment", "DaemonSet", "StatefulSet", "SparkExecutor", "CronJob"]
+    priority: PriorityClass
+    qos: QoSClass
+    cpu_millis: int  # request (batch pods: kubernetes.io/batch-cpu)
+    memory_bytes: int
+    image: str
+
+
+_DAEMONSETS = (
+    _Workload("kube-proxy", "kube-system", "DaemonSet", "koord-prod", "SYSTEM", 100, 128 * _MI,
+              "registry.k8s.io/kube-proxy:v1.32.0"),
+    _Workload("node-exporter", "monitoring", "DaemonSet", "koord-prod", "LS", 100, 64 * _MI,
+              "quay.io/prometheus/node-exporter:v1.8.2"),
+    _Workload("fluent-bit", "logging", "DaemonSet", "koord-prod", "LS", 100, 128 * _MI,
+              "cr.fluentbit.io/fluent/fluent-bit:3.1"),
+)
+_WORKLOADS: dict[PriorityClass, tuple[_Workload, ...]] = {
+    "koord-prod": (
+        _Workload("frontend", "shop", "Deployment", "koord-prod", "LS", 500, 512 * _MI, "shop/frontend:2.14.1"),
+        _Workload("checkout", "shop", "Deployment", "koord-prod", "LS", 1000, 1 * _GI, "shop/checkout:2.14.1"),
+        _Workload("cart", "shop", "Deployment", "koord-prod", "LS", 250, 256 * _MI, "shop/cart:2.14.1"),
+        _Workload("catalog", "shop", "Deployment", "koord-prod", "LS", 500, 768 * _MI, "shop/catalog:2.14.1"),
+        _Workload("search-api", "search", "Deployment", "koord-prod", "LSR", 2000, 4 * _GI, "search/api:5.3.0"),
+        _Workload("payments", "payments", "Deployment", "koord-prod", "LSR", 1000, 2 * _GI, "payments/core:9.0.2"),
+        _Workload("auth", "identity", "Deployment", "koord-prod", "LS", 250, 256 * _MI, "identity/auth:1.22.0"),
+        _Workload("redis", "shop", "StatefulSet", "koord-prod", "LSR", 1000, 4 * _GI, "redis:7.4"),
+        _Workload("ingress-nginx-controller", "ingress-nginx", "Deployment", "koord-prod", "LS", 500, 512 * _MI,
+                  "registry.k8s.io/ingress-nginx/controller:v1.11.2"),
+    ),
+    "koord-mid": (
+        _Workload("log-aggregator", "observability", "Deployment", "koord-mid", "LS", 500, 1 * _GI,
+                  "grafana/loki:3.2.0"),
+        _Workload("metrics-ingester", "observability", "StatefulSet", "koord-mid", "LS", 1000, 2 * _GI,
+                  "victoriametrics/vminsert:v1.104.0"),
+    ),
+    "koord-batch": (
+        _Workload("spark-etl", "analytics", "SparkExecutor", "koord-batch", "BE", 2000, 4 * _GI,
+                  "apache/spark:3.5.3"),
+        _Workload("nightly-report", "analytics", "CronJob", "koord-batch", "BE", 1000, 2 * _GI,
+                  "analytics/reports:2024.11"),
+        _Workload("train-resnet", "ml", "SparkExecutor", "koord-batch", "BE", 4000, 8 * _GI,
+                  "ml/trainer:0.9.4"),
+    ),
+    "koord-free": (
+        _Workload("backfill", "analytics", "CronJob", "koord-free", "BE", 1000, 1 * _GI, "analytics/backfill:1.0.3"),
+        _Workload("fuzzer", "security", "Deployment", "koord-free", "BE", 1000, 512 * _MI, "security/fuzzer:0.4.0"),
+    ),
+}
+_MIX: tuple[tuple[PriorityClass, int], ...] = (
+    ("koord-prod", 45), ("koord-mid", 10), ("koord-batch", 35), ("koord-free", 10))
+
+
+@dataclass(frozen=True)
+class _SimulatedPod:
+    index: int
+    uid: str
+    namespace: str
+    name: str
+    workload: _Workload
+    cpu_base: int  # usage around which the profile moves, millis
+    memory_base: int
+    phase: float  # diurnal offset, as a share of the period (up to an hour of a day)
+
+
+def _mix64(value: int) -> int:
+    """splitmix64's finalizer: a cheap, well-spread hash of a 64-bit integer."""
+    value = (value + 0x9E3779B97F4A7C15) & _MASK64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return value ^ (value >> 31)
+
+
+def _cgroup_path(pod: _SimulatedPod) -> str:
+    """Where kubelet's systemd driver would have put the pod (see cgroups.py)."""
+    uid = pod.uid.replace("-", "_")
+    if pod.workload.qos in ("LSR", "SYSTEM"):
+        return f"kubepods.slice/kubepods-pod{uid}.slice"
+    tier = "burstable" if pod.workload.qos == "LS" else "besteffort"
+    return f"kubepods.slice/kubepods-{tier}.slice/kubepods-{tier}-pod{uid}.slice"
+
+
+class SyntheticCollector:
+    """A `Collector` for a simulated node; also the source of that node's Node and Pod objects."""
+
+    def __init__(
+        self,
+        node_name: str,
+        pods_per_node: int = 30,
+        profile: Profile = "steady",
+        *,
+        seed: int = 0,
+        capacity_cpu_millis: int = 16_000,
+        capacity_memory_bytes: int = 64 * _GI,
+        period_seconds: float = 86_400.0,
+        burst_seconds: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r}: expected one of {', '.join(PROFILES)}")
+        if pods_per_node < 0 or capacity_cpu_millis <= 0 or capacity_memory_bytes <= 0 or period_seconds <= 0:
+            raise ValueError("pods_per_node must be >= 0; capacities and period_seconds must be positive")
+        self.node_name = node_name
+        self.profile: Profile = profile
+        self.capacity_cpu_millis = capacity_cpu_millis
+        self.capacity_memory_bytes = capacity_memory_bytes
+        self.period_seconds = period_seconds
+        self.burst_seconds = burst_seconds
+        self.samples_total = 0
+        self.read_errors_total = 0  # nothing to fail here; kept for the same metrics as RealCollector
+        self._clock = clock
+        rng = random.Random(f"{seed}/{node_name}")  # str seeds hash with SHA-512: stable across runs
+        self._key = rng.getrandbits(64)
+        self._pods = self._generate(rng, pods_per_node)
+
+    # -- pods -------------------------------------------------------------------------------------
+
+    def _generate(self, rng: random.Random, count: int) -> list[_SimulatedPod]:
+        workloads = list(_DAEMONSETS[:count])
+        classes = [name for name, _ in _MIX]
+        weights = [weight for _, weight in _MIX]
+        while len(workloads) < count:
+            workloads.append(rng.choice(_WORKLOADS[rng.choices(classes, weights)[0]]))
+        # Keep requests schedulable: high-priority requests within 70 % of capacity, batch within
+        # 60 % (batch resources are what is left over), by scaling every request of a group.
+        scales: dict[bool, float] = {}
+        for high, share in ((True, 0.7), (False, 0.6)):
+            cpu = sum(w.cpu_millis for w in workloads if self._is_hp(w) == high)
+            memory = sum(w.memory_bytes for w in workloads if self._is_hp(w) == high)
+            scales[high] = min(1.0, share * self.capacity_cpu_millis / cpu if cpu else 1.0,
+                               share * self.capacity_memory_bytes / memory if memory else 1.0)
+        pods: list[_SimulatedPod] = []
+        names: set[str] = set()
+        families: dict[str, str] = {}
+        for index, workload in enumerate(workloads):
+            scale = scales[self._is_hp(workload)]
+            workload = replace(workload, cpu_millis=max(10, round(workload.cpu_millis * scale / 10) * 10),
+                               memory_bytes=max(16 * _MI, round(workload.memory_bytes * scale / _MI) * _MI))
+            name = self._pod_name(rng, workload, families, names)
+            names.add(name)
+            hp = self._is_hp(workload)
+            pods.append(_SimulatedPod(
+                index=index, uid=str(uuid.UUID(int=rng.getrandbits(128), version=4)), namespace=workload.namespace,
+                name=name, workload=workload,
+                cpu_base=round(workload.cpu_millis * rng.uniform(0.15, 0.55 if hp else 0.9)),
+                memory_base=round(workload.memory_bytes * rng.uniform(0.35, 0.8)),
+                phase=rng.uniform(0, 1 / 24)))
+        return pods
+
+    @staticmethod
+    def _is_hp(workload: _Workload) -> bool:
+        return workload.priority in ("koord-prod", "koord-mid")
+
+    @staticmethod
+    def _pod_name(rng: random.Random, workload: _Workload, families: dict[str, str], taken: set[str]) -> str:
+        """A name as the workload's controller would make it; pods of one Deployment share their
+        ReplicaSet's template hash, executors of one Spark application its id."""
+        def suffix(length: int) -> str:
+            return "".join(rng.choice(_ALPHABET) for _ in range(length))
+
+        while True:
+            if workload.kind == "StatefulSet":
+                ordinal = int(families.get(workload.app, "-1")) + 1
+                families[workload.app] = str(ordinal)
+                name = f"{workload.app}-{ordinal}"
+            elif workload.kind == "DaemonSet":
+                name = f"{workload.app}-{suffix(5)}"
+            elif workload.kind == "Deployment":
+                template_hash = families.setdefault(workload.app, suffix(10))
+                name = f"{workload.app}-{template_hash}-{suffix(5)}"
+            elif workload.kind == "SparkExecutor":
+                application = families.setdefault(workload.app, f"{rng.getrandbits(64):016x}")
+                name = f"{workload.app}-{application}-exec-{rng.randint(1, 40)}"
+            else:  # a CronJob's Job is named after its scheduled minute, its pod gets a suffix
+                name = f"{workload.app}-{rng.randint(28_800_000, 29_000_000)}-{suffix(5)}"
+            if name not in taken:
+                return name
+
+    def pods(self) -> list[dict[str, Any]]:
+        """Pod objects (Kubernetes JSON, spec.nodeName set, status Running) of this node."""
+        return [self._pod_object(pod) for pod in self._pods]
+
+    def _pod_object(self, pod: _SimulatedPod) -> dict[str, Any]:
+        workload = pod.workload
+        labels = {"app.kubernetes.io/name": workload.app, PRIORITY_LABEL: workload.priority,
+                  QOS_LABEL: workload.qos}
+        if workload.kind == "Deployment":
+            labels["pod-template-hash"] = pod.name.rsplit("-", 2)[1]
+        if self._is_hp(workload):
+            requests = {"cpu": format_millis(workload.cpu_millis), "memory": format_bytes(workload.memory_bytes)}
+            # LSR and SYSTEM pods are Guaranteed (limits = requests); LS pods Burstable (2x).
+            factor = 1 if workload.qos in ("LSR", "SYSTEM") else 2
+            limits = {"cpu": format_millis(workload.cpu_millis * factor),
+                      "memory": format_bytes(workload.memory_bytes * factor)}
+        else:
+            requests = {"kubernetes.io/batch-cpu": str(workload.cpu_millis),
+                        "kubernetes.io/batch-memory": str(workload.memory_bytes)}
+            limits = dict(requests)
+        kube_qos = {"LSR": "Guaranteed", "SYSTEM": "Guaranteed", "LS": "Burstable"}.get(workload.qos, "BestEffort")
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "labels": labels},
+            "spec": {
+                "nodeName": self.node_name,
+                "priorityClassName": workload.priority,
+                "priority": _PRIORITY_VALUES[workload.priority],
+                "containers": [{"name": workload.app, "image": workload.image,
+                                "resources": {"requests": requests, "limits": limits}}],
+            },
+            "status": {"phase": "Running", "qosClass": kube_qos},
+        }
+
+    def adopt(self, created: Iterable[Mapping[str, Any]]) -> int:
+        """Take the UIDs the API server gave our pods (matched by namespace and name); returns
+        how many pods were matched. Samples from then on carry those UIDs."""
+        uids: dict[tuple[str, str], str] = {}
+        for obj in created:
+            metadata = obj.get("metadata") or {}
+            if metadata.get("uid"):
+                uids[(metadata.get("namespace", "default"), metadata.get("name", ""))] = metadata["uid"]
+        matched = 0
+        for position, pod in enumerate(self._pods):
+            uid = uids.get((pod.namespace, pod.name))
+            if uid is not None:
+                self._pods[position] = replace(pod, uid=uid)
+                matched += 1
+        return matched
+
+    def node(self, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """A Node object for this node: capacity, and allocatable minus kubelet-style reservations."""
+        reserved_cpu = min(self.capacity_cpu_millis // 10, 100 + self.capacity_cpu_millis // 50)
+        reserved_memory = min(self.capacity_memory_bytes // 10, 256 * _MI + self.capacity_memory_bytes // 50)
+        capacity = {"cpu": format_millis(self.capacity_cpu_millis),
+                    "memory": format_bytes(self.capacity_memory_bytes), "pods": "110"}
+        allocatable = {"cpu": format_millis(self.capacity_cpu_millis - reserved_cpu),
+                       "memory": format_bytes(self.capacity_memory_bytes - reserved_memory), "pods": "110"}
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.node_name, "labels": {
+                "kubernetes.io/hostname": self.node_name, "kubernetes.io/os": "linux",
+                SIMULATED_LABEL: "true", **(labels or {})}},
+            "status": {"capacity": capacity, "allocatable": allocatable,
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+
+    # -- usage ------------------------------------------------------------------------------------
+
+    def _noise(self, *parts: int) -> float:
+        """A uniform number in [0, 1) that depends only on the seed, node and `parts`."""
+        value = self._key
+        for part in parts:
+            value = _mix64(value ^ (part & _MASK64))
+        return value / 2**64
+
+    def _level(self, pod: _SimulatedPod, now: float) -> tuple[float, float]:
+        """Multipliers of the pod's cpu and memory bases at `now`."""
+        second = math.floor(now)
+        jitter = self._noise(pod.index, 1, second) * 2 - 1  # in [-1, 1)
+        cpu, memory = 1 + 0.05 * jitter, 1 + 0.01 * jitter
+        if self.profile == "diurnal":
+            wave = 0.55 + 0.45 * math.sin(2 * math.pi * (now / self.period_seconds + pod.phase))
+            cpu *= wave / 0.55  # the base is the daily mean
+            memory *= 0.8 + 0.2 * wave / 0.55
+        elif self.profile == "spiky":
+            window = math.floor(now / self.burst_seconds)
+            if self._noise(pod.index, 2, window) < 0.05:
+                cpu *= 3 + 2 * self._noise(pod.index, 3, window)
+        return cpu, memory
+
+    def sample(self, now: float | None = None) -> Sample:
+        at = self._clock() if now is None else now
+        levels = [self._level(pod, at) for pod in self._pods]
+        cpu = [pod.cpu_base * level[0] for pod, level in zip(self._pods, levels, strict=True)]
+        memory = [pod.memory_base * level[1] for pod, level in zip(self._pods, levels, strict=True)]
+        system_cpu = 200 + self.capacity_cpu_millis * 0.02 * (1 + 0.1 * self._noise(-1, math.floor(at)))
+        system_memory = 512 * _MI + self.capacity_memory_bytes * 0.03
+        # The machine is finite: when pods would need more, they share what there is.
+        cpu_scale = min(1.0, (self.capacity_cpu_millis - system_cpu) / sum(cpu)) if sum(cpu) else 1.0
+        memory_scale = min(1.0, (self.capacity_memory_bytes * 0.95 - system_memory) / sum(memory)) \
+            if sum(memory) else 1.0
+        pods = tuple(
+            PodSample(uid=pod.uid, cpu_millis=round(pod_cpu * cpu_scale), memory_bytes=round(pod_memory * memory_scale),
+                      cgroup_path=_cgroup_path(pod), namespace=pod.namespace, name=pod.name)
+            for pod, pod_cpu, pod_memory in zip(self._pods, cpu, memory, strict=True))
+        node_cpu = min(self.capacity_cpu_millis, round(system_cpu) + sum(p.cpu_millis for p in pods))
+        node_memory = min(self.capacity_memory_bytes, round(system_memory) + sum(p.memory_bytes for p in pods))
+        self.samples_total += 1
+        return Sample(timestamp=at, node_cpu_millis=node_cpu, node_memory_bytes=node_memory, pods=pods,
+                      psi=self._pressure(node_cpu / self.capacity_cpu_millis))
+
+    @staticmethod
+    def _pressure(utilization: float) -> Mapping[str, Pressure]:
+        """cpu stalls start when a node is busy: 0 below 70 % use, rising to 40 % at saturation."""
+        stall = round(max(0.0, utilization - 0.7) / 0.3 * 40, 2)
+        cpu = PressureStat(avg10=stall, avg60=stall, avg300=stall, total_usec=0)
+        idle = PressureStat(avg10=0.0, avg60=0.0, avg300=0.0, total_usec=0)
+        return MappingProxyType({"cpu": Pressure(some=cpu, full=idle), "memory": Pressure(some=idle, full=idle),
+                                 "io": Pressure(some=idle, full=idle)})
