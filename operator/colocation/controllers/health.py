@@ -1,0 +1,314 @@
+"""Node health: is a node's agent alive, and are its metrics fresh? Pure, on an injected clock.
+
+Each node has two signals, judged independently:
+
+- **AgentReady**, from the agent's Lease (`colocation-node-lease/<node>`, renewed every 10 s).
+  Freshness is judged the way client-go and the node lifecycle controller judge it: the tracker
+  remembers the moment, on *its own monotonic clock*, it saw `spec.renewTime` change. The value of
+  `renewTime` is never compared with our clock, so an agent whose wall clock is off by an hour is
+  neither dead nor immortal because of it. Re-reading the same renewTime (a relist, a resync, an
+  edit of the labels) is no sign of life. A Lease released by its holder (`holderIdentity: ""`)
+  is not a renewal either.
+- **MetricsFresh**, from the NodeMetric's `status.updateTime`, judged the same way: by the moment
+  the leader observed a *new* updateTime, not by the value. The value is the agent's wall clock;
+  comparing it with ours would turn clock skew into false staleness (an agent 20 minutes behind
+  would never get batch resources) or false freshness. Observation time is also what the leader
+  can vouch for: NodeMetric lives in the leader's memory and agents re-report on a leader change,
+  so a leader that just started has observed every metric it serves. The cost: after a
+  failover, a metric that was already stale gets a new `degrade_after` from the first
+  observation; the Lease, judged within a grace period, covers a dead agent long before that.
+
+A node is **healthy** when both hold. Unhealthy means: remove its batch resources at once; unhealthy
+for longer than `eviction_timeout` means: evict its batch and free pods (`NodeHealth.evict`; the
+exit guards and the rate limit are in `colocation.controllers.eviction`).
+
+Hysteresis (flapping leases). A node goes unhealthy only after a full grace period without a
+renewal. Once unhealthy, one renewal is not enough to trust it again: it is healthy again only
+after `recovery_renewals` (2) renewals in a row, each less than a grace period after the one
+before. A lease renewed late every time (every 45 s with a 40 s grace period) therefore keeps
+the node unhealthy instead of flipping it every 45 s, and its eviction timer keeps running from
+the first miss. An agent that really came back renews every 10 s and is trusted again 10 s after
+its first renewal. Metric freshness needs no hysteresis: one report per `degrade_after` suffices.
+
+Startup. No node is judged before `startup_grace` has passed since the tracker became leader
+(`became_leader`, called by the constructor too): the informers may not have delivered everything
+yet, and a lease that looks old may just be one we have not seen change. Every node is judged
+from the moment we started watching it, never from its renewTime: a node first seen now (or
+whose Lease does not exist yet) has a full grace period to show a renewal.
+
+Timing is exact, whatever the evaluation period: a node whose last renewal was observed at `t`
+is unhealthy from `t + grace_period` (not before; `<=` is still alive, as upstream's `After`),
+and asks for eviction after `unhealthy_since + eviction_timeout`.
+
+Thresholds (constructor parameters; the defaults are DESIGN.md's):
+
+- `grace_period` = 40.0 s: the Lease's duration; silence longer than this is unhealthy.
+- `eviction_timeout` = 300.0 s: unhealthy longer than this → evict batch and free pods.
+- `degrade_after` = 900.0 s: `degradeTimeMinutes` (15) in seconds; no new metric for longer → unhealthy.
+- `startup_grace` = `grace_period`: no judgement this long after becoming leader.
+- `recovery_renewals` = 2: consecutive on-time renewals that make an unhealthy node healthy
+  again (1 disables the hysteresis).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Final
+
+from colocation.apimachinery.tables import human_duration
+
+Clock = Callable[[], float]  # monotonic seconds
+
+# Condition reasons (CamelCase, as Kubernetes condition reasons are).
+REASON_READY: Final = "AgentReady"
+REASON_STARTUP: Final = "StartupGrace"
+REASON_LEASE_EXPIRED: Final = "LeaseExpired"
+REASON_LEASE_UNSTABLE: Final = "LeaseUnstable"
+REASON_METRICS_STALE: Final = "MetricsStale"
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeHealth:
+    """One evaluation of one node.
+
+    `changed` says whether `healthy`, `agent_ready`, `metrics_fresh` or `evict` differ from the
+    previous evaluation of this node (a node never evaluated is taken to have been healthy): the
+    controller posts an Event and counts a transition only then. `unhealthy_since` is on the
+    tracker's monotonic clock.
+    """
+
+    node: str
+    healthy: bool
+    agent_ready: bool
+    metrics_fresh: bool
+    judged: bool  # False during the startup grace: everything is reported healthy then
+    unhealthy_since: float | None
+    evict: bool
+    reason: str
+    message: str
+    changed: bool = False
+
+
+@dataclasses.dataclass
+class _Record:
+    """What the tracker knows about one node; all times on the tracker's clock."""
+
+    # Both start as the moment we started watching (or became leader): silence is counted from then.
+    lease_seen: float  # the last observed renewal
+    metric_seen: float  # the last observed new updateTime
+    renew_time: str | None = None
+    update_time: str | None = None
+    lease_ever_renewed: bool = False
+    metric_ever_seen: bool = False
+    # Renewals in a row, each within a grace period of the previous one (capped). Watching starts
+    # with a full streak: a node is trusted until it misses a renewal.
+    streak: int = 0
+    lease_down_since: float | None = None  # while the streak is too short to be trusted again
+    unhealthy_since: float | None = None
+    last_key: tuple[bool, bool, bool, bool] = (True, True, True, False)
+
+
+class NodeHealthTracker:
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        grace_period: float = 40.0,
+        eviction_timeout: float = 300.0,
+        degrade_after: float = 900.0,
+        startup_grace: float | None = None,
+        recovery_renewals: int = 2,
+    ) -> None:
+        if grace_period <= 0 or eviction_timeout < 0 or degrade_after <= 0:
+            raise ValueError("grace_period and degrade_after must be positive, eviction_timeout not negative")
+        if startup_grace is not None and startup_grace < 0:
+            raise ValueError(f"startup_grace must not be negative, got {startup_grace}")
+        if recovery_renewals < 1:
+            raise ValueError(f"recovery_renewals must be at least 1, got {recovery_renewals}")
+        self._clock = clock
+        self.grace_period = grace_period
+        self.eviction_timeout = eviction_timeout
+        self.degrade_after = degrade_after
+        self.startup_grace = grace_period if startup_grace is None else startup_grace
+        self.recovery_renewals = recovery_renewals
+        self._records: dict[str, _Record] = {}
+        self._leader_since = clock()
+        self.became_leader(self._leader_since)
+
+    # --- inputs -------------------------------------------------------------------------------------
+
+    def became_leader(self, now: float | None = None) -> None:
+        """Start judging afresh: nothing observed before counts, the startup grace begins."""
+        now = self._clock() if now is None else now
+        self._leader_since = now
+        for record in self._records.values():
+            self._restart(record, now)
+
+    def track(self, node: str) -> None:
+        """Start watching a node (it appeared); it has a grace period to show a renewal."""
+        self._record(node, self._clock())
+
+    def forget(self, node: str) -> None:
+        """The node is gone: drop everything known about it."""
+        self._records.pop(node, None)
+
+    def observe_lease(self, node: str, renew_time: str | None, holder: str | None = None) -> bool:
+        """Record the node's Lease as read; True if it is a renewal (renewTime changed)."""
+        now = self._clock()
+        record = self._record(node, now)
+        if not renew_time or renew_time == record.renew_time:
+            return False
+        record.renew_time = renew_time
+        if holder == "":
+            return False  # released: the agent said goodbye, which is no sign of life
+        self._settle(record, now)
+        _, down_since = self._lease_state(record, now)
+        if now - record.lease_seen <= self.grace_period:
+            record.streak = min(record.streak + 1, self.recovery_renewals)
+        else:
+            # A renewal after a gap longer than the grace period starts a new streak.
+            record.lease_down_since = down_since
+            record.streak = 1
+        record.lease_seen = now
+        record.lease_ever_renewed = True
+        self._settle(record, now)
+        return True
+
+    def observe_metric(self, node: str, update_time: str | None) -> bool:
+        """Record the node's NodeMetric `status.updateTime`; True if it is new."""
+        now = self._clock()
+        record = self._record(node, now)
+        if not update_time or update_time == record.update_time:
+            return False
+        self._settle(record, now)
+        record.update_time = update_time
+        record.metric_seen = now
+        record.metric_ever_seen = True
+        self._settle(record, now)
+        return True
+
+    # --- outputs ------------------------------------------------------------------------------------
+
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(sorted(self._records))
+
+    def in_startup_grace(self, now: float | None = None) -> bool:
+        now = self._clock() if now is None else now
+        return now - self._leader_since <= self.startup_grace
+
+    def evaluate(self, node: str) -> NodeHealth:
+        """The node's health now; also remembers it, so `changed` describes a transition."""
+        now = self._clock()
+        record = self._record(node, now)
+        self._settle(record, now)
+        health = self._judge(node, record, now)
+        key = (health.healthy, health.agent_ready, health.metrics_fresh, health.evict)
+        changed = key != record.last_key
+        record.last_key = key
+        return dataclasses.replace(health, changed=changed)
+
+    def evaluate_all(self) -> tuple[NodeHealth, ...]:
+        """Every tracked node, by name: what the periodic timer and the eviction guard need."""
+        return tuple(self.evaluate(node) for node in self.nodes())
+
+    def transitions(self) -> tuple[NodeHealth, ...]:
+        """Evaluate every node and return only those whose state changed since the last evaluation."""
+        return tuple(health for health in self.evaluate_all() if health.changed)
+
+    # --- the state machine --------------------------------------------------------------------------
+
+    def _record(self, node: str, now: float) -> _Record:
+        record = self._records.get(node)
+        if record is None:
+            record = self._records[node] = _Record(lease_seen=now, metric_seen=now)
+            self._restart(record, now)
+        return record
+
+    def _restart(self, record: _Record, now: float) -> None:
+        # The strings are kept: seeing the same renewTime again after this is still no renewal.
+        record.lease_seen = record.metric_seen = now
+        record.lease_ever_renewed = record.metric_ever_seen = False
+        record.streak = self.recovery_renewals
+        record.lease_down_since = record.unhealthy_since = None
+        record.last_key = (True, True, True, False)
+
+    def _judging_from(self) -> float:
+        return self._leader_since + self.startup_grace
+
+    def _lease_state(self, record: _Record, now: float) -> tuple[bool, float | None]:
+        """(ready, unhealthy since) of the Lease signal, before the startup clamp."""
+        if record.streak >= self.recovery_renewals:
+            deadline = record.lease_seen + self.grace_period
+            return (True, None) if now <= deadline else (False, deadline)
+        return False, record.lease_down_since
+
+    def _metric_state(self, record: _Record, now: float) -> tuple[bool, float | None]:
+        deadline = record.metric_seen + self.degrade_after
+        return (True, None) if now <= deadline else (False, deadline)
+
+    def _causes(self, record: _Record, now: float) -> tuple[bool, bool, float | None]:
+        """(agent ready, metrics fresh, earliest moment a failing signal started failing)."""
+        if self.in_startup_grace(now):
+            return True, True, None
+        lease_ready, lease_since = self._lease_state(record, now)
+        metrics_fresh, metric_since = self._metric_state(record, now)
+        starts = [since for since in (lease_since, metric_since) if since is not None]
+        since = max(min(starts), self._judging_from()) if starts else None
+        return lease_ready, metrics_fresh, since
+
+    def _settle(self, record: _Record, now: float) -> None:
+        """Carry the node's unhealthy period up to `now`.
+
+        A signal recovers only when an observation arrives, and observations settle before and
+        after they apply, so a period in which one signal recovered while the other had already
+        failed is seen as one continuous unhealthy period, however rarely `evaluate` is called.
+        """
+        lease_ready, metrics_fresh, since = self._causes(record, now)
+        if lease_ready and metrics_fresh:
+            record.unhealthy_since = None
+        elif record.unhealthy_since is None:
+            record.unhealthy_since = since
+
+    def _judge(self, node: str, record: _Record, now: float) -> NodeHealth:
+        if self.in_startup_grace(now):
+            left = self._judging_from() - now
+            return NodeHealth(node, True, True, True, False, None, False, REASON_STARTUP,
+                              f"became leader recently: nodes are judged in {human_duration(left)}")
+        agent_ready, _ = self._lease_state(record, now)
+        metrics_fresh, _ = self._metric_state(record, now)
+        problems: list[str] = []
+        reason = REASON_READY
+        if not agent_ready:
+            if record.streak < self.recovery_renewals and now - record.lease_seen <= self.grace_period:
+                reason = REASON_LEASE_UNSTABLE
+                problems.append(
+                    f"the agent renews its Lease again but not yet steadily: waiting for "
+                    f"{self.recovery_renewals} renewals less than {human_duration(self.grace_period)} apart")
+            else:
+                reason = REASON_LEASE_EXPIRED
+                problems.append(self._silence("no renewal of the agent's Lease", record.lease_ever_renewed,
+                                              now - record.lease_seen, self.grace_period, "grace period"))
+        if not metrics_fresh:
+            reason = REASON_METRICS_STALE if agent_ready else reason
+            problems.append(self._silence("no new NodeMetric report", record.metric_ever_seen,
+                                          now - record.metric_seen, self.degrade_after, "degradeTimeMinutes"))
+        if not problems:
+            return NodeHealth(node, True, True, True, True, None, False, REASON_READY,
+                              f"Lease renewed {human_duration(now - record.lease_seen)} ago, "
+                              f"metrics reported {human_duration(now - record.metric_seen)} ago")
+        since = record.unhealthy_since
+        if since is None:  # cannot happen after _settle; kept total for the type checker
+            since = now
+        unhealthy_for = now - since
+        evict = unhealthy_for > self.eviction_timeout
+        if evict:
+            problems.append(f"unhealthy for {human_duration(unhealthy_for)}, longer than the eviction timeout "
+                            f"{human_duration(self.eviction_timeout)}: batch and free pods are to be evicted")
+        return NodeHealth(node, False, agent_ready, metrics_fresh, True, since, evict, reason, "; ".join(problems))
+
+    @staticmethod
+    def _silence(what: str, ever: bool, age: float, limit: float, limit_name: str) -> str:
+        during = (f"for {human_duration(age)}" if ever
+                  else f"in the {human_duration(age)} since the leader began watching")
+        return f"{what} {during} ({limit_name} {human_duration(limit)})"

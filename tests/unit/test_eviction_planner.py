@@ -1,0 +1,263 @@
+"""The exit process: the eviction guards, the node token bucket and the choice of pods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from colocation.controllers.eviction import (
+    GUARD_ALLOWED,
+    GUARD_FULL_DISRUPTION,
+    GUARD_PARTIAL_DISRUPTION,
+    GUARD_STARTUP,
+    EvictionGuard,
+    EvictionPlanner,
+    evictable,
+)
+from colocation.controllers.health import NodeHealth, NodeHealthTracker
+from colocation.kube.backoff import Backoff
+
+START = 5000.0
+
+
+class FakeClock:
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def health(node: str, healthy: bool, judged: bool = True) -> NodeHealth:
+    return NodeHealth(node, healthy, healthy, True, judged, None if healthy else START, not healthy,
+                      "AgentReady" if healthy else "LeaseExpired", "")
+
+
+def cluster(unhealthy: int, total: int) -> list[NodeHealth]:
+    return [health(f"node-{i}", healthy=i >= unhealthy) for i in range(total)]
+
+
+def pod(name: str, *, node: str = "node-a", labels: dict[str, str] | None = None, priority: int | None = None,
+        requests: dict[str, str] | None = None, limits: dict[str, str] | None = None,
+        phase: str = "Running", **metadata: Any) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    spec: dict[str, Any] = {"nodeName": node, "containers": [{"name": "main", "image": "busybox",
+                                                              "resources": resources}]}
+    if priority is not None:
+        spec["priority"] = priority
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "jobs", "uid": f"uid-{name}", "labels": labels or {},
+                         **metadata},
+            "spec": spec, "status": {"phase": phase}}
+
+
+def batch(name: str, node: str = "node-a", **kwargs: Any) -> dict[str, Any]:
+    return pod(name, node=node, labels={"koordinator.sh/priority-class": "koord-batch"}, **kwargs)
+
+
+# --- The guard -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("unhealthy", "total", "reason"), [
+    (0, 5, GUARD_ALLOWED),
+    (1, 1, GUARD_FULL_DISRUPTION),  # every node at once: stop, however small the cluster
+    (2, 2, GUARD_FULL_DISRUPTION),
+    (3, 3, GUARD_FULL_DISRUPTION),
+    (2, 3, GUARD_ALLOWED),  # 67 %, but not more than 2 nodes
+    (3, 5, GUARD_PARTIAL_DISRUPTION),  # 60 % and 3 nodes
+    (3, 6, GUARD_ALLOWED),  # 3 nodes, but 50 %
+    (11, 20, GUARD_ALLOWED),  # exactly 55 %: not *more* than 55 %
+    (12, 20, GUARD_PARTIAL_DISRUPTION),  # 60 %
+    (54, 100, GUARD_ALLOWED),
+    (56, 100, GUARD_PARTIAL_DISRUPTION),
+])
+def test_evictions_stop_when_too_many_nodes_are_unhealthy_at_once(unhealthy: int, total: int, reason: str) -> None:
+    decision = EvictionGuard().decide(cluster(unhealthy, total))
+    assert decision.reason == reason
+    assert decision.allowed == (reason == GUARD_ALLOWED)
+    assert (decision.unhealthy, decision.total) == (unhealthy, total)
+
+
+def test_the_guard_thresholds_are_configurable() -> None:
+    assert EvictionGuard(min_unhealthy=1).decide(cluster(2, 3)).reason == GUARD_PARTIAL_DISRUPTION
+    assert EvictionGuard(unhealthy_zone_threshold=0.7).decide(cluster(3, 5)).allowed
+    with pytest.raises(ValueError):
+        EvictionGuard(unhealthy_zone_threshold=1.5)
+
+
+def test_no_evictions_during_the_startup_grace() -> None:
+    healths = [*cluster(1, 10), health("node-new", True, judged=False)]
+    assert EvictionGuard().decide(healths).reason == GUARD_STARTUP
+
+
+def test_every_agent_going_silent_together_evicts_nothing() -> None:
+    clock = FakeClock()
+    tracker = NodeHealthTracker(clock)
+    nodes = [f"node-{i}" for i in range(4)]
+    for second in range(0, 101, 10):
+        clock.now = START + second
+        for node in nodes:
+            tracker.observe_lease(node, f"2026-11-22T10:00:{second:02d}.000000Z")
+            tracker.observe_metric(node, f"2026-11-22T10:00:{second:02d}Z")
+    clock.now = START + 1000  # every node silent for 900 s: long past the eviction timeout
+
+    healths = tracker.evaluate_all()
+    assert all(h.evict for h in healths)
+    decision = EvictionGuard().decide(healths)
+    assert (decision.allowed, decision.reason) == (False, GUARD_FULL_DISRUPTION)
+
+    planner = EvictionPlanner(clock)
+    due = {h.node: [batch("job", node=h.node)] for h in healths if h.evict} if decision.allowed else {}
+    assert planner.plan(due).evictions == ()
+
+
+# --- Choosing pods ---------------------------------------------------------------------------------
+
+def test_only_batch_and_free_pods_are_evicted() -> None:
+    pods = [
+        pod("label-batch", labels={"koordinator.sh/priority-class": "koord-batch"}),
+        pod("label-free", labels={"koordinator.sh/priority-class": "koord-free"}),
+        pod("label-prod", labels={"koordinator.sh/priority-class": "koord-prod"}),
+        pod("label-mid", labels={"koordinator.sh/priority-class": "koord-mid"}),
+        pod("band-batch", priority=5500, requests={"cpu": "1"}),
+        pod("band-free", priority=3000, requests={"cpu": "1"}),
+        pod("band-prod", priority=9999),
+        pod("band-mid", priority=7000),
+        pod("best-effort"),  # no priority, no requests: BE → batch
+        pod("burstable", requests={"cpu": "100m"}),  # LS → prod
+        pod("guaranteed", requests={"cpu": "1", "memory": "1Gi"}, limits={"cpu": "1", "memory": "1Gi"}),
+        pod("system-qos", labels={"koordinator.sh/qosClass": "SYSTEM"}),
+        pod("be-qos-label", labels={"koordinator.sh/qosClass": "BE"}, requests={"cpu": "1"}),
+    ]
+    planner = EvictionPlanner(FakeClock())
+
+    plan = planner.plan({"node-a": pods})
+
+    assert sorted(e.name for e in plan.evictions) == [
+        "band-batch", "band-free", "be-qos-label", "best-effort", "label-batch", "label-free"]
+    assert {e.priority for e in plan.evictions} == {"koord-batch", "koord-free"}
+    first = next(e for e in plan.evictions if e.name == "label-batch")
+    assert (first.node, first.namespace, first.uid) == ("node-a", "jobs", "uid-label-batch")
+
+
+def test_terminating_terminated_and_mirror_pods_are_skipped() -> None:
+    assert evictable(batch("running"))
+    assert evictable(batch("pending", phase="Pending"))
+    assert not evictable(batch("terminating", deletionTimestamp="2026-11-22T10:00:00Z"))
+    assert not evictable(batch("succeeded", phase="Succeeded"))
+    assert not evictable(batch("failed", phase="Failed"))
+    assert not evictable(batch("static", annotations={"kubernetes.io/config.mirror": "abc"}))
+
+    plan = EvictionPlanner(FakeClock()).plan({"node-a": [
+        batch("running"), batch("terminating", deletionTimestamp="2026-11-22T10:00:00Z"), batch("failed",
+                                                                                               phase="Failed")]})
+    assert [e.name for e in plan.evictions] == ["running"]
+
+
+# --- Rate limiting ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("start", [START, 6.4])  # at 6.4, (16.4 - 6.4) * 0.1 rounds below 1.0
+def test_two_nodes_due_at_once_are_drained_ten_seconds_apart(start: float) -> None:
+    clock = FakeClock(start)
+    planner = EvictionPlanner(clock)
+    due = {"node-a": [batch("a1", "node-a"), batch("a2", "node-a")], "node-b": [batch("b1", "node-b")]}
+
+    plan = planner.plan(due)
+    assert [e.name for e in plan.evictions] == ["a1", "a2"]
+    assert (plan.started, plan.draining, plan.waiting) == (("node-a",), ("node-a",), ("node-b",))
+    assert plan.next_plan_at == start + 10
+
+    clock.now = start + 9.999
+    plan = planner.plan(due)
+    assert plan.evictions == () and plan.waiting == ("node-b",)
+
+    clock.now = start + 10
+    plan = planner.plan(due)
+    assert [e.name for e in plan.evictions] == ["b1"]
+    assert (plan.started, plan.draining, plan.waiting) == (("node-b",), ("node-a", "node-b"), ())
+
+
+def test_a_draining_node_needs_no_new_token_for_pods_that_appear_later() -> None:
+    clock = FakeClock()
+    planner = EvictionPlanner(clock)
+    planner.plan({"node-a": [batch("a1")]})
+    clock.now = START + 1
+    plan = planner.plan({"node-a": [batch("a1", deletionTimestamp="2026-11-22T10:00:00Z"), batch("a2")],
+                         "node-b": [batch("b1", "node-b")]})
+    assert [e.name for e in plan.evictions] == ["a2"]
+    assert plan.waiting == ("node-b",)
+
+
+def test_a_node_no_longer_due_is_released_and_queues_again_later() -> None:
+    clock = FakeClock()
+    planner = EvictionPlanner(clock)
+    assert planner.plan({"node-a": [batch("a1")]}).draining == ("node-a",)
+    clock.now = START + 2
+    assert planner.plan({}).draining == ()  # recovered (or the guard stopped evictions)
+
+    clock.now = START + 5
+    plan = planner.plan({"node-a": [batch("a1")]})
+    assert plan.evictions == () and plan.waiting == ("node-a",)
+    clock.now = START + 10
+    assert [e.name for e in planner.plan({"node-a": [batch("a1")]}).evictions] == ["a1"]
+
+
+def test_burst_and_rate_are_configurable() -> None:
+    clock = FakeClock()
+    planner = EvictionPlanner(clock, rate=1.0, burst=2)
+    due = {f"node-{c}": [batch(c, f"node-{c}")] for c in "abcd"}
+    assert planner.plan(due).draining == ("node-a", "node-b")
+    clock.now = START + 1
+    assert planner.plan(due).draining == ("node-a", "node-b", "node-c")
+
+    disabled = EvictionPlanner(clock, rate=0)
+    plan = disabled.plan(due)
+    assert plan.evictions == () and plan.next_plan_at is None
+
+
+# --- Retries ---------------------------------------------------------------------------------------
+
+def test_a_pod_already_offered_is_not_offered_again_before_the_retry_interval() -> None:
+    clock = FakeClock()
+    planner = EvictionPlanner(clock, retry_interval=30.0)
+    due = {"node-a": [batch("a1")]}
+    assert len(planner.plan(due).evictions) == 1
+
+    clock.now = START + 29
+    plan = planner.plan(due)  # the informer has not seen the eviction land yet
+    assert plan.evictions == () and plan.next_plan_at == START + 30
+    clock.now = START + 30
+    assert len(planner.plan(due).evictions) == 1
+
+
+def test_a_deferred_eviction_backs_off_exponentially() -> None:
+    clock = FakeClock()
+    planner = EvictionPlanner(clock, backoff=lambda: Backoff(initial=5.0, maximum=60.0, jitter=0.0))
+    due = {"node-a": [batch("a1")]}
+    (eviction,) = planner.plan(due).evictions
+
+    assert planner.deferred(eviction) == 5.0  # 429: the PodDisruptionBudget allows no disruption now
+    clock.now = START + 4.9
+    assert planner.plan(due).evictions == ()
+    clock.now = START + 5
+    (eviction,) = planner.plan(due).evictions
+
+    assert planner.deferred(eviction) == 10.0
+    clock.now = START + 14.9
+    assert planner.plan(due).evictions == ()
+    clock.now = START + 15
+    assert len(planner.plan(due).evictions) == 1
+
+
+def test_a_pod_gone_and_back_starts_with_a_fresh_backoff() -> None:
+    clock = FakeClock()
+    planner = EvictionPlanner(clock, backoff=lambda: Backoff(initial=5.0, maximum=60.0, jitter=0.0))
+    (eviction,) = planner.plan({"node-a": [batch("a1")]}).evictions
+    planner.deferred(eviction)
+    planner.plan({"node-a": []})  # the pod left by other means
+
+    assert planner.deferred(eviction) == 5.0
