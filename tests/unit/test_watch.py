@@ -28,7 +28,7 @@ def configmaps_of(store: Store, resource: str = "configmaps") -> ResourceType:
 def drain(watcher: Watcher) -> list[tuple[str, str]]:
     events = []
     while not watcher.queue.empty():
-        type_, obj = watcher.queue.get_nowait()
+        type_, obj, _ = watcher.queue.get_nowait()
         events.append((type_, obj["metadata"]["name"] if type_ not in ("ERROR", "CLOSE") else str(obj)))
     return events
 
@@ -52,7 +52,7 @@ async def test_a_resource_version_older_than_the_window_is_expired(store: Store)
         store.create(cms, {"metadata": {"name": f"x{index}", "namespace": "default"}})
     watcher = store.watch(cms, "", WatchFilter(), resource_version=first["metadata"]["resourceVersion"],
                           send_initial_events=False)
-    (type_, status), = [watcher.queue.get_nowait()]
+    (type_, status, _), = [watcher.queue.get_nowait()]
     assert type_ == "ERROR" and status["code"] == 410 and status["reason"] == "Expired"
 
 

@@ -473,12 +473,16 @@ class FieldSelector:
     def matches(self, obj: Mapping[str, Any]) -> bool:
         return all((field_value(obj, t.field) == t.value) != t.negated for t in self.terms)
 
-    def exact_name(self) -> str | None:
-        """The name every selected object must have, when the selector pins one."""
+    def exact(self, field: str) -> str | None:
+        """The value every selected object must have in `field`, when the selector pins one."""
         for term in self.terms:
-            if term.field == "metadata.name" and not term.negated:
+            if term.field == field and not term.negated:
                 return term.value
         return None
+
+    def exact_name(self) -> str | None:
+        """The name every selected object must have, when the selector pins one."""
+        return self.exact("metadata.name")
 
     def __str__(self) -> str:
         return ",".join(str(t) for t in self.terms)

@@ -10,6 +10,7 @@ dependents through ownerReferences. Everything runs on one event loop, so no loc
 from __future__ import annotations
 
 import base64
+import bisect
 import secrets
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -19,6 +20,7 @@ from typing import Any
 import orjson
 
 from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.selectors import field_value
 from colocation.sandbox.clock import Clock, now, rfc3339
 from colocation.sandbox.resources import Registry, ResourceType
 from colocation.sandbox.watch import EventWindow, Watcher, WatchFilter
@@ -27,6 +29,8 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 StorageKey = tuple[str, str]  # (group, resource)
 
+# Fields with an index, for selectors clients use at scale: every node agent lists its own pods.
+_INDEXED_FIELDS: dict[tuple[str, str], str] = {("", "pods"): "spec.nodeName"}
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-.")
 _GENERATE_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # upstream's: no vowels, no confusables
 
@@ -79,11 +83,15 @@ def _without_rv(obj: Obj) -> Obj:
 
 
 class Bucket:
-    """The objects of one resource, by (namespace, name) and by namespace."""
+    """The objects of one resource: by (namespace, name), by namespace, in key order, and by an
+    optional indexed field (pods by spec.nodeName: the query every node agent makes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, index_field: str | None = None) -> None:
         self._all: dict[Key, Obj] = {}
         self._by_namespace: dict[str, dict[str, Obj]] = {}
+        self._sorted: list[Key] | None = []  # rebuilt lazily after keys come or go, not on updates
+        self.index_field = index_field
+        self._by_field: dict[str, set[Key]] = {}
 
     def get(self, key: Key) -> Obj | None:
         return self._all.get(key)
@@ -95,15 +103,34 @@ class Bucket:
         return len(self._all)
 
     def __setitem__(self, key: Key, obj: Obj) -> None:
+        old = self._all.get(key)
+        if old is None:
+            self._sorted = None
+        elif self.index_field is not None:
+            self._unindex(key, old)
         self._all[key] = obj
         self._by_namespace.setdefault(key[0], {})[key[1]] = obj
+        if self.index_field is not None:
+            self._by_field.setdefault(field_value(obj, self.index_field), set()).add(key)
 
     def __delitem__(self, key: Key) -> None:
-        del self._all[key]
+        old = self._all.pop(key)
         names = self._by_namespace[key[0]]
         del names[key[1]]
         if not names:
             del self._by_namespace[key[0]]
+        self._sorted = None
+        if self.index_field is not None:
+            self._unindex(key, old)
+
+    def _unindex(self, key: Key, obj: Obj) -> None:
+        assert self.index_field is not None
+        value = field_value(obj, self.index_field)
+        keys = self._by_field.get(value)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_field[value]
 
     def __getitem__(self, key: Key) -> Obj:
         return self._all[key]
@@ -117,6 +144,16 @@ class Bucket:
         if not namespace:
             return list(self._all.values())
         return list(self._by_namespace.get(namespace, {}).values())
+
+    def sorted_keys(self) -> list[Key]:
+        """Every key in (namespace, name) order; shared, never to be modified by the caller."""
+        if self._sorted is None:
+            self._sorted = sorted(self._all)
+        return self._sorted
+
+    def keys_with(self, value: str) -> list[Key]:
+        """Keys of the objects whose indexed field has `value`, in key order."""
+        return sorted(self._by_field.get(value, ()))
 
 
 class Store:
@@ -148,7 +185,7 @@ class Store:
     def _bucket(self, rt: ResourceType) -> Bucket:
         bucket = self._objects.get(rt.storage_key)
         if bucket is None:
-            bucket = self._objects[rt.storage_key] = Bucket()
+            bucket = self._objects[rt.storage_key] = Bucket(_INDEXED_FIELDS.get(rt.storage_key))
         return bucket
 
     def window(self, rt: ResourceType) -> EventWindow:
@@ -215,29 +252,29 @@ class Store:
 
     def list(self, rt: ResourceType, namespace: str, flt: WatchFilter, *, limit: int = 0,
              continue_token: str = "") -> tuple[list[Obj], int, str, int | None]:
-        """Objects sorted by namespace and name: (items, resourceVersion, continue, remaining)."""
+        """Objects sorted by namespace and name: (items, resourceVersion, continue, remaining).
+
+        `remaining` (remainingItemCount) is only known, as upstream, when no selector filters.
+        """
         bucket = self._bucket(rt)
         list_rv = self._rv
         start_after: Key | None = None
         if continue_token:
             start_after, list_rv = _decode_continue(continue_token)
-        exact = flt.fields.exact_name() if flt.fields is not None else None
-        if exact is not None:
-            keys = [(namespace, exact)] if namespace else sorted(k for k in bucket.keys("") if k[1] == exact)
-        else:
-            keys = sorted(bucket.keys(namespace if rt.namespaced else ""))
+        namespace = namespace if rt.namespaced else ""
+        keys, low, high = _candidate_keys(bucket, namespace, flt)
+        position = bisect.bisect_right(keys, start_after, low, high) if start_after is not None else low
         items: list[Obj] = []
         next_key: Key | None = None
         remaining: int | None = None
-        for index, key in enumerate(keys):
-            if start_after is not None and key <= start_after:
-                continue
-            obj = bucket.get(key)
+        for index in range(position, high):
+            obj = bucket.get(keys[index])
             if obj is None or not flt.matches(obj):
                 continue
             if limit and len(items) == limit:
                 next_key = items_key(items[-1])
-                remaining = sum(1 for k in keys[index:] if k in bucket and flt.matches(bucket[k]))
+                if flt.labels is None and (flt.fields is None or flt.fields.empty):
+                    remaining = high - index
                 break
             items.append(obj)
         token = _encode_continue(next_key, list_rv) if next_key is not None else ""
@@ -447,6 +484,23 @@ class Store:
 
     def serialize(self, obj: Obj) -> bytes:
         return orjson.dumps(obj)
+
+
+def _candidate_keys(bucket: Bucket, namespace: str, flt: WatchFilter) -> tuple[list[Key], int, int]:
+    """Sorted keys that may match, and the slice [low, high) of them to scan."""
+    fields = flt.fields
+    name = fields.exact("metadata.name") if fields is not None else None
+    indexed = fields.exact(bucket.index_field) if fields is not None and bucket.index_field else None
+    if name is not None:
+        keys = [(namespace, name)] if namespace else sorted(k for k in bucket.keys("") if k[1] == name)
+    elif indexed is not None:
+        keys = [k for k in bucket.keys_with(indexed) if not namespace or k[0] == namespace]
+    else:
+        keys = bucket.sorted_keys()
+        if namespace:
+            # ("ns",) sorts before every ("ns", name) and ("ns\0",) after them all.
+            return keys, bisect.bisect_left(keys, (namespace,)), bisect.bisect_left(keys, (namespace + "\0",))
+    return keys, 0, len(keys)
 
 
 def items_key(obj: Obj) -> Key:

@@ -20,7 +20,7 @@ from colocation.sandbox.admission import admit
 from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.resources import EXTRA_SELECTABLE_FIELDS, ResourceType
 from colocation.sandbox.store import Obj, Store
-from colocation.sandbox.watch import Watcher, WatchFilter
+from colocation.sandbox.watch import Event, Watcher, WatchFilter
 
 JSON = "application/json"
 
@@ -138,32 +138,42 @@ class Verbs:
 
     async def _stream(self, request: web.Request, response: web.StreamResponse, rt: ResourceType,
                       watcher: Watcher, deadline: float, bookmarks: bool, table_version: str | None) -> None:
+        """Write events as they come; whatever queued up meanwhile goes out in one write."""
         loop = asyncio.get_running_loop()
         next_bookmark = loop.time() + self.bookmark_interval
-        first_row = True  # only the first Table event of a watch carries the column definitions
+        encoder = _EventEncoder(self, request, rt, table_version)
         while True:
             now = loop.time()
             if now >= deadline:
                 return
-            wait = min(deadline, next_bookmark) - now if bookmarks else deadline - now
-            try:
-                type_, obj = await asyncio.wait_for(watcher.queue.get(), timeout=max(wait, 0.001))
-            except TimeoutError:
-                if bookmarks and loop.time() >= next_bookmark and watcher.queue.empty():
-                    type_, obj = "BOOKMARK", self._bookmark(rt)
-                    next_bookmark = loop.time() + self.bookmark_interval
-                else:
+            if watcher.queue.empty():
+                wait = min(deadline, next_bookmark) - now if bookmarks else deadline - now
+                try:
+                    async with asyncio.timeout(max(wait, 0.001)):
+                        first = await watcher.queue.get()
+                except TimeoutError:
+                    if bookmarks and loop.time() >= next_bookmark and watcher.queue.empty():
+                        await response.write(encoder.line("BOOKMARK", self._bookmark(rt), None))
+                        next_bookmark = loop.time() + self.bookmark_interval
                     continue
-            if type_ == "CLOSE":
-                return
-            if type_ not in ("ERROR", "BOOKMARK"):
-                obj = _with_version(rt, obj)
-                if table_version:
-                    obj = self._table(request, rt, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                                      table_version, include_headers=first_row)
-                    first_row = False
-            await response.write(orjson.dumps({"type": type_, "object": obj}) + b"\n")
-            if type_ == "ERROR":
+                batch = [first]
+            else:
+                batch = []
+            while len(batch) < _WATCH_BATCH and not watcher.queue.empty():
+                batch.append(watcher.queue.get_nowait())
+            lines: list[bytes] = []
+            ended = False
+            for type_, obj, event in batch:
+                if type_ == "CLOSE":
+                    ended = True
+                    break
+                lines.append(encoder.line(type_, obj, event))
+                if type_ == "ERROR":
+                    ended = True
+                    break
+            if lines:
+                await response.write(b"".join(lines))
+            if ended:
                 return
 
     def _bookmark(self, rt: ResourceType, initial_end: bool = False) -> Obj:
@@ -286,6 +296,36 @@ class Verbs:
         elif meta.get("namespace"):
             meta.pop("namespace")
         return {**body, "metadata": meta}
+
+
+# At most this many queued events go out in one write, so one busy watch cannot hog the loop.
+_WATCH_BATCH = 500
+
+
+class _EventEncoder:
+    """Watch event lines; a plain event's line is encoded once and shared by every watcher."""
+
+    def __init__(self, verbs: Verbs, request: web.Request, rt: ResourceType, table_version: str | None) -> None:
+        self.verbs = verbs
+        self.request = request
+        self.rt = rt
+        self.table_version = table_version
+        self.first_row = True  # only the first Table event of a watch carries the column definitions
+
+    def line(self, type_: str, obj: Any, event: Event | None) -> bytes:
+        if type_ in ("ERROR", "BOOKMARK"):
+            return orjson.dumps({"type": type_, "object": obj}) + b"\n"
+        obj = _with_version(self.rt, obj)
+        if self.table_version:
+            table = self.verbs._table(self.request, self.rt, [obj], {
+                "resourceVersion": obj["metadata"]["resourceVersion"]}, self.table_version,
+                include_headers=self.first_row)
+            self.first_row = False
+            return orjson.dumps({"type": type_, "object": table}) + b"\n"
+        if event is not None and obj is event.new:
+            encoded: bytes = event.encoded(type_)
+            return encoded
+        return orjson.dumps({"type": type_, "object": obj}) + b"\n"
 
 
 def _dry_run(request: web.Request) -> bool:

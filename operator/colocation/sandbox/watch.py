@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from colocation.apimachinery.errors import ApiError
 
@@ -45,10 +47,19 @@ class Event:
     type: str
     old: Obj | None
     new: Obj
+    _lines: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+    def encoded(self, type_: str) -> bytes:
+        """The watch line for `new` as a `type_` event, encoded once for every watcher."""
+        line = self._lines.get(type_)
+        if line is None:
+            line = self._lines[type_] = orjson.dumps({"type": type_, "object": self.new}) + b"\n"
+        return line
 
 
-# What a watcher's queue holds: (type, object) or a terminal ("ERROR", status) / ("CLOSE", None).
-QueueItem = tuple[str, Any]
+# What a watcher's queue holds: (type, object, the store event it came from, if any), or a
+# terminal ("ERROR", status, None) / ("CLOSE", None, None).
+QueueItem = tuple[str, Any, Event | None]
 
 
 class Watcher:
@@ -59,11 +70,11 @@ class Watcher:
         self.closed = False
         self.window: EventWindow | None = None
 
-    def offer(self, type_: str, obj: Obj) -> None:
+    def offer(self, type_: str, obj: Obj, event: Event | None = None) -> None:
         if self.closed:
             return
         try:
-            self.queue.put_nowait((type_, obj))
+            self.queue.put_nowait((type_, obj, event))
         except asyncio.QueueFull:
             self.close()
 
@@ -72,24 +83,24 @@ class Watcher:
         now_matches = self.filter.matches(event.new)
         if event.type == "ADDED":
             if now_matches:
-                self.offer("ADDED", event.new)
+                self.offer("ADDED", event.new, event)
             return
         was_matching = event.old is not None and self.filter.matches(event.old)
         if event.type == "DELETED":
             if was_matching or now_matches:
-                self.offer("DELETED", event.new)
+                self.offer("DELETED", event.new, event)
         elif was_matching and now_matches:
-            self.offer("MODIFIED", event.new)
+            self.offer("MODIFIED", event.new, event)
         elif was_matching:
-            self.offer("DELETED", event.new)  # left the selection: to this watcher it is gone
+            self.offer("DELETED", event.new, event)  # left the selection: to this watcher it is gone
         elif now_matches:
-            self.offer("ADDED", event.new)
+            self.offer("ADDED", event.new, event)
 
     def expire(self, message: str) -> None:
-        self._terminate(("ERROR", ApiError.gone(message).status()))
+        self._terminate(("ERROR", ApiError.gone(message).status(), None))
 
     def close(self) -> None:
-        self._terminate(("CLOSE", None))
+        self._terminate(("CLOSE", None, None))
 
     def _terminate(self, item: QueueItem) -> None:
         if self.closed:
