@@ -30,7 +30,7 @@ run: $(STAMP)  ## run the sandbox (API server + project installed); Ctrl-C stops
 	$(BIN)/colocation sandbox --state-dir $(SANDBOX_DIR) --log-format text
 
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check operator tests
+	$(BIN)/ruff check operator tests benchmarks
 
 typecheck: $(STAMP)  ## mypy, strict on the package
 	$(BIN)/mypy

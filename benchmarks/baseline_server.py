@@ -1,0 +1,86 @@
+"""The floor: a bare aiohttp HTTPS server that does the least any API server must do.
+
+It accepts a POST of any object, parses it with orjson, keeps it in a dict and answers 201 with
+the object; a GET of a collection answers every stored object of that resource. Same TLS setup
+as the sandbox (tlsutil, EC P-256, loopback), same body limit, no access log. Run as
+`python -m benchmarks.baseline_server --state-dir DIR`; prints `ready: url=URL ca=PATH`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from colocation import tlsutil
+from colocation.sandbox.bodies import MAX_BODY_BYTES
+
+HOST = "127.0.0.1"
+
+
+class BareStore:
+    """Objects by resource (the last path segment) and (namespace, name)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[tuple[str, str], Any]] = {}
+
+    async def create(self, request: web.Request) -> web.Response:
+        obj = orjson.loads(await request.read())
+        meta = obj.get("metadata") or {}
+        resource = request.path.rstrip("/").rsplit("/", 1)[-1]
+        self.objects.setdefault(resource, {})[(meta.get("namespace", ""), meta.get("name", ""))] = obj
+        return web.Response(body=orjson.dumps(obj), status=201, content_type="application/json")
+
+    async def list(self, request: web.Request) -> web.Response:
+        resource = request.path.rstrip("/").rsplit("/", 1)[-1]
+        items = list(self.objects.get(resource, {}).values())
+        return web.Response(body=orjson.dumps({"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items}),
+                            content_type="application/json")
+
+
+def _certificates(state_dir: Path) -> tuple[tlsutil.CertKey, Path]:
+    """A serving certificate, and the path of its CA for the client (as the sandbox's kubeconfig)."""
+    ca = tlsutil.new_ca("benchmark-baseline-ca")
+    serving = tlsutil.issue_certificate(ca, "benchmark-baseline", dns_names=("localhost",), ip_addresses=(HOST,))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    ca_path = state_dir / "baseline-ca.crt"
+    ca_path.write_bytes(ca.cert_pem)
+    return serving, ca_path
+
+
+async def serve(state_dir: Path) -> None:
+    serving, ca_path = _certificates(state_dir)
+    store = BareStore()
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app.router.add_post("/{tail:.*}", store.create)
+    app.router.add_get("/{tail:.*}", store.list)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((HOST, 0))
+    await web.SockSite(runner, sock, ssl_context=tlsutil.ssl_server_context(serving)).start()
+    print(f"ready: url=https://{HOST}:{sock.getsockname()[1]} ca={ca_path}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--state-dir", type=Path, required=True)
+    asyncio.run(serve(parser.parse_args().state_dir))
+
+
+if __name__ == "__main__":
+    main()

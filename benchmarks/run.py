@@ -1,0 +1,68 @@
+"""`make bench`: run the benchmarks and write their sections of BENCHMARKS.md.
+
+    python -m benchmarks.run [--nodes 5000 --pods-per-node 30 ...] [--output BENCHMARKS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks import machine, report, sandbox_capacity
+from benchmarks.client import say
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parser() -> argparse.ArgumentParser:
+    defaults = sandbox_capacity.CapacityConfig()
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--nodes", type=int, default=defaults.nodes, help="Nodes in the simulated cluster.")
+    p.add_argument("--pods-per-node", type=int, default=defaults.pods_per_node)
+    p.add_argument("--namespaces", type=int, default=defaults.namespaces, help="Namespaces the pods spread over.")
+    p.add_argument("--concurrency", type=int, default=defaults.concurrency, help="Requests in flight.")
+    p.add_argument("--status-updates", type=int, default=defaults.status_updates,
+                   help="Pods whose Running status is written after creation; -1: all, 0: none.")
+    p.add_argument("--watchers", type=int, default=defaults.watchers, help="Concurrent watchers of all pods.")
+    p.add_argument("--watch-updates", type=int, default=defaults.watch_updates,
+                   help="Pod status updates the watchers must all receive.")
+    p.add_argument("--list-repeats", type=int, default=defaults.list_repeats)
+    p.add_argument("--selector-repeats", type=int, default=defaults.selector_repeats)
+    p.add_argument("--pagination-repeats", type=int, default=defaults.pagination_repeats)
+    p.add_argument("--page-size", type=int, default=defaults.page_size)
+    p.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md",
+                   help="Markdown file whose sandbox-capacity section is (re)written.")
+    p.add_argument("--state-dir", type=Path, default=None,
+                   help="Where the servers keep kubeconfigs and logs (default: a temporary directory).")
+    return p
+
+
+def config_from(args: argparse.Namespace, state_dir: Path) -> sandbox_capacity.CapacityConfig:
+    return sandbox_capacity.CapacityConfig(
+        nodes=args.nodes, pods_per_node=args.pods_per_node, namespaces=args.namespaces,
+        concurrency=args.concurrency, status_updates=args.status_updates, watchers=args.watchers,
+        watch_updates=args.watch_updates, list_repeats=args.list_repeats, selector_repeats=args.selector_repeats,
+        pagination_repeats=args.pagination_repeats, page_size=args.page_size, state_dir=state_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
+    command = " ".join(["python -m benchmarks.run", *map(shlex.quote, argv)])
+    with tempfile.TemporaryDirectory(prefix="colocation-bench-") as scratch:
+        config = config_from(args, args.state_dir or Path(scratch))
+        say(f"sandbox capacity: {config.nodes:,} nodes x {config.pods_per_node} pods "
+            f"= {config.sizes.pods:,} pods; writing {args.output}")
+        result = asyncio.run(sandbox_capacity.run(config))
+    report.write(args.output, report.render(result, machine.describe(), command))
+    say(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
