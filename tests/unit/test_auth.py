@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.userinfo import UserInfo
 from colocation.sandbox.auth import TokenAuthority
-from colocation.sandbox.rbac import UserInfo
 
 T0 = 1_800_000_000.0
 POD = {"kind": "Pod",

@@ -8,13 +8,8 @@ import pytest
 from multidict import CIMultiDict
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.rbac import (
-    Decision,
-    RbacAuthorizer,
-    RequestAttributes,
-    UserInfo,
-    forbidden_error,
-)
+from colocation.apimachinery.userinfo import UserInfo
+from colocation.sandbox.rbac import Decision, RbacAuthorizer, RequestAttributes, forbidden_error
 from colocation.sandbox.rbac_bootstrap import bootstrap_policy
 from colocation.sandbox.reviews import (
     impersonate,

@@ -19,69 +19,25 @@ import re
 import secrets
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import cachetools
 
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.userinfo import Extra, UserInfo
 from colocation.kube.permissions import AUTHENTICATION_CONFIG_MAP
 
 log = logging.getLogger(__name__)
 
-NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 AUTHENTICATED_GROUP = "system:authenticated"
 
 _ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
-class Extra(Mapping[str, tuple[str, ...]]):
-    """A caller's extra attributes: immutable and hashable, so callers and reviews key caches."""
-
-    __slots__ = ("_hash", "_items")
-
-    def __init__(self, source: Mapping[str, Iterable[str]] | None = None) -> None:
-        self._items = {key: (values,) if isinstance(values, str) else tuple(values)
-                       for key, values in sorted((source or {}).items())}
-        self._hash = hash(tuple(self._items.items()))
-
-    def __getitem__(self, key: str) -> tuple[str, ...]:
-        return self._items[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __repr__(self) -> str:
-        return f"Extra({self._items!r})"
-
-
-@dataclass(frozen=True)
-class Caller:
-    """An authenticated caller (user.Info upstream)."""
-
-    username: str
-    uid: str = ""
-    groups: tuple[str, ...] = ()
-    extra: Mapping[str, tuple[str, ...]] = field(default_factory=Extra)
-
-    def __post_init__(self) -> None:
-        # Accept lists and dicts, keep immutable forms so a Caller hashes.
-        object.__setattr__(self, "groups", tuple(self.groups))
-        if not isinstance(self.extra, Extra):
-            object.__setattr__(self, "extra", Extra(self.extra))
-
-    @property
-    def node_name(self) -> str | None:
-        """The node of the pod the caller's token is bound to, when it is bound to exactly one."""
-        values = self.extra.get(NODE_NAME_EXTRA, ())
-        return values[0] if len(values) == 1 and values[0] else None
+# Who made a request: the same user.Info the sandbox's authenticator produces.
+Caller = UserInfo
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError
-from colocation.apiserver.auth import NODE_NAME_EXTRA, Caller, CountsReviews, Extra, ReviewCache, why_failed
+from colocation.apimachinery.userinfo import NODE_NAME_EXTRA, Extra
+from colocation.apiserver.auth import Caller, CountsReviews, ReviewCache, why_failed
 from colocation.kube.permissions import METRICS_GROUP
 
 log = logging.getLogger(__name__)

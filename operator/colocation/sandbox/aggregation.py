@@ -26,9 +26,9 @@ from aiohttp import web
 
 from colocation import tlsutil
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.userinfo import UserInfo
 from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.paths import Target
-from colocation.sandbox.rbac import UserInfo
 
 if TYPE_CHECKING:
     from colocation.sandbox.server import ApiServer

@@ -20,15 +20,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError, Cause
-from colocation.sandbox.clock import Clock, now
-from colocation.sandbox.rbac import (
+from colocation.apimachinery.userinfo import (
     ANONYMOUS,
     AUTHENTICATED,
     MASTERS,
+    NODE_NAME_EXTRA,
     UserInfo,
     service_account_groups,
     service_account_username,
 )
+from colocation.sandbox.clock import Clock, now
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 API_AUDIENCES = (ISSUER,)  # what kube-apiserver accepts by default (--api-audiences = the issuer)
@@ -38,7 +39,6 @@ MAX_EXPIRATION_SECONDS = 2**32
 
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
-NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 CREDENTIAL_ID_EXTRA = "authentication.kubernetes.io/credential-id"
 
 _ALGORITHM = "HS256"

@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.userinfo import (
+    MASTERS,
+    UserInfo,
+    service_account_username,
+)
 
-AUTHENTICATED = "system:authenticated"
-UNAUTHENTICATED = "system:unauthenticated"
-MASTERS = "system:masters"
-ANONYMOUS = "system:anonymous"
-SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
-SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 AUTHENTICATION_GROUP = "authentication.k8s.io"
 AUTHORIZATION_GROUP = "authorization.k8s.io"
@@ -27,66 +26,6 @@ AUTHORIZATION_GROUP = "authorization.k8s.io"
 # Beyond this many distinct requests the decision cache is dropped rather than evicted piecemeal:
 # a flood of distinct requests is rare and recompiling the answers is cheap.
 _DECISION_CACHE_LIMIT = 20_000
-
-
-class Extra(Mapping[str, tuple[str, ...]]):
-    """A user's extra attributes, immutable and hashable so a UserInfo can key a cache."""
-
-    __slots__ = ("_hash", "_items")
-
-    def __init__(self, source: Mapping[str, Iterable[str] | str] | None = None) -> None:
-        items = {}
-        for key, values in sorted((source or {}).items()):
-            items[key] = (values,) if isinstance(values, str) else tuple(values)
-        self._items: dict[str, tuple[str, ...]] = items
-        self._hash = hash(tuple(items.items()))
-
-    def __getitem__(self, key: str) -> tuple[str, ...]:
-        return self._items[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __repr__(self) -> str:
-        return f"Extra({self._items!r})"
-
-
-@dataclass(frozen=True)
-class UserInfo:
-    """Who is calling, as the authenticator saw it (user.Info upstream)."""
-
-    username: str
-    uid: str = ""
-    groups: tuple[str, ...] = ()
-    extra: Mapping[str, tuple[str, ...]] = field(default_factory=Extra)
-
-    def __post_init__(self) -> None:
-        # Accept lists and plain dicts from callers, store immutable forms so instances hash.
-        object.__setattr__(self, "groups", tuple(self.groups))
-        if not isinstance(self.extra, Extra):
-            object.__setattr__(self, "extra", Extra(self.extra))
-
-    @property
-    def service_account(self) -> tuple[str, str] | None:
-        """(namespace, name) when this is a ServiceAccount's username, else None."""
-        return split_service_account(self.username)
-
-    def to_json(self) -> dict[str, Any]:
-        """The UserInfo of TokenReview and SelfSubjectReview statuses (empty fields omitted)."""
-        body: dict[str, Any] = {"username": self.username}
-        if self.uid:
-            body["uid"] = self.uid
-        if self.groups:
-            body["groups"] = list(self.groups)
-        if self.extra:
-            body["extra"] = {key: list(values) for key, values in self.extra.items()}
-        return body
 
 
 @dataclass(frozen=True)
@@ -112,23 +51,6 @@ class Decision:
 
 Authorize = Callable[[RequestAttributes], Decision]
 ObjectSource = Callable[[str], Iterable[Mapping[str, Any]]]
-
-
-def service_account_username(namespace: str, name: str) -> str:
-    return f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}"
-
-
-def service_account_groups(namespace: str) -> tuple[str, str]:
-    return SERVICE_ACCOUNTS_GROUP, f"{SERVICE_ACCOUNTS_GROUP}:{namespace}"
-
-
-def split_service_account(username: str) -> tuple[str, str] | None:
-    if not username.startswith(SERVICE_ACCOUNT_PREFIX):
-        return None
-    parts = username[len(SERVICE_ACCOUNT_PREFIX):].split(":")
-    if len(parts) != 2 or not all(parts):
-        return None
-    return parts[0], parts[1]
 
 
 def forbidden_error(attrs: RequestAttributes, reason: str = "") -> ApiError:

@@ -9,14 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from colocation.sandbox.rbac import (
-    AUTHENTICATED,
-    AUTHENTICATION_GROUP,
-    AUTHORIZATION_GROUP,
-    MASTERS,
-    RBAC_GROUP,
-    UNAUTHENTICATED,
-)
+from colocation.apimachinery.userinfo import AUTHENTICATED, MASTERS, UNAUTHENTICATED
+from colocation.sandbox.rbac import AUTHENTICATION_GROUP, AUTHORIZATION_GROUP, RBAC_GROUP
 
 # The default objects of a fresh cluster that matter to the sandbox, mirroring upstream's
 # bootstrappolicy (testdata/cluster-roles.yaml, namespace-roles.yaml) rule for rule.

@@ -12,20 +12,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError, Cause
-from colocation.sandbox.rbac import (
+from colocation.apimachinery.userinfo import (
     ANONYMOUS,
     AUTHENTICATED,
+    UNAUTHENTICATED,
+    UserInfo,
+    service_account_groups,
+    split_service_account,
+)
+from colocation.sandbox.rbac import (
     AUTHENTICATION_GROUP,
     AUTHORIZATION_GROUP,
-    UNAUTHENTICATED,
     Authorize,
     Decision,
     RbacAuthorizer,
     RequestAttributes,
-    UserInfo,
     forbidden_error,
-    service_account_groups,
-    split_service_account,
 )
 
 # --- Impersonation ---------------------------------------------------------------------------------

@@ -10,13 +10,14 @@ from aiohttp import web
 
 from colocation import __version__
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.userinfo import UserInfo
 from colocation.sandbox import bodies, discovery, openapi
 from colocation.sandbox.aggregation import Aggregator
 from colocation.sandbox.auth import TokenAuthority
 from colocation.sandbox.clock import Clock, now
 from colocation.sandbox.faults import FaultRule, Faults
 from colocation.sandbox.paths import Target, parse_target, resolve, verb_for
-from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, UserInfo, forbidden_error
+from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, forbidden_error
 from colocation.sandbox.resources import Registry, ResourceType
 from colocation.sandbox.reviews import impersonate
 from colocation.sandbox.special import SpecialEndpoints

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.userinfo import UserInfo
 from colocation.sandbox import bodies
 from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.eviction import check_eviction
 from colocation.sandbox.paths import Target
-from colocation.sandbox.rbac import UserInfo
 from colocation.sandbox.resources import ResourceType
 from colocation.sandbox.reviews import subject_access_review
 from colocation.sandbox.verbs import json_response
