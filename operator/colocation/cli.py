@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from colocation import __version__
-from colocation.clicommon import common_options
+from colocation.agent.cli import agent_command
 from colocation.manager.cli import operator_command
 from colocation.sandbox.cli import sandbox_command
 
@@ -19,16 +17,6 @@ def main() -> None:
     workloads leave idle, without loading the control plane."""
 
 
-def _not_implemented(what: str, issue: int) -> None:
-    raise click.ClickException(f"`colocation {what}` is not implemented yet (tracked in issue {issue})")
-
-
-@main.command("agent")
-@common_options
-def agent_command(kubeconfig: Path | None) -> None:
-    """Run the node agent: collect usage, report it to the leader, heartbeat with a Lease."""
-    _not_implemented("agent", 5)
-
-
+main.add_command(agent_command)
 main.add_command(operator_command)
 main.add_command(sandbox_command)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,12 +32,13 @@ def test_top_level_help_lists_the_subcommands() -> None:
         assert command in result.output
 
 
-def test_unimplemented_subcommands_fail_with_one_line() -> None:
+def test_the_agent_without_a_node_name_fails_with_one_line() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
     result = subprocess.run([sys.executable, "-m", "colocation", "agent"], capture_output=True, text=True,
-                            timeout=60, check=False)
+                            timeout=60, check=False, env=env)
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "issue 5" in lines[0], result.stderr
+    assert len(lines) == 1 and "--node-name" in lines[0], result.stderr
 
 
 def test_operator_without_a_usable_kubeconfig_fails_with_one_line(tmp_path: Path) -> None:

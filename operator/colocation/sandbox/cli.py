@@ -34,16 +34,30 @@ from colocation.clicommon import common_options
 @click.option("--operator-arg", "operator_args", multiple=True, metavar="ARG",
               help="Extra argument for every operator replica (repeatable), "
                    "e.g. --operator-arg=--lease-duration=4.")
+@click.option("--serve-resource-metrics", is_flag=True, default=False,
+              help="Run the operators with --serve-resource-metrics and register the APIService of "
+                   "manifests/components/resource-metrics, so `kubectl top` works against the sandbox.")
+@click.option("--nodes", type=click.IntRange(0, 10_000), default=3, show_default=True,
+              help="Nodes to create, with their agents: the first is this machine, measured by a real "
+                   "`colocation agent` process; the others are simulated (synthetic load, one process for "
+                   "all). Ignored with --api-only.")
+@click.option("--pods-per-node", type=click.IntRange(0, 110), default=10, show_default=True,
+              help="Pods on each simulated node.")
+@click.option("--agent-arg", "agent_args", multiple=True, metavar="ARG",
+              help="Extra argument for every agent process (repeatable), e.g. --agent-arg=--report-interval=2.")
 @common_options
 def sandbox_command(kubeconfig: Path | None, api_only: bool, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
-                    probe_interval: float, operators: int, operator_args: tuple[str, ...]) -> None:
+                    probe_interval: float, operators: int, operator_args: tuple[str, ...],
+                    serve_resource_metrics: bool, nodes: int, pods_per_node: int,
+                    agent_args: tuple[str, ...]) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
     capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
     answers, and runs until interrupted (SIGINT/SIGTERM).
 
     Without --api-only it installs crds/ and manifests/ and runs --operators replicas of
-    `colocation operator`, registered behind the metrics APIService; node agents join with issue 5.
+    `colocation operator`, registered behind the metrics APIService, and creates --nodes Nodes with
+    their agents.
     """
     from colocation.sandbox.runner import Sandbox, SandboxConfig, serve_forever
 
@@ -60,12 +74,15 @@ def sandbox_command(kubeconfig: Path | None, api_only: bool, host: str, port: in
             loop.add_signal_handler(sig, stop.set)
         sandbox = Sandbox(config)
         replicas = 0 if api_only else operators
+        extra_args = (*operator_args, "--serve-resource-metrics") if serve_resource_metrics else operator_args
         if not api_only:
             from colocation.sandbox.install import install_project
 
-            install_project(sandbox, with_apiservice=replicas > 0)
+            components = ("resource-metrics",) if serve_resource_metrics else ()
+            install_project(sandbox, with_apiservice=replicas > 0, components=components)
         try:
-            await serve_forever(sandbox, stop, replicas, operator_args)
+            await serve_forever(sandbox, stop, replicas, extra_args, 0 if api_only else nodes, agent_args,
+                                pods_per_node)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 TOKEN_SECONDS = 7 * 24 * 3600
 STOP_GRACE_SECONDS = 10.0
+RESTART_BACKOFF_SECONDS = 10.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -127,7 +128,9 @@ class OperatorReplicas:
                                                     "port": replica.port})
 
     async def _supervise(self, replica: Replica) -> None:
-        backoff = Backoff(initial=0.5, maximum=10.0, jitter=0.3)
+        # The kubelet's CrashLoopBackOff starts at 10 s: a restarted replica never competes with
+        # the failover it caused, and tests see the same timing a cluster would give them.
+        backoff = Backoff(initial=RESTART_BACKOFF_SECONDS, maximum=300.0, jitter=0.1)
         while True:
             assert replica.process is not None
             code = await replica.process.wait()

@@ -132,18 +132,26 @@ class Sandbox:
 
 
 async def serve_forever(sandbox: Sandbox, stop: asyncio.Event, operators: int = 0,
-                        operator_args: tuple[str, ...] = ()) -> None:
-    """Serve until `stop`; with `operators`, run that many operator replicas against the sandbox."""
+                        operator_args: tuple[str, ...] = (), nodes: int = 0,
+                        agent_args: tuple[str, ...] = (), pods_per_node: int = 10) -> None:
+    """Serve until `stop`; with `operators`, run that many operator replicas against the sandbox;
+    with `nodes`, create that many Nodes and run their agents (see sandbox.nodes)."""
+    from colocation.sandbox.nodes import SandboxNodes
     from colocation.sandbox.replicas import OperatorReplicas
 
     await sandbox.start()
     replicas = OperatorReplicas(sandbox, operators, operator_args) if operators else None
+    agents = SandboxNodes(sandbox, nodes, agent_args, pods_per_node) if nodes else None
     try:
         if replicas is not None:
             await replicas.start()
+        if agents is not None:
+            await agents.start()
         print(f"ready: kubeconfig={sandbox.kubeconfig_path}", flush=True)
         await stop.wait()
     finally:
+        if agents is not None:
+            await agents.stop()
         if replicas is not None:
             await replicas.stop()
         await sandbox.stop()

@@ -1,0 +1,109 @@
+"""`colocation agent`: flags, defaults and their environment variables (set by the DaemonSet)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from colocation.clicommon import common_options
+from colocation.kube import permissions
+
+# 9464: the port Prometheus exporters of OpenTelemetry use; nothing else of ours listens there.
+DEFAULT_METRICS_PORT = 9464
+
+
+@click.command("agent")
+@click.option("--node-name", envvar="NODE_NAME", show_envvar=True, default=None,
+              help="The node this agent measures and reports for. Required (unless --simulated-nodes).")
+@click.option("--proc-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/proc"),
+              show_default=True, help="Where the node's /proc is mounted.")
+@click.option("--cgroup-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/sys/fs/cgroup"),
+              show_default=True, help="Where the node's cgroup filesystem is mounted.")
+@click.option("--collect-interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Seconds between two samples of /proc and the cgroups.")
+@click.option("--report-interval", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
+              help="Seconds between two checks of whether a report is due.")
+@click.option("--report-change-threshold", type=click.FloatRange(min=0), default=0.10, show_default=True,
+              help="Report when a usage moved by more than this fraction of its last reported value "
+                   "(counted from at least 1 core or 1 GiB).")
+@click.option("--max-report-interval", type=click.FloatRange(min=0.05), default=60.0, show_default=True,
+              help="Report at least this often (seconds), changed or not; the NodeSLO's "
+                   "metricCollectPolicy.reportIntervalSeconds overrides it.")
+@click.option("--report-timeout", type=click.FloatRange(min=0.05), default=5.0, show_default=True,
+              help="Seconds a report request may take before it counts as failed.")
+@click.option("--leader-poll-interval", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
+              help="Seconds between reads of the leader Lease (read at once too when a report fails).")
+@click.option("--metrics-bind-address", default="0.0.0.0", show_default=True,
+              help="Address of the plain HTTP /healthz and /metrics server.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=DEFAULT_METRICS_PORT, show_default=True,
+              help="Port of the plain HTTP /healthz and Prometheus /metrics server; 0 turns it off.")
+@click.option("--lease-namespace", default=permissions.NODE_LEASE_NAMESPACE, show_default=True,
+              help="Namespace of the node heartbeat Lease (named after the node).")
+@click.option("--lease-duration", type=click.IntRange(min=1), default=40, show_default=True,
+              help="leaseDurationSeconds written in the node Lease: after this long without a renewal "
+                   "the operator judges the node's agent dead.")
+@click.option("--lease-renew-interval", type=click.FloatRange(min=0.05), default=None,
+              help="Seconds between Lease renewals. Default: a quarter of --lease-duration.")
+@click.option("--operator-namespace", envvar="OPERATOR_NAMESPACE", show_envvar=True,
+              default=permissions.OPERATOR_NAMESPACE, show_default=True,
+              help="Namespace of the operator and its leader Lease.")
+@click.option("--simulated-nodes", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Instead of measuring this machine, run a simulated agent (synthetic load) for every node "
+                   "in this JSON file ([{\"node\", \"token\", \"seed\", \"profile\", \"pods\"}]), sharing one "
+                   "connection pool; for the sandbox and load tests. Needs --kubeconfig for the server and CA.")
+@click.option("--simulation-concurrency", type=click.IntRange(min=1), default=32, show_default=True,
+              help="With --simulated-nodes: reports (and, separately, Lease renewals) in flight at once.")
+@common_options
+def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Path, cgroup_root: Path,
+                  collect_interval: float, report_interval: float, report_change_threshold: float,
+                  max_report_interval: float, report_timeout: float, leader_poll_interval: float,
+                  metrics_bind_address: str, metrics_port: int, lease_namespace: str, lease_duration: int,
+                  lease_renew_interval: float | None, operator_namespace: str, simulated_nodes: Path | None,
+                  simulation_concurrency: int) -> None:
+    """Run the node agent: collect usage, report it to the leader, heartbeat with a Lease.
+
+    Exits 0 after SIGTERM/SIGINT.
+    """
+    import asyncio
+
+    from colocation.agent.report import ReportOptions
+    from colocation.agent.runtime import AgentConfig, NodeAgentOptions, StartupError, run_agent
+    from colocation.kube.client import KubeConfigError
+
+    renew = lease_renew_interval if lease_renew_interval is not None else lease_duration / 4
+    if renew >= lease_duration:
+        raise click.BadParameter("must be shorter than --lease-duration", param_hint="--lease-renew-interval")
+    options = NodeAgentOptions(
+        collect_interval=collect_interval,
+        report=ReportOptions(report_interval=report_interval, change_threshold=report_change_threshold,
+                             max_interval=max_report_interval, request_timeout=report_timeout),
+        lease_namespace=lease_namespace, lease_duration=lease_duration, lease_renew_interval=renew)
+    if simulated_nodes is not None:
+        from colocation.agent.simulated import SimulationConfig, load_simulated_nodes, run_simulation
+
+        if kubeconfig is None:
+            raise click.BadParameter("needed with --simulated-nodes", param_hint="--kubeconfig")
+        try:
+            nodes = tuple(load_simulated_nodes(simulated_nodes))
+        except (ValueError, KeyError, TypeError) as error:
+            raise click.BadParameter(str(error), param_hint="--simulated-nodes") from None
+        simulation = SimulationConfig(nodes, kubeconfig, options, metrics_bind_address, metrics_port,
+                                      operator_namespace, leader_poll_interval, simulation_concurrency)
+        try:
+            sys.exit(asyncio.run(run_simulation(simulation)))
+        except StartupError as error:
+            raise click.ClickException(str(error)) from None
+    if not node_name:
+        raise click.ClickException("--node-name (or NODE_NAME) is required: the node this agent runs on")
+    config = AgentConfig(node_name=node_name, kubeconfig=kubeconfig, proc_root=proc_root, cgroup_root=cgroup_root,
+                         node=options, metrics_bind_address=metrics_bind_address, metrics_port=metrics_port,
+                         operator_namespace=operator_namespace, leader_poll_interval=leader_poll_interval)
+    try:
+        code = asyncio.run(run_agent(config))
+    except KubeConfigError as error:
+        raise click.ClickException(str(error)) from None
+    except StartupError as error:
+        raise click.ClickException(str(error)) from None
+    sys.exit(code)

@@ -1,0 +1,183 @@
+"""The node heartbeat: Lease NODE in colocation-node-lease, renewed like the kubelet renews its own.
+
+Following the kubelet's node lease controller (KEP "Efficient Node Heartbeats"):
+- the Lease is named after the node, holderIdentity is the node name, and it carries an
+  ownerReference to its Node (no controller, no blockOwnerDeletion), so it goes when the Node
+  goes; the reference is added as soon as the Node is found;
+- a renewal is a PUT of the Lease as last written, with the cached resourceVersion: one request
+  per period when nothing else touches it. A 409 Conflict means someone else wrote it: read it
+  again and retry. A 404 means it was deleted: create it again;
+- every request has a timeout shorter than the renew interval, and the loop is a task of its own,
+  so neither a slow API server nor a slow report delays the next heartbeat by more than that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from colocation.agent.kubeapi import KubeApi
+from colocation.agent.metrics import AgentMetrics
+from colocation.apimachinery.microtime import format_micro_time, wall_time
+from colocation.kube import permissions
+from colocation.kube.backoff import Backoff
+
+log = logging.getLogger(__name__)
+
+for _verb in ("get", "create", "update"):
+    permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(
+        "coordination.k8s.io", "leases", _verb, permissions.NODE_LEASE_NAMESPACE))
+permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall("", "nodes", "get", None))
+
+DEFAULT_LEASE_DURATION = 40
+# The kubelet renews at a quarter of the duration: three renewals may fail before the lease expires.
+RENEW_FRACTION = 0.25
+_ATTEMPTS_PER_RENEWAL = 3
+
+
+class HeartbeatError(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+
+
+class NodeHeartbeat:
+    def __init__(self, kube: KubeApi, node_name: str, *, namespace: str = permissions.NODE_LEASE_NAMESPACE,
+                 lease_duration_seconds: int = DEFAULT_LEASE_DURATION, renew_interval: float | None = None,
+                 metrics: AgentMetrics | None = None, slots: asyncio.Semaphore | None = None,
+                 wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, rng: random.Random | None = None) -> None:
+        self.kube = kube
+        self.node_name = node_name
+        self.namespace = namespace
+        self.lease_duration_seconds = lease_duration_seconds
+        self.renew_interval = renew_interval or lease_duration_seconds * RENEW_FRACTION
+        if not 0 < self.renew_interval < lease_duration_seconds:
+            raise ValueError(f"the renew interval ({self.renew_interval}s) must be shorter than the lease "
+                             f"duration ({lease_duration_seconds}s)")
+        # Every request ends before the next renewal is due.
+        self.timeout = min(5.0, 0.8 * self.renew_interval)
+        self.metrics = metrics or AgentMetrics()
+        self.slots = slots
+        self.lease: dict[str, Any] | None = None  # as last read or written
+        self.node_uid: str = ""
+        self.renewed_at: float | None = None  # monotonic, last success
+        self._wall, self._clock, self._sleep = wall, clock, sleep
+        # The kubelet jitters its period by 4 %; jitter only shortens it.
+        self._period = Backoff(self.renew_interval, self.renew_interval, factor=1.0, jitter=0.04, rng=rng)
+        self._errors = Backoff(min(0.2, self.renew_interval), self.renew_interval, jitter=0.5, rng=rng)
+        self._lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+    # ---- one renewal -----------------------------------------------------------------------------
+
+    async def renew(self) -> None:
+        """Create or renew the Lease once (conflicts and deletions handled); raise HeartbeatError."""
+        started = self._clock()
+        error: HeartbeatError | None = None
+        for _ in range(_ATTEMPTS_PER_RENEWAL):
+            try:
+                await self._attempt()
+            except HeartbeatError as failure:
+                error = failure
+                self.metrics.lease_renew_failures.labels(failure.reason).inc()
+                if failure.reason in ("conflict", "not-found"):
+                    continue  # the cache was dropped: read (or create) and write again at once
+                raise
+            self.renewed_at = self._clock()
+            self.metrics.lease_renew.observe(self.renewed_at - started)
+            return
+        assert error is not None
+        raise error
+
+    async def _attempt(self) -> None:
+        if self.lease is None:
+            status, body = await self._call("GET", f"{self._lease_path}/{self.node_name}")
+            if status == 404:
+                await self._create()
+                return
+            self.lease = self._expect(status, body, "reading")
+        await self._ensure_owner()
+        assert self.lease is not None
+        status, body = await self._call("PUT", f"{self._lease_path}/{self.node_name}", self._renewed(self.lease))
+        if status in (404, 409):
+            self.lease = None
+            raise HeartbeatError("conflict" if status == 409 else "not-found", _message(body))
+        self.lease = self._expect(status, body, "renewing")
+
+    async def _create(self) -> None:
+        await self._ensure_owner()
+        status, body = await self._call("POST", self._lease_path, self._renewed(self._new_lease()))
+        if status == 409:  # created meanwhile (a restarted agent racing its predecessor): read it next
+            raise HeartbeatError("conflict", _message(body))
+        self.lease = self._expect(status, body, "creating")
+
+    async def _ensure_owner(self) -> None:
+        if self.node_uid:
+            return
+        if self.lease is not None and (self.lease.get("metadata") or {}).get("ownerReferences"):
+            return
+        status, body = await self._call("GET", f"/api/v1/nodes/{self.node_name}")
+        if status == 200 and isinstance(body, dict):
+            self.node_uid = str((body.get("metadata") or {}).get("uid") or "")
+        elif status != 404:  # a missing Node is not an error: the reference is added once it exists
+            log.info("cannot read the Node for the Lease's owner reference",
+                     extra={"node": self.node_name, "status": status})
+
+    def _new_lease(self) -> dict[str, Any]:
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.node_name, "namespace": self.namespace}, "spec": {}}
+
+    def _renewed(self, base: dict[str, Any]) -> dict[str, Any]:
+        lease = copy.deepcopy(base)
+        metadata = lease.setdefault("metadata", {})
+        metadata.pop("managedFields", None)
+        if self.node_uid and not metadata.get("ownerReferences"):
+            metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.node_name,
+                                            "uid": self.node_uid}]
+        spec = lease.setdefault("spec", {})
+        spec.update(holderIdentity=self.node_name, leaseDurationSeconds=self.lease_duration_seconds,
+                    renewTime=format_micro_time(wall_time(self._wall())))
+        return lease
+
+    async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        try:
+            if self.slots is None:
+                return await self.kube.request(method, path, body=body, timeout=self.timeout)
+            async with self.slots:
+                return await self.kube.request(method, path, body=body, timeout=self.timeout)
+        except TimeoutError as error:
+            raise HeartbeatError("timeout", f"{method} {path}: no answer within {self.timeout:.1f}s") from error
+        except Exception as error:  # the connection failed: the next attempt opens a new one
+            raise HeartbeatError("connection", f"{method} {path}: {error or type(error).__name__}") from error
+
+    @staticmethod
+    def _expect(status: int, body: Any, what: str) -> dict[str, Any]:
+        if 200 <= status < 300 and isinstance(body, dict):
+            return body
+        reason = "unavailable" if status in (429, 500, 502, 503, 504) else f"http-{status}"
+        raise HeartbeatError(reason, f"{what} the Lease: {_message(body)}")
+
+    # ---- the loop --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.renew()
+                self._errors.reset()
+                delay = self._period.next_delay()
+            except HeartbeatError as error:
+                delay = self._errors.next_delay()
+                log.warning("node lease renewal failed", extra={"node": self.node_name, "error": str(error),
+                                                                "retry_in": round(delay, 2)})
+            await self._sleep(delay)
+
+
+def _message(body: Any) -> str:
+    if isinstance(body, dict):
+        return str(body.get("message") or body.get("reason") or "unexpected answer")
+    return str(body or "no body")[:200]

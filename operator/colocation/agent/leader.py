@@ -1,0 +1,148 @@
+"""Where the leader is: its report endpoint and CA bundle, read from the leader Lease.
+
+The leader publishes `colocation.dev/leader-endpoint` and `colocation.dev/leader-ca` on Lease
+colocation-operator (see colocation.kube.leaderelection). Agents may only `get` that Lease by
+name (a watch would need a wider grant), so the locator reads it periodically, with jitter so
+that thousands of agents do not ask in step, and at once when a report says the leader moved (a
+503 from a standby, a refused connection). Concurrent requests for a fresh read share one GET,
+and reads closer together than `min_refresh_gap` reuse the last answer: a storm of failing
+reports costs the API server one request, not one per report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import logging
+import random
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from colocation import tlsutil
+from colocation.agent.kubeapi import KubeApi
+from colocation.kube import permissions
+from colocation.kube.backoff import Backoff
+from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElectionRecord
+
+log = logging.getLogger(__name__)
+
+_GET_LEADER_LEASE = permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(
+    "coordination.k8s.io", "leases", "get", permissions.OPERATOR_NAMESPACE, name=permissions.LEADER_LEASE_NAME))
+
+
+@dataclass(frozen=True)
+class Leader:
+    """The current leader as the Lease names it; `endpoint` is "" when it published no address."""
+
+    identity: str
+    endpoint: str = ""  # https://HOST:PORT
+    ca_pem: bytes = b""
+
+    @property
+    def reachable(self) -> bool:
+        return bool(self.identity and self.endpoint and self.ca_pem)
+
+    @functools.cached_property
+    def ssl_context(self) -> ssl.SSLContext:
+        context = tlsutil.ssl_client_context(self.ca_pem)
+        # The certificate names the Service; agents dial the address the leader advertised.
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+
+def leader_from_lease(lease: dict[str, object]) -> Leader | None:
+    """The holder and its published address; None when nobody holds the Lease."""
+    record = LeaderElectionRecord.from_lease(lease)
+    if not record.holder_identity:
+        return None
+    endpoint = record.annotations.get(LEADER_ENDPOINT_ANNOTATION, "").rstrip("/")
+    try:
+        ca_pem = base64.b64decode(record.annotations.get(LEADER_CA_ANNOTATION, ""), validate=True)
+    except ValueError:
+        ca_pem = b""
+    if not endpoint.startswith("https://") or not ca_pem:
+        return Leader(record.holder_identity)  # known, but only reachable through kube-apiserver
+    return Leader(record.holder_identity, endpoint, ca_pem)
+
+
+class LeaderLocator:
+    """Follows the leader Lease; `leader` is the last answer (None: nobody leads, or never read)."""
+
+    def __init__(self, kube: KubeApi, namespace: str = permissions.OPERATOR_NAMESPACE, *,
+                 poll_interval: float = 10.0, timeout: float = 5.0, min_refresh_gap: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 rng: random.Random | None = None) -> None:
+        self.kube = kube
+        self.path = (f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/"
+                     f"{_GET_LEADER_LEASE.name}")
+        self.poll_interval = poll_interval
+        self.timeout = min(timeout, poll_interval)
+        self.min_refresh_gap = min_refresh_gap
+        self.leader: Leader | None = None
+        self.read_once = False
+        self._clock, self._sleep = clock, sleep
+        self._last_read: float | None = None
+        self._inflight: asyncio.Future[bool] | None = None
+        self._subscribers: list[Callable[[Leader | None], None]] = []
+        # Jitter only shortens the period: every agent still reads at least once per interval.
+        self._period = Backoff(poll_interval, poll_interval, factor=1.0, jitter=0.3, rng=rng)
+        self._errors = Backoff(min(1.0, poll_interval), poll_interval, jitter=0.5, rng=rng)
+
+    def subscribe(self, callback: Callable[[Leader | None], None]) -> None:
+        """Call `callback(leader)` on every change of holder or address (from the reading task)."""
+        self._subscribers.append(callback)
+
+    async def refresh(self) -> bool:
+        """Read the Lease now (or share a read in flight or just made); True if it was read."""
+        if self._inflight is None:
+            if self._last_read is not None and self._clock() - self._last_read < self.min_refresh_gap:
+                return True
+            task = asyncio.ensure_future(self._read())
+            task.add_done_callback(self._read_done)
+            self._inflight = task
+        # Shielded: one caller giving up (cancelled) does not cancel the read the others wait for.
+        return await asyncio.shield(self._inflight)
+
+    def _read_done(self, task: asyncio.Future[bool]) -> None:
+        self._inflight = None
+
+    async def _read(self) -> bool:
+        try:
+            status, body = await self.kube.request("GET", self.path, timeout=self.timeout)
+        except Exception as error:  # network or client failure: keep the last answer
+            log.info("reading the leader Lease failed", extra={"error": str(error) or type(error).__name__})
+            return False
+        if status == 404:
+            self._set(None)
+        elif status == 200 and isinstance(body, dict):
+            self._set(leader_from_lease(body))
+        else:
+            log.info("reading the leader Lease failed", extra={"status": status})
+            return False
+        self.read_once = True
+        self._last_read = self._clock()
+        return True
+
+    def _set(self, leader: Leader | None) -> None:
+        if leader == self.leader:
+            return
+        log.info("leader changed", extra={"leader": leader.identity if leader else "<none>",
+                                          "endpoint": leader.endpoint if leader else ""})
+        self.leader = leader
+        for callback in self._subscribers:
+            callback(leader)
+
+    async def run(self) -> None:
+        while True:
+            ok = await self.refresh()
+            if ok:
+                self._errors.reset()
+                delay = self._period.next_delay()
+            else:
+                delay = self._errors.next_delay()
+            await self._sleep(delay)

@@ -1,0 +1,107 @@
+"""The NodeMetric an agent reports, built from the aggregator's figures and the node's pods.
+
+The shape is the one the leader validates (colocation.apiserver.models): Koordinator's
+NodeMetric status, quantities in canonical text ("2500m", "1536Mi"). Pure functions: the
+reporter calls them with the latest state, tests with hand-made figures.
+
+Pods are matched to their usage by UID (the cgroup names it), else by namespace and name (the
+synthetic collector knows pods by name; a sandbox assigns its own UIDs). A cgroup whose pod the
+agent does not know is left out: a report names every pod it lists. A known pod without usage
+is left out too: the leader counts its request instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from colocation.agent.aggregate import AggregatedUsage, Aggregator, Usage
+from colocation.agent.classify import PodInfo
+from colocation.agent.collector import Sample
+from colocation.apimachinery.quantity import format_bytes, format_millis
+
+API_VERSION = "metrics.colocation.dev/v1alpha1"
+KIND = "NodeMetric"
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    info: PodInfo
+    usage: Usage
+
+
+def resource_map(usage: Usage) -> dict[str, Any]:
+    return {"resources": {"cpu": format_millis(max(usage.cpu_millis, 0)),
+                          "memory": format_bytes(max(usage.memory_bytes, 0))}}
+
+
+def go_duration(seconds: int) -> str:
+    """Seconds as Go's time.Duration prints them: "5m0s", "1h0m0s", "45s"."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def format_update_time(at: float) -> str:
+    """metav1.Time: RFC 3339, UTC, whole seconds."""
+    return dt.datetime.fromtimestamp(int(at), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_node_metric(node: str, *, update_time: float, node_usage: Usage, system_usage: Usage | None = None,
+                      aggregated: Sequence[AggregatedUsage] = (), pods: Iterable[PodUsage] = (),
+                      host_applications: Mapping[str, Usage] | None = None) -> dict[str, Any]:
+    """The NodeMetric JSON for `PUT …/nodemetrics/{node}/status`. Pods are sorted by namespace/name."""
+    node_metric: dict[str, Any] = {"nodeUsage": resource_map(node_usage)}
+    if system_usage is not None:
+        node_metric["systemUsage"] = resource_map(system_usage)
+    if aggregated:
+        node_metric["aggregatedNodeUsages"] = [
+            {"usage": {"avg": resource_map(entry.avg), "p50": resource_map(entry.p50),
+                       "p90": resource_map(entry.p90), "p95": resource_map(entry.p95),
+                       "p99": resource_map(entry.p99)},
+             "duration": go_duration(entry.duration_seconds)}
+            for entry in aggregated]
+    status: dict[str, Any] = {
+        "updateTime": format_update_time(update_time),
+        "nodeMetric": node_metric,
+        "podsMetric": [{"namespace": pod.info.namespace, "name": pod.info.name,
+                        "podUsage": resource_map(pod.usage), "priority": pod.info.priority, "qos": pod.info.qos}
+                       for pod in sorted(pods, key=lambda p: (p.info.namespace, p.info.name))],
+    }
+    if host_applications:
+        status["hostApplicationMetric"] = [{"name": name, "usage": resource_map(usage)}
+                                           for name, usage in sorted(host_applications.items())]
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": node}, "status": status}
+
+
+def match_pods(usages: Mapping[str, Usage], by_uid: Mapping[str, PodInfo],
+               by_name: Mapping[tuple[str, str], PodInfo], latest: Sample | None) -> list[PodUsage]:
+    """Pair each measured pod (UID → usage) with what the API says about it; unknown ones are dropped."""
+    names = {pod.uid: (pod.namespace, pod.name) for pod in (latest.pods if latest else ())
+             if pod.namespace and pod.name}
+    matched: dict[tuple[str, str], PodUsage] = {}
+    for uid, usage in usages.items():
+        info = by_uid.get(uid)
+        if info is None and uid in names:
+            info = by_name.get(names[uid])
+        if info is not None:
+            matched[(info.namespace, info.name)] = PodUsage(info, usage)  # one entry per pod, whatever the UIDs
+    return list(matched.values())
+
+
+def node_metric_from(aggregator: Aggregator, node: str, now: float, by_uid: Mapping[str, PodInfo],
+                     by_name: Mapping[tuple[str, str], PodInfo]) -> dict[str, Any] | None:
+    """The report from the aggregator's current windows; None while there is nothing to report."""
+    node_usage = aggregator.node_usage(now)
+    if node_usage is None:
+        return None
+    pods = match_pods(aggregator.pod_usages(now), by_uid, by_name, aggregator.latest())
+    return build_node_metric(node, update_time=now, node_usage=node_usage,
+                             system_usage=aggregator.system_usage(now), aggregated=aggregator.aggregated(now),
+                             pods=pods, host_applications=aggregator.host_application_usages(now))

@@ -1,0 +1,279 @@
+"""`colocation agent`: one node's collect, aggregate, report and heartbeat stages, as asyncio tasks.
+
+`NodeAgent` is one node, whatever measures it: the real collector here, the synthetic one in
+simulated agents (colocation.agent.simulated). Its stages are separate tasks so none waits for
+another: collection runs on its own clock and only appends to the aggregator; the reporter reads
+the aggregator's current windows when it checks (the latest state, never a backlog); the
+heartbeat renews the Lease whatever the reports do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from colocation.agent.aggregate import Aggregator
+from colocation.agent.classify import PodInfo, classify
+from colocation.agent.collector import Collector, RealCollector
+from colocation.agent.heartbeat import DEFAULT_LEASE_DURATION, NodeHeartbeat
+from colocation.agent.kubeapi import ApiClientKube, KubeApi
+from colocation.agent.leader import LeaderLocator
+from colocation.agent.metrics import AgentMetrics
+from colocation.agent.nodemetric import node_metric_from
+from colocation.agent.policy import CollectPolicy, collect_policy
+from colocation.agent.report import DirectPut, Reporter, ReportOptions, Snapshot, session_put
+from colocation.kube import permissions
+from colocation.kube.informer import Informer, InformerOptions
+
+log = logging.getLogger(__name__)
+
+for _resource, _group in (("pods", ""), ("nodeslos", permissions.SLO_GROUP)):
+    for _verb in ("list", "watch"):
+        permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(_group, _resource, _verb, None))
+
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class NodeAgentOptions:
+    collect_interval: float = 1.0
+    report: ReportOptions = field(default_factory=ReportOptions)
+    lease_namespace: str = permissions.NODE_LEASE_NAMESPACE
+    lease_duration: int = DEFAULT_LEASE_DURATION
+    lease_renew_interval: float | None = None  # default: a quarter of the duration
+
+
+class PodDirectory:
+    """The node's pods (from its watch, or a fixed list), classified, by UID and by name."""
+
+    def __init__(self) -> None:
+        self.by_uid: dict[str, PodInfo] = {}
+        self.by_name: dict[tuple[str, str], PodInfo] = {}
+
+    async def on_sync(self, items: list[dict[str, Any]], resource_version: str = "") -> None:
+        self.by_uid, self.by_name = {}, {}
+        for item in items:
+            await self.on_event("ADDED", item)
+
+    async def on_event(self, type_: str, pod: dict[str, Any]) -> None:
+        metadata = pod.get("metadata") or {}
+        uid, key = str(metadata.get("uid") or ""), (str(metadata.get("namespace") or ""), str(metadata.get("name")))
+        old = self.by_name.pop(key, None)
+        if old is not None:
+            self.by_uid.pop(old.uid, None)
+        if type_ == "DELETED" or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
+            return
+        try:
+            info = classify(pod)
+        except Exception as error:  # a pod the conventions cannot place is left out of reports, not fatal
+            log.warning("cannot classify pod", extra={"pod": f"{key[0]}/{key[1]}", "error": str(error)})
+            return
+        self.by_name[key] = info
+        if uid:
+            self.by_uid[uid] = info
+
+
+class NodeAgent:
+    def __init__(self, node: str, kube: KubeApi, collector: Collector, *, locator: LeaderLocator,
+                 direct: DirectPut, metrics: AgentMetrics, options: NodeAgentOptions | None = None,
+                 watch_pods: bool = True, follow_nodeslo: bool = True,
+                 report_slots: asyncio.Semaphore | None = None, lease_slots: asyncio.Semaphore | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.node = node
+        self.kube = kube
+        self.collector = collector
+        self.options = options or NodeAgentOptions()
+        self.metrics = metrics
+        self.watch_pods = watch_pods
+        self.follow_nodeslo = follow_nodeslo
+        self.pods = PodDirectory()
+        self.policy = CollectPolicy()
+        self.aggregator = Aggregator(self.policy.aggregate_duration_seconds, self.policy.durations,
+                                     sample_interval_seconds=self.options.collect_interval)
+        self.reporter = Reporter(node, kube, locator, direct, self.snapshot, options=self.options.report,
+                                 metrics=metrics, slots=report_slots)
+        self.heartbeat = NodeHeartbeat(kube, node, namespace=self.options.lease_namespace,
+                                       lease_duration_seconds=self.options.lease_duration,
+                                       renew_interval=self.options.lease_renew_interval, metrics=metrics,
+                                       slots=lease_slots, wall=wall)
+        self.last_sample_at: float | None = None  # monotonic
+        self._wall = wall
+
+    # ---- stages ------------------------------------------------------------------------------------
+
+    def collect_once(self) -> None:
+        self.aggregator.add(self.collector.sample(self._wall()))
+        self.metrics.samples.inc()
+        self.last_sample_at = time.monotonic()
+
+    async def _collect_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.options.collect_interval
+        next_at = loop.time()
+        while True:
+            try:
+                self.collect_once()
+            except Exception:  # a bug in one sample must not end collection
+                log.exception("sampling failed", extra={"node": self.node})
+            # A fixed rate; after a stall, skip the missed ticks instead of bursting to catch up.
+            next_at = max(next_at + interval, loop.time())
+            await asyncio.sleep(next_at - loop.time())
+
+    def snapshot(self) -> Snapshot | None:
+        body = node_metric_from(self.aggregator, self.node, self._wall(), self.pods.by_uid, self.pods.by_name)
+        return Snapshot.of(body) if body is not None else None
+
+    def apply_policy(self, policy: CollectPolicy) -> None:
+        if policy == self.policy:
+            return
+        log.info("collection policy changed", extra={"node": self.node, "policy": str(policy)})
+        self.policy = policy
+        self.aggregator.configure(window_seconds=policy.aggregate_duration_seconds, durations=policy.durations)
+        if isinstance(self.collector, RealCollector):
+            self.collector.memory_policy = policy.memory_policy
+        self.reporter.max_interval = float(policy.report_interval_seconds or self.options.report.max_interval)
+
+    async def _nodeslo_sync(self, items: list[dict[str, Any]], resource_version: str) -> None:
+        self.apply_policy(collect_policy(items[0] if items else None))
+
+    async def _nodeslo_event(self, type_: str, obj: dict[str, Any]) -> None:
+        self.apply_policy(collect_policy(None if type_ == "DELETED" else obj))
+
+    def informers(self) -> list[Informer]:
+        transport = self.kube.transport()
+        informers = []
+        if self.watch_pods:
+            informers.append(Informer(transport, "/api/v1/pods", on_sync=self.pods.on_sync,
+                                      on_event=self.pods.on_event, name=f"pods@{self.node}",
+                                      options=InformerOptions(field_selector=f"spec.nodeName={self.node}")))
+        if self.follow_nodeslo:
+            informers.append(Informer(transport, f"/apis/{permissions.SLO_GROUP}/v1alpha1/nodeslos",
+                                      on_sync=self._nodeslo_sync, on_event=self._nodeslo_event,
+                                      name=f"nodeslo@{self.node}",
+                                      options=InformerOptions(field_selector=f"metadata.name={self.node}")))
+        return informers
+
+    def healthy(self) -> bool:
+        """Collection is alive: a sample within ten intervals (at least 30 s)."""
+        if self.last_sample_at is None:
+            return True  # starting
+        return time.monotonic() - self.last_sample_at < max(10 * self.options.collect_interval, 30.0)
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self._collect_loop(), name=f"collect@{self.node}"),
+                 asyncio.create_task(self.reporter.run(), name=f"report@{self.node}"),
+                 asyncio.create_task(self.heartbeat.run(), name=f"heartbeat@{self.node}")]
+        tasks += [asyncio.create_task(informer.run(), name=informer.name) for informer in self.informers()]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# ---- the process ---------------------------------------------------------------------------------
+
+class StartupError(Exception):
+    """The agent cannot start; the message is one line, fit for a CLI."""
+
+
+async def serve_metrics(metrics: AgentMetrics, healthy: Callable[[], bool], host: str,
+                        port: int) -> web.AppRunner | None:
+    """Plain HTTP /healthz and /metrics (port 0: none)."""
+    if not port:
+        return None
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok") if healthy() else web.Response(status=500, text="collection stalled")
+
+    async def exposition(request: web.Request) -> web.Response:
+        return web.Response(body=metrics.exposition(), content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", exposition)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as error:
+        await runner.cleanup()
+        raise StartupError(f"cannot serve metrics on {host}:{port}: {error.strerror}") from None
+    log.info("serving metrics", extra={"address": f"http://{host}:{port}"})
+    return runner
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node_name: str
+    kubeconfig: Path | None = None
+    proc_root: Path = Path("/proc")
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    node: NodeAgentOptions = field(default_factory=NodeAgentOptions)
+    metrics_bind_address: str = "0.0.0.0"
+    metrics_port: int = 0  # none; the command line's default is colocation.agent.cli.DEFAULT_METRICS_PORT
+    operator_namespace: str = permissions.OPERATOR_NAMESPACE
+    leader_poll_interval: float = 10.0
+
+
+async def run_until(stop: asyncio.Event, *coroutines: Any) -> None:
+    """Run the coroutines as tasks until `stop` is set (or one of them ends), then cancel them all."""
+    tasks = [asyncio.create_task(coroutine) for coroutine in coroutines]
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopper and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        for task in [*tasks, stopper]:
+            task.cancel()
+        await asyncio.gather(*tasks, stopper, return_exceptions=True)
+
+
+def install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> int:
+    from colocation.kube.client import api_client
+
+    stop = stop or asyncio.Event()
+    install_signal_handlers(stop)
+    metrics = AgentMetrics()
+    async with await api_client(config.kubeconfig) as api, aiohttp.ClientSession() as session:
+        kube = ApiClientKube(api)
+        locator = LeaderLocator(kube, config.operator_namespace, poll_interval=config.leader_poll_interval,
+                                timeout=config.node.report.request_timeout)
+        locator.subscribe(lambda leader: metrics.leader_changes.inc())
+        collector = RealCollector(config.proc_root, config.cgroup_root)
+        agent = NodeAgent(config.node_name, kube, collector, locator=locator,
+                          direct=session_put(session, kube.bearer_token), metrics=metrics, options=config.node)
+        metrics.track_report_age(lambda: [agent.reporter.age()])
+        runner = await serve_metrics(metrics, agent.healthy, config.metrics_bind_address, config.metrics_port)
+        log.info("agent started", extra={"node": config.node_name, "proc_root": str(config.proc_root),
+                                         "cgroup_root": str(config.cgroup_root)})
+        try:
+            await run_until(stop, locator.run(), agent.run())
+        finally:
+            if runner is not None:
+                with contextlib.suppress(Exception):
+                    await runner.cleanup()
+    return 0
+
+
+def run(config: AgentConfig) -> int:
+    return asyncio.run(run_agent(config))

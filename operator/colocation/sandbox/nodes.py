@@ -1,0 +1,287 @@
+"""`--nodes N`: Nodes, their pods, and their agents, run the way the DaemonSet in manifests/ runs them.
+
+Node 0 is this machine: its capacity is this machine's, and a real `colocation agent` process
+measures it from /proc and /sys/fs/cgroup (label `colocation.dev/simulated: "false"`). The
+others are simulated (`"true"`): each gets the pods its synthetic collector describes, and one
+process runs all their agents with synthetic load.
+
+Every agent authenticates as in a cluster: with a token for ServiceAccount colocation-agent bound
+to its own agent pod on its node, so the leader's node rule (a report for node X only from a pod
+on node X) and the manifests' agent RBAC apply to it. Agent processes that exit are started again
+after a backoff. `STATE_DIR/agents.json` lists them (nodes, pid, metrics port, log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import platform
+import re
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from colocation.agent.simulated import SimulatedNode
+from colocation.agent.synthetic import PROFILES, SIMULATED_LABEL
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.quantity import format_bytes, format_millis
+from colocation.kube import permissions
+from colocation.kube.backoff import Backoff
+from colocation.sandbox.clock import rfc3339
+from colocation.sandbox.replicas import STOP_GRACE_SECONDS, TOKEN_SECONDS, free_port
+
+if TYPE_CHECKING:
+    from colocation.sandbox.runner import Sandbox
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PODS_PER_NODE = 10
+MAX_PODS = 110
+_REAL_RESERVED = (0, 100 * 2**20)  # (cpu millis, memory bytes)
+
+
+def machine_node_name() -> str:
+    """This machine's host name as a Node name (an RFC 1123 subdomain), as the kubelet derives it."""
+    name = re.sub(r"[^a-z0-9.-]+", "-", socket.gethostname().lower()).strip("-.")
+    return name[:63].strip("-.") or "localhost"
+
+
+def machine_capacity() -> tuple[int, int]:
+    """(cpu millis, memory bytes) of this machine."""
+    memory = 0
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                memory = int(line.split()[1]) * 1024
+                break
+    return (os.cpu_count() or 1) * 1000, memory or 2**30
+
+
+def machine_node(name: str, cpu_millis: int, memory_bytes: int, now: str) -> dict[str, Any]:
+    """The Node of this machine, with what the kubelet keeps back by default (100Mi hard eviction)."""
+    reserved = _REAL_RESERVED
+    capacity = {"cpu": format_millis(cpu_millis), "memory": format_bytes(memory_bytes), "pods": str(MAX_PODS)}
+    allocatable = {"cpu": format_millis(max(cpu_millis - reserved[0], 0)),
+                   "memory": format_bytes(max(memory_bytes - reserved[1], 0)), "pods": str(MAX_PODS)}
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine() or "amd64")
+    return _ready({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": arch,
+            SIMULATED_LABEL: "false"}},
+        "spec": {},
+        "status": {
+            "capacity": capacity, "allocatable": allocatable,
+            "nodeInfo": {"architecture": arch, "operatingSystem": "linux", "kubeletVersion": "v1.32.0-sandbox"},
+        },
+    }, now)
+
+
+def _ready(node: dict[str, Any], now: str) -> dict[str, Any]:
+    """A Node as a kubelet reports it once ready: a dated Ready condition and addresses."""
+    status = dict(node.get("status") or {})
+    status["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "sandbox node",
+                             "lastHeartbeatTime": now, "lastTransitionTime": now}]
+    status["addresses"] = [{"type": "InternalIP", "address": "127.0.0.1"},
+                           {"type": "Hostname", "address": node["metadata"]["name"]}]
+    return {**node, "status": status}
+
+
+@dataclass
+class AgentProcess:
+    nodes: list[str]
+    simulated: bool
+    metrics_port: int
+    command: list[str]
+    log: str
+    pid: int = 0
+    restarts: int = 0
+    process: asyncio.subprocess.Process | None = field(default=None, repr=False)
+
+    def public(self) -> dict[str, Any]:
+        return {"nodes": self.nodes, "simulated": self.simulated, "metricsPort": self.metrics_port,
+                "pid": self.pid, "restarts": self.restarts, "log": self.log}
+
+
+class SandboxNodes:
+    def __init__(self, sandbox: Sandbox, count: int, agent_args: tuple[str, ...] = (),
+                 pods_per_node: int = DEFAULT_PODS_PER_NODE) -> None:
+        self.sandbox = sandbox
+        self.count = count
+        self.agent_args = agent_args
+        self.pods_per_node = pods_per_node
+        self.namespace = permissions.OPERATOR_NAMESPACE
+        self.agents: list[AgentProcess] = []
+        self._supervisors: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    @property
+    def state_dir(self) -> Path:
+        return self.sandbox.config.state_dir
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "agents.json"
+
+    # ---- objects -----------------------------------------------------------------------------------
+
+    def _create(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        api = self.sandbox.api
+        return api.store.create(api.rt("", resource), obj)
+
+    def _ensure_namespace(self, name: str) -> None:
+        api = self.sandbox.api
+        rt = api.rt("", "namespaces")
+        if not any(ns["metadata"]["name"] == name for ns in api.store.objects(rt)):
+            api.store.create(rt, {"metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]},
+                                  "status": {"phase": "Active"}})
+
+    def _running(self, pod: dict[str, Any]) -> dict[str, Any]:
+        now = rfc3339(self.sandbox.api.clock())
+        metadata = {k: v for k, v in (pod.get("metadata") or {}).items()
+                    if k not in ("uid", "resourceVersion", "creationTimestamp")}
+        status = {**(pod.get("status") or {}), "phase": "Running", "startTime": now,
+                  "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                                 {"type": "Ready", "status": "True", "lastTransitionTime": now}]}
+        return {**pod, "metadata": metadata, "status": status}
+
+    def _agent_pod_and_token(self, node: str) -> str:
+        api = self.sandbox.api
+        pod = self._create("pods", self._running({
+            "metadata": {"name": f"colocation-agent-{node}", "namespace": self.namespace,
+                         "labels": {"app.kubernetes.io/name": "colocation", "app.kubernetes.io/component": "agent",
+                                    "app.kubernetes.io/part-of": "colocation"}},
+            "spec": {"nodeName": node, "serviceAccountName": permissions.AGENT_SERVICE_ACCOUNT,
+                     "containers": [{"name": "agent", "image": "colocation:sandbox",
+                                     "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                                                   "limits": {"cpu": "500m", "memory": "256Mi"}}}]}}))
+        sa = api.store.get(api.rt("", "serviceaccounts"), self.namespace, permissions.AGENT_SERVICE_ACCOUNT)
+        token, _ = api.tokens.issue_service_account_token(self.namespace, permissions.AGENT_SERVICE_ACCOUNT,
+                                                          sa["metadata"]["uid"], expiration_seconds=TOKEN_SECONDS,
+                                                          bound_object=pod)
+        return token
+
+    def _simulated(self, index: int, token: str) -> SimulatedNode:
+        return SimulatedNode(f"sim-node-{index}", token, seed=index, profile=PROFILES[(index - 1) % len(PROFILES)],
+                             pods=self.pods_per_node)
+
+    def create_nodes(self) -> tuple[tuple[str, str] | None, list[SimulatedNode]]:
+        """Create the Nodes, their pods and agent pods: ((real node, its token), simulated nodes)."""
+        now = rfc3339(self.sandbox.api.clock())
+        real: tuple[str, str] | None = None
+        simulated: list[SimulatedNode] = []
+        skipped = 0
+        for index in range(self.count):
+            if index == 0:
+                name = machine_node_name()
+                cpu, memory = machine_capacity()
+                self._create("nodes", machine_node(name, cpu, memory, now))
+                real = (name, self._agent_pod_and_token(name))
+                continue
+            spec = self._simulated(index, "")
+            collector = spec.collector()
+            self._create("nodes", _ready(collector.node(), now))
+            for pod in collector.pods():
+                self._ensure_namespace(pod["metadata"].get("namespace") or "default")
+                try:
+                    self._create("pods", self._running(pod))
+                except ApiError as error:
+                    # Synthetic names are unique per node only (two nodes may both have a redis-0);
+                    # the agent reports the pods its watch shows on its node, so it simply has one less.
+                    if error.code != 409:
+                        raise
+                    skipped += 1
+            simulated.append(self._simulated(index, self._agent_pod_and_token(spec.node)))
+        if skipped:
+            log.info("simulated pods left out: their names were taken on another node", extra={"pods": skipped})
+        return real, simulated
+
+    # ---- processes ---------------------------------------------------------------------------------
+
+    def _common_args(self, port: int) -> list[str]:
+        return ["--metrics-bind-address", "127.0.0.1", "--metrics-port", str(port),
+                "--operator-namespace", self.namespace]
+
+    async def start(self) -> None:
+        if self.count <= 0:
+            return
+        real, simulated = self.create_nodes()
+        python = [sys.executable, "-m", "colocation", "agent"]
+        if real is not None:
+            node, token = real
+            kubeconfig = self.sandbox.write_kubeconfig(self.state_dir / f"agent-{node}.kubeconfig", token=token)
+            port = free_port()
+            self.agents.append(AgentProcess(
+                [node], False, port,
+                [*python, "--kubeconfig", str(kubeconfig), "--node-name", node, "--proc-root", "/proc",
+                 "--cgroup-root", "/sys/fs/cgroup", *self._common_args(port), *self.agent_args],
+                str(self.state_dir / f"agent-{node}.log")))
+        if simulated:
+            nodes_file = self.state_dir / "simulated-nodes.json"
+            nodes_file.write_bytes(orjson.dumps([spec.to_json() for spec in simulated], option=orjson.OPT_INDENT_2))
+            nodes_file.chmod(0o600)  # it holds tokens
+            # The kubeconfig gives the server and its CA; each simulated agent uses its own token.
+            kubeconfig = self.sandbox.write_kubeconfig(self.state_dir / "simulated-agents.kubeconfig",
+                                                       token=simulated[0].token)
+            port = free_port()
+            self.agents.append(AgentProcess(
+                [spec.node for spec in simulated], True, port,
+                [*python, "--kubeconfig", str(kubeconfig), "--simulated-nodes", str(nodes_file),
+                 *self._common_args(port), *self.agent_args],
+                str(self.state_dir / "agents-simulated.log")))
+        for agent in self.agents:
+            await self._spawn(agent)
+            self._supervisors.append(asyncio.create_task(self._supervise(agent)))
+        self._write_state()
+
+    async def _spawn(self, agent: AgentProcess) -> None:
+        with open(agent.log, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
+            agent.process = await asyncio.create_subprocess_exec(
+                *agent.command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "POD_NAMESPACE": self.namespace})
+        agent.pid = agent.process.pid
+        log.info("agent started", extra={"nodes": len(agent.nodes), "simulated": agent.simulated,
+                                         "pid": agent.pid, "metrics_port": agent.metrics_port})
+
+    async def _supervise(self, agent: AgentProcess) -> None:
+        backoff = Backoff(initial=0.5, maximum=10.0, jitter=0.3)
+        while True:
+            assert agent.process is not None
+            code = await agent.process.wait()
+            if self._stopping:
+                return
+            delay = backoff.next_delay()
+            log.warning("agent exited; restarting", extra={"nodes": agent.nodes[:3], "code": code,
+                                                           "restart_in": round(delay, 2)})
+            await asyncio.sleep(delay)  # CrashLoopBackOff, in small
+            agent.restarts += 1
+            await self._spawn(agent)
+            self._write_state()
+
+    def _write_state(self) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps([agent.public() for agent in self.agents], option=orjson.OPT_INDENT_2))
+        tmp.replace(self.state_file)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._supervisors:
+            task.cancel()
+        processes = [a.process for a in self.agents if a.process is not None and a.process.returncode is None]
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                await asyncio.wait_for(process.wait(), STOP_GRACE_SECONDS)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()

@@ -1,0 +1,189 @@
+"""The node heartbeat Lease, renewed as the kubelet renews its own (KEP "Efficient Node Heartbeats").
+
+A fake API answers like kube-apiserver: a resourceVersion per write, 409 on a stale one, 404 for
+what does not exist, and it records every request so the tests can count them.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from colocation.agent.heartbeat import HeartbeatError, NodeHeartbeat
+from colocation.agent.metrics import AgentMetrics
+from colocation.kube.informer import Transport
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/colocation-node-lease/leases"
+MICRO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+WALL = datetime(2026, 11, 22, 1, 2, 3, 456789, tzinfo=UTC).timestamp()
+
+
+class FakeLeaseApi:
+    def __init__(self, node_uid: str | None = "node-uid-1") -> None:
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.node_uid = node_uid
+        self.calls: list[tuple[str, str]] = []
+        self.bodies: list[Any] = []
+        self.rv = 100
+        self.fail_next: list[BaseException] = []
+
+    def transport(self) -> Transport:
+        raise NotImplementedError
+
+    def bearer_token(self) -> str:
+        return "token"
+
+    def _commit(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        stored = copy.deepcopy(body)
+        stored["metadata"]["resourceVersion"] = str(self.rv)
+        self.leases[name] = stored
+        return copy.deepcopy(stored)
+
+    def touch(self, name: str) -> None:
+        """Someone else writes the Lease: our cached resourceVersion goes stale."""
+        self._commit(name, self.leases[name])
+
+    async def request(self, method: str, path: str, *, body: Any = None, timeout: float,
+                      params: dict[str, str] | None = None) -> tuple[int, Any]:
+        assert timeout > 0
+        self.calls.append((method, path))
+        self.bodies.append(copy.deepcopy(body))
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        if path.startswith("/api/v1/nodes/"):
+            if self.node_uid is None:
+                return 404, {"kind": "Status", "code": 404}
+            return 200, {"metadata": {"name": path.rsplit("/", 1)[1], "uid": self.node_uid}}
+        if method == "POST":
+            name = body["metadata"]["name"]
+            if name in self.leases:
+                return 409, {"kind": "Status", "code": 409, "reason": "AlreadyExists"}
+            return 201, self._commit(name, body)
+        name = path.rsplit("/", 1)[1]
+        if name not in self.leases:
+            return 404, {"kind": "Status", "code": 404, "reason": "NotFound"}
+        if method == "GET":
+            return 200, copy.deepcopy(self.leases[name])
+        if body["metadata"].get("resourceVersion") != self.leases[name]["metadata"]["resourceVersion"]:
+            return 409, {"kind": "Status", "code": 409, "reason": "Conflict"}
+        return 200, self._commit(name, body)
+
+
+def heartbeat(api: FakeLeaseApi, **kwargs: Any) -> NodeHeartbeat:
+    return NodeHeartbeat(api, "node-a", wall=lambda: WALL, **kwargs)
+
+
+async def test_the_first_renewal_creates_the_lease_owned_by_its_node() -> None:
+    api = FakeLeaseApi()
+    await heartbeat(api).renew()
+    assert api.calls == [("GET", f"{LEASES}/node-a"), ("GET", "/api/v1/nodes/node-a"), ("POST", LEASES)]
+    lease = api.leases["node-a"]
+    assert lease["spec"] == {"holderIdentity": "node-a", "leaseDurationSeconds": 40,
+                             "renewTime": "2026-11-22T01:02:03.456789Z"}
+    # As the kubelet sets it: no controller, no blockOwnerDeletion (the agent may not set finalizers).
+    assert lease["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "node-a",
+                                                     "uid": "node-uid-1"}]
+    assert lease["metadata"]["namespace"] == "colocation-node-lease"
+
+
+async def test_a_renewal_is_one_put_from_the_cache_with_its_resource_version() -> None:
+    api = FakeLeaseApi()
+    beat = heartbeat(api)
+    await beat.renew()
+    api.calls.clear()
+    api.bodies.clear()
+    await beat.renew()
+    await beat.renew()
+    assert api.calls == [("PUT", f"{LEASES}/node-a")] * 2
+    assert api.bodies[0]["metadata"]["resourceVersion"] == "101"
+    assert api.bodies[1]["metadata"]["resourceVersion"] == "102"
+    assert MICRO_TIME.fullmatch(api.leases["node-a"]["spec"]["renewTime"])
+
+
+async def test_a_conflict_refetches_the_lease_and_renews_it() -> None:
+    api = FakeLeaseApi()
+    beat = heartbeat(api)
+    await beat.renew()
+    api.touch("node-a")  # now at 102; our cache says 101
+    api.calls.clear()
+    await beat.renew()
+    assert api.calls == [("PUT", f"{LEASES}/node-a"), ("GET", f"{LEASES}/node-a"), ("PUT", f"{LEASES}/node-a")]
+    assert api.bodies[-1]["metadata"]["resourceVersion"] == "102"
+    assert api.leases["node-a"]["metadata"]["resourceVersion"] == "103"
+
+
+async def test_a_deleted_lease_is_created_again() -> None:
+    api = FakeLeaseApi()
+    beat = heartbeat(api)
+    await beat.renew()
+    del api.leases["node-a"]
+    api.calls.clear()
+    await beat.renew()
+    assert api.calls == [("PUT", f"{LEASES}/node-a"), ("GET", f"{LEASES}/node-a"), ("POST", LEASES)]
+    assert "node-a" in api.leases
+
+
+async def test_the_owner_reference_is_added_once_the_node_exists() -> None:
+    api = FakeLeaseApi(node_uid=None)
+    beat = heartbeat(api)
+    await beat.renew()
+    assert "ownerReferences" not in api.leases["node-a"]["metadata"]
+    api.node_uid = "late-uid"
+    await beat.renew()
+    assert api.leases["node-a"]["metadata"]["ownerReferences"][0]["uid"] == "late-uid"
+    api.calls.clear()
+    await beat.renew()
+    assert api.calls == [("PUT", f"{LEASES}/node-a")]  # the Node is not read again
+
+
+async def test_failures_raise_with_a_reason_and_are_counted() -> None:
+    api = FakeLeaseApi()
+    metrics = AgentMetrics()
+    beat = heartbeat(api, metrics=metrics)
+    api.fail_next = [TimeoutError()]
+    with pytest.raises(HeartbeatError) as failure:
+        await beat.renew()
+    assert failure.value.reason == "timeout"
+    api.fail_next = [OSError("connection refused")]
+    with pytest.raises(HeartbeatError) as failure:
+        await beat.renew()
+    assert failure.value.reason == "connection"
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renew_failures_total",
+                                             {"reason": "timeout"}) == 1
+    await beat.renew()  # and it recovers
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renew_duration_seconds_count") == 1
+
+
+def test_timings_follow_the_kubelet_and_every_request_ends_before_the_next_renewal() -> None:
+    api = FakeLeaseApi()
+    default = heartbeat(api)
+    assert default.renew_interval == 10 and default.timeout < 10
+    short = heartbeat(api, lease_duration_seconds=3)
+    assert short.renew_interval == 0.75 and short.timeout < 0.75
+    with pytest.raises(ValueError, match="shorter than the lease duration"):
+        heartbeat(api, lease_duration_seconds=3, renew_interval=3)
+
+
+async def test_the_loop_renews_every_interval_and_retries_sooner_after_a_failure() -> None:
+    api = FakeLeaseApi()
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        if len(delays) == 1:
+            api.fail_next = [TimeoutError()]
+        if len(delays) == 3:
+            raise KeyboardInterrupt  # stop the loop
+
+    beat = heartbeat(api, sleep=sleep)
+    with pytest.raises(KeyboardInterrupt):
+        await beat.run()
+    renewed, after_failure, recovered = delays
+    assert 9.6 <= renewed <= 10  # 4 % jitter, never longer than the interval
+    assert after_failure < 1
+    assert 9.6 <= recovered <= 10

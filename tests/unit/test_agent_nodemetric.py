@@ -1,0 +1,104 @@
+"""The NodeMetric an agent builds: the shape the leader validates, canonical quantities, pod matching,
+and the collection policy read from a NodeSLO."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from colocation.agent.aggregate import AggregatedUsage, Usage
+from colocation.agent.classify import PodInfo
+from colocation.agent.collector import PodSample, Sample
+from colocation.agent.nodemetric import PodUsage, build_node_metric, go_duration, match_pods
+from colocation.agent.policy import CollectPolicy, collect_policy, parse_go_duration
+from colocation.apiserver.models import validate_report
+
+MI = 2**20
+GI = 2**30
+AT = 1795310523.75  # 2026-11-22T01:22:03.75Z
+
+
+def pod(uid: str, name: str, namespace: str = "default", priority: Any = "koord-prod", qos: Any = "LS") -> PodInfo:
+    return PodInfo(uid=uid, namespace=namespace, name=name, priority=priority, qos=qos, cpu_request_millis=0,
+                   memory_request_bytes=0)
+
+
+def test_the_report_has_the_shape_and_quantities_the_leader_accepts() -> None:
+    usage = Usage(2500, 1536 * MI)
+    aggregated = [AggregatedUsage(300, Usage(2000, GI), Usage(1900, GI), Usage(2400, 2 * GI), Usage(2600, 2 * GI),
+                                  Usage(3000, 3 * GI))]
+    pods = [PodUsage(pod("u2", "web-1"), Usage(250, 256 * MI)),
+            PodUsage(pod("u1", "job-1", "batch", "koord-batch", "BE"), Usage(1000, 1000))]
+    report = build_node_metric("node-a", update_time=AT, node_usage=usage, system_usage=Usage(300, 100 * MI + 1),
+                               aggregated=aggregated, pods=pods, host_applications={"nginx": Usage(10, 64 * MI)})
+    status = report["status"]
+    assert status["updateTime"] == "2026-11-22T01:22:03Z"  # metav1.Time: whole seconds
+    assert status["nodeMetric"]["nodeUsage"] == {"resources": {"cpu": "2500m", "memory": "1536Mi"}}
+    assert status["nodeMetric"]["systemUsage"] == {"resources": {"cpu": "300m", "memory": str(100 * MI + 1)}}
+    assert status["nodeMetric"]["aggregatedNodeUsages"][0]["duration"] == "5m0s"
+    assert status["nodeMetric"]["aggregatedNodeUsages"][0]["usage"]["p99"] == {
+        "resources": {"cpu": "3", "memory": "3Gi"}}
+    # Sorted by namespace/name; 1000 bytes is written "1k", as upstream's canonical form does.
+    assert status["podsMetric"] == [
+        {"namespace": "batch", "name": "job-1", "podUsage": {"resources": {"cpu": "1", "memory": "1k"}},
+         "priority": "koord-batch", "qos": "BE"},
+        {"namespace": "default", "name": "web-1", "podUsage": {"resources": {"cpu": "250m", "memory": "256Mi"}},
+         "priority": "koord-prod", "qos": "LS"}]
+    assert status["hostApplicationMetric"] == [{"name": "nginx",
+                                                "usage": {"resources": {"cpu": "10m", "memory": "64Mi"}}}]
+    validated = validate_report(orjson.dumps(report), "node-a")
+    assert validated.figures.cpu_millis == 2500 and validated.figures.memory_bytes == 1536 * MI
+    assert validated.figures.pod_count == 2
+
+
+def test_a_report_without_pods_or_windows_is_still_valid() -> None:
+    report = build_node_metric("node-a", update_time=AT, node_usage=Usage(0, 0))
+    assert report["status"]["nodeMetric"] == {"nodeUsage": {"resources": {"cpu": "0", "memory": "0"}}}
+    assert validate_report(orjson.dumps(report), "node-a").figures.pod_count == 0
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(300, "5m0s"), (600, "10m0s"), (1800, "30m0s"), (45, "45s"),
+                                               (3600, "1h0m0s"), (5430, "1h30m30s")])
+def test_durations_are_written_as_go_prints_them(seconds: int, text: str) -> None:
+    assert go_duration(seconds) == text
+    assert parse_go_duration(text) == seconds
+
+
+def test_pods_are_matched_by_uid_else_by_name_and_unknown_cgroups_are_left_out() -> None:
+    web = pod("api-uid-web", "web-0")
+    job = pod("api-uid-job", "job-0", "batch", "koord-batch", "BE")
+    latest = Sample(timestamp=AT, node_cpu_millis=0, node_memory_bytes=0, pods=(
+        PodSample("synthetic-uid-job", 1, 1, "kubepods/x", namespace="batch", name="job-0"),))
+    usages = {"api-uid-web": Usage(100, MI), "synthetic-uid-job": Usage(200, 2 * MI), "orphan-uid": Usage(5, MI)}
+    matched = match_pods(usages, {web.uid: web, job.uid: job},
+                         {("default", "web-0"): web, ("batch", "job-0"): job}, latest)
+    assert sorted((m.info.name, m.usage) for m in matched) == [("job-0", Usage(200, 2 * MI)),
+                                                               ("web-0", Usage(100, MI))]
+
+
+def test_the_policy_defaults_when_the_nodeslo_is_absent_or_silent() -> None:
+    assert collect_policy(None) == CollectPolicy(300, None, (300, 600, 1800), "usageWithoutPageCache")
+    assert collect_policy({"spec": {}}) == collect_policy(None)
+
+
+def test_the_policy_comes_from_the_nodeslo() -> None:
+    nodeslo = {"spec": {"metricCollectPolicy": {
+        "aggregateDurationSeconds": 60, "reportIntervalSeconds": 20,
+        "nodeAggregatePolicy": {"durations": ["10m", "5m", "1h", "bogus", "5m0s"]},
+        "nodeMemoryCollectPolicy": "usageWithPageCache"}}}
+    assert collect_policy(nodeslo) == CollectPolicy(60, 20, (300, 600, 3600), "usageWithPageCache")
+
+
+def test_unusable_policy_fields_keep_their_defaults() -> None:
+    nodeslo = {"spec": {"metricCollectPolicy": {
+        "aggregateDurationSeconds": 0, "reportIntervalSeconds": True,
+        "nodeAggregatePolicy": {"durations": ["never"]}, "nodeMemoryCollectPolicy": "everything"}}}
+    assert collect_policy(nodeslo) == CollectPolicy()
+
+
+@pytest.mark.parametrize("text", ["", "5", "m5", "5m5", "-5m", "5d"])
+def test_malformed_durations_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_go_duration(text)

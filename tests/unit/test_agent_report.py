@@ -1,0 +1,261 @@
+"""The reporter: when a report is due, where it goes, and what happens when that fails.
+
+Fakes stand in for kube-apiserver (the leader Lease, the aggregated path) and for the leader's
+own endpoint; the clock is a number the test moves. Expectations: reports go straight to the
+leader named on the Lease; a standby's 503 sends the agent back to the Lease; an unreachable
+leader is bypassed through kube-apiserver; a leader change gets the full report at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+from typing import Any
+
+import pytest
+
+from colocation.agent.leader import Leader, LeaderLocator, leader_from_lease
+from colocation.agent.metrics import AgentMetrics
+from colocation.agent.report import Reporter, ReportOptions, Snapshot, moved, report_trigger
+from colocation.kube.informer import Transport
+from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION
+
+REPORT_PATH = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics/node-a/status"
+LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/colocation-system/leases/colocation-operator"
+CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nnot parsed by these tests\n").decode()
+
+
+def body(cpu: str = "2", memory: str = "4Gi", pods: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
+    pods = pods if pods is not None else {"default/web-0": ("500m", "1Gi")}
+    return {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric", "metadata": {"name": "node-a"},
+            "status": {"updateTime": "2026-11-22T01:02:03Z",
+                       "nodeMetric": {"nodeUsage": {"resources": {"cpu": cpu, "memory": memory}}},
+                       "podsMetric": [{"namespace": key.split("/")[0], "name": key.split("/")[1],
+                                       "podUsage": {"resources": {"cpu": c, "memory": m}}}
+                                      for key, (c, m) in pods.items()]}}
+
+
+# ---- the decision ------------------------------------------------------------------------------------
+
+def test_a_snapshot_reads_the_usages_and_pods_of_its_report() -> None:
+    snapshot = Snapshot.of(body())
+    assert snapshot.usages == {("", "cpu"): 2000, ("", "memory"): 4 * 2**30,
+                               ("default/web-0", "cpu"): 500, ("default/web-0", "memory"): 2**30}
+    assert snapshot.pods == frozenset({"default/web-0"})
+
+
+@pytest.mark.parametrize(("before", "after", "expected"), [
+    (body(cpu="2"), body(cpu="2190m"), False),  # +9.5 %
+    (body(cpu="2"), body(cpu="2210m"), True),  # +10.5 %
+    (body(cpu="2"), body(cpu="1790m"), True),  # down counts too
+    (body(memory="4Gi"), body(memory="4506Mi"), True),  # 4096Mi + 410Mi: just over 10 %
+    (body(memory="4Gi"), body(memory="4505Mi"), False),  # 4096Mi + 409Mi: just under
+    # An idle node or pod is judged against at least 1 core / 1 GiB: 20m -> 90m is not a move,
+    # 20m -> 130m is.
+    (body(cpu="20m"), body(cpu="90m"), False),
+    (body(cpu="20m"), body(cpu="130m"), True),
+    (body(pods={"default/web-0": ("5m", "1Mi")}), body(pods={"default/web-0": ("80m", "50Mi")}), False),
+    (body(pods={"default/web-0": ("1500m", "1Gi")}), body(pods={"default/web-0": ("1700m", "1Gi")}), True),
+])
+def test_usage_moves_are_relative_to_the_last_report(before: dict[str, Any], after: dict[str, Any],
+                                                     expected: bool) -> None:
+    assert moved(Snapshot.of(before).usages, Snapshot.of(after).usages, 0.10) is expected
+
+
+def test_the_trigger_of_a_report() -> None:
+    last = Snapshot.of(body())
+    same = Snapshot.of(body())
+    options = {"max_interval": 60.0, "threshold": 0.1}
+    assert report_trigger(None, same, since_last=0, **options) == "initial"
+    assert report_trigger(last, same, since_last=59.9, **options) is None
+    assert report_trigger(last, same, since_last=60, **options) == "max-interval"
+    assert report_trigger(last, Snapshot.of(body(cpu="3")), since_last=1, **options) == "usage-changed"
+    new_pod = body(pods={"default/web-0": ("500m", "1Gi"), "batch/job-1": ("1", "1Gi")})
+    assert report_trigger(last, Snapshot.of(new_pod), since_last=1, **options) == "pods-changed"
+    assert report_trigger(last, Snapshot.of(body(pods={})), since_last=1, **options) == "pods-changed"
+
+
+# ---- fakes -------------------------------------------------------------------------------------------
+
+def lease(holder: str, port: int | None) -> dict[str, Any]:
+    annotations = {LEADER_ENDPOINT_ANNOTATION: f"https://10.0.0.{port}:8443", LEADER_CA_ANNOTATION: CA} \
+        if port is not None else {}
+    return {"metadata": {"name": "colocation-operator", "annotations": annotations},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}}
+
+
+class FakeKube:
+    """kube-apiserver: the leader Lease, and the aggregated report path."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = lease("op-0_a", 1)
+        self.report_status = 200
+        self.calls: list[tuple[str, str]] = []
+
+    def transport(self) -> Transport:
+        raise NotImplementedError
+
+    def bearer_token(self) -> str:
+        return "agent-token"
+
+    async def request(self, method: str, path: str, *, body: Any = None, timeout: float,
+                      params: dict[str, str] | None = None) -> tuple[int, Any]:
+        self.calls.append((method, path))
+        if path == LEASE_PATH:
+            return (200, self.lease) if self.lease is not None else (404, {"kind": "Status", "code": 404})
+        assert (method, path) == ("PUT", REPORT_PATH)
+        if self.report_status == 0:
+            raise TimeoutError
+        return self.report_status, {"kind": "Status", "code": self.report_status, "message": "through apiserver"}
+
+
+class FakeLeaders:
+    """The replicas' own endpoints: status per endpoint (0: refuses connections)."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, int] = {}
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def put(self, leader: Leader, path: str, body: bytes, timeout: float) -> tuple[int, Any]:
+        assert path == REPORT_PATH and timeout > 0
+        status = self.status.get(leader.endpoint, 200)
+        if status == 0:
+            raise ConnectionRefusedError("refused")
+        self.sent.append((leader.identity, body))
+        if status == 503:
+            return 503, {"kind": "Status", "code": 503, "reason": "ServiceUnavailable",
+                         "message": "this replica is a standby; send reports to the leader (op-1_b)"}
+        return status, {}
+
+
+class Setup:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.kube = FakeKube()
+        self.leaders = FakeLeaders()
+        self.metrics = AgentMetrics()
+        self.locator = LeaderLocator(self.kube, poll_interval=10.0, min_refresh_gap=0.0, clock=lambda: self.now)
+        self.current = body()
+        self.reporter = Reporter("node-a", self.kube, self.locator, self.leaders.put,
+                                 lambda: Snapshot.of(self.current), options=ReportOptions(),
+                                 metrics=self.metrics, clock=lambda: self.now, rng=random.Random(7))
+
+    def sent(self, route: str, trigger: str) -> float:
+        return self.metrics.registry.get_sample_value("colocation_agent_reports_sent_total",
+                                                      {"route": route, "trigger": trigger}) or 0.0
+
+    def failed(self, reason: str) -> float:
+        return self.metrics.registry.get_sample_value("colocation_agent_reports_failed_total",
+                                                      {"reason": reason}) or 0.0
+
+
+@pytest.fixture
+def setup() -> Setup:
+    return Setup()
+
+
+# ---- delivery ----------------------------------------------------------------------------------------
+
+def test_the_leader_lease_gives_the_address_only_with_an_endpoint_and_a_ca() -> None:
+    leader = leader_from_lease(lease("op-0_a", 1))
+    assert leader is not None and leader.reachable and leader.endpoint == "https://10.0.0.1:8443"
+    unpublished = leader_from_lease(lease("op-0_a", None))
+    assert unpublished == Leader("op-0_a") and not unpublished.reachable
+    assert leader_from_lease(lease("", None)) is None  # released: nobody leads
+
+
+async def test_reports_go_to_the_leader_and_then_only_when_due(setup: Setup) -> None:
+    assert await setup.reporter.check() == 10.0
+    assert [identity for identity, _ in setup.leaders.sent] == ["op-0_a"]
+    assert setup.sent("leader", "initial") == 1
+    assert ("PUT", REPORT_PATH) not in setup.kube.calls
+    setup.now += 10
+    await setup.reporter.check()
+    assert len(setup.leaders.sent) == 1  # nothing changed
+    setup.current = body(cpu="2500m")
+    await setup.reporter.check()
+    assert setup.sent("leader", "usage-changed") == 1
+    setup.now += 60
+    await setup.reporter.check()
+    assert setup.sent("leader", "max-interval") == 1
+    assert setup.reporter.age() == 0
+
+
+async def test_a_new_leader_gets_the_latest_full_report_at_once(setup: Setup) -> None:
+    await setup.reporter.check()
+    setup.current = body(cpu="2010m")  # not a move worth a report by itself
+    setup.kube.lease = lease("op-1_b", 2)
+    assert await setup.locator.refresh()
+    assert setup.reporter._wake.is_set()  # the loop checks now, not at the end of its interval
+    await setup.reporter.check()
+    identity, sent = setup.leaders.sent[-1]
+    assert identity == "op-1_b" and b'"cpu":"2010m"' in sent
+    assert setup.sent("leader", "leader-changed") == 1
+    await setup.reporter.check()
+    assert len(setup.leaders.sent) == 2  # once
+
+
+async def test_a_standby_answering_503_sends_the_agent_back_to_the_lease(setup: Setup) -> None:
+    await setup.reporter.check()
+    # op-0 lost the lease and restarted as a standby; the Lease already names op-1.
+    setup.leaders.status["https://10.0.0.1:8443"] = 503
+    setup.kube.lease = lease("op-1_b", 2)
+    setup.current = body(cpu="3")
+    await setup.reporter.check()
+    assert [identity for identity, _ in setup.leaders.sent] == ["op-0_a", "op-0_a", "op-1_b"]
+    assert setup.failed("standby") == 1
+    assert setup.sent("leader", "usage-changed") == 1
+    assert setup.reporter.delivered_to == "op-1_b"
+
+
+async def test_an_unreachable_leader_is_bypassed_through_kube_apiserver(setup: Setup) -> None:
+    setup.leaders.status["https://10.0.0.1:8443"] = 0
+    await setup.reporter.check()
+    assert setup.failed("leader-unreachable") == 1
+    assert setup.sent("apiserver", "initial") == 1
+    assert setup.kube.calls.count(("PUT", REPORT_PATH)) == 1
+
+
+async def test_without_a_leader_reports_go_through_kube_apiserver(setup: Setup) -> None:
+    setup.kube.lease = None
+    await setup.reporter.check()
+    assert setup.sent("apiserver", "initial") == 1 and setup.leaders.sent == []
+
+
+async def test_failures_back_off_exponentially_and_retry_with_the_latest_state(setup: Setup) -> None:
+    setup.leaders.status["https://10.0.0.1:8443"] = 0
+    setup.kube.report_status = 503  # the aggregation layer has no ready endpoint either
+    delays = [await setup.reporter.check() for _ in range(7)]
+    # Nominal 1, 2, 4, 8, 16, 30, 30 s with up to 50 % jitter taken off.
+    for delay, nominal in zip(delays, (1, 2, 4, 8, 16, 30, 30), strict=True):
+        assert nominal / 2 <= delay <= nominal
+    assert setup.failed("unavailable") == 7
+    setup.leaders.status.clear()
+    setup.current = body(cpu="1900m")
+    assert await setup.reporter.check() == 10.0  # back to the normal interval
+    _, sent = setup.leaders.sent[-1]
+    assert b'"cpu":"1900m"' in sent  # the latest state, not the one that failed first
+    assert setup.sent("leader", "initial") == 1  # still the reason it was first due
+    setup.leaders.status["https://10.0.0.1:8443"] = 0
+    setup.now += 60
+    assert await setup.reporter.check() <= 1.0  # the backoff started over
+
+
+async def test_a_refused_report_is_not_sent_elsewhere(setup: Setup) -> None:
+    setup.leaders.status["https://10.0.0.1:8443"] = 422
+    delay = await setup.reporter.check()
+    assert delay <= 1.0
+    assert setup.failed("http-422") == 1
+    assert ("PUT", REPORT_PATH) not in setup.kube.calls
+
+
+async def test_concurrent_lease_reads_share_one_request(setup: Setup) -> None:
+    import asyncio
+
+    setup.locator.min_refresh_gap = 5.0
+    await asyncio.gather(*(setup.locator.refresh() for _ in range(10)))
+    await setup.locator.refresh()
+    assert setup.kube.calls.count(("GET", LEASE_PATH)) == 1
+    setup.now += 5
+    await setup.locator.refresh()
+    assert setup.kube.calls.count(("GET", LEASE_PATH)) == 2
