@@ -19,9 +19,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from colocation.apimachinery.userinfo import UserInfo
 from colocation.kube import permissions
 from colocation.kube.permissions import AGENT_API_CALLS, OPERATOR_API_CALLS, ApiCall
-from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, UserInfo
+from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes
 from colocation.sandbox.rbac_bootstrap import bootstrap_policy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -443,3 +444,59 @@ def test_rbac_denies_what_a_compromised_pod_could_abuse(
     authorizer: RbacAuthorizer, account: tuple[str, str], call: ApiCall
 ) -> None:
     assert not authorizer.authorize(attributes(service_account_user(*account), call)).allowed
+
+
+# --- The opt-in resource-metrics component (kubectl top without metrics-server) ---------------------
+
+@pytest.fixture(scope="module")
+def with_resource_metrics() -> list[dict[str, Any]]:
+    """manifests/ with components/resource-metrics, through an overlay as docs/install.md shows."""
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed, so manifests/ cannot be rendered with kustomize")
+    from colocation.sandbox.install import render_manifests
+
+    return render_manifests(REPO, components=("resource-metrics",))
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_resource_metrics_component_renders_valid_kubernetes(
+    with_resource_metrics: list[dict[str, Any]], version: str
+) -> None:
+    for obj in with_resource_metrics:
+        kubernetes_validate.validate(obj, version, strict=True)
+        assert obj["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "colocation", obj["metadata"]
+
+
+def operator_args(objects: list[dict[str, Any]]) -> list[str]:
+    deployment = find(objects, "Deployment", "colocation-operator", permissions.OPERATOR_NAMESPACE)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return list(container["args"])
+
+
+def test_the_component_registers_metrics_k8s_io_and_turns_the_flag_on(
+    rendered: list[dict[str, Any]], with_resource_metrics: list[dict[str, Any]]
+) -> None:
+    from colocation.manager.cli import operator_command
+
+    flag = "--serve-resource-metrics"
+    assert flag not in operator_args(rendered)
+    assert operator_args(with_resource_metrics) == [*operator_args(rendered), flag]
+    assert flag in {option for param in operator_command.params for option in param.opts}
+    api = find(with_resource_metrics, "APIService", "v1beta1.metrics.k8s.io")["spec"]
+    assert (api["group"], api["version"]) == ("metrics.k8s.io", "v1beta1")
+    assert api["service"] == {"name": "colocation-operator", "namespace": permissions.OPERATOR_NAMESPACE, "port": 443}
+    # Everything else is the base, unchanged.
+    added = [o for o in with_resource_metrics if o not in rendered and o["kind"] != "Deployment"]
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in added) == [
+        ("APIService", "v1beta1.metrics.k8s.io"), ("ClusterRole", "colocation:aggregated-metrics-reader")]
+
+
+def test_the_component_lets_viewers_read_metrics_and_grants_the_operator_nothing_new(
+    rendered: list[dict[str, Any]], with_resource_metrics: list[dict[str, Any]]
+) -> None:
+    reader = find(with_resource_metrics, "ClusterRole", "colocation:aggregated-metrics-reader")
+    for role in ("view", "edit", "admin"):
+        assert reader["metadata"]["labels"][f"rbac.authorization.k8s.io/aggregate-to-{role}"] == "true"
+    assert reader["rules"] == [{"apiGroups": ["metrics.k8s.io"], "resources": ["nodes", "pods"],
+                                "verbs": ["get", "list"]}]
+    assert sorted(map(str, grants(with_resource_metrics))) == sorted(map(str, grants(rendered)))

@@ -21,15 +21,11 @@ from colocation import tlsutil
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.apiserver import discovery, openapi, tables
-from colocation.apiserver.auth import (
-    Caller,
-    DelegatingAuthenticator,
-    DelegatingAuthorizer,
-    RequestHeaderConfig,
-    check_node_rule,
-)
+from colocation.apiserver.auth import Caller, DelegatingAuthenticator, RequestHeaderConfig
+from colocation.apiserver.authz import DelegatingAuthorizer, check_node_rule
 from colocation.apiserver.metrics import ServerMetrics
 from colocation.apiserver.models import validate_report
+from colocation.apiserver.resource_metrics import ResourceMetricsApi, api_group_body
 from colocation.apiserver.store import NodeMetricStore
 
 log = logging.getLogger(__name__)
@@ -66,7 +62,8 @@ class NodeMetricApi:
                  authorizer: DelegatingAuthorizer, request_header: Callable[[], RequestHeaderConfig | None],
                  leadership: Leadership, known_node: Callable[[str], bool],
                  node_labels: Callable[[str], Any], metrics: ServerMetrics,
-                 options: ApiOptions | None = None, *, wall: Callable[[], float] = time.time) -> None:
+                 options: ApiOptions | None = None, *, wall: Callable[[], float] = time.time,
+                 resource_metrics: ResourceMetricsApi | None = None) -> None:
         self.store = store
         self.authenticator = authenticator
         self.authorizer = authorizer
@@ -77,6 +74,7 @@ class NodeMetricApi:
         self.metrics = metrics
         self.options = options or ApiOptions()
         self.wall = wall
+        self.resource_metrics = resource_metrics  # metrics.k8s.io, with --serve-resource-metrics
         self.ready_check: Callable[[], bool] = lambda: self.leadership.is_leader
 
     def application(self) -> web.Application:
@@ -85,7 +83,7 @@ class NodeMetricApi:
         app.router.add_get("/livez", self._ok)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/apis", self._discovery(discovery.api_group_list))
+        app.router.add_get("/apis", self._discovery(self._api_group_list))
         app.router.add_get(f"/apis/{discovery.GROUP}", self._discovery(discovery.api_group))
         app.router.add_get(discovery.BASE_PATH, self._discovery(discovery.api_resource_list))
         app.router.add_get("/openapi/v2", self._discovery(openapi.openapi_v2))
@@ -97,7 +95,15 @@ class NodeMetricApi:
         app.router.add_get(collection + "/{name}", self._get)
         app.router.add_get(collection + "/{name}/status", self._get)
         app.router.add_put(collection + "/{name}/status", self._report)
+        if self.resource_metrics is not None:
+            self.resource_metrics.add_routes(app.router, self._caller)
         return app
+
+    def _api_group_list(self) -> Any:
+        groups = discovery.api_group_list()
+        if self.resource_metrics is not None:
+            groups["groups"].append(api_group_body())
+        return groups
 
     # ---- cross-cutting -------------------------------------------------------------------------
 

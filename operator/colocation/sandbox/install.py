@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +29,26 @@ def project_root(start: Path | None = None) -> Path | None:
     return None
 
 
-def render_manifests(root: Path, timeout: float = 60.0) -> list[dict[str, Any]]:
-    """`kubectl kustomize manifests/`, parsed. kubectl carries kustomize; nothing else does here."""
+def render_manifests(root: Path, timeout: float = 60.0, *, components: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """`kubectl kustomize manifests/`, parsed. kubectl carries kustomize; nothing else does here.
+
+    `components` names optional kustomize components (manifests/components/NAME), rendered
+    through an overlay as a user would enable them.
+    """
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         raise RuntimeError("kubectl is needed to render manifests/ (kustomize); install it or use --api-only")
-    result = subprocess.run([kubectl, "kustomize", str(root / "manifests")], capture_output=True, text=True,
-                            timeout=timeout, check=False)
+    with tempfile.TemporaryDirectory(prefix="colocation-overlay-") as overlay:
+        target = root / "manifests"
+        if components:
+            # kustomize refuses absolute paths: the overlay names the base relative to itself.
+            base = os.path.relpath(target, overlay)
+            (Path(overlay) / "kustomization.yaml").write_text(yaml.safe_dump({
+                "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [base],
+                "components": [f"{base}/components/{name}" for name in components]}))
+            target = Path(overlay)
+        result = subprocess.run([kubectl, "kustomize", str(target)], capture_output=True, text=True,
+                                timeout=timeout, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"kubectl kustomize manifests/ failed: {result.stderr.strip()}")
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
@@ -44,18 +59,20 @@ def load_crds(root: Path) -> list[dict[str, Any]]:
             for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def install_project(sandbox: Sandbox, root: Path | None = None, *, with_apiservice: bool = True) -> None:
+def install_project(sandbox: Sandbox, root: Path | None = None, *, with_apiservice: bool = True,
+                    components: tuple[str, ...] = ()) -> None:
     """Create the CRDs, then every manifest object, as `kubectl apply` would on a fresh cluster.
 
     Without operator replicas to serve it, the metrics APIService is left out: an APIService with
     no backend makes every kubectl discovery print errors, as it would on a real cluster.
+    `components` are optional kustomize components to include (e.g. "resource-metrics").
     """
     root = root or project_root()
     if root is None:
         raise RuntimeError("cannot find the project's crds/ and manifests/ (run from a source checkout, "
                            "or use --api-only)")
     api = sandbox.api
-    objects = load_crds(root) + render_manifests(root)
+    objects = load_crds(root) + render_manifests(root, components=components)
     installed = 0
     for obj in objects:
         if obj["kind"] == "APIService" and not with_apiservice:
