@@ -46,15 +46,44 @@ def _default_identity() -> str:
               help="Seconds after its last report a node's NodeMetric is dropped (a DELETED event).")
 @click.option("--bookmark-interval", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
               help="Seconds between BOOKMARK events on NodeMetric watches that allow them.")
+@click.option("--serve-resource-metrics", is_flag=True, default=False,
+              help="Also serve metrics.k8s.io/v1beta1 NodeMetrics and PodMetrics from the same data, so "
+                   "`kubectl top` and the HPA work without metrics-server (register the APIService of "
+                   "manifests/components/resource-metrics). Runs a Pod informer for pod labels.")
+@click.option("--evaluation-interval", type=click.FloatRange(min=0.05), default=5.0, show_default=True,
+              help="Seconds between two evaluations of every node (health, batch resources), events or not.")
+@click.option("--node-grace-period", type=click.FloatRange(min=0.1), default=40.0, show_default=True,
+              help="Seconds without a renewal of an agent's Lease after which its node is unhealthy and loses "
+                   "its batch resources.")
+@click.option("--eviction-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="Seconds a node stays unhealthy before its batch and free pods are evicted.")
+@click.option("--eviction-rate", type=click.FloatRange(min=0), default=0.1, show_default=True,
+              help="Nodes per second whose pods start being evicted; 0 disables evictions.")
+@click.option("--unhealthy-zone-threshold", type=click.FloatRange(0, 1), default=0.55, show_default=True,
+              help="Evictions stop while more than this fraction of the nodes is unhealthy...")
+@click.option("--unhealthy-zone-min-nodes", type=click.IntRange(min=0), default=2, show_default=True,
+              help="...and more than this many nodes are.")
+@click.option("--startup-grace", type=click.FloatRange(min=0), default=None,
+              help="Seconds after becoming leader before any node is judged. Default: --node-grace-period.")
+@click.option("--recovery-renewals", type=click.IntRange(min=1), default=2, show_default=True,
+              help="On-time Lease renewals in a row that make an unhealthy node healthy again.")
+@click.option("--controllers/--no-controllers", default=True, show_default=True,
+              help="Run the controllers (NodeSLO, NodeResource, node health) on the leader.")
 @common_options
 def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, bind_address: str, port: int,
                      advertise_address: str, tls_cert_file: Path | None, tls_key_file: Path | None,
                      lease_duration: float, renew_deadline: float, retry_period: float, metric_ttl: float,
-                     bookmark_interval: float) -> None:
-    """Run an operator replica: leader election, the NodeMetric aggregated API, standby replication.
+                     bookmark_interval: float, serve_resource_metrics: bool, evaluation_interval: float,
+                     node_grace_period: float, eviction_timeout: float, eviction_rate: float,
+                     unhealthy_zone_threshold: float, unhealthy_zone_min_nodes: int, startup_grace: float | None,
+                     recovery_renewals: int, controllers: bool) -> None:
+    """Run an operator replica: leader election, the NodeMetric aggregated API, standby replication,
+    and on the leader the controllers (NodeSLO, NodeResource batch resources, node health and evictions).
 
-    Exits 0 after SIGTERM/SIGINT (releasing the Lease) and 3 when it loses the Lease.
+    Exits 0 after SIGTERM/SIGINT (releasing the Lease), 3 when it loses the Lease and 1 when the
+    controllers fail.
     """
+    from colocation.controllers.settings import ControllerSettings
     from colocation.kube.client import KubeConfigError
     from colocation.manager.runtime import OperatorConfig, run
 
@@ -66,7 +95,13 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                             bind_address=bind_address, port=port, advertise_address=advertise_address,
                             tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, lease_duration=lease_duration,
                             renew_deadline=renew_deadline, retry_period=retry_period, metric_ttl=metric_ttl,
-                            bookmark_interval=bookmark_interval)
+                            bookmark_interval=bookmark_interval, serve_resource_metrics=serve_resource_metrics,
+                            controllers=ControllerSettings(
+                                enabled=controllers, evaluation_interval=evaluation_interval,
+                                node_grace_period=node_grace_period, eviction_timeout=eviction_timeout,
+                                eviction_rate=eviction_rate, unhealthy_zone_threshold=unhealthy_zone_threshold,
+                                unhealthy_zone_min_nodes=unhealthy_zone_min_nodes, startup_grace=startup_grace,
+                                recovery_renewals=recovery_renewals))
     try:
         code = run(config)
     except KubeConfigError as error:

@@ -1,10 +1,10 @@
 """`colocation operator`: one asyncio process with the leader elector, the HTTPS API and its loops.
 
 Every replica serves the NodeMetric API and follows the Node list. The leader accepts reports,
-drops silent nodes, and (later) runs the controllers; each standby follows the leader's watch to
-keep a full copy. Losing the lease ends the process with a non-zero status, so it restarts as a
-standby with nothing stale in memory; SIGTERM releases the lease first so a standby takes over
-within about one retry period.
+drops silent nodes, and runs the controllers (Kopf inside, `colocation.controllers.leader`); each
+standby follows the leader's watch to keep a full copy. Losing the lease ends the process with a
+non-zero status, so it restarts as a standby with nothing stale in memory; SIGTERM releases the
+lease first so a standby takes over within about one retry period.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import signal
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +25,14 @@ from aiohttp import web
 
 from colocation import tlsutil
 from colocation.apiserver.app import ApiOptions, NodeMetricApi
-from colocation.apiserver.auth import (
-    DelegatingAuthenticator,
-    DelegatingAuthorizer,
-    RequestHeaderConfig,
-    kube_subject_access_reviewer,
-    kube_token_reviewer,
-    load_request_header_config,
-)
+from colocation.apiserver.auth import DelegatingAuthenticator, RequestHeaderConfig
+from colocation.apiserver.authz import DelegatingAuthorizer
 from colocation.apiserver.follower import LeaderAddress, LeaderFollower
 from colocation.apiserver.metrics import ServerMetrics
+from colocation.apiserver.resource_metrics import PodDirectory, ResourceMetricsApi, ResourceMetricsView
+from colocation.apiserver.reviewers import kube_subject_access_reviewer, kube_token_reviewer, load_request_header_config
 from colocation.apiserver.store import NodeMetricStore
+from colocation.controllers.settings import ControllerSettings
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client
@@ -46,6 +43,7 @@ from colocation.kube.transport import kube_transport
 log = logging.getLogger(__name__)
 
 EXIT_LOST_LEADERSHIP = 3
+EXIT_CONTROLLERS_FAILED = 1
 SERVICE_NAME = "colocation-operator"
 
 
@@ -65,6 +63,8 @@ class OperatorConfig:
     metric_ttl: float
     expiry_interval: float = 10.0
     bookmark_interval: float = 60.0
+    serve_resource_metrics: bool = False
+    controllers: ControllerSettings = field(default_factory=ControllerSettings)
 
 
 def serving_certificate(config: OperatorConfig) -> tuple[tlsutil.CertKey, bytes]:
@@ -115,6 +115,8 @@ class OperatorProcess:
         self.cert, self.ca_bundle = serving_certificate(config)
         self.elector: LeaderElector | None = None
         self._leader_tasks: list[asyncio.Task[Any]] = []
+        self.api: Any = None  # the ApiClient, while run() holds it
+        self.controllers_failed = False
 
     # ---- leadership callbacks (synchronous, on the election task) ----------------------------
 
@@ -123,6 +125,8 @@ class OperatorProcess:
         self.metrics.leader.set(1)
         self.metrics.leader_transitions.inc()
         self._leader_tasks.append(asyncio.create_task(self._expire_loop()))
+        if self.config.controllers.enabled and self.api is not None:
+            self._leader_tasks.append(asyncio.create_task(self._run_controllers()))
 
     def _stopped_leading(self) -> None:
         log.error("lost the leader lease; exiting to restart as a standby", extra={"identity": self.config.identity})
@@ -156,6 +160,24 @@ class OperatorProcess:
                 self.metrics.expired.inc()
                 log.info("dropped NodeMetric of a silent node", extra={"node": name})
 
+    async def _run_controllers(self) -> None:
+        """The leader-only controllers (Kopf inside); their failure stops the process, a standby takes over."""
+        from colocation.controllers.leader import Controllers  # Kopf is imported by the leader only
+
+        controllers = Controllers(self.api, self.store, self.config.controllers, namespace=self.config.namespace,
+                                  identity=self.config.identity, registry=self.metrics.registry)
+        try:
+            await controllers.run(self._install_signal_handlers)
+        except Exception:
+            log.exception("the controllers failed; exiting so that a standby takes over")
+            self.controllers_failed = True
+            self.stop.set()
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop.set)
+
     async def _follow_while_standby(self, follower: LeaderFollower) -> None:
         """Run the follower until this replica leads; then the store carries on by itself."""
         assert self.elector is not None
@@ -170,10 +192,9 @@ class OperatorProcess:
 
     async def run(self) -> int:
         config = self.config
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stop.set)
+        self._install_signal_handlers()
         async with await api_client(config.kubeconfig) as api:
+            self.api = api
             self.request_header = await _retry("reading extension-apiserver-authentication",
                                                lambda: load_request_header_config(api), self.stop)
             if self.stop.is_set():
@@ -188,9 +209,14 @@ class OperatorProcess:
                 on_started_leading=self._started_leading, on_stopped_leading=self._stopped_leading,
                 on_new_leader=self._new_leader)
             elector = self.elector
+            # metrics.k8s.io serves only pods that exist, with their labels: that takes a Pod informer.
+            pods = PodDirectory() if config.serve_resource_metrics else None
+            resource_metrics = ResourceMetricsApi(ResourceMetricsView(self.store), authorizer, pods) \
+                if pods is not None else None
             api_app = NodeMetricApi(self.store, authenticator, authorizer, lambda: self.request_header, elector,
                                     self.nodes.__contains__, self.nodes.labels, self.metrics,
-                                    ApiOptions(bookmark_interval=config.bookmark_interval))
+                                    ApiOptions(bookmark_interval=config.bookmark_interval),
+                                    resource_metrics=resource_metrics)
             runner = web.AppRunner(api_app.application(), access_log=None, handle_signals=False,
                                    shutdown_timeout=2.0)
             await runner.setup()
@@ -202,6 +228,8 @@ class OperatorProcess:
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
                      asyncio.create_task(elector.run()),
                      asyncio.create_task(self._follow_while_standby(follower))]
+            if pods is not None:
+                tasks.append(asyncio.create_task(pods.informer(kube_transport(api)).run()))
             try:
                 await self.stop.wait()
             finally:
@@ -214,6 +242,8 @@ class OperatorProcess:
                     log.info("released the leader lease", extra={"identity": config.identity})
                 self.store.close_watchers()
                 await runner.cleanup()
+        if self.controllers_failed:
+            return EXIT_CONTROLLERS_FAILED
         return EXIT_LOST_LEADERSHIP if self.lost_leadership else 0
 
     def _ssl_context(self) -> ssl.SSLContext:

@@ -1,0 +1,152 @@
+"""What the leader knows of the cluster: the objects its watches delivered, in memory.
+
+Kopf's event handlers (`kopf_app`) and the Pod informer write here; the reconciler reads. Each
+writer keeps only what the controllers use: pods in particular are slimmed to the fields the
+batch formula and the exit process read, because a cluster of 10,000 nodes has some 300,000 of
+them. Everything runs on one event loop, so there are no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
+
+Obj = dict[str, Any]
+PodKey = tuple[str, str]  # (namespace, name)
+
+_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
+
+
+def slim_pod(pod: Mapping[str, Any]) -> Obj:
+    """The fields of a Pod that priority, QoS, requests and eviction read; the rest is dropped."""
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    annotations = metadata.get("annotations") or {}
+    slim_meta: Obj = {"name": metadata.get("name"), "namespace": metadata.get("namespace"),
+                      "uid": metadata.get("uid"), "labels": dict(metadata.get("labels") or {})}
+    if MIRROR_POD_ANNOTATION in annotations:
+        slim_meta["annotations"] = {MIRROR_POD_ANNOTATION: annotations[MIRROR_POD_ANNOTATION]}
+    if metadata.get("deletionTimestamp"):
+        slim_meta["deletionTimestamp"] = metadata["deletionTimestamp"]
+    slim_spec: Obj = {"nodeName": spec.get("nodeName")}
+    for key in ("priority", "overhead", "resources"):
+        if spec.get(key) is not None:
+            slim_spec[key] = spec[key]
+    for key in ("containers", "initContainers"):
+        if spec.get(key):
+            slim_spec[key] = [{field: container[field] for field in _CONTAINER_FIELDS if field in container}
+                              for container in spec[key] if isinstance(container, Mapping)]
+    slim_status = {key: status[key] for key in ("phase", "qosClass") if key in status}
+    return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
+
+
+class ClusterState:
+    def __init__(self) -> None:
+        self.nodes: dict[str, Obj] = {}
+        self.node_versions: dict[str, int] = {}  # bumped on every change of the node or its pods
+        self.pods_by_node: dict[str, dict[PodKey, Obj]] = {}
+        self._pod_node: dict[PodKey, str] = {}
+        self.pods_synced = asyncio.Event()
+        self.nodeslos: dict[str, Obj] = {}
+        self.noderesources: dict[str, Obj] = {}
+        self.lease_renew_times: dict[str, str] = {}
+        self.deleted_nodes: set[str] = set()  # seen going: their NodeSLO and NodeResource go too
+        self.wake = asyncio.Event()  # something changed that deserves an evaluation before the next tick
+        self._version = 0
+
+    def _bump(self, node: str) -> None:
+        self._version += 1
+        self.node_versions[node] = self._version
+
+    # ---- nodes ---------------------------------------------------------------------------------
+
+    def node_event(self, type_: str | None, node: Obj) -> None:
+        name = str(node["metadata"]["name"])
+        if type_ == "DELETED":
+            if self.nodes.pop(name, None) is not None:
+                self.deleted_nodes.add(name)
+            self.node_versions.pop(name, None)
+            self.wake.set()
+            return
+        new = name not in self.nodes
+        self.nodes[name] = node
+        self.deleted_nodes.discard(name)
+        self._bump(name)
+        if new:
+            self.wake.set()
+
+    # ---- pods (the informer's callbacks) ---------------------------------------------------------
+
+    async def pods_synced_with(self, items: list[Obj], resource_version: str) -> None:
+        self.pods_by_node = {}
+        self._pod_node = {}
+        for item in items:
+            self._put_pod(slim_pod(item))
+        for node in self.nodes:
+            self._bump(node)
+        self.pods_synced.set()
+
+    async def pod_event(self, type_: str, pod: Obj) -> None:
+        metadata = pod.get("metadata") or {}
+        key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+        if type_ == "DELETED":
+            self._drop_pod(key)
+        else:
+            self._put_pod(slim_pod(pod))
+
+    def _put_pod(self, pod: Obj) -> None:
+        key = (str(pod["metadata"].get("namespace") or ""), str(pod["metadata"].get("name") or ""))
+        node = pod["spec"].get("nodeName")
+        self._drop_pod(key)
+        if not node:
+            return
+        self.pods_by_node.setdefault(node, {})[key] = pod
+        self._pod_node[key] = node
+        self._bump(node)
+
+    def _drop_pod(self, key: PodKey) -> None:
+        node = self._pod_node.pop(key, None)
+        if node is None:
+            return
+        pods = self.pods_by_node.get(node)
+        if pods is not None:
+            pods.pop(key, None)
+            if not pods:
+                del self.pods_by_node[node]
+        self._bump(node)
+
+    def pods_on(self, node: str) -> list[Obj]:
+        return list((self.pods_by_node.get(node) or {}).values())
+
+    # ---- our own objects -----------------------------------------------------------------------
+
+    def nodeslo_event(self, type_: str | None, obj: Obj) -> None:
+        _track(self.nodeslos, type_, obj)
+
+    def noderesource_event(self, type_: str | None, obj: Obj) -> None:
+        name = str(obj["metadata"]["name"])
+        before = self.noderesources.get(name)
+        _track(self.noderesources, type_, obj)
+        if type_ != "DELETED" and before is not None and before.get("spec") != obj.get("spec"):
+            self.wake.set()  # a new override: apply it now
+
+    def lease_event(self, type_: str | None, lease: Obj) -> None:
+        name = str(lease["metadata"]["name"])
+        if type_ == "DELETED":
+            self.lease_renew_times.pop(name, None)
+            return
+        renew = (lease.get("spec") or {}).get("renewTime")
+        if renew:
+            self.lease_renew_times[name] = str(renew)
+
+
+def _track(objects: dict[str, Obj], type_: str | None, obj: Obj) -> None:
+    name = str(obj["metadata"]["name"])
+    if type_ == "DELETED":
+        objects.pop(name, None)
+    else:
+        objects[name] = obj

@@ -1,0 +1,174 @@
+"""Kopf, embedded in the operator process on the leader: what it watches and how it connects.
+
+Kopf runs in namespaced mode over the operator's namespace and colocation-node-lease, and
+watches cluster-scoped Nodes, NodeSLOs and NodeResources once each (Kopf serves cluster-scoped
+resources whatever its namespaces). Not cluster-wide, because Kopf watches every resource in
+the same namespaces: cluster-wide it would stream every Lease of the cluster (kube-node-lease
+holds a kubelet heartbeat per node, renewed every 10 s) and need to read every ConfigMap.
+Pods, the one namespaced resource needed cluster-wide, are followed by an informer instead
+(`colocation.kube.informer`, see `leader`).
+
+Only `@kopf.on.event` handlers: they keep no state on the objects, so Kopf never writes
+annotations or finalizers to Nodes (or anything else); nothing is persisted, the leader
+rebuilds its view from the initial listing. Kopf's own Kubernetes Events are off (we post ours,
+deduplicated, with reportingComponent colocation-operator).
+
+Kopf is started with `spawn_tasks` (the first half of `kopf.operator`) so that the process's
+own SIGINT/SIGTERM handlers can be put back once Kopf has installed its own: the process, not
+Kopf, decides when to stop (releasing the leader Lease first); see `run_kopf` for the second half.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any, Protocol
+
+import kopf
+from kubernetes_asyncio import client
+
+from colocation.controllers.config import CONFIG_MAP_NAME
+from colocation.kube import permissions
+
+log = logging.getLogger(__name__)
+
+NODES = ("", "v1", "nodes")
+LEASES = ("coordination.k8s.io", "v1", "leases")
+CONFIG_MAPS = ("", "v1", "configmaps")
+NODESLOS = (permissions.SLO_GROUP, "v1alpha1", "nodeslos")
+NODERESOURCES = (permissions.SLO_GROUP, "v1alpha1", "noderesources")
+# How long Kopf trusts the credentials it got: then it asks again, so a rotated token is picked up.
+CREDENTIALS_LIFETIME = dt.timedelta(minutes=5)
+# Kopf's share of the shutdown, which the release of the leader Lease waits for.
+STOP_TIMEOUT = 1.0
+
+_OP = permissions.OPERATOR_API_CALLS
+for _call in (permissions.ApiCall("", "nodes", "watch", None),
+              permissions.ApiCall(permissions.SLO_GROUP, "nodeslos", "watch", None),
+              permissions.ApiCall(permissions.SLO_GROUP, "noderesources", "watch", None),
+              permissions.ApiCall("coordination.k8s.io", "leases", "watch", permissions.NODE_LEASE_NAMESPACE),
+              permissions.ApiCall("coordination.k8s.io", "leases", "watch", permissions.OPERATOR_NAMESPACE),
+              permissions.ApiCall("", "configmaps", "watch", permissions.OPERATOR_NAMESPACE),
+              permissions.ApiCall("", "configmaps", "watch", permissions.NODE_LEASE_NAMESPACE),
+              permissions.ApiCall("", "namespaces", "watch", None),
+              permissions.ApiCall("apiextensions.k8s.io", "customresourcedefinitions", "watch", None)):
+    permissions.declared(_OP, _call)
+
+
+class Handlers(Protocol):
+    """What the controllers do with each event Kopf delivers (type None: the initial listing)."""
+
+    def on_node(self, type_: str | None, obj: dict[str, Any]) -> None: ...
+
+    def on_lease(self, type_: str | None, obj: dict[str, Any]) -> None: ...
+
+    async def on_config_map(self, type_: str | None, obj: dict[str, Any]) -> None: ...
+
+    def on_nodeslo(self, type_: str | None, obj: dict[str, Any]) -> None: ...
+
+    def on_noderesource(self, type_: str | None, obj: dict[str, Any]) -> None: ...
+
+
+async def connection_info(configuration: client.Configuration) -> kopf.ConnectionInfo:
+    """Kopf's credentials, from the kubernetes-asyncio configuration the process already uses.
+
+    Reading the bearer token through `get_api_key_with_prefix` runs kubernetes-asyncio's refresh
+    hook, which rereads a rotated service-account token.
+    """
+    header = await configuration.get_api_key_with_prefix("BearerToken") or ""
+    scheme, _, token = str(header).partition(" ")
+    if not token:
+        scheme, token = "Bearer", scheme
+    return kopf.ConnectionInfo(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert or None,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme if token else None,
+        token=token or None,
+        certificate_path=configuration.cert_file or None,
+        private_key_path=configuration.key_file or None,
+        expiration=dt.datetime.now(tz=dt.UTC) + CREDENTIALS_LIFETIME,
+    )
+
+
+def _raw(event: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    return event.get("type"), dict(event.get("object") or {})
+
+
+def build_registry(handlers: Handlers, credentials: Callable[[], Awaitable[kopf.ConnectionInfo]],
+                   operator_namespace: str) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        return await credentials()
+
+    @kopf.on.event(*NODES, registry=registry)
+    async def node_event(event: kopf.RawEvent, **_: Any) -> None:
+        handlers.on_node(*_raw(event))
+
+    @kopf.on.event(*LEASES, registry=registry,
+                   when=lambda namespace, **_: namespace == permissions.NODE_LEASE_NAMESPACE)
+    async def lease_event(event: kopf.RawEvent, **_: Any) -> None:
+        handlers.on_lease(*_raw(event))
+
+    @kopf.on.event(*CONFIG_MAPS, registry=registry, when=lambda namespace, **_: namespace == operator_namespace)
+    async def config_map_event(event: kopf.RawEvent, **_: Any) -> None:
+        await handlers.on_config_map(*_raw(event))
+
+    @kopf.on.event(*NODESLOS, registry=registry)
+    async def nodeslo_event(event: kopf.RawEvent, **_: Any) -> None:
+        handlers.on_nodeslo(*_raw(event))
+
+    @kopf.on.event(*NODERESOURCES, registry=registry)
+    async def noderesource_event(event: kopf.RawEvent, **_: Any) -> None:
+        handlers.on_noderesource(*_raw(event))
+
+    return registry
+
+
+def build_settings(config_map_name: str = CONFIG_MAP_NAME) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False  # our Events are ours; Kopf would post one per handler log line
+    settings.watching.server_timeout = 300  # watches end and resume, as every informer's do
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 60
+    # Only the configuration ConfigMap, server-side: the namespace holds others we do not need.
+    settings.watching.field_selectors[CONFIG_MAPS] = f"metadata.name={config_map_name}"
+    # Handlers only fill memory; a failed one is retried soon, not in a minute.
+    settings.execution.default_backoff = 1.0
+    # Handlers return at once; at shutdown, nothing is worth waiting for in the per-object queues.
+    settings.queueing.exit_timeout = 0.2
+    return settings
+
+
+async def run_kopf(registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, stop_flag: asyncio.Event,
+                   namespaces: Collection[str], restore_signals: Callable[[], None] | None) -> None:
+    """Run Kopf until cancelled; return or raise only if Kopf fails (the caller treats that as fatal).
+
+    Not `kopf.run_tasks`: at its end it cancels, as "hung", every task of the event loop created
+    after Kopf started, which in this process includes the API server's request handlers (a
+    standby's watch never ends by itself) and would hold the shutdown, and the release of the
+    leader Lease, until they are gone. Kopf's root tasks stop their own watchers and workers.
+    """
+    # Kopf's quiet: per-object messages are DEBUG for us; warnings and errors still show.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    logging.getLogger("kopf.activities").setLevel(logging.WARNING)  # a login every CREDENTIALS_LIFETIME
+    tasks = await kopf.spawn_tasks(registry=registry, settings=settings, stop_flag=stop_flag, standalone=True,
+                                   namespaces=list(namespaces))
+    if restore_signals is not None:
+        restore_signals()
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    finally:
+        stop_flag.set()  # an intended stop: Kopf arms no SIGKILL of its own
+        for task in tasks:
+            task.cancel()
+        _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT)
+        if pending:
+            log.warning("Kopf did not stop in time", extra={"tasks": sorted(task.get_name() for task in pending)})

@@ -1,0 +1,155 @@
+"""The controllers as one leader-only task: Kopf's watches, the Pod informer and the evaluation loop.
+
+`Controllers.run()` is started when the process becomes leader and runs until the process stops
+(a leader that loses its Lease exits). It reads the ConfigMap once before anything else, so the
+first rendering of NodeSLOs uses the real configuration and not the defaults; it evaluates once
+the Pod informer has listed every pod, so the first batch figures count every high-priority pod.
+If Kopf or the loop fail, `run()` raises: the process stops, and a standby takes over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
+
+from colocation.apiserver.store import NodeMetricStore
+from colocation.controllers import kopf_app
+from colocation.controllers.cluster import ClusterState
+from colocation.controllers.configsource import ConfigSource
+from colocation.controllers.events import EventRecorder
+from colocation.controllers.health import NodeHealthTracker
+from colocation.controllers.metrics import ControllerMetrics
+from colocation.controllers.noderesource_controller import NodeResourceReconciler
+from colocation.controllers.nodeslo import NodeSLOReconciler
+from colocation.controllers.settings import ControllerSettings
+from colocation.controllers.writers import KubeWriter
+from colocation.kube import permissions
+from colocation.kube.backoff import Backoff
+from colocation.kube.informer import Informer, InformerOptions
+from colocation.kube.transport import kube_transport
+
+log = logging.getLogger(__name__)
+
+_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "pods", "list", None))
+_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "pods", "watch", None))
+# Bound pods that have not finished: the only ones the formula and the exit process look at.
+POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+MIN_SPACING = 0.5  # seconds between two evaluations, however many changes wake the loop
+
+
+class Controllers:
+    def __init__(self, api: client.ApiClient, store: NodeMetricStore, settings: ControllerSettings, *,
+                 namespace: str, identity: str, registry: CollectorRegistry) -> None:
+        self.api = api
+        self.settings = settings
+        self.namespace = namespace
+        self.metrics = ControllerMetrics(registry)
+        self.state = ClusterState()
+        self.writer = KubeWriter(api, self.metrics, EventRecorder(time.time, identity),
+                                 concurrency=settings.write_concurrency)
+        self.config = ConfigSource(namespace, self.writer.event)
+        self.tracker = NodeHealthTracker(
+            time.monotonic, grace_period=settings.node_grace_period, eviction_timeout=settings.eviction_timeout,
+            degrade_after=self.config.parsed.colocation.cluster.degrade_time_minutes * 60.0,
+            startup_grace=settings.startup_grace, recovery_renewals=settings.recovery_renewals)
+        self.nodeslos = NodeSLOReconciler(self.state, self.config, self.writer)
+        self.resources = NodeResourceReconciler(self.state, self.tracker, store, self.config, self.writer,
+                                                self.metrics, settings)
+        self._kopf_stop = asyncio.Event()
+
+    # ---- Kopf's handlers (kopf_app.Handlers) ------------------------------------------------------
+
+    def on_node(self, type_: str | None, obj: dict[str, Any]) -> None:
+        self.state.node_event(type_, obj)
+
+    def on_lease(self, type_: str | None, obj: dict[str, Any]) -> None:
+        self.state.lease_event(type_, obj)
+        if type_ != "DELETED":
+            self.resources.observe_lease(obj)
+
+    async def on_config_map(self, type_: str | None, obj: dict[str, Any]) -> None:
+        if not self.config.concerns(obj):
+            return
+        if await self.config.update(None if type_ == "DELETED" else obj):
+            self.state.wake.set()
+
+    def on_nodeslo(self, type_: str | None, obj: dict[str, Any]) -> None:
+        self.state.nodeslo_event(type_, obj)
+
+    def on_noderesource(self, type_: str | None, obj: dict[str, Any]) -> None:
+        self.state.noderesource_event(type_, obj)
+
+    # ---- running -------------------------------------------------------------------------------
+
+    async def run(self, restore_signals: Callable[[], None] | None = None) -> None:
+        log.info("controllers starting", extra={"evaluation_interval": self.settings.evaluation_interval,
+                                                "grace_period": self.settings.node_grace_period,
+                                                "eviction_timeout": self.settings.eviction_timeout})
+        pods = Informer(kube_transport(self.api), "/api/v1/pods", on_sync=self.state.pods_synced_with,
+                        on_event=self.state.pod_event, options=InformerOptions(field_selector=POD_FIELD_SELECTOR),
+                        name="pods")
+        # Created before Kopf starts: Kopf's shutdown cancels every task started after it, not these.
+        tasks = [asyncio.create_task(pods.run(), name="pod informer"),
+                 asyncio.create_task(self._loop(), name="controllers loop")]
+        registry = kopf_app.build_registry(self, lambda: kopf_app.connection_info(self.api.configuration),
+                                           self.namespace)
+        namespaces = sorted({self.namespace, permissions.NODE_LEASE_NAMESPACE})
+        tasks.append(asyncio.create_task(kopf_app.run_kopf(registry, kopf_app.build_settings(), self._kopf_stop,
+                                                           namespaces, restore_signals), name="kopf"))
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # raises what ended it
+            raise RuntimeError(f"{next(iter(done)).get_name()} ended")
+        finally:
+            # The flag first: Kopf then knows the stop is intended and arms no SIGKILL of its own.
+            self._kopf_stop.set()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _load_config(self) -> None:
+        backoff = Backoff(initial=0.5, maximum=10.0, jitter=0.5)
+        while not self.config.loaded:
+            status, body = await self.writer.get_config_map(self.namespace, self.config.name)
+            if status == 200 and isinstance(body, dict):
+                await self.config.update(body)
+            elif status == 404:
+                log.warning("no ConfigMap: using the defaults", extra={"configmap": self.config.name,
+                                                                       "namespace": self.namespace})
+                await self.config.update(None)
+            else:
+                await asyncio.sleep(backoff.next_delay())  # retrying a failed read, not synchronisation
+
+    async def _loop(self) -> None:
+        await self._load_config()
+        await self.state.pods_synced.wait()
+        interval = self.settings.evaluation_interval
+        while True:
+            self.state.wake.clear()
+            started = time.monotonic()
+            try:
+                await self._evaluate()
+            except Exception:  # one failed evaluation must not stop the next one
+                log.exception("evaluation failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.state.wake.wait(), max(interval - (time.monotonic() - started), 0))
+            # A burst of changes (nodes joining) evaluates at most this often.
+            await asyncio.sleep(max(min(interval, MIN_SPACING) - (time.monotonic() - started), 0))
+
+    async def _evaluate(self) -> None:
+        gone, self.state.deleted_nodes = self.state.deleted_nodes, set()
+        for name in sorted(gone):
+            await self.nodeslos.remove(name)
+            await self.resources.remove(name)
+        await asyncio.gather(*(self.nodeslos.reconcile(name) for name in self.nodeslos.pending()))
+        await self.resources.evaluate()

@@ -1,0 +1,37 @@
+"""Prometheus metrics of the controllers, on the operator's registry (served at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_RECONCILE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.health_transitions = Counter(
+            "colocation_node_health_transitions_total",
+            "NodeResource condition transitions, by condition type and new status.", ["type", "status"], registry=r)
+        self.evictions = Counter(
+            "colocation_evictions_total",
+            "Pod evictions by the exit process, by result (evicted, deferred: refused for now by a "
+            "PodDisruptionBudget or an error; gone: the pod no longer existed).", ["result"], registry=r)
+        self.batch_writes = Counter(
+            "colocation_batch_resource_writes_total",
+            "Writes of batch resources to Nodes, by reason (add, change, refresh, repair, remove) and result.",
+            ["reason", "result"], registry=r)
+        self.object_writes = Counter(
+            "colocation_controller_writes_total",
+            "Writes of NodeSLO and NodeResource objects and Events, by resource, operation and result.",
+            ["resource", "operation", "result"], registry=r)
+        self.reconcile_duration = Histogram(
+            "colocation_reconcile_duration_seconds",
+            "Duration of one evaluation of every node (health, batch resources, writes).",
+            buckets=_RECONCILE_BUCKETS, registry=r)
+        self.unhealthy_nodes = Gauge("colocation_unhealthy_nodes", "Nodes judged unhealthy at the last evaluation.",
+                                     registry=r)
+        self.evictions_allowed = Gauge(
+            "colocation_evictions_allowed",
+            "1 when the exit process may evict, 0 while the guard holds it back (startup grace, too many "
+            "unhealthy nodes).", registry=r)

@@ -1,0 +1,324 @@
+"""One evaluation of every node: health, batch resources, Node and NodeResource writes, evictions.
+
+`NodeResourceReconciler.evaluate()` runs on a timer (and sooner when a node appears or the
+configuration changes), so a node that falls silent degrades on time without any event.
+
+Per node: the tracker judges its Lease and metrics; the batch formula runs on the Node, its pods
+and its NodeMetric (read from the operator's in-memory store, never over HTTP); the Node is
+patched when `decide_node_write` says so, with nothing while the node is unhealthy; the
+NodeResource status is rewritten when it changed. Across nodes: the guard decides whether
+evictions may happen, the planner which pods go now. Health transitions post Events and count.
+
+During the startup grace no node is judged: batch resources are added or updated but never
+removed (the metric store of a fresh leader may still be filling), and nobody is evicted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from colocation.apimachinery.tables import parse_timestamp
+from colocation.apiserver.store import NodeMetricStore
+from colocation.controllers.cluster import ClusterState
+from colocation.controllers.conditions import rfc3339, status_needs_write
+from colocation.controllers.config import ColocationStrategy, strategy_for_node, with_node_overrides
+from colocation.controllers.configsource import ConfigSource
+from colocation.controllers.events import NORMAL, WARNING, ObjectRef
+from colocation.controllers.eviction import (
+    EvictionGuard,
+    EvictionPlan,
+    EvictionPlanner,
+    GuardDecision,
+    PodEviction,
+    evictable,
+)
+from colocation.controllers.health import NodeHealth, NodeHealthTracker
+from colocation.controllers.metrics import ControllerMetrics
+from colocation.controllers.nodestatus import (
+    DISABLED,
+    METRICS_OUTDATED,
+    NO_METRICS,
+    Evaluation,
+    evicting_condition,
+    offered,
+    render_status,
+)
+from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch
+from colocation.controllers.settings import ControllerSettings
+from colocation.controllers.writers import NODERESOURCES, KubeWriter, merge_patch, owner_reference
+from colocation.noderesource import calculate_batch_resources
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+REASON_AGENT_NOT_READY = "ColocationAgentNotReady"
+REASON_METRICS_STALE = "ColocationMetricsStale"
+REASON_RECOVERED = "ColocationRecovered"
+REASON_EVICTING = "ColocationEvicting"
+REASON_EVICTED = "ColocationEvicted"
+
+
+def noderesource_body(node: Mapping[str, Any]) -> Obj:
+    return {"apiVersion": "slo.colocation.dev/v1alpha1", "kind": "NodeResource",
+            "metadata": {"name": node["metadata"]["name"], "ownerReferences": [owner_reference(node)],
+                         "labels": {"app.kubernetes.io/managed-by": "colocation-operator"}},
+            "spec": {}}
+
+
+@dataclasses.dataclass
+class _Computed:
+    key: tuple[Any, ...]
+    values: Mapping[str, int] | None
+    reason: str
+
+
+class NodeResourceReconciler:
+    def __init__(self, state: ClusterState, tracker: NodeHealthTracker, store: NodeMetricStore,
+                 config: ConfigSource, writer: KubeWriter, metrics: ControllerMetrics, settings: ControllerSettings,
+                 *, wall: Callable[[], float] = time.time) -> None:
+        self.state = state
+        self.tracker = tracker
+        self.store = store
+        self.config = config
+        self.writer = writer
+        self.metrics = metrics
+        self.settings = settings
+        self.wall = wall
+        self.guard = EvictionGuard(settings.unhealthy_zone_threshold, settings.unhealthy_zone_min_nodes)
+        self.planner = EvictionPlanner(time.monotonic, rate=settings.eviction_rate)
+        self._metrics: dict[str, tuple[int, Obj]] = {}  # node -> (resourceVersion, parsed NodeMetric)
+        self._computed: dict[str, _Computed] = {}
+        self._last_write: dict[str, float] = {}  # node -> wall time of our last Node write
+        self._last_status_write: dict[str, float] = {}
+        self._previous: dict[str, NodeHealth] = {}
+        self._guard_reason = ""
+
+    # ---- inputs --------------------------------------------------------------------------------
+
+    def _observe(self) -> None:
+        tracked = set(self.tracker.nodes())
+        for name in tracked - self.state.nodes.keys():
+            self._forget(name)
+        for name in self.state.nodes.keys() - tracked:
+            self.tracker.track(name)
+        for name in self.state.nodes:
+            entry = self.store.get(name)
+            if entry is None:
+                self._metrics.pop(name, None)
+                continue
+            cached = self._metrics.get(name)
+            if cached is None or cached[0] != entry.resource_version:
+                metric = orjson.loads(entry.body)
+                self._metrics[name] = (entry.resource_version, metric)
+                self.tracker.observe_metric(name, (metric.get("status") or {}).get("updateTime"))
+
+    def observe_lease(self, lease: Mapping[str, Any]) -> None:
+        spec = lease.get("spec") or {}
+        self.tracker.observe_lease(str(lease["metadata"]["name"]), spec.get("renewTime"), spec.get("holderIdentity"))
+
+    def _forget(self, name: str) -> None:
+        self.tracker.forget(name)
+        self._metrics.pop(name, None)
+        self._computed.pop(name, None)
+        self._last_write.pop(name, None)
+        self._last_status_write.pop(name, None)
+        self._previous.pop(name, None)
+
+    def strategy(self, name: str, node: Mapping[str, Any]) -> ColocationStrategy:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        overrides = (self.state.noderesources.get(name) or {}).get("spec")
+        return with_node_overrides(strategy_for_node(self.config.parsed, labels).colocation, overrides)
+
+    def _compute(self, name: str, node: Obj, strategy: ColocationStrategy, now: float) -> _Computed:
+        metric = self._metrics.get(name)
+        key = (self.state.node_versions.get(name), metric[0] if metric else None, self.config.generation,
+               strategy, int(now // 30))  # the time bucket lets an old report age out
+        cached = self._computed.get(name)
+        if cached is not None and cached.key == key:
+            return cached
+        values = calculate_batch_resources(node, self.state.pods_on(name), metric[1] if metric else None,
+                                           strategy, now)
+        reason = ""
+        if values is None:
+            reason = DISABLED if not strategy.enable else (NO_METRICS if metric is None else METRICS_OUTDATED)
+        computed = self._computed[name] = _Computed(key, values, reason)
+        return computed
+
+    # ---- one evaluation ------------------------------------------------------------------------
+
+    async def evaluate(self) -> None:
+        started = time.perf_counter()
+        self.tracker.degrade_after = self.config.parsed.colocation.cluster.degrade_time_minutes * 60.0
+        self._observe()
+        healths = {health.node: health for health in self.tracker.evaluate_all()}
+        decision = self.guard.decide(healths.values())
+        if decision.reason != self._guard_reason:
+            self._guard_reason = decision.reason
+            log.info("exit process", extra={"allowed": decision.allowed, "reason": decision.reason,
+                                            "detail": decision.message})
+        due = {name: self.state.pods_on(name) for name, health in healths.items() if health.evict}
+        plan = self.planner.plan(due if decision.allowed else {})
+        self.metrics.unhealthy_nodes.set(decision.unhealthy)
+        self.metrics.evictions_allowed.set(1 if decision.allowed else 0)
+
+        work = [self._reconcile(name, healths[name], decision, plan, name in due) for name in sorted(healths)
+                if name in self.state.nodes]
+        work += [self._evict(eviction) for eviction in plan.evictions]
+        work += [self._started_draining(name, healths[name]) for name in plan.started if name in healths]
+        await asyncio.gather(*work)
+        self.metrics.reconcile_duration.observe(time.perf_counter() - started)
+
+    async def _reconcile(self, name: str, health: NodeHealth, decision: GuardDecision, plan: EvictionPlan,
+                         due: bool) -> None:
+        node = self.state.nodes[name]
+        resource = self.state.noderesources.get(name)
+        if resource is None:
+            resource = await self._create_noderesource(node)
+        now = self.wall()
+        strategy = self.strategy(name, node)
+        computed = self._compute(name, node, strategy, now)
+        evaluation = Evaluation(
+            health=health, computed=computed.values, no_computation_reason=computed.reason,
+            evicting=evicting_condition(due=due, draining=name in plan.draining, waiting=name in plan.waiting,
+                                        guard_allowed=decision.allowed, guard_reason=decision.reason,
+                                        guard_message=decision.message, rate=self.settings.eviction_rate,
+                                        timeout=self.settings.eviction_timeout),
+            grace_period=self.tracker.grace_period, degrade_after=self.tracker.degrade_after,
+            metric_update_time=self._metric_update_time(name), lease_renew_time=self.state.lease_renew_times.get(name),
+            last_node_update=None, generation=(resource or {}).get("metadata", {}).get("generation"))
+        await self._write_node(name, node, evaluation, strategy, resource, now)
+        await self._post_transitions(name, node, health)
+        if resource is not None:
+            last = self._last_node_write(name, resource)
+            evaluation = dataclasses.replace(evaluation, last_node_update=rfc3339(last) if last else None)
+            await self._write_status(name, resource, evaluation, strategy, now)
+
+    def _metric_update_time(self, name: str) -> str | None:
+        metric = self._metrics.get(name)
+        value = ((metric[1].get("status") or {}).get("updateTime")) if metric else None
+        return str(value) if value else None
+
+    def _last_node_write(self, name: str, resource: Mapping[str, Any] | None) -> float | None:
+        if name in self._last_write:
+            return self._last_write[name]
+        stored = parse_timestamp(((resource or {}).get("status") or {}).get("lastNodeUpdateTime"))
+        return stored.timestamp() if stored else None
+
+    async def _write_node(self, name: str, node: Obj, evaluation: Evaluation, strategy: ColocationStrategy,
+                          resource: Mapping[str, Any] | None, now: float) -> None:
+        desired = offered(evaluation)
+        if desired is None and not evaluation.health.judged:
+            return  # startup grace: never remove what we cannot judge yet
+        decision = decide_node_write(batch_on_node(node), desired, last_write=self._last_node_write(name, resource),
+                                     now=now, diff_threshold=strategy.resource_diff_threshold,
+                                     update_after=float(strategy.update_time_threshold_seconds))
+        if not decision.write:
+            return
+        status, body = await self.writer.patch_node_status(name, node_status_patch(desired))
+        ok = status == 200 and isinstance(body, dict)
+        self.metrics.batch_writes.labels(decision.reason, "ok" if ok else "error").inc()
+        if ok:
+            self._last_write[name] = now
+            self.state.nodes[name] = body  # what the Node is now; its watch event will say the same
+            log.info("batch resources written", extra={"node": name, "reason": decision.reason,
+                                                       "resources": dict(desired) if desired else None})
+        else:
+            log.warning("batch resources not written", extra={"node": name, "status": status,
+                                                             "error": body.get("message") if isinstance(body, dict)
+                                                             else body})
+
+    async def _create_noderesource(self, node: Obj) -> Obj | None:
+        name = node["metadata"]["name"]
+        status, body = await self.writer.create_cluster_object(NODERESOURCES, noderesource_body(node))
+        if status == 409:
+            status, body = await self.writer.get_cluster_object(NODERESOURCES, name)
+        if 200 <= status < 300 and isinstance(body, dict):
+            self.state.noderesource_event("MODIFIED", body)
+            return body
+        log.warning("NodeResource not created", extra={"node": name, "status": status})
+        return None
+
+    async def _write_status(self, name: str, resource: Mapping[str, Any], evaluation: Evaluation,
+                            strategy: ColocationStrategy, now: float) -> None:
+        stored = resource.get("status") or {}
+        rendered = render_status(evaluation, stored, rfc3339(now))
+        if not status_needs_write(stored, rendered, last_write=self._last_status_write.get(name), now=now,
+                                  refresh_after=float(strategy.update_time_threshold_seconds)):
+            return
+        status, body = await self.writer.patch_noderesource_status(name, {"status": merge_patch(stored, rendered)})
+        if status == 200 and isinstance(body, dict):
+            self._last_status_write[name] = now
+            self.state.noderesource_event("MODIFIED", body)
+        elif status == 404:
+            self.state.noderesources.pop(name, None)  # deleted by someone: created again next time
+
+    # ---- events --------------------------------------------------------------------------------
+
+    async def _post_transitions(self, name: str, node: Obj, health: NodeHealth) -> None:
+        previous = self._previous.get(name)
+        self._previous[name] = health
+        if not health.judged:
+            return
+        before_agent = previous.agent_ready if previous and previous.judged else True
+        before_metrics = previous.metrics_fresh if previous and previous.judged else True
+        before_healthy = previous.healthy if previous and previous.judged else True
+        ref = ObjectRef.of({"apiVersion": "v1", "kind": "Node", **node})
+        for type_, before, now in (("AgentReady", before_agent, health.agent_ready),
+                                   ("MetricsFresh", before_metrics, health.metrics_fresh),
+                                   ("Healthy", before_healthy, health.healthy)):
+            if before != now:
+                self.metrics.health_transitions.labels(type_, str(now)).inc()
+        if before_agent and not health.agent_ready:
+            await self.writer.event(ref, WARNING, REASON_AGENT_NOT_READY, f"{health.message}: batch resources removed")
+        if before_metrics and not health.metrics_fresh:
+            await self.writer.event(ref, WARNING, REASON_METRICS_STALE, f"{health.message}: batch resources removed")
+        if not before_healthy and health.healthy:
+            await self.writer.event(ref, NORMAL, REASON_RECOVERED,
+                                    "the agent's Lease and metrics are fresh again: batch resources restored")
+        if before_healthy != health.healthy:
+            log.info("node health changed", extra={"node": name, "healthy": health.healthy, "reason": health.reason,
+                                                   "detail": health.message})
+
+    async def _started_draining(self, name: str, health: NodeHealth) -> None:
+        node = self.state.nodes.get(name)
+        if node is None:
+            return
+        count = sum(1 for pod in self.state.pods_on(name) if evictable(pod))
+        log.warning("evicting batch and free pods", extra={"node": name, "pods": count, "detail": health.message})
+        await self.writer.event(ObjectRef.of({"apiVersion": "v1", "kind": "Node", **node}), WARNING,
+                                REASON_EVICTING, f"{health.message} (batch and free pods on the node: {count})")
+
+    async def _evict(self, eviction: PodEviction) -> None:
+        status, body = await self.writer.evict(eviction.namespace, eviction.name, eviction.uid)
+        pod = ObjectRef("v1", "Pod", eviction.name, eviction.namespace, eviction.uid)
+        if 200 <= status < 300:
+            self.metrics.evictions.labels("evicted").inc()
+            log.info("pod evicted", extra={"node": eviction.node, "pod": f"{eviction.namespace}/{eviction.name}",
+                                           "priority": eviction.priority})
+            await self.writer.event(pod, NORMAL, REASON_EVICTED,
+                                    f"evicted: node {eviction.node} has been unhealthy for longer than the eviction "
+                                    f"timeout and this pod is {eviction.priority}")
+        elif status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)
+            self.metrics.evictions.labels("gone").inc()
+        else:
+            delay = self.planner.deferred(eviction)
+            self.metrics.evictions.labels("deferred").inc()
+            log.info("eviction refused for now", extra={
+                "pod": f"{eviction.namespace}/{eviction.name}", "status": status, "retry_in": round(delay, 1),
+                "error": body.get("message") if isinstance(body, dict) else body})
+
+    # ---- nodes that went -----------------------------------------------------------------------
+
+    async def remove(self, name: str) -> None:
+        self._forget(name)
+        status, _ = await self.writer.delete_cluster_object(NODERESOURCES, name)
+        if status in (200, 202, 404):
+            self.state.noderesources.pop(name, None)

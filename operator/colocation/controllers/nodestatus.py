@@ -1,0 +1,161 @@
+"""A NodeResource's status from one evaluation of its node. Pure.
+
+Messages are stable: they name the cause and the threshold, never an age, so an unchanged
+situation renders an unchanged status and costs no write. Ages go into Events, which are posted
+once per transition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+from colocation.apimachinery.quantity import format_bytes, format_millis
+from colocation.apimachinery.tables import human_duration
+from colocation.controllers import health as health_reasons
+from colocation.controllers.conditions import (
+    AGENT_READY,
+    COLOCATION_READY,
+    EVICTING,
+    METRICS_FRESH,
+    Condition,
+    merge_conditions,
+)
+from colocation.controllers.health import NodeHealth
+from colocation.noderesource import BATCH_CPU, BATCH_MEMORY
+
+# Why a node offers no batch resources (ColocationReady=False), besides being unhealthy.
+DISABLED: Final = "ColocationDisabled"
+NO_METRICS: Final = "NoMetrics"
+METRICS_OUTDATED: Final = "MetricsOutdated"
+UNHEALTHY: Final = "NodeUnhealthy"
+OFFERED: Final = "BatchResourcesOffered"
+
+# Evicting=False reasons, besides the guard's (StartupGrace, FullDisruption, PartialDisruption).
+NOT_DUE: Final = "NotDue"
+RATE_LIMITED: Final = "RateLimited"
+EVICTIONS_DISABLED: Final = "EvictionsDisabled"
+EVICTING_PODS: Final = "EvictingPods"
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """Everything one evaluation found about a node."""
+
+    health: NodeHealth
+    computed: Mapping[str, int] | None  # the formula's result (None: remove)
+    no_computation_reason: str  # DISABLED, NO_METRICS or METRICS_OUTDATED when `computed` is None
+    evicting: Condition
+    grace_period: float
+    degrade_after: float
+    metric_update_time: str | None
+    lease_renew_time: str | None
+    last_node_update: str | None  # RFC 3339
+    generation: int | None
+
+
+def offered(evaluation: Evaluation) -> Mapping[str, int] | None:
+    """What the Node should offer: the formula's result while the node is healthy."""
+    return evaluation.computed if evaluation.health.healthy else None
+
+
+def _health_conditions(evaluation: Evaluation, previous: Mapping[str, Mapping[str, Any]]) -> list[Condition]:
+    health = evaluation.health
+    if not health.judged:
+        # Startup grace: nothing is known yet; what was stored stands (or Unknown).
+        kept = []
+        for type_ in (AGENT_READY, METRICS_FRESH):
+            old = previous.get(type_)
+            if old is not None:
+                status = {"True": True, "False": False}.get(str(old.get("status")))
+                kept.append(Condition(type_, status, str(old.get("reason") or health_reasons.REASON_STARTUP),
+                                      str(old.get("message") or "")))
+            else:
+                kept.append(Condition(type_, None, health_reasons.REASON_STARTUP,
+                                      "the operator became leader recently; nodes are judged after a grace period"))
+        return kept
+    grace = human_duration(evaluation.grace_period)
+    if health.agent_ready:
+        agent = Condition(AGENT_READY, True, "LeaseRenewed",
+                          f"the agent renews its Lease within the grace period {grace}")
+    elif health.reason == health_reasons.REASON_LEASE_UNSTABLE:
+        agent = Condition(AGENT_READY, False, health_reasons.REASON_LEASE_UNSTABLE,
+                          "the agent renews its Lease again, but not yet steadily")
+    else:
+        agent = Condition(AGENT_READY, False, health_reasons.REASON_LEASE_EXPIRED,
+                          f"the agent's Lease was not renewed within the grace period {grace}")
+    degrade = human_duration(evaluation.degrade_after)
+    if health.metrics_fresh:
+        metrics = Condition(METRICS_FRESH, True, "MetricsReported", f"a new NodeMetric report came within {degrade}")
+    else:
+        metrics = Condition(METRICS_FRESH, False, health_reasons.REASON_METRICS_STALE,
+                            f"no new NodeMetric report for longer than degradeTimeMinutes ({degrade})")
+    return [agent, metrics]
+
+
+def _colocation_condition(evaluation: Evaluation) -> tuple[Condition, str]:
+    health = evaluation.health
+    values = offered(evaluation)
+    if values is not None:
+        text = (f"offering batch cpu {format_millis(values[BATCH_CPU])} and "
+                f"memory {format_bytes(values[BATCH_MEMORY])}")
+        return Condition(COLOCATION_READY, True, OFFERED, text), text
+    if not health.healthy:
+        text = "the node is unhealthy: batch resources removed"
+        return Condition(COLOCATION_READY, False, UNHEALTHY, text), text
+    reason = evaluation.no_computation_reason or NO_METRICS
+    text = {
+        DISABLED: "colocation is disabled for this node: no batch resources",
+        NO_METRICS: "no NodeMetric report from the node's agent yet: no batch resources",
+        METRICS_OUTDATED: "the last NodeMetric report is older than degradeTimeMinutes: no batch resources",
+    }.get(reason, "no batch resources")
+    if not health.judged:
+        text += " (kept as they are on the Node until the startup grace ends)"
+    return Condition(COLOCATION_READY, False, reason, text), text
+
+
+def render_status(evaluation: Evaluation, stored: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
+    """The NodeResource status for this evaluation, transition times carried over from `stored`."""
+    stored = stored or {}
+    previous = {str(c.get("type")): c for c in stored.get("conditions") or () if isinstance(c, Mapping)}
+    colocation, message = _colocation_condition(evaluation)
+    conditions = [*_health_conditions(evaluation, previous), colocation, evaluation.evicting]
+    if not evaluation.health.healthy and evaluation.health.judged:
+        message = "; ".join(c.message for c in conditions[:2] if c.status is False) + ": batch resources removed"
+    if evaluation.evicting.status:
+        message += "; " + evaluation.evicting.message
+    status: dict[str, Any] = {}
+    values = evaluation.computed
+    if values is not None:
+        status["batchCPU"] = int(values[BATCH_CPU])
+        status["batchMemory"] = int(values[BATCH_MEMORY])
+    status["healthy"] = evaluation.health.healthy
+    status["message"] = message[:1024]
+    if evaluation.generation is not None:
+        status["observedGeneration"] = evaluation.generation
+    for key, value in (("metricUpdateTime", evaluation.metric_update_time),
+                       ("leaseRenewTime", evaluation.lease_renew_time),
+                       ("lastNodeUpdateTime", evaluation.last_node_update)):
+        if value:
+            status[key] = value
+    status["conditions"] = merge_conditions(stored.get("conditions"), conditions, now)
+    return status
+
+
+def evicting_condition(*, due: bool, draining: bool, waiting: bool, guard_allowed: bool, guard_reason: str,
+                       guard_message: str, rate: float, timeout: float) -> Condition:
+    """The Evicting condition of a node, from the exit process's view of it."""
+    if draining:
+        return Condition(EVICTING, True, EVICTING_PODS,
+                         f"unhealthy for longer than the eviction timeout {human_duration(timeout)}: "
+                         "evicting its batch and free pods")
+    if not due:
+        return Condition(EVICTING, False, NOT_DUE, "no eviction: the node is healthy or within the eviction timeout")
+    if rate <= 0:
+        return Condition(EVICTING, False, EVICTIONS_DISABLED, "evictions are disabled (--eviction-rate=0)")
+    if not guard_allowed:
+        return Condition(EVICTING, False, guard_reason, f"evictions held back: {guard_message}")
+    if waiting:
+        return Condition(EVICTING, False, RATE_LIMITED, "due for eviction, waiting for its turn (--eviction-rate)")
+    return Condition(EVICTING, False, NOT_DUE, "due for eviction")

@@ -1,0 +1,109 @@
+"""When to write batch resources to a Node, and the patch that writes them. Pure.
+
+The batch resources live in `node.status.capacity` and `node.status.allocatable` (both, with the
+same values, as Koordinator writes them): `kubernetes.io/batch-cpu` in milli-cores and
+`kubernetes.io/batch-memory` in bytes, each a plain integer quantity ("3500", "8589934592").
+
+A Node is written (DESIGN.md, "NodeResource (CRD) and the batch formula"):
+- when batch resources appear (the Node lacks one of them) or must disappear (the Node has one);
+- when a value moved, relative to what the Node offers now, by more than `resourceDiffThreshold`
+  (strictly: |new - old| > old * threshold, Koordinator's rule; from 0, any change is one);
+- when the last write is older than `updateTimeThresholdSeconds` and a value differs at all,
+  so small drifts reach the scheduler eventually;
+- when the Node is inconsistent (capacity and allocatable disagree, or only one has a key): a
+  kubelet or a person edited it, and the next write repairs it.
+A value equal to the Node's is never written: the patch would change nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+from colocation.apimachinery.quantity import parse_quantity
+from colocation.noderesource import BATCH_CPU, BATCH_MEMORY
+
+BATCH_RESOURCES: Final = (BATCH_CPU, BATCH_MEMORY)
+
+# Why a write is (or is not) made; also the label of the writes counter.
+ADD: Final = "add"
+REMOVE: Final = "remove"
+CHANGE: Final = "change"
+REFRESH: Final = "refresh"
+REPAIR: Final = "repair"
+UNCHANGED: Final = "unchanged"
+WITHIN_THRESHOLD: Final = "withinThreshold"
+ABSENT: Final = "absent"
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeBatch:
+    """The batch resources a Node offers now, as read from its status."""
+
+    values: Mapping[str, int] | None  # both resources, from allocatable; None unless both are there
+    present: bool  # any batch key in capacity or allocatable
+    consistent: bool  # capacity and allocatable hold the same batch keys and values
+
+
+def _batch_keys(resources: Any) -> dict[str, int | None]:
+    if not isinstance(resources, Mapping):
+        return {}
+    found: dict[str, int | None] = {}
+    for key in BATCH_RESOURCES:
+        if key in resources:
+            try:
+                found[key] = int(parse_quantity(resources[key]))
+            except (TypeError, ValueError):
+                found[key] = None  # unreadable: present, and repaired by the next write
+    return found
+
+
+def batch_on_node(node: Mapping[str, Any]) -> NodeBatch:
+    status = node.get("status") or {}
+    capacity = _batch_keys(status.get("capacity"))
+    allocatable = _batch_keys(status.get("allocatable"))
+    present = bool(capacity or allocatable)
+    complete = all(allocatable.get(key) is not None for key in BATCH_RESOURCES)
+    values = {key: int(allocatable[key] or 0) for key in BATCH_RESOURCES} if complete else None
+    return NodeBatch(values, present, capacity == allocatable)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeWrite:
+    write: bool
+    reason: str
+
+
+def decide_node_write(on_node: NodeBatch, desired: Mapping[str, int] | None, *, last_write: float | None,
+                      now: float, diff_threshold: float, update_after: float) -> NodeWrite:
+    """Whether to patch the Node so it offers `desired` (None: no batch resources).
+
+    `last_write` and `now` are on one clock (seconds); `last_write` None means unknown, which
+    counts as long ago.
+    """
+    if desired is None:
+        return NodeWrite(True, REMOVE) if on_node.present else NodeWrite(False, ABSENT)
+    current = on_node.values
+    if current is None:
+        return NodeWrite(True, ADD)
+    if not on_node.consistent:
+        return NodeWrite(True, REPAIR)
+    if all(current[key] == desired[key] for key in BATCH_RESOURCES):
+        return NodeWrite(False, UNCHANGED)
+    if any(abs(desired[key] - current[key]) > current[key] * diff_threshold for key in BATCH_RESOURCES):
+        return NodeWrite(True, CHANGE)
+    if last_write is None or now - last_write > update_after:
+        return NodeWrite(True, REFRESH)
+    return NodeWrite(False, WITHIN_THRESHOLD)
+
+
+def node_status_patch(desired: Mapping[str, int] | None) -> dict[str, Any]:
+    """A JSON merge patch of `nodes/{name}/status`: set both resources in both lists, or remove them.
+
+    Only the batch keys are named, so cpu, memory, pods and extended resources the kubelet or
+    device plugins own are left alone.
+    """
+    values: dict[str, str | None] = {key: (str(int(desired[key])) if desired is not None else None)
+                                     for key in BATCH_RESOURCES}
+    return {"status": {"capacity": dict(values), "allocatable": dict(values)}}

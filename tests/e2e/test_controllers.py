@@ -1,0 +1,439 @@
+"""The controllers end to end: a sandbox with a real operator process and real agents.
+
+The sandbox runs `colocation operator` with short thresholds (grace period 3 s, eviction timeout
+4 s, an evaluation every 0.5 s) and two nodes with their agents: this machine, measured by a real
+`colocation agent` process, and a simulated node run by a second agent process. An agent is
+"stopped" with SIGSTOP, which freezes it exactly as a hung or partitioned agent looks from the
+operator: no Lease renewal, no report, no goodbye. SIGCONT brings it back. One test drives a
+node of its own, renewing its Lease and sending its reports itself, to control the load exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import ssl
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.e2e.conftest import Kubectl
+from tests.e2e.kube import Kube, condition, start_sandbox_process, wait_for
+
+pytestmark = pytest.mark.sandbox_only  # agents are processes the sandbox starts and the test freezes
+
+NS = "colocation-system"
+LEASE_NS = "colocation-node-lease"
+BATCH_CPU = "kubernetes.io/batch-cpu"
+BATCH_MEMORY = "kubernetes.io/batch-memory"
+GRACE, EVICTION_TIMEOUT = 3.0, 4.0
+NODERESOURCES = "/apis/slo.colocation.dev/v1alpha1/noderesources"
+NODESLOS = "/apis/slo.colocation.dev/v1alpha1/nodeslos"
+SANDBOX_ARGS = [
+    "--operators", "1", "--nodes", "2", "--pods-per-node", "4", "--probe-interval", "0.2",
+    f"--operator-arg=--node-grace-period={GRACE}", f"--operator-arg=--eviction-timeout={EVICTION_TIMEOUT}",
+    "--operator-arg=--evaluation-interval=0.5", "--operator-arg=--eviction-rate=10",
+    "--agent-arg=--report-interval=1", "--agent-arg=--lease-renew-interval=1",
+]
+
+
+@pytest.fixture(scope="module")
+def controller_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    state = tmp_path_factory.mktemp("controllers-sandbox")
+    with start_sandbox_process(state, SANDBOX_ARGS) as kubeconfig:
+        yield kubeconfig, state
+
+
+@pytest.fixture
+async def admin(controller_sandbox: tuple[Path, Path]) -> AsyncIterator[Kube]:
+    async with Kube.from_kubeconfig(controller_sandbox[0]) as kube:
+        yield kube
+
+
+@pytest.fixture
+async def workloads(admin: Kube) -> AsyncIterator[str]:
+    """A fresh namespace in this sandbox for the test's pods, deleted afterwards."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    status, body = await admin.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    assert status == 201, body
+    yield name
+    await admin.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def kubectl_here(controller_sandbox: tuple[Path, Path], tmp_path: Path) -> Kubectl:
+    import shutil
+
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.skip("kubectl is not installed")
+    return Kubectl(binary, controller_sandbox[0], tmp_path / "kubectl-cache")
+
+
+def agents(state: Path) -> list[dict[str, Any]]:
+    return list(json.loads((state / "agents.json").read_text()))
+
+
+def real_node(state: Path) -> tuple[str, int]:
+    agent = next(a for a in agents(state) if not a["simulated"])
+    return agent["nodes"][0], agent["pid"]
+
+
+def simulated_node(state: Path) -> tuple[str, int]:
+    agent = next(a for a in agents(state) if a["simulated"])
+    return agent["nodes"][0], agent["pid"]
+
+
+@contextlib.contextmanager
+def frozen(*pids: int) -> Iterator[None]:
+    """The agents stop dead (no renewal, no report, no goodbye) until the block ends."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+async def get(kube: Kube, path: str) -> dict[str, Any] | None:
+    status, body = await kube.request("GET", path)
+    return body if status == 200 else None
+
+
+def batch_of(node: dict[str, Any], where: str = "allocatable") -> tuple[str | None, str | None]:
+    resources = (node.get("status") or {}).get(where) or {}
+    return resources.get(BATCH_CPU), resources.get(BATCH_MEMORY)
+
+
+async def offered(kube: Kube, node: str) -> dict[str, Any] | None:
+    """The Node, once both batch resources are in both capacity and allocatable."""
+    obj = await get(kube, f"/api/v1/nodes/{node}")
+    if obj is None:
+        return None
+    if None in batch_of(obj) or batch_of(obj) != batch_of(obj, "capacity"):
+        return None
+    return obj
+
+
+async def withdrawn(kube: Kube, node: str) -> bool:
+    obj = await get(kube, f"/api/v1/nodes/{node}")
+    return obj is not None and batch_of(obj) == (None, None) and batch_of(obj, "capacity") == (None, None)
+
+
+async def events(kube: Kube, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    status, body = await kube.request("GET", f"/api/v1/namespaces/{namespace}/events",
+                                      params={"fieldSelector": f"involvedObject.name={name},reason={reason}"})
+    assert status == 200, body
+    return list(body["items"])
+
+
+def pod(name: str, node: str, priority: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"koordinator.sh/priority-class": priority, **(labels or {})}},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9"}]}}
+
+
+async def create_pod(kube: Kube, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    status, created = await kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+    assert status == 201, created
+    return created  # type: ignore[no-any-return]
+
+
+async def pod_exists(kube: Kube, namespace: str, name: str) -> bool:
+    return await get(kube, f"/api/v1/namespaces/{namespace}/pods/{name}") is not None
+
+
+async def healthy(kube: Kube, node: str) -> bool:
+    resource = await get(kube, f"{NODERESOURCES}/{node}")
+    return bool(resource and (resource.get("status") or {}).get("healthy") is True
+                and condition(resource, "AgentReady") == "True")
+
+
+# ---- batch resources appear ----------------------------------------------------------------------
+
+async def test_batch_resources_appear_on_every_node_with_their_nodeslo(
+        admin: Kube, controller_sandbox: tuple[Path, Path], kubectl_here: Kubectl) -> None:
+    state = controller_sandbox[1]
+    nodes = [real_node(state)[0], simulated_node(state)[0]]
+    for node in nodes:
+        obj = await wait_for(lambda node=node: offered(admin, node), timeout=30)
+        cpu, memory = batch_of(obj)
+        assert int(cpu) >= 0 and int(memory) >= 0
+        # Kopf keeps no state on the objects it watches: no annotation, no finalizer.
+        assert not [key for key in obj["metadata"].get("annotations") or {} if "kopf" in key]
+        assert not obj["metadata"].get("finalizers")
+        slo = await wait_for(lambda node=node: get(admin, f"{NODESLOS}/{node}"), timeout=10)
+        assert slo["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
+        assert slo["spec"]["metricCollectPolicy"]["reportIntervalSeconds"] == 60
+    # A simulated node has room to spare: it offers batch cpu.
+    assert int(batch_of(await get(admin, f"/api/v1/nodes/{nodes[1]}") or {})[0] or 0) > 0
+
+    rows = kubectl_here.run("get", "noderesources", *nodes).stdout.splitlines()
+    assert rows[0].split() == ["NAME", "BATCH-CPU", "BATCH-MEMORY", "HEALTHY", "AGE"]
+    by_name = {row.split()[0]: row.split() for row in rows[1:]}
+    for node in nodes:
+        assert by_name[node][3] == "true"
+        assert int(by_name[node][1]) >= 0 and int(by_name[node][2]) >= 0
+
+
+# ---- the threshold -------------------------------------------------------------------------------
+
+async def _leader(kube: Kube) -> tuple[str, ssl.SSLContext]:
+    lease = await get(kube, f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/colocation-operator")
+    annotations = (lease or {}).get("metadata", {}).get("annotations") or {}
+    if "colocation.dev/leader-ca" not in annotations:
+        raise AssertionError("no leader")
+    context = ssl.create_default_context(cadata=base64.b64decode(annotations["colocation.dev/leader-ca"]).decode())
+    context.check_hostname = False
+    return annotations["colocation.dev/leader-endpoint"], context
+
+
+class FakeAgent:
+    """A node whose agent is this test: it renews the node's Lease and reports exactly the load given."""
+
+    def __init__(self, kube: Kube, node: str, token: str) -> None:
+        self.kube = kube
+        self.node = node
+        self.token = token
+        self._renewals: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, kube: Kube) -> FakeAgent:
+        node = f"e2e-{uuid.uuid4().hex[:6]}"
+        resources = {"cpu": "10", "memory": "10Gi", "pods": "110"}
+        status, body = await kube.request("POST", "/api/v1/nodes", {
+            "metadata": {"name": node}, "status": {"capacity": resources, "allocatable": resources}})
+        assert status == 201, body
+        # The status of a create is dropped (status subresource): set it as the kubelet does.
+        status, body = await kube.request("PATCH", f"/api/v1/nodes/{node}/status",
+                                          {"status": {"capacity": resources, "allocatable": resources}},
+                                          content_type="application/merge-patch+json")
+        assert status == 200, body
+        status, agent_pod = await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", {
+            "metadata": {"name": f"agent-{node}"},
+            "spec": {"nodeName": node, "serviceAccountName": "colocation-agent",
+                     "containers": [{"name": "agent", "image": "colocation:test"}]}})
+        assert status == 201, agent_pod
+        status, token = await kube.request(
+            "POST", f"/api/v1/namespaces/{NS}/serviceaccounts/colocation-agent/token",
+            {"spec": {"expirationSeconds": 3600, "boundObjectRef": {
+                "kind": "Pod", "apiVersion": "v1", "name": f"agent-{node}", "uid": agent_pod["metadata"]["uid"]}}})
+        assert status == 201, token
+        agent = cls(kube, node, token["status"]["token"])
+        agent._renewals = asyncio.create_task(agent._renew())
+        return agent
+
+    async def _renew(self) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases"
+        while True:
+            now = dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            lease = {"metadata": {"name": self.node}, "spec": {"holderIdentity": self.node,
+                                                              "leaseDurationSeconds": 40, "renewTime": now}}
+            status, _ = await self.kube.request("PUT", f"{path}/{self.node}", lease)
+            if status == 404:
+                await self.kube.request("POST", path, lease)
+            await asyncio.sleep(0.5)  # the renewal period of this agent
+
+    async def report(self, system_cpu: str) -> None:
+        now = dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        usage = {"resources": {"cpu": system_cpu, "memory": "1Gi"}}
+        body = {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric",
+                "metadata": {"name": self.node},
+                "status": {"updateTime": now, "nodeMetric": {
+                    "nodeUsage": usage, "systemUsage": usage,
+                    "aggregatedNodeUsages": [{"duration": "5m0s", "usage": {
+                        "avg": usage, "p50": usage, "p90": usage, "p95": usage, "p99": usage}}]},
+                    "podsMetric": []}}
+        endpoint, context = await wait_for(lambda: _leader(self.kube), timeout=10)
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"}
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, session.put(
+                f"{endpoint}/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{self.node}/status",
+                data=orjson.dumps(body), headers=headers, ssl=context) as response:
+            assert response.status == 200, await response.text()
+
+    async def stop(self) -> None:
+        if self._renewals is not None:
+            self._renewals.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewals
+        await self.kube.request("DELETE", f"/api/v1/nodes/{self.node}")
+
+
+async def test_the_node_follows_load_only_beyond_the_threshold_and_its_objects_go_with_it(admin: Kube) -> None:
+    agent = await FakeAgent.start(admin)
+    try:
+        # 10 cpus, 60 % reclaimable: batch = 10000m - 4000m (safety margin) - system usage.
+        # Memory: 10Gi - ceil(10Gi * 35 %) - 1Gi system = 5905580032 bytes, whatever the cpu does.
+        await agent.report(system_cpu="500m")
+        node = await wait_for(lambda: offered(admin, agent.node), timeout=15)
+        assert batch_of(node) == ("5500", "5905580032")
+
+        # 5200m: 5.5 % less, within resourceDiffThreshold (10 %): the NodeResource says so, the Node does not.
+        await agent.report(system_cpu="800m")
+
+        async def status_cpu(value: int) -> bool:
+            resource = await get(admin, f"{NODERESOURCES}/{agent.node}")
+            return bool(resource and (resource.get("status") or {}).get("batchCPU") == value)
+
+        await wait_for(lambda: status_cpu(5200), timeout=10)
+        node = await get(admin, f"/api/v1/nodes/{agent.node}") or {}
+        assert batch_of(node) == batch_of(node, "capacity") == ("5500", "5905580032")
+
+        # 4500m: 18 % less than what the Node offers: written, to capacity and allocatable alike.
+        await agent.report(system_cpu="1500m")
+
+        async def node_cpu(value: str) -> bool:
+            obj = await get(admin, f"/api/v1/nodes/{agent.node}")
+            return bool(obj and batch_of(obj) == batch_of(obj, "capacity") == (value, "5905580032"))
+
+        await wait_for(lambda: node_cpu("4500"), timeout=10)
+        resource = await get(admin, f"{NODERESOURCES}/{agent.node}") or {}
+        assert condition(resource, "ColocationReady") == "True"
+        assert resource["metadata"]["ownerReferences"][0]["name"] == agent.node
+    finally:
+        await agent.stop()
+
+    async def gone(path: str) -> bool:
+        return await get(admin, path) is None
+
+    await wait_for(lambda: gone(f"{NODESLOS}/{agent.node}"), timeout=10)
+    await wait_for(lambda: gone(f"{NODERESOURCES}/{agent.node}"), timeout=10)
+
+
+# ---- the exit process ----------------------------------------------------------------------------
+
+async def test_a_silent_agent_loses_batch_resources_then_batch_pods_then_recovers(
+        admin: Kube, workloads: str, controller_sandbox: tuple[Path, Path]) -> None:
+    namespace = workloads
+    node, pid = real_node(controller_sandbox[1])
+    await wait_for(lambda: offered(admin, node), timeout=30)
+    await wait_for(lambda: healthy(admin, node), timeout=10)
+    batch = await create_pod(admin, namespace, pod("batch", node, "koord-batch"))
+    free = await create_pod(admin, namespace, pod("free", node, "koord-free"))
+    await create_pod(admin, namespace, pod("prod", node, "koord-prod"))
+    # A batch pod its PodDisruptionBudget protects: Running and Ready, and the budget needs it.
+    await create_pod(admin, namespace, pod("protected", node, "koord-batch", {"app": "protected"}))
+    now = dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status, body = await admin.request(
+        "PATCH", f"/api/v1/namespaces/{namespace}/pods/protected/status",
+        {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True",
+                                                        "lastTransitionTime": now}]}},
+        content_type="application/merge-patch+json")
+    assert status == 200, body
+    status, body = await admin.request("POST", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", {
+        "metadata": {"name": "protected"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "protected"}}}})
+    assert status == 201, body
+
+    with frozen(pid):
+        stopped = time.monotonic()
+        await wait_for(lambda: withdrawn(admin, node), timeout=GRACE + 5)
+        assert time.monotonic() - stopped <= GRACE + 5
+
+        async def unhealthy() -> dict[str, Any] | None:
+            resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
+            return resource if (resource.get("status") or {}).get("healthy") is False else None
+
+        resource = await wait_for(unhealthy, timeout=2)  # written in the same evaluation, just after the Node
+        assert condition(resource, "AgentReady") == "False"
+        assert condition(resource, "ColocationReady") == "False"
+        assert await events(admin, "default", node, "ColocationAgentNotReady")
+
+        async def evicted() -> bool:
+            return not await pod_exists(admin, namespace, "batch") and not await pod_exists(admin, namespace, "free")
+
+        await wait_for(evicted, timeout=EVICTION_TIMEOUT + 10)
+        assert time.monotonic() - stopped > EVICTION_TIMEOUT  # not before the timeout
+        assert await pod_exists(admin, namespace, "prod")
+        assert await pod_exists(admin, namespace, "protected")  # 429 from its budget: retried later, not forced
+        resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
+        assert condition(resource, "Evicting") == "True"
+        assert await events(admin, namespace, "batch", "ColocationEvicted")
+        assert batch["metadata"]["uid"] and free["metadata"]["uid"]
+
+    await wait_for(lambda: offered(admin, node), timeout=10)
+    await wait_for(lambda: healthy(admin, node), timeout=10)
+    resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
+    assert condition(resource, "Evicting") == "False"
+    assert await events(admin, "default", node, "ColocationRecovered")
+
+
+async def test_every_agent_silent_at_once_evicts_nothing(
+        admin: Kube, workloads: str, controller_sandbox: tuple[Path, Path]) -> None:
+    namespace = workloads
+    (real, real_pid), (simulated, simulated_pid) = real_node(controller_sandbox[1]), \
+        simulated_node(controller_sandbox[1])
+    for node in (real, simulated):
+        await wait_for(lambda node=node: healthy(admin, node), timeout=15)
+        await create_pod(admin, namespace, pod(f"batch-{node}", node, "koord-batch"))
+
+    async def held_back(node: str) -> bool:
+        resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
+        evicting = next((c for c in (resource.get("status") or {}).get("conditions") or ()
+                         if c["type"] == "Evicting"), {})
+        return evicting.get("status") == "False" and evicting.get("reason") == "FullDisruption"
+
+    with frozen(real_pid, simulated_pid):
+        # Both are past the eviction timeout, and the guard holds the exit process back.
+        for node in (real, simulated):
+            await wait_for(lambda node=node: held_back(node), timeout=GRACE + EVICTION_TIMEOUT + 10)
+            await wait_for(lambda node=node: withdrawn(admin, node), timeout=1)
+        for node in (real, simulated):
+            assert await pod_exists(admin, namespace, f"batch-{node}")
+
+    for node in (real, simulated):
+        await wait_for(lambda node=node: offered(admin, node), timeout=15)
+        assert await pod_exists(admin, namespace, f"batch-{node}")
+
+
+# ---- the configuration ---------------------------------------------------------------------------
+
+async def test_configmap_edits_rerender_every_nodeslo_and_invalid_values_keep_the_last_good(
+        admin: Kube, controller_sandbox: tuple[Path, Path]) -> None:
+    nodes = [real_node(controller_sandbox[1])[0], simulated_node(controller_sandbox[1])[0]]
+    path = f"/api/v1/namespaces/{NS}/configmaps/colocation-config"
+    original = await get(admin, path) or {}
+    colocation = json.loads(original["data"]["colocation-config"])
+    colocation["clusterStrategy"]["metricReportIntervalSeconds"] = 30
+
+    async def report_interval_everywhere(value: int) -> bool:
+        for node in nodes:
+            slo = await get(admin, f"{NODESLOS}/{node}") or {}
+            if (slo.get("spec") or {}).get("metricCollectPolicy", {}).get("reportIntervalSeconds") != value:
+                return False
+        return True
+
+    try:
+        status, body = await admin.request("PATCH", path, {"data": {"colocation-config": json.dumps(colocation)}},
+                                           content_type="application/merge-patch+json")
+        assert status == 200, body
+        await wait_for(lambda: report_interval_everywhere(30), timeout=10)
+
+        status, body = await admin.request("PATCH", path, {"data": {"cpu-burst-config": '{"clusterStrategy": '}},
+                                           content_type="application/merge-patch+json")
+        assert status == 200, body
+        warnings = await wait_for(lambda: events(admin, NS, "colocation-config", "InvalidConfiguration"), timeout=10)
+        assert warnings[0]["type"] == "Warning"
+        assert warnings[0]["message"].startswith("cpu-burst-config: invalid JSON")
+        assert warnings[0]["reportingComponent"] == "colocation-operator"
+        for node in nodes:  # the last good cpu-burst-config stands, and so does the rest
+            slo = await get(admin, f"{NODESLOS}/{node}") or {}
+            assert slo["spec"]["cpuBurstStrategy"]["policy"] == "none"
+            assert slo["spec"]["metricCollectPolicy"]["reportIntervalSeconds"] == 30
+    finally:
+        status, body = await admin.request("PATCH", path, {"data": original["data"]},
+                                           content_type="application/merge-patch+json")
+        assert status == 200, body
+    await wait_for(lambda: report_interval_everywhere(60), timeout=10)

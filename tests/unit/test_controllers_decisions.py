@@ -1,0 +1,234 @@
+"""The controllers' pure decisions: Node writes, conditions, status writes, Events, merge patches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from colocation.controllers.conditions import Condition, merge_conditions, status_needs_write, transitions
+from colocation.controllers.events import Create, EventRecorder, ObjectRef, Patch
+from colocation.controllers.health import NodeHealth
+from colocation.controllers.nodestatus import Evaluation, evicting_condition, render_status
+from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch
+from colocation.controllers.writers import merge_patch
+
+CPU, MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
+
+
+def node(capacity: dict[str, str] | None = None, allocatable: dict[str, str] | None = None) -> dict[str, Any]:
+    base = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+    return {"metadata": {"name": "n1"}, "status": {"capacity": {**base, **(capacity or {})},
+                                                  "allocatable": {**base, **(allocatable or {})}}}
+
+
+def offering(cpu: int, memory: int) -> dict[str, Any]:
+    both = {CPU: str(cpu), MEMORY: str(memory)}
+    return node(both, both)
+
+
+def decide(current: dict[str, Any], desired: dict[str, int] | None, last_write: float | None = 1000.0,
+           now: float = 1100.0) -> tuple[bool, str]:
+    decision = decide_node_write(batch_on_node(current), desired, last_write=last_write, now=now,
+                                 diff_threshold=0.1, update_after=300.0)
+    return decision.write, decision.reason
+
+
+# ---- Node writes -----------------------------------------------------------------------------------
+
+def test_batch_resources_are_read_from_the_node_as_integers() -> None:
+    on_node = batch_on_node(offering(3500, 8 * 2**30))
+    assert on_node.values == {CPU: 3500, MEMORY: 8589934592}
+    assert on_node.present and on_node.consistent
+    assert batch_on_node(node()).values is None and not batch_on_node(node()).present
+
+
+def test_appearing_and_disappearing_resources_are_always_written() -> None:
+    assert decide(node(), {CPU: 1, MEMORY: 1}) == (True, "add")
+    assert decide(offering(3500, 2**30), None) == (True, "remove")
+    assert decide(node(), None) == (False, "absent")
+    # Only one of the two on the Node: the other appears.
+    assert decide(node({CPU: "3500"}, {CPU: "3500"}), {CPU: 3500, MEMORY: 2**30}) == (True, "add")
+
+
+def test_changes_are_written_only_beyond_the_relative_threshold() -> None:
+    current = offering(4000, 10_000)
+    assert decide(current, {CPU: 4400, MEMORY: 10_000}) == (False, "withinThreshold")  # exactly 10 %: not more
+    assert decide(current, {CPU: 4401, MEMORY: 10_000}) == (True, "change")
+    assert decide(current, {CPU: 3599, MEMORY: 10_000}) == (True, "change")  # down counts as well
+    assert decide(current, {CPU: 4000, MEMORY: 11_001}) == (True, "change")  # either resource
+    assert decide(current, {CPU: 4000, MEMORY: 10_000}) == (False, "unchanged")
+
+
+def test_from_zero_any_increase_is_a_change() -> None:
+    assert decide(offering(0, 0), {CPU: 1, MEMORY: 0}) == (True, "change")
+
+
+def test_a_small_difference_is_written_once_the_last_write_is_old() -> None:
+    current = offering(4000, 10_000)
+    small = {CPU: 4100, MEMORY: 10_000}
+    assert decide(current, small, last_write=1000.0, now=1300.0) == (False, "withinThreshold")  # 300 s: not older
+    assert decide(current, small, last_write=1000.0, now=1300.5) == (True, "refresh")
+    assert decide(current, small, last_write=None) == (True, "refresh")  # never written by us (a new leader)
+    # An equal value is never rewritten, however old.
+    assert decide(current, {CPU: 4000, MEMORY: 10_000}, last_write=0.0, now=10**6) == (False, "unchanged")
+
+
+def test_an_inconsistent_node_is_repaired() -> None:
+    skewed = node({CPU: "4000", MEMORY: "10000"}, {CPU: "3000", MEMORY: "10000"})
+    assert decide(skewed, {CPU: 3000, MEMORY: 10_000}) == (True, "repair")
+    half = node({CPU: "4000", MEMORY: "10000"}, {CPU: "4000", MEMORY: "10000"})
+    half["status"]["capacity"][CPU] = "not-a-quantity"
+    assert decide(half, {CPU: 4000, MEMORY: 10_000}) == (True, "repair")
+
+
+def test_the_patch_names_only_the_batch_keys_in_capacity_and_allocatable() -> None:
+    assert node_status_patch({CPU: 3500, MEMORY: 8589934592}) == {"status": {
+        "capacity": {CPU: "3500", MEMORY: "8589934592"}, "allocatable": {CPU: "3500", MEMORY: "8589934592"}}}
+    # Removal: merge-patch nulls delete both keys from both lists, nothing else.
+    assert node_status_patch(None) == {"status": {"capacity": {CPU: None, MEMORY: None},
+                                                  "allocatable": {CPU: None, MEMORY: None}}}
+
+
+# ---- conditions --------------------------------------------------------------------------------------
+
+def test_transition_time_changes_only_when_the_status_flips() -> None:
+    first = merge_conditions(None, [Condition("AgentReady", True, "LeaseRenewed", "ok")], "T1")
+    assert first == [{"type": "AgentReady", "status": "True", "reason": "LeaseRenewed", "message": "ok",
+                      "lastTransitionTime": "T1"}]
+    reworded = merge_conditions(first, [Condition("AgentReady", True, "LeaseRenewed", "still ok")], "T2")
+    assert reworded[0]["lastTransitionTime"] == "T1" and reworded[0]["message"] == "still ok"
+    flipped = merge_conditions(reworded, [Condition("AgentReady", False, "LeaseExpired", "silent")], "T3")
+    assert flipped[0]["lastTransitionTime"] == "T3" and flipped[0]["status"] == "False"
+    assert transitions(reworded, flipped) == [("AgentReady", "False")]
+    assert transitions(first, reworded) == []
+    unknown = merge_conditions(flipped, [Condition("AgentReady", None, "StartupGrace", "")], "T4")
+    assert unknown[0]["status"] == "Unknown" and unknown[0]["lastTransitionTime"] == "T4"
+
+
+def test_heartbeat_timestamps_alone_do_not_cost_a_status_write() -> None:
+    stored = {"healthy": True, "batchCPU": 10, "leaseRenewTime": "2026-01-01T00:00:00Z"}
+    renewed = {**stored, "leaseRenewTime": "2026-01-01T00:00:10Z"}
+    assert not status_needs_write(stored, renewed, last_write=100.0, now=200.0, refresh_after=300.0)
+    assert status_needs_write(stored, renewed, last_write=100.0, now=400.1, refresh_after=300.0)
+    assert status_needs_write(stored, {**renewed, "batchCPU": 11}, last_write=100.0, now=101.0, refresh_after=300.0)
+    assert not status_needs_write(stored, dict(stored), last_write=None, now=10**6, refresh_after=300.0)
+    assert status_needs_write(None, stored, last_write=None, now=0.0, refresh_after=300.0)
+
+
+# ---- the NodeResource status ---------------------------------------------------------------------------
+
+def health(healthy: bool = True, *, agent: bool = True, metrics: bool = True, judged: bool = True,
+           reason: str = "AgentReady") -> NodeHealth:
+    return NodeHealth("n1", healthy, agent, metrics, judged, None if healthy else 1.0, False, reason, "details 12s ago")
+
+
+def evaluation(h: NodeHealth, computed: dict[str, int] | None = None, reason: str = "",
+               evicting: Condition | None = None) -> Evaluation:
+    return Evaluation(h, computed, reason, evicting or Condition("Evicting", False, "NotDue", "no eviction"),
+                      40.0, 900.0, "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z", None, 3)
+
+
+def test_a_healthy_node_offers_what_the_formula_computed() -> None:
+    status = render_status(evaluation(health(), {CPU: 3500, MEMORY: 2**30}), None, "T1")
+    assert status["batchCPU"] == 3500 and status["batchMemory"] == 2**30 and status["healthy"] is True
+    assert status["message"] == "offering batch cpu 3500m and memory 1Gi"
+    assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
+        ("AgentReady", "True", "LeaseRenewed"), ("MetricsFresh", "True", "MetricsReported"),
+        ("ColocationReady", "True", "BatchResourcesOffered"), ("Evicting", "False", "NotDue")]
+    assert status["observedGeneration"] == 3 and status["leaseRenewTime"] == "2026-01-01T00:00:05Z"
+
+
+def test_an_unhealthy_node_says_why_with_no_age_in_the_status() -> None:
+    silent = health(False, agent=False, reason="LeaseExpired")
+    status = render_status(evaluation(silent, {CPU: 3500, MEMORY: 2**30}), None, "T1")
+    assert status["healthy"] is False
+    assert status["message"] == ("the agent's Lease was not renewed within the grace period 40s: "
+                                 "batch resources removed")
+    reasons = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert reasons["AgentReady"] == ("False", "LeaseExpired")
+    assert reasons["ColocationReady"] == ("False", "NodeUnhealthy")
+    # Rendered again a minute later: the same status, so no write.
+    assert render_status(evaluation(silent, {CPU: 3500, MEMORY: 2**30}), status, "T2") == status
+
+
+def test_during_the_startup_grace_stored_health_conditions_stand() -> None:
+    stored = render_status(evaluation(health(False, agent=False, reason="LeaseExpired")), None, "T1")
+    status = render_status(evaluation(health(judged=False, reason="StartupGrace"), None, "NoMetrics"), stored, "T2")
+    agent = next(c for c in status["conditions"] if c["type"] == "AgentReady")
+    assert (agent["status"], agent["reason"], agent["lastTransitionTime"]) == ("False", "LeaseExpired", "T1")
+    fresh = render_status(evaluation(health(judged=False, reason="StartupGrace")), None, "T3")
+    assert next(c for c in fresh["conditions"] if c["type"] == "AgentReady")["status"] == "Unknown"
+
+
+def test_the_evicting_condition_names_what_holds_evictions_back() -> None:
+    common: dict[str, Any] = {"guard_allowed": True, "guard_reason": "EvictionAllowed", "guard_message": "",
+                              "rate": 0.1, "timeout": 300.0}
+    draining = evicting_condition(due=True, draining=True, waiting=False, **common)
+    assert (draining.status, draining.reason) == (True, "EvictingPods")
+    assert evicting_condition(due=False, draining=False, waiting=False, **common).reason == "NotDue"
+    assert evicting_condition(due=True, draining=False, waiting=True, **common).reason == "RateLimited"
+    held = evicting_condition(due=True, draining=False, waiting=False, **{
+        **common, "guard_allowed": False, "guard_reason": "FullDisruption", "guard_message": "every node"})
+    assert (held.status, held.reason, held.message) == (False, "FullDisruption", "evictions held back: every node")
+    assert evicting_condition(due=True, draining=False, waiting=False,
+                              **{**common, "rate": 0.0}).reason == "EvictionsDisabled"
+
+
+# ---- Events ----------------------------------------------------------------------------------------------
+
+NODE_REF = ObjectRef("v1", "Node", "n1", "", "uid-1")
+
+
+def test_a_repeated_event_counts_up_instead_of_piling_up() -> None:
+    clock = [1_700_000_000.0]
+    recorder = EventRecorder(lambda: clock[0], "operator-0", window=600.0)
+    first = recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", "silent")
+    assert isinstance(first, Create)
+    assert first.namespace == "default"  # cluster-scoped objects' events live in default
+    body = first.body
+    assert body["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-1"}
+    assert (body["count"], body["type"], body["reportingComponent"], body["reportingInstance"]) == (
+        1, "Warning", "colocation-operator", "operator-0")
+    assert body["firstTimestamp"] == body["lastTimestamp"] == "2023-11-14T22:13:20Z"
+
+    clock[0] += 30
+    again = recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", "silent")
+    assert isinstance(again, Patch)
+    assert (again.name, again.body) == (body["metadata"]["name"], {"count": 2, "lastTimestamp": "2023-11-14T22:13:50Z"})
+
+    other = recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", "silent for longer")
+    assert isinstance(other, Create) and other.body["metadata"]["name"] != body["metadata"]["name"]
+
+    clock[0] += 601  # outside the window: a new Event
+    assert isinstance(recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", "silent"), Create)
+
+
+def test_a_forgotten_series_starts_a_new_event() -> None:
+    recorder = EventRecorder(lambda: 1.0, "op")
+    recorder.record(NODE_REF, "Normal", "ColocationRecovered", "back")
+    repeat = recorder.record(NODE_REF, "Normal", "ColocationRecovered", "back")
+    assert isinstance(repeat, Patch)
+    recorder.forget(repeat.key)
+    assert isinstance(recorder.record(NODE_REF, "Normal", "ColocationRecovered", "back"), Create)
+
+
+def test_events_about_namespaced_objects_stay_in_their_namespace() -> None:
+    recorder = EventRecorder(lambda: 1.0, "op")
+    action = recorder.record(ObjectRef("v1", "ConfigMap", "colocation-config", "colocation-system"),
+                             "Warning", "InvalidConfiguration", "x" * 2000)
+    assert isinstance(action, Create) and action.namespace == "colocation-system"
+    assert len(action.body["message"]) == 1024
+
+
+# ---- merge patches -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("old", "new", "patch"), [
+    ({"a": 1, "b": 2}, {"a": 1, "b": 3}, {"b": 3}),
+    ({"a": 1, "b": 2}, {"a": 1}, {"b": None}),
+    ({"a": {"x": 1, "y": 2}}, {"a": {"x": 1}}, {"a": {"y": None}}),
+    ({"a": [1, 2]}, {"a": [1]}, {"a": [1]}),
+    ({}, {"a": 1}, {"a": 1}),
+])
+def test_merge_patch_turns_the_old_document_into_the_new(old: Any, new: Any, patch: Any) -> None:
+    assert merge_patch(old, new) == patch

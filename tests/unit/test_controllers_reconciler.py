@@ -1,0 +1,308 @@
+"""One evaluation of every node, against a recording API and the real in-memory NodeMetric store.
+
+The clocks are fake: the tracker's monotonic clock and the wall clock move only when a test moves
+them. The Kubernetes API is a recorder that answers like the API server does (the patched Node
+back, 201 for a create, 429 when a PodDisruptionBudget refuses an eviction).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry
+
+from colocation.apiserver.models import validate_report
+from colocation.apiserver.store import NodeMetricStore
+from colocation.controllers.cluster import ClusterState, slim_pod
+from colocation.controllers.configsource import ConfigSource
+from colocation.controllers.events import ObjectRef
+from colocation.controllers.health import NodeHealthTracker
+from colocation.controllers.metrics import ControllerMetrics
+from colocation.controllers.noderesource_controller import NodeResourceReconciler
+from colocation.controllers.settings import ControllerSettings
+
+CPU, MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
+WALL = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class RecordingApi:
+    """The writer's interface, answering as the API server would, and remembering every call."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.calls: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str, str]] = []  # (object, type, reason)
+        self.refuse_evictions: set[str] = set()
+        self.evicted: list[str] = []
+
+    async def patch_node_status(self, name: str, patch: dict[str, Any]) -> tuple[int, Any]:
+        self.calls.append(("patch node", name))
+        node = merge_apply(copy.deepcopy(self.state.nodes[name]), patch)
+        return 200, node
+
+    async def create_cluster_object(self, plural: str, body: dict[str, Any]) -> tuple[int, Any]:
+        self.calls.append((f"create {plural}", body["metadata"]["name"]))
+        return 201, {**body, "metadata": {**body["metadata"], "generation": 1, "resourceVersion": "1"}}
+
+    async def get_cluster_object(self, plural: str, name: str) -> tuple[int, Any]:
+        return 404, None
+
+    async def patch_noderesource_status(self, name: str, patch: dict[str, Any]) -> tuple[int, Any]:
+        self.calls.append(("patch noderesource status", name))
+        return 200, merge_apply(copy.deepcopy(self.state.noderesources[name]), patch)
+
+    async def delete_cluster_object(self, plural: str, name: str) -> tuple[int, Any]:
+        self.calls.append((f"delete {plural}", name))
+        return 200, {}
+
+    async def evict(self, namespace: str, name: str, uid: str) -> tuple[int, Any]:
+        if name in self.refuse_evictions:
+            return 429, {"message": "Cannot evict pod as it would violate the pod's disruption budget."}
+        self.evicted.append(name)
+        return 201, {}
+
+    async def event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        self.events.append((ref.name, type_, reason))
+
+
+def merge_apply(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_apply(result.get(key), value)
+    return result
+
+
+def node(name: str) -> dict[str, Any]:
+    resources = {"cpu": "10", "memory": "10Gi", "pods": "110"}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": f"uid-{name}", "labels": {}},
+            "status": {"capacity": dict(resources), "allocatable": dict(resources)}}
+
+
+def pod(name: str, node_name: str, priority: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "jobs", "uid": f"uid-{name}",
+                         "labels": {"koordinator.sh/priority-class": priority}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "x"}]},
+            "status": {"phase": "Running"}}
+
+
+class Harness:
+    def __init__(self, nodes: list[str], **settings: Any) -> None:
+        self.monotonic = Clock(5000.0)
+        self.wall = Clock(WALL)
+        self.settings = ControllerSettings(**{"node_grace_period": 40.0, "eviction_timeout": 300.0,
+                                              "eviction_rate": 100.0, **settings})
+        self.state = ClusterState()
+        self.api = RecordingApi(self.state)
+        self.store = NodeMetricStore(self.wall, self.monotonic)
+        self.tracker = NodeHealthTracker(self.monotonic, grace_period=self.settings.node_grace_period,
+                                         eviction_timeout=self.settings.eviction_timeout)
+        self.registry = CollectorRegistry()
+        self.metrics = ControllerMetrics(self.registry)
+        self.config = ConfigSource("colocation-system", self.api.event)
+        self.config.loaded = True
+        self.reconciler = NodeResourceReconciler(self.state, self.tracker, self.store, self.config,
+                                                 self.api, self.metrics, self.settings,  # type: ignore[arg-type]
+                                                 wall=self.wall)
+        self.reports = 0
+        for name in nodes:
+            self.state.node_event(None, node(name))
+
+    def renew(self, *names: str) -> None:
+        for name in names:
+            stamp = f"2026-01-01T00:00:{self.reports % 60:02d}.{self.reports:06d}Z"
+            self.reports += 1
+            self.reconciler.observe_lease({"metadata": {"name": name},
+                                           "spec": {"renewTime": stamp, "holderIdentity": name}})
+
+    def report(self, name: str, system_cpu: str = "500m") -> None:
+        usage = {"resources": {"cpu": system_cpu, "memory": "1Gi"}}
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall.now))
+        raw = orjson.dumps({"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric",
+                            "metadata": {"name": name},
+                            "status": {"updateTime": stamp, "nodeMetric": {"nodeUsage": usage, "systemUsage": usage},
+                                       "podsMetric": []}})
+        self.store.put(validate_report(raw, name), {})
+
+    def advance(self, seconds: float) -> None:
+        self.monotonic.now += seconds
+        self.wall.now += seconds
+
+    async def evaluate(self) -> None:
+        await self.reconciler.evaluate()
+
+    def offered(self, name: str) -> tuple[str | None, str | None]:
+        status = self.state.nodes[name]["status"]
+        assert status["capacity"].get(CPU) == status["allocatable"].get(CPU)
+        return status["allocatable"].get(CPU), status["allocatable"].get(MEMORY)
+
+    def resource_status(self, name: str) -> dict[str, Any]:
+        return dict(self.state.noderesources[name].get("status") or {})
+
+    def condition(self, name: str, type_: str) -> tuple[str, str]:
+        found = next(c for c in self.resource_status(name)["conditions"] if c["type"] == type_)
+        return found["status"], found["reason"]
+
+
+async def healthy_pass(h: Harness, *names: str) -> None:
+    """Past the startup grace with every node renewing and reporting."""
+    for _ in range(5):
+        h.renew(*names)
+        h.advance(10)
+    for name in names:
+        h.report(name)
+    await h.evaluate()
+
+
+async def test_a_healthy_node_gets_its_noderesource_and_batch_resources() -> None:
+    h = Harness(["n1"])
+    await healthy_pass(h, "n1")
+    # 10 cpus, 60 % reclaimable, 500m system: 5500m. 10Gi, 65 %: 10Gi - 3.5Gi - 1Gi.
+    assert h.offered("n1") == ("5500", "5905580032")
+    assert ("create noderesources", "n1") in h.api.calls
+    status = h.resource_status("n1")
+    assert (status["batchCPU"], status["healthy"]) == (5500, True)
+    assert h.condition("n1", "ColocationReady") == ("True", "BatchResourcesOffered")
+
+    # Nothing changed: the next evaluation writes nothing at all.
+    h.api.calls.clear()
+    await h.evaluate()
+    assert h.api.calls == []
+
+
+async def test_nothing_is_removed_during_the_startup_grace() -> None:
+    h = Harness(["n1"])
+    h.state.node_event("MODIFIED", {**node("n1"), "status": {
+        "capacity": {CPU: "3000", MEMORY: "1000"}, "allocatable": {CPU: "3000", MEMORY: "1000"}}})
+    await h.evaluate()  # no metric at all for a new leader: the formula says remove
+    assert h.offered("n1") == ("3000", "1000")
+    assert ("patch node", "n1") not in h.api.calls
+    assert h.condition("n1", "AgentReady") == ("Unknown", "StartupGrace")
+
+
+async def test_a_silent_agent_loses_batch_resources_then_its_batch_pods() -> None:
+    h = Harness(["n1", "n2", "n3"])
+    for name, priority in (("batch", "koord-batch"), ("free", "koord-free"), ("prod", "koord-prod"),
+                           ("guarded", "koord-batch")):
+        await h.state.pod_event("ADDED", pod(name, "n1", priority))
+    h.api.refuse_evictions.add("guarded")
+    await healthy_pass(h, "n1", "n2", "n3")
+    assert h.offered("n1") == ("5500", "5905580032")
+
+    # n1 falls silent; the others go on.
+    for _ in range(4):
+        h.renew("n2", "n3")
+        h.advance(10)
+    h.advance(1)
+    await h.evaluate()
+    assert h.offered("n1") == (None, None)
+    assert h.condition("n1", "AgentReady") == ("False", "LeaseExpired")
+    assert ("n1", "Warning", "ColocationAgentNotReady") in h.api.events
+    assert h.api.evicted == []
+
+    for _ in range(30):  # five minutes more
+        h.renew("n2", "n3")
+        h.advance(10)
+    await h.evaluate()
+    assert sorted(h.api.evicted) == ["batch", "free"]  # prod stays; guarded was refused (429), retried later
+    assert h.condition("n1", "Evicting") == ("True", "EvictingPods")
+    assert ("n1", "Warning", "ColocationEvicting") in h.api.events
+    assert h.registry.get_sample_value("colocation_evictions_total", {"result": "deferred"}) == 1.0
+    assert h.registry.get_sample_value("colocation_evictions_total", {"result": "evicted"}) == 2.0
+
+    # The agent comes back: two renewals in a row, and the resources return.
+    h.renew("n1", "n2", "n3")
+    h.advance(5)
+    h.renew("n1", "n2", "n3")
+    h.report("n1")
+    await h.evaluate()
+    assert h.offered("n1") == ("5500", "5905580032")
+    assert ("n1", "Normal", "ColocationRecovered") in h.api.events
+    assert h.condition("n1", "Evicting") == ("False", "NotDue")
+
+
+async def test_when_every_node_falls_silent_nobody_is_evicted() -> None:
+    h = Harness(["n1", "n2"])
+    await h.state.pod_event("ADDED", pod("batch", "n1", "koord-batch"))
+    await healthy_pass(h, "n1", "n2")
+    h.advance(400)  # silent for longer than the grace period and the eviction timeout together
+    await h.evaluate()
+    assert h.api.evicted == []
+    assert h.offered("n1") == (None, None) and h.offered("n2") == (None, None)
+    assert h.condition("n1", "Evicting") == ("False", "FullDisruption")
+
+
+async def test_node_overrides_disable_colocation_on_one_node() -> None:
+    h = Harness(["n1"])
+    await healthy_pass(h, "n1")
+    resource = h.state.noderesources["n1"]
+    h.state.noderesource_event("MODIFIED", {**resource, "spec": {"disableColocation": True}})
+    h.renew("n1")
+    await h.evaluate()
+    assert h.offered("n1") == (None, None)
+    assert h.condition("n1", "ColocationReady") == ("False", "ColocationDisabled")
+    assert "batchCPU" not in h.resource_status("n1")
+
+
+async def test_a_deleted_node_takes_its_noderesource_along() -> None:
+    h = Harness(["n1"])
+    await healthy_pass(h, "n1")
+    h.state.node_event("DELETED", node("n1"))
+    assert h.state.deleted_nodes == {"n1"}
+    await h.reconciler.remove("n1")
+    assert ("delete noderesources", "n1") in h.api.calls
+    assert "n1" not in h.tracker.nodes()
+
+
+# ---- the cluster state and the configuration -------------------------------------------------------
+
+async def test_pods_are_slimmed_and_follow_their_node() -> None:
+    state = ClusterState()
+    full = {**pod("p", "n1", "koord-batch"), "spec": {
+        "nodeName": "n1", "volumes": [{"name": "v"}], "priority": 5500,
+        "containers": [{"name": "c", "image": "x", "env": [{"name": "A"}], "resources": {"requests": {"cpu": "1"}}}]}}
+    await state.pod_event("ADDED", full)
+    slim = state.pods_on("n1")[0]
+    assert slim == slim_pod(full)
+    assert slim["spec"] == {"nodeName": "n1", "priority": 5500,
+                            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    version = state.node_versions.get("n1")
+    await state.pod_event("DELETED", full)
+    assert state.pods_on("n1") == [] and state.node_versions.get("n1") != version
+
+
+async def test_an_invalid_key_keeps_its_last_good_value_and_warns_once() -> None:
+    posted: list[tuple[str, str, str]] = []
+
+    async def post(ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        posted.append((type_, reason, message))
+
+    config = ConfigSource("colocation-system", post)
+    config_map = {"metadata": {"name": "colocation-config", "namespace": "colocation-system"},
+                  "data": {"colocation-config": '{"clusterStrategy": {"cpuReclaimThresholdPercent": 50}}'}}
+    assert await config.update(config_map)
+    assert config.parsed.colocation.cluster.cpu_reclaim_threshold_percent == 50
+    broken = {**config_map, "data": {"colocation-config": '{"clusterStrategy": {"cpuReclaimThresholdPercent": 150}}'}}
+    await config.update(broken)
+    assert config.parsed.colocation.cluster.cpu_reclaim_threshold_percent == 50  # the last good value
+    assert [(t, r) for t, r, _ in posted] == [("Warning", "InvalidConfiguration")]
+    assert posted[0][2].startswith("colocation-config: clusterStrategy.cpuReclaimThresholdPercent")
+    assert not await config.update(copy.deepcopy(broken))  # the same data again: nothing new
+    assert len(posted) == 1
+    await config.update(config_map)
+    assert posted[-1][:2] == ("Normal", "ConfigurationApplied")
