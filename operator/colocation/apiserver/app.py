@@ -23,7 +23,7 @@ from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.apiserver import discovery, openapi, tables
 from colocation.apiserver.auth import Caller, DelegatingAuthenticator, RequestHeaderConfig
 from colocation.apiserver.authz import DelegatingAuthorizer, check_node_rule
-from colocation.apiserver.metrics import ServerMetrics
+from colocation.apiserver.metrics import VERB, ServerMetrics
 from colocation.apiserver.models import validate_report
 from colocation.apiserver.resource_metrics import ResourceMetricsApi, api_group_body
 from colocation.apiserver.store import NodeMetricStore
@@ -136,7 +136,7 @@ class NodeMetricApi:
             return _json(ApiError.internal(f"{type(exc).__name__}: {exc}").status(), 500)
         finally:
             if request.path not in _UNAUTHENTICATED_PATHS:
-                self.metrics.requests.labels(request.get("verb", request.method.lower()), str(code)).observe(
+                self.metrics.requests.labels(request.get(VERB, request.method.lower()), str(code)).observe(
                     time.perf_counter() - started)
 
     async def _caller(self, request: web.Request) -> Caller:
@@ -167,7 +167,7 @@ class NodeMetricApi:
     # ---- reads ---------------------------------------------------------------------------------
 
     async def _authorize_read(self, request: web.Request, verb: str, name: str = "") -> None:
-        request["verb"] = verb
+        request[VERB] = verb
         caller = await self._caller(request)
         await self.authorizer.authorize(caller, verb, discovery.RESOURCE, name=name)
 
@@ -247,7 +247,7 @@ class NodeMetricApi:
     # ---- writes --------------------------------------------------------------------------------
 
     async def _report(self, request: web.Request) -> web.Response:
-        request["verb"] = "update"
+        request[VERB] = "update"
         node = request.match_info["name"]
         if not self.leadership.is_leader:
             leader = self.leadership.leader_identity or "unknown"

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# The RBAC verb a request was authorized for, kept on the request for the latency histogram.
+VERB = web.RequestKey("verb", str)
 
 # Request latencies of an in-memory API: most answers take well under a millisecond.
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

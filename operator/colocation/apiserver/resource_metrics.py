@@ -39,6 +39,7 @@ from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.apiserver.auth import Caller
 from colocation.apiserver.authz import DelegatingAuthorizer
+from colocation.apiserver.metrics import VERB
 from colocation.apiserver.models import format_time
 from colocation.apiserver.store import Entry, NodeMetricStore
 from colocation.kube import permissions
@@ -326,7 +327,7 @@ class ResourceMetricsApi:
 
     async def _authorize(self, request: web.Request, verb: str, resource: str, name: str = "",
                          namespace: str = "") -> None:
-        request["verb"] = verb
+        request[VERB] = verb
         caller = await self._caller(request)
         await self.authorizer.authorize(caller, verb, resource, name=name, api_group=GROUP, namespace=namespace)
 
@@ -379,7 +380,7 @@ class ResourceMetricsApi:
 
 def _refuse_watch(request: web.Request, resource: str) -> None:
     if request.query.get("watch", "").lower() not in ("", "0", "false"):
-        request["verb"] = "watch"
+        request[VERB] = "watch"
         raise ApiError.method_not_allowed(f'watch is not supported on resources of kind "{resource}.{GROUP}"')
 
 
