@@ -113,11 +113,11 @@ async def test_the_real_agent_reports_the_cpu_and_memory_proc_shows(admin: Kube,
     assert status == 201, body
     # About one core of known load.
     burner = await asyncio.create_subprocess_exec(sys.executable, "-c", "while True: pass")
-    history: list[tuple[float, int, int]] = []
+    history: list[tuple[float, int, int, int]] = []
 
     async def record() -> None:
         while True:
-            history.append((time.time(), *busy_and_total_ticks()))
+            history.append((time.time(), *busy_and_total_ticks(), memory_in_use()))
             await asyncio.sleep(0.2)  # the sampling period of the test's own measurement
 
     recorder = asyncio.create_task(record())
@@ -129,10 +129,14 @@ async def test_the_real_agent_reports_the_cpu_and_memory_proc_shows(admin: Kube,
             return metric if metric is not None and update_time(metric) >= started + 7 else None
 
         metric = await wait_for(fresh_report, timeout=30, interval=0.2)
-        memory_now = memory_in_use()
         reported_at = update_time(metric)  # whole seconds: the report was built within [t, t + 1)
-        window = [(at, busy, all_) for at, busy, all_ in history if reported_at - 5 <= at <= reported_at + 1]
-        (_, busy0, total0), (_, busy1, total1) = window[0], window[-1]
+        window = [sample for sample in history if reported_at - 5 <= sample[0] <= reported_at + 1]
+        (_, busy0, total0, _), (_, busy1, total1, _) = window[0], window[-1]
+        # The agent averages memory over its 5-second window: the average lies within what the
+        # test itself saw during that window (other processes on a shared machine move it).
+        # Its samples are taken every second and, on a loaded machine, late: allow a few seconds.
+        spanned = [sample[3] for sample in history if reported_at - 10 <= sample[0] <= reported_at + 2]
+        memory_low, memory_high = min(spanned), max(spanned)
         cores = os.cpu_count() or 1
         measured_cpu = 1000 * cores * (busy1 - busy0) / max(total1 - total0, 1)
     finally:
@@ -144,10 +148,11 @@ async def test_the_real_agent_reports_the_cpu_and_memory_proc_shows(admin: Kube,
     usage = metric["status"]["nodeMetric"]["nodeUsage"]["resources"]
     reported_cpu, reported_memory = millis(usage["cpu"]), byte_count(usage["memory"])
     print(f"cpu: reported {reported_cpu}m, /proc {measured_cpu:.0f}m; "
-          f"memory: reported {reported_memory >> 20}Mi, /proc {memory_now >> 20}Mi")
+          f"memory: reported {reported_memory >> 20}Mi, /proc {memory_low >> 20}..{memory_high >> 20}Mi")
     assert reported_cpu >= 700  # the burner alone keeps a core busy
     assert abs(reported_cpu - measured_cpu) <= max(350, 0.25 * measured_cpu)
-    assert abs(reported_memory - memory_now) <= max(200 * 2**20, 0.10 * memory_now)
+    tolerance = max(64 * 2**20, 0.05 * memory_high)
+    assert memory_low - tolerance <= reported_memory <= memory_high + tolerance
     assert metric["metadata"]["labels"]["colocation.dev/simulated"] == "false"
 
 

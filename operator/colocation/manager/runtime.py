@@ -32,6 +32,10 @@ from colocation.apiserver.metrics import ServerMetrics
 from colocation.apiserver.resource_metrics import PodDirectory, ResourceMetricsApi, ResourceMetricsView
 from colocation.apiserver.reviewers import kube_subject_access_reviewer, kube_token_reviewer, load_request_header_config
 from colocation.apiserver.store import NodeMetricStore
+
+# Imported at start, not on promotion: importing Kopf takes the event loop for about a second,
+# which a new leader cannot spare while it must renew its Lease.
+from colocation.controllers.leader import Controllers
 from colocation.controllers.settings import ControllerSettings
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
@@ -162,8 +166,6 @@ class OperatorProcess:
 
     async def _run_controllers(self) -> None:
         """The leader-only controllers (Kopf inside); their failure stops the process, a standby takes over."""
-        from colocation.controllers.leader import Controllers  # Kopf is imported by the leader only
-
         controllers = Controllers(self.api, self.store, self.config.controllers, namespace=self.config.namespace,
                                   identity=self.config.identity, registry=self.metrics.registry)
         try:
