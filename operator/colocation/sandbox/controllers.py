@@ -172,9 +172,13 @@ class Controllers:
                                ("Progressing", "NewReplicaSetAvailable", "ReplicaSet has successfully progressed.")])}
         else:
             selector = (spec.get("template") or {}).get("spec", {}).get("nodeSelector") or {}
-            nodes = [n for n in self.store.objects(self.rt("", "nodes"))
-                     if LabelSelector.from_api({"matchLabels": selector}).matches(n["metadata"].get("labels") or {})]
-            count = len(nodes)
+            nodes_rt = self.rt("", "nodes")
+            if selector:
+                matcher = LabelSelector.from_api({"matchLabels": selector})
+                count = sum(1 for n in self.store.objects(nodes_rt)
+                            if matcher.matches(n["metadata"].get("labels") or {}))
+            else:
+                count = self.store.count(nodes_rt)  # O(1): re-counted on every Node added or deleted
             status = {"observedGeneration": generation, "desiredNumberScheduled": count,
                       "currentNumberScheduled": count, "numberReady": count, "updatedNumberScheduled": count,
                       "numberAvailable": count, "numberMisscheduled": 0}
@@ -204,6 +208,13 @@ class Controllers:
                               {**budget, "status": status}, subresource="status", check_rv=False)
 
     def _pod_changed(self, change: Change) -> None:
+        """Recount the budgets that select the pod (before or after the change), and only those:
+        counting every budget of a namespace on every pod change was quadratic at scale."""
         namespace = change.new["metadata"].get("namespace", "")
+        labels = [change.new["metadata"].get("labels") or {}]
+        if change.old is not None:
+            labels.append(change.old["metadata"].get("labels") or {})
         for budget in list(self.store.objects(self.rt("policy", "poddisruptionbudgets"), namespace)):
-            self._budget_status(budget)
+            selector = LabelSelector.from_api((budget.get("spec") or {}).get("selector"))
+            if any(selector.matches(pod_labels) for pod_labels in labels):
+                self._budget_status(budget)
