@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	@command -v kubectl >/dev/null || echo "note: kubectl not found; the kubectl e2e tests will be skipped"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
 venv: $(STAMP)  ## create .venv with the package and its test tools

@@ -12,10 +12,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import machine, report, sandbox_capacity
+from benchmarks import cp_suite, machine, operator_ingest, report, sandbox_capacity
 from benchmarks.client import say
 
 ROOT = Path(__file__).resolve().parents[1]
+SUITES = ("capacity", operator_ingest.SUITE, cp_suite.FAILOVER, cp_suite.CONTROL_PLANE)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,6 +40,10 @@ def parser() -> argparse.ArgumentParser:
                    help="Markdown file whose sandbox-capacity section is (re)written.")
     p.add_argument("--state-dir", type=Path, default=None,
                    help="Where the servers keep kubeconfigs and logs (default: a temporary directory).")
+    p.add_argument("--suite", action="append", choices=SUITES, default=None,
+                   help="Run only this suite (repeatable); default: every suite.")
+    cp_suite.add_arguments(p)
+    operator_ingest.add_arguments(p, prefix="ingest-")
     return p
 
 
@@ -54,13 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     command = " ".join(["python -m benchmarks.run", *map(shlex.quote, argv)])
+    suites = tuple(args.suite or SUITES)
     with tempfile.TemporaryDirectory(prefix="colocation-bench-") as scratch:
-        config = config_from(args, args.state_dir or Path(scratch))
-        say(f"sandbox capacity: {config.nodes:,} nodes x {config.pods_per_node} pods "
-            f"= {config.sizes.pods:,} pods; writing {args.output}")
-        result = asyncio.run(sandbox_capacity.run(config))
-    report.write(args.output, report.render(result, machine.describe(), command))
-    say(f"wrote {args.output}")
+        if "capacity" in suites:
+            config = config_from(args, args.state_dir or Path(scratch))
+            say(f"sandbox capacity: {config.nodes:,} nodes x {config.pods_per_node} pods "
+                f"= {config.sizes.pods:,} pods; writing {args.output}")
+            result = asyncio.run(sandbox_capacity.run(config))
+            report.write(args.output, report.render(result, machine.describe(), command))
+            say(f"wrote {args.output}")
+        if operator_ingest.SUITE in suites:
+            operator_ingest.run_suite(operator_ingest.config_from(
+                args, (args.state_dir or Path(scratch)) / "ingest", prefix="ingest-"), args.output, command)
+        cp_suite.run(args, suites, args.state_dir or Path(scratch), command, args.output)
     return 0
 
 

@@ -1,0 +1,89 @@
+"""The ceiling for report ingest: a bare aiohttp HTTPS server that reads each report and keeps it.
+
+`PUT …/nodemetrics/NAME/status` reads the body, keeps the bytes under NAME (no parsing, no
+authentication) and answers 200 with them, the same size the operator answers with. A GET of
+the collection joins the kept bytes into a list, a GET of `…/nodemetrics/NAME` answers one: the
+least any server must do to serve the same reads. Same TLS setup as the operator (a
+`colocation.tlsutil` EC P-256 certificate), same 1 MiB body limit, no access log. Run as
+`python -m benchmarks.ingest_baseline --state-dir DIR`; prints `ready: url=URL ca=PATH`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import socket
+from pathlib import Path
+
+from aiohttp import web
+
+from colocation import tlsutil
+from colocation.apiserver.app import MAX_REPORT_BYTES
+
+HOST = "127.0.0.1"
+COLLECTION = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
+
+
+class KeptReports:
+    def __init__(self) -> None:
+        self.bodies: dict[str, bytes] = {}
+
+    async def put(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.bodies[request.match_info["name"]] = body
+        return web.Response(body=body, content_type="application/json")
+
+    async def list(self, request: web.Request) -> web.Response:
+        return web.Response(body=b"".join((b'{"items":[', b",".join(self.bodies.values()), b"]}")),
+                            content_type="application/json")
+
+    async def get(self, request: web.Request) -> web.Response:
+        body = self.bodies.get(request.match_info["name"])
+        if body is None:
+            raise web.HTTPNotFound()
+        return web.Response(body=body, content_type="application/json")
+
+
+def _certificates(state_dir: Path) -> tuple[tlsutil.CertKey, Path]:
+    """A serving certificate, and where its CA is written for the client."""
+    ca = tlsutil.new_ca("benchmark-ingest-baseline-ca")
+    serving = tlsutil.issue_certificate(ca, "benchmark-ingest-baseline", dns_names=("localhost",),
+                                        ip_addresses=(HOST,))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    ca_path = state_dir / "ingest-baseline-ca.crt"
+    ca_path.write_bytes(ca.cert_pem)
+    return serving, ca_path
+
+
+async def serve(state_dir: Path) -> None:
+    serving, ca_path = _certificates(state_dir)
+    kept = KeptReports()
+    app = web.Application(client_max_size=MAX_REPORT_BYTES)
+    app.router.add_put(COLLECTION + "/{name}/status", kept.put)
+    app.router.add_get(COLLECTION, kept.list)
+    app.router.add_get(COLLECTION + "/{name}", kept.get)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((HOST, 0))
+    await web.SockSite(runner, sock, ssl_context=tlsutil.ssl_server_context(serving)).start()
+    print(f"ready: url=https://{HOST}:{sock.getsockname()[1]} ca={ca_path}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--state-dir", type=Path, required=True)
+    asyncio.run(serve(parser.parse_args().state_dir))
+
+
+if __name__ == "__main__":
+    main()
