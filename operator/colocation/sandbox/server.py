@@ -21,6 +21,7 @@ from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, forbidden
 from colocation.sandbox.resources import Registry, ResourceType
 from colocation.sandbox.reviews import impersonate
 from colocation.sandbox.special import SpecialEndpoints
+from colocation.sandbox.stats import USER_KEY, RequestStats
 from colocation.sandbox.store import Change, Store
 from colocation.sandbox.verbs import Verbs, flag_param, json_response
 
@@ -45,6 +46,7 @@ class ApiServer:
         self.verbs = Verbs(self.store, bookmark_interval=bookmark_interval, clock=clock)
         self.special = SpecialEndpoints(self)
         self.faults = Faults()
+        self.stats = RequestStats()  # requests and bytes per client and resource: /sandbox/stats
         self.aggregator: Aggregator | None = None  # set when the sandbox serves aggregated APIs
         self.requests_total = 0
 
@@ -65,7 +67,7 @@ class ApiServer:
         return rt
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=bodies.MAX_BODY_BYTES)
+        app = web.Application(client_max_size=bodies.MAX_BODY_BYTES, middlewares=[self.stats.middleware])
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 
@@ -80,6 +82,7 @@ class ApiServer:
             user = self.authenticate(request)
             if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:
                 user = impersonate(user, request.headers, self.rbac.authorize)
+            request[USER_KEY] = user.username
             target = parse_target(request.path)
             if target is None:
                 return await self._non_resource(request, user)
@@ -146,6 +149,8 @@ class ApiServer:
         if path == "/sandbox/faults" and request.method == "DELETE":
             self.faults.clear()
             return json_response({"rules": 0})
+        if path == "/sandbox/stats":
+            return await self.stats.handle(request)
         if path == "/sandbox/watches" and request.method == "DELETE":
             return json_response({"dropped": self.verbs.drop_watches()})
         raise ApiError(404, "NotFound", f"no sandbox control at {request.method} {path}")

@@ -1,0 +1,132 @@
+"""The whole system under test: `colocation sandbox` with operator replicas and simulated agents.
+
+One subprocess runs the sandbox API server, which runs the operator replicas and the agents as
+processes of their own (sandbox/replicas.py and sandbox/nodes.py): real HTTPS, real leader
+election, the manifests' RBAC. This module reads what the benchmarks need from it: who leads, the
+replicas' and agents' processes, the NodeMetrics a replica serves, the Nodes' batch resources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from benchmarks import processes
+from benchmarks.client import Client, Endpoint, Request
+
+NODEMETRICS = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
+LEADER_LEASE = "/apis/coordination.k8s.io/v1/namespaces/colocation-system/leases/colocation-operator"
+BATCH_CPU = "kubernetes.io/batch-cpu"
+
+
+class ReplicaEndpoint(Endpoint):
+    """An operator replica at its loopback port. Each replica makes its own CA at start and only the
+    leader publishes it, so a standby cannot be verified; this client only measures what they serve."""
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+
+
+@dataclass
+class Replica:
+    identity: str  # the pod name; the Lease holder is POD_NAME + "_" + a suffix
+    port: int
+    pid: int
+    restarts: int
+
+
+@dataclass
+class Cluster:
+    server: processes.ServerProcess
+    state_dir: Path
+    nodes: int
+    client: Client
+    _replica_clients: dict[int, Client] = field(default_factory=dict)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.client.endpoint
+
+    def replicas(self) -> list[Replica]:
+        entries = orjson.loads((self.state_dir / "operators.json").read_bytes())
+        return [Replica(e["identity"], int(e["port"]), int(e["pid"]), int(e["restarts"])) for e in entries]
+
+    def agent_pids(self, simulated: bool) -> list[int]:
+        entries = orjson.loads((self.state_dir / "agents.json").read_bytes())
+        return [int(e["pid"]) for e in entries if bool(e["simulated"]) == simulated]
+
+    def replica_client(self, replica: Replica) -> Client:
+        client = self._replica_clients.get(replica.port)
+        if client is None:
+            client = Client(ReplicaEndpoint(f"https://127.0.0.1:{replica.port}", b"", self.endpoint.token),
+                            concurrency=2, timeout=10.0)
+            self._replica_clients[replica.port] = client
+        return client
+
+    async def leader(self) -> str:
+        """The Lease's holder identity; "" when nobody holds it."""
+        status, body = await self.client.send(Request("GET", LEADER_LEASE))
+        if status == 404:
+            return ""
+        if status != 200:
+            raise RuntimeError(f"GET {LEADER_LEASE}: {status} {body[:300]!r}")
+        return str((orjson.loads(body).get("spec") or {}).get("holderIdentity") or "")
+
+    def replica_of(self, holder: str) -> Replica | None:
+        pod = holder.rpartition("_")[0]
+        return next((r for r in self.replicas() if r.identity == pod), None)
+
+    async def served_metrics(self, client: Client) -> dict[str, str] | None:
+        """name → resourceVersion of the NodeMetrics `client`'s server lists; None if it does not answer."""
+        try:
+            status, body = await client.send(Request("GET", NODEMETRICS))
+        except (TimeoutError, OSError, aiohttp.ClientError):  # a replica dying or starting
+            return None
+        if status != 200:
+            return None
+        return {item["metadata"]["name"]: item["metadata"]["resourceVersion"]
+                for item in orjson.loads(body)["items"]}
+
+    async def nodes_with_batch(self) -> set[str]:
+        nodes = await self.client.json(Request("GET", "/api/v1/nodes"))
+        return {n["metadata"]["name"] for n in nodes["items"]
+                if BATCH_CPU in ((n.get("status") or {}).get("allocatable") or {})}
+
+    async def close(self) -> None:
+        for client in self._replica_clients.values():
+            await client.close()
+        await self.client.close()
+        await self.server.stop(timeout=30.0)
+
+
+async def start(state_dir: Path, *, nodes: int, pods_per_node: int, operators: int = 2,
+                operator_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (),
+                extra: tuple[str, ...] = ()) -> Cluster:
+    """Run `colocation sandbox` with `operators` replicas and `nodes` Nodes (one real agent, the rest simulated)."""
+    args = ["-m", "colocation", "sandbox", "--port", "0", "--state-dir", str(state_dir), "--nodes", str(nodes),
+            "--pods-per-node", str(pods_per_node), "--operators", str(operators), "--log-format", "json",
+            *(f"--operator-arg={a}" for a in operator_args), *(f"--agent-arg={a}" for a in agent_args), *extra]
+    server = await processes.start(args, state_dir / "sandbox.log", timeout=300.0)
+    endpoint = Endpoint.from_kubeconfig(Path(server.ready["kubeconfig"]))
+    return Cluster(server, state_dir, nodes, Client(endpoint, concurrency=8, timeout=30.0))
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float, interval: float = 0.5,
+                     what: str = "condition") -> float:
+    """Poll `check` until true; the seconds it took. TimeoutError (naming `what`) after `timeout`."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while not await check():
+        if loop.time() - started > timeout:
+            raise TimeoutError(f"{what}: not reached within {timeout:.0f} s")
+        await asyncio.sleep(interval)  # polling the system under test, not synchronising with it
+    return loop.time() - started

@@ -1,0 +1,62 @@
+"""The failover/staleness and control-plane suites as `python -m benchmarks.run` runs them: flags and sections."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from benchmarks import control_plane, cp_plots, cp_report, machine, operator_failover
+from benchmarks.client import say
+
+FAILOVER = "failover"
+CONTROL_PLANE = "control-plane"
+PLOTS = Path(__file__).resolve().parent / "plots"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    f, c = operator_failover.FailoverConfig(), control_plane.ControlPlaneConfig()
+    p.add_argument("--failover-nodes", type=int, default=f.nodes, help="Nodes (with agents) in the failover runs.")
+    p.add_argument("--failover-pods-per-node", type=int, default=f.pods_per_node)
+    p.add_argument("--failover-operators", type=int, default=f.operators, help="Operator replicas (>= 2).")
+    p.add_argument("--failover-repetitions", type=int, default=f.repetitions,
+                   help="Runs of each (lease settings, signal) case.")
+    p.add_argument("--failover-lease", action="append", choices=("default", "short"), default=None,
+                   help="Lease settings to run (repeatable; default: both).")
+    p.add_argument("--staleness-nodes", type=int, default=f.staleness_nodes,
+                   help="Nodes in the staleness run (its agents renew their Lease every grace/4 s).")
+    p.add_argument("--staleness-grace", type=float, default=f.grace, help="--node-grace-period of the staleness run.")
+    p.add_argument("--staleness-repetitions", type=int, default=f.staleness_repetitions,
+                   help="Times the real agent is stopped; 0: no staleness run.")
+    p.add_argument("--control-plane-nodes", type=int, default=c.nodes)
+    p.add_argument("--control-plane-pods-per-node", type=int, default=c.pods_per_node)
+    p.add_argument("--control-plane-window", type=float, default=c.window, help="Seconds of steady state counted.")
+    p.add_argument("--control-plane-etcd", choices=("run", "skip"), default=c.etcd,
+                   help="skip: no etcd-server installed, report the modeled byte counts only.")
+
+
+def run(args: argparse.Namespace, suites: tuple[str, ...], state_dir: Path, command: str, output: Path) -> None:
+    if FAILOVER in suites:
+        chosen = args.failover_lease or ["default", "short"]
+        settings = tuple(s for s in (operator_failover.DEFAULT_LEASE, operator_failover.SHORT_LEASE)
+                         if s.name in chosen)
+        config = operator_failover.FailoverConfig(
+            nodes=args.failover_nodes, pods_per_node=args.failover_pods_per_node, operators=args.failover_operators,
+            repetitions=args.failover_repetitions, lease_settings=settings, staleness_nodes=args.staleness_nodes,
+            grace=args.staleness_grace,
+            staleness_repetitions=args.staleness_repetitions, state_dir=state_dir)
+        failover = asyncio.run(operator_failover.run(config))
+        cp_plots.failover(failover, PLOTS / "failover_takeover.png")
+        cp_plots.staleness(failover, PLOTS / "failover_staleness.png")
+        cp_report.write(output, cp_report.FAILOVER_SECTION,
+                        cp_report.render_failover(failover, machine.describe(), command))
+        say(f"wrote the {cp_report.FAILOVER_SECTION} section of {output}")
+    if CONTROL_PLANE in suites:
+        cp_config = control_plane.ControlPlaneConfig(
+            nodes=args.control_plane_nodes, pods_per_node=args.control_plane_pods_per_node,
+            window=args.control_plane_window, etcd=args.control_plane_etcd, state_dir=state_dir)
+        cost = asyncio.run(control_plane.run(cp_config))
+        cp_plots.control_plane(cost, PLOTS / "control_plane_cost.png")
+        cp_report.write(output, cp_report.CONTROL_PLANE_SECTION,
+                        cp_report.render_control_plane(cost, machine.describe(), command))
+        say(f"wrote the {cp_report.CONTROL_PLANE_SECTION} section of {output}")
