@@ -19,7 +19,6 @@ import logging
 import os
 import platform
 import re
-import signal
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.sandbox.clock import rfc3339
+from colocation.sandbox.processes import terminate, write_state
 from colocation.sandbox.replicas import STOP_GRACE_SECONDS, TOKEN_SECONDS, free_port
 
 if TYPE_CHECKING:
@@ -266,22 +266,10 @@ class SandboxNodes:
             self._write_state()
 
     def _write_state(self) -> None:
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps([agent.public() for agent in self.agents], option=orjson.OPT_INDENT_2))
-        tmp.replace(self.state_file)
+        write_state(self.state_file, [item.public() for item in self.agents])
 
     async def stop(self) -> None:
         self._stopping = True
         for task in self._supervisors:
             task.cancel()
-        processes = [a.process for a in self.agents if a.process is not None and a.process.returncode is None]
-        for process in processes:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                await asyncio.wait_for(process.wait(), STOP_GRACE_SECONDS)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
+        await terminate((item.process for item in self.agents), STOP_GRACE_SECONDS)

@@ -10,22 +10,19 @@ the replicas (identity, pid, port, log) for tests and people.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.sandbox.aggregation import LOCAL_ENDPOINTS_ANNOTATION
 from colocation.sandbox.clock import rfc3339
+from colocation.sandbox.processes import terminate, write_state
 
 if TYPE_CHECKING:
     from colocation.sandbox.runner import Sandbox
@@ -145,22 +142,10 @@ class OperatorReplicas:
             self._write_state()
 
     def _write_state(self) -> None:
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps([r.public() for r in self.replicas], option=orjson.OPT_INDENT_2))
-        tmp.replace(self.state_file)
+        write_state(self.state_file, [item.public() for item in self.replicas])
 
     async def stop(self) -> None:
         self._stopping = True
         for task in self._supervisors:
             task.cancel()
-        processes = [r.process for r in self.replicas if r.process is not None and r.process.returncode is None]
-        for process in processes:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                await asyncio.wait_for(process.wait(), STOP_GRACE_SECONDS)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
+        await terminate((item.process for item in self.replicas), STOP_GRACE_SECONDS)
