@@ -251,7 +251,7 @@ def render(reports_by_size: dict[int, SizeReport], plots: list[Path], base: Path
         f"`--controllers`) with the manifests' ServiceAccount and RBAC; it leads. Every Node is kubelet-shaped "
         f"and has an agent pod with a ServiceAccount token bound to it. The load client sends each node's reports "
         f"with that node's token straight to the leader over HTTPS (keep-alive, 64 in flight): TokenReview and "
-        f"SubjectAccessReview against the sandbox (cached 10 s, as upstream's delegated authn/authz), the node "
+        f"SubjectAccessReview against the sandbox (cached as the operator configures it), the node "
         f"rule, validation, the store and its watch events. Reports come from the agent's own builder: {pods} pods, "
         f"three aggregation windows, {size(body)} of JSON, and each differs from the node's previous one (so "
         f"each is a stored change and a watch event). Nodes report round-robin. The baseline is "

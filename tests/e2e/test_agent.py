@@ -37,7 +37,10 @@ AGENT_ARGS = ["--agent-arg=--report-interval=0.5", "--agent-arg=--leader-poll-in
 @pytest.fixture(scope="module")
 def agent_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     state = tmp_path_factory.mktemp("agent-sandbox")
-    args = ["--operators", "2", "--nodes", "2", "--pods-per-node", "4", *LEASE_ARGS, *AGENT_ARGS]
+    # No controllers: the tests set a node's NodeSLO themselves, which the NodeSLO controller
+    # would otherwise re-render from the ConfigMap under them.
+    args = ["--operators", "2", "--nodes", "2", "--pods-per-node", "4", *LEASE_ARGS, *AGENT_ARGS,
+            "--operator-arg=--no-controllers"]
     with start_sandbox_process(state, args) as kubeconfig:
         yield kubeconfig, state
 
