@@ -216,6 +216,10 @@ class Reporter:
             return delay
         self._pending = None
         self._backoff.reset()
+        if self.last_sent is not None and leader is not None and leader != self.delivered_to:
+            # The first full report a new leader gets is the re-send, even when a retry that
+            # found the new leader on its way delivered it before the change was noticed.
+            trigger = "leader-changed"
         self.last_sent, self.last_sent_at, self.delivered_to = snapshot, self._clock(), leader
         self.metrics.reports_sent.labels(route, trigger).inc()
         log.debug("report sent", extra={"node": self.node, "route": route, "trigger": trigger})
