@@ -79,16 +79,22 @@ class ApiError(Exception):
         return cls(401, "Unauthorized", message)
 
     @classmethod
-    def forbidden(cls, user: str, verb: str, resource: str, group: str, name: str = "",
-                  namespace: str = "", why: str = "") -> ApiError:
-        what = f'{resource}.{group}' if group else resource
-        target = f' "{name}"' if name else ""
-        scope = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
-        message = f'{what}{target} is forbidden: User "{user}" cannot {verb} resource "{resource}" ' \
-                  f'in API group "{group}"{scope}'
+    def forbidden(cls, user: str, verb: str, resource: str = "", group: str = "", name: str = "",
+                  namespace: str = "", why: str = "", *, subresource: str = "", path: str = "") -> ApiError:
+        """A denied request, worded as kube-apiserver words it (`path` for non-resource requests)."""
+        if path:
+            message, details = f'forbidden: User "{user}" cannot {verb} path "{path}"', {}
+        else:
+            what = f"{resource}.{group}" if group else resource
+            target = f' "{name}"' if name else ""
+            full = f"{resource}/{subresource}" if subresource else resource
+            scope = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+            message = f'{what}{target} is forbidden: User "{user}" cannot {verb} resource "{full}" ' \
+                      f'in API group "{group}"{scope}'
+            details = _details(group, resource, name)
         if why:
             message += f": {why}"
-        return cls(403, "Forbidden", message, _details(group, resource, name))
+        return cls(403, "Forbidden", message, details)
 
     @classmethod
     def gone(cls, message: str) -> ApiError:

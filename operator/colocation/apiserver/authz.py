@@ -10,7 +10,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.userinfo import NODE_NAME_EXTRA, Extra
@@ -52,20 +51,8 @@ class _Decision:
 
 def forbidden(spec: SubjectAccessSpec, reason: str = "") -> ApiError:
     """403 worded as kube-apiserver words it (the reason after a colon)."""
-    if spec.path:
-        message = f'forbidden: User "{spec.user}" cannot {spec.verb} path "{spec.path}"'
-        details: dict[str, Any] = {}
-    else:
-        resource = f"{spec.resource}/{spec.subresource}" if spec.subresource else spec.resource
-        scope = f' in the namespace "{spec.namespace}"' if spec.namespace else " at the cluster scope"
-        why = f'User "{spec.user}" cannot {spec.verb} resource "{resource}" in API group "{spec.api_group}"{scope}'
-        qualified = f"{spec.resource}.{spec.api_group}" if spec.api_group else spec.resource
-        message = f'{qualified} "{spec.name}" is forbidden: {why}' if spec.name else f"{qualified} is forbidden: {why}"
-        details = {"kind": spec.resource, **({"name": spec.name} if spec.name else {}),
-                   **({"group": spec.api_group} if spec.api_group else {})}
-    if reason:
-        message += f": {reason}"
-    return ApiError(403, "Forbidden", message, details)
+    return ApiError.forbidden(spec.user, spec.verb, spec.resource, spec.api_group, spec.name, spec.namespace,
+                              reason, subresource=spec.subresource, path=spec.path)
 
 
 SubjectAccessReviewer = Callable[[SubjectAccessSpec], Awaitable[bool | tuple[bool, str]]]

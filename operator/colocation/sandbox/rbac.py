@@ -55,25 +55,9 @@ ObjectSource = Callable[[str], Iterable[Mapping[str, Any]]]
 
 def forbidden_error(attrs: RequestAttributes, reason: str = "") -> ApiError:
     """The 403 a real API server answers for a denied request, with its exact wording."""
-    who = f'User "{attrs.user.username}"'
-    if not attrs.resource_request:
-        message = f'forbidden: {who} cannot {attrs.verb} path "{attrs.path}"'
-        details: dict[str, Any] = {}
-    else:
-        resource = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
-        scope = f'in the namespace "{attrs.namespace}"' if attrs.namespace else "at the cluster scope"
-        why = f'{who} cannot {attrs.verb} resource "{resource}" in API group "{attrs.api_group}" {scope}'
-        qualified = f"{attrs.resource}.{attrs.api_group}" if attrs.api_group else attrs.resource
-        target = f'{qualified} "{attrs.name}"' if attrs.name else qualified
-        message = f"{target} is forbidden: {why}"
-        details = {"kind": attrs.resource}
-        if attrs.name:
-            details["name"] = attrs.name
-        if attrs.api_group:
-            details["group"] = attrs.api_group
-    if reason:
-        message += f": {reason}"
-    return ApiError(403, "Forbidden", message, details)
+    return ApiError.forbidden(attrs.user.username, attrs.verb, attrs.resource, attrs.api_group, attrs.name,
+                              attrs.namespace, reason, subresource=attrs.subresource,
+                              path="" if attrs.resource_request else attrs.path)
 
 
 # --- Compiled policy -------------------------------------------------------------------------------
