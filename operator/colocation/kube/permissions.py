@@ -122,6 +122,9 @@ AGENT_API_CALLS: tuple[ApiCall, ...] = (
     # Reports: PUT .../nodemetrics/{node}/status; RBAC calls every PUT "update", even one that
     # creates. The leader accepts a report only from a token bound to a pod on that node.
     ApiCall(METRICS_GROUP, "nodemetrics", "update", None, subresource="status"),
+    # Custom metric samples scraped from annotated pods: PUT .../nodemetrics/{node}/samples, the
+    # same node rule as reports.
+    ApiCall(METRICS_GROUP, "nodemetrics", "update", None, subresource="samples"),
 )
 
 # The roles the operator is bound to that Kubernetes itself defines; they grant more than the
