@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from aiohttp import web
@@ -27,12 +27,15 @@ from colocation.apiserver.metrics import VERB, ServerMetrics
 from colocation.apiserver.models import validate_report
 from colocation.apiserver.resource_metrics import ResourceMetricsApi, api_group_body
 from colocation.apiserver.store import NodeMetricStore
+from colocation.custommetrics.routes import CustomMetricsApi
+from colocation.custommetrics.samples import validate_batch
 
 log = logging.getLogger(__name__)
 
 MAX_REPORT_BYTES = 1024 * 1024
 _UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
 _TABLE_ACCEPT = "as=Table"
+_Validated = TypeVar("_Validated")
 
 
 class Leadership(Protocol):
@@ -63,7 +66,8 @@ class NodeMetricApi:
                  leadership: Leadership, known_node: Callable[[str], bool],
                  node_labels: Callable[[str], Any], metrics: ServerMetrics,
                  options: ApiOptions | None = None, *, wall: Callable[[], float] = time.time,
-                 resource_metrics: ResourceMetricsApi | None = None) -> None:
+                 resource_metrics: ResourceMetricsApi | None = None,
+                 custom_metrics: CustomMetricsApi | None = None) -> None:
         self.store = store
         self.authenticator = authenticator
         self.authorizer = authorizer
@@ -75,6 +79,7 @@ class NodeMetricApi:
         self.options = options or ApiOptions()
         self.wall = wall
         self.resource_metrics = resource_metrics  # metrics.k8s.io, with --serve-resource-metrics
+        self.custom_metrics = custom_metrics  # custom and external metrics, with --serve-custom-metrics
         self.ready_check: Callable[[], bool] = lambda: self.leadership.is_leader
 
     def application(self) -> web.Application:
@@ -97,12 +102,17 @@ class NodeMetricApi:
         app.router.add_put(collection + "/{name}/status", self._report)
         if self.resource_metrics is not None:
             self.resource_metrics.add_routes(app.router, self._caller)
+        if self.custom_metrics is not None:
+            app.router.add_put(collection + "/{name}/samples", self._samples)
+            self.custom_metrics.add_routes(app.router, self._caller)
         return app
 
     def _api_group_list(self) -> Any:
         groups = discovery.api_group_list()
         if self.resource_metrics is not None:
             groups["groups"].append(api_group_body())
+        if self.custom_metrics is not None:
+            groups["groups"].extend(self.custom_metrics.api_groups())
         return groups
 
     # ---- cross-cutting -------------------------------------------------------------------------
@@ -247,26 +257,41 @@ class NodeMetricApi:
     # ---- writes --------------------------------------------------------------------------------
 
     async def _report(self, request: web.Request) -> web.Response:
+        node, report = await self._from_agent(request, "status", validate_report, self.metrics.reports_rejected)
+        entry = self.store.put(report, self.node_labels(node) or {})
+        self.metrics.reports_accepted.inc()
+        return web.Response(body=entry.body, content_type="application/json")
+
+    async def _samples(self, request: web.Request) -> web.Response:
+        assert self.custom_metrics is not None, "routed only with custom metrics"
+        _, batch = await self._from_agent(request, "samples", validate_batch,
+                                          self.custom_metrics.metrics.batches_rejected)
+        return _json(self.custom_metrics.ingest(batch))
+
+    async def _from_agent(self, request: web.Request, subresource: str, validate: Callable[[bytes, str], _Validated],
+                          rejected: Any) -> tuple[str, _Validated]:
+        """An agent's write to nodemetrics/{node}/SUBRESOURCE: leader only, authorized, from that node, valid.
+
+        `rejected` counts refusals by reason (a prometheus_client Counter with one label).
+        """
         request[VERB] = "update"
         node = request.match_info["name"]
         if not self.leadership.is_leader:
             leader = self.leadership.leader_identity or "unknown"
-            self.metrics.reports_rejected.labels("not-leader").inc()
+            rejected.labels("not-leader").inc()
             raise ApiError.service_unavailable(f"this replica is a standby; send reports to the leader ({leader})")
         try:
             caller = await self._caller(request)
-            await self.authorizer.authorize(caller, "update", discovery.RESOURCE, subresource="status", name=node)
+            await self.authorizer.authorize(caller, "update", discovery.RESOURCE, subresource=subresource, name=node)
             check_node_rule(caller, node)
             raw = await self._read_body(request)
-            report = validate_report(raw, node)
+            validated = validate(raw, node)
             if not self.known_node(node):
                 raise ApiError.not_found("", "nodes", node)
         except ApiError as error:
-            self.metrics.reports_rejected.labels(error.reason or str(error.code)).inc()
+            rejected.labels(error.reason or str(error.code)).inc()
             raise
-        entry = self.store.put(report, self.node_labels(node) or {})
-        self.metrics.reports_accepted.inc()
-        return web.Response(body=entry.body, content_type="application/json")
+        return node, validated
 
     async def _read_body(self, request: web.Request) -> bytes:
         if request.content_length is not None and request.content_length > MAX_REPORT_BYTES:

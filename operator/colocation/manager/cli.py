@@ -50,6 +50,14 @@ def _default_identity() -> str:
               help="Also serve metrics.k8s.io/v1beta1 NodeMetrics and PodMetrics from the same data, so "
                    "`kubectl top` and the HPA work without metrics-server (register the APIService of "
                    "manifests/components/resource-metrics). Runs a Pod informer for pod labels.")
+@click.option("--serve-custom-metrics", is_flag=True, default=False,
+              help="Also serve custom.metrics.k8s.io (v1beta2, v1beta1) and external.metrics.k8s.io (v1beta1) "
+                   "from the leader's memory: the samples agents scrape and built-in cpu_usage/memory_usage "
+                   "(register the APIServices of manifests/components/custom-metrics). Runs a Pod informer.")
+@click.option("--custom-metrics-retention", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds a custom metric sample is kept; a series without newer samples is dropped.")
+@click.option("--custom-metrics-max-series", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Series held at most; samples of new series beyond it are dropped (and counted).")
 @click.option("--evaluation-interval", type=click.FloatRange(min=0.05), default=5.0, show_default=True,
               help="Seconds between two evaluations of every node (health, batch resources), events or not.")
 @click.option("--node-grace-period", type=click.FloatRange(min=0.1), default=40.0, show_default=True,
@@ -73,7 +81,8 @@ def _default_identity() -> str:
 def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, bind_address: str, port: int,
                      advertise_address: str, tls_cert_file: Path | None, tls_key_file: Path | None,
                      lease_duration: float, renew_deadline: float, retry_period: float, metric_ttl: float,
-                     bookmark_interval: float, serve_resource_metrics: bool, evaluation_interval: float,
+                     bookmark_interval: float, serve_resource_metrics: bool, serve_custom_metrics: bool,
+                     custom_metrics_retention: float, custom_metrics_max_series: int, evaluation_interval: float,
                      node_grace_period: float, eviction_timeout: float, eviction_rate: float,
                      unhealthy_zone_threshold: float, unhealthy_zone_min_nodes: int, startup_grace: float | None,
                      recovery_renewals: int, controllers: bool) -> None:
@@ -96,6 +105,9 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                             tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, lease_duration=lease_duration,
                             renew_deadline=renew_deadline, retry_period=retry_period, metric_ttl=metric_ttl,
                             bookmark_interval=bookmark_interval, serve_resource_metrics=serve_resource_metrics,
+                            serve_custom_metrics=serve_custom_metrics,
+                            custom_metrics_retention=custom_metrics_retention,
+                            custom_metrics_max_series=custom_metrics_max_series,
                             controllers=ControllerSettings(
                                 enabled=controllers, evaluation_interval=evaluation_interval,
                                 node_grace_period=node_grace_period, eviction_timeout=eviction_timeout,

@@ -37,6 +37,11 @@ from colocation.apiserver.store import NodeMetricStore
 # which a new leader cannot spare while it must renew its Lease.
 from colocation.controllers.leader import Controllers
 from colocation.controllers.settings import ControllerSettings
+from colocation.custommetrics.builtin import BuiltinMetrics
+from colocation.custommetrics.metrics import StoreMetrics
+from colocation.custommetrics.query import MetricsQuery
+from colocation.custommetrics.routes import CustomMetricsApi
+from colocation.custommetrics.series import SeriesStore
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client
@@ -69,6 +74,9 @@ class OperatorConfig:
     expiry_interval: float = 10.0
     bookmark_interval: float = 60.0
     serve_resource_metrics: bool = False
+    serve_custom_metrics: bool = False
+    custom_metrics_retention: float = 600.0
+    custom_metrics_max_series: int = 100_000
     controllers: ControllerSettings = field(default_factory=ControllerSettings)
 
 
@@ -122,6 +130,7 @@ class OperatorProcess:
         self._leader_tasks: list[asyncio.Task[Any]] = []
         self.api: Any = None  # the ApiClient, while run() holds it
         self.controllers_failed = False
+        self.custom_metrics: CustomMetricsApi | None = None
 
     # ---- leadership callbacks (synchronous, on the election task) ----------------------------
 
@@ -130,6 +139,10 @@ class OperatorProcess:
         self.metrics.leader.set(1)
         self.metrics.leader_transitions.inc()
         self._leader_tasks.append(asyncio.create_task(self._expire_loop()))
+        if self.custom_metrics is not None:
+            # Expired samples are also cut at read time; the sweep frees their memory.
+            sweep = min(10.0, max(0.5, self.config.custom_metrics_retention / 10))
+            self._leader_tasks.append(asyncio.create_task(self.custom_metrics.maintain_forever(sweep)))
         if self.config.controllers.enabled and self.api is not None:
             self._leader_tasks.append(asyncio.create_task(self._run_controllers()))
 
@@ -217,14 +230,17 @@ class OperatorProcess:
                 on_started_leading=self._started_leading, on_stopped_leading=self._stopped_leading,
                 on_new_leader=self._new_leader)
             elector = self.elector
-            # metrics.k8s.io serves only pods that exist, with their labels: that takes a Pod informer.
-            pods = PodDirectory() if config.serve_resource_metrics else None
-            resource_metrics = ResourceMetricsApi(ResourceMetricsView(self.store), authorizer, pods) \
-                if pods is not None else None
+            # The metric APIs serve only pods that exist, with their labels: that takes a Pod informer.
+            pods = PodDirectory() if config.serve_resource_metrics or config.serve_custom_metrics else None
+            view = ResourceMetricsView(self.store)
+            resource_metrics = ResourceMetricsApi(view, authorizer, pods) \
+                if pods is not None and config.serve_resource_metrics else None
+            if pods is not None and config.serve_custom_metrics:
+                self.custom_metrics = self._custom_metrics_api(view, pods, authorizer, elector)
             api_app = NodeMetricApi(self.store, authenticator, authorizer, lambda: self.request_header, elector,
                                     self.nodes.__contains__, self.nodes.labels, self.metrics,
                                     ApiOptions(bookmark_interval=config.bookmark_interval),
-                                    resource_metrics=resource_metrics)
+                                    resource_metrics=resource_metrics, custom_metrics=self.custom_metrics)
             runner = web.AppRunner(api_app.application(), access_log=None, handle_signals=False,
                                    shutdown_timeout=2.0)
             await runner.setup()
@@ -253,6 +269,19 @@ class OperatorProcess:
         if self.controllers_failed:
             return EXIT_CONTROLLERS_FAILED
         return EXIT_LOST_LEADERSHIP if self.lost_leadership else 0
+
+    def _custom_metrics_api(self, view: ResourceMetricsView, pods: PodDirectory, authorizer: DelegatingAuthorizer,
+                            elector: LeaderElector) -> CustomMetricsApi:
+        config = self.config
+        series = SeriesStore(time.time, retention_seconds=config.custom_metrics_retention,
+                             max_series=config.custom_metrics_max_series)
+        # The built-ins' history: two series per pod and per node, kept as long as the samples.
+        history = SeriesStore(time.time, retention_seconds=config.custom_metrics_retention,
+                              max_series=config.custom_metrics_max_series)
+        builtins = BuiltinMetrics(self.store, view, history)
+        query = MetricsQuery(series, builtins, pods, self.nodes.labels)
+        return CustomMetricsApi(series, builtins, query, authorizer, elector,
+                                StoreMetrics(self.metrics.registry, series.__len__))
 
     def _ssl_context(self) -> ssl.SSLContext:
         client_ca = self.request_header.request_header_ca_pem if self.request_header else None

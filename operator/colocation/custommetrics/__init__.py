@@ -1,0 +1,6 @@
+"""custom.metrics.k8s.io and external.metrics.k8s.io, served from the leader's memory.
+
+Agents send the samples they scrape (`PUT …/nodemetrics/{node}/samples`, `samples`); the leader
+keeps them per series (`series`), answers the metric APIs from them and from the NodeMetric store
+(`builtin`, `query`), in the shapes HPA and other clients read (`shapes`), over HTTP (`routes`).
+"""

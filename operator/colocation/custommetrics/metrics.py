@@ -1,0 +1,27 @@
+"""Prometheus metrics of the custom metrics store, on the operator's registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class StoreMetrics:
+    def __init__(self, registry: CollectorRegistry, series: Callable[[], int]) -> None:
+        r = registry
+        self.series = Gauge("colocation_custom_metrics_series", "Custom metric series held in memory.", registry=r)
+        self.series.set_function(series)  # read at scrape time, not updated per sample
+        self.samples_accepted = Counter("colocation_custom_metrics_samples_accepted_total",
+                                        "Custom metric samples stored.", registry=r)
+        self.samples_dropped = Counter("colocation_custom_metrics_samples_dropped_total",
+                                       "Samples of accepted batches not stored, by reason (too-old, future, "
+                                       "out-of-order, series-limit).", ["reason"], registry=r)
+        self.batches_accepted = Counter("colocation_custom_metrics_batches_accepted_total",
+                                        "Sample batches accepted from agents.", registry=r)
+        self.batches_rejected = Counter("colocation_custom_metrics_batches_rejected_total",
+                                        "Sample batches refused whole, by reason.", ["reason"], registry=r)
+        self.gc_series_removed = Counter("colocation_custom_metrics_gc_series_removed_total",
+                                         "Series dropped by garbage collection: no sample within the retention.",
+                                         registry=r)
+        self.gc_runs = Counter("colocation_custom_metrics_gc_runs_total", "Garbage collection sweeps.", registry=r)
