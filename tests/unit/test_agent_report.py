@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from colocation.agent.delivery import Delivery
 from colocation.agent.leader import Leader, LeaderLocator, leader_from_lease
 from colocation.agent.metrics import AgentMetrics
 from colocation.agent.report import Reporter, ReportOptions, Snapshot, moved, report_trigger
@@ -85,12 +86,14 @@ def lease(holder: str, port: int | None) -> dict[str, Any]:
 
 
 class FakeKube:
-    """kube-apiserver: the leader Lease, and the aggregated report path."""
+    """kube-apiserver: the leader Lease, and the aggregated path of PUTs to `put_path`."""
 
-    def __init__(self) -> None:
+    def __init__(self, put_path: str = REPORT_PATH) -> None:
         self.lease: dict[str, Any] | None = lease("op-0_a", 1)
+        self.put_path = put_path
         self.report_status = 200
         self.calls: list[tuple[str, str]] = []
+        self.bodies: list[bytes] = []
 
     def transport(self) -> Transport:
         raise NotImplementedError
@@ -103,7 +106,8 @@ class FakeKube:
         self.calls.append((method, path))
         if path == LEASE_PATH:
             return (200, self.lease) if self.lease is not None else (404, {"kind": "Status", "code": 404})
-        assert (method, path) == ("PUT", REPORT_PATH)
+        assert (method, path) == ("PUT", self.put_path)
+        self.bodies.append(body)
         if self.report_status == 0:
             raise TimeoutError
         return self.report_status, {"kind": "Status", "code": self.report_status, "message": "through apiserver"}
@@ -136,8 +140,8 @@ class Setup:
         self.metrics = AgentMetrics()
         self.locator = LeaderLocator(self.kube, poll_interval=10.0, min_refresh_gap=0.0, clock=lambda: self.now)
         self.current = body()
-        self.reporter = Reporter("node-a", self.kube, self.locator, self.leaders.put,
-                                 lambda: Snapshot.of(self.current), options=ReportOptions(),
+        self.delivery = Delivery(self.kube, self.locator, self.leaders.put, timeout=5.0)
+        self.reporter = Reporter("node-a", self.delivery, lambda: Snapshot.of(self.current), options=ReportOptions(),
                                  metrics=self.metrics, clock=lambda: self.now, rng=random.Random(7))
 
     def sent(self, route: str, trigger: str) -> float:

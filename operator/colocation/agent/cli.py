@@ -49,6 +49,17 @@ DEFAULT_METRICS_PORT = 9464
 @click.option("--operator-namespace", envvar="OPERATOR_NAMESPACE", show_envvar=True,
               default=permissions.OPERATOR_NAMESPACE, show_default=True,
               help="Namespace of the operator and its leader Lease.")
+@click.option("--scrape-interval", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Seconds between two scrapes of the node's pods annotated colocation.dev/scrape=\"true\" "
+                   "(custom metrics, sent to the leader after each); 0 turns custom metrics off, simulated "
+                   "ones included.")
+@click.option("--scrape-timeout", type=click.FloatRange(min=0.01), default=None,
+              help="Seconds one pod's scrape may take; shorter than --scrape-interval. Default: 3, or 80 % of "
+                   "--scrape-interval when that is shorter.")
+@click.option("--scrape-concurrency", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Pods scraped at once.")
+@click.option("--max-series-per-pod", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Series kept from one pod's scrape (in exposition order); the rest are dropped and counted.")
 @click.option("--simulated-nodes", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Instead of measuring this machine, run a simulated agent (synthetic load) for every node "
                    "in this JSON file ([{\"node\", \"token\", \"seed\", \"profile\", \"pods\"}]), sharing one "
@@ -60,9 +71,11 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                   collect_interval: float, report_interval: float, report_change_threshold: float,
                   max_report_interval: float, report_timeout: float, leader_poll_interval: float,
                   metrics_bind_address: str, metrics_port: int, lease_namespace: str, lease_duration: int,
-                  lease_renew_interval: float | None, operator_namespace: str, simulated_nodes: Path | None,
-                  simulation_concurrency: int) -> None:
-    """Run the node agent: collect usage, report it to the leader, heartbeat with a Lease.
+                  lease_renew_interval: float | None, operator_namespace: str, scrape_interval: float,
+                  scrape_timeout: float | None, scrape_concurrency: int, max_series_per_pod: int,
+                  simulated_nodes: Path | None, simulation_concurrency: int) -> None:
+    """Run the node agent: collect usage, report it to the leader, heartbeat with a Lease, and
+    scrape annotated pods for custom metrics.
 
     Exits 0 after SIGTERM/SIGINT.
     """
@@ -70,16 +83,23 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
 
     from colocation.agent.report import ReportOptions
     from colocation.agent.runtime import AgentConfig, NodeAgentOptions, StartupError, run_agent
+    from colocation.agent.scrape import ScrapeOptions
     from colocation.kube.client import KubeConfigError
 
     renew = lease_renew_interval if lease_renew_interval is not None else lease_duration / 4
     if renew >= lease_duration:
         raise click.BadParameter("must be shorter than --lease-duration", param_hint="--lease-renew-interval")
+    if scrape_timeout is None:
+        scrape_timeout = min(3.0, 0.8 * scrape_interval) or 3.0
+    if scrape_interval and scrape_timeout >= scrape_interval:
+        raise click.BadParameter("must be shorter than --scrape-interval", param_hint="--scrape-timeout")
     options = NodeAgentOptions(
         collect_interval=collect_interval,
         report=ReportOptions(report_interval=report_interval, change_threshold=report_change_threshold,
                              max_interval=max_report_interval, request_timeout=report_timeout),
-        lease_namespace=lease_namespace, lease_duration=lease_duration, lease_renew_interval=renew)
+        lease_namespace=lease_namespace, lease_duration=lease_duration, lease_renew_interval=renew,
+        scrape=ScrapeOptions(interval=scrape_interval, timeout=scrape_timeout, concurrency=scrape_concurrency,
+                             max_series_per_pod=max_series_per_pod))
     if simulated_nodes is not None:
         from colocation.agent.simulated import SimulationConfig, load_simulated_nodes, run_simulation
 

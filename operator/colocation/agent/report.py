@@ -10,32 +10,25 @@ Every `report_interval` it takes the latest state (never a queue of old ones) an
 - the leader changed since the last accepted report (`leader-changed`): a new leader may have
   started empty, so it gets the full report at once, without waiting for the next check.
 
-Delivery goes straight to the leader (endpoint and CA from the leader Lease), else through
-kube-apiserver's aggregation layer, which routes to whichever replica is ready (the leader):
-- a 503 from a standby means the Lease moved on: read it again and retry the new leader;
-- a leader that cannot be reached (refused, timed out) or that cannot authenticate us (a
-  kubeconfig with a client certificate has no token to show it) → kube-apiserver;
-- any other refusal is final for this report.
+Delivery (colocation.agent.delivery) goes straight to the leader, else through kube-apiserver.
 A failed report is retried with exponential backoff and jitter, each time with the latest state.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
-from colocation.agent.kubeapi import KubeApi
-from colocation.agent.leader import Leader, LeaderLocator
+from colocation.agent.delivery import Delivery, DeliveryFailed, run_checks
+from colocation.agent.leader import Leader
 from colocation.agent.metrics import AgentMetrics
 from colocation.apimachinery.quantity import byte_value, cpu_millis
 from colocation.kube import permissions
@@ -114,56 +107,17 @@ class ReportOptions:
     retry_maximum: float = 30.0
 
 
-class ReportFailed(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-
-
-# PUT `path` with `body` to the leader within `timeout`: (status, decoded body).
-DirectPut = Callable[[Leader, str, bytes, float], Awaitable[tuple[int, Any]]]
-
-
-def session_put(session: aiohttp.ClientSession, token: Callable[[], str]) -> DirectPut:
-    """Direct reports over a shared aiohttp session, authenticated with the agent's bearer token."""
-
-    async def put(leader: Leader, path: str, body: bytes, timeout: float) -> tuple[int, Any]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if bearer := token():
-            headers["Authorization"] = f"Bearer {bearer}"
-        async with session.put(leader.endpoint + path, data=body, headers=headers, ssl=leader.ssl_context,
-                               timeout=aiohttp.ClientTimeout(total=timeout)) as response:
-            raw = await response.read()
-            try:
-                return response.status, orjson.loads(raw) if raw else None
-            except orjson.JSONDecodeError:
-                return response.status, raw.decode(errors="replace")
-
-    return put
-
-
-def _http_reason(status: int) -> str:
-    return "unavailable" if status == 503 else f"http-{status}"
-
-
-def _message(body: Any) -> str:
-    return str(body.get("message", "")) if isinstance(body, dict) else str(body or "")[:200]
-
-
 class Reporter:
-    def __init__(self, node: str, kube: KubeApi, locator: LeaderLocator, direct: DirectPut,
-                 snapshot: Callable[[], Snapshot | None], *, options: ReportOptions | None = None,
-                 metrics: AgentMetrics | None = None, slots: asyncio.Semaphore | None = None,
+    def __init__(self, node: str, delivery: Delivery, snapshot: Callable[[], Snapshot | None], *,
+                 options: ReportOptions | None = None, metrics: AgentMetrics | None = None,
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
         self.node = node
-        self.kube = kube
-        self.locator = locator
-        self.direct = direct
+        self.delivery = delivery
+        self.locator = delivery.locator
         self.snapshot = snapshot
         self.options = options or ReportOptions()
         self.max_interval = self.options.max_interval  # the NodeSLO's reportIntervalSeconds may change it
         self.metrics = metrics or AgentMetrics()
-        self.slots = slots
         self.path = f"/apis/{_REPORT.group}/v1alpha1/{_REPORT.resource}/{node}/{_REPORT.subresource}"
         self.last_sent: Snapshot | None = None
         self.last_sent_at: float | None = None  # monotonic
@@ -173,7 +127,7 @@ class Reporter:
         self._backoff = Backoff(min(self.options.retry_initial, self.options.retry_maximum),
                                 self.options.retry_maximum, jitter=0.5, rng=rng)
         self._wake = asyncio.Event()
-        locator.subscribe(self._leader_changed)
+        self.locator.subscribe(self._leader_changed)
 
     def age(self) -> float:
         """Seconds since the last accepted report; +inf before the first."""
@@ -207,8 +161,8 @@ class Reporter:
         if trigger is None:
             return self.options.report_interval
         try:
-            route, leader = await self.deliver(orjson.dumps(snapshot.body))
-        except ReportFailed as failure:
+            route, leader = await self.delivery.put(self.path, orjson.dumps(snapshot.body), self._failed)
+        except DeliveryFailed as failure:
             self._pending = trigger
             delay = self._backoff.next_delay()
             log.warning("report failed, retrying", extra={"node": self.node, "error": str(failure),
@@ -225,74 +179,10 @@ class Reporter:
         log.debug("report sent", extra={"node": self.node, "route": route, "trigger": trigger})
         return self.options.report_interval
 
-    # ---- delivery --------------------------------------------------------------------------------
-
-    async def deliver(self, body: bytes) -> tuple[str, str | None]:
-        """PUT the report: to the leader if possible, else through kube-apiserver.
-
-        Returns (route, identity of the leader it reached as far as known); raises ReportFailed.
-        Each failed attempt on the way is counted by reason.
-        """
-        skip_direct = False
-        for _ in range(3):  # leader, a new leader after a 503, kube-apiserver
-            leader = self.locator.leader
-            if leader is None or not leader.reachable or skip_direct:
-                return await self._through_apiserver(body)
-            try:
-                status, answer = await self._limited(self.direct(leader, self.path, body,
-                                                                 self.options.request_timeout))
-            except TimeoutError:
-                self._failed("leader-timeout")
-            except (aiohttp.ClientError, OSError):
-                self._failed("leader-unreachable")
-            else:
-                if 200 <= status < 300:
-                    return "leader", leader.identity
-                if status == 401:  # no token the leader accepts (a client certificate, say)
-                    self._failed("leader-unauthorized")
-                    skip_direct = True
-                    continue
-                if status != 503:
-                    self._failed(_http_reason(status))
-                    raise ReportFailed(_http_reason(status), _message(answer))
-                self._failed("standby")
-            # Unreachable, or a standby answered: the Lease may name someone else by now.
-            await self.locator.refresh()
-            if self.locator.leader == leader:
-                skip_direct = True
-        return await self._through_apiserver(body)
-
-    async def _through_apiserver(self, body: bytes) -> tuple[str, str | None]:
-        try:
-            status, answer = await self._limited(self.kube.request("PUT", self.path, body=body,
-                                                                   timeout=self.options.request_timeout))
-        except TimeoutError as error:
-            self._failed("timeout")
-            raise ReportFailed("timeout", "no answer from kube-apiserver") from error
-        except Exception as error:  # the connection failed
-            self._failed("unreachable")
-            raise ReportFailed("unreachable", str(error) or type(error).__name__) from error
-        if 200 <= status < 300:
-            leader = self.locator.leader
-            return "apiserver", leader.identity if leader is not None else None
-        self._failed(_http_reason(status))
-        raise ReportFailed(_http_reason(status), _message(answer))
-
-    async def _limited(self, request: Awaitable[tuple[int, Any]]) -> tuple[int, Any]:
-        if self.slots is None:
-            return await request
-        async with self.slots:
-            return await request
-
     def _failed(self, reason: str) -> None:
         self.metrics.reports_failed.labels(reason).inc()
 
     # ---- the loop --------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        while True:
-            delay = await self.check()
-            if not self._wake.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
-            self._wake.clear()
+        await run_checks(self.check, self._wake)

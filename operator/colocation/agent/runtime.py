@@ -4,7 +4,8 @@
 simulated agents (colocation.agent.simulated). Its stages are separate tasks so none waits for
 another: collection runs on its own clock and only appends to the aggregator; the reporter reads
 the aggregator's current windows when it checks (the latest state, never a backlog); the
-heartbeat renews the Lease whatever the reports do.
+heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.agent.samples)
+are two more tasks: one takes samples every scrape interval, one sends them.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from aiohttp import web
 from colocation.agent.aggregate import Aggregator
 from colocation.agent.classify import PodInfo, classify
 from colocation.agent.collector import Collector, RealCollector
+from colocation.agent.delivery import Delivery, DirectPut, session_put
 from colocation.agent.heartbeat import DEFAULT_LEASE_DURATION, NodeHeartbeat
 from colocation.agent.kubeapi import ApiClientKube, KubeApi
 from colocation.agent.leader import LeaderLocator
 from colocation.agent.metrics import AgentMetrics
 from colocation.agent.nodemetric import node_metric_from
 from colocation.agent.policy import CollectPolicy, collect_policy
-from colocation.agent.report import DirectPut, Reporter, ReportOptions, Snapshot, session_put
+from colocation.agent.report import Reporter, ReportOptions, Snapshot
+from colocation.agent.samples import CustomMetrics, SampleBuffer, SampleSender, SampleSource, SendOptions
+from colocation.agent.scrape import PodScraper, ScrapeOptions, ScrapeTarget, scrape_target
 from colocation.kube import permissions
 from colocation.kube.informer import Informer, InformerOptions
 
@@ -51,17 +55,20 @@ class NodeAgentOptions:
     lease_namespace: str = permissions.NODE_LEASE_NAMESPACE
     lease_duration: int = DEFAULT_LEASE_DURATION
     lease_renew_interval: float | None = None  # default: a quarter of the duration
+    scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
 
 
 class PodDirectory:
-    """The node's pods (from its watch, or a fixed list), classified, by UID and by name."""
+    """The node's pods (from its watch, or a fixed list), classified, by UID and by name; and
+    those annotated for scraping, by name."""
 
     def __init__(self) -> None:
         self.by_uid: dict[str, PodInfo] = {}
         self.by_name: dict[tuple[str, str], PodInfo] = {}
+        self.scrape_targets: dict[tuple[str, str], ScrapeTarget] = {}
 
     async def on_sync(self, items: list[dict[str, Any]], resource_version: str = "") -> None:
-        self.by_uid, self.by_name = {}, {}
+        self.by_uid, self.by_name, self.scrape_targets = {}, {}, {}
         for item in items:
             await self.on_event("ADDED", item)
 
@@ -71,8 +78,12 @@ class PodDirectory:
         old = self.by_name.pop(key, None)
         if old is not None:
             self.by_uid.pop(old.uid, None)
+        self.scrape_targets.pop(key, None)
         if type_ == "DELETED" or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
             return
+        target = scrape_target(pod)
+        if target is not None:  # scraped whether or not the pod can be classified
+            self.scrape_targets[key] = target
         try:
             info = classify(pod)
         except Exception as error:  # a pod the conventions cannot place is left out of reports, not fatal
@@ -88,6 +99,7 @@ class NodeAgent:
                  direct: DirectPut, metrics: AgentMetrics, options: NodeAgentOptions | None = None,
                  watch_pods: bool = True, follow_nodeslo: bool = True,
                  report_slots: asyncio.Semaphore | None = None, lease_slots: asyncio.Semaphore | None = None,
+                 sample_source: Callable[[PodDirectory], SampleSource] | None = None,
                  wall: Callable[[], float] = time.time) -> None:
         self.node = node
         self.kube = kube
@@ -100,8 +112,17 @@ class NodeAgent:
         self.policy = CollectPolicy()
         self.aggregator = Aggregator(self.policy.aggregate_duration_seconds, self.policy.durations,
                                      sample_interval_seconds=self.options.collect_interval)
-        self.reporter = Reporter(node, kube, locator, direct, self.snapshot, options=self.options.report,
-                                 metrics=metrics, slots=report_slots)
+        # Reports and sample batches take the same way to the leader, and share its bound on requests.
+        self.delivery = Delivery(kube, locator, direct, timeout=self.options.report.request_timeout,
+                                 slots=report_slots)
+        self.reporter = Reporter(node, self.delivery, self.snapshot, options=self.options.report, metrics=metrics)
+        self.custom_metrics: CustomMetrics | None = None
+        if sample_source is not None and self.options.scrape.interval > 0:
+            buffer = SampleBuffer(
+                dropped=lambda reason, count: metrics.custom_samples_dropped.labels(reason).inc(count))
+            sender = SampleSender(node, self.delivery, buffer, metrics=metrics, options=SendOptions(
+                interval=self.options.scrape.interval, request_timeout=self.options.report.request_timeout))
+            self.custom_metrics = CustomMetrics(sample_source(self.pods), sender, metrics)
         self.heartbeat = NodeHeartbeat(kube, node, namespace=self.options.lease_namespace,
                                        lease_duration_seconds=self.options.lease_duration,
                                        renew_interval=self.options.lease_renew_interval, metrics=metrics,
@@ -174,6 +195,8 @@ class NodeAgent:
                  asyncio.create_task(self.reporter.run(), name=f"report@{self.node}"),
                  asyncio.create_task(self.heartbeat.run(), name=f"heartbeat@{self.node}")]
         tasks += [asyncio.create_task(informer.run(), name=informer.name) for informer in self.informers()]
+        if self.custom_metrics is not None:
+            tasks.append(asyncio.create_task(self.custom_metrics.run(), name=f"custom-metrics@{self.node}"))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -254,18 +277,24 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> i
     stop = stop or asyncio.Event()
     install_signal_handlers(stop)
     metrics = AgentMetrics()
-    async with await api_client(config.kubeconfig) as api, aiohttp.ClientSession() as session:
+    scrape = config.node.scrape
+    async with await api_client(config.kubeconfig) as api, aiohttp.ClientSession() as session, \
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=scrape.concurrency)) as scrape_session:
         kube = ApiClientKube(api)
         locator = LeaderLocator(kube, config.operator_namespace, poll_interval=config.leader_poll_interval,
                                 timeout=config.node.report.request_timeout)
         locator.subscribe(lambda leader: metrics.leader_changes.inc())
         collector = RealCollector(config.proc_root, config.cgroup_root)
         agent = NodeAgent(config.node_name, kube, collector, locator=locator,
-                          direct=session_put(session, kube.bearer_token), metrics=metrics, options=config.node)
+                          direct=session_put(session, kube.bearer_token), metrics=metrics, options=config.node,
+                          sample_source=lambda pods: PodScraper(
+                              scrape_session, lambda: pods.scrape_targets.values(), scrape, metrics,
+                              node=config.node_name).scrape_all)
         metrics.track_report_age(lambda: [agent.reporter.age()])
         runner = await serve_metrics(metrics, agent.healthy, config.metrics_bind_address, config.metrics_port)
         log.info("agent started", extra={"node": config.node_name, "proc_root": str(config.proc_root),
-                                         "cgroup_root": str(config.cgroup_root)})
+                                         "cgroup_root": str(config.cgroup_root),
+                                         "scrape_interval": scrape.interval or "off"})
         try:
             await run_until(stop, locator.run(), agent.run())
         finally:

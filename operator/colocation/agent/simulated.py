@@ -9,7 +9,11 @@ new leader.
 
 Like real agents, simulated ones watch their pods (the synthetic collector names them; the watch
 says which of them the cluster really has on the node) but not their NodeSLO: they use the
-default collection policy.
+default collection policy. Every scrape interval each simulated node sends the custom metrics
+of its pods that carry the scrape annotation (synthetic series, not fetched over HTTP) through
+the same sample sender as a real agent; `custom_metrics=False` (or a scrape interval of 0) turns
+that off, which load tests of NodeMetric reports alone want: it is one more PUT per node per
+scrape interval.
 
 The nodes file is JSON: `[{"node": NAME, "token": TOKEN, "seed": 0, "profile": "steady",
 "pods": 10, "cpuMillis": 16000, "memoryBytes": 68719476736}, ...]`; only node and token are required.
@@ -31,11 +35,19 @@ import aiohttp
 import orjson
 import yaml
 
+from colocation.agent.delivery import session_put
 from colocation.agent.kubeapi import SessionKube
 from colocation.agent.leader import LeaderLocator
 from colocation.agent.metrics import AgentMetrics
-from colocation.agent.report import session_put
-from colocation.agent.runtime import NodeAgent, NodeAgentOptions, install_signal_handlers, run_until, serve_metrics
+from colocation.agent.runtime import (
+    NodeAgent,
+    NodeAgentOptions,
+    PodDirectory,
+    install_signal_handlers,
+    run_until,
+    serve_metrics,
+)
+from colocation.agent.samples import MetricSample, SampleSource
 from colocation.agent.synthetic import PROFILES, Profile, SyntheticCollector
 from colocation.kube import permissions
 
@@ -104,10 +116,23 @@ class SimulationConfig:
     operator_namespace: str = permissions.OPERATOR_NAMESPACE
     leader_poll_interval: float = 10.0
     concurrency: int = DEFAULT_CONCURRENCY
+    custom_metrics: bool = True  # pods expose synthetic custom metrics (every node.scrape.interval)
 
 
 def _constant(token: str) -> Callable[[], str]:
     return lambda: token
+
+
+def synthetic_source(collector: SyntheticCollector) -> Callable[[PodDirectory], SampleSource]:
+    """The custom metrics of the simulated pods the node's watch shows with the scrape annotation."""
+
+    def source(pods: PodDirectory) -> SampleSource:
+        async def take() -> list[MetricSample]:
+            return collector.custom_samples(pods=pods.scrape_targets)
+
+        return take
+
+    return source
 
 
 async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = None) -> int:
@@ -127,10 +152,12 @@ async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = 
                 locator = LeaderLocator(kube, config.operator_namespace, poll_interval=config.leader_poll_interval,
                                         timeout=config.node.report.request_timeout)
                 locator.subscribe(lambda leader: metrics.leader_changes.inc())  # once per process, not per node
-            agent = NodeAgent(spec.node, kube, spec.collector(), locator=locator,
+            collector = spec.collector()
+            agent = NodeAgent(spec.node, kube, collector, locator=locator,
                               direct=session_put(session, kube.bearer_token), metrics=metrics,
                               options=config.node, follow_nodeslo=False,
-                              report_slots=report_slots, lease_slots=lease_slots)
+                              report_slots=report_slots, lease_slots=lease_slots,
+                              sample_source=synthetic_source(collector) if config.custom_metrics else None)
             agents.append(agent)
         if locator is None:
             log.warning("no simulated nodes to run")

@@ -18,6 +18,11 @@ Profiles shape each pod's usage around its base (a share of its request):
 
 The API server assigns its own UIDs when the pods are created: `adopt()` takes the created pods
 so that samples carry the UIDs the cluster knows.
+
+Pods also expose custom metrics, as a real workload would to Prometheus (and carry the scrape
+annotations of colocation.agent.scrape, though nothing listens): serving pods (prod, mid)
+`http_requests_per_second{method="GET"|"POST"}`, batch and free pods `work_queue_depth`, both
+following the pod's cpu level, so they move with the profile.
 """
 
 from __future__ import annotations
@@ -26,13 +31,15 @@ import math
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
 from colocation.agent.classify import PRIORITY_LABEL, QOS_LABEL, PriorityClass, QoSClass
 from colocation.agent.collector import PodSample, Pressure, PressureStat, Sample
+from colocation.agent.samples import MetricSample, SeriesKey
+from colocation.agent.scrape import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION
 from colocation.apimachinery.quantity import format_bytes, format_millis
 
 Profile = Literal["steady", "diurnal", "spiky"]
@@ -46,6 +53,8 @@ _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _PRIORITY_VALUES: dict[PriorityClass, int] = {
     "koord-prod": 9000, "koord-mid": 7000, "koord-batch": 5000, "koord-free": 3000}
 _MASK64 = 2**64 - 1
+_SCRAPE_ANNOTATIONS = {SCRAPE_ANNOTATION: "true", PORT_ANNOTATION: "8080", PATH_ANNOTATION: "/metrics"}
+_GET_SHARE = 0.8  # of a serving pod's requests
 
 
 @dataclass(frozen=True)
@@ -253,7 +262,8 @@ class SyntheticCollector:
         return {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "labels": labels},
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "labels": labels,
+                         "annotations": dict(_SCRAPE_ANNOTATIONS)},
             "spec": {
                 "nodeName": self.node_name,
                 "priorityClassName": workload.priority,
@@ -342,6 +352,26 @@ class SyntheticCollector:
         self.samples_total += 1
         return Sample(timestamp=at, node_cpu_millis=node_cpu, node_memory_bytes=node_memory, pods=pods,
                       psi=self._pressure(node_cpu / self.capacity_cpu_millis))
+
+    def custom_samples(self, now: float | None = None,
+                       pods: Container[tuple[str, str]] | None = None) -> list[MetricSample]:
+        """The custom metrics the pods (those in `pods`, if given) expose at `now`: about one
+        request per second per 10 millicores a serving pod uses, one queued task per 100 for batch."""
+        at = self._clock() if now is None else now
+        samples: list[MetricSample] = []
+        for pod in self._pods:
+            key = (pod.namespace, pod.name)
+            if pods is not None and key not in pods:
+                continue
+            cpu = pod.cpu_base * self._level(pod, at)[0]
+            if self._is_hp(pod.workload):
+                rate = round(cpu / 10, 2)
+                for method, share in (("GET", _GET_SHARE), ("POST", 1 - _GET_SHARE)):
+                    samples.append(MetricSample(SeriesKey("http_requests_per_second", (("method", method),), key),
+                                                at, round(rate * share, 2)))
+            else:
+                samples.append(MetricSample(SeriesKey("work_queue_depth", (), key), at, float(round(cpu / 100))))
+        return samples
 
     @staticmethod
     def _pressure(utilization: float) -> Mapping[str, Pressure]:
