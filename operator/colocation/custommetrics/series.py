@@ -95,7 +95,7 @@ class IngestResult:
 
 
 class SeriesStore:
-    def __init__(self, wall: Clock, *, retention_seconds: float = 600.0, max_series: int = 100_000,
+    def __init__(self, wall: Clock, *, retention_seconds: float = 600.0, max_series: int = 50_000,
                  max_samples_per_series: int = 360, future_tolerance_seconds: float = 300.0) -> None:
         self._wall = wall
         self.retention = retention_seconds

@@ -56,8 +56,9 @@ def _default_identity() -> str:
                    "(register the APIServices of manifests/components/custom-metrics). Runs a Pod informer.")
 @click.option("--custom-metrics-retention", type=click.FloatRange(min=1), default=600.0, show_default=True,
               help="Seconds a custom metric sample is kept; a series without newer samples is dropped.")
-@click.option("--custom-metrics-max-series", type=click.IntRange(min=1), default=100_000, show_default=True,
-              help="Series held at most; samples of new series beyond it are dropped (and counted).")
+@click.option("--custom-metrics-max-series", type=click.IntRange(min=1), default=50_000, show_default=True,
+              help="Series held at most (about 3 KB each with 10 minutes of 5-second samples); samples of "
+                   "new series beyond it are dropped and counted. The built-ins' history has the same bound.")
 @click.option("--evaluation-interval", type=click.FloatRange(min=0.05), default=5.0, show_default=True,
               help="Seconds between two evaluations of every node (health, batch resources), events or not.")
 @click.option("--node-grace-period", type=click.FloatRange(min=0.1), default=40.0, show_default=True,

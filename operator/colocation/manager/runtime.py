@@ -76,7 +76,7 @@ class OperatorConfig:
     serve_resource_metrics: bool = False
     serve_custom_metrics: bool = False
     custom_metrics_retention: float = 600.0
-    custom_metrics_max_series: int = 100_000
+    custom_metrics_max_series: int = 50_000
     controllers: ControllerSettings = field(default_factory=ControllerSettings)
 
 

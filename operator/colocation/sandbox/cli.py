@@ -37,6 +37,9 @@ from colocation.clicommon import common_options
 @click.option("--serve-resource-metrics", is_flag=True, default=False,
               help="Run the operators with --serve-resource-metrics and register the APIService of "
                    "manifests/components/resource-metrics, so `kubectl top` works against the sandbox.")
+@click.option("--serve-custom-metrics/--no-serve-custom-metrics", default=True, show_default=True,
+              help="Run the operators with --serve-custom-metrics and register the APIServices of "
+                   "manifests/components/custom-metrics (custom.metrics.k8s.io, external.metrics.k8s.io).")
 @click.option("--nodes", type=click.IntRange(0, 10_000), default=3, show_default=True,
               help="Nodes to create, with their agents: the first is this machine, measured by a real "
                    "`colocation agent` process; the others are simulated (synthetic load, one process for "
@@ -49,7 +52,7 @@ from colocation.clicommon import common_options
 def sandbox_command(kubeconfig: Path | None, api_only: bool, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
                     probe_interval: float, operators: int, operator_args: tuple[str, ...],
-                    serve_resource_metrics: bool, nodes: int, pods_per_node: int,
+                    serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
                     agent_args: tuple[str, ...]) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
     capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
@@ -74,11 +77,13 @@ def sandbox_command(kubeconfig: Path | None, api_only: bool, host: str, port: in
             loop.add_signal_handler(sig, stop.set)
         sandbox = Sandbox(config)
         replicas = 0 if api_only else operators
-        extra_args = (*operator_args, "--serve-resource-metrics") if serve_resource_metrics else operator_args
+        # Each optional API is a kustomize component and the operator flag it adds.
+        enabled = {"resource-metrics": serve_resource_metrics, "custom-metrics": serve_custom_metrics}
+        components = tuple(name for name, on in enabled.items() if on)
+        extra_args = (*operator_args, *(f"--serve-{name}" for name in components))
         if not api_only:
             from colocation.sandbox.install import install_project
 
-            components = ("resource-metrics",) if serve_resource_metrics else ()
             install_project(sandbox, with_apiservice=replicas > 0, components=components)
         try:
             await serve_forever(sandbox, stop, replicas, extra_args, 0 if api_only else nodes, agent_args,

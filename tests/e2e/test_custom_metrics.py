@@ -1,0 +1,213 @@
+"""custom.metrics.k8s.io and external.metrics.k8s.io from the leader's memory, through the aggregation layer.
+
+The sandbox enables both APIs by default (operators with --serve-custom-metrics, the APIServices of
+manifests/components/custom-metrics); this module runs it with a short retention. Samples are sent
+as agents send them (a token bound to a pod on the node, through kube-apiserver), and the real
+kubectl reads them back as the HPA would ask.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Kubectl
+from tests.e2e.kube import Kube, create, pod_manifest, start_sandbox_process, wait_for
+from tests.e2e.test_resource_metrics import make_node, report, send
+
+pytestmark = pytest.mark.sandbox_only  # a short retention needs the operator's flag
+
+RETENTION = 12  # seconds: long enough for a test's reads, short enough to watch series expire
+CUSTOM = "/apis/custom.metrics.k8s.io/v1beta2"
+EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"
+APISERVICES = ("v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io", "v1beta1.external.metrics.k8s.io")
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    state = tmp_path_factory.mktemp("custom-metrics-sandbox")
+    args = ["--operators", "1", "--nodes", "0", "--probe-interval=0.2",
+            f"--operator-arg=--custom-metrics-retention={RETENTION}"]
+    with start_sandbox_process(state, args) as kubeconfig:
+        yield kubeconfig
+
+
+async def _available(kube: Kube, name: str) -> bool:
+    status, body = await kube.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
+    conditions = (body.get("status") or {}).get("conditions") or [] if status == 200 else []
+    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
+
+
+@pytest.fixture
+async def admin(sandbox: Path) -> AsyncIterator[Kube]:
+    async with Kube.from_kubeconfig(sandbox) as kube:
+        for name in APISERVICES:
+            await wait_for(lambda name=name: _available(kube, name), timeout=30)
+        yield kube
+
+
+@pytest.fixture
+def kubectl(sandbox: Path, tmp_path: Path) -> Kubectl:
+    binary = shutil.which("kubectl", path="/usr/bin") or shutil.which("kubectl")
+    if binary is None:
+        pytest.skip("kubectl is not installed")
+    return Kubectl(binary, sandbox, tmp_path / "kubectl-cache")
+
+
+def raw(kubectl: Kubectl, path: str) -> Any:
+    return json.loads(kubectl.run("get", "--raw", path).stdout)
+
+
+def batch(node: str, *series: tuple[str, dict[str, str], str | None, list[tuple[float, float]]],
+          namespace: str = "") -> dict[str, Any]:
+    return {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "MetricSampleBatch", "node": node,
+            "series": [{"metric": metric, "labels": labels,
+                        **({"pod": {"namespace": namespace, "name": pod}} if pod else {}),
+                        "samples": [{"timestamp": t, "value": v} for t, v in samples]}
+                       for metric, labels, pod, samples in series]}
+
+
+async def put_samples(admin: Kube, node: str, token: str, body: Any) -> tuple[int, Any]:
+    async with admin.with_token(token) as agent:
+        return await agent.request("PUT", f"/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{node}/samples", body)
+
+
+@pytest.fixture
+async def web(admin: Kube) -> dict[str, str]:
+    """A node with its agent token, and pods web-0, web-1 (app=web) and db-0 (app=db) on it."""
+    node, token = await make_node(admin, f"pool-{uuid.uuid4().hex[:6]}", {"cpu": "4", "memory": "8Gi"},
+                                  {"cpu": "4", "memory": "8Gi"})
+    namespace = f"cm-{uuid.uuid4().hex[:6]}"
+    await create(admin, "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    for name, app in (("web-0", "web"), ("web-1", "web"), ("db-0", "db")):
+        await create(admin, f"/api/v1/namespaces/{namespace}/pods", pod_manifest(name, labels={"app": app},
+                                                                                   node_name=node))
+    return {"node": node, "token": token, "namespace": namespace}
+
+
+async def seen_pods(admin: Kube, namespace: str, metric: str, count: int) -> None:
+    """Wait until the operator's Pod informer knows the pods: the selector query finds them all."""
+    async def found() -> bool:
+        status, listed = await admin.request("GET", f"{CUSTOM}/namespaces/{namespace}/pods/*/{metric}")
+        return status == 200 and len(listed["items"]) == count
+
+    await wait_for(found, timeout=15)
+
+
+async def test_an_hpa_request_over_a_label_selector_returns_the_selected_pods(
+        admin: Kube, kubectl: Kubectl, web: dict[str, str]) -> None:
+    node, token, namespace = web["node"], web["token"], web["namespace"]
+    now = time.time()
+    status, answer = await put_samples(admin, node, token, batch(
+        node,
+        ("http_requests", {"method": "GET"}, "web-0", [(now - 4, 10.0), (now - 2, 12.5)]),
+        ("http_requests", {"method": "POST"}, "web-0", [(now - 2, 0.5)]),
+        ("http_requests", {"method": "GET"}, "web-1", [(now - 2, 3.0)]),
+        ("http_requests", {"method": "GET"}, "db-0", [(now - 2, 99.0)]),
+        namespace=namespace))
+    assert status == 200, answer
+    await seen_pods(admin, namespace, "http_requests", 3)
+
+    listed = raw(kubectl, f"{CUSTOM}/namespaces/{namespace}/pods/*/http_requests?labelSelector=app%3Dweb")
+    assert (listed["kind"], listed["apiVersion"]) == ("MetricValueList", "custom.metrics.k8s.io/v1beta2")
+    assert [(item["describedObject"], item["metric"], item["value"]) for item in listed["items"]] == [
+        ({"kind": "Pod", "namespace": namespace, "name": "web-0", "apiVersion": "/v1"},
+         {"name": "http_requests", "selector": None}, "13"),  # GET 12.5 + POST 0.5: each series' newest
+        ({"kind": "Pod", "namespace": namespace, "name": "web-1", "apiVersion": "/v1"},
+         {"name": "http_requests", "selector": None}, "3")]
+    # The HPA's metricSelector narrows the series; v1beta1 answers too.
+    listed = raw(kubectl, "/apis/custom.metrics.k8s.io/v1beta1/namespaces/"
+                          f"{namespace}/pods/*/http_requests?labelSelector=app%3Dweb&metricLabelSelector=method%3DGET")
+    assert [(item["describedObject"]["name"], item["metricName"], item["value"]) for item in listed["items"]] == [
+        ("web-0", "http_requests", "12500m"), ("web-1", "http_requests", "3")]
+    missing = kubectl.run("get", "--raw", f"{CUSTOM}/namespaces/{namespace}/pods/web-1/queue_length", check=False)
+    assert missing.returncode != 0 and "NotFound" in missing.stderr
+
+    resources = {r["name"] for r in raw(kubectl, CUSTOM)["resources"]}
+    assert {"pods/http_requests", "pods/cpu_usage", "nodes/cpu_usage"} <= resources
+
+
+async def test_external_metrics_by_label_and_an_aggregation_suffix(
+        admin: Kube, kubectl: Kubectl, web: dict[str, str]) -> None:
+    node, token, namespace = web["node"], web["token"], web["namespace"]
+    now = time.time()
+    status, answer = await put_samples(admin, node, token, batch(
+        node,
+        ("queue_depth", {"queue": "orders"}, "web-0", [(now - 6, 4.0), (now - 4, 9.0), (now - 2, 5.0)]),
+        ("queue_depth", {"queue": "emails"}, "web-1", [(now - 2, 1.0)]),
+        namespace=namespace))
+    assert status == 200, answer
+
+    listed = raw(kubectl, f"{EXTERNAL}/namespaces/{namespace}/queue_depth?labelSelector=queue%3Dorders")
+    assert listed["kind"] == "ExternalMetricValueList"
+    assert [(i["metricName"], i["metricLabels"], i["value"]) for i in listed["items"]] == [
+        ("queue_depth", {"queue": "orders"}, "5")]
+    listed = raw(kubectl, f"{EXTERNAL}/namespaces/{namespace}/queue_depth_agg_max?labelSelector=queue%3Dorders")
+    assert [(i["metricName"], i["value"], i["window"]) for i in listed["items"]] == [("queue_depth_agg_max", "9", 4)]
+    await seen_pods(admin, namespace, "queue_depth", 2)
+    listed = raw(kubectl, f"{CUSTOM}/namespaces/{namespace}/pods/web-0/queue_depth_agg_avg")
+    assert listed["items"][0]["value"] == "6"  # (4 + 9 + 5) / 3
+
+
+async def test_a_bad_batch_is_refused_with_a_status_and_changes_nothing(
+        admin: Kube, kubectl: Kubectl, web: dict[str, str]) -> None:
+    node, token, namespace = web["node"], web["token"], web["namespace"]
+    now = time.time()
+    good = batch(node, ("temperature", {}, "web-0", [(now - 2, 40.0)]), namespace=namespace)
+    assert (await put_samples(admin, node, token, good))[0] == 200
+    path = f"{CUSTOM}/namespaces/{namespace}/pods/*/temperature"
+    await seen_pods(admin, namespace, "temperature", 1)
+    before = raw(kubectl, path)["items"]
+
+    invalid = batch(node, ("temperature", {}, "web-0", [(now - 1, 99.0)]),
+                    ("bad-metric-name", {}, "web-1", [(now - 1, 1.0)]), namespace=namespace)
+    status, answer = await put_samples(admin, node, token, invalid)
+    assert (status, answer["reason"]) == (422, "Invalid"), answer
+    assert [c["field"] for c in answer["details"]["causes"]] == ["series[1].metric"]
+    status, answer = await put_samples(admin, node, token, {**good, "kind": "NodeMetric"})
+    assert (status, answer["reason"]) == (400, "BadRequest")
+    status, answer = await put_samples(admin, node, token, batch("node-elsewhere", ("m", {}, None, [(now, 1.0)])))
+    assert status in (400, 403)  # a batch for another node: never stored
+    assert raw(kubectl, path)["items"] == before
+    assert before[0]["value"] == "40"
+
+
+async def test_builtin_cpu_usage_matches_the_reported_nodemetric(
+        admin: Kube, kubectl: Kubectl, web: dict[str, str]) -> None:
+    node, token, namespace = web["node"], web["token"], web["namespace"]
+    await send(admin, node, token, report(node, "1500m", "2Gi", {
+        (namespace, "web-0"): ("250m", "64Mi"), (namespace, "web-1"): ("100m", "32Mi")}))
+    await seen_pods(admin, namespace, "cpu_usage", 2)
+    listed = raw(kubectl, f"{CUSTOM}/namespaces/{namespace}/pods/*/cpu_usage?labelSelector=app%3Dweb")
+    assert [(i["describedObject"]["name"], i["value"]) for i in listed["items"]] == [("web-0", "250m"),
+                                                                                    ("web-1", "100m")]
+    listed = raw(kubectl, f"{CUSTOM}/nodes/{node}/cpu_usage")
+    assert (listed["items"][0]["describedObject"]["kind"], listed["items"][0]["value"]) == ("Node", "1500m")
+    listed = raw(kubectl, f"{CUSTOM}/nodes/{node}/memory_usage")
+    assert listed["items"][0]["value"] == str(2 * 1024**3)
+
+
+async def test_retention_drops_old_series(admin: Kube, kubectl: Kubectl, web: dict[str, str]) -> None:
+    node, token, namespace = web["node"], web["token"], web["namespace"]
+    now = time.time()
+    # One sample near the end of its retention, one fresh: only the first series should go.
+    status, answer = await put_samples(admin, node, token, batch(
+        node, ("short_lived", {}, "web-0", [(now - RETENTION + 6, 1.0)]),
+        ("short_lived", {}, "web-1", [(now, 2.0)]), namespace=namespace))
+    assert (status, answer["message"]) == (200, "stored 2 of 2 samples (2 new series)"), answer
+    await seen_pods(admin, namespace, "short_lived", 2)
+
+    async def expired() -> bool:
+        status, listed = await admin.request("GET", f"{CUSTOM}/namespaces/{namespace}/pods/*/short_lived")
+        return status == 200 and [i["describedObject"]["name"] for i in listed["items"]] == ["web-1"]
+
+    await wait_for(expired, timeout=RETENTION)
+    gone = kubectl.run("get", "--raw", f"{CUSTOM}/namespaces/{namespace}/pods/web-0/short_lived", check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
