@@ -18,7 +18,7 @@ from colocation.apiserver.auth import (
     bearer_token,
 )
 from colocation.apiserver.authz import DelegatingAuthorizer, SubjectAccessSpec, check_node_rule
-from colocation.apiserver.reviewers import token_review_result
+from colocation.apiserver.reviewers import subject_access_review_body, token_review_result
 
 AGENT = Caller("system:serviceaccount:colocation-system:colocation-agent", "sa-uid",
                ("system:serviceaccounts", "system:serviceaccounts:colocation-system", "system:authenticated"),
@@ -475,3 +475,19 @@ async def test_failed_authorization_review_is_403_and_not_cached(
     sar.failure = None
     await authorizer.authorize(READER, "get", "nodemetrics", "", "node-3")
     assert (len(sar.calls), authorizer.reviews_failed) == (2, 1)
+
+
+def test_subject_access_reviews_carry_what_the_webhook_authorizer_sends() -> None:
+    agent = SubjectAccessSpec("system:serviceaccount:colocation-system:colocation-agent", "u-1",
+                              ("system:serviceaccounts",), {"authentication.kubernetes.io/node-name": ("node-a",)},
+                              "update", api_group="metrics.colocation.dev", resource="nodemetrics",
+                              subresource="status", name="node-a")
+    assert subject_access_review_body(agent) == {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": agent.user, "groups": ["system:serviceaccounts"], "uid": "u-1",
+                 "extra": {"authentication.kubernetes.io/node-name": ["node-a"]},
+                 "resourceAttributes": {"verb": "update", "group": "metrics.colocation.dev",
+                                        "resource": "nodemetrics", "subresource": "status", "name": "node-a"}}}
+    discovery = SubjectAccessSpec("someone", "", (), {}, "get", path="/apis")
+    assert subject_access_review_body(discovery)["spec"] == {
+        "user": "someone", "groups": [], "nonResourceAttributes": {"path": "/apis", "verb": "get"}}

@@ -151,6 +151,14 @@ def test_parsing_agrees_with_exact_arithmetic(whole: int, fraction: int, suffix:
     assert byte_value(text) == math.ceil(exact)
 
 
+@given(st.from_regex(r"[0-9]{1,22}(m|Ki|Mi|Gi|Ti|Pi|Ei|k)?", fullmatch=True))
+def test_integer_views_of_the_texts_agents_write_agree_with_the_exact_parser(text: str) -> None:
+    # cpu_millis and byte_value read "2500m", "3" and "1536Mi" without Decimal: same answers, caps included.
+    exact = parse_quantity(text)
+    assert cpu_millis(text) == cpu_millis(exact)
+    assert byte_value(text) == byte_value(exact)
+
+
 @given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e15, max_value=1e15))
 def test_a_json_number_is_its_shortest_decimal_text(value: float) -> None:
     assert parse_quantity(value) == parse_quantity(repr(value))

@@ -105,12 +105,23 @@ def _coerce(quantity: Decimal | str | int | float) -> Decimal:
 
 def cpu_millis(quantity: Decimal | str | int | float) -> int:
     """Milli-units, rounded away from zero as MilliValue() does ("0.1m" → 1, "2.5" → 2500)."""
+    if isinstance(quantity, str):
+        # What agents write ("2500m", "3"), without Decimal: every report has a few dozen of them.
+        digits = quantity[:-1] if quantity.endswith("m") else quantity
+        if digits.isascii() and digits.isdigit() and (value := int(digits)) <= _INT64_MAX:
+            return value if len(digits) < len(quantity) else value * 1000
     scaled = _scale10(_coerce(quantity), 3)
     return int(scaled.to_integral_value(rounding=ROUND_UP, context=_ROUNDING))
 
 
 def byte_value(quantity: Decimal | str | int | float) -> int:
     """Whole units, rounded away from zero as Value() does ("1Ki" → 1024, "0.5" → 1)."""
+    if isinstance(quantity, str):
+        # What agents write ("1536Mi", "123456789"), without Decimal.
+        shift = _BINARY_EXPONENTS.get(quantity[-2:], 0)
+        digits = quantity[:-2] if shift else quantity
+        if digits.isascii() and digits.isdigit() and (value := int(digits) << shift) <= _INT64_MAX:
+            return value
     return int(_scale10(_coerce(quantity), 0).to_integral_value(rounding=ROUND_UP, context=_ROUNDING))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from colocation.apiserver import discovery
-from colocation.apiserver.models import NodeMetric
+from colocation.apiserver.models import NODE_METRIC
 
 _PREFIX = "dev.colocation.metrics.v1alpha1."
 _GVK = [{"group": discovery.GROUP, "version": discovery.VERSION, "kind": discovery.KIND}]
@@ -29,7 +29,7 @@ def _rewrite_refs(node: Any, target: str) -> Any:
 
 
 def _schemas(target: str) -> dict[str, Any]:
-    schema = NodeMetric.model_json_schema(by_alias=True, ref_template="#/$defs/{model}")
+    schema = NODE_METRIC.json_schema(by_alias=True, ref_template="#/$defs/{model}")
     definitions = {_PREFIX + name: _rewrite_refs(body, target) for name, body in schema.pop("$defs", {}).items()}
     root = _rewrite_refs(schema, target)
     root["x-kubernetes-group-version-kind"] = _GVK

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import urllib.parse
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,7 +38,7 @@ async def api_client(kubeconfig: Path | None = None) -> ApiClient:
     configuration = client.Configuration()
     if kubeconfig is not None:
         await _load_kubeconfig(configuration, str(kubeconfig))
-        return ApiClient(configuration)
+        return _without_per_request_environment_lookups(ApiClient(configuration))
     try:
         # Refreshes the bound service-account token as the kubelet rotates it.
         config.load_incluster_config(  # type: ignore[no-untyped-call]
@@ -48,7 +50,27 @@ async def api_client(kubeconfig: Path | None = None) -> ApiClient:
         except KubeConfigError as error:
             raise KubeConfigError(f"not running in a cluster ({_one_line(in_cluster_error)}) and {error}; "
                                   f"pass --kubeconfig") from None
-    return ApiClient(configuration)
+    return _without_per_request_environment_lookups(ApiClient(configuration))
+
+
+def _without_per_request_environment_lookups(api: ApiClient) -> ApiClient:
+    """Read the proxy environment once, as client-go does, instead of on every request.
+
+    kubernetes-asyncio's session trusts the environment, so aiohttp looks up the proxy variables
+    and reads ~/.netrc in a worker thread for every request: on the leader that was most of the
+    CPU a TokenReview or SubjectAccessReview costs (see BENCHMARKS.md). client-go takes
+    HTTPS_PROXY/NO_PROXY from the environment and never reads .netrc; so do we, once, here.
+    """
+    configuration = api.configuration
+    if not configuration.proxy:
+        server = urllib.parse.urlsplit(str(configuration.host))
+        host, scheme = server.hostname or "", server.scheme or "https"
+        proxy = urllib.request.getproxies().get(scheme)
+        if proxy and not urllib.request.proxy_bypass(host):
+            configuration.proxy = api.rest_client.proxy = proxy
+    # The session is built inside kubernetes-asyncio with trust_env=True and no option to change it.
+    api.rest_client.pool_manager._trust_env = False
+    return api
 
 
 async def _load_kubeconfig(configuration: client.Configuration, path: str) -> None:
