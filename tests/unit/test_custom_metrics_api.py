@@ -246,6 +246,8 @@ async def test_node_metrics_by_name_and_by_node_label_selector(harness: Any) -> 
     assert status == 200
     assert listed["items"][0]["describedObject"] == {"kind": "Node", "name": "node-1", "apiVersion": "/v1"}
     assert listed["items"][0]["value"] == "61500m"
+    status, listed = await get(client, f"{CUSTOM}/nodes/*/node_temperature", labelSelector="pool=web")
+    assert [(i["describedObject"]["name"], i["value"]) for i in listed["items"]] == [("node-1", "61500m")]
     status, listed = await get(client, f"{CUSTOM}/nodes/*/node_temperature", labelSelector="pool=batch")
     assert (status, listed["items"]) == (200, [])
 
@@ -357,6 +359,8 @@ async def test_builtin_cpu_and_memory_come_from_the_latest_report(harness: Any) 
     assert status == 200
     assert [(i["describedObject"]["name"], i["value"], i["timestamp"]) for i in listed["items"]] == [
         ("web-1", "250m", "2027-01-15T07:59:50Z"), ("web-2", "100m", "2027-01-15T07:59:50Z")]
+    _, listed = await get(client, f"{CUSTOM}/nodes/*/cpu_usage", labelSelector="pool=web")
+    assert [(i["describedObject"]["name"], i["value"]) for i in listed["items"]] == [("node-1", "1500m")]
     _, listed = await get(client, f"{CUSTOM}/nodes/node-1/memory_usage")
     assert listed["items"][0]["value"] == str(2 * 1024**3)
     _, listed = await get(client, f"{CUSTOM}/nodes/node-1/cpu_usage_p90")
