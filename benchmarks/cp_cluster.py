@@ -111,9 +111,14 @@ class Cluster:
 async def start(state_dir: Path, *, nodes: int, pods_per_node: int, operators: int = 2,
                 operator_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (),
                 extra: tuple[str, ...] = ()) -> Cluster:
-    """Run `colocation sandbox` with `operators` replicas and `nodes` Nodes (one real agent, the rest simulated)."""
+    """Run `colocation sandbox` with `operators` replicas and `nodes` Nodes (one real agent, the rest simulated).
+
+    Custom metrics are off (the operator's default outside the sandbox): these runs measure
+    NodeMetric reports, heartbeats and the controllers, not sample batches.
+    """
     args = ["-m", "colocation", "sandbox", "--port", "0", "--state-dir", str(state_dir), "--nodes", str(nodes),
             "--pods-per-node", str(pods_per_node), "--operators", str(operators), "--log-format", "json",
+            "--no-serve-custom-metrics", "--agent-arg=--scrape-interval=0",
             *(f"--operator-arg={a}" for a in operator_args), *(f"--agent-arg={a}" for a in agent_args), *extra]
     server = await processes.start(args, state_dir / "sandbox.log", timeout=300.0)
     endpoint = Endpoint.from_kubeconfig(Path(server.ready["kubeconfig"]))
