@@ -47,7 +47,7 @@ def test_a_valid_batch_keeps_metric_labels_pod_and_samples_in_order() -> None:
 
 @pytest.mark.parametrize(("raw", "message"), [
     (b"{not json", "json parse error"),
-    (b"[]", "expected a JSON object"),
+    (b"[]", "expected an object"),
     (batch(kind="NodeMetric"), 'got kind "NodeMetric"'),
     (batch(apiVersion="v1"), 'in version "v1"'),
     (batch(node="node-2"), "does not match the name on the URL (node-1)"),
@@ -63,10 +63,10 @@ def test_a_body_that_is_not_this_nodes_batch_is_a_bad_request(raw: bytes, messag
     (series("m" * 201), "series[0].metric", "Too long"),
     (series(labels={"bad-name": "x"}), "series[0].labels[bad-name]", "a Prometheus label name must match"),
     (series(labels={"ok": "v" * 1025}), "series[0].labels[ok]", "Too long"),
-    (series(labels={f"l{i}": "v" for i in range(33)}), "series[0].labels", "may not have more than 32"),
+    (series(labels={f"l{i}": "v" for i in range(33)}), "series[0].labels", "must have at most 32 items"),
     (series(pod=("Not_A_Namespace", "web")), "series[0].pod.namespace", "RFC 1123"),
     (series(samples=[]), "series[0].samples", "Required value"),
-    (series(samples=[(float(t), 1.0) for t in range(1, 122)]), "series[0].samples", "more than 120"),
+    (series(samples=[(float(t), 1.0) for t in range(1, 122)]), "series[0].samples", "Too many: 121: must have at most 120 items"),
     (series(samples=[(20.0, 1.0), (10.0, 2.0)]), "series[0].samples", "oldest first"),
     (series(samples=[(-1.0, 1.0)]), "series[0].samples[0].timestamp", "greater than 0"),
     ({**series(), "samples": [{"timestamp": 10.0, "value": "1"}]}, "series[0].samples[0].value", "valid number"),
@@ -99,4 +99,4 @@ def test_the_same_series_twice_in_a_batch_is_a_duplicate() -> None:
 
 def test_too_many_series_are_refused() -> None:
     error = rejection(batch(*[series(labels={"i": str(i)}) for i in range(20_001)]))
-    assert error.code == 422 and "may not have more than 20000" in error.details["causes"][0]["message"]
+    assert error.code == 422 and "Too many: 20001: must have at most 20000 items" in error.details["causes"][0]["message"]

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from colocation.apimachinery.errors import ApiError
-from colocation.apiserver.models import ValidatedReport, field_path, validate_report
+from colocation.apiserver.models import FIELD_ERRORS, ValidatedReport, validate_report
 
 Body = dict[str, Any]
 
@@ -234,4 +234,4 @@ def test_an_invalid_node_name_is_422() -> None:
     (("metadata", "name"), "metadata.name"),
 ])
 def test_field_paths_are_written_the_kubernetes_way(location: tuple[int | str, ...], path: str) -> None:
-    assert field_path(location) == path
+    assert FIELD_ERRORS.path(location) == path

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NotRequired
 
@@ -30,7 +29,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError, core_schema
 from typing_extensions import TypedDict  # pydantic needs typing_extensions' TypedDict on 3.11
 
-from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.fielderrors import FieldErrorStyle, decoded_object, go_quote
 from colocation.apimachinery.quantity import byte_value, cpu_millis, parse_quantity
 
 GROUP = "metrics.colocation.dev"
@@ -46,7 +46,7 @@ AggregationType = Literal["avg", "p50", "p90", "p95", "p99"]
 
 # ---------------------------------------------------------------------------------------------
 # Field types. Patterns run in pydantic-core; their error messages are replaced by upstream's
-# (see _PATTERN_MESSAGES) only when a report is rejected.
+# (see PATTERN_MESSAGES) only when a report is rejected.
 
 _DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -54,7 +54,7 @@ _RESOURCE_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9
                   r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _GO_DURATION = r"^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$"
 
-_PATTERN_MESSAGES = {
+PATTERN_MESSAGES = {
     _DNS1123_LABEL: "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
                     "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
                     f"regex used for validation is '{_DNS1123_LABEL[1:-1]}')",
@@ -284,8 +284,8 @@ def _check_identity(api_version: Any, kind: Any, name: Any, node: str) -> None:
     if api_version != API_VERSION or kind != KIND:
         version = api_version.rpartition("/")[2] if isinstance(api_version, str) else api_version
         raise ApiError.bad_request(
-            f"{kind} in version {_go_quote(version)} cannot be handled as a {KIND}: "
-            f"no kind {_go_quote(kind)} is registered for version {_go_quote(api_version)}")
+            f"{kind} in version {go_quote(version)} cannot be handled as a {KIND}: "
+            f"no kind {go_quote(kind)} is registered for version {go_quote(api_version)}")
     if name != node:
         raise ApiError.bad_request(
             f"the name of the object ({name}) does not match the name on the URL ({node})")
@@ -293,90 +293,14 @@ def _check_identity(api_version: Any, kind: Any, name: Any, node: str) -> None:
 
 def _rejection(raw: bytes, node: str, exc: ValidationError) -> ApiError:
     """The error to answer with, the way kube-apiserver orders them: decoding, identity, fields."""
-    try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError as decode_error:
-        return ApiError.bad_request(
-            f"the object provided is unrecognized (must be of type {KIND}): couldn't get version/kind; "
-            f"json parse error: {decode_error} ({_summary(raw)})")
-    if not isinstance(document, dict):
-        return ApiError.bad_request(
-            f"the object provided is unrecognized (must be of type {KIND}): couldn't get version/kind; "
-            f"json parse error: expected an object ({_summary(raw)})")
+    document = decoded_object(raw, KIND)
     metadata = document.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     _check_identity(document.get("apiVersion", API_VERSION), document.get("kind", KIND), name or "", node)
-    causes = [_cause(error) for error in exc.errors()]
-    return ApiError.invalid(GROUP, KIND, node, causes)
+    return ApiError.invalid(GROUP, KIND, node, FIELD_ERRORS.causes(exc))
 
 
-def _summary(raw: bytes) -> str:
-    # Upstream's summarizeData: the start of a JSON-looking body, or hex of anything else.
-    if not raw:
-        return "<empty>"
-    if raw[:1] == b"{":
-        text = raw[:30].decode("utf-8", "replace")
-        return text + " ..." if len(raw) > 30 else text
-    return raw[:30].hex() + (" ..." if len(raw) > 30 else "")
-
-
-def _cause(error: Mapping[str, Any]) -> Cause:
-    kind, value, context = error["type"], error.get("input"), error.get("ctx") or {}
-    path = field_path(error["loc"])
-    if kind == "missing":
-        return Cause(path, "Required value", "FieldValueRequired")
-    if kind == "duplicate":
-        return Cause(f"{path}[{context['index']}]", f"Duplicate value: {_go_quote(context['value'])}",
-                     "FieldValueDuplicate")
-    if kind == "literal_error":
-        supported = ", ".join(_go_quote(v) for v in re.findall(r"'([^']*)'", str(context.get("expected", ""))))
-        return Cause(path, f"Unsupported value: {_show(value)}: supported values: {supported}",
-                     "FieldValueNotSupported")
-    if kind == "string_too_long":
-        return Cause(path, f"Too long: may not be more than {context.get('max_length')} bytes", "FieldValueTooLong")
-    if kind == "string_pattern_mismatch":
-        detail = _PATTERN_MESSAGES.get(str(context.get("pattern")), error["msg"])
-        return Cause(path, f"Invalid value: {_show(value)}: {detail}")
-    if kind == "quantity":
-        return Cause(path, f"Invalid value: {_show(value)}: {quantity_problem(value) or 'invalid quantity'}")
-    detail = _lower_first(error["msg"])
-    return Cause(path, f"Invalid value: {_show(value)}: {detail}")
-
-
-# Map-valued fields: what follows them in a location is a key, written `field[key]`.
-_MAP_FIELDS = (("resources",), ("aggregatedNodeUsages", int, "usage"))
-
-
-def field_path(location: Sequence[int | str]) -> str:
-    """A pydantic error location as Kubernetes writes field paths: `a.b[3].c[cpu]`."""
-    parts: list[str] = []
-    for position, step in enumerate(location):
-        if step == "[key]":  # the key itself is wrong: the path already ends with it
-            continue
-        if isinstance(step, int) or _follows_map(location[:position]):
-            parts.append(f"[{step}]")
-        else:
-            parts.append(f".{step}" if parts else step)
-    return "".join(parts)
-
-
-def _follows_map(before: Sequence[int | str]) -> bool:
-    for shape in _MAP_FIELDS:
-        tail = before[-len(shape):]
-        if len(tail) == len(shape) and all(isinstance(step, int) if expected is int else step == expected
-                                           for step, expected in zip(tail, shape, strict=True)):
-            return True
-    return False
-
-
-def _go_quote(value: object) -> str:
-    return orjson.dumps(value).decode() if isinstance(value, str) else str(value)
-
-
-def _show(value: object) -> str:
-    text = orjson.dumps(value, default=str).decode() if value is not None else "null"
-    return text if len(text) <= 100 else text[:97] + "..."
-
-
-def _lower_first(text: str) -> str:
-    return text[:1].lower() + text[1:]
+FIELD_ERRORS = FieldErrorStyle(
+    map_fields=(("resources",), ("aggregatedNodeUsages", int, "usage")),
+    pattern_messages=PATTERN_MESSAGES,
+    custom_problems={"quantity": lambda value: quantity_problem(value) or "invalid quantity"})

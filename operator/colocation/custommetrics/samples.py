@@ -9,16 +9,14 @@ MetricSampleBatch for this node, 422 with one cause per bad field), so nothing o
 from __future__ import annotations
 
 import itertools
-import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from colocation.apimachinery.errors import ApiError, Cause
-from colocation.apiserver.models import DnsLabel, DnsSubdomain
+from colocation.apimachinery.fielderrors import FieldErrorStyle, decoded_object, show
+from colocation.apiserver.models import PATTERN_MESSAGES, DnsLabel, DnsSubdomain
 
 GROUP = "metrics.colocation.dev"
 API_VERSION = f"{GROUP}/v1alpha1"
@@ -30,6 +28,7 @@ MAX_LABELS = 32
 _METRIC_NAME = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
 _LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 _PATTERN_MESSAGES = {
+    **PATTERN_MESSAGES,  # pod namespaces and names
     _METRIC_NAME: "a Prometheus metric name must match [a-zA-Z_:][a-zA-Z0-9_:]*",
     _LABEL_NAME: "a Prometheus label name must match [a-zA-Z_][a-zA-Z0-9_]*",
 }
@@ -132,62 +131,16 @@ def validate_batch(raw: bytes, node: str) -> ValidatedBatch:
 def _check_identity(api_version: object, kind: object, batch_node: object, node: str) -> None:
     if api_version != API_VERSION or kind != KIND:
         raise ApiError.bad_request(f"the object provided is unrecognized (must be of type {KIND} in "
-                                   f"{API_VERSION}): got kind {_show(kind)} in version {_show(api_version)}")
+                                   f"{API_VERSION}): got kind {show(kind)} in version {show(api_version)}")
     if batch_node != node:
         raise ApiError.bad_request(f"the node of the batch ({batch_node}) does not match the name on the URL ({node})")
 
 
 def _rejection(raw: bytes, node: str, exc: ValidationError) -> ApiError:
     """Decoding and identity errors first (400), then every invalid field (422), as reports are judged."""
-    try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError as decode_error:
-        return ApiError.bad_request(f"the object provided is unrecognized (must be of type {KIND}): "
-                                    f"json parse error: {decode_error}")
-    if not isinstance(document, dict):
-        return ApiError.bad_request(f"the object provided is unrecognized (must be of type {KIND}): "
-                                    "expected a JSON object")
+    document = decoded_object(raw, KIND)
     _check_identity(document.get("apiVersion"), document.get("kind"), document.get("node"), node)
-    return ApiError.invalid(GROUP, KIND, node, [_cause(error) for error in exc.errors()])
+    return ApiError.invalid(GROUP, KIND, node, FIELD_ERRORS.causes(exc))
 
 
-def _cause(error: Mapping[str, Any]) -> Cause:
-    kind, value, context = error["type"], error.get("input"), error.get("ctx") or {}
-    path = field_path(error["loc"])
-    if kind == "missing":
-        return Cause(path, "Required value", "FieldValueRequired")
-    if kind == "extra_forbidden":
-        return Cause(path, "Forbidden: unknown field", "FieldValueForbidden")
-    if kind in ("too_long", "string_too_long"):
-        unit = "bytes" if kind == "string_too_long" else "items"
-        return Cause(path, f"Too long: may not have more than {context.get('max_length')} {unit}",
-                     "FieldValueTooLong")
-    if kind == "too_short":
-        return Cause(path, f"Required value: at least {context.get('min_length')} item", "FieldValueRequired")
-    if kind == "string_pattern_mismatch":
-        pattern = str(context.get("pattern"))
-        detail = _PATTERN_MESSAGES.get(pattern) or f"must be a lowercase RFC 1123 name (regex used for " \
-                                                   f"validation is '{pattern.strip('^$')}')"
-        return Cause(path, f"Invalid value: {_show(value)}: {detail}")
-    detail = str(error["msg"]).removeprefix("Value error, ")
-    return Cause(path, f"Invalid value: {_show(value)}: {detail[:1].lower() + detail[1:]}")
-
-
-def field_path(location: Sequence[int | str]) -> str:
-    """`series[3].labels[method]`: list indexes and label names in brackets, as Kubernetes writes paths."""
-    parts: list[str] = []
-    for position, step in enumerate(location):
-        if step == "[key]":  # the label name itself is wrong: the path already ends with it
-            continue
-        if isinstance(step, int) or (position and location[position - 1] == "labels"):
-            parts.append(f"[{step}]")
-        else:
-            parts.append(f".{step}" if parts else str(step))
-    return "".join(parts)
-
-
-def _show(value: object) -> str:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    text = orjson.dumps(value, default=str).decode() if value is not None else "null"
-    return text if len(text) <= 100 else text[:97] + "..."
+FIELD_ERRORS = FieldErrorStyle(map_fields=(("labels",),), pattern_messages=_PATTERN_MESSAGES)
