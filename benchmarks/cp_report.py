@@ -12,6 +12,7 @@ from benchmarks.machine import Machine
 from benchmarks.operator_failover import DEFAULT_LEASE, SHORT_LEASE, FailoverReport
 from benchmarks.report import TITLE
 from benchmarks.stats import percentile, ratio, size
+from colocation.agent.leader import DEFAULT_POLL_INTERVAL
 
 FAILOVER_SECTION = "operator-failover"
 CONTROL_PLANE_SECTION = "control-plane"
@@ -252,9 +253,10 @@ def render_control_plane(report: ControlPlaneReport, machine: Machine, command: 
         f"every 10 s, as the kubelet's), their pod watch, their reads of the leader Lease, and the operator's "
         f"watches, Node and NodeResource writes and delegated authentication (TokenReview/SubjectAccessReview).",
         _biggest(report),
-        "- The simulation shares one leader locator per agent process; the leader-Lease rows are modeled as one "
-        "read per agent every 10 s (the measured per-process rate), and simulated agents do not watch their "
-        "NodeSLO, so that row is the one real agent's, for every agent.",
+        f"- The simulation shares one leader locator per agent process, and accepted reports defer its polls; "
+        f"the agents' leader-Lease row is therefore the bound for separate agents: one read per "
+        f"{DEFAULT_POLL_INTERVAL:g} s each when idle (the bytes per read are measured). Simulated agents do not "
+        f"watch their NodeSLO, so that row is the one real agent's, for every agent.",
         "- Bytes include HTTP headers: every agent request carries its ~1 KiB bound ServiceAccount token, which "
         "is why small Lease writes are not small on the wire.",
     ]

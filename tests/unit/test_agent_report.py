@@ -18,6 +18,7 @@ from colocation.agent.delivery import Delivery
 from colocation.agent.leader import Leader, LeaderLocator, leader_from_lease
 from colocation.agent.metrics import AgentMetrics
 from colocation.agent.report import Reporter, ReportOptions, Snapshot, moved, report_trigger
+from colocation.kube.backoff import Backoff
 from colocation.kube.informer import Transport
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION
 
@@ -264,3 +265,33 @@ async def test_concurrent_lease_reads_share_one_request(setup: Setup) -> None:
     setup.now += 5
     await setup.locator.refresh()
     assert setup.kube.calls.count(("GET", LEASE_PATH)) == 2
+
+
+async def test_reports_the_leader_accepts_defer_the_leader_lease_poll(setup: Setup) -> None:
+    # An agent that reports often never polls the Lease; an idle one polls once per interval.
+    import asyncio
+
+    slept: list[float] = []
+    wake = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 1:  # while the locator sleeps, a report reaches the leader 6 s in
+            setup.now += 6.0
+            await setup.delivery.put(REPORT_PATH, b"{}", lambda reason: None)
+            setup.now += seconds - 6.0
+            return
+        setup.now += seconds
+        wake.set()
+        await asyncio.Event().wait()  # the second sleep ends the test
+
+    locator = setup.locator
+    locator._sleep = sleep
+    locator._period = Backoff(10.0, 10.0, factor=1.0, jitter=0.0)
+    task = asyncio.create_task(locator.run())
+    await asyncio.wait_for(wake.wait(), timeout=5)
+    task.cancel()
+    # The first sleep was the full interval; the report 6 s in moved the next read to 10 s after it.
+    assert slept == [10.0, 6.0]
+    assert setup.kube.calls.count(("GET", LEASE_PATH)) == 1
+    assert setup.leaders.sent and setup.leaders.sent[-1][0] == "op-0_a"

@@ -185,6 +185,25 @@ async def test_a_healthy_node_gets_its_noderesource_and_batch_resources() -> Non
     assert h.api.calls == []
 
 
+async def test_usage_moving_within_the_threshold_writes_neither_the_node_nor_its_noderesource() -> None:
+    h = Harness(["n1"])
+    await healthy_pass(h, "n1")
+    assert h.offered("n1") == ("5500", "5905580032")
+    h.api.calls.clear()
+    h.advance(10)
+    h.renew("n1")
+    h.report("n1", system_cpu="700m")  # batch cpu 5500 -> 5300: 3.6 %, under the default 10 %
+    await h.evaluate()
+    assert h.api.calls == []
+    assert (h.offered("n1")[0], h.resource_status("n1")["batchCPU"]) == ("5500", 5500)
+
+    h.report("n1", system_cpu="2500m")  # -> 3500: beyond the threshold, both follow
+    await h.evaluate()
+    assert h.api.calls == [("patch node", "n1"), ("patch noderesource status", "n1")]
+    assert (h.offered("n1")[0], h.resource_status("n1")["batchCPU"]) == ("3500", 3500)
+    assert "offering batch cpu 3500m" in h.resource_status("n1")["message"]
+
+
 async def test_nothing_is_removed_during_the_startup_grace() -> None:
     h = Harness(["n1"])
     h.state.node_event("MODIFIED", {**node("n1"), "status": {

@@ -66,7 +66,8 @@ def test_a_body_that_is_not_this_nodes_batch_is_a_bad_request(raw: bytes, messag
     (series(labels={f"l{i}": "v" for i in range(33)}), "series[0].labels", "must have at most 32 items"),
     (series(pod=("Not_A_Namespace", "web")), "series[0].pod.namespace", "RFC 1123"),
     (series(samples=[]), "series[0].samples", "Required value"),
-    (series(samples=[(float(t), 1.0) for t in range(1, 122)]), "series[0].samples", "Too many: 121: must have at most 120 items"),
+    (series(samples=[(float(t), 1.0) for t in range(1, 122)]), "series[0].samples",
+     "Too many: 121: must have at most 120 items"),
     (series(samples=[(20.0, 1.0), (10.0, 2.0)]), "series[0].samples", "oldest first"),
     (series(samples=[(-1.0, 1.0)]), "series[0].samples[0].timestamp", "greater than 0"),
     ({**series(), "samples": [{"timestamp": 10.0, "value": "1"}]}, "series[0].samples[0].value", "valid number"),
@@ -99,4 +100,5 @@ def test_the_same_series_twice_in_a_batch_is_a_duplicate() -> None:
 
 def test_too_many_series_are_refused() -> None:
     error = rejection(batch(*[series(labels={"i": str(i)}) for i in range(20_001)]))
-    assert error.code == 422 and "Too many: 20001: must have at most 20000 items" in error.details["causes"][0]["message"]
+    assert error.code == 422
+    assert "Too many: 20001: must have at most 20000 items" in error.details["causes"][0]["message"]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from colocation.agent.leader import DEFAULT_POLL_INTERVAL
 from colocation.clicommon import common_options
 from colocation.kube import permissions
 
@@ -33,8 +34,10 @@ DEFAULT_METRICS_PORT = 9464
                    "metricCollectPolicy.reportIntervalSeconds overrides it.")
 @click.option("--report-timeout", type=click.FloatRange(min=0.05), default=5.0, show_default=True,
               help="Seconds a report request may take before it counts as failed.")
-@click.option("--leader-poll-interval", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
-              help="Seconds between reads of the leader Lease (read at once too when a report fails).")
+@click.option("--leader-poll-interval", type=click.FloatRange(min=0.05), default=DEFAULT_POLL_INTERVAL,
+              show_default=True,
+              help="Seconds between reads of the leader Lease when no report was accepted meanwhile (read at "
+                   "once too when a report fails).")
 @click.option("--metrics-bind-address", default="0.0.0.0", show_default=True,
               help="Address of the plain HTTP /healthz and /metrics server.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=DEFAULT_METRICS_PORT, show_default=True,

@@ -91,6 +91,7 @@ class Delivery:
                 failed("leader-unreachable")
             else:
                 if 200 <= status < 300:
+                    self.locator.confirm(leader)
                     return "leader", leader.identity
                 if status == 401:  # no token the leader accepts (a client certificate, say)
                     failed("leader-unauthorized")

@@ -4,7 +4,10 @@ The leader publishes `colocation.dev/leader-endpoint` and `colocation.dev/leader
 colocation-operator (see colocation.kube.leaderelection). Agents may only `get` that Lease by
 name (a watch would need a wider grant), so the locator reads it periodically, with jitter so
 that thousands of agents do not ask in step, and at once when a report says the leader moved (a
-503 from a standby, a refused connection). Concurrent requests for a fresh read share one GET,
+503 from a standby, a refused connection). A report the leader accepted proves it still leads
+(standbys answer 503), so it counts as a read: an agent that reports often never polls, and
+one that is idle polls once per interval — per node, the API server sees about one GET a minute
+instead of one every 10 s. Concurrent requests for a fresh read share one GET,
 and reads closer together than `min_refresh_gap` reuse the last answer: a storm of failing
 reports costs the API server one request, not one per report.
 """
@@ -28,6 +31,8 @@ from colocation.kube.backoff import Backoff
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElectionRecord
 
 log = logging.getLogger(__name__)
+
+DEFAULT_POLL_INTERVAL = 30.0
 
 _GET_LEADER_LEASE = permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(
     "coordination.k8s.io", "leases", "get", permissions.OPERATOR_NAMESPACE, name=permissions.LEADER_LEASE_NAME))
@@ -73,7 +78,7 @@ class LeaderLocator:
     """Follows the leader Lease; `leader` is the last answer (None: nobody leads, or never read)."""
 
     def __init__(self, kube: KubeApi, namespace: str = permissions.OPERATOR_NAMESPACE, *,
-                 poll_interval: float = 10.0, timeout: float = 5.0, min_refresh_gap: float = 1.0,
+                 poll_interval: float = DEFAULT_POLL_INTERVAL, timeout: float = 5.0, min_refresh_gap: float = 1.0,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  rng: random.Random | None = None) -> None:
@@ -96,6 +101,11 @@ class LeaderLocator:
     def subscribe(self, callback: Callable[[Leader | None], None]) -> None:
         """Call `callback(leader)` on every change of holder or address (from the reading task)."""
         self._subscribers.append(callback)
+
+    def confirm(self, leader: Leader) -> None:
+        """`leader` accepted a request just now: as good as reading the Lease, if it still names it."""
+        if leader == self.leader:
+            self._last_read = self._clock()
 
     async def refresh(self) -> bool:
         """Read the Lease now (or share a read in flight or just made); True if it was read."""
@@ -140,9 +150,11 @@ class LeaderLocator:
     async def run(self) -> None:
         while True:
             ok = await self.refresh()
-            if ok:
-                self._errors.reset()
-                delay = self._period.next_delay()
-            else:
-                delay = self._errors.next_delay()
-            await self._sleep(delay)
+            if not ok:
+                await self._sleep(self._errors.next_delay())
+                continue
+            self._errors.reset()
+            delay = self._period.next_delay()
+            # Confirmations while we slept push the next read back: sleep until the answer is that old.
+            while self._last_read is not None and (due := self._last_read + delay - self._clock()) > 0:
+                await self._sleep(due)

@@ -29,7 +29,7 @@ from colocation.agent.collector import Collector, RealCollector
 from colocation.agent.delivery import Delivery, DirectPut, session_put
 from colocation.agent.heartbeat import DEFAULT_LEASE_DURATION, NodeHeartbeat
 from colocation.agent.kubeapi import ApiClientKube, KubeApi
-from colocation.agent.leader import LeaderLocator
+from colocation.agent.leader import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.metrics import AgentMetrics
 from colocation.agent.nodemetric import node_metric_from
 from colocation.agent.policy import CollectPolicy, collect_policy
@@ -247,7 +247,7 @@ class AgentConfig:
     metrics_bind_address: str = "0.0.0.0"
     metrics_port: int = 0  # none; the command line's default is colocation.agent.cli.DEFAULT_METRICS_PORT
     operator_namespace: str = permissions.OPERATOR_NAMESPACE
-    leader_poll_interval: float = 10.0
+    leader_poll_interval: float = DEFAULT_POLL_INTERVAL
 
 
 async def run_until(stop: asyncio.Event, *coroutines: Any) -> None:

@@ -37,7 +37,7 @@ import yaml
 
 from colocation.agent.delivery import session_put
 from colocation.agent.kubeapi import SessionKube
-from colocation.agent.leader import LeaderLocator
+from colocation.agent.leader import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.metrics import AgentMetrics
 from colocation.agent.runtime import (
     NodeAgent,
@@ -114,7 +114,7 @@ class SimulationConfig:
     metrics_bind_address: str = "0.0.0.0"
     metrics_port: int = 0
     operator_namespace: str = permissions.OPERATOR_NAMESPACE
-    leader_poll_interval: float = 10.0
+    leader_poll_interval: float = DEFAULT_POLL_INTERVAL
     concurrency: int = DEFAULT_CONCURRENCY
     custom_metrics: bool = True  # pods expose synthetic custom metrics (every node.scrape.interval)
 

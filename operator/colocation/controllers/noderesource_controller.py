@@ -198,7 +198,13 @@ class NodeResourceReconciler:
         await self._post_transitions(name, node, health)
         if resource is not None:
             last = self._last_node_write(name, resource)
-            evaluation = dataclasses.replace(evaluation, last_node_update=rfc3339(last) if last else None)
+            # The status shows what the Node offers after this evaluation, not the formula's latest
+            # figure: that moves with every report, and writing it each time would cost a status
+            # write per report per node, the very load the thresholds keep off the Node.
+            on_node = (batch_on_node(self.state.nodes[name]).values or evaluation.computed) \
+                if evaluation.computed is not None else None
+            evaluation = dataclasses.replace(evaluation, computed=on_node,
+                                             last_node_update=rfc3339(last) if last else None)
             await self._write_status(name, resource, evaluation, strategy, now)
 
     def _metric_update_time(self, name: str) -> str | None:
