@@ -207,7 +207,8 @@ def render_control_plane(report: ControlPlaneReport, machine: Machine, command: 
         "",
         f"`colocation sandbox --nodes {c.nodes} --pods-per-node {c.pods_per_node}` (2 operator replicas, default "
         f"settings) counts every request reaching it (`GET /sandbox/stats`: requests and HTTP bytes before TLS, "
-        f"per user, verb and resource). In the same window, the Koordinator-style path writes the same metrics "
+        f"per user, verb and resource), in the steady state: the window opens once every node has reported and "
+        f"the leader's startup grace is over. In the same window, the Koordinator-style path writes the same metrics "
         f"at the same moments: each of the {report.reports:,} NodeMetric changes the leader stored "
         f"({reports_per_node_minute:.2f} per node per minute) is written to a `nodemetrics.{'slo.koordinator.sh'}` "
         f"custom resource with `PUT …/status` (koordlet's UpdateStatus) carrying that node's agent token, and one "

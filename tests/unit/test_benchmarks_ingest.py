@@ -36,15 +36,15 @@ def test_a_template_puts_the_name_time_and_cpu_where_they_belong() -> None:
 
 
 def test_profile_samples_count_for_the_first_activity_they_match() -> None:
-    raw = ("main;handle;NodeMetricApi._report;validate_report;BaseModel.model_validate_json 6\n"
+    raw = ("main;handle;NodeMetricApi._report;validate_report;TypeAdapter.validate_json 6\n"
            "main;handle;DelegatingAuthenticator._review;kube_token_reviewer.<locals>.review;x 3\n"
            "Thread.run;_worker;_WorkItem.run;get_env_proxy_for_url;netrc_from_env 1\n")
     samples, activities, hottest = ingest_profile.summarize(raw)
     assert samples == 10
-    assert dict(activities) == {"validation: pydantic parse of the report": 0.6,
+    assert dict(activities) == {"validation: pydantic-core parse and checks": 0.6,
                                 "TokenReview (kubernetes-asyncio call)": 0.3,
                                 "proxy and .netrc lookups in threads (aiohttp trust_env)": 0.1}
-    assert hottest[0] == ("BaseModel.model_validate_json", 0.6)
+    assert hottest[0] == ("TypeAdapter.validate_json", 0.6)
 
 
 def test_the_section_is_replaced_and_other_sections_are_kept(tmp_path: Path) -> None:

@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 
 EXIT_LOST_LEADERSHIP = 3
 AUTH_CACHE_SIZE = 100_000  # above the node counts we target (one agent token per node)
+# kube-apiserver's webhook defaults: an authenticated token 2 min, an allowed review 5 min, a denial 30 s.
+TOKEN_CACHE_SECONDS = 120.0
+ALLOWED_CACHE_SECONDS = 300.0
+DENIED_CACHE_SECONDS = 30.0
 EXIT_CONTROLLERS_FAILED = 1
 SERVICE_NAME = "colocation-operator"
 
@@ -219,10 +223,10 @@ class OperatorProcess:
             # Cache lifetimes as kube-apiserver's webhook defaults (token 2 min, allowed 5 min,
             # denied 30 s) and room for every node: agents report every 10-60 s, so shorter or
             # smaller caches turned nearly every report into a TokenReview and a SubjectAccessReview.
-            authenticator = DelegatingAuthenticator(kube_token_reviewer(api), cache_ttl=120.0,
+            authenticator = DelegatingAuthenticator(kube_token_reviewer(api), cache_ttl=TOKEN_CACHE_SECONDS,
                                                     cache_size=AUTH_CACHE_SIZE)
-            authorizer = DelegatingAuthorizer(kube_subject_access_reviewer(api), allowed_ttl=300.0,
-                                              denied_ttl=30.0, cache_size=AUTH_CACHE_SIZE)
+            authorizer = DelegatingAuthorizer(kube_subject_access_reviewer(api), allowed_ttl=ALLOWED_CACHE_SECONDS,
+                                              denied_ttl=DENIED_CACHE_SECONDS, cache_size=AUTH_CACHE_SIZE)
             self.elector = LeaderElector(
                 api, config.namespace, permissions.LEADER_LEASE_NAME, config.identity,
                 lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
