@@ -44,22 +44,19 @@ class BareStore:
                             content_type="application/json")
 
 
-def _certificates(state_dir: Path) -> tuple[tlsutil.CertKey, Path]:
+def _certificates(state_dir: Path, name: str) -> tuple[tlsutil.CertKey, Path]:
     """A serving certificate, and the path of its CA for the client (as the sandbox's kubeconfig)."""
-    ca = tlsutil.new_ca("benchmark-baseline-ca")
-    serving = tlsutil.issue_certificate(ca, "benchmark-baseline", dns_names=("localhost",), ip_addresses=(HOST,))
+    ca = tlsutil.new_ca(f"{name}-ca")
+    serving = tlsutil.issue_certificate(ca, name, dns_names=("localhost",), ip_addresses=(HOST,))
     state_dir.mkdir(parents=True, exist_ok=True)
-    ca_path = state_dir / "baseline-ca.crt"
+    ca_path = state_dir / f"{name.removeprefix('benchmark-')}-ca.crt"
     ca_path.write_bytes(ca.cert_pem)
     return serving, ca_path
 
 
-async def serve(state_dir: Path) -> None:
-    serving, ca_path = _certificates(state_dir)
-    store = BareStore()
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
-    app.router.add_post("/{tail:.*}", store.create)
-    app.router.add_get("/{tail:.*}", store.list)
+async def serve_until_stopped(app: web.Application, state_dir: Path, name: str) -> None:
+    """Serve `app` over HTTPS on a free loopback port, print `ready: url=URL ca=PATH`, stop on SIGINT/SIGTERM."""
+    serving, ca_path = _certificates(state_dir, name)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -74,6 +71,14 @@ async def serve(state_dir: Path) -> None:
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+async def serve(state_dir: Path) -> None:
+    store = BareStore()
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app.router.add_post("/{tail:.*}", store.create)
+    app.router.add_get("/{tail:.*}", store.list)
+    await serve_until_stopped(app, state_dir, "benchmark-baseline")
 
 
 def main() -> None:

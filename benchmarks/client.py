@@ -61,8 +61,24 @@ class Request:
     accept: str = JSON
 
 
+class Tally:
+    """Error count and rate of a phase; mixed into the dataclasses that record one."""
+
+    count: int
+    elapsed: float
+    statuses: Counter[int]
+
+    @property
+    def errors(self) -> int:
+        return sum(n for status, n in self.statuses.items() if status >= 300)
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.elapsed if self.elapsed else 0.0
+
+
 @dataclass
-class LoadResult:
+class LoadResult(Tally):
     """What one phase of requests measured (seconds; client CPU of this process)."""
 
     name: str
@@ -75,14 +91,6 @@ class LoadResult:
     response_bytes: int = 0
     client_cpu: float = 0.0
     server_cpu: float = 0.0
-
-    @property
-    def errors(self) -> int:
-        return sum(n for status, n in self.statuses.items() if status >= 300)
-
-    @property
-    def rate(self) -> float:
-        return self.count / self.elapsed if self.elapsed else 0.0
 
 
 class Client:

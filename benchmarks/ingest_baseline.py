@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
-import socket
 from pathlib import Path
 
 from aiohttp import web
 
-from colocation import tlsutil
+from benchmarks.baseline_server import serve_until_stopped
 from colocation.apiserver.app import MAX_REPORT_BYTES
 
 HOST = "127.0.0.1"
@@ -45,38 +43,13 @@ class KeptReports:
         return web.Response(body=body, content_type="application/json")
 
 
-def _certificates(state_dir: Path) -> tuple[tlsutil.CertKey, Path]:
-    """A serving certificate, and where its CA is written for the client."""
-    ca = tlsutil.new_ca("benchmark-ingest-baseline-ca")
-    serving = tlsutil.issue_certificate(ca, "benchmark-ingest-baseline", dns_names=("localhost",),
-                                        ip_addresses=(HOST,))
-    state_dir.mkdir(parents=True, exist_ok=True)
-    ca_path = state_dir / "ingest-baseline-ca.crt"
-    ca_path.write_bytes(ca.cert_pem)
-    return serving, ca_path
-
-
 async def serve(state_dir: Path) -> None:
-    serving, ca_path = _certificates(state_dir)
     kept = KeptReports()
     app = web.Application(client_max_size=MAX_REPORT_BYTES)
     app.router.add_put(COLLECTION + "/{name}/status", kept.put)
     app.router.add_get(COLLECTION, kept.list)
     app.router.add_get(COLLECTION + "/{name}", kept.get)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind((HOST, 0))
-    await web.SockSite(runner, sock, ssl_context=tlsutil.ssl_server_context(serving)).start()
-    print(f"ready: url=https://{HOST}:{sock.getsockname()[1]} ca={ca_path}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    await serve_until_stopped(app, state_dir, "benchmark-ingest-baseline")
 
 
 def main() -> None:

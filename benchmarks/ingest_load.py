@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from benchmarks.client import Tally
 from benchmarks.ingest_reports import Reports
 
 REPORT_PATH = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{node}/status"
@@ -26,7 +27,7 @@ _RESOURCE_VERSION = re.compile(rb'"resourceVersion":"(\d+)"')
 
 
 @dataclass
-class IngestResult:
+class IngestResult(Tally):
     """What one phase of reports measured (seconds; client CPU of this process)."""
 
     name: str
@@ -38,16 +39,8 @@ class IngestResult:
     request_bytes: int = 0
 
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]  # one latency per answered report
         return len(self.latencies)
-
-    @property
-    def errors(self) -> int:
-        return sum(n for status, n in self.statuses.items() if status >= 300)
-
-    @property
-    def rate(self) -> float:
-        return self.count / self.elapsed if self.elapsed else 0.0
 
 
 def resource_version_of(body: bytes) -> str | None:
