@@ -61,7 +61,7 @@ class FailoverConfig:
     nodes: int = 1000
     pods_per_node: int = 10
     operators: int = 3
-    repetitions: int = 3
+    repetitions: int = 2
     lease_settings: tuple[LeaseSettings, ...] = (DEFAULT_LEASE, SHORT_LEASE)
     staleness_nodes: int = 50  # its own sandbox: agents renewing every grace/4 s cost the API 4N/grace writes/s
     grace: float = 5.0  # --node-grace-period for the staleness runs

@@ -31,7 +31,7 @@ class CapacityConfig:
     pods_per_node: int = 30
     namespaces: int = 50
     concurrency: int = 48  # requests in flight, per client
-    status_updates: int = -1  # pods whose Running status is written; -1: all
+    status_updates: int = 50_000  # pods whose Running status is written; -1: all
     watchers: int = 20
     watch_updates: int = 5000
     list_repeats: int = 3
