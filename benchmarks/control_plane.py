@@ -262,7 +262,8 @@ def _rows(report: ControlPlaneReport, items: list[dict[str, Any]]) -> list[Row]:
                                  f"poll; accepted reports defer it), measured bytes per read"))
         elif user == AGENT_USER and group == "slo.colocation.dev":
             # Only the real agent follows its NodeSLO (simulated ones use the default policy).
-            rows.append(Row("this design", "agents", item["verb"], name, *(v * report.config.nodes for v in values),
+            requests, sent, received = (v * report.config.nodes for v in values)
+            rows.append(Row("this design", "agents", item["verb"], name, requests, sent, received,
                             note="the one real agent's, for every agent"))
         elif user in (AGENT_USER, OPERATOR_USER):
             rows.append(Row("this design", "agents" if user == AGENT_USER else "operator", item["verb"], name,
