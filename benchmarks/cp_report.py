@@ -280,7 +280,7 @@ def _per_report(report: ControlPlaneReport, reports_per_node_minute: float) -> s
             f"the leader. Here agents reported {reports_per_node_minute:.2f} times per node per minute (they send "
             f"on change); at one report every 10 s (modeled from the measured per-report cost) the CRD path would "
             f"put {size(faster)} per node per minute on the API server, {ratio(faster, ours)} this design's, and "
-            f"{REPORTS_EVERY_10_S / reports_per_node_minute:.1f}x its etcd writes.")
+            f"its etcd writes would grow {REPORTS_EVERY_10_S / reports_per_node_minute:.1f}x.")
 
 
 def _biggest(report: ControlPlaneReport) -> str:
