@@ -8,8 +8,8 @@ from pathlib import Path
 from benchmarks.control_plane import ControlPlaneReport, Row
 from benchmarks.cp_etcd import INSTALL_HINT, EtcdFigures
 from benchmarks.machine import Machine
+from benchmarks.markdown import table, write_section
 from benchmarks.operator_failover import DEFAULT_LEASE, SHORT_LEASE, FailoverReport
-from benchmarks.report import TITLE
 from benchmarks.stats import percentile, ratio, size
 from colocation.agent.leader import DEFAULT_POLL_INTERVAL
 
@@ -18,26 +18,8 @@ CONTROL_PLANE_SECTION = "control-plane"
 TARGETS = {"SIGKILL": 3.0, "SIGTERM": 2.0}
 
 
-def replace_section(document: str, name: str, section: str) -> str:
-    """`document` with section NAME replaced (or appended), the others untouched."""
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    block = f"{begin}\n{section.strip()}\n{end}"
-    if begin in document and end in document:
-        head, _, rest = document.partition(begin)
-        _, _, tail = rest.partition(end)
-        return f"{head}{block}{tail}"
-    return f"{document.rstrip()}\n\n{block}\n" if document.strip() else f"{TITLE}\n{block}\n"
-
-
 def write(path: Path, name: str, section: str) -> None:
-    existing = path.read_text() if path.exists() else ""
-    path.write_text(replace_section(existing, name, section))
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header)))
-             + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+    write_section(path, name, section)
 
 
 def _s(value: float) -> str:
@@ -120,7 +102,7 @@ def _staleness_part(report: FailoverReport) -> list[str]:
         f"{s.evaluation_interval:g} --agent-arg=--lease-duration={max(1, round(s.grace))}` to keep the run short "
         f"(the default grace is 40 s and the agents renew every quarter of their Lease duration, 10 s); the "
         f"figures scale with the grace period, so they are given relative to it.", "",
-        _table(["stopped", "samples", "p50 s", "max s", "p50 ÷ grace", f"≤ grace + 2 s ({target:g} s)"], rows), "",
+        table(["stopped", "samples", "p50 s", "max s", "p50 ÷ grace", f"≤ grace + 2 s ({target:g} s)"], rows), "",
         "![Staleness](benchmarks/plots/failover_staleness.png)", "",
         f"- A node is judged from the last renewal the leader saw, not from the signal: the agent renewed up to a "
         f"renew interval ({s.grace / 4:g} s) before it stopped, so removal lands between grace - {s.grace / 4:g} s "
@@ -150,7 +132,7 @@ def render_failover(report: FailoverReport, machine: Machine, command: str) -> s
         "",
         "### Failover: from the signal to the new leader serving every node",
         "",
-        _table(["lease (duration / renew deadline / retry)", "signal", "runs", "Lease moved p50 s",
+        table(["lease (duration / renew deadline / retry)", "signal", "runs", "Lease moved p50 s",
                 "new leader serving all, p50 s", "max s", "via the APIService p50 s", "max s",
                 "serving ÷ Lease moved", "target"], _takeover_rows(report)),
         "",
@@ -214,12 +196,12 @@ def render_control_plane(report: ControlPlaneReport, machine: Machine, command: 
         f"custom resource with `PUT …/status` (koordlet's UpdateStatus) carrying that node's agent token, and one "
         f"informer watches them (koord-manager). Per node per minute:",
         "",
-        _table(["path", "client", "verb", "resource", "requests", "request bytes", "response bytes", "note"],
+        table(["path", "client", "verb", "resource", "requests", "request bytes", "response bytes", "note"],
                [_row_cells(r) for r in report.rows] + [_row_cells(ours), _row_cells(crd)]),
         "",
         "Summary, per node per minute:",
         "",
-        _table(["", "requests", "bytes (both ways)", "CRD path ÷ this design"], [
+        table(["", "requests", "bytes (both ways)", "CRD path ÷ this design"], [
             ["this design: agents + operator, all their API traffic", f"{ours.requests:,.2f}", size(ours.bytes), ""],
             ["NodeMetric CRD path: the metric writes + one informer", f"{crd.requests:,.2f}", size(crd.bytes),
              f"{ratio(crd.requests, ours.requests)} requests, {ratio(crd.bytes, ours.bytes)} bytes"],
@@ -243,7 +225,7 @@ def render_control_plane(report: ControlPlaneReport, machine: Machine, command: 
     if report.etcd_note or (report.etcd_crd is None):
         parts += [report.etcd_note or f"etcd was not run; install it with `{INSTALL_HINT}`.", ""]
     else:
-        parts += [_table(["per node per minute", "puts", "bytes put (keys + values)", "db size growth",
+        parts += [table(["per node per minute", "puts", "bytes put (keys + values)", "db size growth",
                           "disk writes (/proc/PID/io)"], _etcd_rows(report)), ""]
     parts += [f"Modeled (object size x writes, no etcd): CRD path {size(modeled_crd)}, this design "
               f"{size(modeled_ours)} per node per minute ({ratio(modeled_crd, modeled_ours)}).", "",

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import machine, report, sandbox_capacity, workload
+from benchmarks.markdown import markers, replace_section
 from benchmarks.stats import percentile
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,11 +48,12 @@ def test_pod_names_stay_unique_at_the_default_size() -> None:
 
 def test_replace_section_keeps_other_benchmarks() -> None:
     other = "<!-- ingest:begin -->\n## Ingest\nold\n<!-- ingest:end -->\n"
-    first = report.replace_section(f"# Benchmarks\n\n{other}", "## Sandbox capacity\nrun 1")
-    second = report.replace_section(first, "## Sandbox capacity\nrun 2")
+    first = replace_section(f"# Benchmarks\n\n{other}", report.SECTION, "## Sandbox capacity\nrun 1")
+    second = replace_section(first, report.SECTION, "## Sandbox capacity\nrun 2")
     assert other in second
     assert "run 2" in second and "run 1" not in second
-    assert second.count(report.BEGIN) == 1 and second.count(report.END) == 1
+    begin, end = markers(report.SECTION)
+    assert second.count(begin) == 1 and second.count(end) == 1
 
 
 async def test_tiny_run_measures_every_phase(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from benchmarks import cp_plots, cp_report, machine, operator_failover
-from benchmarks.cp_report import replace_section
+from benchmarks.markdown import replace_section
 
 
 async def test_a_tiny_failover_and_staleness_run_reports_every_case(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import ingest_figures, ingest_profile, ingest_report, machine, operator_ingest
 from benchmarks.ingest_reports import Reports, ReportTemplate
+from benchmarks.markdown import markers
 from colocation.apiserver.models import validate_report
 
 
@@ -49,11 +50,12 @@ def test_profile_samples_count_for_the_first_activity_they_match() -> None:
 
 def test_the_section_is_replaced_and_other_sections_are_kept(tmp_path: Path) -> None:
     path = tmp_path / "BENCHMARKS.md"
-    path.write_text(f"# Benchmarks\n\n<!-- other:begin -->\nx\n<!-- other:end -->\n\n{ingest_report.BEGIN}\nold\n"
-                    f"{ingest_report.END}\n")
+    begin, end = markers(ingest_report.SECTION)
+    path.write_text(f"# Benchmarks\n\n<!-- other:begin -->\nx\n<!-- other:end -->\n\n{begin}\nold\n"
+                    f"{end}\n")
     ingest_report.write(path, "new")
     assert path.read_text() == (f"# Benchmarks\n\n<!-- other:begin -->\nx\n<!-- other:end -->\n\n"
-                                f"{ingest_report.BEGIN}\nnew\n{ingest_report.END}\n")
+                                f"{begin}\nnew\n{end}\n")
 
 
 @pytest.mark.timeout(300)
