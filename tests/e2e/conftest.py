@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.kube import Kube, start_sandbox_process
+from tests.e2e.kube import Kube, fresh_namespace, start_sandbox_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,11 +53,8 @@ async def kube(kubeconfig: Path) -> AsyncIterator[Kube]:
 @pytest.fixture
 async def namespace(kube: Kube) -> AsyncIterator[str]:
     """A fresh namespace per test, deleted afterwards."""
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    status, body = await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    assert status == 201, body
-    yield name
-    await kube.request("DELETE", f"/api/v1/namespaces/{name}")
+    async with fresh_namespace(kube) as name:
+        yield name
 
 
 class Kubectl:

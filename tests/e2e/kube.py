@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,18 @@ class Kube:
 
 async def next_event(queue: asyncio.Queue[dict[str, Any] | None], timeout: float = 10) -> dict[str, Any] | None:
     return await asyncio.wait_for(queue.get(), timeout)
+
+
+@contextlib.asynccontextmanager
+async def fresh_namespace(kube: Kube) -> AsyncIterator[str]:
+    """A namespace of a random name for one test's objects, deleted afterwards."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    status, body = await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    assert status == 201, body
+    try:
+        yield name
+    finally:
+        await kube.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
 async def wait_for(predicate: Any, timeout: float = 10, interval: float = 0.05) -> Any:

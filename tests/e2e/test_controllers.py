@@ -29,7 +29,7 @@ import orjson
 import pytest
 
 from tests.e2e.conftest import Kubectl
-from tests.e2e.kube import Kube, condition, start_sandbox_process, wait_for
+from tests.e2e.kube import Kube, condition, fresh_namespace, start_sandbox_process, wait_for
 
 pytestmark = pytest.mark.sandbox_only  # agents are processes the sandbox starts and the test freezes
 
@@ -64,11 +64,8 @@ async def admin(controller_sandbox: tuple[Path, Path]) -> AsyncIterator[Kube]:
 @pytest.fixture
 async def workloads(admin: Kube) -> AsyncIterator[str]:
     """A fresh namespace in this sandbox for the test's pods, deleted afterwards."""
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    status, body = await admin.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    assert status == 201, body
-    yield name
-    await admin.request("DELETE", f"/api/v1/namespaces/{name}")
+    async with fresh_namespace(admin) as name:
+        yield name
 
 
 @pytest.fixture
