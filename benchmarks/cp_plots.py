@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.plotting import pyplot, save
+
 if TYPE_CHECKING:
     from benchmarks.control_plane import ControlPlaneReport
     from benchmarks.operator_failover import FailoverReport
@@ -12,19 +14,8 @@ if TYPE_CHECKING:
 TARGETS = {"SIGKILL": 3.0, "SIGTERM": 2.0}
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
-    try:
-        import matplotlib
-    except ImportError:
-        raise RuntimeError("the plots need matplotlib: pip install -e '.[bench]'") from None
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def failover(report: FailoverReport, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     cases = list(dict.fromkeys((t.settings, t.signal) for t in report.takeovers))
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for x, (settings, sig) in enumerate(cases):
@@ -43,17 +34,14 @@ def failover(report: FailoverReport, path: Path) -> None:
     ax.set_title(f"Operator failover, {report.config.nodes:,} nodes ({report.config.repetitions} runs each)")
     ax.grid(axis="y", alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def staleness(report: FailoverReport, path: Path) -> None:
     figures = report.staleness
     if figures is None:
         return
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     if figures.simulated_samples:
         ax.hist(figures.simulated_samples, bins=30, color="C0",
@@ -66,14 +54,11 @@ def staleness(report: FailoverReport, path: Path) -> None:
     ax.set_ylabel("nodes")
     ax.set_title("Staleness: a stopped agent's node loses its batch resources")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def control_plane(report: ControlPlaneReport, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (api, etcd) = plt.subplots(1, 2, figsize=(10, 4.2))
     paths = ["this design", "NodeMetric CRD"]
     for x, name in enumerate(paths):
@@ -105,7 +90,4 @@ def control_plane(report: ControlPlaneReport, path: Path) -> None:
     etcd.set_ylabel("KiB per node per minute")
     etcd.set_title("etcd (one fresh etcd-server each)")
     fig.suptitle(f"Control-plane cost, {report.config.nodes:,} nodes x {report.config.pods_per_node} pods")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)

@@ -8,7 +8,7 @@ from pathlib import Path
 from benchmarks.control_plane import ControlPlaneReport, Row
 from benchmarks.cp_etcd import INSTALL_HINT, EtcdFigures
 from benchmarks.machine import Machine
-from benchmarks.markdown import table, write_section
+from benchmarks.markdown import run_lines, table, write_section
 from benchmarks.operator_failover import DEFAULT_LEASE, SHORT_LEASE, FailoverReport
 from benchmarks.stats import percentile, ratio, size
 from colocation.agent.leader import DEFAULT_POLL_INTERVAL
@@ -116,9 +116,7 @@ def render_failover(report: FailoverReport, machine: Machine, command: str) -> s
     parts = [
         f"## Operator failover and staleness: {c.nodes:,} nodes",
         "",
-        f"Command: `{command}` (from the repository root; `make bench` runs the defaults).  ",
-        f"Date: {machine.date}. Duration: {report.seconds / 60:,.1f} min.  ",
-        f"Machine: {machine.describe()}.",
+        *run_lines(command, machine, report.seconds),
         "",
         f"`colocation sandbox --nodes {c.nodes} --pods-per-node {c.pods_per_node} --operators {c.operators}` "
         f"as a subprocess: {c.operators} operator replicas (processes, pod-bound ServiceAccount tokens, the "
@@ -183,9 +181,7 @@ def render_control_plane(report: ControlPlaneReport, machine: Machine, command: 
     parts = [
         f"## Control-plane cost: {c.nodes:,} nodes x {c.pods_per_node} pods",
         "",
-        f"Command: `{command}` (from the repository root; `make bench` runs the defaults).  ",
-        f"Date: {machine.date}. Duration: {report.seconds / 60:,.1f} min. Window: {report.window_seconds:,.0f} s.  ",
-        f"Machine: {machine.describe()}.",
+        *run_lines(command, machine, report.seconds, f"Window: {report.window_seconds:,.0f} s."),
         "",
         f"`colocation sandbox --nodes {c.nodes} --pods-per-node {c.pods_per_node}` (2 operator replicas, default "
         f"settings) counts every request reaching it (`GET /sandbox/stats`: requests and HTTP bytes before TLS, "

@@ -16,6 +16,7 @@ from benchmarks.ingest_figures import (
     SizeReport,
 )
 from benchmarks.markdown import table, write_section
+from benchmarks.plotting import pyplot, save
 from benchmarks.stats import ms, ratio, size
 from colocation.manager.runtime import ALLOWED_CACHE_SECONDS, TOKEN_CACHE_SECONDS
 
@@ -288,11 +289,8 @@ def render(reports_by_size: dict[int, SizeReport], plots: list[Path], base: Path
 def plot(reports_by_size: dict[int, SizeReport], directory: Path) -> list[Path]:
     """Throughput, latency and memory against cluster size; [] without matplotlib."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+        plt = pyplot()
+    except RuntimeError:  # no matplotlib: the section goes without plots
         return []
     reports = [reports_by_size[n] for n in sorted(reports_by_size) if reports_by_size[n].ingest is not None]
     if not reports:
@@ -312,7 +310,7 @@ def plot(reports_by_size: dict[int, SizeReport], directory: Path) -> list[Path]:
     ax.plot(nodes, [TARGET_SHARE * p.rate for p in phase("baseline")], ":", color="grey", label="40 % of bare")
     ax.axhline(TARGET_RATE, color="red", linestyle="--", label="target 3,000/s")
     _finish(ax, "nodes", "reports/s", "NodeMetric ingest throughput")
-    paths.append(_save(fig, directory / "ingest_throughput.png"))
+    paths.append(save(fig, directory / "ingest_throughput.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     series: list[tuple[str, list[float]]] = [
@@ -327,7 +325,7 @@ def plot(reports_by_size: dict[int, SizeReport], directory: Path) -> list[Path]:
         ax.plot(nodes, [value * 1000 for value in seconds], "o-", label=label)
     ax.set_yscale("log")
     _finish(ax, "nodes", "milliseconds", "Latency (reports at full load; reads at a steady report rate)")
-    paths.append(_save(fig, directory / "ingest_latency.png"))
+    paths.append(save(fig, directory / "ingest_latency.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     memory = [r.memory for r in reports]
@@ -337,8 +335,7 @@ def plot(reports_by_size: dict[int, SizeReport], directory: Path) -> list[Path]:
     ax.axhline(TARGET_BYTES_PER_NODE / 1024, color="red", linestyle="--", label="target 40 KiB")
     ax.set_ylim(bottom=0)
     _finish(ax, "nodes", "KiB of leader RSS per node", "Leader memory per node (30 pods each)")
-    paths.append(_save(fig, directory / "ingest_memory.png"))
-    plt.close("all")
+    paths.append(save(fig, directory / "ingest_memory.png"))
     return paths
 
 
@@ -349,9 +346,3 @@ def _finish(ax: object, xlabel: str, ylabel: str, title: str) -> None:
     ax.set_title(title)  # type: ignore[attr-defined]
     ax.grid(True, which="both", alpha=0.3)  # type: ignore[attr-defined]
     ax.legend(fontsize=8)  # type: ignore[attr-defined]
-
-
-def _save(fig: object, path: Path) -> Path:
-    fig.tight_layout()  # type: ignore[attr-defined]
-    fig.savefig(path, dpi=110)  # type: ignore[attr-defined]
-    return path

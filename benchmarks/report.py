@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from benchmarks.machine import Machine
-from benchmarks.markdown import table, write_section
+from benchmarks.markdown import run_lines, table, write_section
 from benchmarks.sandbox_capacity import CapacityReport, ReadFigures, WriteFigures
 from benchmarks.stats import ms, ratio, size
 
@@ -139,9 +139,7 @@ def render(report: CapacityReport, machine: Machine, command: str) -> str:
     parts = [
         f"## Sandbox capacity: {c.nodes:,} nodes, {c.sizes.pods:,} pods",
         "",
-        f"Command: `{command}` (from the repository root; `make bench` runs the defaults).  ",
-        f"Date: {machine.date}. Duration: {report.seconds / 60:,.1f} min.  ",
-        f"Machine: {machine.describe()}.",
+        *run_lines(command, machine, report.seconds),
         "",
         f"`colocation sandbox --api-only` ran as a subprocess; every request went over HTTPS (loopback, TLS from "
         f"`colocation.tlsutil`) with keep-alive through aiohttp, {c.concurrency} requests in flight, authenticated "
