@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from colocation.controlplane.binaries import kubectl_binary
 from tests.e2e.kube import Kube, fresh_namespace, start_sandbox_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,11 +20,31 @@ REPO = Path(__file__).resolve().parents[2]
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--kubeconfig", action="store", default=None,
                      help="Run the e2e tests against this cluster instead of a fresh sandbox.")
+    parser.addoption("--apiserver", action="store", default="builtin", choices=("builtin", "kube"),
+                     help="The sandbox the e2e tests start: builtin (in-memory) or kube (the real control "
+                          "plane, `colocation sandbox --apiserver kube`).")
+
+
+def apiserver_kind(config: pytest.Config) -> str:
+    return str(config.getoption("--apiserver"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The real control plane needs CAP_NET_ADMIN (pod network namespaces): without it, one line."""
+    if apiserver_kind(session.config) != "kube":
+        return
+    from colocation.controlplane.podnetwork import PodNetworkUnavailable, check_available
+
+    try:
+        check_available()
+    except PodNetworkUnavailable as error:
+        pytest.exit(f"skip: e2e against the real control plane: {error}", returncode=0)
 
 
 @pytest.fixture(scope="session")
 def real_cluster(request: pytest.FixtureRequest) -> bool:
-    return request.config.getoption("--kubeconfig") is not None
+    """True against a real kube-apiserver: a given cluster, or the real control plane the run starts."""
+    return request.config.getoption("--kubeconfig") is not None or apiserver_kind(request.config) == "kube"
 
 
 @pytest.fixture(scope="session")
@@ -34,8 +54,13 @@ def kubeconfig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         yield Path(given)
         return
     state = tmp_path_factory.mktemp("sandbox")
-    with start_sandbox_process(state, ["--api-only"]) as path:
+    with start_sandbox_process(state, ["--api-only", *sandbox_kind_args(request.config)]) as path:
         yield path
+
+
+def sandbox_kind_args(config: pytest.Config) -> list[str]:
+    """The arguments that make `colocation sandbox` start the control plane this run tests."""
+    return ["--apiserver", "kube"] if apiserver_kind(config) == "kube" else []
 
 
 @pytest.fixture(autouse=True)
@@ -79,9 +104,9 @@ class Kubectl:
 
 @pytest.fixture
 def kubectl(kubeconfig: Path, tmp_path: Path) -> Kubectl:
-    binary = shutil.which("kubectl")
+    binary = kubectl_binary()
     if binary is None:
-        pytest.skip("kubectl is not installed")
+        pytest.skip("no kubectl: neither built by hack/kube/build.sh (needs Go) nor on the PATH")
     return Kubectl(binary, kubeconfig, tmp_path / "kubectl-cache")
 
 

@@ -152,7 +152,7 @@ async def wait_for(predicate: Any, timeout: float = 10, interval: float = 0.05) 
 
 
 @contextlib.contextmanager
-def start_sandbox_process(state_dir: Path, extra_args: list[str], timeout: float = 60) -> Iterator[Path]:
+def start_sandbox_process(state_dir: Path, extra_args: list[str], timeout: float = 300) -> Iterator[Path]:
     """`colocation sandbox` as a real process; yields its kubeconfig once it prints `ready:`."""
     command = [sys.executable, "-m", "colocation", "sandbox", "--port", "0", "--state-dir", str(state_dir),
                "--log-format", "text", *extra_args]

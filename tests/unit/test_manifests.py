@@ -8,7 +8,6 @@ sandbox's implementation of the upstream RBAC authorizer.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -20,13 +19,14 @@ import pytest
 import yaml
 
 from colocation.apimachinery.userinfo import UserInfo
+from colocation.controlplane.binaries import kubectl_binary
 from colocation.kube import permissions
 from colocation.kube.permissions import AGENT_API_CALLS, OPERATOR_API_CALLS, ApiCall
 from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes
 from colocation.sandbox.rbac_bootstrap import bootstrap_policy
 
 REPO = Path(__file__).resolve().parents[2]
-KUBECTL = shutil.which("kubectl") or shutil.which("kubectl", path="/usr/bin")
+KUBECTL = kubectl_binary()  # the one hack/kube/build.sh built, else the PATH's
 
 # The oldest Kubernetes we support (ServiceAccount tokens carry the node name from 1.30 on, which
 # the NodeMetric API relies on), and the newest whose schemas kubernetes-validate ships.
@@ -42,7 +42,7 @@ RBAC_PLURALS = {"Role": "roles", "RoleBinding": "rolebindings",
 @pytest.fixture(scope="module")
 def rendered() -> list[dict[str, Any]]:
     if KUBECTL is None:
-        pytest.skip("kubectl is not installed, so manifests/ cannot be rendered with kustomize")
+        pytest.skip("no kubectl (neither built by hack/kube/build.sh nor on the PATH): manifests/ cannot be rendered")
     result = subprocess.run([KUBECTL, "kustomize", str(REPO / "manifests")],
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, f"kubectl kustomize manifests/ failed:\n{result.stderr}"
@@ -452,7 +452,7 @@ def test_rbac_denies_what_a_compromised_pod_could_abuse(
 def with_resource_metrics() -> list[dict[str, Any]]:
     """manifests/ with components/resource-metrics, through an overlay as docs/install.md shows."""
     if KUBECTL is None:
-        pytest.skip("kubectl is not installed, so manifests/ cannot be rendered with kustomize")
+        pytest.skip("no kubectl (neither built by hack/kube/build.sh nor on the PATH): manifests/ cannot be rendered")
     from colocation.sandbox.install import render_manifests
 
     return render_manifests(REPO, components=("resource-metrics",))

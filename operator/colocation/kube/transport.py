@@ -56,11 +56,14 @@ def kube_transport(api_client: Any) -> Transport:
 
 def https_transport(session: aiohttp.ClientSession, base_url: Callable[[], str],
                     ssl_context: Callable[[], ssl.SSLContext], token: Callable[[], str]) -> Transport:
-    """GETs straight to an HTTPS server (the leader), with a bearer token; all three may change."""
+    """GETs straight to an HTTPS server (the leader), with a bearer token; all three may change.
+    An empty token sends none (the TLS context then carries a client certificate)."""
 
     @contextlib.asynccontextmanager
     async def open_(path: str, params: dict[str, str], stream: bool) -> AsyncIterator[_Adapter]:
-        headers = {"Accept": "application/json", "Authorization": f"Bearer {token()}"}
+        headers = {"Accept": "application/json"}
+        if bearer := token():
+            headers["Authorization"] = f"Bearer {bearer}"
         async with session.get(base_url() + path, params=params, headers=headers, ssl=ssl_context(),
                                timeout=_timeout(stream, params)) as response:
             yield _Adapter(response)

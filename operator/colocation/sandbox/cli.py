@@ -12,6 +12,10 @@ from colocation.clicommon import common_options
 
 
 @click.command("sandbox")
+@click.option("--apiserver", type=click.Choice(["builtin", "kube"]), default="builtin", show_default=True,
+              help="builtin: the in-memory API server (instant). kube: the real control plane (etcd, "
+                   "kube-apiserver, kube-controller-manager, kube-scheduler, kwok) built from its Go modules by "
+                   "hack/kube/build.sh; needs Go and CAP_NET_ADMIN (pods get network namespaces).")
 @click.option("--api-only", is_flag=True, default=False,
               help="Run the sandbox Kubernetes API server alone (no operator, no agents).")
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -49,7 +53,7 @@ from colocation.clicommon import common_options
 @click.option("--agent-arg", "agent_args", multiple=True, metavar="ARG",
               help="Extra argument for every agent process (repeatable), e.g. --agent-arg=--report-interval=2.")
 @common_options
-def sandbox_command(kubeconfig: Path | None, api_only: bool, host: str, port: int, state_dir: Path,
+def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
                     probe_interval: float, operators: int, operator_args: tuple[str, ...],
                     serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
@@ -62,6 +66,12 @@ def sandbox_command(kubeconfig: Path | None, api_only: bool, host: str, port: in
     `colocation operator`, registered behind the metrics APIService, and creates --nodes Nodes with
     their agents.
     """
+    if apiserver == "kube":
+        _run_kube(api_only=api_only, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
+                  operators=operators, operator_args=operator_args,
+                  components=_components(serve_resource_metrics, serve_custom_metrics), nodes=nodes,
+                  pods_per_node=pods_per_node, agent_args=agent_args)
+        return
     from colocation.sandbox.runner import Sandbox, SandboxConfig, serve_forever
 
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -77,9 +87,7 @@ def sandbox_command(kubeconfig: Path | None, api_only: bool, host: str, port: in
             loop.add_signal_handler(sig, stop.set)
         sandbox = Sandbox(config)
         replicas = 0 if api_only else operators
-        # Each optional API is a kustomize component and the operator flag it adds.
-        enabled = {"resource-metrics": serve_resource_metrics, "custom-metrics": serve_custom_metrics}
-        components = tuple(name for name, on in enabled.items() if on)
+        components = _components(serve_resource_metrics, serve_custom_metrics)
         extra_args = (*operator_args, *(f"--serve-{name}" for name in components))
         if not api_only:
             from colocation.sandbox.install import install_project
@@ -92,3 +100,30 @@ def sandbox_command(kubeconfig: Path | None, api_only: bool, host: str, port: in
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
     asyncio.run(main())
+
+
+def _components(serve_resource_metrics: bool, serve_custom_metrics: bool) -> tuple[str, ...]:
+    # Each optional API is a kustomize component and the operator flag it adds.
+    enabled = {"resource-metrics": serve_resource_metrics, "custom-metrics": serve_custom_metrics}
+    return tuple(name for name, on in enabled.items() if on)
+
+
+def _run_kube(**options: object) -> None:
+    """The real control plane (colocation.controlplane), with the same processes and flags."""
+    from colocation.controlplane.binaries import BinariesMissing
+    from colocation.controlplane.launcher import KubeSandboxConfig, serve_kube_sandbox
+    from colocation.controlplane.podnetwork import PodNetworkUnavailable
+
+    config = KubeSandboxConfig(**options)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve_kube_sandbox(config, stop)
+
+    try:
+        asyncio.run(main())
+    except (BinariesMissing, PodNetworkUnavailable) as error:
+        raise click.ClickException(str(error)) from None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from colocation.controlplane.binaries import kubectl_binary
 from colocation.sandbox.admission import admit
 
 if TYPE_CHECKING:
@@ -29,15 +29,18 @@ def project_root(start: Path | None = None) -> Path | None:
     return None
 
 
-def render_manifests(root: Path, timeout: float = 60.0, *, components: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def render_manifests(root: Path, timeout: float = 60.0, *, components: tuple[str, ...] = (),
+                     kubectl: str | None = None) -> list[dict[str, Any]]:
     """`kubectl kustomize manifests/`, parsed. kubectl carries kustomize; nothing else does here.
 
     `components` names optional kustomize components (manifests/components/NAME), rendered
-    through an overlay as a user would enable them.
+    through an overlay as a user would enable them. kubectl is the one given, else the one the
+    project builds (hack/kube/build.sh), else the one on the PATH.
     """
-    kubectl = shutil.which("kubectl")
+    kubectl = kubectl or kubectl_binary()
     if kubectl is None:
-        raise RuntimeError("kubectl is needed to render manifests/ (kustomize); install it or use --api-only")
+        raise RuntimeError("kubectl is needed to render manifests/ (kustomize): build it with "
+                           "hack/kube/build.sh (needs Go), install it, or use --api-only")
     with tempfile.TemporaryDirectory(prefix="colocation-overlay-") as overlay:
         target = root / "manifests"
         if components:

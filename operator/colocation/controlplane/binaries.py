@@ -1,0 +1,80 @@
+"""Where the control-plane binaries are: built once by hack/kube/build.sh and cached outside the tree."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BUILD_SCRIPT = Path("hack") / "kube" / "build.sh"
+BIN_ENV = "COLOCATION_KUBE_BIN"
+NAMES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
+# A cold build on 2 cores takes minutes (BENCHMARKS.md, "Building the control plane").
+BUILD_TIMEOUT_SECONDS = 3600
+
+
+class BinariesMissing(RuntimeError):
+    """The control plane is not built and cannot be; the message is one line, fit for a CLI."""
+
+
+@dataclass(frozen=True)
+class Binaries:
+    directory: Path
+
+    def path(self, name: str) -> str:
+        return str(self.directory / name)
+
+    @property
+    def kubectl(self) -> str:
+        return self.path("kubectl")
+
+
+def _source_root() -> Path | None:
+    for candidate in Path(__file__).resolve().parents:
+        if (candidate / BUILD_SCRIPT).is_file():
+            return candidate
+    return None
+
+
+def _complete(directory: Path) -> bool:
+    return all(os.access(directory / name, os.X_OK) for name in NAMES)
+
+
+def locate(*, build: bool = True) -> Binaries:
+    """The binaries: from $COLOCATION_KUBE_BIN, else hack/kube/build.sh (building them if needed,
+    with its progress on stderr)."""
+    given = os.environ.get(BIN_ENV)
+    if given:
+        directory = Path(given)
+        if not _complete(directory):
+            raise BinariesMissing(f"{BIN_ENV}={given} lacks one of {', '.join(NAMES)}")
+        return Binaries(directory)
+    root = _source_root()
+    if root is None:
+        raise BinariesMissing(f"no source checkout with {BUILD_SCRIPT}: set {BIN_ENV} to a directory "
+                              f"holding {', '.join(NAMES)}")
+    if shutil.which("go") is None:
+        raise BinariesMissing("the real control plane is built from Go modules and go is not on the PATH "
+                              "(Go 1.26 is needed)")
+    args = [str(root / BUILD_SCRIPT)] + ([] if build else ["--check"])
+    result = subprocess.run(args, stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
+                            timeout=BUILD_TIMEOUT_SECONDS, check=False)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        raise BinariesMissing(f"{BUILD_SCRIPT} failed (exit {result.returncode}); see its output above")
+    directory = Path(lines[-1])
+    if not _complete(directory):
+        raise BinariesMissing(f"{BUILD_SCRIPT} left {directory} without one of {', '.join(NAMES)}")
+    return Binaries(directory)
+
+
+def kubectl_binary() -> str | None:
+    """kubectl for the project's own use: the one the project builds, of the control plane's own
+    version (when it is built already: this never starts a build), else the one on the PATH."""
+    try:
+        return locate(build=False).kubectl
+    except (BinariesMissing, OSError, subprocess.SubprocessError):
+        return shutil.which("kubectl")

@@ -1,0 +1,424 @@
+"""The launcher's node: this machine, with a small kubelet that runs the pods bound to it as processes.
+
+kwok fakes its nodes' pods whatever runs behind them; the operator's pods must be real, and their
+readiness must be what the process says, or the Service's endpoints keep a dead leader. So the
+node of this machine is not kwok's: this kubelet registers it (with the machine's capacity),
+renews its Lease in kube-node-lease, and for every pod the scheduler or a DaemonSet binds to it:
+
+- gives it a network namespace and an address (`podnetwork`), as a CNI plugin would;
+- asks for a token of the pod's ServiceAccount bound to the pod (TokenRequest), as the projected
+  service-account volume does, and hands it over in a kubeconfig (`--kubeconfig`);
+- runs the container's own command and args from the pod spec (image `colocation:*` only; any other
+  pod gets an address and runs nothing), with `$(VAR)` and the downward-API env resolved and every
+  hostPath mount read from its host path;
+- mirrors the readiness probe into the pod's Ready condition, restarts a container that exits or
+  fails its liveness probe (with CrashLoopBackOff), and on deletion stops it within the grace
+  period, then removes the pod, as the kubelet does.
+
+It authenticates as `system:node:NAME`, so the Node authorizer and NodeRestriction apply to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import signal
+import ssl
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from colocation.apimachinery.quantity import format_bytes, format_millis
+from colocation.controlplane import pki
+from colocation.controlplane.podnetwork import PodNetwork
+from colocation.controlplane.restclient import RestClient
+from colocation.kube.backoff import Backoff
+from colocation.kube.informer import Informer, InformerOptions
+from colocation.sandbox.clock import micro_time, rfc3339
+from colocation.sandbox.processes import write_state
+
+log = logging.getLogger(__name__)
+
+LEASE_DURATION_SECONDS = 40
+LEASE_RENEW_SECONDS = 10.0
+TOKEN_SECONDS = 7 * 24 * 3600
+OUR_IMAGE = re.compile(r"^(?:.*/)?colocation(?::.*)?$")
+CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX = 10.0, 300.0
+PROBE_TIMEOUT_FLOOR = 1.0
+Obj = dict[str, Any]
+
+
+def _now() -> str:
+    return rfc3339(time.time())
+
+
+@dataclass
+class RunningPod:
+    """One pod of this node: its address, its process and what its probes last said."""
+
+    key: str
+    uid: str
+    netns: str
+    address: str
+    spec: Obj
+    log_path: Path
+    process: asyncio.subprocess.Process | None = None
+    ready: bool = False
+    restarts: int = 0
+    started_at: str = ""
+    last_exit: Obj | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    stopping: bool = False
+
+    @property
+    def container(self) -> Obj:
+        return dict(self.spec["containers"][0])
+
+    @property
+    def runs_process(self) -> bool:
+        container = self.container
+        command = container.get("command") or [""]
+        return bool(OUR_IMAGE.match(container.get("image", ""))) and command[0] == "colocation"
+
+
+class NodeKubelet:
+    def __init__(self, *, name: str, server: str, pki_: pki.Pki, network: PodNetwork, state_dir: Path,
+                 capacity: tuple[int, int], labels: dict[str, str], extra_args: dict[str, tuple[str, ...]]) -> None:
+        self.name = name
+        self.server = server
+        self.pki = pki_
+        self.network = network
+        self.state_dir = state_dir
+        self.capacity = capacity
+        self.labels = labels
+        self.extra_args = extra_args  # per subcommand ("operator", "agent"): appended to the container's args
+        cert = pki_.client(f"node-{name}", f"system:node:{name}", ("system:nodes",))
+        self.client = RestClient(server, pki_.file("ca.crt"), cert, pool=16)
+        self.pods: dict[str, RunningPod] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._probe_session: aiohttp.ClientSession | None = None
+        self._informer: Informer | None = None
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "pods.json"
+
+    # ---- the Node and its Lease ---------------------------------------------------------------------
+
+    def _node(self) -> Obj:
+        cpu, memory = self.capacity
+        resources = {"cpu": format_millis(cpu), "memory": format_bytes(memory), "pods": "110"}
+        allocatable = {**resources, "memory": format_bytes(max(memory - 100 * 2**20, 0))}
+        now = _now()
+        return {
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "labels": self.labels},
+            "spec": {},
+            "status": {"capacity": resources, "allocatable": allocatable,
+                       "addresses": [{"type": "InternalIP", "address": self.network.gateway},
+                                     {"type": "Hostname", "address": self.name}],
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                       "message": "colocation launcher node", "lastHeartbeatTime": now,
+                                       "lastTransitionTime": now}],
+                       "nodeInfo": {"architecture": self.labels.get("kubernetes.io/arch", "amd64"),
+                                    "operatingSystem": "linux", "kubeletVersion": "colocation-launcher"}},
+        }
+
+    async def register(self) -> None:
+        await self.client.must("POST", "/api/v1/nodes", self._node(), ok=(201, 409))
+        await self._renew_lease()
+
+    async def _renew_lease(self) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.name}"
+        spec = {"holderIdentity": self.name, "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+                "renewTime": micro_time(time.time())}
+        status, lease = await self.client.request("GET", path)
+        if status == 404:
+            await self.client.must("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": "kube-node-lease"}, "spec": spec}, ok=(201, 409))
+        elif status == 200:
+            lease["spec"] = {**lease.get("spec", {}), **spec}
+            await self.client.request("PUT", path, lease)
+
+    async def _lease_loop(self) -> None:
+        backoff = Backoff(initial=1.0, maximum=LEASE_RENEW_SECONDS, jitter=0.5)
+        while True:
+            try:
+                await self._renew_lease()
+                backoff.reset()
+                await asyncio.sleep(LEASE_RENEW_SECONDS)  # the renew period
+            except Exception as error:
+                log.warning("node lease renewal failed", extra={"node": self.name, "error": repr(error)})
+                await asyncio.sleep(backoff.next_delay())  # backoff before the retry
+
+    # ---- pods ---------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._probe_session = aiohttp.ClientSession()
+        await self.register()
+        self._informer = Informer(self.client.transport(), "/api/v1/pods", on_sync=self._on_sync,
+                                  on_event=self._on_event, name=f"pods on {self.name}",
+                                  options=InformerOptions(field_selector=f"spec.nodeName={self.name}"))
+        self._tasks = [asyncio.create_task(self._lease_loop()), asyncio.create_task(self._informer.run())]
+
+    async def _on_sync(self, items: list[Obj], _rv: str) -> None:
+        for pod in items:
+            await self._on_event("ADDED", pod)
+
+    async def _on_event(self, kind: str, pod: Obj) -> None:
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        running = self.pods.get(key)
+        if running is not None and running.uid != meta["uid"]:
+            await self._stop_pod(running, grace=0)
+            running = None
+        if kind == "DELETED" or meta.get("deletionTimestamp"):
+            if running is not None and not running.stopping:
+                grace = float(pod.get("spec", {}).get("terminationGracePeriodSeconds", 30))
+                self._spawn_task(self._terminate(running, grace, pod))
+            elif running is None and kind != "DELETED":
+                await self._finalize(pod)
+            return
+        if running is None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            await self._admit(pod, key)
+
+    def _spawn_task(self, coroutine: Any) -> None:
+        task = asyncio.create_task(coroutine)
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    async def _admit(self, pod: Obj, key: str) -> None:
+        netns, address = self.network.add_pod(key)
+        logs = self.state_dir / "logs" / "pods"
+        logs.mkdir(parents=True, exist_ok=True)
+        running = RunningPod(key, pod["metadata"]["uid"], netns, address, pod["spec"],
+                             logs / f"{key.replace('/', '_')}.log")
+        self.pods[key] = running
+        if running.runs_process:
+            await self._start_container(running, pod)
+            running.tasks.append(asyncio.create_task(self._supervise(running, pod)))
+            if running.container.get("readinessProbe") or running.container.get("livenessProbe"):
+                running.tasks.append(asyncio.create_task(self._probe_loop(running, pod)))
+            else:
+                running.ready = True
+        else:
+            running.ready = True
+            running.started_at = _now()
+        await self._write_status(running, pod)
+        self._write_state()
+
+    # ---- containers ---------------------------------------------------------------------------------
+
+    async def _token_kubeconfig(self, pod: Obj) -> Path:
+        meta, spec = pod["metadata"], pod["spec"]
+        account = spec.get("serviceAccountName") or "default"
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                   "spec": {"expirationSeconds": TOKEN_SECONDS,
+                            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                               "uid": meta["uid"]}}}
+        answer = await self.client.must(
+            "POST", f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token", request)
+        document = pki.kubeconfig(self.server, self.pki.ca.cert_pem, name="colocation-kube",
+                                  user=f"{meta['namespace']}-{account}", token=answer["status"]["token"],
+                                  namespace=meta["namespace"])
+        return pki.write_kubeconfig(self.state_dir / "tokens" / f"{meta['namespace']}_{meta['name']}.kubeconfig",
+                                    document)
+
+    def _environment(self, running: RunningPod, pod: Obj) -> dict[str, str]:
+        fields = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": pod["metadata"]["namespace"],
+                  "metadata.uid": running.uid, "spec.nodeName": self.name,
+                  "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
+                  "status.podIP": running.address, "status.hostIP": self.network.gateway}
+        env: dict[str, str] = {}
+        for item in running.container.get("env") or ():
+            if "value" in item:
+                env[item["name"]] = _expand(str(item["value"]), env)
+            elif path := ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"):
+                env[item["name"]] = fields.get(path, "")
+        return env
+
+    def _command(self, running: RunningPod, env: dict[str, str], kubeconfig: Path) -> list[str]:
+        container = running.container
+        mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts") or ()}
+        host_paths = {v["name"]: v["hostPath"]["path"] for v in running.spec.get("volumes") or () if "hostPath" in v}
+        rewrites = [(mounts[name], path) for name, path in host_paths.items() if name in mounts]
+        args = []
+        for arg in container.get("args") or ():
+            value = _expand(str(arg), env)
+            for mount_path, host_path in rewrites:
+                if value == mount_path or value.startswith(mount_path + "/"):
+                    value = host_path + value[len(mount_path):]
+            args.append(value)
+        subcommand = args[0] if args else ""
+        program = [sys.executable, "-m", "colocation", *(container.get("command") or [])[1:]]
+        return ["ip", "netns", "exec", running.netns, *program, *args, "--kubeconfig", str(kubeconfig),
+                *self.extra_args.get(subcommand, ())]
+
+    async def _start_container(self, running: RunningPod, pod: Obj) -> None:
+        kubeconfig = await self._token_kubeconfig(pod)
+        env = self._environment(running, pod)
+        command = self._command(running, env, kubeconfig)
+        with open(running.log_path, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
+            running.process = await asyncio.create_subprocess_exec(
+                *command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
+        running.started_at = _now()
+        log.info("container started", extra={"pod": running.key, "pid": running.process.pid,
+                                              "address": running.address})
+
+    async def _supervise(self, running: RunningPod, pod: Obj) -> None:
+        backoff = Backoff(initial=CRASH_BACKOFF_INITIAL, maximum=CRASH_BACKOFF_MAX, jitter=0.1)
+        while True:
+            assert running.process is not None
+            started = time.monotonic()
+            code = await running.process.wait()
+            if running.stopping:
+                return
+            if time.monotonic() - started > 600:
+                backoff.reset()  # ran 10 minutes: the next crash starts the backoff anew, as the kubelet does
+            running.ready = False
+            running.last_exit = {"terminated": {"exitCode": code, "reason": "Error" if code else "Completed",
+                                                "startedAt": running.started_at, "finishedAt": _now()}}
+            delay = backoff.next_delay()
+            log.warning("container exited; restarting", extra={"pod": running.key, "code": code,
+                                                               "restart_in": round(delay, 1)})
+            await self._write_status(running, pod)
+            await asyncio.sleep(delay)  # CrashLoopBackOff
+            running.restarts += 1
+            await self._start_container(running, pod)
+            await self._write_status(running, pod)
+            self._write_state()
+
+    async def _probe_loop(self, running: RunningPod, pod: Obj) -> None:
+        container = running.container
+        readiness, liveness = container.get("readinessProbe"), container.get("livenessProbe")
+        period = float((readiness or liveness or {}).get("periodSeconds", 10))
+        ready_failures = live_failures = 0
+        ever_live = False
+        while not running.stopping:
+            await asyncio.sleep(period)  # the probe period
+            if running.process is None or running.process.returncode is not None:
+                continue
+            if readiness:
+                if await self._probe(running, readiness):
+                    ready_failures = 0
+                    ready = True
+                else:
+                    ready_failures += 1
+                    ready = running.ready and ready_failures < int(readiness.get("failureThreshold", 3))
+                if ready != running.ready:
+                    running.ready = ready
+                    await self._write_status(running, pod)
+            if liveness:
+                if await self._probe(running, liveness):
+                    live_failures, ever_live = 0, True
+                elif ever_live:
+                    live_failures += 1
+                    if live_failures >= int(liveness.get("failureThreshold", 3)):
+                        log.warning("liveness probe failed; restarting", extra={"pod": running.key})
+                        live_failures, ever_live = 0, False
+                        with contextlib.suppress(ProcessLookupError):
+                            running.process.kill()
+
+    async def _probe(self, running: RunningPod, probe: Obj) -> bool:
+        http = probe.get("httpGet")
+        if not http:
+            return True
+        port = http.get("port")
+        if isinstance(port, str):
+            port = next((p["containerPort"] for p in running.container.get("ports") or () if p.get("name") == port), 0)
+        url = f"{http.get('scheme', 'HTTP').lower()}://{running.address}:{port}{http.get('path', '/')}"
+        timeout = max(float(probe.get("timeoutSeconds", 1)), PROBE_TIMEOUT_FLOOR)
+        assert self._probe_session is not None
+        unverified = ssl.create_default_context()
+        unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE  # the kubelet does not verify probes
+        try:
+            async with self._probe_session.get(url, ssl=unverified,
+                                               timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+                return 200 <= response.status < 400
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False
+
+    # ---- status and termination ---------------------------------------------------------------------
+
+    async def _write_status(self, running: RunningPod, pod: Obj) -> None:
+        now = _now()
+        alive = not running.runs_process or (running.process is not None and running.process.returncode is None)
+        ready = "True" if running.ready and alive else "False"
+        container = running.container
+        state: Obj = {"running": {"startedAt": running.started_at}} if alive else \
+            {"waiting": {"reason": "CrashLoopBackOff"}}
+        container_status = {"name": container["name"], "image": container.get("image", ""), "imageID": "",
+                            "ready": ready == "True", "started": alive, "restartCount": running.restarts,
+                            "state": state}
+        if running.last_exit:
+            container_status["lastState"] = running.last_exit
+        status = {
+            "phase": "Running", "hostIP": self.network.gateway, "hostIPs": [{"ip": self.network.gateway}],
+            "podIP": running.address, "podIPs": [{"ip": running.address}], "startTime": running.started_at or now,
+            "conditions": [{"type": t, "status": s, "lastTransitionTime": now} for t, s in (
+                ("PodScheduled", "True"), ("Initialized", "True"), ("ContainersReady", ready), ("Ready", ready))],
+            "containerStatuses": [container_status],
+        }
+        namespace, name = running.key.split("/", 1)
+        code, answer = await self.client.request(
+            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": status},
+            content_type="application/merge-patch+json")
+        if code != 200 and code != 404:
+            log.warning("pod status update failed",
+                        extra={"pod": running.key, "code": code, "answer": str(answer)[:200]})
+
+    async def _terminate(self, running: RunningPod, grace: float, pod: Obj) -> None:
+        await self._stop_pod(running, grace)
+        await self._finalize(pod)
+
+    async def _stop_pod(self, running: RunningPod, grace: float) -> None:
+        running.stopping = True
+        for task in running.tasks:
+            task.cancel()
+        process = running.process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), max(grace, 0.1))
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        self.network.remove_pod(running.key)
+        self.pods.pop(running.key, None)
+        self._write_state()
+
+    async def _finalize(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        await self.client.request("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                                  {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                                   "preconditions": {"uid": meta["uid"]}})
+
+    def _write_state(self) -> None:
+        write_state(self.state_file, [
+            {"pod": p.key, "address": p.address, "netns": p.netns, "pid": p.process.pid if p.process else 0,
+             "restarts": p.restarts, "ready": p.ready, "log": str(p.log_path),
+             "args": list(p.container.get("args") or ())} for p in self.pods.values()])
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*(self._stop_pod(p, 10.0) for p in list(self.pods.values())), return_exceptions=True)
+        if self._probe_session is not None:
+            await self._probe_session.close()
+        await self.client.close()
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    """`$(VAR)` as the kubelet expands it in args and env values; `$$(VAR)` stays literal."""
+    return re.sub(r"\$\$\(|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$(" if m.group(0) == "$$(" else env.get(m.group(1), m.group(0)), value)

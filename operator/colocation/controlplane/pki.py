@@ -1,0 +1,93 @@
+"""Certificates, keys and kubeconfigs of the control plane, as kubeadm lays them out (in spirit).
+
+One cluster CA signs kube-apiserver's serving certificate and every client certificate (the
+admin, each component, the node); a separate front-proxy CA signs the certificate kube-apiserver
+presents to aggregated API servers, which they verify against `extension-apiserver-authentication`.
+Service-account tokens are signed with an EC key. Everything is generated fresh per run.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from colocation import tlsutil
+
+ADMIN_USER = "colocation-admin"
+FRONT_PROXY_CLIENT = "front-proxy-client"
+# Names every in-cluster client may use for kube-apiserver (and the Service IP it gets).
+APISERVER_DNS_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                       "kubernetes.default.svc.cluster.local")
+
+
+@dataclass(frozen=True)
+class Pki:
+    directory: Path
+    ca: tlsutil.CertKey
+    front_proxy_ca: tlsutil.CertKey
+
+    def file(self, name: str) -> str:
+        return str(self.directory / name)
+
+    def client(self, stem: str, user: str, groups: tuple[str, ...] = ()) -> tuple[str, str]:
+        """Issue (once) a client certificate for `user` in `groups`: (cert path, key path)."""
+        cert = self.directory / f"{stem}.crt"
+        if not cert.exists():
+            issued = tlsutil.issue_certificate(self.ca, user, server=False, client=True, organizations=groups)
+            issued.write(self.directory, stem)
+        return str(cert), str(self.directory / f"{stem}.key")
+
+
+def create(directory: Path, *, apiserver_ips: tuple[str, ...]) -> Pki:
+    """Write every certificate and key kube-apiserver, etcd's clients and the components need."""
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    ca = tlsutil.new_ca("colocation-kube-ca")
+    ca.write(directory, "ca")
+    tlsutil.issue_certificate(ca, "kube-apiserver", dns_names=APISERVER_DNS_NAMES,
+                              ip_addresses=apiserver_ips).write(directory, "apiserver")
+    front_proxy_ca = tlsutil.new_ca("colocation-front-proxy-ca")
+    front_proxy_ca.write(directory, "front-proxy-ca")
+    tlsutil.issue_certificate(front_proxy_ca, FRONT_PROXY_CLIENT, server=False,
+                              client=True).write(directory, "front-proxy-client")
+    key = ec.generate_private_key(ec.SECP256R1())
+    (directory / "sa.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (directory / "sa.key").chmod(0o600)
+    (directory / "sa.pub").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return Pki(directory, ca, front_proxy_ca)
+
+
+def kubeconfig(server: str, ca_pem: bytes, *, name: str, user: str, token: str | None = None,
+               client: tuple[str, str] | None = None, namespace: str = "default") -> dict[str, Any]:
+    """A kubeconfig document with either a bearer token or a client certificate (embedded)."""
+    credentials: dict[str, str] = {}
+    if token is not None:
+        credentials["token"] = token
+    if client is not None:
+        credentials["client-certificate-data"] = base64.b64encode(Path(client[0]).read_bytes()).decode()
+        credentials["client-key-data"] = base64.b64encode(Path(client[1]).read_bytes()).decode()
+    return {
+        "apiVersion": "v1", "kind": "Config", "current-context": name, "preferences": {},
+        "clusters": [{"name": name, "cluster": {
+            "server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": user, "namespace": namespace}}],
+    }
+
+
+def write_kubeconfig(path: Path, document: dict[str, Any]) -> Path:
+    """Write it owner-only, in one step (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(document, sort_keys=False))
+    tmp.chmod(0o600)
+    tmp.replace(path)
+    return path
