@@ -1,9 +1,10 @@
 """The operator's NodeMetric API end to end: real operator processes behind the sandbox's APIService.
 
 The sandbox runs two `colocation operator` replicas with the manifests' ServiceAccount and RBAC
-(short lease timings so failovers fit a test); reports are sent as an agent sends them, with a
-ServiceAccount token bound to a pod on the node, straight to the leader or through the
-aggregation layer.
+(short lease timings so failovers fit a test): on the builtin server as its own processes, on the
+real control plane (`--apiserver kube`) as the Deployment's pods that the launcher's kubelet runs,
+behind the Service's endpoints. Reports are sent as an agent sends them, with a ServiceAccount
+token bound to a pod on the node, straight to the leader or through the aggregation layer.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import base64
 import datetime as dt
 import json
 import os
-import shutil
 import signal
 import ssl
 import time
@@ -26,10 +26,9 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.e2e.conftest import Kubectl
-from tests.e2e.kube import Kube, start_sandbox_process, wait_for
-
-pytestmark = pytest.mark.sandbox_only  # replicas are processes the sandbox starts and the test kills
+from colocation.controlplane.binaries import kubectl_binary
+from tests.e2e.conftest import Kubectl, sandbox_kind_args
+from tests.e2e.kube import Kube, start_sandbox_process, token_client, wait_for
 
 NS = "colocation-system"
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
@@ -38,9 +37,13 @@ LEASE_ARGS = ["--operator-arg=--lease-duration=1.5", "--operator-arg=--renew-dea
 
 
 @pytest.fixture(scope="module")
-def operator_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+def operator_sandbox(request: pytest.FixtureRequest,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    if request.config.getoption("--kubeconfig"):
+        pytest.skip("the operator replicas are processes the test starts and kills")
     state = tmp_path_factory.mktemp("operator-sandbox")
-    with start_sandbox_process(state, ["--operators", "2", "--nodes", "0", *LEASE_ARGS]) as kubeconfig:
+    args = [*sandbox_kind_args(request.config), "--operators", "2", "--nodes", "0", *LEASE_ARGS]
+    with start_sandbox_process(state, args) as kubeconfig:
         yield kubeconfig, state
 
 
@@ -122,10 +125,36 @@ async def put_direct(endpoint: str, context: ssl.SSLContext, node: str, body: An
 
 
 @pytest.fixture
+async def reader_token(admin: Kube) -> str:
+    """A token that may read NodeMetrics: what a client sends a replica directly (the admin of the
+    real control plane authenticates with a client certificate, which replicas do not take)."""
+    name = "e2e-nodemetrics-reader"
+    rule = {"apiGroups": ["metrics.colocation.dev"], "resources": ["nodemetrics"], "verbs": ["get", "list", "watch"]}
+    subject = {"kind": "ServiceAccount", "name": name, "namespace": "default"}
+    for path, body in (
+            ("/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": name}}),
+            ("/apis/rbac.authorization.k8s.io/v1/clusterroles", {"metadata": {"name": name}, "rules": [rule]}),
+            ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+                "metadata": {"name": name}, "subjects": [subject],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}})):
+        status, answer = await admin.request("POST", path, body)
+        assert status in (201, 409), answer
+    status, token = await admin.request("POST", f"/api/v1/namespaces/default/serviceaccounts/{name}/token",
+                                        {"spec": {"expirationSeconds": 3600}})
+    assert status == 201, token
+    return str(token["status"]["token"])
+
+
+def address(replica: dict[str, Any]) -> str:
+    """Where a replica listens: loopback on the builtin sandbox, its pod's address on the real one."""
+    return f"https://{replica.get('host', '127.0.0.1')}:{replica['port']}"
+
+
+@pytest.fixture
 def kubectl_here(operator_sandbox: tuple[Path, Path], tmp_path: Path) -> Kubectl:
-    binary = shutil.which("kubectl")
+    binary = kubectl_binary()
     if binary is None:
-        pytest.skip("kubectl is not installed")
+        pytest.skip("no kubectl: neither built by hack/kube/build.sh (needs Go) nor on the PATH")
     return Kubectl(binary, operator_sandbox[0], tmp_path / "kubectl-cache")
 
 
@@ -147,9 +176,10 @@ async def test_reports_appear_through_the_apiservice_with_node_labels(admin: Kub
     assert row.split()[:4] == [node, "1500m", "2Gi", "3"]
 
 
-async def test_reports_through_kube_apiserver_are_accepted_too(admin: Kube) -> None:
+async def test_reports_through_kube_apiserver_are_accepted_too(admin: Kube,
+                                                              operator_sandbox: tuple[Path, Path]) -> None:
     node, token = await make_node(admin)
-    async with admin.with_token(token) as agent:
+    async with token_client(operator_sandbox[0], token) as agent:  # the token alone, as an agent has it
         status, body = await agent.request("PUT", f"{BASE}/{node}/status", report(node, cpu="700m"))
     assert status == 200, body
     status, got = await admin.request("GET", f"{BASE}/{node}")
@@ -187,7 +217,7 @@ async def test_a_standby_refuses_reports_and_names_the_leader(admin: Kube, opera
     unverified = ssl.create_default_context()
     unverified.check_hostname = False
     unverified.verify_mode = ssl.CERT_NONE
-    status, answer = await put_direct(f"https://127.0.0.1:{standby['port']}", unverified, node, report(node), token)
+    status, answer = await put_direct(address(standby), unverified, node, report(node), token)
     assert status == 503, answer
     assert answer["reason"] == "ServiceUnavailable" and identity in answer["message"]
 
@@ -199,7 +229,7 @@ async def _complete(kube: Kube, nodes: set[str]) -> bool:
 
 @pytest.mark.parametrize("how", ["kill", "terminate"])
 async def test_failover_serves_complete_data_and_watches_resume(
-        admin: Kube, operator_sandbox: tuple[Path, Path], how: str,
+        admin: Kube, operator_sandbox: tuple[Path, Path], how: str, reader_token: str, real_cluster: bool,
         record_property: Any) -> None:
     nodes = {}
     for _ in range(3):
@@ -214,18 +244,21 @@ async def test_failover_serves_complete_data_and_watches_resume(
     old = next(r for r in replicas(operator_sandbox[1]) if r["identity"] == identity)
     # The warm standby serves complete data itself, before any failover (a replica restarted by
     # an earlier test may still be starting: the sandbox restarts it after 10 s, as a kubelet).
-    await wait_for(lambda: _standby_complete(admin, standby["port"], set(nodes)), timeout=40, interval=0.1)
+    await wait_for(lambda: _standby_complete(reader_token, standby, set(nodes)), timeout=40, interval=0.1)
 
     os.kill(old["pid"], signal.SIGKILL if how == "kill" else signal.SIGTERM)
     started = time.monotonic()
     await wait_for(lambda: _led_by(admin, standby["identity"]), timeout=10, interval=0.02)
-    await wait_for(lambda: _complete(admin, set(nodes)), timeout=10, interval=0.02)
+    # Through the real aggregator the Service's endpoints follow the pods' readiness probes (every
+    # 2 s, two failures, as in the manifest), so the dead leader's address goes some seconds later.
+    await wait_for(lambda: _complete(admin, set(nodes)), timeout=30 if real_cluster else 10, interval=0.02)
     elapsed = time.monotonic() - started
     record_property(f"failover_{how}_seconds", round(elapsed, 3))
     print(f"failover after {how}: new leader serving complete data in {elapsed:.2f}s")
-    # The timings the sandbox runs here: lease 1.5 s, retry 0.2 s. A killed leader is replaced
-    # after the lease expires; a terminated one releases it at once.
-    assert elapsed < (3.0 if how == "kill" else 2.0)
+    if not real_cluster:
+        # The timings the sandbox runs here: lease 1.5 s, retry 0.2 s, endpoints probed every 0.1 s.
+        # A killed leader is replaced after the lease expires; a terminated one releases it at once.
+        assert elapsed < (3.0 if how == "kill" else 2.0)
 
     _, after = await admin.request("GET", BASE)
     assert int(after["metadata"]["resourceVersion"]) >= list_rv  # never backwards across the handover
@@ -239,14 +272,14 @@ async def test_failover_serves_complete_data_and_watches_resume(
         assert event["object"]["metadata"]["name"] == node
 
 
-async def _standby_complete(kube: Kube, port: int, nodes: set[str]) -> bool:
+async def _standby_complete(token: str, replica: dict[str, Any], nodes: set[str]) -> bool:
     unverified = ssl.create_default_context()
     unverified.check_hostname = False
     unverified.verify_mode = ssl.CERT_NONE
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session, session.get(
-                f"https://127.0.0.1:{port}{BASE}", ssl=unverified,
-                headers={"Authorization": f"Bearer {kube.token}"}) as response:
+                f"{address(replica)}{BASE}", ssl=unverified,
+                headers={"Authorization": f"Bearer {token}"}) as response:
             if response.status != 200:
                 return False
             body = orjson.loads(await response.read())

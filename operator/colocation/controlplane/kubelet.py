@@ -29,6 +29,7 @@ import signal
 import ssl
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,12 +75,17 @@ class RunningPod:
     restarts: int = 0
     started_at: str = ""
     last_exit: Obj | None = None
+    kubeconfig: Path | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stopping: bool = False
 
     @property
     def container(self) -> Obj:
         return dict(self.spec["containers"][0])
+
+    @property
+    def role(self) -> str:
+        return str((self.container.get("args") or [""])[0])
 
     @property
     def runs_process(self) -> bool:
@@ -90,7 +96,8 @@ class RunningPod:
 
 class NodeKubelet:
     def __init__(self, *, name: str, server: str, pki_: pki.Pki, network: PodNetwork, state_dir: Path,
-                 capacity: tuple[int, int], labels: dict[str, str], extra_args: dict[str, tuple[str, ...]]) -> None:
+                 capacity: tuple[int, int], labels: dict[str, str], extra_args: dict[str, tuple[str, ...]],
+                 run_agents: bool = True, on_state: Callable[[], None] | None = None) -> None:
         self.name = name
         self.server = server
         self.pki = pki_
@@ -99,6 +106,8 @@ class NodeKubelet:
         self.capacity = capacity
         self.labels = labels
         self.extra_args = extra_args  # per subcommand ("operator", "agent"): appended to the container's args
+        self.run_agents = run_agents  # False for `--nodes 0`: the node hosts the operators only
+        self.on_state = on_state  # called after the state files change
         cert = pki_.client(f"node-{name}", f"system:node:{name}", ("system:nodes",))
         self.client = RestClient(server, pki_.file("ca.crt"), cert, pool=16)
         self.pods: dict[str, RunningPod] = {}
@@ -195,6 +204,9 @@ class NodeKubelet:
         task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
 
     async def _admit(self, pod: Obj, key: str) -> None:
+        container = pod["spec"]["containers"][0]
+        if not self.run_agents and (container.get("args") or [""])[0] == "agent":
+            return  # left Pending: with `--nodes 0` the launcher runs no agent
         netns, address = self.network.add_pod(key)
         logs = self.state_dir / "logs" / "pods"
         logs.mkdir(parents=True, exist_ok=True)
@@ -262,7 +274,7 @@ class NodeKubelet:
                 *self.extra_args.get(subcommand, ())]
 
     async def _start_container(self, running: RunningPod, pod: Obj) -> None:
-        kubeconfig = await self._token_kubeconfig(pod)
+        kubeconfig = running.kubeconfig = await self._token_kubeconfig(pod)
         env = self._environment(running, pod)
         command = self._command(running, env, kubeconfig)
         with open(running.log_path, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
@@ -404,10 +416,26 @@ class NodeKubelet:
                                    "preconditions": {"uid": meta["uid"]}})
 
     def _write_state(self) -> None:
+        pods = list(self.pods.values())
         write_state(self.state_file, [
             {"pod": p.key, "address": p.address, "netns": p.netns, "pid": p.process.pid if p.process else 0,
              "restarts": p.restarts, "ready": p.ready, "log": str(p.log_path),
-             "args": list(p.container.get("args") or ())} for p in self.pods.values()])
+             "args": list(p.container.get("args") or ())} for p in pods])
+        # The builtin sandbox's files, in its shape (plus each process's address), so tests and
+        # benchmarks find replicas and agents the same way on both.
+        by_role: dict[str, list[Obj]] = {"operator": [], "agent": []}
+        for p in pods:
+            role = (p.container.get("args") or [""])[0]
+            if role in by_role and p.process is not None:
+                by_role[role].append({
+                    "identity": p.key.split("/", 1)[1], "nodes": [self.name], "simulated": False,
+                    "host": p.address, "port": _container_port(p.container, "https", 8443),
+                    "metricsPort": _container_port(p.container, "metrics", 9464), "pid": p.process.pid,
+                    "restarts": p.restarts, "log": str(p.log_path), "kubeconfig": str(p.kubeconfig)})
+        write_state(self.state_dir / "operators.json", by_role["operator"])
+        write_state(self.state_dir / "node-agent.json", by_role["agent"])
+        if self.on_state is not None:
+            self.on_state()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -416,6 +444,10 @@ class NodeKubelet:
         if self._probe_session is not None:
             await self._probe_session.close()
         await self.client.close()
+
+
+def _container_port(container: Obj, name: str, default: int) -> int:
+    return next((int(p["containerPort"]) for p in container.get("ports") or () if p.get("name") == name), default)
 
 
 def _expand(value: str, env: dict[str, str]) -> str:

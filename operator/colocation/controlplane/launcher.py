@@ -96,7 +96,7 @@ class KubeSandbox:
         self.client: RestClient | None = None
         self.kubelet: NodeKubelet | None = None
         self.simulated_agents: asyncio.subprocess.Process | None = None
-        self._supervisor: asyncio.Task[None] | None = None
+        self._simulated_state: dict[str, Any] | None = None
 
     @property
     def kubeconfig_path(self) -> Path:
@@ -122,6 +122,9 @@ class KubeSandbox:
             await self._start_nodes(pki_)
             await _wait("the project's APIServices Available", self._apiservices_available,
                         AVAILABLE_TIMEOUT_SECONDS)
+            if config.nodes > 0:
+                await _wait("this node's agent running", self._node_agent_running, AVAILABLE_TIMEOUT_SECONDS)
+            self._write_agents_state()
 
     async def _default_service_account(self) -> bool:
         assert self.client is not None
@@ -152,7 +155,8 @@ class KubeSandbox:
                   SIMULATED_LABEL: "false"}
         self.kubelet = NodeKubelet(name=name, server=self.plane.server, pki_=pki_, network=self.network,
                                    state_dir=config.state_dir, capacity=machine_capacity(), labels=labels,
-                                   extra_args={"operator": config.operator_args, "agent": config.agent_args})
+                                   extra_args={"operator": config.operator_args, "agent": config.agent_args},
+                                   run_agents=config.nodes > 0, on_state=self._write_agents_state)
         await self.kubelet.start()
         specs = fakenodes.simulated_specs(config.nodes, config.pods_per_node)
         if specs:
@@ -180,10 +184,15 @@ class KubeSandbox:
             self.simulated_agents = await asyncio.create_subprocess_exec(
                 *command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                 env={**os.environ, "PYTHONUNBUFFERED": "1", "POD_NAMESPACE": permissions.OPERATOR_NAMESPACE})
-        write_state(state / "agents.json", [{"nodes": [s.node for s in specs], "simulated": True,
-                                             "metricsPort": port, "pid": self.simulated_agents.pid,
-                                             "log": str(log_path)}])
+        self._simulated_state = {"nodes": [s.node for s in specs], "simulated": True, "host": "127.0.0.1",
+                                 "metricsPort": port, "pid": self.simulated_agents.pid, "restarts": 0,
+                                 "log": str(log_path)}
+        self._write_agents_state()
         log.info("simulated agents started", extra={"nodes": len(specs), "pid": self.simulated_agents.pid})
+
+    async def _node_agent_running(self) -> bool:
+        node_agent = self.config.state_dir / "node-agent.json"
+        return node_agent.exists() and bool(orjson.loads(node_agent.read_bytes()))
 
     async def _apiservices_available(self) -> bool:
         assert self.client is not None
@@ -192,6 +201,15 @@ class KubeSandbox:
         return all(any(c.get("type") == "Available" and c.get("status") == "True"
                        for c in (item.get("status") or {}).get("conditions") or ())
                    for item in listed["items"])
+
+    def _write_agents_state(self) -> None:
+        """STATE_DIR/agents.json as the builtin sandbox writes it: this node's agent (as the kubelet
+        runs it now) and the simulated agents' process."""
+        node_agent = self.config.state_dir / "node-agent.json"
+        entries = orjson.loads(node_agent.read_bytes()) if node_agent.exists() else []
+        if self._simulated_state is not None:
+            entries.append(self._simulated_state)
+        write_state(self.config.state_dir / "agents.json", entries)
 
     async def watch_health(self, stop: asyncio.Event) -> None:
         """Until `stop`: fail loudly if a control-plane component dies (nothing restarts them)."""
