@@ -23,10 +23,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.e2e.conftest import sandbox_kind_args
 from tests.e2e.kube import Kube, start_sandbox_process, wait_for
 from tests.e2e.test_operator import LEASE_ARGS, leader, make_node, replicas
-
-pytestmark = pytest.mark.sandbox_only  # agents and replicas are processes the sandbox starts
 
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
 NODESLOS = "/apis/slo.colocation.dev/v1alpha1/nodeslos"
@@ -35,12 +34,15 @@ AGENT_ARGS = ["--agent-arg=--report-interval=0.5", "--agent-arg=--leader-poll-in
 
 
 @pytest.fixture(scope="module")
-def agent_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+def agent_sandbox(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    if request.config.getoption("--kubeconfig"):
+        pytest.skip("the agents and replicas are processes the test starts and kills")
     state = tmp_path_factory.mktemp("agent-sandbox")
     # No controllers: the tests set a node's NodeSLO themselves, which the NodeSLO controller
     # would otherwise re-render from the ConfigMap under them.
-    args = ["--operators", "2", "--nodes", "2", "--pods-per-node", "4", *LEASE_ARGS, *AGENT_ARGS,
-            "--operator-arg=--no-controllers"]
+    args = [*sandbox_kind_args(request.config), "--operators", "2", "--nodes", "2", "--pods-per-node", "4",
+            *LEASE_ARGS, *AGENT_ARGS, "--operator-arg=--no-controllers"]
     with start_sandbox_process(state, args) as kubeconfig:
         yield kubeconfig, state
 
@@ -56,8 +58,11 @@ def real_agent(state: Path) -> dict[str, Any]:
     return next(agent for agent in agents if not agent["simulated"])
 
 
-async def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as response:
+async def scrape(agent: dict[str, Any]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The agent's Prometheus metrics (on loopback on the builtin sandbox, at its pod's address on the real one)."""
+    url = f"http://{agent.get('host', '127.0.0.1')}:{agent['metricsPort']}/metrics"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, \
+            session.get(url) as response:
         text = await response.text()
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
             for family in text_string_to_metric_families(text) for sample in family.samples}
@@ -180,7 +185,7 @@ async def test_a_leader_failover_makes_the_agent_report_again_at_once(admin: Kub
     await admin.request("DELETE", f"{NODESLOS}/{node}")  # back to a 60 s maximum report interval
     await wait_for(lambda: node_metric(admin, node), timeout=30, interval=0.2)
     old, _, _ = await leader(admin)
-    before = total(await scrape(agent["metricsPort"]), "colocation_agent_reports_sent_total",
+    before = total(await scrape(agent), "colocation_agent_reports_sent_total",
                    trigger="leader-changed")
     victim = next(r for r in replicas(state) if r["identity"] == old)
     killed_at = time.time()
@@ -194,7 +199,7 @@ async def test_a_leader_failover_makes_the_agent_report_again_at_once(admin: Kub
     promoted = time.monotonic()
 
     async def re_sent() -> bool:
-        samples = await scrape(agent["metricsPort"])
+        samples = await scrape(agent)
         return total(samples, "colocation_agent_reports_sent_total", trigger="leader-changed") > before
 
     await wait_for(re_sent, timeout=10, interval=0.05)

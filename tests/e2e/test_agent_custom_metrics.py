@@ -21,11 +21,9 @@ import pytest
 from aiohttp import web
 
 from colocation.apimachinery.quantity import parse_quantity
-from tests.e2e.conftest import Kubectl
+from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import Kube, start_sandbox_process, wait_for
 from tests.e2e.test_agent import real_agent, scrape, total
-
-pytestmark = pytest.mark.sandbox_only  # agents and replicas are processes the sandbox starts
 
 AGENT_ARGS = ["--agent-arg=--scrape-interval=0.5", "--agent-arg=--report-interval=0.5",
               "--agent-arg=--leader-poll-interval=0.3"]
@@ -35,11 +33,14 @@ EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"
 
 
 @pytest.fixture(scope="module")
-def metrics_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+def metrics_sandbox(request: pytest.FixtureRequest,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    if request.config.getoption("--kubeconfig"):
+        pytest.skip("the agents and replicas are processes the test starts")
     state = tmp_path_factory.mktemp("custom-metrics-sandbox")
-    args = ["--operators", "1", "--nodes", "2", "--pods-per-node", "4", *AGENT_ARGS,
+    args = [*sandbox_kind_args(request.config), "--operators", "1", "--nodes", "2", "--pods-per-node", "4", *AGENT_ARGS,
             "--operator-arg=--no-controllers"]
-    with start_sandbox_process(state, args, timeout=90) as kubeconfig:
+    with start_sandbox_process(state, args) as kubeconfig:
         yield kubeconfig, state
 
 
@@ -89,10 +90,10 @@ def get_raw(kubectl: Kubectl, path: str) -> dict[str, Any] | None:
     return json.loads(result.stdout) if result.returncode == 0 else None
 
 
-async def agent_counters(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+async def agent_counters(agent: dict[str, Any]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """The agent's /metrics; empty while the agent is still starting."""
     try:
-        return await scrape(port)
+        return await scrape(agent)
     except aiohttp.ClientConnectionError:
         return {}
 
@@ -106,6 +107,9 @@ def values(answer: dict[str, Any] | None) -> list[Decimal]:
     return [parse_quantity(item["value"]) for item in (answer or {}).get("items", [])]
 
 
+# The test serves the pod's endpoint itself, at the status.podIP it creates the pod with: on a real
+# cluster the node's kubelet owns a pod's status and address.
+@pytest.mark.sandbox_only
 async def test_an_annotated_pods_metrics_flow_through_the_agent_into_the_metrics_apis(
         kube: Kube, kubectl: Kubectl, namespace: str, exposition: tuple[Exposition, int],
         metrics_sandbox: tuple[Path, Path]) -> None:
@@ -129,7 +133,7 @@ async def test_an_annotated_pods_metrics_flow_through_the_agent_into_the_metrics
 
     served.value = 7.25
     await wait_for(lambda: shows(Decimal("7.25")), timeout=30, interval=0.5)
-    counters = await scrape(agent["metricsPort"])
+    counters = await scrape(agent)
     assert total(counters, "colocation_agent_scrapes_total", result="ok") >= 2
     assert total(counters, "colocation_agent_custom_metric_samples_dropped_total", reason="non-finite") >= 1
 
@@ -140,14 +144,14 @@ async def test_a_pod_annotated_without_a_port_is_logged_and_counted_not_scraped(
     await create_pod(kube, namespace, "no-port", agent["nodes"][0], {"colocation.dev/scrape": "true"})
 
     async def counted() -> bool:
-        counters = await agent_counters(agent["metricsPort"])
+        counters = await agent_counters(agent)
         return total(counters, "colocation_agent_scrapes_total", result="invalid-annotation") >= 2
 
     await wait_for(counted, timeout=30, interval=0.3)
     problems = [line for line in log_lines(Path(agent["log"])) if line.get("msg") == "cannot scrape pod" and
                 line.get("pod") == f"{namespace}/no-port"]
     assert len(problems) == 1 and "colocation.dev/port is missing" in problems[0]["error"]
-    counters = await scrape(agent["metricsPort"])
+    counters = await scrape(agent)
     assert total(counters, "colocation_agent_samples_total") > 0  # the agent carries on
 
 

@@ -28,10 +28,9 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.e2e.conftest import Kubectl
+from colocation.controlplane.binaries import kubectl_binary
+from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import Kube, condition, fresh_namespace, start_sandbox_process, wait_for
-
-pytestmark = pytest.mark.sandbox_only  # agents are processes the sandbox starts and the test freezes
 
 NS = "colocation-system"
 LEASE_NS = "colocation-node-lease"
@@ -49,9 +48,12 @@ SANDBOX_ARGS = [
 
 
 @pytest.fixture(scope="module")
-def controller_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+def controller_sandbox(request: pytest.FixtureRequest,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    if request.config.getoption("--kubeconfig"):
+        pytest.skip("the agents are processes the test starts and freezes")
     state = tmp_path_factory.mktemp("controllers-sandbox")
-    with start_sandbox_process(state, SANDBOX_ARGS) as kubeconfig:
+    with start_sandbox_process(state, [*sandbox_kind_args(request.config), *SANDBOX_ARGS]) as kubeconfig:
         yield kubeconfig, state
 
 
@@ -70,11 +72,9 @@ async def workloads(admin: Kube) -> AsyncIterator[str]:
 
 @pytest.fixture
 def kubectl_here(controller_sandbox: tuple[Path, Path], tmp_path: Path) -> Kubectl:
-    import shutil
-
-    binary = shutil.which("kubectl")
+    binary = kubectl_binary()
     if binary is None:
-        pytest.skip("kubectl is not installed")
+        pytest.skip("no kubectl: neither built by hack/kube/build.sh (needs Go) nor on the PATH")
     return Kubectl(binary, controller_sandbox[0], tmp_path / "kubectl-cache")
 
 
@@ -278,20 +278,48 @@ class FakeAgent:
         await self.kube.request("DELETE", f"/api/v1/nodes/{self.node}")
 
 
-async def test_the_node_follows_load_only_beyond_the_threshold_and_its_objects_go_with_it(admin: Kube) -> None:
+async def daemonset_requests(kube: Kube, node: str) -> tuple[int, int]:
+    """(cpu millis, memory bytes) the agent DaemonSet's pod on `node` requests. A real cluster puts
+    one on every node (its toleration takes any taint); the builtin sandbox runs no DaemonSet
+    controller. The batch formula counts its requests like any high-priority pod's."""
+    from colocation.apimachinery.quantity import byte_value, cpu_millis
+
+    status, pods = await kube.request("GET", f"/api/v1/namespaces/{NS}/pods",
+                                      params={"fieldSelector": f"spec.nodeName={node}",
+                                              "labelSelector": "app.kubernetes.io/component=agent"})
+    assert status == 200, pods
+    requests = [c.get("resources", {}).get("requests", {}) for p in pods["items"] for c in p["spec"]["containers"]]
+    return (sum(cpu_millis(r.get("cpu", "0")) for r in requests),
+            sum(byte_value(r.get("memory", "0")) for r in requests))
+
+
+async def test_the_node_follows_load_only_beyond_the_threshold_and_its_objects_go_with_it(
+        admin: Kube, real_cluster: bool) -> None:
     agent = await FakeAgent.start(admin)
     try:
-        # 10 cpus, 60 % reclaimable: batch = 10000m - 4000m (safety margin) - system usage.
-        # Memory: 10Gi - ceil(10Gi * 35 %) - 1Gi system = 5905580032 bytes, whatever the cpu does.
+        async def scheduled() -> tuple[int, int] | None:
+            requests = await daemonset_requests(admin, agent.node)
+            return requests if requests[0] > 0 else None
+
+        # On a real cluster, wait until the DaemonSet controller and the scheduler have placed it.
+        pod_cpu, pod_memory = await wait_for(scheduled, timeout=30) if real_cluster else (0, 0)
+        # 10 cpus, 60 % reclaimable: batch = 10000m - 4000m (safety margin) - system usage - the
+        # DaemonSet pod's request. Memory: 10Gi - ceil(10Gi * 35 %) - 1Gi system - that pod's
+        # request = 5905580032 bytes - its request, whatever the cpu does.
+        memory = str(5905580032 - pod_memory)
+
+        def cpu(millis: int) -> str:
+            return str(millis - pod_cpu)
+
         await agent.report(system_cpu="500m")
         node = await wait_for(lambda: offered(admin, agent.node), timeout=15)
-        assert batch_of(node) == ("5500", "5905580032")
+        assert batch_of(node) == (cpu(5500), memory)
 
         async def status_cpu(value: int) -> bool:
             resource = await get(admin, f"{NODERESOURCES}/{agent.node}")
             return bool(resource and (resource.get("status") or {}).get("batchCPU") == value)
 
-        await wait_for(lambda: status_cpu(5500), timeout=10)
+        await wait_for(lambda: status_cpu(int(cpu(5500))), timeout=10)
 
         # 5200m: 5.5 % less, within resourceDiffThreshold (10 %): after two evaluations neither the Node
         # nor its NodeResource was written (their status shows what the Node offers).
@@ -303,18 +331,18 @@ async def test_the_node_follows_load_only_beyond_the_threshold_and_its_objects_g
 
         await wait_for(evaluated_twice_more, timeout=10)
         node = await get(admin, f"/api/v1/nodes/{agent.node}") or {}
-        assert batch_of(node) == batch_of(node, "capacity") == ("5500", "5905580032")
-        assert await status_cpu(5500)
+        assert batch_of(node) == batch_of(node, "capacity") == (cpu(5500), memory)
+        assert await status_cpu(int(cpu(5500)))
 
         # 4500m: 18 % less than what the Node offers: written, to capacity and allocatable alike.
         await agent.report(system_cpu="1500m")
 
         async def node_cpu(value: str) -> bool:
             obj = await get(admin, f"/api/v1/nodes/{agent.node}")
-            return bool(obj and batch_of(obj) == batch_of(obj, "capacity") == (value, "5905580032"))
+            return bool(obj and batch_of(obj) == batch_of(obj, "capacity") == (value, memory))
 
-        await wait_for(lambda: node_cpu("4500"), timeout=10)
-        await wait_for(lambda: status_cpu(4500), timeout=10)
+        await wait_for(lambda: node_cpu(cpu(4500)), timeout=10)
+        await wait_for(lambda: status_cpu(int(cpu(4500))), timeout=10)
         resource = await get(admin, f"{NODERESOURCES}/{agent.node}") or {}
         assert condition(resource, "ColocationReady") == "True"
         assert resource["metadata"]["ownerReferences"][0]["name"] == agent.node
