@@ -35,10 +35,12 @@ def _data_file(directory: Path, name: str, entry: dict[str, Any], key: str) -> s
 
 
 class Kube:
-    def __init__(self, server: str, ssl_context: ssl.SSLContext, token: str | None) -> None:
+    def __init__(self, server: str, ssl_context: ssl.SSLContext, token: str | None,
+                 ca_file: str | None = None) -> None:
         self.server = server.rstrip("/")
         self.ssl = ssl_context
         self.token = token
+        self.ca_file = ca_file  # to trust the same server without the client certificate
         self.session: aiohttp.ClientSession | None = None
 
     @classmethod
@@ -55,11 +57,12 @@ class Kube:
         key = _data_file(tmp, "client.key", user, "client-key")
         if cert and key:
             context_ssl.load_cert_chain(cert, key)
-        return cls(cluster["server"], context_ssl, token if token is not None else user.get("token"))
+        return cls(cluster["server"], context_ssl, token if token is not None else user.get("token"), ca)
 
     def with_token(self, token: str | None) -> Kube:
-        """The same cluster as another user (or anonymous with None)."""
-        return Kube(self.server, self.ssl, token)
+        """The same cluster as another user (or anonymous with None): the token alone, never the
+        kubeconfig's client certificate, which a real cluster would authenticate first."""
+        return Kube(self.server, ssl.create_default_context(cafile=self.ca_file), token, self.ca_file)
 
     async def __aenter__(self) -> Kube:
         self.session = aiohttp.ClientSession(timeout=REQUEST_TIMEOUT)

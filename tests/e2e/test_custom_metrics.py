@@ -9,7 +9,6 @@ kubectl reads them back as the HPA would ask.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -18,11 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Kubectl
+from colocation.controlplane.binaries import kubectl_binary
+from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import Kube, create, pod_manifest, start_sandbox_process, wait_for
 from tests.e2e.test_resource_metrics import make_node, report, send
-
-pytestmark = pytest.mark.sandbox_only  # a short retention needs the operator's flag
 
 RETENTION = 12  # seconds: long enough for a test's reads, short enough to watch series expire
 CUSTOM = "/apis/custom.metrics.k8s.io/v1beta2"
@@ -31,9 +29,11 @@ APISERVICES = ("v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io",
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if request.config.getoption("--kubeconfig"):
+        pytest.skip("the operators are processes the test starts, with flags of its own")
     state = tmp_path_factory.mktemp("custom-metrics-sandbox")
-    args = ["--operators", "1", "--nodes", "0", "--probe-interval=0.2",
+    args = [*sandbox_kind_args(request.config), "--operators", "1", "--nodes", "0", "--probe-interval=0.2",
             f"--operator-arg=--custom-metrics-retention={RETENTION}"]
     with start_sandbox_process(state, args) as kubeconfig:
         yield kubeconfig
@@ -55,9 +55,9 @@ async def admin(sandbox: Path) -> AsyncIterator[Kube]:
 
 @pytest.fixture
 def kubectl(sandbox: Path, tmp_path: Path) -> Kubectl:
-    binary = shutil.which("kubectl", path="/usr/bin") or shutil.which("kubectl")
+    binary = kubectl_binary()
     if binary is None:
-        pytest.skip("kubectl is not installed")
+        pytest.skip("no kubectl: neither built by hack/kube/build.sh (needs Go) nor on the PATH")
     return Kubectl(binary, sandbox, tmp_path / "kubectl-cache")
 
 

@@ -8,7 +8,6 @@ token bound to a pod on the node, and the real kubectl reads the figures back.
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,19 +15,20 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Kubectl
+from colocation.controlplane.binaries import kubectl_binary
+from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import Kube, create, pod_manifest, start_sandbox_process, wait_for
-
-pytestmark = pytest.mark.sandbox_only  # the sandbox must run the operators with the flag
 
 NS = "colocation-system"
 METRICS = "/apis/metrics.k8s.io/v1beta1"
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if request.config.getoption("--kubeconfig"):
+        pytest.skip("the operators are processes the test starts, with flags of its own")
     state = tmp_path_factory.mktemp("resource-metrics-sandbox")
-    args = ["--operators", "2", "--serve-resource-metrics", "--probe-interval=0.2"]
+    args = [*sandbox_kind_args(request.config), "--operators", "2", "--serve-resource-metrics", "--probe-interval=0.2"]
     with start_sandbox_process(state, args) as kubeconfig:
         yield kubeconfig
 
@@ -42,9 +42,9 @@ async def admin(sandbox: Path) -> AsyncIterator[Kube]:
 
 @pytest.fixture
 def top(sandbox: Path, tmp_path: Path) -> Kubectl:
-    binary = shutil.which("kubectl")
+    binary = kubectl_binary()
     if binary is None:
-        pytest.skip("kubectl is not installed")
+        pytest.skip("no kubectl: neither built by hack/kube/build.sh (needs Go) nor on the PATH")
     return Kubectl(binary, sandbox, tmp_path / "kubectl-cache")
 
 
