@@ -248,28 +248,11 @@ class NodeKubelet:
                   "metadata.uid": running.uid, "spec.nodeName": self.name,
                   "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
                   "status.podIP": running.address, "status.hostIP": self.network.gateway}
-        env: dict[str, str] = {}
-        for item in running.container.get("env") or ():
-            if "value" in item:
-                env[item["name"]] = _expand(str(item["value"]), env)
-            elif path := ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"):
-                env[item["name"]] = fields.get(path, "")
-        return env
+        return container_environment(running.container, fields)
 
     def _command(self, running: RunningPod, env: dict[str, str], kubeconfig: Path) -> list[str]:
-        container = running.container
-        mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts") or ()}
-        host_paths = {v["name"]: v["hostPath"]["path"] for v in running.spec.get("volumes") or () if "hostPath" in v}
-        rewrites = [(mounts[name], path) for name, path in host_paths.items() if name in mounts]
-        args = []
-        for arg in container.get("args") or ():
-            value = _expand(str(arg), env)
-            for mount_path, host_path in rewrites:
-                if value == mount_path or value.startswith(mount_path + "/"):
-                    value = host_path + value[len(mount_path):]
-            args.append(value)
+        program, args = container_command(running.spec, running.container, env)
         subcommand = args[0] if args else ""
-        program = [sys.executable, "-m", "colocation", *(container.get("command") or [])[1:]]
         return ["ip", "netns", "exec", running.netns, *program, *args, "--kubeconfig", str(kubeconfig),
                 *self.extra_args.get(subcommand, ())]
 
@@ -444,6 +427,35 @@ class NodeKubelet:
         if self._probe_session is not None:
             await self._probe_session.close()
         await self.client.close()
+
+
+def container_environment(container: Obj, fields: dict[str, str]) -> dict[str, str]:
+    """The container's env: literal values (with `$(VAR)` of earlier entries expanded) and the
+    downward API's fieldRefs, from `fields` (fieldPath -> value)."""
+    env: dict[str, str] = {}
+    for item in container.get("env") or ():
+        if "value" in item:
+            env[item["name"]] = _expand(str(item["value"]), env)
+        elif path := ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"):
+            env[item["name"]] = fields.get(path, "")
+    return env
+
+
+def container_command(pod_spec: Obj, container: Obj, env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(program, args) for a `colocation` container, run here by this Python: `$(VAR)` expanded in
+    args, and every path under a hostPath volume's mountPath read from the host path instead (what
+    the container sees there is the host's)."""
+    mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts") or ()}
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod_spec.get("volumes") or () if "hostPath" in v}
+    rewrites = [(mounts[name], path) for name, path in host_paths.items() if name in mounts]
+    args = []
+    for arg in container.get("args") or ():
+        value = _expand(str(arg), env)
+        for mount_path, host_path in rewrites:
+            if value == mount_path or value.startswith(mount_path + "/"):
+                value = host_path + value[len(mount_path):]
+        args.append(value)
+    return [sys.executable, "-m", "colocation", *(container.get("command") or [])[1:]], args
 
 
 def _container_port(container: Obj, name: str, default: int) -> int:

@@ -70,19 +70,19 @@ def remove_leftovers() -> int:
     removed = 0
     for line in _ip("netns", "list", check=False).splitlines():
         name = line.split()[0] if line.split() else ""
-        owner = _owner(name)
+        owner = owner_pid(name)
         if owner is not None and not _alive(owner):
             _ip("netns", "delete", name, check=False)
             removed += 1
     for link in orjson.loads(_ip("-j", "link", "show", check=False) or "[]"):
-        owner = _owner(link.get("ifname", ""))
+        owner = owner_pid(link.get("ifname", ""))
         if owner is not None and not _alive(owner) and link.get("ifname", "").startswith(f"{PREFIX}b"):
             _ip("link", "delete", link["ifname"], check=False)
             removed += 1
     return removed
 
 
-def _owner(name: str) -> int | None:
+def owner_pid(name: str) -> int | None:
     # Names are PREFIX + kind letter + the owner's pid in hex + optional "-N".
     if not name.startswith(PREFIX) or len(name) < len(PREFIX) + 2:
         return None
@@ -91,10 +91,10 @@ def _owner(name: str) -> int | None:
     return None
 
 
-def _free_subnet() -> ipaddress.IPv4Network:
+def free_subnet(routes: list[str]) -> ipaddress.IPv4Network:
+    """The first /24 of SUPERNET (past its first) that overlaps none of `routes` (destinations)."""
     used = []
-    for route in orjson.loads(_ip("-j", "-4", "route", "show", check=False) or "[]"):
-        dst = route.get("dst", "")
+    for dst in routes:
         with contextlib.suppress(ValueError):
             if dst and dst != "default":
                 used.append(ipaddress.ip_network(dst, strict=False))
@@ -104,6 +104,10 @@ def _free_subnet() -> ipaddress.IPv4Network:
         if not any(subnet.overlaps(other) for other in used):
             return subnet  # type: ignore[return-value]
     raise RuntimeError(f"no free /24 left in {SUPERNET} for a pod network")
+
+
+def _routes() -> list[str]:
+    return [str(route.get("dst", "")) for route in orjson.loads(_ip("-j", "-4", "route", "show", check=False) or "[]")]
 
 
 @dataclass
@@ -122,7 +126,7 @@ class PodNetwork:
         removed = remove_leftovers()
         if removed:
             log.info("removed pod networks of runs that are gone", extra={"removed": removed})
-        network = cls(_free_subnet())
+        network = cls(free_subnet(_routes()))
         _ip("link", "add", network.bridge, "type", "bridge")
         _ip("addr", "add", f"{network.gateway}/{network.subnet.prefixlen}", "dev", network.bridge)
         _ip("link", "set", network.bridge, "up")

@@ -1,0 +1,110 @@
+"""The real control plane's launcher: the pure parts (commands, environment, addresses, certificates, kwok)."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import NameOID
+
+from colocation.controlplane import kwokstages, pki
+from colocation.controlplane.binaries import kubectl_binary
+from colocation.controlplane.kubelet import _expand, container_command, container_environment
+from colocation.controlplane.launcher import KubeSandboxConfig, _project_objects
+from colocation.controlplane.podnetwork import SUPERNET, free_subnet, owner_pid
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def agent_pod_spec() -> dict[str, Any]:
+    """The agent DaemonSet's pod template spec, as manifests/agent.yaml writes it."""
+    documents = list(yaml.safe_load_all((REPO / "manifests" / "agent.yaml").read_text()))
+    daemonset = next(d for d in documents if d["kind"] == "DaemonSet")
+    return dict(daemonset["spec"]["template"]["spec"])
+
+
+def test_variables_expand_as_the_kubelet_does() -> None:
+    env = {"NODE_NAME": "node-1"}
+    assert _expand("--node-name=$(NODE_NAME)", env) == "--node-name=node-1"
+    assert _expand("$$(NODE_NAME)", env) == "$(NODE_NAME)"  # escaped: left literal
+    assert _expand("$(UNSET)", env) == "$(UNSET)"  # unknown: left as written
+
+
+def test_the_agent_container_runs_with_its_own_args_and_host_paths() -> None:
+    spec = agent_pod_spec()
+    container = spec["containers"][0]
+    env = container_environment(container, {"spec.nodeName": "node-1", "metadata.name": "colocation-agent-x",
+                                            "metadata.namespace": "colocation-system"})
+    assert env["NODE_NAME"] == "node-1" and env["POD_NAME"] == "colocation-agent-x" and env["TZ"] == "UTC"
+    program, args = container_command(spec, container, env)
+    assert program == [sys.executable, "-m", "colocation"]
+    # The manifest's args, with the variable expanded and the hostPath mounts read from the host.
+    assert args[:3] == ["agent", "--node-name", "node-1"]
+    assert args[args.index("--proc-root") + 1] == "/proc"
+    assert args[args.index("--cgroup-root") + 1] == "/sys/fs/cgroup"
+
+
+def test_a_path_that_only_starts_like_a_mount_is_not_rewritten() -> None:
+    spec = {"volumes": [{"name": "host", "hostPath": {"path": "/real"}}]}
+    container = {"command": ["colocation"], "args": ["x", "/hostile", "/host", "/host/a"],
+                 "volumeMounts": [{"name": "host", "mountPath": "/host"}]}
+    assert container_command(spec, container, {})[1] == ["x", "/hostile", "/real", "/real/a"]
+
+
+def test_the_pod_network_takes_a_subnet_no_route_uses() -> None:
+    first = free_subnet([])
+    assert first == ipaddress.ip_network("10.244.1.0/24")  # 10.244.0.0/24 is left alone
+    taken = free_subnet(["default", "10.244.1.0/24", "10.244.2.0/23", "192.168.1.0/24", "not-an-address"])
+    assert taken == ipaddress.ip_network("10.244.4.0/24")
+    with pytest.raises(RuntimeError, match="no free /24"):
+        free_subnet([str(SUPERNET)])
+
+
+def test_leftovers_are_recognised_by_the_pid_in_their_name() -> None:
+    assert owner_pid("colob1f2a") == 0x1F2A
+    assert owner_pid("colon1f2a-12") == 0x1F2A
+    assert owner_pid("eth0") is None and owner_pid("colo") is None and owner_pid("colobxyz") is None
+
+
+def test_certificates_name_every_address_and_group(tmp_path: Path) -> None:
+    made = pki.create(tmp_path / "pki", apiserver_ips=("10.244.1.1", "10.96.0.1"))
+    serving = x509.load_pem_x509_certificate((tmp_path / "pki" / "apiserver.crt").read_bytes())
+    names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {str(ip) for ip in names.get_values_for_type(x509.IPAddress)} == {"10.244.1.1", "10.96.0.1"}
+    assert "kubernetes.default.svc" in names.get_values_for_type(x509.DNSName)
+    cert_path, key_path = made.client("node-a", "system:node:a", ("system:nodes",))
+    client = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
+    assert client.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:a"
+    assert [a.value for a in client.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == ["system:nodes"]
+    assert oct(Path(key_path).stat().st_mode & 0o777) == "0o600"
+    # Issued once: asking again gives the same certificate.
+    assert made.client("node-a", "system:node:a", ("system:nodes",)) == (cert_path, key_path)
+    assert Path(cert_path).read_bytes() == client.public_bytes(serialization.Encoding.PEM)
+
+
+def test_kwok_is_told_three_transitions(tmp_path: Path) -> None:
+    written = list(yaml.safe_load_all(kwokstages.write(tmp_path / "stages.yaml").read_text()))
+    assert [(s["spec"]["resourceRef"]["kind"], s["metadata"]["name"]) for s in written] == [
+        ("Node", "colocation-node-ready"), ("Pod", "colocation-pod-running"), ("Pod", "colocation-pod-deleted")]
+    running = written[1]["spec"]
+    assert {"key": ".status.phase", "operator": "In", "values": ["Pending"]} in running["selector"]["matchExpressions"]
+    assert "podIP:" in running["next"]["statusTemplate"] and "\\\n" not in running["next"]["statusTemplate"]
+    assert written[2]["spec"]["next"] == {"delete": True}
+
+
+@pytest.mark.skipif(kubectl_binary() is None, reason="no kubectl to render manifests/ with")
+def test_the_operator_count_and_the_apiservices_follow_the_flags() -> None:
+    two = _project_objects(REPO, KubeSandboxConfig(state_dir=Path("unused"), operators=3,
+                                                   components=("resource-metrics",)), str(kubectl_binary()))
+    deployment = next(o for o in two if o["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    assert {o["metadata"]["name"] for o in two if o["kind"] == "APIService"} == {
+        "v1alpha1.metrics.colocation.dev", "v1beta1.metrics.k8s.io"}
+    none = _project_objects(REPO, KubeSandboxConfig(state_dir=Path("unused"), operators=0), str(kubectl_binary()))
+    assert not [o for o in none if o["kind"] == "APIService"]  # nobody would serve them
