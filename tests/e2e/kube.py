@@ -170,7 +170,7 @@ def start_sandbox_process(state_dir: Path, extra_args: list[str], timeout: float
         finally:
             process.send_signal(signal.SIGTERM)
             try:
-                process.wait(timeout=15)
+                process.wait(timeout=60)  # the real control plane stops its components one by one
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()

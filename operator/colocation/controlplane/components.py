@@ -13,7 +13,9 @@ keeps the simulated nodes' Leases and pods alive.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
+import signal
 import socket
 import ssl
 import time
@@ -32,7 +34,15 @@ SERVICE_CIDR = "10.96.0.0/16"  # allocated, never routed: nothing here dials a C
 KWOK_POD_CIDR = "10.245.0.0/16"  # kwok's pods' addresses: written into their status, never dialed
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 STOP_GRACE_SECONDS = 15.0
+PR_SET_PDEATHSIG = 1
 START_TIMEOUT_SECONDS = 120.0
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGTERM it when the launcher dies, however it dies (even SIGKILL),
+    so no etcd or kube-apiserver outlives the run that started it (Linux prctl PR_SET_PDEATHSIG)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -60,7 +70,7 @@ class Component:
         with open(self.log_path, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
             self.process = await asyncio.create_subprocess_exec(
                 *self.command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                start_new_session=True)
+                start_new_session=True, preexec_fn=die_with_parent)
         log.info("control-plane component started", extra={"component": self.name, "pid": self.process.pid})
 
     def check_running(self) -> None:

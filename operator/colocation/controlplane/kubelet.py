@@ -38,6 +38,7 @@ import aiohttp
 
 from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.controlplane import pki
+from colocation.controlplane.components import die_with_parent
 from colocation.controlplane.podnetwork import PodNetwork
 from colocation.controlplane.restclient import RestClient
 from colocation.kube.backoff import Backoff
@@ -263,7 +264,7 @@ class NodeKubelet:
         with open(running.log_path, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
             running.process = await asyncio.create_subprocess_exec(
                 *command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **env}, preexec_fn=die_with_parent)
         running.started_at = _now()
         log.info("container started", extra={"pod": running.key, "pid": running.process.pid,
                                               "address": running.address})

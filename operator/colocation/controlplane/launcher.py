@@ -27,7 +27,7 @@ import yaml
 from colocation.agent.synthetic import SIMULATED_LABEL
 from colocation.controlplane import fakenodes, kwokstages, pki
 from colocation.controlplane.binaries import Binaries, locate
-from colocation.controlplane.components import ClusterSettings, ControlPlane, free_port
+from colocation.controlplane.components import ClusterSettings, ControlPlane, die_with_parent, free_port
 from colocation.controlplane.kubelet import NodeKubelet
 from colocation.controlplane.podnetwork import PodNetwork
 from colocation.controlplane.restclient import RestClient, client_for
@@ -183,7 +183,8 @@ class KubeSandbox:
         with open(log_path, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
             self.simulated_agents = await asyncio.create_subprocess_exec(
                 *command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", "POD_NAMESPACE": permissions.OPERATOR_NAMESPACE})
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "POD_NAMESPACE": permissions.OPERATOR_NAMESPACE},
+                preexec_fn=die_with_parent)
         self._simulated_state = {"nodes": [s.node for s in specs], "simulated": True, "host": "127.0.0.1",
                                  "metricsPort": port, "pid": self.simulated_agents.pid, "restarts": 0,
                                  "log": str(log_path)}
