@@ -230,7 +230,7 @@ def finalizers(kubectl: Kubectl, ns: str) -> None:
                   "metadata": {"name": "held", "finalizers": ["e2e.colocation.dev/hold"]}, "data": {"k": "v"}}
     kubectl.run("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(config_map))
     out = kubectl.run("delete", "configmap", "held", "-n", ns, "--wait=false").stdout
-    assert out.strip() == 'configmap "held" deleted'
+    assert out.strip() == f'configmap "held" deleted from {ns} namespace'  # kubectl 1.33+ names the namespace
     still = kubectl.run("get", "configmap", "held", "-n", ns, "-o",
                         "jsonpath={.metadata.deletionTimestamp} {.metadata.finalizers}").stdout
     stamp, _, held_by = still.partition(" ")
