@@ -78,6 +78,9 @@ async def test_apis_lists_every_group_version_with_its_resources(kube: Kube) -> 
     assert [(s["subresource"], s["responseKind"], s["verbs"]) for s in deployments["subresources"]] == [
         ("scale", {"group": "autoscaling", "version": "v1", "kind": "Scale"}, ["get", "patch", "update"]),
         ("status", {"group": "", "version": "", "kind": "Deployment"}, ["get", "patch", "update"])]
+    for group, name in (("apiregistration.k8s.io", "apiservices"),
+                        ("apiextensions.k8s.io", "customresourcedefinitions")):
+        assert resource(listed[group], "v1", name)["categories"] == ["api-extensions"], name
     leases = resource(listed["coordination.k8s.io"], "v1", "leases")
     assert (leases["scope"], "subresources" in leases) == ("Namespaced", False)
 
