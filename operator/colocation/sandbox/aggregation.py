@@ -8,6 +8,13 @@ annotation `sandbox.colocation.dev/local-endpoints: "127.0.0.1:8443,127.0.0.1:84
 checks each address's /readyz, like the endpoints controller checks readiness, and keeps the
 Service's Endpoints (ready and not-ready addresses) current. The availability controller sets
 each APIService's Available condition from a discovery request to its backend.
+
+Like kube-aggregator's discovery manager, the aggregator also keeps each backend's discovery for
+aggregated discovery (/apis as an APIGroupDiscoveryList): it asks the backend's /apis for the
+aggregated form, falls back to /apis/{group}/{version}, and keeps what it got for a minute. A
+backend that fails to answer (within 5 s) shows its version "Stale" with no resources, and is asked
+again after 0.5 s, 1 s, 2 s, ... up to a minute; a change to its APIService or to its ready
+endpoints has it asked again at once.
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 import urllib.parse
-from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -27,6 +35,7 @@ from aiohttp import web
 from colocation import tlsutil
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.userinfo import UserInfo
+from colocation.sandbox import discovery
 from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.paths import Target
 
@@ -40,6 +49,13 @@ LOCAL_ENDPOINTS_ANNOTATION = "sandbox.colocation.dev/local-endpoints"
 FRONT_PROXY_CLIENT_NAME = "front-proxy-client"
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2)
 CONNECT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5)
+DISCOVERY_TIMEOUT = aiohttp.ClientTimeout(total=5)  # kube-aggregator's limit on a backend's discovery
+DISCOVERY_REFRESH = 60.0  # seconds a backend's discovery is kept before it is asked again
+DISCOVERY_RETRY = (0.5, 60.0)  # first and longest wait before asking a failing backend again
+AGGREGATED_ACCEPT = ",".join(f"application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
+                             for v in ("v2", "v2beta1"))
+# Who the aggregator is when it asks backends for discovery and availability.
+AGGREGATOR_USER = UserInfo("system:kube-aggregator", groups=("system:masters",))
 # Hop-by-hop and identity headers never forwarded to a backend.
 _DROPPED_REQUEST_HEADERS = frozenset({"authorization", "host", "connection", "keep-alive", "transfer-encoding",
                                       "content-length", "upgrade", "te", "trailer", "proxy-authorization"})
@@ -86,6 +102,21 @@ def parse_local_endpoints(value: str) -> list[tuple[str, int]]:
     return endpoints
 
 
+@dataclass(frozen=True)
+class _Discovered:
+    """A backend's discovery of one APIService's group version, as last fetched."""
+
+    key: tuple[str, tuple[tuple[str, int], ...]]  # the APIService's resourceVersion and ready addresses
+    document: dict[str, Any]  # its APIVersionDiscovery, freshness included
+    etag: str  # the backend's ETag for its aggregated /apis, if it sent one
+    due: float  # time.monotonic() after which it is fetched again
+    failures: int  # fetches failed in a row
+
+
+class _DiscoveryFailed(Exception):
+    pass
+
+
 class Aggregator:
     def __init__(self, api: ApiServer, front_proxy_ca: tlsutil.CertKey, *, probe_interval: float = 1.0) -> None:
         self.api = api
@@ -95,6 +126,7 @@ class Aggregator:
         self.probe_interval = probe_interval
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
+        self._discovered: dict[str, _Discovered] = {}  # by APIService name
 
     # ---- which requests go where --------------------------------------------------------------
 
@@ -108,13 +140,20 @@ class Aggregator:
     def serves(self, group: str, version: str) -> bool:
         return bool(group) and self._apiservice(group, version) is not None
 
-    def groups(self) -> Iterator[tuple[str, str]]:
-        """(group, version) of every service-backed APIService, for /apis discovery."""
+    def served(self) -> list[discovery.Served]:
+        """Every service-backed APIService's group version, for /apis discovery, with its backend's
+        discovery once it has been fetched."""
         rt = self.api.rt("apiregistration.k8s.io", "apiservices")
+        served = []
         for obj in self.api.store.objects(rt):
             spec = obj.get("spec") or {}
             if spec.get("service") and spec.get("group") and spec.get("version"):
-                yield spec["group"], spec["version"]
+                fetched = self._discovered.get(obj["metadata"]["name"])
+                served.append(discovery.Served(
+                    spec["group"], spec["version"], int(spec.get("groupPriorityMinimum") or 0),
+                    int(spec.get("versionPriority") or 0), discovery.AGGREGATOR,
+                    fetched.document if fetched is not None else None))
+        return served
 
     def _ready_addresses(self, apiservice: Obj) -> list[tuple[str, int]]:
         service_ref = apiservice["spec"]["service"]
@@ -228,8 +267,81 @@ class Aggregator:
             if annotation is not None:
                 await self._probe_service(service, annotation)
         apiservices_rt = self.api.rt("apiregistration.k8s.io", "apiservices")
-        for apiservice in list(self.api.store.objects(apiservices_rt)):
+        apiservices = list(self.api.store.objects(apiservices_rt))
+        # Discovery first: once an APIService is Available, its discovery is already Current.
+        await self.refresh_discovery(apiservices)
+        for apiservice in apiservices:
             await self._check_available(apiservice)
+
+    # ---- backends' discovery ---------------------------------------------------------------------
+
+    async def refresh_discovery(self, apiservices: list[Obj]) -> None:
+        """Fetch the discovery of every service-backed APIService that is due, all at once."""
+        backed = {a["metadata"]["name"]: a for a in apiservices if (a.get("spec") or {}).get("service")}
+        for name in set(self._discovered) - set(backed):
+            del self._discovered[name]
+        now = time.monotonic()
+        due = []
+        for name, apiservice in backed.items():
+            key = self._discovery_key(apiservice)
+            fetched = self._discovered.get(name)
+            if fetched is None or fetched.key != key or now >= fetched.due:
+                due.append(self._discover(name, apiservice, key, fetched))
+        await asyncio.gather(*due)
+
+    def _discovery_key(self, apiservice: Obj) -> tuple[str, tuple[tuple[str, int], ...]]:
+        try:
+            addresses = tuple(self._ready_addresses(apiservice))
+        except ApiError:
+            addresses = ()
+        return (apiservice["metadata"].get("resourceVersion", ""), addresses)
+
+    async def _discover(self, name: str, apiservice: Obj, key: tuple[str, tuple[tuple[str, int], ...]],
+                        previous: _Discovered | None) -> None:
+        version = apiservice["spec"]["version"]
+        try:
+            document, etag = await self._fetch_discovery(apiservice, previous)
+        except (_DiscoveryFailed, ApiError, aiohttp.ClientError, OSError, TimeoutError, ValueError, TypeError,
+                AttributeError) as exc:
+            failures = (previous.failures if previous is not None else 0) + 1
+            first, longest = DISCOVERY_RETRY
+            log.debug("aggregated discovery failed", extra={"apiservice": name, "error": str(exc)})
+            self._discovered[name] = _Discovered(
+                key, discovery.version_document(version, [], "Stale"), "",
+                time.monotonic() + min(first * 2 ** (failures - 1), longest), failures)
+            return
+        self._discovered[name] = _Discovered(key, document, etag, time.monotonic() + DISCOVERY_REFRESH, 0)
+
+    async def _fetch_discovery(self, apiservice: Obj, previous: _Discovered | None) -> tuple[Obj, str]:
+        """The backend's APIVersionDiscovery for the APIService's group version, and its ETag."""
+        group, version = apiservice["spec"]["group"], apiservice["spec"]["version"]
+        addresses = self._ready_addresses(apiservice)
+        if not addresses:
+            raise _DiscoveryFailed("endpoints for service have no ready addresses")
+        host, port = addresses[0]
+        base, context = f"https://{host}:{port}", self._client_ssl(apiservice)
+        headers = [*identity_headers(AGGREGATOR_USER), ("Accept", AGGREGATED_ACCEPT)]
+        if previous is not None and previous.etag:
+            headers.append(("If-None-Match", previous.etag))
+        async with self.session().get(f"{base}/apis", ssl=context, timeout=DISCOVERY_TIMEOUT,
+                                      headers=_multi(headers)) as response:
+            if response.status == 304 and previous is not None and previous.etag:
+                return previous.document, previous.etag
+            if response.status == 503:
+                raise _DiscoveryFailed(f"service returned non-success response code: {response.status}")
+            if response.status == 200 and discovery.is_aggregated_content_type(
+                    response.headers.get("Content-Type", "")):
+                listed = orjson.loads(await response.read())
+                return _listed_version(listed, group, version), response.headers.get("ETag", "")
+        # A backend without aggregated discovery: its APIResourceList, converted.
+        async with self.session().get(f"{base}/apis/{group}/{version}", ssl=context, timeout=DISCOVERY_TIMEOUT,
+                                      headers=_multi([*identity_headers(AGGREGATOR_USER),
+                                                      ("Accept", "application/json")])) as response:
+            if response.status != 200:
+                raise _DiscoveryFailed(f"failed to download legacy discovery for /apis/{group}/{version}: "
+                                       f"status {response.status}")
+            listed = orjson.loads(await response.read())
+        return discovery.version_document(version, discovery.resources_from_list(listed.get("resources") or [])), ""
 
     async def _probe_service(self, service: Obj, annotation: str) -> None:
         meta = service["metadata"]
@@ -296,8 +408,7 @@ class Aggregator:
         try:
             async with self.session().get(f'https://{host}:{port}/apis/{spec["group"]}/{spec["version"]}',
                                           ssl=self._client_ssl(apiservice), timeout=PROBE_TIMEOUT,
-                                          headers=_multi(identity_headers(UserInfo(
-                                              "system:kube-aggregator", groups=("system:masters",))))) as response:
+                                          headers=_multi(identity_headers(AGGREGATOR_USER))) as response:
                 if response.status == 200:
                     return "True", "Passed", "all checks passed"
                 return "False", "FailedDiscoveryCheck", f"failing or missing response from " \
@@ -306,6 +417,28 @@ class Aggregator:
             return "False", "FailedDiscoveryCheck", error.message
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return "False", "FailedDiscoveryCheck", f"failing or missing response from https://{host}:{port}: {exc}"
+
+
+def _listed_version(listed: Obj, group: str, version: str) -> Obj:
+    """One group version out of a backend's APIGroupDiscoveryList, Current; a version the backend
+    does not list is there with no resources. Missing response kinds are filled in as empty."""
+    for item in listed.get("items") or ():
+        if (item.get("metadata") or {}).get("name", "") != group:
+            continue
+        for entry in item.get("versions") or ():
+            if entry.get("version") == version:
+                resources = [{**resource, "responseKind": resource.get("responseKind") or _EMPTY_KIND,
+                              "subresources": [{**sub, "responseKind": sub.get("responseKind") or _EMPTY_KIND}
+                                               for sub in resource.get("subresources") or ()]}
+                             for resource in entry.get("resources") or ()]
+                for resource in resources:
+                    if not resource["subresources"]:
+                        del resource["subresources"]
+                return discovery.version_document(version, resources)
+    return discovery.version_document(version, [])
+
+
+_EMPTY_KIND = {"group": "", "version": "", "kind": ""}
 
 
 def _multi(headers: list[tuple[str, str]]) -> Any:

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 ANONYMOUS = UserInfo("system:anonymous", groups=("system:unauthenticated",))
 _RBAC_RESOURCES = frozenset({"roles", "rolebindings", "clusterroles", "clusterrolebindings"})
 _HEALTH_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
+_DISCOVERY_DEPTH = {"api": 2, "apis": 3}  # /api/{version}, /apis/{group}/{version}
 
 
 class ApiServer:
@@ -133,6 +134,9 @@ class ApiServer:
             return await self.aggregator.proxy(request, user, None)
         if path == "/openapi/v2" and "json" not in request.headers.get("Accept", "json"):
             raise ApiError(406, "NotAcceptable", "only application/json is served for /openapi/v2")
+        document = self._discovery_document(request, path, parts)
+        if document is not None:
+            return document
         body = self._discovery(path)
         if body is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -155,12 +159,33 @@ class ApiServer:
             return json_response({"dropped": self.verbs.drop_watches()})
         raise ApiError(404, "NotFound", f"no sandbox control at {request.method} {path}")
 
-    def _aggregated_groups(self) -> dict[str, list[str]]:
-        groups: dict[str, list[str]] = {}
-        if self.aggregator is not None:
-            for group, version in self.aggregator.groups():
-                groups.setdefault(group, []).append(version)
-        return groups
+    def _served(self, *, documents: bool = False) -> list[discovery.Served]:
+        """The group versions /apis lists: built-in types, CRDs and service-backed APIServices."""
+        served = discovery.registry_served(self.registry, documents=documents)
+        return served + self.aggregator.served() if self.aggregator is not None else served
+
+    def _discovery_document(self, request: web.Request, path: str, parts: list[str]) -> web.Response | None:
+        """/api, /apis (legacy or aggregated, as the Accept header asks), /api/v1, /apis/{group} and
+        /apis/{group}/{version}; None for other paths."""
+        if len(parts) > _DISCOVERY_DEPTH.get(parts[0], 0):
+            return None
+        if discovery.wants_aggregated(request.headers.get("Accept", ""), aggregated_served=len(parts) == 1):
+            body = discovery.aggregated_core(self.registry) if path == "/api" else \
+                discovery.aggregated_groups(self._served(documents=True))
+            return discovery.aggregated_response(request, body)
+        legacy: Any
+        if path == "/api":
+            legacy = discovery.api_versions()
+        elif path == "/apis":
+            legacy = discovery.api_group_list(self._served())
+        elif len(parts) == 2 and parts[0] == "apis":
+            legacy = discovery.api_group(self._served(), parts[1])
+        else:
+            group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
+            legacy = discovery.api_resource_list(self.registry, group, version)
+        if legacy is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return json_response(legacy)
 
     def _discovery(self, path: str) -> Any:
         parts = path.strip("/").split("/")
@@ -168,16 +193,6 @@ class ApiServer:
             return {"major": "1", "minor": "32", "gitVersion": "v1.32.0-colocation-sandbox",
                     "gitCommit": __version__, "gitTreeState": "clean", "buildDate": "2026-11-22T00:00:00Z",
                     "goVersion": "go1.23", "compiler": "gc", "platform": "linux/amd64"}
-        if path == "/api":
-            return discovery.api_versions()
-        if path == "/apis":
-            return discovery.api_group_list(self.registry, self._aggregated_groups())
-        if parts[0] == "api" and len(parts) == 2:
-            return discovery.api_resource_list(self.registry, "", parts[1])
-        if parts[0] == "apis" and len(parts) == 2:
-            return discovery.api_group(self.registry, parts[1], self._aggregated_groups())
-        if parts[0] == "apis" and len(parts) == 3:
-            return discovery.api_resource_list(self.registry, parts[1], parts[2])
         if path == "/openapi/v2":
             return openapi.openapi_v2(self.registry)  # JSON only: protobuf asks are answered 406 earlier
         if path == "/openapi/v3":
