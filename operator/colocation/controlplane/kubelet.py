@@ -179,6 +179,11 @@ class NodeKubelet:
         self._tasks = [asyncio.create_task(self._lease_loop()), asyncio.create_task(self._informer.run())]
 
     async def _on_sync(self, items: list[Obj], _rv: str) -> None:
+        # A relist: pods deleted while the watch was down are gone from it; stop what runs for them.
+        listed = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in items}
+        for key, running in list(self.pods.items()):
+            if key not in listed and not running.stopping:
+                await self._stop_pod(running, grace=0)
         for pod in items:
             await self._on_event("ADDED", pod)
 
