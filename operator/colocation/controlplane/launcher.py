@@ -56,6 +56,7 @@ class KubeSandboxConfig:
     components: tuple[str, ...] = ()
     nodes: int = 3
     pods_per_node: int = 10
+    agents: bool = True
     agent_args: tuple[str, ...] = ()
 
 
@@ -122,7 +123,7 @@ class KubeSandbox:
             await self._start_nodes(pki_)
             await _wait("the project's APIServices Available", self._apiservices_available,
                         AVAILABLE_TIMEOUT_SECONDS)
-            if config.nodes > 0:
+            if config.nodes > 0 and config.agents:
                 await _wait("this node's agent running", self._node_agent_running, AVAILABLE_TIMEOUT_SECONDS)
             self._write_agents_state()
 
@@ -156,11 +157,12 @@ class KubeSandbox:
         self.kubelet = NodeKubelet(name=name, server=self.plane.server, pki_=pki_, network=self.network,
                                    state_dir=config.state_dir, capacity=machine_capacity(), labels=labels,
                                    extra_args={"operator": config.operator_args, "agent": config.agent_args},
-                                   run_agents=config.nodes > 0, on_state=self._write_agents_state)
+                                   run_agents=config.nodes > 0 and config.agents, on_state=self._write_agents_state)
         await self.kubelet.start()
         specs = fakenodes.simulated_specs(config.nodes, config.pods_per_node)
         if specs:
             await fakenodes.create_nodes(self.client, specs)
+        if specs and config.agents:
             specs = await fakenodes.agent_tokens(self.client, specs, timeout=AVAILABLE_TIMEOUT_SECONDS)
             await self._start_simulated_agents(pki_, specs)
 

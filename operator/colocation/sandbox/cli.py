@@ -50,6 +50,9 @@ from colocation.clicommon import common_options
                    "all). Ignored with --api-only.")
 @click.option("--pods-per-node", type=click.IntRange(0, 110), default=10, show_default=True,
               help="Pods on each simulated node.")
+@click.option("--agents/--no-agents", default=True, show_default=True,
+              help="Run the nodes' agents. Without them the Nodes and their pods still exist (for measuring "
+                   "what the rest costs on its own).")
 @click.option("--agent-arg", "agent_args", multiple=True, metavar="ARG",
               help="Extra argument for every agent process (repeatable), e.g. --agent-arg=--report-interval=2.")
 @common_options
@@ -57,7 +60,7 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, hos
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
                     probe_interval: float, operators: int, operator_args: tuple[str, ...],
                     serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
-                    agent_args: tuple[str, ...]) -> None:
+                    agents: bool, agent_args: tuple[str, ...]) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
     capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
     answers, and runs until interrupted (SIGINT/SIGTERM).
@@ -70,7 +73,7 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, hos
         _run_kube(api_only=api_only, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
                   operators=operators, operator_args=operator_args,
                   components=_components(serve_resource_metrics, serve_custom_metrics), nodes=nodes,
-                  pods_per_node=pods_per_node, agent_args=agent_args)
+                  pods_per_node=pods_per_node, agents=agents, agent_args=agent_args)
         return
     from colocation.sandbox.runner import Sandbox, SandboxConfig, serve_forever
 
@@ -95,7 +98,7 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, hos
             install_project(sandbox, with_apiservice=replicas > 0, components=components)
         try:
             await serve_forever(sandbox, stop, replicas, extra_args, 0 if api_only else nodes, agent_args,
-                                pods_per_node)
+                                pods_per_node, run_agents=agents)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 

@@ -112,10 +112,11 @@ class AgentProcess:
 
 class SandboxNodes:
     def __init__(self, sandbox: Sandbox, count: int, agent_args: tuple[str, ...] = (),
-                 pods_per_node: int = DEFAULT_PODS_PER_NODE) -> None:
+                 pods_per_node: int = DEFAULT_PODS_PER_NODE, *, run_agents: bool = True) -> None:
         self.sandbox = sandbox
         self.count = count
         self.agent_args = agent_args
+        self.run_agents = run_agents  # False: the Nodes and pods only (`--no-agents`)
         self.pods_per_node = pods_per_node
         self.namespace = permissions.OPERATOR_NAMESPACE
         self.agents: list[AgentProcess] = []
@@ -213,6 +214,9 @@ class SandboxNodes:
         if self.count <= 0:
             return
         real, simulated = self.create_nodes()
+        if not self.run_agents:
+            self._write_state()
+            return
         python = [sys.executable, "-m", "colocation", "agent"]
         if real is not None:
             node, token = real

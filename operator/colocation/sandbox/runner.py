@@ -133,7 +133,8 @@ class Sandbox:
 
 async def serve_forever(sandbox: Sandbox, stop: asyncio.Event, operators: int = 0,
                         operator_args: tuple[str, ...] = (), nodes: int = 0,
-                        agent_args: tuple[str, ...] = (), pods_per_node: int = 10) -> None:
+                        agent_args: tuple[str, ...] = (), pods_per_node: int = 10, *,
+                        run_agents: bool = True) -> None:
     """Serve until `stop`; with `operators`, run that many operator replicas against the sandbox;
     with `nodes`, create that many Nodes and run their agents (see sandbox.nodes)."""
     from colocation.sandbox.nodes import SandboxNodes
@@ -141,7 +142,7 @@ async def serve_forever(sandbox: Sandbox, stop: asyncio.Event, operators: int = 
 
     await sandbox.start()
     replicas = OperatorReplicas(sandbox, operators, operator_args) if operators else None
-    agents = SandboxNodes(sandbox, nodes, agent_args, pods_per_node) if nodes else None
+    agents = SandboxNodes(sandbox, nodes, agent_args, pods_per_node, run_agents=run_agents) if nodes else None
     try:
         if replicas is not None:
             await replicas.start()
