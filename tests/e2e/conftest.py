@@ -65,8 +65,10 @@ def sandbox_kind_args(config: pytest.Config) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _skip_sandbox_only(request: pytest.FixtureRequest, real_cluster: bool) -> None:
-    if real_cluster and request.node.get_closest_marker("sandbox_only"):
-        pytest.skip("relies on sandbox-only controls")
+    marker = request.node.get_closest_marker("sandbox_only")
+    if real_cluster and marker:
+        reason = marker.kwargs.get("reason", "relies on the sandbox's own controls")
+        pytest.skip(f"sandbox only: {reason}")
 
 
 @pytest.fixture

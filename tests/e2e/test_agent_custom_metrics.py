@@ -109,7 +109,7 @@ def values(answer: dict[str, Any] | None) -> list[Decimal]:
 
 # The test serves the pod's endpoint itself, at the status.podIP it creates the pod with: on a real
 # cluster the node's kubelet owns a pod's status and address.
-@pytest.mark.sandbox_only
+@pytest.mark.sandbox_only(reason="the test writes the pod's status.podIP, which a kubelet owns")
 async def test_an_annotated_pods_metrics_flow_through_the_agent_into_the_metrics_apis(
         kube: Kube, kubectl: Kubectl, namespace: str, exposition: tuple[Exposition, int],
         metrics_sandbox: tuple[Path, Path]) -> None:

@@ -20,7 +20,8 @@ from aiohttp import web
 from colocation import tlsutil
 from tests.e2e.kube import Kube, wait_for
 
-pytestmark = pytest.mark.sandbox_only  # local endpoints are registered with a sandbox annotation
+pytestmark = pytest.mark.sandbox_only(
+    reason="the extension server is on loopback, registered with the sandbox's local-endpoints annotation")
 
 GROUP = "e2e.aggregation.dev"
 

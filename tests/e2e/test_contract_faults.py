@@ -9,7 +9,7 @@ import pytest
 
 from tests.e2e.kube import Kube, configmap, create, events_until, next_event
 
-pytestmark = pytest.mark.sandbox_only
+pytestmark = pytest.mark.sandbox_only(reason="fault injection is the sandbox's own API")
 
 AsUser = Callable[[str | None], Awaitable[Kube]]
 
