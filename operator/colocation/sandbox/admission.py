@@ -31,8 +31,13 @@ def unknown_fields(obj: Any, pruned: Any, path: str = "") -> list[str]:
     return []
 
 
-def admit(rt: ResourceType, obj: Obj, field_validation: str) -> tuple[Obj, list[str]]:
-    """Prepare an object for writing. Returns the object and warnings for the client."""
+def admit(rt: ResourceType, obj: Obj, field_validation: str, *, status_write: bool = False) -> tuple[Obj, list[str]]:
+    """Prepare an object for writing. Returns the object and warnings for the client.
+
+    A write through the status subresource (`status_write`) of a custom resource is validated as
+    apiextensions' ValidateStatusUpdate does: the status against its own schema, then the scale
+    subresource's status replicas; any other write against the whole schema and both replicas.
+    """
     _check_type_meta(rt, obj)
     warnings: list[str] = []
     if rt.schema is not None:
@@ -44,8 +49,9 @@ def admit(rt: ResourceType, obj: Obj, field_validation: str) -> tuple[Obj, list[
         if dropped and field_validation == "Warn":
             warnings.extend(f'unknown field "{f}"' for f in dropped)
         obj = schemas.apply_defaults(pruned, rt.schema)
-        name = (obj.get("metadata") or {}).get("name", "")
-        schemas.validate(obj, rt.schema, rt.group, rt.kind, name)
+        causes = custom_resource_causes(rt, obj, status_write)
+        if causes:
+            raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes)
     else:
         obj = _builtin_defaults(rt, obj)
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
@@ -53,6 +59,22 @@ def admit(rt: ResourceType, obj: Obj, field_validation: str) -> tuple[Obj, list[
             if causes:
                 raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes)
     return obj, warnings
+
+
+def custom_resource_causes(rt: ResourceType, obj: Obj, status_write: bool) -> list[Cause]:
+    assert rt.schema is not None
+    causes: list[Cause] = []
+    if status_write:
+        status_schema = (rt.schema.get("properties") or {}).get("status")
+        if "status" in obj and status_schema is not None:
+            causes += schemas.validation_causes(obj["status"], status_schema, under="status")
+    else:
+        causes += schemas.validation_causes(obj, rt.schema)
+        if spec_path := rt.scale_paths.get("specReplicasPath"):
+            causes += schemas.scale_replicas_causes(obj, spec_path)
+    if status_path := rt.scale_paths.get("statusReplicasPath"):
+        causes += schemas.scale_replicas_causes(obj, status_path)
+    return causes
 
 
 def crd_causes(crd: Obj) -> list[Cause]:

@@ -209,12 +209,17 @@ class Verbs:
 
     def _admit_update(self, request: web.Request, rt: ResourceType, namespace: str, name: str,
                       subresource: str, obj: Obj) -> tuple[Obj, list[str]]:
+        current = self.store.get(rt, namespace, name)
         if subresource == "status":
-            # Validate the whole object as it will be stored: old main resource, new status.
-            current = self.store.get(rt, namespace, name)
+            # Validate the object as it will be stored: old main resource, new status.
             merged = {**current, "status": obj.get("status")} if "status" in obj else current
-            admitted, warnings = admit(rt, merged, _field_validation(request))
+            admitted, warnings = admit(rt, merged, _field_validation(request), status_write=True)
             return {**obj, "status": admitted.get("status")} if "status" in obj else obj, warnings
+        if "status" in rt.subresources:
+            # The main resource keeps the stored status (PrepareForUpdate), and is validated with it.
+            obj = {k: v for k, v in obj.items() if k != "status"}
+            if "status" in current:
+                obj["status"] = current["status"]
         return admit(rt, obj, _field_validation(request))
 
     def patch(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
