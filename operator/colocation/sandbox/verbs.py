@@ -18,6 +18,7 @@ from colocation.sandbox import bodies, tables
 from colocation.sandbox import patch as patches
 from colocation.sandbox.admission import admit
 from colocation.sandbox.clock import rfc3339
+from colocation.sandbox.options import check_delete_options, check_write_options
 from colocation.sandbox.resources import EXTRA_SELECTABLE_FIELDS, ResourceType
 from colocation.sandbox.store import Obj, Store
 from colocation.sandbox.watch import Event, Watcher, WatchFilter
@@ -192,6 +193,7 @@ class Verbs:
     # ---- writes ------------------------------------------------------------------------------
 
     def create(self, request: web.Request, rt: ResourceType, namespace: str, body: Obj) -> web.Response:
+        check_write_options("CreateOptions", request.query)
         obj = _without_status_on_create(rt, self._scoped(rt, namespace, body))
         obj, warnings = admit(rt, obj, _field_validation(request))
         created = self.store.create(rt, obj, dry_run=_dry_run(request))
@@ -199,6 +201,7 @@ class Verbs:
 
     def update(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
                body: Obj) -> web.Response:
+        check_write_options("UpdateOptions", request.query)
         obj = self._scoped(rt, namespace, body)
         if not (obj.get("metadata") or {}).get("resourceVersion") and not _allows_unconditional_update(rt):
             raise ApiError.invalid(rt.group, rt.kind, name, [Cause(
@@ -224,7 +227,10 @@ class Verbs:
 
     def patch(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
               raw: bytes) -> web.Response:
-        kind, body = bodies.decode_patch(raw, request.headers.get("Content-Type", ""), rt)
+        content_type = request.headers.get("Content-Type", "")
+        if bodies.media_type(content_type) in bodies.PATCH_TYPES:
+            check_write_options("PatchOptions", request.query, patch_type=bodies.media_type(content_type))
+        kind, body = bodies.decode_patch(raw, content_type, rt)
         dry_run = _dry_run(request)
         if kind == bodies.APPLY_PATCH:
             return self._apply(request, rt, namespace, name, subresource, body, dry_run)
@@ -241,9 +247,7 @@ class Verbs:
 
     def _apply(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
                body: Obj, dry_run: bool) -> web.Response:
-        manager = request.query.get("fieldManager", "")
-        if not manager:
-            raise ApiError.bad_request("PATCH with apply-patch+yaml requires the fieldManager query parameter")
+        manager = request.query["fieldManager"]  # required, checked with the other PatchOptions
         body = self._scoped(rt, namespace, body)
         if (body.get("metadata") or {}).get("name", name) != name:
             raise ApiError.bad_request("the name of the object does not match the name on the URL")
@@ -269,6 +273,7 @@ class Verbs:
     def delete(self, request: web.Request, rt: ResourceType, namespace: str, name: str, body: Obj) -> web.Response:
         options = {**body, **{k: v for k, v in request.query.items()
                               if k in ("propagationPolicy", "gracePeriodSeconds")}}
+        check_delete_options(options, [*request.query.getall("dryRun", []), *(body.get("dryRun") or ())])
         obj, gone = self.store.delete(rt, namespace, name, preconditions=options.get("preconditions"),
                                       dry_run=_dry_run(request) or bool(options.get("dryRun")),
                                       orphan=options.get("propagationPolicy") == "Orphan")
@@ -278,6 +283,8 @@ class Verbs:
         return json_response(_with_version(rt, obj), 202 if deferred else 200)
 
     def delete_collection(self, request: web.Request, rt: ResourceType, namespace: str) -> web.Response:
+        check_delete_options({k: v for k, v in request.query.items() if k == "propagationPolicy"},
+                             request.query.getall("dryRun", []))
         flt = _query_filter(rt, namespace, request.query)
         items = self.store.list(rt, namespace, flt)[0]
         deleted = []
@@ -338,10 +345,8 @@ def _dry_run(request: web.Request) -> bool:
 
 
 def _field_validation(request: web.Request) -> str:
-    value = request.query.get("fieldValidation", "Warn") or "Warn"
-    if value not in ("Ignore", "Warn", "Strict"):
-        raise ApiError.bad_request(f"fieldValidation must be one of Ignore, Warn, Strict, got {value!r}")
-    return value
+    """Ignore, Warn (the default) or Strict: other values were refused with the request's options."""
+    return request.query.get("fieldValidation", "") or "Warn"
 
 
 def _patch_names_rv(kind: str, body: Any) -> bool:
