@@ -31,7 +31,8 @@ def unknown_fields(obj: Any, pruned: Any, path: str = "") -> list[str]:
     return []
 
 
-def admit(rt: ResourceType, obj: Obj, field_validation: str, *, status_write: bool = False) -> tuple[Obj, list[str]]:
+def admit(rt: ResourceType, obj: Obj, field_validation: str, *, status_write: bool = False,
+          creating: bool = False) -> tuple[Obj, list[str]]:
     """Prepare an object for writing. Returns the object and warnings for the client.
 
     A write through the status subresource (`status_write`) of a custom resource is validated as
@@ -53,7 +54,7 @@ def admit(rt: ResourceType, obj: Obj, field_validation: str, *, status_write: bo
         if causes:
             raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes)
     else:
-        obj = _builtin_defaults(rt, obj)
+        obj = _builtin_defaults(rt, obj, creating)
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             causes = crd_causes(obj)
             if causes:
@@ -137,14 +138,26 @@ def _check_type_meta(rt: ResourceType, obj: Obj) -> None:
         raise ApiError.invalid(rt.group, rt.kind, (metadata or {}).get("name", ""), causes)
 
 
-def _builtin_defaults(rt: ResourceType, obj: Obj) -> Obj:
+def new_namespace(name: str) -> Obj:
+    """A Namespace as an API create leaves it, for the namespaces the sandbox makes itself."""
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+def _builtin_defaults(rt: ResourceType, obj: Obj, creating: bool) -> Obj:
     """The few defaults of built-in types that clients in this project read back."""
     if (rt.group, rt.resource) == ("", "namespaces"):
-        status = dict(obj.get("status") or {})
-        status.setdefault("phase", "Active")
-        spec = dict(obj.get("spec") or {})
-        spec.setdefault("finalizers", ["kubernetes"])
-        return {**obj, "spec": spec, "status": status}
+        # Every write labels a namespace with its name (SetDefaults_Namespace); a new one is Active
+        # and carries the kubernetes finalizer, whatever it asked for (PrepareForCreate).
+        meta = obj.get("metadata") or {}
+        labels = {**(meta.get("labels") or {}), "kubernetes.io/metadata.name": meta.get("name", "")}
+        obj = {**obj, "metadata": {**meta, "labels": labels}}
+        if not creating:
+            return obj
+        finalizers = list((obj.get("spec") or {}).get("finalizers") or ())
+        if "kubernetes" not in finalizers:
+            finalizers.append("kubernetes")
+        return {**obj, "spec": {**(obj.get("spec") or {}), "finalizers": finalizers}, "status": {"phase": "Active"}}
     if (rt.group, rt.resource) == ("", "pods"):
         status = dict(obj.get("status") or {})
         status.setdefault("phase", "Pending")

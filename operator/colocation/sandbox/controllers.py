@@ -156,7 +156,7 @@ class Controllers:
             if next(self.store.objects(rt, namespace), None) is not None:
                 return
         spec = {**(ns.get("spec") or {}), "finalizers": []}
-        self.store.update(ns_rt, "", namespace, {**ns, "spec": spec}, check_rv=False)
+        self.store.update(ns_rt, "", namespace, {**ns, "spec": spec}, subresource="finalize", check_rv=False)
 
     # ---- workloads ----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import yaml
 from aiohttp import web
 
 from colocation import tlsutil
+from colocation.sandbox.admission import new_namespace
 from colocation.sandbox.aggregation import Aggregator, authentication_configmap
 from colocation.sandbox.clock import Clock, now
 from colocation.sandbox.controllers import Controllers
@@ -79,8 +80,7 @@ class Sandbox:
     def _bootstrap(self) -> None:
         store, api = self.api.store, self.api
         for name in DEFAULT_NAMESPACES:
-            store.create(api.rt("", "namespaces"), {"metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]},
-                                                    "status": {"phase": "Active"}})
+            store.create(api.rt("", "namespaces"), new_namespace(name))
         for obj in bootstrap_policy():
             rt = api.registry.by_kind(obj["apiVersion"], obj["kind"])
             assert rt is not None, obj["kind"]

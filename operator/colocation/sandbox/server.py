@@ -214,7 +214,9 @@ class ApiServer:
         special = self.special.handler(rt, sub, verb)
         if special is not None:
             return await special(request, user, rt, target)
-        if sub and sub != "status":
+        if sub == "finalize" and verb == "update":
+            pass  # namespaces/finalize: PUT only, spec.finalizers and everything but the status
+        elif sub and sub != "status":
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if rt.virtual:
             raise ApiError.method_not_allowed(f"{verb} is not supported on {rt.group_resource}")

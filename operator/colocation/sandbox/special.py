@@ -160,8 +160,20 @@ class SpecialEndpoints:
         if (pod.get("spec") or {}).get("nodeName"):
             raise ApiError.conflict("", "pods", target.name, f'pod {target.name} is already assigned to node '
                                     f'"{pod["spec"]["nodeName"]}"')
-        updated = {**pod, "spec": {**pod.get("spec", {}), "nodeName": node}}
-        self.api.store.update(rt, target.namespace, target.name, updated)
+        # As BindingREST does: the node name, the binding's annotations, and PodScheduled true.
+        meta = pod["metadata"]
+        annotations = {**(meta.get("annotations") or {}), **((body.get("metadata") or {}).get("annotations") or {})}
+        status = pod.get("status") or {}
+        conditions = list(status.get("conditions") or ())
+        index = next((i for i, c in enumerate(conditions) if c.get("type") == "PodScheduled"), len(conditions))
+        previous = conditions[index] if index < len(conditions) else {}
+        since = previous["lastTransitionTime"] if previous.get("status") == "True" else None
+        conditions[index:index + 1] = [{"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                                        "lastTransitionTime": since or rfc3339(self.api.store.clock())}]
+        updated = {**pod, "metadata": {**meta, "annotations": annotations} if annotations else meta,
+                   "spec": {**pod.get("spec", {}), "nodeName": node},
+                   "status": {**status, "conditions": conditions}}
+        self.api.store.update(rt, target.namespace, target.name, updated, subresource="binding")
         return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                               "code": 201}, 201)
 

@@ -195,7 +195,7 @@ class Verbs:
     def create(self, request: web.Request, rt: ResourceType, namespace: str, body: Obj) -> web.Response:
         check_write_options("CreateOptions", request.query)
         obj = _without_status_on_create(rt, self._scoped(rt, namespace, body))
-        obj, warnings = admit(rt, obj, _field_validation(request))
+        obj, warnings = admit(rt, obj, _field_validation(request), creating=True)
         created = self.store.create(rt, obj, dry_run=_dry_run(request))
         return json_response(_with_version(rt, created), 201, warnings)
 
@@ -261,7 +261,7 @@ class Verbs:
         if live is None:
             applied = _without_status_on_create(rt, applied)
             applied.setdefault("metadata", {})["name"] = name
-            applied, warnings = admit(rt, applied, _field_validation(request))
+            applied, warnings = admit(rt, applied, _field_validation(request), creating=True)
             applied["metadata"].pop("resourceVersion", None)
             created = self.store.create(rt, applied, dry_run=dry_run)
             return json_response(_with_version(rt, created), 201, warnings)
