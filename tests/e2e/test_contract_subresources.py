@@ -142,6 +142,24 @@ async def test_custom_resource_status_writes_ignore_spec_and_metadata(kube: Kube
     assert (put["status"], put["spec"]["replicas"]) == ({"phase": "Done"}, 1)
 
 
+async def test_custom_resource_scale_writes_go_through_the_custom_resource_validation(
+        kube: Kube, namespace: str, widgets: Widgets) -> None:
+    await create(kube, widgets.path(namespace), widgets.body("unscaled"))
+    status, body = await kube.request("GET", widgets.path(namespace, "unscaled") + "/scale")
+    assert (status, body["reason"]) == (500, "InternalError")
+    assert body["message"] == 'Internal error occurred: the spec replicas field ".spec.replicas" does not exist'
+    status, scaled = await kube.request("PATCH", widgets.path(namespace, "unscaled") + "/scale",
+                                        {"spec": {"replicas": 2}}, content_type=MERGE)
+    assert (status, scaled["spec"]) == (200, {"replicas": 2})
+
+    for replicas, fields in ((11, ["spec.replicas"]), (-1, ["spec.replicas", ".spec.replicas"])):
+        status, body = await kube.request("PATCH", widgets.path(namespace, "unscaled") + "/scale",
+                                          {"spec": {"replicas": replicas}}, content_type=MERGE)
+        assert (status, body["details"]["kind"]) == (422, "Widget")  # the schema's maximum, not Scale's
+        assert [cause["field"] for cause in body["details"]["causes"]] == fields
+    assert (await get(kube, widgets.path(namespace, "unscaled")))["spec"]["replicas"] == 2
+
+
 async def test_custom_resource_scale_subresource(kube: Kube, namespace: str, widgets: Widgets) -> None:
     await create(kube, widgets.path(namespace), widgets.body("w", {"image": "nginx", "replicas": 3}))
     status, scale = await kube.request("GET", widgets.path(namespace, "w") + "/scale")
@@ -166,9 +184,13 @@ async def test_deployment_scale_reads_and_writes_spec_replicas(kube: Kube, names
     assert scale["status"]["selector"] == "app=scaled"
 
     scale["spec"]["replicas"] = 0
+    # Without its resourceVersion the write is unconditional: on a real cluster the deployment
+    # controller may have written the deployment since the GET (conflicts have their own test).
+    del scale["metadata"]["resourceVersion"]
     status, written = await kube.request("PUT", f"{path}/scaled/scale", scale)
     assert status == 200, written
-    assert written["spec"]["replicas"] == 0
+    assert written["spec"] == {}  # autoscaling/v1 ScaleSpec.replicas is omitempty
+    assert written["status"]["replicas"] >= 0  # ScaleStatus.replicas is not
     deployment_now = await get(kube, f"{path}/scaled")
     assert deployment_now["spec"]["replicas"] == 0
     assert deployment_now["metadata"]["generation"] == created["metadata"]["generation"] + 1
