@@ -57,8 +57,8 @@ class Sandbox:
     def __init__(self, config: SandboxConfig, *, clock: Clock = now) -> None:
         self.config = config
         self.api = ApiServer(clock=clock, window=config.watch_window, bookmark_interval=config.bookmark_interval)
-        self.controllers = Controllers(self.api.store)
         self.ca = tlsutil.new_ca("colocation-sandbox-ca")
+        self.controllers = Controllers(self.api.store, root_ca_pem=self.ca.cert_pem)
         self.serving = tlsutil.issue_certificate(self.ca, "colocation-sandbox",
                                                  dns_names=("localhost", "kubernetes", "kubernetes.default",
                                                             "kubernetes.default.svc"),

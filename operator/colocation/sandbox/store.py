@@ -360,13 +360,18 @@ class Store:
             return old  # a no-op write changes nothing, not even the resourceVersion
         if dry_run:
             return new
+        if new["metadata"].get("deletionTimestamp") and not pending_finalizers(rt, new):
+            # The update that removes the last finalizer is not stored: the object is deleted as it
+            # was (watchers see it with its finalizers), and the caller gets what it asked for.
+            new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+            rv = self._next_rv()
+            del self._bucket(rt)[(namespace if rt.namespaced else "", name)]
+            gone = {**old, "metadata": {**old_meta, "resourceVersion": str(rv)}}
+            self._commit(rt, "DELETED", old, gone, rv)
+            self._collect_dependents(gone)
+            return new
         rv = self._next_rv()
         new["metadata"]["resourceVersion"] = str(rv)
-        if new["metadata"].get("deletionTimestamp") and not pending_finalizers(rt, new):
-            del self._bucket(rt)[(namespace if rt.namespaced else "", name)]
-            self._commit(rt, "DELETED", old, new, rv)
-            self._collect_dependents(new)
-            return new
         self._bucket(rt)[(namespace if rt.namespaced else "", name)] = new
         self._commit(rt, "MODIFIED", old, new, rv)
         return new
