@@ -19,7 +19,7 @@ from colocation.sandbox.faults import FaultRule, Faults
 from colocation.sandbox.paths import Target, parse_target, resolve, verb_for
 from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, forbidden_error
 from colocation.sandbox.resources import Registry, ResourceType
-from colocation.sandbox.reviews import impersonate
+from colocation.sandbox.reviews import Impersonation
 from colocation.sandbox.special import SpecialEndpoints
 from colocation.sandbox.stats import USER_KEY, RequestStats
 from colocation.sandbox.store import Change, Store
@@ -42,6 +42,7 @@ class ApiServer:
         self.tokens = TokenAuthority(clock)
         self._rbac_version = 0
         self.rbac = RbacAuthorizer(self._rbac_objects, version=lambda: self._rbac_version)
+        self.impersonation = Impersonation(self.rbac.authorize)
         self.store.subscribe(self._on_change)
         self.verbs = Verbs(self.store, bookmark_interval=bookmark_interval, clock=clock)
         self.special = SpecialEndpoints(self)
@@ -80,10 +81,10 @@ class ApiServer:
             if fault is not None:
                 return fault
             user = self.authenticate(request)
-            if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:
-                user = impersonate(user, request.headers, self.rbac.authorize)
-            request[USER_KEY] = user.username
             target = parse_target(request.path)
+            if any(name.lower().startswith("impersonate-") for name in request.headers):
+                user = self.impersonation(user, request.headers, self._attributes(request, user, target))
+            request[USER_KEY] = user.username
             if target is None:
                 return await self._non_resource(request, user)
             return await self._resource(request, user, target)
@@ -98,6 +99,16 @@ class ApiServer:
         except Exception as exc:  # the sandbox must answer, never hang: report and carry on
             log.exception("unexpected error", extra={"path": request.path, "method": request.method})
             return json_response(ApiError.internal(f"{type(exc).__name__}: {exc}").status(), 500)
+
+    @staticmethod
+    def _attributes(request: web.Request, user: UserInfo, target: Target | None) -> RequestAttributes:
+        """What the request does, as the authorizer sees it (before impersonation: as `user`)."""
+        if target is None:
+            return RequestAttributes(user, request.method.lower() if request.method != "HEAD" else "get",
+                                     resource_request=False, path=request.path.rstrip("/") or "/")
+        verb = verb_for(request.method, target, flag_param(request.query, "watch"))
+        return RequestAttributes(user, verb, True, target.group, target.resource, target.subresource,
+                                 target.name, target.namespace)
 
     def authenticate(self, request: web.Request) -> UserInfo:
         header = request.headers.get("Authorization", "")

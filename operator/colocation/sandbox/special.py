@@ -28,8 +28,10 @@ Handler = Callable[[web.Request, UserInfo, ResourceType, Target], Awaitable[web.
 
 
 def _user_json(user: UserInfo) -> dict[str, Any]:
-    return {"username": user.username, "uid": user.uid, "groups": list(user.groups),
-            "extra": {k: list(v) for k, v in dict(user.extra).items()}}
+    """authentication/v1 UserInfo: every field is omitempty."""
+    fields = {"username": user.username, "uid": user.uid, "groups": list(user.groups),
+              "extra": {k: list(v) for k, v in dict(user.extra).items()}}
+    return {k: v for k, v in fields.items() if v}
 
 
 class SpecialEndpoints:
