@@ -162,10 +162,20 @@ async def test_send_initial_events_lists_then_marks_the_end(kube: Kube, namespac
     assert event_names(later)[-1] == ("ADDED", "z")
 
 
-async def test_send_initial_events_requires_not_older_than_and_bookmarks(kube: Kube, namespace: str) -> None:
+async def test_send_initial_events_requires_resource_version_match_not_older_than(kube: Kube,
+                                                                                  namespace: str) -> None:
     status, body = await kube.request("GET", cm_path(namespace), params={
         "watch": "true", "sendInitialEvents": "true"})
-    assert (status, body["reason"]) == (422, "Invalid")
+    assert (status, body["reason"], body["details"]["kind"]) == (422, "Invalid", "ListOptions")
+    assert body["details"]["causes"] == [{
+        "reason": "FieldValueForbidden", "field": "resourceVersionMatch",
+        "message": "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"}]
+    status, body = await kube.request("GET", cm_path(namespace), params={"sendInitialEvents": "true"})
+    assert (status, body["details"]["causes"][0]["message"]) == (
+        422, "Forbidden: sendInitialEvents is forbidden for list")
+    status, body = await kube.request("GET", cm_path(namespace), params={"resourceVersionMatch": "Exact"})
+    assert (status, body["details"]["causes"][0]["message"]) == (
+        422, "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided")
 
 
 async def test_timeout_seconds_ends_the_stream(kube: Kube, namespace: str) -> None:

@@ -18,7 +18,7 @@ from colocation.sandbox import bodies, tables
 from colocation.sandbox import patch as patches
 from colocation.sandbox.admission import admit
 from colocation.sandbox.clock import rfc3339
-from colocation.sandbox.options import check_delete_options, check_write_options
+from colocation.sandbox.options import check_delete_options, check_list_options, check_write_options
 from colocation.sandbox.resources import EXTRA_SELECTABLE_FIELDS, ResourceType
 from colocation.sandbox.store import Obj, Store
 from colocation.sandbox.watch import Event, Watcher, WatchFilter
@@ -52,7 +52,7 @@ def _int_param(query: Any, name: str, default: int = 0) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ApiError.bad_request(f"invalid value for {name}: {raw!r} is not an integer") from None
+        raise ApiError.bad_request(f'strconv.ParseInt: parsing "{raw}": invalid syntax') from None
 
 
 def _with_version(rt: ResourceType, obj: Obj) -> Obj:
@@ -83,6 +83,7 @@ class Verbs:
 
     def list_collection(self, request: web.Request, rt: ResourceType, namespace: str) -> web.Response:
         query = request.query
+        check_list_options(query, watch=False)
         flt = _query_filter(rt, namespace, query)
         items, rv, token, remaining = self.store.list(rt, namespace, flt, limit=_int_param(query, "limit"),
                                                       continue_token=query.get("continue", ""))
@@ -111,17 +112,14 @@ class Verbs:
         if name:  # /watch/namespaces/ns/pods/name: a watch of one object
             flt = WatchFilter(namespace, flt.labels,
                               FieldSelector.parse(f"metadata.name={name}", ("metadata.name",)))
+        check_list_options(query, watch=True)
         send_initial = flag_param(query, "sendInitialEvents")
         bookmarks = flag_param(query, "allowWatchBookmarks")
-        if send_initial and (query.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks):
-            raise ApiError.invalid(rt.group, rt.kind, "", [Cause(
-                "sendInitialEvents", "Forbidden: sendInitialEvents requires setting resourceVersionMatch "
-                "to NotOlderThan and allowWatchBookmarks to true", "FieldValueForbidden")])
         timeout = _int_param(query, "timeoutSeconds", 1800)
         table_version = wants_table(request.headers.get("Accept", ""))
         watcher = self.store.watch(rt, namespace, flt, resource_version=query.get("resourceVersion", ""),
                                    send_initial_events=send_initial, queue_size=self.watch_queue_size)
-        if send_initial:
+        if send_initial and bookmarks:  # without bookmarks the end of the initial events goes unmarked
             watcher.offer("BOOKMARK", self._bookmark(rt, initial_end=True))
         response = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
         response.enable_chunked_encoding()
