@@ -90,6 +90,22 @@ async def test_role_binding_grants_in_its_namespace_only(kube: Kube, as_user: As
         await kube.request("DELETE", f"/api/v1/namespaces/{other}")
 
 
+async def test_a_namespace_itself_is_in_its_own_namespace_for_rbac(kube: Kube, as_user: AsUser,
+                                                                  namespace: str) -> None:
+    # RequestInfo puts /api/v1/namespaces/NAME in namespace NAME: a RoleBinding there reaches it.
+    client = await as_user(await service_account_token(kube, namespace, "looker"))
+    requester = f"system:serviceaccount:{namespace}:looker"
+    await create(kube, f"{RBAC}/namespaces/{namespace}/roles", {"metadata": {"name": "ns-reader"}, "rules": [
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]})
+    await create(kube, f"{RBAC}/namespaces/{namespace}/rolebindings",
+                 binding("ns-reader", "Role", "ns-reader", namespace, "looker"))
+    await wait_for(lambda: allowed(client, f"/api/v1/namespaces/{namespace}"), timeout=30)
+    status, body = await client.request("GET", "/api/v1/namespaces/default")
+    assert status == 403
+    assert body["message"] == (f'namespaces "default" is forbidden: User "{requester}" cannot get resource '
+                               '"namespaces" in API group "" in the namespace "default"')
+
+
 async def test_cluster_role_bound_by_a_role_binding_grants_in_that_namespace_only(
         kube: Kube, as_user: AsUser, namespace: str, cluster_cleanup: list[str]) -> None:
     role = f"e2e-cm-reader-{uuid.uuid4().hex[:6]}"

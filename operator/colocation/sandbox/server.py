@@ -107,8 +107,11 @@ class ApiServer:
             return RequestAttributes(user, request.method.lower() if request.method != "HEAD" else "get",
                                      resource_request=False, path=request.path.rstrip("/") or "/")
         verb = verb_for(request.method, target, flag_param(request.query, "watch"))
+        # RequestInfo: /api/v1/namespaces/NAME (and its status, finalize) is in namespace NAME, so a
+        # RoleBinding there can grant access to the namespace itself.
+        namespace = target.name if (target.group, target.resource) == ("", "namespaces") else target.namespace
         return RequestAttributes(user, verb, True, target.group, target.resource, target.subresource,
-                                 target.name, target.namespace)
+                                 target.name, namespace)
 
     def authenticate(self, request: web.Request) -> UserInfo:
         header = request.headers.get("Authorization", "")
@@ -134,8 +137,7 @@ class ApiServer:
         path = request.path.rstrip("/") or "/"
         if path.startswith("/sandbox/"):
             return await self._sandbox_admin(request, user, path)
-        self.authorize(RequestAttributes(user, request.method.lower() if request.method != "HEAD" else "get",
-                                         resource_request=False, path=path))
+        self.authorize(self._attributes(request, user, None))
         if path in _HEALTH_PATHS or path.startswith(("/livez/", "/readyz/", "/healthz/")):
             return web.Response(text="ok")
         parts = path.strip("/").split("/")
@@ -201,20 +203,18 @@ class ApiServer:
         return None
 
     async def _resource(self, request: web.Request, user: UserInfo, target: Target) -> web.StreamResponse:
-        watch_param = flag_param(request.query, "watch")
-        verb = verb_for(request.method, target, watch_param)
+        attrs = self._attributes(request, user, target)
+        verb = attrs.verb
         if self.aggregator is not None and self.aggregator.serves(target.group, target.version):
             # kube-apiserver authorizes aggregated requests itself before proxying them.
-            self.authorize(RequestAttributes(user, verb, True, target.group, target.resource,
-                                             target.subresource, target.name, target.namespace))
+            self.authorize(attrs)
             return await self.aggregator.proxy(request, user, target)
         if target.group == "" and not target.name and target.resource == "namespaces" and target.namespace:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         rt = resolve(self.registry, target)
         if verb not in rt.verbs and not target.subresource:
             raise ApiError.method_not_allowed(f"{verb} is not supported on {rt.group_resource}")
-        self.authorize(RequestAttributes(user, verb, True, target.group, target.resource, target.subresource,
-                                         target.name, target.namespace))
+        self.authorize(attrs)
         return await self._dispatch(request, user, rt, target, verb)
 
     async def _dispatch(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target,
