@@ -111,6 +111,33 @@ async def test_schema_violation_in_an_update_is_invalid_and_changes_nothing(kube
     assert (await get(kube, widgets.path(namespace, "w")))["spec"]["replicas"] == 1
 
 
+async def test_updates_ratchet_over_what_a_stricter_schema_now_refuses(kube: Kube, namespace: str,
+                                                                       widgets: Widgets) -> None:
+    await create(kube, widgets.path(namespace), widgets.body("old", {"image": "nginx", "replicas": 8}))
+    crd_path = f"{CRDS}/{widgets.crd_name}"
+    crd = await get(kube, crd_path)
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"][
+        "maximum"] = 5
+    status, body = await kube.request("PUT", crd_path, crd)
+    assert status == 200, body
+
+    async def stricter() -> bool:  # the new schema is served (a real server takes a moment)
+        status, _ = await kube.request("POST", widgets.path(namespace), widgets.body(
+            "probe", {"image": "nginx", "replicas": 8}), params={"dryRun": "All"})
+        return status == 422
+
+    await wait_for(stricter, timeout=30)
+    # What an update leaves as it was is not held against it (CRDValidationRatcheting) ...
+    status, body = await kube.request("PATCH", widgets.path(namespace, "old"), {"spec": {"image": "busybox"}},
+                                      content_type="application/merge-patch+json")
+    assert (status, body["spec"]) == (200, {"image": "busybox", "replicas": 8}), body
+    # ... what it changes is checked against the schema as it now is.
+    status, body = await kube.request("PATCH", widgets.path(namespace, "old"), {"spec": {"replicas": 9}},
+                                      content_type="application/merge-patch+json")
+    assert (status, body["reason"]) == (422, "Invalid")
+    assert [cause["field"] for cause in body["details"]["causes"]] == ["spec.replicas"]
+
+
 async def test_unknown_fields_are_pruned(kube: Kube, namespace: str, widgets: Widgets) -> None:
     created = await create(kube, widgets.path(namespace),
                            widgets.body("w", {"image": "nginx", "colour": "red"}, topLevel="dropped"))

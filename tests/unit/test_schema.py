@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.schema import apply_defaults, prune, scale_replicas_causes, validate, validation_causes
+from colocation.sandbox.schema import (
+    apply_defaults,
+    prune,
+    ratchet,
+    scale_replicas_causes,
+    validate,
+    validation_causes,
+)
 from colocation.sandbox.structural import check_structural
 
 
@@ -373,3 +380,26 @@ def test_defaults_must_satisfy_their_schema() -> None:
     assert check_structural(schema) == [
         "properties[spec].properties[n].default: Invalid value: 0:  in body "
         "should be greater than or equal to 1"]
+
+
+def test_ratcheting_keeps_only_causes_where_the_update_changed_something() -> None:
+    schema = {"type": "object", "properties": {"spec": {
+        "type": "object", "required": ["image", "extra"],
+        "properties": {"image": {"type": "string"}, "replicas": {"type": "integer", "maximum": 5},
+                       "extra": {"type": "string"},
+                       "ports": {"type": "array", "items": {"type": "integer", "maximum": 10}},
+                       "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}}}}}}
+    old = {"spec": {"image": "a", "replicas": 8, "ports": [11], "labels": {"a.b": "long", "c": "x"}}}
+
+    def standing(new: dict[str, Any]) -> list[str]:
+        return [c.field for c in ratchet(validation_causes(new, schema), new, old)]
+
+    assert standing({**old, "metadata": {"labels": {"x": "y"}}}) == []  # spec untouched: nothing stands
+    # spec changed: its own Required stands; the unchanged replicas, ports and labels do not
+    assert standing({"spec": {**old["spec"], "image": "b"}}) == ["spec.extra"]
+    assert standing({"spec": {**old["spec"], "extra": "e", "replicas": 9}}) == ["spec.replicas"]
+    # list items are not correlated by index: a changed list is checked whole
+    assert standing({"spec": {**old["spec"], "extra": "e", "ports": [11, 1]}}) == ["spec.ports[0]"]
+    # map values are correlated by key
+    assert standing({"spec": {**old["spec"], "extra": "e", "labels": {"a.b": "long", "c": "xxxx"}}}) == [
+        "spec.labels.c"]

@@ -32,12 +32,13 @@ def unknown_fields(obj: Any, pruned: Any, path: str = "") -> list[str]:
 
 
 def admit(rt: ResourceType, obj: Obj, field_validation: str, *, status_write: bool = False,
-          creating: bool = False) -> tuple[Obj, list[str]]:
+          creating: bool = False, old: Obj | None = None) -> tuple[Obj, list[str]]:
     """Prepare an object for writing. Returns the object and warnings for the client.
 
     A write through the status subresource (`status_write`) of a custom resource is validated as
     apiextensions' ValidateStatusUpdate does: the status against its own schema, then the scale
     subresource's status replicas; any other write against the whole schema and both replicas.
+    An update (`old`, the stored object) ratchets: what it leaves unchanged is not held against it.
     """
     _check_type_meta(rt, obj)
     warnings: list[str] = []
@@ -50,7 +51,7 @@ def admit(rt: ResourceType, obj: Obj, field_validation: str, *, status_write: bo
         if dropped and field_validation == "Warn":
             warnings.extend(f'unknown field "{f}"' for f in dropped)
         obj = schemas.apply_defaults(pruned, rt.schema)
-        causes = custom_resource_causes(rt, obj, status_write)
+        causes = custom_resource_causes(rt, obj, status_write, old)
         if causes:
             raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes)
     else:
@@ -62,7 +63,7 @@ def admit(rt: ResourceType, obj: Obj, field_validation: str, *, status_write: bo
     return obj, warnings
 
 
-def custom_resource_causes(rt: ResourceType, obj: Obj, status_write: bool) -> list[Cause]:
+def custom_resource_causes(rt: ResourceType, obj: Obj, status_write: bool, old: Obj | None = None) -> list[Cause]:
     assert rt.schema is not None
     causes: list[Cause] = []
     if status_write:
@@ -71,8 +72,10 @@ def custom_resource_causes(rt: ResourceType, obj: Obj, status_write: bool) -> li
             causes += schemas.validation_causes(obj["status"], status_schema, under="status")
     else:
         causes += schemas.validation_causes(obj, rt.schema)
-        if spec_path := rt.scale_paths.get("specReplicasPath"):
-            causes += schemas.scale_replicas_causes(obj, spec_path)
+    if old is not None:
+        causes = schemas.ratchet(causes, obj, old)
+    if not status_write and (spec_path := rt.scale_paths.get("specReplicasPath")):
+        causes += schemas.scale_replicas_causes(obj, spec_path)
     if status_path := rt.scale_paths.get("statusReplicasPath"):
         causes += schemas.scale_replicas_causes(obj, status_path)
     return causes

@@ -454,6 +454,58 @@ _FORMATS: dict[str, Any] = {
 
 
 # --------------------------------------------------------------------------------------------
+# Ratcheting (CRDValidationRatcheting, on since 1.30): an update is not refused for what it left
+# as it was. Upstream skips the validation of every schema node whose value is unchanged, nodes
+# being correlated through object properties and map keys (not list indices); so a cause stands
+# only when the nearest correlatable node it belongs to changed (a Required value belongs to the
+# object that lacks the field).
+
+def ratchet(causes: list[Cause], new: Any, old: Any) -> list[Cause]:
+    return [cause for cause in causes if not _unchanged_at(cause, new, old)]
+
+
+_MISSING = object()
+
+
+def _unchanged_at(cause: Cause, new: Any, old: Any) -> bool:
+    if cause.field == _field(""):
+        return False
+    steps = _field_steps(cause.field)
+    if cause.message.startswith("Required value"):
+        steps = steps[:-1]
+    correlatable: list[str] = []
+    for step in steps:
+        if isinstance(step, int):
+            break
+        correlatable.append(step)
+    return _at(old, correlatable) is not _MISSING and _at(new, correlatable) == _at(old, correlatable)
+
+
+def _field_steps(field: str) -> list[str | int]:
+    """`spec.items[2].labels[a.b]` as ["spec", "items", 2, "labels", "a.b"]."""
+    steps: list[str | int] = []
+    for name, bracket in re.findall(r"([^.\[\]]+)|\[([^\]]*)\]", field):
+        steps.append(name if name else int(bracket) if bracket.isdigit() else bracket)
+    return steps
+
+
+def _at(value: Any, steps: list[str]) -> Any:
+    """The value at `steps`; a map key with dots (`labels.a.b`, as paths spell map keys) is several."""
+    index = 0
+    while index < len(steps):
+        if not isinstance(value, Mapping):
+            return _MISSING
+        for end in range(index + 1, len(steps) + 1):
+            key = ".".join(steps[index:end])
+            if key in value:
+                value, index = value[key], end
+                break
+        else:
+            return _MISSING
+    return value
+
+
+# --------------------------------------------------------------------------------------------
 # The scale subresource's replicas paths (customResourceValidator.ValidateScaleSpec and Status).
 
 _MAX_INT32 = 2**31 - 1

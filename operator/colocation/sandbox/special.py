@@ -217,7 +217,7 @@ class SpecialEndpoints:
                             spec_path, replicas)
         if custom:
             # A custom resource's scale writes go through its own strategy: schema and replicas paths.
-            updated, _ = admit(rt, updated, "Ignore")
+            updated, _ = admit(rt, updated, "Ignore", old=obj)
         obj = store.update(rt, target.namespace, target.name, updated)
         return json_response(_scale_of(obj, spec_path, status_path, selector_path))
 

@@ -214,14 +214,14 @@ class Verbs:
         if subresource == "status":
             # Validate the object as it will be stored: old main resource, new status.
             merged = {**current, "status": obj.get("status")} if "status" in obj else current
-            admitted, warnings = admit(rt, merged, _field_validation(request), status_write=True)
+            admitted, warnings = admit(rt, merged, _field_validation(request), status_write=True, old=current)
             return {**obj, "status": admitted.get("status")} if "status" in obj else obj, warnings
         if "status" in rt.subresources:
             # The main resource keeps the stored status (PrepareForUpdate), and is validated with it.
             obj = {k: v for k, v in obj.items() if k != "status"}
             if "status" in current:
                 obj["status"] = current["status"]
-        return admit(rt, obj, _field_validation(request))
+        return admit(rt, obj, _field_validation(request), old=current)
 
     def patch(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
               raw: bytes) -> web.Response:
