@@ -51,22 +51,54 @@ async def test_update_of_a_custom_object_needs_a_resource_version(kube: Kube, na
     assert [cause["field"] for cause in body["details"]["causes"]] == ["metadata.resourceVersion"]
 
 
-@pytest.mark.parametrize(("spec", "field"), [
-    ({"image": "nginx", "replicas": "two"}, "spec.replicas"),  # type
-    ({"replicas": 1}, "spec.image"),  # required
-    ({"image": "nginx", "mode": "reckless"}, "spec.mode"),  # enum
-    ({"image": "nginx", "replicas": -1}, "spec.replicas"),  # minimum
-    ({"image": "nginx", "replicas": 11}, "spec.replicas"),  # maximum
-    ({"image": "NGINX!"}, "spec.image"),  # pattern
+# spec.replicas is also the scale subresource's specReplicasPath: apiextensions checks that it reads
+# as a non-negative int64 after the schema did, and reports at the path as the CRD spells it.
+@pytest.mark.parametrize(("spec", "fields"), [
+    ({"image": "nginx", "replicas": "two"}, ["spec.replicas", ".spec.replicas"]),  # type
+    ({"replicas": 1}, ["spec.image"]),  # required
+    ({"image": "nginx", "mode": "reckless"}, ["spec.mode"]),  # enum
+    ({"image": "nginx", "replicas": -1}, ["spec.replicas", ".spec.replicas"]),  # minimum
+    ({"image": "nginx", "replicas": 11}, ["spec.replicas"]),  # maximum
+    ({"image": "NGINX!"}, ["spec.image"]),  # pattern
 ])
 async def test_schema_violations_are_invalid_with_the_field_path(kube: Kube, namespace: str, widgets: Widgets,
-                                                                 spec: dict[str, Any], field: str) -> None:
+                                                                 spec: dict[str, Any], fields: list[str]) -> None:
     status, body = await kube.request("POST", widgets.path(namespace), widgets.body("bad", spec))
     assert (status, body["reason"]) == (422, "Invalid")
     assert body["details"]["kind"] == "Widget"
     assert body["details"]["group"] == widgets.group
-    assert [cause["field"] for cause in body["details"]["causes"]] == [field]
+    assert [cause["field"] for cause in body["details"]["causes"]] == fields
     assert await is_gone(kube, widgets.path(namespace, "bad"))
+
+
+async def test_scale_replicas_paths_are_checked_after_the_schema(kube: Kube, namespace: str,
+                                                                 widgets: Widgets) -> None:
+    status, body = await kube.request("POST", widgets.path(namespace),
+                                      widgets.body("bad", {"image": "nginx", "replicas": "two"}))
+    assert (status, body["reason"]) == (422, "Invalid")
+    assert body["details"]["causes"][1] == {
+        "reason": "FieldValueInvalid", "field": ".spec.replicas",
+        "message": "Invalid value: 0: .spec.replicas accessor error: two is of the type string, expected int64"}
+    assert body["message"].startswith(f'Widget.{widgets.group} "bad" is invalid: [spec.replicas: ')
+
+    await create(kube, widgets.path(namespace), widgets.body("w"))
+    status, body = await kube.request("PATCH", widgets.path(namespace, "w") + "/status", {"status": {"ready": -3}},
+                                      content_type="application/merge-patch+json")
+    assert (status, body["reason"]) == (422, "Invalid")
+    assert body["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": ".status.ready",
+                                          "message": "Invalid value: -3: should be a non-negative integer"}]
+
+
+async def test_status_writes_are_checked_against_the_status_schema_alone(kube: Kube, namespace: str,
+                                                                          widgets: Widgets) -> None:
+    await create(kube, widgets.path(namespace), widgets.body("w"))
+    status, body = await kube.request("PATCH", widgets.path(namespace, "w") + "/status",
+                                      {"status": {"phase": 7}}, content_type="application/merge-patch+json")
+    assert (status, body["reason"]) == (422, "Invalid")
+    # The field is the object's; the message names it as the status schema sees it.
+    assert body["details"]["causes"] == [{"reason": "FieldValueTypeInvalid", "field": "status.phase",
+                                          "message": 'Invalid value: "integer": phase in body must be of type '
+                                                     'string: "integer"'}]
 
 
 async def test_schema_violation_in_an_update_is_invalid_and_changes_nothing(kube: Kube, namespace: str,
@@ -77,6 +109,33 @@ async def test_schema_violation_in_an_update_is_invalid_and_changes_nothing(kube
     assert (status, body["reason"]) == (422, "Invalid")
     assert [cause["field"] for cause in body["details"]["causes"]] == ["spec.replicas"]
     assert (await get(kube, widgets.path(namespace, "w")))["spec"]["replicas"] == 1
+
+
+async def test_updates_ratchet_over_what_a_stricter_schema_now_refuses(kube: Kube, namespace: str,
+                                                                       widgets: Widgets) -> None:
+    await create(kube, widgets.path(namespace), widgets.body("old", {"image": "nginx", "replicas": 8}))
+    crd_path = f"{CRDS}/{widgets.crd_name}"
+    crd = await get(kube, crd_path)
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"][
+        "maximum"] = 5
+    status, body = await kube.request("PUT", crd_path, crd)
+    assert status == 200, body
+
+    async def stricter() -> bool:  # the new schema is served (a real server takes a moment)
+        status, _ = await kube.request("POST", widgets.path(namespace), widgets.body(
+            "probe", {"image": "nginx", "replicas": 8}), params={"dryRun": "All"})
+        return status == 422
+
+    await wait_for(stricter, timeout=30)
+    # What an update leaves as it was is not held against it (CRDValidationRatcheting) ...
+    status, body = await kube.request("PATCH", widgets.path(namespace, "old"), {"spec": {"image": "busybox"}},
+                                      content_type="application/merge-patch+json")
+    assert (status, body["spec"]) == (200, {"image": "busybox", "replicas": 8}), body
+    # ... what it changes is checked against the schema as it now is.
+    status, body = await kube.request("PATCH", widgets.path(namespace, "old"), {"spec": {"replicas": 9}},
+                                      content_type="application/merge-patch+json")
+    assert (status, body["reason"]) == (422, "Invalid")
+    assert [cause["field"] for cause in body["details"]["causes"]] == ["spec.replicas"]
 
 
 async def test_unknown_fields_are_pruned(kube: Kube, namespace: str, widgets: Widgets) -> None:

@@ -232,9 +232,39 @@ async def test_apply_by_the_same_manager_removes_fields_it_no_longer_applies(kub
     assert body["data"] == {"one": "1"}
 
 
-async def test_apply_without_a_field_manager_is_bad_request(kube: Kube, namespace: str) -> None:
+async def test_apply_without_a_field_manager_is_invalid_patch_options(kube: Kube, namespace: str) -> None:
     status, body = await patch(kube, cm_path(namespace, "anonymous"), applied_configmap(namespace, "x"), APPLY)
-    assert (status, body["reason"]) == (400, "BadRequest")
+    assert (status, body["reason"]) == (422, "Invalid")
+    assert body["message"] == ('PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                               "is required for apply patch")
+    assert body["details"] == {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [
+        {"reason": "FieldValueRequired", "message": "Required value: is required for apply patch",
+         "field": "fieldManager"}]}
+    assert (await kube.request("GET", cm_path(namespace, "anonymous")))[0] == 404
+
+
+async def test_write_options_are_checked_before_the_write(kube: Kube, namespace: str) -> None:
+    await create(kube, cm_path(namespace), configmap("target", {"v": "1"}))
+    status, body = await patch(kube, cm_path(namespace, "target"), {"data": {"v": "2"}}, MERGE, force="false")
+    assert (status, body["details"]["kind"]) == (422, "PatchOptions")
+    assert body["details"]["causes"] == [{"reason": "FieldValueForbidden", "field": "force",
+                                          "message": "Forbidden: may not be specified for non-apply patch"}]
+
+    status, body = await kube.request("POST", cm_path(namespace), configmap("dry"), params={"dryRun": "Some"})
+    assert (status, body["details"]["kind"]) == (422, "CreateOptions")
+    assert body["details"]["causes"] == [{"reason": "FieldValueNotSupported", "field": "dryRun",
+                                          "message": 'Unsupported value: ["Some"]: supported values: "All"'}]
+    assert (await kube.request("GET", cm_path(namespace, "dry")))[0] == 404  # not created for real either
+
+    status, body = await kube.request("PUT", cm_path(namespace, "target"), configmap("target", {"v": "3"}),
+                                      params={"fieldValidation": "Loose", "fieldManager": "x" * 129})
+    assert (status, body["details"]["kind"]) == (422, "UpdateOptions")
+    assert [(c["field"], c["reason"]) for c in body["details"]["causes"]] == [
+        ("fieldManager", "FieldValueTooLong"), ("fieldValidation", "FieldValueNotSupported")]
+
+    status, body = await kube.request("DELETE", cm_path(namespace, "target"), params={"propagationPolicy": "Later"})
+    assert (status, body["details"]["kind"]) == (422, "DeleteOptions")
+    assert (await get(kube, cm_path(namespace, "target")))["data"] == {"v": "1"}
 
 
 async def test_patch_naming_a_stale_resource_version_conflicts(kube: Kube, namespace: str) -> None:

@@ -90,6 +90,22 @@ async def test_role_binding_grants_in_its_namespace_only(kube: Kube, as_user: As
         await kube.request("DELETE", f"/api/v1/namespaces/{other}")
 
 
+async def test_a_namespace_itself_is_in_its_own_namespace_for_rbac(kube: Kube, as_user: AsUser,
+                                                                  namespace: str) -> None:
+    # RequestInfo puts /api/v1/namespaces/NAME in namespace NAME: a RoleBinding there reaches it.
+    client = await as_user(await service_account_token(kube, namespace, "looker"))
+    requester = f"system:serviceaccount:{namespace}:looker"
+    await create(kube, f"{RBAC}/namespaces/{namespace}/roles", {"metadata": {"name": "ns-reader"}, "rules": [
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]})
+    await create(kube, f"{RBAC}/namespaces/{namespace}/rolebindings",
+                 binding("ns-reader", "Role", "ns-reader", namespace, "looker"))
+    await wait_for(lambda: allowed(client, f"/api/v1/namespaces/{namespace}"), timeout=30)
+    status, body = await client.request("GET", "/api/v1/namespaces/default")
+    assert status == 403
+    assert body["message"] == (f'namespaces "default" is forbidden: User "{requester}" cannot get resource '
+                               '"namespaces" in API group "" in the namespace "default"')
+
+
 async def test_cluster_role_bound_by_a_role_binding_grants_in_that_namespace_only(
         kube: Kube, as_user: AsUser, namespace: str, cluster_cleanup: list[str]) -> None:
     role = f"e2e-cm-reader-{uuid.uuid4().hex[:6]}"
@@ -157,16 +173,23 @@ async def test_token_review_of_garbage_is_unauthenticated(kube: Kube) -> None:
     assert review["status"].get("authenticated", False) is False
 
 
+# kube-apiserver 1.36 tries constrained impersonation (KEP 5284) before the legacy `impersonate` verb:
+# for a plain user name the user-info mode applies, which first needs `impersonate-on:user-info:<verb>`
+# on the request itself. With no mode allowing, the answer is the first denial, in the order that
+# starts with the mode that last worked for the same requester.
+
 async def test_impersonation_needs_the_impersonate_verb(kube: Kube, as_user: AsUser, namespace: str,
                                                         cluster_cleanup: list[str]) -> None:
     client = await as_user(await service_account_token(kube, namespace, "pretender"))
+    requester = f"system:serviceaccount:{namespace}:pretender"
     target = f"e2e-someone-{uuid.uuid4().hex[:6]}"
     review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
     status, body = await client.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", review,
                                         headers={"Impersonate-User": target})
     assert (status, body["reason"]) == (403, "Forbidden")
-    assert f'users "{target}" is forbidden' in body["message"]
-    assert 'cannot impersonate resource "users"' in body["message"]
+    assert body["message"] == (f'selfsubjectreviews.authentication.k8s.io is forbidden: User "{requester}" cannot '
+                               'impersonate-on:user-info:create resource "selfsubjectreviews" in API group '
+                               '"authentication.k8s.io" at the cluster scope')
 
     role = f"e2e-impersonator-{uuid.uuid4().hex[:6]}"
     await create(kube, f"{RBAC}/clusterroles", {"metadata": {"name": role}, "rules": [
@@ -183,6 +206,43 @@ async def test_impersonation_needs_the_impersonate_verb(kube: Kube, as_user: AsU
     body = await wait_for(impersonated, timeout=30)
     assert body["status"]["userInfo"]["username"] == target
     assert "system:authenticated" in body["status"]["userInfo"]["groups"]
-    status, _ = await client.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", review,
-                                     headers={"Impersonate-User": "someone-else"})
+    status, body = await client.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", review,
+                                        headers={"Impersonate-User": "someone-else"})
     assert status == 403  # resourceNames limit whom it may impersonate
+    # Legacy worked last for this requester, so it is tried first and its denial is the answer.
+    assert body["message"] == (f'users "someone-else" is forbidden: User "{requester}" cannot impersonate '
+                               'resource "users" in API group "" at the cluster scope')
+
+
+async def test_constrained_impersonation_allows_only_the_granted_requests(kube: Kube, as_user: AsUser,
+                                                                         namespace: str,
+                                                                         cluster_cleanup: list[str]) -> None:
+    client = await as_user(await service_account_token(kube, namespace, "reviewer"))
+    requester = f"system:serviceaccount:{namespace}:reviewer"
+    target = f"e2e-someone-{uuid.uuid4().hex[:6]}"
+    role = f"e2e-constrained-{uuid.uuid4().hex[:6]}"
+    await create(kube, f"{RBAC}/clusterroles", {"metadata": {"name": role}, "rules": [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["users"], "verbs": ["impersonate:user-info"],
+         "resourceNames": [target]},
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["groups"], "verbs": ["impersonate:user-info"],
+         "resourceNames": ["e2e-team"]},
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"],
+         "verbs": ["impersonate-on:user-info:create"]}]})
+    cluster_cleanup.append(f"{RBAC}/clusterroles/{role}")
+    await create(kube, f"{RBAC}/clusterrolebindings", {**binding(role, "ClusterRole", role, namespace, "reviewer")})
+    cluster_cleanup.append(f"{RBAC}/clusterrolebindings/{role}")
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+
+    async def impersonated() -> dict[str, Any] | None:
+        status, body = await client.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", review,
+                                            headers={"Impersonate-User": target, "Impersonate-Group": "e2e-team"})
+        return body if status == 201 else None
+
+    body = await wait_for(impersonated, timeout=30)
+    assert body["status"]["userInfo"]["username"] == target
+    assert body["status"]["userInfo"]["groups"] == ["e2e-team", "system:authenticated"]  # user-info may: groups
+    status, body = await client.request("GET", f"/api/v1/namespaces/{namespace}/configmaps",
+                                        headers={"Impersonate-User": target})
+    assert status == 403  # only creating SelfSubjectReviews was granted
+    assert body["message"] == (f'configmaps is forbidden: User "{requester}" cannot impersonate-on:user-info:list '
+                               f'resource "configmaps" in API group "" in the namespace "{namespace}"')

@@ -12,6 +12,7 @@ from colocation.apimachinery.userinfo import UserInfo
 from colocation.sandbox.rbac import Decision, RbacAuthorizer, RequestAttributes, forbidden_error
 from colocation.sandbox.rbac_bootstrap import bootstrap_policy
 from colocation.sandbox.reviews import (
+    Impersonation,
     impersonate,
     self_subject_access_review,
     self_subject_rules_review,
@@ -300,38 +301,88 @@ def test_rules_for_lists_what_a_user_may_do_in_a_namespace() -> None:
 
 
 # ---- impersonation -------------------------------------------------------------------------------
+# Constrained impersonation (KEP 5284, on by default in 1.36) is tried before the legacy verb.
 
 IMPERSONATOR = cluster_role("impersonator", rule(["impersonate"], ["users", "groups"]))
 ALICE = user("alice")
+
+
+def list_pods(requester: UserInfo, namespace: str = "default") -> RequestAttributes:
+    return RequestAttributes(requester, "list", True, "", "pods", namespace=namespace)
 
 
 def test_impersonating_a_user_and_groups_when_allowed() -> None:
     rbac = authorizer(IMPERSONATOR, cluster_binding("b", "impersonator", user_subject("alice")))
     headers = CIMultiDict([("Impersonate-User", "bob"), ("Impersonate-Group", "devs"),
                            ("Impersonate-Group", "ops")])
-    assert impersonate(ALICE, headers, rbac.authorize) == \
+    assert impersonate(ALICE, headers, rbac.authorize, list_pods(ALICE)) == \
         UserInfo("bob", groups=("devs", "ops", "system:authenticated"))
 
 
-def test_impersonating_a_group_one_is_not_allowed_to_is_forbidden() -> None:
+def test_without_any_grant_the_answer_is_the_first_constrained_denial() -> None:
     rbac = authorizer(cluster_role("users-only", rule(["impersonate"], ["users"])),
                       cluster_binding("b", "users-only", user_subject("alice")))
     with pytest.raises(ApiError) as caught:
-        impersonate(ALICE, {"Impersonate-User": "bob", "Impersonate-Group": "system:masters"}, rbac.authorize)
+        impersonate(ALICE, {"Impersonate-User": "bob", "Impersonate-Group": "system:masters"}, rbac.authorize,
+                    list_pods(ALICE))
     assert caught.value.code == 403
+    assert caught.value.message == ('pods is forbidden: User "alice" cannot impersonate-on:user-info:list resource '
+                                    '"pods" in API group "" in the namespace "default"')
+
+
+def test_the_mode_that_last_worked_is_tried_first_and_answers_a_denial() -> None:
+    rbac = authorizer(cluster_role("users-only", rule(["impersonate"], ["users"])),
+                      cluster_binding("b", "users-only", user_subject("alice")))
+    impersonation = Impersonation(rbac.authorize)
+    assert impersonation(ALICE, {"Impersonate-User": "bob"}, list_pods(ALICE)).username == "bob"  # legacy
+    with pytest.raises(ApiError) as caught:
+        impersonation(ALICE, {"Impersonate-User": "bob", "Impersonate-Group": "system:masters"}, list_pods(ALICE))
     assert caught.value.message == ('groups "system:masters" is forbidden: User "alice" cannot impersonate '
                                     'resource "groups" in API group "" at the cluster scope')
+
+
+def test_constrained_user_info_mode_needs_the_request_verb_and_the_user() -> None:
+    rbac = authorizer(cluster_role("constrained",
+                                   rule(["impersonate:user-info"], ["users", "groups"],
+                                        groups=["authentication.k8s.io"]),
+                                   rule(["impersonate-on:user-info:list"], ["pods"])),
+                      cluster_binding("b", "constrained", user_subject("alice")))
+    acting = impersonate(ALICE, {"Impersonate-User": "bob", "Impersonate-Group": "devs"}, rbac.authorize,
+                         list_pods(ALICE))
+    assert acting == UserInfo("bob", groups=("devs", "system:authenticated"))
+    with pytest.raises(ApiError) as caught:
+        impersonate(ALICE, {"Impersonate-User": "bob", "Impersonate-Group": "system:masters"}, rbac.authorize,
+                    list_pods(ALICE))
+    assert caught.value.message == ('groups.authentication.k8s.io "system:masters" is forbidden: User "alice" '
+                                    'cannot impersonate:user-info resource "groups" in API group '
+                                    '"authentication.k8s.io" at the cluster scope: impersonating the '
+                                    'system:masters group is not allowed')
+
+
+def test_constrained_node_and_service_account_modes_fix_the_groups() -> None:
+    rbac = authorizer(cluster_role("constrained",
+                                   rule(["impersonate:arbitrary-node", "impersonate:serviceaccount"],
+                                        ["nodes", "serviceaccounts"], groups=["authentication.k8s.io"]),
+                                   rule(["impersonate-on:arbitrary-node:list", "impersonate-on:serviceaccount:list"],
+                                        ["pods"])),
+                      cluster_binding("b", "constrained", user_subject("alice")))
+    node = impersonate(ALICE, {"Impersonate-User": "system:node:n1"}, rbac.authorize, list_pods(ALICE))
+    assert node == UserInfo("system:node:n1", groups=("system:nodes", "system:authenticated"))
+    account = impersonate(ALICE, {"Impersonate-User": "system:serviceaccount:dev:builder"}, rbac.authorize,
+                          list_pods(ALICE))
+    assert account.groups == ("system:serviceaccounts", "system:serviceaccounts:dev", "system:authenticated")
 
 
 def test_impersonating_a_service_account_needs_the_verb_on_serviceaccounts_in_its_namespace() -> None:
     rbac = authorizer(*bootstrap_policy(),
                       binding("dev-edit", "dev", "ClusterRole", "edit", user_subject("alice")))
-    acting = impersonate(ALICE, {"impersonate-user": "system:serviceaccount:dev:builder"}, rbac.authorize)
+    impersonation = Impersonation(rbac.authorize)
+    acting = impersonation(ALICE, {"impersonate-user": "system:serviceaccount:dev:builder"}, list_pods(ALICE, "dev"))
     assert acting == UserInfo("system:serviceaccount:dev:builder",
                               groups=("system:serviceaccounts", "system:serviceaccounts:dev",
                                       "system:authenticated"))
     with pytest.raises(ApiError) as caught:
-        impersonate(ALICE, {"Impersonate-User": "system:serviceaccount:prod:builder"}, rbac.authorize)
+        impersonation(ALICE, {"Impersonate-User": "system:serviceaccount:prod:builder"}, list_pods(ALICE, "dev"))
     assert caught.value.message == ('serviceaccounts "builder" is forbidden: User "alice" cannot impersonate '
                                     'resource "serviceaccounts" in API group "" in the namespace "prod"')
 
@@ -345,22 +396,27 @@ def test_impersonating_extras_and_uid_needs_the_authentication_group_resources()
     headers = CIMultiDict([("Impersonate-User", "bob"), ("Impersonate-Uid", "1234"),
                            ("Impersonate-Extra-Example.com%2fScopes", "view"),
                            ("Impersonate-Extra-Example.com%2fScopes", "edit")])
-    acting = impersonate(ALICE, headers, rbac.authorize)
+    acting = impersonate(ALICE, headers, rbac.authorize, list_pods(ALICE))
     assert acting.uid == "1234"
     assert dict(acting.extra) == {"example.com/scopes": ("view", "edit")}
     with pytest.raises(ApiError) as caught:
-        impersonate(ALICE, {"Impersonate-User": "bob", "Impersonate-Extra-Other": "x"}, rbac.authorize)
+        impersonate(ALICE, {"Impersonate-User": "bob", "Impersonate-Extra-Other": "x"}, rbac.authorize,
+                    list_pods(ALICE))
     assert caught.value.code == 403
 
 
-def test_impersonation_headers_without_a_user_are_rejected() -> None:
+def test_impersonation_headers_without_a_user_are_a_bad_request() -> None:
+    root = user("root", "system:masters")
     with pytest.raises(ApiError) as caught:
-        impersonate(user("root", "system:masters"), {"Impersonate-Group": "devs"}, authorizer().authorize)
-    assert caught.value.code == 500  # upstream answers an internal error here
+        impersonate(root, CIMultiDict([("Impersonate-Group", "devs"), ("Impersonate-Uid", "7")]),
+                    authorizer().authorize, list_pods(root))
+    assert (caught.value.code, caught.value.message) == (400, (
+        'requested &user.DefaultInfo{Name:"", UID:"7", Groups:[]string{"devs"}, Extra:map[string][]string(nil)} '
+        "without impersonating a user name"))
 
 
 def test_no_impersonation_headers_leaves_the_caller_unchanged() -> None:
-    assert impersonate(ALICE, {"Accept": "application/json"}, authorizer().authorize) is ALICE
+    assert impersonate(ALICE, {"Accept": "application/json"}, authorizer().authorize, list_pods(ALICE)) is ALICE
 
 
 # ---- reviews -------------------------------------------------------------------------------------

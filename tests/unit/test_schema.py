@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.schema import apply_defaults, prune, validate, validation_causes
+from colocation.sandbox.schema import (
+    apply_defaults,
+    prune,
+    ratchet,
+    scale_replicas_causes,
+    validate,
+    validation_causes,
+)
 from colocation.sandbox.structural import check_structural
 
 
@@ -21,6 +28,42 @@ def _errors(spec: Any, schema: dict[str, Any]) -> list[str]:
 
 # --------------------------------------------------------------------------------------------
 # Validation.
+
+
+def test_a_fractional_integer_also_fails_the_range_check_at_the_nil_path() -> None:
+    assert _errors({"replicas": 2.5}, _spec(replicas={"type": "integer"})) == [
+        'spec.replicas: Invalid value: "number": spec.replicas in body must be of type integer: "number"',
+        '<nil>: Invalid value: "": Checked value must be of type integer (default format) in spec.replicas']
+    assert _errors({"replicas": 2**31}, _spec(replicas={"type": "integer", "format": "int32"})) == [
+        '<nil>: Invalid value: "": Checked value must be of type integer with format int32 in spec.replicas']
+
+
+@pytest.mark.parametrize(("obj", "errors"), [
+    ({"spec": {"replicas": 3}}, []),
+    ({"spec": {}}, []),
+    ({"spec": None}, []),
+    ({"spec": {"replicas": -1}}, [".spec.replicas: Invalid value: -1: should be a non-negative integer"]),
+    ({"spec": {"replicas": 2**31}},
+     [".spec.replicas: Invalid value: 2147483648: should be less than or equal to 2147483647"]),
+    ({"spec": {"replicas": "two"}},
+     [".spec.replicas: Invalid value: 0: .spec.replicas accessor error: two is of the type string, expected int64"]),
+    ({"spec": {"replicas": 1.5}},
+     [".spec.replicas: Invalid value: 0: .spec.replicas accessor error: 1.5 is of the type float64, "
+      "expected int64"]),
+    ({"spec": ["a", 1]},
+     [".spec.replicas: Invalid value: 0: .spec.replicas accessor error: [a 1] is of the type []interface {}, "
+      "expected map[string]interface{}"]),
+])
+def test_scale_replicas_read_as_unstructured_nested_int64(obj: dict[str, Any], errors: list[str]) -> None:
+    assert [f"{c.field}: {c.message}" for c in scale_replicas_causes(obj, ".spec.replicas")] == errors
+
+
+def test_status_alone_reports_fields_below_status_and_messages_as_its_schema_sees_them() -> None:
+    schema = {"type": "object", "required": ["phase"], "properties": {"phase": {"type": "string"}}}
+    assert [f"{c.field}: {c.message}" for c in validation_causes({"ready": 1}, schema, under="status")] == [
+        "status.phase: Required value"]
+    assert [f"{c.field}: {c.message}" for c in validation_causes({"phase": 1}, schema, under="status")] == [
+        'status.phase: Invalid value: "integer": phase in body must be of type string: "integer"']
 
 
 def test_a_type_mismatch_reads_as_on_a_real_cluster() -> None:
@@ -337,3 +380,26 @@ def test_defaults_must_satisfy_their_schema() -> None:
     assert check_structural(schema) == [
         "properties[spec].properties[n].default: Invalid value: 0:  in body "
         "should be greater than or equal to 1"]
+
+
+def test_ratcheting_keeps_only_causes_where_the_update_changed_something() -> None:
+    schema = {"type": "object", "properties": {"spec": {
+        "type": "object", "required": ["image", "extra"],
+        "properties": {"image": {"type": "string"}, "replicas": {"type": "integer", "maximum": 5},
+                       "extra": {"type": "string"},
+                       "ports": {"type": "array", "items": {"type": "integer", "maximum": 10}},
+                       "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}}}}}}
+    old = {"spec": {"image": "a", "replicas": 8, "ports": [11], "labels": {"a.b": "long", "c": "x"}}}
+
+    def standing(new: dict[str, Any]) -> list[str]:
+        return [c.field for c in ratchet(validation_causes(new, schema), new, old)]
+
+    assert standing({**old, "metadata": {"labels": {"x": "y"}}}) == []  # spec untouched: nothing stands
+    # spec changed: its own Required stands; the unchanged replicas, ports and labels do not
+    assert standing({"spec": {**old["spec"], "image": "b"}}) == ["spec.extra"]
+    assert standing({"spec": {**old["spec"], "extra": "e", "replicas": 9}}) == ["spec.replicas"]
+    # list items are not correlated by index: a changed list is checked whole
+    assert standing({"spec": {**old["spec"], "extra": "e", "ports": [11, 1]}}) == ["spec.ports[0]"]
+    # map values are correlated by key
+    assert standing({"spec": {**old["spec"], "extra": "e", "labels": {"a.b": "long", "c": "xxxx"}}}) == [
+        "spec.labels.c"]

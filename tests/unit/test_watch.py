@@ -84,3 +84,48 @@ async def test_a_watcher_that_stops_reading_is_closed_not_grown(store: Store) ->
     assert watcher.closed and watcher.queue.qsize() <= 3
     assert [t for t, _ in drain(watcher)][-1] == "CLOSE"
     assert watcher not in store.window(cms).watchers
+
+
+async def test_leaving_the_selection_is_a_deletion_of_the_state_that_matched(store: Store) -> None:
+    cms = configmaps_of(store)
+    store.create(cms, {"metadata": {"name": "m", "namespace": "default", "labels": {"team": "blue"}}})
+    watcher = store.watch(cms, "", WatchFilter(labels=LabelSelector.parse("team=blue")), resource_version="",
+                          send_initial_events=False)
+    watcher.queue.get_nowait()  # the initial ADDED
+    moved = store.update(cms, "default", "m", {"metadata": {"name": "m", "labels": {"team": "red"}}})
+    type_, obj, _ = watcher.queue.get_nowait()
+    assert type_ == "DELETED"
+    assert obj["metadata"]["labels"] == {"team": "blue"}
+    assert obj["metadata"]["resourceVersion"] == moved["metadata"]["resourceVersion"]
+
+
+async def test_removing_the_last_finalizer_deletes_the_object_as_it_was_stored(store: Store) -> None:
+    cms = configmaps_of(store)
+    store.create(cms, {"metadata": {"name": "f", "namespace": "default", "finalizers": ["example.com/x"]},
+                       "data": {"v": "1"}})
+    deleting, _ = store.delete(cms, "default", "f")
+    watcher = store.watch(cms, "", WatchFilter(), resource_version=deleting["metadata"]["resourceVersion"],
+                          send_initial_events=False)
+    answer = store.update(cms, "default", "f", {**deleting, "metadata": {**deleting["metadata"], "finalizers": []},
+                                                "data": {"v": "2"}})
+    assert answer["data"] == {"v": "2"}  # the caller gets what it asked for, at the version it had
+    assert answer["metadata"]["resourceVersion"] == deleting["metadata"]["resourceVersion"]
+    type_, obj, _ = watcher.queue.get_nowait()
+    assert type_ == "DELETED"
+    assert (obj["metadata"]["finalizers"], obj["data"]) == (["example.com/x"], {"v": "1"})
+    assert store.find(cms, "default", "f") is None
+
+
+def test_every_namespace_gets_the_root_ca_config_map_back() -> None:
+    store = Store(Registry(), clock=lambda: 1_700_000_000.0)
+    Controllers(store, root_ca_pem=b"-----BEGIN CERTIFICATE-----\n")
+    namespaces, cms = configmaps_of(store, "namespaces"), configmaps_of(store)
+    store.create(namespaces, {"metadata": {"name": "team"}})
+    published = store.get(cms, "team", "kube-root-ca.crt")
+    assert published["data"] == {"ca.crt": "-----BEGIN CERTIFICATE-----\n"}
+    assert "kubernetes.io/description" in published["metadata"]["annotations"]
+    store.delete(cms, "team", "kube-root-ca.crt")
+    again = store.get(cms, "team", "kube-root-ca.crt")
+    assert again["metadata"]["uid"] != published["metadata"]["uid"]
+    store.update(cms, "team", "kube-root-ca.crt", {**again, "data": {"ca.crt": "mine"}}, check_rv=False)
+    assert store.get(cms, "team", "kube-root-ca.crt")["data"] == published["data"]

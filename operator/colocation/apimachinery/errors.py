@@ -64,11 +64,14 @@ class ApiError(Exception):
 
     @classmethod
     def invalid(cls, group: str, kind: str, name: str, causes: list[Cause]) -> ApiError:
+        """422 Invalid as apimachinery's NewInvalid words it: one cause plainly, several (told once
+        each) in brackets; an empty name or group is left out of the details."""
         qualified = f"{kind}.{group}" if group else kind
-        summary = ", ".join(f"{c.field}: {c.message}" for c in causes)
-        details = {"name": name, "group": group, "kind": kind,
+        told = list(dict.fromkeys(f"{c.field}: {c.message}" for c in causes))
+        summary = "" if not told else f": {told[0]}" if len(told) == 1 else f": [{', '.join(told)}]"
+        details = {**_details(group, kind, name),
                    "causes": [{"reason": c.reason, "message": c.message, "field": c.field} for c in causes]}
-        return cls(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', details)
+        return cls(422, "Invalid", f'{qualified} "{name}" is invalid{summary}', details)
 
     @classmethod
     def bad_request(cls, message: str) -> ApiError:

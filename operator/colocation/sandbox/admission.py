@@ -31,8 +31,15 @@ def unknown_fields(obj: Any, pruned: Any, path: str = "") -> list[str]:
     return []
 
 
-def admit(rt: ResourceType, obj: Obj, field_validation: str) -> tuple[Obj, list[str]]:
-    """Prepare an object for writing. Returns the object and warnings for the client."""
+def admit(rt: ResourceType, obj: Obj, field_validation: str, *, status_write: bool = False,
+          creating: bool = False, old: Obj | None = None) -> tuple[Obj, list[str]]:
+    """Prepare an object for writing. Returns the object and warnings for the client.
+
+    A write through the status subresource (`status_write`) of a custom resource is validated as
+    apiextensions' ValidateStatusUpdate does: the status against its own schema, then the scale
+    subresource's status replicas; any other write against the whole schema and both replicas.
+    An update (`old`, the stored object) ratchets: what it leaves unchanged is not held against it.
+    """
     _check_type_meta(rt, obj)
     warnings: list[str] = []
     if rt.schema is not None:
@@ -44,15 +51,34 @@ def admit(rt: ResourceType, obj: Obj, field_validation: str) -> tuple[Obj, list[
         if dropped and field_validation == "Warn":
             warnings.extend(f'unknown field "{f}"' for f in dropped)
         obj = schemas.apply_defaults(pruned, rt.schema)
-        name = (obj.get("metadata") or {}).get("name", "")
-        schemas.validate(obj, rt.schema, rt.group, rt.kind, name)
+        causes = custom_resource_causes(rt, obj, status_write, old)
+        if causes:
+            raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes)
     else:
-        obj = _builtin_defaults(rt, obj)
+        obj = _builtin_defaults(rt, obj, creating)
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             causes = crd_causes(obj)
             if causes:
                 raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes)
     return obj, warnings
+
+
+def custom_resource_causes(rt: ResourceType, obj: Obj, status_write: bool, old: Obj | None = None) -> list[Cause]:
+    assert rt.schema is not None
+    causes: list[Cause] = []
+    if status_write:
+        status_schema = (rt.schema.get("properties") or {}).get("status")
+        if "status" in obj and status_schema is not None:
+            causes += schemas.validation_causes(obj["status"], status_schema, under="status")
+    else:
+        causes += schemas.validation_causes(obj, rt.schema)
+    if old is not None:
+        causes = schemas.ratchet(causes, obj, old)
+    if not status_write and (spec_path := rt.scale_paths.get("specReplicasPath")):
+        causes += schemas.scale_replicas_causes(obj, spec_path)
+    if status_path := rt.scale_paths.get("statusReplicasPath"):
+        causes += schemas.scale_replicas_causes(obj, status_path)
+    return causes
 
 
 def crd_causes(crd: Obj) -> list[Cause]:
@@ -115,14 +141,26 @@ def _check_type_meta(rt: ResourceType, obj: Obj) -> None:
         raise ApiError.invalid(rt.group, rt.kind, (metadata or {}).get("name", ""), causes)
 
 
-def _builtin_defaults(rt: ResourceType, obj: Obj) -> Obj:
+def new_namespace(name: str) -> Obj:
+    """A Namespace as an API create leaves it, for the namespaces the sandbox makes itself."""
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+def _builtin_defaults(rt: ResourceType, obj: Obj, creating: bool) -> Obj:
     """The few defaults of built-in types that clients in this project read back."""
     if (rt.group, rt.resource) == ("", "namespaces"):
-        status = dict(obj.get("status") or {})
-        status.setdefault("phase", "Active")
-        spec = dict(obj.get("spec") or {})
-        spec.setdefault("finalizers", ["kubernetes"])
-        return {**obj, "spec": spec, "status": status}
+        # Every write labels a namespace with its name (SetDefaults_Namespace); a new one is Active
+        # and carries the kubernetes finalizer, whatever it asked for (PrepareForCreate).
+        meta = obj.get("metadata") or {}
+        labels = {**(meta.get("labels") or {}), "kubernetes.io/metadata.name": meta.get("name", "")}
+        obj = {**obj, "metadata": {**meta, "labels": labels}}
+        if not creating:
+            return obj
+        finalizers = list((obj.get("spec") or {}).get("finalizers") or ())
+        if "kubernetes" not in finalizers:
+            finalizers.append("kubernetes")
+        return {**obj, "spec": {**(obj.get("spec") or {}), "finalizers": finalizers}, "status": {"phase": "Active"}}
     if (rt.group, rt.resource) == ("", "pods"):
         status = dict(obj.get("status") or {})
         status.setdefault("phase", "Pending")

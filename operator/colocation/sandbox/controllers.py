@@ -49,10 +49,19 @@ def crd_resource_types(crd: Obj) -> list[ResourceType]:
     return types
 
 
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+DESCRIPTION_ANNOTATION = "kubernetes.io/description"
+ROOT_CA_DESCRIPTION = (
+    "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as "
+    "the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of "
+    "Kubernetes clusters.")
+
+
 class Controllers:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, root_ca_pem: bytes | None = None) -> None:
         self.store = store
         self.registry = store.registry
+        self.root_ca = root_ca_pem.decode() if root_ca_pem is not None else None
         store.subscribe(self.on_change)
 
     def rt(self, group: str, resource: str) -> ResourceType:
@@ -73,6 +82,8 @@ class Controllers:
                 self._budget_status(change.new)
             if key == ("", "pods"):
                 self._pod_changed(change)
+            elif key == ("", "configmaps") and change.new["metadata"]["name"] == ROOT_CA_CONFIGMAP:
+                self._publish_root_ca(change.new["metadata"].get("namespace", ""))
             elif key == ("", "nodes") and change.type in ("ADDED", "DELETED"):
                 for ds in self.store.objects(self.rt("apps", "daemonsets")):
                     self._workload_status(self.rt("apps", "daemonsets"), ds)
@@ -127,6 +138,7 @@ class Controllers:
             sa_rt = self.rt("", "serviceaccounts")
             if self.store.find(sa_rt, name, "default") is None:
                 self.store.create(sa_rt, {"metadata": {"name": "default", "namespace": name}})
+            self._publish_root_ca(name)
             return
         if change.type == "MODIFIED" and ns["metadata"].get("deletionTimestamp"):
             if (ns.get("status") or {}).get("phase") != "Terminating":
@@ -135,6 +147,29 @@ class Controllers:
                                   subresource="status", check_rv=False)
                 self._empty_namespace(name)
             self._maybe_finish_namespace(name)
+
+    def _publish_root_ca(self, namespace: str) -> None:
+        """kube-controller-manager's root-ca-cert-publisher: every namespace has ConfigMap
+        kube-root-ca.crt with the cluster CA, put back when deleted and reset when changed."""
+        if self.root_ca is None:
+            return
+        ns = self.store.find(self.rt("", "namespaces"), "", namespace)
+        if ns is None or ns["metadata"].get("deletionTimestamp"):
+            return
+        cm_rt = self.rt("", "configmaps")
+        data = {"ca.crt": self.root_ca}
+        current = self.store.find(cm_rt, namespace, ROOT_CA_CONFIGMAP)
+        if current is None:
+            self.store.create(cm_rt, {"metadata": {"name": ROOT_CA_CONFIGMAP, "namespace": namespace,
+                                                   "annotations": {DESCRIPTION_ANNOTATION: ROOT_CA_DESCRIPTION}},
+                                      "data": data})
+            return
+        annotations = current["metadata"].get("annotations") or {}
+        if current.get("data") == data and annotations.get(DESCRIPTION_ANNOTATION):
+            return
+        self.store.update(cm_rt, namespace, ROOT_CA_CONFIGMAP, {
+            **current, "data": data, "metadata": {
+                **current["metadata"], "annotations": {**annotations, DESCRIPTION_ANNOTATION: ROOT_CA_DESCRIPTION}}})
 
     def _empty_namespace(self, namespace: str) -> None:
         for rt in self.registry:
@@ -156,7 +191,7 @@ class Controllers:
             if next(self.store.objects(rt, namespace), None) is not None:
                 return
         spec = {**(ns.get("spec") or {}), "finalizers": []}
-        self.store.update(ns_rt, "", namespace, {**ns, "spec": spec}, check_rv=False)
+        self.store.update(ns_rt, "", namespace, {**ns, "spec": spec}, subresource="finalize", check_rv=False)
 
     # ---- workloads ----------------------------------------------------------------------------
 

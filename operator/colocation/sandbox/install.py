@@ -88,7 +88,7 @@ def install_project(sandbox: Sandbox, root: Path | None = None, *, with_apiservi
         namespace = obj["metadata"].get("namespace", "")
         if rt.namespaced and not namespace:
             obj = {**obj, "metadata": {**obj["metadata"], "namespace": "default"}}
-        admitted, _ = admit(rt, obj, "Strict")  # the defaults and checks an HTTP create would get
+        admitted, _ = admit(rt, obj, "Strict", creating=True)  # the defaults and checks an HTTP create would get
         api.store.create(rt, admitted)
         installed += 1
     log.info("project installed into the sandbox", extra={"objects": installed})

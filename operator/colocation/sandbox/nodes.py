@@ -33,6 +33,7 @@ from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
+from colocation.sandbox.admission import new_namespace
 from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.processes import terminate, write_state
 from colocation.sandbox.replicas import STOP_GRACE_SECONDS, TOKEN_SECONDS, free_port
@@ -141,8 +142,7 @@ class SandboxNodes:
         api = self.sandbox.api
         rt = api.rt("", "namespaces")
         if not any(ns["metadata"]["name"] == name for ns in api.store.objects(rt)):
-            api.store.create(rt, {"metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]},
-                                  "status": {"phase": "Active"}})
+            api.store.create(rt, new_namespace(name))
 
     def _running(self, pod: dict[str, Any]) -> dict[str, Any]:
         now = rfc3339(self.sandbox.api.clock())

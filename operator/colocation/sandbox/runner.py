@@ -14,6 +14,7 @@ import yaml
 from aiohttp import web
 
 from colocation import tlsutil
+from colocation.sandbox.admission import new_namespace
 from colocation.sandbox.aggregation import Aggregator, authentication_configmap
 from colocation.sandbox.clock import Clock, now
 from colocation.sandbox.controllers import Controllers
@@ -56,8 +57,8 @@ class Sandbox:
     def __init__(self, config: SandboxConfig, *, clock: Clock = now) -> None:
         self.config = config
         self.api = ApiServer(clock=clock, window=config.watch_window, bookmark_interval=config.bookmark_interval)
-        self.controllers = Controllers(self.api.store)
         self.ca = tlsutil.new_ca("colocation-sandbox-ca")
+        self.controllers = Controllers(self.api.store, root_ca_pem=self.ca.cert_pem)
         self.serving = tlsutil.issue_certificate(self.ca, "colocation-sandbox",
                                                  dns_names=("localhost", "kubernetes", "kubernetes.default",
                                                             "kubernetes.default.svc"),
@@ -79,8 +80,7 @@ class Sandbox:
     def _bootstrap(self) -> None:
         store, api = self.api.store, self.api
         for name in DEFAULT_NAMESPACES:
-            store.create(api.rt("", "namespaces"), {"metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]},
-                                                    "status": {"phase": "Active"}})
+            store.create(api.rt("", "namespaces"), new_namespace(name))
         for obj in bootstrap_policy():
             rt = api.registry.by_kind(obj["apiVersion"], obj["kind"])
             assert rt is not None, obj["kind"]

@@ -109,14 +109,24 @@ def validate(obj: Mapping[str, Any], schema: Schema, group: str, kind: str, name
         raise ApiError.invalid(group, kind, name, causes)
 
 
-def validation_causes(obj: Any, schema: Schema) -> list[Cause]:
+def validation_causes(obj: Any, schema: Schema, under: str = "") -> list[Cause]:
+    """What `schema` finds wrong with `obj`. With `under` ("status"), `obj` is that part of an object
+    validated on its own: fields are reported below `under`, messages keep the paths they had."""
     causes = _validate(obj, schema, "")
     for value, node, path in _walk(obj, schema, ""):
         causes.extend(_list_type_causes(value, node, path))
     for value, node, path in _walk(obj, schema, ""):
         if node.get(EMBEDDED) and isinstance(value, Mapping):
             causes.extend(_embedded_causes(value, path))
+    if under:
+        causes = [Cause(_below(under, cause.field), cause.message, cause.reason) for cause in causes]
     return causes
+
+
+def _below(parent: str, field: str) -> str:
+    if field == _field(""):
+        return parent
+    return f"{parent}{field}" if field.startswith("[") else f"{parent}.{field}"
 
 
 def _json_type(value: Any) -> str:
@@ -231,8 +241,25 @@ def _compiled(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
+_INTEGER_FORMATS = {"int32": (-2**31, 2**31 - 1), "uint32": (0, 2**32 - 1), "uint64": (0, 2**64 - 1),
+                    "int64": (-2**63, 2**63 - 1)}
+
+
+def _range_causes(value: float, schema: Schema, path: str) -> list[Cause]:
+    """kube-openapi's IsValueValidAgainstRange("Checked"): an integer's value must convert to its
+    format without loss. Not a field error upstream, so reported at the nil path."""
+    if schema.get("type") != "integer":
+        return []
+    fmt = schema.get("format", "")
+    low, high = _INTEGER_FORMATS.get(fmt, _INTEGER_FORMATS["int64"])
+    if (isinstance(value, float) and not value.is_integer()) or not low <= value <= high:
+        kind = f"integer with format {fmt}" if fmt else "integer (default format)"
+        return [_invalid("", "", f"Checked value must be of type {kind} in {path}")]
+    return []
+
+
 def _number_causes(value: float, schema: Schema, path: str) -> list[Cause]:
-    causes: list[Cause] = []
+    causes: list[Cause] = _range_causes(value, schema, path)
 
     def bound(key: str) -> float | None:
         limit = schema.get(key)
@@ -424,6 +451,123 @@ _FORMATS: dict[str, Any] = {
                                         r"(\.[A-Za-z0-9]([-A-Za-z0-9]{0,62}))*$", t)),
     "email": lambda t: bool(re.match(r"^[^@\s]+@[^@\s]+$", t)),
 }
+
+
+# --------------------------------------------------------------------------------------------
+# Ratcheting (CRDValidationRatcheting, on since 1.30): an update is not refused for what it left
+# as it was. Upstream skips the validation of every schema node whose value is unchanged, nodes
+# being correlated through object properties and map keys (not list indices); so a cause stands
+# only when the nearest correlatable node it belongs to changed (a Required value belongs to the
+# object that lacks the field).
+
+def ratchet(causes: list[Cause], new: Any, old: Any) -> list[Cause]:
+    return [cause for cause in causes if not _unchanged_at(cause, new, old)]
+
+
+_MISSING = object()
+
+
+def _unchanged_at(cause: Cause, new: Any, old: Any) -> bool:
+    if cause.field == _field(""):
+        return False
+    steps = _field_steps(cause.field)
+    if cause.message.startswith("Required value"):
+        steps = steps[:-1]
+    correlatable: list[str] = []
+    for step in steps:
+        if isinstance(step, int):
+            break
+        correlatable.append(step)
+    return _at(old, correlatable) is not _MISSING and _at(new, correlatable) == _at(old, correlatable)
+
+
+def _field_steps(field: str) -> list[str | int]:
+    """`spec.items[2].labels[a.b]` as ["spec", "items", 2, "labels", "a.b"]."""
+    steps: list[str | int] = []
+    for name, bracket in re.findall(r"([^.\[\]]+)|\[([^\]]*)\]", field):
+        steps.append(name if name else int(bracket) if bracket.isdigit() else bracket)
+    return steps
+
+
+def _at(value: Any, steps: list[str]) -> Any:
+    """The value at `steps`; a map key with dots (`labels.a.b`, as paths spell map keys) is several."""
+    index = 0
+    while index < len(steps):
+        if not isinstance(value, Mapping):
+            return _MISSING
+        for end in range(index + 1, len(steps) + 1):
+            key = ".".join(steps[index:end])
+            if key in value:
+                value, index = value[key], end
+                break
+        else:
+            return _MISSING
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# The scale subresource's replicas paths (customResourceValidator.ValidateScaleSpec and Status).
+
+_MAX_INT32 = 2**31 - 1
+
+
+def go_value(value: Any) -> str:
+    """fmt's %v of a value decoded from JSON into interface{}."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _go_number(value)
+    if isinstance(value, Mapping):
+        return "map[" + " ".join(f"{k}:{go_value(v)}" for k, v in sorted(value.items())) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(go_value(v) for v in value) + "]"
+    return str(value)
+
+
+def go_type(value: Any) -> str:
+    """fmt's %T of a value decoded from JSON into interface{}."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, float):
+        return "float64"
+    if isinstance(value, str):
+        return "string"
+    return "map[string]interface {}" if isinstance(value, Mapping) else "[]interface {}"
+
+
+def scale_replicas_causes(obj: Mapping[str, Any], replicas_path: str) -> list[Cause]:
+    """The replicas at `replicas_path` (".spec.replicas"), when present, must be an int32 >= 0.
+
+    Upstream reads the path with unstructured.NestedInt64 and reports at the path as written in
+    the CRD, leading dot included, after (not instead of) whatever the schema found.
+    """
+    fields = replicas_path.lstrip(".").split(".")
+    value: Any = obj
+    for depth, name in enumerate(fields):
+        if value is None:
+            return []
+        if not isinstance(value, Mapping):
+            where = "." + ".".join(fields[:depth + 1])
+            return [_invalid(replicas_path, 0, f"{where} accessor error: {go_value(value)} is of the type "
+                                               f"{go_type(value)}, expected map[string]interface{{}}")]
+        if name not in value:
+            return []
+        value = value[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        where = "." + ".".join(fields)
+        return [_invalid(replicas_path, 0, f"{where} accessor error: {go_value(value)} is of the type "
+                                           f"{go_type(value)}, expected int64")]
+    if value < 0:
+        return [_invalid(replicas_path, value, "should be a non-negative integer")]
+    if value > _MAX_INT32:
+        return [_invalid(replicas_path, value, f"should be less than or equal to {_MAX_INT32}")]
+    return []
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from colocation.sandbox.faults import FaultRule, Faults
 from colocation.sandbox.paths import Target, parse_target, resolve, verb_for
 from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, forbidden_error
 from colocation.sandbox.resources import Registry, ResourceType
-from colocation.sandbox.reviews import impersonate
+from colocation.sandbox.reviews import Impersonation
 from colocation.sandbox.special import SpecialEndpoints
 from colocation.sandbox.stats import USER_KEY, RequestStats
 from colocation.sandbox.store import Change, Store
@@ -43,6 +43,7 @@ class ApiServer:
         self.tokens = TokenAuthority(clock)
         self._rbac_version = 0
         self.rbac = RbacAuthorizer(self._rbac_objects, version=lambda: self._rbac_version)
+        self.impersonation = Impersonation(self.rbac.authorize)
         self.store.subscribe(self._on_change)
         self.verbs = Verbs(self.store, bookmark_interval=bookmark_interval, clock=clock)
         self.special = SpecialEndpoints(self)
@@ -81,10 +82,10 @@ class ApiServer:
             if fault is not None:
                 return fault
             user = self.authenticate(request)
-            if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:
-                user = impersonate(user, request.headers, self.rbac.authorize)
-            request[USER_KEY] = user.username
             target = parse_target(request.path)
+            if any(name.lower().startswith("impersonate-") for name in request.headers):
+                user = self.impersonation(user, request.headers, self._attributes(request, user, target))
+            request[USER_KEY] = user.username
             if target is None:
                 return await self._non_resource(request, user)
             return await self._resource(request, user, target)
@@ -99,6 +100,19 @@ class ApiServer:
         except Exception as exc:  # the sandbox must answer, never hang: report and carry on
             log.exception("unexpected error", extra={"path": request.path, "method": request.method})
             return json_response(ApiError.internal(f"{type(exc).__name__}: {exc}").status(), 500)
+
+    @staticmethod
+    def _attributes(request: web.Request, user: UserInfo, target: Target | None) -> RequestAttributes:
+        """What the request does, as the authorizer sees it (before impersonation: as `user`)."""
+        if target is None:
+            return RequestAttributes(user, request.method.lower() if request.method != "HEAD" else "get",
+                                     resource_request=False, path=request.path.rstrip("/") or "/")
+        verb = verb_for(request.method, target, flag_param(request.query, "watch"))
+        # RequestInfo: /api/v1/namespaces/NAME (and its status, finalize) is in namespace NAME, so a
+        # RoleBinding there can grant access to the namespace itself.
+        namespace = target.name if (target.group, target.resource) == ("", "namespaces") else target.namespace
+        return RequestAttributes(user, verb, True, target.group, target.resource, target.subresource,
+                                 target.name, namespace)
 
     def authenticate(self, request: web.Request) -> UserInfo:
         header = request.headers.get("Authorization", "")
@@ -124,8 +138,7 @@ class ApiServer:
         path = request.path.rstrip("/") or "/"
         if path.startswith("/sandbox/"):
             return await self._sandbox_admin(request, user, path)
-        self.authorize(RequestAttributes(user, request.method.lower() if request.method != "HEAD" else "get",
-                                         resource_request=False, path=path))
+        self.authorize(self._attributes(request, user, None))
         if path in _HEALTH_PATHS or path.startswith(("/livez/", "/readyz/", "/healthz/")):
             return web.Response(text="ok")
         parts = path.strip("/").split("/")
@@ -205,20 +218,18 @@ class ApiServer:
         return None
 
     async def _resource(self, request: web.Request, user: UserInfo, target: Target) -> web.StreamResponse:
-        watch_param = flag_param(request.query, "watch")
-        verb = verb_for(request.method, target, watch_param)
+        attrs = self._attributes(request, user, target)
+        verb = attrs.verb
         if self.aggregator is not None and self.aggregator.serves(target.group, target.version):
             # kube-apiserver authorizes aggregated requests itself before proxying them.
-            self.authorize(RequestAttributes(user, verb, True, target.group, target.resource,
-                                             target.subresource, target.name, target.namespace))
+            self.authorize(attrs)
             return await self.aggregator.proxy(request, user, target)
         if target.group == "" and not target.name and target.resource == "namespaces" and target.namespace:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         rt = resolve(self.registry, target)
         if verb not in rt.verbs and not target.subresource:
             raise ApiError.method_not_allowed(f"{verb} is not supported on {rt.group_resource}")
-        self.authorize(RequestAttributes(user, verb, True, target.group, target.resource, target.subresource,
-                                         target.name, target.namespace))
+        self.authorize(attrs)
         return await self._dispatch(request, user, rt, target, verb)
 
     async def _dispatch(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target,
@@ -229,7 +240,9 @@ class ApiServer:
         special = self.special.handler(rt, sub, verb)
         if special is not None:
             return await special(request, user, rt, target)
-        if sub and sub != "status":
+        if sub == "finalize" and verb == "update":
+            pass  # namespaces/finalize: PUT only, spec.finalizers and everything but the status
+        elif sub and sub != "status":
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if rt.virtual:
             raise ApiError.method_not_allowed(f"{verb} is not supported on {rt.group_resource}")

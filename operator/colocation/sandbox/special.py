@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -10,11 +11,13 @@ from aiohttp import web
 from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.userinfo import UserInfo
 from colocation.sandbox import bodies
+from colocation.sandbox.admission import admit
 from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.eviction import check_eviction
 from colocation.sandbox.paths import Target
 from colocation.sandbox.resources import ResourceType
 from colocation.sandbox.reviews import subject_access_review
+from colocation.sandbox.schema import scale_replicas_causes
 from colocation.sandbox.verbs import json_response
 
 if TYPE_CHECKING:
@@ -25,8 +28,10 @@ Handler = Callable[[web.Request, UserInfo, ResourceType, Target], Awaitable[web.
 
 
 def _user_json(user: UserInfo) -> dict[str, Any]:
-    return {"username": user.username, "uid": user.uid, "groups": list(user.groups),
-            "extra": {k: list(v) for k, v in dict(user.extra).items()}}
+    """authentication/v1 UserInfo: every field is omitempty."""
+    fields = {"username": user.username, "uid": user.uid, "groups": list(user.groups),
+              "extra": {k: list(v) for k, v in dict(user.extra).items()}}
+    return {k: v for k, v in fields.items() if v}
 
 
 class SpecialEndpoints:
@@ -160,8 +165,20 @@ class SpecialEndpoints:
         if (pod.get("spec") or {}).get("nodeName"):
             raise ApiError.conflict("", "pods", target.name, f'pod {target.name} is already assigned to node '
                                     f'"{pod["spec"]["nodeName"]}"')
-        updated = {**pod, "spec": {**pod.get("spec", {}), "nodeName": node}}
-        self.api.store.update(rt, target.namespace, target.name, updated)
+        # As BindingREST does: the node name, the binding's annotations, and PodScheduled true.
+        meta = pod["metadata"]
+        annotations = {**(meta.get("annotations") or {}), **((body.get("metadata") or {}).get("annotations") or {})}
+        status = pod.get("status") or {}
+        conditions = list(status.get("conditions") or ())
+        index = next((i for i, c in enumerate(conditions) if c.get("type") == "PodScheduled"), len(conditions))
+        previous = conditions[index] if index < len(conditions) else {}
+        since = previous["lastTransitionTime"] if previous.get("status") == "True" else None
+        conditions[index:index + 1] = [{"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                                        "lastTransitionTime": since or rfc3339(self.api.store.clock())}]
+        updated = {**pod, "metadata": {**meta, "annotations": annotations} if annotations else meta,
+                   "spec": {**pod.get("spec", {}), "nodeName": node},
+                   "status": {**status, "conditions": conditions}}
+        self.api.store.update(rt, target.namespace, target.name, updated, subresource="binding")
         return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                               "code": 201}, 201)
 
@@ -170,26 +187,57 @@ class SpecialEndpoints:
         store = self.api.store
         obj = store.get(rt, target.namespace, target.name)
         spec_path, status_path, selector_path = _scale_paths(rt)
-        if request.method in ("PUT", "PATCH"):
-            current = _scale_of(obj, spec_path, status_path, selector_path)
-            if request.method == "PUT":
-                wanted = await self._body(request)
-            else:
-                kind, patch_body = bodies.decode_patch(await request.read(),
-                                                       request.headers.get("Content-Type", ""), rt)
-                if kind == bodies.APPLY_PATCH:
-                    raise ApiError.unsupported_media_type(kind)
-                wanted = bodies.apply_patch(kind, current, patch_body, rt)
-            replicas = (wanted.get("spec") or {}).get("replicas")
-            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-                raise ApiError.invalid("autoscaling", "Scale", target.name, [_cause(
-                    "spec.replicas", f"Invalid value: {replicas!r}: must be greater than or equal to 0")])
-            rv = (wanted.get("metadata") or {}).get("resourceVersion")
-            obj = store.update(rt, target.namespace, target.name,
-                               _set_path({**obj, "metadata": {**obj["metadata"], **({"resourceVersion": rv}
-                                                                                  if rv else {})}},
-                                         spec_path, replicas))
+        custom = rt.schema is not None
+        if request.method not in ("PUT", "PATCH"):
+            if custom and not _nested_int(obj, spec_path)[1]:
+                raise _internal(f"the spec replicas field {json.dumps(spec_path)} does not exist")
+            return json_response(_scale_of(obj, spec_path, status_path, selector_path))
+        current = _scale_of(obj, spec_path, status_path, selector_path)
+        if custom and not _nested_int(obj, spec_path)[1]:
+            current["spec"]["replicas"] = _UNSET_REPLICAS  # apiextensions' signal: not set before
+        if request.method == "PUT":
+            wanted = await self._body(request)
+        else:
+            kind, patch_body = bodies.decode_patch(await request.read(),
+                                                   request.headers.get("Content-Type", ""), rt)
+            if kind == bodies.APPLY_PATCH:
+                raise ApiError.unsupported_media_type(kind)
+            wanted = bodies.apply_patch(kind, current, patch_body, rt)
+        replicas = (wanted.get("spec") or {}).get("replicas", 0)  # omitted is 0, as Go decodes it
+        if not isinstance(replicas, int) or isinstance(replicas, bool):
+            raise ApiError.invalid("autoscaling", "Scale", target.name, [_cause(
+                "spec.replicas", f"Invalid value: {replicas!r}: must be greater than or equal to 0")])
+        if custom and replicas == _UNSET_REPLICAS:
+            raise ApiError.bad_request(f"the spec replicas field {json.dumps(spec_path)} cannot be empty")
+        if not custom and replicas < 0:
+            raise ApiError.invalid("autoscaling", "Scale", target.name, [_cause(
+                "spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")])
+        rv = (wanted.get("metadata") or {}).get("resourceVersion")
+        updated = _set_path({**obj, "metadata": {**obj["metadata"], **({"resourceVersion": rv} if rv else {})}},
+                            spec_path, replicas)
+        if custom:
+            # A custom resource's scale writes go through its own strategy: schema and replicas paths.
+            updated, _ = admit(rt, updated, "Ignore", old=obj)
+        obj = store.update(rt, target.namespace, target.name, updated)
         return json_response(_scale_of(obj, spec_path, status_path, selector_path))
+
+
+_UNSET_REPLICAS = -2**31  # the smallest int32
+
+
+def _internal(message: str) -> ApiError:
+    """An InternalError as apierrors.NewInternalError words it."""
+    return ApiError(500, "InternalError", f"Internal error occurred: {message}",
+                    {"causes": [{"message": message}]})
+
+
+def _nested_int(obj: Any, path: str) -> tuple[int, bool]:
+    """unstructured.NestedInt64: (value, found); a value of another type is an internal error."""
+    causes = scale_replicas_causes(obj, path)
+    if causes and "accessor error" in causes[0].message:
+        raise _internal(causes[0].message.split(": ", 2)[2])
+    value = _get_path(obj, path)
+    return (value, True) if isinstance(value, int) and not isinstance(value, bool) else (0, False)
 
 
 def _cause(field: str, message: str) -> Cause:
@@ -230,13 +278,15 @@ def _selector_string(selector: Any) -> str:
 
 
 def _scale_of(obj: Obj, spec_path: str, status_path: str, selector_path: str) -> Obj:
+    """autoscaling/v1 Scale: spec.replicas and status.selector are omitempty, status.replicas is not."""
     meta = obj["metadata"]
-    status: Obj = {"replicas": _get_path(obj, status_path) or 0}
+    status: Obj = {"replicas": _nested_int(obj, status_path)[0]}
     selector = _selector_string(_get_path(obj, selector_path)) if selector_path else ""
     if selector:
         status["selector"] = selector
+    replicas = _nested_int(obj, spec_path)[0]
     return {"kind": "Scale", "apiVersion": "autoscaling/v1",
             "metadata": {"name": meta["name"], "namespace": meta.get("namespace", ""), "uid": meta["uid"],
                          "resourceVersion": meta["resourceVersion"],
                          "creationTimestamp": meta.get("creationTimestamp")},
-            "spec": {"replicas": _get_path(obj, spec_path) or 0}, "status": status}
+            "spec": {"replicas": replicas} if replicas else {}, "status": status}

@@ -69,6 +69,29 @@ def _spec_part(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
+# Metadata that a status write cannot change, by type (PrepareForUpdate of the status strategies in
+# k8s.io/kubernetes pkg/registry): the others take labels, annotations, finalizers and owners from it.
+_STATUS_WRITES_KEEP_STORED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "pods"): ("ownerReferences",),  # old kubelets corrupted them
+    ("apps", "deployments"): ("labels",),
+    ("apiregistration.k8s.io", "apiservices"): ("labels", "annotations", "finalizers", "ownerReferences"),
+}
+
+
+def _keep_stored(meta: dict[str, Any], old_meta: dict[str, Any], field: str) -> None:
+    if field in old_meta:
+        meta[field] = old_meta[field]
+    else:
+        meta.pop(field, None)
+
+
+def _with_stored_status(new: Obj, old: Obj) -> Obj:
+    new = {k: v for k, v in new.items() if k != "status"}
+    if "status" in old:
+        new["status"] = old["status"]
+    return new
+
+
 def pending_finalizers(rt: ResourceType, obj: Obj) -> list[str]:
     """Finalizers that hold an object back from removal (namespaces also have spec.finalizers)."""
     pending = list(obj["metadata"].get("finalizers") or ())
@@ -337,13 +360,18 @@ class Store:
             return old  # a no-op write changes nothing, not even the resourceVersion
         if dry_run:
             return new
+        if new["metadata"].get("deletionTimestamp") and not pending_finalizers(rt, new):
+            # The update that removes the last finalizer is not stored: the object is deleted as it
+            # was (watchers see it with its finalizers), and the caller gets what it asked for.
+            new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+            rv = self._next_rv()
+            del self._bucket(rt)[(namespace if rt.namespaced else "", name)]
+            gone = {**old, "metadata": {**old_meta, "resourceVersion": str(rv)}}
+            self._commit(rt, "DELETED", old, gone, rv)
+            self._collect_dependents(gone)
+            return new
         rv = self._next_rv()
         new["metadata"]["resourceVersion"] = str(rv)
-        if new["metadata"].get("deletionTimestamp") and not pending_finalizers(rt, new):
-            del self._bucket(rt)[(namespace if rt.namespaced else "", name)]
-            self._commit(rt, "DELETED", old, new, rv)
-            self._collect_dependents(new)
-            return new
         self._bucket(rt)[(namespace if rt.namespaced else "", name)] = new
         self._commit(rt, "MODIFIED", old, new, rv)
         return new
@@ -354,10 +382,7 @@ class Store:
         # Fields the server owns are never taken from the request.
         for field in ("uid", "creationTimestamp", "namespace", "generation", "deletionTimestamp",
                       "deletionGracePeriodSeconds", "resourceVersion"):
-            if field in old_meta:
-                meta[field] = old_meta[field]
-            else:
-                meta.pop(field, None)
+            _keep_stored(meta, old_meta, field)
         meta["name"] = old_meta["name"]
         if old_meta.get("deletionTimestamp"):
             # Once deleting, finalizers may only be removed, never added.
@@ -368,24 +393,43 @@ class Store:
                     "deleted", "FieldValueForbidden")])
         has_status = "status" in rt.subresources
         if subresource == "status":
-            # The status subresource changes status only (and nothing of the main resource).
+            # The status subresource never changes the spec; what of the metadata it takes from the
+            # request is each type's status strategy's choice (all of it, for most built-in types).
             new = {k: v for k, v in old.items() if k != "status"}
             if "status" in obj:
                 new["status"] = obj["status"]
-            new["metadata"] = dict(old_meta)
+            if rt.schema is not None:  # custom resources: status only
+                new["metadata"] = dict(old_meta)
+                return new
+            for field in _STATUS_WRITES_KEEP_STORED.get(rt.storage_key, ()):
+                _keep_stored(meta, old_meta, field)
+            new["metadata"] = meta
             return new
+        if subresource == "finalize" and rt.storage_key == ("", "namespaces"):
+            new = {**obj, "apiVersion": old["apiVersion"], "kind": old["kind"], "metadata": meta}
+            return _with_stored_status(new, old)
+        if subresource == "binding" and rt.storage_key == ("", "pods"):
+            # Binding writes the stored pod directly, past the strategy: no generation bump.
+            return {**obj, "apiVersion": old["apiVersion"], "kind": old["kind"], "metadata": meta}
         if subresource:
             raise ApiError.method_not_allowed(f"subresource {subresource} does not support update here")
         new = {**obj, "apiVersion": old["apiVersion"], "kind": old["kind"], "metadata": meta}
         if has_status:
             # The main resource never changes status when a status subresource exists.
-            new.pop("status", None)
-            if "status" in old:
-                new["status"] = old["status"]
+            new = _with_stored_status(new, old)
+        if rt.storage_key == ("", "namespaces"):
+            # spec.finalizers change through /finalize only.
+            spec = {k: v for k, v in (new.get("spec") or {}).items() if k != "finalizers"}
+            if "finalizers" in (old.get("spec") or {}):
+                spec["finalizers"] = old["spec"]["finalizers"]
+            new["spec"] = spec
         counted = _spec_part(new) if has_status or rt.schema is None else {
             k: v for k, v in new.items() if k not in ("metadata", "apiVersion", "kind")}
         before = _spec_part(old) if has_status or rt.schema is None else {
             k: v for k, v in old.items() if k not in ("metadata", "apiVersion", "kind")}
+        if rt.storage_key == ("apps", "deployments"):
+            # Annotations are copied to the ReplicaSets, so they bump the generation too.
+            counted["annotations"], before["annotations"] = meta.get("annotations"), old_meta.get("annotations")
         if counted != before and rt.tracks_generation:
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         return new

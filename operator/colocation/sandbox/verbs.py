@@ -18,6 +18,7 @@ from colocation.sandbox import bodies, tables
 from colocation.sandbox import patch as patches
 from colocation.sandbox.admission import admit
 from colocation.sandbox.clock import rfc3339
+from colocation.sandbox.options import check_delete_options, check_list_options, check_write_options
 from colocation.sandbox.resources import EXTRA_SELECTABLE_FIELDS, ResourceType
 from colocation.sandbox.store import Obj, Store
 from colocation.sandbox.watch import Event, Watcher, WatchFilter
@@ -51,7 +52,7 @@ def _int_param(query: Any, name: str, default: int = 0) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ApiError.bad_request(f"invalid value for {name}: {raw!r} is not an integer") from None
+        raise ApiError.bad_request(f'strconv.ParseInt: parsing "{raw}": invalid syntax') from None
 
 
 def _with_version(rt: ResourceType, obj: Obj) -> Obj:
@@ -82,6 +83,7 @@ class Verbs:
 
     def list_collection(self, request: web.Request, rt: ResourceType, namespace: str) -> web.Response:
         query = request.query
+        check_list_options(query, watch=False)
         flt = _query_filter(rt, namespace, query)
         items, rv, token, remaining = self.store.list(rt, namespace, flt, limit=_int_param(query, "limit"),
                                                       continue_token=query.get("continue", ""))
@@ -110,17 +112,14 @@ class Verbs:
         if name:  # /watch/namespaces/ns/pods/name: a watch of one object
             flt = WatchFilter(namespace, flt.labels,
                               FieldSelector.parse(f"metadata.name={name}", ("metadata.name",)))
+        check_list_options(query, watch=True)
         send_initial = flag_param(query, "sendInitialEvents")
         bookmarks = flag_param(query, "allowWatchBookmarks")
-        if send_initial and (query.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks):
-            raise ApiError.invalid(rt.group, rt.kind, "", [Cause(
-                "sendInitialEvents", "Forbidden: sendInitialEvents requires setting resourceVersionMatch "
-                "to NotOlderThan and allowWatchBookmarks to true", "FieldValueForbidden")])
         timeout = _int_param(query, "timeoutSeconds", 1800)
         table_version = wants_table(request.headers.get("Accept", ""))
         watcher = self.store.watch(rt, namespace, flt, resource_version=query.get("resourceVersion", ""),
                                    send_initial_events=send_initial, queue_size=self.watch_queue_size)
-        if send_initial:
+        if send_initial and bookmarks:  # without bookmarks the end of the initial events goes unmarked
             watcher.offer("BOOKMARK", self._bookmark(rt, initial_end=True))
         response = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
         response.enable_chunked_encoding()
@@ -192,13 +191,15 @@ class Verbs:
     # ---- writes ------------------------------------------------------------------------------
 
     def create(self, request: web.Request, rt: ResourceType, namespace: str, body: Obj) -> web.Response:
+        check_write_options("CreateOptions", request.query)
         obj = _without_status_on_create(rt, self._scoped(rt, namespace, body))
-        obj, warnings = admit(rt, obj, _field_validation(request))
+        obj, warnings = admit(rt, obj, _field_validation(request), creating=True)
         created = self.store.create(rt, obj, dry_run=_dry_run(request))
         return json_response(_with_version(rt, created), 201, warnings)
 
     def update(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
                body: Obj) -> web.Response:
+        check_write_options("UpdateOptions", request.query)
         obj = self._scoped(rt, namespace, body)
         if not (obj.get("metadata") or {}).get("resourceVersion") and not _allows_unconditional_update(rt):
             raise ApiError.invalid(rt.group, rt.kind, name, [Cause(
@@ -209,17 +210,25 @@ class Verbs:
 
     def _admit_update(self, request: web.Request, rt: ResourceType, namespace: str, name: str,
                       subresource: str, obj: Obj) -> tuple[Obj, list[str]]:
+        current = self.store.get(rt, namespace, name)
         if subresource == "status":
-            # Validate the whole object as it will be stored: old main resource, new status.
-            current = self.store.get(rt, namespace, name)
+            # Validate the object as it will be stored: old main resource, new status.
             merged = {**current, "status": obj.get("status")} if "status" in obj else current
-            admitted, warnings = admit(rt, merged, _field_validation(request))
+            admitted, warnings = admit(rt, merged, _field_validation(request), status_write=True, old=current)
             return {**obj, "status": admitted.get("status")} if "status" in obj else obj, warnings
-        return admit(rt, obj, _field_validation(request))
+        if "status" in rt.subresources:
+            # The main resource keeps the stored status (PrepareForUpdate), and is validated with it.
+            obj = {k: v for k, v in obj.items() if k != "status"}
+            if "status" in current:
+                obj["status"] = current["status"]
+        return admit(rt, obj, _field_validation(request), old=current)
 
     def patch(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
               raw: bytes) -> web.Response:
-        kind, body = bodies.decode_patch(raw, request.headers.get("Content-Type", ""), rt)
+        content_type = request.headers.get("Content-Type", "")
+        if bodies.media_type(content_type) in bodies.PATCH_TYPES:
+            check_write_options("PatchOptions", request.query, patch_type=bodies.media_type(content_type))
+        kind, body = bodies.decode_patch(raw, content_type, rt)
         dry_run = _dry_run(request)
         if kind == bodies.APPLY_PATCH:
             return self._apply(request, rt, namespace, name, subresource, body, dry_run)
@@ -236,9 +245,7 @@ class Verbs:
 
     def _apply(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
                body: Obj, dry_run: bool) -> web.Response:
-        manager = request.query.get("fieldManager", "")
-        if not manager:
-            raise ApiError.bad_request("PATCH with apply-patch+yaml requires the fieldManager query parameter")
+        manager = request.query["fieldManager"]  # required, checked with the other PatchOptions
         body = self._scoped(rt, namespace, body)
         if (body.get("metadata") or {}).get("name", name) != name:
             raise ApiError.bad_request("the name of the object does not match the name on the URL")
@@ -252,7 +259,7 @@ class Verbs:
         if live is None:
             applied = _without_status_on_create(rt, applied)
             applied.setdefault("metadata", {})["name"] = name
-            applied, warnings = admit(rt, applied, _field_validation(request))
+            applied, warnings = admit(rt, applied, _field_validation(request), creating=True)
             applied["metadata"].pop("resourceVersion", None)
             created = self.store.create(rt, applied, dry_run=dry_run)
             return json_response(_with_version(rt, created), 201, warnings)
@@ -264,6 +271,7 @@ class Verbs:
     def delete(self, request: web.Request, rt: ResourceType, namespace: str, name: str, body: Obj) -> web.Response:
         options = {**body, **{k: v for k, v in request.query.items()
                               if k in ("propagationPolicy", "gracePeriodSeconds")}}
+        check_delete_options(options, [*request.query.getall("dryRun", []), *(body.get("dryRun") or ())])
         obj, gone = self.store.delete(rt, namespace, name, preconditions=options.get("preconditions"),
                                       dry_run=_dry_run(request) or bool(options.get("dryRun")),
                                       orphan=options.get("propagationPolicy") == "Orphan")
@@ -273,6 +281,8 @@ class Verbs:
         return json_response(_with_version(rt, obj), 202 if deferred else 200)
 
     def delete_collection(self, request: web.Request, rt: ResourceType, namespace: str) -> web.Response:
+        check_delete_options({k: v for k, v in request.query.items() if k == "propagationPolicy"},
+                             request.query.getall("dryRun", []))
         flt = _query_filter(rt, namespace, request.query)
         items = self.store.list(rt, namespace, flt)[0]
         deleted = []
@@ -333,10 +343,8 @@ def _dry_run(request: web.Request) -> bool:
 
 
 def _field_validation(request: web.Request) -> str:
-    value = request.query.get("fieldValidation", "Warn") or "Warn"
-    if value not in ("Ignore", "Warn", "Strict"):
-        raise ApiError.bad_request(f"fieldValidation must be one of Ignore, Warn, Strict, got {value!r}")
-    return value
+    """Ignore, Warn (the default) or Strict: other values were refused with the request's options."""
+    return request.query.get("fieldValidation", "") or "Warn"
 
 
 def _patch_names_rv(kind: str, body: Any) -> bool:

@@ -92,7 +92,11 @@ class Watcher:
         elif was_matching and now_matches:
             self.offer("MODIFIED", event.new, event)
         elif was_matching:
-            self.offer("DELETED", event.new, event)  # left the selection: to this watcher it is gone
+            # Left the selection: to this watcher it is gone, last seen as it matched (the previous
+            # state, at this event's resourceVersion), as the watch cache reports it.
+            assert event.old is not None
+            self.offer("DELETED", {**event.old, "metadata": {**event.old["metadata"],
+                                                              "resourceVersion": str(event.rv)}})
         elif now_matches:
             self.offer("ADDED", event.new, event)
 
