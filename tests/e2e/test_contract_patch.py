@@ -94,6 +94,7 @@ async def test_json_patch_failed_test_is_invalid_and_changes_nothing(kube: Kube,
         {"op": "test", "path": "/data/owner", "value": "me"},
     ], JSON_PATCH)
     assert (status, body["kind"], body["reason"]) == (422, "Status", "Invalid")
+    assert body["message"] == "the server rejected our request due to an error in our request"
     current = await get(kube, cm_path(namespace, "guarded"))
     assert current["data"] == {"owner": "me"}
     assert current["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
