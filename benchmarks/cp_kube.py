@@ -361,7 +361,11 @@ async def _crd_setup(scraper: Scraper, config: KubeCostConfig) -> dict[str, str]
 def sandbox_args(name: str, config: KubeCostConfig, state_dir: Path) -> list[str]:
     args = ["-m", "colocation", "sandbox", "--apiserver", "kube", "--port", "0", "--state-dir", str(state_dir),
             "--nodes", str(config.nodes), "--pods-per-node", str(config.pods_per_node), "--no-serve-custom-metrics"]
-    return args if name == "ours" else [*args, "--operators", "0", "--no-agents"]
+    if name != "ours":
+        return [*args, "--operators", "0", "--no-agents"]
+    # Real agents each have their own connections; the one process simulating them all needs enough
+    # for one pod watch per node besides the renewals and reports (its default pool starves past ~60).
+    return [*args, f"--agent-arg=--simulation-concurrency={config.nodes + 64}"]
 
 
 async def _window(scraper: Scraper, run: ClusterRun, config: KubeCostConfig, label: str) -> None:
