@@ -126,6 +126,20 @@ class ClusterRun:
                 "crdObjectBytes": self.crd_object_bytes, "problems": self.problems}
 
 
+def _run_from_json(raw: dict[str, Any]) -> ClusterRun:
+    leases = raw.get("leases")
+    etcd = raw["etcd"]
+    return ClusterRun(
+        raw["name"], raw["nodes"], raw["windowSeconds"],
+        {(r["group"], r["resource"], r["verb"]): Traffic(r["requests"], r["requestBytes"], r["responseBytes"],
+                                                         r["watchBytes"], r["watchEvents"]) for r in raw["apiserver"]},
+        EtcdWindow(etcd["puts"], etcd["putBytes"], etcd["walBytes"], etcd["dbGrowth"], etcd["dbInUseGrowth"]),
+        raw["startupSeconds"], raw["warmupSeconds"],
+        None if leases is None else LeaseCheck(leases["expected"], leases["seen"], leases["notRenewed"],
+                                               leases["late"], leases["renewInterval"]),
+        raw["crdWrites"], raw["crdErrors"], raw["crdFirstError"], raw["crdObjectBytes"], raw["problems"])
+
+
 @dataclass
 class KubeCostReport:
     config: KubeCostConfig
@@ -137,6 +151,14 @@ class KubeCostReport:
         return {"config": {"nodes": c.nodes, "podsPerNode": c.pods_per_node, "window": c.window,
                            "reportInterval": c.report_interval},
                 "seconds": self.seconds, "runs": {name: run.to_json() for name, run in self.runs.items()}}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> KubeCostReport:
+        """The report as `to_json` saved it (to render the section again without running the clusters)."""
+        c = raw["config"]
+        config = KubeCostConfig(nodes=c["nodes"], pods_per_node=c["podsPerNode"], window=c["window"],
+                                report_interval=c["reportInterval"])
+        return cls(config, {name: _run_from_json(run) for name, run in raw["runs"].items()}, raw["seconds"])
 
 
 # ---- scraping ------------------------------------------------------------------------------------

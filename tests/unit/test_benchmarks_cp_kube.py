@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
+
 from benchmarks import cp_kube_report
 from benchmarks.cp_kube import ClusterRun, KubeCostConfig, KubeCostReport, LeaseCheck, check_leases
 from benchmarks.cp_kube_metrics import (
@@ -147,3 +149,12 @@ def test_the_section_refuses_figures_when_the_agents_misbehaved(tmp_path: Path) 
     assert "No figures" in text and "3 not renewed" in text and "Per node per minute" not in text
     cp_kube_report.save_raw(report, tmp_path / "raw.json")
     assert (tmp_path / "raw.json").read_bytes().startswith(b"{")
+
+
+def test_the_raw_numbers_render_the_same_section_again(tmp_path: Path) -> None:
+    report = _report()
+    cp_kube_report.save_raw(report, tmp_path / "raw.json")
+    again = KubeCostReport.from_json(orjson.loads((tmp_path / "raw.json").read_bytes()))
+    assert again.runs["ours"].apiserver == report.runs["ours"].apiserver
+    assert again.runs["crd"].etcd == report.runs["crd"].etcd and again.config.nodes == 10
+    assert cp_kube_report.summary_rows(again) == cp_kube_report.summary_rows(report)
