@@ -6,11 +6,12 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from benchmarks import control_plane, cp_plots, cp_report, machine, operator_failover
+from benchmarks import control_plane, cp_kube, cp_kube_report, cp_plots, cp_report, machine, operator_failover
 from benchmarks.client import say
 
 FAILOVER = "failover"
 CONTROL_PLANE = "control-plane"
+CONTROL_PLANE_KUBE = cp_kube.SUITE
 PLOTS = Path(__file__).resolve().parent / "plots"
 
 
@@ -33,6 +34,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--control-plane-window", type=float, default=c.window, help="Seconds of steady state counted.")
     p.add_argument("--control-plane-etcd", choices=("run", "skip"), default=c.etcd,
                    help="skip: no etcd-server installed, report the modeled byte counts only.")
+    k = cp_kube.KubeCostConfig()
+    p.add_argument("--cp-kube-nodes", type=int, default=k.nodes,
+                   help="Nodes of each real cluster (kube-apiserver, etcd, kwok) of the control-plane-kube suite.")
+    p.add_argument("--cp-kube-pods-per-node", type=int, default=k.pods_per_node)
+    p.add_argument("--cp-kube-window", type=float, default=k.window, help="Seconds of steady state counted.")
+    p.add_argument("--cp-kube-cluster", action="append", choices=cp_kube.CLUSTERS, default=None,
+                   help="Run only this cluster (repeatable; the section needs all three).")
 
 
 def run(args: argparse.Namespace, suites: tuple[str, ...], state_dir: Path, command: str, output: Path) -> None:
@@ -60,3 +68,11 @@ def run(args: argparse.Namespace, suites: tuple[str, ...], state_dir: Path, comm
         cp_report.write(output, cp_report.CONTROL_PLANE_SECTION,
                         cp_report.render_control_plane(cost, machine.describe(), command))
         say(f"wrote the {cp_report.CONTROL_PLANE_SECTION} section of {output}")
+    if CONTROL_PLANE_KUBE in suites:
+        kube_config = cp_kube.KubeCostConfig(
+            nodes=args.cp_kube_nodes, pods_per_node=args.cp_kube_pods_per_node, window=args.cp_kube_window,
+            state_dir=state_dir, clusters=tuple(args.cp_kube_cluster or cp_kube.CLUSTERS))
+        kube_cost = asyncio.run(cp_kube.run(kube_config))
+        cp_kube_report.save_raw(kube_cost)
+        cp_kube_report.write(output, cp_kube_report.render(kube_cost, machine.describe(), command))
+        say(f"wrote the {cp_kube_report.SECTION} section of {output} and {cp_kube_report.RAW}")

@@ -89,6 +89,9 @@ async def start(args: list[str], log_path: Path, *, timeout: float = 60.0) -> Se
             process.kill()
         await process.wait()
         raise RuntimeError(f"{' '.join(args)} did not become ready; see {log_path}:\n{_tail(log_path)}") from None
+    except asyncio.CancelledError:  # the run was interrupted while the server was starting: stop it
+        await ServerProcess(process, {}, log_path).stop(timeout=60.0)
+        raise
     ready = dict(part.split("=", 1) for part in line.split()[1:])
     server = ServerProcess(process, ready, log_path)
     # Keep reading stdout so a chatty child never blocks on a full pipe.

@@ -16,7 +16,7 @@ from benchmarks import cp_suite, machine, operator_ingest, report, sandbox_capac
 from benchmarks.client import say
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITES = ("capacity", operator_ingest.SUITE, cp_suite.FAILOVER, cp_suite.CONTROL_PLANE)
+SUITES = ("capacity", operator_ingest.SUITE, cp_suite.FAILOVER, cp_suite.CONTROL_PLANE, cp_suite.CONTROL_PLANE_KUBE)
 
 
 def parser() -> argparse.ArgumentParser:

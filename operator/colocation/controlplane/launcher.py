@@ -113,6 +113,8 @@ class KubeSandbox:
                                    kwok_stages=kwokstages.write(config.state_dir / "kwok-stages.yaml"))
         self.plane = ControlPlane(binaries, pki_, config.state_dir, settings)
         await self.plane.start(node_ip=network.gateway)
+        (config.state_dir / "controlplane.json").write_bytes(orjson.dumps({  # where benchmarks scrape metrics
+            "server": self.plane.server, "etcdMetrics": f"http://127.0.0.1:{self.plane.etcd_metrics_port}/metrics"}))
         admin = pki_.client("admin", pki.ADMIN_USER, ("system:masters",))
         pki.write_kubeconfig(self.kubeconfig_path, pki.kubeconfig(
             self.plane.server, pki_.ca.cert_pem, name="colocation-kube", user=pki.ADMIN_USER, client=admin))

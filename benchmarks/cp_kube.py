@@ -1,0 +1,514 @@
+"""Control-plane cost on the real kube-apiserver and etcd: this design against NodeMetric CRs.
+
+Three clusters, one after another, each `colocation sandbox --apiserver kube --nodes N` (kwok
+nodes 1..N-1, this machine's node 0):
+
+- base: `--operators 0 --no-agents`: the Nodes, their kubelet Leases and pods, what both paths share;
+- ours: the default, 2 operator replicas and every node's agent;
+- crd: like base, plus the Koordinator path's load: the NodeMetric CRD, one status PUT per node
+  every 60 s (koordlet's default report interval) with a token bound to that node's agent pod,
+  and one informer watching the CRs, as koord-manager does.
+
+Each is measured over one window of steady state from both /metrics (kube-apiserver's, with the
+admin client certificate, and etcd's): /metrics has no per-user figures, so a path's cost is its
+cluster's delta minus the base cluster's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import signal
+import ssl
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from benchmarks import processes
+from benchmarks.client import say
+from benchmarks.control_plane import KOORD_PATH, koordinator_crd, koordinator_nodemetric, koordlet_rbac
+from benchmarks.cp_kube_metrics import (
+    APISERVER_WANTED,
+    ETCD_WANTED,
+    EtcdWindow,
+    Samples,
+    Traffic,
+    delta,
+    parse,
+    traffic,
+)
+from benchmarks.nodemetric_store import report_body
+from colocation.controlplane import fakenodes
+from colocation.controlplane.restclient import RestClient, client_for
+from colocation.kube import permissions
+
+SUITE = "control-plane-kube"
+CLUSTERS = ("base", "ours", "crd")
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{permissions.NODE_LEASE_NAMESPACE}/leases"
+NODE_RESOURCES = "/apis/slo.colocation.dev/v1alpha1/noderesources"
+RENEW_FRACTION = 0.25  # the agents renew their Lease every leaseDurationSeconds/4 (colocation.agent.heartbeat)
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class KubeCostConfig:
+    nodes: int = 1000
+    pods_per_node: int = 10
+    window: float = 120.0
+    report_interval: float = 60.0  # koordlet's default NodeMetric report interval
+    state_dir: Path = Path(".bench")
+    clusters: tuple[str, ...] = CLUSTERS
+    start_timeout: float = 3600.0
+    warmup_timeout: float = 900.0
+    settle: float = 30.0  # seconds waited after the steady state is reached, before the window
+
+
+@dataclass
+class LeaseCheck:
+    """Were the agents' Leases renewed as they should be during the window?"""
+
+    expected: int = 0
+    seen: int = 0
+    not_renewed: list[str] = field(default_factory=list)  # same renewTime before and after the window
+    late: list[str] = field(default_factory=list)  # older than two renew intervals when the window ended
+    renew_interval: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.seen >= self.expected and not self.not_renewed and not self.late
+
+    def describe(self) -> str:
+        parts = [f"{self.seen:,} of {self.expected:,} Leases"]
+        if self.not_renewed:
+            parts.append(f"{len(self.not_renewed):,} not renewed in the window (e.g. {self.not_renewed[0]})")
+        if self.late:
+            parts.append(f"{len(self.late):,} older than {2 * self.renew_interval:.0f} s at its end "
+                         f"(e.g. {self.late[0]})")
+        return ", ".join(parts)
+
+
+@dataclass
+class ClusterRun:
+    name: str
+    nodes: int
+    window_seconds: float = 0.0
+    apiserver: dict[tuple[str, str, str], Traffic] = field(default_factory=dict)  # the window's delta
+    etcd: EtcdWindow = field(default_factory=EtcdWindow)
+    startup_seconds: float = 0.0
+    warmup_seconds: float = 0.0
+    leases: LeaseCheck | None = None  # ours only
+    crd_writes: int = 0  # crd only: status PUTs in the window
+    crd_errors: int = 0
+    crd_first_error: str = ""
+    crd_object_bytes: float = 0.0  # mean NodeMetric body PUT
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "nodes": self.nodes, "windowSeconds": self.window_seconds,
+                "startupSeconds": self.startup_seconds, "warmupSeconds": self.warmup_seconds,
+                "apiserver": [{"group": g, "resource": r, "verb": v, "requests": t.requests,
+                               "requestBytes": t.request_bytes, "responseBytes": t.response_bytes,
+                               "watchBytes": t.watch_bytes, "watchEvents": t.watch_events}
+                              for (g, r, v), t in sorted(self.apiserver.items())],
+                "etcd": {"puts": self.etcd.puts, "putBytes": self.etcd.put_bytes, "walBytes": self.etcd.wal_bytes,
+                         "dbGrowth": self.etcd.db_growth, "dbInUseGrowth": self.etcd.db_in_use_growth},
+                "leases": None if self.leases is None else {
+                    "expected": self.leases.expected, "seen": self.leases.seen,
+                    "notRenewed": self.leases.not_renewed, "late": self.leases.late,
+                    "renewInterval": self.leases.renew_interval},
+                "crdWrites": self.crd_writes, "crdErrors": self.crd_errors, "crdFirstError": self.crd_first_error,
+                "crdObjectBytes": self.crd_object_bytes, "problems": self.problems}
+
+
+def _run_from_json(raw: dict[str, Any]) -> ClusterRun:
+    leases = raw.get("leases")
+    etcd = raw["etcd"]
+    return ClusterRun(
+        raw["name"], raw["nodes"], raw["windowSeconds"],
+        {(r["group"], r["resource"], r["verb"]): Traffic(r["requests"], r["requestBytes"], r["responseBytes"],
+                                                         r["watchBytes"], r["watchEvents"]) for r in raw["apiserver"]},
+        EtcdWindow(etcd["puts"], etcd["putBytes"], etcd["walBytes"], etcd["dbGrowth"], etcd["dbInUseGrowth"]),
+        raw["startupSeconds"], raw["warmupSeconds"],
+        None if leases is None else LeaseCheck(leases["expected"], leases["seen"], leases["notRenewed"],
+                                               leases["late"], leases["renewInterval"]),
+        raw["crdWrites"], raw["crdErrors"], raw["crdFirstError"], raw["crdObjectBytes"], raw["problems"])
+
+
+@dataclass
+class KubeCostReport:
+    config: KubeCostConfig
+    runs: dict[str, ClusterRun] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.config
+        return {"config": {"nodes": c.nodes, "podsPerNode": c.pods_per_node, "window": c.window,
+                           "reportInterval": c.report_interval},
+                "seconds": self.seconds, "runs": {name: run.to_json() for name, run in self.runs.items()}}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> KubeCostReport:
+        """The report as `to_json` saved it (to render the section again without running the clusters)."""
+        c = raw["config"]
+        config = KubeCostConfig(nodes=c["nodes"], pods_per_node=c["podsPerNode"], window=c["window"],
+                                report_interval=c["reportInterval"])
+        return cls(config, {name: _run_from_json(run) for name, run in raw["runs"].items()}, raw["seconds"])
+
+
+# ---- scraping ------------------------------------------------------------------------------------
+
+class Scraper:
+    """Both /metrics of one kube sandbox, and its admin client."""
+
+    def __init__(self, state_dir: Path) -> None:
+        plane = orjson.loads((state_dir / "controlplane.json").read_bytes())
+        self.server: str = plane["server"]
+        self.etcd_url: str = plane["etcdMetrics"]
+        pki = state_dir / "pki"
+        self.ca_file = str(pki / "ca.crt")
+        self.ssl = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        self.ssl.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120),
+                                             connector=aiohttp.TCPConnector(ssl=self.ssl, limit=64))
+        self.rest: RestClient = client_for(self.server, pki, "admin")
+
+    async def close(self) -> None:
+        await self.session.close()
+        await self.rest.close()
+
+    async def _text(self, url: str) -> str:
+        async with self.session.get(url) as response:
+            text = await response.text()
+            if response.status != 200:
+                raise RuntimeError(f"GET {url}: {response.status} {text[:200]}")
+            return text
+
+    async def snapshot(self) -> tuple[Samples, Samples, float]:
+        apiserver, etcd = await asyncio.gather(self._text(f"{self.server}/metrics"), self._text(self.etcd_url))
+        return parse(apiserver, APISERVER_WANTED), parse(etcd, ETCD_WANTED), time.monotonic()
+
+    async def get(self, path: str, **params: str) -> Any:
+        return await self.rest.must("GET", path, params=params or None)
+
+
+async def wait_until(what: str, probe: Any, timeout: float, interval: float = 2.0) -> float:
+    started = time.monotonic()
+    while not await probe():
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"{what}: not within {timeout:.0f} s")
+        await asyncio.sleep(interval)  # polling the cluster for the steady state
+    return time.monotonic() - started
+
+
+# ---- the steady states -----------------------------------------------------------------------------
+
+async def _pods_settled(scraper: Scraper) -> bool:
+    """Every pod past Pending but an agent pod (this machine's stays Pending with --no-agents)."""
+    pending = await scraper.get("/api/v1/pods", fieldSelector="status.phase=Pending", limit="20")
+    return not pending["metadata"].get("continue") and all(
+        p["metadata"]["namespace"] == permissions.OPERATOR_NAMESPACE for p in pending["items"])
+
+
+async def _agents_steady(scraper: Scraper, nodes: int) -> bool:
+    leases = (await scraper.get(LEASES))["items"]
+    if len(leases) < nodes:
+        return False
+    items = (await scraper.get(NODE_RESOURCES))["items"]
+    return len(items) >= nodes and all(
+        condition.get("status") != "Unknown"
+        for item in items for condition in (item.get("status") or {}).get("conditions") or ()
+        if condition.get("type") == "AgentReady")
+
+
+def _renew_times(leases: list[dict[str, Any]]) -> dict[str, tuple[str, float]]:
+    out = {}
+    for lease in leases:
+        spec = lease.get("spec") or {}
+        out[lease["metadata"]["name"]] = (spec.get("renewTime") or "", float(spec.get("leaseDurationSeconds") or 40))
+    return out
+
+
+def check_leases(before: list[dict[str, Any]], after: list[dict[str, Any]], expected: int,
+                 now: datetime) -> LeaseCheck:
+    """Every Lease renewed during the window, and none older than two renew intervals at its end."""
+    first, last = _renew_times(before), _renew_times(after)
+    check = LeaseCheck(expected=expected, seen=len(last))
+    for name, (renewed, duration) in sorted(last.items()):
+        interval = duration * RENEW_FRACTION
+        check.renew_interval = max(check.renew_interval, interval)
+        if not renewed or first.get(name, ("", 0.0))[0] == renewed:
+            check.not_renewed.append(name)
+            continue
+        age = (now - datetime.fromisoformat(renewed.replace("Z", "+00:00"))).total_seconds()
+        if age > 2 * interval:
+            check.late.append(name)
+    return check
+
+
+# ---- the Koordinator path's load -------------------------------------------------------------------
+
+class NodeMetricWriter:
+    """koordlet's NodeMetric status updates: one PUT .../status per node per interval, with its token."""
+
+    def __init__(self, scraper: Scraper, tokens: dict[str, str], pods_per_node: int, interval: float) -> None:
+        self.scraper = scraper
+        self.tokens = tokens
+        self.pods = pods_per_node
+        self.interval = interval
+        self.resource_versions: dict[str, str] = {}
+        self.writes = 0
+        self.body_bytes = 0
+        self.errors = 0
+        self.first_error = ""
+        self.sequence = 0
+        # A bearer token per request, not the admin certificate: a session of its own.
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60), connector=aiohttp.TCPConnector(
+            ssl=ssl.create_default_context(cafile=scraper.ca_file), limit=32))
+
+    def _status(self, node: str) -> dict[str, Any]:
+        self.sequence += 1
+        return dict(orjson.loads(report_body(node, self.pods, self.sequence))["status"])
+
+    async def create(self, node: str) -> None:
+        rest = self.scraper.rest
+        created = await rest.must("POST", KOORD_PATH, koordinator_nodemetric(node, {}), ok=(201, 409))
+        if "metadata" in created:
+            self.resource_versions[node] = created["metadata"]["resourceVersion"]
+
+    async def write(self, node: str) -> None:
+        body = orjson.dumps(koordinator_nodemetric(node, self._status(node), self.resource_versions.get(node, "")))
+        headers = {"Content-Type": JSON, "Accept": JSON, "Authorization": f"Bearer {self.tokens[node]}"}
+        async with self.session.put(f"{self.scraper.server}{KOORD_PATH}/{node}/status", data=body,
+                                    headers=headers) as response:
+            stored = await response.read()
+        if response.status != 200:
+            self.errors += 1
+            self.first_error = self.first_error or f"PUT {node}/status: {response.status} {stored[:300]!r}"
+            return
+        self.resource_versions[node] = orjson.loads(stored)["metadata"]["resourceVersion"]
+        self.writes += 1
+        self.body_bytes += len(body)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Every node once per interval, spread evenly over it (reports are not synchronised)."""
+        nodes = sorted(self.tokens)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        tasks: set[asyncio.Task[None]] = set()
+        cycle = 0
+        while not stop.is_set():
+            for index, node in enumerate(nodes):
+                due = started + cycle * self.interval + index * self.interval / len(nodes)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), max(0.0, due - loop.time()))  # pacing the writes
+                if stop.is_set():
+                    break
+                task = asyncio.create_task(self.write(node))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            cycle += 1
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _informer(scraper: Scraper, ready: asyncio.Event) -> None:
+    """koord-manager's NodeMetric informer: a list, then a watch from its resourceVersion, events dropped."""
+    listed = await scraper.get(KOORD_PATH)
+    version = listed["metadata"]["resourceVersion"]
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+    while True:
+        url = f"{scraper.server}{KOORD_PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={version}"
+        async with scraper.session.get(url, timeout=timeout) as response:
+            ready.set()
+            async for line in response.content:
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    event = orjson.loads(line)
+                    version = (event.get("object") or {}).get("metadata", {}).get("resourceVersion", version)
+
+
+async def _crd_setup(scraper: Scraper, config: KubeCostConfig) -> dict[str, str]:
+    """The CRD, koordlet's RBAC, a token bound to the agent pod on each node: node → token."""
+    rest = scraper.rest
+    await rest.must("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", koordinator_crd(),
+                    ok=(201, 409))
+    for path, obj in koordlet_rbac():
+        await rest.must("POST", path, obj, ok=(201, 409))
+
+    async def served() -> bool:
+        status, _ = await rest.request("GET", KOORD_PATH, params={"limit": "1"})
+        return status == 200
+
+    await wait_until("the NodeMetric CRD being served", served, 120.0, 0.5)
+    nodes = {n["metadata"]["name"] for n in (await scraper.get("/api/v1/nodes"))["items"]}
+    namespace = permissions.OPERATOR_NAMESPACE
+
+    async def agent_pods() -> dict[str, dict[str, Any]]:
+        listed = await scraper.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=fakenodes.AGENT_SELECTOR)
+        return {p["spec"]["nodeName"]: p for p in listed["items"]
+                if p["spec"].get("nodeName") in nodes and not p["metadata"].get("deletionTimestamp")}
+
+    async def every_node() -> bool:
+        return len(await agent_pods()) >= len(nodes)
+
+    with contextlib.suppress(RuntimeError):  # this machine's node may have none without agents
+        await wait_until("an agent pod on every node", every_node, 120.0)
+    tokens: dict[str, str] = {}
+    slots = asyncio.Semaphore(16)
+
+    async def token(node: str, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        async with slots:
+            answer = await rest.must(
+                "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{permissions.AGENT_SERVICE_ACCOUNT}/token",
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                 "spec": {"expirationSeconds": fakenodes.TOKEN_SECONDS, "boundObjectRef": {
+                     "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}})
+        tokens[node] = answer["status"]["token"]
+
+    await asyncio.gather(*(token(node, pod) for node, pod in (await agent_pods()).items()))
+    return tokens
+
+
+# ---- one cluster ------------------------------------------------------------------------------------
+
+def sandbox_args(name: str, config: KubeCostConfig, state_dir: Path) -> list[str]:
+    args = ["-m", "colocation", "sandbox", "--apiserver", "kube", "--port", "0", "--state-dir", str(state_dir),
+            "--nodes", str(config.nodes), "--pods-per-node", str(config.pods_per_node), "--no-serve-custom-metrics"]
+    if name != "ours":
+        return [*args, "--operators", "0", "--no-agents"]
+    # Real agents each have their own connections; the one process simulating them all needs enough
+    # for one pod watch per node besides the renewals and reports (its default pool starves past ~60).
+    return [*args, f"--agent-arg=--simulation-concurrency={config.nodes + 64}"]
+
+
+async def _window(scraper: Scraper, run: ClusterRun, config: KubeCostConfig, label: str) -> None:
+    before_api, before_etcd, started = await scraper.snapshot()
+    run.window_seconds = config.window
+    while (elapsed := time.monotonic() - started) < config.window:
+        step = min(30.0, config.window - elapsed)
+        await asyncio.sleep(step)  # the measured window itself
+        say(f"{label}: {min(elapsed + step, config.window):.0f}/{config.window:.0f} s")
+    after_api, after_etcd, ended = await scraper.snapshot()
+    run.window_seconds = ended - started
+    run.apiserver = traffic(delta(before_api, after_api))
+    run.etcd = EtcdWindow.of(before_etcd, after_etcd)
+
+
+async def run_cluster(name: str, config: KubeCostConfig) -> ClusterRun:
+    label = f"control plane (kube) {name}"
+    state_dir = config.state_dir / f"cp-kube-{name}"
+    run = ClusterRun(name, config.nodes)
+    shutil.rmtree(state_dir, ignore_errors=True)  # a fresh etcd each time
+    say(f"{label}: starting {config.nodes:,} nodes x {config.pods_per_node} pods")
+    started = time.monotonic()
+    server = await processes.start(sandbox_args(name, config, state_dir), state_dir / "sandbox.log",
+                                   timeout=config.start_timeout)
+    run.startup_seconds = time.monotonic() - started
+    say(f"{label}: ready after {run.startup_seconds:,.0f} s")
+    scraper = Scraper(state_dir)
+    stop = asyncio.Event()
+    background: list[asyncio.Task[None]] = []
+    writer: NodeMetricWriter | None = None
+    try:
+        started = time.monotonic()
+        await wait_until("every pod past Pending", lambda: _pods_settled(scraper), config.warmup_timeout)
+        if name == "ours":
+            try:
+                await wait_until("every agent's Lease and every node judged",
+                                 lambda: _agents_steady(scraper, config.nodes), config.warmup_timeout)
+            except RuntimeError as exc:  # measured all the same (raw numbers), but no figures stated
+                run.problems.append(f"no steady state: {exc}")
+        if name == "crd":
+            tokens = await _crd_setup(scraper, config)
+            writer = NodeMetricWriter(scraper, tokens, config.pods_per_node, config.report_interval)
+            say(f"{label}: creating {len(tokens):,} NodeMetric CRs")
+            await asyncio.gather(*(writer.create(node) for node in tokens))
+            watching = asyncio.Event()
+            background.append(asyncio.create_task(_informer(scraper, watching)))
+            await asyncio.wait_for(watching.wait(), 60.0)
+            background.append(asyncio.create_task(writer.run(stop)))
+            # Steady state: every CR written once by the periodic writer.
+            await wait_until("every NodeMetric written once", _written(writer, len(tokens)),
+                             config.report_interval * 3, 1.0)
+        await asyncio.sleep(config.settle)  # controllers and kwok finish reacting to the last changes
+        run.warmup_seconds = time.monotonic() - started
+        say(f"{label}: steady after {run.warmup_seconds:,.0f} s; counting for {config.window:.0f} s")
+        leases_before = (await scraper.get(LEASES))["items"] if name == "ours" else []
+        writes_before = writer.writes if writer else 0
+        bytes_before = writer.body_bytes if writer else 0
+        await _window(scraper, run, config, label)
+        if writer is not None:
+            run.crd_writes = writer.writes - writes_before
+            run.crd_object_bytes = (writer.body_bytes - bytes_before) / max(run.crd_writes, 1)
+            run.crd_errors, run.crd_first_error = writer.errors, writer.first_error
+            if writer.errors:
+                run.problems.append(f"{writer.errors} NodeMetric status writes failed: {writer.first_error}")
+            expected = len(writer.tokens) * run.window_seconds / config.report_interval
+            if run.crd_writes < 0.9 * expected:
+                run.problems.append(f"only {run.crd_writes:,} NodeMetric writes in the window, "
+                                    f"{expected:,.0f} expected")
+            if len(writer.tokens) < config.nodes - 1:
+                run.problems.append(f"agent pods (tokens) on only {len(writer.tokens)} of {config.nodes} nodes")
+        if name == "ours":
+            leases_after = (await scraper.get(LEASES))["items"]
+            run.leases = check_leases(leases_before, leases_after, config.nodes, datetime.now(UTC))
+            if not run.leases.ok:
+                run.problems.append(f"the agents did not keep their Leases: {run.leases.describe()}")
+        say(f"{label}: {sum(t.requests for t in run.apiserver.values()):,.0f} requests, "
+            f"{run.etcd.puts:,.0f} etcd puts in {run.window_seconds:.0f} s"
+            + (f"; problems: {'; '.join(run.problems)}" if run.problems else ""))
+    finally:
+        stop.set()
+        for task in background:
+            if task.done():
+                continue
+            if task is background[-1] and name == "crd":
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(task), 30.0)
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError, TimeoutError):
+                await task
+        if writer is not None:
+            await writer.close()
+        await scraper.close()
+        say(f"{label}: stopping the sandbox")
+        await server.stop(timeout=120.0)
+    return run
+
+
+def _written(writer: NodeMetricWriter, nodes: int) -> Any:
+    async def probe() -> bool:
+        return writer.writes + writer.errors >= nodes
+    return probe
+
+
+async def run(config: KubeCostConfig) -> KubeCostReport:
+    started = time.monotonic()
+    report = KubeCostReport(config)
+    # SIGTERM/SIGINT cancel the run, so the sandbox being measured is stopped (its `finally`), never orphaned.
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        for name in config.clusters:
+            try:
+                report.runs[name] = await run_cluster(name, config)
+            except (RuntimeError, OSError, aiohttp.ClientError, TimeoutError) as exc:
+                say(f"control plane (kube) {name}: failed: {exc}")
+                report.runs[name] = ClusterRun(name, config.nodes, problems=[f"the run failed: {exc}"])
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    report.seconds = time.monotonic() - started
+    return report
