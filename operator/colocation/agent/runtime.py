@@ -6,6 +6,10 @@ another: collection runs on its own clock and only appends to the aggregator; th
 the aggregator's current windows when it checks (the latest state, never a backlog); the
 heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.agent.samples)
 are two more tasks: one takes samples every scrape interval, one sends them.
+
+The heartbeat may have a client of its own (`heartbeat_kube`), as the kubelet has for its node
+Lease, so renewals never wait behind other traffic; simulated agents use that (see
+colocation.agent.simulated).
 """
 
 from __future__ import annotations
@@ -100,6 +104,7 @@ class NodeAgent:
                  direct: DirectPut, metrics: AgentMetrics, options: NodeAgentOptions | None = None,
                  watch_pods: bool = True, follow_nodeslo: bool = True,
                  report_slots: asyncio.Semaphore | None = None, lease_slots: asyncio.Semaphore | None = None,
+                 heartbeat_kube: KubeApi | None = None,
                  sample_source: Callable[[PodDirectory], SampleSource] | None = None,
                  wall: Callable[[], float] = time.time) -> None:
         self.node = node
@@ -124,7 +129,7 @@ class NodeAgent:
             sender = SampleSender(node, self.delivery, buffer, metrics=metrics, options=SendOptions(
                 interval=self.options.scrape.interval, request_timeout=self.options.report.request_timeout))
             self.custom_metrics = CustomMetrics(sample_source(self.pods), sender, metrics)
-        self.heartbeat = NodeHeartbeat(kube, node, namespace=self.options.lease_namespace,
+        self.heartbeat = NodeHeartbeat(heartbeat_kube or kube, node, namespace=self.options.lease_namespace,
                                        lease_duration_seconds=self.options.lease_duration,
                                        renew_interval=self.options.lease_renew_interval, metrics=metrics,
                                        slots=lease_slots, wall=wall)
@@ -197,7 +202,10 @@ class NodeAgent:
             return True  # starting
         return time.monotonic() - self.last_sample_at < max(10 * self.options.collect_interval, 30.0)
 
-    async def run(self) -> None:
+    async def run(self, start_delay: float = 0.0) -> None:
+        """Run every stage until cancelled, after `start_delay` seconds (simulated nodes start spread out)."""
+        if start_delay > 0:
+            await asyncio.sleep(start_delay)
         tasks = [asyncio.create_task(self._collect_loop(), name=f"collect@{self.node}"),
                  asyncio.create_task(self.reporter.run(), name=f"report@{self.node}"),
                  asyncio.create_task(self.heartbeat.run(), name=f"heartbeat@{self.node}")]
