@@ -290,3 +290,36 @@ async def test_a_failure_without_a_message_is_described_by_its_type() -> None:
     api.fail_next = [Silent()]
     with pytest.raises(HeartbeatError, match=r"connection: GET .*/node-a: Silent$"):
         await heartbeat(api).renew()
+
+
+async def test_the_renew_time_is_stamped_once_the_request_has_its_slot_and_lateness_counts_from_it() -> None:
+    clock = FakeClock()
+    metrics = AgentMetrics()
+
+    class SlowSlots:
+        """Every request waits 4 s for a slot, then takes 1 s."""
+
+        async def __aenter__(self) -> None:
+            clock.now += 4
+
+        async def __aexit__(self, *exc: object) -> None:
+            clock.now += 1
+
+    api = FakeLeaseApi()
+    beat = NodeHeartbeat(api, "node-a", wall=lambda: WALL + clock.now - 1000, clock=clock, metrics=metrics,
+                         slots=SlowSlots())  # type: ignore[arg-type]
+    beat.started_at = clock.now
+    await beat.renew()  # GET, GET the Node, POST: the POST gets its slot at +14 s and lands at +15 s
+    assert api.leases["node-a"]["spec"]["renewTime"] == "2026-11-22T01:02:17.456789Z"  # WALL + 14 s
+    assert beat.age() == 1.0
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 1  # 15 s after start
+    clock.now += 4
+    await beat.renew()  # stamped at +23 s, lands at +24 s: 10 s after the renewTime it replaces
+    assert api.leases["node-a"]["spec"]["renewTime"] == "2026-11-22T01:02:26.456789Z"
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 1
+    clock.now += 5
+    await beat.renew()  # stamped at +33 s, lands at +34 s: 11 s after the last renewTime, within the grace
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 1
+    clock.now += 6
+    await beat.renew()  # stamped at +44 s, lands at +45 s: 12 s after the last renewTime, late
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 2

@@ -30,8 +30,8 @@ def test_the_self_check_passes_a_clean_window_and_names_every_problem() -> None:
     assert selfcheck.problems(before, clean) == []
     bad = selfcheck.parse_health(exposition(5, 3, 1, 2, 4, 6))
     assert selfcheck.problems(before, bad) == [
-        "2 Lease renewals were late (more than the renew interval plus a tenth after the previous one)",
-        "1 of 3 Leases are overdue at the end (the oldest renewed 12.5 s ago)",
+        "2 Lease renewals were late (more than the renew interval plus a tenth after the renewTime they replaced)",
+        "1 of 3 Leases are overdue at the end (the oldest renewTime is 12.5 s old)",
         "2 Lease renewals for 3 nodes: some were never renewed",
         "1 of 3 informers are not synced",
         "2 list or watch attempts failed",

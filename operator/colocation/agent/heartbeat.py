@@ -11,15 +11,19 @@ Following the kubelet's node lease controller (KEP "Efficient Node Heartbeats"):
   so neither a slow API server nor a slow report delays the next heartbeat by more than that.
 
 Renewals start at a fixed rate (each one period after the start of the last successful one, the
-period jittered shorter by up to 4 %), so a slow renewal does not push the next one back. A
-renewal is late when it succeeds more than the renew interval plus a grace of a tenth of it
-after the previous success (or, for the first, after the loop started); `overdue()` says whether
-the Lease is late right now, renewed or not. Both feed the agent's self-check metrics.
+period jittered shorter by up to 4 %), so a slow renewal does not push the next one back. The
+renewTime is stamped once the request has its slot (simulated agents share a bounded number),
+just before it is sent, so waiting for a slot does not age it. Lateness is what a reader of the
+Lease sees: a renewal is late when it lands more than the renew interval plus a tenth of it after
+the renewTime it replaces was stamped (the first: after the loop started), and `age()` is how
+old the renewTime in the Lease is now; `overdue()` says it is late right now. Both feed the
+agent's self-check metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import random
@@ -76,7 +80,9 @@ class NodeHeartbeat:
         self.lease: dict[str, Any] | None = None  # as last read or written
         self.node_uid: str = ""
         self.renewed_at: float | None = None  # monotonic, last success
+        self.renew_time: float | None = None  # monotonic, when the renewTime in the Lease was stamped
         self.started_at: float | None = None  # monotonic, when run() began
+        self._stamped: float = 0.0  # monotonic, the last renewTime written into a request
         # A renewal (or the Lease, while none succeeds) is late past this many seconds since the last success.
         self.late_after = self.renew_interval * (1 + LATE_GRACE_FRACTION)
         self._wall, self._clock, self._sleep = wall, clock, sleep
@@ -101,10 +107,10 @@ class NodeHeartbeat:
                     continue  # the cache was dropped: read (or create) and write again at once
                 raise
             renewed_at = self._clock()
-            since = self.renewed_at if self.renewed_at is not None else self.started_at
+            since = self.renew_time if self.renew_time is not None else self.started_at
             if since is not None and renewed_at - since > self.late_after:
                 self.metrics.lease_renewals_late.inc()
-            self.renewed_at = renewed_at
+            self.renewed_at, self.renew_time = renewed_at, self._stamped
             self.metrics.lease_renew.observe(renewed_at - started)
             return
         assert error is not None
@@ -119,7 +125,8 @@ class NodeHeartbeat:
             self.lease = self._expect(status, body, "reading")
         await self._ensure_owner()
         assert self.lease is not None
-        status, body = await self._call("PUT", f"{self._lease_path}/{self.node_name}", self._renewed(self.lease))
+        lease = self.lease
+        status, body = await self._call("PUT", f"{self._lease_path}/{self.node_name}", lambda: self._renewed(lease))
         if status in (404, 409):
             self.lease = None
             raise HeartbeatError("conflict" if status == 409 else "not-found", _message(body))
@@ -127,7 +134,7 @@ class NodeHeartbeat:
 
     async def _create(self) -> None:
         await self._ensure_owner()
-        status, body = await self._call("POST", self._lease_path, self._renewed(self._new_lease()))
+        status, body = await self._call("POST", self._lease_path, lambda: self._renewed(self._new_lease()))
         if status == 409:  # created meanwhile (a restarted agent racing its predecessor): read it next
             raise HeartbeatError("conflict", _message(body))
         self.lease = self._expect(status, body, "creating")
@@ -156,16 +163,16 @@ class NodeHeartbeat:
             metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.node_name,
                                             "uid": self.node_uid}]
         spec = lease.setdefault("spec", {})
+        self._stamped = self._clock()
         spec.update(holderIdentity=self.node_name, leaseDurationSeconds=self.lease_duration_seconds,
                     renewTime=format_micro_time(wall_time(self._wall())))
         return lease
 
-    async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    async def _call(self, method: str, path: str, body: Callable[[], Any] | None = None) -> tuple[int, Any]:
+        """The request, its body made once it has a slot; HeartbeatError if it got no answer."""
         try:
-            if self.slots is None:
-                return await self.kube.request(method, path, body=body, timeout=self.timeout)
-            async with self.slots:
-                return await self.kube.request(method, path, body=body, timeout=self.timeout)
+            async with self.slots or contextlib.nullcontext():
+                return await self.kube.request(method, path, body=body() if body else None, timeout=self.timeout)
         except TimeoutError as error:
             raise HeartbeatError("timeout", f"{method} {path}: no answer within {self.timeout:.1f}s") from error
         except Exception as error:  # the connection failed: the next attempt opens a new one
@@ -181,8 +188,8 @@ class NodeHeartbeat:
     # ---- the loop --------------------------------------------------------------------------------
 
     def age(self) -> float:
-        """Seconds since the last successful renewal (since the loop started, before the first); 0 before that."""
-        since = self.renewed_at if self.renewed_at is not None else self.started_at
+        """How old the renewTime in the Lease is (since the loop started, before the first renewal; 0 before that)."""
+        since = self.renew_time if self.renew_time is not None else self.started_at
         return 0.0 if since is None else self._clock() - since
 
     def overdue(self) -> bool:

@@ -79,16 +79,15 @@ class AgentMetrics:
         self.nodes = Gauge("colocation_agent_nodes", "Nodes the process runs an agent for (1, or the simulated ones).",
                            registry=r)
         self.lease_renewals_late = Counter("colocation_agent_lease_renewals_late_total",
-                                           "Lease renewals that succeeded more than the renew interval plus a "
-                                           "tenth of it after the previous success (the first: after the "
+                                           "Lease renewals that landed more than the renew interval plus a tenth "
+                                           "of it after the renewTime they replace (the first: after the "
                                            "heartbeat started).", registry=r)
         self.leases_overdue = Gauge("colocation_agent_leases_overdue",
-                                    "Nodes whose Lease is late now: no renewal succeeded within the renew interval "
+                                    "Nodes whose Lease is late now: its renewTime is older than the renew interval "
                                     "plus a tenth of it (never-renewed ones included).", registry=r)
         self.lease_oldest_age = Gauge("colocation_agent_lease_oldest_renewal_age_seconds",
-                                      "Seconds since the last successful renewal of the least recently renewed "
-                                      "Lease of the process (since its heartbeat started, before the first).",
-                                      registry=r)
+                                      "Age of the oldest renewTime among the process's Leases (since its "
+                                      "heartbeat started, before the first renewal).", registry=r)
         self.informers = Gauge("colocation_agent_informers", "Informers (list, then watch) the process runs.",
                                registry=r)
         self.informers_synced = Gauge("colocation_agent_informers_synced",

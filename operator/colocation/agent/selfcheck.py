@@ -5,9 +5,9 @@ that say whether its nodes did their part (colocation.agent.metrics). A run pass
 a read before the measured window and one after it:
 
 - no Lease renewal was late (`colocation_agent_lease_renewals_late_total` did not grow) and no
-  Lease is overdue at the end (`colocation_agent_leases_overdue` is 0): every gap between two
-  renewals of every node was within the renew interval plus a tenth, whether it ended in a
-  renewal (counted late) or is still open at the end (overdue);
+  Lease is overdue at the end (`colocation_agent_leases_overdue` is 0): no Lease's renewTime was
+  ever older than the renew interval plus a tenth, whether a renewal ended that stretch (counted
+  late) or it is still going at the end (overdue);
 - every node renewed its Lease at least once;
 - every informer is synced at the end and none failed meanwhile (`colocation_agent_informers_synced`
   equals `colocation_agent_informers`; `colocation_agent_informer_failures_total` did not grow);
@@ -93,10 +93,10 @@ def problems(before: AgentHealth, after: AgentHealth) -> list[str]:
         found.append("the process runs no node")
     if late := after.late_renewals - before.late_renewals:
         found.append(f"{late:.0f} Lease renewals were late (more than the renew interval plus a tenth after "
-                     f"the previous one)")
+                     f"the renewTime they replaced)")
     if after.leases_overdue:
-        found.append(f"{after.leases_overdue} of {after.nodes} Leases are overdue at the end (the oldest renewed "
-                     f"{after.oldest_lease_age:.1f} s ago)")
+        found.append(f"{after.leases_overdue} of {after.nodes} Leases are overdue at the end (the oldest renewTime "
+                     f"is {after.oldest_lease_age:.1f} s old)")
     if (renewed := after.renewals - before.renewals) < after.nodes:
         found.append(f"{renewed:.0f} Lease renewals for {after.nodes} nodes: some were never renewed")
     if after.informers_synced < after.informers:
