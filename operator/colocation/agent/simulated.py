@@ -16,8 +16,9 @@ leader Lease per interval for the whole process, not one per node) and three con
 
 So the process holds about one socket per node plus twice `concurrency`: `socket_budget` says
 how many, and the simulation raises its open-files limit to that (or refuses to start). The
-nodes start spread over up to one renew interval (100 a second), as a DaemonSet's pods do not all
-start at one instant, so neither the first lists nor the heartbeats come in one burst.
+nodes start evenly spread over one renew interval, as a DaemonSet's pods do not all start at one
+instant: neither the first lists nor the heartbeats come in one burst, and the API server sees
+as many renewals every second, not all of them at once every interval.
 
 Like real agents, simulated ones watch their pods (the synthetic collector names them; the watch
 says which of them the cluster really has on the node) but not their NodeSLO: they use the
@@ -70,8 +71,6 @@ from colocation.kube import permissions
 log = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCY = 32
-# Simulated nodes started per second at most (their starts spread over up to one renew interval).
-STARTS_PER_SECOND = 100.0
 # Files the process opens besides its connections: the metrics server and its clients, logs, the
 # event loop's own, a restarting leader's extra connections.
 _FILE_MARGIN = 64
@@ -175,9 +174,8 @@ def ensure_open_files(needed: int) -> int:
 
 
 def start_delays(nodes: int, renew_interval: float) -> list[float]:
-    """When each node starts: evenly over nodes / STARTS_PER_SECOND seconds, at most one renew interval."""
-    spread = min(renew_interval, nodes / STARTS_PER_SECOND)
-    return [spread * index / nodes for index in range(nodes)]
+    """When each node starts: evenly over one renew interval, so their heartbeats are evenly phased."""
+    return [renew_interval * index / nodes for index in range(nodes)]
 
 
 async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = None) -> int:
