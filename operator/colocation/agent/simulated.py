@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gc
 import logging
 import resource
 import ssl
@@ -212,6 +213,9 @@ async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = 
                               heartbeat_kube=SessionKube(leases, server, tls, token),
                               sample_source=synthetic_source(collector) if config.custom_metrics else None)
             agents.append(agent)
+        # The agents live as long as the process: leave them out of the garbage collector's full
+        # collections, which would otherwise walk every simulated pod every few seconds.
+        gc.freeze()
         watch_count = sum(len(agent.watches) for agent in agents)
         assert watch_count <= len(config.nodes), "one informer per simulated node: the watch pool has one slot each"
         lag = track_agents(metrics, agents)
