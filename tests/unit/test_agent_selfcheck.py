@@ -54,7 +54,9 @@ def test_every_warning_an_agent_logs_is_counted() -> None:
 def test_a_sandbox_state_names_every_agent_process(tmp_path: Path) -> None:
     (tmp_path / "agents.json").write_bytes(orjson.dumps([
         {"nodes": ["n0"], "simulated": False, "metricsPort": 1234, "pid": 10},
-        {"nodes": ["n1", "n2"], "simulated": True, "metricsPort": 1235, "pid": 11}]))
+        {"nodes": ["n1", "n2"], "simulated": True, "metricsPort": 1235, "pid": 11},
+        {"nodes": ["n3"], "simulated": False, "host": "10.244.1.3", "metricsPort": 9464, "pid": 12}]))
     assert selfcheck.sandbox_metrics_urls(tmp_path) == {
         "real agent (1 nodes, pid 10)": "http://127.0.0.1:1234/metrics",
-        "simulated agent (2 nodes, pid 11)": "http://127.0.0.1:1235/metrics"}
+        "simulated agent (2 nodes, pid 11)": "http://127.0.0.1:1235/metrics",
+        "real agent (1 nodes, pid 12)": "http://10.244.1.3:9464/metrics"}

@@ -127,10 +127,12 @@ async def read_health(session: aiohttp.ClientSession, url: str, timeout: float =
 
 
 def sandbox_metrics_urls(state_dir: Path) -> dict[str, str]:
-    """The /metrics URL of every agent process of a sandbox, by a name for it (from STATE_DIR/agents.json)."""
+    """The /metrics URL of every agent process of a sandbox, by a name for it (from STATE_DIR/agents.json;
+    on loopback, or at the `host` an entry names: a pod's address on the sandbox with a real API server)."""
     entries = orjson.loads((state_dir / "agents.json").read_bytes())
     return {f"{'simulated' if entry['simulated'] else 'real'} agent ({len(entry['nodes'])} nodes, pid "
-            f"{entry['pid']})": f"http://127.0.0.1:{entry['metricsPort']}/metrics" for entry in entries}
+            f"{entry['pid']})": f"http://{entry.get('host', '127.0.0.1')}:{entry['metricsPort']}/metrics"
+            for entry in entries}
 
 
 async def read_all(urls: Mapping[str, str]) -> dict[str, AgentHealth]:
