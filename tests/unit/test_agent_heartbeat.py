@@ -7,6 +7,7 @@ what does not exist, and it records every request so the tests can count them.
 from __future__ import annotations
 
 import copy
+import random
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -180,10 +181,145 @@ async def test_the_loop_renews_every_interval_and_retries_sooner_after_a_failure
         if len(delays) == 3:
             raise KeyboardInterrupt  # stop the loop
 
-    beat = heartbeat(api, sleep=sleep)
+    clock = FakeClock()
+    beat = heartbeat(api, sleep=sleep, clock=clock)
     with pytest.raises(KeyboardInterrupt):
         await beat.run()
     renewed, after_failure, recovered = delays
     assert 9.6 <= renewed <= 10  # 4 % jitter, never longer than the interval
     assert after_failure < 1
     assert 9.6 <= recovered <= 10
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class NoJitter(random.Random):
+    def random(self) -> float:
+        return 0.0
+
+
+class SlowLeaseApi(FakeLeaseApi):
+    """Every request takes `latency` seconds of the fake clock."""
+
+    def __init__(self, clock: FakeClock, latency: float) -> None:
+        super().__init__()
+        self.clock, self.latency = clock, latency
+
+    async def request(self, method: str, path: str, *, body: Any = None, timeout: float,
+                      params: dict[str, str] | None = None) -> tuple[int, Any]:
+        self.clock.now += self.latency
+        return await super().request(method, path, body=body, timeout=timeout, params=params)
+
+
+class Stop(Exception):
+    pass
+
+
+def sleeper(clock: FakeClock, delays: list[float], count: int) -> Any:
+    """A sleep that advances the fake clock and records the delay; raises Stop at the `count`-th."""
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        if len(delays) == count:
+            raise Stop
+        clock.now += seconds
+
+    return sleep
+
+
+async def test_renewals_start_at_a_fixed_rate_however_long_one_takes() -> None:
+    clock = FakeClock()
+    api = SlowLeaseApi(clock, latency=1.0)
+    delays: list[float] = []
+    beat = heartbeat(api, clock=clock, sleep=sleeper(clock, delays, 3), rng=NoJitter())
+    with pytest.raises(Stop):
+        await beat.run()
+    # Creating takes three requests (3 s), a renewal one (1 s): each next one starts 10 s after the last did.
+    assert delays == [7.0, 9.0, 9.0]
+    assert api.calls[3:] == [("PUT", f"{LEASES}/node-a")] * 2
+
+
+async def test_a_renewal_after_the_interval_and_its_grace_is_late_and_the_lease_overdue_meanwhile() -> None:
+    clock = FakeClock()
+    api = FakeLeaseApi()
+    metrics = AgentMetrics()
+    delays: list[float] = []
+    overdue: list[bool] = []
+    sleep = sleeper(clock, delays, 7)
+
+    async def watching(seconds: float) -> None:
+        overdue.append(beat.overdue())
+        await sleep(seconds)
+
+    beat = heartbeat(api, clock=clock, sleep=watching, rng=NoJitter(), metrics=metrics)
+    assert beat.late_after == pytest.approx(11.0) and not beat.overdue()  # not started: nothing is due
+
+    def late() -> float | None:
+        return metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total")
+
+    original = api.request
+    failures = iter([False, True, True, True, True, False, False])  # per renewal attempt, from the first
+
+    async def request(method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        if method in ("PUT", "POST") and next(failures):
+            raise TimeoutError()
+        return await original(method, path, **kwargs)
+
+    api.request = request  # type: ignore[method-assign]
+    with pytest.raises(Stop):
+        await beat.run()
+    # t=0 created; t=10, 10.2, 10.6 and 11.4 time out (backoff 0.2, 0.4, 0.8, 1.6); t=13 renews: late.
+    assert delays == pytest.approx([10.0, 0.2, 0.4, 0.8, 1.6, 10.0, 10.0])
+    assert overdue == [False, False, False, False, True, False, False]
+    assert late() == 1
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renew_failures_total",
+                                             {"reason": "timeout"}) == 4
+
+
+async def test_a_failure_without_a_message_is_described_by_its_type() -> None:
+    class Silent(Exception):
+        pass
+
+    api = FakeLeaseApi()
+    api.fail_next = [Silent()]
+    with pytest.raises(HeartbeatError, match=r"connection: GET .*/node-a: Silent$"):
+        await heartbeat(api).renew()
+
+
+async def test_the_renew_time_is_stamped_once_the_request_has_its_slot_and_lateness_counts_from_it() -> None:
+    clock = FakeClock()
+    metrics = AgentMetrics()
+
+    class SlowSlots:
+        """Every request waits 4 s for a slot, then takes 1 s."""
+
+        async def __aenter__(self) -> None:
+            clock.now += 4
+
+        async def __aexit__(self, *exc: object) -> None:
+            clock.now += 1
+
+    api = FakeLeaseApi()
+    beat = NodeHeartbeat(api, "node-a", wall=lambda: WALL + clock.now - 1000, clock=clock, metrics=metrics,
+                         slots=SlowSlots())  # type: ignore[arg-type]
+    beat.started_at = clock.now
+    await beat.renew()  # GET, GET the Node, POST: the POST gets its slot at +14 s and lands at +15 s
+    assert api.leases["node-a"]["spec"]["renewTime"] == "2026-11-22T01:02:17.456789Z"  # WALL + 14 s
+    assert beat.age() == 1.0
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 1  # 15 s after start
+    clock.now += 4
+    await beat.renew()  # stamped at +23 s, lands at +24 s: 10 s after the renewTime it replaces
+    assert api.leases["node-a"]["spec"]["renewTime"] == "2026-11-22T01:02:26.456789Z"
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 1
+    clock.now += 5
+    await beat.renew()  # stamped at +33 s, lands at +34 s: 11 s after the last renewTime, within the grace
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 1
+    clock.now += 6
+    await beat.renew()  # stamped at +44 s, lands at +45 s: 12 s after the last renewTime, late
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 2

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from colocation.kube.backoff import Backoff
-from colocation.kube.informer import Informer, InformerOptions
+from colocation.kube.informer import Informer, InformerOptions, describe_error, failure_reason
 
 Obj = dict[str, Any]
 
@@ -69,17 +69,24 @@ class Recorder:
         self.events.append((type_, obj["metadata"]["name"]))
 
 
-async def run_until_exhausted(server: FakeServer, recorder: Recorder, **options: Any) -> Informer:
+async def run_until_exhausted(server: FakeServer, recorder: Recorder, errors: list[str] | None = None,
+                              **options: Any) -> Informer:
     informer = Informer(server, "/api/v1/nodes", on_sync=recorder.on_sync, on_event=recorder.on_event,
-                        options=InformerOptions(**options), backoff=Backoff(initial=0.001, maximum=0.002))
+                        options=InformerOptions(**options), backoff=Backoff(initial=0.001, maximum=0.002),
+                        on_error=errors.append if errors is not None else None)
+    await run_informer_until(informer, server.exhausted)
+    return informer
+
+
+async def run_informer_until(informer: Informer, event: asyncio.Event) -> None:
+    """Run the informer until `event` is set (5 s at most), then cancel it."""
     task = asyncio.create_task(informer.run())
     try:
-        await asyncio.wait_for(server.exhausted.wait(), timeout=5)
+        await asyncio.wait_for(event.wait(), timeout=5)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    return informer
 
 
 async def test_lists_in_pages_then_watches_from_the_list_version() -> None:
@@ -131,3 +138,50 @@ async def test_a_refused_list_is_retried_not_fatal(status: int) -> None:
     recorder = Recorder()
     await run_until_exhausted(server, recorder)
     assert recorder.syncs == [([], "1")]
+
+
+class Failing:
+    """Answers nothing: every request fails with `error` (a client-side timeout has no message)."""
+
+    def __init__(self, error: Exception, failures: int) -> None:
+        self.error = error
+        self.failures = failures
+        self.tried = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, path: str, params: dict[str, str], stream: bool) -> AsyncIterator[FakeResponse]:
+        self.failures -= 1
+        if self.failures == 0:
+            self.tried.set()
+            await asyncio.Event().wait()  # hang on the last request, until the test cancels it
+        raise self.error
+        yield FakeResponse(200)  # pragma: no cover (unreachable: makes this a generator)
+
+
+async def test_failures_are_counted_by_reason_logged_with_their_type_and_leave_the_informer_failing(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = Failing(TimeoutError(), failures=3)
+    errors: list[str] = []
+    informer = Informer(server, "/api/v1/pods", on_sync=Recorder().on_sync, on_event=Recorder().on_event,
+                        backoff=Backoff(initial=0.001, maximum=0.002), on_error=errors.append, name="pods@n1")
+    await run_informer_until(informer, server.tried)
+    assert errors == ["timeout", "timeout"] and informer.failures == 2
+    assert informer.failing and not informer.synced.is_set()
+    logged = [r for r in caplog.records if r.getMessage() == "list/watch failed, retrying"]
+    assert [r.__dict__["error"] for r in logged] == ["TimeoutError", "TimeoutError"]
+
+
+async def test_a_list_that_succeeds_after_failures_clears_failing() -> None:
+    server = FakeServer([FakeResponse(503, b"busy"), page(["a"], "5"), FakeResponse(200, lines=[])])
+    errors: list[str] = []
+    informer = await run_until_exhausted(server, Recorder(), errors)
+    assert errors == ["http-503"]
+    assert informer.synced.is_set() and not informer.failing
+
+
+def test_errors_are_described_with_their_type_and_reason() -> None:
+    assert describe_error(TimeoutError()) == "TimeoutError"
+    assert describe_error(OSError("connection\n refused")) == "OSError: connection refused"
+    assert failure_reason(TimeoutError()) == "timeout"
+    assert failure_reason(ConnectionResetError()) == "connection"
+    assert failure_reason(orjson.JSONDecodeError("bad", "x", 0)) == "decode"

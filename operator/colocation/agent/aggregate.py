@@ -31,6 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from colocation.agent.collector import HostApplicationSample, PodSample, Sample
 
@@ -76,16 +77,17 @@ def system_usage(node: Usage, pods: Iterable[Usage], host_applications: Iterable
     return Usage(cpu_millis=max(cpu, 0), memory_bytes=max(memory, 0))
 
 
-@dataclass(frozen=True)
-class _NodePoint:
-    timestamp: float
-    cpu: int | None
-    memory: int | None
-    system_cpu: int | None
-    system_memory: int | None
-
-
+# Points are plain tuples, not objects: the garbage collector stops tracking a tuple of numbers,
+# while it would walk every one of a class's instances on each full collection. A process of
+# simulated agents holds up to 1,800 node points per node, and those walks stalled its event loop.
 _Point = tuple[float, int | None, int]  # (timestamp, cpu millis or None when unmeasured, memory)
+# (timestamp, cpu, memory, system cpu, system memory), None where unmeasured
+_NodePoint = tuple[float, int | None, int | None, int | None, int | None]
+_TIME: Final = 0
+_CPU: Final = 1
+_MEMORY: Final = 2
+_SYSTEM_CPU: Final = 3
+_SYSTEM_MEMORY: Final = 4
 
 
 def _average(values: Sequence[int]) -> int:
@@ -159,7 +161,7 @@ class Aggregator:
             system_cpu = max(node_cpu - sum(part.cpu_millis for part in parts), 0)
         if node_memory is not None:
             system_memory = max(node_memory - sum(part.memory_bytes for part in parts), 0)
-        self._node.append(_NodePoint(at, node_cpu, node_memory, system_cpu, system_memory))
+        self._node.append((at, node_cpu, node_memory, system_cpu, system_memory))
         for pod in sample.pods:
             self._ring(self._pods, pod.uid).append((at, pod.cpu_millis if pod.cpu_measured else None,
                                                      pod.memory_bytes))
@@ -176,7 +178,7 @@ class Aggregator:
 
     def _forget_before(self, now: float) -> None:
         horizon = now - max((self.window_seconds, *self.durations))
-        while self._node and self._node[0].timestamp <= horizon:
+        while self._node and self._node[0][_TIME] <= horizon:
             self._node.popleft()
         for rings in (self._pods, self._apps):
             for key in [key for key, ring in rings.items() if ring[-1][0] <= now - self.window_seconds]:
@@ -189,17 +191,17 @@ class Aggregator:
         return self._clock() if now is None else now
 
     def _node_points(self, now: float, seconds: float) -> list[_NodePoint]:
-        return [point for point in self._node if now - seconds < point.timestamp <= now]
+        return [point for point in self._node if now - seconds < point[_TIME] <= now]
 
     def node_usage(self, now: float | None = None) -> Usage | None:
         """Average node usage over the window; None while the window lacks cpu or memory values."""
         points = self._node_points(self._now(now), self.window_seconds)
-        return self._average_usage([p.cpu for p in points], [p.memory for p in points])
+        return self._average_usage([p[_CPU] for p in points], [p[_MEMORY] for p in points])
 
     def system_usage(self, now: float | None = None) -> Usage | None:
         """Average over the window of each sample's system usage (koordlet's systemUsage)."""
         points = self._node_points(self._now(now), self.window_seconds)
-        return self._average_usage([p.system_cpu for p in points], [p.system_memory for p in points])
+        return self._average_usage([p[_SYSTEM_CPU] for p in points], [p[_SYSTEM_MEMORY] for p in points])
 
     @staticmethod
     def _average_usage(cpu: Sequence[int | None], memory: Sequence[int | None]) -> Usage | None:
@@ -232,10 +234,10 @@ class Aggregator:
         results: list[AggregatedUsage] = []
         for duration in self.durations:
             points = self._node_points(at, duration)
-            if not points or points[-1].timestamp - points[0].timestamp < duration / 2:
+            if not points or points[-1][_TIME] - points[0][_TIME] < duration / 2:
                 continue
-            cpu = sorted(p.cpu for p in points if p.cpu is not None)
-            memory = sorted(p.memory for p in points if p.memory is not None)
+            cpu = sorted(cpu for p in points if (cpu := p[_CPU]) is not None)
+            memory = sorted(memory for p in points if (memory := p[_MEMORY]) is not None)
             if not cpu or not memory:
                 continue
             stats = [Usage(percentile(cpu, p), percentile(memory, p)) for p in PERCENTILES]

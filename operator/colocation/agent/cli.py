@@ -68,7 +68,8 @@ DEFAULT_METRICS_PORT = 9464
                    "in this JSON file ([{\"node\", \"token\", \"seed\", \"profile\", \"pods\"}]), sharing one "
                    "connection pool; for the sandbox and load tests. Needs --kubeconfig for the server and CA.")
 @click.option("--simulation-concurrency", type=click.IntRange(min=1), default=32, show_default=True,
-              help="With --simulated-nodes: reports (and, separately, Lease renewals) in flight at once.")
+              help="With --simulated-nodes: reports (and, separately, Lease renewals) in flight at once, each "
+                   "over a pool of as many connections; every node's pod watch has a connection of its own.")
 @common_options
 def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Path, cgroup_root: Path,
                   collect_interval: float, report_interval: float, report_change_threshold: float,

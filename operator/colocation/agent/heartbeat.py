@@ -9,11 +9,21 @@ Following the kubelet's node lease controller (KEP "Efficient Node Heartbeats"):
   again and retry. A 404 means it was deleted: create it again;
 - every request has a timeout shorter than the renew interval, and the loop is a task of its own,
   so neither a slow API server nor a slow report delays the next heartbeat by more than that.
+
+Renewals start at a fixed rate (each one period after the start of the last successful one, the
+period jittered shorter by up to 4 %), so a slow renewal does not push the next one back. The
+renewTime is stamped once the request has its slot (simulated agents share a bounded number),
+just before it is sent, so waiting for a slot does not age it. Lateness is what a reader of the
+Lease sees: a renewal is late when it lands more than the renew interval plus a tenth of it after
+the renewTime it replaces was stamped (the first: after the loop started), and `age()` is how
+old the renewTime in the Lease is now; `overdue()` says it is late right now. Both feed the
+agent's self-check metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import random
@@ -26,6 +36,7 @@ from colocation.agent.metrics import AgentMetrics
 from colocation.apimachinery.microtime import format_micro_time, wall_time
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
+from colocation.kube.informer import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +48,8 @@ permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall("", "nodes
 DEFAULT_LEASE_DURATION = 40
 # The kubelet renews at a quarter of the duration: three renewals may fail before the lease expires.
 RENEW_FRACTION = 0.25
+# A renewal is late when it comes more than this fraction of the interval after it was due.
+LATE_GRACE_FRACTION = 0.1
 _ATTEMPTS_PER_RENEWAL = 3
 
 
@@ -67,6 +80,11 @@ class NodeHeartbeat:
         self.lease: dict[str, Any] | None = None  # as last read or written
         self.node_uid: str = ""
         self.renewed_at: float | None = None  # monotonic, last success
+        self.renew_time: float | None = None  # monotonic, when the renewTime in the Lease was stamped
+        self.started_at: float | None = None  # monotonic, when run() began
+        self._stamped: float = 0.0  # monotonic, the last renewTime written into a request
+        # A renewal (or the Lease, while none succeeds) is late past this many seconds since the last success.
+        self.late_after = self.renew_interval * (1 + LATE_GRACE_FRACTION)
         self._wall, self._clock, self._sleep = wall, clock, sleep
         # The kubelet jitters its period by 4 %; jitter only shortens it.
         self._period = Backoff(self.renew_interval, self.renew_interval, factor=1.0, jitter=0.04, rng=rng)
@@ -88,8 +106,12 @@ class NodeHeartbeat:
                 if failure.reason in ("conflict", "not-found"):
                     continue  # the cache was dropped: read (or create) and write again at once
                 raise
-            self.renewed_at = self._clock()
-            self.metrics.lease_renew.observe(self.renewed_at - started)
+            renewed_at = self._clock()
+            since = self.renew_time if self.renew_time is not None else self.started_at
+            if since is not None and renewed_at - since > self.late_after:
+                self.metrics.lease_renewals_late.inc()
+            self.renewed_at, self.renew_time = renewed_at, self._stamped
+            self.metrics.lease_renew.observe(renewed_at - started)
             return
         assert error is not None
         raise error
@@ -103,7 +125,8 @@ class NodeHeartbeat:
             self.lease = self._expect(status, body, "reading")
         await self._ensure_owner()
         assert self.lease is not None
-        status, body = await self._call("PUT", f"{self._lease_path}/{self.node_name}", self._renewed(self.lease))
+        lease = self.lease
+        status, body = await self._call("PUT", f"{self._lease_path}/{self.node_name}", lambda: self._renewed(lease))
         if status in (404, 409):
             self.lease = None
             raise HeartbeatError("conflict" if status == 409 else "not-found", _message(body))
@@ -111,7 +134,7 @@ class NodeHeartbeat:
 
     async def _create(self) -> None:
         await self._ensure_owner()
-        status, body = await self._call("POST", self._lease_path, self._renewed(self._new_lease()))
+        status, body = await self._call("POST", self._lease_path, lambda: self._renewed(self._new_lease()))
         if status == 409:  # created meanwhile (a restarted agent racing its predecessor): read it next
             raise HeartbeatError("conflict", _message(body))
         self.lease = self._expect(status, body, "creating")
@@ -140,20 +163,20 @@ class NodeHeartbeat:
             metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.node_name,
                                             "uid": self.node_uid}]
         spec = lease.setdefault("spec", {})
+        self._stamped = self._clock()
         spec.update(holderIdentity=self.node_name, leaseDurationSeconds=self.lease_duration_seconds,
                     renewTime=format_micro_time(wall_time(self._wall())))
         return lease
 
-    async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    async def _call(self, method: str, path: str, body: Callable[[], Any] | None = None) -> tuple[int, Any]:
+        """The request, its body made once it has a slot; HeartbeatError if it got no answer."""
         try:
-            if self.slots is None:
-                return await self.kube.request(method, path, body=body, timeout=self.timeout)
-            async with self.slots:
-                return await self.kube.request(method, path, body=body, timeout=self.timeout)
+            async with self.slots or contextlib.nullcontext():
+                return await self.kube.request(method, path, body=body() if body else None, timeout=self.timeout)
         except TimeoutError as error:
             raise HeartbeatError("timeout", f"{method} {path}: no answer within {self.timeout:.1f}s") from error
         except Exception as error:  # the connection failed: the next attempt opens a new one
-            raise HeartbeatError("connection", f"{method} {path}: {error or type(error).__name__}") from error
+            raise HeartbeatError("connection", f"{method} {path}: {describe_error(error)}") from error
 
     @staticmethod
     def _expect(status: int, body: Any, what: str) -> dict[str, Any]:
@@ -164,17 +187,30 @@ class NodeHeartbeat:
 
     # ---- the loop --------------------------------------------------------------------------------
 
+    def age(self) -> float:
+        """How old the renewTime in the Lease is (since the loop started, before the first renewal; 0 before that)."""
+        since = self.renew_time if self.renew_time is not None else self.started_at
+        return 0.0 if since is None else self._clock() - since
+
+    def overdue(self) -> bool:
+        """The Lease is late now: no renewal succeeded within the interval (and its grace)."""
+        return self.age() > self.late_after
+
     async def run(self) -> None:
+        self.started_at = self._clock()
         while True:
+            attempt = self._clock()
             try:
                 await self.renew()
                 self._errors.reset()
-                delay = self._period.next_delay()
+                # A fixed rate: one period after this renewal started, however long it took.
+                delay = attempt + self._period.next_delay() - self._clock()
             except HeartbeatError as error:
                 delay = self._errors.next_delay()
                 log.warning("node lease renewal failed", extra={"node": self.node_name, "error": str(error),
                                                                 "retry_in": round(delay, 2)})
-            await self._sleep(delay)
+            if delay > 0:
+                await self._sleep(delay)
 
 
 def _message(body: Any) -> str:

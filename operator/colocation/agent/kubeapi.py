@@ -2,8 +2,10 @@
 
 The real agent goes through a kubernetes-asyncio ApiClient (in-cluster token refresh, client
 certificates, exec plugins: whatever the kubeconfig says). Simulated agents, many per process,
-each have a token of their own but share one aiohttp session (one connection pool), so a
-thousand of them cost a thousand tokens, not a thousand pools.
+each have a token of their own but share aiohttp sessions, so a thousand of them cost a thousand
+tokens, not a thousand pools. Their informers (list, then a watch that holds its connection for
+minutes) may use a session of their own, `watch_session`: a watch parked in the pool that
+requests use would leave them waiting for a free connection.
 
 Bodies are plain JSON, sent and received exactly as the API server writes them; every request
 carries a timeout chosen by the caller.
@@ -92,14 +94,15 @@ class SessionKube:
     """KubeApi over a shared aiohttp session with a token of its own (simulated agents)."""
 
     def __init__(self, session: aiohttp.ClientSession, server: str, ssl_context: ssl.SSLContext,
-                 token: Callable[[], str]) -> None:
+                 token: Callable[[], str], *, watch_session: aiohttp.ClientSession | None = None) -> None:
         self.session = session
+        self.watch_session = watch_session or session
         self.server = server.rstrip("/")
         self.ssl_context = ssl_context
         self._token = token
 
     def transport(self) -> Transport:
-        return https_transport(self.session, lambda: self.server, lambda: self.ssl_context, self._token)
+        return https_transport(self.watch_session, lambda: self.server, lambda: self.ssl_context, self._token)
 
     def bearer_token(self) -> str:
         return self._token()

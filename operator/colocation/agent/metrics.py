@@ -1,9 +1,18 @@
-"""Prometheus metrics of an agent process (one set per process, shared by simulated agents)."""
+"""Prometheus metrics of an agent process (one set per process, shared by simulated agents).
+
+The self-check (colocation.agent.selfcheck) reads a few of them to tell whether the process did
+what N real agents would: every Lease renewed within its interval (`lease_renewals_late`,
+`leases_overdue`), every informer synced (`informers`, `informers_synced`) and no failures
+(`errors`: every warning or error the agent logged).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -11,6 +20,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 _RENEW_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # Scrapes and sample batches: milliseconds on a healthy node, up to their timeouts otherwise.
 _REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class LeaseState(Protocol):
+    """What the metrics read of a node heartbeat (colocation.agent.heartbeat.NodeHeartbeat)."""
+
+    def age(self) -> float: ...
+
+    def overdue(self) -> bool: ...
 
 
 class AgentMetrics:
@@ -58,10 +75,68 @@ class AgentMetrics:
                                                buckets=_REQUEST_BUCKETS, registry=r)
         self.leader_changes = Counter("colocation_agent_leader_changes_total",
                                       "Changes of the leader seen on the leader Lease.", registry=r)
+        # ---- the self-check ----
+        self.nodes = Gauge("colocation_agent_nodes", "Nodes the process runs an agent for (1, or the simulated ones).",
+                           registry=r)
+        self.lease_renewals_late = Counter("colocation_agent_lease_renewals_late_total",
+                                           "Lease renewals that landed more than the renew interval plus a tenth "
+                                           "of it after the renewTime they replace (the first: after the "
+                                           "heartbeat started).", registry=r)
+        self.leases_overdue = Gauge("colocation_agent_leases_overdue",
+                                    "Nodes whose Lease is late now: its renewTime is older than the renew interval "
+                                    "plus a tenth of it (never-renewed ones included).", registry=r)
+        self.lease_oldest_age = Gauge("colocation_agent_lease_oldest_renewal_age_seconds",
+                                      "Age of the oldest renewTime among the process's Leases (since its "
+                                      "heartbeat started, before the first renewal).", registry=r)
+        self.informers = Gauge("colocation_agent_informers", "Informers (list, then watch) the process runs.",
+                               registry=r)
+        self.informers_synced = Gauge("colocation_agent_informers_synced",
+                                      "Informers that have listed and whose last list or watch did not fail.",
+                                      registry=r)
+        self.informer_failures = Counter("colocation_agent_informer_failures_total",
+                                         "List or watch attempts that failed, by resource and reason (timeout, "
+                                         "http-NNN, decode, connection).", ["resource", "reason"], registry=r)
+        self.errors = Counter("colocation_agent_errors_total",
+                              "Warnings and errors the agent logged, by logger and level: each is a failure it "
+                              "retries or works around (a renewal, a report, a list or watch, a sample batch).",
+                              ["logger", "level"], registry=r)
+        self.loop_lag = Gauge("colocation_agent_event_loop_lag_seconds",
+                              "The longest the event loop was late to wake a timer in the last 10 s: near 0 "
+                              "unless the process is short of CPU.", registry=r)
 
     def track_report_age(self, ages: Callable[[], list[float]]) -> None:
         """Read the reporters' ages at scrape time; the gauge shows the largest."""
         self.last_report_age.set_function(lambda: max(ages(), default=math.inf))
 
+    def track_leases(self, heartbeats: Callable[[], Sequence[LeaseState]]) -> None:
+        """Read the heartbeats' states at scrape time."""
+        self.leases_overdue.set_function(lambda: sum(1 for beat in heartbeats() if beat.overdue()))
+        self.lease_oldest_age.set_function(lambda: max((beat.age() for beat in heartbeats()), default=0.0))
+
+    def track_informers(self, states: Callable[[], list[bool]]) -> None:
+        """Read the informers' states (True: synced and not failing) at scrape time."""
+        self.informers.set_function(lambda: len(states()))
+        self.informers_synced.set_function(lambda: sum(states()))
+
+    @contextlib.contextmanager
+    def counting_logged_errors(self, logger: str = "colocation") -> Iterator[None]:
+        """Count every warning or error logged under `logger` while inside."""
+        handler = _ErrorCounter(self.errors)
+        target = logging.getLogger(logger)
+        target.addHandler(handler)
+        try:
+            yield
+        finally:
+            target.removeHandler(handler)
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _ErrorCounter(logging.Handler):
+    def __init__(self, counter: Counter) -> None:
+        super().__init__(logging.WARNING)
+        self.counter = counter
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.counter.labels(record.name, record.levelname.lower()).inc()

@@ -6,6 +6,10 @@ another: collection runs on its own clock and only appends to the aggregator; th
 the aggregator's current windows when it checks (the latest state, never a backlog); the
 heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.agent.samples)
 are two more tasks: one takes samples every scrape interval, one sends them.
+
+The heartbeat may have a client of its own (`heartbeat_kube`), as the kubelet has for its node
+Lease, so renewals never wait behind other traffic; simulated agents use that (see
+colocation.agent.simulated).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +104,7 @@ class NodeAgent:
                  direct: DirectPut, metrics: AgentMetrics, options: NodeAgentOptions | None = None,
                  watch_pods: bool = True, follow_nodeslo: bool = True,
                  report_slots: asyncio.Semaphore | None = None, lease_slots: asyncio.Semaphore | None = None,
+                 heartbeat_kube: KubeApi | None = None,
                  sample_source: Callable[[PodDirectory], SampleSource] | None = None,
                  wall: Callable[[], float] = time.time) -> None:
         self.node = node
@@ -123,12 +129,13 @@ class NodeAgent:
             sender = SampleSender(node, self.delivery, buffer, metrics=metrics, options=SendOptions(
                 interval=self.options.scrape.interval, request_timeout=self.options.report.request_timeout))
             self.custom_metrics = CustomMetrics(sample_source(self.pods), sender, metrics)
-        self.heartbeat = NodeHeartbeat(kube, node, namespace=self.options.lease_namespace,
+        self.heartbeat = NodeHeartbeat(heartbeat_kube or kube, node, namespace=self.options.lease_namespace,
                                        lease_duration_seconds=self.options.lease_duration,
                                        renew_interval=self.options.lease_renew_interval, metrics=metrics,
                                        slots=lease_slots, wall=wall)
         self.last_sample_at: float | None = None  # monotonic
         self._wall = wall
+        self.watches = self.informers()
 
     # ---- stages ------------------------------------------------------------------------------------
 
@@ -170,18 +177,23 @@ class NodeAgent:
     async def _nodeslo_event(self, type_: str, obj: dict[str, Any]) -> None:
         self.apply_policy(collect_policy(None if type_ == "DELETED" else obj))
 
+    def _count_failure(self, resource: str) -> Callable[[str], None]:
+        return lambda reason: self.metrics.informer_failures.labels(resource, reason).inc()
+
     def informers(self) -> list[Informer]:
         transport = self.kube.transport()
         informers = []
         if self.watch_pods:
             informers.append(Informer(transport, "/api/v1/pods", on_sync=self.pods.on_sync,
                                       on_event=self.pods.on_event, name=f"pods@{self.node}",
-                                      options=InformerOptions(field_selector=f"spec.nodeName={self.node}")))
+                                      options=InformerOptions(field_selector=f"spec.nodeName={self.node}"),
+                                      on_error=self._count_failure("pods")))
         if self.follow_nodeslo:
             informers.append(Informer(transport, f"/apis/{permissions.SLO_GROUP}/v1alpha1/nodeslos",
                                       on_sync=self._nodeslo_sync, on_event=self._nodeslo_event,
                                       name=f"nodeslo@{self.node}",
-                                      options=InformerOptions(field_selector=f"metadata.name={self.node}")))
+                                      options=InformerOptions(field_selector=f"metadata.name={self.node}"),
+                                      on_error=self._count_failure("nodeslos")))
         return informers
 
     def healthy(self) -> bool:
@@ -190,11 +202,14 @@ class NodeAgent:
             return True  # starting
         return time.monotonic() - self.last_sample_at < max(10 * self.options.collect_interval, 30.0)
 
-    async def run(self) -> None:
+    async def run(self, start_delay: float = 0.0) -> None:
+        """Run every stage until cancelled, after `start_delay` seconds (simulated nodes start spread out)."""
+        if start_delay > 0:
+            await asyncio.sleep(start_delay)
         tasks = [asyncio.create_task(self._collect_loop(), name=f"collect@{self.node}"),
                  asyncio.create_task(self.reporter.run(), name=f"report@{self.node}"),
                  asyncio.create_task(self.heartbeat.run(), name=f"heartbeat@{self.node}")]
-        tasks += [asyncio.create_task(informer.run(), name=informer.name) for informer in self.informers()]
+        tasks += [asyncio.create_task(informer.run(), name=informer.name) for informer in self.watches]
         if self.custom_metrics is not None:
             tasks.append(asyncio.create_task(self.custom_metrics.run(), name=f"custom-metrics@{self.node}"))
         try:
@@ -206,6 +221,38 @@ class NodeAgent:
 
 
 # ---- the process ---------------------------------------------------------------------------------
+
+def track_agents(metrics: AgentMetrics, agents: Sequence[NodeAgent]) -> LoopLag:
+    """The process's metrics that read its agents at scrape time (report ages, Leases, informers), and
+    the event loop's lag: run the LoopLag returned alongside the agents."""
+    lag = LoopLag()
+    metrics.loop_lag.set_function(lag.largest)
+    metrics.nodes.set(len(agents))
+    metrics.track_report_age(lambda: [agent.reporter.age() for agent in agents])
+    metrics.track_leases(lambda: [agent.heartbeat for agent in agents])
+    metrics.track_informers(lambda: [informer.synced.is_set() and not informer.failing
+                                     for agent in agents for informer in agent.watches])
+    return lag
+
+
+class LoopLag:
+    """How late the event loop wakes a timer: the largest delay of the last `window / tick` ticks (at
+    least `window` seconds). A process short of CPU (simulated agents, too many of them) shows here first."""
+
+    def __init__(self, tick: float = 0.1, window: float = 10.0) -> None:
+        self.tick = tick
+        self._lags: deque[float] = deque(maxlen=max(1, round(window / tick)))
+
+    def largest(self) -> float:
+        return max(self._lags, default=0.0)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.tick)
+            self._lags.append(max(0.0, loop.time() - before - self.tick))
+
 
 class StartupError(Exception):
     """The agent cannot start; the message is one line, fit for a CLI."""
@@ -290,13 +337,14 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> i
                           sample_source=lambda pods: PodScraper(
                               scrape_session, lambda: pods.scrape_targets.values(), scrape, metrics,
                               node=config.node_name).scrape_all)
-        metrics.track_report_age(lambda: [agent.reporter.age()])
+        lag = track_agents(metrics, [agent])
         runner = await serve_metrics(metrics, agent.healthy, config.metrics_bind_address, config.metrics_port)
         log.info("agent started", extra={"node": config.node_name, "proc_root": str(config.proc_root),
                                          "cgroup_root": str(config.cgroup_root),
                                          "scrape_interval": scrape.interval or "off"})
         try:
-            await run_until(stop, locator.run(), agent.run())
+            with metrics.counting_logged_errors():
+                await run_until(stop, locator.run(), lag.run(), agent.run())
         finally:
             if runner is not None:
                 with contextlib.suppress(Exception):

@@ -1,11 +1,24 @@
 """Many simulated agents in one process: synthetic load, the real reporter and heartbeat.
 
 Each simulated node has a token of its own (bound to a pod on that node, so the leader's node
-rule holds for it as for a real agent), but all of them share one aiohttp session, one leader
-locator (one read of the leader Lease per interval for the whole process, not one per node) and
-two semaphores that bound how many reports and Lease renewals are in flight at once, so a
-failover that makes every node report at the same moment queues here instead of piling on the
-new leader.
+rule holds for it as for a real agent), but all of them share one leader locator (one read of the
+leader Lease per interval for the whole process, not one per node) and three connection pools:
+
+- watches: one connection for each node's pod informer (its list, then its watch), as each real
+  agent has its own. A watch holds its connection for minutes, so it must never share a bounded
+  pool with requests: with more watches than slots, nothing else gets a connection (issue 13:
+  190 of 201 Leases went unrenewed behind 200 parked pod watches);
+- Lease renewals: `concurrency` connections and as many renewals in flight, like the kubelet's
+  heartbeat client of its own, so heartbeats never queue behind reports;
+- reports and sample batches (to the leader, or through kube-apiserver) and the leader Lease
+  reads: `concurrency` requests in flight, so a failover that makes every node report at the
+  same moment queues here instead of piling on the new leader.
+
+So the process holds about one socket per node plus twice `concurrency`: `socket_budget` says
+how many, and the simulation raises its open-files limit to that (or refuses to start). The
+nodes start evenly spread over one renew interval, as a DaemonSet's pods do not all start at one
+instant: neither the first lists nor the heartbeats come in one burst, and the API server sees
+as many renewals every second, not all of them at once every interval.
 
 Like real agents, simulated ones watch their pods (the synthetic collector names them; the watch
 says which of them the cluster really has on the node) but not their NodeSLO: they use the
@@ -24,7 +37,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gc
 import logging
+import resource
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +51,7 @@ import orjson
 import yaml
 
 from colocation.agent.delivery import session_put
+from colocation.agent.heartbeat import RENEW_FRACTION
 from colocation.agent.kubeapi import SessionKube
 from colocation.agent.leader import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.metrics import AgentMetrics
@@ -43,9 +59,11 @@ from colocation.agent.runtime import (
     NodeAgent,
     NodeAgentOptions,
     PodDirectory,
+    StartupError,
     install_signal_handlers,
     run_until,
     serve_metrics,
+    track_agents,
 )
 from colocation.agent.samples import MetricSample, SampleSource
 from colocation.agent.synthetic import PROFILES, Profile, SyntheticCollector
@@ -54,6 +72,9 @@ from colocation.kube import permissions
 log = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCY = 32
+# Files the process opens besides its connections: the metrics server and its clients, logs, the
+# event loop's own, a restarting leader's extra connections.
+_FILE_MARGIN = 64
 
 
 @dataclass(frozen=True)
@@ -135,39 +156,80 @@ def synthetic_source(collector: SyntheticCollector) -> Callable[[PodDirectory], 
     return source
 
 
+def socket_budget(nodes: int, concurrency: int) -> int:
+    """Connections the simulation may hold at once: a watch per node, the Lease and request pools."""
+    return nodes + concurrency + (concurrency + 1)
+
+
+def ensure_open_files(needed: int) -> int:
+    """Raise the soft open-files limit to `needed` if the hard one allows; the limit now. StartupError if not."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard == resource.RLIM_INFINITY or hard >= needed:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+            soft = needed
+        else:
+            raise StartupError(f"the simulation needs {needed} open files (a connection per node's watch, and "
+                               f"the request pools) but the limit is {hard}: run fewer nodes or raise the limit")
+    return soft
+
+
+def start_delays(nodes: int, renew_interval: float) -> list[float]:
+    """When each node starts: evenly over one renew interval, so their heartbeats are evenly phased."""
+    return [renew_interval * index / nodes for index in range(nodes)]
+
+
 async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = None) -> int:
     stop = stop or asyncio.Event()
     install_signal_handlers(stop)
+    if not config.nodes:
+        log.warning("no simulated nodes to run")
+        return 0
     server, tls = cluster_of(config.kubeconfig)
+    sockets = socket_budget(len(config.nodes), config.concurrency)
+    open_files = ensure_open_files(sockets + _FILE_MARGIN)
     metrics = AgentMetrics()
-    connector = aiohttp.TCPConnector(limit=2 * config.concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    # Three pools (see the module's doc): watches, Lease renewals, and everything else. Each bounded
+    # pool has a semaphore of its size in front, so requests wait there (in order), not in the pool.
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=len(config.nodes))) as watches, \
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=config.concurrency)) as leases, \
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=config.concurrency + 1)) as requests:
         report_slots = asyncio.Semaphore(config.concurrency)
         lease_slots = asyncio.Semaphore(config.concurrency)
+        first = config.nodes[0]
+        locator = LeaderLocator(SessionKube(requests, server, tls, _constant(first.token)),
+                                config.operator_namespace, poll_interval=config.leader_poll_interval,
+                                timeout=config.node.report.request_timeout)
+        locator.subscribe(lambda leader: metrics.leader_changes.inc())  # once per process, not per node
         agents: list[NodeAgent] = []
-        locator: LeaderLocator | None = None
         for spec in config.nodes:
-            kube = SessionKube(session, server, tls, _constant(spec.token))
-            if locator is None:
-                locator = LeaderLocator(kube, config.operator_namespace, poll_interval=config.leader_poll_interval,
-                                        timeout=config.node.report.request_timeout)
-                locator.subscribe(lambda leader: metrics.leader_changes.inc())  # once per process, not per node
+            token = _constant(spec.token)
+            kube = SessionKube(requests, server, tls, token, watch_session=watches)
             collector = spec.collector()
             agent = NodeAgent(spec.node, kube, collector, locator=locator,
-                              direct=session_put(session, kube.bearer_token), metrics=metrics,
+                              direct=session_put(requests, kube.bearer_token), metrics=metrics,
                               options=config.node, follow_nodeslo=False,
                               report_slots=report_slots, lease_slots=lease_slots,
+                              heartbeat_kube=SessionKube(leases, server, tls, token),
                               sample_source=synthetic_source(collector) if config.custom_metrics else None)
             agents.append(agent)
-        if locator is None:
-            log.warning("no simulated nodes to run")
-            return 0
-        metrics.track_report_age(lambda: [agent.reporter.age() for agent in agents])
+        # The agents live as long as the process: leave them out of the garbage collector's full
+        # collections, which would otherwise walk every simulated pod every few seconds.
+        gc.freeze()
+        watch_count = sum(len(agent.watches) for agent in agents)
+        assert watch_count <= len(config.nodes), "one informer per simulated node: the watch pool has one slot each"
+        lag = track_agents(metrics, agents)
         runner = await serve_metrics(metrics, lambda: all(agent.healthy() for agent in agents),
                                      config.metrics_bind_address, config.metrics_port)
-        log.info("simulated agents started", extra={"nodes": len(agents)})
+        renew_interval = config.node.lease_renew_interval or config.node.lease_duration * RENEW_FRACTION
+        delays = start_delays(len(agents), renew_interval)
+        log.info("simulated agents started", extra={
+            "nodes": len(agents), "sockets": sockets, "open_files_limit": open_files,
+            "concurrency": config.concurrency, "start_spread_seconds": round(delays[-1], 2)})
         try:
-            await run_until(stop, locator.run(), *(agent.run() for agent in agents))
+            with metrics.counting_logged_errors():
+                await run_until(stop, locator.run(), lag.run(),
+                                *(agent.run(delay) for agent, delay in zip(agents, delays, strict=True)))
         finally:
             if runner is not None:
                 with contextlib.suppress(Exception):

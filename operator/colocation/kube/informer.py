@@ -8,6 +8,11 @@ handler slows the stream (TCP back-pressure) instead of growing a queue.
 
 The transport is a function, so the same informer follows kube-apiserver (through
 kubernetes-asyncio's ApiClient) and the leader's NodeMetric API (direct HTTPS) alike.
+
+`synced` is set by the first complete list; `failing` says the last list or watch attempt failed
+and the informer is waiting to retry (its view may be stale meanwhile). Every failure is logged
+with its type (a client-side timeout has no message of its own) and passed to `on_error` with a
+short reason, for counting.
 """
 
 from __future__ import annotations
@@ -60,10 +65,28 @@ class InformerOptions:
     field_selector: str = ""
 
 
+def describe_error(error: BaseException) -> str:
+    """The type and the message: asyncio and aiohttp timeouts, among others, have no message."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def failure_reason(error: BaseException) -> str:
+    """A short label for a failed list or watch: timeout, http-NNN, decode or connection."""
+    if isinstance(error, TimeoutError):
+        return "timeout"
+    if isinstance(error, RequestFailed):
+        return f"http-{error.status}"
+    if isinstance(error, orjson.JSONDecodeError):
+        return "decode"
+    return "connection"
+
+
 class Informer:
     def __init__(self, transport: Transport, path: str, *, on_sync: Callable[[list[Obj], str], Awaitable[None]],
                  on_event: Callable[[str, Obj], Awaitable[None]], options: InformerOptions | None = None,
-                 backoff: Backoff | None = None, name: str = "") -> None:
+                 backoff: Backoff | None = None, name: str = "",
+                 on_error: Callable[[str], None] | None = None) -> None:
         self.transport = transport
         self.path = path
         self.on_sync = on_sync
@@ -73,7 +96,10 @@ class Informer:
         self.name = name or path
         self.resource_version = ""
         self.synced = asyncio.Event()
+        self.failing = False
+        self.failures = 0
         self.relists = 0
+        self.on_error = on_error
 
     def _selectors(self) -> dict[str, str]:
         params = {}
@@ -100,7 +126,12 @@ class Informer:
                 raise
             except Exception as error:  # any transport or server failure: wait, then resume
                 delay = self.backoff.next_delay()
-                log.warning("list/watch failed, retrying", extra={"informer": self.name, "error": str(error),
+                self.failing = True
+                self.failures += 1
+                if self.on_error is not None:
+                    self.on_error(failure_reason(error))
+                log.warning("list/watch failed, retrying", extra={"informer": self.name,
+                                                                  "error": describe_error(error),
                                                                   "retry_in": round(delay, 2)})
                 if isinstance(error, RequestFailed) and error.status == 410:
                     need_list = True
@@ -130,6 +161,7 @@ class Informer:
                 break
         self.relists += 1
         await self.on_sync(items, self.resource_version)
+        self.failing = False
         self.synced.set()
 
     async def _watch(self) -> None:
@@ -141,6 +173,7 @@ class Informer:
                 raise Expired()
             if response.status != 200:
                 raise RequestFailed(response.status, await response.read())
+            self.failing = False  # watching again: the view is current
             async for line in response.lines():
                 if line.strip():
                     await self._handle(orjson.loads(line))

@@ -1,0 +1,183 @@
+"""Did an agent process behave like its real agents would? The check to pass before reporting figures.
+
+Every agent process (the real agent, and the one that runs the simulated nodes) serves metrics
+that say whether its nodes did their part (colocation.agent.metrics). A run passes when, between
+a read before the measured window and one after it:
+
+- no Lease renewal was late (`colocation_agent_lease_renewals_late_total` did not grow) and no
+  Lease is overdue at the end (`colocation_agent_leases_overdue` is 0): no Lease's renewTime was
+  ever older than the renew interval plus a tenth, whether a renewal ended that stretch (counted
+  late) or it is still going at the end (overdue);
+- every node renewed its Lease at least once;
+- every informer is synced at the end and none failed meanwhile (`colocation_agent_informers_synced`
+  equals `colocation_agent_informers`; `colocation_agent_informer_failures_total` did not grow);
+- the agents logged no warning or error (`colocation_agent_errors_total` did not grow);
+- the process is the same one (its counters did not go back: it was not restarted).
+
+`python -m colocation.agent.selfcheck --state-dir SANDBOX_STATE --window 120` watches every agent
+process of a running `colocation sandbox` for that long, prints what it saw and exits 1 on any
+problem; benchmarks call `read_sandbox` before and after their window and `problems` on the two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass(frozen=True)
+class AgentHealth:
+    """What one read of an agent process's /metrics says about its nodes."""
+
+    nodes: int = 0
+    renewals: float = 0.0  # successful Lease renewals, all nodes
+    late_renewals: float = 0.0
+    leases_overdue: int = 0
+    oldest_lease_age: float = 0.0  # seconds
+    informers: int = 0
+    informers_synced: int = 0
+    informer_failures: float = 0.0
+    errors: Mapping[str, float] = field(default_factory=dict)  # logger → warnings and errors logged
+    loop_lag: float = 0.0  # seconds
+
+    @property
+    def error_count(self) -> float:
+        return sum(self.errors.values())
+
+
+def parse_health(exposition: str) -> AgentHealth:
+    values: dict[str, float] = {}
+    errors: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name == "colocation_agent_errors_total":
+                logger = sample.labels.get("logger", "")
+                errors[logger] = errors.get(logger, 0.0) + sample.value
+            elif sample.name == "colocation_agent_informer_failures_total":
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+            else:
+                values[sample.name] = sample.value
+
+    def number(name: str) -> float:
+        value = values.get(name, 0.0)
+        return 0.0 if math.isnan(value) else value
+
+    return AgentHealth(
+        nodes=int(number("colocation_agent_nodes")),
+        renewals=number("colocation_agent_lease_renew_duration_seconds_count"),
+        late_renewals=number("colocation_agent_lease_renewals_late_total"),
+        leases_overdue=int(number("colocation_agent_leases_overdue")),
+        oldest_lease_age=number("colocation_agent_lease_oldest_renewal_age_seconds"),
+        informers=int(number("colocation_agent_informers")),
+        informers_synced=int(number("colocation_agent_informers_synced")),
+        informer_failures=number("colocation_agent_informer_failures_total"),
+        errors=errors,
+        loop_lag=number("colocation_agent_event_loop_lag_seconds"))
+
+
+def problems(before: AgentHealth, after: AgentHealth) -> list[str]:
+    """What went wrong between two reads of one process; [] when its nodes did what real agents do."""
+    found: list[str] = []
+    if after.renewals < before.renewals or after.error_count < before.error_count:
+        return ["the agent process was restarted during the window (its counters went back)"]
+    if after.nodes == 0:
+        found.append("the process runs no node")
+    if late := after.late_renewals - before.late_renewals:
+        found.append(f"{late:.0f} Lease renewals were late (more than the renew interval plus a tenth after "
+                     f"the renewTime they replaced)")
+    if after.leases_overdue:
+        found.append(f"{after.leases_overdue} of {after.nodes} Leases are overdue at the end (the oldest renewTime "
+                     f"is {after.oldest_lease_age:.1f} s old)")
+    if (renewed := after.renewals - before.renewals) < after.nodes:
+        found.append(f"{renewed:.0f} Lease renewals for {after.nodes} nodes: some were never renewed")
+    if after.informers_synced < after.informers:
+        found.append(f"{after.informers - after.informers_synced} of {after.informers} informers are not synced")
+    if failed := after.informer_failures - before.informer_failures:
+        found.append(f"{failed:.0f} list or watch attempts failed")
+    if logged := after.error_count - before.error_count:
+        by_logger = ", ".join(f"{logger}: {count - before.errors.get(logger, 0.0):.0f}"
+                              for logger, count in sorted(after.errors.items())
+                              if count > before.errors.get(logger, 0.0))
+        found.append(f"the agents logged {logged:.0f} warnings or errors ({by_logger})")
+    return found
+
+
+def summary(before: AgentHealth, after: AgentHealth) -> str:
+    return (f"{after.nodes} nodes: {after.renewals - before.renewals:.0f} Lease renewals, "
+            f"{after.late_renewals - before.late_renewals:.0f} late, {after.leases_overdue} overdue, oldest "
+            f"{after.oldest_lease_age:.1f} s; informers {after.informers_synced}/{after.informers} synced, "
+            f"{after.informer_failures - before.informer_failures:.0f} failures; "
+            f"{after.error_count - before.error_count:.0f} warnings or errors; event loop lag "
+            f"{after.loop_lag * 1000:.0f} ms")
+
+
+async def read_health(session: aiohttp.ClientSession, url: str, timeout: float = 10.0) -> AgentHealth:
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+        response.raise_for_status()
+        return parse_health(await response.text())
+
+
+def sandbox_metrics_urls(state_dir: Path) -> dict[str, str]:
+    """The /metrics URL of every agent process of a sandbox, by a name for it (from STATE_DIR/agents.json;
+    on loopback, or at the `host` an entry names: a pod's address on the sandbox with a real API server)."""
+    entries = orjson.loads((state_dir / "agents.json").read_bytes())
+    return {f"{'simulated' if entry['simulated'] else 'real'} agent ({len(entry['nodes'])} nodes, pid "
+            f"{entry['pid']})": f"http://{entry.get('host', '127.0.0.1')}:{entry['metricsPort']}/metrics"
+            for entry in entries}
+
+
+async def read_all(urls: Mapping[str, str]) -> dict[str, AgentHealth]:
+    async with aiohttp.ClientSession() as session:
+        healths = await asyncio.gather(*(read_health(session, url) for url in urls.values()))
+    return dict(zip(urls, healths, strict=True))
+
+
+async def read_sandbox(state_dir: Path) -> dict[str, AgentHealth]:
+    """One read of every agent process of a sandbox."""
+    return await read_all(sandbox_metrics_urls(state_dir))
+
+
+def sandbox_problems(before: Mapping[str, AgentHealth], after: Mapping[str, AgentHealth]) -> list[str]:
+    """`problems` for every process read twice, each prefixed with its name."""
+    found = [f"{name}: {problem}" for name in after if name in before
+             for problem in problems(before[name], after[name])]
+    found += [f"{name}: not read before the window (restarted?)" for name in after if name not in before]
+    return found
+
+
+async def watch(urls: Mapping[str, str], window: float) -> tuple[dict[str, str], list[str]]:
+    """Read every process, wait `window` seconds, read again: (summary by process, problems)."""
+    before = await read_all(urls)
+    await asyncio.sleep(window)  # the measured window itself
+    after = await read_all(urls)
+    return ({name: summary(before[name], after[name]) for name in after}, sandbox_problems(before, after))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m colocation.agent.selfcheck", description=__doc__.split("\n")[0])
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--state-dir", type=Path, help="A running sandbox's state directory (its agents.json).")
+    where.add_argument("--url", action="append", help="An agent process's /metrics URL (repeatable).")
+    parser.add_argument("--window", type=float, default=60.0, help="Seconds to watch (default 60).")
+    args = parser.parse_args(argv)
+    urls = sandbox_metrics_urls(args.state_dir) if args.state_dir else {url: url for url in args.url}
+    summaries, found = asyncio.run(watch(urls, args.window))
+    for name, text in summaries.items():
+        print(f"{name}: {text}")
+    for problem in found:
+        print(f"problem: {problem}")
+    print("ok" if not found else f"{len(found)} problems")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
