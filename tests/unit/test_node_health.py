@@ -351,3 +351,20 @@ def test_transitions_lists_only_the_nodes_that_changed(clock: FakeClock, tracker
 def test_nonsensical_thresholds_are_refused(clock: FakeClock, options: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         NodeHealthTracker(clock, **options)  # type: ignore[arg-type]
+
+
+def test_leaving_a_full_disruption_restarts_the_eviction_timers_of_unhealthy_nodes(
+        clock: FakeClock, tracker: NodeHealthTracker) -> None:
+    first, second = Agent(tracker, "node-a"), Agent(tracker, "node-b")
+    steady(clock, [first, second], until=START + 100)
+    clock.to(START + 500)  # both silent for longer than grace period + eviction timeout
+    assert all(health.evict for health in tracker.evaluate_all())
+    first.heartbeat()  # one agent is back (not yet trusted), the other still silent
+
+    tracker.restart_eviction_timers()
+    restarted = {health.node: health for health in tracker.evaluate_all()}
+    assert {node: (h.healthy, h.evict, h.unhealthy_since) for node, h in restarted.items()} == {
+        "node-a": (False, False, START + 500), "node-b": (False, False, START + 500)}
+
+    clock.to(START + 800.001)  # a full eviction timeout after the restart: due again
+    assert tracker.evaluate("node-b").evict

@@ -145,6 +145,19 @@ class NodeHealthTracker:
         for record in self._records.values():
             self._restart(record, now)
 
+    def restart_eviction_timers(self, now: float | None = None) -> None:
+        """Every node unhealthy now counts its eviction timeout from `now`.
+
+        Called when the exit guard stops holding evictions back after a full disruption, as
+        kube-controller-manager's node lifecycle controller restarts its eviction timers when a
+        zone leaves FullDisruption: nodes whose agents come back one by one must not lose their
+        pods in the moments between the first and the last recovery.
+        """
+        now = self._clock() if now is None else now
+        for record in self._records.values():
+            if record.unhealthy_since is not None:
+                record.unhealthy_since = now
+
     def track(self, node: str) -> None:
         """Start watching a node (it appeared); it has a grace period to show a renewal."""
         self._record(node, self._clock())

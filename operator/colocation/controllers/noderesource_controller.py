@@ -32,6 +32,7 @@ from colocation.controllers.config import ColocationStrategy, strategy_for_node,
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.events import NORMAL, WARNING, ObjectRef
 from colocation.controllers.eviction import (
+    GUARD_FULL_DISRUPTION,
     EvictionGuard,
     EvictionPlan,
     EvictionPlanner,
@@ -161,6 +162,11 @@ class NodeResourceReconciler:
         healths = {health.node: health for health in self.tracker.evaluate_all()}
         decision = self.guard.decide(healths.values())
         if decision.reason != self._guard_reason:
+            if self._guard_reason == GUARD_FULL_DISRUPTION:
+                # Leaving a full disruption: every eviction timer starts again (see the tracker).
+                self.tracker.restart_eviction_timers()
+                healths = {health.node: health for health in self.tracker.evaluate_all()}
+                decision = self.guard.decide(healths.values())
             self._guard_reason = decision.reason
             log.info("exit process", extra={"allowed": decision.allowed, "reason": decision.reason,
                                             "detail": decision.message})
