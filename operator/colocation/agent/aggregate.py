@@ -236,8 +236,8 @@ class Aggregator:
             points = self._node_points(at, duration)
             if not points or points[-1][_TIME] - points[0][_TIME] < duration / 2:
                 continue
-            cpu = sorted(cpu for p in points if (cpu := p[_CPU]) is not None)
-            memory = sorted(memory for p in points if (memory := p[_MEMORY]) is not None)
+            cpu = sorted(p[_CPU] for p in points if p[_CPU] is not None)
+            memory = sorted(p[_MEMORY] for p in points if p[_MEMORY] is not None)
             if not cpu or not memory:
                 continue
             stats = [Usage(percentile(cpu, p), percentile(memory, p)) for p in PERCENTILES]
