@@ -8,15 +8,13 @@ minus the same delta on a cluster running only what every path shares (`subtract
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from prometheus_client.parser import text_string_to_metric_families
+
 Labels = tuple[tuple[str, str], ...]
 Samples = dict[tuple[str, Labels], float]
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 REQUESTS = "apiserver_request_total"
 REQUEST_BODY = "apiserver_request_body_size_bytes_sum"
@@ -37,20 +35,9 @@ WATCH_EVENT_VERB = "watch event"
 def parse(text: str, wanted: Iterable[str] | None = None) -> Samples:
     """Samples of a Prometheus text exposition: (name, sorted labels) → value; `wanted` names only."""
     names = set(wanted) if wanted is not None else None
-    samples: Samples = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        name, labels, value = match.groups()
-        if names is not None and name not in names:
-            continue
-        pairs = tuple(sorted((k, v.replace('\\"', '"').replace("\\\\", "\\"))
-                             for k, v in _LABEL.findall(labels or "")))
-        samples[(name, pairs)] = float(value)
-    return samples
+    return {(sample.name, tuple(sorted(sample.labels.items()))): float(sample.value)
+            for family in text_string_to_metric_families(text) for sample in family.samples
+            if names is None or sample.name in names}
 
 
 def delta(before: Samples, after: Samples) -> Samples:
