@@ -109,6 +109,7 @@ class NodeKubelet:
         self.extra_args = extra_args  # per subcommand ("operator", "agent"): appended to the container's args
         self.run_agents = run_agents  # False for `--nodes 0`: the node hosts the operators only
         self.on_state = on_state  # called after the state files change
+        self.agent_processes: list[Obj] = []  # this node's running agent, in agents.json's shape
         cert = pki_.client(f"node-{name}", f"system:node:{name}", ("system:nodes",))
         self.client = RestClient(server, pki_.file("ca.crt"), cert, pool=16)
         self.pods: dict[str, RunningPod] = {}
@@ -210,14 +211,12 @@ class NodeKubelet:
         task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
 
     async def _admit(self, pod: Obj, key: str) -> None:
-        container = pod["spec"]["containers"][0]
-        if not self.run_agents and (container.get("args") or [""])[0] == "agent":
-            return  # left Pending: with `--nodes 0` the launcher runs no agent
-        netns, address = self.network.add_pod(key)
         logs = self.state_dir / "logs" / "pods"
+        running = RunningPod(key, pod["metadata"]["uid"], "", "", pod["spec"], logs / f"{key.replace('/', '_')}.log")
+        if not self.run_agents and running.role == "agent":
+            return  # left Pending: with `--nodes 0` (or --no-agents) the launcher runs no agent
+        running.netns, running.address = self.network.add_pod(key)
         logs.mkdir(parents=True, exist_ok=True)
-        running = RunningPod(key, pod["metadata"]["uid"], netns, address, pod["spec"],
-                             logs / f"{key.replace('/', '_')}.log")
         self.pods[key] = running
         if running.runs_process:
             await self._start_container(running, pod)
@@ -414,15 +413,14 @@ class NodeKubelet:
         # benchmarks find replicas and agents the same way on both.
         by_role: dict[str, list[Obj]] = {"operator": [], "agent": []}
         for p in pods:
-            role = (p.container.get("args") or [""])[0]
-            if role in by_role and p.process is not None:
-                by_role[role].append({
+            if p.role in by_role and p.process is not None:
+                by_role[p.role].append({
                     "identity": p.key.split("/", 1)[1], "nodes": [self.name], "simulated": False,
                     "host": p.address, "port": _container_port(p.container, "https", 8443),
                     "metricsPort": _container_port(p.container, "metrics", 9464), "pid": p.process.pid,
                     "restarts": p.restarts, "log": str(p.log_path), "kubeconfig": str(p.kubeconfig)})
         write_state(self.state_dir / "operators.json", by_role["operator"])
-        write_state(self.state_dir / "node-agent.json", by_role["agent"])
+        self.agent_processes = by_role["agent"]  # the launcher writes agents.json with the simulated ones
         if self.on_state is not None:
             self.on_state()
 

@@ -27,7 +27,7 @@ import yaml
 from colocation.agent.synthetic import SIMULATED_LABEL
 from colocation.controlplane import fakenodes, kwokstages, pki
 from colocation.controlplane.binaries import Binaries, locate
-from colocation.controlplane.components import ClusterSettings, ControlPlane, die_with_parent, free_port
+from colocation.controlplane.components import ClusterSettings, ControlPlane, die_with_parent
 from colocation.controlplane.kubelet import NodeKubelet
 from colocation.controlplane.podnetwork import PodNetwork
 from colocation.controlplane.restclient import RestClient, client_for
@@ -36,6 +36,7 @@ from colocation.kube.backoff import Backoff
 from colocation.sandbox.install import load_crds, project_root, render_manifests
 from colocation.sandbox.nodes import machine_capacity, machine_node_name
 from colocation.sandbox.processes import terminate, write_state
+from colocation.sandbox.replicas import free_port
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +197,7 @@ class KubeSandbox:
         log.info("simulated agents started", extra={"nodes": len(specs), "pid": self.simulated_agents.pid})
 
     async def _node_agent_running(self) -> bool:
-        node_agent = self.config.state_dir / "node-agent.json"
-        return node_agent.exists() and bool(orjson.loads(node_agent.read_bytes()))
+        return self.kubelet is not None and bool(self.kubelet.agent_processes)
 
     async def _apiservices_available(self) -> bool:
         assert self.client is not None
@@ -210,8 +210,7 @@ class KubeSandbox:
     def _write_agents_state(self) -> None:
         """STATE_DIR/agents.json as the builtin sandbox writes it: this node's agent (as the kubelet
         runs it now) and the simulated agents' process."""
-        node_agent = self.config.state_dir / "node-agent.json"
-        entries = orjson.loads(node_agent.read_bytes()) if node_agent.exists() else []
+        entries = list(self.kubelet.agent_processes) if self.kubelet is not None else []
         if self._simulated_state is not None:
             entries.append(self._simulated_state)
         write_state(self.config.state_dir / "agents.json", entries)
