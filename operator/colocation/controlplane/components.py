@@ -16,7 +16,6 @@ import asyncio
 import ctypes
 import logging
 import signal
-import socket
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import aiohttp
 from colocation.controlplane import pki
 from colocation.controlplane.binaries import Binaries
 from colocation.sandbox.processes import terminate
+from colocation.sandbox.replicas import free_port
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,6 @@ def die_with_parent() -> None:
     so no etcd or kube-apiserver outlives the run that started it (Linux prctl PR_SET_PDEATHSIG)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,11 @@ import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
 from aiohttp import web
 
 from colocation import tlsutil
+from colocation.controlplane import pki
 from colocation.sandbox.admission import new_namespace
 from colocation.sandbox.aggregation import Aggregator, authentication_configmap
 from colocation.sandbox.clock import Clock, now
@@ -36,19 +35,6 @@ class SandboxConfig:
     watch_window: int = 5000
     bookmark_interval: float = 60.0
     probe_interval: float = 1.0  # endpoint readiness and APIService availability checks
-
-
-def kubeconfig_document(server_url: str, ca_pem: bytes, token: str, *, name: str = "colocation-sandbox",
-                        user: str = ADMIN_USER, namespace: str = "default") -> dict[str, Any]:
-    import base64
-
-    return {
-        "apiVersion": "v1", "kind": "Config", "current-context": name, "preferences": {},
-        "clusters": [{"name": name, "cluster": {
-            "server": server_url, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": user, "namespace": namespace}}],
-    }
 
 
 class Sandbox:
@@ -107,13 +93,9 @@ class Sandbox:
         log.info("sandbox API server listening", extra={"url": self.url})
 
     def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        document = kubeconfig_document(self.url, self.ca.cert_pem, token or self.api.tokens.admin_token)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(yaml.safe_dump(document, sort_keys=False))
-        tmp.chmod(0o600)
-        tmp.replace(path)
-        return path
+        document = pki.kubeconfig(self.url, self.ca.cert_pem, name="colocation-sandbox", user=ADMIN_USER,
+                                  token=token or self.api.tokens.admin_token)
+        return pki.write_kubeconfig(path, document)
 
     async def stop(self) -> None:
         self.api.verbs.drop_watches()
