@@ -124,9 +124,11 @@ async def test_generation_counts_spec_changes_only(kube: Kube, namespace: str) -
     assert status == 200, labelled
     assert labelled["metadata"]["generation"] == 1
 
-    current = await get(kube, f"{path}/web")
-    current["status"] = {**(current.get("status") or {}), "observedGeneration": 1, "collisionCount": 3}
-    status, body = await kube.request("PUT", f"{path}/web/status", current)
+    # A patch, not a PUT of what was read: on a real cluster the deployment controller writes the
+    # status too, so a PUT carrying an earlier resourceVersion may meet a 409.
+    status, body = await kube.request("PATCH", f"{path}/web/status",
+                                      {"status": {"observedGeneration": 1, "collisionCount": 3}},
+                                      content_type="application/merge-patch+json")
     assert status == 200, body
     assert body["metadata"]["generation"] == 1
 
