@@ -44,6 +44,7 @@ from benchmarks.cp_kube_metrics import (
     traffic,
 )
 from benchmarks.nodemetric_store import report_body
+from colocation.agent import selfcheck
 from colocation.controlplane import fakenodes
 from colocation.controlplane.restclient import RestClient, client_for
 from colocation.kube import permissions
@@ -108,6 +109,7 @@ class ClusterRun:
     crd_first_error: str = ""
     crd_object_bytes: float = 0.0  # mean NodeMetric body PUT
     problems: list[str] = field(default_factory=list)
+    agent_checks: dict[str, str] = field(default_factory=dict)  # ours only: selfcheck summary by agent process
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "nodes": self.nodes, "windowSeconds": self.window_seconds,
@@ -123,7 +125,8 @@ class ClusterRun:
                     "notRenewed": self.leases.not_renewed, "late": self.leases.late,
                     "renewInterval": self.leases.renew_interval},
                 "crdWrites": self.crd_writes, "crdErrors": self.crd_errors, "crdFirstError": self.crd_first_error,
-                "crdObjectBytes": self.crd_object_bytes, "problems": self.problems}
+                "crdObjectBytes": self.crd_object_bytes, "problems": self.problems,
+                "agentChecks": self.agent_checks}
 
 
 def _run_from_json(raw: dict[str, Any]) -> ClusterRun:
@@ -137,7 +140,8 @@ def _run_from_json(raw: dict[str, Any]) -> ClusterRun:
         raw["startupSeconds"], raw["warmupSeconds"],
         None if leases is None else LeaseCheck(leases["expected"], leases["seen"], leases["notRenewed"],
                                                leases["late"], leases["renewInterval"]),
-        raw["crdWrites"], raw["crdErrors"], raw["crdFirstError"], raw["crdObjectBytes"], raw["problems"])
+        raw["crdWrites"], raw["crdErrors"], raw["crdFirstError"], raw["crdObjectBytes"], raw["problems"],
+        raw.get("agentChecks", {}))
 
 
 @dataclass
@@ -385,9 +389,7 @@ def sandbox_args(name: str, config: KubeCostConfig, state_dir: Path) -> list[str
             "--nodes", str(config.nodes), "--pods-per-node", str(config.pods_per_node), "--no-serve-custom-metrics"]
     if name != "ours":
         return [*args, "--operators", "0", "--no-agents"]
-    # Real agents each have their own connections; the one process simulating them all needs enough
-    # for one pod watch per node besides the renewals and reports (its default pool starves past ~60).
-    return [*args, f"--agent-arg=--simulation-concurrency={config.nodes + 64}"]
+    return args
 
 
 async def _window(scraper: Scraper, run: ClusterRun, config: KubeCostConfig, label: str) -> None:
@@ -443,6 +445,7 @@ async def run_cluster(name: str, config: KubeCostConfig) -> ClusterRun:
         run.warmup_seconds = time.monotonic() - started
         say(f"{label}: steady after {run.warmup_seconds:,.0f} s; counting for {config.window:.0f} s")
         leases_before = (await scraper.get(LEASES))["items"] if name == "ours" else []
+        agents_before = await selfcheck.read_sandbox(state_dir) if name == "ours" else {}
         writes_before = writer.writes if writer else 0
         bytes_before = writer.body_bytes if writer else 0
         await _window(scraper, run, config, label)
@@ -463,6 +466,11 @@ async def run_cluster(name: str, config: KubeCostConfig) -> ClusterRun:
             run.leases = check_leases(leases_before, leases_after, config.nodes, datetime.now(UTC))
             if not run.leases.ok:
                 run.problems.append(f"the agents did not keep their Leases: {run.leases.describe()}")
+            agents_after = await selfcheck.read_sandbox(state_dir)
+            run.agent_checks = {process: selfcheck.summary(agents_before[process], health)
+                                for process, health in agents_after.items() if process in agents_before}
+            run.problems += [f"agent self-check: {problem}"
+                             for problem in selfcheck.sandbox_problems(agents_before, agents_after)]
         say(f"{label}: {sum(t.requests for t in run.apiserver.values()):,.0f} requests, "
             f"{run.etcd.puts:,.0f} etcd puts in {run.window_seconds:.0f} s"
             + (f"; problems: {'; '.join(run.problems)}" if run.problems else ""))

@@ -218,6 +218,12 @@ def render(report: KubeCostReport, machine: Machine, command: str) -> str:
     if leases is not None:
         parts += [f"The agents kept their Leases: all {leases.seen:,} Leases in `colocation-node-lease` were renewed "
                   f"during the window and none was older than {2 * leases.renew_interval:.0f} s at its end.", ""]
+    checks = runs["ours"].agent_checks
+    if checks:
+        parts += ["The agent processes' self-check (`colocation.agent.selfcheck`, read before and after the window) "
+                  "found no problem:", ""]
+        parts += [f"- {process}: {text}" for process, text in sorted(checks.items())]
+        parts += [""]
     parts += [
         "### Per node per minute",
         "",
