@@ -36,6 +36,7 @@ from benchmarks import cp_cluster, cp_etcd, cp_protobuf
 from benchmarks.client import JSON, Client, Request, say
 from benchmarks.cp_cluster import NODEMETRICS, Cluster, wait_until
 from benchmarks.cp_etcd import EtcdFigures
+from colocation.agent import selfcheck
 from colocation.agent.leader import DEFAULT_POLL_INTERVAL
 from colocation.kube import permissions
 
@@ -90,6 +91,8 @@ class ControlPlaneReport:
     etcd_ours: EtcdFigures | None = None
     etcd_note: str = ""
     seconds: float = 0.0
+    agent_checks: dict[str, str] = field(default_factory=dict)  # selfcheck summary by agent process
+    problems: list[str] = field(default_factory=list)  # why no figure may be stated
 
     def per_node_minute(self, value: float) -> float:
         minutes = self.window_seconds / 60
@@ -332,6 +335,7 @@ async def _window(cluster: Cluster, config: ControlPlaneConfig, report: ControlP
         await mirror.drain()
         say(f"control plane: {len(mirror.resource_versions):,} NodeMetric CRs created; counting for "
             f"{config.window:.0f} s")
+        agents_before = await selfcheck.read_sandbox(cluster.state_dir)
         await client.json(Request("DELETE", "/sandbox/stats"))
         mirror.counting = True
         loop = asyncio.get_running_loop()
@@ -342,6 +346,7 @@ async def _window(cluster: Cluster, config: ControlPlaneConfig, report: ControlP
                 f"{len(mirror.stored):,} NodeMetric writes")
         counted = await client.json(Request("GET", "/sandbox/stats"))
         mirror.counting = False
+        agents_after = await selfcheck.read_sandbox(cluster.state_dir)
     finally:
         stop.set()
         for task in (follower, informer):
@@ -356,8 +361,15 @@ async def _window(cluster: Cluster, config: ControlPlaneConfig, report: ControlP
                                 and i["verb"] == "update" and i["user"] in (AGENT_USER, OPERATOR_USER))
     report.node_resource_writes = sum(i["requests"] for i in counted["items"] if i["user"] == OPERATOR_USER
                                       and i["resource"] == "noderesources/status" and i["verb"] in ("update", "patch"))
+    report.agent_checks = {process: selfcheck.summary(agents_before[process], health)
+                           for process, health in agents_after.items() if process in agents_before}
+    report.problems += [f"agent self-check: {problem}"
+                        for problem in selfcheck.sandbox_problems(agents_before, agents_after)]
     if mirror.errors:
         say(f"control plane: {mirror.errors} NodeMetric writes failed: {mirror.first_error}")
+        report.problems.append(f"{mirror.errors} NodeMetric writes failed: {mirror.first_error}")
+    for problem in report.problems:
+        say(f"control plane: problem: {problem}")
     return mirror
 
 

@@ -130,14 +130,21 @@ def render_failover(report: FailoverReport, machine: Machine, command: str) -> s
         "",
         "### Failover: from the signal to the new leader serving every node",
         "",
-        table(["lease (duration / renew deadline / retry)", "signal", "runs", "Lease moved p50 s",
-                "new leader serving all, p50 s", "max s", "via the APIService p50 s", "max s",
-                "serving ÷ Lease moved", "target"], _takeover_rows(report)),
-        "",
-        "![Failover](benchmarks/plots/failover_takeover.png)",
-        "",
     ]
-    parts += [f"- {note}" for note in _takeover_notes(report)]
+    if report.agent_problems:
+        parts += ["**No takeover figures: the agents' heartbeats or informers failed while the leaders were killed** "
+                  "(`colocation.agent.selfcheck`), so the system measured was not the one users run:", ""]
+        parts += [f"- {problem}" for problem in report.agent_problems]
+    else:
+        parts += [table(["lease (duration / renew deadline / retry)", "signal", "runs", "Lease moved p50 s",
+                         "new leader serving all, p50 s", "max s", "via the APIService p50 s", "max s",
+                         "serving ÷ Lease moved", "target"], _takeover_rows(report)),
+                  "", "![Failover](benchmarks/plots/failover_takeover.png)", ""]
+        parts += [f"- {note}" for note in _takeover_notes(report)]
+    if report.agent_checks and not report.agent_problems:
+        parts += ["", "Meanwhile the agents kept their heartbeats and informers (`colocation.agent.selfcheck`, read "
+                  "before the first kill and after the last; their warnings about failed reports are expected):", ""]
+        parts += [f"- {name}: {text}" for name, text in sorted(report.agent_checks.items())]
     if report.failures:
         parts += ["", "Runs that did not happen (the system had not recovered from the previous one; the "
                   "replicas' and agents' logs are in the state directory):", ""]
@@ -190,7 +197,20 @@ def render_control_plane(report: ControlPlaneReport, machine: Machine, command: 
         f"at the same moments: each of the {report.reports:,} NodeMetric changes the leader stored "
         f"({reports_per_node_minute:.2f} per node per minute) is written to a `nodemetrics.{'slo.koordinator.sh'}` "
         f"custom resource with `PUT …/status` (koordlet's UpdateStatus) carrying that node's agent token, and one "
-        f"informer watches them (koord-manager). Per node per minute:",
+        f"informer watches them (koord-manager).",
+        "",
+    ]
+    if report.problems:
+        parts += ["**No figures: the run did not behave as it must for them to mean anything.**", ""]
+        parts += [f"- {problem}" for problem in report.problems]
+        return "\n".join(parts) + "\n"
+    parts += [
+        "The agent processes' self-check (`colocation.agent.selfcheck`, read before and after the window) found "
+        "no problem:",
+        "",
+        *(f"- {process}: {text}" for process, text in sorted(report.agent_checks.items())),
+        "",
+        "Per node per minute:",
         "",
         table(["path", "client", "verb", "resource", "requests", "request bytes", "response bytes", "note"],
                [_row_cells(r) for r in report.rows] + [_row_cells(ours), _row_cells(crd)]),

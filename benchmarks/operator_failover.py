@@ -32,6 +32,7 @@ from benchmarks import cp_cluster
 from benchmarks.client import Request, say
 from benchmarks.cp_cluster import NODEMETRICS, Cluster, Replica, wait_until
 from benchmarks.stats import Latency
+from colocation.agent import selfcheck
 
 OPERATOR_ENDPOINTS = "/api/v1/namespaces/colocation-system/endpoints/colocation-operator"
 
@@ -97,6 +98,8 @@ class FailoverReport:
     staleness: StalenessFigures | None = None
     list_seconds: float = math.nan  # one full NodeMetric list from the leader, for scale
     failures: list[str] = field(default_factory=list)  # runs that could not start or finish, and why
+    agent_problems: list[str] = field(default_factory=list)  # heartbeats or informers that failed meanwhile
+    agent_checks: dict[str, str] = field(default_factory=dict)  # selfcheck summary by lease setting and process
     seconds: float = 0.0
 
 
@@ -292,6 +295,7 @@ async def _run_settings(config: FailoverConfig, settings: LeaseSettings, report:
         say(f"failover: all {config.nodes:,} nodes reported after {waited:.0f} s")
         if math.isnan(report.list_seconds):
             report.list_seconds = await _list_seconds(cluster)
+        agents_before = await selfcheck.read_sandbox(cluster.state_dir)
         for sig in (signal.SIGKILL, signal.SIGTERM):
             for run in range(config.repetitions):
                 try:
@@ -303,6 +307,14 @@ async def _run_settings(config: FailoverConfig, settings: LeaseSettings, report:
                     report.failures.append(f"{settings.name} lease, {sig.name}, run {run + 1}: {why}")
                     say(f"failover ({settings.name} lease, {sig.name}): {why}")
                     return
+        # Killing leaders must not disturb what agents do against the API server: their Leases and informers.
+        agents_after = await selfcheck.read_sandbox(cluster.state_dir)
+        report.agent_checks |= {f"{settings.name} lease, {process}": selfcheck.summary(agents_before[process], health)
+                                for process, health in agents_after.items() if process in agents_before}
+        found = selfcheck.sandbox_problems(agents_before, agents_after, warnings_expected=True)
+        report.agent_problems += [f"{settings.name} lease: {problem}" for problem in found]
+        for problem in found:
+            say(f"failover ({settings.name} lease): agent self-check: {problem}")
     finally:
         await cluster.close()
 

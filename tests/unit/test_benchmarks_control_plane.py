@@ -75,6 +75,10 @@ async def test_a_tiny_control_plane_run_counts_both_paths(tmp_path: Path) -> Non
         assert report.etcd_crd is not None and report.etcd_crd.puts == report.reports
     section = cp_report.render_control_plane(report, machine.describe(), "python -m benchmarks.run")
     assert section.startswith("## Control-plane cost: 3 nodes x 2 pods")
+    assert report.problems == []  # the agents' self-check passed, so figures are stated
+    assert sorted(name.split(", pid")[0] for name in report.agent_checks) == [
+        "real agent (1 nodes", "simulated agent (2 nodes"]
+    assert "found no problem" in section
     assert "| this design | total |" in section
     cp_plots.control_plane(report, tmp_path / "cp.png")
     assert (tmp_path / "cp.png").read_bytes().startswith(b"\x89PNG")

@@ -27,6 +27,7 @@ async def test_a_tiny_failover_and_staleness_run_reports_every_case(tmp_path: Pa
     section = cp_report.render_failover(report, machine.describe(), "python -m benchmarks.run --suite failover")
     assert section.startswith("## Operator failover and staleness: 3 nodes")
     assert "| short (2 s / 1.5 s / 0.25 s) | SIGKILL | 1 |" in section
+    assert report.agent_problems == [] and "Meanwhile the agents kept their heartbeats" in section
     assert "### Staleness (grace period 2 s" in section
     cp_plots.failover(report, tmp_path / "failover.png")
     cp_plots.staleness(report, tmp_path / "staleness.png")

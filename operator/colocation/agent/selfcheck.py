@@ -7,8 +7,8 @@ a read before the measured window and one after it:
 - no Lease renewal was late (`colocation_agent_lease_renewals_late_total` did not grow) and no
   Lease is overdue at the end (`colocation_agent_leases_overdue` is 0): no Lease's renewTime was
   ever older than the renew interval plus a tenth, whether a renewal ended that stretch (counted
-  late) or it is still going at the end (overdue);
-- every node renewed its Lease at least once;
+  late) or it is still going at the end (overdue; a node that never renewed is overdue too, which
+  also holds for a window shorter than the renew interval);
 - every informer is synced at the end and none failed meanwhile (`colocation_agent_informers_synced`
   equals `colocation_agent_informers`; `colocation_agent_informer_failures_total` did not grow);
 - the agents logged no warning or error (`colocation_agent_errors_total` did not grow);
@@ -84,8 +84,12 @@ def parse_health(exposition: str) -> AgentHealth:
         loop_lag=number("colocation_agent_event_loop_lag_seconds"))
 
 
-def problems(before: AgentHealth, after: AgentHealth) -> list[str]:
-    """What went wrong between two reads of one process; [] when its nodes did what real agents do."""
+def problems(before: AgentHealth, after: AgentHealth, *, warnings_expected: bool = False) -> list[str]:
+    """What went wrong between two reads of one process; [] when its nodes did what real agents do.
+
+    `warnings_expected`: the window injected faults that agents rightly warn about (a leader killed:
+    reports fail until the next one serves), so only the heartbeat and the informers are judged.
+    """
     found: list[str] = []
     if after.renewals < before.renewals or after.error_count < before.error_count:
         return ["the agent process was restarted during the window (its counters went back)"]
@@ -97,13 +101,11 @@ def problems(before: AgentHealth, after: AgentHealth) -> list[str]:
     if after.leases_overdue:
         found.append(f"{after.leases_overdue} of {after.nodes} Leases are overdue at the end (the oldest renewTime "
                      f"is {after.oldest_lease_age:.1f} s old)")
-    if (renewed := after.renewals - before.renewals) < after.nodes:
-        found.append(f"{renewed:.0f} Lease renewals for {after.nodes} nodes: some were never renewed")
     if after.informers_synced < after.informers:
         found.append(f"{after.informers - after.informers_synced} of {after.informers} informers are not synced")
     if failed := after.informer_failures - before.informer_failures:
         found.append(f"{failed:.0f} list or watch attempts failed")
-    if logged := after.error_count - before.error_count:
+    if (logged := after.error_count - before.error_count) and not warnings_expected:
         by_logger = ", ".join(f"{logger}: {count - before.errors.get(logger, 0.0):.0f}"
                               for logger, count in sorted(after.errors.items())
                               if count > before.errors.get(logger, 0.0))
@@ -146,10 +148,11 @@ async def read_sandbox(state_dir: Path) -> dict[str, AgentHealth]:
     return await read_all(sandbox_metrics_urls(state_dir))
 
 
-def sandbox_problems(before: Mapping[str, AgentHealth], after: Mapping[str, AgentHealth]) -> list[str]:
+def sandbox_problems(before: Mapping[str, AgentHealth], after: Mapping[str, AgentHealth], *,
+                     warnings_expected: bool = False) -> list[str]:
     """`problems` for every process read twice, each prefixed with its name."""
     found = [f"{name}: {problem}" for name in after if name in before
-             for problem in problems(before[name], after[name])]
+             for problem in problems(before[name], after[name], warnings_expected=warnings_expected)]
     found += [f"{name}: not read before the window (restarted?)" for name in after if name not in before]
     return found
 
