@@ -43,7 +43,8 @@ from colocation.clicommon import common_options
                    "manifests/components/resource-metrics, so `kubectl top` works against the sandbox.")
 @click.option("--serve-custom-metrics/--no-serve-custom-metrics", default=True, show_default=True,
               help="Run the operators with --serve-custom-metrics and register the APIServices of "
-                   "manifests/components/custom-metrics (custom.metrics.k8s.io, external.metrics.k8s.io).")
+                   "manifests/components/custom-metrics (custom.metrics.k8s.io, external.metrics.k8s.io). "
+                   "Without it the agents do not scrape (--scrape-interval=0): no one would take their samples.")
 @click.option("--nodes", type=click.IntRange(0, 10_000), default=3, show_default=True,
               help="Nodes to create, with their agents: the first is this machine, measured by a real "
                    "`colocation agent` process; the others are simulated (synthetic load, one process for "
@@ -69,6 +70,8 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, hos
     `colocation operator`, registered behind the metrics APIService, and creates --nodes Nodes with
     their agents.
     """
+    if not serve_custom_metrics:
+        agent_args = ("--scrape-interval=0", *agent_args)  # a later --agent-arg=--scrape-interval=… still wins
     if apiserver == "kube":
         _run_kube(api_only=api_only, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
                   operators=operators, operator_args=operator_args,
