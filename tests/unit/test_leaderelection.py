@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from colocation.apimachinery.microtime import format_micro_time, parse_micro_time
+from colocation.apimachinery.clock import format_micro_time, parse_micro_time
 from colocation.kube.client import KubeConfigError, api_client
 from colocation.kube.leaderelection import (
     LEADER_CA_ANNOTATION,

@@ -33,7 +33,7 @@ from typing import Any
 
 from colocation.agent.kubeapi import KubeApi
 from colocation.agent.metrics import AgentMetrics
-from colocation.apimachinery.microtime import format_micro_time, wall_time
+from colocation.apimachinery.clock import format_micro_time, wall_time
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.informer import describe_error

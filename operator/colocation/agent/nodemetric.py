@@ -12,7 +12,6 @@ is left out too: the leader counts its request instead.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from colocation.agent.aggregate import AggregatedUsage, Aggregator, Usage
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
+from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.quantity import format_bytes, format_millis
 
 API_VERSION = "metrics.colocation.dev/v1alpha1"
@@ -48,11 +48,6 @@ def go_duration(seconds: int) -> str:
     return f"{secs}s"
 
 
-def format_update_time(at: float) -> str:
-    """metav1.Time: RFC 3339, UTC, whole seconds."""
-    return dt.datetime.fromtimestamp(int(at), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def build_node_metric(node: str, *, update_time: float, node_usage: Usage, system_usage: Usage | None = None,
                       aggregated: Sequence[AggregatedUsage] = (), pods: Iterable[PodUsage] = (),
                       host_applications: Mapping[str, Usage] | None = None) -> dict[str, Any]:
@@ -68,7 +63,7 @@ def build_node_metric(node: str, *, update_time: float, node_usage: Usage, syste
              "duration": go_duration(entry.duration_seconds)}
             for entry in aggregated]
     status: dict[str, Any] = {
-        "updateTime": format_update_time(update_time),
+        "updateTime": format_time(update_time),
         "nodeMetric": node_metric,
         "podsMetric": [{"namespace": pod.info.namespace, "name": pod.info.name,
                         "podUsage": resource_map(pod.usage), "priority": pod.info.priority, "qos": pod.info.qos}

@@ -9,7 +9,6 @@ plain number with a suffix, and once per object with optional fields (to drop nu
 from __future__ import annotations
 
 import datetime as dt
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NotRequired
@@ -29,6 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError, core_schema
 from typing_extensions import TypedDict  # pydantic needs typing_extensions' TypedDict on 3.11
 
+from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.fielderrors import FieldErrorStyle, decoded_object, go_quote
 from colocation.apimachinery.quantity import byte_value, cpu_millis, parse_quantity
@@ -202,17 +202,6 @@ class NodeMetric(TypedDict):
 
 
 NODE_METRIC = TypeAdapter(NodeMetric)
-
-
-def format_time(at: float) -> str:
-    """metav1.Time as it is written: RFC 3339 in UTC, whole seconds (fractions are truncated)."""
-    return _format_second(int(at))
-
-
-@functools.lru_cache(maxsize=64)
-def _format_second(second: int) -> str:
-    # Reports arriving together carry the same few seconds; formatting each costs more than the lookup.
-    return dt.datetime.fromtimestamp(second, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,12 +35,12 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
+from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.apiserver.auth import Caller
 from colocation.apiserver.authz import DelegatingAuthorizer
 from colocation.apiserver.metrics import VERB
-from colocation.apiserver.models import format_time
 from colocation.apiserver.store import Entry, NodeMetricStore
 from colocation.kube import permissions
 from colocation.kube.informer import Informer, Transport

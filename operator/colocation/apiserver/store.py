@@ -21,12 +21,13 @@ import bisect
 import builtins
 import dataclasses
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
+from colocation.apimachinery.clock import MonotonicClock, WallClock, format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.apiserver.models import (
@@ -37,10 +38,7 @@ from colocation.apiserver.models import (
     UsageFigures,
     ValidatedReport,
     figures_of,
-    format_time,
 )
-
-Clock = Callable[[], float]
 
 ADDED: Final = "ADDED"
 MODIFIED: Final = "MODIFIED"
@@ -170,7 +168,7 @@ def _line_for(event: _Event, selector: LabelSelector | None) -> bytes | None:
 
 
 class NodeMetricStore:
-    def __init__(self, clock_wall: Clock, clock_monotonic: Clock, *, ttl_seconds: float = 600.0,
+    def __init__(self, clock_wall: WallClock, clock_monotonic: MonotonicClock, *, ttl_seconds: float = 600.0,
                  window: int = 10_000, watcher_queue: int = 1_000, future_tolerance_seconds: float = 300.0) -> None:
         self._wall = clock_wall
         self._monotonic = clock_monotonic

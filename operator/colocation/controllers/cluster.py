@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from colocation.apimachinery.objects import Obj
 from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
 
-Obj = dict[str, Any]
 PodKey = tuple[str, str]  # (namespace, name)
 
 _CONTAINER_FIELDS = ("name", "resources", "restartPolicy")

@@ -9,7 +9,6 @@ meta.SetStatusCondition does).
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -35,11 +34,6 @@ class Condition:
     @property
     def status_text(self) -> str:
         return "Unknown" if self.status is None else ("True" if self.status else "False")
-
-
-def rfc3339(seconds: float) -> str:
-    """A metav1.Time: UTC, whole seconds."""
-    return dt.datetime.fromtimestamp(int(seconds), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def merge_conditions(previous: Iterable[Mapping[str, Any]] | None, desired: Sequence[Condition],

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
-from colocation.controllers.conditions import rfc3339
+from colocation.apimachinery.clock import format_time
 
 REPORTING_COMPONENT: Final = "colocation-operator"
 NORMAL: Final = "Normal"
@@ -96,14 +96,14 @@ class EventRecorder:
             series.count += 1
             series.last_seen = now
             self._series.move_to_end(key)
-            return Patch(ref.event_namespace, series.name, {"count": series.count, "lastTimestamp": rfc3339(now)},
+            return Patch(ref.event_namespace, series.name, {"count": series.count, "lastTimestamp": format_time(now)},
                          key)
         name = self._name(ref, now)
         self._series[key] = _Series(name, 1, now)
         self._series.move_to_end(key)
         while len(self._series) > self.capacity:
             self._series.popitem(last=False)
-        stamp = rfc3339(now)
+        stamp = format_time(now)
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name, "namespace": ref.event_namespace},

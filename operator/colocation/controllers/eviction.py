@@ -48,10 +48,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from colocation.agent.classify import PriorityClass, priority_of
+from colocation.apimachinery.clock import MonotonicClock
 from colocation.controllers.health import NodeHealth
 from colocation.kube.backoff import Backoff
-
-Clock = Callable[[], float]  # monotonic seconds
 
 EVICTABLE_PRIORITIES: Final[frozenset[str]] = frozenset({"koord-batch", "koord-free"})
 MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
@@ -162,7 +161,7 @@ def _default_backoff() -> Backoff:
 class EvictionPlanner:
     def __init__(
         self,
-        clock: Clock,
+        clock: MonotonicClock,
         *,
         rate: float = 0.1,
         burst: int = 1,

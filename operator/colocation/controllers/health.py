@@ -53,12 +53,10 @@ Thresholds (constructor parameters; the defaults are DESIGN.md's):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Final
 
+from colocation.apimachinery.clock import MonotonicClock
 from colocation.apimachinery.tables import human_duration
-
-Clock = Callable[[], float]  # monotonic seconds
 
 # Condition reasons (CamelCase, as Kubernetes condition reasons are).
 REASON_READY: Final = "AgentReady"
@@ -112,7 +110,7 @@ class _Record:
 class NodeHealthTracker:
     def __init__(
         self,
-        clock: Clock,
+        clock: MonotonicClock,
         *,
         grace_period: float = 40.0,
         eviction_timeout: float = 300.0,

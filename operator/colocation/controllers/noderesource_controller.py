@@ -24,10 +24,12 @@ from typing import Any
 
 import orjson
 
+from colocation.apimachinery.clock import format_time
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.tables import parse_timestamp
 from colocation.apiserver.store import NodeMetricStore
 from colocation.controllers.cluster import ClusterState
-from colocation.controllers.conditions import rfc3339, status_needs_write
+from colocation.controllers.conditions import status_needs_write
 from colocation.controllers.config import ColocationStrategy, strategy_for_node, with_node_overrides
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.events import NORMAL, WARNING, ObjectRef
@@ -58,7 +60,6 @@ from colocation.noderesource import calculate_batch_resources
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 REASON_AGENT_NOT_READY = "ColocationAgentNotReady"
 REASON_METRICS_STALE = "ColocationMetricsStale"
@@ -210,7 +211,7 @@ class NodeResourceReconciler:
             on_node = (batch_on_node(self.state.nodes[name]).values or evaluation.computed) \
                 if evaluation.computed is not None else None
             evaluation = dataclasses.replace(evaluation, computed=on_node,
-                                             last_node_update=rfc3339(last) if last else None)
+                                             last_node_update=format_time(last) if last else None)
             await self._write_status(name, resource, evaluation, strategy, now)
 
     def _metric_update_time(self, name: str) -> str | None:
@@ -261,7 +262,7 @@ class NodeResourceReconciler:
     async def _write_status(self, name: str, resource: Mapping[str, Any], evaluation: Evaluation,
                             strategy: ColocationStrategy, now: float) -> None:
         stored = resource.get("status") or {}
-        rendered = render_status(evaluation, stored, rfc3339(now))
+        rendered = render_status(evaluation, stored, format_time(now))
         if not status_needs_write(stored, rendered, last_write=self._last_status_write.get(name), now=now,
                                   refresh_after=float(strategy.update_time_threshold_seconds)):
             return

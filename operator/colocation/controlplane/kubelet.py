@@ -36,6 +36,8 @@ from typing import Any
 
 import aiohttp
 
+from colocation.apimachinery.clock import format_micro_time, format_time
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.controlplane import pki
 from colocation.controlplane.components import die_with_parent
@@ -43,7 +45,6 @@ from colocation.controlplane.podnetwork import PodNetwork
 from colocation.controlplane.restclient import RestClient
 from colocation.kube.backoff import Backoff
 from colocation.kube.informer import Informer, InformerOptions
-from colocation.sandbox.clock import micro_time, rfc3339
 from colocation.sandbox.processes import write_state
 
 log = logging.getLogger(__name__)
@@ -54,11 +55,10 @@ TOKEN_SECONDS = 7 * 24 * 3600
 OUR_IMAGE = re.compile(r"^(?:.*/)?colocation(?::.*)?$")
 CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX = 10.0, 300.0
 PROBE_TIMEOUT_FLOOR = 1.0
-Obj = dict[str, Any]
 
 
 def _now() -> str:
-    return rfc3339(time.time())
+    return format_time(time.time())
 
 
 @dataclass
@@ -148,7 +148,7 @@ class NodeKubelet:
     async def _renew_lease(self) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.name}"
         spec = {"holderIdentity": self.name, "leaseDurationSeconds": LEASE_DURATION_SECONDS,
-                "renewTime": micro_time(time.time())}
+                "renewTime": format_micro_time(time.time())}
         status, lease = await self.client.request("GET", path)
         if status == 404:
             await self.client.must("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", {

@@ -14,13 +14,13 @@ nodes whose report changed since the previous call.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from colocation.apimachinery.clock import parse_time
 from colocation.apimachinery.quantity import byte_value, cpu_millis
 from colocation.apiserver.resource_metrics import NodeUsage, ResourceMetricsView, parse_go_duration
 from colocation.apiserver.store import Entry, NodeMetricStore
@@ -52,8 +52,8 @@ def _amount(resource: str, quantity: str) -> float:
     return cpu_millis(quantity) / 1000 if resource == "cpu" else float(byte_value(quantity))
 
 
-def _epoch(rfc3339: str) -> float:
-    return dt.datetime.fromisoformat(rfc3339).timestamp() if rfc3339 else 0.0
+def _epoch(time: str) -> float:
+    return parse_time(time) if time else 0.0
 
 
 def _split(metric: MetricRequest) -> tuple[str, str]:

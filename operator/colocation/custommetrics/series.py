@@ -19,13 +19,13 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from colocation.apimachinery.clock import WallClock
 from colocation.apimachinery.selectors import LabelSelector, Operator
 from colocation.custommetrics.samples import ValidatedBatch
 
-Clock = Callable[[], float]
 PODS = "pods"
 NODES = "nodes"
 
@@ -95,7 +95,7 @@ class IngestResult:
 
 
 class SeriesStore:
-    def __init__(self, wall: Clock, *, retention_seconds: float = 600.0, max_series: int = 50_000,
+    def __init__(self, wall: WallClock, *, retention_seconds: float = 600.0, max_series: int = 50_000,
                  max_samples_per_series: int = 360, future_tolerance_seconds: float = 300.0) -> None:
         self._wall = wall
         self.retention = retention_seconds

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.quantity import format_millis
 from colocation.apimachinery.selectors import LabelSelector, Operator
-from colocation.apiserver.models import format_time
 
 CUSTOM_GROUP = "custom.metrics.k8s.io"
 EXTERNAL_GROUP = "external.metrics.k8s.io"

@@ -22,15 +22,15 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 
+from colocation.apimachinery.objects import Obj
 from colocation.kube.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 
 class Response(Protocol):

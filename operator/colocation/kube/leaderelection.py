@@ -38,7 +38,7 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from colocation.apimachinery.microtime import format_micro_time, parse_micro_time, wall_time
+from colocation.apimachinery.clock import format_micro_time, parse_micro_time, wall_time
 from colocation.kube.backoff import Backoff
 from colocation.kube.leases import KubernetesLeases, LeaseConflict, LeaseError, LeaseStore
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
 
+from colocation.apimachinery.objects import Obj
 from colocation.kube import permissions
 from colocation.kube.informer import Informer, Transport
-
-Obj = dict[str, Any]
 
 _LIST_NODES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "nodes", "list", None))
 _WATCH_NODES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "nodes", "watch", None))

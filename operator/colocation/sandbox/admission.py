@@ -6,12 +6,11 @@ import hashlib
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import label_key_errors, label_value_errors
 from colocation.sandbox import schema as schemas
 from colocation.sandbox.resources import ResourceType
 from colocation.sandbox.structural import check_structural
-
-Obj = dict[str, Any]
 
 
 def unknown_fields(obj: Any, pruned: Any, path: str = "") -> list[str]:

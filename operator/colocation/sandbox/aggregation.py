@@ -33,17 +33,17 @@ import orjson
 from aiohttp import web
 
 from colocation import tlsutil
+from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.userinfo import UserInfo
 from colocation.sandbox import discovery
-from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.paths import Target
 
 if TYPE_CHECKING:
     from colocation.sandbox.server import ApiServer
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 LOCAL_ENDPOINTS_ANNOTATION = "sandbox.colocation.dev/local-endpoints"
 FRONT_PROXY_CLIENT_NAME = "front-proxy-client"
@@ -389,7 +389,7 @@ class Aggregator:
                 status, reason, message):
             return
         condition = {"type": "Available", "status": status, "reason": reason, "message": message,
-                     "lastTransitionTime": rfc3339(self.api.clock())
+                     "lastTransitionTime": format_time(self.api.clock())
                      if not current or current.get("status") != status else current["lastTransitionTime"]}
         rt = self.api.rt("apiregistration.k8s.io", "apiservices")
         self.api.store.update(rt, "", apiservice["metadata"]["name"],

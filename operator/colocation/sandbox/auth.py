@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from colocation.apimachinery.clock import WallClock, now
 from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.userinfo import (
     ANONYMOUS,
@@ -29,7 +30,6 @@ from colocation.apimachinery.userinfo import (
     service_account_groups,
     service_account_username,
 )
-from colocation.sandbox.clock import Clock, now
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 API_AUDIENCES = (ISSUER,)  # what kube-apiserver accepts by default (--api-audiences = the issuer)
@@ -85,7 +85,7 @@ def _with_authenticated(user: UserInfo) -> UserInfo:
 class TokenAuthority:
     """Issues and checks the bearer tokens the sandbox's API server accepts."""
 
-    def __init__(self, clock: Clock = now) -> None:
+    def __init__(self, clock: WallClock = now) -> None:
         self._clock = clock
         self._key = secrets.token_bytes(32)
         self._key_id = _b64encode(hashlib.sha256(self._key).digest()[:12])

@@ -9,17 +9,16 @@ available as soon as they are observed). Listeners run synchronously after each 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import LabelSelector
-from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.eviction import budget_status
 from colocation.sandbox.resources import PrinterColumn, ResourceType
 from colocation.sandbox.store import Change, Store
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 
@@ -111,7 +110,7 @@ class Controllers:
         self.registry.remove(group, plural)
         for rt in crd_resource_types(crd):
             self.registry.add(rt)
-        now = rfc3339(self.store.clock())
+        now = format_time(self.store.clock())
         storage = [v["name"] for v in spec.get("versions") or () if v.get("storage")]
         status = {
             "acceptedNames": spec.get("names") or {},
@@ -223,7 +222,7 @@ class Controllers:
 
     def _conditions(self, obj: Obj, wanted: list[tuple[str, str, str]]) -> list[Obj]:
         old = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or ()}
-        now = rfc3339(self.store.clock())
+        now = format_time(self.store.clock())
         result = []
         for type_, reason, message in wanted:
             previous = old.get(type_)
@@ -237,7 +236,7 @@ class Controllers:
     def _budget_status(self, budget: Obj) -> None:
         meta = budget["metadata"]
         pods = list(self.store.objects(self.rt("", "pods"), meta["namespace"]))
-        status = budget_status(budget, pods, rfc3339(self.store.clock()))
+        status = budget_status(budget, pods, format_time(self.store.clock()))
         if budget.get("status") != status:
             self.store.update(self.rt("policy", "poddisruptionbudgets"), meta["namespace"], meta["name"],
                               {**budget, "status": status}, subresource="status", check_rv=False)

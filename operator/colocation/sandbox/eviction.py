@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import LabelSelector
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

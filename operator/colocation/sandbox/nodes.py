@@ -29,12 +29,12 @@ import orjson
 
 from colocation.agent.simulated import SimulatedNode
 from colocation.agent.synthetic import PROFILES, SIMULATED_LABEL
+from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.sandbox.admission import new_namespace
-from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.processes import terminate, write_state
 from colocation.sandbox.replicas import STOP_GRACE_SECONDS, TOKEN_SECONDS, free_port
 
@@ -145,7 +145,7 @@ class SandboxNodes:
             api.store.create(rt, new_namespace(name))
 
     def _running(self, pod: dict[str, Any]) -> dict[str, Any]:
-        now = rfc3339(self.sandbox.api.clock())
+        now = format_time(self.sandbox.api.clock())
         metadata = {k: v for k, v in (pod.get("metadata") or {}).items()
                     if k not in ("uid", "resourceVersion", "creationTimestamp")}
         status = {**(pod.get("status") or {}), "phase": "Running", "startTime": now,
@@ -175,7 +175,7 @@ class SandboxNodes:
 
     def create_nodes(self) -> tuple[tuple[str, str] | None, list[SimulatedNode]]:
         """Create the Nodes, their pods and agent pods: ((real node, its token), simulated nodes)."""
-        now = rfc3339(self.sandbox.api.clock())
+        now = format_time(self.sandbox.api.clock())
         real: tuple[str, str] | None = None
         simulated: list[SimulatedNode] = []
         skipped = 0

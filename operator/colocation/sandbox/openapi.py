@@ -9,18 +9,16 @@ against the schemas, which these permissive documents could not do well.
 PATCH operations deliberately do not list `application/strategic-merge-patch+json`: kubectl would
 then compute client-side-apply patches from these (permissive) schemas. Without it, kubectl builds
 strategic merge patches from its compiled-in types, as with a server whose OpenAPI is unavailable,
-and JSON merge patches for custom resources, exactly as it does for real CRDs.
+and Obj merge patches for custom resources, exactly as it does for real CRDs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
+from colocation.apimachinery.objects import Obj
 from colocation.sandbox.resources import Registry, ResourceType
-
-JSON = dict[str, Any]
 
 # Group -> the Go package upstream names its definitions after; other groups are custom resources,
 # named by their reversed domain (slo.colocation.dev -> dev.colocation.slo).
@@ -53,12 +51,12 @@ def definition_name(group: str, version: str, kind: str) -> str:
     return f"{package}.{version}.{kind}"
 
 
-def _gvk(group: str, version: str, kind: str) -> JSON:
+def _gvk(group: str, version: str, kind: str) -> Obj:
     return {"group": group, "version": version, "kind": kind}
 
 
-def _param(name: str, description: str, kind: str = "string", where: str = _QUERY) -> JSON:
-    param: JSON = {"name": name, "in": where, "description": description, "schema": {"type": kind}}
+def _param(name: str, description: str, kind: str = "string", where: str = _QUERY) -> Obj:
+    param: Obj = {"name": name, "in": where, "description": description, "schema": {"type": kind}}
     if where == "path":
         param["required"] = True
     return param
@@ -91,20 +89,20 @@ _DELETE_PARAMS = (
 )
 
 
-def _ref(name: str) -> JSON:
+def _ref(name: str) -> Obj:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
 _RESPONSE_TYPES = ("application/json", "application/yaml")
 
 
-def _content(schema_name: str, media_types: tuple[str, ...] = _RESPONSE_TYPES) -> JSON:
+def _content(schema_name: str, media_types: tuple[str, ...] = _RESPONSE_TYPES) -> Obj:
     return {media_type: {"schema": _ref(schema_name)} for media_type in media_types}
 
 
-def _operation(action: str, verb_id: str, gvk: JSON, *, body: str = "", params: tuple[JSON, ...] = (),
-               response: str = "", patch: bool = False) -> JSON:
-    operation: JSON = {
+def _operation(action: str, verb_id: str, gvk: Obj, *, body: str = "", params: tuple[Obj, ...] = (),
+               response: str = "", patch: bool = False) -> Obj:
+    operation: Obj = {
         "description": f"{action} {gvk['kind']}",
         "operationId": verb_id,
         "parameters": list(params),
@@ -128,7 +126,7 @@ def _operation_prefix(rt: ResourceType) -> str:
     return "".join(w[:1].upper() + w[1:] for w in [*words, rt.version])
 
 
-def _paths_for(rt: ResourceType) -> tuple[dict[str, JSON], set[tuple[str, str, str]]]:
+def _paths_for(rt: ResourceType) -> tuple[dict[str, Obj], set[tuple[str, str, str]]]:
     """The paths of one resource type, and the kinds they mention."""
     prefix = f"/api/{rt.version}" if not rt.group else f"/apis/{rt.group}/{rt.version}"
     scope = "Namespaced" if rt.namespaced else ""
@@ -145,9 +143,9 @@ def _paths_for(rt: ResourceType) -> tuple[dict[str, JSON], set[tuple[str, str, s
     namespace_param = _param("namespace", "object name and auth scope, such as for teams and projects",
                              where="path")
     scope_params = [namespace_param] if rt.namespaced else []
-    paths: dict[str, JSON] = {}
+    paths: dict[str, Obj] = {}
 
-    def add(path: str, method: str, operation: JSON, path_params: list[JSON]) -> None:
+    def add(path: str, method: str, operation: Obj, path_params: list[Obj]) -> None:
         entry = paths.setdefault(path, {"parameters": path_params})
         entry[method] = operation
 
@@ -205,9 +203,9 @@ def _paths_for(rt: ResourceType) -> tuple[dict[str, JSON], set[tuple[str, str, s
     return paths, kinds
 
 
-def _schema_for(registry: Registry, group: str, version: str, kind: str) -> JSON:
+def _schema_for(registry: Registry, group: str, version: str, kind: str) -> Obj:
     rt = registry.by_kind(f"{group}/{version}" if group else version, kind)
-    schema: JSON
+    schema: Obj
     if rt is not None and rt.schema is not None:
         schema = json.loads(json.dumps(rt.schema))  # a copy: the registry's schema stays untouched
     else:
@@ -218,7 +216,7 @@ def _schema_for(registry: Registry, group: str, version: str, kind: str) -> JSON
 
 _BEARER = {"type": "apiKey", "description": "Bearer Token authentication", "name": "authorization",
            "in": "header"}
-_META_SCHEMAS: dict[str, JSON] = {
+_META_SCHEMAS: dict[str, Obj] = {
     f"{_META}.Patch": {"type": "object", "description": "The body of a PATCH request, in its patch type."},
     f"{_META}.Status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
                         "x-kubernetes-group-version-kind": [_gvk("", "v1", "Status")]},
@@ -226,12 +224,12 @@ _META_SCHEMAS: dict[str, JSON] = {
 
 
 def openapi_v3_group_version(registry: Registry, group: str, version: str, *,
-                             server_version: str = "v1.32.0") -> JSON | None:
+                             server_version: str = "v1.32.0") -> Obj | None:
     """The OpenAPI 3.0 document of one group-version, or None when nothing is served there."""
     types = sorted(registry.in_group_version(group, version), key=lambda rt: rt.resource)
     if not types:
         return None
-    paths: dict[str, JSON] = {}
+    paths: dict[str, Obj] = {}
     kinds: set[tuple[str, str, str]] = set()
     for rt in types:
         rt_paths, rt_kinds = _paths_for(rt)
@@ -255,16 +253,16 @@ def group_version_path(group: str, version: str) -> str:
     return f"apis/{group}/{version}" if group else f"api/{version}"
 
 
-def document_hash(document: JSON) -> str:
+def document_hash(document: Obj) -> str:
     """A hash of a document's content, changing whenever the document does (clients cache by it)."""
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha512(canonical).hexdigest().upper()
 
 
-def openapi_v3_root(registry: Registry, *, server_version: str = "v1.32.0") -> JSON:
+def openapi_v3_root(registry: Registry, *, server_version: str = "v1.32.0") -> Obj:
     """The /openapi/v3 index: each group-version's document URL, with a content hash for caching."""
     group_versions = sorted({(rt.group, rt.version) for rt in registry})
-    paths: dict[str, JSON] = {}
+    paths: dict[str, Obj] = {}
     for group, version in group_versions:
         document = openapi_v3_group_version(registry, group, version, server_version=server_version)
         if document is not None:
@@ -273,14 +271,14 @@ def openapi_v3_root(registry: Registry, *, server_version: str = "v1.32.0") -> J
     return {"paths": dict(sorted(paths.items()))}
 
 
-def openapi_v2(registry: Registry, *, server_version: str = "v1.32.0") -> JSON:
+def openapi_v2(registry: Registry, *, server_version: str = "v1.32.0") -> Obj:
     """A Swagger 2.0 document of every served resource, for clients that only read /openapi/v2.
 
-    Serve it as JSON only: kubectl asks for protobuf, and a JSON body it cannot decode just makes it
+    Serve it as Obj only: kubectl asks for protobuf, and a Obj body it cannot decode just makes it
     fall back to its compiled-in types, which is what we want.
     """
-    paths: dict[str, JSON] = {}
-    definitions: dict[str, JSON] = {}
+    paths: dict[str, Obj] = {}
+    definitions: dict[str, Obj] = {}
     for rt in sorted(registry, key=lambda r: (r.group, r.version, r.resource)):
         rt_paths, kinds = _paths_for(rt)
         for path, item in rt_paths.items():
@@ -299,13 +297,13 @@ def openapi_v2(registry: Registry, *, server_version: str = "v1.32.0") -> JSON:
     }
 
 
-def _swagger_param(param: JSON) -> JSON:
+def _swagger_param(param: Obj) -> Obj:
     converted = {k: v for k, v in param.items() if k != "schema"}
     converted["type"] = param["schema"]["type"]
     return converted
 
 
-def _to_swagger(operation: JSON) -> JSON:
+def _to_swagger(operation: Obj) -> Obj:
     """An OpenAPI 3 operation as Swagger 2 writes it: consumes/produces and body parameters."""
     converted = {k: v for k, v in operation.items() if k not in ("requestBody", "responses", "parameters")}
     parameters = [_swagger_param(p) for p in operation["parameters"]]
@@ -317,7 +315,7 @@ def _to_swagger(operation: JSON) -> JSON:
         parameters.insert(0, {"name": "body", "in": "body", "required": True, "schema": _v2_ref(schema)})
     converted["parameters"] = parameters
     converted["produces"] = ["application/json", "application/yaml"]
-    responses: JSON = {}
+    responses: Obj = {}
     for code, response in operation["responses"].items():
         responses[code] = {"description": response["description"]}
         if "content" in response:
@@ -327,5 +325,5 @@ def _to_swagger(operation: JSON) -> JSON:
     return converted
 
 
-def _v2_ref(schema: JSON) -> JSON:
+def _v2_ref(schema: Obj) -> Obj:
     return {"$ref": schema["$ref"].replace("#/components/schemas/", "#/definitions/")}

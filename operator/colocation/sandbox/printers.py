@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.tables import age, human_duration, parse_timestamp
 
 Cell = str | int | float | bool | None
-JSON = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Column:
     priority: int = 0
     format: str = ""
 
-    def definition(self) -> JSON:
+    def definition(self) -> Obj:
         return {"name": self.name, "type": self.type, "format": self.format,
                 "description": self.description, "priority": self.priority}
 
@@ -38,20 +38,20 @@ NAME_COLUMN = Column("Name", format="name", description=NAME_DOC)
 AGE_COLUMN = Column("Age", description=CREATED_DOC)
 CREATED_AT_COLUMN = Column("Created At", type="date", description=CREATED_DOC)
 
-RowFunction = Callable[[JSON, datetime], tuple[list[Cell], list[JSON]]]
+RowFunction = Callable[[Obj, datetime], tuple[list[Cell], list[Obj]]]
 Printer = tuple[tuple[Column, ...], RowFunction]
-Row = tuple[list[Cell], list[JSON]]
+Row = tuple[list[Cell], list[Obj]]
 
 
-def _meta(obj: JSON) -> JSON:
+def _meta(obj: Obj) -> Obj:
     return obj.get("metadata") or {}
 
 
-def _name(obj: JSON) -> str:
+def _name(obj: Obj) -> str:
     return str(_meta(obj).get("name", ""))
 
 
-def _age(obj: JSON, now: datetime) -> str:
+def _age(obj: Obj, now: datetime) -> str:
     return age(_meta(obj).get("creationTimestamp"), now)
 
 
@@ -59,12 +59,12 @@ def _since(at: datetime | None, now: datetime) -> str:
     return "<unknown>" if at is None else human_duration((now - at).total_seconds())
 
 
-def format_labels(labels: JSON | None) -> str:
+def format_labels(labels: Obj | None) -> str:
     """labels.FormatLabels: `k=v,...` sorted by key, `<none>` when empty."""
     return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) or "<none>"
 
 
-def selector_string(selector: JSON | None) -> str | None:
+def selector_string(selector: Obj | None) -> str | None:
     """A LabelSelector as its selector string (None when invalid), requirements sorted by key."""
     if not selector:
         return ""
@@ -84,18 +84,18 @@ def selector_string(selector: JSON | None) -> str | None:
     return ",".join(text for _, text in sorted(requirements, key=lambda r: r[0]))
 
 
-def format_label_selector(selector: JSON | None) -> str:
+def format_label_selector(selector: Obj | None) -> str:
     """metav1.FormatLabelSelector: `<none>` when empty, `<error>` when invalid."""
     text = selector_string(selector)
     return "<error>" if text is None else text or "<none>"
 
 
-def _container_cells(pod_spec: JSON) -> list[Cell]:
+def _container_cells(pod_spec: Obj) -> list[Cell]:
     containers = pod_spec.get("containers") or []
     return [",".join(c.get("name", "") for c in containers), ",".join(c.get("image", "") for c in containers)]
 
 
-def _template_spec(obj: JSON) -> JSON:
+def _template_spec(obj: Obj) -> Obj:
     return ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
 
 
@@ -104,7 +104,7 @@ _POD_SUCCEEDED = {"type": "Completed", "status": "True", "reason": "Succeeded",
 _POD_FAILED = {"type": "Completed", "status": "True", "reason": "Failed", "message": "The pod failed."}
 
 
-def _finished_at(container_status: JSON) -> datetime | None:
+def _finished_at(container_status: Obj) -> datetime | None:
     terminated = (container_status.get("lastState") or {}).get("terminated")
     return parse_timestamp(terminated.get("finishedAt")) if terminated is not None else None
 
@@ -113,11 +113,11 @@ def _later(a: datetime | None, b: datetime | None) -> datetime | None:
     return b if a is None or (b is not None and b > a) else a
 
 
-def _condition_true(conditions: list[JSON] | None, kind: str) -> bool:
+def _condition_true(conditions: list[Obj] | None, kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions or [])
 
 
-def _terminated_reason(terminated: JSON, prefix: str = "") -> str:
+def _terminated_reason(terminated: Obj, prefix: str = "") -> str:
     if terminated.get("reason"):
         return prefix + str(terminated["reason"])
     if terminated.get("signal"):
@@ -125,7 +125,7 @@ def _terminated_reason(terminated: JSON, prefix: str = "") -> str:
     return f"{prefix}ExitCode:{terminated.get('exitCode', 0)}"
 
 
-def _pod_row(pod: JSON, now: datetime) -> Row:
+def _pod_row(pod: Obj, now: datetime) -> Row:
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     conditions = status.get("conditions") or []
     phase = status.get("phase", "")
@@ -194,7 +194,7 @@ def _pod_row(pod: JSON, now: datetime) -> Row:
     gates = spec.get("readinessGates") or []
     gates_text = "<none>"
     if gates:
-        by_type: dict[str, JSON] = {}
+        by_type: dict[str, Obj] = {}
         for condition in conditions:
             by_type.setdefault(condition.get("type"), condition)
         passed = len([g for g in gates
@@ -209,7 +209,7 @@ def _pod_row(pod: JSON, now: datetime) -> Row:
     return cells, row_conditions
 
 
-def _node_row(node: JSON, now: datetime) -> Row:
+def _node_row(node: Obj, now: datetime) -> Row:
     status = node.get("status") or {}
     ready = {c.get("type"): c for c in status.get("conditions") or []}.get("Ready")
     states = ["Unknown"] if ready is None else ["Ready" if ready.get("status") == "True" else "NotReady"]
@@ -235,7 +235,7 @@ def _node_row(node: JSON, now: datetime) -> Row:
     ], []
 
 
-def _service_external_ip(service: JSON, kind: str) -> str:
+def _service_external_ip(service: Obj, kind: str) -> str:
     spec = service.get("spec") or {}
     external = spec.get("externalIPs") or []
     if kind in ("ClusterIP", "NodePort"):
@@ -251,7 +251,7 @@ def _service_external_ip(service: JSON, kind: str) -> str:
     return "<unknown>"
 
 
-def _service_row(service: JSON, now: datetime) -> Row:
+def _service_row(service: Obj, now: datetime) -> Row:
     spec = service.get("spec") or {}
     kind = spec.get("type") or "ClusterIP"  # the apiserver defaults it on create
     cluster_ips = spec.get("clusterIPs") or ([spec["clusterIP"]] if spec.get("clusterIP") else [])
@@ -275,7 +275,7 @@ def _more(items: list[str], count: int, limit: int = 3, empty: str = "") -> str:
     return text or empty
 
 
-def _endpoints_row(endpoints: JSON, now: datetime) -> Row:
+def _endpoints_row(endpoints: Obj, now: datetime) -> Row:
     subsets = endpoints.get("subsets") or []
     shown: list[str] = []
     count = 0
@@ -292,7 +292,7 @@ def _endpoints_row(endpoints: JSON, now: datetime) -> Row:
     return [_name(endpoints), _more(shown, count) if subsets else "<none>", _age(endpoints, now)], []
 
 
-def _endpoint_slice_row(endpoint_slice: JSON, now: datetime) -> Row:
+def _endpoint_slice_row(endpoint_slice: Obj, now: datetime) -> Row:
     ports = [str(p["port"]) if p.get("port") is not None else p.get("name") or "*"
              for p in endpoint_slice.get("ports") or []]
     addresses = [a for e in endpoint_slice.get("endpoints") or [] for a in e.get("addresses") or []]
@@ -301,7 +301,7 @@ def _endpoint_slice_row(endpoint_slice: JSON, now: datetime) -> Row:
             _age(endpoint_slice, now)], []
 
 
-def _core_event(event: JSON) -> JSON:
+def _core_event(event: Obj) -> Obj:
     """An events.k8s.io/v1 Event in core/v1 field names, as the apiserver converts it to print."""
     if "involvedObject" in event or not any(k in event for k in ("regarding", "note", "reportingController")):
         return event
@@ -317,7 +317,7 @@ def _core_event(event: JSON) -> JSON:
     }
 
 
-def _event_row(raw: JSON, now: datetime) -> Row:
+def _event_row(raw: Obj, now: datetime) -> Row:
     event = _core_event(raw)
     first_at = parse_timestamp(event.get("firstTimestamp"))
     first = _since(first_at or parse_timestamp(event.get("eventTime")), now)
@@ -347,7 +347,7 @@ def _int_or_string(value: Any) -> str:
     return "N/A" if value is None else str(value)
 
 
-def _binding_row(binding: JSON, now: datetime) -> Row:
+def _binding_row(binding: Obj, now: datetime) -> Row:
     ref = binding.get("roleRef") or {}
     users, groups, accounts = [], [], []
     for subject in binding.get("subjects") or []:
@@ -362,7 +362,7 @@ def _binding_row(binding: JSON, now: datetime) -> Row:
             ", ".join(users), ", ".join(groups), ", ".join(accounts)], []
 
 
-def _apiservice_row(apiservice: JSON, now: datetime) -> Row:
+def _apiservice_row(apiservice: Obj, now: datetime) -> Row:
     service = (apiservice.get("spec") or {}).get("service")
     where = f"{service.get('namespace', '')}/{service.get('name', '')}" if service is not None else "Local"
     available = "Unknown"
@@ -375,7 +375,7 @@ def _apiservice_row(apiservice: JSON, now: datetime) -> Row:
     return [_name(apiservice), where, available, _age(apiservice, now)], []
 
 
-def _deployment_row(deployment: JSON, now: datetime) -> Row:
+def _deployment_row(deployment: Obj, now: datetime) -> Row:
     spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
     desired = spec.get("replicas", 1)  # defaulted to 1 on create
     selector = selector_string(spec.get("selector"))
@@ -384,7 +384,7 @@ def _deployment_row(deployment: JSON, now: datetime) -> Row:
             *_container_cells(_template_spec(deployment)), "<invalid>" if selector is None else selector], []
 
 
-def _daemonset_row(daemonset: JSON, now: datetime) -> Row:
+def _daemonset_row(daemonset: Obj, now: datetime) -> Row:
     status, pod_spec = daemonset.get("status") or {}, _template_spec(daemonset)
     return [_name(daemonset), *(status.get(k, 0) for k in (
         "desiredNumberScheduled", "currentNumberScheduled", "numberReady", "updatedNumberScheduled",
@@ -392,20 +392,20 @@ def _daemonset_row(daemonset: JSON, now: datetime) -> Row:
         *_container_cells(pod_spec), format_label_selector((daemonset.get("spec") or {}).get("selector"))], []
 
 
-def _replicaset_row(replicaset: JSON, now: datetime) -> Row:
+def _replicaset_row(replicaset: Obj, now: datetime) -> Row:
     spec, status = replicaset.get("spec") or {}, replicaset.get("status") or {}
     return [_name(replicaset), spec.get("replicas", 1), status.get("replicas", 0), status.get("readyReplicas", 0),
             _age(replicaset, now), *_container_cells(_template_spec(replicaset)),
             format_label_selector(spec.get("selector"))], []
 
 
-def _statefulset_row(statefulset: JSON, now: datetime) -> Row:
+def _statefulset_row(statefulset: Obj, now: datetime) -> Row:
     spec, status = statefulset.get("spec") or {}, statefulset.get("status") or {}
     return [_name(statefulset), f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 1)}",
             _age(statefulset, now), *_container_cells(_template_spec(statefulset))], []
 
 
-def _resource_quota_row(quota: JSON, now: datetime) -> Row:
+def _resource_quota_row(quota: Obj, now: datetime) -> Row:
     status = quota.get("status") or {}
     used = status.get("used") or {}
     requests: list[str] = []
@@ -416,7 +416,7 @@ def _resource_quota_row(quota: JSON, now: datetime) -> Row:
     return [_name(quota), ", ".join(requests), ", ".join(limits), _age(quota, now)], []
 
 
-def _simple(*cells: Callable[[JSON], Cell]) -> RowFunction:
+def _simple(*cells: Callable[[Obj], Cell]) -> RowFunction:
     """A row of the name, the given cells, then the age."""
     return lambda obj, now: ([_name(obj), *(cell(obj) for cell in cells), _age(obj, now)], [])
 
@@ -446,11 +446,11 @@ _BINDING_COLUMNS = (
 )
 
 
-def _status(field: str, default: Any = 0) -> Callable[[JSON], Cell]:
+def _status(field: str, default: Any = 0) -> Callable[[Obj], Cell]:
     return lambda obj: (obj.get("status") or {}).get(field, default)
 
 
-def _spec(field: str, default: Any = "") -> Callable[[JSON], Cell]:
+def _spec(field: str, default: Any = "") -> Callable[[Obj], Cell]:
     return lambda obj: (obj.get("spec") or {}).get(field, default)
 
 

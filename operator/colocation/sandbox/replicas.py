@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from colocation.apimachinery.clock import format_time
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.sandbox.aggregation import LOCAL_ENDPOINTS_ANNOTATION
-from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.processes import terminate, write_state
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class OperatorReplicas:
                         "containers": [{"name": "operator", "image": "colocation:sandbox"}]}}
         created = api.store.create(api.rt("", "pods"), pod)
         ready = {**created, "status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(api.clock())}]}}
+            {"type": "Ready", "status": "True", "lastTransitionTime": format_time(api.clock())}]}}
         return api.store.update(api.rt("", "pods"), self.namespace, name, ready, subresource="status")
 
     def _prepare(self, index: int) -> Replica:

@@ -12,10 +12,10 @@ from pathlib import Path
 from aiohttp import web
 
 from colocation import tlsutil
+from colocation.apimachinery.clock import WallClock, now
 from colocation.controlplane import pki
 from colocation.sandbox.admission import new_namespace
 from colocation.sandbox.aggregation import Aggregator, authentication_configmap
-from colocation.sandbox.clock import Clock, now
 from colocation.sandbox.controllers import Controllers
 from colocation.sandbox.rbac_bootstrap import bootstrap_policy
 from colocation.sandbox.server import ApiServer
@@ -40,7 +40,7 @@ class SandboxConfig:
 class Sandbox:
     """The API server on loopback HTTPS, its certificates, and the admin kubeconfig."""
 
-    def __init__(self, config: SandboxConfig, *, clock: Clock = now) -> None:
+    def __init__(self, config: SandboxConfig, *, clock: WallClock = now) -> None:
         self.config = config
         self.api = ApiServer(clock=clock, window=config.watch_window, bookmark_interval=config.bookmark_interval)
         self.ca = tlsutil.new_ca("colocation-sandbox-ca")

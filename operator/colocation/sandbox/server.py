@@ -9,12 +9,12 @@ from typing import Any
 from aiohttp import web
 
 from colocation import __version__
+from colocation.apimachinery.clock import WallClock, now
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.userinfo import UserInfo
 from colocation.sandbox import bodies, discovery, openapi
 from colocation.sandbox.aggregation import Aggregator
 from colocation.sandbox.auth import TokenAuthority
-from colocation.sandbox.clock import Clock, now
 from colocation.sandbox.faults import FaultRule, Faults
 from colocation.sandbox.paths import Target, parse_target, resolve, verb_for
 from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, forbidden_error
@@ -36,7 +36,7 @@ _DISCOVERY_DEPTH = {"api": 2, "apis": 3}  # /api/{version}, /apis/{group}/{versi
 class ApiServer:
     """Everything behind the sandbox's HTTPS port, independent of how it is served."""
 
-    def __init__(self, *, clock: Clock = now, window: int = 5000, bookmark_interval: float = 60.0) -> None:
+    def __init__(self, *, clock: WallClock = now, window: int = 5000, bookmark_interval: float = 60.0) -> None:
         self.clock = clock
         self.registry = Registry()
         self.store = Store(self.registry, clock=clock, window=window)

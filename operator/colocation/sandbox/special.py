@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.userinfo import UserInfo
 from colocation.sandbox import bodies
 from colocation.sandbox.admission import admit
-from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.eviction import check_eviction
 from colocation.sandbox.paths import Target
 from colocation.sandbox.resources import ResourceType
@@ -23,7 +24,6 @@ from colocation.sandbox.verbs import json_response
 if TYPE_CHECKING:
     from colocation.sandbox.server import ApiServer
 
-Obj = dict[str, Any]
 Handler = Callable[[web.Request, UserInfo, ResourceType, Target], Awaitable[web.StreamResponse]]
 
 
@@ -135,7 +135,7 @@ class SpecialEndpoints:
                               "metadata": {"name": target.name, "namespace": target.namespace,
                                            "creationTimestamp": None},
                               "spec": {**spec, "expirationSeconds": expiration},
-                              "status": {"token": token, "expirationTimestamp": rfc3339(expiry)}}, 201)
+                              "status": {"token": token, "expirationTimestamp": format_time(expiry)}}, 201)
 
     async def eviction(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
             -> web.StreamResponse:
@@ -174,7 +174,7 @@ class SpecialEndpoints:
         previous = conditions[index] if index < len(conditions) else {}
         since = previous["lastTransitionTime"] if previous.get("status") == "True" else None
         conditions[index:index + 1] = [{"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                                        "lastTransitionTime": since or rfc3339(self.api.store.clock())}]
+                                        "lastTransitionTime": since or format_time(self.api.store.clock())}]
         updated = {**pod, "metadata": {**meta, "annotations": annotations} if annotations else meta,
                    "spec": {**pod.get("spec", {}), "nodeName": node},
                    "status": {**status, "conditions": conditions}}

@@ -19,13 +19,13 @@ from typing import Any
 
 import orjson
 
+from colocation.apimachinery.clock import WallClock, format_time, now
 from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import field_value
-from colocation.sandbox.clock import Clock, now, rfc3339
 from colocation.sandbox.resources import Registry, ResourceType
 from colocation.sandbox.watch import EventWindow, Watcher, WatchFilter
 
-Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 StorageKey = tuple[str, str]  # (group, resource)
 
@@ -180,7 +180,7 @@ class Bucket:
 
 
 class Store:
-    def __init__(self, registry: Registry, *, clock: Clock = now, window: int = 5000) -> None:
+    def __init__(self, registry: Registry, *, clock: WallClock = now, window: int = 5000) -> None:
         self.registry = registry
         self.clock = clock
         self.window_size = window
@@ -321,7 +321,7 @@ class Store:
             raise ApiError.bad_request("resourceVersion should not be set on objects to be created")
         for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(field, None)
-        meta.update(uid=str(uuid.uuid4()), creationTimestamp=rfc3339(self.clock()))
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=format_time(self.clock()))
         if rt.tracks_generation:
             meta["generation"] = 1
         else:
@@ -454,7 +454,7 @@ class Store:
             if meta.get("deletionTimestamp"):
                 return old, False
             rv = self._next_rv()
-            new = {**old, "metadata": {**meta, "deletionTimestamp": rfc3339(self.clock()),
+            new = {**old, "metadata": {**meta, "deletionTimestamp": format_time(self.clock()),
                                         "deletionGracePeriodSeconds": 0, "resourceVersion": str(rv)}}
             self._bucket(rt)[key] = new
             self._commit(rt, "MODIFIED", old, new, rv)

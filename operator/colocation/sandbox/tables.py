@@ -14,13 +14,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.tables import TABLE_GROUP, human_duration, parse_timestamp
 from colocation.sandbox.jsonpath import Step, evaluate_jsonpath, go_text, parse_jsonpath
 from colocation.sandbox.printers import (
     BUILTIN_PRINTERS,
     CREATED_AT_COLUMN,
     CREATED_DOC,
-    JSON,
     NAME_COLUMN,
     Cell,
     Column,
@@ -33,13 +33,13 @@ INCLUDE_OBJECT_VALUES = ("Object", "Metadata", "None")
 
 # --- Tables ---------------------------------------------------------------------------------------
 
-def partial_object_metadata(obj: JSON, table_version: str = "v1") -> JSON:
+def partial_object_metadata(obj: Obj, table_version: str = "v1") -> Obj:
     return {"kind": "PartialObjectMetadata", "apiVersion": f"{TABLE_GROUP}/{table_version}",
             "metadata": obj.get("metadata") or {}}
 
 
-def to_table(rt: ResourceType, objects: list[JSON], *, list_meta: JSON, include_object: str = "Metadata",
-             table_version: str = "v1", now: datetime, include_headers: bool = True) -> JSON:
+def to_table(rt: ResourceType, objects: list[Obj], *, list_meta: Obj, include_object: str = "Metadata",
+             table_version: str = "v1", now: datetime, include_headers: bool = True) -> Obj:
     """A `meta.k8s.io` Table of `objects`, which are of type `rt`.
 
     `include_headers=False` is for watch events after the first, which upstream sends without
@@ -51,7 +51,7 @@ def to_table(rt: ResourceType, objects: list[JSON], *, list_meta: JSON, include_
     rows = []
     for obj in objects:
         cells, conditions = row_of(obj, now)
-        row: JSON = {"cells": cells}
+        row: Obj = {"cells": cells}
         if conditions:
             row["conditions"] = conditions
         if include_object == "Object":
@@ -61,7 +61,7 @@ def to_table(rt: ResourceType, objects: list[JSON], *, list_meta: JSON, include_
         else:
             row["object"] = partial_object_metadata(obj, table_version)
         rows.append(row)
-    metadata: JSON = {}
+    metadata: Obj = {}
     for key in ("resourceVersion", "continue", "remainingItemCount"):
         if list_meta.get(key) not in (None, ""):
             metadata[key] = list_meta[key]
@@ -84,7 +84,7 @@ def printer_for(rt: ResourceType) -> Printer:
     return custom_resource_printer(rt.printer_columns)
 
 
-def _default_convertor_row(obj: JSON, now: datetime) -> tuple[list[Cell], list[JSON]]:
+def _default_convertor_row(obj: Obj, now: datetime) -> tuple[list[Cell], list[Obj]]:
     meta = obj.get("metadata") or {}
     created = parse_timestamp(meta.get("creationTimestamp")) or datetime(1, 1, 1, tzinfo=UTC)
     return [meta.get("name", ""), created.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")], []
@@ -120,7 +120,7 @@ def custom_resource_printer(printer_columns: Iterable[PrinterColumn]) -> Printer
         paths.append(steps)
     typed = list(zip(columns[1:], paths, strict=True))
 
-    def row(obj: JSON, now: datetime) -> tuple[list[Cell], list[JSON]]:
+    def row(obj: Obj, now: datetime) -> tuple[list[Cell], list[Obj]]:
         cells: list[Cell] = [(obj.get("metadata") or {}).get("name", "")]
         for column, steps in typed:
             try:

@@ -11,16 +11,17 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.apimachinery.tables import wants_table
 from colocation.sandbox import bodies, tables
 from colocation.sandbox import patch as patches
 from colocation.sandbox.admission import admit
-from colocation.sandbox.clock import rfc3339
 from colocation.sandbox.options import check_delete_options, check_list_options, check_write_options
 from colocation.sandbox.resources import EXTRA_SELECTABLE_FIELDS, ResourceType
-from colocation.sandbox.store import Obj, Store
+from colocation.sandbox.store import Store
 from colocation.sandbox.watch import Event, Watcher, WatchFilter
 
 JSON = "application/json"
@@ -251,7 +252,7 @@ class Verbs:
             raise ApiError.bad_request("the name of the object does not match the name on the URL")
         force = flag_param(request.query, "force")
         live = self.store.find(rt, namespace, name)
-        now = rfc3339(self.clock())
+        now = format_time(self.clock())
         # Each endpoint owns its part: the main resource never applies status, /status nothing else.
         ignored = ("status",) if "status" in rt.subresources and subresource != "status" else ()
         applied = patches.server_side_apply(live, body, manager, force, rt.group, rt.kind, now,

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.objects import Obj
 
 if TYPE_CHECKING:
     from colocation.apimachinery.selectors import FieldSelector, LabelSelector
     from colocation.sandbox.resources import ResourceType
 
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

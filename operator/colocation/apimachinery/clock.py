@@ -1,17 +1,46 @@
-"""MicroTime, the timestamp of Leases (and Events): Kubernetes' convention for writing and reading it.
+"""Time as Kubernetes writes and reads it, and the clocks that code takes as a parameter.
 
-Written in UTC with exactly six fractional digits, as the API server writes it; read however any
-API server or client may have written it.
+metav1.Time is RFC 3339 in UTC with whole seconds; MicroTime (Leases, Events) has exactly six
+fractional digits. Code that decides by time takes a clock argument so tests can move time:
+a `WallClock` for what is written into objects, a `MonotonicClock` for intervals and deadlines.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 
+WallClock = Callable[[], float]  # seconds since the epoch (time.time)
+MonotonicClock = Callable[[], float]  # seconds from an arbitrary origin (time.monotonic)
 
-def format_micro_time(moment: datetime) -> str:
+
+def now() -> float:
+    return time.time()
+
+
+def format_time(at: float) -> str:
+    """metav1.Time as it is written: RFC 3339 in UTC, whole seconds (fractions are truncated)."""
+    return _format_second(int(at))
+
+
+@functools.lru_cache(maxsize=64)
+def _format_second(second: int) -> str:
+    # Reports arriving together carry the same few seconds; formatting each costs more than the lookup.
+    return datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> float:
+    """Seconds since the epoch of an RFC 3339 time with a zone (ValueError when it is not one)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def format_micro_time(moment: datetime | float) -> str:
     """MicroTime as Kubernetes writes it: UTC, exactly six fractional digits, `Z`."""
+    if not isinstance(moment, datetime):
+        moment = wall_time(moment)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
