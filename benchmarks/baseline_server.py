@@ -2,7 +2,7 @@
 
 It accepts a POST of any object, parses it with orjson, keeps it in a dict and answers 201 with
 the object; a GET of a collection answers every stored object of that resource. Same TLS setup
-as the sandbox (tlsutil, EC P-256, loopback), same body limit, no access log. Run as
+as the sandbox (apimachinery.certificates, EC P-256, loopback), same body limit, no access log. Run as
 `python -m benchmarks.baseline_server --state-dir DIR`; prints `ready: url=URL ca=PATH`.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from colocation import tlsutil
+from colocation.apimachinery import certificates
 from colocation.sandbox.bodies import MAX_BODY_BYTES
 
 HOST = "127.0.0.1"
@@ -44,10 +44,10 @@ class BareStore:
                             content_type="application/json")
 
 
-def _certificates(state_dir: Path, name: str) -> tuple[tlsutil.CertKey, Path]:
+def _certificates(state_dir: Path, name: str) -> tuple[certificates.CertKey, Path]:
     """A serving certificate, and the path of its CA for the client (as the sandbox's kubeconfig)."""
-    ca = tlsutil.new_ca(f"{name}-ca")
-    serving = tlsutil.issue_certificate(ca, name, dns_names=("localhost",), ip_addresses=(HOST,))
+    ca = certificates.new_ca(f"{name}-ca")
+    serving = certificates.issue_certificate(ca, name, dns_names=("localhost",), ip_addresses=(HOST,))
     state_dir.mkdir(parents=True, exist_ok=True)
     ca_path = state_dir / f"{name.removeprefix('benchmark-')}-ca.crt"
     ca_path.write_bytes(ca.cert_pem)
@@ -61,7 +61,7 @@ async def serve_until_stopped(app: web.Application, state_dir: Path, name: str) 
     await runner.setup()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind((HOST, 0))
-    await web.SockSite(runner, sock, ssl_context=tlsutil.ssl_server_context(serving)).start()
+    await web.SockSite(runner, sock, ssl_context=certificates.ssl_server_context(serving)).start()
     print(f"ready: url=https://{HOST}:{sock.getsockname()[1]} ca={ca_path}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

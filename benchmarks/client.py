@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from colocation import tlsutil
+from colocation.apimachinery import certificates
 
 JSON = "application/json"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -49,7 +49,7 @@ class Endpoint:
         return cls(url, ca_path.read_bytes())
 
     def ssl_context(self) -> ssl.SSLContext:
-        return tlsutil.ssl_client_context(self.ca_pem)
+        return certificates.ssl_client_context(self.ca_pem)
 
 
 @dataclass(frozen=True)

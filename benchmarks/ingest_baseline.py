@@ -4,7 +4,7 @@
 authentication) and answers 200 with them, the same size the operator answers with. A GET of
 the collection joins the kept bytes into a list, a GET of `…/nodemetrics/NAME` answers one: the
 least any server must do to serve the same reads. Same TLS setup as the operator (a
-`colocation.tlsutil` EC P-256 certificate), same 1 MiB body limit, no access log. Run as
+`colocation.apimachinery.certificates` EC P-256 certificate), same 1 MiB body limit, no access log. Run as
 `python -m benchmarks.ingest_baseline --state-dir DIR`; prints `ready: url=URL ca=PATH`.
 """
 

@@ -142,7 +142,8 @@ def render(report: CapacityReport, machine: Machine, command: str) -> str:
         *run_lines(command, machine, report.seconds),
         "",
         f"`colocation sandbox --api-only` ran as a subprocess; every request went over HTTPS (loopback, TLS from "
-        f"`colocation.tlsutil`) with keep-alive through aiohttp, {c.concurrency} requests in flight, authenticated "
+        f"`colocation.apimachinery.certificates`) with keep-alive through aiohttp, {c.concurrency} requests in "
+        f"flight, authenticated "
         f"with the admin token of the kubeconfig it wrote. The baseline is `benchmarks/baseline_server.py` in its "
         f"own process: the same TLS setup, it parses each body with orjson, keeps it in a dict and answers 201 with "
         f"it. Both received the same {c.namespaces} namespaces, {c.nodes:,} Nodes (kubelet-shaped: labels, "

@@ -17,7 +17,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from colocation import tlsutil
+from colocation.apimachinery import certificates
 from tests.e2e.kube import Kube, wait_for
 
 pytestmark = pytest.mark.sandbox_only(
@@ -30,8 +30,8 @@ class ExtensionServer:
     """Answers discovery and one resource, echoing the identity the front proxy asserted."""
 
     def __init__(self, front_proxy_ca_pem: bytes, allowed_names: list[str]) -> None:
-        self.ca = tlsutil.new_ca("e2e-extension-ca")
-        self.cert = tlsutil.issue_certificate(self.ca, "extension.e2e.svc", dns_names=("extension.e2e.svc",),
+        self.ca = certificates.new_ca("e2e-extension-ca")
+        self.cert = certificates.issue_certificate(self.ca, "extension.e2e.svc", dns_names=("extension.e2e.svc",),
                                               ip_addresses=("127.0.0.1",))
         self.front_proxy_ca_pem = front_proxy_ca_pem
         self.allowed_names = allowed_names
@@ -40,7 +40,7 @@ class ExtensionServer:
 
     def _identity(self, request: web.Request) -> dict[str, Any] | None:
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
-        peer = tlsutil.peer_common_name_and_orgs(ssl_object) if ssl_object is not None else None
+        peer = certificates.peer_common_name_and_orgs(ssl_object) if ssl_object is not None else None
         if peer is None or peer[0] not in self.allowed_names:
             return None  # X-Remote-* headers are only believed from the verified front proxy
         return {"user": request.headers.get("X-Remote-User"),
@@ -66,7 +66,7 @@ class ExtensionServer:
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
-        context = tlsutil.ssl_server_context(self.cert, client_ca_pem=self.front_proxy_ca_pem)
+        context = certificates.ssl_server_context(self.cert, client_ca_pem=self.front_proxy_ca_pem)
         site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=context)
         await site.start()
         server = site._server

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from colocation import tlsutil
+from colocation.apimachinery import certificates
 from colocation.apimachinery.errors import ApiError
 from colocation.sandbox import discovery
 from colocation.sandbox.aggregation import Aggregator
@@ -268,8 +268,8 @@ class Backend:
     def __init__(self, *, aggregated: bool) -> None:
         self.aggregated = aggregated
         self.requests: list[tuple[str, str | None]] = []
-        ca = tlsutil.new_ca("backend-ca")
-        self.cert = tlsutil.issue_certificate(ca, "backend", ip_addresses=("127.0.0.1",))
+        ca = certificates.new_ca("backend-ca")
+        self.cert = certificates.issue_certificate(ca, "backend", ip_addresses=("127.0.0.1",))
         self.server: TestServer
         self.port = 0
 
@@ -298,7 +298,7 @@ class Backend:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self.server = TestServer(app, host="127.0.0.1")
-        await self.server.start_server(ssl=tlsutil.ssl_server_context(self.cert))
+        await self.server.start_server(ssl=certificates.ssl_server_context(self.cert))
         assert self.server.port is not None
         self.port = self.server.port
 
@@ -337,7 +337,7 @@ def _apiservices(api: ApiServer) -> list[dict[str, Any]]:
 async def aggregator() -> AsyncIterator[Aggregator]:
     api = ApiServer()
     api.store.create(api.rt("", "namespaces"), {"metadata": {"name": "default"}})
-    api.aggregator = Aggregator(api, tlsutil.new_ca("front-proxy-ca"))
+    api.aggregator = Aggregator(api, certificates.new_ca("front-proxy-ca"))
     yield api.aggregator
     await api.aggregator.stop()
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from colocation.apimachinery.pods import KubeQoSClass, pod_requests, qos_class
-
-PriorityClass = Literal["koord-prod", "koord-mid", "koord-batch", "koord-free"]
-QoSClass = Literal["LSE", "LSR", "LS", "BE", "SYSTEM"]
-
-PRIORITY_LABEL = "koordinator.sh/priority-class"
-QOS_LABEL = "koordinator.sh/qosClass"
-PRIORITY_CLASSES: tuple[PriorityClass, ...] = ("koord-prod", "koord-mid", "koord-batch", "koord-free")
-QOS_CLASSES: tuple[QoSClass, ...] = ("LSE", "LSR", "LS", "BE", "SYSTEM")
+from colocation.koordinator.classes import (
+    PRIORITY_CLASSES,
+    PRIORITY_LABEL,
+    QOS_CLASSES,
+    QOS_LABEL,
+    PriorityClass,
+    QoSClass,
+)
 
 # Inclusive spec.priority bands; a priority outside every band says nothing.
 PRIORITY_BANDS: tuple[tuple[int, int, PriorityClass], ...] = (

@@ -24,8 +24,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from colocation import tlsutil
 from colocation.agent.kubeapi import KubeApi
+from colocation.apimachinery import certificates
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElectionRecord
@@ -52,7 +52,7 @@ class Leader:
 
     @functools.cached_property
     def ssl_context(self) -> ssl.SSLContext:
-        context = tlsutil.ssl_client_context(self.ca_pem)
+        context = certificates.ssl_client_context(self.ca_pem)
         # The certificate names the Service; agents dial the address the leader advertised.
         context.check_hostname = False
         context.verify_mode = ssl.CERT_REQUIRED

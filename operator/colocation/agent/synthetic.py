@@ -36,11 +36,11 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from colocation.agent.classify import PRIORITY_LABEL, QOS_LABEL, PriorityClass, QoSClass
 from colocation.agent.collector import PodSample, Pressure, PressureStat, Sample
 from colocation.agent.samples import MetricSample, SeriesKey
 from colocation.agent.scrape import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION
 from colocation.apimachinery.quantity import format_bytes, format_millis
+from colocation.koordinator.classes import PRIORITY_LABEL, QOS_LABEL, PriorityClass, QoSClass
 
 Profile = Literal["steady", "diurnal", "spiky"]
 PROFILES: tuple[Profile, ...] = ("steady", "diurnal", "spiky")

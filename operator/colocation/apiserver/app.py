@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from aiohttp import web
 
-from colocation import tlsutil
+from colocation.apimachinery import certificates
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.apiserver import discovery, openapi, tables
@@ -151,7 +151,7 @@ class NodeMetricApi:
 
     async def _caller(self, request: web.Request) -> Caller:
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport is not None else None
-        peer = tlsutil.peer_common_name_and_orgs(ssl_object) if ssl_object is not None else None
+        peer = certificates.peer_common_name_and_orgs(ssl_object) if ssl_object is not None else None
         return await self.authenticator.authenticate(request.headers, peer, self.request_header())
 
     async def _ok(self, request: web.Request) -> web.Response:

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from colocation import tlsutil
+from colocation.apimachinery import certificates
 from colocation.apiserver import discovery
 from colocation.apiserver.metrics import ServerMetrics
 from colocation.apiserver.store import NodeMetricStore
@@ -79,7 +79,7 @@ class LeaderFollower:
                     self.following = None
 
     async def _follow(self, session: aiohttp.ClientSession, address: LeaderAddress) -> None:
-        context = tlsutil.ssl_client_context(address.ca_pem)
+        context = certificates.ssl_client_context(address.ca_pem)
         context.check_hostname = False  # the certificate names the Service, we dial the pod address
         context.verify_mode = ssl.CERT_REQUIRED
         transport = https_transport(session, lambda: address.endpoint, lambda: context, self.token)

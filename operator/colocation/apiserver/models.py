@@ -32,6 +32,7 @@ from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.fielderrors import FieldErrorStyle, decoded_object, go_quote
 from colocation.apimachinery.quantity import byte_value, cpu_millis, parse_quantity
+from colocation.koordinator.classes import PriorityClass, QoSClass
 
 GROUP = "metrics.colocation.dev"
 VERSION = "v1alpha1"
@@ -40,8 +41,6 @@ KIND = "NodeMetric"
 LIST_KIND = "NodeMetricList"
 RESOURCE = "nodemetrics"
 
-PriorityClass = Literal["koord-prod", "koord-mid", "koord-batch", "koord-free"]
-QoSClass = Literal["LSE", "LSR", "LS", "BE", "SYSTEM"]
 AggregationType = Literal["avg", "p50", "p90", "p95", "p99"]
 
 # ---------------------------------------------------------------------------------------------

@@ -47,9 +47,10 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from colocation.agent.classify import PriorityClass, priority_of
+from colocation.agent.classify import priority_of
 from colocation.apimachinery.clock import MonotonicClock
 from colocation.controllers.health import NodeHealth
+from colocation.koordinator.classes import PriorityClass
 from colocation.kube.backoff import Backoff
 
 EVICTABLE_PRIORITIES: Final[frozenset[str]] = frozenset({"koord-batch", "koord-free"})

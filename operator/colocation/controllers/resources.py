@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from colocation.apimachinery import pods
 from colocation.apimachinery.quantity import byte_value, cpu_millis
+from colocation.koordinator.classes import (
+    PRIORITY_CLASSES,
+    PRIORITY_LABEL,
+    QOS_CLASSES,
+    QOS_LABEL,
+    PriorityClass,
+    QoSClass,
+)
 
-PriorityClass = Literal["koord-prod", "koord-mid", "koord-batch", "koord-free"]
-QoSClass = Literal["LSE", "LSR", "LS", "BE", "SYSTEM"]
-
-PRIORITY_CLASS_LABEL = "koordinator.sh/priority-class"
-QOS_CLASS_LABEL = "koordinator.sh/qosClass"
-
-_PRIORITY_CLASSES: tuple[PriorityClass, ...] = ("koord-prod", "koord-mid", "koord-batch", "koord-free")
-_QOS_CLASSES: tuple[QoSClass, ...] = ("LSE", "LSR", "LS", "BE", "SYSTEM")
 # spec.priority ranges, inclusive (Koordinator's PriorityProdValueMin..Max and so on).
 _PRIORITY_RANGES: tuple[tuple[int, int, PriorityClass], ...] = (
     (9000, 9999, "koord-prod"), (7000, 7999, "koord-mid"),
@@ -74,8 +74,8 @@ def pod_requests(pod: Mapping[str, Any]) -> Amount:
 
 def qos_class(pod: Mapping[str, Any]) -> QoSClass:
     """Koordinator's QoS class: label koordinator.sh/qosClass, else from the Kubernetes QoS class."""
-    label = ((pod.get("metadata") or {}).get("labels") or {}).get(QOS_CLASS_LABEL)
-    if label in _QOS_CLASSES:
+    label = ((pod.get("metadata") or {}).get("labels") or {}).get(QOS_LABEL)
+    if label in QOS_CLASSES:
         return label  # type: ignore[no-any-return]  # narrowed by the membership test
     return _KUBERNETES_QOS_TO_KOORDINATOR[pods.qos_class(pod)]
 
@@ -87,8 +87,8 @@ def priority_class(pod: Mapping[str, Any]) -> PriorityClass:
     2000001000) says nothing, and the next rule decides. By QoS, BE is batch and the rest
     (SYSTEM, LSE, LSR, LS) is prod.
     """
-    label = ((pod.get("metadata") or {}).get("labels") or {}).get(PRIORITY_CLASS_LABEL)
-    if label in _PRIORITY_CLASSES:
+    label = ((pod.get("metadata") or {}).get("labels") or {}).get(PRIORITY_LABEL)
+    if label in PRIORITY_CLASSES:
         return label  # type: ignore[no-any-return]
     priority = (pod.get("spec") or {}).get("priority")
     if isinstance(priority, int) and not isinstance(priority, bool):
@@ -100,7 +100,7 @@ def priority_class(pod: Mapping[str, Any]) -> PriorityClass:
 
 def is_high_priority(priority: str | None, qos: str | None = None) -> bool:
     """HP = neither batch nor free. Without a priority class, a BE QoS class means batch."""
-    if priority in _PRIORITY_CLASSES:
+    if priority in PRIORITY_CLASSES:
         return priority not in _LOW_PRIORITY
     return qos != "BE"
 

@@ -17,7 +17,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from colocation import tlsutil
+from colocation.apimachinery import certificates
 
 ADMIN_USER = "colocation-admin"
 FRONT_PROXY_CLIENT = "front-proxy-client"
@@ -29,8 +29,8 @@ APISERVER_DNS_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kuberne
 @dataclass(frozen=True)
 class Pki:
     directory: Path
-    ca: tlsutil.CertKey
-    front_proxy_ca: tlsutil.CertKey
+    ca: certificates.CertKey
+    front_proxy_ca: certificates.CertKey
 
     def file(self, name: str) -> str:
         return str(self.directory / name)
@@ -39,7 +39,7 @@ class Pki:
         """Issue (once) a client certificate for `user` in `groups`: (cert path, key path)."""
         cert = self.directory / f"{stem}.crt"
         if not cert.exists():
-            issued = tlsutil.issue_certificate(self.ca, user, server=False, client=True, organizations=groups)
+            issued = certificates.issue_certificate(self.ca, user, server=False, client=True, organizations=groups)
             issued.write(self.directory, stem)
         return str(cert), str(self.directory / f"{stem}.key")
 
@@ -48,13 +48,13 @@ def create(directory: Path, *, apiserver_ips: tuple[str, ...]) -> Pki:
     """Write every certificate and key kube-apiserver, etcd's clients and the components need."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
-    ca = tlsutil.new_ca("colocation-kube-ca")
+    ca = certificates.new_ca("colocation-kube-ca")
     ca.write(directory, "ca")
-    tlsutil.issue_certificate(ca, "kube-apiserver", dns_names=APISERVER_DNS_NAMES,
+    certificates.issue_certificate(ca, "kube-apiserver", dns_names=APISERVER_DNS_NAMES,
                               ip_addresses=apiserver_ips).write(directory, "apiserver")
-    front_proxy_ca = tlsutil.new_ca("colocation-front-proxy-ca")
+    front_proxy_ca = certificates.new_ca("colocation-front-proxy-ca")
     front_proxy_ca.write(directory, "front-proxy-ca")
-    tlsutil.issue_certificate(front_proxy_ca, FRONT_PROXY_CLIENT, server=False,
+    certificates.issue_certificate(front_proxy_ca, FRONT_PROXY_CLIENT, server=False,
                               client=True).write(directory, "front-proxy-client")
     key = ec.generate_private_key(ec.SECP256R1())
     (directory / "sa.key").write_bytes(key.private_bytes(

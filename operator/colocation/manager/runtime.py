@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from colocation import tlsutil
+from colocation.apimachinery import certificates
 from colocation.apiserver.app import ApiOptions, NodeMetricApi
 from colocation.apiserver.auth import DelegatingAuthenticator, RequestHeaderConfig
 from colocation.apiserver.authz import DelegatingAuthorizer
@@ -84,16 +84,16 @@ class OperatorConfig:
     controllers: ControllerSettings = field(default_factory=ControllerSettings)
 
 
-def serving_certificate(config: OperatorConfig) -> tuple[tlsutil.CertKey, bytes]:
+def serving_certificate(config: OperatorConfig) -> tuple[certificates.CertKey, bytes]:
     """(serving certificate and key, CA bundle clients verify it with): from files or generated."""
     if config.tls_cert_file and config.tls_key_file:
-        cert = tlsutil.CertKey(config.tls_cert_file.read_bytes(), config.tls_key_file.read_bytes())
+        cert = certificates.CertKey(config.tls_cert_file.read_bytes(), config.tls_key_file.read_bytes())
         return cert, cert.cert_pem
-    ca = tlsutil.new_ca(f"{SERVICE_NAME}-ca@{int(time.time())}")
+    ca = certificates.new_ca(f"{SERVICE_NAME}-ca@{int(time.time())}")
     dns = (SERVICE_NAME, f"{SERVICE_NAME}.{config.namespace}", f"{SERVICE_NAME}.{config.namespace}.svc",
            f"{SERVICE_NAME}.{config.namespace}.svc.cluster.local", "localhost")
     ips = tuple(dict.fromkeys(ip for ip in (config.advertise_address, "127.0.0.1") if _is_ip(ip)))
-    return tlsutil.issue_certificate(ca, SERVICE_NAME, dns_names=dns, ip_addresses=ips), ca.cert_pem
+    return certificates.issue_certificate(ca, SERVICE_NAME, dns_names=dns, ip_addresses=ips), ca.cert_pem
 
 
 def _is_ip(text: str) -> bool:
@@ -291,7 +291,7 @@ class OperatorProcess:
         client_ca = self.request_header.request_header_ca_pem if self.request_header else None
         # Client certificates are verified against the front-proxy CA only: that is what makes
         # the X-Remote-* identity headers trustworthy (see apiserver.auth).
-        return tlsutil.ssl_server_context(self.cert, client_ca_pem=client_ca.encode() if client_ca else None)
+        return certificates.ssl_server_context(self.cert, client_ca_pem=client_ca.encode() if client_ca else None)
 
 
 def _bearer_token(api: Any) -> str:

@@ -32,7 +32,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from colocation import tlsutil
+from colocation.apimachinery import certificates
 from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.objects import Obj
@@ -118,10 +118,10 @@ class _DiscoveryFailed(Exception):
 
 
 class Aggregator:
-    def __init__(self, api: ApiServer, front_proxy_ca: tlsutil.CertKey, *, probe_interval: float = 1.0) -> None:
+    def __init__(self, api: ApiServer, front_proxy_ca: certificates.CertKey, *, probe_interval: float = 1.0) -> None:
         self.api = api
         self.front_proxy_ca = front_proxy_ca
-        self.client_cert = tlsutil.issue_certificate(front_proxy_ca, FRONT_PROXY_CLIENT_NAME, server=False,
+        self.client_cert = certificates.issue_certificate(front_proxy_ca, FRONT_PROXY_CLIENT_NAME, server=False,
                                                      client=True)
         self.probe_interval = probe_interval
         self._session: aiohttp.ClientSession | None = None
@@ -190,7 +190,7 @@ class Aggregator:
         ca_pem = base64.b64decode(spec.get("caBundle") or "")
         if not ca_pem:
             raise ApiError.service_unavailable(f'apiservice {apiservice["metadata"]["name"]} has no caBundle')
-        context = tlsutil.ssl_client_context(ca_pem, self.client_cert)
+        context = certificates.ssl_client_context(ca_pem, self.client_cert)
         context.check_hostname = False  # the backend's certificate names its Service, not 127.0.0.1
         return context
 

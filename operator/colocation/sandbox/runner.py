@@ -11,7 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from colocation import tlsutil
+from colocation.apimachinery import certificates
 from colocation.apimachinery.clock import WallClock, now
 from colocation.controlplane import pki
 from colocation.sandbox.admission import new_namespace
@@ -43,13 +43,13 @@ class Sandbox:
     def __init__(self, config: SandboxConfig, *, clock: WallClock = now) -> None:
         self.config = config
         self.api = ApiServer(clock=clock, window=config.watch_window, bookmark_interval=config.bookmark_interval)
-        self.ca = tlsutil.new_ca("colocation-sandbox-ca")
+        self.ca = certificates.new_ca("colocation-sandbox-ca")
         self.controllers = Controllers(self.api.store, root_ca_pem=self.ca.cert_pem)
-        self.serving = tlsutil.issue_certificate(self.ca, "colocation-sandbox",
+        self.serving = certificates.issue_certificate(self.ca, "colocation-sandbox",
                                                  dns_names=("localhost", "kubernetes", "kubernetes.default",
                                                             "kubernetes.default.svc"),
                                                  ip_addresses=(config.host,))
-        self.front_proxy_ca = tlsutil.new_ca("colocation-sandbox-front-proxy-ca")
+        self.front_proxy_ca = certificates.new_ca("colocation-sandbox-front-proxy-ca")
         self.api.aggregator = Aggregator(self.api, self.front_proxy_ca, probe_interval=config.probe_interval)
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -75,7 +75,7 @@ class Sandbox:
                                                                         self.ca.cert_pem))
 
     def ssl_context(self) -> ssl.SSLContext:
-        return tlsutil.ssl_server_context(self.serving)
+        return certificates.ssl_server_context(self.serving)
 
     async def start(self) -> None:
         app = self.api.application()

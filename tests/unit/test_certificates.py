@@ -12,7 +12,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from colocation.tlsutil import (
+from colocation.apimachinery.certificates import (
     CertKey,
     issue_certificate,
     new_ca,
