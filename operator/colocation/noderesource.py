@@ -14,14 +14,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from colocation.controllers.config import ColocationStrategy
-from colocation.controllers.resources import (
-    Amount,
-    is_high_priority,
-    is_high_priority_pod,
-    pod_requests,
-    qos_class,
-    total,
-)
+from colocation.controllers.resources import Amount, pod_requests, total
+from colocation.koordinator.classes import is_high_priority, is_high_priority_pod, qos_of
 
 BATCH_CPU = "kubernetes.io/batch-cpu"
 BATCH_MEMORY = "kubernetes.io/batch-memory"
@@ -76,8 +70,8 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
       aggregatedNodeUsages, as Koordinator does. When systemUsage is absent it is derived as
       nodeUsage - Σ podUsage - Σ host application usage (floored at 0), which is how the agent
       computes it.
-    - HP (high priority) pods are those neither batch nor free, by DESIGN.md's conventions
-      (label koordinator.sh/priority-class, else spec.priority range, else QoS class; BE is
+    - HP (high priority) pods are those neither batch nor free, by colocation.koordinator.classes
+      (label koordinator.sh/priority-class, else spec.priority band, else QoS class; BE is
       batch). Only HP pods count in HPUsed, HPRequest and HPMaxUsageRequest.
     - Only pods in phase Running or Pending count (a pod without a phase is Pending: the API
       server sets it on creation). A Succeeded or Failed pod counts nothing, and neither does
@@ -162,7 +156,7 @@ def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any
             hp.max_usage_request += request
             continue
         usage = Amount.of(_resources(metric.get("podUsage")))
-        hp.used += Amount(request.cpu, usage.memory) if qos_class(pod) == "LSE" else usage
+        hp.used += Amount(request.cpu, usage.memory) if qos_of(pod) == "LSE" else usage
         hp.max_usage_request += request.max(usage)
     for metric in metrics.values():  # pods the caller does not know (any more)
         if is_high_priority(metric.get("priority"), metric.get("qos")):

@@ -1,4 +1,4 @@
-"""Priority and QoS classification (DESIGN.md conventions) and Kubernetes' request and QoS rules."""
+"""Priority and QoS classification (docs/architecture.md, Koordinator's model) and Kubernetes' request and QoS rules."""
 
 from __future__ import annotations
 

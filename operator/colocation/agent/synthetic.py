@@ -40,7 +40,14 @@ from colocation.agent.collector import PodSample, Pressure, PressureStat, Sample
 from colocation.agent.samples import MetricSample, SeriesKey
 from colocation.agent.scrape import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION
 from colocation.apimachinery.quantity import format_bytes, format_millis
-from colocation.koordinator.classes import PRIORITY_LABEL, QOS_LABEL, PriorityClass, QoSClass
+from colocation.koordinator.classes import (
+    PRIORITY_BANDS,
+    PRIORITY_LABEL,
+    QOS_LABEL,
+    PriorityClass,
+    QoSClass,
+    is_high_priority,
+)
 
 Profile = Literal["steady", "diurnal", "spiky"]
 PROFILES: tuple[Profile, ...] = ("steady", "diurnal", "spiky")
@@ -50,8 +57,7 @@ _MI = 2**20
 _GI = 2**30
 # Kubernetes' name-suffix alphabet (no vowels, no confusable characters).
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_PRIORITY_VALUES: dict[PriorityClass, int] = {
-    "koord-prod": 9000, "koord-mid": 7000, "koord-batch": 5000, "koord-free": 3000}
+_PRIORITY_VALUES: dict[PriorityClass, int] = {name: low for low, _, name in PRIORITY_BANDS}
 _MASK64 = 2**64 - 1
 _SCRAPE_ANNOTATIONS = {SCRAPE_ANNOTATION: "true", PORT_ANNOTATION: "8080", PATH_ANNOTATION: "/metrics"}
 _GET_SHARE = 0.8  # of a serving pod's requests
@@ -211,7 +217,7 @@ class SyntheticCollector:
 
     @staticmethod
     def _is_hp(workload: _Workload) -> bool:
-        return workload.priority in ("koord-prod", "koord-mid")
+        return is_high_priority(workload.priority)
 
     @staticmethod
     def _pod_name(rng: random.Random, workload: _Workload, families: dict[str, str], taken: set[str]) -> str:

@@ -21,7 +21,7 @@ eviction waits in a first-come queue until it gets a token, and from then on, fo
 stays due, every evictable pod on it is offered (pods appearing later included). A node that is
 no longer due (it recovered, was deleted, or the guard stopped evictions) is released: should it
 become due again it queues for a new token. Evictable pods are the batch and free ones
-(`colocation.agent.classify.priority_of`: label, else priority band, else QoS), never prod or
+(`colocation.koordinator.classes.priority_of`: label, else priority band, else QoS), never prod or
 mid; never a pod already terminating (`metadata.deletionTimestamp`) or terminated (phase
 Succeeded or Failed), nor a mirror pod (a static pod: the kubelet owns it, eviction is refused).
 
@@ -47,13 +47,11 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from colocation.agent.classify import priority_of
 from colocation.apimachinery.clock import MonotonicClock
 from colocation.controllers.health import NodeHealth
-from colocation.koordinator.classes import PriorityClass
+from colocation.koordinator.classes import PriorityClass, is_high_priority, priority_of
 from colocation.kube.backoff import Backoff
 
-EVICTABLE_PRIORITIES: Final[frozenset[str]] = frozenset({"koord-batch", "koord-free"})
 MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
 
 GUARD_ALLOWED: Final = "EvictionAllowed"
@@ -120,7 +118,7 @@ def evictable(pod: Mapping[str, Any]) -> bool:
         return False
     if MIRROR_POD_ANNOTATION in _mapping(metadata.get("annotations")):
         return False
-    return priority_of(pod) in EVICTABLE_PRIORITIES
+    return not is_high_priority(priority_of(pod))
 
 
 @dataclasses.dataclass(frozen=True)
