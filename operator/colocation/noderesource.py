@@ -13,9 +13,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from colocation.controllers.config import ColocationStrategy
 from colocation.controllers.resources import Amount, pod_requests, total
 from colocation.koordinator.classes import is_high_priority, is_high_priority_pod, qos_of
+from colocation.koordinator.slo_strategies import ColocationStrategy
 
 BATCH_CPU = "kubernetes.io/batch-cpu"
 BATCH_MEMORY = "kubernetes.io/batch-memory"

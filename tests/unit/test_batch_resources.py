@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from colocation.controllers.config import ColocationStrategy
+from colocation.koordinator.slo_strategies import ColocationStrategy
 from colocation.noderesource import BATCH_CPU, BATCH_MEMORY, calculate_batch_resources, count_cpus
 
 Gi = 2**30

@@ -9,14 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from colocation.controllers.config import (
-    ColocationStrategy,
-    ParsedConfig,
-    parse_config,
-    render_nodeslo_spec,
-    strategy_for_node,
-    with_node_overrides,
-)
+from colocation.controllers.config import ParsedConfig, parse_config, strategy_for_node
+from colocation.koordinator.slo_strategies import ColocationStrategy, render_nodeslo_spec, with_node_overrides
 from colocation.sandbox.schema import prune, validate
 
 ROOT = Path(__file__).resolve().parents[2]

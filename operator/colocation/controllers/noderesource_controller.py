@@ -30,7 +30,7 @@ from colocation.apimachinery.tables import parse_timestamp
 from colocation.apiserver.store import NodeMetricStore
 from colocation.controllers.cluster import ClusterState
 from colocation.controllers.conditions import status_needs_write
-from colocation.controllers.config import ColocationStrategy, strategy_for_node, with_node_overrides
+from colocation.controllers.config import strategy_for_node
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.events import NORMAL, WARNING, ObjectRef
 from colocation.controllers.eviction import (
@@ -56,6 +56,7 @@ from colocation.controllers.nodestatus import (
 from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch
 from colocation.controllers.settings import ControllerSettings
 from colocation.controllers.writers import NODERESOURCES, KubeWriter, merge_patch, owner_reference
+from colocation.koordinator.slo_strategies import ColocationStrategy, with_node_overrides
 from colocation.noderesource import calculate_batch_resources
 
 log = logging.getLogger(__name__)

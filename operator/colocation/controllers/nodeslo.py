@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from colocation.controllers.cluster import ClusterState
-from colocation.controllers.config import render_nodeslo_spec, strategy_for_node
+from colocation.controllers.config import strategy_for_node
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.writers import GROUP, NODESLOS, VERSION, KubeWriter, merge_patch, owner_reference
+from colocation.koordinator.slo_strategies import render_nodeslo_spec
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,68 @@
+"""One configuration key on its own: rules per node, JSON merge, and the NodeResource overrides."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from colocation.koordinator.slo_config import ConfigError, json_merge, parse_key
+from colocation.koordinator.slo_strategies import ColocationStrategy, SystemStrategy, with_node_overrides
+
+
+@pytest.mark.parametrize(("base", "patch", "merged"), [
+    ({"a": 1, "b": {"c": 2, "d": 3}}, {"b": {"d": None, "e": 4}}, {"a": 1, "b": {"c": 2, "e": 4}}),
+    ({"a": [1, 2]}, {"a": [3]}, {"a": [3]}),  # lists replace
+    ({"a": {"b": 1}}, {"a": 5}, {"a": 5}),  # a scalar replaces an object
+    ({"a": 5}, {"a": {"b": None, "c": 1}}, {"a": {"c": 1}}),  # an object over a scalar starts empty
+    ({"a": 1}, ["x"], ["x"]),
+    (None, {"a": None}, {}),
+])
+def test_json_merge(base: Any, patch: Any, merged: Any) -> None:
+    assert json_merge(base, patch) == merged
+
+
+def test_json_merge_leaves_its_arguments_alone() -> None:
+    base, patch = {"a": {"b": 1}}, {"a": {"c": 2}}
+    json_merge(base, patch)
+    assert (base, patch) == ({"a": {"b": 1}}, {"a": {"c": 2}})
+
+
+def test_a_key_gives_each_node_the_first_matching_rule_or_the_cluster_strategy() -> None:
+    config = parse_key(SystemStrategy, json.dumps({
+        "clusterStrategy": {"watermarkScaleFactor": 200},
+        "nodeStrategies": [
+            {"name": "small", "nodeSelector": {"matchLabels": {"size": "s"}}, "minFreeKbytesFactor": 50},
+            {"name": "rest", "nodeSelector": {"matchExpressions": [{"key": "size", "operator": "Exists"}]},
+             "minFreeKbytesFactor": 300},
+        ],
+    }))
+    assert [rule.name for rule in config.rules] == ["small", "rest"]
+    small = config.for_labels({"size": "s"})
+    assert (small.watermark_scale_factor, small.min_free_kbytes_factor) == (200, 50)
+    assert config.for_labels({"size": "l"}).min_free_kbytes_factor == 300
+    assert config.for_labels(None) is config.cluster
+    assert config.cluster == SystemStrategy(watermark_scale_factor=200)
+
+
+def test_an_empty_document_is_the_defaults() -> None:
+    config = parse_key(ColocationStrategy, '{"clusterStrategy": null, "nodeStrategies": null}')
+    assert (config.cluster, config.rules) == (ColocationStrategy(), ())
+
+
+def test_an_invalid_key_raises_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"^clusterStrategy\.enable: Input should be a valid boolean"):
+        parse_key(ColocationStrategy, '{"clusterStrategy": {"enable": "yes"}}')
+
+
+@pytest.mark.parametrize("overrides", [
+    {"disableColocation": "true"},
+    {"cpuReclaimThresholdPercent": True},
+    {"cpuReclaimThresholdPercent": 150},
+    {"memoryReclaimThresholdPercent": "40"},
+    {},
+])
+def test_node_overrides_of_the_wrong_type_or_range_are_ignored(overrides: dict[str, Any]) -> None:
+    strategy = ColocationStrategy()
+    assert with_node_overrides(strategy, overrides) is strategy
