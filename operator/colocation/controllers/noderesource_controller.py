@@ -56,8 +56,8 @@ from colocation.controllers.nodestatus import (
 from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch
 from colocation.controllers.settings import ControllerSettings
 from colocation.controllers.writers import NODERESOURCES, KubeWriter, merge_patch, owner_reference
+from colocation.koordinator.batch_formula import calculate_batch_resources
 from colocation.koordinator.slo_strategies import ColocationStrategy, with_node_overrides
-from colocation.noderesource import calculate_batch_resources
 
 log = logging.getLogger(__name__)
 

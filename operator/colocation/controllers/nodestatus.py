@@ -23,7 +23,7 @@ from colocation.controllers.conditions import (
     merge_conditions,
 )
 from colocation.controllers.health import NodeHealth
-from colocation.noderesource import BATCH_CPU, BATCH_MEMORY
+from colocation.koordinator.batch_formula import BATCH_CPU, BATCH_MEMORY
 
 # Why a node offers no batch resources (ColocationReady=False), besides being unhealthy.
 DISABLED: Final = "ColocationDisabled"

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from colocation.apimachinery.quantity import parse_quantity
-from colocation.noderesource import BATCH_CPU, BATCH_MEMORY
+from colocation.koordinator.batch_formula import BATCH_CPU, BATCH_MEMORY
 
 BATCH_RESOURCES: Final = (BATCH_CPU, BATCH_MEMORY)
 

@@ -1,8 +1,4 @@
-"""What the batch formula needs to know about pods: cpu and memory amounts and requests.
-
-Requests come from colocation.apimachinery.pods, computed from Kubernetes JSON (dicts), as the
-API server returns it; the classes of a pod from colocation.koordinator.classes.
-"""
+"""Cpu and memory amounts, the two resources the batch formula works on, and what a pod requests."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ from colocation.apimachinery.quantity import byte_value, cpu_millis
 
 @dataclass(frozen=True, slots=True)
 class Amount:
-    """Cpu in milli-cores and memory in bytes: the two resources the batch formula works on."""
+    """Cpu in milli-cores and memory in bytes."""
 
     cpu: int = 0
     memory: int = 0
@@ -44,10 +40,6 @@ class Amount:
 
 def total(amounts: Iterable[Amount]) -> Amount:
     return sum(amounts, Amount())
-
-
-# --------------------------------------------------------------------------------------------
-# Requests.
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Amount:

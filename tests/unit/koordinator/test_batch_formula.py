@@ -1,4 +1,4 @@
-"""calculate_batch_resources: the batch formula of DESIGN.md, worked by hand.
+"""calculate_batch_resources: the batch formula of docs/architecture.md (Koordinator's model), worked by hand.
 
 The reference node: 10 cpus (10000m) and 100Gi of memory, nothing reserved by the kubelet,
 default strategy (cpu reclaim 60 %, memory 65 %), so the safety margin is
@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from colocation import noderesource
+from colocation.koordinator.batch_formula import BATCH_CPU, BATCH_MEMORY, calculate_batch_resources, count_cpus
 from colocation.koordinator.slo_strategies import ColocationStrategy
-from colocation.noderesource import BATCH_CPU, BATCH_MEMORY, calculate_batch_resources, count_cpus
 
 Gi = 2**30
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC).timestamp()
@@ -312,3 +313,7 @@ def test_inputs_are_not_modified() -> None:
     before = copy.deepcopy((node, pods, metric))
     calculate_batch_resources(node, pods, metric, {}, NOW)
     assert (node, pods, metric) == before
+
+
+def test_the_formula_keeps_its_public_name() -> None:
+    assert noderesource.calculate_batch_resources is calculate_batch_resources
