@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.fielderrors import go_quote
 
 TABLE_GROUP = "meta.k8s.io"
 TABLE_VERSIONS = ("v1", "v1beta1")
+INCLUDE_OBJECT_VALUES = ("Object", "Metadata", "None")
 
 
 # --- Accept negotiation ---------------------------------------------------------------------------
@@ -33,6 +36,16 @@ def wants_table(accept_header: str) -> str | None:
             return params["v"]
     raise ApiError(406, "NotAcceptable",
                    "only the following media types are accepted: application/json, application/yaml")
+
+
+def include_object(query: Mapping[str, str]) -> str:
+    """A Table request's includeObject ("Metadata" when not given), checked as kube-apiserver checks
+    TableOptions before it starts answering, a watch included."""
+    value = query.get("includeObject", "")
+    if value not in (*INCLUDE_OBJECT_VALUES, ""):
+        raise ApiError.bad_request(f"Unable to convert to Table as requested: includeObject: Invalid value: "
+                                   f"{go_quote(value)}: must be 'Metadata', 'Object', 'None', or empty")
+    return value or "Metadata"
 
 
 def _accept_clauses(header: str) -> list[tuple[str, dict[str, str]]]:
