@@ -131,6 +131,19 @@ class ApiError(Exception):
         return cls(500, "InternalError", message)
 
 
+def success_status(code: int = 0, message: str = "", details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A Status that reports success (an eviction, a binding, a stored batch), in the order of the
+    Go type's fields; what is zero is left out, as upstream leaves it out."""
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+    if message:
+        body["message"] = message
+    if details:
+        body["details"] = details
+    if code:
+        body["code"] = code
+    return body
+
+
 def _details(group: str, resource: str, name: str) -> dict[str, Any]:
     details: dict[str, Any] = {"kind": resource}
     if name:
