@@ -1,4 +1,7 @@
-"""Kubernetes API conventions shared by every server in the project: Status errors, selectors.
+"""Kubernetes API conventions shared by every server in the project: Status errors, selectors, list
+and watch parameters, discovery documents, and the one way a watch is served.
 
-Pure code with no I/O; the sandbox, the operator's aggregated API and the controllers build on it.
+Below every other layer: it imports nothing else from colocation. Pure code apart from
+watch_stream (aiohttp) and watch_queue (asyncio); the sandbox, the operator's aggregated API and the
+controllers build on it.
 """
