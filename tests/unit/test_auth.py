@@ -10,7 +10,7 @@ import pytest
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.userinfo import UserInfo
-from colocation.sandbox.auth import TokenAuthority
+from colocation.sandbox.server.token_authority import TokenAuthority
 
 T0 = 1_800_000_000.0
 POD = {"kind": "Pod",

@@ -13,8 +13,8 @@ import pytest
 from colocation.kube import permissions
 from colocation.kube.permissions import ApiCall
 from colocation.sandbox.install import render_manifests
-from colocation.sandbox.rbac import RbacAuthorizer
-from colocation.sandbox.rbac_bootstrap import bootstrap_policy
+from colocation.sandbox.server.rbac_authorizer import RbacAuthorizer
+from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
 from tests.unit.test_manifests import (
     KUBECTL,
     KUBERNETES_VERSIONS,

@@ -14,12 +14,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from colocation.apimachinery import certificates
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox import discovery
-from colocation.sandbox.aggregation import Aggregator
-from colocation.sandbox.controllers import Controllers
-from colocation.sandbox.discovery import Served
-from colocation.sandbox.resources import Registry
-from colocation.sandbox.server import ApiServer
+from colocation.sandbox.server import discovery_documents as discovery
+from colocation.sandbox.server.api_aggregator import Aggregator
+from colocation.sandbox.server.api_server import ApiServer
+from colocation.sandbox.server.builtin_controllers import Controllers
+from colocation.sandbox.server.discovery_documents import Served
+from colocation.sandbox.server.resource_types import Registry
 
 V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"

@@ -22,8 +22,8 @@ from colocation.apimachinery.userinfo import UserInfo
 from colocation.controlplane.binaries import kubectl_binary
 from colocation.kube import permissions
 from colocation.kube.permissions import AGENT_API_CALLS, OPERATOR_API_CALLS, ApiCall
-from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes
-from colocation.sandbox.rbac_bootstrap import bootstrap_policy
+from colocation.sandbox.server.rbac_authorizer import RbacAuthorizer, RequestAttributes
+from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
 
 REPO = Path(__file__).resolve().parents[2]
 KUBECTL = kubectl_binary()  # the one hack/kube/build.sh built, else the PATH's

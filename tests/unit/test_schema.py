@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.schema import (
+from colocation.sandbox.server.crd_schema import (
     apply_defaults,
     prune,
     ratchet,
@@ -15,7 +15,7 @@ from colocation.sandbox.schema import (
     validate,
     validation_causes,
 )
-from colocation.sandbox.structural import check_structural
+from colocation.sandbox.server.structural_schema import check_structural
 
 
 def _spec(**properties: Any) -> dict[str, Any]:

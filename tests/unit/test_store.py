@@ -8,10 +8,10 @@ import pytest
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
-from colocation.sandbox.controllers import Controllers
-from colocation.sandbox.resources import Registry, ResourceType
-from colocation.sandbox.store import Store
-from colocation.sandbox.watch import WatchFilter
+from colocation.sandbox.server.builtin_controllers import Controllers
+from colocation.sandbox.server.object_store import Store
+from colocation.sandbox.server.resource_types import Registry, ResourceType
+from colocation.sandbox.server.watch_events import WatchFilter
 
 Obj = dict[str, Any]
 EVERYTHING = WatchFilter()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from colocation.apimachinery.selectors import LabelSelector
-from colocation.sandbox.controllers import Controllers
-from colocation.sandbox.resources import Registry, ResourceType
-from colocation.sandbox.store import Store
-from colocation.sandbox.watch import Watcher, WatchFilter
+from colocation.sandbox.server.builtin_controllers import Controllers
+from colocation.sandbox.server.object_store import Store
+from colocation.sandbox.server.resource_types import Registry, ResourceType
+from colocation.sandbox.server.watch_events import Watcher, WatchFilter
 
 
 @pytest.fixture

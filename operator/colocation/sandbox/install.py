@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from colocation.controlplane.binaries import kubectl_binary
-from colocation.sandbox.admission import admit
+from colocation.sandbox.server.admission import admit
 
 if TYPE_CHECKING:
     from colocation.sandbox.runner import Sandbox

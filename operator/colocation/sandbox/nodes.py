@@ -34,9 +34,9 @@ from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
-from colocation.sandbox.admission import new_namespace
 from colocation.sandbox.processes import terminate, write_state
 from colocation.sandbox.replicas import STOP_GRACE_SECONDS, TOKEN_SECONDS, free_port
+from colocation.sandbox.server.admission import new_namespace
 
 if TYPE_CHECKING:
     from colocation.sandbox.runner import Sandbox

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from colocation.apimachinery.clock import format_time
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
-from colocation.sandbox.aggregation import LOCAL_ENDPOINTS_ANNOTATION
 from colocation.sandbox.processes import terminate, write_state
+from colocation.sandbox.server.api_aggregator import LOCAL_ENDPOINTS_ANNOTATION
 
 if TYPE_CHECKING:
     from colocation.sandbox.runner import Sandbox

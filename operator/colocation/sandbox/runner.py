@@ -14,11 +14,11 @@ from aiohttp import web
 from colocation.apimachinery import certificates
 from colocation.apimachinery.clock import WallClock, now
 from colocation.controlplane import pki
-from colocation.sandbox.admission import new_namespace
-from colocation.sandbox.aggregation import Aggregator, authentication_configmap
-from colocation.sandbox.controllers import Controllers
-from colocation.sandbox.rbac_bootstrap import bootstrap_policy
-from colocation.sandbox.server import ApiServer
+from colocation.sandbox.server.admission import new_namespace
+from colocation.sandbox.server.api_aggregator import Aggregator, authentication_configmap
+from colocation.sandbox.server.api_server import ApiServer
+from colocation.sandbox.server.builtin_controllers import Controllers
+from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from typing import Any
 from aiohttp import web
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.paths import parse_target, verb_for
-from colocation.sandbox.verbs import flag_param, json_response
+from colocation.sandbox.server.request_paths import parse_target, verb_for
+from colocation.sandbox.server.verbs import flag_param, json_response
 
 USER_KEY = web.RequestKey("colocation.sandbox.user", str)  # the authenticated user, set by the server
 ADMIN_PREFIX = "/sandbox/"

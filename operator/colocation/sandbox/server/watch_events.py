@@ -20,7 +20,7 @@ from colocation.apimachinery.objects import Obj
 
 if TYPE_CHECKING:
     from colocation.apimachinery.selectors import FieldSelector, LabelSelector
-    from colocation.sandbox.resources import ResourceType
+    from colocation.sandbox.server.resource_types import ResourceType
 
 
 

@@ -18,7 +18,7 @@ import hashlib
 import json
 
 from colocation.apimachinery.objects import Obj
-from colocation.sandbox.resources import Registry, ResourceType
+from colocation.sandbox.server.resource_types import Registry, ResourceType
 
 # Group -> the Go package upstream names its definitions after; other groups are custom resources,
 # named by their reversed domain (slo.colocation.dev -> dev.colocation.slo).

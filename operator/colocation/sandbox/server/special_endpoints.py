@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -12,17 +12,15 @@ from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.userinfo import UserInfo
-from colocation.sandbox import bodies
-from colocation.sandbox.admission import admit
-from colocation.sandbox.eviction import check_eviction
-from colocation.sandbox.paths import Target
-from colocation.sandbox.resources import ResourceType
-from colocation.sandbox.reviews import subject_access_review
-from colocation.sandbox.schema import scale_replicas_causes
-from colocation.sandbox.verbs import json_response
-
-if TYPE_CHECKING:
-    from colocation.sandbox.server import ApiServer
+from colocation.sandbox.server import request_bodies
+from colocation.sandbox.server.access_reviews import subject_access_review
+from colocation.sandbox.server.admission import admit
+from colocation.sandbox.server.api_core import ApiCore
+from colocation.sandbox.server.crd_schema import scale_replicas_causes
+from colocation.sandbox.server.disruption_budgets import check_eviction
+from colocation.sandbox.server.request_paths import Target
+from colocation.sandbox.server.resource_types import ResourceType
+from colocation.sandbox.server.verbs import json_response
 
 Handler = Callable[[web.Request, UserInfo, ResourceType, Target], Awaitable[web.StreamResponse]]
 
@@ -35,7 +33,7 @@ def _user_json(user: UserInfo) -> dict[str, Any]:
 
 
 class SpecialEndpoints:
-    def __init__(self, api: ApiServer) -> None:
+    def __init__(self, api: ApiCore) -> None:
         self.api = api
         self._routes: dict[tuple[str, str, str, str], Handler] = {
             ("authentication.k8s.io", "tokenreviews", "", "create"): self.token_review,
@@ -55,7 +53,8 @@ class SpecialEndpoints:
         return self._routes.get((rt.group, rt.resource, subresource, verb))
 
     async def _body(self, request: web.Request) -> Obj:
-        return bodies.decode_object(await request.read(), request.headers.get("Content-Type", "application/json"))
+        content_type = request.headers.get("Content-Type", "application/json")
+        return request_bodies.decode_object(await request.read(), content_type)
 
     def _review(self, rt: ResourceType, body: Obj, status: Obj) -> web.Response:
         return json_response({**body, "apiVersion": rt.api_version, "kind": rt.kind,
@@ -198,11 +197,11 @@ class SpecialEndpoints:
         if request.method == "PUT":
             wanted = await self._body(request)
         else:
-            kind, patch_body = bodies.decode_patch(await request.read(),
+            kind, patch_body = request_bodies.decode_patch(await request.read(),
                                                    request.headers.get("Content-Type", ""), rt)
-            if kind == bodies.APPLY_PATCH:
+            if kind == request_bodies.APPLY_PATCH:
                 raise ApiError.unsupported_media_type(kind)
-            wanted = bodies.apply_patch(kind, current, patch_body, rt)
+            wanted = request_bodies.apply_patch(kind, current, patch_body, rt)
         replicas = (wanted.get("spec") or {}).get("replicas", 0)  # omitted is 0, as Go decodes it
         if not isinstance(replicas, int) or isinstance(replicas, bool):
             raise ApiError.invalid("autoscaling", "Scale", target.name, [_cause(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.resources import Registry, ResourceType
+from colocation.sandbox.server.resource_types import Registry, ResourceType
 
 
 @dataclass(frozen=True)

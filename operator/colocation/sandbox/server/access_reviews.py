@@ -28,7 +28,7 @@ from colocation.apimachinery.userinfo import (
     service_account_groups,
     split_service_account,
 )
-from colocation.sandbox.rbac import (
+from colocation.sandbox.server.rbac_authorizer import (
     AUTHENTICATION_GROUP,
     AUTHORIZATION_GROUP,
     Authorize,

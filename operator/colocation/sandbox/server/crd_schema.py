@@ -3,7 +3,8 @@
 The semantics are apiextensions-apiserver's: values are checked by JSON kind the way kube-openapi's
 validators are, errors carry its field paths and wording (`spec.items[2].name: Required value`),
 pruning and defaulting follow the structural algorithms. A request goes prune -> apply_defaults ->
-validate, as in the real decoder and strategy. The rules a schema itself must follow are `structural`'s.
+validate, as in the real decoder and strategy. The rules a schema itself must follow are
+`structural_schema`'s.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 - JSON merge patch (RFC 7386) and its inverse, `create_merge_patch`.
 - JSON patch (RFC 6902), with kube-apiserver's error codes.
-- Strategic merge patch for built-in types (`colocation.sandbox.strategic`).
-- Server-side apply with managed fields (`colocation.sandbox.managedfields`).
+- Strategic merge patch for built-in types (`colocation.sandbox.server.strategic_merge`).
+- Server-side apply with managed fields (`colocation.sandbox.server.managedfields`).
 
 Inputs are never mutated: every function returns a new value.
 """
@@ -14,8 +14,8 @@ import copy
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.managedfields import managed_fields_for_update, server_side_apply
-from colocation.sandbox.strategic import strategic_merge_patch
+from colocation.sandbox.server.managedfields import managed_fields_for_update, server_side_apply
+from colocation.sandbox.server.strategic_merge import strategic_merge_patch
 
 __all__ = [
     "create_merge_patch",

@@ -16,13 +16,12 @@ from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.apimachinery.tables import wants_table
-from colocation.sandbox import bodies, tables
-from colocation.sandbox import patch as patches
-from colocation.sandbox.admission import admit
-from colocation.sandbox.options import check_delete_options, check_list_options, check_write_options
-from colocation.sandbox.resources import EXTRA_SELECTABLE_FIELDS, ResourceType
-from colocation.sandbox.store import Store
-from colocation.sandbox.watch import Event, Watcher, WatchFilter
+from colocation.sandbox.server import patches, request_bodies, server_side_tables
+from colocation.sandbox.server.admission import admit
+from colocation.sandbox.server.object_store import Store
+from colocation.sandbox.server.request_options import check_delete_options, check_list_options, check_write_options
+from colocation.sandbox.server.resource_types import EXTRA_SELECTABLE_FIELDS, ResourceType
+from colocation.sandbox.server.watch_events import Event, Watcher, WatchFilter
 
 JSON = "application/json"
 
@@ -102,7 +101,7 @@ class Verbs:
 
     def _table(self, request: web.Request, rt: ResourceType, items: list[Obj], meta: dict[str, Any],
                version: str, include_headers: bool = True) -> dict[str, Any]:
-        return tables.to_table(rt, items, list_meta=meta,
+        return server_side_tables.to_table(rt, items, list_meta=meta,
                                include_object=request.query.get("includeObject", "Metadata"),
                                table_version=version, now=dt.datetime.fromtimestamp(self.clock(), tz=dt.UTC),
                                include_headers=include_headers)
@@ -227,14 +226,14 @@ class Verbs:
     def patch(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
               raw: bytes) -> web.Response:
         content_type = request.headers.get("Content-Type", "")
-        if bodies.media_type(content_type) in bodies.PATCH_TYPES:
-            check_write_options("PatchOptions", request.query, patch_type=bodies.media_type(content_type))
-        kind, body = bodies.decode_patch(raw, content_type, rt)
+        if request_bodies.media_type(content_type) in request_bodies.PATCH_TYPES:
+            check_write_options("PatchOptions", request.query, patch_type=request_bodies.media_type(content_type))
+        kind, body = request_bodies.decode_patch(raw, content_type, rt)
         dry_run = _dry_run(request)
-        if kind == bodies.APPLY_PATCH:
+        if kind == request_bodies.APPLY_PATCH:
             return self._apply(request, rt, namespace, name, subresource, body, dry_run)
         current = self.store.get(rt, namespace, name)
-        patched = bodies.apply_patch(kind, current, body, rt)
+        patched = request_bodies.apply_patch(kind, current, body, rt)
         # A resourceVersion in the patch is a precondition; otherwise the patch applies to the latest.
         check_rv = _patch_names_rv(kind, body)
         if not check_rv:
@@ -349,7 +348,7 @@ def _field_validation(request: web.Request) -> str:
 
 
 def _patch_names_rv(kind: str, body: Any) -> bool:
-    if kind == bodies.JSON_PATCH:
+    if kind == request_bodies.JSON_PATCH:
         return any(isinstance(op, dict) and op.get("path") == "/metadata/resourceVersion" for op in body)
     return isinstance(body, dict) and bool((body.get("metadata") or {}).get("resourceVersion"))
 

@@ -16,8 +16,8 @@ from typing import Any
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.tables import TABLE_GROUP, human_duration, parse_timestamp
-from colocation.sandbox.jsonpath import Step, evaluate_jsonpath, go_text, parse_jsonpath
-from colocation.sandbox.printers import (
+from colocation.sandbox.server.jsonpath import Step, evaluate_jsonpath, go_text, parse_jsonpath
+from colocation.sandbox.server.printers import (
     BUILTIN_PRINTERS,
     CREATED_AT_COLUMN,
     CREATED_DOC,
@@ -26,7 +26,7 @@ from colocation.sandbox.printers import (
     Column,
     Printer,
 )
-from colocation.sandbox.resources import PrinterColumn, ResourceType
+from colocation.sandbox.server.resource_types import PrinterColumn, ResourceType
 
 INCLUDE_OBJECT_VALUES = ("Object", "Metadata", "None")
 

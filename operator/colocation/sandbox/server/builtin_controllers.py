@@ -14,9 +14,9 @@ from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import LabelSelector
-from colocation.sandbox.eviction import budget_status
-from colocation.sandbox.resources import PrinterColumn, ResourceType
-from colocation.sandbox.store import Change, Store
+from colocation.sandbox.server.disruption_budgets import budget_status
+from colocation.sandbox.server.object_store import Change, Store
+from colocation.sandbox.server.resource_types import PrinterColumn, ResourceType
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from colocation.apimachinery.userinfo import AUTHENTICATED, MASTERS, UNAUTHENTICATED
-from colocation.sandbox.rbac import AUTHENTICATION_GROUP, AUTHORIZATION_GROUP, RBAC_GROUP
+from colocation.sandbox.server.rbac_authorizer import AUTHENTICATION_GROUP, AUTHORIZATION_GROUP, RBAC_GROUP
 
 # The default objects of a fresh cluster that matter to the sandbox, mirroring upstream's
 # bootstrappolicy (testdata/cluster-roles.yaml, namespace-roles.yaml) rule for rule.

@@ -23,8 +23,8 @@ from colocation.apimachinery.clock import WallClock, format_time, now
 from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import field_value
-from colocation.sandbox.resources import Registry, ResourceType
-from colocation.sandbox.watch import EventWindow, Watcher, WatchFilter
+from colocation.sandbox.server.resource_types import Registry, ResourceType
+from colocation.sandbox.server.watch_events import EventWindow, Watcher, WatchFilter
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 StorageKey = tuple[str, str]  # (group, resource)

@@ -24,7 +24,7 @@ import orjson
 from aiohttp import web
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.resources import Registry, ResourceType
+from colocation.sandbox.server.resource_types import Registry, ResourceType
 
 _ADDRESS = [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]
 

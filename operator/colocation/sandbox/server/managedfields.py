@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.strategic import field_strategies
+from colocation.sandbox.server.strategic_merge import field_strategies
 
 Element = tuple[str, str]
 FieldPath = tuple[Element, ...]

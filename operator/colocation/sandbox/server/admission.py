@@ -8,9 +8,9 @@ from typing import Any
 from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import label_key_errors, label_value_errors
-from colocation.sandbox import schema as schemas
-from colocation.sandbox.resources import ResourceType
-from colocation.sandbox.structural import check_structural
+from colocation.sandbox.server import crd_schema
+from colocation.sandbox.server.resource_types import ResourceType
+from colocation.sandbox.server.structural_schema import check_structural
 
 
 def unknown_fields(obj: Any, pruned: Any, path: str = "") -> list[str]:
@@ -42,14 +42,14 @@ def admit(rt: ResourceType, obj: Obj, field_validation: str, *, status_write: bo
     _check_type_meta(rt, obj)
     warnings: list[str] = []
     if rt.schema is not None:
-        pruned = schemas.prune(obj, rt.schema)
+        pruned = crd_schema.prune(obj, rt.schema)
         dropped = unknown_fields(obj, pruned)
         if dropped and field_validation == "Strict":
             listed = ", ".join(f'unknown field "{f}"' for f in dropped)
             raise ApiError.bad_request(f"strict decoding error: {listed}")
         if dropped and field_validation == "Warn":
             warnings.extend(f'unknown field "{f}"' for f in dropped)
-        obj = schemas.apply_defaults(pruned, rt.schema)
+        obj = crd_schema.apply_defaults(pruned, rt.schema)
         causes = custom_resource_causes(rt, obj, status_write, old)
         if causes:
             raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes)
@@ -68,15 +68,15 @@ def custom_resource_causes(rt: ResourceType, obj: Obj, status_write: bool, old: 
     if status_write:
         status_schema = (rt.schema.get("properties") or {}).get("status")
         if "status" in obj and status_schema is not None:
-            causes += schemas.validation_causes(obj["status"], status_schema, under="status")
+            causes += crd_schema.validation_causes(obj["status"], status_schema, under="status")
     else:
-        causes += schemas.validation_causes(obj, rt.schema)
+        causes += crd_schema.validation_causes(obj, rt.schema)
     if old is not None:
-        causes = schemas.ratchet(causes, obj, old)
+        causes = crd_schema.ratchet(causes, obj, old)
     if not status_write and (spec_path := rt.scale_paths.get("specReplicasPath")):
-        causes += schemas.scale_replicas_causes(obj, spec_path)
+        causes += crd_schema.scale_replicas_causes(obj, spec_path)
     if status_path := rt.scale_paths.get("statusReplicasPath"):
-        causes += schemas.scale_replicas_causes(obj, status_path)
+        causes += crd_schema.scale_replicas_causes(obj, status_path)
     return causes
 
 

@@ -12,8 +12,8 @@ import orjson
 import yaml
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox import patch as patches
-from colocation.sandbox.resources import ResourceType
+from colocation.sandbox.server import patches
+from colocation.sandbox.server.resource_types import ResourceType
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's limit for a single object write
 
@@ -38,7 +38,7 @@ def decode_object(raw: bytes, content_type: str) -> dict[str, Any]:
         value = _yaml(raw)
     elif kind == PROTOBUF:
         # kubectl's typed clients (create namespace/configmap/secret/token, auth can-i) send protobuf.
-        from colocation.sandbox import protobuf  # only kubectl's typed clients need it
+        from colocation.sandbox.server import protobuf  # only kubectl's typed clients need it
 
         value = protobuf.decode_object(raw)
     else:

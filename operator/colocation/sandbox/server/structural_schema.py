@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from colocation.sandbox.schema import (
+from colocation.sandbox.server.crd_schema import (
     EMBEDDED,
     INT_OR_STRING,
     LIST_MAP_KEYS,

@@ -12,18 +12,18 @@ from colocation import __version__
 from colocation.apimachinery.clock import WallClock, now
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.userinfo import UserInfo
-from colocation.sandbox import bodies, discovery, openapi
-from colocation.sandbox.aggregation import Aggregator
-from colocation.sandbox.auth import TokenAuthority
-from colocation.sandbox.faults import FaultRule, Faults
-from colocation.sandbox.paths import Target, parse_target, resolve, verb_for
-from colocation.sandbox.rbac import RbacAuthorizer, RequestAttributes, forbidden_error
-from colocation.sandbox.resources import Registry, ResourceType
-from colocation.sandbox.reviews import Impersonation
-from colocation.sandbox.special import SpecialEndpoints
-from colocation.sandbox.stats import USER_KEY, RequestStats
-from colocation.sandbox.store import Change, Store
-from colocation.sandbox.verbs import Verbs, flag_param, json_response
+from colocation.sandbox.server import discovery_documents, openapi_documents, request_bodies
+from colocation.sandbox.server.access_reviews import Impersonation
+from colocation.sandbox.server.api_aggregator import Aggregator
+from colocation.sandbox.server.fault_injection import FaultRule, Faults
+from colocation.sandbox.server.object_store import Change, Store
+from colocation.sandbox.server.rbac_authorizer import RbacAuthorizer, RequestAttributes, forbidden_error
+from colocation.sandbox.server.request_paths import Target, parse_target, resolve, verb_for
+from colocation.sandbox.server.request_stats import USER_KEY, RequestStats
+from colocation.sandbox.server.resource_types import Registry, ResourceType
+from colocation.sandbox.server.special_endpoints import SpecialEndpoints
+from colocation.sandbox.server.token_authority import TokenAuthority
+from colocation.sandbox.server.verbs import Verbs, flag_param, json_response
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class ApiServer:
         return rt
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=bodies.MAX_BODY_BYTES, middlewares=[self.stats.middleware])
+        app = web.Application(client_max_size=request_bodies.MAX_BODY_BYTES, middlewares=[self.stats.middleware])
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 
@@ -161,7 +161,7 @@ class ApiServer:
             raise ApiError(403, "Forbidden", f'forbidden: User "{user.username}" cannot use the sandbox controls')
         if path == "/sandbox/faults" and request.method == "POST":
             raw = await request.read()
-            self.faults.add(FaultRule.from_json(bodies.decode_object(raw, "application/json")))
+            self.faults.add(FaultRule.from_json(request_bodies.decode_object(raw, "application/json")))
             return json_response({"rules": len(self.faults.rules)}, 201)
         if path == "/sandbox/faults" and request.method == "DELETE":
             self.faults.clear()
@@ -172,9 +172,9 @@ class ApiServer:
             return json_response({"dropped": self.verbs.drop_watches()})
         raise ApiError(404, "NotFound", f"no sandbox control at {request.method} {path}")
 
-    def _served(self, *, documents: bool = False) -> list[discovery.Served]:
+    def _served(self, *, documents: bool = False) -> list[discovery_documents.Served]:
         """The group versions /apis lists: built-in types, CRDs and service-backed APIServices."""
-        served = discovery.registry_served(self.registry, documents=documents)
+        served = discovery_documents.registry_served(self.registry, documents=documents)
         return served + self.aggregator.served() if self.aggregator is not None else served
 
     def _discovery_document(self, request: web.Request, path: str, parts: list[str]) -> web.Response | None:
@@ -182,20 +182,20 @@ class ApiServer:
         /apis/{group}/{version}; None for other paths."""
         if len(parts) > _DISCOVERY_DEPTH.get(parts[0], 0):
             return None
-        if discovery.wants_aggregated(request.headers.get("Accept", ""), aggregated_served=len(parts) == 1):
-            body = discovery.aggregated_core(self.registry) if path == "/api" else \
-                discovery.aggregated_groups(self._served(documents=True))
-            return discovery.aggregated_response(request, body)
+        if discovery_documents.wants_aggregated(request.headers.get("Accept", ""), aggregated_served=len(parts) == 1):
+            body = discovery_documents.aggregated_core(self.registry) if path == "/api" else \
+                discovery_documents.aggregated_groups(self._served(documents=True))
+            return discovery_documents.aggregated_response(request, body)
         legacy: Any
         if path == "/api":
-            legacy = discovery.api_versions()
+            legacy = discovery_documents.api_versions()
         elif path == "/apis":
-            legacy = discovery.api_group_list(self._served())
+            legacy = discovery_documents.api_group_list(self._served())
         elif len(parts) == 2 and parts[0] == "apis":
-            legacy = discovery.api_group(self._served(), parts[1])
+            legacy = discovery_documents.api_group(self._served(), parts[1])
         else:
             group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
-            legacy = discovery.api_resource_list(self.registry, group, version)
+            legacy = discovery_documents.api_resource_list(self.registry, group, version)
         if legacy is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return json_response(legacy)
@@ -207,14 +207,14 @@ class ApiServer:
                     "gitCommit": __version__, "gitTreeState": "clean", "buildDate": "2026-11-22T00:00:00Z",
                     "goVersion": "go1.23", "compiler": "gc", "platform": "linux/amd64"}
         if path == "/openapi/v2":
-            return openapi.openapi_v2(self.registry)  # JSON only: protobuf asks are answered 406 earlier
+            return openapi_documents.openapi_v2(self.registry)  # JSON only: protobuf asks are answered 406 earlier
         if path == "/openapi/v3":
-            return openapi.openapi_v3_root(self.registry)
+            return openapi_documents.openapi_v3_root(self.registry)
         if parts[:2] == ["openapi", "v3"] and len(parts) >= 4:
             if parts[2] == "api":
-                return openapi.openapi_v3_group_version(self.registry, "", parts[3])
+                return openapi_documents.openapi_v3_group_version(self.registry, "", parts[3])
             if parts[2] == "apis" and len(parts) == 5:
-                return openapi.openapi_v3_group_version(self.registry, parts[3], parts[4])
+                return openapi_documents.openapi_v3_group_version(self.registry, parts[3], parts[4])
         return None
 
     async def _resource(self, request: web.Request, user: UserInfo, target: Target) -> web.StreamResponse:
@@ -255,12 +255,12 @@ class ApiServer:
         if verb == "create":
             if name or sub:
                 raise ApiError.method_not_allowed("POST is only allowed on a collection")
-            return self.verbs.create(request, rt, ns, bodies.decode_object(raw, content_type))
+            return self.verbs.create(request, rt, ns, request_bodies.decode_object(raw, content_type))
         if verb == "update":
-            return self.verbs.update(request, rt, ns, name, sub, bodies.decode_object(raw, content_type))
+            return self.verbs.update(request, rt, ns, name, sub, request_bodies.decode_object(raw, content_type))
         if verb == "patch":
             return self.verbs.patch(request, rt, ns, name, sub, raw)
-        options = bodies.decode_object(raw, content_type) if raw.strip() else {}
+        options = request_bodies.decode_object(raw, content_type) if raw.strip() else {}
         if verb == "delete":
             return self.verbs.delete(request, rt, ns, name, options)
         return self.verbs.delete_collection(request, rt, ns)

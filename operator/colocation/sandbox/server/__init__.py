@@ -1,0 +1,16 @@
+"""An in-memory Kubernetes API server, faithful enough for kubectl, Kopf and kubernetes-asyncio.
+
+For trying the system, for tests and for capacity simulation; never for production. It imports
+nothing from colocation but colocation.apimachinery: whatever runs processes around it (the
+launcher) hands it what it needs. Layers, each depending only on those above it:
+  resource_types, request_paths         - the description of a resource type; what a path asks for
+  crd_schema, patches, strategic_merge, - pure functions over JSON objects
+    managedfields, jsonpath, printers
+  admission, request_bodies, ...        - what happens to a body between the request and the store
+  watch_events, object_store            - objects, the global resourceVersion, the event window
+  token_authority, rbac_authorizer, ... - who is calling and what they may do
+  verbs, special_endpoints, discovery_documents, api_aggregator, builtin_controllers, ...
+                                        - the resource verbs, the endpoints beside them, the controllers
+  api_core                              - what the endpoints beside the verbs use of the server
+  api_server                            - the HTTP shell (aiohttp)
+"""
