@@ -45,9 +45,10 @@ from benchmarks.cp_kube_metrics import (
 )
 from benchmarks.nodemetric_store import report_body
 from colocation.agent import selfcheck
-from colocation.controlplane import fakenodes
-from colocation.controlplane.restclient import RestClient, client_for
 from colocation.kube import permissions
+from colocation.sandbox.launcher import child_processes
+from colocation.sandbox.launcher.controlplane import fakenodes
+from colocation.sandbox.launcher.controlplane.restclient import RestClient, client_for
 
 SUITE = "control-plane-kube"
 CLUSTERS = ("base", "ours", "crd")
@@ -374,7 +375,7 @@ async def _crd_setup(scraper: Scraper, config: KubeCostConfig) -> dict[str, str]
             answer = await rest.must(
                 "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{permissions.AGENT_SERVICE_ACCOUNT}/token",
                 {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                 "spec": {"expirationSeconds": fakenodes.TOKEN_SECONDS, "boundObjectRef": {
+                 "spec": {"expirationSeconds": child_processes.TOKEN_SECONDS, "boundObjectRef": {
                      "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}})
         tokens[node] = answer["status"]["token"]
 

@@ -7,7 +7,7 @@ import click
 from colocation import __version__
 from colocation.agent.cli import agent_command
 from colocation.manager.cli import operator_command
-from colocation.sandbox.cli import sandbox_command
+from colocation.sandbox.launcher.sandbox_cli import sandbox_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})

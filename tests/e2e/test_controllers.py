@@ -28,7 +28,7 @@ import aiohttp
 import orjson
 import pytest
 
-from colocation.controlplane.binaries import kubectl_binary
+from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import Kube, condition, fresh_namespace, start_sandbox_process, wait_for
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from colocation.controlplane.binaries import kubectl_binary
+from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import Kube, create, pod_manifest, start_sandbox_process, wait_for
 from tests.e2e.test_resource_metrics import make_node, report, send

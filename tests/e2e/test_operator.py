@@ -26,7 +26,7 @@ import aiohttp
 import orjson
 import pytest
 
-from colocation.controlplane.binaries import kubectl_binary
+from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import Kube, start_sandbox_process, token_client, wait_for
 

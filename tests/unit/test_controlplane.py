@@ -13,11 +13,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from colocation.controlplane import kwokstages, pki
-from colocation.controlplane.binaries import kubectl_binary
-from colocation.controlplane.kubelet import _expand, container_command, container_environment
-from colocation.controlplane.launcher import KubeSandboxConfig, _project_objects
-from colocation.controlplane.podnetwork import SUPERNET, free_subnet, owner_pid
+from colocation.sandbox.launcher.controlplane import kwokstages, pki
+from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation.sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig, _project_objects
+from colocation.sandbox.launcher.controlplane.kubelet import _expand, container_command, container_environment
+from colocation.sandbox.launcher.controlplane.podnetwork import SUPERNET, free_subnet, owner_pid
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ import pytest
 
 from colocation.kube import permissions
 from colocation.kube.permissions import ApiCall
-from colocation.sandbox.install import render_manifests
+from colocation.sandbox.launcher.project_install import render_manifests
 from colocation.sandbox.server.rbac_authorizer import RbacAuthorizer
 from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
 from tests.unit.test_manifests import (

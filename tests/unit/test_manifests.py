@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from colocation.apimachinery.userinfo import UserInfo
-from colocation.controlplane.binaries import kubectl_binary
 from colocation.kube import permissions
 from colocation.kube.permissions import AGENT_API_CALLS, OPERATOR_API_CALLS, ApiCall
+from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from colocation.sandbox.server.rbac_authorizer import RbacAuthorizer, RequestAttributes
 from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
 
@@ -453,7 +453,7 @@ def with_resource_metrics() -> list[dict[str, Any]]:
     """manifests/ with components/resource-metrics, through an overlay as docs/install.md shows."""
     if KUBECTL is None:
         pytest.skip("no kubectl (neither built by hack/kube/build.sh nor on the PATH): manifests/ cannot be rendered")
-    from colocation.sandbox.install import render_manifests
+    from colocation.sandbox.launcher.project_install import render_manifests
 
     return render_manifests(REPO, components=("resource-metrics",))
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -25,18 +24,24 @@ import orjson
 import yaml
 
 from colocation.agent.synthetic import SIMULATED_LABEL
-from colocation.controlplane import fakenodes, kwokstages, pki
-from colocation.controlplane.binaries import Binaries, locate
-from colocation.controlplane.components import ClusterSettings, ControlPlane, die_with_parent
-from colocation.controlplane.kubelet import NodeKubelet
-from colocation.controlplane.podnetwork import PodNetwork
-from colocation.controlplane.restclient import RestClient, client_for
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
-from colocation.sandbox.install import load_crds, project_root, render_manifests
-from colocation.sandbox.nodes import machine_capacity, machine_node_name
-from colocation.sandbox.processes import terminate, write_state
-from colocation.sandbox.replicas import free_port
+from colocation.sandbox.launcher.child_processes import (
+    die_with_parent,
+    free_port,
+    start_logged,
+    terminate,
+    write_state,
+)
+from colocation.sandbox.launcher.controlplane import fakenodes, kwokstages, pki
+from colocation.sandbox.launcher.controlplane.binaries import Binaries, locate
+from colocation.sandbox.launcher.controlplane.components import ClusterSettings, ControlPlane
+from colocation.sandbox.launcher.controlplane.kubelet import NodeKubelet
+from colocation.sandbox.launcher.controlplane.podnetwork import PodNetwork
+from colocation.sandbox.launcher.controlplane.restclient import RestClient, client_for
+from colocation.sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
+from colocation.sandbox.launcher.project_install import load_crds, project_root, render_manifests
+from colocation.sandbox.launcher.sandbox_nodes import machine_capacity, machine_node_name
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +122,7 @@ class KubeSandbox:
         (config.state_dir / "controlplane.json").write_bytes(orjson.dumps({  # where benchmarks scrape metrics
             "server": self.plane.server, "etcdMetrics": f"http://127.0.0.1:{self.plane.etcd_metrics_port}/metrics"}))
         admin = pki_.client("admin", pki.ADMIN_USER, ("system:masters",))
-        pki.write_kubeconfig(self.kubeconfig_path, pki.kubeconfig(
+        write_kubeconfig(self.kubeconfig_path, kubeconfig_document(
             self.plane.server, pki_.ca.cert_pem, name="colocation-kube", user=pki.ADMIN_USER, client=admin))
         self.client = client_for(self.plane.server, pki_.directory, "admin")
         await _wait("the default ServiceAccount", self._default_service_account, AVAILABLE_TIMEOUT_SECONDS)
@@ -176,7 +181,7 @@ class KubeSandbox:
         nodes_file.write_bytes(orjson.dumps([spec.to_json() for spec in specs], option=orjson.OPT_INDENT_2))
         nodes_file.chmod(0o600)  # it holds tokens
         # The kubeconfig gives the server and its CA; each simulated agent uses its own token.
-        kubeconfig = pki.write_kubeconfig(state / "simulated-agents.kubeconfig", pki.kubeconfig(
+        kubeconfig = write_kubeconfig(state / "simulated-agents.kubeconfig", kubeconfig_document(
             self.plane.server, pki_.ca.cert_pem, name="colocation-kube", user="simulated-agents",
             token=specs[0].token, namespace=permissions.OPERATOR_NAMESPACE))
         port = free_port()
@@ -185,11 +190,8 @@ class KubeSandbox:
                    "--simulated-nodes", str(nodes_file), "--metrics-bind-address", "127.0.0.1",
                    "--metrics-port", str(port), "--operator-namespace", permissions.OPERATOR_NAMESPACE,
                    *self.config.agent_args]
-        with open(log_path, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
-            self.simulated_agents = await asyncio.create_subprocess_exec(
-                *command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", "POD_NAMESPACE": permissions.OPERATOR_NAMESPACE},
-                preexec_fn=die_with_parent)
+        self.simulated_agents = await start_logged(command, log_path, {"POD_NAMESPACE": permissions.OPERATOR_NAMESPACE},
+                                                   preexec_fn=die_with_parent)
         self._simulated_state = {"nodes": [s.node for s in specs], "simulated": True, "host": "127.0.0.1",
                                  "metricsPort": port, "pid": self.simulated_agents.pid, "restarts": 0,
                                  "log": str(log_path)}

@@ -13,9 +13,7 @@ keeps the simulated nodes' Leases and pods alive.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
-import signal
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -23,10 +21,10 @@ from pathlib import Path
 
 import aiohttp
 
-from colocation.controlplane import pki
-from colocation.controlplane.binaries import Binaries
-from colocation.sandbox.processes import terminate
-from colocation.sandbox.replicas import free_port
+from colocation.sandbox.launcher.child_processes import die_with_parent, free_port, terminate
+from colocation.sandbox.launcher.controlplane import pki
+from colocation.sandbox.launcher.controlplane.binaries import Binaries
+from colocation.sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +32,7 @@ SERVICE_CIDR = "10.96.0.0/16"  # allocated, never routed: nothing here dials a C
 KWOK_POD_CIDR = "10.245.0.0/16"  # kwok's pods' addresses: written into their status, never dialed
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 STOP_GRACE_SECONDS = 15.0
-PR_SET_PDEATHSIG = 1
 START_TIMEOUT_SECONDS = 120.0
-
-
-def die_with_parent() -> None:
-    """In a child before exec: SIGTERM it when the launcher dies, however it dies (even SIGKILL),
-    so no etcd or kube-apiserver outlives the run that started it (Linux prctl PR_SET_PDEATHSIG)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -94,9 +84,9 @@ class ControlPlane:
         return folder / f"{name}.log"
 
     def component_kubeconfig(self, stem: str, user: str, groups: tuple[str, ...] = ()) -> Path:
-        document = pki.kubeconfig(self.server, self.pki.ca.cert_pem, name="colocation-kube", user=user,
+        document = kubeconfig_document(self.server, self.pki.ca.cert_pem, name="colocation-kube", user=user,
                                   client=self.pki.client(stem, user, groups))
-        return pki.write_kubeconfig(self.state_dir / f"{stem}.kubeconfig", document)
+        return write_kubeconfig(self.state_dir / f"{stem}.kubeconfig", document)
 
     def _etcd(self) -> Component:
         self.etcd_client_port, peer, self.etcd_metrics_port = free_port(), free_port(), free_port()

@@ -13,17 +13,17 @@ after a backoff. `STATE_DIR/agents.json` lists them (nodes, pid, metrics port, l
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import logging
 import os
 import platform
 import re
 import socket
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -34,12 +34,9 @@ from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
-from colocation.sandbox.processes import terminate, write_state
-from colocation.sandbox.replicas import STOP_GRACE_SECONDS, TOKEN_SECONDS, free_port
+from colocation.sandbox.launcher.builtin_sandbox import Sandbox
+from colocation.sandbox.launcher.child_processes import TOKEN_SECONDS, ChildProcess, Supervisor, free_port, write_state
 from colocation.sandbox.server.admission import new_namespace
-
-if TYPE_CHECKING:
-    from colocation.sandbox.runner import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +97,11 @@ class AgentProcess:
     nodes: list[str]
     simulated: bool
     metrics_port: int
-    command: list[str]
-    log: str
-    pid: int = 0
-    restarts: int = 0
-    process: asyncio.subprocess.Process | None = field(default=None, repr=False)
+    child: ChildProcess
 
     def public(self) -> dict[str, Any]:
         return {"nodes": self.nodes, "simulated": self.simulated, "metricsPort": self.metrics_port,
-                "pid": self.pid, "restarts": self.restarts, "log": self.log}
+                "pid": self.child.pid, "restarts": self.child.restarts, "log": self.child.log}
 
 
 class SandboxNodes:
@@ -121,8 +114,8 @@ class SandboxNodes:
         self.pods_per_node = pods_per_node
         self.namespace = permissions.OPERATOR_NAMESPACE
         self.agents: list[AgentProcess] = []
-        self._supervisors: list[asyncio.Task[None]] = []
-        self._stopping = False
+        self._supervisor = Supervisor("agent", log, functools.partial(Backoff, initial=0.5, maximum=10.0, jitter=0.3),
+                                      self._write_state)
 
     @property
     def state_dir(self) -> Path:
@@ -218,15 +211,15 @@ class SandboxNodes:
             self._write_state()
             return
         python = [sys.executable, "-m", "colocation", "agent"]
+        env = {"POD_NAMESPACE": self.namespace}
         if real is not None:
             node, token = real
             kubeconfig = self.sandbox.write_kubeconfig(self.state_dir / f"agent-{node}.kubeconfig", token=token)
             port = free_port()
-            self.agents.append(AgentProcess(
-                [node], False, port,
+            self.agents.append(AgentProcess([node], False, port, ChildProcess(
                 [*python, "--kubeconfig", str(kubeconfig), "--node-name", node, "--proc-root", "/proc",
                  "--cgroup-root", "/sys/fs/cgroup", *self._common_args(port), *self.agent_args],
-                str(self.state_dir / f"agent-{node}.log")))
+                env, str(self.state_dir / f"agent-{node}.log"))))
         if simulated:
             nodes_file = self.state_dir / "simulated-nodes.json"
             nodes_file.write_bytes(orjson.dumps([spec.to_json() for spec in simulated], option=orjson.OPT_INDENT_2))
@@ -235,45 +228,17 @@ class SandboxNodes:
             kubeconfig = self.sandbox.write_kubeconfig(self.state_dir / "simulated-agents.kubeconfig",
                                                        token=simulated[0].token)
             port = free_port()
-            self.agents.append(AgentProcess(
-                [spec.node for spec in simulated], True, port,
+            self.agents.append(AgentProcess([spec.node for spec in simulated], True, port, ChildProcess(
                 [*python, "--kubeconfig", str(kubeconfig), "--simulated-nodes", str(nodes_file),
                  *self._common_args(port), *self.agent_args],
-                str(self.state_dir / "agents-simulated.log")))
+                env, str(self.state_dir / "agents-simulated.log"))))
         for agent in self.agents:
-            await self._spawn(agent)
-            self._supervisors.append(asyncio.create_task(self._supervise(agent)))
+            await self._supervisor.start(agent.child, nodes=len(agent.nodes), simulated=agent.simulated,
+                                         metrics_port=agent.metrics_port)
         self._write_state()
-
-    async def _spawn(self, agent: AgentProcess) -> None:
-        with open(agent.log, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
-            agent.process = await asyncio.create_subprocess_exec(
-                *agent.command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", "POD_NAMESPACE": self.namespace})
-        agent.pid = agent.process.pid
-        log.info("agent started", extra={"nodes": len(agent.nodes), "simulated": agent.simulated,
-                                         "pid": agent.pid, "metrics_port": agent.metrics_port})
-
-    async def _supervise(self, agent: AgentProcess) -> None:
-        backoff = Backoff(initial=0.5, maximum=10.0, jitter=0.3)
-        while True:
-            assert agent.process is not None
-            code = await agent.process.wait()
-            if self._stopping:
-                return
-            delay = backoff.next_delay()
-            log.warning("agent exited; restarting", extra={"nodes": agent.nodes[:3], "code": code,
-                                                           "restart_in": round(delay, 2)})
-            await asyncio.sleep(delay)  # CrashLoopBackOff, in small
-            agent.restarts += 1
-            await self._spawn(agent)
-            self._write_state()
 
     def _write_state(self) -> None:
         write_state(self.state_file, [item.public() for item in self.agents])
 
     async def stop(self) -> None:
-        self._stopping = True
-        for task in self._supervisors:
-            task.cancel()
-        await terminate((item.process for item in self.agents), STOP_GRACE_SECONDS)
+        await self._supervisor.stop()

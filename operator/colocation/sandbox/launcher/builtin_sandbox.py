@@ -1,8 +1,7 @@
-"""Starting and stopping the sandbox API server: TLS, bootstrap objects, the kubeconfig it writes."""
+"""The builtin API server on loopback HTTPS: TLS, bootstrap objects, the kubeconfig it writes."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 import ssl
@@ -13,7 +12,7 @@ from aiohttp import web
 
 from colocation.apimachinery import certificates
 from colocation.apimachinery.clock import WallClock, now
-from colocation.controlplane import pki
+from colocation.sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
 from colocation.sandbox.server.admission import new_namespace
 from colocation.sandbox.server.api_aggregator import Aggregator, authentication_configmap
 from colocation.sandbox.server.api_server import ApiServer
@@ -93,9 +92,9 @@ class Sandbox:
         log.info("sandbox API server listening", extra={"url": self.url})
 
     def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
-        document = pki.kubeconfig(self.url, self.ca.cert_pem, name="colocation-sandbox", user=ADMIN_USER,
+        document = kubeconfig_document(self.url, self.ca.cert_pem, name="colocation-sandbox", user=ADMIN_USER,
                                   token=token or self.api.tokens.admin_token)
-        return pki.write_kubeconfig(path, document)
+        return write_kubeconfig(path, document)
 
     async def stop(self) -> None:
         self.api.verbs.drop_watches()
@@ -111,30 +110,3 @@ class Sandbox:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-async def serve_forever(sandbox: Sandbox, stop: asyncio.Event, operators: int = 0,
-                        operator_args: tuple[str, ...] = (), nodes: int = 0,
-                        agent_args: tuple[str, ...] = (), pods_per_node: int = 10, *,
-                        run_agents: bool = True) -> None:
-    """Serve until `stop`; with `operators`, run that many operator replicas against the sandbox;
-    with `nodes`, create that many Nodes and run their agents (see sandbox.nodes)."""
-    from colocation.sandbox.nodes import SandboxNodes
-    from colocation.sandbox.replicas import OperatorReplicas
-
-    await sandbox.start()
-    replicas = OperatorReplicas(sandbox, operators, operator_args) if operators else None
-    agents = SandboxNodes(sandbox, nodes, agent_args, pods_per_node, run_agents=run_agents) if nodes else None
-    try:
-        if replicas is not None:
-            await replicas.start()
-        if agents is not None:
-            await agents.start()
-        print(f"ready: kubeconfig={sandbox.kubeconfig_path}", flush=True)
-        await stop.wait()
-    finally:
-        if agents is not None:
-            await agents.stop()
-        if replicas is not None:
-            await replicas.stop()
-        await sandbox.stop()

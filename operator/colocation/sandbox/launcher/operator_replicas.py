@@ -9,35 +9,29 @@ the replicas (identity, pid, port, log) for tests and people.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
-import os
-import socket
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from colocation.apimachinery.clock import format_time
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
-from colocation.sandbox.processes import terminate, write_state
+from colocation.sandbox.launcher.builtin_sandbox import Sandbox
+from colocation.sandbox.launcher.child_processes import (
+    TOKEN_SECONDS,
+    ChildProcess,
+    Supervisor,
+    free_port,
+    write_state,
+)
 from colocation.sandbox.server.api_aggregator import LOCAL_ENDPOINTS_ANNOTATION
-
-if TYPE_CHECKING:
-    from colocation.sandbox.runner import Sandbox
 
 log = logging.getLogger(__name__)
 
-TOKEN_SECONDS = 7 * 24 * 3600
-STOP_GRACE_SECONDS = 10.0
 RESTART_BACKOFF_SECONDS = 10.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -45,14 +39,11 @@ class Replica:
     identity: str  # the pod name; each process holds the Lease as POD_NAME_SUFFIX
     port: int
     kubeconfig: str
-    log: str
-    pid: int = 0
-    restarts: int = 0
-    process: asyncio.subprocess.Process | None = field(default=None, repr=False)
+    child: ChildProcess
 
     def public(self) -> dict[str, Any]:
-        return {"identity": self.identity, "port": self.port, "kubeconfig": self.kubeconfig, "log": self.log,
-                "pid": self.pid, "restarts": self.restarts}
+        return {"identity": self.identity, "port": self.port, "kubeconfig": self.kubeconfig, "log": self.child.log,
+                "pid": self.child.pid, "restarts": self.child.restarts}
 
 
 class OperatorReplicas:
@@ -62,8 +53,10 @@ class OperatorReplicas:
         self.extra_args = extra_args
         self.namespace = permissions.OPERATOR_NAMESPACE
         self.replicas: list[Replica] = []
-        self._supervisors: list[asyncio.Task[None]] = []
-        self._stopping = False
+        # The kubelet's CrashLoopBackOff starts at 10 s: a restarted replica never competes with
+        # the failover it caused, and tests see the same timing a cluster would give them.
+        self._supervisor = Supervisor("operator replica", log, functools.partial(
+            Backoff, initial=RESTART_BACKOFF_SECONDS, maximum=300.0, jitter=0.1), self._write_state)
 
     @property
     def state_file(self) -> Path:
@@ -91,7 +84,13 @@ class OperatorReplicas:
                                                           bound_object=pod)
         state = self.sandbox.config.state_dir
         kubeconfig = self.sandbox.write_kubeconfig(state / f"{name}.kubeconfig", token=token)
-        return Replica(name, free_port(), str(kubeconfig), str(state / f"{name}.log"))
+        port = free_port()
+        # No --identity: each process picks POD_NAME plus a fresh suffix, as in the Deployment.
+        command = [sys.executable, "-m", "colocation", "operator", "--kubeconfig", str(kubeconfig),
+                   "--namespace", self.namespace, "--bind-address", "127.0.0.1",
+                   "--port", str(port), "--advertise-address", "127.0.0.1", *self.extra_args]
+        child = ChildProcess(command, {"POD_NAME": name, "POD_NAMESPACE": self.namespace}, str(state / f"{name}.log"))
+        return Replica(name, port, str(kubeconfig), child)
 
     def _register_endpoints(self) -> None:
         api = self.sandbox.api
@@ -106,46 +105,11 @@ class OperatorReplicas:
         self.replicas = [self._prepare(i) for i in range(self.count)]
         self._register_endpoints()
         for replica in self.replicas:
-            await self._spawn(replica)
-            self._supervisors.append(asyncio.create_task(self._supervise(replica)))
+            await self._supervisor.start(replica.child, identity=replica.identity, port=replica.port)
         self._write_state()
-
-    async def _spawn(self, replica: Replica) -> None:
-        # No --identity: each process picks POD_NAME plus a fresh suffix, as in the Deployment.
-        command = [sys.executable, "-m", "colocation", "operator", "--kubeconfig", replica.kubeconfig,
-                   "--namespace", self.namespace, "--bind-address", "127.0.0.1",
-                   "--port", str(replica.port), "--advertise-address", "127.0.0.1", *self.extra_args]
-        with open(replica.log, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
-            replica.process = await asyncio.create_subprocess_exec(
-                *command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", "POD_NAME": replica.identity,
-                     "POD_NAMESPACE": self.namespace})
-        replica.pid = replica.process.pid
-        log.info("operator replica started", extra={"identity": replica.identity, "pid": replica.pid,
-                                                    "port": replica.port})
-
-    async def _supervise(self, replica: Replica) -> None:
-        # The kubelet's CrashLoopBackOff starts at 10 s: a restarted replica never competes with
-        # the failover it caused, and tests see the same timing a cluster would give them.
-        backoff = Backoff(initial=RESTART_BACKOFF_SECONDS, maximum=300.0, jitter=0.1)
-        while True:
-            assert replica.process is not None
-            code = await replica.process.wait()
-            if self._stopping:
-                return
-            delay = backoff.next_delay()
-            log.warning("operator replica exited; restarting", extra={
-                "identity": replica.identity, "code": code, "restart_in": round(delay, 2)})
-            await asyncio.sleep(delay)  # CrashLoopBackOff, in small
-            replica.restarts += 1
-            await self._spawn(replica)
-            self._write_state()
 
     def _write_state(self) -> None:
         write_state(self.state_file, [item.public() for item in self.replicas])
 
     async def stop(self) -> None:
-        self._stopping = True
-        for task in self._supervisors:
-            task.cancel()
-        await terminate((item.process for item in self.replicas), STOP_GRACE_SECONDS)
+        await self._supervisor.stop()

@@ -1,4 +1,4 @@
-"""Certificates, keys and kubeconfigs of the control plane, as kubeadm lays them out (in spirit).
+"""Certificates and keys of the control plane, as kubeadm lays them out (in spirit).
 
 One cluster CA signs kube-apiserver's serving certificate and every client certificate (the
 admin, each component, the node); a separate front-proxy CA signs the certificate kube-apiserver
@@ -8,12 +8,9 @@ Service-account tokens are signed with an EC key. Everything is generated fresh 
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -63,31 +60,3 @@ def create(directory: Path, *, apiserver_ips: tuple[str, ...]) -> Pki:
     (directory / "sa.pub").write_bytes(key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     return Pki(directory, ca, front_proxy_ca)
-
-
-def kubeconfig(server: str, ca_pem: bytes, *, name: str, user: str, token: str | None = None,
-               client: tuple[str, str] | None = None, namespace: str = "default") -> dict[str, Any]:
-    """A kubeconfig document with either a bearer token or a client certificate (embedded)."""
-    credentials: dict[str, str] = {}
-    if token is not None:
-        credentials["token"] = token
-    if client is not None:
-        credentials["client-certificate-data"] = base64.b64encode(Path(client[0]).read_bytes()).decode()
-        credentials["client-key-data"] = base64.b64encode(Path(client[1]).read_bytes()).decode()
-    return {
-        "apiVersion": "v1", "kind": "Config", "current-context": name, "preferences": {},
-        "clusters": [{"name": name, "cluster": {
-            "server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
-        "users": [{"name": user, "user": credentials}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": user, "namespace": namespace}}],
-    }
-
-
-def write_kubeconfig(path: Path, document: dict[str, Any]) -> Path:
-    """Write it owner-only, in one step (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(document, sort_keys=False))
-    tmp.chmod(0o600)
-    tmp.replace(path)
-    return path

@@ -17,14 +17,14 @@ from typing import Any
 
 from colocation.agent.simulated import SimulatedNode
 from colocation.agent.synthetic import PROFILES
-from colocation.controlplane.components import KWOK_NODE_ANNOTATION
-from colocation.controlplane.restclient import RestClient
 from colocation.kube import permissions
+from colocation.sandbox.launcher.child_processes import TOKEN_SECONDS
+from colocation.sandbox.launcher.controlplane.components import KWOK_NODE_ANNOTATION
+from colocation.sandbox.launcher.controlplane.restclient import RestClient
 
 log = logging.getLogger(__name__)
 
 KWOK_TAINT = {"key": KWOK_NODE_ANNOTATION, "value": "fake", "effect": "NoSchedule"}
-TOKEN_SECONDS = 7 * 24 * 3600
 AGENT_SELECTOR = "app.kubernetes.io/name=colocation,app.kubernetes.io/component=agent"
 PARALLEL_CALLS = 16
 PROGRESS_EVERY_SECONDS = 10.0

@@ -7,15 +7,13 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from colocation.controlplane.binaries import kubectl_binary
+from colocation.sandbox.launcher.builtin_sandbox import Sandbox
+from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from colocation.sandbox.server.admission import admit
-
-if TYPE_CHECKING:
-    from colocation.sandbox.runner import Sandbox
 
 log = logging.getLogger(__name__)
 

@@ -78,7 +78,8 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, hos
                   components=_components(serve_resource_metrics, serve_custom_metrics), nodes=nodes,
                   pods_per_node=pods_per_node, agents=agents, agent_args=agent_args)
         return
-    from colocation.sandbox.runner import Sandbox, SandboxConfig, serve_forever
+    from colocation.sandbox.launcher.builtin_sandbox import Sandbox, SandboxConfig
+    from colocation.sandbox.launcher.sandbox_runner import serve_forever
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise click.BadParameter("the sandbox listens on loopback only", param_hint="--host")
@@ -96,7 +97,7 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, hos
         components = _components(serve_resource_metrics, serve_custom_metrics)
         extra_args = (*operator_args, *(f"--serve-{name}" for name in components))
         if not api_only:
-            from colocation.sandbox.install import install_project
+            from colocation.sandbox.launcher.project_install import install_project
 
             install_project(sandbox, with_apiservice=replicas > 0, components=components)
         try:
@@ -115,10 +116,10 @@ def _components(serve_resource_metrics: bool, serve_custom_metrics: bool) -> tup
 
 
 def _run_kube(**options: object) -> None:
-    """The real control plane (colocation.controlplane), with the same processes and flags."""
-    from colocation.controlplane.binaries import BinariesMissing
-    from colocation.controlplane.launcher import KubeSandboxConfig, serve_kube_sandbox
-    from colocation.controlplane.podnetwork import PodNetworkUnavailable
+    """The real control plane (colocation.sandbox.launcher.controlplane), with the same processes and flags."""
+    from colocation.sandbox.launcher.controlplane.binaries import BinariesMissing
+    from colocation.sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig, serve_kube_sandbox
+    from colocation.sandbox.launcher.controlplane.podnetwork import PodNetworkUnavailable
 
     config = KubeSandboxConfig(**options)  # type: ignore[arg-type]
 

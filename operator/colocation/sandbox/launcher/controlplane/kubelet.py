@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import re
 import signal
 import ssl
@@ -39,19 +38,18 @@ import aiohttp
 from colocation.apimachinery.clock import format_micro_time, format_time
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.quantity import format_bytes, format_millis
-from colocation.controlplane import pki
-from colocation.controlplane.components import die_with_parent
-from colocation.controlplane.podnetwork import PodNetwork
-from colocation.controlplane.restclient import RestClient
 from colocation.kube.backoff import Backoff
 from colocation.kube.informer import Informer, InformerOptions
-from colocation.sandbox.processes import write_state
+from colocation.sandbox.launcher.child_processes import TOKEN_SECONDS, die_with_parent, start_logged, write_state
+from colocation.sandbox.launcher.controlplane import pki
+from colocation.sandbox.launcher.controlplane.podnetwork import PodNetwork
+from colocation.sandbox.launcher.controlplane.restclient import RestClient
+from colocation.sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
 
 log = logging.getLogger(__name__)
 
 LEASE_DURATION_SECONDS = 40
 LEASE_RENEW_SECONDS = 10.0
-TOKEN_SECONDS = 7 * 24 * 3600
 OUR_IMAGE = re.compile(r"^(?:.*/)?colocation(?::.*)?$")
 CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX = 10.0, 300.0
 PROBE_TIMEOUT_FLOOR = 1.0
@@ -242,10 +240,10 @@ class NodeKubelet:
                                                "uid": meta["uid"]}}}
         answer = await self.client.must(
             "POST", f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token", request)
-        document = pki.kubeconfig(self.server, self.pki.ca.cert_pem, name="colocation-kube",
+        document = kubeconfig_document(self.server, self.pki.ca.cert_pem, name="colocation-kube",
                                   user=f"{meta['namespace']}-{account}", token=answer["status"]["token"],
                                   namespace=meta["namespace"])
-        return pki.write_kubeconfig(self.state_dir / "tokens" / f"{meta['namespace']}_{meta['name']}.kubeconfig",
+        return write_kubeconfig(self.state_dir / "tokens" / f"{meta['namespace']}_{meta['name']}.kubeconfig",
                                     document)
 
     def _environment(self, running: RunningPod, pod: Obj) -> dict[str, str]:
@@ -265,10 +263,7 @@ class NodeKubelet:
         kubeconfig = running.kubeconfig = await self._token_kubeconfig(pod)
         env = self._environment(running, pod)
         command = self._command(running, env, kubeconfig)
-        with open(running.log_path, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
-            running.process = await asyncio.create_subprocess_exec(
-                *command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **env}, preexec_fn=die_with_parent)
+        running.process = await start_logged(command, running.log_path, env, preexec_fn=die_with_parent)
         running.started_at = _now()
         log.info("container started", extra={"pod": running.key, "pid": running.process.pid,
                                               "address": running.address})

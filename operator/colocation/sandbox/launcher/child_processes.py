@@ -1,0 +1,132 @@
+"""What every launcher does with its child processes: ports, tokens, starting, restarting,
+stopping and listing them.
+
+Operator replicas and node agents of the builtin sandbox, and the control-plane processes and
+pods of the real one, all come and go through these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from colocation.kube.backoff import Backoff
+
+# A week: a child never outlives the token it was started with, however long the sandbox runs.
+TOKEN_SECONDS = 7 * 24 * 3600
+STOP_GRACE_SECONDS = 10.0
+PR_SET_PDEATHSIG = 1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGTERM it when the launcher dies, however it dies (even SIGKILL),
+    so no etcd or kube-apiserver outlives the run that started it (Linux prctl PR_SET_PDEATHSIG)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+async def terminate(processes: Iterable[asyncio.subprocess.Process | None], grace: float) -> None:
+    """SIGTERM every running process, then SIGKILL whatever is still there after `grace` seconds."""
+    running = [p for p in processes if p is not None and p.returncode is None]
+    for process in running:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+    for process in running:
+        try:
+            await asyncio.wait_for(process.wait(), grace)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+
+
+def write_state(path: Path, entries: list[dict[str, Any]]) -> None:
+    """Replace the state file in one step, so a reader never sees half of it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(orjson.dumps(entries, option=orjson.OPT_INDENT_2))
+    tmp.replace(path)
+
+
+async def start_logged(command: Sequence[str], log_path: str | Path, env: Mapping[str, str],
+                       **options: Any) -> asyncio.subprocess.Process:
+    """Start `command` with its output appended to `log_path` and `env` added to ours."""
+    with open(log_path, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
+        return await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **env}, **options)
+
+
+@dataclass
+class ChildProcess:
+    """A process kept running: how it starts, and what has become of it."""
+
+    command: list[str]
+    env: dict[str, str]
+    log: str
+    pid: int = 0
+    restarts: int = 0
+    process: asyncio.subprocess.Process | None = field(default=None, repr=False)
+
+
+class Supervisor:
+    """Starts children and starts each again after a backoff whenever it exits, as the kubelet
+    restarts a crashed container (CrashLoopBackOff, in small); stops them all together."""
+
+    def __init__(self, what: str, logger: logging.Logger, backoff: Callable[[], Backoff],
+                 on_restart: Callable[[], None]) -> None:
+        self._what = what
+        self._log = logger
+        self._backoff = backoff
+        self._on_restart = on_restart
+        self._children: list[ChildProcess] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    async def start(self, child: ChildProcess, **fields: Any) -> None:
+        """Start `child` and keep it running; `fields` tell it apart in the log."""
+        await self._spawn(child, fields)
+        self._children.append(child)
+        self._tasks.append(asyncio.create_task(self._supervise(child, fields)))
+
+    async def _spawn(self, child: ChildProcess, fields: dict[str, Any]) -> None:
+        child.process = await start_logged(child.command, child.log, child.env)
+        child.pid = child.process.pid
+        self._log.info(f"{self._what} started", extra={**fields, "pid": child.pid})
+
+    async def _supervise(self, child: ChildProcess, fields: dict[str, Any]) -> None:
+        backoff = self._backoff()
+        while True:
+            assert child.process is not None
+            code = await child.process.wait()
+            if self._stopping:
+                return
+            delay = backoff.next_delay()
+            self._log.warning(f"{self._what} exited; restarting",
+                              extra={**fields, "code": code, "restart_in": round(delay, 2)})
+            await asyncio.sleep(delay)  # CrashLoopBackOff, in small
+            child.restarts += 1
+            await self._spawn(child, fields)
+            self._on_restart()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await terminate((child.process for child in self._children), STOP_GRACE_SECONDS)
