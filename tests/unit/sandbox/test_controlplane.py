@@ -19,7 +19,7 @@ from colocation.sandbox.launcher.controlplane.kube_sandbox import KubeSandboxCon
 from colocation.sandbox.launcher.controlplane.kubelet import _expand, container_command, container_environment
 from colocation.sandbox.launcher.controlplane.podnetwork import SUPERNET, free_subnet, owner_pid
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def agent_pod_spec() -> dict[str, Any]:
