@@ -1,5 +1,4 @@
-"""What every launcher does with its child processes: ports, tokens, starting, restarting,
-stopping and listing them.
+"""What every launcher does with its children: ports, tokens, starting, restarting, stopping, listing.
 
 Operator replicas and node agents of the builtin sandbox, and the control-plane processes and
 pods of the real one, all come and go through these.
@@ -23,7 +22,7 @@ import orjson
 
 from colocation.kube.backoff import Backoff
 
-# A week: a child never outlives the token it was started with, however long the sandbox runs.
+# A week: longer than a sandbox is meant to run, so no child has to renew the token it started with.
 TOKEN_SECONDS = 7 * 24 * 3600
 STOP_GRACE_SECONDS = 10.0
 PR_SET_PDEATHSIG = 1
