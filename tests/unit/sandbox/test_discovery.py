@@ -14,11 +14,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from colocation.apimachinery import certificates
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.server import discovery_documents as discovery
+from colocation.sandbox.server import api_discovery as discovery
 from colocation.sandbox.server.api_aggregator import Aggregator
+from colocation.sandbox.server.api_discovery import Served
 from colocation.sandbox.server.api_server import ApiServer
 from colocation.sandbox.server.builtin_controllers import Controllers
-from colocation.sandbox.server.discovery_documents import Served
 from colocation.sandbox.server.resource_types import Registry
 
 V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"

@@ -9,8 +9,8 @@ launcher) hands it what it needs. Layers, each depending only on those above it:
   admission, request_bodies, ...        - what happens to a body between the request and the store
   watch_events, object_store            - objects, the global resourceVersion, the event window
   token_authority, rbac_authorizer, ... - who is calling and what they may do
-  verbs, special_endpoints, discovery_documents, api_aggregator, builtin_controllers, ...
-                                        - the resource verbs, the endpoints beside them, the controllers
   api_core                              - what the endpoints beside the verbs use of the server
+  verbs, special_endpoints, api_discovery, api_aggregator, builtin_controllers, ...
+                                        - the resource verbs, the endpoints beside them, the controllers
   api_server                            - the HTTP shell (aiohttp)
 """

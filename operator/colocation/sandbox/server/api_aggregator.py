@@ -37,7 +37,7 @@ from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.userinfo import UserInfo
-from colocation.sandbox.server import discovery_documents
+from colocation.sandbox.server import api_discovery
 from colocation.sandbox.server.api_core import ApiCore
 from colocation.sandbox.server.request_paths import Target
 
@@ -138,7 +138,7 @@ class Aggregator:
     def serves(self, group: str, version: str) -> bool:
         return bool(group) and self._apiservice(group, version) is not None
 
-    def served(self) -> list[discovery_documents.Served]:
+    def served(self) -> list[api_discovery.Served]:
         """Every service-backed APIService's group version, for /apis discovery, with its backend's
         discovery once it has been fetched."""
         rt = self.api.rt("apiregistration.k8s.io", "apiservices")
@@ -147,9 +147,9 @@ class Aggregator:
             spec = obj.get("spec") or {}
             if spec.get("service") and spec.get("group") and spec.get("version"):
                 fetched = self._discovered.get(obj["metadata"]["name"])
-                served.append(discovery_documents.Served(
+                served.append(api_discovery.Served(
                     spec["group"], spec["version"], int(spec.get("groupPriorityMinimum") or 0),
-                    int(spec.get("versionPriority") or 0), discovery_documents.AGGREGATOR,
+                    int(spec.get("versionPriority") or 0), api_discovery.AGGREGATOR,
                     fetched.document if fetched is not None else None))
         return served
 
@@ -305,7 +305,7 @@ class Aggregator:
             first, longest = DISCOVERY_RETRY
             log.debug("aggregated discovery failed", extra={"apiservice": name, "error": str(exc)})
             self._discovered[name] = _Discovered(
-                key, discovery_documents.version_document(version, [], "Stale"), "",
+                key, api_discovery.version_document(version, [], "Stale"), "",
                 time.monotonic() + min(first * 2 ** (failures - 1), longest), failures)
             return
         self._discovered[name] = _Discovered(key, document, etag, time.monotonic() + DISCOVERY_REFRESH, 0)
@@ -327,7 +327,7 @@ class Aggregator:
                 return previous.document, previous.etag
             if response.status == 503:
                 raise _DiscoveryFailed(f"service returned non-success response code: {response.status}")
-            if response.status == 200 and discovery_documents.is_aggregated_content_type(
+            if response.status == 200 and api_discovery.is_aggregated_content_type(
                     response.headers.get("Content-Type", "")):
                 listed = orjson.loads(await response.read())
                 return _listed_version(listed, group, version), response.headers.get("ETag", "")
@@ -339,8 +339,8 @@ class Aggregator:
                 raise _DiscoveryFailed(f"failed to download legacy discovery for /apis/{group}/{version}: "
                                        f"status {response.status}")
             listed = orjson.loads(await response.read())
-        resources = discovery_documents.resources_from_list(listed.get("resources") or [])
-        return discovery_documents.version_document(version, resources), ""
+        resources = api_discovery.resources_from_list(listed.get("resources") or [])
+        return api_discovery.version_document(version, resources), ""
 
     async def _probe_service(self, service: Obj, annotation: str) -> None:
         meta = service["metadata"]
@@ -433,8 +433,8 @@ def _listed_version(listed: Obj, group: str, version: str) -> Obj:
                 for resource in resources:
                     if not resource["subresources"]:
                         del resource["subresources"]
-                return discovery_documents.version_document(version, resources)
-    return discovery_documents.version_document(version, [])
+                return api_discovery.version_document(version, resources)
+    return api_discovery.version_document(version, [])
 
 
 _EMPTY_KIND = {"group": "", "version": "", "kind": ""}

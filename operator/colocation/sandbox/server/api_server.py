@@ -12,7 +12,7 @@ from colocation import __version__
 from colocation.apimachinery.clock import WallClock, now
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.userinfo import UserInfo
-from colocation.sandbox.server import discovery_documents, openapi_documents, request_bodies
+from colocation.sandbox.server import api_discovery, openapi_documents, request_bodies
 from colocation.sandbox.server.access_reviews import Impersonation
 from colocation.sandbox.server.api_aggregator import Aggregator
 from colocation.sandbox.server.fault_injection import FaultRule, Faults
@@ -172,9 +172,9 @@ class ApiServer:
             return json_response({"dropped": self.verbs.drop_watches()})
         raise ApiError(404, "NotFound", f"no sandbox control at {request.method} {path}")
 
-    def _served(self, *, documents: bool = False) -> list[discovery_documents.Served]:
+    def _served(self, *, documents: bool = False) -> list[api_discovery.Served]:
         """The group versions /apis lists: built-in types, CRDs and service-backed APIServices."""
-        served = discovery_documents.registry_served(self.registry, documents=documents)
+        served = api_discovery.registry_served(self.registry, documents=documents)
         return served + self.aggregator.served() if self.aggregator is not None else served
 
     def _discovery_document(self, request: web.Request, path: str, parts: list[str]) -> web.Response | None:
@@ -182,20 +182,20 @@ class ApiServer:
         /apis/{group}/{version}; None for other paths."""
         if len(parts) > _DISCOVERY_DEPTH.get(parts[0], 0):
             return None
-        if discovery_documents.wants_aggregated(request.headers.get("Accept", ""), aggregated_served=len(parts) == 1):
-            body = discovery_documents.aggregated_core(self.registry) if path == "/api" else \
-                discovery_documents.aggregated_groups(self._served(documents=True))
-            return discovery_documents.aggregated_response(request, body)
+        if api_discovery.wants_aggregated(request.headers.get("Accept", ""), aggregated_served=len(parts) == 1):
+            body = api_discovery.aggregated_core(self.registry) if path == "/api" else \
+                api_discovery.aggregated_groups(self._served(documents=True))
+            return api_discovery.aggregated_response(request, body)
         legacy: Any
         if path == "/api":
-            legacy = discovery_documents.api_versions()
+            legacy = api_discovery.api_versions()
         elif path == "/apis":
-            legacy = discovery_documents.api_group_list(self._served())
+            legacy = api_discovery.api_group_list(self._served())
         elif len(parts) == 2 and parts[0] == "apis":
-            legacy = discovery_documents.api_group(self._served(), parts[1])
+            legacy = api_discovery.api_group(self._served(), parts[1])
         else:
             group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
-            legacy = discovery_documents.api_resource_list(self.registry, group, version)
+            legacy = api_discovery.api_resource_list(self.registry, group, version)
         if legacy is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return json_response(legacy)
