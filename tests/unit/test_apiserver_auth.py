@@ -9,16 +9,16 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from colocation.apimachinery.errors import ApiError
-from colocation.apiserver.auth import (
-    Caller,
+from colocation.apimachinery.served_apigroups import Caller
+from colocation.apiserver.delegated_authentication import (
     DelegatingAuthenticator,
     RequestHeaderConfig,
     ReviewFailed,
     TokenReviewResult,
     bearer_token,
 )
-from colocation.apiserver.authz import DelegatingAuthorizer, SubjectAccessSpec, check_node_rule
-from colocation.apiserver.reviewers import subject_access_review_body, token_review_result
+from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec, check_node_rule
+from colocation.apiserver.kube_reviewers import subject_access_review_body, token_review_result
 
 AGENT = Caller("system:serviceaccount:colocation-system:colocation-agent", "sa-uid",
                ("system:serviceaccounts", "system:serviceaccounts:colocation-system", "system:authenticated"),

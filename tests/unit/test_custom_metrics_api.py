@@ -13,18 +13,21 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from colocation.apiserver.app import NodeMetricApi
-from colocation.apiserver.auth import Caller, DelegatingAuthenticator, TokenReviewResult
-from colocation.apiserver.authz import DelegatingAuthorizer, SubjectAccessSpec
-from colocation.apiserver.metrics import ServerMetrics
-from colocation.apiserver.models import validate_report
-from colocation.apiserver.resource_metrics import PodDirectory, ResourceMetricsView
-from colocation.apiserver.store import NodeMetricStore
+from colocation.apimachinery.served_apigroups import Caller
+from colocation.apiserver.apiserver_metrics import ServerMetrics
+from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, TokenReviewResult
+from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec
+from colocation.apiserver.generic_apiserver import AggregatedApiServer
+from colocation.apiserver.nodemetric_routes import NodeMetricGroup
+from colocation.apiserver.resource_metrics_routes import PodDirectory
 from colocation.custommetrics.builtin import BuiltinMetrics
 from colocation.custommetrics.metrics import StoreMetrics
 from colocation.custommetrics.query import MetricsQuery
 from colocation.custommetrics.routes import CustomMetricsApi
 from colocation.custommetrics.series import SeriesStore
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.report_schema import validate_report
+from colocation.nodemetrics.resource_metrics_view import ResourceMetricsView
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 ADMIN, AGENT, OTHER_AGENT, VIEWER = "admin", "agent-node-1", "agent-node-2", "viewer"
@@ -81,9 +84,11 @@ class Harness:
         authorizer = DelegatingAuthorizer(self.authorizations)
         self.custom = CustomMetricsApi(self.series, self.builtins, self.query, authorizer, self.leader,
                                        StoreMetrics(self.server_metrics.registry, self.series.__len__))
-        self.api = NodeMetricApi(self.nodemetrics, DelegatingAuthenticator(review), authorizer, lambda: None,
-                                 self.leader, node_labels.__contains__, node_labels.get, self.server_metrics,
-                                 wall=lambda: self.now, custom_metrics=self.custom)
+        nodemetric = NodeMetricGroup(self.nodemetrics, authorizer, self.leader, node_labels.__contains__,
+                                     node_labels.get, self.server_metrics, wall=lambda: self.now,
+                                     uploads=[self.custom.samples_upload()])
+        self.api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, self.leader,
+                                       self.server_metrics, [nodemetric, self.custom])
 
     async def add_pods(self, *pods: tuple[str, str, dict[str, str]]) -> None:
         for namespace, name, labels in pods:

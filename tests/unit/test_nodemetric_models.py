@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from colocation.apimachinery.errors import ApiError
-from colocation.apiserver.models import FIELD_ERRORS, ValidatedReport, validate_report
+from colocation.nodemetrics.report_schema import FIELD_ERRORS, ValidatedReport, validate_report
 
 Body = dict[str, Any]
 

@@ -10,8 +10,9 @@ import pytest
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import LabelSelector
-from colocation.apiserver.models import ValidatedReport, validate_report
-from colocation.apiserver.store import NodeMetricStore, Watcher
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.report_schema import ValidatedReport, validate_report
+from colocation.nodemetrics.watch_events import Watcher
 
 T0 = 1_795_341_600.0  # 2026-11-22T10:00:00Z
 RV0 = 1_795_341_600_000_000  # the same instant in microseconds: the first resourceVersion

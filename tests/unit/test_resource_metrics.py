@@ -13,21 +13,17 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from colocation.apiserver.app import NodeMetricApi
-from colocation.apiserver.auth import Caller, DelegatingAuthenticator, TokenReviewResult
-from colocation.apiserver.authz import DelegatingAuthorizer, SubjectAccessSpec
-from colocation.apiserver.metrics import ServerMetrics
-from colocation.apiserver.models import validate_report
-from colocation.apiserver.resource_metrics import (
-    PodDirectory,
-    ResourceMetricsApi,
-    ResourceMetricsView,
-    format_go_duration,
-    node_usage_of,
-    parse_go_duration,
-    pod_metrics,
-)
-from colocation.apiserver.store import NodeMetricStore
+from colocation.apimachinery.goduration import format_go_duration, parse_go_duration
+from colocation.apimachinery.served_apigroups import Caller
+from colocation.apiserver.apiserver_metrics import ServerMetrics
+from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, TokenReviewResult
+from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec
+from colocation.apiserver.generic_apiserver import AggregatedApiServer
+from colocation.apiserver.nodemetric_routes import NodeMetricGroup
+from colocation.apiserver.resource_metrics_routes import PodDirectory, ResourceMetricsApi, pod_metrics
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.report_schema import validate_report
+from colocation.nodemetrics.resource_metrics_view import ResourceMetricsView, node_usage_of
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z: creationTimestamp is the time of the request
 CREATED = "2027-01-15T08:00:00Z"
@@ -163,9 +159,11 @@ async def serve(store: NodeMetricStore, pods: PodDirectory | None) -> tuple[Test
     authorizer = DelegatingAuthorizer(authorizations)
     resource_metrics = ResourceMetricsApi(ResourceMetricsView(store), authorizer, pods, wall=lambda: NOW) \
         if pods is not None else None
-    api = NodeMetricApi(store, DelegatingAuthenticator(review), authorizer, lambda: None, Leader(),
-                        lambda node: True, lambda node: {}, ServerMetrics(), wall=lambda: NOW,
-                        resource_metrics=resource_metrics)
+    metrics, leader = ServerMetrics(), Leader()
+    nodemetric = NodeMetricGroup(store, authorizer, leader, lambda node: True, lambda node: {}, metrics,
+                                 wall=lambda: NOW)
+    groups = [nodemetric] if resource_metrics is None else [nodemetric, resource_metrics]
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leader, metrics, groups)
     client: TestClient[Any, Any] = TestClient(TestServer(api.application()))
     await client.start_server()
     return client, authorizations

@@ -21,11 +21,12 @@ from typing import Any
 import orjson
 
 from colocation.apimachinery.clock import parse_time
+from colocation.apimachinery.goduration import parse_go_duration
 from colocation.apimachinery.quantity import byte_value, cpu_millis
-from colocation.apiserver.resource_metrics import NodeUsage, ResourceMetricsView, parse_go_duration
-from colocation.apiserver.store import Entry, NodeMetricStore
 from colocation.custommetrics.aggregation import MetricRequest, nearest_rank, reduce
 from colocation.custommetrics.series import NODES, PODS, SeriesKey, SeriesStore
+from colocation.nodemetrics.resource_metrics_view import NodeUsage, ResourceMetricsView
+from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
 
 CPU_USAGE = "cpu_usage"
 MEMORY_USAGE = "memory_usage"
@@ -65,7 +66,7 @@ def _split(metric: MetricRequest) -> tuple[str, str]:
 
 
 class BuiltinMetrics:
-    def __init__(self, store: NodeMetricStore, view: ResourceMetricsView, history: SeriesStore) -> None:
+    def __init__(self, store: NodeMetricReader, view: ResourceMetricsView, history: SeriesStore) -> None:
         self._store = store
         self._view = view
         self.history = history

@@ -12,30 +12,36 @@ standby answers 503 naming the leader instead of an empty list an autoscaler wou
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
-import orjson
 from aiohttp import web
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import LabelSelector
-from colocation.apiserver.auth import Caller
-from colocation.apiserver.authz import DelegatingAuthorizer
-from colocation.apiserver.metrics import VERB
+from colocation.apimachinery.served_apigroups import (
+    VERB,
+    Authenticate,
+    Authorizer,
+    Caller,
+    Document,
+    Leadership,
+    discovery_group,
+    json_response,
+)
 from colocation.custommetrics.builtin import BuiltinMetrics
 from colocation.custommetrics.metrics import StoreMetrics
 from colocation.custommetrics.query import MetricsQuery, metric_not_found
-from colocation.custommetrics.samples import ValidatedBatch
+from colocation.custommetrics.samples import ValidatedBatch, validate_batch
 from colocation.custommetrics.series import IngestResult, SeriesStore
 from colocation.custommetrics.shapes import (
     CUSTOM_GROUP,
     CUSTOM_VERSIONS,
     EXTERNAL_GROUP,
     EXTERNAL_VERSION,
-    api_group,
-    api_group_body,
     custom_resource_list,
     external_metric_value_list,
     external_resource_list,
@@ -43,21 +49,6 @@ from colocation.custommetrics.shapes import (
 )
 
 log = logging.getLogger(__name__)
-
-Authenticate = Callable[[web.Request], Awaitable[Caller]]
-
-
-class Leadership(Protocol):
-    @property
-    def is_leader(self) -> bool: ...
-
-    @property
-    def leader_identity(self) -> str | None: ...
-
-
-def _json(body: Any) -> web.Response:
-    return web.Response(body=orjson.dumps(body), content_type="application/json")
-
 
 def _selector(request: web.Request, parameter: str) -> LabelSelector | None:
     text = request.query.get(parameter)
@@ -72,7 +63,7 @@ def _selector(request: web.Request, parameter: str) -> LabelSelector | None:
 
 class CustomMetricsApi:
     def __init__(self, series: SeriesStore, builtins: BuiltinMetrics, query: MetricsQuery,
-                 authorizer: DelegatingAuthorizer, leadership: Leadership, metrics: StoreMetrics) -> None:
+                 authorizer: Authorizer, leadership: Leadership, metrics: StoreMetrics) -> None:
         self.series = series
         self.builtins = builtins
         self.query = query
@@ -81,10 +72,11 @@ class CustomMetricsApi:
         self.metrics = metrics
         self._authenticate: Authenticate | None = None
 
-    def api_groups(self) -> list[dict[str, Any]]:
-        return [api_group_body(CUSTOM_GROUP), api_group_body(EXTERNAL_GROUP)]
+    # -- writes (accepted by the NodeMetric API after authentication, the node rule and validation)
 
-    # -- writes (called by NodeMetricApi after authentication, the node rule and validation) ----
+    def samples_upload(self) -> SamplesUpload:
+        """What the NodeMetric API needs to take `PUT …/nodemetrics/{node}/samples` for us."""
+        return SamplesUpload(self)
 
     def ingest(self, batch: ValidatedBatch) -> dict[str, Any]:
         """Store an agent's batch; the Status to answer with, naming what was not kept."""
@@ -112,34 +104,37 @@ class CustomMetricsApi:
                 log.exception("custom metrics housekeeping failed")
             await asyncio.sleep(interval)
 
-    # -- routes ---------------------------------------------------------------------------------
+    # -- what the API server serves for the groups ----------------------------------------------
+
+    def discovery_groups(self) -> list[dict[str, Any]]:
+        return [discovery_group(CUSTOM_GROUP, CUSTOM_VERSIONS), discovery_group(EXTERNAL_GROUP, (EXTERNAL_VERSION,))]
+
+    def resource_lists(self) -> dict[str, Document]:
+        lists: dict[str, Document] = {
+            f"{CUSTOM_GROUP}/{version}": functools.partial(self._custom_resource_list, version)
+            for version in CUSTOM_VERSIONS}
+        lists[f"{EXTERNAL_GROUP}/{EXTERNAL_VERSION}"] = lambda: external_resource_list(self.query.external_metrics())
+        return lists
+
+    def _custom_resource_list(self, version: str) -> dict[str, Any]:
+        return custom_resource_list(version, self.query.custom_metrics())
+
+    def openapi(self) -> None:
+        return None
 
     def add_routes(self, router: web.UrlDispatcher, authenticate: Authenticate) -> None:
         self._authenticate = authenticate
-        router.add_get(f"/apis/{CUSTOM_GROUP}", self._discovery(lambda _: api_group(CUSTOM_GROUP)))
         for version in CUSTOM_VERSIONS:
             base = f"/apis/{CUSTOM_GROUP}/{version}"
-            router.add_get(base, self._discovery(
-                lambda v: custom_resource_list(v, self.query.custom_metrics()), version))
             router.add_get(base + "/namespaces/{namespace}/metrics/{metric}", self._namespace_metric)
             router.add_get(base + "/namespaces/{namespace}/{resource}/{name}/{metric}", self._custom(version))
             router.add_get(base + "/{resource}/{name}/{metric}", self._custom(version))
-        router.add_get(f"/apis/{EXTERNAL_GROUP}", self._discovery(lambda _: api_group(EXTERNAL_GROUP)))
         base = f"/apis/{EXTERNAL_GROUP}/{EXTERNAL_VERSION}"
-        router.add_get(base, self._discovery(lambda _: external_resource_list(self.query.external_metrics())))
         router.add_get(base + "/namespaces/{namespace}/{metric}", self._external)
 
     async def _caller(self, request: web.Request) -> Caller:
         assert self._authenticate is not None, "add_routes() first"
         return await self._authenticate(request)
-
-    def _discovery(self, document: Callable[[str], Any],
-                   version: str = "") -> Callable[[web.Request], Awaitable[web.Response]]:
-        async def handler(request: web.Request) -> web.Response:
-            await self.authorizer.authorize_path(await self._caller(request), "get", request.path)
-            return _json(document(version))
-
-        return handler
 
     def _require_leader(self) -> None:
         if not self.leadership.is_leader:
@@ -160,7 +155,7 @@ class CustomMetricsApi:
             self._require_leader()
             selector, metric_selector = _selector(request, "labelSelector"), _selector(request, "metricLabelSelector")
             values = self.query.custom(resource, namespace, name, metric, selector, metric_selector)
-            return _json(metric_value_list(version, values, metric_selector))
+            return json_response(metric_value_list(version, values, metric_selector))
 
         return handler
 
@@ -179,7 +174,7 @@ class CustomMetricsApi:
                                         namespace=namespace)
         self._require_leader()
         values = self.query.external(namespace, metric, _selector(request, "labelSelector"))
-        return _json(external_metric_value_list(values))
+        return json_response(external_metric_value_list(values))
 
 
 def _success(batch: ValidatedBatch, result: IngestResult) -> dict[str, Any]:
@@ -190,3 +185,21 @@ def _success(batch: ValidatedBatch, result: IngestResult) -> dict[str, Any]:
                        f"({result.new_series} new series)",
             "details": {"name": batch.node, "group": "metrics.colocation.dev", "kind": "nodemetrics",
                         "causes": causes}}
+
+
+@dataclass(frozen=True)
+class SamplesUpload:
+    """An agent's sample batch, as the NodeMetric API takes it (its `AgentUpload`)."""
+
+    api: CustomMetricsApi
+    subresource: str = "samples"
+
+    @property
+    def rejected(self) -> Any:
+        return self.api.metrics.batches_rejected
+
+    def validate(self, raw: bytes, node: str) -> ValidatedBatch:
+        return validate_batch(raw, node)
+
+    def accept(self, batch: ValidatedBatch) -> dict[str, Any]:
+        return self.api.ingest(batch)

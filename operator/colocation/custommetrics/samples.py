@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.fielderrors import FieldErrorStyle, decoded_object, show
-from colocation.apiserver.models import PATTERN_MESSAGES, DnsLabel, DnsSubdomain
+from colocation.apimachinery.fieldtypes import PATTERN_MESSAGES, DnsLabel, DnsSubdomain
 
 GROUP = "metrics.colocation.dev"
 API_VERSION = f"{GROUP}/v1alpha1"

@@ -115,16 +115,6 @@ def external_metric_value_list(values: Iterable[MetricValue]) -> dict[str, Any]:
 # ---- discovery ---------------------------------------------------------------------------------
 
 
-def api_group_body(group: str) -> dict[str, Any]:
-    versions = CUSTOM_VERSIONS if group == CUSTOM_GROUP else (EXTERNAL_VERSION,)
-    listed = [{"groupVersion": f"{group}/{version}", "version": version} for version in versions]
-    return {"name": group, "versions": listed, "preferredVersion": listed[0]}
-
-
-def api_group(group: str) -> dict[str, Any]:
-    return {"kind": "APIGroup", "apiVersion": "v1", **api_group_body(group)}
-
-
 def custom_resource_list(version: str, metrics: Iterable[tuple[str, str]]) -> dict[str, Any]:
     """One resource per (object resource, metric): "pods/http_requests", "nodes/cpu_usage"."""
     resources = [{"name": f"{resource}/{metric}", "singularName": "", "namespaced": resource == "pods",

@@ -2,7 +2,9 @@
 
 Every replica serves the NodeMetric API and follows the Node list. The leader accepts reports,
 drops silent nodes, and runs the controllers (Kopf inside, `colocation.controllers.leader`); each
-standby follows the leader's watch to keep a full copy. Losing the lease ends the process with a
+standby follows the leader's watch to keep a full copy. This is where the stages meet: the store
+(`colocation.nodemetrics`), the API server and the groups it serves (`api_assembly`), the
+controllers and custom metrics; none of them imports another. Losing the lease ends the process with a
 non-zero status, so it restarts as a standby with nothing stale in memory; SIGTERM releases the
 lease first so a standby takes over within about one retry period.
 """
@@ -17,71 +19,46 @@ import signal
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from colocation.apimachinery import certificates
-from colocation.apiserver.app import ApiOptions, NodeMetricApi
-from colocation.apiserver.auth import DelegatingAuthenticator, RequestHeaderConfig
-from colocation.apiserver.authz import DelegatingAuthorizer
-from colocation.apiserver.follower import LeaderAddress, LeaderFollower
-from colocation.apiserver.metrics import ServerMetrics
-from colocation.apiserver.resource_metrics import PodDirectory, ResourceMetricsApi, ResourceMetricsView
-from colocation.apiserver.reviewers import kube_subject_access_reviewer, kube_token_reviewer, load_request_header_config
-from colocation.apiserver.store import NodeMetricStore
+from colocation.apiserver.apiserver_metrics import ServerMetrics
+from colocation.apiserver.delegated_authentication import RequestHeaderConfig
+from colocation.apiserver.kube_reviewers import load_request_header_config
 
 # Imported at start, not on promotion: importing Kopf takes the event loop for about a second,
 # which a new leader cannot spare while it must renew its Lease.
 from colocation.controllers.leader import Controllers
-from colocation.controllers.settings import ControllerSettings
-from colocation.custommetrics.builtin import BuiltinMetrics
-from colocation.custommetrics.metrics import StoreMetrics
-from colocation.custommetrics.query import MetricsQuery
 from colocation.custommetrics.routes import CustomMetricsApi
-from colocation.custommetrics.series import SeriesStore
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElector
 from colocation.kube.nodes import NodeDirectory
 from colocation.kube.transport import kube_transport
+from colocation.manager.api_assembly import assemble_api, delegated_auth
+from colocation.manager.operator_config import OperatorConfig
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.silent_node_expiry import expire_silent_nodes
+from colocation.nodemetrics.standby_follower import LeaderAddress, LeaderFollower
+from colocation.nodemetrics.storage_metrics import StorageMetrics
 
 log = logging.getLogger(__name__)
 
 EXIT_LOST_LEADERSHIP = 3
-AUTH_CACHE_SIZE = 100_000  # above the node counts we target (one agent token per node)
-# kube-apiserver's webhook defaults: an authenticated token 2 min, an allowed review 5 min, a denial 30 s.
-TOKEN_CACHE_SECONDS = 120.0
-ALLOWED_CACHE_SECONDS = 300.0
-DENIED_CACHE_SECONDS = 30.0
 EXIT_CONTROLLERS_FAILED = 1
 SERVICE_NAME = "colocation-operator"
 
 
-@dataclass(frozen=True)
-class OperatorConfig:
-    kubeconfig: Path | None
-    namespace: str
-    identity: str
-    bind_address: str
-    port: int
-    advertise_address: str
-    tls_cert_file: Path | None
-    tls_key_file: Path | None
-    lease_duration: float
-    renew_deadline: float
-    retry_period: float
-    metric_ttl: float
-    expiry_interval: float = 10.0
-    bookmark_interval: float = 60.0
-    serve_resource_metrics: bool = False
-    serve_custom_metrics: bool = False
-    custom_metrics_retention: float = 600.0
-    custom_metrics_max_series: int = 50_000
-    controllers: ControllerSettings = field(default_factory=ControllerSettings)
+class LeadershipMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.leader = Gauge("colocation_leader", "1 while this replica holds the leader Lease.", registry=r)
+        self.leader_transitions = Counter("colocation_leader_transitions_total",
+                                          "Times this replica started or stopped leading.", registry=r)
 
 
 def serving_certificate(config: OperatorConfig) -> tuple[certificates.CertKey, bytes]:
@@ -124,7 +101,9 @@ class OperatorProcess:
         self.config = config
         self.metrics = ServerMetrics()
         self.store = NodeMetricStore(time.time, time.monotonic, ttl_seconds=config.metric_ttl)
-        self.metrics.track(lambda: self.store.node_count, lambda: self.store.watcher_count)
+        self.storage_metrics = StorageMetrics(self.metrics.registry)
+        self.storage_metrics.track(self.store)
+        self.leadership_metrics = LeadershipMetrics(self.metrics.registry)
         self.nodes = NodeDirectory()
         self.stop = asyncio.Event()
         self.lost_leadership = False
@@ -140,9 +119,10 @@ class OperatorProcess:
 
     def _started_leading(self) -> None:
         log.info("started leading", extra={"identity": self.config.identity})
-        self.metrics.leader.set(1)
-        self.metrics.leader_transitions.inc()
-        self._leader_tasks.append(asyncio.create_task(self._expire_loop()))
+        self.leadership_metrics.leader.set(1)
+        self.leadership_metrics.leader_transitions.inc()
+        self._leader_tasks.append(asyncio.create_task(
+            expire_silent_nodes(self.store, self.storage_metrics, self.config.expiry_interval)))
         if self.custom_metrics is not None:
             # Expired samples are also cut at read time; the sweep frees their memory.
             sweep = min(10.0, max(0.5, self.config.custom_metrics_retention / 10))
@@ -152,8 +132,8 @@ class OperatorProcess:
 
     def _stopped_leading(self) -> None:
         log.error("lost the leader lease; exiting to restart as a standby", extra={"identity": self.config.identity})
-        self.metrics.leader.set(0)
-        self.metrics.leader_transitions.inc()
+        self.leadership_metrics.leader.set(0)
+        self.leadership_metrics.leader_transitions.inc()
         self.lost_leadership = True
         self.stop.set()
 
@@ -174,13 +154,6 @@ class OperatorProcess:
         return LeaderAddress.from_annotations(record.holder_identity, dict(record.annotations))
 
     # ---- loops ---------------------------------------------------------------------------------
-
-    async def _expire_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.expiry_interval)  # the sweep period
-            for name in self.store.expire():
-                self.metrics.expired.inc()
-                log.info("dropped NodeMetric of a silent node", extra={"node": name})
 
     async def _run_controllers(self) -> None:
         """The leader-only controllers (Kopf inside); their failure stops the process, a standby takes over."""
@@ -220,13 +193,7 @@ class OperatorProcess:
             if self.stop.is_set():
                 return 0
             token = _bearer_token(api)
-            # Cache lifetimes as kube-apiserver's webhook defaults (token 2 min, allowed 5 min,
-            # denied 30 s) and room for every node: agents report every 10-60 s, so shorter or
-            # smaller caches turned nearly every report into a TokenReview and a SubjectAccessReview.
-            authenticator = DelegatingAuthenticator(kube_token_reviewer(api), cache_ttl=TOKEN_CACHE_SECONDS,
-                                                    cache_size=AUTH_CACHE_SIZE)
-            authorizer = DelegatingAuthorizer(kube_subject_access_reviewer(api), allowed_ttl=ALLOWED_CACHE_SECONDS,
-                                              denied_ttl=DENIED_CACHE_SECONDS, cache_size=AUTH_CACHE_SIZE)
+            authenticator, authorizer = delegated_auth(api)
             self.elector = LeaderElector(
                 api, config.namespace, permissions.LEADER_LEASE_NAME, config.identity,
                 lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
@@ -234,30 +201,22 @@ class OperatorProcess:
                 on_started_leading=self._started_leading, on_stopped_leading=self._stopped_leading,
                 on_new_leader=self._new_leader)
             elector = self.elector
-            # The metric APIs serve only pods that exist, with their labels: that takes a Pod informer.
-            pods = PodDirectory() if config.serve_resource_metrics or config.serve_custom_metrics else None
-            view = ResourceMetricsView(self.store)
-            resource_metrics = ResourceMetricsApi(view, authorizer, pods) \
-                if pods is not None and config.serve_resource_metrics else None
-            if pods is not None and config.serve_custom_metrics:
-                self.custom_metrics = self._custom_metrics_api(view, pods, authorizer, elector)
-            api_app = NodeMetricApi(self.store, authenticator, authorizer, lambda: self.request_header, elector,
-                                    self.nodes.__contains__, self.nodes.labels, self.metrics,
-                                    ApiOptions(bookmark_interval=config.bookmark_interval),
-                                    resource_metrics=resource_metrics, custom_metrics=self.custom_metrics)
-            runner = web.AppRunner(api_app.application(), access_log=None, handle_signals=False,
+            served = assemble_api(config, self.store, self.nodes, authenticator, authorizer,
+                                  lambda: self.request_header, elector, self.metrics)
+            self.custom_metrics = served.custom_metrics
+            runner = web.AppRunner(served.server.application(), access_log=None, handle_signals=False,
                                    shutdown_timeout=2.0)
             await runner.setup()
             site = web.TCPSite(runner, config.bind_address, config.port, ssl_context=self._ssl_context())
             await site.start()
             log.info("serving", extra={"address": f"https://{config.bind_address}:{config.port}",
                                        "identity": config.identity})
-            follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.metrics)
+            follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics)
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
                      asyncio.create_task(elector.run()),
                      asyncio.create_task(self._follow_while_standby(follower))]
-            if pods is not None:
-                tasks.append(asyncio.create_task(pods.informer(kube_transport(api)).run()))
+            if served.pods is not None:
+                tasks.append(asyncio.create_task(served.pods.informer(kube_transport(api)).run()))
             try:
                 await self.stop.wait()
             finally:
@@ -274,23 +233,10 @@ class OperatorProcess:
             return EXIT_CONTROLLERS_FAILED
         return EXIT_LOST_LEADERSHIP if self.lost_leadership else 0
 
-    def _custom_metrics_api(self, view: ResourceMetricsView, pods: PodDirectory, authorizer: DelegatingAuthorizer,
-                            elector: LeaderElector) -> CustomMetricsApi:
-        config = self.config
-        series = SeriesStore(time.time, retention_seconds=config.custom_metrics_retention,
-                             max_series=config.custom_metrics_max_series)
-        # The built-ins' history: two series per pod and per node, kept as long as the samples.
-        history = SeriesStore(time.time, retention_seconds=config.custom_metrics_retention,
-                              max_series=config.custom_metrics_max_series)
-        builtins = BuiltinMetrics(self.store, view, history)
-        query = MetricsQuery(series, builtins, pods, self.nodes.labels)
-        return CustomMetricsApi(series, builtins, query, authorizer, elector,
-                                StoreMetrics(self.metrics.registry, series.__len__))
-
     def _ssl_context(self) -> ssl.SSLContext:
         client_ca = self.request_header.request_header_ca_pem if self.request_header else None
         # Client certificates are verified against the front-proxy CA only: that is what makes
-        # the X-Remote-* identity headers trustworthy (see apiserver.auth).
+        # the X-Remote-* identity headers trustworthy (see apiserver.delegated_authentication).
         return certificates.ssl_server_context(self.cert, client_ca_pem=client_ca.encode() if client_ca else None)
 
 

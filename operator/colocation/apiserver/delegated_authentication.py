@@ -2,10 +2,13 @@
 
 A front-proxy client certificate (kube-apiserver forwarding a request it already authenticated)
 makes the `X-Remote-*` headers the identity; otherwise a bearer token is checked with a TokenReview.
-Reviews (TokenReviews here, SubjectAccessReviews in `authz`) are cached and concurrent identical
+Reviews (TokenReviews here, SubjectAccessReviews in `delegated_authorization`) are cached and concurrent identical
 reviews share one call, because every report and every read would otherwise cost a round trip to
 kube-apiserver. A review that fails (timeout, kube-apiserver down) is never cached and never lets
 the request through.
+
+These clients stay in the API server: the groups it serves only see `Caller` and the
+`Authenticate` callable of `apimachinery.served_apigroups`.
 """
 
 from __future__ import annotations
@@ -26,18 +29,13 @@ from typing import Any, Generic, TypeVar
 import cachetools
 
 from colocation.apimachinery.errors import ApiError
-from colocation.apimachinery.userinfo import Extra, UserInfo
+from colocation.apimachinery.served_apigroups import Caller
+from colocation.apimachinery.userinfo import AUTHENTICATED, Extra
 from colocation.kube.permissions import AUTHENTICATION_CONFIG_MAP
 
 log = logging.getLogger(__name__)
 
-AUTHENTICATED_GROUP = "system:authenticated"
-
 _ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-
-
-# Who made a request: the same user.Info the sandbox's authenticator produces.
-Caller = UserInfo
 
 
 @dataclass(frozen=True)
@@ -151,9 +149,9 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
 
 def _with_authenticated_group(caller: Caller) -> Caller:
     # Every authenticated caller is in system:authenticated, whatever its source says (upstream adds it).
-    if AUTHENTICATED_GROUP in caller.groups:
+    if AUTHENTICATED in caller.groups:
         return caller
-    return Caller(caller.username, caller.uid, (*caller.groups, AUTHENTICATED_GROUP), caller.extra)
+    return Caller(caller.username, caller.uid, (*caller.groups, AUTHENTICATED), caller.extra)
 
 
 # ---- review caching -----------------------------------------------------------------------------

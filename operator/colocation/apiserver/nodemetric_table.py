@@ -7,7 +7,7 @@ from typing import Any
 
 from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.apimachinery.tables import TABLE_GROUP, human_duration
-from colocation.apiserver.store import Entry
+from colocation.nodemetrics.storage_interface import Entry
 
 COLUMNS = [
     {"name": "Name", "type": "string", "format": "name", "description": "The node's name.", "priority": 0},

@@ -1,6 +1,7 @@
 """What a caller may do, delegated to kube-apiserver by SubjectAccessReview as aggregated API servers do.
 
-Decisions are cached like token reviews (`auth.ReviewCache`) and a failed review denies. The node
+Decisions are cached like token reviews (`delegated_authentication.ReviewCache`) and a failed
+review denies. `DelegatingAuthorizer` is the `Authorizer` every served group is given. The node
 rule is ours: a NodeMetric report only from a token bound to a pod on that node.
 """
 
@@ -12,8 +13,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.served_apigroups import Caller
 from colocation.apimachinery.userinfo import NODE_NAME_EXTRA, Extra
-from colocation.apiserver.auth import Caller, CountsReviews, ReviewCache, why_failed
+from colocation.apiserver.delegated_authentication import CountsReviews, ReviewCache, why_failed
 from colocation.kube.permissions import METRICS_GROUP
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,8 @@
 The shape is Koordinator's NodeMetric (slo.koordinator.sh), served as metrics.colocation.dev.
 Unknown fields are accepted and dropped, so what is stored is canonical: only the fields below,
 in this order. Validation runs in pydantic-core; Python runs only for a quantity that is not a
-plain number with a suffix, and once per object with optional fields (to drop nulls).
+plain number with a suffix, and once per object with optional fields (to drop nulls). The field
+types (names, quantities, durations) are `apimachinery.fieldtypes`, shared with other bodies.
 """
 
 from __future__ import annotations
@@ -18,20 +19,28 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     ConfigDict,
-    GetCoreSchemaHandler,
-    GetPydanticSchema,
     StringConstraints,
     TypeAdapter,
     ValidationError,
     with_config,
 )
-from pydantic_core import PydanticCustomError, core_schema
+from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic needs typing_extensions' TypedDict on 3.11
 
 from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.fielderrors import FieldErrorStyle, decoded_object, go_quote
-from colocation.apimachinery.quantity import byte_value, cpu_millis, parse_quantity
+from colocation.apimachinery.fieldtypes import (
+    PATTERN_MESSAGES,
+    QUANTITY_ERROR,
+    DnsLabel,
+    DnsSubdomain,
+    GoDuration,
+    Quantity,
+    ResourceName,
+    quantity_problem,
+)
+from colocation.apimachinery.quantity import byte_value, cpu_millis
 from colocation.koordinator.classes import PriorityClass, QoSClass
 
 GROUP = "metrics.colocation.dev"
@@ -40,77 +49,10 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "NodeMetric"
 LIST_KIND = "NodeMetricList"
 RESOURCE = "nodemetrics"
+BASE_PATH = f"/apis/{GROUP}/{VERSION}"
+COLLECTION_PATH = f"{BASE_PATH}/{RESOURCE}"
 
 AggregationType = Literal["avg", "p50", "p90", "p95", "p99"]
-
-# ---------------------------------------------------------------------------------------------
-# Field types. Patterns run in pydantic-core; their error messages are replaced by upstream's
-# (see PATTERN_MESSAGES) only when a report is rejected.
-
-_DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-_DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-_RESOURCE_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                  r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_GO_DURATION = r"^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$"
-
-PATTERN_MESSAGES = {
-    _DNS1123_LABEL: "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-                    "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
-                    f"regex used for validation is '{_DNS1123_LABEL[1:-1]}')",
-    _DNS1123_SUBDOMAIN: "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
-                        "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
-                        f"regex used for validation is '{_DNS1123_SUBDOMAIN[1:-1]}')",
-    _RESOURCE_NAME: "a resource name must be a qualified name: alphanumeric characters, '-', '_' or '.', "
-                    "starting and ending with an alphanumeric character, with an optional DNS subdomain "
-                    "prefix and '/' (e.g. 'cpu', 'kubernetes.io/batch-cpu')",
-    _GO_DURATION: "must be a duration such as '5m0s' or '30s'",
-}
-
-DnsLabel = Annotated[str, StringConstraints(max_length=63, pattern=_DNS1123_LABEL)]
-DnsSubdomain = Annotated[str, StringConstraints(max_length=253, pattern=_DNS1123_SUBDOMAIN)]
-ResourceName = Annotated[str, StringConstraints(max_length=316, pattern=_RESOURCE_NAME)]
-GoDuration = Annotated[str, StringConstraints(max_length=64, pattern=_GO_DURATION)]
-
-# The common case, a plain non-negative quantity, is matched in pydantic-core; anything else
-# (numbers, spaces, "-0", errors) goes through the exact parser in Python.
-_PLAIN_QUANTITY = r"^\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,9})?$"
-
-
-def quantity_problem(value: object) -> str | None:
-    """Why `value` is not a usable usage quantity, or None when it is."""
-    try:
-        _normalize_quantity(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def _normalize_quantity(value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError("must be a quantity, e.g. \"2500m\" or \"1Gi\"")
-    # Upstream's UnmarshalJSON trims spaces and takes JSON numbers; store the canonical text.
-    text = value.strip() if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
-    try:
-        quantity = parse_quantity(text)
-    except ValueError as exc:
-        message = str(exc)
-        # parse_quantity says "invalid quantity 'x': why"; the cause shows the value already.
-        raise ValueError(message.split(": ", 1)[1] if message.startswith("invalid quantity ") else message) from None
-    if quantity < 0:
-        raise ValueError("must be greater than or equal to 0")
-    return "0" if not quantity else text
-
-
-def _quantity_schema(source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-    # One error type for both branches; _cause asks quantity_problem() for the reason.
-    return core_schema.union_schema(
-        [core_schema.str_schema(pattern=_PLAIN_QUANTITY),
-         core_schema.no_info_plain_validator_function(_normalize_quantity)],
-        mode="left_to_right", custom_error_type="quantity", custom_error_message="invalid quantity")
-
-
-Quantity = Annotated[str, GetPydanticSchema(_quantity_schema)]
-
 
 # The schema is TypedDicts validated by one pydantic-core validator: the result is plain dicts in
 # schema order with unknown keys dropped, which orjson writes as the canonical body. BaseModel
@@ -291,4 +233,4 @@ def _rejection(raw: bytes, node: str, exc: ValidationError) -> ApiError:
 FIELD_ERRORS = FieldErrorStyle(
     map_fields=(("resources",), ("aggregatedNodeUsages", int, "usage")),
     pattern_messages=PATTERN_MESSAGES,
-    custom_problems={"quantity": lambda value: quantity_problem(value) or "invalid quantity"})
+    custom_problems={QUANTITY_ERROR: lambda value: quantity_problem(value) or "invalid quantity"})

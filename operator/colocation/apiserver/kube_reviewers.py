@@ -14,8 +14,14 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client as kube
 
-from colocation.apiserver.auth import Caller, RequestHeaderConfig, ReviewFailed, TokenReviewer, TokenReviewResult
-from colocation.apiserver.authz import SubjectAccessReviewer, SubjectAccessSpec
+from colocation.apimachinery.served_apigroups import Caller
+from colocation.apiserver.delegated_authentication import (
+    RequestHeaderConfig,
+    ReviewFailed,
+    TokenReviewer,
+    TokenReviewResult,
+)
+from colocation.apiserver.delegated_authorization import SubjectAccessReviewer, SubjectAccessSpec
 from colocation.kube.client import call_json
 from colocation.kube.permissions import (
     AUTHENTICATION_CONFIG_MAP,

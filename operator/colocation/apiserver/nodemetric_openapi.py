@@ -2,21 +2,18 @@
 
 kubectl reads /openapi/v3 (and aggregators /openapi/v2) to learn the kinds an API serves; deriving
 the schema from the validating model keeps the published contract and the enforced one the same.
+The API server serves them, and the /openapi/v3 index of them, for the NodeMetric group.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 from typing import Any
 
-import orjson
-
-from colocation.apiserver import discovery
-from colocation.apiserver.models import NODE_METRIC
+from colocation.nodemetrics.report_schema import COLLECTION_PATH, GROUP, KIND, LIST_KIND, NODE_METRIC, VERSION
 
 _PREFIX = "dev.colocation.metrics.v1alpha1."
-_GVK = [{"group": discovery.GROUP, "version": discovery.VERSION, "kind": discovery.KIND}]
+_GVK = [{"group": GROUP, "version": VERSION, "kind": KIND}]
 
 
 def _rewrite_refs(node: Any, target: str) -> Any:
@@ -33,13 +30,13 @@ def _schemas(target: str) -> dict[str, Any]:
     definitions = {_PREFIX + name: _rewrite_refs(body, target) for name, body in schema.pop("$defs", {}).items()}
     root = _rewrite_refs(schema, target)
     root["x-kubernetes-group-version-kind"] = _GVK
-    definitions[_PREFIX + discovery.KIND] = root
-    definitions[_PREFIX + discovery.LIST_KIND] = {
+    definitions[_PREFIX + KIND] = root
+    definitions[_PREFIX + LIST_KIND] = {
         "type": "object", "required": ["items"],
         "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
                        "metadata": {"type": "object"},
-                       "items": {"type": "array", "items": {"$ref": target + _PREFIX + discovery.KIND}}},
-        "x-kubernetes-group-version-kind": [{**_GVK[0], "kind": discovery.LIST_KIND}]}
+                       "items": {"type": "array", "items": {"$ref": target + _PREFIX + KIND}}},
+        "x-kubernetes-group-version-kind": [{**_GVK[0], "kind": LIST_KIND}]}
     return definitions
 
 
@@ -52,31 +49,23 @@ def _operation(verb: str, kind: str, target: str, action: str) -> dict[str, Any]
 
 
 def _paths(target: str) -> dict[str, Any]:
-    collection = f"{discovery.BASE_PATH}/{discovery.RESOURCE}"
     return {
-        collection: {"get": _operation("list", discovery.LIST_KIND, target, "list")},
-        collection + "/{name}": {"get": _operation("read", discovery.KIND, target, "get")},
-        collection + "/{name}/status": {"get": _operation("readStatus", discovery.KIND, target, "get"),
-                                        "put": _operation("replaceStatus", discovery.KIND, target, "put")},
+        COLLECTION_PATH: {"get": _operation("list", LIST_KIND, target, "list")},
+        COLLECTION_PATH + "/{name}": {"get": _operation("read", KIND, target, "get")},
+        COLLECTION_PATH + "/{name}/status": {"get": _operation("readStatus", KIND, target, "get"),
+                                             "put": _operation("replaceStatus", KIND, target, "put")},
     }
 
 
 @functools.cache
 def openapi_v3_group_version() -> dict[str, Any]:
     target = "#/components/schemas/"
-    return {"openapi": "3.0.0", "info": {"title": "colocation NodeMetric API", "version": discovery.VERSION},
+    return {"openapi": "3.0.0", "info": {"title": "colocation NodeMetric API", "version": VERSION},
             "paths": _paths(target), "components": {"schemas": _schemas(target)}}
-
-
-@functools.cache
-def openapi_v3_root() -> dict[str, Any]:
-    digest = hashlib.sha512(orjson.dumps(openapi_v3_group_version())).hexdigest().upper()
-    path = f"apis/{discovery.GROUP}/{discovery.VERSION}"
-    return {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}}}
 
 
 @functools.cache
 def openapi_v2() -> dict[str, Any]:
     target = "#/definitions/"
-    return {"swagger": "2.0", "info": {"title": "colocation NodeMetric API", "version": discovery.VERSION},
+    return {"swagger": "2.0", "info": {"title": "colocation NodeMetric API", "version": VERSION},
             "paths": _paths(target), "definitions": _schemas(target)}

@@ -4,7 +4,8 @@ A promoted standby then serves complete data at once, and since the copy carries
 resourceVersions (and the store continues above them), informers resume across the handover
 instead of relisting from nothing. The standby reads the leader directly over HTTPS: the address
 and CA bundle are published on the leader Lease, and the standby authenticates with its own
-ServiceAccount token, like any other client of the API.
+ServiceAccount token, like any other client of the API. The leader serves that feed as any
+watch (the API server's); this is its client, applying what it reads to a `ReplicaTarget`.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import aiohttp
 import orjson
 
 from colocation.apimachinery import certificates
-from colocation.apiserver import discovery
-from colocation.apiserver.metrics import ServerMetrics
-from colocation.apiserver.store import NodeMetricStore
 from colocation.kube.informer import Informer
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION
 from colocation.kube.transport import https_transport
+from colocation.nodemetrics.report_schema import COLLECTION_PATH
+from colocation.nodemetrics.storage_interface import ReplicaTarget
+from colocation.nodemetrics.storage_metrics import StorageMetrics
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,8 @@ class LeaderAddress:
 
 
 class LeaderFollower:
-    def __init__(self, store: NodeMetricStore, leader: Callable[[], LeaderAddress | None],
-                 token: Callable[[], str], metrics: ServerMetrics, *, poll_interval: float = 0.5) -> None:
+    def __init__(self, store: ReplicaTarget, leader: Callable[[], LeaderAddress | None],
+                 token: Callable[[], str], metrics: StorageMetrics, *, poll_interval: float = 0.5) -> None:
         self.store = store
         self.leader = leader
         self.token = token
@@ -86,7 +87,7 @@ class LeaderFollower:
         self.following = address
         log.info("following the leader's NodeMetrics", extra={"leader": address.identity,
                                                               "endpoint": address.endpoint})
-        informer = Informer(transport, f"{discovery.BASE_PATH}/{discovery.RESOURCE}", on_sync=self._sync,
+        informer = Informer(transport, COLLECTION_PATH, on_sync=self._sync,
                             on_event=self._event, name="leader-nodemetrics")
         await informer.run()
 
