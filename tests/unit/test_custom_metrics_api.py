@@ -20,11 +20,11 @@ from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, S
 from colocation.apiserver.generic_apiserver import AggregatedApiServer
 from colocation.apiserver.nodemetric_routes import NodeMetricGroup
 from colocation.apiserver.resource_metrics_routes import PodDirectory
-from colocation.custommetrics.builtin import BuiltinMetrics
-from colocation.custommetrics.metrics import StoreMetrics
-from colocation.custommetrics.query import MetricsQuery
-from colocation.custommetrics.routes import CustomMetricsApi
-from colocation.custommetrics.series import SeriesStore
+from colocation.custommetrics.builtin_metrics import BuiltinMetrics
+from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
+from colocation.custommetrics.metrics_query import MetricsQuery
+from colocation.custommetrics.series_metrics import StoreMetrics
+from colocation.custommetrics.series_store import SeriesStore
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import validate_report
 from colocation.nodemetrics.resource_metrics_view import ResourceMetricsView

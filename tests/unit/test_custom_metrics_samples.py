@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from colocation.apimachinery.errors import ApiError
-from colocation.custommetrics.samples import validate_batch
+from colocation.custommetrics.sample_batches import validate_batch
 
 
 def batch(*series: dict[str, Any], node: str = "node-1", **overrides: Any) -> bytes:

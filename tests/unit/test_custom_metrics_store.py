@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from colocation.apimachinery.selectors import LabelSelector
-from colocation.custommetrics.aggregation import nearest_rank, parse_metric_name, reduce
-from colocation.custommetrics.samples import IncomingSeries, ValidatedBatch
-from colocation.custommetrics.series import NODES, PODS, SeriesKey, SeriesStore
+from colocation.custommetrics.sample_batches import IncomingSeries, ValidatedBatch
+from colocation.custommetrics.series_store import NODES, PODS, SeriesKey, SeriesStore
+from colocation.custommetrics.suffix_aggregations import nearest_rank, parse_metric_name, reduce
 
 
 class Clock:

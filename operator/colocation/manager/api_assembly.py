@@ -22,11 +22,11 @@ from colocation.apiserver.generic_apiserver import AggregatedApiServer
 from colocation.apiserver.kube_reviewers import kube_subject_access_reviewer, kube_token_reviewer
 from colocation.apiserver.nodemetric_routes import ApiOptions, NodeMetricGroup
 from colocation.apiserver.resource_metrics_routes import PodDirectory, ResourceMetricsApi
-from colocation.custommetrics.builtin import BuiltinMetrics
-from colocation.custommetrics.metrics import StoreMetrics
-from colocation.custommetrics.query import MetricsQuery
-from colocation.custommetrics.routes import CustomMetricsApi
-from colocation.custommetrics.series import SeriesStore
+from colocation.custommetrics.builtin_metrics import BuiltinMetrics
+from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
+from colocation.custommetrics.metrics_query import MetricsQuery
+from colocation.custommetrics.series_metrics import StoreMetrics
+from colocation.custommetrics.series_store import SeriesStore
 from colocation.kube.nodes import NodeDirectory
 from colocation.manager.operator_config import OperatorConfig
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from colocation.apimachinery.clock import WallClock
 from colocation.apimachinery.selectors import LabelSelector, Operator
-from colocation.custommetrics.samples import ValidatedBatch
+from colocation.custommetrics.sample_batches import ValidatedBatch
 
 PODS = "pods"
 NODES = "nodes"

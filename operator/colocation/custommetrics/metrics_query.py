@@ -15,10 +15,10 @@ from typing import Protocol
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import LabelSelector
-from colocation.custommetrics.aggregation import MetricRequest, parse_metric_name, reduce
-from colocation.custommetrics.builtin import BUILTIN_METRICS, BuiltinMetrics, Point, is_builtin
-from colocation.custommetrics.series import NODES, PODS, Series, SeriesStore
-from colocation.custommetrics.shapes import CUSTOM_GROUP, MetricValue
+from colocation.custommetrics.builtin_metrics import BUILTIN_METRICS, BuiltinMetrics, Point, is_builtin
+from colocation.custommetrics.metric_value_shapes import CUSTOM_GROUP, MetricValue
+from colocation.custommetrics.series_store import NODES, PODS, Series, SeriesStore
+from colocation.custommetrics.suffix_aggregations import MetricRequest, parse_metric_name, reduce
 
 ALL_OBJECTS = "*"
 

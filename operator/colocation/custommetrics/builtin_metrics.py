@@ -23,8 +23,8 @@ import orjson
 from colocation.apimachinery.clock import parse_time
 from colocation.apimachinery.goduration import parse_go_duration
 from colocation.apimachinery.quantity import byte_value, cpu_millis
-from colocation.custommetrics.aggregation import MetricRequest, nearest_rank, reduce
-from colocation.custommetrics.series import NODES, PODS, SeriesKey, SeriesStore
+from colocation.custommetrics.series_store import NODES, PODS, SeriesKey, SeriesStore
+from colocation.custommetrics.suffix_aggregations import MetricRequest, nearest_rank, reduce
 from colocation.nodemetrics.resource_metrics_view import NodeUsage, ResourceMetricsView
 from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
 

@@ -32,12 +32,8 @@ from colocation.apimachinery.served_apigroups import (
     discovery_group,
     json_response,
 )
-from colocation.custommetrics.builtin import BuiltinMetrics
-from colocation.custommetrics.metrics import StoreMetrics
-from colocation.custommetrics.query import MetricsQuery, metric_not_found
-from colocation.custommetrics.samples import ValidatedBatch, validate_batch
-from colocation.custommetrics.series import IngestResult, SeriesStore
-from colocation.custommetrics.shapes import (
+from colocation.custommetrics.builtin_metrics import BuiltinMetrics
+from colocation.custommetrics.metric_value_shapes import (
     CUSTOM_GROUP,
     CUSTOM_VERSIONS,
     EXTERNAL_GROUP,
@@ -47,6 +43,10 @@ from colocation.custommetrics.shapes import (
     external_resource_list,
     metric_value_list,
 )
+from colocation.custommetrics.metrics_query import MetricsQuery, metric_not_found
+from colocation.custommetrics.sample_batches import ValidatedBatch, validate_batch
+from colocation.custommetrics.series_metrics import StoreMetrics
+from colocation.custommetrics.series_store import IngestResult, SeriesStore
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from colocation.apiserver.kube_reviewers import load_request_header_config
 # Imported at start, not on promotion: importing Kopf takes the event loop for about a second,
 # which a new leader cannot spare while it must renew its Lease.
 from colocation.controllers.leader import Controllers
-from colocation.custommetrics.routes import CustomMetricsApi
+from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client

@@ -96,7 +96,7 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
     from colocation.controllers.settings import ControllerSettings
     from colocation.kube.client import KubeConfigError
     from colocation.manager.operator_config import OperatorConfig
-    from colocation.manager.runtime import run
+    from colocation.manager.operator_process import run
 
     if (tls_cert_file is None) != (tls_key_file is None):
         raise click.BadParameter("give both --tls-cert-file and --tls-key-file, or neither")
