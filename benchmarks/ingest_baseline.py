@@ -17,7 +17,7 @@ from pathlib import Path
 from aiohttp import web
 
 from benchmarks.baseline_server import serve_until_stopped
-from colocation.apiserver.app import MAX_REPORT_BYTES
+from colocation.apiserver.generic_apiserver import MAX_REPORT_BYTES
 
 HOST = "127.0.0.1"
 COLLECTION = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"

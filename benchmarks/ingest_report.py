@@ -18,7 +18,7 @@ from benchmarks.ingest_figures import (
 from benchmarks.markdown import table, write_section
 from benchmarks.plotting import pyplot, save
 from benchmarks.stats import ms, ratio, size
-from colocation.manager.runtime import ALLOWED_CACHE_SECONDS, TOKEN_CACHE_SECONDS
+from colocation.manager.api_assembly import ALLOWED_CACHE_SECONDS, TOKEN_CACHE_SECONDS
 
 SECTION = "operator-ingest"
 

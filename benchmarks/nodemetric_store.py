@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import orjson
 
-from colocation.apiserver.models import ValidatedReport, validate_report
-from colocation.apiserver.store import NodeMetricStore
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.report_schema import ValidatedReport, validate_report
 
 _EPOCH = 1_795_341_600  # 2026-11-22T10:00:00Z
 

@@ -6,7 +6,7 @@ import click
 
 from colocation import __version__
 from colocation.agent.cli import agent_command
-from colocation.manager.cli import operator_command
+from colocation.manager.operator_command import operator_command
 from colocation.sandbox.launcher.sandbox_cli import sandbox_command
 
 

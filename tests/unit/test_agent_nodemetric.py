@@ -13,7 +13,7 @@ from colocation.agent.classify import PodInfo
 from colocation.agent.collector import PodSample, Sample
 from colocation.agent.nodemetric import PodUsage, build_node_metric, go_duration, match_pods
 from colocation.agent.policy import CollectPolicy, collect_policy, parse_go_duration
-from colocation.apiserver.models import validate_report
+from colocation.nodemetrics.report_schema import validate_report
 
 MI = 2**20
 GI = 2**30

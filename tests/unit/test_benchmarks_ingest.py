@@ -12,7 +12,7 @@ import pytest
 from benchmarks import ingest_figures, ingest_profile, ingest_report, machine, operator_ingest
 from benchmarks.ingest_reports import Reports, ReportTemplate
 from benchmarks.markdown import markers
-from colocation.apiserver.models import validate_report
+from colocation.nodemetrics.report_schema import validate_report
 
 
 def test_reports_are_valid_distinct_and_about_six_kilobytes_with_30_pods() -> None:

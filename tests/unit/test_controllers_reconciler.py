@@ -14,8 +14,6 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry
 
-from colocation.apiserver.models import validate_report
-from colocation.apiserver.store import NodeMetricStore
 from colocation.controllers.cluster import ClusterState, slim_pod
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.events import ObjectRef
@@ -23,6 +21,8 @@ from colocation.controllers.health import NodeHealthTracker
 from colocation.controllers.metrics import ControllerMetrics
 from colocation.controllers.noderesource_controller import NodeResourceReconciler
 from colocation.controllers.settings import ControllerSettings
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.report_schema import validate_report
 
 CPU, MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
 WALL = 1_800_000_000.0

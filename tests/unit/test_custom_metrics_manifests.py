@@ -60,7 +60,7 @@ def test_the_custom_metrics_component_renders_valid_kubernetes(
 def test_the_custom_metrics_component_registers_both_groups_and_turns_the_flag_on(
     rendered: list[dict[str, Any]], with_custom_metrics: list[dict[str, Any]]
 ) -> None:
-    from colocation.manager.cli import operator_command
+    from colocation.manager.operator_command import operator_command
 
     flag = "--serve-custom-metrics"
     assert flag not in operator_args(rendered)

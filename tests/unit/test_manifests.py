@@ -476,7 +476,7 @@ def operator_args(objects: list[dict[str, Any]]) -> list[str]:
 def test_the_component_registers_metrics_k8s_io_and_turns_the_flag_on(
     rendered: list[dict[str, Any]], with_resource_metrics: list[dict[str, Any]]
 ) -> None:
-    from colocation.manager.cli import operator_command
+    from colocation.manager.operator_command import operator_command
 
     flag = "--serve-resource-metrics"
     assert flag not in operator_args(rendered)

@@ -1,6 +1,6 @@
 """The NodeMetric an agent reports, built from the aggregator's figures and the node's pods.
 
-The shape is the one the leader validates (colocation.apiserver.models): Koordinator's
+The shape is the one the leader validates (colocation.nodemetrics.report_schema): Koordinator's
 NodeMetric status, quantities in canonical text ("2500m", "1536Mi"). Pure functions: the
 reporter calls them with the latest state, tests with hand-made figures.
 

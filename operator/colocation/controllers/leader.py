@@ -19,7 +19,6 @@ from typing import Any
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from colocation.apiserver.store import NodeMetricStore
 from colocation.controllers import kopf_app
 from colocation.controllers.cluster import ClusterState
 from colocation.controllers.configsource import ConfigSource
@@ -34,6 +33,7 @@ from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.informer import Informer, InformerOptions
 from colocation.kube.transport import kube_transport
+from colocation.nodemetrics.storage_interface import NodeMetricReader
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ MIN_SPACING = 0.5  # seconds between two evaluations, however many changes wake 
 
 
 class Controllers:
-    def __init__(self, api: client.ApiClient, store: NodeMetricStore, settings: ControllerSettings, *,
+    def __init__(self, api: client.ApiClient, store: NodeMetricReader, settings: ControllerSettings, *,
                  namespace: str, identity: str, registry: CollectorRegistry) -> None:
         self.api = api
         self.settings = settings

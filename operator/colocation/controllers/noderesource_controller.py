@@ -27,7 +27,6 @@ import orjson
 from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.tables import parse_timestamp
-from colocation.apiserver.store import NodeMetricStore
 from colocation.controllers.cluster import ClusterState
 from colocation.controllers.conditions import status_needs_write
 from colocation.controllers.config import strategy_for_node
@@ -58,6 +57,7 @@ from colocation.controllers.settings import ControllerSettings
 from colocation.controllers.writers import NODERESOURCES, KubeWriter, merge_patch, owner_reference
 from colocation.koordinator.batch_formula import calculate_batch_resources
 from colocation.koordinator.slo_strategies import ColocationStrategy, with_node_overrides
+from colocation.nodemetrics.storage_interface import NodeMetricReader
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class _Computed:
 
 
 class NodeResourceReconciler:
-    def __init__(self, state: ClusterState, tracker: NodeHealthTracker, store: NodeMetricStore,
+    def __init__(self, state: ClusterState, tracker: NodeHealthTracker, store: NodeMetricReader,
                  config: ConfigSource, writer: KubeWriter, metrics: ControllerMetrics, settings: ControllerSettings,
                  *, wall: Callable[[], float] = time.time) -> None:
         self.state = state

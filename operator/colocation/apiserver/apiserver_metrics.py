@@ -1,0 +1,28 @@
+"""Prometheus metrics of the API server: request latencies, and the reports it took or refused.
+
+The registry is the operator's, shared with the other stages (storage, custom metrics, leadership),
+so that one /metrics serves them all.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+# Request latencies of an in-memory API: most answers take well under a millisecond.
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ServerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.reports_accepted = Counter("colocation_nodemetric_reports_accepted_total",
+                                        "NodeMetric reports stored.", registry=r)
+        self.reports_rejected = Counter("colocation_nodemetric_reports_rejected_total",
+                                        "NodeMetric reports refused, by reason.", ["reason"], registry=r)
+        self.requests = Histogram("colocation_apiserver_request_duration_seconds",
+                                  "API requests by verb and response code.", ["verb", "code"],
+                                  buckets=_LATENCY_BUCKETS, registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

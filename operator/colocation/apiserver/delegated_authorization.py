@@ -1,0 +1,129 @@
+"""What a caller may do, delegated to kube-apiserver by SubjectAccessReview as aggregated API servers do.
+
+Decisions are cached like token reviews (`delegated_authentication.ReviewCache`) and a failed
+review denies. `DelegatingAuthorizer` is the `Authorizer` every served group is given. The node
+rule is ours: a NodeMetric report only from a token bound to a pod on that node.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.served_apigroups import Caller
+from colocation.apimachinery.userinfo import NODE_NAME_EXTRA, Extra
+from colocation.apiserver.delegated_authentication import CountsReviews, ReviewCache, why_failed
+from colocation.kube.permissions import METRICS_GROUP
+
+log = logging.getLogger(__name__)
+
+NODE_METRICS = "nodemetrics"
+
+
+@dataclass(frozen=True)
+class SubjectAccessSpec:
+    """The question a SubjectAccessReview asks; a request for a path when `path` is set."""
+
+    user: str
+    uid: str
+    groups: tuple[str, ...]
+    extra: Extra
+    verb: str
+    api_group: str = ""
+    resource: str = ""
+    subresource: str = ""
+    name: str = ""
+    namespace: str = ""
+    path: str = ""
+
+    @classmethod
+    def of(cls, caller: Caller, verb: str, **attributes: str) -> SubjectAccessSpec:
+        extra = caller.extra if isinstance(caller.extra, Extra) else Extra(caller.extra)
+        return cls(caller.username, caller.uid, caller.groups, extra, verb, **attributes)
+
+
+@dataclass(frozen=True)
+class _Decision:
+    allowed: bool
+    reason: str = ""
+
+
+def forbidden(spec: SubjectAccessSpec, reason: str = "") -> ApiError:
+    """403 worded as kube-apiserver words it (the reason after a colon)."""
+    return ApiError.forbidden(spec.user, spec.verb, spec.resource, spec.api_group, spec.name, spec.namespace,
+                              reason, subresource=spec.subresource, path=spec.path)
+
+
+SubjectAccessReviewer = Callable[[SubjectAccessSpec], Awaitable[bool | tuple[bool, str]]]
+
+
+class DelegatingAuthorizer(CountsReviews):
+    """Authorization by cached SubjectAccessReview, with upstream's always-allowed groups and paths."""
+
+    def __init__(self, sar: SubjectAccessReviewer, *, allowed_ttl: float = 10.0, denied_ttl: float = 10.0,
+                 cache_size: int = 10_000, always_allow_groups: Iterable[str] = ("system:masters",),
+                 always_allow_paths: Iterable[str] = ("/healthz", "/livez", "/readyz"),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._sar = sar
+        self._always_allow_groups = frozenset(always_allow_groups)
+        self._always_allow_paths = tuple(always_allow_paths)
+        self._reviews: ReviewCache[SubjectAccessSpec, _Decision] = ReviewCache(
+            maxsize=cache_size, clock=clock,
+            ttl_of=lambda decision: allowed_ttl if decision.allowed else denied_ttl)
+        self.reviews_failed = 0
+
+    async def authorize(self, caller: Caller, verb: str, resource: str, subresource: str = "", name: str = "",
+                        api_group: str = METRICS_GROUP, namespace: str = "") -> None:
+        """Return if allowed, else raise ApiError 403."""
+        spec = SubjectAccessSpec.of(caller, verb, api_group=api_group, resource=resource,
+                                    subresource=subresource, name=name, namespace=namespace)
+        await self._decide(spec)
+
+    async def authorize_path(self, caller: Caller, verb: str, path: str) -> None:
+        """The same for a non-resource URL (/metrics, /openapi/v2, ...)."""
+        if any(path == allowed or (allowed.endswith("*") and path.startswith(allowed[:-1]))
+               for allowed in self._always_allow_paths):
+            return
+        await self._decide(SubjectAccessSpec.of(caller, verb, path=path))
+
+    async def _decide(self, spec: SubjectAccessSpec) -> None:
+        if self._always_allow_groups.intersection(spec.groups):
+            return
+        try:
+            decision = await self._reviews.get(spec, lambda: self._review(spec))
+        except Exception as error:
+            raise forbidden(spec, f"the authorization review failed: {why_failed(error)}") from None
+        if not decision.allowed:
+            raise forbidden(spec, decision.reason)
+
+    async def _review(self, spec: SubjectAccessSpec) -> _Decision:
+        try:
+            answer = await self._sar(spec)
+        except Exception as error:
+            self.reviews_failed += 1
+            log.warning("subject access review failed",
+                        extra={"error": str(error), "cause": repr(error.__cause__), "user": spec.user})
+            raise
+        return _Decision(*answer) if isinstance(answer, tuple) else _Decision(bool(answer))
+
+
+# ---- the node rule ----------------------------------------------------------------------------
+
+
+def check_node_rule(caller: Caller, node: str) -> None:
+    """A report for `node` only from a token bound to a pod on `node`; else ApiError 403."""
+    bound_to = caller.extra.get(NODE_NAME_EXTRA, ())
+    if bound_to == (node,):
+        return
+    prefix = f'{NODE_METRICS}.{METRICS_GROUP} "{node}" is forbidden: User "{caller.username}"'
+    if not bound_to:
+        message = (f"{prefix} cannot report for node \"{node}\": reports must come from a ServiceAccount "
+                   f"token bound to a pod on the node")
+    else:
+        nodes = ", ".join(f'"{name}"' for name in bound_to)
+        message = (f"{prefix} holds a token bound to a pod on node {nodes} and cannot report for "
+                   f'node "{node}"')
+    raise ApiError(403, "Forbidden", message, {"kind": NODE_METRICS, "name": node, "group": METRICS_GROUP})

@@ -1,0 +1,166 @@
+"""The HTTP shell of the operator's aggregated API: it serves whichever API groups are registered into it.
+
+What every group shares is here: errors answered as Status (never a dropped connection), the
+request latency histogram by verb, authentication (front proxy, else TokenReview), discovery
+(/apis and each group's APIGroup and APIResourceLists), OpenAPI, health, readiness and /metrics.
+A group brings its own routes and authorizes its own requests (`served_apigroups.ApiGroup`).
+Readiness is leadership: only the leader is behind the Service, so kube-apiserver reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from colocation.apimachinery import certificates
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.served_apigroups import (
+    VERB,
+    ApiGroup,
+    Authorizer,
+    Caller,
+    Document,
+    Leadership,
+    OpenApiDocuments,
+    json_response,
+)
+from colocation.apiserver.apiserver_metrics import ServerMetrics
+from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, RequestHeaderConfig
+
+log = logging.getLogger(__name__)
+
+MAX_REPORT_BYTES = 1024 * 1024  # any request body: a NodeMetric report of a full node fits
+_UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
+
+
+class AggregatedApiServer:
+    def __init__(self, authenticator: DelegatingAuthenticator, authorizer: Authorizer,
+                 request_header: Callable[[], RequestHeaderConfig | None], leadership: Leadership,
+                 metrics: ServerMetrics, groups: Sequence[ApiGroup]) -> None:
+        self.authenticator = authenticator
+        self.authorizer = authorizer
+        self.request_header = request_header
+        self.leadership = leadership
+        self.metrics = metrics
+        self.groups = tuple(groups)
+        self.ready_check: Callable[[], bool] = lambda: self.leadership.is_leader
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_REPORT_BYTES, middlewares=[self._errors])
+        app.router.add_get("/healthz", self._ok)
+        app.router.add_get("/livez", self._ok)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/apis", self._discovery(self._api_group_list))
+        for group in self.groups:
+            for body in group.discovery_groups():
+                app.router.add_get(f"/apis/{body['name']}",
+                                   self._discovery(functools.partial(_api_group, body)))
+            for group_version, resource_list in group.resource_lists().items():
+                app.router.add_get(f"/apis/{group_version}", self._discovery(resource_list))
+        openapi = [documents for group in self.groups if (documents := group.openapi()) is not None]
+        if openapi:
+            app.router.add_get("/openapi/v2", self._discovery(functools.cache(lambda: _merged_v2(openapi))))
+            app.router.add_get("/openapi/v3", self._discovery(functools.cache(lambda: _v3_root(openapi))))
+            for documents in openapi:
+                for path, document in documents.v3.items():
+                    app.router.add_get(f"/openapi/v3/{path}", self._discovery(document))
+        for group in self.groups:
+            group.add_routes(app.router, self.authenticate)
+        return app
+
+    def _api_group_list(self) -> dict[str, Any]:
+        """/apis on the extension server: only the groups it serves."""
+        groups = [dict(body) for group in self.groups for body in group.discovery_groups()]
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+    @web.middleware
+    async def _errors(self, request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        started = time.perf_counter()
+        code = 500
+        try:
+            response = await handler(request)
+            code = response.status
+            return response
+        except ApiError as error:
+            code = error.code
+            return json_response(error.status(), error.code)
+        except web.HTTPException as exc:
+            code = exc.status
+            if exc.status == 413:
+                return json_response(ApiError.too_large(MAX_REPORT_BYTES).status(), 413)
+            if exc.status in (404, 405):
+                missing = ApiError(exc.status, "NotFound" if exc.status == 404 else "MethodNotAllowed",
+                                   "the server could not find the requested resource" if exc.status == 404
+                                   else f"{request.method} is not supported on {request.path}")
+                return json_response(missing.status(), exc.status)
+            raise
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # answer with a Status, never drop the connection on a bug
+            log.exception("request failed", extra={"path": request.path, "method": request.method})
+            return json_response(ApiError.internal(f"{type(exc).__name__}: {exc}").status(), 500)
+        finally:
+            if request.path not in _UNAUTHENTICATED_PATHS:
+                self.metrics.requests.labels(request.get(VERB, request.method.lower()), str(code)).observe(
+                    time.perf_counter() - started)
+
+    async def authenticate(self, request: web.Request) -> Caller:
+        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport is not None else None
+        peer = certificates.peer_common_name_and_orgs(ssl_object) if ssl_object is not None else None
+        return await self.authenticator.authenticate(request.headers, peer, self.request_header())
+
+    async def _ok(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if self.ready_check():
+            return web.Response(text="ok")
+        leader = self.leadership.leader_identity or "unknown"
+        return web.Response(status=503, text=f"not ready: this replica is a standby (leader: {leader})")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.exposition(), content_type="text/plain", charset="utf-8")
+
+    def _discovery(self, document: Document) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handler(request: web.Request) -> web.Response:
+            caller = await self.authenticate(request)
+            await self.authorizer.authorize_path(caller, "get", request.path)
+            return json_response(document())
+
+        return handler
+
+
+def _api_group(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {"kind": "APIGroup", "apiVersion": "v1", **body}
+
+
+def _merged_v2(openapi: Sequence[OpenApiDocuments]) -> Mapping[str, Any]:
+    """One swagger document: the first group's, with every other group's paths and definitions added."""
+    first, *others = (documents.v2() for documents in openapi)
+    if not others:
+        return first
+    merged = {**first, "paths": dict(first.get("paths") or {}), "definitions": dict(first.get("definitions") or {})}
+    for other in others:
+        merged["paths"].update(other.get("paths") or {})
+        merged["definitions"].update(other.get("definitions") or {})
+    return merged
+
+
+def _v3_root(openapi: Sequence[OpenApiDocuments]) -> dict[str, Any]:
+    """/openapi/v3: each group version's document, with the hash clients cache it by."""
+    paths = {}
+    for documents in openapi:
+        for path, document in documents.v3.items():
+            digest = hashlib.sha512(orjson.dumps(document())).hexdigest().upper()
+            paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}
+    return {"paths": paths}

@@ -1,0 +1,256 @@
+"""The NodeMetric API group (metrics.colocation.dev/v1alpha1): get, list and watch, and the agents' writes.
+
+Reads are served by every replica from its copy (a standby's copy follows the leader), so the
+informers of other components keep working through a failover. Writes (agent reports) are
+accepted by the leader only; a standby answers 503 with a Status naming the leader. Other stages
+may take agent writes to further subresources of nodemetrics (custom metric samples) through an
+`AgentUpload`: the same checks apply, and the API server does not learn what they hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from aiohttp import web
+
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.selectors import FieldSelector, LabelSelector
+from colocation.apimachinery.served_apigroups import (
+    VERB,
+    Authenticate,
+    Authorizer,
+    Caller,
+    Document,
+    Leadership,
+    OpenApiDocuments,
+    discovery_group,
+    json_response,
+)
+from colocation.apiserver import nodemetric_openapi, nodemetric_table
+from colocation.apiserver.apiserver_metrics import ServerMetrics
+from colocation.apiserver.delegated_authorization import check_node_rule
+from colocation.apiserver.generic_apiserver import MAX_REPORT_BYTES
+from colocation.nodemetrics.report_schema import (
+    BASE_PATH,
+    COLLECTION_PATH,
+    GROUP,
+    KIND,
+    RESOURCE,
+    VERSION,
+    validate_report,
+)
+from colocation.nodemetrics.storage_interface import NodeMetricServing
+
+_TABLE_ACCEPT = "as=Table"
+GROUP_VERSION = f"{GROUP}/{VERSION}"
+_Validated = TypeVar("_Validated")
+
+
+class AgentUpload(Protocol[_Validated]):
+    """An agent's write to nodemetrics/{node}/SUBRESOURCE that another stage stores."""
+
+    @property
+    def subresource(self) -> str: ...
+
+    @property
+    def rejected(self) -> Any:
+        """Refusals by reason: a prometheus_client Counter with one label."""
+
+    def validate(self, raw: bytes, node: str) -> _Validated:
+        """The body, validated; ApiError (400/422) if bad."""
+
+    def accept(self, validated: _Validated) -> Any:
+        """Store it; the JSON to answer with."""
+
+
+@dataclass
+class ApiOptions:
+    bookmark_interval: float = 60.0
+    max_watch_seconds: int = 1800
+
+
+def _bool_param(value: str | None) -> bool:
+    return value is not None and value.lower() not in ("", "0", "false")
+
+
+def api_resource_list() -> dict[str, Any]:
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION, "resources": [
+        {"name": RESOURCE, "singularName": "nodemetric", "namespaced": False, "kind": KIND,
+         "verbs": ["get", "list", "watch"], "shortNames": ["nm"]},
+        {"name": f"{RESOURCE}/status", "singularName": "", "namespaced": False, "kind": KIND,
+         "verbs": ["get", "update"]},
+    ]}
+
+
+class NodeMetricGroup:
+    def __init__(self, store: NodeMetricServing, authorizer: Authorizer, leadership: Leadership,
+                 known_node: Callable[[str], bool], node_labels: Callable[[str], Mapping[str, str] | None],
+                 metrics: ServerMetrics, options: ApiOptions | None = None, *, wall: Callable[[], float] = time.time,
+                 uploads: Sequence[AgentUpload[Any]] = ()) -> None:
+        self.store = store
+        self.authorizer = authorizer
+        self.leadership = leadership
+        self.known_node = known_node
+        self.node_labels = node_labels
+        self.metrics = metrics
+        self.options = options or ApiOptions()
+        self.wall = wall
+        self.uploads = tuple(uploads)
+        self._authenticate: Authenticate | None = None
+
+    # ---- what the API server serves for the group ----------------------------------------------
+
+    def discovery_groups(self) -> list[dict[str, Any]]:
+        return [discovery_group(GROUP, (VERSION,))]
+
+    def resource_lists(self) -> dict[str, Document]:
+        return {GROUP_VERSION: api_resource_list}
+
+    def openapi(self) -> OpenApiDocuments:
+        return OpenApiDocuments(v2=nodemetric_openapi.openapi_v2,
+                                v3={BASE_PATH.removeprefix("/"): nodemetric_openapi.openapi_v3_group_version})
+
+    def add_routes(self, router: web.UrlDispatcher, authenticate: Authenticate) -> None:
+        self._authenticate = authenticate
+        router.add_get(COLLECTION_PATH, self._list_or_watch)
+        router.add_get(COLLECTION_PATH + "/{name}", self._get)
+        router.add_get(COLLECTION_PATH + "/{name}/status", self._get)
+        router.add_put(COLLECTION_PATH + "/{name}/status", self._report)
+        for upload in self.uploads:
+            router.add_put(f"{COLLECTION_PATH}/{{name}}/{upload.subresource}", self._upload_handler(upload))
+
+    async def _caller(self, request: web.Request) -> Caller:
+        assert self._authenticate is not None, "add_routes() first"
+        return await self._authenticate(request)
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    async def _authorize_read(self, request: web.Request, verb: str, name: str = "") -> None:
+        request[VERB] = verb
+        caller = await self._caller(request)
+        await self.authorizer.authorize(caller, verb, RESOURCE, name=name)
+
+    async def _get(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        await self._authorize_read(request, "get", name)
+        entry = self.store.get(name)
+        if entry is None:
+            raise ApiError.not_found(GROUP, RESOURCE, name)
+        if _TABLE_ACCEPT in request.headers.get("Accept", ""):
+            return json_response(nodemetric_table.table([entry], self.store.resource_version, self.wall()))
+        return web.Response(body=entry.body, content_type="application/json")
+
+    def _selection(self, request: web.Request) -> tuple[LabelSelector | None, str | None]:
+        query = request.query
+        labels = LabelSelector.parse(query["labelSelector"]) if query.get("labelSelector") else None
+        name = None
+        if query.get("fieldSelector"):
+            fields = FieldSelector.parse(query["fieldSelector"], ("metadata.name",))
+            name = fields.exact_name()
+            if name is None and not fields.empty:
+                raise ApiError.bad_request("only metadata.name=NAME field selectors are supported for nodemetrics")
+        return labels, name
+
+    async def _list_or_watch(self, request: web.Request) -> web.StreamResponse:
+        if _bool_param(request.query.get("watch")):
+            return await self._watch(request)
+        await self._authorize_read(request, "list")
+        labels, name = self._selection(request)
+        if _TABLE_ACCEPT in request.headers.get("Accept", ""):
+            entries, rv = self.store.list(labels, name)
+            return json_response(nodemetric_table.table(entries, rv, self.wall()))
+        return web.Response(body=self.store.list_body(labels, name), content_type="application/json")
+
+    async def _watch(self, request: web.Request) -> web.StreamResponse:
+        await self._authorize_read(request, "watch")
+        labels, name = self._selection(request)
+        query = request.query
+        raw_initial = query.get("sendInitialEvents")
+        send_initial = None if raw_initial is None else _bool_param(raw_initial)
+        bookmarks = _bool_param(query.get("allowWatchBookmarks"))
+        if send_initial and (query.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks):
+            raise ApiError(422, "Invalid", "sendInitialEvents requires resourceVersionMatch=NotOlderThan and "
+                           "allowWatchBookmarks=true")
+        try:
+            timeout = min(int(query.get("timeoutSeconds") or self.options.max_watch_seconds),
+                          self.options.max_watch_seconds)
+        except ValueError:
+            raise ApiError.bad_request("timeoutSeconds must be an integer") from None
+        watcher = self.store.watch(query.get("resourceVersion", ""), labels, name, send_initial)
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        next_bookmark = loop.time() + self.options.bookmark_interval
+        try:
+            while (now := loop.time()) < deadline:
+                wait = min(deadline, next_bookmark) - now if bookmarks else deadline - now
+                line = await watcher.next(max(wait, 0.001))
+                if line is not None:
+                    await response.write(line)
+                    continue
+                if watcher.closed:
+                    break
+                if bookmarks and loop.time() >= next_bookmark:
+                    bookmark = watcher.bookmark_line()  # None while lines are pending: send later
+                    if bookmark is not None:
+                        await response.write(bookmark)
+                        next_bookmark = loop.time() + self.options.bookmark_interval
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            watcher.stop()
+        return response
+
+    # ---- writes --------------------------------------------------------------------------------
+
+    async def _report(self, request: web.Request) -> web.Response:
+        node, report = await self._from_agent(request, "status", validate_report, self.metrics.reports_rejected)
+        entry = self.store.put(report, self.node_labels(node) or {})
+        self.metrics.reports_accepted.inc()
+        return web.Response(body=entry.body, content_type="application/json")
+
+    def _upload_handler(self, upload: AgentUpload[Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handler(request: web.Request) -> web.Response:
+            _, validated = await self._from_agent(request, upload.subresource, upload.validate, upload.rejected)
+            return json_response(upload.accept(validated))
+
+        return handler
+
+    async def _from_agent(self, request: web.Request, subresource: str, validate: Callable[[bytes, str], _Validated],
+                          rejected: Any) -> tuple[str, _Validated]:
+        """An agent's write to nodemetrics/{node}/SUBRESOURCE: leader only, authorized, from that node, valid.
+
+        `rejected` counts refusals by reason (a prometheus_client Counter with one label).
+        """
+        request[VERB] = "update"
+        node = request.match_info["name"]
+        if not self.leadership.is_leader:
+            leader = self.leadership.leader_identity or "unknown"
+            rejected.labels("not-leader").inc()
+            raise ApiError.service_unavailable(f"this replica is a standby; send reports to the leader ({leader})")
+        try:
+            caller = await self._caller(request)
+            await self.authorizer.authorize(caller, "update", RESOURCE, subresource=subresource, name=node)
+            check_node_rule(caller, node)
+            raw = await self._read_body(request)
+            validated = validate(raw, node)
+            if not self.known_node(node):
+                raise ApiError.not_found("", "nodes", node)
+        except ApiError as error:
+            rejected.labels(error.reason or str(error.code)).inc()
+            raise
+        return node, validated
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        if request.content_length is not None and request.content_length > MAX_REPORT_BYTES:
+            raise ApiError.too_large(MAX_REPORT_BYTES)
+        content_type = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
+        if content_type not in ("application/json", ""):
+            raise ApiError.unsupported_media_type(content_type)
+        return await request.read()  # client_max_size turns a longer body into 413

@@ -1,0 +1,229 @@
+"""`metrics.k8s.io/v1beta1` from the NodeMetric store: `kubectl top` and the HPA without metrics-server.
+
+Opt-in (`colocation operator --serve-resource-metrics`, with the APIService of the kustomize
+component manifests/components/resource-metrics). The objects have the shapes of k8s.io/metrics
+as metrics-server serves them: NodeMetrics and PodMetrics with `timestamp`, `window` and `usage`
+(cpu and memory only), lists with empty list metadata and items without kind, get and list but
+no watch, `creationTimestamp` the time of the request, names in sort order.
+
+Where our data is not metrics-server's, the choices are `nodemetrics.resource_metrics_view`'s
+(docs/install.md repeats them), and:
+- PodMetrics: agents measure pods, not containers, so each pod has one container entry named
+  "pod" holding the whole pod's usage; `kubectl top pod` and the HPA sum containers, so totals
+  are right (a ContainerResource metric for a named container finds nothing).
+- Only pods that exist are served (the Pod informer, as metrics-server's pod lister), with the
+  Pod's labels, so label selectors work for the HPA.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from colocation.apimachinery.clock import format_time
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.selectors import FieldSelector, LabelSelector
+from colocation.apimachinery.served_apigroups import (
+    VERB,
+    Authenticate,
+    Authorizer,
+    Caller,
+    Document,
+    discovery_group,
+    json_response,
+)
+from colocation.kube import permissions
+from colocation.kube.informer import Informer, Transport
+from colocation.nodemetrics.resource_metrics_view import NodeUsage, PodUsage, ResourceMetricsView
+
+GROUP = "metrics.k8s.io"
+VERSION = "v1beta1"
+GROUP_VERSION = f"{GROUP}/{VERSION}"
+BASE_PATH = f"/apis/{GROUP}/{VERSION}"
+NODES = "nodes"
+PODS = "pods"
+POD_CONTAINER_NAME = "pod"
+
+_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "pods", "list", None))
+_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "pods", "watch", None))
+
+
+# ---- discovery ---------------------------------------------------------------------------------
+
+
+def api_resource_list() -> dict[str, Any]:
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION, "resources": [
+        {"name": NODES, "singularName": "", "namespaced": False, "kind": "NodeMetrics", "verbs": ["get", "list"]},
+        {"name": PODS, "singularName": "", "namespaced": True, "kind": "PodMetrics", "verbs": ["get", "list"]},
+    ]}
+
+
+# ---- the objects served ------------------------------------------------------------------------
+
+
+def node_metrics(node: NodeUsage, created: str) -> dict[str, Any]:
+    """A NodeMetrics item (list items carry no kind; see `as_object`)."""
+    metadata: dict[str, Any] = {"name": node.name, "creationTimestamp": created}
+    if node.labels:
+        metadata["labels"] = dict(node.labels)
+    return {"metadata": metadata, "timestamp": node.timestamp, "window": node.window, "usage": dict(node.usage)}
+
+
+def pod_metrics(node: NodeUsage, pod: PodUsage, labels: Mapping[str, str], created: str) -> dict[str, Any]:
+    """A PodMetrics item: the pod's usage as one container named POD_CONTAINER_NAME."""
+    metadata: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace, "creationTimestamp": created}
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {"metadata": metadata, "timestamp": node.timestamp, "window": node.window,
+            "containers": [{"name": POD_CONTAINER_NAME, "usage": dict(pod.usage)}]}
+
+
+def as_object(kind: str, item: Mapping[str, Any]) -> dict[str, Any]:
+    return {"kind": kind, "apiVersion": GROUP_VERSION, **item}
+
+
+def as_list(kind: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    # metrics-server's lists have no resourceVersion: the figures are not versioned objects.
+    return {"kind": f"{kind}List", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items}
+
+
+class PodLabels(Protocol):
+    def labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """The labels of a Pod that exists, else None."""
+
+
+class PodDirectory:
+    """(namespace, name) -> labels of every Pod, followed with one list-then-watch of all pods."""
+
+    def __init__(self) -> None:
+        self._labels: dict[tuple[str, str], Mapping[str, str]] = {}
+
+    def labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        return self._labels.get((namespace, name))
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    async def on_sync(self, items: list[dict[str, Any]], resource_version: str) -> None:
+        self._labels = {_key(item): _labels(item) for item in items}
+
+    async def on_event(self, type_: str, obj: dict[str, Any]) -> None:
+        if type_ == "DELETED":
+            self._labels.pop(_key(obj), None)
+        else:
+            self._labels[_key(obj)] = _labels(obj)
+
+    def informer(self, transport: Transport) -> Informer:
+        return Informer(transport, "/api/v1/pods", on_sync=self.on_sync, on_event=self.on_event, name="pods")
+
+
+def _key(pod: Mapping[str, Any]) -> tuple[str, str]:
+    return pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
+
+
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    return MappingProxyType(dict(pod["metadata"].get("labels") or {}))
+
+
+# ---- HTTP --------------------------------------------------------------------------------------
+
+class ResourceMetricsApi:
+    """The routes of metrics.k8s.io/v1beta1, authorized by SubjectAccessReview like the rest."""
+
+    def __init__(self, view: ResourceMetricsView, authorizer: Authorizer, pods: PodLabels, *,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.view = view
+        self.authorizer = authorizer
+        self.pod_labels = pods
+        self.wall = wall
+        self._authenticate: Authenticate | None = None
+
+    async def _caller(self, request: web.Request) -> Caller:
+        assert self._authenticate is not None, "add_routes() first"
+        return await self._authenticate(request)
+
+    def discovery_groups(self) -> list[dict[str, Any]]:
+        return [discovery_group(GROUP, (VERSION,))]
+
+    def resource_lists(self) -> dict[str, Document]:
+        return {GROUP_VERSION: api_resource_list}
+
+    def openapi(self) -> None:
+        return None
+
+    def add_routes(self, router: web.UrlDispatcher, authenticate: Authenticate) -> None:
+        self._authenticate = authenticate
+        router.add_get(f"{BASE_PATH}/{NODES}", self._list_nodes)
+        router.add_get(f"{BASE_PATH}/{NODES}/{{name}}", self._get_node)
+        router.add_get(f"{BASE_PATH}/{PODS}", self._list_pods)
+        router.add_get(f"{BASE_PATH}/namespaces/{{namespace}}/{PODS}", self._list_pods)
+        router.add_get(f"{BASE_PATH}/namespaces/{{namespace}}/{PODS}/{{name}}", self._get_pod)
+
+    async def _authorize(self, request: web.Request, verb: str, resource: str, name: str = "",
+                         namespace: str = "") -> None:
+        request[VERB] = verb
+        caller = await self._caller(request)
+        await self.authorizer.authorize(caller, verb, resource, name=name, api_group=GROUP, namespace=namespace)
+
+    def _created(self) -> str:
+        return format_time(self.wall())
+
+    async def _list_nodes(self, request: web.Request) -> web.Response:
+        _refuse_watch(request, NODES)
+        await self._authorize(request, "list", NODES)
+        labels, fields = _selectors(request)
+        created = self._created()
+        items = [node_metrics(node, created) for node in self.view.nodes(labels, fields.exact_name())]
+        return json_response(as_list("NodeMetrics", [item for item in items if fields.matches(item)]))
+
+    async def _get_node(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        await self._authorize(request, "get", NODES, name=name)
+        node = self.view.node(name)
+        if node is None:
+            raise ApiError.not_found(GROUP, NODES, name)
+        return json_response(as_object("NodeMetrics", node_metrics(node, self._created())))
+
+    async def _list_pods(self, request: web.Request) -> web.Response:
+        _refuse_watch(request, PODS)
+        namespace = request.match_info.get("namespace", "")
+        await self._authorize(request, "list", PODS, namespace=namespace)
+        selector, fields = _selectors(request)
+        created, items = self._created(), []
+        for (pod_namespace, pod_name), (node, pod) in sorted(self.view.pods().items()):
+            if namespace and pod_namespace != namespace:
+                continue
+            labels = self.pod_labels.labels(pod_namespace, pod_name)
+            if labels is None or (selector is not None and not selector.matches(labels)):
+                continue
+            item = pod_metrics(node, pod, labels, created)
+            if fields.matches(item):
+                items.append(item)
+        return json_response(as_list("PodMetrics", items))
+
+    async def _get_pod(self, request: web.Request) -> web.Response:
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        await self._authorize(request, "get", PODS, name=name, namespace=namespace)
+        found = self.view.pods().get((namespace, name))
+        labels = self.pod_labels.labels(namespace, name)
+        if found is None or labels is None:
+            # metrics-server names the pod with its namespace in this one message.
+            raise ApiError.not_found(GROUP, PODS, f"{namespace}/{name}")
+        return json_response(as_object("PodMetrics", pod_metrics(*found, labels, self._created())))
+
+
+def _refuse_watch(request: web.Request, resource: str) -> None:
+    if request.query.get("watch", "").lower() not in ("", "0", "false"):
+        request[VERB] = "watch"
+        raise ApiError.method_not_allowed(f'watch is not supported on resources of kind "{resource}.{GROUP}"')
+
+
+def _selectors(request: web.Request) -> tuple[LabelSelector | None, FieldSelector]:
+    query = request.query
+    labels = LabelSelector.parse(query["labelSelector"]) if query.get("labelSelector") else None
+    fields = FieldSelector.parse(query.get("fieldSelector") or "")
+    return (labels if labels is not None and not labels.empty else None), fields

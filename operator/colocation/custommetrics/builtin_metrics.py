@@ -1,0 +1,180 @@
+"""Built-in metrics of every Pod and Node, from the NodeMetric reports the leader already holds.
+
+- `cpu_usage` (cores) and `memory_usage` (bytes): the latest report's nodeUsage / podUsage.
+- Node `cpu_usage_p90`, `cpu_usage_p99`, `memory_usage_p90`, `memory_usage_p99`: the agent's own
+  percentiles (`aggregatedNodeUsages`, the shortest duration, which is the window served).
+- Pod p90/p99, and every `_agg_*` of `cpu_usage`/`memory_usage`: over a history of the reports.
+
+Nothing is done when a report arrives: the ingest path is benchmarked (thousands of reports a
+second) and custom metrics are read far less often. The latest figures are read from the store's
+entries when asked (bodies parsed once per resourceVersion, by ResourceMetricsView), and the
+history is sampled by `sample_history`, which the leader calls on a timer: it visits only the
+nodes whose report changed since the previous call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from colocation.apimachinery.clock import parse_time
+from colocation.apimachinery.goduration import parse_go_duration
+from colocation.apimachinery.quantity import byte_value, cpu_millis
+from colocation.custommetrics.series_store import NODES, PODS, SeriesKey, SeriesStore
+from colocation.custommetrics.suffix_aggregations import MetricRequest, nearest_rank, reduce
+from colocation.nodemetrics.resource_metrics_view import NodeUsage, ResourceMetricsView
+from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
+
+CPU_USAGE = "cpu_usage"
+MEMORY_USAGE = "memory_usage"
+_RESOURCE_OF = {CPU_USAGE: "cpu", MEMORY_USAGE: "memory"}
+PERCENTILES = {"p90": 90, "p99": 99}
+BUILTIN_METRICS = (CPU_USAGE, MEMORY_USAGE, *(f"{base}_{p}" for base in _RESOURCE_OF for p in PERCENTILES))
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One served value: what it is, when it was measured, over how many seconds."""
+
+    value: float
+    timestamp: float
+    window_seconds: int | None = None
+
+
+def is_builtin(metric: MetricRequest) -> bool:
+    return metric.base in _RESOURCE_OF or (metric.base in BUILTIN_METRICS and not metric.aggregated)
+
+
+def _amount(resource: str, quantity: str) -> float:
+    """Cores for cpu (from milli-cores), bytes for memory."""
+    return cpu_millis(quantity) / 1000 if resource == "cpu" else float(byte_value(quantity))
+
+
+def _epoch(time: str) -> float:
+    return parse_time(time) if time else 0.0
+
+
+def _split(metric: MetricRequest) -> tuple[str, str]:
+    """(resource, percentile or "") of a built-in metric name."""
+    base, _, percentile = metric.base.rpartition("_")
+    if percentile in PERCENTILES:
+        return _RESOURCE_OF[base], percentile
+    return _RESOURCE_OF[metric.base], ""
+
+
+class BuiltinMetrics:
+    def __init__(self, store: NodeMetricReader, view: ResourceMetricsView, history: SeriesStore) -> None:
+        self._store = store
+        self._view = view
+        self.history = history
+        self._sampled: dict[str, int] = {}  # node → the resourceVersion last sampled
+        self._node_percentiles: dict[str, tuple[int, Mapping[tuple[str, str], Point]]] = {}
+
+    # -- the objects that have built-in metrics --------------------------------------------------
+
+    def node_names(self) -> list[str]:
+        return [entry.name for entry in self._store.list()[0]]
+
+    def pod_names(self, namespace: str) -> list[str]:
+        return [name for pod_namespace, name in self._view.pods() if pod_namespace == namespace]
+
+    # -- values ----------------------------------------------------------------------------------
+
+    def node_value(self, name: str, metric: MetricRequest) -> Point | None:
+        entry = self._store.get(name)
+        if entry is None:
+            return None
+        resource, percentile = _split(metric)
+        if percentile:
+            return self._percentiles(entry).get((resource, percentile))
+        if metric.aggregated:
+            return self._from_history(SeriesKey(metric.base, NODES, "", name, ()), metric.aggregation)
+        figures = entry.figures
+        value = figures.cpu_millis / 1000 if resource == "cpu" else float(figures.memory_bytes)
+        return Point(value, figures.update_time)
+
+    def pod_value(self, namespace: str, name: str, metric: MetricRequest) -> Point | None:
+        found = self._view.pods().get((namespace, name))
+        if found is None:
+            return None
+        resource, percentile = _split(metric)
+        if percentile or metric.aggregated:
+            base = f"{metric.base.rpartition('_')[0]}" if percentile else metric.base
+            return self._from_history(SeriesKey(base, PODS, namespace, name, ()), percentile or metric.aggregation)
+        node, pod = found
+        quantity = pod.usage.get(resource)
+        return Point(_amount(resource, quantity), _epoch(node.timestamp)) if quantity is not None else None
+
+    def _from_history(self, key: SeriesKey, aggregation: str) -> Point | None:
+        series = self.history.series_of(key.metric, key.resource, key.namespace, key.name)
+        if not series:
+            return None
+        timestamps, values = series[0].window(self.history.oldest_kept())
+        if not values:
+            return None
+        value = nearest_rank(values, PERCENTILES[aggregation]) if aggregation in PERCENTILES \
+            else reduce(values, aggregation)
+        return Point(value, timestamps[-1], round(timestamps[-1] - timestamps[0]))
+
+    def _percentiles(self, entry: Entry) -> Mapping[tuple[str, str], Point]:
+        cached = self._node_percentiles.get(entry.name)
+        if cached is not None and cached[0] == entry.resource_version:
+            return cached[1]
+        if len(self._node_percentiles) > self._store.node_count:  # nodes gone: forget them
+            live = set(self.node_names())
+            self._node_percentiles = {n: c for n, c in self._node_percentiles.items() if n in live}
+        points = _report_percentiles(orjson.loads(entry.body), entry.figures.update_time)
+        self._node_percentiles[entry.name] = (entry.resource_version, points)
+        return points
+
+    # -- history (on the leader's timer) --------------------------------------------------------
+
+    def sample_history(self) -> int:
+        """Record the usage of every node whose report changed since the last call, and its pods'."""
+        recorded = 0
+        entries, _ = self._store.list()
+        for entry in entries:
+            if self._sampled.get(entry.name) == entry.resource_version:
+                continue
+            self._sampled[entry.name] = entry.resource_version
+            usage = self._view.node(entry.name)
+            if usage is not None:
+                recorded += self._record(usage, entry)
+        if len(self._sampled) > len(entries):
+            live = {entry.name for entry in entries}
+            self._sampled = {name: rv for name, rv in self._sampled.items() if name in live}
+        return recorded
+
+    def _record(self, usage: NodeUsage, entry: Entry) -> int:
+        at, recorded = entry.figures.update_time, 0
+        samples: list[tuple[SeriesKey, float]] = [
+            (SeriesKey(CPU_USAGE, NODES, "", entry.name, ()), entry.figures.cpu_millis / 1000),
+            (SeriesKey(MEMORY_USAGE, NODES, "", entry.name, ()), float(entry.figures.memory_bytes))]
+        for pod in usage.pods:
+            for metric, resource in _RESOURCE_OF.items():
+                if resource in pod.usage:
+                    samples.append((SeriesKey(metric, PODS, pod.namespace, pod.name, ()),
+                                    _amount(resource, pod.usage[resource])))
+        for key, value in samples:
+            recorded += self.history.record(key, at, value)
+        return recorded
+
+
+def _report_percentiles(obj: Mapping[str, Any], at: float) -> dict[tuple[str, str], Point]:
+    """(resource, p90|p99) → the agent's figure over its shortest aggregation duration."""
+    node_metric = (obj.get("status") or {}).get("nodeMetric") or {}
+    durations: Iterable[tuple[int, Mapping[str, Any]]] = (
+        (nanos, aggregated.get("usage") or {}) for aggregated in node_metric.get("aggregatedNodeUsages") or ()
+        if (nanos := parse_go_duration(str(aggregated.get("duration") or ""))) is not None and nanos > 0)
+    points: dict[tuple[str, str], Point] = {}
+    for nanos, usage in sorted(durations, key=lambda pair: -pair[0]):  # the shortest is written last
+        for percentile in PERCENTILES:
+            resources = (usage.get(percentile) or {}).get("resources") or {}
+            for resource in _RESOURCE_OF.values():
+                if resource in resources:
+                    points[(resource, percentile)] = Point(_amount(resource, str(resources[resource])), at,
+                                                           nanos // 10**9)
+    return points

@@ -1,0 +1,244 @@
+"""The series store: recent samples of every custom metric series, with the indexes queries need.
+
+A series is one metric of one object (a Pod, or a Node) with one set of sample labels. Its samples
+live in two `array('d')` (timestamps, values: 16 bytes a sample, against about 100 for a tuple of
+floats) kept in timestamp order and bounded by count; samples older than the retention are cut
+off by `collect_garbage`, and a series left without samples goes with its index entries. Reads cut
+at the retention too, so a sweep that has not run yet never shows an expired sample.
+
+Bounds: `max_series` (a new series beyond it is refused and counted, existing ones carry on)
+and `max_samples_per_series` (the oldest sample makes room). Indexes: (metric, resource,
+namespace) → object name → series, for by-name and by-selector queries, and
+(metric, resource, label name, label value) → series, for `metricLabelSelector` equalities.
+
+Pure: the wall clock is injected; single-threaded (the event loop).
+"""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from colocation.apimachinery.clock import WallClock
+from colocation.apimachinery.selectors import LabelSelector, Operator
+from colocation.custommetrics.sample_batches import ValidatedBatch
+
+PODS = "pods"
+NODES = "nodes"
+
+# Why a sample or a series was not kept (the label of the dropped-samples counter).
+TOO_OLD = "too-old"
+FUTURE = "future"
+OUT_OF_ORDER = "out-of-order"
+SERIES_LIMIT = "series-limit"
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesKey:
+    metric: str
+    resource: str  # PODS or NODES
+    namespace: str  # "" for nodes
+    name: str  # the Pod's or the Node's name
+    labels: Labels  # sorted
+
+
+class Series:
+    """The retained samples of one series, oldest first."""
+
+    __slots__ = ("key", "labels", "timestamps", "values")
+
+    def __init__(self, key: SeriesKey) -> None:
+        self.key = key
+        self.labels = dict(key.labels)
+        self.timestamps = array("d")
+        self.values = array("d")
+
+    def append(self, timestamp: float, value: float, capacity: int) -> bool:
+        """Add a sample after the newest; the same timestamp replaces it. False if it is older."""
+        if self.timestamps:
+            newest = self.timestamps[-1]
+            if timestamp < newest:
+                return False
+            if timestamp == newest:
+                self.values[-1] = value
+                return True
+        if len(self.timestamps) >= capacity:
+            del self.timestamps[0]  # a memmove of at most a few kilobytes
+            del self.values[0]
+        self.timestamps.append(timestamp)
+        self.values.append(value)
+        return True
+
+    def cut(self, oldest: float) -> None:
+        """Drop the samples older than `oldest`."""
+        first = bisect.bisect_left(self.timestamps, oldest)
+        if first:
+            del self.timestamps[:first]
+            del self.values[:first]
+
+    def window(self, oldest: float) -> tuple[array[float], array[float]]:
+        """(timestamps, values) at or after `oldest`."""
+        first = bisect.bisect_left(self.timestamps, oldest)
+        return self.timestamps[first:], self.values[first:]
+
+
+@dataclass
+class IngestResult:
+    accepted: int = 0
+    new_series: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+
+
+class SeriesStore:
+    def __init__(self, wall: WallClock, *, retention_seconds: float = 600.0, max_series: int = 50_000,
+                 max_samples_per_series: int = 360, future_tolerance_seconds: float = 300.0) -> None:
+        self._wall = wall
+        self.retention = retention_seconds
+        self.max_series = max_series
+        self.max_samples = max(1, max_samples_per_series)
+        self._future_tolerance = future_tolerance_seconds
+        self._series: dict[SeriesKey, Series] = {}
+        self._by_object: dict[tuple[str, str, str], dict[str, set[SeriesKey]]] = {}
+        self._by_label: dict[tuple[str, str, str, str], set[SeriesKey]] = {}
+
+    def __len__(self) -> int:
+        return len(self._series)
+
+    def oldest_kept(self) -> float:
+        return self._wall() - self.retention
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def ingest(self, batch: ValidatedBatch) -> IngestResult:
+        now = self._wall()
+        oldest, newest = now - self.retention, now + self._future_tolerance
+        result = IngestResult()
+        for incoming in batch.series:
+            resource, name = (PODS, incoming.pod) if incoming.pod else (NODES, batch.node)
+            key = SeriesKey(incoming.metric, resource, incoming.namespace, name, incoming.labels)
+            series = self._series.get(key)
+            if series is None:
+                if len(self._series) >= self.max_series:
+                    result.dropped[SERIES_LIMIT] += len(incoming.values)
+                    continue
+                series = self._add(key)
+                result.new_series += 1
+            for timestamp, value in zip(incoming.timestamps, incoming.values, strict=True):
+                if timestamp < oldest:
+                    result.dropped[TOO_OLD] += 1
+                elif timestamp > newest:
+                    result.dropped[FUTURE] += 1
+                elif series.append(timestamp, value, self.max_samples):
+                    result.accepted += 1
+                else:
+                    result.dropped[OUT_OF_ORDER] += 1
+            if not series.timestamps:  # nothing of it was kept: it must not linger until the sweep
+                self._remove(series.key)
+                result.new_series -= 1
+        return result
+
+    def record(self, key: SeriesKey, timestamp: float, value: float) -> bool:
+        """Add one sample (the operator's own series); False when it is not kept."""
+        if timestamp < self.oldest_kept():
+            return False
+        series = self._series.get(key)
+        if series is None:
+            if len(self._series) >= self.max_series:
+                return False
+            series = self._add(key)
+        return series.append(timestamp, value, self.max_samples)
+
+    def collect_garbage(self) -> int:
+        """Cut every series at the retention; drop the empty ones. Returns how many were dropped."""
+        oldest = self.oldest_kept()
+        empty = []
+        for series in self._series.values():
+            if series.timestamps and series.timestamps[0] < oldest:
+                series.cut(oldest)
+                if not series.timestamps:
+                    empty.append(series.key)
+        for key in empty:
+            self._remove(key)
+        return len(empty)
+
+    def _add(self, key: SeriesKey) -> Series:
+        series = Series(key)
+        self._series[key] = series
+        self._by_object.setdefault((key.metric, key.resource, key.namespace), {}).setdefault(key.name, set()).add(key)
+        for label in key.labels:
+            self._by_label.setdefault((key.metric, key.resource, *label), set()).add(key)
+        return series
+
+    def _remove(self, key: SeriesKey) -> None:
+        del self._series[key]
+        scope = (key.metric, key.resource, key.namespace)
+        objects = self._by_object[scope]
+        objects[key.name].discard(key)
+        if not objects[key.name]:
+            del objects[key.name]
+            if not objects:
+                del self._by_object[scope]
+        for label in key.labels:
+            index_key = (key.metric, key.resource, *label)
+            self._by_label[index_key].discard(key)
+            if not self._by_label[index_key]:
+                del self._by_label[index_key]
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def metrics(self) -> set[tuple[str, str]]:
+        """(resource, metric) of every series held: what discovery lists."""
+        return {(resource, metric) for metric, resource, _ in self._by_object}
+
+    def object_names(self, metric: str, resource: str, namespace: str) -> Iterable[str]:
+        return self._by_object.get((metric, resource, namespace), {}).keys()
+
+    def namespaces(self, metric: str, resource: str) -> set[str]:
+        return {namespace for m, r, namespace in self._by_object if m == metric and r == resource}
+
+    def series_of(self, metric: str, resource: str, namespace: str, name: str,
+                  metric_selector: LabelSelector | None = None) -> list[Series]:
+        """The series of one object with samples in the retention, matching the metric label selector."""
+        keys = self._by_object.get((metric, resource, namespace), {}).get(name, ())
+        return self._live(keys, metric_selector)
+
+    def series_in(self, metric: str, resource: str, namespace: str,
+                  metric_selector: LabelSelector | None = None) -> list[Series]:
+        """Every series of a metric in a namespace (all nodes for NODES), oldest sample in retention."""
+        objects = self._by_object.get((metric, resource, namespace), {})
+        candidates = self._label_candidates(metric, resource, metric_selector)
+        if candidates is None:
+            keys: Iterable[SeriesKey] = (key for keys in objects.values() for key in keys)
+        else:
+            keys = (key for key in candidates if key.namespace == namespace)
+        return self._live(keys, metric_selector)
+
+    def _label_candidates(self, metric: str, resource: str,
+                          selector: LabelSelector | None) -> set[SeriesKey] | None:
+        """The series the selector's equalities allow, from the label index; None: no equality to use."""
+        found: set[SeriesKey] | None = None
+        for requirement in selector.requirements if selector is not None else ():
+            if requirement.operator not in (Operator.EQUALS, Operator.DOUBLE_EQUALS, Operator.IN):
+                continue
+            allowed = set().union(*(self._by_label.get((metric, resource, requirement.key, value), set())
+                                    for value in requirement.values))
+            found = allowed if found is None else found & allowed
+        return found
+
+    def _live(self, keys: Iterable[SeriesKey], selector: LabelSelector | None) -> list[Series]:
+        oldest = self.oldest_kept()
+        chosen = []
+        for key in keys:
+            series = self._series[key]
+            if series.timestamps and series.timestamps[-1] >= oldest and (
+                    selector is None or selector.matches(series.labels)):
+                chosen.append(series)
+        return chosen
+
+    def __iter__(self) -> Iterator[Series]:
+        return iter(self._series.values())

@@ -1,0 +1,92 @@
+"""The operator's API server as the manager assembles it: the groups registered, and what they read.
+
+NodeMetric always; metrics.k8s.io with --serve-resource-metrics; custom and external metrics with
+--serve-custom-metrics, whose samples upload the NodeMetric group accepts for them. Both metric
+APIs serve only pods that exist, with their labels: that takes a Pod informer. Groups are
+registered in the order /apis lists them. The API server and custom metrics know nothing of
+each other; only this module holds both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from colocation.apimachinery.served_apigroups import ApiGroup, Leadership
+from colocation.apiserver.apiserver_metrics import ServerMetrics
+from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, RequestHeaderConfig
+from colocation.apiserver.delegated_authorization import DelegatingAuthorizer
+from colocation.apiserver.generic_apiserver import AggregatedApiServer
+from colocation.apiserver.kube_reviewers import kube_subject_access_reviewer, kube_token_reviewer
+from colocation.apiserver.nodemetric_routes import ApiOptions, NodeMetricGroup
+from colocation.apiserver.resource_metrics_routes import PodDirectory, ResourceMetricsApi
+from colocation.custommetrics.builtin_metrics import BuiltinMetrics
+from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
+from colocation.custommetrics.metrics_query import MetricsQuery
+from colocation.custommetrics.series_metrics import StoreMetrics
+from colocation.custommetrics.series_store import SeriesStore
+from colocation.kube.nodes import NodeDirectory
+from colocation.manager.operator_config import OperatorConfig
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.resource_metrics_view import ResourceMetricsView
+
+AUTH_CACHE_SIZE = 100_000  # above the node counts we target (one agent token per node)
+# kube-apiserver's webhook defaults: an authenticated token 2 min, an allowed review 5 min, a denial 30 s.
+TOKEN_CACHE_SECONDS = 120.0
+ALLOWED_CACHE_SECONDS = 300.0
+DENIED_CACHE_SECONDS = 30.0
+
+
+def delegated_auth(api: Any) -> tuple[DelegatingAuthenticator, DelegatingAuthorizer]:
+    """Authentication and authorization by kube-apiserver, through `api` (an ApiClient)."""
+    # Cache lifetimes as kube-apiserver's webhook defaults and room for every node: agents report
+    # every 10-60 s, so shorter or smaller caches turned nearly every report into a TokenReview
+    # and a SubjectAccessReview.
+    authenticator = DelegatingAuthenticator(kube_token_reviewer(api), cache_ttl=TOKEN_CACHE_SECONDS,
+                                            cache_size=AUTH_CACHE_SIZE)
+    authorizer = DelegatingAuthorizer(kube_subject_access_reviewer(api), allowed_ttl=ALLOWED_CACHE_SECONDS,
+                                      denied_ttl=DENIED_CACHE_SECONDS, cache_size=AUTH_CACHE_SIZE)
+    return authenticator, authorizer
+
+
+@dataclass(frozen=True)
+class ServedApis:
+    server: AggregatedApiServer
+    pods: PodDirectory | None  # its informer must run while the metric APIs are served
+    custom_metrics: CustomMetricsApi | None  # its housekeeping runs on the leader
+
+
+def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDirectory,
+                 authenticator: DelegatingAuthenticator, authorizer: DelegatingAuthorizer,
+                 request_header: Callable[[], RequestHeaderConfig | None], leadership: Leadership,
+                 metrics: ServerMetrics) -> ServedApis:
+    pods = PodDirectory() if config.serve_resource_metrics or config.serve_custom_metrics else None
+    view = ResourceMetricsView(store)
+    extra: list[ApiGroup] = []
+    if pods is not None and config.serve_resource_metrics:
+        extra.append(ResourceMetricsApi(view, authorizer, pods))
+    custom_metrics = None
+    if pods is not None and config.serve_custom_metrics:
+        custom_metrics = _custom_metrics_api(config, store, view, pods, nodes, authorizer, leadership, metrics)
+        extra.append(custom_metrics)
+    uploads = [custom_metrics.samples_upload()] if custom_metrics is not None else []
+    nodemetric = NodeMetricGroup(store, authorizer, leadership, nodes.__contains__, nodes.labels, metrics,
+                                 ApiOptions(bookmark_interval=config.bookmark_interval), uploads=uploads)
+    server = AggregatedApiServer(authenticator, authorizer, request_header, leadership, metrics, [nodemetric, *extra])
+    return ServedApis(server, pods, custom_metrics)
+
+
+def _custom_metrics_api(config: OperatorConfig, store: NodeMetricStore, view: ResourceMetricsView,
+                        pods: PodDirectory, nodes: NodeDirectory, authorizer: DelegatingAuthorizer,
+                        leadership: Leadership, metrics: ServerMetrics) -> CustomMetricsApi:
+    series = SeriesStore(time.time, retention_seconds=config.custom_metrics_retention,
+                         max_series=config.custom_metrics_max_series)
+    # The built-ins' history: two series per pod and per node, kept as long as the samples.
+    history = SeriesStore(time.time, retention_seconds=config.custom_metrics_retention,
+                          max_series=config.custom_metrics_max_series)
+    builtins = BuiltinMetrics(store, view, history)
+    query = MetricsQuery(series, builtins, pods, nodes.labels)
+    return CustomMetricsApi(series, builtins, query, authorizer, leadership,
+                            StoreMetrics(metrics.registry, series.__len__))

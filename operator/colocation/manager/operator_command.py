@@ -1,0 +1,125 @@
+"""`colocation operator`: flags, defaults and their environment variables (set by the Deployment)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import click
+
+from colocation.clicommon import common_options
+from colocation.kube import permissions
+
+
+def _default_identity() -> str:
+    # A fresh suffix per process, as kube-controller-manager does: a restarted replica (same pod
+    # name, empty memory) must not resume the lease of its previous life, but wait for it to expire
+    # like any other candidate, so that the warm standby, holding a full copy, takes over first.
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+@click.command("operator")
+@click.option("--namespace", envvar="POD_NAMESPACE", show_envvar=True, default=permissions.OPERATOR_NAMESPACE,
+              show_default=True, help="Namespace of the leader Lease (the operator's own).")
+@click.option("--identity", default=None,
+              help="Holder identity in the leader Lease. Default: POD_NAME (else the host name), an "
+                   "underscore and a random suffix, new for every process.")
+@click.option("--bind-address", default="0.0.0.0", show_default=True, help="Address the HTTPS server listens on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8443, show_default=True,
+              help="HTTPS port: the NodeMetric API, /readyz, /livez, /healthz and /metrics.")
+@click.option("--advertise-address", envvar="POD_IP", show_envvar=True, default="127.0.0.1", show_default=True,
+              help="Address agents and standbys use to reach this replica when it leads (published on the Lease).")
+@click.option("--tls-cert-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Serving certificate (PEM). Default: a CA and a certificate generated at start.")
+@click.option("--tls-key-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Key of --tls-cert-file (PEM).")
+@click.option("--lease-duration", type=click.FloatRange(min=1), default=15.0, show_default=True,
+              help="Seconds a standby waits, after the last change it saw, before taking over the Lease.")
+@click.option("--renew-deadline", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
+              help="Seconds the leader keeps trying to renew before it gives up leading (and exits).")
+@click.option("--retry-period", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              help="Seconds between attempts to acquire or renew the Lease.")
+@click.option("--metric-ttl", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds after its last report a node's NodeMetric is dropped (a DELETED event).")
+@click.option("--bookmark-interval", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="Seconds between BOOKMARK events on NodeMetric watches that allow them.")
+@click.option("--serve-resource-metrics", is_flag=True, default=False,
+              help="Also serve metrics.k8s.io/v1beta1 NodeMetrics and PodMetrics from the same data, so "
+                   "`kubectl top` and the HPA work without metrics-server (register the APIService of "
+                   "manifests/components/resource-metrics). Runs a Pod informer for pod labels.")
+@click.option("--serve-custom-metrics", is_flag=True, default=False,
+              help="Also serve custom.metrics.k8s.io (v1beta2, v1beta1) and external.metrics.k8s.io (v1beta1) "
+                   "from the leader's memory: the samples agents scrape and built-in cpu_usage/memory_usage "
+                   "(register the APIServices of manifests/components/custom-metrics). Runs a Pod informer.")
+@click.option("--custom-metrics-retention", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds a custom metric sample is kept; a series without newer samples is dropped.")
+@click.option("--custom-metrics-max-series", type=click.IntRange(min=1), default=50_000, show_default=True,
+              help="Series held at most (about 3 KB each with 10 minutes of 5-second samples); samples of "
+                   "new series beyond it are dropped and counted. The built-ins' history has the same bound.")
+@click.option("--evaluation-interval", type=click.FloatRange(min=0.05), default=5.0, show_default=True,
+              help="Seconds between two evaluations of every node (health, batch resources), events or not.")
+@click.option("--node-grace-period", type=click.FloatRange(min=0.1), default=40.0, show_default=True,
+              help="Seconds without a renewal of an agent's Lease after which its node is unhealthy and loses "
+                   "its batch resources.")
+@click.option("--eviction-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="Seconds a node stays unhealthy before its batch and free pods are evicted.")
+@click.option("--eviction-rate", type=click.FloatRange(min=0), default=0.1, show_default=True,
+              help="Nodes per second whose pods start being evicted; 0 disables evictions.")
+@click.option("--unhealthy-zone-threshold", type=click.FloatRange(0, 1), default=0.55, show_default=True,
+              help="Evictions stop while more than this fraction of the nodes is unhealthy...")
+@click.option("--unhealthy-zone-min-nodes", type=click.IntRange(min=0), default=2, show_default=True,
+              help="...and more than this many nodes are.")
+@click.option("--startup-grace", type=click.FloatRange(min=0), default=None,
+              help="Seconds after becoming leader before any node is judged. Default: --node-grace-period.")
+@click.option("--recovery-renewals", type=click.IntRange(min=1), default=2, show_default=True,
+              help="On-time Lease renewals in a row that make an unhealthy node healthy again.")
+@click.option("--controllers/--no-controllers", default=True, show_default=True,
+              help="Run the controllers (NodeSLO, NodeResource, node health) on the leader.")
+@common_options
+def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, bind_address: str, port: int,
+                     advertise_address: str, tls_cert_file: Path | None, tls_key_file: Path | None,
+                     lease_duration: float, renew_deadline: float, retry_period: float, metric_ttl: float,
+                     bookmark_interval: float, serve_resource_metrics: bool, serve_custom_metrics: bool,
+                     custom_metrics_retention: float, custom_metrics_max_series: int, evaluation_interval: float,
+                     node_grace_period: float, eviction_timeout: float, eviction_rate: float,
+                     unhealthy_zone_threshold: float, unhealthy_zone_min_nodes: int, startup_grace: float | None,
+                     recovery_renewals: int, controllers: bool) -> None:
+    """Run an operator replica: leader election, the NodeMetric aggregated API, standby replication,
+    and on the leader the controllers (NodeSLO, NodeResource batch resources, node health and evictions).
+
+    Exits 0 after SIGTERM/SIGINT (releasing the Lease), 3 when it loses the Lease and 1 when the
+    controllers fail.
+    """
+    from colocation.controllers.settings import ControllerSettings
+    from colocation.kube.client import KubeConfigError
+    from colocation.manager.operator_config import OperatorConfig
+    from colocation.manager.operator_process import run
+
+    if (tls_cert_file is None) != (tls_key_file is None):
+        raise click.BadParameter("give both --tls-cert-file and --tls-key-file, or neither")
+    if not lease_duration > renew_deadline > retry_period:
+        raise click.BadParameter("need --lease-duration > --renew-deadline > --retry-period")
+    config = OperatorConfig(kubeconfig=kubeconfig, namespace=namespace, identity=identity or _default_identity(),
+                            bind_address=bind_address, port=port, advertise_address=advertise_address,
+                            tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, lease_duration=lease_duration,
+                            renew_deadline=renew_deadline, retry_period=retry_period, metric_ttl=metric_ttl,
+                            bookmark_interval=bookmark_interval, serve_resource_metrics=serve_resource_metrics,
+                            serve_custom_metrics=serve_custom_metrics,
+                            custom_metrics_retention=custom_metrics_retention,
+                            custom_metrics_max_series=custom_metrics_max_series,
+                            controllers=ControllerSettings(
+                                enabled=controllers, evaluation_interval=evaluation_interval,
+                                node_grace_period=node_grace_period, eviction_timeout=eviction_timeout,
+                                eviction_rate=eviction_rate, unhealthy_zone_threshold=unhealthy_zone_threshold,
+                                unhealthy_zone_min_nodes=unhealthy_zone_min_nodes, startup_grace=startup_grace,
+                                recovery_renewals=recovery_renewals))
+    try:
+        code = run(config)
+    except KubeConfigError as error:
+        raise click.ClickException(str(error)) from None
+    except OSError as error:
+        raise click.ClickException(f"cannot serve on {bind_address}:{port}: {error.strerror}") from None
+    sys.exit(code)

@@ -1,0 +1,31 @@
+"""What `colocation operator` was asked to run: its flags, as one value the manager's parts share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from colocation.controllers.settings import ControllerSettings
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    kubeconfig: Path | None
+    namespace: str
+    identity: str
+    bind_address: str
+    port: int
+    advertise_address: str
+    tls_cert_file: Path | None
+    tls_key_file: Path | None
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+    metric_ttl: float
+    expiry_interval: float = 10.0
+    bookmark_interval: float = 60.0
+    serve_resource_metrics: bool = False
+    serve_custom_metrics: bool = False
+    custom_metrics_retention: float = 600.0
+    custom_metrics_max_series: int = 50_000
+    controllers: ControllerSettings = field(default_factory=ControllerSettings)

@@ -1,0 +1,255 @@
+"""`colocation operator`: one asyncio process with the leader elector, the HTTPS API and its loops.
+
+Every replica serves the NodeMetric API and follows the Node list. The leader accepts reports,
+drops silent nodes, and runs the controllers (Kopf inside, `colocation.controllers.leader`); each
+standby follows the leader's watch to keep a full copy. This is where the stages meet: the store
+(`colocation.nodemetrics`), the API server and the groups it serves (`api_assembly`), the
+controllers and custom metrics; none of them imports another. Losing the lease ends the process with a
+non-zero status, so it restarts as a standby with nothing stale in memory; SIGTERM releases the
+lease first so a standby takes over within about one retry period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import signal
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from colocation.apimachinery import certificates
+from colocation.apiserver.apiserver_metrics import ServerMetrics
+from colocation.apiserver.delegated_authentication import RequestHeaderConfig
+from colocation.apiserver.kube_reviewers import load_request_header_config
+
+# Imported at start, not on promotion: importing Kopf takes the event loop for about a second,
+# which a new leader cannot spare while it must renew its Lease.
+from colocation.controllers.leader import Controllers
+from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
+from colocation.kube import permissions
+from colocation.kube.backoff import Backoff
+from colocation.kube.client import api_client
+from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElector
+from colocation.kube.nodes import NodeDirectory
+from colocation.kube.transport import kube_transport
+from colocation.manager.api_assembly import assemble_api, delegated_auth
+from colocation.manager.operator_config import OperatorConfig
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.silent_node_expiry import expire_silent_nodes
+from colocation.nodemetrics.standby_follower import LeaderAddress, LeaderFollower
+from colocation.nodemetrics.storage_metrics import StorageMetrics
+
+log = logging.getLogger(__name__)
+
+EXIT_LOST_LEADERSHIP = 3
+EXIT_CONTROLLERS_FAILED = 1
+SERVICE_NAME = "colocation-operator"
+
+
+class LeadershipMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.leader = Gauge("colocation_leader", "1 while this replica holds the leader Lease.", registry=r)
+        self.leader_transitions = Counter("colocation_leader_transitions_total",
+                                          "Times this replica started or stopped leading.", registry=r)
+
+
+def serving_certificate(config: OperatorConfig) -> tuple[certificates.CertKey, bytes]:
+    """(serving certificate and key, CA bundle clients verify it with): from files or generated."""
+    if config.tls_cert_file and config.tls_key_file:
+        cert = certificates.CertKey(config.tls_cert_file.read_bytes(), config.tls_key_file.read_bytes())
+        return cert, cert.cert_pem
+    ca = certificates.new_ca(f"{SERVICE_NAME}-ca@{int(time.time())}")
+    dns = (SERVICE_NAME, f"{SERVICE_NAME}.{config.namespace}", f"{SERVICE_NAME}.{config.namespace}.svc",
+           f"{SERVICE_NAME}.{config.namespace}.svc.cluster.local", "localhost")
+    ips = tuple(dict.fromkeys(ip for ip in (config.advertise_address, "127.0.0.1") if _is_ip(ip)))
+    return certificates.issue_certificate(ca, SERVICE_NAME, dns_names=dns, ip_addresses=ips), ca.cert_pem
+
+
+def _is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
+async def _retry(what: str, attempt: Callable[[], Awaitable[Any]], stop: asyncio.Event) -> Any:
+    backoff = Backoff(initial=0.5, maximum=10.0, jitter=0.5)
+    while not stop.is_set():
+        try:
+            return await attempt()
+        except Exception as error:  # keep trying until the API answers; the log says why
+            delay = backoff.next_delay()
+            log.warning(f"{what} failed, retrying", extra={"error": str(error), "retry_in": round(delay, 2)})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+    return None
+
+
+class OperatorProcess:
+    def __init__(self, config: OperatorConfig) -> None:
+        self.config = config
+        self.metrics = ServerMetrics()
+        self.store = NodeMetricStore(time.time, time.monotonic, ttl_seconds=config.metric_ttl)
+        self.storage_metrics = StorageMetrics(self.metrics.registry)
+        self.storage_metrics.track(self.store)
+        self.leadership_metrics = LeadershipMetrics(self.metrics.registry)
+        self.nodes = NodeDirectory()
+        self.stop = asyncio.Event()
+        self.lost_leadership = False
+        self.request_header: RequestHeaderConfig | None = None
+        self.cert, self.ca_bundle = serving_certificate(config)
+        self.elector: LeaderElector | None = None
+        self._leader_tasks: list[asyncio.Task[Any]] = []
+        self.api: Any = None  # the ApiClient, while run() holds it
+        self.controllers_failed = False
+        self.custom_metrics: CustomMetricsApi | None = None
+
+    # ---- leadership callbacks (synchronous, on the election task) ----------------------------
+
+    def _started_leading(self) -> None:
+        log.info("started leading", extra={"identity": self.config.identity})
+        self.leadership_metrics.leader.set(1)
+        self.leadership_metrics.leader_transitions.inc()
+        self._leader_tasks.append(asyncio.create_task(
+            expire_silent_nodes(self.store, self.storage_metrics, self.config.expiry_interval)))
+        if self.custom_metrics is not None:
+            # Expired samples are also cut at read time; the sweep frees their memory.
+            sweep = min(10.0, max(0.5, self.config.custom_metrics_retention / 10))
+            self._leader_tasks.append(asyncio.create_task(self.custom_metrics.maintain_forever(sweep)))
+        if self.config.controllers.enabled and self.api is not None:
+            self._leader_tasks.append(asyncio.create_task(self._run_controllers()))
+
+    def _stopped_leading(self) -> None:
+        log.error("lost the leader lease; exiting to restart as a standby", extra={"identity": self.config.identity})
+        self.leadership_metrics.leader.set(0)
+        self.leadership_metrics.leader_transitions.inc()
+        self.lost_leadership = True
+        self.stop.set()
+
+    def _new_leader(self, identity: str) -> None:
+        log.info("leader observed", extra={"leader": identity or "<none>"})
+
+    def _annotations(self) -> dict[str, str]:
+        endpoint = f"https://{self.config.advertise_address}:{self.config.port}"
+        return {LEADER_ENDPOINT_ANNOTATION: endpoint,
+                LEADER_CA_ANNOTATION: base64.b64encode(self.ca_bundle).decode()}
+
+    def _leader_address(self) -> LeaderAddress | None:
+        if self.elector is None or self.elector.is_leader:
+            return None
+        record = self.elector.observed_record
+        if record is None or record.holder_identity in ("", self.config.identity):
+            return None
+        return LeaderAddress.from_annotations(record.holder_identity, dict(record.annotations))
+
+    # ---- loops ---------------------------------------------------------------------------------
+
+    async def _run_controllers(self) -> None:
+        """The leader-only controllers (Kopf inside); their failure stops the process, a standby takes over."""
+        controllers = Controllers(self.api, self.store, self.config.controllers, namespace=self.config.namespace,
+                                  identity=self.config.identity, registry=self.metrics.registry)
+        try:
+            await controllers.run(self._install_signal_handlers)
+        except Exception:
+            log.exception("the controllers failed; exiting so that a standby takes over")
+            self.controllers_failed = True
+            self.stop.set()
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop.set)
+
+    async def _follow_while_standby(self, follower: LeaderFollower) -> None:
+        """Run the follower until this replica leads; then the store carries on by itself."""
+        assert self.elector is not None
+        task = asyncio.create_task(follower.run())
+        try:
+            while not self.elector.is_leader and not task.done():
+                await asyncio.wait({task}, timeout=self.config.retry_period / 2)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def run(self) -> int:
+        config = self.config
+        self._install_signal_handlers()
+        async with await api_client(config.kubeconfig) as api:
+            self.api = api
+            self.request_header = await _retry("reading extension-apiserver-authentication",
+                                               lambda: load_request_header_config(api), self.stop)
+            if self.stop.is_set():
+                return 0
+            token = _bearer_token(api)
+            authenticator, authorizer = delegated_auth(api)
+            self.elector = LeaderElector(
+                api, config.namespace, permissions.LEADER_LEASE_NAME, config.identity,
+                lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
+                retry_period=config.retry_period, annotations_provider=self._annotations,
+                on_started_leading=self._started_leading, on_stopped_leading=self._stopped_leading,
+                on_new_leader=self._new_leader)
+            elector = self.elector
+            served = assemble_api(config, self.store, self.nodes, authenticator, authorizer,
+                                  lambda: self.request_header, elector, self.metrics)
+            self.custom_metrics = served.custom_metrics
+            runner = web.AppRunner(served.server.application(), access_log=None, handle_signals=False,
+                                   shutdown_timeout=2.0)
+            await runner.setup()
+            site = web.TCPSite(runner, config.bind_address, config.port, ssl_context=self._ssl_context())
+            await site.start()
+            log.info("serving", extra={"address": f"https://{config.bind_address}:{config.port}",
+                                       "identity": config.identity})
+            follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics)
+            tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
+                     asyncio.create_task(elector.run()),
+                     asyncio.create_task(self._follow_while_standby(follower))]
+            if served.pods is not None:
+                tasks.append(asyncio.create_task(served.pods.informer(kube_transport(api)).run()))
+            try:
+                await self.stop.wait()
+            finally:
+                for task in tasks + self._leader_tasks:
+                    task.cancel()
+                for task in tasks + self._leader_tasks:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+                if not self.lost_leadership and await elector.release():
+                    log.info("released the leader lease", extra={"identity": config.identity})
+                self.store.close_watchers()
+                await runner.cleanup()
+        if self.controllers_failed:
+            return EXIT_CONTROLLERS_FAILED
+        return EXIT_LOST_LEADERSHIP if self.lost_leadership else 0
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        client_ca = self.request_header.request_header_ca_pem if self.request_header else None
+        # Client certificates are verified against the front-proxy CA only: that is what makes
+        # the X-Remote-* identity headers trustworthy (see apiserver.delegated_authentication).
+        return certificates.ssl_server_context(self.cert, client_ca_pem=client_ca.encode() if client_ca else None)
+
+
+def _bearer_token(api: Any) -> str:
+    """This replica's own token (kubeconfig or mounted ServiceAccount), to read the leader's API."""
+    configuration = api.configuration
+    key = (configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get("BearerToken")
+    if not key:
+        return ""
+    prefix = (configuration.api_key_prefix or {}).get("authorization", "")
+    text = f"{prefix} {key}".strip() if prefix else str(key)
+    return text.removeprefix("Bearer ").strip()
+
+
+def run(config: OperatorConfig) -> int:
+    return asyncio.run(OperatorProcess(config).run())

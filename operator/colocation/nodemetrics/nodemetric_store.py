@@ -1,0 +1,277 @@
+"""The latest NodeMetric of every node, in memory, with Kubernetes list and watch semantics.
+
+Each object is serialized once, when it changes; lists join the stored bytes and every watch
+event is one shared line (`watch_events`), so serving costs no serialization per reader.
+resourceVersions come from `resource_versions.ResourceVersionClock`, so a warm standby
+replicating the leader's events serves the same objects at the same resourceVersions.
+
+Watch semantics follow kube-apiserver's watch cache: "" or "0" starts with the current objects
+as ADDED events; a resourceVersion inside the event window resumes after it; an older one gets
+410 Expired. See docs/architecture.md, "The NodeMetric store".
+
+Pure apart from asyncio's queue; both clocks are injected. Single-threaded: call it from the loop.
+"""
+
+from __future__ import annotations
+
+import bisect
+import builtins
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from colocation.apimachinery.clock import MonotonicClock, WallClock, format_time
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.selectors import LabelSelector
+from colocation.nodemetrics.report_schema import API_VERSION, KIND, LIST_KIND, ValidatedReport, figures_of
+from colocation.nodemetrics.resource_versions import ResourceVersionClock
+from colocation.nodemetrics.storage_interface import Entry
+from colocation.nodemetrics.watch_events import (
+    ADDED,
+    DELETED,
+    INITIAL_EVENTS_END,
+    MODIFIED,
+    Event,
+    EventWindow,
+    Watcher,
+    bookmark_line,
+    error_line,
+    event_line,
+)
+
+_OBJECT_HEAD = b'{"apiVersion":"' + API_VERSION.encode() + b'","kind":"' + KIND.encode() + b'","metadata":'
+
+
+class NodeMetricStore:
+    def __init__(self, clock_wall: WallClock, clock_monotonic: MonotonicClock, *, ttl_seconds: float = 600.0,
+                 window: int = 10_000, watcher_queue: int = 1_000, future_tolerance_seconds: float = 300.0) -> None:
+        self._wall = clock_wall
+        self._monotonic = clock_monotonic
+        self._ttl = ttl_seconds
+        self._entries: dict[str, Entry] = {}
+        self._names: list[str] = []  # sorted: lists come out in name order without sorting
+        self._versions = ResourceVersionClock(clock_wall, future_tolerance_seconds=future_tolerance_seconds)
+        self._window = EventWindow(self._versions, size=window, watcher_queue=watcher_queue)
+
+    # -- figures for metrics --------------------------------------------------------------------
+
+    @property
+    def node_count(self) -> int:
+        return len(self._entries)
+
+    @property
+    def watcher_count(self) -> int:
+        return self._window.watcher_count
+
+    @property
+    def resource_version(self) -> int:
+        return self._versions.current
+
+    def observe_resource_version(self, resource_version: int) -> None:
+        """Never issue a resourceVersion at or below this one (e.g. the leader's, seen by a standby)."""
+        self._versions.observe(resource_version)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def put(self, report: ValidatedReport, labels: Mapping[str, str]) -> Entry:
+        """Store a node's report; an unchanged report only refreshes the node's freshness."""
+        now = self._monotonic()
+        labels = dict(labels)
+        status_tail = b"".join((b',"status":', report.status_json, b"}"))
+        previous = self._entries.get(report.name)
+        # The status ends every body (ours, and a replicated leader's): compare the bytes.
+        if previous is not None and previous.labels == labels and previous.body.endswith(status_tail):
+            entry = dataclasses.replace(previous, last_seen_monotonic=now)
+            self._entries[report.name] = entry
+            return entry
+        rv = self._versions.next()
+        created = previous.creation_timestamp if previous is not None else format_time(self._wall())
+        body = _render(report.name, labels, rv, created, status_tail)
+        entry = Entry(report.name, labels, rv, body, report.figures, created, now)
+        self._store(entry)
+        self._emit_change(entry, previous)
+        return entry
+
+    def delete(self, name: str) -> Entry | None:
+        entry = self._entries.get(name)
+        if entry is not None:
+            self._remove(entry, self._versions.next())
+        return entry
+
+    def expire(self) -> list[str]:
+        """Drop the nodes that have not reported for the TTL (on the monotonic clock)."""
+        deadline = self._monotonic() - self._ttl
+        stale = [e for e in self._entries.values() if e.last_seen_monotonic <= deadline]
+        for entry in sorted(stale, key=lambda e: e.name):
+            self._remove(entry, self._versions.next())
+        return sorted(e.name for e in stale)
+
+    def close_watchers(self) -> None:
+        """End every watch (shutdown, lost leadership); clients reconnect to the next leader."""
+        self._window.close_all()
+
+    # -- replication (a warm standby following the leader's watch) -----------------------------
+
+    def apply_event(self, type_: str, body: bytes) -> None:
+        """Apply one of the leader's watch events; `body` carries the leader's resourceVersion."""
+        if type_ == "BOOKMARK":
+            self._versions.observe(_resource_version_of(orjson.loads(body)))
+            return
+        if type_ not in (ADDED, MODIFIED, DELETED):
+            raise ValueError(f"cannot apply a {type_} event")
+        entry = self._entry_from_body(body)
+        previous = self._entries.get(entry.name)
+        self._versions.observe(entry.resource_version)
+        if previous is not None and previous.body == body and type_ != DELETED:
+            return  # delivered twice (a resumed replication watch): nothing changed
+        if type_ == DELETED:
+            if previous is not None:
+                self._unstore(entry.name)
+                self._window.append(Event(entry.resource_version, entry.name, entry.labels,
+                                          event_line(DELETED, body)))
+            return
+        self._store(entry)
+        self._emit_change(entry, previous)
+
+    def replace_all(self, bodies: list[bytes], resource_version: int) -> None:
+        """Make the contents those of the leader's list at `resource_version` (after a relist).
+
+        Watchers see the difference: ADDED and MODIFIED at the objects' own resourceVersions,
+        DELETED at the list's. A store that had never held anything takes the leader's history
+        over: clients may resume from any resourceVersion since the list.
+        """
+        # A list without a resourceVersion (0) says nothing about history: keep our own.
+        fresh = self._versions.untouched and resource_version > 0
+        incoming = [self._entry_from_body(body) for body in bodies]
+        names = {entry.name for entry in incoming}
+        for entry in sorted(incoming, key=lambda e: e.resource_version):
+            previous = self._entries.get(entry.name)
+            if previous is not None and previous.body == entry.body:
+                self._entries[entry.name] = dataclasses.replace(previous, last_seen_monotonic=entry.last_seen_monotonic)
+                continue
+            self._store(entry)
+            self._emit_change(entry, previous)
+        for name in [n for n in self._names if n not in names]:
+            self._remove(self._entries[name], resource_version)
+        if fresh:
+            # Nothing before the list is known here: resuming from earlier would miss deletions.
+            self._versions.restart_at(resource_version)
+            self._window.resumable_since(resource_version)
+        self._versions.observe(resource_version)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def get(self, name: str) -> Entry | None:
+        return self._entries.get(name)
+
+    def list(self, label_selector: LabelSelector | None = None,
+             name: str | None = None) -> tuple[builtins.list[Entry], int]:
+        """The matching entries in name order, and the resourceVersion of this state."""
+        if name is not None:
+            found = self._entries.get(name)
+            candidates = [found] if found is not None else []
+        else:
+            candidates = [self._entries[n] for n in self._names]
+        if label_selector is not None and not label_selector.empty:
+            candidates = [e for e in candidates if label_selector.matches(e.labels)]
+        return candidates, self._versions.current
+
+    def list_body(self, label_selector: LabelSelector | None = None, name: str | None = None) -> bytes:
+        """A NodeMetricList, assembled from the stored bodies."""
+        entries, rv = self.list(label_selector, name)
+        return b"".join((b'{"apiVersion":"', API_VERSION.encode(), b'","kind":"', LIST_KIND.encode(),
+                         b'","metadata":{"resourceVersion":"', str(rv).encode(), b'"},"items":[',
+                         b",".join(e.body for e in entries), b"]}"))
+
+    def watch(self, resource_version: str, label_selector: LabelSelector | None = None, name: str | None = None,
+              send_initial_events: bool | None = None) -> Watcher:
+        """Start a watch, as kube-apiserver does for these parameters.
+
+        `send_initial_events` is None when the client did not set it: then "" and "0" start with
+        the current objects. True sends them (whatever the resourceVersion) followed by a BOOKMARK
+        annotated `k8s.io/initial-events-end`; False starts from now, or after the given
+        resourceVersion. Raises ApiError for a malformed resourceVersion (400) or one too far in
+        the future (504, as the watch cache's "Too large resource version").
+        """
+        selector = label_selector if label_selector is not None and not label_selector.empty else None
+        watcher = Watcher(self._window, selector, name)
+        unset = resource_version in ("", "0")
+        since = None if unset else self._versions.parse(resource_version)
+        if since is not None and since > self._versions.current:
+            self._versions.observe(since)  # later events must come after what the client saw
+        if send_initial_events or (unset and send_initial_events is None):
+            backlog: builtins.list[bytes | Entry] = [*self.list(selector, name)[0]]
+            if send_initial_events:
+                backlog.append(bookmark_line(self._versions.current, {INITIAL_EVENTS_END: "true"}))
+        elif since is None:
+            backlog = []
+        elif since < self._window.oldest_resumable:
+            watcher.finish(error_line(ApiError.gone(
+                f"too old resource version: {since} ({self._window.oldest_resumable})")))
+            return watcher
+        else:
+            backlog = [*self._window.replay(since, selector, name)]
+        watcher.start(backlog)
+        self._window.attach(watcher)
+        return watcher
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _store(self, entry: Entry) -> None:
+        if entry.name not in self._entries:
+            bisect.insort(self._names, entry.name)
+        self._entries[entry.name] = entry
+
+    def _unstore(self, name: str) -> None:
+        del self._entries[name]
+        del self._names[bisect.bisect_left(self._names, name)]
+
+    def _remove(self, entry: Entry, rv: int) -> None:
+        # The DELETED object is the last state, at the resourceVersion of its deletion.
+        self._unstore(entry.name)
+        body = _with_resource_version(entry.body, rv)
+        self._window.append(Event(rv, entry.name, entry.labels, event_line(DELETED, body)))
+
+    def _emit_change(self, entry: Entry, previous: Entry | None) -> None:
+        rv, name = entry.resource_version, entry.name
+        if previous is None:
+            self._window.append(Event(rv, name, entry.labels, event_line(ADDED, entry.body)))
+        elif previous.labels == entry.labels:
+            self._window.append(Event(rv, name, entry.labels, event_line(MODIFIED, entry.body)))
+        else:
+            self._window.append(Event(rv, name, entry.labels, event_line(MODIFIED, entry.body),
+                                      previous_labels=previous.labels,
+                                      left_line=event_line(DELETED, _with_resource_version(previous.body, rv)),
+                                      joined_line=event_line(ADDED, entry.body)))
+
+    def _entry_from_body(self, body: bytes) -> Entry:
+        obj = orjson.loads(body)
+        metadata = obj["metadata"]
+        return Entry(
+            name=metadata["name"],
+            labels=metadata.get("labels") or {},
+            resource_version=_resource_version_of(obj),
+            body=body,
+            figures=figures_of(obj),
+            creation_timestamp=metadata.get("creationTimestamp") or "",
+            last_seen_monotonic=self._monotonic(),
+        )
+
+
+def _render(name: str, labels: Mapping[str, str], rv: int, created: str, status_tail: bytes) -> bytes:
+    metadata: dict[str, Any] = {"name": name, "resourceVersion": str(rv), "creationTimestamp": created}
+    if labels:
+        metadata["labels"] = labels
+    return b"".join((_OBJECT_HEAD, orjson.dumps(metadata), status_tail))
+
+
+def _with_resource_version(body: bytes, rv: int) -> bytes:
+    obj = orjson.loads(body)
+    obj["metadata"]["resourceVersion"] = str(rv)
+    return orjson.dumps(obj)
+
+
+def _resource_version_of(obj: Mapping[str, Any]) -> int:
+    return int(obj["metadata"]["resourceVersion"])

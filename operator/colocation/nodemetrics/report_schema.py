@@ -1,0 +1,236 @@
+"""The NodeMetric object an agent reports: its schema, and the validation of a report's body.
+
+The shape is Koordinator's NodeMetric (slo.koordinator.sh), served as metrics.colocation.dev.
+Unknown fields are accepted and dropped, so what is stored is canonical: only the fields below,
+in this order. Validation runs in pydantic-core; Python runs only for a quantity that is not a
+plain number with a suffix, and once per object with optional fields (to drop nulls). The field
+types (names, quantities, durations) are `apimachinery.fieldtypes`, shared with other bodies.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, NotRequired
+
+import orjson
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    ConfigDict,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    with_config,
+)
+from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict  # pydantic needs typing_extensions' TypedDict on 3.11
+
+from colocation.apimachinery.clock import format_time
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.fielderrors import FieldErrorStyle, decoded_object, go_quote
+from colocation.apimachinery.fieldtypes import (
+    PATTERN_MESSAGES,
+    QUANTITY_ERROR,
+    DnsLabel,
+    DnsSubdomain,
+    GoDuration,
+    Quantity,
+    ResourceName,
+    quantity_problem,
+)
+from colocation.apimachinery.quantity import byte_value, cpu_millis
+from colocation.koordinator.classes import PriorityClass, QoSClass
+
+GROUP = "metrics.colocation.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "NodeMetric"
+LIST_KIND = "NodeMetricList"
+RESOURCE = "nodemetrics"
+BASE_PATH = f"/apis/{GROUP}/{VERSION}"
+COLLECTION_PATH = f"{BASE_PATH}/{RESOURCE}"
+
+AggregationType = Literal["avg", "p50", "p90", "p95", "p99"]
+
+# The schema is TypedDicts validated by one pydantic-core validator: the result is plain dicts in
+# schema order with unknown keys dropped, which orjson writes as the canonical body. BaseModel
+# instances cost 2-3x the time to validate (an object per pod and per resource map) plus a
+# pydantic re-serialization; on the ingest path that was the leader's largest cost.
+_SCHEMA_CONFIG = ConfigDict(extra="ignore")
+
+
+def _without_nulls(value: dict[str, Any]) -> dict[str, Any]:
+    # Optional fields may be sent as null (kube-apiserver reads that as unset); store them unset.
+    if None in value.values():
+        return {key: item for key, item in value.items() if item is not None}
+    return value
+
+
+def _pods_are_unique(pods: list[PodMetricInfo] | None) -> list[PodMetricInfo] | None:
+    # A pod listed twice would be counted twice by the batch formula.
+    if not pods or len({(pod["namespace"], pod["name"]) for pod in pods}) == len(pods):
+        return pods
+    seen: set[tuple[str, str]] = set()
+    for index, pod in enumerate(pods):
+        if (pod["namespace"], pod["name"]) in seen:
+            raise PydanticCustomError("duplicate", "Duplicate value",
+                                      {"index": index, "value": f"{pod['namespace']}/{pod['name']}"})
+        seen.add((pod["namespace"], pod["name"]))
+    raise AssertionError("unreachable: the set was smaller than the list")
+
+
+@with_config(_SCHEMA_CONFIG)
+class ResourceMap(TypedDict):
+    resources: NotRequired[dict[ResourceName, Quantity]]
+
+
+@with_config(_SCHEMA_CONFIG)
+class AggregatedUsage(TypedDict):
+    usage: NotRequired[dict[AggregationType, ResourceMap]]
+    duration: NotRequired[GoDuration | None]
+
+
+@with_config(_SCHEMA_CONFIG)
+class NodeMetricInfo(TypedDict):
+    nodeUsage: ResourceMap
+    systemUsage: NotRequired[ResourceMap | None]
+    aggregatedNodeUsages: NotRequired[list[Annotated[AggregatedUsage, AfterValidator(_without_nulls)]] | None]
+
+
+@with_config(_SCHEMA_CONFIG)
+class PodMetricInfo(TypedDict):
+    namespace: DnsLabel
+    name: DnsSubdomain
+    podUsage: ResourceMap
+    priority: NotRequired[PriorityClass | None]
+    qos: NotRequired[QoSClass | None]
+
+
+@with_config(_SCHEMA_CONFIG)
+class HostApplicationMetricInfo(TypedDict):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    usage: ResourceMap
+    priority: NotRequired[PriorityClass | None]
+    qos: NotRequired[QoSClass | None]
+
+
+_Pods = Annotated[list[Annotated[PodMetricInfo, AfterValidator(_without_nulls)]] | None,
+                  AfterValidator(_pods_are_unique)]
+
+
+@with_config(_SCHEMA_CONFIG)
+class NodeMetricStatus(TypedDict):
+    updateTime: AwareDatetime
+    nodeMetric: Annotated[NodeMetricInfo, AfterValidator(_without_nulls)]
+    podsMetric: NotRequired[_Pods]
+    hostApplicationMetric: NotRequired[
+        list[Annotated[HostApplicationMetricInfo, AfterValidator(_without_nulls)]] | None]
+
+
+@with_config(_SCHEMA_CONFIG)
+class ObjectMeta(TypedDict):
+    name: DnsSubdomain
+
+
+@with_config(_SCHEMA_CONFIG)
+class NodeMetric(TypedDict):
+    apiVersion: NotRequired[str]
+    kind: NotRequired[str]
+    metadata: ObjectMeta
+    status: Annotated[NodeMetricStatus, AfterValidator(_without_nulls)]
+
+
+NODE_METRIC = TypeAdapter(NodeMetric)
+
+
+# ---------------------------------------------------------------------------------------------
+# A validated report.
+
+
+@dataclass(frozen=True, slots=True)
+class UsageFigures:
+    """The few numbers the API and the controllers read without parsing the object again."""
+
+    cpu_millis: int  # status.nodeMetric.nodeUsage cpu
+    memory_bytes: int  # status.nodeMetric.nodeUsage memory
+    pod_count: int
+    update_time: float  # status.updateTime, seconds since the epoch
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedReport:
+    """A report that passed validation, reduced to what the store keeps.
+
+    `status_json` is the canonical `status` (known fields only, in schema order, no nulls),
+    written by orjson from the validator's output; the store splices it into the object's body.
+    """
+
+    name: str
+    status_json: bytes
+    figures: UsageFigures
+
+    def obj(self) -> dict[str, Any]:
+        """The canonical object as a dict (parses `status_json`: not for the ingest path)."""
+        return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": self.name},
+                "status": orjson.loads(self.status_json)}
+
+
+def validate_report(raw: bytes, node: str) -> ValidatedReport:
+    """Validate the body of `PUT …/nodemetrics/{node}/status`; raise ApiError (400/422) if bad."""
+    try:
+        report = NODE_METRIC.validate_json(raw)
+    except ValidationError as exc:
+        raise _rejection(raw, node, exc) from None
+    _check_identity(report.get("apiVersion", API_VERSION), report.get("kind", KIND), report["metadata"]["name"], node)
+    status: dict[str, Any] = report["status"]  # type: ignore[assignment]
+    usage = status["nodeMetric"]["nodeUsage"].get("resources") or {}
+    update_time = float(int(status["updateTime"].timestamp()))
+    status["updateTime"] = format_time(update_time)
+    figures = UsageFigures(
+        cpu_millis=cpu_millis(usage.get("cpu", "0")),
+        memory_bytes=byte_value(usage.get("memory", "0")),
+        pod_count=len(status.get("podsMetric") or ()),
+        update_time=update_time,
+    )
+    return ValidatedReport(node, orjson.dumps(status), figures)
+
+
+def figures_of(obj: Mapping[str, Any]) -> UsageFigures:
+    """The figures of an object already validated (by us, or by the leader we replicate)."""
+    status = obj.get("status") or {}
+    usage = ((status.get("nodeMetric") or {}).get("nodeUsage") or {}).get("resources") or {}
+    update_time = status.get("updateTime")
+    return UsageFigures(
+        cpu_millis=cpu_millis(usage.get("cpu", "0")),
+        memory_bytes=byte_value(usage.get("memory", "0")),
+        pod_count=len(status.get("podsMetric") or ()),
+        update_time=dt.datetime.fromisoformat(update_time).timestamp() if update_time else 0.0,
+    )
+
+
+def _check_identity(api_version: Any, kind: Any, name: Any, node: str) -> None:
+    if api_version != API_VERSION or kind != KIND:
+        version = api_version.rpartition("/")[2] if isinstance(api_version, str) else api_version
+        raise ApiError.bad_request(
+            f"{kind} in version {go_quote(version)} cannot be handled as a {KIND}: "
+            f"no kind {go_quote(kind)} is registered for version {go_quote(api_version)}")
+    if name != node:
+        raise ApiError.bad_request(
+            f"the name of the object ({name}) does not match the name on the URL ({node})")
+
+
+def _rejection(raw: bytes, node: str, exc: ValidationError) -> ApiError:
+    """The error to answer with, the way kube-apiserver orders them: decoding, identity, fields."""
+    document = decoded_object(raw, KIND)
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    _check_identity(document.get("apiVersion", API_VERSION), document.get("kind", KIND), name or "", node)
+    return ApiError.invalid(GROUP, KIND, node, FIELD_ERRORS.causes(exc))
+
+
+FIELD_ERRORS = FieldErrorStyle(
+    map_fields=(("resources",), ("aggregatedNodeUsages", int, "usage")),
+    pattern_messages=PATTERN_MESSAGES,
+    custom_problems={QUANTITY_ERROR: lambda value: quantity_problem(value) or "invalid quantity"})

@@ -1,0 +1,122 @@
+"""The stored NodeMetrics read as resource metrics: cpu and memory usage per node and per pod, with a window.
+
+The resource metrics API (metrics.k8s.io) and the built-in custom metrics both read the figures
+this way. Where our data is not metrics-server's, these are the choices (docs/install.md repeats
+them):
+- `timestamp` is the report's `status.updateTime`.
+- `window`: an agent's `nodeUsage` is an average over its aggregation duration, which the report
+  does not carry; the shortest `aggregatedNodeUsages[].duration` stands for it (5m0s with the
+  default policy), and 10s (a report interval) when the report has none.
+- A pod reported by two nodes (it moved) has the newer report's figures.
+
+Reading usage is rare next to ingesting reports, so stored bodies are parsed on demand and the
+result is cached per entry resourceVersion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import orjson
+
+from colocation.apimachinery.goduration import format_go_duration, parse_go_duration
+from colocation.apimachinery.selectors import LabelSelector
+from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
+
+FALLBACK_WINDOW = "10s"
+SERVED_RESOURCES = ("cpu", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    namespace: str
+    name: str
+    usage: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUsage:
+    name: str
+    labels: Mapping[str, str]
+    timestamp: str  # RFC 3339, the report's updateTime
+    window: str  # a Go duration
+    usage: Mapping[str, str]
+    pods: tuple[PodUsage, ...]
+
+
+def _served(resource_map: Mapping[str, Any] | None) -> Mapping[str, str]:
+    # A resource the report lacks is left out, not zero: the HPA skips a pod without it.
+    resources = (resource_map or {}).get("resources") or {}
+    return MappingProxyType({name: str(resources[name]) for name in SERVED_RESOURCES if name in resources})
+
+
+def report_window(node_metric: Mapping[str, Any]) -> str:
+    """The window the usage was averaged over: see the module docstring."""
+    durations = [nanos for usage in node_metric.get("aggregatedNodeUsages") or ()
+                 if (nanos := parse_go_duration(str(usage.get("duration") or ""))) is not None and nanos > 0]
+    return format_go_duration(min(durations)) if durations else FALLBACK_WINDOW
+
+
+def node_usage_of(obj: Mapping[str, Any]) -> NodeUsage:
+    """Read a NodeMetric object (already validated when it was stored)."""
+    metadata, status = obj["metadata"], obj.get("status") or {}
+    node_metric = status.get("nodeMetric") or {}
+    pods = tuple(PodUsage(pod["namespace"], pod["name"], _served(pod.get("podUsage")))
+                 for pod in status.get("podsMetric") or ())
+    return NodeUsage(metadata["name"], MappingProxyType(dict(metadata.get("labels") or {})),
+                     str(status.get("updateTime") or ""), report_window(node_metric),
+                     _served(node_metric.get("nodeUsage")), pods)
+
+
+class ResourceMetricsView:
+    """The store's entries read as NodeUsage, parsed once per entry resourceVersion."""
+
+    def __init__(self, store: NodeMetricReader) -> None:
+        self._store = store
+        self._parsed: dict[str, tuple[int, NodeUsage]] = {}
+        self._index_key: tuple[tuple[str, int], ...] = ()
+        self._pod_index: dict[tuple[str, str], tuple[NodeUsage, PodUsage]] = {}
+
+    def _usage(self, entry: Entry) -> NodeUsage:
+        cached = self._parsed.get(entry.name)
+        if cached is not None and cached[0] == entry.resource_version:
+            return cached[1]
+        usage = node_usage_of(orjson.loads(entry.body))
+        self._parsed[entry.name] = (entry.resource_version, usage)
+        return usage
+
+    def node(self, name: str) -> NodeUsage | None:
+        entry = self._store.get(name)
+        return self._usage(entry) if entry is not None else None
+
+    def nodes(self, selector: LabelSelector | None = None, name: str | None = None) -> list[NodeUsage]:
+        """In name order, as the store lists them."""
+        entries, _ = self._store.list(selector, name)
+        if selector is None and name is None:
+            self._forget_all_but(entries)
+        return [self._usage(entry) for entry in entries]
+
+    def pods(self) -> Mapping[tuple[str, str], tuple[NodeUsage, PodUsage]]:
+        """(namespace, name) -> the pod's figures and the node report they came from."""
+        entries, _ = self._store.list()
+        key = tuple((entry.name, entry.resource_version) for entry in entries)
+        if key != self._index_key:
+            index: dict[tuple[str, str], tuple[NodeUsage, PodUsage]] = {}
+            for entry in entries:
+                node = self._usage(entry)
+                for pod in node.pods:
+                    seen = index.get((pod.namespace, pod.name))
+                    if seen is None or seen[0].timestamp < node.timestamp:  # RFC 3339 UTC sorts as text
+                        index[(pod.namespace, pod.name)] = (node, pod)
+            self._forget_all_but(entries)
+            self._index_key, self._pod_index = key, index
+        return self._pod_index
+
+    def _forget_all_but(self, entries: list[Entry]) -> None:
+        # Nodes dropped from the store (silent, or deleted) leave the cache too.
+        if len(self._parsed) > len(entries):
+            live = {entry.name for entry in entries}
+            self._parsed = {name: parsed for name, parsed in self._parsed.items() if name in live}

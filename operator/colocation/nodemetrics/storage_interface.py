@@ -1,0 +1,83 @@
+"""What the storage stage offers the stages around it, as narrow protocols over one stored type.
+
+The NodeMetric store is the only implementation; its readers depend on these instead, so that a
+change of its internals (the event window, the resourceVersion clock, the indexes) reaches nobody:
+- `NodeMetricReader`: the latest entries, for the controllers, custom metrics and the metric views.
+- `NodeMetricServing`: what an API serves from (bodies, lists, watches) and takes reports into.
+- `ReplicaTarget`: what a standby's follower applies the leader's feed to.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from colocation.apimachinery.selectors import LabelSelector
+from colocation.nodemetrics.report_schema import UsageFigures, ValidatedReport
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One node's stored NodeMetric: its serialized body and what is read without parsing it."""
+
+    name: str
+    labels: Mapping[str, str]  # the Node's labels, as the object's metadata.labels
+    resource_version: int
+    body: bytes  # the whole object, as served by get, list and watch
+    figures: UsageFigures
+    creation_timestamp: str
+    last_seen_monotonic: float  # the last report, even an unchanged one
+
+
+class NodeMetricReader(Protocol):
+    @property
+    def resource_version(self) -> int:
+        """The resourceVersion of the current state."""
+
+    @property
+    def node_count(self) -> int: ...
+
+    def get(self, name: str) -> Entry | None: ...
+
+    def list(self, label_selector: LabelSelector | None = None,
+             name: str | None = None) -> tuple[builtins.list[Entry], int]:
+        """The matching entries in name order, and the resourceVersion of this state."""
+
+
+class WatchStream(Protocol):
+    """One client's watch: lines of JSON, one event each, to write as they come."""
+
+    @property
+    def closed(self) -> bool:
+        """No more events will be added; lines already queued (a final ERROR) are still read."""
+
+    async def next(self, timeout: float | None) -> bytes | None:
+        """The next line, or None after `timeout` seconds without one or once the stream ended."""
+
+    def bookmark_line(self) -> bytes | None:
+        """A BOOKMARK at the current resourceVersion, or None while lines are pending."""
+
+    def stop(self) -> None:
+        """The client went away."""
+
+
+class NodeMetricServing(NodeMetricReader, Protocol):
+    def list_body(self, label_selector: LabelSelector | None = None, name: str | None = None) -> bytes:
+        """A NodeMetricList, assembled from the stored bodies."""
+
+    def watch(self, resource_version: str, label_selector: LabelSelector | None = None, name: str | None = None,
+              send_initial_events: bool | None = None) -> WatchStream:
+        """A watch as kube-apiserver starts one for these parameters; ApiError for a bad resourceVersion."""
+
+    def put(self, report: ValidatedReport, labels: Mapping[str, str]) -> Entry:
+        """Store a node's report, with the Node's labels."""
+
+
+class ReplicaTarget(Protocol):
+    def apply_event(self, type_: str, body: bytes) -> None:
+        """Apply one of the leader's watch events (its body carries the leader's resourceVersion)."""
+
+    def replace_all(self, bodies: builtins.list[bytes], resource_version: int) -> None:
+        """Make the contents those of the leader's list at `resource_version`."""

@@ -1,0 +1,26 @@
+"""Prometheus metrics of the storage stage: what the store holds, expiry, a standby's replication."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+
+
+class StorageMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.nodes = Gauge("colocation_nodemetric_nodes", "Nodes with NodeMetric data in memory.", registry=r)
+        self.watchers = Gauge("colocation_nodemetric_watchers", "Open NodeMetric watches.", registry=r)
+        self.expired = Counter("colocation_nodemetric_expired_total",
+                               "Nodes dropped after being silent for the metric TTL.", registry=r)
+        self.replication_events = Counter("colocation_standby_replicated_events_total",
+                                          "NodeMetric events a standby applied from the leader's watch.",
+                                          registry=r)
+        self.replication_relists = Counter("colocation_standby_relists_total",
+                                           "Full relists a standby made of the leader's NodeMetrics.", registry=r)
+
+    def track(self, store: NodeMetricStore) -> None:
+        """Read the store's sizes at scrape time instead of updating gauges on every change."""
+        self.nodes.set_function(lambda: store.node_count)
+        self.watchers.set_function(lambda: store.watcher_count)

@@ -1,0 +1,482 @@
+"""The NodeMetric store: resourceVersions, list and watch semantics, expiry and replication."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.selectors import LabelSelector
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.report_schema import ValidatedReport, validate_report
+from colocation.nodemetrics.watch_events import Watcher
+
+T0 = 1_795_341_600.0  # 2026-11-22T10:00:00Z
+RV0 = 1_795_341_600_000_000  # the same instant in microseconds: the first resourceVersion
+
+
+class Clock:
+    def __init__(self, wall: float = T0, monotonic: float = 100.0) -> None:
+        self.wall_time, self.monotonic_time = wall, monotonic
+
+    def wall(self) -> float:
+        return self.wall_time
+
+    def monotonic(self) -> float:
+        return self.monotonic_time
+
+
+def report(node: str, cpu: str = "1", update_time: str = "2026-11-22T10:00:00Z") -> ValidatedReport:
+    body = {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric", "metadata": {"name": node},
+            "status": {"updateTime": update_time,
+                       "nodeMetric": {"nodeUsage": {"resources": {"cpu": cpu, "memory": "1Gi"}}},
+                       "podsMetric": [{"namespace": "default", "name": "web", "podUsage": {"resources": {"cpu": cpu}},
+                                       "priority": "koord-prod", "qos": "LS"}]}}
+    return validate_report(orjson.dumps(body), node)
+
+
+def make_store(clock: Clock, **options: Any) -> NodeMetricStore:
+    # Started a second before "now": its first change is then exactly the clock's microseconds
+    # (a change at the very instant a store starts is one more than the store's own version).
+    clock.wall_time -= 1
+    store = NodeMetricStore(clock.wall, clock.monotonic, **options)
+    clock.wall_time += 1
+    return store
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(clock: Clock) -> NodeMetricStore:
+    return make_store(clock, window=5, watcher_queue=10)
+
+
+def stored(store: NodeMetricStore, name: str) -> bytes:
+    entry = store.get(name)
+    assert entry is not None, f"{name} is not stored"
+    return entry.body
+
+
+async def lines(watcher: Watcher, count: int) -> list[dict[str, Any]]:
+    read = [await watcher.next(0) for _ in range(count)]
+    return [orjson.loads(line) for line in read if line is not None]
+
+
+async def drain(watcher: Watcher) -> list[tuple[str, str, str]]:
+    """Every line ready now, as (type, name or "code reason", resourceVersion or message)."""
+    seen = []
+    while (line := await watcher.next(0)) is not None:
+        event = orjson.loads(line)
+        obj = event["object"]
+        if event["type"] == "ERROR":
+            seen.append(("ERROR", f'{obj["code"]} {obj["reason"]}', obj["message"]))
+        else:
+            metadata = obj["metadata"]
+            seen.append((event["type"], metadata.get("name", ""), metadata["resourceVersion"]))
+    return seen
+
+
+# --------------------------------------------------------------------------------------------
+# Objects and resourceVersions.
+
+
+def test_a_report_is_stored_as_a_complete_object(store: NodeMetricStore) -> None:
+    entry = store.put(report("node-1", cpu="2500m"), {"pool": "prod"})
+    obj = orjson.loads(entry.body)
+    assert obj["apiVersion"] == "metrics.colocation.dev/v1alpha1" and obj["kind"] == "NodeMetric"
+    assert obj["metadata"] == {"name": "node-1", "resourceVersion": str(RV0),
+                               "creationTimestamp": "2026-11-22T10:00:00Z", "labels": {"pool": "prod"}}
+    assert obj["status"]["nodeMetric"]["nodeUsage"]["resources"] == {"cpu": "2500m", "memory": "1Gi"}
+    assert (entry.name, entry.resource_version, entry.figures.cpu_millis, entry.figures.pod_count) == \
+        ("node-1", RV0, 2500, 1)
+    assert store.get("node-1") == entry
+    assert store.node_count == 1
+
+
+def test_resource_versions_follow_the_clock_and_always_grow(store: NodeMetricStore, clock: Clock) -> None:
+    first = store.put(report("a"), {}).resource_version
+    second = store.put(report("b"), {}).resource_version  # same microsecond: one more
+    clock.wall_time -= 30  # the wall clock stepped back
+    third = store.put(report("c"), {}).resource_version
+    clock.wall_time += 60
+    fourth = store.put(report("d"), {}).resource_version
+    assert (first, second, third) == (RV0, RV0 + 1, RV0 + 2)
+    assert fourth == RV0 + 30_000_000
+
+
+async def test_an_unchanged_report_refreshes_the_node_without_a_new_version(store: NodeMetricStore,
+                                                                      clock: Clock) -> None:
+    first = store.put(report("node-1"), {"pool": "prod"})
+    watcher = store.watch(str(first.resource_version))
+    clock.monotonic_time += 30
+    again = store.put(report("node-1"), {"pool": "prod"})
+    assert again.resource_version == first.resource_version and again.body is first.body
+    assert again.last_seen_monotonic == first.last_seen_monotonic + 30
+    assert store.resource_version == first.resource_version
+    assert await drain(watcher) == []
+    creation = orjson.loads(first.body)["metadata"]["creationTimestamp"]
+    clock.wall_time += 10
+    changed = store.put(report("node-1", update_time="2026-11-22T10:00:10Z"), {"pool": "prod"})
+    assert changed.resource_version == RV0 + 10_000_000
+    assert orjson.loads(changed.body)["metadata"]["creationTimestamp"] == creation  # kept across updates
+    relabelled = store.put(report("node-1", update_time="2026-11-22T10:00:10Z"), {"pool": "batch"})
+    assert relabelled.resource_version == changed.resource_version + 1  # labels are part of the object
+    assert await drain(watcher) == [("MODIFIED", "node-1", str(changed.resource_version)),
+                              ("MODIFIED", "node-1", str(relabelled.resource_version))]
+
+
+async def test_resource_versions_stay_above_a_previous_process_after_a_restart(clock: Clock) -> None:
+    old = make_store(clock)
+    last = [old.put(report(f"n{i}"), {}).resource_version for i in range(3)][-1]
+    assert last == RV0 + 2  # three changes in one microsecond ran ahead of the clock
+    clock.wall_time -= 0.5  # the new process starts on a clock that went back a little
+    new = make_store(clock)
+    watcher = new.watch(str(last))  # an informer resumes from what it saw: that is fine...
+    assert await drain(watcher) == []
+    entry = new.put(report("n0"), {})  # ...and what follows comes after it
+    assert entry.resource_version == last + 1
+    assert await drain(watcher) == [("ADDED", "n0", str(last + 1))]
+
+
+def test_a_standby_continues_above_what_the_leader_had(clock: Clock) -> None:
+    clock.wall_time -= 5  # the standby's clock is behind the leader's
+    standby = make_store(clock)
+    standby.observe_resource_version(RV0 + 41)
+    assert standby.put(report("n"), {}).resource_version == RV0 + 42
+
+
+def test_lists_come_in_name_order_with_the_current_resource_version(store: NodeMetricStore) -> None:
+    for name, pool in [("c", "prod"), ("a", "batch"), ("b", "prod")]:
+        store.put(report(name), {"pool": pool})
+    entries, rv = store.list()
+    assert [e.name for e in entries] == ["a", "b", "c"] and rv == RV0 + 2
+    assert [e.name for e in store.list(LabelSelector.parse("pool=prod"))[0]] == ["b", "c"]
+    assert [e.name for e in store.list(name="b")[0]] == ["b"]
+    assert store.list(name="zz") == ([], rv)
+    assert store.list(LabelSelector.parse("pool=batch"), name="b") == ([], rv)
+
+
+def test_a_list_body_joins_the_stored_objects(store: NodeMetricStore) -> None:
+    for name in ("b", "a"):
+        store.put(report(name), {"pool": name})
+    body = store.list_body(LabelSelector.parse("pool in (a,b)"))
+    assert orjson.loads(body) == {
+        "apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetricList",
+        "metadata": {"resourceVersion": str(RV0 + 1)},
+        "items": [orjson.loads(stored(store, "a")), orjson.loads(stored(store, "b"))],
+    }
+    assert stored(store, "a") in body  # the stored bytes, as they are
+    assert orjson.loads(store.list_body(name="nope"))["items"] == []
+
+
+# --------------------------------------------------------------------------------------------
+# Watch.
+
+
+@pytest.mark.parametrize("resource_version", ["", "0"])
+async def test_a_watch_from_now_starts_with_the_current_objects(store: NodeMetricStore,
+                                                                resource_version: str) -> None:
+    store.put(report("b"), {})
+    store.put(report("a"), {})
+    watcher = store.watch(resource_version)
+    store.put(report("c"), {})
+    assert await drain(watcher) == [("ADDED", "a", str(RV0 + 1)), ("ADDED", "b", str(RV0)),
+                                    ("ADDED", "c", str(RV0 + 2))]
+    assert store.watcher_count == 1
+
+
+async def test_initial_events_end_with_an_annotated_bookmark(store: NodeMetricStore) -> None:
+    store.put(report("a"), {})
+    watcher = store.watch("", send_initial_events=True)
+    store.put(report("b"), {})
+    events = await lines(watcher, 3)
+    assert [event["type"] for event in events] == ["ADDED", "BOOKMARK", "ADDED"]
+    assert events[1]["object"] == {"kind": "NodeMetric", "apiVersion": "metrics.colocation.dev/v1alpha1",
+                                  "metadata": {"resourceVersion": str(RV0),
+                                               "annotations": {"k8s.io/initial-events-end": "true"}}}
+
+
+async def test_initial_events_are_sent_even_for_a_resource_version_past_the_window(store: NodeMetricStore) -> None:
+    for index in range(8):  # more changes than the window of 5 holds
+        store.put(report("a", cpu=str(index + 1)), {})
+    watcher = store.watch("1", send_initial_events=True)  # NotOlderThan: the current state is newer
+    assert [t for t, _, _ in await drain(watcher)] == ["ADDED", "BOOKMARK"]
+
+
+async def test_a_watch_without_initial_events_starts_at_the_most_recent_change(store: NodeMetricStore) -> None:
+    store.put(report("a"), {})
+    watcher = store.watch("", send_initial_events=False)
+    store.put(report("b"), {})
+    assert await drain(watcher) == [("ADDED", "b", str(RV0 + 1))]
+
+
+async def test_a_watch_resumes_after_the_resource_version_given(store: NodeMetricStore, clock: Clock) -> None:
+    store.put(report("a"), {})
+    seen = store.put(report("b"), {}).resource_version
+    store.put(report("a", cpu="2"), {})
+    store.delete("b")
+    watcher = store.watch(str(seen))
+    assert await drain(watcher) == [("MODIFIED", "a", str(RV0 + 2)), ("DELETED", "b", str(RV0 + 3))]
+
+
+async def test_a_resource_version_older_than_the_window_is_expired(store: NodeMetricStore) -> None:
+    first = store.put(report("a"), {}).resource_version
+    for index in range(5):  # the window holds 5 events: the first one falls out...
+        store.put(report("a", cpu=str(index + 2)), {})
+    # ...but whoever saw it can still resume: every later event is kept.
+    assert [rv for _, _, rv in await drain(store.watch(str(first)))] == [str(first + n) for n in range(1, 6)]
+    watcher = store.watch(str(first - 1))
+    assert await drain(watcher) == [("ERROR", "410 Expired", f"too old resource version: {first - 1} ({first})")]
+    assert watcher.closed and store.watcher_count == 1
+
+
+async def test_a_new_store_cannot_replay_what_came_before_it(clock: Clock) -> None:
+    store = NodeMetricStore(clock.wall, clock.monotonic)
+    assert store.resource_version == RV0  # an empty store lists at the time it started
+    watcher = store.watch(str(RV0 - 1))
+    assert [t for t, _, _ in await drain(watcher)] == ["ERROR"]
+
+
+def test_a_resource_version_too_far_ahead_is_refused(store: NodeMetricStore) -> None:
+    with pytest.raises(ApiError) as caught:
+        store.watch(str(RV0 + 3_600_000_000))  # an hour past both the store and the clock
+    assert (caught.value.code, caught.value.reason) == (504, "Timeout")
+    assert caught.value.message.startswith("Timeout: Too large resource version")
+    assert store.put(report("a"), {}).resource_version == RV0  # and it moved nothing
+
+
+@pytest.mark.parametrize("resource_version", ["abc", "-1", "1.5", "99999999999999999999"])
+def test_a_malformed_resource_version_is_400(store: NodeMetricStore, resource_version: str) -> None:
+    with pytest.raises(ApiError) as caught:
+        store.watch(resource_version)
+    assert caught.value.code == 400
+
+
+async def test_every_watcher_gets_the_same_bytes_for_an_event(store: NodeMetricStore) -> None:
+    first, second = store.watch("", send_initial_events=False), store.watch("", send_initial_events=False)
+    store.put(report("a"), {})
+    line = await first.next(0)
+    assert line is not None and line.endswith(b"\n")
+    assert await second.next(0) is line
+    assert orjson.loads(line) == {"type": "ADDED", "object": orjson.loads(stored(store, "a"))}
+
+
+async def test_objects_entering_or_leaving_a_selection_are_added_or_deleted(store: NodeMetricStore) -> None:
+    store.put(report("a"), {"pool": "prod"})
+    watcher = store.watch(str(store.resource_version), LabelSelector.parse("pool=batch"))
+    store.put(report("a", cpu="2"), {"pool": "prod"})  # not selected before or after: nothing
+    joined = store.put(report("a", cpu="2"), {"pool": "batch"})
+    store.put(report("a", cpu="3"), {"pool": "batch"})
+    left = store.put(report("a", cpu="3"), {"pool": "prod"})
+    store.put(report("b"), {"pool": "batch"})
+    assert await drain(watcher) == [("ADDED", "a", str(joined.resource_version)),
+                                    ("MODIFIED", "a", str(joined.resource_version + 1)),
+                                    ("DELETED", "a", str(left.resource_version)),
+                                    ("ADDED", "b", str(left.resource_version + 1))]
+
+
+async def test_an_object_leaving_a_selection_is_deleted_as_it_was_at_the_new_version(store: NodeMetricStore) -> None:
+    store.put(report("a", cpu="1"), {"pool": "batch"})
+    watcher = store.watch("", LabelSelector.parse("pool=batch"), send_initial_events=False)
+    left = store.put(report("a", cpu="2"), {"pool": "prod"})
+    [event] = await lines(watcher, 1)
+    assert event["type"] == "DELETED"
+    assert event["object"]["metadata"]["labels"] == {"pool": "batch"}  # the content it was selected with
+    assert event["object"]["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "1"
+    assert event["object"]["metadata"]["resourceVersion"] == str(left.resource_version)
+
+
+async def test_replayed_events_go_through_the_selection_too(store: NodeMetricStore) -> None:
+    start = store.put(report("a"), {"pool": "prod"}).resource_version
+    store.put(report("a"), {"pool": "batch"})
+    store.put(report("b"), {"pool": "prod"})
+    watcher = store.watch(str(start), LabelSelector.parse("pool=batch"))
+    assert await drain(watcher) == [("ADDED", "a", str(start + 1))]
+
+
+async def test_a_watch_of_one_name_sees_only_that_object(store: NodeMetricStore) -> None:
+    store.put(report("a"), {})
+    store.put(report("b"), {})
+    watcher = store.watch("", name="b")
+    store.put(report("a", cpu="2"), {})
+    store.put(report("b", cpu="2"), {})
+    assert await drain(watcher) == [("ADDED", "b", str(RV0 + 1)), ("MODIFIED", "b", str(RV0 + 3))]
+    replayed = store.watch(str(RV0), name="a")
+    assert await drain(replayed) == [("MODIFIED", "a", str(RV0 + 2))]
+
+
+async def test_a_watcher_that_falls_behind_is_closed_with_410_and_dropped(clock: Clock) -> None:
+    store = make_store(clock, watcher_queue=2)
+    slow = store.watch("", send_initial_events=False)
+    fast = store.watch("", send_initial_events=False)
+    for index in range(3):
+        store.put(report(f"n{index}"), {})
+        await fast.next(0)
+    assert slow.closed and store.watcher_count == 1
+    assert await drain(slow) == [("ERROR", "410 Expired",
+                                  "the watcher fell behind: more than 2 events were waiting to be read")]
+    store.put(report("n9"), {})  # nothing more is queued for it
+    assert await drain(slow) == [] and await slow.next(None) is None
+
+
+async def test_a_waiting_reader_wakes_up_for_an_event_and_for_the_end(store: NodeMetricStore) -> None:
+    watcher = store.watch("", send_initial_events=False)
+    reader = asyncio.ensure_future(watcher.next(None))
+    await asyncio.sleep(0)  # let the reader start waiting
+    store.put(report("a"), {})
+    line = await reader
+    assert line is not None and orjson.loads(line)["type"] == "ADDED"
+    reader = asyncio.ensure_future(watcher.next(None))
+    await asyncio.sleep(0)
+    store.close_watchers()
+    assert await reader is None and watcher.closed and store.watcher_count == 0
+
+
+async def test_next_gives_up_after_its_timeout(store: NodeMetricStore) -> None:
+    watcher = store.watch("", send_initial_events=False)
+    assert await watcher.next(0) is None and not watcher.closed
+
+
+async def test_a_bookmark_is_only_offered_when_nothing_is_pending(store: NodeMetricStore) -> None:
+    watcher = store.watch("", LabelSelector.parse("pool=batch"), send_initial_events=False)
+    store.put(report("a"), {"pool": "batch"})
+    assert watcher.bookmark_line() is None  # the ADDED has not been read yet
+    await watcher.next(0)
+    store.put(report("b"), {"pool": "prod"})  # not for this watcher, but the version moved on
+    line = watcher.bookmark_line()
+    assert line is not None and orjson.loads(line) == {
+        "type": "BOOKMARK", "object": {"kind": "NodeMetric", "apiVersion": "metrics.colocation.dev/v1alpha1",
+                                       "metadata": {"resourceVersion": str(RV0 + 1)}}}
+    watcher.stop()
+    assert watcher.bookmark_line() is None and store.watcher_count == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Expiry and deletion.
+
+
+async def test_a_node_silent_for_the_ttl_is_deleted(clock: Clock) -> None:
+    store = make_store(clock, ttl_seconds=600)
+    store.put(report("quiet"), {})
+    store.put(report("chatty"), {})
+    watcher = store.watch("", send_initial_events=False)
+    clock.monotonic_time += 599
+    store.put(report("chatty"), {})  # unchanged, but it counts as news from the node
+    assert store.expire() == []
+    clock.monotonic_time += 1
+    clock.wall_time += 600  # the wall clock only names the new resourceVersion
+    assert store.expire() == ["quiet"]
+    assert [e.name for e in store.list()[0]] == ["chatty"]
+    assert await drain(watcher) == [("DELETED", "quiet", str(RV0 + 600_000_000))]
+    clock.monotonic_time += 599
+    assert store.expire() == ["chatty"]
+
+
+async def test_delete_emits_the_last_state_at_the_deletion_version(store: NodeMetricStore) -> None:
+    store.put(report("a", cpu="7"), {"pool": "prod"})
+    watcher = store.watch("", send_initial_events=False)
+    assert store.delete("a") is not None and store.delete("a") is None
+    [event] = await lines(watcher, 1)
+    assert (event["type"], event["object"]["metadata"]["resourceVersion"]) == ("DELETED", str(RV0 + 1))
+    assert event["object"]["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "7"
+    assert store.get("a") is None and store.node_count == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Replication to a warm standby.
+
+
+async def replicate(leader_watch: Watcher, standby: NodeMetricStore) -> None:
+    while (line := await leader_watch.next(0)) is not None:
+        event = orjson.loads(line)
+        standby.apply_event(event["type"], orjson.dumps(event["object"]))
+
+
+async def test_a_standby_serves_what_the_leader_serves(clock: Clock) -> None:
+    leader = make_store(clock)
+    leader.put(report("a"), {"pool": "prod"})
+    leader.put(report("b"), {"pool": "batch"})
+    clock.wall_time += 1
+    standby = make_store(clock)  # started later: its own clock is ahead of the leader's data
+    entries, rv = leader.list()
+    standby.replace_all([e.body for e in entries], rv)
+    assert standby.list_body() == leader.list_body()
+    follow = leader.watch(str(rv))
+    standby_watch = standby.watch(str(rv))
+    leader.put(report("a", cpu="2"), {"pool": "prod"})
+    leader.put(report("b"), {"pool": "prod"})
+    leader.put(report("c"), {})
+    leader.delete("a")
+    await replicate(follow, standby)
+    assert standby.list_body() == leader.list_body()
+    assert standby.list_body(LabelSelector.parse("pool=prod")) == leader.list_body(LabelSelector.parse("pool=prod"))
+    standby_b, leader_b = standby.get("b"), leader.get("b")
+    assert standby_b is not None and leader_b is not None
+    assert (standby_b.body, standby_b.resource_version, standby_b.labels, standby_b.figures) == \
+        (leader_b.body, leader_b.resource_version, leader_b.labels, leader_b.figures)
+    assert await drain(standby_watch) == [("MODIFIED", "a", str(RV0 + 1_000_000)),
+                                          ("MODIFIED", "b", str(RV0 + 1_000_001)),
+                                          ("ADDED", "c", str(RV0 + 1_000_002)),
+                                          ("DELETED", "a", str(RV0 + 1_000_003))]
+    # Promoted, it carries on above the leader and knows an unchanged report when it sees one.
+    assert standby.put(report("c"), {}).resource_version == RV0 + 1_000_002
+    assert standby.put(report("c", cpu="5"), {}).resource_version == RV0 + 1_000_004
+
+
+async def test_a_watch_resumes_on_the_promoted_standby_without_loss(clock: Clock) -> None:
+    leader = make_store(clock)
+    standby = make_store(clock)
+    standby.replace_all([], leader.resource_version)
+    follow = leader.watch(str(leader.resource_version))
+    client = leader.watch("", send_initial_events=False)
+    leader.put(report("a"), {})
+    seen = await drain(client)
+    leader.put(report("b"), {})  # the client never reads this one from the leader
+    await replicate(follow, standby)
+    resumed = standby.watch(seen[-1][2])
+    assert await drain(resumed) == [("ADDED", "b", str(RV0 + 1))]
+
+
+async def test_a_relist_emits_the_difference(clock: Clock) -> None:
+    leader = make_store(clock)
+    standby = make_store(clock)
+    for name in ("a", "b", "c"):
+        leader.put(report(name), {})
+    standby.replace_all([e.body for e in leader.list()[0]], leader.resource_version)
+    watcher = standby.watch("", send_initial_events=False)
+    leader.put(report("a", cpu="2"), {})  # changes the standby will only learn from a relist
+    leader.delete("b")
+    leader.put(report("d"), {})
+    entries, rv = leader.list()
+    standby.replace_all([e.body for e in entries], rv)
+    assert await drain(watcher) == [("MODIFIED", "a", str(RV0 + 3)), ("ADDED", "d", str(RV0 + 5)),
+                                    ("DELETED", "b", str(rv))]
+    assert standby.list_body() == leader.list_body()
+
+
+async def test_a_standby_ignores_an_event_delivered_twice(clock: Clock) -> None:
+    leader = make_store(clock)
+    standby = make_store(clock)
+    standby.replace_all([], leader.resource_version)
+    entry = leader.put(report("a"), {})
+    watcher = standby.watch("", send_initial_events=False)
+    standby.apply_event("ADDED", entry.body)
+    standby.apply_event("MODIFIED", entry.body)
+    assert [t for t, _, _ in await drain(watcher)] == ["ADDED"]
+    standby.apply_event("BOOKMARK", b'{"kind":"NodeMetric","metadata":{"resourceVersion":"%d"}}' % (RV0 + 50))
+    assert standby.resource_version == RV0 + 50
+    with pytest.raises(ValueError, match="cannot apply"):
+        standby.apply_event("ERROR", b"{}")
+
+
+def test_a_list_without_a_resource_version_does_not_move_the_store_back(clock: Clock) -> None:
+    standby = make_store(clock)
+    before = standby.resource_version
+    standby.replace_all([], 0)
+    assert standby.resource_version == before
