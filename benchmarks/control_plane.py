@@ -37,7 +37,7 @@ from benchmarks.client import JSON, Client, Request, say
 from benchmarks.cp_cluster import NODEMETRICS, Cluster, wait_until
 from benchmarks.cp_etcd import EtcdFigures
 from colocation.agent import selfcheck
-from colocation.agent.leader import DEFAULT_POLL_INTERVAL
+from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL
 from colocation.kube import permissions
 
 KOORD_GROUP = "slo.koordinator.sh"

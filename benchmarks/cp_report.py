@@ -11,7 +11,7 @@ from benchmarks.machine import Machine
 from benchmarks.markdown import run_lines, table, write_section
 from benchmarks.operator_failover import DEFAULT_LEASE, SHORT_LEASE, FailoverReport
 from benchmarks.stats import percentile, ratio, size
-from colocation.agent.leader import DEFAULT_POLL_INTERVAL
+from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL
 
 FAILOVER_SECTION = "operator-failover"
 CONTROL_PLANE_SECTION = "control-plane"

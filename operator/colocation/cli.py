@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from colocation import __version__
-from colocation.agent.cli import agent_command
+from colocation.agent.agent_command import agent_command
 from colocation.manager.operator_command import operator_command
 from colocation.sandbox.launcher.sandbox_cli import sandbox_command
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.heartbeat import HeartbeatError, NodeHeartbeat
-from colocation.agent.metrics import AgentMetrics
 from colocation.kube.informer import Transport
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/colocation-node-lease/leases"

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.delivery import Delivery
-from colocation.agent.leader import Leader, LeaderLocator, leader_from_lease
-from colocation.agent.metrics import AgentMetrics
+from colocation.agent.leader_locator import Leader, LeaderLocator, leader_from_lease
 from colocation.agent.report import Reporter, ReportOptions, Snapshot, moved, report_trigger
 from colocation.kube.backoff import Backoff
 from colocation.kube.informer import Transport

@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 import pytest
 
+from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.delivery import Delivery
-from colocation.agent.leader import Leader, LeaderLocator
-from colocation.agent.metrics import AgentMetrics
+from colocation.agent.leader_locator import Leader, LeaderLocator
 from colocation.agent.runtime import PodDirectory
 from colocation.agent.samples import (
     CustomMetrics,

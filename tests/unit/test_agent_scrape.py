@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from colocation.agent.metrics import AgentMetrics
+from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.runtime import PodDirectory
 from colocation.agent.samples import SeriesKey
 from colocation.agent.scrape import (

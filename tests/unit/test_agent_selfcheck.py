@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 
 from colocation.agent import selfcheck
-from colocation.agent.metrics import AgentMetrics
+from colocation.agent.agent_metrics import AgentMetrics
 
 
 def test_the_self_check_passes_a_clean_window_and_names_every_problem() -> None:

@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from colocation.controllers.cluster import ClusterState, slim_pod
 from colocation.controllers.configsource import ConfigSource
+from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.events import ObjectRef
 from colocation.controllers.health import NodeHealthTracker
-from colocation.controllers.metrics import ControllerMetrics
 from colocation.controllers.noderesource_controller import NodeResourceReconciler
 from colocation.controllers.settings import ControllerSettings
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore

@@ -21,7 +21,7 @@ import aiohttp
 import orjson
 
 from colocation.agent.kubeapi import KubeApi
-from colocation.agent.leader import Leader, LeaderLocator
+from colocation.agent.leader_locator import Leader, LeaderLocator
 
 # PUT `path` with `body` to the leader within `timeout`: (status, decoded body).
 DirectPut = Callable[[Leader, str, bytes, float], Awaitable[tuple[int, Any]]]

@@ -31,8 +31,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.kubeapi import KubeApi
-from colocation.agent.metrics import AgentMetrics
 from colocation.apimachinery.clock import format_micro_time, wall_time
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff

@@ -28,14 +28,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.aggregate import Aggregator
 from colocation.agent.classify import PodInfo, classify
 from colocation.agent.collector import Collector, RealCollector
 from colocation.agent.delivery import Delivery, DirectPut, session_put
 from colocation.agent.heartbeat import DEFAULT_LEASE_DURATION, NodeHeartbeat
 from colocation.agent.kubeapi import ApiClientKube, KubeApi
-from colocation.agent.leader import DEFAULT_POLL_INTERVAL, LeaderLocator
-from colocation.agent.metrics import AgentMetrics
+from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.nodemetric import node_metric_from
 from colocation.agent.policy import CollectPolicy, collect_policy
 from colocation.agent.report import Reporter, ReportOptions, Snapshot
@@ -292,7 +292,7 @@ class AgentConfig:
     cgroup_root: Path = Path("/sys/fs/cgroup")
     node: NodeAgentOptions = field(default_factory=NodeAgentOptions)
     metrics_bind_address: str = "0.0.0.0"
-    metrics_port: int = 0  # none; the command line's default is colocation.agent.cli.DEFAULT_METRICS_PORT
+    metrics_port: int = 0  # none; the command line's default is colocation.agent.agent_command.DEFAULT_METRICS_PORT
     operator_namespace: str = permissions.OPERATOR_NAMESPACE
     leader_poll_interval: float = DEFAULT_POLL_INTERVAL
 

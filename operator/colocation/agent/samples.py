@@ -36,9 +36,9 @@ from typing import NamedTuple
 
 import orjson
 
+from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.delivery import Delivery, DeliveryFailed, run_checks
-from colocation.agent.leader import Leader
-from colocation.agent.metrics import AgentMetrics
+from colocation.agent.leader_locator import Leader
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 

@@ -39,7 +39,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from colocation.agent.metrics import AgentMetrics
+from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.samples import MetricSample, SeriesKey
 
 log = logging.getLogger(__name__)

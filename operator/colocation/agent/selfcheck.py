@@ -1,7 +1,7 @@
 """Did an agent process behave like its real agents would? The check to pass before reporting figures.
 
 Every agent process (the real agent, and the one that runs the simulated nodes) serves metrics
-that say whether its nodes did their part (colocation.agent.metrics). A run passes when, between
+that say whether its nodes did their part (colocation.agent.agent_metrics). A run passes when, between
 a read before the measured window and one after it:
 
 - no Lease renewal was late (`colocation_agent_lease_renewals_late_total` did not grow) and no

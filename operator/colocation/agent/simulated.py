@@ -50,11 +50,11 @@ import aiohttp
 import orjson
 import yaml
 
+from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.delivery import session_put
 from colocation.agent.heartbeat import RENEW_FRACTION
 from colocation.agent.kubeapi import SessionKube
-from colocation.agent.leader import DEFAULT_POLL_INTERVAL, LeaderLocator
-from colocation.agent.metrics import AgentMetrics
+from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.runtime import (
     NodeAgent,
     NodeAgentOptions,

@@ -31,6 +31,7 @@ from colocation.controllers.cluster import ClusterState
 from colocation.controllers.conditions import status_needs_write
 from colocation.controllers.config import strategy_for_node
 from colocation.controllers.configsource import ConfigSource
+from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.events import NORMAL, WARNING, ObjectRef
 from colocation.controllers.eviction import (
     GUARD_FULL_DISRUPTION,
@@ -42,7 +43,6 @@ from colocation.controllers.eviction import (
     evictable,
 )
 from colocation.controllers.health import NodeHealth, NodeHealthTracker
-from colocation.controllers.metrics import ControllerMetrics
 from colocation.controllers.nodestatus import (
     DISABLED,
     METRICS_OUTDATED,

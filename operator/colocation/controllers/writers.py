@@ -16,8 +16,8 @@ from typing import Any, Final
 import aiohttp
 from kubernetes_asyncio import client
 
+from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.events import Create, EventRecorder, EventType, ObjectRef, Patch
-from colocation.controllers.metrics import ControllerMetrics
 from colocation.kube import permissions
 from colocation.kube.client import call_json
 

@@ -1,7 +1,7 @@
 """`colocation operator`: one asyncio process with the leader elector, the HTTPS API and its loops.
 
 Every replica serves the NodeMetric API and follows the Node list. The leader accepts reports,
-drops silent nodes, and runs the controllers (Kopf inside, `colocation.controllers.leader`); each
+drops silent nodes, and runs the controllers (Kopf inside, `colocation.controllers.leader_task`); each
 standby follows the leader's watch to keep a full copy. This is where the stages meet: the store
 (`colocation.nodemetrics`), the API server and the groups it serves (`api_assembly`), the
 controllers and custom metrics; none of them imports another. Losing the lease ends the process with a
@@ -31,7 +31,7 @@ from colocation.apiserver.kube_reviewers import load_request_header_config
 
 # Imported at start, not on promotion: importing Kopf takes the event loop for about a second,
 # which a new leader cannot spare while it must renew its Lease.
-from colocation.controllers.leader import Controllers
+from colocation.controllers.leader_task import Controllers
 from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff

@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry
 from colocation.controllers import kopf_app
 from colocation.controllers.cluster import ClusterState
 from colocation.controllers.configsource import ConfigSource
+from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.events import EventRecorder
 from colocation.controllers.health import NodeHealthTracker
-from colocation.controllers.metrics import ControllerMetrics
 from colocation.controllers.noderesource_controller import NodeResourceReconciler
 from colocation.controllers.nodeslo import NodeSLOReconciler
 from colocation.controllers.settings import ControllerSettings

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from colocation.agent.leader import DEFAULT_POLL_INTERVAL
+from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL
 from colocation.clicommon import common_options
 from colocation.kube import permissions
 
