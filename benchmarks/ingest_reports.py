@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from colocation.agent.aggregate import DEFAULT_DURATIONS, AggregatedUsage, Usage
+from colocation.agent.aggregate import AggregatedUsage, Usage
 from colocation.agent.classify import PodInfo
 from colocation.agent.nodemetric import PodUsage, build_node_metric
 from colocation.agent.synthetic import PROFILES, SyntheticCollector
 from colocation.koordinator.classes import PRIORITY_LABEL, QOS_LABEL
+from colocation.koordinator.collect_policy import DEFAULT_DURATIONS
 
 _NAME_MARK = "@@node-name@@"
 _TIME_MARK = "@@update-time@@"

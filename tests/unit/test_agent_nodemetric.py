@@ -12,7 +12,7 @@ from colocation.agent.aggregate import AggregatedUsage, Usage
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import PodSample, Sample
 from colocation.agent.nodemetric import PodUsage, build_node_metric, go_duration, match_pods
-from colocation.agent.policy import CollectPolicy, collect_policy, parse_go_duration
+from colocation.koordinator.collect_policy import duration_seconds as parse_go_duration
 from colocation.nodemetrics.report_schema import validate_report
 
 MI = 2**20
@@ -76,29 +76,3 @@ def test_pods_are_matched_by_uid_else_by_name_and_unknown_cgroups_are_left_out()
                          {("default", "web-0"): web, ("batch", "job-0"): job}, latest)
     assert sorted((m.info.name, m.usage) for m in matched) == [("job-0", Usage(200, 2 * MI)),
                                                                ("web-0", Usage(100, MI))]
-
-
-def test_the_policy_defaults_when_the_nodeslo_is_absent_or_silent() -> None:
-    assert collect_policy(None) == CollectPolicy(300, None, (300, 600, 1800), "usageWithoutPageCache")
-    assert collect_policy({"spec": {}}) == collect_policy(None)
-
-
-def test_the_policy_comes_from_the_nodeslo() -> None:
-    nodeslo = {"spec": {"metricCollectPolicy": {
-        "aggregateDurationSeconds": 60, "reportIntervalSeconds": 20,
-        "nodeAggregatePolicy": {"durations": ["10m", "5m", "1h", "bogus", "5m0s"]},
-        "nodeMemoryCollectPolicy": "usageWithPageCache"}}}
-    assert collect_policy(nodeslo) == CollectPolicy(60, 20, (300, 600, 3600), "usageWithPageCache")
-
-
-def test_unusable_policy_fields_keep_their_defaults() -> None:
-    nodeslo = {"spec": {"metricCollectPolicy": {
-        "aggregateDurationSeconds": 0, "reportIntervalSeconds": True,
-        "nodeAggregatePolicy": {"durations": ["never"]}, "nodeMemoryCollectPolicy": "everything"}}}
-    assert collect_policy(nodeslo) == CollectPolicy()
-
-
-@pytest.mark.parametrize("text", ["", "5", "m5", "5m5", "-5m", "5d"])
-def test_malformed_durations_are_refused(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_go_duration(text)

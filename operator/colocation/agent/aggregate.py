@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from colocation.agent.collector import HostApplicationSample, PodSample, Sample
+from colocation.koordinator.collect_policy import DEFAULT_AGGREGATE_SECONDS, DEFAULT_DURATIONS
 
-DEFAULT_WINDOW_SECONDS = 300
-DEFAULT_DURATIONS: tuple[int, ...] = (300, 600, 1800)
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 
 
@@ -100,7 +99,7 @@ class Aggregator:
 
     def __init__(
         self,
-        window_seconds: int = DEFAULT_WINDOW_SECONDS,
+        window_seconds: int = DEFAULT_AGGREGATE_SECONDS,
         durations: Sequence[int] = DEFAULT_DURATIONS,
         *,
         sample_interval_seconds: float = 1.0,
@@ -116,7 +115,7 @@ class Aggregator:
         self._node: deque[_NodePoint] = deque()
         self._pods: dict[str, deque[_Point]] = {}
         self._apps: dict[str, deque[_Point]] = {}
-        self.window_seconds = DEFAULT_WINDOW_SECONDS
+        self.window_seconds = DEFAULT_AGGREGATE_SECONDS
         self.durations: tuple[int, ...] = DEFAULT_DURATIONS
         self.configure(window_seconds=window_seconds, durations=durations)
 

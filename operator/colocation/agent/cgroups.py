@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from colocation.agent.procfs import MemoryPolicy
+from colocation.koordinator.slo_strategies import MemoryCollectPolicy
 
 QoSTier = Literal["guaranteed", "burstable", "besteffort"]
 
@@ -122,7 +122,7 @@ def parse_flat_keyed(text: str) -> dict[str, int]:
     return values
 
 
-def memory_usage(stat: Mapping[str, int], policy: MemoryPolicy, version: Literal[1, 2]) -> int | None:
+def memory_usage(stat: Mapping[str, int], policy: MemoryCollectPolicy, version: Literal[1, 2]) -> int | None:
     """A cgroup's memory usage from its memory.stat, per nodeMemoryCollectPolicy.
 
     usageWithoutPageCache = anon (active + inactive) + unevictable; usageWithHotPageCache adds the
@@ -141,7 +141,7 @@ def memory_usage(stat: Mapping[str, int], policy: MemoryPolicy, version: Literal
         return None
 
 
-def read_counters(layout: CgroupLayout, path: str, policy: MemoryPolicy) -> CgroupCounters:
+def read_counters(layout: CgroupLayout, path: str, policy: MemoryCollectPolicy) -> CgroupCounters:
     """cpu (v2 cpu.stat usage_usec, v1 cpuacct.usage in ns) and memory of one cgroup."""
     cpu: int | None
     if layout.version == 2:

@@ -24,17 +24,13 @@ from types import MappingProxyType
 from typing import Protocol
 
 from colocation.agent import cgroups, procfs
-from colocation.agent.procfs import (
-    DEFAULT_MEMORY_POLICY,
-    MEMORY_POLICIES,
-    MemoryPolicy,
-    Pressure,
-    PressureStat,
-)
+from colocation.agent.procfs import Pressure, PressureStat
+from colocation.koordinator.collect_policy import DEFAULT_MEMORY_POLICY
+from colocation.koordinator.slo_strategies import MemoryCollectPolicy
 
 __all__ = [
-    "DEFAULT_MEMORY_POLICY", "MEMORY_POLICIES", "Collector", "HostApplication", "HostApplicationSample",
-    "MemoryPolicy", "PodSample", "Pressure", "PressureStat", "RealCollector", "Sample",
+    "Collector", "HostApplication", "HostApplicationSample", "PodSample", "Pressure", "PressureStat",
+    "RealCollector", "Sample",
 ]
 
 
@@ -114,14 +110,14 @@ class RealCollector:
         proc_root: Path | str = "/proc",
         cgroup_root: Path | str = "/sys/fs/cgroup",
         *,
-        memory_policy: MemoryPolicy = DEFAULT_MEMORY_POLICY,
+        memory_policy: MemoryCollectPolicy = DEFAULT_MEMORY_POLICY,
         host_applications: Sequence[HostApplication] = (),
         clock: Callable[[], float] = time.monotonic,
         clock_ticks_per_second: int | None = None,
     ) -> None:
         self.proc_root = Path(proc_root)
         self.cgroup_root = Path(cgroup_root)
-        self.memory_policy: MemoryPolicy = memory_policy
+        self.memory_policy: MemoryCollectPolicy = memory_policy
         self.host_applications: tuple[HostApplication, ...] = tuple(host_applications)
         self.read_errors_total = 0
         self.samples_total = 0

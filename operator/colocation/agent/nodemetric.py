@@ -20,6 +20,7 @@ from colocation.agent.aggregate import AggregatedUsage, Aggregator, Usage
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
 from colocation.apimachinery.clock import format_time
+from colocation.apimachinery.goduration import format_go_duration
 from colocation.apimachinery.quantity import format_bytes, format_millis
 
 API_VERSION = "metrics.colocation.dev/v1alpha1"
@@ -39,13 +40,7 @@ def resource_map(usage: Usage) -> dict[str, Any]:
 
 def go_duration(seconds: int) -> str:
     """Seconds as Go's time.Duration prints them: "5m0s", "1h0m0s", "45s"."""
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes}m{secs}s"
-    if minutes:
-        return f"{minutes}m{secs}s"
-    return f"{secs}s"
+    return format_go_duration(seconds * 10**9)
 
 
 def build_node_metric(node: str, *, update_time: float, node_usage: Usage, system_usage: Usage | None = None,

@@ -10,11 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
 
-MemoryPolicy = Literal["usageWithoutPageCache", "usageWithHotPageCache", "usageWithPageCache"]
-MEMORY_POLICIES: tuple[MemoryPolicy, ...] = ("usageWithoutPageCache", "usageWithHotPageCache", "usageWithPageCache")
-DEFAULT_MEMORY_POLICY: MemoryPolicy = "usageWithoutPageCache"
+from colocation.koordinator.slo_strategies import MemoryCollectPolicy
+
 PSI_RESOURCES = ("cpu", "memory", "io")
 
 
@@ -94,7 +92,7 @@ def parse_meminfo(text: str) -> MemInfo | None:
     return MemInfo(total=total, free=free, available=available, inactive_file=values.get("Inactive(file)", 0))
 
 
-def node_memory_usage(meminfo: MemInfo, policy: MemoryPolicy) -> int:
+def node_memory_usage(meminfo: MemInfo, policy: MemoryCollectPolicy) -> int:
     """Node memory usage under a Koordinator nodeMemoryCollectPolicy.
 
     - usageWithoutPageCache: MemTotal - MemAvailable (reclaimable cache is not usage);

@@ -37,10 +37,10 @@ from colocation.agent.heartbeat import DEFAULT_LEASE_DURATION, NodeHeartbeat
 from colocation.agent.kubeapi import ApiClientKube, KubeApi
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.nodemetric import node_metric_from
-from colocation.agent.policy import CollectPolicy, collect_policy
 from colocation.agent.report import Reporter, ReportOptions, Snapshot
 from colocation.agent.samples import CustomMetrics, SampleBuffer, SampleSender, SampleSource, SendOptions
 from colocation.agent.scrape import PodScraper, ScrapeOptions, ScrapeTarget, scrape_target
+from colocation.koordinator.collect_policy import CollectPolicy, collect_policy
 from colocation.kube import permissions
 from colocation.kube.informer import Informer, InformerOptions
 

@@ -26,6 +26,12 @@ PositiveInt64 = Annotated[int, Field(ge=1, le=_INT64_MAX)]
 GoDuration = Annotated[str, Field(pattern=r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$")]
 
 
+# How the agent counts a node's memory usage (page cache left out, its hot part, or all of it).
+MemoryCollectPolicy = Literal["usageWithoutPageCache", "usageWithHotPageCache", "usageWithPageCache"]
+MEMORY_COLLECT_POLICIES: tuple[MemoryCollectPolicy, ...] = (
+    "usageWithoutPageCache", "usageWithHotPageCache", "usageWithPageCache")
+
+
 class Strategy(BaseModel):
     """A strategy of one ConfigMap key: camelCase JSON, strict types, immutable."""
 
@@ -48,8 +54,7 @@ class ColocationStrategy(Strategy):
     metric_aggregate_duration_seconds: PositiveInt64 = 300
     metric_report_interval_seconds: PositiveInt64 = 60
     metric_aggregate_policy: AggregatePolicy = Field(default_factory=AggregatePolicy)
-    metric_memory_collect_policy: Literal["usageWithoutPageCache", "usageWithHotPageCache",
-                                          "usageWithPageCache"] = "usageWithoutPageCache"
+    metric_memory_collect_policy: MemoryCollectPolicy = "usageWithoutPageCache"
     cpu_reclaim_threshold_percent: Percent = 60
     cpu_calculate_policy: Literal["usage", "maxUsageRequest"] = "usage"
     memory_reclaim_threshold_percent: Percent = 65

@@ -1,41 +1,43 @@
-"""The collection policy of a node: its NodeSLO's spec.metricCollectPolicy, with defaults when absent."""
+"""A node's metric collection policy: its NodeSLO's spec.metricCollectPolicy, defaults where absent.
+
+The operator renders the policy from colocation-config (`slo_strategies.render_nodeslo_spec`);
+the agent reads it back here. Both take their defaults from `ColocationStrategy`, so a node
+without a NodeSLO collects exactly as one whose NodeSLO carries the defaults.
+See docs/architecture.md, Koordinator's model.
+"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from colocation.agent.aggregate import DEFAULT_DURATIONS, DEFAULT_WINDOW_SECONDS
-from colocation.agent.collector import DEFAULT_MEMORY_POLICY, MEMORY_POLICIES, MemoryPolicy
+from colocation.apimachinery.goduration import parse_go_duration
+from colocation.koordinator.slo_strategies import MEMORY_COLLECT_POLICIES, ColocationStrategy, MemoryCollectPolicy
 
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+_DEFAULTS = ColocationStrategy.model_validate({})
 
 
-def parse_go_duration(text: str) -> float:
-    """Seconds in a Go duration ("5m", "1h30m", "90s", "1.5h"); raises ValueError otherwise."""
-    value = text.strip()
-    if value == "0":
-        return 0.0
-    position, total = 0, 0.0
-    for match in _DURATION_PART.finditer(value):
-        if match.start() != position:
-            break
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        position = match.end()
-    if position != len(value) or not value:
+def duration_seconds(text: str) -> float:
+    """Seconds in a Go duration ("5m", "1h30m", "90s", "1.5h"); ValueError when it is not one."""
+    nanos = parse_go_duration(text.strip())
+    if nanos is None:
         raise ValueError(f"invalid duration {text!r}")
-    return total
+    return nanos / 1e9
+
+
+DEFAULT_AGGREGATE_SECONDS: int = _DEFAULTS.metric_aggregate_duration_seconds
+DEFAULT_DURATIONS: tuple[int, ...] = tuple(
+    int(duration_seconds(text)) for text in _DEFAULTS.metric_aggregate_policy.durations)
+DEFAULT_MEMORY_POLICY: MemoryCollectPolicy = _DEFAULTS.metric_memory_collect_policy
 
 
 @dataclass(frozen=True)
 class CollectPolicy:
-    aggregate_duration_seconds: int = DEFAULT_WINDOW_SECONDS
+    aggregate_duration_seconds: int = DEFAULT_AGGREGATE_SECONDS
     report_interval_seconds: int | None = None  # None: the agent's --max-report-interval
     durations: tuple[int, ...] = DEFAULT_DURATIONS
-    memory_policy: MemoryPolicy = DEFAULT_MEMORY_POLICY
+    memory_policy: MemoryCollectPolicy = DEFAULT_MEMORY_POLICY
 
 
 def collect_policy(nodeslo: Mapping[str, Any] | None) -> CollectPolicy:
@@ -50,14 +52,14 @@ def collect_policy(nodeslo: Mapping[str, Any] | None) -> CollectPolicy:
         parsed = []
         for item in raw:
             try:
-                seconds = int(parse_go_duration(str(item)))
+                seconds = int(duration_seconds(str(item)))
             except ValueError:
                 continue
             if seconds > 0:
                 parsed.append(seconds)
         durations = tuple(sorted(set(parsed))) or durations
     memory = spec.get("nodeMemoryCollectPolicy")
-    memory_policy = cast(MemoryPolicy, memory) if memory in MEMORY_POLICIES else defaults.memory_policy
+    memory_policy = cast(MemoryCollectPolicy, memory) if memory in MEMORY_COLLECT_POLICIES else defaults.memory_policy
     return CollectPolicy(window, report, durations, memory_policy)
 
 
