@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry
 
+from colocation.apimachinery.merge_patch import json_merge_patch
 from colocation.controllers.cluster import ClusterState, slim_pod
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
@@ -48,7 +49,7 @@ class RecordingApi:
 
     async def patch_node_status(self, name: str, patch: dict[str, Any]) -> tuple[int, Any]:
         self.calls.append(("patch node", name))
-        node = merge_apply(copy.deepcopy(self.state.nodes[name]), patch)
+        node = json_merge_patch(copy.deepcopy(self.state.nodes[name]), patch)
         return 200, node
 
     async def create_cluster_object(self, plural: str, body: dict[str, Any]) -> tuple[int, Any]:
@@ -60,7 +61,7 @@ class RecordingApi:
 
     async def patch_noderesource_status(self, name: str, patch: dict[str, Any]) -> tuple[int, Any]:
         self.calls.append(("patch noderesource status", name))
-        return 200, merge_apply(copy.deepcopy(self.state.noderesources[name]), patch)
+        return 200, json_merge_patch(copy.deepcopy(self.state.noderesources[name]), patch)
 
     async def delete_cluster_object(self, plural: str, name: str) -> tuple[int, Any]:
         self.calls.append((f"delete {plural}", name))
@@ -74,18 +75,6 @@ class RecordingApi:
 
     async def event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.events.append((ref.name, type_, reason))
-
-
-def merge_apply(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_apply(result.get(key), value)
-    return result
 
 
 def node(name: str) -> dict[str, Any]:

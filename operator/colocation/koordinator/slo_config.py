@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.merge_patch import json_merge_patch
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.koordinator.slo_strategies import Strategy
 
@@ -97,7 +98,7 @@ def _node_rule(model: type[S], cluster_json: dict[str, Any], entry: Any, path: s
         selector = LabelSelector.from_api(fields.pop("nodeSelector"))
     except ApiError as exc:
         raise ConfigError(f"{path}.nodeSelector: {exc.message}") from None
-    strategy = _validate(model, json_merge(cluster_json, fields), path)
+    strategy = _validate(model, json_merge_patch(cluster_json, fields), path)
     return NodeRule(name, selector, strategy)
 
 
@@ -132,16 +133,3 @@ def _json_type(value: Any) -> str:
     if isinstance(value, str):
         return "a string"
     return "a list" if isinstance(value, list) else "an object"
-
-
-def json_merge(base: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge: objects merge field by field, null removes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return patch
-    merged = dict(base) if isinstance(base, dict) else {}
-    for name, value in patch.items():
-        if value is None:
-            merged.pop(name, None)
-        else:
-            merged[name] = json_merge(merged.get(name), value)
-    return merged

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from colocation.koordinator.slo_config import ConfigError, json_merge, parse_key
+from colocation.apimachinery.merge_patch import json_merge_patch as json_merge
+from colocation.koordinator.slo_config import ConfigError, parse_key
 from colocation.koordinator.slo_strategies import ColocationStrategy, SystemStrategy, with_node_overrides
 
 

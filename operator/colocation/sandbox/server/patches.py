@@ -14,6 +14,7 @@ import copy
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.merge_patch import json_merge_patch
 from colocation.sandbox.server.managedfields import managed_fields_for_update, server_side_apply
 from colocation.sandbox.server.strategic_merge import strategic_merge_patch
 
@@ -25,19 +26,6 @@ __all__ = [
     "server_side_apply",
     "strategic_merge_patch",
 ]
-
-
-def json_merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: objects merge recursively, null removes a member, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = json_merge_patch(result.get(key), value)
-    return result
 
 
 def create_merge_patch(source: Any, target: Any) -> Any:
