@@ -32,8 +32,9 @@ venv: $(STAMP)  ## create .venv with the package and its test tools
 run: $(STAMP)  ## run the sandbox (API server + project installed); Ctrl-C stops it
 	$(BIN)/colocation sandbox --state-dir $(SANDBOX_DIR) --log-format text
 
-lint: $(STAMP)  ## ruff
+lint: $(STAMP)  ## ruff, and import-linter's layer contracts (pyproject.toml)
 	$(BIN)/ruff check operator tests benchmarks
+	cd operator && $(abspath $(BIN))/lint-imports --config ../pyproject.toml --no-cache
 
 typecheck: $(STAMP)  ## mypy, strict on the package
 	$(BIN)/mypy

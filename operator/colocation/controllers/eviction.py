@@ -12,7 +12,7 @@ Evictions stop:
 - when every node is unhealthy ("full disruption", whatever the count: with one or two nodes the
   minimum below would never trigger, yet losing all of them at once is the clearest sign);
 - when more than `min_unhealthy` nodes *and* more than `unhealthy_zone_threshold` of all nodes
-  are unhealthy. Both comparisons are strict, as DESIGN.md words it ("more than 55 %"); upstream
+  are unhealthy. Both comparisons are strict ("more than 55 %", docs/architecture.md); upstream
   stops at `>=` the threshold, which only differs at an exact ratio such as 11 of 20.
 
 `EvictionPlanner` — rate limiting and pod choice. A token bucket over *nodes*, like upstream's
@@ -30,7 +30,7 @@ has seen the eviction land does not repeat it. A pod whose eviction was refused 
 a PodDisruptionBudget allows no disruption; or any transient error) is handed back with
 `deferred(eviction)` and offered again after an exponential backoff.
 
-Thresholds (constructor parameters; the defaults are DESIGN.md's or upstream's):
+Thresholds (constructor parameters; docs/architecture.md, Node health and the exit process):
 
 - `EvictionGuard.unhealthy_zone_threshold` = 0.55: fraction of unhealthy nodes that stops evictions.
 - `EvictionGuard.min_unhealthy` = 2: ... provided more than this many nodes are unhealthy.

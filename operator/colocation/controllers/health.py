@@ -40,7 +40,7 @@ Timing is exact, whatever the evaluation period: a node whose last renewal was o
 is unhealthy from `t + grace_period` (not before; `<=` is still alive, as upstream's `After`),
 and asks for eviction after `unhealthy_since + eviction_timeout`.
 
-Thresholds (constructor parameters; the defaults are DESIGN.md's):
+Thresholds (constructor parameters; docs/architecture.md, Node health and the exit process):
 
 - `grace_period` = 40.0 s: the Lease's duration; silence longer than this is unhealthy.
 - `eviction_timeout` = 300.0 s: unhealthy longer than this → evict batch and free pods.

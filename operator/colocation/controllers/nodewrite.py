@@ -4,7 +4,7 @@ The batch resources live in `node.status.capacity` and `node.status.allocatable`
 same values, as Koordinator writes them): `kubernetes.io/batch-cpu` in milli-cores and
 `kubernetes.io/batch-memory` in bytes, each a plain integer quantity ("3500", "8589934592").
 
-A Node is written (DESIGN.md, "NodeResource (CRD) and the batch formula"):
+A Node is written (Koordinator's rules; docs/architecture.md, Koordinator's model):
 - when batch resources appear (the Node lacks one of them) or must disappear (the Node has one);
 - when a value moved, relative to what the Node offers now, by more than `resourceDiffThreshold`
   (strictly: |new - old| > old * threshold, Koordinator's rule; from 0, any change is one);

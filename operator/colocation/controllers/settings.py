@@ -1,4 +1,4 @@
-"""The controllers' thresholds: flags of `colocation operator`, with DESIGN.md's defaults.
+"""The controllers' thresholds: flags of `colocation operator` (docs/architecture.md, Node health).
 
 The per-node thresholds of the batch formula and of the Node writes (degradeTimeMinutes,
 resourceDiffThreshold, updateTimeThresholdSeconds, the reclaim percentages) are keys of the

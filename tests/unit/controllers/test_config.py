@@ -13,7 +13,7 @@ from colocation.controllers.config import ParsedConfig, parse_config, strategy_f
 from colocation.koordinator.slo_strategies import ColocationStrategy, render_nodeslo_spec, with_node_overrides
 from colocation.sandbox.server.crd_schema import prune, validate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 DEFAULT_SPEC = {
     "metricCollectPolicy": {

@@ -25,7 +25,7 @@ from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from colocation.sandbox.server.rbac_authorizer import RbacAuthorizer, RequestAttributes
 from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 KUBECTL = kubectl_binary()  # the one hack/kube/build.sh built, else the PATH's
 
 # The oldest Kubernetes we support (ServiceAccount tokens carry the node name from 1.30 on, which

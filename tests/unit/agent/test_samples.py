@@ -30,7 +30,7 @@ from colocation.agent.samples import (
 )
 from colocation.agent.simulated import synthetic_source
 from colocation.agent.synthetic import SyntheticCollector
-from tests.unit.test_agent_report import FakeKube, lease
+from tests.unit.agent.test_report import FakeKube, lease
 
 SAMPLES_PATH = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics/node-a/samples"
 GET = SeriesKey("http_requests_per_second", (("method", "GET"),), ("shop", "web-1"))

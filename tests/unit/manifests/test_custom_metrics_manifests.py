@@ -15,7 +15,7 @@ from colocation.kube.permissions import ApiCall
 from colocation.sandbox.launcher.project_install import render_manifests
 from colocation.sandbox.server.rbac_authorizer import RbacAuthorizer
 from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
-from tests.unit.test_manifests import (
+from tests.unit.manifests.test_manifests import (
     KUBECTL,
     KUBERNETES_VERSIONS,
     RBAC_PLURALS,

@@ -1,0 +1,70 @@
+"""The package's shape: layers that import only downward, unique module names, tests that mirror it.
+
+The layers themselves are import-linter contracts in pyproject.toml (`make lint` runs
+`lint-imports`); this proves that check bites, and checks what import-linter does not.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "operator" / "colocation"
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def modules() -> list[Path]:
+    return [path for path in PACKAGE.rglob("*.py") if path.name not in ("__init__.py", "__main__.py")]
+
+
+def lint_imports(package_root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+                          cwd=package_root, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_every_module_name_is_unique_across_the_package() -> None:
+    """A traceback or a log line names the module by its file or logger name: it must say where it is."""
+    names = Counter(path.stem for path in modules())
+    repeated = sorted(name for name, count in names.items() if count > 1)
+    assert repeated == [], [str(p.relative_to(PACKAGE)) for p in modules() if p.stem in repeated]
+
+
+def test_no_docstring_cites_a_design_document_outside_the_repository() -> None:
+    citing = [str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if "DESIGN.md" in path.read_text()]
+    assert citing == []
+    assert (ROOT / "docs" / "architecture.md").is_file()
+
+
+# Folders of tests/unit for what lives beside the package: the benchmarks' code and the manifests.
+OUTSIDE_THE_PACKAGE = ("benchmarks", "manifests")
+
+
+def test_unit_tests_mirror_the_package() -> None:
+    """Each folder of tests/unit is a package of colocation; at the top only tests of top-level modules."""
+    unit = ROOT / "tests" / "unit"
+    top_level = sorted(p.stem.removeprefix("test_") for p in unit.glob("test_*.py") if p.name != Path(__file__).name)
+    assert [name for name in top_level if not (PACKAGE / f"{name}.py").is_file()] == []
+    for folder in (p for p in unit.rglob("*") if p.is_dir()):
+        relative = folder.relative_to(unit)
+        if relative.parts[0] in OUTSIDE_THE_PACKAGE or {"__pycache__", "fixtures"} & set(relative.parts):
+            continue
+        assert (PACKAGE / relative).is_dir(), f"tests/unit/{relative} has no colocation/{relative}"
+
+
+@pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter is not installed (pip install -e .[test])")
+def test_the_layering_check_passes_and_fails_on_an_upward_import(tmp_path: Path) -> None:
+    assert lint_imports(ROOT / "operator").returncode == 0, lint_imports(ROOT / "operator").stdout
+    copy = tmp_path / "operator"
+    shutil.copytree(PACKAGE, copy / "colocation", ignore=shutil.ignore_patterns("__pycache__"))
+    lowest = copy / "colocation" / "apimachinery" / "objects.py"
+    lowest.write_text(lowest.read_text() + "\nimport colocation.manager  # an upward import\n")
+    result = lint_imports(copy)
+    assert result.returncode != 0
+    assert re.search(r"colocation\.apimachinery\.objects -> colocation\.manager", result.stdout), result.stdout
