@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from colocation.apimachinery import discovery_documents as legacy
 from colocation.apimachinery.errors import ApiError
 from colocation.sandbox.server.resource_types import Registry, ResourceType
 
@@ -120,25 +121,19 @@ def _legacy_groups(served: Iterable[Served]) -> dict[str, list[str]]:
 # ---- the legacy form ---------------------------------------------------------------------------
 
 def api_versions() -> dict[str, Any]:
-    return {"kind": "APIVersions", "apiVersion": "v1", "versions": ["v1"],
-            "serverAddressByClientCIDRs": _ADDRESS}
-
-
-def _group(name: str, versions: list[str]) -> dict[str, Any]:
-    listed = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
-    return {"name": name, "versions": listed, "preferredVersion": listed[0]}
+    return legacy.api_versions(["v1"], _ADDRESS)
 
 
 def api_group_list(served: Iterable[Served]) -> dict[str, Any]:
-    groups = [_group(name, versions) for name, versions in _legacy_groups(served).items()]
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+    return legacy.api_group_list(legacy.api_group_body(name, versions)
+                                 for name, versions in _legacy_groups(served).items())
 
 
 def api_group(served: Iterable[Served], name: str) -> dict[str, Any] | None:
     versions = _legacy_groups(s for s in served if s.group == name).get(name)
     if not versions:
         return None
-    return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, versions)}
+    return legacy.api_group(name, versions)
 
 
 def is_custom(rt: ResourceType) -> bool:
@@ -153,21 +148,16 @@ def _subresources(rt: ResourceType) -> list[str]:
 
 
 def _resource_entries(rt: ResourceType) -> list[dict[str, Any]]:
-    main: dict[str, Any] = {"name": rt.resource, "singularName": rt.singular, "namespaced": rt.namespaced,
-                            "kind": rt.kind, "verbs": list(CUSTOM_VERBS if is_custom(rt) else rt.verbs)}
-    if rt.short_names:
-        main["shortNames"] = list(rt.short_names)
-    if rt.categories:
-        main["categories"] = list(rt.categories)
-    entries = [main]
+    entries = [legacy.api_resource(rt.resource, rt.kind, CUSTOM_VERBS if is_custom(rt) else rt.verbs,
+                                   namespaced=rt.namespaced, singular_name=rt.singular,
+                                   short_names=rt.short_names, categories=rt.categories)]
     for sub in _subresources(rt):
         kind, verbs = _subresource_shape(rt, sub)
-        entry: dict[str, Any] = {"name": f"{rt.resource}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                                 "kind": kind, "verbs": verbs}
-        if kind in _SUBRESOURCE_GROUP_VERSION:
-            # kubectl drain checks these to know the Eviction API is there (else it deletes pods).
-            entry["group"], entry["version"] = _SUBRESOURCE_GROUP_VERSION[kind]
-        entries.append(entry)
+        # kubectl drain checks the group and version of eviction to know the Eviction API is there
+        # (else it deletes pods).
+        group, version = _SUBRESOURCE_GROUP_VERSION.get(kind, ("", ""))
+        entries.append(legacy.api_resource(f"{rt.resource}/{sub}", kind, verbs, namespaced=rt.namespaced,
+                                           group=group, version=version))
     return entries
 
 
@@ -194,10 +184,8 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
     types = registry.in_group_version(group, version)
     if not types:
         return None
-    resources = [entry for rt in sorted(types, key=lambda r: r.resource) for entry in _resource_entries(rt)]
-    group_version = f"{group}/{version}" if group else version
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
-            "resources": resources}
+    return legacy.api_resource_list(group, version, (
+        entry for rt in sorted(types, key=lambda r: r.resource) for entry in _resource_entries(rt)))
 
 
 # ---- the aggregated form -----------------------------------------------------------------------

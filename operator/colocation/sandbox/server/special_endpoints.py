@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from colocation.apimachinery.clock import format_time
-from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.errors import ApiError, Cause, success_status
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.userinfo import UserInfo
 from colocation.sandbox.server import request_bodies
@@ -151,8 +151,7 @@ class SpecialEndpoints:
         dry_run = "All" in (options.get("dryRun") or []) or "All" in request.query.getall("dryRun", [])
         store.delete(rt, target.namespace, target.name, preconditions=options.get("preconditions"),
                      dry_run=dry_run)
-        return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                              "code": 201}, 201)
+        return json_response(success_status(201), 201)
 
     async def binding(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
             -> web.StreamResponse:
@@ -178,8 +177,7 @@ class SpecialEndpoints:
                    "spec": {**pod.get("spec", {}), "nodeName": node},
                    "status": {**status, "conditions": conditions}}
         self.api.store.update(rt, target.namespace, target.name, updated, subresource="binding")
-        return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                              "code": 201}, 201)
+        return json_response(success_status(201), 201)
 
     async def scale(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
             -> web.StreamResponse:
