@@ -6,7 +6,7 @@ import pytest
 from multidict import MultiDict
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.server.request_options import check_delete_options, check_list_options, check_write_options
+from colocation.sandbox.server.request_options import check_delete_options, check_write_options
 
 
 def _refusal(kind: str, query: dict[str, str] | list[tuple[str, str]], patch_type: str = "") -> ApiError:
@@ -55,26 +55,3 @@ def test_delete_options() -> None:
         check_delete_options({"propagationPolicy": "Later"}, [])
     assert caught.value.details["causes"][0]["message"] == (
         'Unsupported value: "Later": supported values: "Foreground", "Background", "Orphan", "nil"')
-
-
-@pytest.mark.parametrize(("query", "watch", "messages"), [
-    ({"resourceVersionMatch": "Exact"}, False,
-     ["Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"]),
-    ({"resourceVersionMatch": "Exact", "resourceVersion": "0"}, False,
-     ['Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"']),
-    ({"sendInitialEvents": "true"}, False, ["Forbidden: sendInitialEvents is forbidden for list"]),
-    ({"sendInitialEvents": "true"}, True,
-     ["Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"]),
-    ({"resourceVersionMatch": "NotOlderThan"}, True,
-     ["Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"]),
-    ({"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}, True, []),  # bookmarks are optional
-    ({"resourceVersionMatch": "NotOlderThan", "resourceVersion": "5"}, False, []),
-])
-def test_list_and_watch_options(query: dict[str, str], watch: bool, messages: list[str]) -> None:
-    if not messages:
-        check_list_options(MultiDict(query), watch=watch)
-        return
-    with pytest.raises(ApiError) as caught:
-        check_list_options(MultiDict(query), watch=watch)
-    assert caught.value.details["kind"] == "ListOptions"
-    assert [c["message"] for c in caught.value.details["causes"]] == messages

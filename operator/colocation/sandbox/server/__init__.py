@@ -7,7 +7,7 @@ launcher) hands it what it needs. Layers, each depending only on those above it:
   crd_schema, patches, strategic_merge, - pure functions over JSON objects
     managedfields, jsonpath, printers
   admission, request_bodies, ...        - what happens to a body between the request and the store
-  watch_events, object_store            - objects, the global resourceVersion, the event window
+  object_watch_window, object_store     - objects, the global resourceVersion, the event window
   token_authority, rbac_authorizer, ... - who is calling and what they may do
   api_core                              - what the endpoints beside the verbs use of the server
   verbs, special_endpoints, api_discovery, api_aggregator, builtin_controllers, ...

@@ -12,6 +12,7 @@ from colocation import __version__
 from colocation.apimachinery.clock import WallClock, now
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.userinfo import UserInfo
+from colocation.apimachinery.watch_params import query_flag
 from colocation.sandbox.server import api_discovery, openapi_documents, request_bodies
 from colocation.sandbox.server.access_reviews import Impersonation
 from colocation.sandbox.server.api_aggregator import Aggregator
@@ -23,7 +24,7 @@ from colocation.sandbox.server.request_stats import USER_KEY, RequestStats
 from colocation.sandbox.server.resource_types import Registry, ResourceType
 from colocation.sandbox.server.special_endpoints import SpecialEndpoints
 from colocation.sandbox.server.token_authority import TokenAuthority
-from colocation.sandbox.server.verbs import Verbs, flag_param, json_response
+from colocation.sandbox.server.verbs import Verbs, json_response
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class ApiServer:
         if target is None:
             return RequestAttributes(user, request.method.lower() if request.method != "HEAD" else "get",
                                      resource_request=False, path=request.path.rstrip("/") or "/")
-        verb = verb_for(request.method, target, flag_param(request.query, "watch"))
+        verb = verb_for(request.method, target, query_flag(request.query, "watch"))
         # RequestInfo: /api/v1/namespaces/NAME (and its status, finalize) is in namespace NAME, so a
         # RoleBinding there can grant access to the namespace itself.
         namespace = target.name if (target.group, target.resource) == ("", "namespaces") else target.namespace

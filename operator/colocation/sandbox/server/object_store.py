@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import itertools
 import secrets
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -23,8 +24,17 @@ from colocation.apimachinery.clock import WallClock, format_time, now
 from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import field_value
+from colocation.apimachinery.watch_params import parse_resource_version
+from colocation.apimachinery.watch_queue import Bookmark, bookmark_object
+from colocation.sandbox.server.object_watch_window import (
+    EventWindow,
+    QueueItem,
+    Watcher,
+    WatchFilter,
+    initial_events,
+    replayed_events,
+)
 from colocation.sandbox.server.resource_types import Registry, ResourceType
-from colocation.sandbox.server.watch_events import EventWindow, Watcher, WatchFilter
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 StorageKey = tuple[str, str]  # (group, resource)
@@ -503,26 +513,33 @@ class Store:
     # ---- watch -------------------------------------------------------------------------------
 
     def watch(self, rt: ResourceType, namespace: str, flt: WatchFilter, *, resource_version: str,
-              send_initial_events: bool, queue_size: int = 10_000) -> Watcher:
-        """Start a watch: replay from `resource_version`, or the current state as ADDED events."""
+              send_initial_events: bool | None, queue_size: int = 10_000) -> Watcher:
+        """Start a watch as the watch cache starts one.
+
+        `send_initial_events` is None when the client did not set it: then "" and "0" start with
+        the current objects as ADDED, and any other version resumes after it. True sends the
+        current objects whatever the version, then the BOOKMARK that ends them; False starts
+        from now, or after the given version. A version older than the window is 410 Expired,
+        in the stream; a malformed one is 400.
+        """
         window = self.window(rt)
-        initial: Iterable[Obj] = ()
-        if send_initial_events or resource_version in ("", "0"):
-            initial = sorted(self.objects(rt, namespace), key=items_key)
-            start_rv = self._rv
-        else:
-            try:
-                start_rv = int(resource_version)
-            except ValueError:
-                raise ApiError.bad_request(f"invalid resource version: {resource_version!r}") from None
-        watcher = Watcher(rt, namespace, flt, queue_size)
-        if start_rv < window.oldest_resumable:
-            watcher.expire(f"too old resource version: {start_rv} ({window.oldest_resumable})")
-            return watcher
-        for obj in initial:
-            if flt.matches(obj):
-                watcher.offer("ADDED", obj)
-        window.replay(start_rv, watcher)
+        since = parse_resource_version(resource_version)
+        if flt.namespace != namespace:
+            flt = WatchFilter(namespace, flt.labels, flt.fields)
+        backlog: Iterable[QueueItem | Bookmark] = ()
+        if send_initial_events or (since == 0 and send_initial_events is None):
+            backlog = initial_events(flt, sorted(self.objects(rt, namespace), key=items_key))
+            if send_initial_events:
+                end = bookmark_object(rt.kind, rt.api_version, self._rv, initial_events_end=True)
+                backlog = itertools.chain(backlog, (Bookmark(end),))
+        elif since and since < window.oldest_resumable:
+            expired = Watcher(flt, queue_size)
+            expired.expire(ApiError.gone(f"too old resource version: {since} ({window.oldest_resumable})").status())
+            return expired
+        elif since:
+            backlog = replayed_events(flt, window.since(since))
+        watcher = Watcher(flt, queue_size, backlog=backlog,
+                          bookmark=lambda: bookmark_object(rt.kind, rt.api_version, self._rv))
         window.attach(watcher)
         return watcher
 

@@ -1,5 +1,6 @@
-"""The options of a request (CreateOptions, UpdateOptions, PatchOptions, DeleteOptions, ListOptions),
-checked as apimachinery's validation does before anything else: 422 Invalid on the options kind.
+"""The options of a write (CreateOptions, UpdateOptions, PatchOptions, DeleteOptions), checked as
+apimachinery's validation does before anything else: 422 Invalid on the options kind. ListOptions
+are read and checked by `colocation.apimachinery.watch_params`, for every server.
 """
 
 from __future__ import annotations
@@ -79,44 +80,6 @@ def _not_supported(field: str, shown: str, supported: tuple[str, ...]) -> Cause:
 
 def _quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
-
-
-def check_list_options(query: Any, *, watch: bool) -> None:
-    """Raise 422 Invalid on ListOptions as ValidateListOptions does (its watch rules for a watch)."""
-    causes: list[Cause] = []
-    match = query.get("resourceVersionMatch", "")
-    send_initial = "sendInitialEvents" in query
-    continuing = bool(query.get("continue"))
-    if watch:
-        if send_initial and match != "NotOlderThan":
-            causes.append(_forbidden("resourceVersionMatch",
-                                     "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
-        if match:
-            if not send_initial:
-                causes.append(_forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden for watch "
-                                                                 "unless sendInitialEvents is provided"))
-            if match != "NotOlderThan":
-                causes.append(_not_supported("resourceVersionMatch", _quote(match), ("NotOlderThan",)))
-            if continuing:
-                causes.append(_forbidden("resourceVersionMatch",
-                                         "resourceVersionMatch is forbidden when continue is provided"))
-    else:
-        if match:
-            if not query.get("resourceVersion"):
-                causes.append(_forbidden("resourceVersionMatch",
-                                         "resourceVersionMatch is forbidden unless resourceVersion is provided"))
-            if continuing:
-                causes.append(_forbidden("resourceVersionMatch",
-                                         "resourceVersionMatch is forbidden when continue is provided"))
-            if match not in ("Exact", "NotOlderThan"):
-                causes.append(_not_supported("resourceVersionMatch", _quote(match), ("Exact", "NotOlderThan", "")))
-            if match == "Exact" and query.get("resourceVersion") == "0":
-                causes.append(_forbidden("resourceVersionMatch",
-                                         'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
-        if send_initial:
-            causes.append(_forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"))
-    if causes:
-        raise ApiError.invalid(META_GROUP, "ListOptions", "", causes)
 
 
 def _forbidden(field: str, detail: str) -> Cause:

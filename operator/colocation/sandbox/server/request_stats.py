@@ -22,8 +22,9 @@ from typing import Any
 from aiohttp import web
 
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.watch_params import query_flag
 from colocation.sandbox.server.request_paths import parse_target, verb_for
-from colocation.sandbox.server.verbs import flag_param, json_response
+from colocation.sandbox.server.verbs import json_response
 
 USER_KEY = web.RequestKey("colocation.sandbox.user", str)  # the authenticated user, set by the server
 ADMIN_PREFIX = "/sandbox/"
@@ -45,7 +46,7 @@ def request_key(request: web.BaseRequest) -> tuple[str, str, str]:
     if target is None:
         return request.method.lower(), "", request.path
     resource = f"{target.resource}/{target.subresource}" if target.subresource else target.resource
-    return verb_for(request.method, target, flag_param(request.query, "watch")), target.group, resource
+    return verb_for(request.method, target, query_flag(request.query, "watch")), target.group, resource
 
 
 def request_size(request: web.BaseRequest) -> int:

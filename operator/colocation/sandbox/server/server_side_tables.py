@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.tables import TABLE_GROUP, human_duration, parse_timestamp
 from colocation.sandbox.server.jsonpath import Step, evaluate_jsonpath, go_text, parse_jsonpath
@@ -28,9 +27,6 @@ from colocation.sandbox.server.printers import (
 )
 from colocation.sandbox.server.resource_types import PrinterColumn, ResourceType
 
-INCLUDE_OBJECT_VALUES = ("Object", "Metadata", "None")
-
-
 # --- Tables ---------------------------------------------------------------------------------------
 
 def partial_object_metadata(obj: Obj, table_version: str = "v1") -> Obj:
@@ -42,11 +38,10 @@ def to_table(rt: ResourceType, objects: list[Obj], *, list_meta: Obj, include_ob
              table_version: str = "v1", now: datetime, include_headers: bool = True) -> Obj:
     """A `meta.k8s.io` Table of `objects`, which are of type `rt`.
 
+    `include_object` is the request's, already checked (`tables.include_object`);
     `include_headers=False` is for watch events after the first, which upstream sends without
     column definitions.
     """
-    if include_object not in (*INCLUDE_OBJECT_VALUES, ""):
-        raise ApiError.bad_request(f'unrecognized includeObject value: "{include_object}"')
     columns, row_of = printer_for(rt)
     rows = []
     for obj in objects:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,13 +15,15 @@ from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
-from colocation.apimachinery.tables import wants_table
+from colocation.apimachinery.tables import include_object, wants_table
+from colocation.apimachinery.watch_params import ListOptions, name_selector, query_flag
+from colocation.apimachinery.watch_stream import EventEncoder, JsonEvents, TableEvents, WatchServing, event_line
 from colocation.sandbox.server import patches, request_bodies, server_side_tables
 from colocation.sandbox.server.admission import admit
 from colocation.sandbox.server.object_store import Store
-from colocation.sandbox.server.request_options import check_delete_options, check_list_options, check_write_options
+from colocation.sandbox.server.object_watch_window import QueueItem, Watcher, WatchFilter
+from colocation.sandbox.server.request_options import check_delete_options, check_write_options
 from colocation.sandbox.server.resource_types import EXTRA_SELECTABLE_FIELDS, ResourceType
-from colocation.sandbox.server.watch_events import Event, Watcher, WatchFilter
 
 JSON = "application/json"
 
@@ -31,28 +33,11 @@ def json_response(body: Any, status: int = 200, warnings: list[str] | None = Non
     return web.Response(body=orjson.dumps(body), status=status, content_type=JSON, headers=headers)
 
 
-def _query_filter(rt: ResourceType, namespace: str, query: Any) -> WatchFilter:
-    labels = LabelSelector.parse(query["labelSelector"]) if query.get("labelSelector") else None
+def _query_filter(rt: ResourceType, namespace: str, label_selector: str, field_selector: str) -> WatchFilter:
+    labels = LabelSelector.parse(label_selector) if label_selector else None
     allowed = ("metadata.name", "metadata.namespace", *EXTRA_SELECTABLE_FIELDS.get(rt.storage_key, ()))
-    fields = FieldSelector.parse(query["fieldSelector"], allowed) if query.get("fieldSelector") else None
+    fields = FieldSelector.parse(field_selector, allowed) if field_selector else None
     return WatchFilter(namespace, labels, fields)
-
-
-def flag_param(query: Any, name: str) -> bool:
-    """A boolean query parameter as kube-apiserver reads one: absent, "0" or "false" (any case) is
-    false, anything else is true (kubernetes-asyncio sends Python's "True")."""
-    raw = query.get(name)
-    return raw is not None and raw != "0" and raw.lower() != "false"
-
-
-def _int_param(query: Any, name: str, default: int = 0) -> int:
-    raw = query.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ApiError.bad_request(f'strconv.ParseInt: parsing "{raw}": invalid syntax') from None
 
 
 def _with_version(rt: ResourceType, obj: Obj) -> Obj:
@@ -66,7 +51,7 @@ class Verbs:
     def __init__(self, store: Store, *, bookmark_interval: float = 60.0, clock: Callable[[], float] = time.time,
                  watch_queue_size: int = 10_000) -> None:
         self.store = store
-        self.bookmark_interval = bookmark_interval
+        self.serving = WatchServing(bookmark_interval=bookmark_interval)
         self.clock = clock
         self.watch_queue_size = watch_queue_size
         self.watchers: set[Watcher] = set()
@@ -74,112 +59,64 @@ class Verbs:
     # ---- reads -------------------------------------------------------------------------------
 
     def get(self, request: web.Request, rt: ResourceType, namespace: str, name: str) -> web.Response:
-        obj = _with_version(rt, self.store.get(rt, namespace, name))
         table_version = wants_table(request.headers.get("Accept", ""))
+        obj = _with_version(rt, self.store.get(rt, namespace, name))
         if table_version:
             meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
-            return json_response(self._table(request, rt, [obj], meta, table_version))
+            return json_response(self._table(rt, [obj], meta, table_version, include_object(request.query)))
         return json_response(obj)
 
     def list_collection(self, request: web.Request, rt: ResourceType, namespace: str) -> web.Response:
-        query = request.query
-        check_list_options(query, watch=False)
-        flt = _query_filter(rt, namespace, query)
-        items, rv, token, remaining = self.store.list(rt, namespace, flt, limit=_int_param(query, "limit"),
-                                                      continue_token=query.get("continue", ""))
+        table_version = wants_table(request.headers.get("Accept", ""))
+        options = ListOptions.from_query(request.query)
+        flt = _query_filter(rt, namespace, options.label_selector, options.field_selector)
+        items, rv, token, remaining = self.store.list(rt, namespace, flt, limit=options.limit,
+                                                      continue_token=options.continue_token)
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if token:
             meta["continue"] = token
             if remaining is not None:
                 meta["remainingItemCount"] = remaining
         items = [_with_version(rt, o) for o in items]
-        table_version = wants_table(request.headers.get("Accept", ""))
         if table_version:
-            return json_response(self._table(request, rt, items, meta, table_version))
+            return json_response(self._table(rt, items, meta, table_version, include_object(request.query)))
         return json_response({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
                               "items": items})
 
-    def _table(self, request: web.Request, rt: ResourceType, items: list[Obj], meta: dict[str, Any],
-               version: str, include_headers: bool = True) -> dict[str, Any]:
-        return server_side_tables.to_table(rt, items, list_meta=meta,
-                               include_object=request.query.get("includeObject", "Metadata"),
-                               table_version=version, now=dt.datetime.fromtimestamp(self.clock(), tz=dt.UTC),
-                               include_headers=include_headers)
+    def _table(self, rt: ResourceType, items: list[Obj], meta: dict[str, Any], version: str, include: str,
+               include_headers: bool = True) -> dict[str, Any]:
+        return server_side_tables.to_table(rt, items, list_meta=meta, include_object=include, table_version=version,
+                                           now=dt.datetime.fromtimestamp(self.clock(), tz=dt.UTC),
+                                           include_headers=include_headers)
 
     async def watch(self, request: web.Request, rt: ResourceType, namespace: str, name: str) -> web.StreamResponse:
-        query = request.query
-        flt = _query_filter(rt, namespace, query)
-        if name:  # /watch/namespaces/ns/pods/name: a watch of one object
-            flt = WatchFilter(namespace, flt.labels,
-                              FieldSelector.parse(f"metadata.name={name}", ("metadata.name",)))
-        check_list_options(query, watch=True)
-        send_initial = flag_param(query, "sendInitialEvents")
-        bookmarks = flag_param(query, "allowWatchBookmarks")
-        timeout = _int_param(query, "timeoutSeconds", 1800)
+        """A watch of a collection, or of one object (`name`: /watch/.../NAME, or a get with ?watch)."""
         table_version = wants_table(request.headers.get("Accept", ""))
-        watcher = self.store.watch(rt, namespace, flt, resource_version=query.get("resourceVersion", ""),
-                                   send_initial_events=send_initial, queue_size=self.watch_queue_size)
-        if send_initial and bookmarks:  # without bookmarks the end of the initial events goes unmarked
-            watcher.offer("BOOKMARK", self._bookmark(rt, initial_end=True))
-        response = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
+        options = ListOptions.from_query(request.query, watch=True)
+        flt = _query_filter(rt, namespace, options.label_selector, options.field_selector)
+        if name:
+            flt = WatchFilter(namespace, flt.labels, name_selector(flt.fields, name))
+        encoder: EventEncoder[QueueItem] = JsonEvents(functools.partial(_event_line, rt))
+        if table_version:
+            encoder = self._table_events(rt, table_version, include_object(request.query))
+        watcher = self.store.watch(rt, namespace, flt, resource_version=options.resource_version,
+                                   send_initial_events=options.send_initial_events, queue_size=self.watch_queue_size)
         self.watchers.add(watcher)
-        deadline = asyncio.get_running_loop().time() + timeout
         try:
-            await self._stream(request, response, rt, watcher, deadline, bookmarks, table_version)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+            return await self.serving.serve(request, options, watcher, encoder)
         finally:
-            watcher.stop()
             self.watchers.discard(watcher)
-        return response
 
-    async def _stream(self, request: web.Request, response: web.StreamResponse, rt: ResourceType,
-                      watcher: Watcher, deadline: float, bookmarks: bool, table_version: str | None) -> None:
-        """Write events as they come; whatever queued up meanwhile goes out in one write."""
-        loop = asyncio.get_running_loop()
-        next_bookmark = loop.time() + self.bookmark_interval
-        encoder = _EventEncoder(self, request, rt, table_version)
-        while True:
-            now = loop.time()
-            if now >= deadline:
-                return
-            if watcher.queue.empty():
-                wait = min(deadline, next_bookmark) - now if bookmarks else deadline - now
-                try:
-                    async with asyncio.timeout(max(wait, 0.001)):
-                        first = await watcher.queue.get()
-                except TimeoutError:
-                    if bookmarks and loop.time() >= next_bookmark and watcher.queue.empty():
-                        await response.write(encoder.line("BOOKMARK", self._bookmark(rt), None))
-                        next_bookmark = loop.time() + self.bookmark_interval
-                    continue
-                batch = [first]
-            else:
-                batch = []
-            while len(batch) < _WATCH_BATCH and not watcher.queue.empty():
-                batch.append(watcher.queue.get_nowait())
-            lines: list[bytes] = []
-            ended = False
-            for type_, obj, event in batch:
-                if type_ == "CLOSE":
-                    ended = True
-                    break
-                lines.append(encoder.line(type_, obj, event))
-                if type_ == "ERROR":
-                    ended = True
-                    break
-            if lines:
-                await response.write(b"".join(lines))
-            if ended:
-                return
+    def _table_events(self, rt: ResourceType, version: str, include: str) -> TableEvents[QueueItem]:
+        def decode(item: QueueItem) -> tuple[str, Obj]:
+            return item[0], _with_version(rt, item[1])
 
-    def _bookmark(self, rt: ResourceType, initial_end: bool = False) -> Obj:
-        meta: dict[str, Any] = {"resourceVersion": str(self.store.resource_version)}
-        if initial_end:
-            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}
+        def table(objects: list[Obj], headers: bool) -> Obj:
+            # A bookmark has only metadata: it prints as a row of empty cells, as upstream's does.
+            meta = {"resourceVersion": objects[0]["metadata"]["resourceVersion"]}
+            return self._table(rt, objects, meta, version, include, include_headers=headers)
+
+        return TableEvents(decode, table)
 
     def drop_watches(self) -> int:
         """Fault injection: end every open watch, as a restarting apiserver would."""
@@ -249,7 +186,7 @@ class Verbs:
         body = self._scoped(rt, namespace, body)
         if (body.get("metadata") or {}).get("name", name) != name:
             raise ApiError.bad_request("the name of the object does not match the name on the URL")
-        force = flag_param(request.query, "force")
+        force = query_flag(request.query, "force")
         live = self.store.find(rt, namespace, name)
         now = format_time(self.clock())
         # Each endpoint owns its part: the main resource never applies status, /status nothing else.
@@ -283,7 +220,8 @@ class Verbs:
     def delete_collection(self, request: web.Request, rt: ResourceType, namespace: str) -> web.Response:
         check_delete_options({k: v for k, v in request.query.items() if k == "propagationPolicy"},
                              request.query.getall("dryRun", []))
-        flt = _query_filter(rt, namespace, request.query)
+        query = request.query
+        flt = _query_filter(rt, namespace, query.get("labelSelector", ""), query.get("fieldSelector", ""))
         items = self.store.list(rt, namespace, flt)[0]
         deleted = []
         for obj in items:
@@ -308,34 +246,13 @@ class Verbs:
         return {**body, "metadata": meta}
 
 
-# At most this many queued events go out in one write, so one busy watch cannot hog the loop.
-_WATCH_BATCH = 500
-
-
-class _EventEncoder:
-    """Watch event lines; a plain event's line is encoded once and shared by every watcher."""
-
-    def __init__(self, verbs: Verbs, request: web.Request, rt: ResourceType, table_version: str | None) -> None:
-        self.verbs = verbs
-        self.request = request
-        self.rt = rt
-        self.table_version = table_version
-        self.first_row = True  # only the first Table event of a watch carries the column definitions
-
-    def line(self, type_: str, obj: Any, event: Event | None) -> bytes:
-        if type_ in ("ERROR", "BOOKMARK"):
-            return orjson.dumps({"type": type_, "object": obj}) + b"\n"
-        obj = _with_version(self.rt, obj)
-        if self.table_version:
-            table = self.verbs._table(self.request, self.rt, [obj], {
-                "resourceVersion": obj["metadata"]["resourceVersion"]}, self.table_version,
-                include_headers=self.first_row)
-            self.first_row = False
-            return orjson.dumps({"type": type_, "object": table}) + b"\n"
-        if event is not None and obj is event.new:
-            encoded: bytes = event.encoded(type_)
-            return encoded
-        return orjson.dumps({"type": type_, "object": obj}) + b"\n"
+def _event_line(rt: ResourceType, item: QueueItem) -> bytes:
+    """A plain event's line, encoded once and shared by every watcher that sees the object as stored."""
+    type_, obj, event = item
+    obj = _with_version(rt, obj)
+    if event is not None and obj is event.new:
+        return event.encoded(type_)
+    return event_line(type_, obj)
 
 
 def _dry_run(request: web.Request) -> bool:
