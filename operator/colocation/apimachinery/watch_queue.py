@@ -11,7 +11,8 @@ without an error, as the watch cache forgets an unresponsive watcher. The client
 last resourceVersion it saw, as after any dropped connection, and gets 410 only if that is gone.
 
 Items are whatever a server's encoder turns into watch lines (pre-encoded lines, or objects), so
-that an event shared by every watcher is encoded once. Single-threaded: call it from the loop.
+that an event shared by every watcher is encoded once; a store makes such lines with `event_line`
+or, from the JSON it keeps, `encoded_event_line`. Single-threaded: call it from the loop.
 """
 
 from __future__ import annotations
@@ -20,13 +21,25 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
+
+import orjson
 
 from colocation.apimachinery.objects import Obj
 
 INITIAL_EVENTS_END: Final = "k8s.io/initial-events-end"
 
 T = TypeVar("T")
+
+
+def event_line(type_: str, obj: Any) -> bytes:
+    """One watch event as it goes on the wire: a line of JSON."""
+    return orjson.dumps({"type": type_, "object": obj}) + b"\n"
+
+
+def encoded_event_line(type_: str, body: bytes) -> bytes:
+    """The event line of an object already serialized (a store that keeps its objects' JSON)."""
+    return b"".join((b'{"type":"', type_.encode(), b'","object":', body, b"}\n"))
 
 
 @dataclass(frozen=True, slots=True)

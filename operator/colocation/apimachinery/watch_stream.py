@@ -23,14 +23,13 @@ import math
 import random as _random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-import orjson
 from aiohttp import web
 
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.watch_params import MIN_REQUEST_TIMEOUT, ListOptions
-from colocation.apimachinery.watch_queue import Bookmark
+from colocation.apimachinery.watch_queue import Bookmark, event_line
 
 # The WithCacheControl filter gives every kube-apiserver response this Cache-Control.
 WATCH_HEADERS = {"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
@@ -38,15 +37,6 @@ WATCH_HEADERS = {"Content-Type": "application/json", "Cache-Control": "no-cache,
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
-
-
-def event_line(type_: str, obj: Any) -> bytes:
-    return orjson.dumps({"type": type_, "object": obj}) + b"\n"
-
-
-def encoded_event_line(type_: str, body: bytes) -> bytes:
-    """The event line of an object already serialized (a store that keeps its objects' JSON)."""
-    return b"".join((b'{"type":"', type_.encode(), b'","object":', body, b"}\n"))
 
 
 class WatchSource(Protocol[T_co]):

@@ -15,16 +15,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.watch_params import ListOptions
-from colocation.apimachinery.watch_queue import Bookmark, WatchQueue, bookmark_object
-from colocation.apimachinery.watch_stream import (
-    EventEncoder,
-    JsonEvents,
-    TableEvents,
-    WatchServing,
-    encoded_event_line,
-    event_line,
-    pre_encoded,
-)
+from colocation.apimachinery.watch_queue import Bookmark, WatchQueue, bookmark_object, encoded_event_line, event_line
+from colocation.apimachinery.watch_stream import EventEncoder, JsonEvents, TableEvents, WatchServing, pre_encoded
 
 PATH = "/apis/example.dev/v1/things"
 

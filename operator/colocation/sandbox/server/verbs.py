@@ -17,7 +17,8 @@ from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.apimachinery.tables import include_object, wants_table
 from colocation.apimachinery.watch_params import ListOptions, name_selector, query_flag
-from colocation.apimachinery.watch_stream import EventEncoder, JsonEvents, TableEvents, WatchServing, event_line
+from colocation.apimachinery.watch_queue import event_line
+from colocation.apimachinery.watch_stream import EventEncoder, JsonEvents, TableEvents, WatchServing
 from colocation.sandbox.server import patches, request_bodies, server_side_tables
 from colocation.sandbox.server.admission import admit
 from colocation.sandbox.server.object_store import Store
