@@ -1,7 +1,8 @@
 """The contract between an aggregated API server and the API groups registered into it.
 
 A group (NodeMetric, metrics.k8s.io, custom and external metrics) says what it serves: its
-discovery documents, its OpenAPI documents if it has any, and its routes; the server adds what
+discovery (its groups and versions, and their resource lists), its OpenAPI documents if it has
+any, and its routes; the server adds what
 is common (errors as Status, authentication, discovery and OpenAPI endpoints, health, metrics).
 Groups authorize their own requests through an `Authorizer`, as the resource they serve decides
 the attributes to ask about. The types live here, below both sides, so that neither imports the
@@ -56,8 +57,8 @@ class OpenApiDocuments:
 
 
 class ApiGroup(Protocol):
-    def discovery_groups(self) -> Sequence[Mapping[str, Any]]:
-        """The APIGroups served (name, versions, preferredVersion), as /apis lists them."""
+    def discovery_groups(self) -> Mapping[str, Sequence[str]]:
+        """The API groups served, in the order /apis lists them: name -> versions, preferred first."""
 
     def resource_lists(self) -> Mapping[str, Document]:
         """groupVersion -> its APIResourceList (read at every request: it may change)."""
@@ -65,12 +66,6 @@ class ApiGroup(Protocol):
     def openapi(self) -> OpenApiDocuments | None: ...
 
     def add_routes(self, router: web.UrlDispatcher, authenticate: Authenticate) -> None: ...
-
-
-def discovery_group(name: str, versions: Sequence[str]) -> dict[str, Any]:
-    """An APIGroup's body, the preferred version first."""
-    listed = [{"groupVersion": f"{name}/{version}", "version": version} for version in versions]
-    return {"name": name, "versions": listed, "preferredVersion": listed[0]}
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

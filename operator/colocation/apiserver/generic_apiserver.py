@@ -21,6 +21,7 @@ import orjson
 from aiohttp import web
 
 from colocation.apimachinery import certificates
+from colocation.apimachinery import discovery_documents as legacy
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.served_apigroups import (
     VERB,
@@ -61,9 +62,9 @@ class AggregatedApiServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/apis", self._discovery(self._api_group_list))
         for group in self.groups:
-            for body in group.discovery_groups():
-                app.router.add_get(f"/apis/{body['name']}",
-                                   self._discovery(functools.partial(_api_group, body)))
+            for name, versions in group.discovery_groups().items():
+                api_group = functools.partial(legacy.api_group, name, versions)
+                app.router.add_get(f"/apis/{name}", self._discovery(api_group))
             for group_version, resource_list in group.resource_lists().items():
                 app.router.add_get(f"/apis/{group_version}", self._discovery(resource_list))
         openapi = [documents for group in self.groups if (documents := group.openapi()) is not None]
@@ -79,8 +80,8 @@ class AggregatedApiServer:
 
     def _api_group_list(self) -> dict[str, Any]:
         """/apis on the extension server: only the groups it serves."""
-        groups = [dict(body) for group in self.groups for body in group.discovery_groups()]
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        return legacy.api_group_list(legacy.api_group_body(name, versions) for group in self.groups
+                                     for name, versions in group.discovery_groups().items())
 
     @web.middleware
     async def _errors(self, request: web.Request,
@@ -138,10 +139,6 @@ class AggregatedApiServer:
             return json_response(document())
 
         return handler
-
-
-def _api_group(body: Mapping[str, Any]) -> dict[str, Any]:
-    return {"kind": "APIGroup", "apiVersion": "v1", **body}
 
 
 def _merged_v2(openapi: Sequence[OpenApiDocuments]) -> Mapping[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
+from colocation.apimachinery import discovery_documents as legacy
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.apimachinery.served_apigroups import (
@@ -27,7 +28,6 @@ from colocation.apimachinery.served_apigroups import (
     Document,
     Leadership,
     OpenApiDocuments,
-    discovery_group,
     json_response,
 )
 from colocation.apiserver import nodemetric_openapi, nodemetric_table
@@ -78,12 +78,11 @@ def _bool_param(value: str | None) -> bool:
 
 
 def api_resource_list() -> dict[str, Any]:
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION, "resources": [
-        {"name": RESOURCE, "singularName": "nodemetric", "namespaced": False, "kind": KIND,
-         "verbs": ["get", "list", "watch"], "shortNames": ["nm"]},
-        {"name": f"{RESOURCE}/status", "singularName": "", "namespaced": False, "kind": KIND,
-         "verbs": ["get", "update"]},
-    ]}
+    return legacy.api_resource_list(GROUP, VERSION, [
+        legacy.api_resource(RESOURCE, KIND, ("get", "list", "watch"), namespaced=False, singular_name="nodemetric",
+                            short_names=("nm",)),
+        legacy.api_resource(f"{RESOURCE}/status", KIND, ("get", "update"), namespaced=False),
+    ])
 
 
 class NodeMetricGroup:
@@ -104,8 +103,8 @@ class NodeMetricGroup:
 
     # ---- what the API server serves for the group ----------------------------------------------
 
-    def discovery_groups(self) -> list[dict[str, Any]]:
-        return [discovery_group(GROUP, (VERSION,))]
+    def discovery_groups(self) -> dict[str, tuple[str, ...]]:
+        return {GROUP: (VERSION,)}
 
     def resource_lists(self) -> dict[str, Document]:
         return {GROUP_VERSION: api_resource_list}

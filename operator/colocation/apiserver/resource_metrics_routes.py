@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from colocation.apimachinery import discovery_documents as legacy
 from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
@@ -33,7 +34,6 @@ from colocation.apimachinery.served_apigroups import (
     Authorizer,
     Caller,
     Document,
-    discovery_group,
     json_response,
 )
 from colocation.kube import permissions
@@ -56,10 +56,10 @@ _WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.A
 
 
 def api_resource_list() -> dict[str, Any]:
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION, "resources": [
-        {"name": NODES, "singularName": "", "namespaced": False, "kind": "NodeMetrics", "verbs": ["get", "list"]},
-        {"name": PODS, "singularName": "", "namespaced": True, "kind": "PodMetrics", "verbs": ["get", "list"]},
-    ]}
+    return legacy.api_resource_list(GROUP, VERSION, [
+        legacy.api_resource(NODES, "NodeMetrics", ("get", "list"), namespaced=False),
+        legacy.api_resource(PODS, "PodMetrics", ("get", "list"), namespaced=True),
+    ])
 
 
 # ---- the objects served ------------------------------------------------------------------------
@@ -146,8 +146,8 @@ class ResourceMetricsApi:
         assert self._authenticate is not None, "add_routes() first"
         return await self._authenticate(request)
 
-    def discovery_groups(self) -> list[dict[str, Any]]:
-        return [discovery_group(GROUP, (VERSION,))]
+    def discovery_groups(self) -> dict[str, tuple[str, ...]]:
+        return {GROUP: (VERSION,)}
 
     def resource_lists(self) -> dict[str, Document]:
         return {GROUP_VERSION: api_resource_list}

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.errors import ApiError, success_status
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.apimachinery.served_apigroups import (
     VERB,
@@ -29,7 +29,6 @@ from colocation.apimachinery.served_apigroups import (
     Caller,
     Document,
     Leadership,
-    discovery_group,
     json_response,
 )
 from colocation.custommetrics.builtin_metrics import BuiltinMetrics
@@ -106,8 +105,8 @@ class CustomMetricsApi:
 
     # -- what the API server serves for the groups ----------------------------------------------
 
-    def discovery_groups(self) -> list[dict[str, Any]]:
-        return [discovery_group(CUSTOM_GROUP, CUSTOM_VERSIONS), discovery_group(EXTERNAL_GROUP, (EXTERNAL_VERSION,))]
+    def discovery_groups(self) -> dict[str, tuple[str, ...]]:
+        return {CUSTOM_GROUP: CUSTOM_VERSIONS, EXTERNAL_GROUP: (EXTERNAL_VERSION,)}
 
     def resource_lists(self) -> dict[str, Document]:
         lists: dict[str, Document] = {
@@ -180,11 +179,10 @@ class CustomMetricsApi:
 def _success(batch: ValidatedBatch, result: IngestResult) -> dict[str, Any]:
     causes = [{"reason": reason, "message": f"{count} samples not stored ({reason})"}
               for reason, count in sorted(result.dropped.items())]
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-            "message": f"stored {result.accepted} of {batch.sample_count} samples "
-                       f"({result.new_series} new series)",
-            "details": {"name": batch.node, "group": "metrics.colocation.dev", "kind": "nodemetrics",
-                        "causes": causes}}
+    return success_status(message=f"stored {result.accepted} of {batch.sample_count} samples "
+                                  f"({result.new_series} new series)",
+                          details={"name": batch.node, "group": "metrics.colocation.dev", "kind": "nodemetrics",
+                                   "causes": causes})
 
 
 @dataclass(frozen=True)

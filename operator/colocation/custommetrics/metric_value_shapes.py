@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from colocation.apimachinery import discovery_documents as legacy
 from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.quantity import format_millis
 from colocation.apimachinery.selectors import LabelSelector, Operator
@@ -117,14 +118,12 @@ def external_metric_value_list(values: Iterable[MetricValue]) -> dict[str, Any]:
 
 def custom_resource_list(version: str, metrics: Iterable[tuple[str, str]]) -> dict[str, Any]:
     """One resource per (object resource, metric): "pods/http_requests", "nodes/cpu_usage"."""
-    resources = [{"name": f"{resource}/{metric}", "singularName": "", "namespaced": resource == "pods",
-                  "kind": "MetricValueList", "verbs": ["get"]} for resource, metric in sorted(metrics)]
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{CUSTOM_GROUP}/{version}",
-            "resources": resources}
+    return legacy.api_resource_list(CUSTOM_GROUP, version, (
+        legacy.api_resource(f"{resource}/{metric}", "MetricValueList", ("get",), namespaced=resource == "pods")
+        for resource, metric in sorted(metrics)))
 
 
 def external_resource_list(metrics: Iterable[str]) -> dict[str, Any]:
-    resources = [{"name": metric, "singularName": "", "namespaced": True, "kind": "ExternalMetricValueList",
-                  "verbs": ["get"]} for metric in sorted(metrics)]
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{EXTERNAL_GROUP}/{EXTERNAL_VERSION}",
-            "resources": resources}
+    return legacy.api_resource_list(EXTERNAL_GROUP, EXTERNAL_VERSION, (
+        legacy.api_resource(metric, "ExternalMetricValueList", ("get",), namespaced=True)
+        for metric in sorted(metrics)))
