@@ -9,16 +9,17 @@ may take agent writes to further subresources of nodemetrics (custom metric samp
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+import orjson
 from aiohttp import web
 
 from colocation.apimachinery import discovery_documents as legacy
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
 from colocation.apimachinery.served_apigroups import (
     VERB,
@@ -30,6 +31,9 @@ from colocation.apimachinery.served_apigroups import (
     OpenApiDocuments,
     json_response,
 )
+from colocation.apimachinery.tables import include_object, wants_table
+from colocation.apimachinery.watch_params import MIN_REQUEST_TIMEOUT, ListOptions, query_flag
+from colocation.apimachinery.watch_stream import EventEncoder, TableEvents, WatchServing, pre_encoded
 from colocation.apiserver import nodemetric_openapi, nodemetric_table
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authorization import check_node_rule
@@ -45,7 +49,6 @@ from colocation.nodemetrics.report_schema import (
 )
 from colocation.nodemetrics.storage_interface import NodeMetricServing
 
-_TABLE_ACCEPT = "as=Table"
 GROUP_VERSION = f"{GROUP}/{VERSION}"
 _Validated = TypeVar("_Validated")
 
@@ -70,11 +73,8 @@ class AgentUpload(Protocol[_Validated]):
 @dataclass
 class ApiOptions:
     bookmark_interval: float = 60.0
-    max_watch_seconds: int = 1800
-
-
-def _bool_param(value: str | None) -> bool:
-    return value is not None and value.lower() not in ("", "0", "false")
+    # kube-apiserver's --min-request-timeout: a watch without timeoutSeconds lasts between it and twice it.
+    min_request_timeout: float = MIN_REQUEST_TIMEOUT
 
 
 def api_resource_list() -> dict[str, Any]:
@@ -97,6 +97,8 @@ class NodeMetricGroup:
         self.node_labels = node_labels
         self.metrics = metrics
         self.options = options or ApiOptions()
+        self.serving = WatchServing(bookmark_interval=self.options.bookmark_interval,
+                                    min_request_timeout=self.options.min_request_timeout)
         self.wall = wall
         self.uploads = tuple(uploads)
         self._authenticate: Authenticate | None = None
@@ -136,75 +138,58 @@ class NodeMetricGroup:
     async def _get(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         await self._authorize_read(request, "get", name)
+        table_version = wants_table(request.headers.get("Accept", ""))
         entry = self.store.get(name)
         if entry is None:
             raise ApiError.not_found(GROUP, RESOURCE, name)
-        if _TABLE_ACCEPT in request.headers.get("Accept", ""):
-            return json_response(nodemetric_table.table([entry], self.store.resource_version, self.wall()))
+        if table_version:
+            row = nodemetric_table.entry_row(entry, self.wall(), include_object(request.query), table_version)
+            return json_response(nodemetric_table.table([row], entry.resource_version, table_version))
         return web.Response(body=entry.body, content_type="application/json")
 
-    def _selection(self, request: web.Request) -> tuple[LabelSelector | None, str | None]:
-        query = request.query
-        labels = LabelSelector.parse(query["labelSelector"]) if query.get("labelSelector") else None
+    @staticmethod
+    def _selection(options: ListOptions) -> tuple[LabelSelector | None, str | None]:
+        labels = LabelSelector.parse(options.label_selector) if options.label_selector else None
         name = None
-        if query.get("fieldSelector"):
-            fields = FieldSelector.parse(query["fieldSelector"], ("metadata.name",))
+        if options.field_selector:
+            fields = FieldSelector.parse(options.field_selector, ("metadata.name",))
             name = fields.exact_name()
             if name is None and not fields.empty:
                 raise ApiError.bad_request("only metadata.name=NAME field selectors are supported for nodemetrics")
         return labels, name
 
     async def _list_or_watch(self, request: web.Request) -> web.StreamResponse:
-        if _bool_param(request.query.get("watch")):
+        if query_flag(request.query, "watch"):
             return await self._watch(request)
         await self._authorize_read(request, "list")
-        labels, name = self._selection(request)
-        if _TABLE_ACCEPT in request.headers.get("Accept", ""):
+        table_version = wants_table(request.headers.get("Accept", ""))
+        labels, name = self._selection(ListOptions.from_query(request.query))
+        if table_version:
             entries, rv = self.store.list(labels, name)
-            return json_response(nodemetric_table.table(entries, rv, self.wall()))
+            include, now = include_object(request.query), self.wall()
+            rows = [nodemetric_table.entry_row(entry, now, include, table_version) for entry in entries]
+            return json_response(nodemetric_table.table(rows, rv, table_version))
         return web.Response(body=self.store.list_body(labels, name), content_type="application/json")
 
     async def _watch(self, request: web.Request) -> web.StreamResponse:
         await self._authorize_read(request, "watch")
-        labels, name = self._selection(request)
-        query = request.query
-        raw_initial = query.get("sendInitialEvents")
-        send_initial = None if raw_initial is None else _bool_param(raw_initial)
-        bookmarks = _bool_param(query.get("allowWatchBookmarks"))
-        if send_initial and (query.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks):
-            raise ApiError(422, "Invalid", "sendInitialEvents requires resourceVersionMatch=NotOlderThan and "
-                           "allowWatchBookmarks=true")
-        try:
-            timeout = min(int(query.get("timeoutSeconds") or self.options.max_watch_seconds),
-                          self.options.max_watch_seconds)
-        except ValueError:
-            raise ApiError.bad_request("timeoutSeconds must be an integer") from None
-        watcher = self.store.watch(query.get("resourceVersion", ""), labels, name, send_initial)
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        next_bookmark = loop.time() + self.options.bookmark_interval
-        try:
-            while (now := loop.time()) < deadline:
-                wait = min(deadline, next_bookmark) - now if bookmarks else deadline - now
-                line = await watcher.next(max(wait, 0.001))
-                if line is not None:
-                    await response.write(line)
-                    continue
-                if watcher.closed:
-                    break
-                if bookmarks and loop.time() >= next_bookmark:
-                    bookmark = watcher.bookmark_line()  # None while lines are pending: send later
-                    if bookmark is not None:
-                        await response.write(bookmark)
-                        next_bookmark = loop.time() + self.options.bookmark_interval
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        finally:
-            watcher.stop()
-        return response
+        table_version = wants_table(request.headers.get("Accept", ""))
+        options = ListOptions.from_query(request.query, watch=True)
+        labels, name = self._selection(options)
+        encoder: EventEncoder[bytes] = pre_encoded()
+        if table_version:
+            encoder = self._table_events(table_version, include_object(request.query))
+        watcher = self.store.watch(options.resource_version, labels, name, options.send_initial_events)
+        return await self.serving.serve(request, options, watcher, encoder)
+
+    def _table_events(self, version: str, include: str) -> TableEvents[bytes]:
+        def table(objects: list[Obj], headers: bool) -> Obj:
+            now = self.wall()
+            rows = [nodemetric_table.object_row(obj, now, include, version) for obj in objects]
+            return nodemetric_table.table(rows, objects[0]["metadata"]["resourceVersion"], version,
+                                          include_headers=headers)
+
+        return TableEvents(_decoded, table)
 
     # ---- writes --------------------------------------------------------------------------------
 
@@ -253,3 +238,8 @@ class NodeMetricGroup:
         if content_type not in ("application/json", ""):
             raise ApiError.unsupported_media_type(content_type)
         return await request.read()  # client_max_size turns a longer body into 413
+
+
+def _decoded(line: bytes) -> tuple[str, Obj]:
+    event = orjson.loads(line)
+    return event["type"], event["object"]

@@ -1,12 +1,20 @@
-"""`kubectl get nodemetrics`: a Table with each node's usage and the age of its data."""
+"""`kubectl get nodemetrics`: a Table with each node's usage and the age of its data.
+
+Rows come from stored entries (get and list, without parsing their bodies) or from the objects of
+watch events, a BOOKMARK's included: it has only metadata, so its cells are empty but the name's.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import orjson
+
+from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.apimachinery.tables import TABLE_GROUP, human_duration
+from colocation.nodemetrics.report_schema import UsageFigures, figures_of
 from colocation.nodemetrics.storage_interface import Entry
 
 COLUMNS = [
@@ -20,16 +28,44 @@ COLUMNS = [
 ]
 
 
-def table(entries: Iterable[Entry], resource_version: int, now: float) -> dict[str, Any]:
-    rows = []
-    for entry in entries:
-        figures = entry.figures
-        rows.append({
-            "cells": [entry.name, format_millis(figures.cpu_millis), format_bytes(figures.memory_bytes),
-                      figures.pod_count, human_duration(now - figures.update_time)],
-            "object": {"kind": "PartialObjectMetadata", "apiVersion": f"{TABLE_GROUP}/v1",
-                       "metadata": {"name": entry.name, "resourceVersion": str(entry.resource_version),
-                                    "labels": dict(entry.labels)}},
-        })
-    return {"kind": "Table", "apiVersion": f"{TABLE_GROUP}/v1",
-            "metadata": {"resourceVersion": str(resource_version)}, "columnDefinitions": COLUMNS, "rows": rows}
+def table(rows: Iterable[Obj], resource_version: int | str, version: str = "v1", *,
+          include_headers: bool = True) -> dict[str, Any]:
+    """A Table of rows from `entry_row` or `object_row`; watch events after the first go without
+    column definitions, as upstream sends them."""
+    return {"kind": "Table", "apiVersion": f"{TABLE_GROUP}/{version}",
+            "metadata": {"resourceVersion": str(resource_version)},
+            "columnDefinitions": COLUMNS if include_headers else None, "rows": list(rows)}
+
+
+def entry_row(entry: Entry, now: float, include_object: str = "Metadata", version: str = "v1") -> Obj:
+    metadata: Obj = {"name": entry.name, "resourceVersion": str(entry.resource_version),
+                     "creationTimestamp": entry.creation_timestamp}
+    if entry.labels:
+        metadata["labels"] = dict(entry.labels)
+    return _row(_cells(entry.name, entry.figures, now), metadata, lambda: orjson.loads(entry.body), include_object,
+                version)
+
+
+def object_row(obj: Obj, now: float, include_object: str = "Metadata", version: str = "v1") -> Obj:
+    metadata = obj.get("metadata") or {}
+    figures = figures_of(obj) if "status" in obj else None
+    return _row(_cells(metadata.get("name", ""), figures, now), metadata, lambda: obj, include_object, version)
+
+
+def _cells(name: str, figures: UsageFigures | None, now: float) -> list[Any]:
+    if figures is None:
+        return [name, None, None, None, None]
+    return [name, format_millis(figures.cpu_millis), format_bytes(figures.memory_bytes), figures.pod_count,
+            human_duration(now - figures.update_time)]
+
+
+def _row(cells: list[Any], metadata: Mapping[str, Any], whole: Callable[[], Obj], include_object: str,
+         version: str) -> Obj:
+    """A row with the object as includeObject asks: all of it, its metadata (the default) or none."""
+    if include_object == "Object":
+        shown = whole()
+    elif include_object == "None":
+        shown = None
+    else:
+        shown = {"kind": "PartialObjectMetadata", "apiVersion": f"{TABLE_GROUP}/{version}", "metadata": metadata}
+    return {"cells": cells, "object": shown}

@@ -1,7 +1,7 @@
 """The latest NodeMetric of every node, in memory, with Kubernetes list and watch semantics.
 
 Each object is serialized once, when it changes; lists join the stored bytes and every watch
-event is one shared line (`watch_events`), so serving costs no serialization per reader.
+event is one shared line (`nodemetric_watch_window`), so serving costs no serialization per reader.
 resourceVersions come from `resource_versions.ResourceVersionClock`, so a warm standby
 replicating the leader's events serves the same objects at the same resourceVersions.
 
@@ -9,7 +9,7 @@ Watch semantics follow kube-apiserver's watch cache: "" or "0" starts with the c
 as ADDED events; a resourceVersion inside the event window resumes after it; an older one gets
 410 Expired. See docs/architecture.md, "The NodeMetric store".
 
-Pure apart from asyncio's queue; both clocks are injected. Single-threaded: call it from the loop.
+Pure; both clocks are injected. Single-threaded: call it from the loop.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from __future__ import annotations
 import bisect
 import builtins
 import dataclasses
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -25,21 +26,20 @@ import orjson
 from colocation.apimachinery.clock import MonotonicClock, WallClock, format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import LabelSelector
-from colocation.nodemetrics.report_schema import API_VERSION, KIND, LIST_KIND, ValidatedReport, figures_of
-from colocation.nodemetrics.resource_versions import ResourceVersionClock
-from colocation.nodemetrics.storage_interface import Entry
-from colocation.nodemetrics.watch_events import (
+from colocation.apimachinery.watch_params import parse_resource_version
+from colocation.apimachinery.watch_queue import Bookmark, encoded_event_line
+from colocation.nodemetrics.nodemetric_watch_window import (
     ADDED,
     DELETED,
-    INITIAL_EVENTS_END,
     MODIFIED,
     Event,
     EventWindow,
     Watcher,
-    bookmark_line,
-    error_line,
-    event_line,
+    nodemetric_bookmark,
 )
+from colocation.nodemetrics.report_schema import API_VERSION, KIND, LIST_KIND, ValidatedReport, figures_of
+from colocation.nodemetrics.resource_versions import ResourceVersionClock
+from colocation.nodemetrics.storage_interface import Entry
 
 _OBJECT_HEAD = b'{"apiVersion":"' + API_VERSION.encode() + b'","kind":"' + KIND.encode() + b'","metadata":'
 
@@ -130,7 +130,7 @@ class NodeMetricStore:
             if previous is not None:
                 self._unstore(entry.name)
                 self._window.append(Event(entry.resource_version, entry.name, entry.labels,
-                                          event_line(DELETED, body)))
+                                          encoded_event_line(DELETED, body)))
             return
         self._store(entry)
         self._emit_change(entry, previous)
@@ -187,7 +187,7 @@ class NodeMetricStore:
 
     def watch(self, resource_version: str, label_selector: LabelSelector | None = None, name: str | None = None,
               send_initial_events: bool | None = None) -> Watcher:
-        """Start a watch, as kube-apiserver does for these parameters.
+        """Start a watch, as kube-apiserver's watch cache does for these parameters.
 
         `send_initial_events` is None when the client did not set it: then "" and "0" start with
         the current objects. True sends them (whatever the resourceVersion) followed by a BOOKMARK
@@ -196,24 +196,24 @@ class NodeMetricStore:
         the future (504, as the watch cache's "Too large resource version").
         """
         selector = label_selector if label_selector is not None and not label_selector.empty else None
-        watcher = Watcher(self._window, selector, name)
-        unset = resource_version in ("", "0")
-        since = None if unset else self._versions.parse(resource_version)
-        if since is not None and since > self._versions.current:
+        since = parse_resource_version(resource_version)
+        if since:
+            self._versions.check_reachable(since)
             self._versions.observe(since)  # later events must come after what the client saw
-        if send_initial_events or (unset and send_initial_events is None):
-            backlog: builtins.list[bytes | Entry] = [*self.list(selector, name)[0]]
+        backlog: Iterable[bytes | Bookmark] = ()
+        if send_initial_events or (not since and send_initial_events is None):
+            # Rendered as the stream reads them: 10,000 nodes are not encoded twice over at once.
+            backlog = (encoded_event_line(ADDED, entry.body) for entry in self.list(selector, name)[0])
             if send_initial_events:
-                backlog.append(bookmark_line(self._versions.current, {INITIAL_EVENTS_END: "true"}))
-        elif since is None:
-            backlog = []
-        elif since < self._window.oldest_resumable:
-            watcher.finish(error_line(ApiError.gone(
-                f"too old resource version: {since} ({self._window.oldest_resumable})")))
-            return watcher
-        else:
-            backlog = [*self._window.replay(since, selector, name)]
-        watcher.start(backlog)
+                end = nodemetric_bookmark(self._versions.current, initial_events_end=True)
+                backlog = itertools.chain(backlog, (Bookmark(end),))
+        elif since and since < (oldest := self._window.oldest_resumable):
+            expired = Watcher(self._window, selector, name)
+            expired.expire(ApiError.gone(f"too old resource version: {since} ({oldest})").status())
+            return expired
+        elif since:
+            backlog = self._window.replay(since, selector, name)
+        watcher = Watcher(self._window, selector, name, backlog)
         self._window.attach(watcher)
         return watcher
 
@@ -232,19 +232,19 @@ class NodeMetricStore:
         # The DELETED object is the last state, at the resourceVersion of its deletion.
         self._unstore(entry.name)
         body = _with_resource_version(entry.body, rv)
-        self._window.append(Event(rv, entry.name, entry.labels, event_line(DELETED, body)))
+        self._window.append(Event(rv, entry.name, entry.labels, encoded_event_line(DELETED, body)))
 
     def _emit_change(self, entry: Entry, previous: Entry | None) -> None:
         rv, name = entry.resource_version, entry.name
         if previous is None:
-            self._window.append(Event(rv, name, entry.labels, event_line(ADDED, entry.body)))
+            self._window.append(Event(rv, name, entry.labels, encoded_event_line(ADDED, entry.body)))
         elif previous.labels == entry.labels:
-            self._window.append(Event(rv, name, entry.labels, event_line(MODIFIED, entry.body)))
+            self._window.append(Event(rv, name, entry.labels, encoded_event_line(MODIFIED, entry.body)))
         else:
-            self._window.append(Event(rv, name, entry.labels, event_line(MODIFIED, entry.body),
+            self._window.append(Event(rv, name, entry.labels, encoded_event_line(MODIFIED, entry.body),
                                       previous_labels=previous.labels,
-                                      left_line=event_line(DELETED, _with_resource_version(previous.body, rv)),
-                                      joined_line=event_line(ADDED, entry.body)))
+                                      left_line=encoded_event_line(DELETED, _with_resource_version(previous.body, rv)),
+                                      joined_line=encoded_event_line(ADDED, entry.body)))
 
     def _entry_from_body(self, body: bytes) -> Entry:
         obj = orjson.loads(body)

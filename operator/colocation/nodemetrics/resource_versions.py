@@ -11,8 +11,6 @@ from colocation.apimachinery.clock import WallClock
 from colocation.apimachinery.errors import ApiError
 from colocation.nodemetrics.report_schema import GROUP, RESOURCE
 
-_MAX_RESOURCE_VERSION = 2**63 - 1
-
 
 class ResourceVersionClock:
     def __init__(self, wall: WallClock, *, future_tolerance_seconds: float) -> None:
@@ -44,14 +42,12 @@ class ResourceVersionClock:
         """Carry on from a replicated list's version (see NodeMetricStore.replace_all)."""
         self.current = resource_version
 
-    def parse(self, text: str) -> int:
-        """A client's resourceVersion; ApiError 400 if malformed, 504 if too far in the future."""
-        if not text.isascii() or not text.isdigit() or int(text) > _MAX_RESOURCE_VERSION:
-            raise ApiError.bad_request(f'invalid resource version: "{text}"')
-        value = int(text)
+    def check_reachable(self, resource_version: int) -> None:
+        """ApiError 504 for a client's resourceVersion too far ahead of this store and of the clock,
+        as the watch cache answers one it does not reach in time ("Too large resource version")."""
         limit = max(self.current, self._wall_now()) + self._future_tolerance
-        if value > limit:
-            raise ApiError(504, "Timeout", f"Timeout: Too large resource version: {value}, current: {self.current}",
+        if resource_version > limit:
+            raise ApiError(504, "Timeout", f"Timeout: Too large resource version: {resource_version}, "
+                           f"current: {self.current}",
                            {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
                             "retryAfterSeconds": 1, "group": GROUP, "kind": RESOURCE})
-        return value

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from colocation.apimachinery.selectors import LabelSelector
+from colocation.apimachinery.watch_queue import WatchQueue
 from colocation.nodemetrics.report_schema import UsageFigures, ValidatedReport
 
 
@@ -46,30 +47,14 @@ class NodeMetricReader(Protocol):
         """The matching entries in name order, and the resourceVersion of this state."""
 
 
-class WatchStream(Protocol):
-    """One client's watch: lines of JSON, one event each, to write as they come."""
-
-    @property
-    def closed(self) -> bool:
-        """No more events will be added; lines already queued (a final ERROR) are still read."""
-
-    async def next(self, timeout: float | None) -> bytes | None:
-        """The next line, or None after `timeout` seconds without one or once the stream ended."""
-
-    def bookmark_line(self) -> bytes | None:
-        """A BOOKMARK at the current resourceVersion, or None while lines are pending."""
-
-    def stop(self) -> None:
-        """The client went away."""
-
-
 class NodeMetricServing(NodeMetricReader, Protocol):
     def list_body(self, label_selector: LabelSelector | None = None, name: str | None = None) -> bytes:
         """A NodeMetricList, assembled from the stored bodies."""
 
     def watch(self, resource_version: str, label_selector: LabelSelector | None = None, name: str | None = None,
-              send_initial_events: bool | None = None) -> WatchStream:
-        """A watch as kube-apiserver starts one for these parameters; ApiError for a bad resourceVersion."""
+              send_initial_events: bool | None = None) -> WatchQueue[bytes]:
+        """A watch as kube-apiserver starts one for these parameters, its items lines of JSON;
+        ApiError for a bad resourceVersion."""
 
     def put(self, report: ValidatedReport, labels: Mapping[str, str]) -> Entry:
         """Store a node's report, with the Node's labels."""

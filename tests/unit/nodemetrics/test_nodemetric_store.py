@@ -10,9 +10,10 @@ import pytest
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import LabelSelector
+from colocation.apimachinery.watch_queue import Bookmark, event_line
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.nodemetric_watch_window import Watcher
 from colocation.nodemetrics.report_schema import ValidatedReport, validate_report
-from colocation.nodemetrics.watch_events import Watcher
 
 T0 = 1_795_341_600.0  # 2026-11-22T10:00:00Z
 RV0 = 1_795_341_600_000_000  # the same instant in microseconds: the first resourceVersion
@@ -63,22 +64,25 @@ def stored(store: NodeMetricStore, name: str) -> bytes:
     return entry.body
 
 
-async def lines(watcher: Watcher, count: int) -> list[dict[str, Any]]:
-    read = [await watcher.next(0) for _ in range(count)]
-    return [orjson.loads(line) for line in read if line is not None]
+def as_line(item: bytes | Bookmark) -> bytes:
+    """A watcher's item as the stream writes it for a client that allows bookmarks."""
+    return event_line("BOOKMARK", item.object) if isinstance(item, Bookmark) else item
 
 
-async def drain(watcher: Watcher) -> list[tuple[str, str, str]]:
-    """Every line ready now, as (type, name or "code reason", resourceVersion or message)."""
+def lines(watcher: Watcher, count: int) -> list[dict[str, Any]]:
+    return [orjson.loads(as_line(item)) for item in watcher.take(count)]
+
+
+def drain(watcher: Watcher) -> list[tuple[str, str, str]]:
+    """Every item ready now, as (type, name, resourceVersion), then the stream's error if it ended
+    with one, as ("ERROR", "code reason", message)."""
     seen = []
-    while (line := await watcher.next(0)) is not None:
-        event = orjson.loads(line)
-        obj = event["object"]
-        if event["type"] == "ERROR":
-            seen.append(("ERROR", f'{obj["code"]} {obj["reason"]}', obj["message"]))
-        else:
-            metadata = obj["metadata"]
-            seen.append((event["type"], metadata.get("name", ""), metadata["resourceVersion"]))
+    for event in lines(watcher, 100_000):
+        metadata = event["object"]["metadata"]
+        seen.append((event["type"], metadata.get("name", ""), metadata["resourceVersion"]))
+    if watcher.error is not None:
+        status = watcher.error
+        seen.append(("ERROR", f'{status["code"]} {status["reason"]}', status["message"]))
     return seen
 
 
@@ -110,8 +114,8 @@ def test_resource_versions_follow_the_clock_and_always_grow(store: NodeMetricSto
     assert fourth == RV0 + 30_000_000
 
 
-async def test_an_unchanged_report_refreshes_the_node_without_a_new_version(store: NodeMetricStore,
-                                                                      clock: Clock) -> None:
+def test_an_unchanged_report_refreshes_the_node_without_a_new_version(store: NodeMetricStore,
+                                                                clock: Clock) -> None:
     first = store.put(report("node-1"), {"pool": "prod"})
     watcher = store.watch(str(first.resource_version))
     clock.monotonic_time += 30
@@ -119,7 +123,7 @@ async def test_an_unchanged_report_refreshes_the_node_without_a_new_version(stor
     assert again.resource_version == first.resource_version and again.body is first.body
     assert again.last_seen_monotonic == first.last_seen_monotonic + 30
     assert store.resource_version == first.resource_version
-    assert await drain(watcher) == []
+    assert drain(watcher) == []
     creation = orjson.loads(first.body)["metadata"]["creationTimestamp"]
     clock.wall_time += 10
     changed = store.put(report("node-1", update_time="2026-11-22T10:00:10Z"), {"pool": "prod"})
@@ -127,21 +131,21 @@ async def test_an_unchanged_report_refreshes_the_node_without_a_new_version(stor
     assert orjson.loads(changed.body)["metadata"]["creationTimestamp"] == creation  # kept across updates
     relabelled = store.put(report("node-1", update_time="2026-11-22T10:00:10Z"), {"pool": "batch"})
     assert relabelled.resource_version == changed.resource_version + 1  # labels are part of the object
-    assert await drain(watcher) == [("MODIFIED", "node-1", str(changed.resource_version)),
+    assert drain(watcher) == [("MODIFIED", "node-1", str(changed.resource_version)),
                               ("MODIFIED", "node-1", str(relabelled.resource_version))]
 
 
-async def test_resource_versions_stay_above_a_previous_process_after_a_restart(clock: Clock) -> None:
+def test_resource_versions_stay_above_a_previous_process_after_a_restart(clock: Clock) -> None:
     old = make_store(clock)
     last = [old.put(report(f"n{i}"), {}).resource_version for i in range(3)][-1]
     assert last == RV0 + 2  # three changes in one microsecond ran ahead of the clock
     clock.wall_time -= 0.5  # the new process starts on a clock that went back a little
     new = make_store(clock)
     watcher = new.watch(str(last))  # an informer resumes from what it saw: that is fine...
-    assert await drain(watcher) == []
+    assert drain(watcher) == []
     entry = new.put(report("n0"), {})  # ...and what follows comes after it
     assert entry.resource_version == last + 1
-    assert await drain(watcher) == [("ADDED", "n0", str(last + 1))]
+    assert drain(watcher) == [("ADDED", "n0", str(last + 1))]
 
 
 def test_a_standby_continues_above_what_the_leader_had(clock: Clock) -> None:
@@ -180,67 +184,67 @@ def test_a_list_body_joins_the_stored_objects(store: NodeMetricStore) -> None:
 
 
 @pytest.mark.parametrize("resource_version", ["", "0"])
-async def test_a_watch_from_now_starts_with_the_current_objects(store: NodeMetricStore,
-                                                                resource_version: str) -> None:
+def test_a_watch_from_now_starts_with_the_current_objects(store: NodeMetricStore,
+                                                          resource_version: str) -> None:
     store.put(report("b"), {})
     store.put(report("a"), {})
     watcher = store.watch(resource_version)
     store.put(report("c"), {})
-    assert await drain(watcher) == [("ADDED", "a", str(RV0 + 1)), ("ADDED", "b", str(RV0)),
-                                    ("ADDED", "c", str(RV0 + 2))]
+    assert drain(watcher) == [("ADDED", "a", str(RV0 + 1)), ("ADDED", "b", str(RV0)),
+                              ("ADDED", "c", str(RV0 + 2))]
     assert store.watcher_count == 1
 
 
-async def test_initial_events_end_with_an_annotated_bookmark(store: NodeMetricStore) -> None:
+def test_initial_events_end_with_an_annotated_bookmark(store: NodeMetricStore) -> None:
     store.put(report("a"), {})
     watcher = store.watch("", send_initial_events=True)
     store.put(report("b"), {})
-    events = await lines(watcher, 3)
+    events = lines(watcher, 3)
     assert [event["type"] for event in events] == ["ADDED", "BOOKMARK", "ADDED"]
     assert events[1]["object"] == {"kind": "NodeMetric", "apiVersion": "metrics.colocation.dev/v1alpha1",
                                   "metadata": {"resourceVersion": str(RV0),
                                                "annotations": {"k8s.io/initial-events-end": "true"}}}
 
 
-async def test_initial_events_are_sent_even_for_a_resource_version_past_the_window(store: NodeMetricStore) -> None:
+def test_initial_events_are_sent_even_for_a_resource_version_past_the_window(store: NodeMetricStore) -> None:
     for index in range(8):  # more changes than the window of 5 holds
         store.put(report("a", cpu=str(index + 1)), {})
     watcher = store.watch("1", send_initial_events=True)  # NotOlderThan: the current state is newer
-    assert [t for t, _, _ in await drain(watcher)] == ["ADDED", "BOOKMARK"]
+    assert [t for t, _, _ in drain(watcher)] == ["ADDED", "BOOKMARK"]
 
 
-async def test_a_watch_without_initial_events_starts_at_the_most_recent_change(store: NodeMetricStore) -> None:
+def test_a_watch_without_initial_events_starts_at_the_most_recent_change(store: NodeMetricStore) -> None:
     store.put(report("a"), {})
     watcher = store.watch("", send_initial_events=False)
     store.put(report("b"), {})
-    assert await drain(watcher) == [("ADDED", "b", str(RV0 + 1))]
+    assert drain(watcher) == [("ADDED", "b", str(RV0 + 1))]
 
 
-async def test_a_watch_resumes_after_the_resource_version_given(store: NodeMetricStore, clock: Clock) -> None:
+def test_a_watch_resumes_after_the_resource_version_given(store: NodeMetricStore, clock: Clock) -> None:
     store.put(report("a"), {})
     seen = store.put(report("b"), {}).resource_version
     store.put(report("a", cpu="2"), {})
     store.delete("b")
     watcher = store.watch(str(seen))
-    assert await drain(watcher) == [("MODIFIED", "a", str(RV0 + 2)), ("DELETED", "b", str(RV0 + 3))]
+    assert drain(watcher) == [("MODIFIED", "a", str(RV0 + 2)), ("DELETED", "b", str(RV0 + 3))]
 
 
-async def test_a_resource_version_older_than_the_window_is_expired(store: NodeMetricStore) -> None:
+def test_a_resource_version_older_than_the_window_is_expired(store: NodeMetricStore) -> None:
     first = store.put(report("a"), {}).resource_version
     for index in range(5):  # the window holds 5 events: the first one falls out...
         store.put(report("a", cpu=str(index + 2)), {})
     # ...but whoever saw it can still resume: every later event is kept.
-    assert [rv for _, _, rv in await drain(store.watch(str(first)))] == [str(first + n) for n in range(1, 6)]
+    assert [rv for _, _, rv in drain(store.watch(str(first)))] == [str(first + n) for n in range(1, 6)]
     watcher = store.watch(str(first - 1))
-    assert await drain(watcher) == [("ERROR", "410 Expired", f"too old resource version: {first - 1} ({first})")]
+    assert drain(watcher) == [("ERROR", "410 Expired", f"too old resource version: {first - 1} ({first})")]
     assert watcher.closed and store.watcher_count == 1
 
 
-async def test_a_new_store_cannot_replay_what_came_before_it(clock: Clock) -> None:
+def test_a_new_store_cannot_replay_what_came_before_it(clock: Clock) -> None:
     store = NodeMetricStore(clock.wall, clock.monotonic)
     assert store.resource_version == RV0  # an empty store lists at the time it started
     watcher = store.watch(str(RV0 - 1))
-    assert [t for t, _, _ in await drain(watcher)] == ["ERROR"]
+    assert [t for t, _, _ in drain(watcher)] == ["ERROR"]
 
 
 def test_a_resource_version_too_far_ahead_is_refused(store: NodeMetricStore) -> None:
@@ -258,16 +262,16 @@ def test_a_malformed_resource_version_is_400(store: NodeMetricStore, resource_ve
     assert caught.value.code == 400
 
 
-async def test_every_watcher_gets_the_same_bytes_for_an_event(store: NodeMetricStore) -> None:
+def test_every_watcher_gets_the_same_bytes_for_an_event(store: NodeMetricStore) -> None:
     first, second = store.watch("", send_initial_events=False), store.watch("", send_initial_events=False)
     store.put(report("a"), {})
-    line = await first.next(0)
-    assert line is not None and line.endswith(b"\n")
-    assert await second.next(0) is line
+    [line], [same] = first.take(1), second.take(1)
+    assert isinstance(line, bytes) and line.endswith(b"\n")
+    assert same is line
     assert orjson.loads(line) == {"type": "ADDED", "object": orjson.loads(stored(store, "a"))}
 
 
-async def test_objects_entering_or_leaving_a_selection_are_added_or_deleted(store: NodeMetricStore) -> None:
+def test_objects_entering_or_leaving_a_selection_are_added_or_deleted(store: NodeMetricStore) -> None:
     store.put(report("a"), {"pool": "prod"})
     watcher = store.watch(str(store.resource_version), LabelSelector.parse("pool=batch"))
     store.put(report("a", cpu="2"), {"pool": "prod"})  # not selected before or after: nothing
@@ -275,93 +279,94 @@ async def test_objects_entering_or_leaving_a_selection_are_added_or_deleted(stor
     store.put(report("a", cpu="3"), {"pool": "batch"})
     left = store.put(report("a", cpu="3"), {"pool": "prod"})
     store.put(report("b"), {"pool": "batch"})
-    assert await drain(watcher) == [("ADDED", "a", str(joined.resource_version)),
-                                    ("MODIFIED", "a", str(joined.resource_version + 1)),
-                                    ("DELETED", "a", str(left.resource_version)),
-                                    ("ADDED", "b", str(left.resource_version + 1))]
+    assert drain(watcher) == [("ADDED", "a", str(joined.resource_version)),
+                              ("MODIFIED", "a", str(joined.resource_version + 1)),
+                              ("DELETED", "a", str(left.resource_version)),
+                              ("ADDED", "b", str(left.resource_version + 1))]
 
 
-async def test_an_object_leaving_a_selection_is_deleted_as_it_was_at_the_new_version(store: NodeMetricStore) -> None:
+def test_an_object_leaving_a_selection_is_deleted_as_it_was_at_the_new_version(store: NodeMetricStore) -> None:
     store.put(report("a", cpu="1"), {"pool": "batch"})
     watcher = store.watch("", LabelSelector.parse("pool=batch"), send_initial_events=False)
     left = store.put(report("a", cpu="2"), {"pool": "prod"})
-    [event] = await lines(watcher, 1)
+    [event] = lines(watcher, 1)
     assert event["type"] == "DELETED"
     assert event["object"]["metadata"]["labels"] == {"pool": "batch"}  # the content it was selected with
     assert event["object"]["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "1"
     assert event["object"]["metadata"]["resourceVersion"] == str(left.resource_version)
 
 
-async def test_replayed_events_go_through_the_selection_too(store: NodeMetricStore) -> None:
+def test_replayed_events_go_through_the_selection_too(store: NodeMetricStore) -> None:
     start = store.put(report("a"), {"pool": "prod"}).resource_version
     store.put(report("a"), {"pool": "batch"})
     store.put(report("b"), {"pool": "prod"})
     watcher = store.watch(str(start), LabelSelector.parse("pool=batch"))
-    assert await drain(watcher) == [("ADDED", "a", str(start + 1))]
+    assert drain(watcher) == [("ADDED", "a", str(start + 1))]
 
 
-async def test_a_watch_of_one_name_sees_only_that_object(store: NodeMetricStore) -> None:
+def test_a_watch_of_one_name_sees_only_that_object(store: NodeMetricStore) -> None:
     store.put(report("a"), {})
     store.put(report("b"), {})
     watcher = store.watch("", name="b")
     store.put(report("a", cpu="2"), {})
     store.put(report("b", cpu="2"), {})
-    assert await drain(watcher) == [("ADDED", "b", str(RV0 + 1)), ("MODIFIED", "b", str(RV0 + 3))]
+    assert drain(watcher) == [("ADDED", "b", str(RV0 + 1)), ("MODIFIED", "b", str(RV0 + 3))]
     replayed = store.watch(str(RV0), name="a")
-    assert await drain(replayed) == [("MODIFIED", "a", str(RV0 + 2))]
+    assert drain(replayed) == [("MODIFIED", "a", str(RV0 + 2))]
 
 
-async def test_a_watcher_that_falls_behind_is_closed_with_410_and_dropped(clock: Clock) -> None:
+def test_a_watcher_that_falls_behind_is_closed_and_dropped(clock: Clock) -> None:
     store = make_store(clock, watcher_queue=2)
     slow = store.watch("", send_initial_events=False)
     fast = store.watch("", send_initial_events=False)
     for index in range(3):
         store.put(report(f"n{index}"), {})
-        await fast.next(0)
+        fast.take(1)
     assert slow.closed and store.watcher_count == 1
-    assert await drain(slow) == [("ERROR", "410 Expired",
-                                  "the watcher fell behind: more than 2 events were waiting to be read")]
+    # Silently, what was pending dropped: it resumes from the last resourceVersion it read.
+    assert drain(slow) == []
     store.put(report("n9"), {})  # nothing more is queued for it
-    assert await drain(slow) == [] and await slow.next(None) is None
+    assert drain(slow) == [] and not slow.pending
 
 
 async def test_a_waiting_reader_wakes_up_for_an_event_and_for_the_end(store: NodeMetricStore) -> None:
     watcher = store.watch("", send_initial_events=False)
-    reader = asyncio.ensure_future(watcher.next(None))
+    reader = asyncio.ensure_future(watcher.wait(None))
     await asyncio.sleep(0)  # let the reader start waiting
     store.put(report("a"), {})
-    line = await reader
-    assert line is not None and orjson.loads(line)["type"] == "ADDED"
-    reader = asyncio.ensure_future(watcher.next(None))
+    await asyncio.wait_for(reader, 5)
+    [event] = lines(watcher, 1)
+    assert event["type"] == "ADDED"
+    reader = asyncio.ensure_future(watcher.wait(None))
     await asyncio.sleep(0)
     store.close_watchers()
-    assert await reader is None and watcher.closed and store.watcher_count == 0
+    await asyncio.wait_for(reader, 5)
+    assert watcher.closed and store.watcher_count == 0
 
 
-async def test_next_gives_up_after_its_timeout(store: NodeMetricStore) -> None:
+async def test_waiting_gives_up_after_its_timeout(store: NodeMetricStore) -> None:
     watcher = store.watch("", send_initial_events=False)
-    assert await watcher.next(0) is None and not watcher.closed
+    await watcher.wait(0)
+    assert not watcher.pending and not watcher.closed
 
 
-async def test_a_bookmark_is_only_offered_when_nothing_is_pending(store: NodeMetricStore) -> None:
+def test_a_bookmark_is_only_offered_when_nothing_is_pending(store: NodeMetricStore) -> None:
     watcher = store.watch("", LabelSelector.parse("pool=batch"), send_initial_events=False)
     store.put(report("a"), {"pool": "batch"})
-    assert watcher.bookmark_line() is None  # the ADDED has not been read yet
-    await watcher.next(0)
+    assert watcher.bookmark() is None  # the ADDED has not been read yet
+    watcher.take(1)
     store.put(report("b"), {"pool": "prod"})  # not for this watcher, but the version moved on
-    line = watcher.bookmark_line()
-    assert line is not None and orjson.loads(line) == {
-        "type": "BOOKMARK", "object": {"kind": "NodeMetric", "apiVersion": "metrics.colocation.dev/v1alpha1",
-                                       "metadata": {"resourceVersion": str(RV0 + 1)}}}
+    assert watcher.bookmark() == {"kind": "NodeMetric", "apiVersion": "metrics.colocation.dev/v1alpha1",
+                                  "metadata": {"resourceVersion": str(RV0 + 1)}}
     watcher.stop()
-    assert watcher.bookmark_line() is None and store.watcher_count == 0
+    assert watcher.bookmark() is None and store.watcher_count == 0
 
 
 # --------------------------------------------------------------------------------------------
 # Expiry and deletion.
 
 
-async def test_a_node_silent_for_the_ttl_is_deleted(clock: Clock) -> None:
+def test_a_node_silent_for_the_ttl_is_deleted(clock: Clock) -> None:
     store = make_store(clock, ttl_seconds=600)
     store.put(report("quiet"), {})
     store.put(report("chatty"), {})
@@ -373,16 +378,16 @@ async def test_a_node_silent_for_the_ttl_is_deleted(clock: Clock) -> None:
     clock.wall_time += 600  # the wall clock only names the new resourceVersion
     assert store.expire() == ["quiet"]
     assert [e.name for e in store.list()[0]] == ["chatty"]
-    assert await drain(watcher) == [("DELETED", "quiet", str(RV0 + 600_000_000))]
+    assert drain(watcher) == [("DELETED", "quiet", str(RV0 + 600_000_000))]
     clock.monotonic_time += 599
     assert store.expire() == ["chatty"]
 
 
-async def test_delete_emits_the_last_state_at_the_deletion_version(store: NodeMetricStore) -> None:
+def test_delete_emits_the_last_state_at_the_deletion_version(store: NodeMetricStore) -> None:
     store.put(report("a", cpu="7"), {"pool": "prod"})
     watcher = store.watch("", send_initial_events=False)
     assert store.delete("a") is not None and store.delete("a") is None
-    [event] = await lines(watcher, 1)
+    [event] = lines(watcher, 1)
     assert (event["type"], event["object"]["metadata"]["resourceVersion"]) == ("DELETED", str(RV0 + 1))
     assert event["object"]["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "7"
     assert store.get("a") is None and store.node_count == 0
@@ -392,13 +397,12 @@ async def test_delete_emits_the_last_state_at_the_deletion_version(store: NodeMe
 # Replication to a warm standby.
 
 
-async def replicate(leader_watch: Watcher, standby: NodeMetricStore) -> None:
-    while (line := await leader_watch.next(0)) is not None:
-        event = orjson.loads(line)
+def replicate(leader_watch: Watcher, standby: NodeMetricStore) -> None:
+    for event in lines(leader_watch, 100_000):
         standby.apply_event(event["type"], orjson.dumps(event["object"]))
 
 
-async def test_a_standby_serves_what_the_leader_serves(clock: Clock) -> None:
+def test_a_standby_serves_what_the_leader_serves(clock: Clock) -> None:
     leader = make_store(clock)
     leader.put(report("a"), {"pool": "prod"})
     leader.put(report("b"), {"pool": "batch"})
@@ -413,37 +417,37 @@ async def test_a_standby_serves_what_the_leader_serves(clock: Clock) -> None:
     leader.put(report("b"), {"pool": "prod"})
     leader.put(report("c"), {})
     leader.delete("a")
-    await replicate(follow, standby)
+    replicate(follow, standby)
     assert standby.list_body() == leader.list_body()
     assert standby.list_body(LabelSelector.parse("pool=prod")) == leader.list_body(LabelSelector.parse("pool=prod"))
     standby_b, leader_b = standby.get("b"), leader.get("b")
     assert standby_b is not None and leader_b is not None
     assert (standby_b.body, standby_b.resource_version, standby_b.labels, standby_b.figures) == \
         (leader_b.body, leader_b.resource_version, leader_b.labels, leader_b.figures)
-    assert await drain(standby_watch) == [("MODIFIED", "a", str(RV0 + 1_000_000)),
-                                          ("MODIFIED", "b", str(RV0 + 1_000_001)),
-                                          ("ADDED", "c", str(RV0 + 1_000_002)),
-                                          ("DELETED", "a", str(RV0 + 1_000_003))]
+    assert drain(standby_watch) == [("MODIFIED", "a", str(RV0 + 1_000_000)),
+                                    ("MODIFIED", "b", str(RV0 + 1_000_001)),
+                                    ("ADDED", "c", str(RV0 + 1_000_002)),
+                                    ("DELETED", "a", str(RV0 + 1_000_003))]
     # Promoted, it carries on above the leader and knows an unchanged report when it sees one.
     assert standby.put(report("c"), {}).resource_version == RV0 + 1_000_002
     assert standby.put(report("c", cpu="5"), {}).resource_version == RV0 + 1_000_004
 
 
-async def test_a_watch_resumes_on_the_promoted_standby_without_loss(clock: Clock) -> None:
+def test_a_watch_resumes_on_the_promoted_standby_without_loss(clock: Clock) -> None:
     leader = make_store(clock)
     standby = make_store(clock)
     standby.replace_all([], leader.resource_version)
     follow = leader.watch(str(leader.resource_version))
     client = leader.watch("", send_initial_events=False)
     leader.put(report("a"), {})
-    seen = await drain(client)
+    seen = drain(client)
     leader.put(report("b"), {})  # the client never reads this one from the leader
-    await replicate(follow, standby)
+    replicate(follow, standby)
     resumed = standby.watch(seen[-1][2])
-    assert await drain(resumed) == [("ADDED", "b", str(RV0 + 1))]
+    assert drain(resumed) == [("ADDED", "b", str(RV0 + 1))]
 
 
-async def test_a_relist_emits_the_difference(clock: Clock) -> None:
+def test_a_relist_emits_the_difference(clock: Clock) -> None:
     leader = make_store(clock)
     standby = make_store(clock)
     for name in ("a", "b", "c"):
@@ -455,12 +459,12 @@ async def test_a_relist_emits_the_difference(clock: Clock) -> None:
     leader.put(report("d"), {})
     entries, rv = leader.list()
     standby.replace_all([e.body for e in entries], rv)
-    assert await drain(watcher) == [("MODIFIED", "a", str(RV0 + 3)), ("ADDED", "d", str(RV0 + 5)),
-                                    ("DELETED", "b", str(rv))]
+    assert drain(watcher) == [("MODIFIED", "a", str(RV0 + 3)), ("ADDED", "d", str(RV0 + 5)),
+                              ("DELETED", "b", str(rv))]
     assert standby.list_body() == leader.list_body()
 
 
-async def test_a_standby_ignores_an_event_delivered_twice(clock: Clock) -> None:
+def test_a_standby_ignores_an_event_delivered_twice(clock: Clock) -> None:
     leader = make_store(clock)
     standby = make_store(clock)
     standby.replace_all([], leader.resource_version)
@@ -468,7 +472,7 @@ async def test_a_standby_ignores_an_event_delivered_twice(clock: Clock) -> None:
     watcher = standby.watch("", send_initial_events=False)
     standby.apply_event("ADDED", entry.body)
     standby.apply_event("MODIFIED", entry.body)
-    assert [t for t, _, _ in await drain(watcher)] == ["ADDED"]
+    assert [t for t, _, _ in drain(watcher)] == ["ADDED"]
     standby.apply_event("BOOKMARK", b'{"kind":"NodeMetric","metadata":{"resourceVersion":"%d"}}' % (RV0 + 50))
     assert standby.resource_version == RV0 + 50
     with pytest.raises(ValueError, match="cannot apply"):

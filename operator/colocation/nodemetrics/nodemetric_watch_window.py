@@ -1,0 +1,126 @@
+"""Watch events of NodeMetrics: the window of recent events, and their fan-out to open watches.
+
+Every event is serialized once into a shared line; a watcher filtered by a label selector gets
+the line as it sees the change (an object leaving its selection is DELETED for it, one entering
+ADDED), as kube-apiserver's watch cache does. The window keeps the last events so that a client
+can resume after a resourceVersion; one older than the window gets 410 Expired. Each watcher is a
+`WatchQueue` of lines: what the watch starts with is its backlog, live events go to its bounded
+queue, and a reader that falls behind is closed (without an error: it resumes from the last
+resourceVersion it read, as after any dropped connection).
+
+Serving the lines over HTTP is the API server's; nothing here knows of it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from colocation.apimachinery.objects import Obj
+from colocation.apimachinery.selectors import LabelSelector
+from colocation.apimachinery.watch_queue import Bookmark, WatchQueue, bookmark_object
+from colocation.nodemetrics.report_schema import API_VERSION, KIND
+from colocation.nodemetrics.resource_versions import ResourceVersionClock
+
+ADDED: Final = "ADDED"
+MODIFIED: Final = "MODIFIED"
+DELETED: Final = "DELETED"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    resource_version: int
+    name: str
+    labels: Mapping[str, str]  # of the object after the event (before it, for DELETED)
+    line: bytes  # what a watcher that sees the object before and after gets
+    # Only when a MODIFIED event changed the labels: the object may leave or enter a selection.
+    previous_labels: Mapping[str, str] | None = None
+    left_line: bytes | None = None  # DELETED, with the previous content
+    joined_line: bytes | None = None  # ADDED
+
+
+def nodemetric_bookmark(resource_version: int, *, initial_events_end: bool = False) -> Obj:
+    return bookmark_object(KIND, API_VERSION, resource_version, initial_events_end=initial_events_end)
+
+
+class Watcher(WatchQueue[bytes]):
+    """One watch stream: lines of JSON, one event each, the backlog's first."""
+
+    def __init__(self, window: EventWindow, selector: LabelSelector | None, name: str | None,
+                 backlog: Iterable[bytes | Bookmark] = ()) -> None:
+        self.selector = selector
+        self.name = name
+        self._window = window
+        super().__init__(window.watcher_queue, backlog=backlog,
+                         bookmark=lambda: nodemetric_bookmark(window.clock.current), on_end=self._detach)
+
+    def deliver(self, event: Event) -> None:
+        """Pass an event on as this watcher sees it through its name and label filters."""
+        if self.name is not None and event.name != self.name:
+            return
+        line = line_for(event, self.selector)
+        if line is not None:
+            self.offer(line)
+
+    def _detach(self) -> None:
+        self._window.detach(self)
+
+
+class EventWindow:
+    """The last `size` events, replayable after a resourceVersion, and the open watches they go to."""
+
+    def __init__(self, clock: ResourceVersionClock, *, size: int, watcher_queue: int) -> None:
+        self.clock = clock
+        self.watcher_queue = max(1, watcher_queue)
+        self._events: deque[Event] = deque(maxlen=max(1, size))
+        self._watchers: set[Watcher] = set()
+        # Nothing before the store began can be replayed.
+        self.oldest_resumable = clock.current
+
+    @property
+    def watcher_count(self) -> int:
+        return len(self._watchers)
+
+    def append(self, event: Event) -> None:
+        if len(self._events) == self._events.maxlen:
+            # The oldest event falls out: a client must have seen at least its resourceVersion.
+            self.oldest_resumable = max(self.oldest_resumable, self._events[0].resource_version)
+        self._events.append(event)
+        for watcher in list(self._watchers):
+            watcher.deliver(event)
+
+    def replay(self, since: int, selector: LabelSelector | None, name: str | None) -> list[bytes]:
+        """The lines of the events after `since`, as a watcher with these filters sees them."""
+        return [line for event in self._events if event.resource_version > since
+                and (name is None or event.name == name)
+                and (line := line_for(event, selector)) is not None]
+
+    def resumable_since(self, resource_version: int) -> None:
+        """Nothing before `resource_version` is known here (a history taken over from a list)."""
+        self.oldest_resumable = resource_version
+
+    def attach(self, watcher: Watcher) -> None:
+        if not watcher.ended:
+            self._watchers.add(watcher)
+
+    def detach(self, watcher: Watcher) -> None:
+        self._watchers.discard(watcher)
+
+    def close_all(self) -> None:
+        for watcher in list(self._watchers):
+            watcher.close()
+
+
+def line_for(event: Event, selector: LabelSelector | None) -> bytes | None:
+    if selector is None:
+        return event.line
+    if event.previous_labels is None:
+        return event.line if selector.matches(event.labels) else None
+    was, now = selector.matches(event.previous_labels), selector.matches(event.labels)
+    if was and now:
+        return event.line
+    if was:
+        return event.left_line
+    return event.joined_line if now else None

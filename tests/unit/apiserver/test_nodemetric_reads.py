@@ -1,0 +1,156 @@
+"""The NodeMetric API's reads over HTTP: lists and watches as kube-apiserver reads their parameters and
+serves them (apimachinery.watch_params and watch_stream), Tables included."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from colocation.apimachinery.served_apigroups import Caller
+from colocation.apiserver.apiserver_metrics import ServerMetrics
+from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, TokenReviewResult
+from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec
+from colocation.apiserver.generic_apiserver import AggregatedApiServer
+from colocation.apiserver.nodemetric_routes import ApiOptions, NodeMetricGroup
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.report_schema import COLLECTION_PATH, validate_report
+
+NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+ADMIN = Caller("admin", groups=("system:masters",))
+
+
+class Leader:
+    is_leader = True
+    leader_identity = "me"
+
+
+async def review(token: str) -> TokenReviewResult:
+    return TokenReviewResult(True, ADMIN)
+
+
+async def allowed(spec: SubjectAccessSpec) -> bool:
+    return True
+
+
+def report(node: str, cpu: str = "1500m") -> bytes:
+    return orjson.dumps({
+        "apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric", "metadata": {"name": node},
+        "status": {"updateTime": "2027-01-15T07:59:50Z",
+                   "nodeMetric": {"nodeUsage": {"resources": {"cpu": cpu, "memory": "2Gi"}}}, "podsMetric": []}})
+
+
+@pytest.fixture
+def store() -> NodeMetricStore:
+    store = NodeMetricStore(lambda: NOW, lambda: 100.0)
+    store.put(validate_report(report("node-a"), "node-a"), {"pool": "web"})
+    return store
+
+
+@pytest.fixture
+async def client(store: NodeMetricStore) -> AsyncIterator[TestClient[Any, Any]]:
+    authorizer = DelegatingAuthorizer(allowed)
+    metrics, leader = ServerMetrics(), Leader()
+    group = NodeMetricGroup(store, authorizer, leader, lambda node: True, lambda node: {}, metrics,
+                            ApiOptions(bookmark_interval=0.05), wall=lambda: NOW)
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leader, metrics, [group])
+    client: TestClient[Any, Any] = TestClient(TestServer(api.application()),
+                                              headers={"Authorization": "Bearer token"})
+    await client.start_server()
+    yield client
+    await client.close()
+
+
+async def next_event(response: Any) -> dict[str, Any]:
+    line = await asyncio.wait_for(response.content.readline(), 10)
+    assert line, "the stream ended"
+    event: dict[str, Any] = orjson.loads(line)
+    return event
+
+
+async def test_a_watch_streams_the_current_objects_then_changes_with_kube_apiserver_headers(
+        client: TestClient[Any, Any], store: NodeMetricStore) -> None:
+    async with client.get(COLLECTION_PATH, params={"watch": "true"}) as response:
+        assert response.status == 200
+        assert (response.headers["Content-Type"], response.headers["Cache-Control"]) == (
+            "application/json", "no-cache, private")
+        first = await next_event(response)
+        store.put(validate_report(report("node-a", cpu="2"), "node-a"), {"pool": "web"})
+        second = await next_event(response)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in (first, second)] == [
+        ("ADDED", "node-a"), ("MODIFIED", "node-a")]
+
+
+async def test_initial_events_need_no_bookmarks_and_end_unmarked_without_them(client: TestClient[Any, Any]) -> None:
+    query = {"watch": "1", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan", "timeoutSeconds": "1"}
+    async with client.get(COLLECTION_PATH, params=query) as response:
+        assert response.status == 200
+        events = [orjson.loads(line) for line in (await response.read()).splitlines()]
+    assert [e["type"] for e in events] == ["ADDED"]
+    async with client.get(COLLECTION_PATH, params={**query, "allowWatchBookmarks": "true"}) as response:
+        added, end = await next_event(response), await next_event(response)
+    assert (added["type"], end["type"]) == ("ADDED", "BOOKMARK")
+    assert end["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+@pytest.mark.parametrize(("params", "code", "message"), [
+    ({"watch": "1", "sendInitialEvents": "true"}, 422,
+     'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting '
+     "resourceVersionMatch to NotOlderThan"),
+    ({"sendInitialEvents": "true"}, 422,
+     'ListOptions.meta.k8s.io "" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list'),
+    ({"watch": "1", "timeoutSeconds": "soon"}, 400, 'strconv.ParseInt: parsing "soon": invalid syntax'),
+    ({"limit": ""}, 400, 'strconv.ParseInt: parsing "": invalid syntax'),
+    ({"watch": "1", "resourceVersion": "x"}, 400,
+     'resourceVersion: Invalid value: "x": strconv.ParseUint: parsing "x": invalid syntax'),
+])
+async def test_lists_and_watches_are_refused_as_kube_apiserver_refuses_them(
+        client: TestClient[Any, Any], params: dict[str, str], code: int, message: str) -> None:
+    async with client.get(COLLECTION_PATH, params=params) as response:
+        assert (response.status, (await response.json())["message"]) == (code, message)
+
+
+async def test_a_resource_version_out_of_the_window_is_expired_in_the_stream(client: TestClient[Any, Any]) -> None:
+    async with client.get(COLLECTION_PATH, params={"watch": "1", "resourceVersion": "1"}) as response:
+        assert response.status == 200
+        events = [orjson.loads(line) for line in (await response.read()).splitlines()]
+    assert [(e["type"], e["object"]["code"], e["object"]["reason"]) for e in events] == [("ERROR", 410, "Expired")]
+
+
+async def test_a_table_watch_sends_each_event_and_bookmark_as_a_table_of_one_row(
+        client: TestClient[Any, Any], store: NodeMetricStore) -> None:
+    async with client.get(COLLECTION_PATH, params={"watch": "1", "allowWatchBookmarks": "1"},
+                          headers={"Accept": TABLE}) as response:
+        added = await next_event(response)
+        store.put(validate_report(report("node-a", cpu="250m"), "node-a"), {"pool": "web"})
+        later: dict[str, dict[str, Any]] = {}
+        while len(later) < 2:  # a bookmark may come before or after the change
+            event = await next_event(response)
+            later[event["type"]] = event
+    modified, bookmark = later["MODIFIED"], later["BOOKMARK"]
+    assert [c["name"] for c in added["object"]["columnDefinitions"]] == ["Name", "CPU", "Memory", "Pods", "Data Age"]
+    assert added["object"]["rows"][0]["cells"] == ["node-a", "1500m", "2Gi", 0, "10s"]
+    assert added["object"]["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
+    assert (modified["type"], modified["object"]["columnDefinitions"]) == ("MODIFIED", None)
+    assert modified["object"]["rows"][0]["cells"][1] == "250m"
+    assert (bookmark["type"], bookmark["object"]["kind"], bookmark["object"]["columnDefinitions"]) == (
+        "BOOKMARK", "Table", None)
+    assert bookmark["object"]["rows"][0]["cells"] == ["", None, None, None, None]  # a bookmark has only metadata
+
+
+async def test_tables_carry_the_object_as_include_object_asks(client: TestClient[Any, Any]) -> None:
+    async with client.get(COLLECTION_PATH, params={"includeObject": "Object"}, headers={"Accept": TABLE}) as response:
+        [row] = (await response.json())["rows"]
+    assert row["object"]["kind"] == "NodeMetric" and row["object"]["status"]["updateTime"] == "2027-01-15T07:59:50Z"
+    async with client.get(f"{COLLECTION_PATH}/node-a", params={"includeObject": "None"},
+                          headers={"Accept": TABLE}) as response:
+        table = await response.json()
+    assert table["rows"][0]["object"] is None
+    async with client.get(COLLECTION_PATH, params={"watch": "1", "includeObject": "All"},
+                          headers={"Accept": TABLE}) as response:
+        assert response.status == 400
