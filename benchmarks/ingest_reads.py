@@ -82,6 +82,9 @@ class _Watcher:
                     self.received[match.group(2).decode()] = read_at
                 elif line.startswith(_ERROR):
                     raise RuntimeError(f"watch {path} ended: {line[:500]!r}")
+        # The server closes a watcher that falls behind without an error event: events would be
+        # missing from the figures, so the measurement fails instead.
+        raise RuntimeError(f"watch {path} ended before the measurement did (a watcher that fell behind is closed)")
 
 
 async def timed(client: Client, figures: ReadFigures, request: Request) -> None:
