@@ -36,6 +36,7 @@ from colocation.apimachinery.served_apigroups import (
     Document,
     json_response,
 )
+from colocation.apimachinery.watch_params import ListOptions, query_flag
 from colocation.kube import permissions
 from colocation.kube.informer import Informer, Transport
 from colocation.nodemetrics.resource_metrics_view import NodeUsage, PodUsage, ResourceMetricsView
@@ -172,10 +173,18 @@ class ResourceMetricsApi:
     def _created(self) -> str:
         return format_time(self.wall())
 
+    async def _list_options(self, request: web.Request, resource: str, namespace: str = "") -> ListOptions:
+        """A list's options, read and checked as the generic API server does; a watch is refused
+        (405) after that, as a storage that lists but does not watch is."""
+        watch = query_flag(request.query, "watch")
+        await self._authorize(request, "watch" if watch else "list", resource, namespace=namespace)
+        options = ListOptions.from_query(request.query)
+        if options.watch:
+            raise ApiError.method_not_allowed(f'watch is not supported on resources of kind "{resource}.{GROUP}"')
+        return options
+
     async def _list_nodes(self, request: web.Request) -> web.Response:
-        _refuse_watch(request, NODES)
-        await self._authorize(request, "list", NODES)
-        labels, fields = _selectors(request)
+        labels, fields = _selectors(await self._list_options(request, NODES))
         created = self._created()
         items = [node_metrics(node, created) for node in self.view.nodes(labels, fields.exact_name())]
         return json_response(as_list("NodeMetrics", [item for item in items if fields.matches(item)]))
@@ -189,10 +198,8 @@ class ResourceMetricsApi:
         return json_response(as_object("NodeMetrics", node_metrics(node, self._created())))
 
     async def _list_pods(self, request: web.Request) -> web.Response:
-        _refuse_watch(request, PODS)
         namespace = request.match_info.get("namespace", "")
-        await self._authorize(request, "list", PODS, namespace=namespace)
-        selector, fields = _selectors(request)
+        selector, fields = _selectors(await self._list_options(request, PODS, namespace))
         created, items = self._created(), []
         for (pod_namespace, pod_name), (node, pod) in sorted(self.view.pods().items()):
             if namespace and pod_namespace != namespace:
@@ -216,14 +223,7 @@ class ResourceMetricsApi:
         return json_response(as_object("PodMetrics", pod_metrics(*found, labels, self._created())))
 
 
-def _refuse_watch(request: web.Request, resource: str) -> None:
-    if request.query.get("watch", "").lower() not in ("", "0", "false"):
-        request[VERB] = "watch"
-        raise ApiError.method_not_allowed(f'watch is not supported on resources of kind "{resource}.{GROUP}"')
-
-
-def _selectors(request: web.Request) -> tuple[LabelSelector | None, FieldSelector]:
-    query = request.query
-    labels = LabelSelector.parse(query["labelSelector"]) if query.get("labelSelector") else None
-    fields = FieldSelector.parse(query.get("fieldSelector") or "")
+def _selectors(options: ListOptions) -> tuple[LabelSelector | None, FieldSelector]:
+    labels = LabelSelector.parse(options.label_selector) if options.label_selector else None
+    fields = FieldSelector.parse(options.field_selector)
     return (labels if labels is not None and not labels.empty else None), fields

@@ -273,6 +273,13 @@ async def test_watch_is_not_supported(client: TestClient[Any, Any]) -> None:
         assert (status, answer["reason"]) == (405, "MethodNotAllowed")
 
 
+async def test_list_options_are_read_as_kube_apiserver_reads_them(client: TestClient[Any, Any]) -> None:
+    status, answer = await get(client, f"{BASE}/nodes", watch="")  # a flag is false only absent, "0" or "false"
+    assert (status, answer["reason"]) == (405, "MethodNotAllowed")
+    status, answer = await get(client, f"{BASE}/pods", limit="many")
+    assert (status, answer["message"]) == (400, 'strconv.ParseInt: parsing "many": invalid syntax')
+
+
 async def test_reads_are_authorized_for_the_metrics_group_and_namespace(store: NodeMetricStore) -> None:
     put(store, nodemetric("node-a", pods={("team-a", "web-1"): {"cpu": "1"}, ("team-b", "db-1"): {"cpu": "1"}}))
     client, authorizations = await serve(store, await pod_directory(("team-a", "web-1", {}), ("team-b", "db-1", {})))
