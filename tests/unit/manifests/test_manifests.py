@@ -329,6 +329,19 @@ def test_service_pdb_and_apiservice_reach_the_operator(rendered: list[dict[str, 
     assert api["service"] == {"name": "colocation-operator", "namespace": ns, "port": 443}
 
 
+def test_every_critical_pod_is_admitted_by_a_quota_in_its_namespace(rendered: list[dict[str, Any]]) -> None:
+    """Where critical classes are limited to kube-system unless a quota covers them, our pods still run."""
+    ns = permissions.OPERATOR_NAMESPACE
+    classes = {kind: find(rendered, kind, name, ns)["spec"]["template"]["spec"].get("priorityClassName")
+               for kind, name in (("Deployment", "colocation-operator"), ("DaemonSet", "colocation-agent"))}
+    assert classes == {"Deployment": "system-cluster-critical", "DaemonSet": "system-node-critical"}
+    covered = {value for quota in rendered if quota["kind"] == "ResourceQuota" and quota["metadata"]["namespace"] == ns
+               for expression in quota["spec"]["scopeSelector"]["matchExpressions"]
+               if expression["scopeName"] == "PriorityClass" and expression["operator"] == "In"
+               for value in expression["values"]}
+    assert set(classes.values()) <= covered
+
+
 def test_agent_reads_the_host_read_only_on_every_node(rendered: list[dict[str, Any]]) -> None:
     daemonset = find(rendered, "DaemonSet", "colocation-agent", permissions.OPERATOR_NAMESPACE)
     pod = daemonset["spec"]["template"]["spec"]
