@@ -186,6 +186,24 @@ async def test_reports_through_kube_apiserver_are_accepted_too(admin: Kube,
     assert got["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "700m"
 
 
+async def test_a_deleted_nodes_nodemetric_goes_at_once(admin: Kube) -> None:
+    """Not after the metric TTL (600 s): the leader follows the Nodes and deletes their data."""
+    node, token = await make_node(admin)
+    _, endpoint, context = await leader(admin)
+    assert (await put_direct(endpoint, context, node, report(node), token))[0] == 200
+    assert (await admin.request("GET", f"{BASE}/{node}"))[0] == 200
+    status, body = await admin.request("DELETE", f"/api/v1/nodes/{node}")
+    assert status == 200, body
+
+    async def gone() -> bool:
+        return (await admin.request("GET", f"{BASE}/{node}"))[0] == 404
+    await wait_for(gone, timeout=10, interval=0.1)
+    # An agent that still reports for it cannot bring it back: the Node is unknown (404), or, where
+    # the pod garbage collector already deleted the agent's pod, its pod-bound token is void (401).
+    assert (await put_direct(endpoint, context, node, report(node), token))[0] in (401, 404)
+    assert (await admin.request("GET", f"{BASE}/{node}"))[0] == 404
+
+
 async def test_rejected_reports_change_nothing(admin: Kube) -> None:
     node, token = await make_node(admin)
     other, _ = await make_node(admin)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from colocation.apimachinery.objects import Obj
@@ -14,10 +14,16 @@ _WATCH_NODES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.
 
 
 class NodeDirectory:
-    """Node name -> labels. Read-only views are handed out; the informer is the only writer."""
+    """Node name -> labels. Read-only views are handed out; the informer is the only writer.
 
-    def __init__(self) -> None:
+    `on_deleted` hears of every Node that went away: a DELETED event, or a Node missing from a
+    relist (its deletion fell in a gap of the watch).
+    """
+
+    def __init__(self, on_deleted: Callable[[str], None] | None = None) -> None:
         self._labels: dict[str, Mapping[str, str]] = {}
+        self._on_deleted = on_deleted
+        self.synced = False  # a full list has arrived: absence from it means the Node is gone
 
     def labels(self, name: str) -> Mapping[str, str] | None:
         return self._labels.get(name)
@@ -29,14 +35,24 @@ class NodeDirectory:
         return len(self._labels)
 
     async def on_sync(self, items: list[Obj], resource_version: str) -> None:
-        self._labels = {item["metadata"]["name"]: _labels(item) for item in items}
+        fresh = {item["metadata"]["name"]: _labels(item) for item in items}
+        gone = sorted(set(self._labels) - set(fresh))
+        self._labels = fresh
+        self.synced = True
+        for name in gone:
+            self._deleted(name)
 
     async def on_event(self, type_: str, obj: Obj) -> None:
         name = obj["metadata"]["name"]
         if type_ == "DELETED":
             self._labels.pop(name, None)
+            self._deleted(name)
         else:
             self._labels[name] = _labels(obj)
+
+    def _deleted(self, name: str) -> None:
+        if self._on_deleted is not None:
+            self._on_deleted(name)
 
     def informer(self, transport: Transport) -> Informer:
         return Informer(transport, "/api/v1/nodes", on_sync=self.on_sync, on_event=self.on_event, name="nodes")

@@ -104,7 +104,7 @@ class OperatorProcess:
         self.storage_metrics = StorageMetrics(self.metrics.registry)
         self.storage_metrics.track(self.store)
         self.leadership_metrics = LeadershipMetrics(self.metrics.registry)
-        self.nodes = NodeDirectory()
+        self.nodes = NodeDirectory(on_deleted=self._node_deleted)
         self.stop = asyncio.Event()
         self.lost_leadership = False
         self.request_header: RequestHeaderConfig | None = None
@@ -117,10 +117,23 @@ class OperatorProcess:
 
     # ---- leadership callbacks (synchronous, on the election task) ----------------------------
 
+    def _node_deleted(self, name: str) -> None:
+        """A deleted Node's NodeMetric goes at once, not after the metric TTL (the leader's decision;
+        a standby's copy follows through the leader's DELETED event)."""
+        if self.elector is not None and self.elector.is_leader and self.store.delete(name) is not None:
+            self._dropped_deleted(name)
+
+    def _dropped_deleted(self, name: str) -> None:
+        self.storage_metrics.deleted.inc()
+        log.info("dropped NodeMetric of a deleted Node", extra={"node": name})
+
     def _started_leading(self) -> None:
         log.info("started leading", extra={"identity": self.config.identity})
         self.leadership_metrics.leader.set(1)
         self.leadership_metrics.leader_transitions.inc()
+        if self.nodes.synced:  # Nodes deleted while the previous leader could not act on it
+            for name in self.store.keep_only(self.nodes.__contains__):
+                self._dropped_deleted(name)
         self._leader_tasks.append(asyncio.create_task(
             expire_silent_nodes(self.store, self.storage_metrics, self.config.expiry_interval)))
         if self.custom_metrics is not None:

@@ -18,7 +18,7 @@ import bisect
 import builtins
 import dataclasses
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -99,6 +99,13 @@ class NodeMetricStore:
         if entry is not None:
             self._remove(entry, self._versions.next())
         return entry
+
+    def keep_only(self, exists: Callable[[str], bool]) -> list[str]:
+        """Drop the nodes for which `exists` is false (Nodes deleted while no one removed their data)."""
+        gone = sorted(name for name in self._entries if not exists(name))
+        for name in gone:
+            self._remove(self._entries[name], self._versions.next())
+        return gone
 
     def expire(self) -> list[str]:
         """Drop the nodes that have not reported for the TTL (on the monotonic clock)."""

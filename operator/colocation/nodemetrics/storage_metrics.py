@@ -14,6 +14,8 @@ class StorageMetrics:
         self.watchers = Gauge("colocation_nodemetric_watchers", "Open NodeMetric watches.", registry=r)
         self.expired = Counter("colocation_nodemetric_expired_total",
                                "Nodes dropped after being silent for the metric TTL.", registry=r)
+        self.deleted = Counter("colocation_nodemetric_deleted_nodes_total",
+                               "Nodes dropped because their Node was deleted.", registry=r)
         self.replication_events = Counter("colocation_standby_replicated_events_total",
                                           "NodeMetric events a standby applied from the leader's watch.",
                                           registry=r)

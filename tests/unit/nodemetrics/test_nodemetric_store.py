@@ -393,6 +393,16 @@ def test_delete_emits_the_last_state_at_the_deletion_version(store: NodeMetricSt
     assert store.get("a") is None and store.node_count == 0
 
 
+def test_only_nodes_that_still_exist_are_kept(store: NodeMetricStore) -> None:
+    for node in ("a", "b", "c"):
+        store.put(report(node), {})
+    watcher = store.watch("", send_initial_events=False)
+    assert store.keep_only({"b"}.__contains__) == ["a", "c"]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in lines(watcher, 2)] == [
+        ("DELETED", "a"), ("DELETED", "c")]
+    assert [entry.name for entry in store.list()[0]] == ["b"]
+
+
 # --------------------------------------------------------------------------------------------
 # Replication to a warm standby.
 
