@@ -361,10 +361,8 @@ async def _window(cluster: Cluster, config: ControlPlaneConfig, report: ControlP
                                 and i["verb"] == "update" and i["user"] in (AGENT_USER, OPERATOR_USER))
     report.node_resource_writes = sum(i["requests"] for i in counted["items"] if i["user"] == OPERATOR_USER
                                       and i["resource"] == "noderesources/status" and i["verb"] in ("update", "patch"))
-    report.agent_checks = {process: selfcheck.summary(agents_before[process], health)
-                           for process, health in agents_after.items() if process in agents_before}
-    report.problems += [f"agent self-check: {problem}"
-                        for problem in selfcheck.sandbox_problems(agents_before, agents_after)]
+    report.agent_checks, found = selfcheck.sandbox_verdict(agents_before, agents_after)
+    report.problems += [f"agent self-check: {problem}" for problem in found]
     if mirror.errors:
         say(f"control plane: {mirror.errors} NodeMetric writes failed: {mirror.first_error}")
         report.problems.append(f"{mirror.errors} NodeMetric writes failed: {mirror.first_error}")

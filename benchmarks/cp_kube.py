@@ -468,10 +468,8 @@ async def run_cluster(name: str, config: KubeCostConfig) -> ClusterRun:
             if not run.leases.ok:
                 run.problems.append(f"the agents did not keep their Leases: {run.leases.describe()}")
             agents_after = await selfcheck.read_sandbox(state_dir)
-            run.agent_checks = {process: selfcheck.summary(agents_before[process], health)
-                                for process, health in agents_after.items() if process in agents_before}
-            run.problems += [f"agent self-check: {problem}"
-                             for problem in selfcheck.sandbox_problems(agents_before, agents_after)]
+            run.agent_checks, found = selfcheck.sandbox_verdict(agents_before, agents_after)
+            run.problems += [f"agent self-check: {problem}" for problem in found]
         say(f"{label}: {sum(t.requests for t in run.apiserver.values()):,.0f} requests, "
             f"{run.etcd.puts:,.0f} etcd puts in {run.window_seconds:.0f} s"
             + (f"; problems: {'; '.join(run.problems)}" if run.problems else ""))

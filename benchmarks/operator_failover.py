@@ -308,10 +308,9 @@ async def _run_settings(config: FailoverConfig, settings: LeaseSettings, report:
                     say(f"failover ({settings.name} lease, {sig.name}): {why}")
                     return
         # Killing leaders must not disturb what agents do against the API server: their Leases and informers.
-        agents_after = await selfcheck.read_sandbox(cluster.state_dir)
-        report.agent_checks |= {f"{settings.name} lease, {process}": selfcheck.summary(agents_before[process], health)
-                                for process, health in agents_after.items() if process in agents_before}
-        found = selfcheck.sandbox_problems(agents_before, agents_after, warnings_expected=True)
+        summaries, found = selfcheck.sandbox_verdict(agents_before, await selfcheck.read_sandbox(cluster.state_dir),
+                                                     warnings_expected=True)
+        report.agent_checks |= {f"{settings.name} lease, {process}": text for process, text in summaries.items()}
         report.agent_problems += [f"{settings.name} lease: {problem}" for problem in found]
         for problem in found:
             say(f"failover ({settings.name} lease): agent self-check: {problem}")

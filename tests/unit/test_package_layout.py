@@ -60,7 +60,8 @@ def test_unit_tests_mirror_the_package() -> None:
 
 @pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter is not installed (pip install -e .[test])")
 def test_the_layering_check_passes_and_fails_on_an_upward_import(tmp_path: Path) -> None:
-    assert lint_imports(ROOT / "operator").returncode == 0, lint_imports(ROOT / "operator").stdout
+    checked = lint_imports(ROOT / "operator")
+    assert checked.returncode == 0, checked.stdout
     copy = tmp_path / "operator"
     shutil.copytree(PACKAGE, copy / "colocation", ignore=shutil.ignore_patterns("__pycache__"))
     lowest = copy / "colocation" / "apimachinery" / "objects.py"

@@ -157,12 +157,18 @@ def sandbox_problems(before: Mapping[str, AgentHealth], after: Mapping[str, Agen
     return found
 
 
+def sandbox_verdict(before: Mapping[str, AgentHealth], after: Mapping[str, AgentHealth], *,
+                    warnings_expected: bool = False) -> tuple[dict[str, str], list[str]]:
+    """What a window did to every process read before and after it: (summary by process, problems)."""
+    summaries = {name: summary(before[name], health) for name, health in after.items() if name in before}
+    return summaries, sandbox_problems(before, after, warnings_expected=warnings_expected)
+
+
 async def watch(urls: Mapping[str, str], window: float) -> tuple[dict[str, str], list[str]]:
     """Read every process, wait `window` seconds, read again: (summary by process, problems)."""
     before = await read_all(urls)
     await asyncio.sleep(window)  # the measured window itself
-    after = await read_all(urls)
-    return ({name: summary(before[name], after[name]) for name in after}, sandbox_problems(before, after))
+    return sandbox_verdict(before, await read_all(urls))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,3 +63,13 @@ def test_a_sandbox_state_names_every_agent_process(tmp_path: Path) -> None:
         "real agent (1 nodes, pid 10)": "http://127.0.0.1:1234/metrics",
         "simulated agent (2 nodes, pid 11)": "http://127.0.0.1:1235/metrics",
         "real agent (1 nodes, pid 12)": "http://10.244.1.3:9464/metrics"}
+
+
+def test_a_window_is_judged_for_every_process_read_on_both_sides() -> None:
+    def health(nodes: int, renewals: int) -> selfcheck.AgentHealth:
+        return selfcheck.parse_health(f"colocation_agent_nodes {nodes}\n"
+                                      f"colocation_agent_lease_renew_duration_seconds_count {renewals}\n")
+
+    summaries, found = selfcheck.sandbox_verdict({"sim": health(2, 4)}, {"sim": health(2, 9), "new": health(1, 0)})
+    assert list(summaries) == ["sim"] and summaries["sim"].startswith("2 nodes: 5 Lease renewals")
+    assert found == ["new: not read before the window (restarted?)"]
