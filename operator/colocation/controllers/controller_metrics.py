@@ -25,6 +25,10 @@ class ControllerMetrics:
             "colocation_controller_writes_total",
             "Writes of NodeSLO and NodeResource objects and Events, by resource, operation and result.",
             ["resource", "operation", "result"], registry=r)
+        self.fenced_calls = Counter(
+            "colocation_fenced_api_calls_total",
+            "API calls of the controllers not sent because this replica's leadership had ended (the renew "
+            "deadline passed without a renewal).", registry=r)
         self.reconcile_duration = Histogram(
             "colocation_reconcile_duration_seconds",
             "Duration of one evaluation of every node (health, batch resources, writes).",

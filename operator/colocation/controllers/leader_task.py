@@ -46,14 +46,15 @@ MIN_SPACING = 0.5  # seconds between two evaluations, however many changes wake 
 
 class Controllers:
     def __init__(self, api: client.ApiClient, store: NodeMetricReader, settings: ControllerSettings, *,
-                 namespace: str, identity: str, registry: CollectorRegistry) -> None:
+                 namespace: str, identity: str, registry: CollectorRegistry,
+                 write_budget: Callable[[], float] | None = None) -> None:
         self.api = api
         self.settings = settings
         self.namespace = namespace
         self.metrics = ControllerMetrics(registry)
         self.state = ClusterState()
         self.writer = KubeWriter(api, self.metrics, EventRecorder(time.time, identity),
-                                 concurrency=settings.write_concurrency)
+                                 concurrency=settings.write_concurrency, write_budget=write_budget)
         self.config = ConfigSource(namespace, self.writer.event)
         self.tracker = NodeHealthTracker(
             time.monotonic, grace_period=settings.node_grace_period, eviction_timeout=settings.eviction_timeout,

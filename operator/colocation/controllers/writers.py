@@ -4,6 +4,10 @@ Patches are JSON merge patches sent as `application/merge-patch+json` (kubernete
 send a dict as a JSON patch otherwise). Each call is bounded by `timeout`; a failure is returned
 as (status, body), never raised, so one node's trouble never stops the evaluation of the others.
 Transport errors and timeouts come back as status 0.
+
+Fencing: with a `write_budget` (the leader election's), a call is not sent once leadership is
+over (budget 0: status 0, counted as fenced), and its timeout never exceeds the budget, so no
+request of an old leader can still be in flight when a successor may start writing.
 """
 
 from __future__ import annotations
@@ -79,19 +83,28 @@ def merge_patch(old: Any, new: Any) -> Any:
 
 class KubeWriter:
     def __init__(self, api: client.ApiClient, metrics: ControllerMetrics, recorder: EventRecorder, *,
-                 concurrency: int = 16, timeout: float = 10.0) -> None:
+                 concurrency: int = 16, timeout: float = 10.0,
+                 write_budget: Callable[[], float] | None = None) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.metrics = metrics
         self.recorder = recorder
         self.timeout = timeout
+        self.write_budget = write_budget
         self._slots = asyncio.Semaphore(concurrency)
 
     async def _call(self, what: permissions.ApiCall, fn: Callable[..., Awaitable[Any]], *args: Any,
                     **kwargs: Any) -> Result:
         async with self._slots:
+            timeout = self.timeout
+            if self.write_budget is not None:
+                timeout = min(timeout, self.write_budget())  # read after the wait for a slot
+                if timeout <= 0:
+                    self.metrics.fenced_calls.inc()
+                    log.warning("API call not sent: no longer leading", extra={"call": str(what)})
+                    return 0, None
             try:
-                return await call_json(fn, *args, timeout=self.timeout, **kwargs)
+                return await call_json(fn, *args, timeout=timeout, **kwargs)
             except (TimeoutError, OSError, aiohttp.ClientError, client.ApiException) as error:  # unreachable
                 log.warning("API call failed", extra={"call": str(what), "error": str(error) or type(error).__name__})
                 return 0, None

@@ -151,6 +151,24 @@ def test_release_clears_the_holder_and_only_our_annotations() -> None:
     assert ElectionState("b").observe(held_by("a"), now=0).release_record(T0) is None
 
 
+def test_a_dead_predecessors_lease_is_freed_at_once_and_nobody_elses() -> None:
+    ours = {LEADER_ENDPOINT_ANNOTATION: "https://10.0.0.1:8443", LEADER_CA_ANNOTATION: "Q0E=", "note": "keep"}
+    predecessor = ElectionState("pod-0_new").observe(LeaderElectionRecord("pod-0_old", 15, T0, T0, 4, ours), now=100.0)
+    same_pod = lambda holder: holder.startswith("pod-0_")  # noqa: E731
+    unpublish = frozenset({LEADER_ENDPOINT_ANNOTATION, LEADER_CA_ANNOTATION})
+    freed = predecessor.predecessor_release_record(100.5, T0.replace(second=9), same_pod, unpublish)
+    assert freed == LeaderElectionRecord("", 1, T0.replace(second=9), T0.replace(second=9), 4, {"note": "keep"})
+    # Another pod's holder is alive as far as we know: only expiry frees its lease.
+    other = ElectionState("pod-0_new").observe(held_by("pod-1_x"), now=100.0)
+    assert other.predecessor_release_record(100.5, T0, same_pod) is None
+    # Nothing to free: our own lease, a released one, or one already expired (taken the usual way).
+    assert ElectionState("pod-0_old").observe(held_by("pod-0_old"), now=100.0).predecessor_release_record(
+        100.5, T0, same_pod) is None
+    assert ElectionState("pod-0_new").observe(LeaderElectionRecord("", 1, T0, T0, 4), now=100.0
+                                              ).predecessor_release_record(100.5, T0, same_pod) is None
+    assert predecessor.predecessor_release_record(116.0, T0, same_pod) is None
+
+
 # --- The elector against a fake API and a fake clock ----------------------------------------------------
 
 class FakeTime:
@@ -422,3 +440,64 @@ async def test_an_unusable_kubeconfig_is_one_clear_line(tmp_path: Path, content:
         await api_client(path)
     message = str(raised.value)
     assert "\n" not in message and message.startswith(f"cannot use kubeconfig {path}: ")
+
+
+async def test_a_restarted_process_frees_its_predecessors_lease_for_a_warm_standby(time: FakeTime) -> None:
+    leases = FakeLeases(time, lease("pod-0_old"))
+    standby = Candidate(leases, time, "pod-1_warm")
+    await until(lambda: standby.elector.leader_identity == "pod-0_old")
+    same_pod = lambda holder: holder.startswith("pod-0_") and holder != "pod-0_new"  # noqa: E731
+    restarted = Candidate(leases, time, "pod-0_new", is_predecessor=same_pod)
+    await until(lambda: leases.lease is not None and leases.lease["spec"]["holderIdentity"] == "")
+    freed_at = time.now
+    assert freed_at < 1000.0 + 15.0  # on its first attempt, not after the lease expired
+    await until(lambda: standby.elector.is_leader)
+    await until(lambda: time.now > freed_at + 10)
+    await restarted.stop()
+    await standby.stop()
+    started = standby.when("started")
+    assert started is not None and started - freed_at <= 2.0  # the warm standby's next attempt takes it
+    assert restarted.when("started") is None and restarted.elector.leader_identity == "pod-1_warm"
+
+
+async def test_a_freed_lease_goes_back_to_the_restarted_process_when_no_standby_takes_it(time: FakeTime) -> None:
+    leases = FakeLeases(time, lease("pod-0_old"))
+    restarted = Candidate(leases, time, "pod-0_new", is_predecessor=lambda holder: holder == "pod-0_old")
+    await until(lambda: restarted.elector.is_leader)
+    await restarted.stop()
+    started = restarted.when("started")
+    # It waits one retry period for a warm standby, then takes it on its next attempt.
+    assert started is not None and 1000.0 + 2.0 <= started <= 1000.0 + 4.0
+
+
+async def test_leadership_and_the_write_budget_end_exactly_at_the_renew_deadline(time: FakeTime) -> None:
+    leases = FakeLeases(time)
+    a = Candidate(leases, time, "a", sleep=lambda delay: asyncio.Event().wait())  # one round, then waits
+    await until(lambda: a.elector.is_leader)
+    renewed = time.now
+    assert a.elector.write_budget() == 15.0  # until a successor could take over
+    time.now = renewed + 9.9
+    assert a.elector.is_leader and a.elector.write_budget() == pytest.approx(5.1)
+    time.now = renewed + 10.0  # the renew deadline passed: no round has run, yet it is over
+    assert not a.elector.is_leader and a.elector.write_budget() == 0.0
+    await a.stop()
+
+
+async def test_a_suspected_leader_makes_the_standby_read_the_lease_often_until_it_could_expire(
+        time: FakeTime) -> None:
+    leases = FakeLeases(time, lease("a", duration=15))
+    b = Candidate(leases, time, "b")
+    await until(lambda: b.elector.leader_identity == "a")
+    start = time.now
+    b.elector.suspect_leader()
+    await until(lambda: time.now > start + 6)
+    # After the wait already under way (this fake clock jumps when the elector starts sleeping):
+    reads = [when for when, _ in leases.timeouts if start + 2 <= when]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(reads)]
+    assert gaps and max(gaps) <= 0.5, gaps  # a quarter of the 2 s retry period
+    leases.write_spec(holderIdentity="", leaseDurationSeconds=1)  # the restarted pod freed it
+    freed_at = time.now
+    await until(lambda: b.elector.is_leader)
+    await b.stop()
+    started = b.when("started")
+    assert started is not None and started - freed_at <= 0.5
