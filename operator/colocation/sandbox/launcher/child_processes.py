@@ -26,6 +26,35 @@ from colocation.kube.backoff import Backoff
 TOKEN_SECONDS = 7 * 24 * 3600
 STOP_GRACE_SECONDS = 10.0
 PR_SET_PDEATHSIG = 1
+# The kubelet's CrashLoopBackOff: 10 s doubling to 5 min, forgotten after 10 minutes of running.
+CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX, CRASH_BACKOFF_RESET = 10.0, 300.0, 600.0
+
+
+class CrashLoopBackOff:
+    """The delays before restarting a container that exited, as the kubelet chooses them.
+
+    The first exit restarts at once (the kubelet has no back-off entry for the container yet);
+    every exit after that waits, from `initial` doubling to `maximum`; a container that ran
+    `reset_after` seconds starts over. A restarted process is therefore back within about a
+    second of a crash, which is what a fast failover may count on (issue 15), and only a
+    container that keeps crashing is held back.
+    """
+
+    def __init__(self, initial: float = CRASH_BACKOFF_INITIAL, maximum: float = CRASH_BACKOFF_MAX, *,
+                 reset_after: float = CRASH_BACKOFF_RESET, jitter: float = 0.1) -> None:
+        self._backoff = Backoff(initial=initial, maximum=maximum, jitter=jitter)
+        self.reset_after = reset_after
+        self._exited_before = False
+
+    def next_delay(self, ran_for: float) -> float:
+        """The wait before restarting a container that ran `ran_for` seconds and exited."""
+        if ran_for >= self.reset_after:
+            self._backoff.reset()
+            self._exited_before = False
+        if not self._exited_before:
+            self._exited_before = True
+            return 0.0
+        return self._backoff.next_delay()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -88,9 +117,10 @@ class Supervisor:
     """Starts children and starts each again after a backoff whenever it exits, as the kubelet
     restarts a crashed container (CrashLoopBackOff, in small); stops them all together."""
 
-    def __init__(self, what: str, logger: logging.Logger, backoff: Callable[[], Backoff],
-                 on_restart: Callable[[], None]) -> None:
+    def __init__(self, what: str, logger: logging.Logger, backoff: Callable[[], CrashLoopBackOff],
+                 on_restart: Callable[[], None], on_exit: Callable[[], None] = lambda: None) -> None:
         self._what = what
+        self._on_exit = on_exit
         self._log = logger
         self._backoff = backoff
         self._on_restart = on_restart
@@ -113,13 +143,15 @@ class Supervisor:
         backoff = self._backoff()
         while True:
             assert child.process is not None
+            started = asyncio.get_running_loop().time()
             code = await child.process.wait()
             if self._stopping:
                 return
-            delay = backoff.next_delay()
+            self._on_exit()
+            delay = backoff.next_delay(asyncio.get_running_loop().time() - started)
             self._log.warning(f"{self._what} exited; restarting",
                               extra={**fields, "code": code, "restart_in": round(delay, 2)})
-            await asyncio.sleep(delay)  # CrashLoopBackOff, in small
+            await asyncio.sleep(delay)  # CrashLoopBackOff
             child.restarts += 1
             await self._spawn(child, fields)
             self._on_restart()

@@ -9,7 +9,7 @@ the replicas (identity, pid, port, log) for tests and people.
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import logging
 import sys
 from dataclasses import dataclass
@@ -18,11 +18,11 @@ from typing import Any
 
 from colocation.apimachinery.clock import format_time
 from colocation.kube import permissions
-from colocation.kube.backoff import Backoff
 from colocation.sandbox.launcher.builtin_sandbox import Sandbox
 from colocation.sandbox.launcher.child_processes import (
     TOKEN_SECONDS,
     ChildProcess,
+    CrashLoopBackOff,
     Supervisor,
     free_port,
     write_state,
@@ -30,8 +30,6 @@ from colocation.sandbox.launcher.child_processes import (
 from colocation.sandbox.server.api_aggregator import LOCAL_ENDPOINTS_ANNOTATION
 
 log = logging.getLogger(__name__)
-
-RESTART_BACKOFF_SECONDS = 10.0
 
 
 @dataclass
@@ -53,10 +51,10 @@ class OperatorReplicas:
         self.extra_args = extra_args
         self.namespace = permissions.OPERATOR_NAMESPACE
         self.replicas: list[Replica] = []
-        # The kubelet's CrashLoopBackOff starts at 10 s: a restarted replica never competes with
-        # the failover it caused, and tests see the same timing a cluster would give them.
-        self._supervisor = Supervisor("operator replica", log, functools.partial(
-            Backoff, initial=RESTART_BACKOFF_SECONDS, maximum=300.0, jitter=0.1), self._write_state)
+        # The kubelet's CrashLoopBackOff: tests see the restart timing a cluster would give them.
+        self._supervisor = Supervisor("operator replica", log, CrashLoopBackOff, self._write_state,
+                                      on_exit=self._exited)
+        self._probes: set[asyncio.Task[None]] = set()
 
     @property
     def state_file(self) -> Path:
@@ -107,6 +105,15 @@ class OperatorReplicas:
         for replica in self.replicas:
             await self._supervisor.start(replica.child, identity=replica.identity, port=replica.port)
         self._write_state()
+
+    def _exited(self) -> None:
+        """A replica's process died: probe the endpoints now, as the kubelet reports a dead container
+        not ready at once instead of waiting for the next readiness probe."""
+        aggregator = self.sandbox.api.aggregator
+        if aggregator is not None:
+            task = asyncio.create_task(aggregator.reconcile())
+            self._probes.add(task)
+            task.add_done_callback(self._probes.discard)
 
     def _write_state(self) -> None:
         write_state(self.state_file, [item.public() for item in self.replicas])

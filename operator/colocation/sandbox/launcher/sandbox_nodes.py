@@ -33,9 +33,15 @@ from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.kube import permissions
-from colocation.kube.backoff import Backoff
 from colocation.sandbox.launcher.builtin_sandbox import Sandbox
-from colocation.sandbox.launcher.child_processes import TOKEN_SECONDS, ChildProcess, Supervisor, free_port, write_state
+from colocation.sandbox.launcher.child_processes import (
+    TOKEN_SECONDS,
+    ChildProcess,
+    CrashLoopBackOff,
+    Supervisor,
+    free_port,
+    write_state,
+)
 from colocation.sandbox.server.admission import new_namespace
 
 log = logging.getLogger(__name__)
@@ -114,8 +120,8 @@ class SandboxNodes:
         self.pods_per_node = pods_per_node
         self.namespace = permissions.OPERATOR_NAMESPACE
         self.agents: list[AgentProcess] = []
-        self._supervisor = Supervisor("agent", log, functools.partial(Backoff, initial=0.5, maximum=10.0, jitter=0.3),
-                                      self._write_state)
+        restarts = functools.partial(CrashLoopBackOff, initial=0.5, maximum=10.0, jitter=0.3)
+        self._supervisor = Supervisor("agent", log, restarts, self._write_state)
 
     @property
     def state_dir(self) -> Path:

@@ -40,7 +40,13 @@ from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.kube.backoff import Backoff
 from colocation.kube.informer import Informer, InformerOptions
-from colocation.sandbox.launcher.child_processes import TOKEN_SECONDS, die_with_parent, start_logged, write_state
+from colocation.sandbox.launcher.child_processes import (
+    TOKEN_SECONDS,
+    CrashLoopBackOff,
+    die_with_parent,
+    start_logged,
+    write_state,
+)
 from colocation.sandbox.launcher.controlplane import pki
 from colocation.sandbox.launcher.controlplane.podnetwork import PodNetwork
 from colocation.sandbox.launcher.controlplane.restclient import RestClient
@@ -51,7 +57,6 @@ log = logging.getLogger(__name__)
 LEASE_DURATION_SECONDS = 40
 LEASE_RENEW_SECONDS = 10.0
 OUR_IMAGE = re.compile(r"^(?:.*/)?colocation(?::.*)?$")
-CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX = 10.0, 300.0
 PROBE_TIMEOUT_FLOOR = 1.0
 
 
@@ -269,19 +274,17 @@ class NodeKubelet:
                                               "address": running.address})
 
     async def _supervise(self, running: RunningPod, pod: Obj) -> None:
-        backoff = Backoff(initial=CRASH_BACKOFF_INITIAL, maximum=CRASH_BACKOFF_MAX, jitter=0.1)
+        backoff = CrashLoopBackOff()
         while True:
             assert running.process is not None
             started = time.monotonic()
             code = await running.process.wait()
             if running.stopping:
                 return
-            if time.monotonic() - started > 600:
-                backoff.reset()  # ran 10 minutes: the next crash starts the backoff anew, as the kubelet does
             running.ready = False
             running.last_exit = {"terminated": {"exitCode": code, "reason": "Error" if code else "Completed",
                                                 "startedAt": running.started_at, "finishedAt": _now()}}
-            delay = backoff.next_delay()
+            delay = backoff.next_delay(time.monotonic() - started)
             log.warning("container exited; restarting", extra={"pod": running.key, "code": code,
                                                                "restart_in": round(delay, 1)})
             await self._write_status(running, pod)
