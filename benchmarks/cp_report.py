@@ -124,7 +124,7 @@ def render_failover(report: FailoverReport, machine: Machine, command: str) -> s
         f"Each run waits for a leader serving all {c.nodes:,} NodeMetrics and a standby holding a complete copy, "
         f"then sends the leader's process SIGKILL or SIGTERM and polls every 50 ms: the leader Lease, the new "
         f"holder's `/readyz` and its list of NodeMetrics (directly, admin token), and the list through the "
-        f"APIService once the Service's Endpoints name the new leader alone. The baseline is the election itself: "
+        f"APIService once the Service's Endpoints no longer name the old leader. The baseline is the election itself: "
         f"the moment the Lease names the new holder, measured in the same run. A full list from the leader took "
         f"{report.list_seconds * 1000:,.0f} ms.",
         "",

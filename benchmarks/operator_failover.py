@@ -5,7 +5,7 @@ rolling update: it releases the Lease), and we time, from the signal, (1) the Le
 holder, (2) that replica, now ready (its /readyz answers only on the leader), serving every node's
 NodeMetric directly, (3) the APIService serving all of them through the sandbox from the new
 leader (the aggregation layer routes to the Service's ready endpoints, probed every second as a
-readiness probe would be: we count from the moment the Endpoints list the new leader alone). The
+readiness probe would be: we count from the moment the Endpoints no longer list the old leader). The
 replicas run under the sandbox's supervisor, which restarts a dead one after the kubelet's
 back-off (10 s, doubling), so we run three: a warm standby is always there.
 
@@ -111,12 +111,12 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def _only_ready(cluster: Cluster, replica: Replica) -> bool:
-    """Whether the operator Service's Endpoints list this replica, and it alone, as ready."""
+async def _not_ready(cluster: Cluster, replica: Replica) -> bool:
+    """Whether the operator Service's Endpoints no longer list this replica as ready."""
     endpoints = await cluster.client.json(Request("GET", OPERATOR_ENDPOINTS))
     ready = {port["port"] for subset in endpoints.get("subsets") or () if subset.get("addresses")
              for port in subset.get("ports") or ()}
-    return ready == {replica.port}
+    return replica.port not in ready
 
 
 async def _leader_replica(cluster: Cluster) -> Replica | None:
@@ -193,7 +193,7 @@ async def _takeover(cluster: Cluster, settings: LeaseSettings, sig: signal.Signa
     async def apiservice() -> float:
         assert new is not None
         # Until then, a 200 may still come from the old leader: a SIGTERM'd one serves while it shuts down.
-        await wait_until(lambda: _only_ready(cluster, new), 120.0, 0.05, "the new leader alone ready")
+        await wait_until(lambda: _not_ready(cluster, old), 120.0, 0.05, "the old leader's endpoint gone")
         while True:
             status, body = await cluster.client.send(Request("GET", NODEMETRICS))
             if status == 200 and len(orjson.loads(body)["items"]) >= n:

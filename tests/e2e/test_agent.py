@@ -2,7 +2,7 @@
 
 The sandbox runs `--nodes 2`: this machine, measured by a real `colocation agent` process, and
 one simulated node. Agents check every half second and read the leader Lease every 0.3 s, so a
-failover fits a test; the operators use the short lease timings of test_operator.
+failover fits a test; the operators use the lease timings of test_operator (the Deployment's).
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def test_install_then_read_every_api_through_the_aggregator(user_kubectl: Kubect
         if result.returncode != 0:
             return None
         header, rows = table(result.stdout)
-        return rows if header[0] == "NAME" and {r[0] for r in rows} == nodes else None
+        return rows if header[:1] == ["NAME"] and {r[0] for r in rows} == nodes else None
 
     rows = eventually(top, 90)
     assert all(row[1].endswith("m") for row in rows), rows  # type: ignore[attr-defined]

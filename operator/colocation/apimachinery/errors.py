@@ -123,8 +123,11 @@ class ApiError(Exception):
         return cls(429, "TooManyRequests", message, {"retryAfterSeconds": retry_after})
 
     @classmethod
-    def service_unavailable(cls, message: str) -> ApiError:
-        return cls(503, "ServiceUnavailable", message)
+    def service_unavailable(cls, message: str, retry_after: int | None = None) -> ApiError:
+        """503; with `retry_after`, the server's answer carries a Retry-After header, on which
+        client-go retries any request (up to 10 times), writes included."""
+        return cls(503, "ServiceUnavailable", message,
+                   {"retryAfterSeconds": retry_after} if retry_after is not None else {})
 
     @classmethod
     def internal(cls, message: str) -> ApiError:

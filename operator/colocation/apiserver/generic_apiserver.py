@@ -4,7 +4,8 @@ What every group shares is here: errors answered as Status (never a dropped conn
 request latency histogram by verb, authentication (front proxy, else TokenReview), discovery
 (/apis and each group's APIGroup and APIResourceLists), OpenAPI, health, readiness and /metrics.
 A group brings its own routes and authorizes its own requests (`served_apigroups.ApiGroup`).
-Readiness is leadership: only the leader is behind the Service, so kube-apiserver reaches it.
+Readiness is the manager's `ready_check` (by default leadership): in the operator, the leader and
+every standby holding a current copy are ready, so kube-apiserver reads from any of them.
 """
 
 from __future__ import annotations
@@ -94,7 +95,11 @@ class AggregatedApiServer:
             return response
         except ApiError as error:
             code = error.code
-            return json_response(error.status(), error.code)
+            response = json_response(error.status(), error.code)
+            retry_after = error.details.get("retryAfterSeconds")
+            if retry_after is not None:
+                response.headers["Retry-After"] = str(retry_after)
+            return response
         except web.HTTPException as exc:
             code = exc.status
             if exc.status == 413:
@@ -127,7 +132,8 @@ class AggregatedApiServer:
         if self.ready_check():
             return web.Response(text="ok")
         leader = self.leadership.leader_identity or "unknown"
-        return web.Response(status=503, text=f"not ready: this replica is a standby (leader: {leader})")
+        return web.Response(status=503, text=f"not ready: this replica is a standby without a current copy of "
+                                              f"the leader's data (leader: {leader})")
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.exposition(), content_type="text/plain", charset="utf-8")

@@ -2,7 +2,8 @@
 
 Reads are served by every replica from its copy (a standby's copy follows the leader), so the
 informers of other components keep working through a failover. Writes (agent reports) are
-accepted by the leader only; a standby answers 503 with a Status naming the leader. Other stages
+accepted by the leader only; a standby answers 503 with a Status naming the leader and a
+Retry-After of 1 s (client-go then sends it again, and the Service may reach the leader). Other stages
 may take agent writes to further subresources of nodemetrics (custom metric samples) through an
 `AgentUpload`: the same checks apply, and the API server does not learn what they hold.
 """
@@ -217,7 +218,10 @@ class NodeMetricGroup:
         if not self.leadership.is_leader:
             leader = self.leadership.leader_identity or "unknown"
             rejected.labels("not-leader").inc()
-            raise ApiError.service_unavailable(f"this replica is a standby; send reports to the leader ({leader})")
+            # Through kube-apiserver a write may reach any ready replica: Retry-After makes client-go
+            # send it again, and the Service spreads the retries until one reaches the leader.
+            raise ApiError.service_unavailable(f"this replica is a standby; send reports to the leader ({leader})",
+                                               retry_after=1)
         try:
             caller = await self._caller(request)
             await self.authorizer.authorize(caller, "update", RESOURCE, subresource=subresource, name=node)

@@ -16,8 +16,8 @@ from colocation.kube import permissions
 
 def _default_identity() -> str:
     # A fresh suffix per process, as kube-controller-manager does: a restarted replica (same pod
-    # name, empty memory) must not resume the lease of its previous life, but wait for it to expire
-    # like any other candidate, so that the warm standby, holding a full copy, takes over first.
+    # name, empty memory) must not resume the lease of its previous life. It frees that lease
+    # instead (its predecessor is dead), so that a warm standby, holding a full copy, takes over.
     return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
@@ -76,6 +76,9 @@ def _default_identity() -> str:
               help="Seconds after becoming leader before any node is judged. Default: --node-grace-period.")
 @click.option("--recovery-renewals", type=click.IntRange(min=1), default=2, show_default=True,
               help="On-time Lease renewals in a row that make an unhealthy node healthy again.")
+@click.option("--shutdown-delay", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Seconds a stopping replica (SIGTERM) stays up after releasing the Lease, answering /readyz "
+                   "with 503 but still serving reads, so the Service drops it before it closes.")
 @click.option("--controllers/--no-controllers", default=True, show_default=True,
               help="Run the controllers (NodeSLO, NodeResource, node health) on the leader.")
 @common_options
@@ -86,7 +89,7 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                      custom_metrics_retention: float, custom_metrics_max_series: int, evaluation_interval: float,
                      node_grace_period: float, eviction_timeout: float, eviction_rate: float,
                      unhealthy_zone_threshold: float, unhealthy_zone_min_nodes: int, startup_grace: float | None,
-                     recovery_renewals: int, controllers: bool) -> None:
+                     recovery_renewals: int, shutdown_delay: float, controllers: bool) -> None:
     """Run an operator replica: leader election, the NodeMetric aggregated API, standby replication,
     and on the leader the controllers (NodeSLO, NodeResource batch resources, node health and evictions).
 
@@ -115,7 +118,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                                 node_grace_period=node_grace_period, eviction_timeout=eviction_timeout,
                                 eviction_rate=eviction_rate, unhealthy_zone_threshold=unhealthy_zone_threshold,
                                 unhealthy_zone_min_nodes=unhealthy_zone_min_nodes, startup_grace=startup_grace,
-                                recovery_renewals=recovery_renewals))
+                                recovery_renewals=recovery_renewals),
+                            shutdown_delay=shutdown_delay, pod_name=os.environ.get("POD_NAME", ""))
     try:
         code = run(config)
     except KubeConfigError as error:

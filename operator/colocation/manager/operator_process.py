@@ -6,7 +6,11 @@ standby follows the leader's watch to keep a full copy. This is where the stages
 (`colocation.nodemetrics`), the API server and the groups it serves (`api_assembly`), the
 controllers and custom metrics; none of them imports another. Losing the lease ends the process with a
 non-zero status, so it restarts as a standby with nothing stale in memory; SIGTERM releases the
-lease first so a standby takes over within about one retry period.
+lease first so a standby takes over within about one retry period, and a process whose pod
+restarted frees the lease of its dead predecessor at once (`kube.leaderelection`).
+
+Every replica with a current copy is ready, so reads never wait for a failover. Every write the
+leader makes to kube-apiserver is fenced by the election's write budget (`controllers.writers`).
 """
 
 from __future__ import annotations
@@ -114,6 +118,7 @@ class OperatorProcess:
         self.api: Any = None  # the ApiClient, while run() holds it
         self.controllers_failed = False
         self.custom_metrics: CustomMetricsApi | None = None
+        self.draining = False  # stopping: not ready, still serving until the server closes
 
     # ---- leadership callbacks (synchronous, on the election task) ----------------------------
 
@@ -158,6 +163,12 @@ class OperatorProcess:
         return {LEADER_ENDPOINT_ANNOTATION: endpoint,
                 LEADER_CA_ANNOTATION: base64.b64encode(self.ca_bundle).decode()}
 
+    def _is_predecessor(self, holder: str) -> bool:
+        """Whether `holder` is this pod's previous process (the container restarted, so it is dead)."""
+        pod = self.config.pod_name
+        return bool(pod) and self.config.identity.startswith(f"{pod}_") and holder.startswith(f"{pod}_") \
+            and holder != self.config.identity
+
     def _leader_address(self) -> LeaderAddress | None:
         if self.elector is None or self.elector.is_leader:
             return None
@@ -171,7 +182,8 @@ class OperatorProcess:
     async def _run_controllers(self) -> None:
         """The leader-only controllers (Kopf inside); their failure stops the process, a standby takes over."""
         controllers = Controllers(self.api, self.store, self.config.controllers, namespace=self.config.namespace,
-                                  identity=self.config.identity, registry=self.metrics.registry)
+                                  identity=self.config.identity, registry=self.metrics.registry,
+                                  write_budget=self.elector.write_budget if self.elector is not None else None)
         try:
             await controllers.run(self._install_signal_handlers)
         except Exception:
@@ -212,7 +224,7 @@ class OperatorProcess:
                 lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
                 retry_period=config.retry_period, annotations_provider=self._annotations,
                 on_started_leading=self._started_leading, on_stopped_leading=self._stopped_leading,
-                on_new_leader=self._new_leader)
+                on_new_leader=self._new_leader, is_predecessor=self._is_predecessor)
             elector = self.elector
             served = assemble_api(config, self.store, self.nodes, authenticator, authorizer,
                                   lambda: self.request_header, elector, self.metrics)
@@ -224,7 +236,9 @@ class OperatorProcess:
             await site.start()
             log.info("serving", extra={"address": f"https://{config.bind_address}:{config.port}",
                                        "identity": config.identity})
-            follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics)
+            follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics,
+                                      on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration)
+            served.server.ready_check = lambda: not self.draining and (elector.is_leader or follower.serving_copy())
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
                      asyncio.create_task(elector.run()),
                      asyncio.create_task(self._follow_while_standby(follower))]
@@ -240,6 +254,12 @@ class OperatorProcess:
                         await task
                 if not self.lost_leadership and await elector.release():
                     log.info("released the leader lease", extra={"identity": config.identity})
+                if not self.lost_leadership and config.shutdown_delay > 0:
+                    self.draining = True
+                    log.info("draining: not ready, still serving reads", extra={"seconds": config.shutdown_delay})
+                    # Endpoints drop a replica only once they see it not ready: closing at once would
+                    # leave the aggregator dialing a closed port meanwhile.
+                    await asyncio.sleep(config.shutdown_delay)
                 self.store.close_watchers()
                 await runner.cleanup()
         if self.controllers_failed:

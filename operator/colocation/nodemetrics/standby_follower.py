@@ -15,6 +15,7 @@ import base64
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,14 +53,40 @@ class LeaderAddress:
 
 
 class LeaderFollower:
+    """Keeps `store` a copy of the leader's NodeMetrics.
+
+    `on_unreachable` is called when the leader refuses connections (its process is gone), so
+    the election can look at the Lease sooner. `serving_copy()` says whether the copy may be
+    served: it was complete once and has been current within `stale_after` seconds, which
+    covers a failover (the copy then lags by seconds) but not a leader unreachable for long.
+    """
+
     def __init__(self, store: ReplicaTarget, leader: Callable[[], LeaderAddress | None],
-                 token: Callable[[], str], metrics: StorageMetrics, *, poll_interval: float = 0.5) -> None:
+                 token: Callable[[], str], metrics: StorageMetrics, *, poll_interval: float = 0.5,
+                 on_unreachable: Callable[[], None] = lambda: None, stale_after: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.leader = leader
         self.token = token
         self.metrics = metrics
         self.poll_interval = poll_interval
+        self.on_unreachable = on_unreachable
+        self.stale_after = stale_after
+        self.clock = clock
         self.following: LeaderAddress | None = None
+        self._informer: Informer | None = None
+        self._current_at: float | None = None  # the last moment the copy was known current
+
+    def _is_current(self) -> bool:
+        informer = self._informer
+        return informer is not None and informer.synced.is_set() and not informer.failing
+
+    def serving_copy(self) -> bool:
+        now = self.clock()
+        if self._is_current():
+            self._current_at = now
+            return True
+        return self._current_at is not None and now - self._current_at < self.stale_after
 
     async def run(self) -> None:
         """Follow whoever leads (never ourselves: the caller stops this task on promotion)."""
@@ -88,13 +115,24 @@ class LeaderFollower:
         log.info("following the leader's NodeMetrics", extra={"leader": address.identity,
                                                               "endpoint": address.endpoint})
         informer = Informer(transport, COLLECTION_PATH, on_sync=self._sync,
-                            on_event=self._event, name="leader-nodemetrics")
-        await informer.run()
+                            on_event=self._event, name="leader-nodemetrics", on_error=self._failed)
+        self._informer = informer
+        try:
+            await informer.run()
+        finally:
+            self.serving_copy()  # remember when it was last current
+            self._informer = None
+
+    def _failed(self, reason: str) -> None:
+        if reason == "connection":
+            self.on_unreachable()
 
     async def _sync(self, items: list[dict[str, Any]], resource_version: str) -> None:
         self.metrics.replication_relists.inc()
         self.store.replace_all([orjson.dumps(item) for item in items], int(resource_version or 0))
+        self._current_at = self.clock()
 
     async def _event(self, type_: str, obj: dict[str, Any]) -> None:
         self.metrics.replication_events.inc()
         self.store.apply_event(type_, orjson.dumps(obj))
+        self._current_at = self.clock()

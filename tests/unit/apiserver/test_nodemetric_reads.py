@@ -154,3 +154,27 @@ async def test_tables_carry_the_object_as_include_object_asks(client: TestClient
     async with client.get(COLLECTION_PATH, params={"watch": "1", "includeObject": "All"},
                           headers={"Accept": TABLE}) as response:
         assert response.status == 400
+
+
+class Standby:
+    is_leader = False
+    leader_identity = "operator-0_1a2b3c4d"
+
+
+async def test_a_standby_serves_reads_and_sends_writes_back_with_retry_after(store: NodeMetricStore) -> None:
+    authorizer = DelegatingAuthorizer(allowed)
+    metrics, standby = ServerMetrics(), Standby()
+    group = NodeMetricGroup(store, authorizer, standby, lambda node: True, lambda node: {}, metrics,
+                            ApiOptions(bookmark_interval=0.05), wall=lambda: NOW)
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, standby, metrics, [group])
+    async with TestClient(TestServer(api.application()), headers={"Authorization": "Bearer token"}) as client:
+        listed = await client.get(COLLECTION_PATH)
+        assert listed.status == 200
+        assert [item["metadata"]["name"] for item in (await listed.json())["items"]] == ["node-a"]
+        written = await client.put(f"{COLLECTION_PATH}/node-a/status", data=report("node-a", cpu="2"))
+        answer = await written.json()
+        assert written.status == 503 and written.headers["Retry-After"] == "1"
+        assert answer["reason"] == "ServiceUnavailable" and "operator-0_1a2b3c4d" in answer["message"]
+        assert answer["details"] == {"retryAfterSeconds": 1}
+    entry = store.get("node-a")
+    assert entry is not None and b'"cpu":"1500m"' in entry.body  # nothing written
