@@ -15,6 +15,7 @@ from cryptography.x509.oid import NameOID
 
 from colocation.sandbox.launcher.controlplane import kwokstages, pki
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation.sandbox.launcher.controlplane.components import audit_flags
 from colocation.sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig, _project_objects
 from colocation.sandbox.launcher.controlplane.kubelet import _expand, container_command, container_environment
 from colocation.sandbox.launcher.controlplane.podnetwork import SUPERNET, free_subnet, owner_pid
@@ -108,3 +109,15 @@ def test_the_operator_count_and_the_apiservices_follow_the_flags() -> None:
         "v1alpha1.metrics.colocation.dev", "v1beta1.metrics.k8s.io"}
     none = _project_objects(REPO, KubeSandboxConfig(state_dir=Path("unused"), operators=0), str(kubectl_binary()))
     assert not [o for o in none if o["kind"] == "APIService"]  # nobody would serve them
+
+
+def test_the_audit_log_is_opt_in_and_records_writes_only(tmp_path: Path) -> None:
+    assert audit_flags(tmp_path, None) == []
+    flags = audit_flags(tmp_path, tmp_path / "logs" / "audit.log")
+    options = dict(zip(flags[::2], flags[1::2], strict=True))
+    assert options["--audit-log-path"] == str(tmp_path / "logs" / "audit.log")
+    policy = yaml.safe_load(Path(options["--audit-policy-file"]).read_text())
+    assert policy["kind"] == "Policy" and policy["omitStages"] == ["RequestReceived"]
+    first, last = policy["rules"]
+    assert first["level"] == "Metadata" and {"create", "update", "patch", "delete"} <= set(first["verbs"])
+    assert last == {"level": "None"}  # reads are not logged

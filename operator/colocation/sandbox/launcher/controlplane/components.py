@@ -41,6 +41,37 @@ class ClusterSettings:
     apiserver_port: int
     etcd_compaction_interval: str = "1m"  # kube-apiserver's default is 5m; short so 410 paths get exercised
     kwok_stages: Path | None = None
+    audit_log: Path | None = None  # opt-in: kube-apiserver's audit log of writes (AUDIT_POLICY)
+
+
+# What `--audit-log` records: every write, at Metadata level (who, which verb on which object, the
+# response code and when; no bodies), once its response is complete. Reads are not logged. The
+# user's extra carries authentication.kubernetes.io/pod-name for a pod-bound ServiceAccount token,
+# so a write can be attributed to the pod (and so the operator replica) that sent it.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+"""
+
+
+def audit_flags(state_dir: Path, audit_log: Path | None) -> list[str]:
+    """kube-apiserver's audit flags for `audit_log` (none without it), writing the policy file.
+
+    Blocking mode (the default): each event is in the file before its response is sent, so a
+    reader of the file after a response sees every write up to it.
+    """
+    if audit_log is None:
+        return []
+    policy = state_dir / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    audit_log.parent.mkdir(parents=True, exist_ok=True)
+    return ["--audit-policy-file", str(policy), "--audit-log-path", str(audit_log),
+            "--audit-log-format", "json", "--audit-log-mode", "blocking", "--audit-log-maxsize", "0"]
 
 
 @dataclass
@@ -127,6 +158,7 @@ class ControlPlane:
             "--proxy-client-key-file", p("front-proxy-client.key"),
             "--enable-aggregator-routing=true",
             "--profiling=false", "--v", "1",
+            *audit_flags(self.state_dir, self.settings.audit_log),
         ], self._log("kube-apiserver"))
 
     def _controller_manager(self) -> Component:

@@ -64,6 +64,7 @@ class KubeSandboxConfig:
     pods_per_node: int = 10
     agents: bool = True
     agent_args: tuple[str, ...] = ()
+    audit_log: Path | None = None  # kube-apiserver's audit log of writes (components.AUDIT_POLICY)
 
 
 def kubectl(binaries: Binaries, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
@@ -116,7 +117,8 @@ class KubeSandbox:
         self.network = network = await asyncio.to_thread(PodNetwork.create)
         pki_ = pki.create(config.state_dir / "pki", apiserver_ips=(network.gateway, SERVICE_IP))
         settings = ClusterSettings(network.gateway, config.port or free_port(network.gateway),
-                                   kwok_stages=kwokstages.write(config.state_dir / "kwok-stages.yaml"))
+                                   kwok_stages=kwokstages.write(config.state_dir / "kwok-stages.yaml"),
+                                   audit_log=config.audit_log.resolve() if config.audit_log else None)
         self.plane = ControlPlane(binaries, pki_, config.state_dir, settings)
         await self.plane.start(node_ip=network.gateway)
         (config.state_dir / "controlplane.json").write_bytes(orjson.dumps({  # where benchmarks scrape metrics
