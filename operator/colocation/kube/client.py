@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 import orjson
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiClient
@@ -71,6 +73,33 @@ def _without_per_request_environment_lookups(api: ApiClient) -> ApiClient:
     # The session is built inside kubernetes-asyncio with trust_env=True and no option to change it.
     api.rest_client.pool_manager._trust_env = False
     return api
+
+
+def bound_unacknowledged_sends(api: ApiClient, seconds: float) -> None:
+    """Make the kernel give up a request's bytes `seconds` after it sent them unacknowledged.
+
+    A call's timeout ends the call, not the bytes it wrote: the kernel keeps retransmitting them
+    (on a closed or orphaned socket too) for many minutes, so a request written into a cut
+    connection reaches the API server once the network heals, long after the caller gave up.
+    With TCP_USER_TIMEOUT on every connection of `api`, nothing sent at time t is retransmitted
+    after t + `seconds` (Linux; elsewhere the option is absent and this does nothing).
+    """
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if option is None:
+        return
+    milliseconds = max(1, int(seconds * 1000))
+
+    def bounded_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+        family, type_, proto = addr_info[0], addr_info[1], addr_info[2]
+        sock = socket.socket(family=family, type=type_, proto=proto)
+        if family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, option, milliseconds)
+        return sock
+
+    # The connector is built inside kubernetes-asyncio; aiohttp reads its socket factory per connection.
+    connector = api.rest_client.pool_manager.connector
+    if isinstance(connector, aiohttp.TCPConnector):
+        connector._socket_factory = bounded_socket
 
 
 async def _load_kubeconfig(configuration: client.Configuration, path: str) -> None:

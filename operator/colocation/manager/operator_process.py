@@ -39,7 +39,7 @@ from colocation.controllers.leader_task import Controllers
 from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
-from colocation.kube.client import api_client
+from colocation.kube.client import api_client, bound_unacknowledged_sends
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElector
 from colocation.kube.nodes import NodeDirectory
 from colocation.kube.transport import kube_transport
@@ -212,6 +212,9 @@ class OperatorProcess:
         config = self.config
         self._install_signal_handlers()
         async with await api_client(config.kubeconfig) as api:
+            # Fencing below TCP: bytes of a write cut off by the network are never retransmitted
+            # past its budget (a write sent by the renew deadline then lands within the lease).
+            bound_unacknowledged_sends(api, config.lease_duration - config.renew_deadline)
             self.api = api
             self.request_header = await _retry("reading extension-apiserver-authentication",
                                                lambda: load_request_header_config(api), self.stop)

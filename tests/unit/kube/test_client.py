@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client as kube
 
-from colocation.kube.client import api_client
+from colocation.kube.client import api_client, bound_unacknowledged_sends
 
 
 def kubeconfig(path: Path, server: str) -> Path:
@@ -64,3 +65,19 @@ async def test_a_proxy_from_the_environment_is_taken_once_unless_no_proxy_names_
         assert api.configuration.proxy == "http://proxy.example:3128"
     async with await api_client(kubeconfig(tmp_path / "b", "https://api.internal.example:6443")) as api:
         assert not api.configuration.proxy
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_USER_TIMEOUT"), reason="TCP_USER_TIMEOUT is Linux's")
+async def test_every_connection_gives_up_unacknowledged_bytes_after_the_bound(
+        tmp_path: Path, apiserver: tuple[str, list[str]]) -> None:
+    # A write cut off by the network must not reach the server when it heals, after its caller's
+    # budget: the kernel stops retransmitting it (the operator's fencing, below TCP).
+    url, seen = apiserver
+    async with await api_client(kubeconfig(tmp_path / "config", url)) as api:
+        bound_unacknowledged_sends(api, 2.5)
+        connector = api.rest_client.pool_manager.connector
+        bounded, made = connector._socket_factory, []
+        connector._socket_factory = lambda info: made.append(bounded(info)) or made[-1]
+        await kube.CoreV1Api(api).list_namespace(_request_timeout=5)
+        assert seen and made
+        assert {sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) for sock in made} == {2500}
