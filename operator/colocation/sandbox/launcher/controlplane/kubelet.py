@@ -222,7 +222,13 @@ class NodeKubelet:
         logs.mkdir(parents=True, exist_ok=True)
         self.pods[key] = running
         if running.runs_process:
-            await self._start_container(running, pod)
+            try:
+                await self._start_container(running, pod)
+            except Exception:
+                # E.g. the token refused (403) while the Node authorizer has not yet seen the pod
+                # bound here: forgotten, the pod is admitted again by the informer's relist.
+                del self.pods[key]
+                raise
             running.tasks.append(asyncio.create_task(self._supervise(running, pod)))
             if running.container.get("readinessProbe") or running.container.get("livenessProbe"):
                 running.tasks.append(asyncio.create_task(self._probe_loop(running, pod)))
