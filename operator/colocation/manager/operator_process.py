@@ -36,6 +36,7 @@ from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client
+from colocation.kube.leader_connection import LeaderAddress
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElector
 from colocation.kube.nodes import NodeDirectory
 from colocation.kube.transport import kube_transport
@@ -43,7 +44,7 @@ from colocation.manager.api_assembly import assemble_api, delegated_auth
 from colocation.manager.operator_config import OperatorConfig
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.silent_node_expiry import expire_silent_nodes
-from colocation.nodemetrics.standby_follower import LeaderAddress, LeaderFollower
+from colocation.nodemetrics.standby_follower import LeaderFollower
 from colocation.nodemetrics.storage_metrics import StorageMetrics
 
 log = logging.getLogger(__name__)

@@ -2,53 +2,28 @@
 
 A promoted standby then serves complete data at once, and since the copy carries the leader's
 resourceVersions (and the store continues above them), informers resume across the handover
-instead of relisting from nothing. The standby reads the leader directly over HTTPS: the address
-and CA bundle are published on the leader Lease, and the standby authenticates with its own
-ServiceAccount token, like any other client of the API. The leader serves that feed as any
-watch (the API server's); this is its client, applying what it reads to a `ReplicaTarget`.
+instead of relisting from nothing. The standby reads the leader directly over HTTPS
+(`kube.leader_connection`: the address and CA bundle the leader publishes on its Lease, our own
+ServiceAccount token). The leader serves that feed as any watch (the API server's); this is its
+client, applying what it reads to a `ReplicaTarget`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import contextlib
 import logging
-import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
 
-from colocation.apimachinery import certificates
 from colocation.kube.informer import Informer
-from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION
-from colocation.kube.transport import https_transport
+from colocation.kube.leader_connection import LeaderAddress, follow_leader
 from colocation.nodemetrics.report_schema import COLLECTION_PATH
 from colocation.nodemetrics.storage_interface import ReplicaTarget
 from colocation.nodemetrics.storage_metrics import StorageMetrics
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LeaderAddress:
-    identity: str
-    endpoint: str  # https://HOST:PORT
-    ca_pem: bytes
-
-    @classmethod
-    def from_annotations(cls, identity: str, annotations: dict[str, str]) -> LeaderAddress | None:
-        endpoint = annotations.get(LEADER_ENDPOINT_ANNOTATION, "")
-        ca = annotations.get(LEADER_CA_ANNOTATION, "")
-        if not identity or not endpoint.startswith("https://") or not ca:
-            return None
-        try:
-            return cls(identity, endpoint.rstrip("/"), base64.b64decode(ca, validate=True))
-        except ValueError:
-            return None
 
 
 class LeaderFollower:
@@ -63,27 +38,13 @@ class LeaderFollower:
 
     async def run(self) -> None:
         """Follow whoever leads (never ourselves: the caller stops this task on promotion)."""
-        async with aiohttp.ClientSession() as session:
-            while True:
-                address = self.leader()
-                if address is None:
-                    await asyncio.sleep(self.poll_interval)  # the poll period while no leader is known
-                    continue
-                task = asyncio.create_task(self._follow(session, address))
-                try:
-                    while self.leader() == address and not task.done():
-                        await asyncio.wait({task}, timeout=self.poll_interval)
-                finally:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-                    self.following = None
+        await follow_leader(self.leader, self._follow, self.poll_interval, on_stop=self._stopped)
+
+    def _stopped(self) -> None:
+        self.following = None
 
     async def _follow(self, session: aiohttp.ClientSession, address: LeaderAddress) -> None:
-        context = certificates.ssl_client_context(address.ca_pem)
-        context.check_hostname = False  # the certificate names the Service, we dial the pod address
-        context.verify_mode = ssl.CERT_REQUIRED
-        transport = https_transport(session, lambda: address.endpoint, lambda: context, self.token)
+        transport = address.transport(session, self.token)
         self.following = address
         log.info("following the leader's NodeMetrics", extra={"leader": address.identity,
                                                               "endpoint": address.endpoint})
