@@ -4,11 +4,12 @@ Paths and authorization follow custom-metrics-apiserver: `…/namespaces/NS/pods
 `get pods/METRIC` on NAME, `…/pods/*/METRIC` is `list pods/METRIC`, root-scoped `…/nodes/NAME/METRIC`
 likewise, and `external…/namespaces/NS/METRIC` is `list METRIC`; all by SubjectAccessReview.
 
-Values are answered by the leader only: samples go to the leader, and a standby holds none, so a
-standby answers 503 naming the leader instead of an empty list an autoscaler would act on.
-(kube-apiserver reaches the leader anyway: only the leader is ready behind the Service.) The
-leader keeps what it accepted in a replication feed (`sample_feed`) served here to standbys
-(`watch samplebatches`, leader only), which apply it to their copies (`sample_follower`).
+Every replica answers from its own memory. Samples go to the leader, which keeps what it accepted
+in a replication feed (`sample_feed`) served here to standbys (`watch samplebatches`, leader
+only); each standby applies it to its copy (`sample_follower`), and every replica samples the
+built-ins' history from its own NodeMetric copy. So a standby answers reads as the leader does,
+give or take the moment a batch takes to reach it, and a promoted standby serves what the old
+leader had accepted.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class CustomMetricsApi:
             self.metrics.samples_dropped.labels(reason).inc(count)
         return _success(batch, result)
 
-    # -- the leader's housekeeping --------------------------------------------------------------
+    # -- housekeeping, on every replica's own timer ---------------------------------------------
 
     def maintain(self) -> None:
         """Drop expired samples and series, and sample the built-in metrics' history."""
@@ -148,12 +149,6 @@ class CustomMetricsApi:
         assert self._authenticate is not None, "add_routes() first"
         return await self._authenticate(request)
 
-    def _require_leader(self) -> None:
-        if not self.leadership.is_leader:
-            leader = self.leadership.leader_identity or "unknown"
-            raise ApiError.service_unavailable(f"this replica is a standby and holds no custom metrics; "
-                                               f"ask the leader ({leader})")
-
     def _custom(self, version: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handler(request: web.Request) -> web.Response:
             match = request.match_info
@@ -164,7 +159,6 @@ class CustomMetricsApi:
             await self.authorizer.authorize(await self._caller(request), verb, resource, subresource=metric,
                                             name="" if name == "*" else name, api_group=CUSTOM_GROUP,
                                             namespace=namespace)
-            self._require_leader()
             selector, metric_selector = _selector(request, "labelSelector"), _selector(request, "metricLabelSelector")
             values = self.query.custom(resource, namespace, name, metric, selector, metric_selector)
             return json_response(metric_value_list(version, values, metric_selector))
@@ -184,7 +178,6 @@ class CustomMetricsApi:
         request[VERB] = "list"
         await self.authorizer.authorize(await self._caller(request), "list", metric, api_group=EXTERNAL_GROUP,
                                         namespace=namespace)
-        self._require_leader()
         values = self.query.external(namespace, metric, _selector(request, "labelSelector"))
         return json_response(external_metric_value_list(values))
 

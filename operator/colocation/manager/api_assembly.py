@@ -55,7 +55,7 @@ def delegated_auth(api: Any) -> tuple[DelegatingAuthenticator, DelegatingAuthori
 class ServedApis:
     server: AggregatedApiServer
     pods: PodDirectory | None  # its informer must run while the metric APIs are served
-    custom_metrics: CustomMetricsApi | None  # its housekeeping runs on the leader
+    custom_metrics: CustomMetricsApi | None  # its housekeeping and a standby's follower run beside it
 
 
 def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDirectory,

@@ -2,7 +2,7 @@
 
 Every replica serves the NodeMetric API and follows the Node list. The leader accepts reports,
 drops silent nodes, and runs the controllers (Kopf inside, `colocation.controllers.leader_task`); each
-standby follows the leader's watch to keep a full copy. This is where the stages meet: the store
+standby follows the leader's watch and sample feed to keep full copies. This is where the stages meet: the store
 (`colocation.nodemetrics`), the API server and the groups it serves (`api_assembly`), the
 controllers and custom metrics; none of them imports another. Losing the lease ends the process with a
 non-zero status, so it restarts as a standby with nothing stale in memory; SIGTERM releases the
@@ -33,6 +33,7 @@ from colocation.apiserver.kube_reviewers import load_request_header_config
 # which a new leader cannot spare while it must renew its Lease.
 from colocation.controllers.leader_task import Controllers
 from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
+from colocation.custommetrics.sample_follower import SampleFollower
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client
@@ -115,6 +116,8 @@ class OperatorProcess:
         self.api: Any = None  # the ApiClient, while run() holds it
         self.controllers_failed = False
         self.custom_metrics: CustomMetricsApi | None = None
+        # With --serve-custom-metrics: a standby's copy of the samples; `.synced` while it is current.
+        self.sample_follower: SampleFollower | None = None
 
     # ---- leadership callbacks (synchronous, on the election task) ----------------------------
 
@@ -137,10 +140,6 @@ class OperatorProcess:
                 self._dropped_deleted(name)
         self._leader_tasks.append(asyncio.create_task(
             expire_silent_nodes(self.store, self.storage_metrics, self.config.expiry_interval)))
-        if self.custom_metrics is not None:
-            # Expired samples are also cut at read time; the sweep frees their memory.
-            sweep = min(10.0, max(0.5, self.config.custom_metrics_retention / 10))
-            self._leader_tasks.append(asyncio.create_task(self.custom_metrics.maintain_forever(sweep)))
         if self.config.controllers.enabled and self.api is not None:
             self._leader_tasks.append(asyncio.create_task(self._run_controllers()))
 
@@ -185,7 +184,7 @@ class OperatorProcess:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stop.set)
 
-    async def _follow_while_standby(self, follower: LeaderFollower) -> None:
+    async def _follow_while_standby(self, follower: LeaderFollower | SampleFollower) -> None:
         """Run the follower until this replica leads; then the store carries on by itself."""
         assert self.elector is not None
         task = asyncio.create_task(follower.run())
@@ -231,6 +230,8 @@ class OperatorProcess:
                      asyncio.create_task(self._follow_while_standby(follower))]
             if served.pods is not None:
                 tasks.append(asyncio.create_task(served.pods.informer(kube_transport(api)).run()))
+            if served.custom_metrics is not None:
+                tasks += self._custom_metrics_tasks(served.custom_metrics, token)
             try:
                 await self.stop.wait()
             finally:
@@ -246,6 +247,16 @@ class OperatorProcess:
         if self.controllers_failed:
             return EXIT_CONTROLLERS_FAILED
         return EXIT_LOST_LEADERSHIP if self.lost_leadership else 0
+
+    def _custom_metrics_tasks(self, custom_metrics: CustomMetricsApi, token: str) -> list[asyncio.Task[Any]]:
+        """Every replica keeps its own samples: housekeeping on its own timer (the built-ins' history
+        comes from its NodeMetric copy), and while standby, the leader's feed."""
+        self.sample_follower = SampleFollower(custom_metrics.series, self._leader_address, lambda: token,
+                                              custom_metrics.metrics)
+        # Expired samples are also cut at read time; the sweep frees their memory.
+        sweep = min(10.0, max(0.5, self.config.custom_metrics_retention / 10))
+        return [asyncio.create_task(custom_metrics.maintain_forever(sweep)),
+                asyncio.create_task(self._follow_while_standby(self.sample_follower))]
 
     def _ssl_context(self) -> ssl.SSLContext:
         client_ca = self.request_header.request_header_ca_pem if self.request_header else None

@@ -188,7 +188,7 @@ async def test_a_refused_batch_gets_a_status_and_stores_nothing(harness: Any, no
     assert len(h.series) == 0
 
 
-async def test_an_unknown_node_is_404_and_a_standby_answers_503(harness: Any) -> None:
+async def test_an_unknown_node_is_404_and_a_standby_refuses_samples_but_answers_reads(harness: Any) -> None:
     h, client = harness
     CALLERS["agent-node-9"] = Caller("system:serviceaccount:colocation-system:colocation-agent",
                                      extra={"authentication.kubernetes.io/node-name": ("node-9",)})
@@ -198,12 +198,19 @@ async def test_an_unknown_node_is_404_and_a_standby_answers_503(harness: Any) ->
         assert (status, answer["reason"]) == (404, "NotFound")
     finally:
         del CALLERS["agent-node-9"]
-    h.leader.is_leader = False
-    status, answer = await put_samples(client, "node-1", WEB_REQUESTS)
-    assert (status, answer["reason"]) == (503, "ServiceUnavailable") and "operator-0" in answer["message"]
-    status, answer = await get(client, f"{CUSTOM}/namespaces/team-a/pods/*/http_requests")
-    assert status == 503 and "standby" in answer["message"]
     assert len(h.series) == 0
+    assert (await put_samples(client, "node-1", WEB_REQUESTS))[0] == 200
+    h.leader.is_leader = False
+    later = sample_batch("node-1", ("http_requests", {"method": "GET"}, ("team-a", "web-2"), [(NOW, 99.0)]))
+    status, answer = await put_samples(client, "node-1", later)
+    assert (status, answer["reason"]) == (503, "ServiceUnavailable") and "operator-0" in answer["message"]
+    # Reads are answered from this replica's copy (a standby's follows the leader's feed).
+    status, listed = await get(client, f"{CUSTOM}/namespaces/team-a/pods/*/http_requests", labelSelector="app=web")
+    assert status == 200
+    assert [(i["describedObject"]["name"], i["value"]) for i in listed["items"]] == [("web-1", "15500m"),
+                                                                                    ("web-2", "3250m")]
+    status, listed = await get(client, f"{EXTERNAL}/namespaces/team-a/http_requests", labelSelector="method=POST")
+    assert (status, [i["value"] for i in listed["items"]]) == (200, ["1"])
 
 
 # ---- custom.metrics.k8s.io ---------------------------------------------------------------------

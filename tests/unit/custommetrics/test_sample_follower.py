@@ -32,6 +32,7 @@ from colocation.kube.backoff import Backoff
 from colocation.kube.leader_connection import LeaderAddress
 from tests.unit.custommetrics.test_custom_metrics_api import (
     ADMIN,
+    CUSTOM,
     NOW,
     OPERATOR,
     PODS,
@@ -132,7 +133,7 @@ def later(second: float, value: float) -> dict[str, Any]:
                                    [(NOW + second, value)]))
 
 
-async def test_a_standby_copies_the_leaders_samples_then_follows(
+async def test_a_standby_copies_the_leaders_samples_then_follows_and_answers_reads(
         replicas: Any, running: Any) -> None:
     leader, standby = await replicas("operator-0"), await replicas("operator-1")
     standby.harness.leader.is_leader = False
@@ -148,6 +149,11 @@ async def test_a_standby_copies_the_leaders_samples_then_follows(
     assert contents(standby.harness.series) == contents(leader.harness.series)
     assert leader.feed.followers == 1 and follower.synced
     assert counted(follower, "snapshots") == 1
+    # The standby answers from its copy, as the leader does.
+    path = f"{CUSTOM}/namespaces/team-a/pods/*/http_requests"
+    assert await standby.get(path, labelSelector="app=web") == await leader.get(path, labelSelector="app=web")
+    status, listed = await standby.get(path, labelSelector="app=web")
+    assert status == 200 and [i["value"] for i in listed["items"]] == ["15500m", "30"]
 
 
 async def test_a_standby_that_falls_behind_starts_again_from_a_snapshot(replicas: Any, running: Any) -> None:
