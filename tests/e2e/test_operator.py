@@ -28,7 +28,7 @@ import pytest
 
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
-from tests.e2e.kube import Kube, start_sandbox_process, token_client, wait_for
+from tests.e2e.kube import Kube, bound_token, get_from_replica, start_sandbox_process, token_client, wait_for
 
 NS = "colocation-system"
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
@@ -126,23 +126,9 @@ async def put_direct(endpoint: str, context: ssl.SSLContext, node: str, body: An
 
 @pytest.fixture
 async def reader_token(admin: Kube) -> str:
-    """A token that may read NodeMetrics: what a client sends a replica directly (the admin of the
-    real control plane authenticates with a client certificate, which replicas do not take)."""
-    name = "e2e-nodemetrics-reader"
-    rule = {"apiGroups": ["metrics.colocation.dev"], "resources": ["nodemetrics"], "verbs": ["get", "list", "watch"]}
-    subject = {"kind": "ServiceAccount", "name": name, "namespace": "default"}
-    for path, body in (
-            ("/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": name}}),
-            ("/apis/rbac.authorization.k8s.io/v1/clusterroles", {"metadata": {"name": name}, "rules": [rule]}),
-            ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-                "metadata": {"name": name}, "subjects": [subject],
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}})):
-        status, answer = await admin.request("POST", path, body)
-        assert status in (201, 409), answer
-    status, token = await admin.request("POST", f"/api/v1/namespaces/default/serviceaccounts/{name}/token",
-                                        {"spec": {"expirationSeconds": 3600}})
-    assert status == 201, token
-    return str(token["status"]["token"])
+    """A token that may read NodeMetrics, to ask a replica directly."""
+    return await bound_token(admin, "e2e-nodemetrics-reader", [{
+        "apiGroups": ["metrics.colocation.dev"], "resources": ["nodemetrics"], "verbs": ["get", "list", "watch"]}])
 
 
 def address(replica: dict[str, Any]) -> str:
@@ -294,19 +280,8 @@ async def test_failover_serves_complete_data_and_watches_resume(
 
 
 async def _standby_complete(token: str, replica: dict[str, Any], nodes: set[str]) -> bool:
-    unverified = ssl.create_default_context()
-    unverified.check_hostname = False
-    unverified.verify_mode = ssl.CERT_NONE
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session, session.get(
-                f"{address(replica)}{BASE}", ssl=unverified,
-                headers={"Authorization": f"Bearer {token}"}) as response:
-            if response.status != 200:
-                return False
-            body = orjson.loads(await response.read())
-    except aiohttp.ClientError:
-        return False
-    return nodes <= {item["metadata"]["name"] for item in body["items"]}
+    status, body = await get_from_replica(replica, BASE, token)
+    return status == 200 and nodes <= {item["metadata"]["name"] for item in body["items"]}
 
 
 async def _only_ready_endpoint(kube: Kube, replica: dict[str, Any]) -> bool:
