@@ -116,7 +116,8 @@ class OperatorProcess:
         self.api: Any = None  # the ApiClient, while run() holds it
         self.controllers_failed = False
         self.custom_metrics: CustomMetricsApi | None = None
-        # With --serve-custom-metrics: a standby's copy of the samples; `.synced` while it is current.
+        # With --serve-custom-metrics: a standby's copy of the samples; `.synced` while it holds the
+        # current leader's (never on the leader itself, which follows nobody).
         self.sample_follower: SampleFollower | None = None
 
     # ---- leadership callbacks (synchronous, on the election task) ----------------------------
