@@ -386,3 +386,49 @@ def token_client(kubeconfig: Path, token: str | None) -> Kube:
     cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
     ca = _data_file(Path(tempfile.mkdtemp(prefix="kube-")), "ca.crt", cluster, "certificate-authority")
     return Kube(cluster["server"], ssl.create_default_context(cafile=ca), token)
+
+
+async def bound_token(admin: Kube, name: str, rules: list[dict[str, Any]]) -> str:
+    """A token of ServiceAccount default/NAME, which a ClusterRole of that name binds to `rules`: what a
+    client sends an operator replica directly (the admin of the real control plane authenticates with
+    a client certificate, which replicas do not take)."""
+    subject = {"kind": "ServiceAccount", "name": name, "namespace": "default"}
+    for path, body in (
+            ("/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": name}}),
+            ("/apis/rbac.authorization.k8s.io/v1/clusterroles", {"metadata": {"name": name}, "rules": rules}),
+            ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+                "metadata": {"name": name}, "subjects": [subject],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}})):
+        status, answer = await admin.request("POST", path, body)
+        assert status in (201, 409), answer
+    status, token = await admin.request("POST", f"/api/v1/namespaces/default/serviceaccounts/{name}/token",
+                                        {"spec": {"expirationSeconds": 3600}})
+    assert status == 201, token
+    return str(token["status"]["token"])
+
+
+async def get_from_replica(replica: dict[str, Any], path: str, token: str) -> tuple[int, Any]:
+    """GET straight from an operator replica of STATE_DIR/operators.json (loopback on the builtin
+    sandbox, its pod's address on the real one), its certificate unchecked: a standby's comes from
+    a CA of its own, which only a leader publishes. (0, None) when it cannot be reached."""
+    unverified = ssl.create_default_context()
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE
+    url = f"https://{replica.get('host', '127.0.0.1')}:{replica['port']}{path}"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session, session.get(
+                url, ssl=unverified, headers={"Authorization": f"Bearer {token}"}) as response:
+            return response.status, orjson.loads(await response.read())
+    except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
+        return 0, None
+
+
+async def put_as_client_go(client: Kube, path: str, body: Any) -> tuple[int, Any, int]:
+    """A PUT retried as client-go retries it: on 503 with Retry-After, up to 10 times."""
+    for attempt in range(1, 11):
+        status, answer = await client.request("PUT", path, body)
+        retry_after = ((answer or {}).get("details") or {}).get("retryAfterSeconds") if status == 503 else None
+        if retry_after is None:
+            return status, answer, attempt
+        await asyncio.sleep(float(retry_after))  # the server's Retry-After, as client-go waits it
+    return status, answer, 10

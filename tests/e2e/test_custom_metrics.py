@@ -1,14 +1,17 @@
-"""custom.metrics.k8s.io and external.metrics.k8s.io from the leader's memory, through the aggregation layer.
+"""custom.metrics.k8s.io and external.metrics.k8s.io from the operators' memory, through the aggregation layer.
 
 The sandbox enables both APIs by default (operators with --serve-custom-metrics, the APIServices of
-manifests/components/custom-metrics); this module runs it with a short retention. Samples are sent
-as agents send them (a token bound to a pod on the node, through kube-apiserver), and the real
-kubectl reads them back as the HPA would ask.
+manifests/components/custom-metrics); this module runs it with a short retention and two replicas
+with short lease timings. Samples are sent as agents send them (a token bound to a pod on the
+node, through kube-apiserver, so to the leader), and the real kubectl reads them back as the HPA
+would ask. The last test reads a standby directly, then kills the leader.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -19,7 +22,17 @@ import pytest
 
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
-from tests.e2e.kube import Kube, create, pod_manifest, start_sandbox_process, wait_for
+from tests.e2e.kube import (
+    Kube,
+    bound_token,
+    create,
+    get_from_replica,
+    pod_manifest,
+    put_as_client_go,
+    start_sandbox_process,
+    wait_for,
+)
+from tests.e2e.test_operator import LEASE_ARGS, leader, replicas
 from tests.e2e.test_resource_metrics import make_node, report, send
 
 RETENTION = 12  # seconds: long enough for a test's reads, short enough to watch series expire
@@ -29,14 +42,20 @@ APISERVICES = ("v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io",
 
 
 @pytest.fixture(scope="module")
-def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def sandbox_and_state(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+        tuple[Path, Path]]:
     if request.config.getoption("--kubeconfig"):
         pytest.skip("the operators are processes the test starts, with flags of its own")
     state = tmp_path_factory.mktemp("custom-metrics-sandbox")
-    args = [*sandbox_kind_args(request.config), "--operators", "1", "--nodes", "0", "--probe-interval=0.2",
+    args = [*sandbox_kind_args(request.config), "--operators", "2", "--nodes", "0", *LEASE_ARGS,
             f"--operator-arg=--custom-metrics-retention={RETENTION}"]
     with start_sandbox_process(state, args) as kubeconfig:
-        yield kubeconfig
+        yield kubeconfig, state
+
+
+@pytest.fixture(scope="module")
+def sandbox(sandbox_and_state: tuple[Path, Path]) -> Path:
+    return sandbox_and_state[0]
 
 
 async def _available(kube: Kube, name: str) -> bool:
@@ -76,7 +95,10 @@ def batch(node: str, *series: tuple[str, dict[str, str], str | None, list[tuple[
 
 async def put_samples(admin: Kube, node: str, token: str, body: Any) -> tuple[int, Any]:
     async with admin.with_token(token) as agent:
-        return await agent.request("PUT", f"/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{node}/samples", body)
+        # Any ready replica may get it: a standby's 503 with Retry-After is retried, as client-go does.
+        status, answer, _ = await put_as_client_go(
+            agent, f"/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{node}/samples", body)
+        return status, answer
 
 
 @pytest.fixture
@@ -211,3 +233,52 @@ async def test_retention_drops_old_series(admin: Kube, kubectl: Kubectl, web: di
     await wait_for(expired, timeout=RETENTION)
     gone = kubectl.run("get", "--raw", f"{CUSTOM}/namespaces/{namespace}/pods/web-0/short_lived", check=False)
     assert gone.returncode != 0 and "NotFound" in gone.stderr
+
+
+async def _value(replica: dict[str, Any], path: str, token: str) -> str | None:
+    status, listed = await get_from_replica(replica, path, token)
+    return listed["items"][0]["value"] if status == 200 and listed["items"] else None
+
+
+# Last in the module: it kills the leader (the sandbox starts it again 10 s later, as a kubelet).
+async def test_a_standby_serves_the_samples_and_the_new_leader_keeps_them_after_the_old_one_is_killed(
+        admin: Kube, web: dict[str, str], sandbox_and_state: tuple[Path, Path]) -> None:
+    node, token, namespace = web["node"], web["token"], web["namespace"]
+    reader = await bound_token(admin, "e2e-custom-metrics-reader", [{
+        "apiGroups": ["custom.metrics.k8s.io", "external.metrics.k8s.io"], "resources": ["*"],
+        "verbs": ["get", "list"]}])
+    # Stamped ahead (the leader takes up to 5 min ahead), so that this module's short retention
+    # does not expire them during the failover.
+    ahead = time.time() + 60
+    status, answer = await put_samples(admin, node, token, batch(
+        node, ("failover_rps", {"method": "GET"}, "web-0", [(ahead - 1, 4.0), (ahead, 6.5)]), namespace=namespace))
+    assert (status, answer["message"]) == (200, "stored 2 of 2 samples (1 new series)"), answer
+    await send(admin, node, token, report(node, "1500m", "2Gi", {(namespace, "web-0"): ("250m", "64Mi")}))
+    identity, _, _ = await leader(admin)
+    everyone = replicas(sandbox_and_state[1])
+    old = next(r for r in everyone if r["identity"] == identity)
+    standby = next(r for r in everyone if r["identity"] != identity)
+
+    # The standby answers from its own copy: the scraped samples from the leader's feed, the
+    # built-ins' history from its own sampling of the NodeMetric it replicated.
+    samples = f"{CUSTOM}/namespaces/{namespace}/pods/web-0/failover_rps"
+    assert await wait_for(lambda: _value(standby, samples, token=reader), timeout=20, interval=0.1) == "6500m"
+    assert await _value(standby, f"{samples}_agg_avg", reader) == "5250m"
+    history = f"{CUSTOM}/namespaces/{namespace}/pods/web-0/cpu_usage_agg_max"
+    assert await wait_for(lambda: _value(standby, history, token=reader), timeout=10, interval=0.1) == "250m"
+    status, external = await get_from_replica(standby, f"{EXTERNAL}/namespaces/{namespace}/failover_rps", reader)
+    assert status == 200 and [i["value"] for i in external["items"]] == ["6500m"]
+
+    os.kill(old["pid"], signal.SIGKILL)
+
+    async def led_by_standby() -> bool:
+        return (await leader(admin))[0] == standby["identity"]
+
+    await wait_for(led_by_standby, timeout=15, interval=0.05)
+    assert await _value(standby, samples, reader) == "6500m"  # now the leader, it kept what it had copied
+
+    async def served_through_the_aggregator() -> bool:
+        status, listed = await admin.request("GET", samples)
+        return status == 200 and [i["value"] for i in listed["items"]] == ["6500m"]
+
+    await wait_for(served_through_the_aggregator, timeout=30, interval=0.1)  # the endpoints follow readiness

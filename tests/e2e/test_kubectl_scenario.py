@@ -36,7 +36,7 @@ def table(output: str) -> tuple[list[str], list[list[str]]]:
     """A `kubectl get` table as (header, rows), split on runs of two or more spaces."""
     lines = output.strip().splitlines()
     split = [re.split(r"\s{2,}", line.strip()) for line in lines]
-    return split[0], split[1:]
+    return (split[0], split[1:]) if split else ([], [])  # nothing listed: kubectl says so on stderr
 
 
 def token_kubeconfig(kubeconfig: Path, token: str, path: Path) -> Path:

@@ -29,7 +29,16 @@ import pytest
 
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
-from tests.e2e.kube import TIME_FACTOR, Kube, start_sandbox_process, token_client, wait_for
+from tests.e2e.kube import (
+    TIME_FACTOR,
+    Kube,
+    bound_token,
+    get_from_replica,
+    put_as_client_go,
+    start_sandbox_process,
+    token_client,
+    wait_for,
+)
 
 NS = "colocation-system"
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
@@ -126,36 +135,11 @@ async def put_direct(endpoint: str, context: ssl.SSLContext, node: str, body: An
         return response.status, orjson.loads(raw) if raw else None
 
 
-async def put_as_client_go(client: Kube, path: str, body: Any) -> tuple[int, Any, int]:
-    """A PUT retried as client-go retries it: on 503 with Retry-After, up to 10 times."""
-    for attempt in range(1, 11):
-        status, answer = await client.request("PUT", path, body)
-        retry_after = ((answer or {}).get("details") or {}).get("retryAfterSeconds") if status == 503 else None
-        if retry_after is None:
-            return status, answer, attempt
-        await asyncio.sleep(float(retry_after))  # the server's Retry-After, as client-go waits it
-    return status, answer, 10
-
-
 @pytest.fixture
 async def reader_token(admin: Kube) -> str:
-    """A token that may read NodeMetrics: what a client sends a replica directly (the admin of the
-    real control plane authenticates with a client certificate, which replicas do not take)."""
-    name = "e2e-nodemetrics-reader"
-    rule = {"apiGroups": ["metrics.colocation.dev"], "resources": ["nodemetrics"], "verbs": ["get", "list", "watch"]}
-    subject = {"kind": "ServiceAccount", "name": name, "namespace": "default"}
-    for path, body in (
-            ("/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": name}}),
-            ("/apis/rbac.authorization.k8s.io/v1/clusterroles", {"metadata": {"name": name}, "rules": [rule]}),
-            ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-                "metadata": {"name": name}, "subjects": [subject],
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}})):
-        status, answer = await admin.request("POST", path, body)
-        assert status in (201, 409), answer
-    status, token = await admin.request("POST", f"/api/v1/namespaces/default/serviceaccounts/{name}/token",
-                                        {"spec": {"expirationSeconds": 3600}})
-    assert status == 201, token
-    return str(token["status"]["token"])
+    """A token that may read NodeMetrics, to ask a replica directly."""
+    return await bound_token(admin, "e2e-nodemetrics-reader", [{
+        "apiGroups": ["metrics.colocation.dev"], "resources": ["nodemetrics"], "verbs": ["get", "list", "watch"]}])
 
 
 def address(replica: dict[str, Any]) -> str:
@@ -385,19 +369,8 @@ async def _ready_endpoints(kube: Kube, count: int) -> bool:
 
 
 async def _standby_complete(token: str, replica: dict[str, Any], nodes: set[str]) -> bool:
-    unverified = ssl.create_default_context()
-    unverified.check_hostname = False
-    unverified.verify_mode = ssl.CERT_NONE
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session, session.get(
-                f"{address(replica)}{BASE}", ssl=unverified,
-                headers={"Authorization": f"Bearer {token}"}) as response:
-            if response.status != 200:
-                return False
-            body = orjson.loads(await response.read())
-    except aiohttp.ClientError:
-        return False
-    return nodes <= {item["metadata"]["name"] for item in body["items"]}
+    status, body = await get_from_replica(replica, BASE, token)
+    return status == 200 and nodes <= {item["metadata"]["name"] for item in body["items"]}
 
 
 async def _led_by(kube: Kube, identity: str) -> bool:

@@ -119,7 +119,8 @@ class WatchServing:
     `min_request_timeout` is kube-apiserver's flag of that name (the length of a watch without
     timeoutSeconds); `batch` bounds the items of one write, so that one busy watch cannot hold the
     loop; `client_check_interval` is how often an idle stream looks whether its client is still
-    there (aiohttp does not cancel a handler whose client went away).
+    there (aiohttp does not cancel a handler whose client went away); `write_timeout` is how long
+    one write may wait for the client to read (by default the rest of the watch, as kube-apiserver's).
     """
 
     bookmark_interval: float = 60.0
@@ -127,6 +128,7 @@ class WatchServing:
     bookmark_before_timeout: float = 2.0
     batch: int = 500
     client_check_interval: float = 5.0
+    write_timeout: float = math.inf
     random: Callable[[], float] = field(default=_random.random, repr=False)
 
     async def serve(self, request: web.Request, options: ListOptions, source: WatchSource[T],
@@ -184,14 +186,13 @@ class WatchServing:
                        next_bookmark if next_bookmark is not None else math.inf)
             await source.wait(wake - now)
 
-    @staticmethod
-    async def _write(request: web.Request, response: web.StreamResponse, data: bytes, deadline: float) -> None:
+    async def _write(self, request: web.Request, response: web.StreamResponse, data: bytes, deadline: float) -> None:
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout_at(min(deadline, asyncio.get_running_loop().time() + self.write_timeout)):
                 await response.write(data)
         except TimeoutError:
-            # The client stopped reading and the watch is over: drop the connection rather than
-            # wait for it to drain (finishing the response would wait too).
+            # The client stopped reading and the watch is over (or it took too long): drop the
+            # connection rather than wait for it to drain (finishing the response would wait too).
             if request.transport is not None:
                 request.transport.abort()
             raise _ClientStuck from None

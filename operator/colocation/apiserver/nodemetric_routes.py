@@ -90,8 +90,10 @@ class NodeMetricGroup:
     def __init__(self, store: NodeMetricServing, authorizer: Authorizer, leadership: Leadership,
                  known_node: Callable[[str], bool], node_labels: Callable[[str], Mapping[str, str] | None],
                  metrics: ServerMetrics, options: ApiOptions | None = None, *, wall: Callable[[], float] = time.time,
-                 uploads: Sequence[AgentUpload[Any]] = ()) -> None:
+                 uploads: Sequence[AgentUpload[Any]] = (),
+                 read_barrier: Callable[[], Awaitable[None]] | None = None) -> None:
         self.store = store
+        self.read_barrier = read_barrier
         self.authorizer = authorizer
         self.leadership = leadership
         self.known_node = known_node
@@ -139,6 +141,7 @@ class NodeMetricGroup:
     async def _get(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         await self._authorize_read(request, "get", name)
+        await self._consistent(request)
         table_version = wants_table(request.headers.get("Accept", ""))
         entry = self.store.get(name)
         if entry is None:
@@ -147,6 +150,12 @@ class NodeMetricGroup:
             row = nodemetric_table.entry_row(entry, self.wall(), include_object(request.query), table_version)
             return json_response(nodemetric_table.table([row], entry.resource_version, table_version))
         return web.Response(body=entry.body, content_type="application/json")
+
+    async def _consistent(self, request: web.Request) -> None:
+        """A get or list that names no resourceVersion wants the most recent data (on a standby:
+        what the leader had when it arrived); one that names any may be served from the copy."""
+        if self.read_barrier is not None and not request.query.get("resourceVersion"):
+            await self.read_barrier()
 
     @staticmethod
     def _selection(options: ListOptions) -> tuple[LabelSelector | None, str | None]:
@@ -165,6 +174,7 @@ class NodeMetricGroup:
         await self._authorize_read(request, "list")
         table_version = wants_table(request.headers.get("Accept", ""))
         labels, name = self._selection(ListOptions.from_query(request.query))
+        await self._consistent(request)
         if table_version:
             entries, rv = self.store.list(labels, name)
             include, now = include_object(request.query), self.wall()

@@ -1,4 +1,4 @@
-"""Built-in metrics of every Pod and Node, from the NodeMetric reports the leader already holds.
+"""Built-in metrics of every Pod and Node, from the NodeMetric reports every replica already holds.
 
 - `cpu_usage` (cores) and `memory_usage` (bytes): the latest report's nodeUsage / podUsage.
 - Node `cpu_usage_p90`, `cpu_usage_p99`, `memory_usage_p90`, `memory_usage_p99`: the agent's own
@@ -8,7 +8,8 @@
 Nothing is done when a report arrives: the ingest path is benchmarked (thousands of reports a
 second) and custom metrics are read far less often. The latest figures are read from the store's
 entries when asked (bodies parsed once per resourceVersion, by ResourceMetricsView), and the
-history is sampled by `sample_history`, which the leader calls on a timer: it visits only the
+history is sampled by `sample_history`, which every replica calls on its own timer (a standby
+from its copy of the NodeMetrics, so a promoted one has the history already): it visits only the
 nodes whose report changed since the previous call.
 """
 
@@ -130,7 +131,7 @@ class BuiltinMetrics:
         self._node_percentiles[entry.name] = (entry.resource_version, points)
         return points
 
-    # -- history (on the leader's timer) --------------------------------------------------------
+    # -- history (on each replica's timer) ------------------------------------------------------
 
     def sample_history(self) -> int:
         """Record the usage of every node whose report changed since the last call, and its pods'."""

@@ -4,9 +4,12 @@ Paths and authorization follow custom-metrics-apiserver: `…/namespaces/NS/pods
 `get pods/METRIC` on NAME, `…/pods/*/METRIC` is `list pods/METRIC`, root-scoped `…/nodes/NAME/METRIC`
 likewise, and `external…/namespaces/NS/METRIC` is `list METRIC`; all by SubjectAccessReview.
 
-Values are answered by the leader only: samples go to the leader, and a standby holds none, so a
-standby answers 503 naming the leader instead of an empty list an autoscaler would act on.
-(kube-apiserver reaches the leader anyway: only the leader is ready behind the Service.)
+Every replica answers from its own memory. Samples go to the leader, which keeps what it accepted
+in a replication feed (`sample_feed`) served here to standbys (`watch samplebatches`, leader
+only); each standby applies it to its copy (`sample_follower`), and every replica samples the
+built-ins' history from its own NodeMetric copy. So a standby answers reads as the leader does,
+give or take the moment a batch takes to reach it, and a promoted standby serves what the old
+leader had accepted.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from colocation.apimachinery.served_apigroups import (
     Leadership,
     json_response,
 )
+from colocation.apimachinery.watch_params import ListOptions, go_parse_int64
+from colocation.apimachinery.watch_stream import WatchServing, pre_encoded
 from colocation.custommetrics.builtin_metrics import BuiltinMetrics
 from colocation.custommetrics.metric_value_shapes import (
     CUSTOM_GROUP,
@@ -44,6 +49,7 @@ from colocation.custommetrics.metric_value_shapes import (
 )
 from colocation.custommetrics.metrics_query import MetricsQuery, metric_not_found
 from colocation.custommetrics.sample_batches import ValidatedBatch, validate_batch
+from colocation.custommetrics.sample_feed import FEED_PATH, HEARTBEAT_SECONDS, WATCH_SAMPLE_BATCHES, SampleFeed
 from colocation.custommetrics.series_metrics import StoreMetrics
 from colocation.custommetrics.series_store import IngestResult, SeriesStore
 
@@ -62,8 +68,14 @@ def _selector(request: web.Request, parameter: str) -> LabelSelector | None:
 
 class CustomMetricsApi:
     def __init__(self, series: SeriesStore, builtins: BuiltinMetrics, query: MetricsQuery,
-                 authorizer: Authorizer, leadership: Leadership, metrics: StoreMetrics) -> None:
+                 authorizer: Authorizer, leadership: Leadership, metrics: StoreMetrics,
+                 feed: SampleFeed | None = None) -> None:
         self.series = series
+        self.feed = feed if feed is not None else SampleFeed(series, on_dropped=metrics.feed_dropped.inc)
+        metrics.track_feed(lambda: self.feed.followers, lambda: self.feed.held_bytes)
+        # Lines of the feed are up to 64 KiB: at most about 1 MiB a write. A standby that does not
+        # take one within the write timeout is cut off (it comes back, and resumes or resyncs).
+        self.feed_serving = WatchServing(bookmark_interval=HEARTBEAT_SECONDS, batch=16, write_timeout=30.0)
         self.builtins = builtins
         self.query = query
         self.authorizer = authorizer
@@ -80,13 +92,14 @@ class CustomMetricsApi:
     def ingest(self, batch: ValidatedBatch) -> dict[str, Any]:
         """Store an agent's batch; the Status to answer with, naming what was not kept."""
         result = self.series.ingest(batch)
+        self.feed.append(result.kept)
         self.metrics.batches_accepted.inc()
         self.metrics.samples_accepted.inc(result.accepted)
         for reason, count in result.dropped.items():
             self.metrics.samples_dropped.labels(reason).inc(count)
         return _success(batch, result)
 
-    # -- the leader's housekeeping --------------------------------------------------------------
+    # -- housekeeping, on every replica's own timer ---------------------------------------------
 
     def maintain(self) -> None:
         """Drop expired samples and series, and sample the built-in metrics' history."""
@@ -130,16 +143,11 @@ class CustomMetricsApi:
             router.add_get(base + "/{resource}/{name}/{metric}", self._custom(version))
         base = f"/apis/{EXTERNAL_GROUP}/{EXTERNAL_VERSION}"
         router.add_get(base + "/namespaces/{namespace}/{metric}", self._external)
+        router.add_get(FEED_PATH, self._sample_batches)
 
     async def _caller(self, request: web.Request) -> Caller:
         assert self._authenticate is not None, "add_routes() first"
         return await self._authenticate(request)
-
-    def _require_leader(self) -> None:
-        if not self.leadership.is_leader:
-            leader = self.leadership.leader_identity or "unknown"
-            raise ApiError.service_unavailable(f"this replica is a standby and holds no custom metrics; "
-                                               f"ask the leader ({leader})")
 
     def _custom(self, version: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handler(request: web.Request) -> web.Response:
@@ -151,7 +159,6 @@ class CustomMetricsApi:
             await self.authorizer.authorize(await self._caller(request), verb, resource, subresource=metric,
                                             name="" if name == "*" else name, api_group=CUSTOM_GROUP,
                                             namespace=namespace)
-            self._require_leader()
             selector, metric_selector = _selector(request, "labelSelector"), _selector(request, "metricLabelSelector")
             values = self.query.custom(resource, namespace, name, metric, selector, metric_selector)
             return json_response(metric_value_list(version, values, metric_selector))
@@ -171,9 +178,25 @@ class CustomMetricsApi:
         request[VERB] = "list"
         await self.authorizer.authorize(await self._caller(request), "list", metric, api_group=EXTERNAL_GROUP,
                                         namespace=namespace)
-        self._require_leader()
         values = self.query.external(namespace, metric, _selector(request, "labelSelector"))
         return json_response(external_metric_value_list(values))
+
+    async def _sample_batches(self, request: web.Request) -> web.StreamResponse:
+        """A standby's replication stream (`sample_feed`); only the leader's copy is the one to follow."""
+        call = WATCH_SAMPLE_BATCHES
+        request[VERB] = call.verb
+        await self.authorizer.authorize(await self._caller(request), call.verb, call.resource, api_group=call.group)
+        if not self.leadership.is_leader:
+            leader = self.leadership.leader_identity or "unknown"
+            raise ApiError.service_unavailable(f"this replica is a standby; follow the leader ({leader})")
+        options = ListOptions.from_query(request.query, watch=True)
+        after = request.query.get("after")
+        try:
+            seq = go_parse_int64(after) if after else None
+        except ValueError:
+            raise ApiError.bad_request(f"invalid after {after!r}: not a sequence number") from None
+        cursor = self.feed.open(request.query.get("epoch", ""), seq)
+        return await self.feed_serving.serve(request, options, cursor, pre_encoded())
 
 
 def _success(batch: ValidatedBatch, result: IngestResult) -> dict[str, Any]:

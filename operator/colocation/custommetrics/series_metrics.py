@@ -25,3 +25,23 @@ class StoreMetrics:
                                          "Series dropped by garbage collection: no sample within the retention.",
                                          registry=r)
         self.gc_runs = Counter("colocation_custom_metrics_gc_runs_total", "Garbage collection sweeps.", registry=r)
+        # Replication: the leader's feed, and a standby's copy of it.
+        self.feed_followers = Gauge("colocation_custom_metrics_feed_followers",
+                                    "Standbys reading the leader's feed of samples now.", registry=r)
+        self.feed_bytes = Gauge("colocation_custom_metrics_feed_bytes",
+                                "Bytes of accepted samples the leader holds for its standbys.", registry=r)
+        self.feed_dropped = Counter("colocation_custom_metrics_feed_dropped_total",
+                                    "Standbys cut off for falling behind the feed (they come back for a snapshot).",
+                                    registry=r)
+        self.replica_snapshots = Counter("colocation_custom_metrics_replica_snapshots_total",
+                                         "Snapshots of the leader's samples this standby applied.", registry=r)
+        self.replica_samples = Counter("colocation_custom_metrics_replica_samples_total",
+                                       "Samples this standby applied from the leader's feed, snapshots included.",
+                                       registry=r)
+        self.replica_failures = Counter("colocation_custom_metrics_replica_failures_total",
+                                        "Failures following the leader's feed, by reason (timeout, http-NNN, "
+                                        "decode, connection, expired, protocol).", ["reason"], registry=r)
+
+    def track_feed(self, followers: Callable[[], int], held_bytes: Callable[[], int]) -> None:
+        self.feed_followers.set_function(followers)
+        self.feed_bytes.set_function(held_bytes)

@@ -11,15 +11,22 @@ and `max_samples_per_series` (the oldest sample makes room). Indexes: (metric, r
 namespace) → object name → series, for by-name and by-selector queries, and
 (metric, resource, label name, label value) → series, for `metricLabelSelector` equalities.
 
+Replication (`sample_feed`, `sample_follower`): `ingest` says which samples of a batch it kept
+(a slice of each series: the batch is sorted and a series only grows newer); a standby `apply`s
+them. A snapshot is the newest sample of every series when it is taken (`snapshot_marks`), read
+later series by series (`snapshot_of`), so that it costs no copy of the samples: what was added
+after the mark is left out (it follows as batches) and what expired meanwhile is gone on both sides.
+
 Pure: the wall clock is injected; single-threaded (the event loop).
 """
 
 from __future__ import annotations
 
 import bisect
+import operator
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from colocation.apimachinery.clock import WallClock
@@ -45,6 +52,19 @@ class SeriesKey:
     namespace: str  # "" for nodes
     name: str  # the Pod's or the Node's name
     labels: Labels  # sorted
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesSamples:
+    """Samples of one series, oldest first: what a batch kept of it, or what a snapshot holds."""
+
+    key: SeriesKey
+    timestamps: Sequence[float]
+    values: Sequence[float]
+
+
+# The newest (timestamp, value) of each series when a snapshot was taken.
+SnapshotMarks = dict[SeriesKey, tuple[float, float]]
 
 
 class Series:
@@ -92,6 +112,7 @@ class IngestResult:
     accepted: int = 0
     new_series: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
+    kept: list[SeriesSamples] = field(default_factory=list)  # the accepted samples, for standbys
 
 
 class SeriesStore:
@@ -108,6 +129,12 @@ class SeriesStore:
 
     def __len__(self) -> int:
         return len(self._series)
+
+    def empty_like(self) -> SeriesStore:
+        """A new, empty store with the same clock and bounds."""
+        return SeriesStore(self._wall, retention_seconds=self.retention, max_series=self.max_series,
+                           max_samples_per_series=self.max_samples,
+                           future_tolerance_seconds=self._future_tolerance)
 
     def oldest_kept(self) -> float:
         return self._wall() - self.retention
@@ -128,6 +155,7 @@ class SeriesStore:
                     continue
                 series = self._add(key)
                 result.new_series += 1
+            floor = max(oldest, series.timestamps[-1]) if series.timestamps else oldest
             for timestamp, value in zip(incoming.timestamps, incoming.values, strict=True):
                 if timestamp < oldest:
                     result.dropped[TOO_OLD] += 1
@@ -140,7 +168,42 @@ class SeriesStore:
             if not series.timestamps:  # nothing of it was kept: it must not linger until the sweep
                 self._remove(series.key)
                 result.new_series -= 1
+                continue
+            # Sorted samples into a series that only grows newer: what was kept is one slice, from
+            # the newest held before (or the retention) to the future bound.
+            first = bisect.bisect_left(incoming.timestamps, floor)
+            last = bisect.bisect_right(incoming.timestamps, newest)
+            if first < last:
+                result.kept.append(SeriesSamples(key, incoming.timestamps[first:last], incoming.values[first:last]))
         return result
+
+    def apply(self, samples: SeriesSamples) -> int:
+        """Add samples the leader kept (a standby's copy): their times were judged there, only the
+        retention and the bounds apply here. Returns how many were added."""
+        timestamps = samples.timestamps
+        start = bisect.bisect_left(timestamps, self.oldest_kept())
+        if start == len(timestamps):
+            return 0
+        series = self._series.get(samples.key)
+        if series is None:
+            if len(self._series) >= self.max_series:
+                return 0
+            series = self._add(samples.key)
+        if not series.timestamps and all(map(operator.lt, timestamps[start:], timestamps[start + 1:])):
+            # A snapshot's series into an empty one: at C speed (a snapshot may hold millions).
+            first = max(start, len(timestamps) - self.max_samples)
+            series.timestamps.extend(timestamps[first:])
+            series.values.extend(samples.values[first:])
+            return len(timestamps) - first
+        added = 0
+        for index in range(start, len(timestamps)):
+            added += series.append(timestamps[index], samples.values[index], self.max_samples)
+        return added
+
+    def replace_contents(self, other: SeriesStore) -> None:
+        """Hold what `other` holds (a copy assembled aside, while this one kept serving)."""
+        self._series, self._by_object, self._by_label = other._series, other._by_object, other._by_label
+        other._series, other._by_object, other._by_label = {}, {}, {}
 
     def record(self, key: SeriesKey, timestamp: float, value: float) -> bool:
         """Add one sample (the operator's own series); False when it is not kept."""
@@ -242,3 +305,24 @@ class SeriesStore:
 
     def __iter__(self) -> Iterator[Series]:
         return iter(self._series.values())
+
+    # -- snapshots ------------------------------------------------------------------------------
+
+    def snapshot_marks(self) -> SnapshotMarks:
+        return {key: (series.timestamps[-1], series.values[-1]) for key, series in self._series.items()
+                if series.timestamps}
+
+    def snapshot_of(self, key: SeriesKey, mark: tuple[float, float]) -> SeriesSamples | None:
+        """The series as it was at its mark, less what expired since; None if nothing is left."""
+        series = self._series.get(key)
+        if series is None:
+            return None
+        newest, value = mark
+        first = bisect.bisect_left(series.timestamps, self.oldest_kept())
+        last = bisect.bisect_right(series.timestamps, newest)
+        if first >= last:
+            return None  # expired, or gone and made again by samples newer than the mark
+        timestamps, values = series.timestamps[first:last], series.values[first:last]
+        if timestamps[-1] == newest:
+            values[-1] = value  # a later batch may have replaced the value at that timestamp
+        return SeriesSamples(key, timestamps, values)

@@ -98,6 +98,9 @@ OPERATOR_API_CALLS: tuple[ApiCall, ...] = (
     # A standby follows the leader's NodeMetric watch (warm standby); the leader authorizes it
     # by SubjectAccessReview like any other reader.
     *_calls(METRICS_GROUP, "nodemetrics", _READ, None),
+    # ...and, with custom metrics, the leader's feed of the samples it accepted (a resource of the
+    # operator's own API, never stored: custommetrics.sample_feed).
+    ApiCall(METRICS_GROUP, "samplebatches", "watch", None),
     # Kopf scans CRDs to resolve resources, and lists namespaces when given namespace patterns.
     *_calls("apiextensions.k8s.io", "customresourcedefinitions", _READ, None),
     *_calls("", "namespaces", ("list", "watch"), None),

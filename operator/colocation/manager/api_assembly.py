@@ -10,7 +10,7 @@ each other; only this module holds both.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,13 +55,13 @@ def delegated_auth(api: Any) -> tuple[DelegatingAuthenticator, DelegatingAuthori
 class ServedApis:
     server: AggregatedApiServer
     pods: PodDirectory | None  # its informer must run while the metric APIs are served
-    custom_metrics: CustomMetricsApi | None  # its housekeeping runs on the leader
+    custom_metrics: CustomMetricsApi | None  # its housekeeping and a standby's follower run beside it
 
 
 def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDirectory,
                  authenticator: DelegatingAuthenticator, authorizer: DelegatingAuthorizer,
                  request_header: Callable[[], RequestHeaderConfig | None], leadership: Leadership,
-                 metrics: ServerMetrics) -> ServedApis:
+                 metrics: ServerMetrics, read_barrier: Callable[[], Awaitable[None]] | None = None) -> ServedApis:
     pods = PodDirectory() if config.serve_resource_metrics or config.serve_custom_metrics else None
     view = ResourceMetricsView(store)
     extra: list[ApiGroup] = []
@@ -73,7 +73,8 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
         extra.append(custom_metrics)
     uploads = [custom_metrics.samples_upload()] if custom_metrics is not None else []
     nodemetric = NodeMetricGroup(store, authorizer, leadership, nodes.__contains__, nodes.labels, metrics,
-                                 ApiOptions(bookmark_interval=config.bookmark_interval), uploads=uploads)
+                                 ApiOptions(bookmark_interval=config.bookmark_interval), uploads=uploads,
+                                 read_barrier=read_barrier)
     server = AggregatedApiServer(authenticator, authorizer, request_header, leadership, metrics, [nodemetric, *extra])
     return ServedApis(server, pods, custom_metrics)
 

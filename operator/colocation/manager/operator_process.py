@@ -2,7 +2,7 @@
 
 Every replica serves the NodeMetric API and follows the Node list. The leader accepts reports,
 drops silent nodes, and runs the controllers (Kopf inside, `colocation.controllers.leader_task`); each
-standby follows the leader's watch to keep a full copy. This is where the stages meet: the store
+standby follows the leader's watch and sample feed to keep full copies. This is where the stages meet: the store
 (`colocation.nodemetrics`), the API server and the groups it serves (`api_assembly`), the
 controllers and custom metrics; none of them imports another. Losing the lease ends the process with a
 non-zero status, so it restarts as a standby with nothing stale in memory; SIGTERM releases the
@@ -37,17 +37,20 @@ from colocation.apiserver.kube_reviewers import load_request_header_config
 # which a new leader cannot spare while it must renew its Lease.
 from colocation.controllers.leader_task import Controllers
 from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
+from colocation.custommetrics.sample_follower import SampleFollower
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client, bound_unacknowledged_sends
+from colocation.kube.leader_connection import LeaderAddress
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElector
 from colocation.kube.nodes import NodeDirectory
 from colocation.kube.transport import kube_transport
 from colocation.manager.api_assembly import assemble_api, delegated_auth
 from colocation.manager.operator_config import OperatorConfig
+from colocation.nodemetrics.consistent_reads import ConsistentReadMetrics, ConsistentReads
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.silent_node_expiry import expire_silent_nodes
-from colocation.nodemetrics.standby_follower import LeaderAddress, LeaderFollower
+from colocation.nodemetrics.standby_follower import LeaderFollower
 from colocation.nodemetrics.storage_metrics import StorageMetrics
 
 log = logging.getLogger(__name__)
@@ -119,6 +122,9 @@ class OperatorProcess:
         self.controllers_failed = False
         self.custom_metrics: CustomMetricsApi | None = None
         self.draining = False  # stopping: not ready, still serving until the server closes
+        # With --serve-custom-metrics: a standby's copy of the samples; `.synced` while it holds the
+        # current leader's (never on the leader itself, which follows nobody).
+        self.sample_follower: SampleFollower | None = None
 
     # ---- leadership callbacks (synchronous, on the election task) ----------------------------
 
@@ -141,10 +147,6 @@ class OperatorProcess:
                 self._dropped_deleted(name)
         self._leader_tasks.append(asyncio.create_task(
             expire_silent_nodes(self.store, self.storage_metrics, self.config.expiry_interval)))
-        if self.custom_metrics is not None:
-            # Expired samples are also cut at read time; the sweep frees their memory.
-            sweep = min(10.0, max(0.5, self.config.custom_metrics_retention / 10))
-            self._leader_tasks.append(asyncio.create_task(self.custom_metrics.maintain_forever(sweep)))
         if self.config.controllers.enabled and self.api is not None:
             self._leader_tasks.append(asyncio.create_task(self._run_controllers()))
 
@@ -196,7 +198,7 @@ class OperatorProcess:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stop.set)
 
-    async def _follow_while_standby(self, follower: LeaderFollower) -> None:
+    async def _follow_while_standby(self, follower: LeaderFollower | SampleFollower) -> None:
         """Run the follower until this replica leads; then the store carries on by itself."""
         assert self.elector is not None
         task = asyncio.create_task(follower.run())
@@ -229,8 +231,13 @@ class OperatorProcess:
                 on_started_leading=self._started_leading, on_stopped_leading=self._stopped_leading,
                 on_new_leader=self._new_leader, is_predecessor=self._is_predecessor)
             elector = self.elector
+            follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics,
+                                      on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration)
+            reads = ConsistentReads(lambda: elector.is_leader, follower.leader_version,
+                                    lambda: self.store.resource_version, ConsistentReadMetrics(self.metrics.registry))
+            follower.on_applied = reads.advanced
             served = assemble_api(config, self.store, self.nodes, authenticator, authorizer,
-                                  lambda: self.request_header, elector, self.metrics)
+                                  lambda: self.request_header, elector, self.metrics, read_barrier=reads.wait)
             self.custom_metrics = served.custom_metrics
             runner = web.AppRunner(served.server.application(), access_log=None, handle_signals=False,
                                    shutdown_timeout=2.0)
@@ -239,14 +246,14 @@ class OperatorProcess:
             await site.start()
             log.info("serving", extra={"address": f"https://{config.bind_address}:{config.port}",
                                        "identity": config.identity})
-            follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics,
-                                      on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration)
-            served.server.ready_check = lambda: not self.draining and (elector.is_leader or follower.serving_copy())
+            served.server.ready_check = lambda: self._ready(follower)
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
                      asyncio.create_task(elector.run()),
                      asyncio.create_task(self._follow_while_standby(follower))]
             if served.pods is not None:
                 tasks.append(asyncio.create_task(served.pods.informer(kube_transport(api)).run()))
+            if served.custom_metrics is not None:
+                tasks += self._custom_metrics_tasks(served.custom_metrics, token)
             try:
                 await self.stop.wait()
             finally:
@@ -268,6 +275,26 @@ class OperatorProcess:
         if self.controllers_failed:
             return EXIT_CONTROLLERS_FAILED
         return EXIT_LOST_LEADERSHIP if self.lost_leadership else 0
+
+    def _ready(self, follower: LeaderFollower) -> bool:
+        """The leader, and a standby whose copies may be served (the samples' once synced: they
+        resync from a snapshot after a failover, and the copy meanwhile is seconds old at most)."""
+        if self.draining or self.elector is None:
+            return False
+        if self.elector.is_leader:
+            return True
+        samples = self.sample_follower
+        return follower.serving_copy() and (samples is None or samples.ever_synced)
+
+    def _custom_metrics_tasks(self, custom_metrics: CustomMetricsApi, token: str) -> list[asyncio.Task[Any]]:
+        """Every replica keeps its own samples: housekeeping on its own timer (the built-ins' history
+        comes from its NodeMetric copy), and while standby, the leader's feed."""
+        self.sample_follower = SampleFollower(custom_metrics.series, self._leader_address, lambda: token,
+                                              custom_metrics.metrics)
+        # Expired samples are also cut at read time; the sweep frees their memory.
+        sweep = min(10.0, max(0.5, self.config.custom_metrics_retention / 10))
+        return [asyncio.create_task(custom_metrics.maintain_forever(sweep)),
+                asyncio.create_task(self._follow_while_standby(self.sample_follower))]
 
     def _ssl_context(self) -> ssl.SSLContext:
         client_ca = self.request_header.request_header_ca_pem if self.request_header else None

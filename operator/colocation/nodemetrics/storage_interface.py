@@ -61,6 +61,9 @@ class NodeMetricServing(NodeMetricReader, Protocol):
 
 
 class ReplicaTarget(Protocol):
+    @property
+    def resource_version(self) -> int: ...
+
     def apply_event(self, type_: str, body: bytes) -> None:
         """Apply one of the leader's watch events (its body carries the leader's resourceVersion)."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -186,10 +187,12 @@ async def test_a_client_that_goes_away_stops_the_source(served: Any) -> None:
     assert queue.ended
 
 
-async def test_a_client_that_stops_reading_is_dropped_at_the_timeout(served: Any) -> None:
+@pytest.mark.parametrize(("timeout_seconds", "write_timeout"), [(1, math.inf), (300, 0.5)],
+                         ids=["at-the-watch-timeout", "at-the-write-timeout"])
+async def test_a_client_that_stops_reading_is_dropped(served: Any, timeout_seconds: int, write_timeout: float) -> None:
     # Enough to fill the socket buffers of both ends, so that the server's writes block.
     big = encoded_event_line("ADDED", orjson.dumps({"kind": "Thing", "data": "x" * (1 << 20)}))
-    watches = Watches(WatchServing(bookmark_interval=3600, batch=1))
+    watches = Watches(WatchServing(bookmark_interval=3600, batch=1, write_timeout=write_timeout))
     watches.queue(backlog=[big] * 64)
     client = await served(watches)
     host, port = client.server.host, client.server.port
@@ -197,7 +200,8 @@ async def test_a_client_that_stops_reading_is_dropped_at_the_timeout(served: Any
     loop = asyncio.get_running_loop()
     with socket.create_connection((host, port)) as stuck:
         stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        stuck.sendall(f"GET {PATH}?watch=true&timeoutSeconds=1 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        stuck.sendall(f"GET {PATH}?watch=true&timeoutSeconds={timeout_seconds} HTTP/1.1\r\nHost: {host}\r\n\r\n"
+                      .encode())
         started = loop.time()
         await asyncio.wait_for(watches.ended.wait(), 10)
         assert loop.time() - started < 5

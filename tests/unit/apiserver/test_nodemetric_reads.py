@@ -178,3 +178,22 @@ async def test_a_standby_serves_reads_and_sends_writes_back_with_retry_after(sto
         assert answer["details"] == {"retryAfterSeconds": 1}
     entry = store.get("node-a")
     assert entry is not None and b'"cpu":"1500m"' in entry.body  # nothing written
+
+
+async def test_reads_that_want_the_most_recent_data_pass_the_read_barrier(store: NodeMetricStore) -> None:
+    passed: list[str] = []
+
+    async def barrier() -> None:
+        passed.append("barrier")
+
+    authorizer = DelegatingAuthorizer(allowed)
+    metrics, standby = ServerMetrics(), Standby()
+    group = NodeMetricGroup(store, authorizer, standby, lambda node: True, lambda node: {}, metrics,
+                            ApiOptions(bookmark_interval=0.05), wall=lambda: NOW, read_barrier=barrier)
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, standby, metrics, [group])
+    async with TestClient(TestServer(api.application()), headers={"Authorization": "Bearer token"}) as client:
+        for path, most_recent in ((COLLECTION_PATH, True), (f"{COLLECTION_PATH}/node-a", True),
+                                  (f"{COLLECTION_PATH}?resourceVersion=0", False)):
+            before = len(passed)
+            assert (await client.get(path)).status == 200
+            assert len(passed) - before == most_recent, path

@@ -30,8 +30,9 @@ from colocation.nodemetrics.report_schema import validate_report
 from colocation.nodemetrics.resource_metrics_view import ResourceMetricsView
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
-ADMIN, AGENT, OTHER_AGENT, VIEWER = "admin", "agent-node-1", "agent-node-2", "viewer"
+ADMIN, AGENT, OTHER_AGENT, VIEWER, OPERATOR = "admin", "agent-node-1", "agent-node-2", "viewer", "operator"
 CALLERS = {
+    OPERATOR: Caller("system:serviceaccount:colocation-system:colocation-operator"),
     ADMIN: Caller("admin", groups=("system:masters",)),
     AGENT: Caller("system:serviceaccount:colocation-system:colocation-agent",
                   extra={"authentication.kubernetes.io/node-name": ("node-1",)}),
@@ -50,13 +51,16 @@ class Leader:
 
 
 class Authorizations:
-    """Agents may update nodemetrics/samples; the viewer may list pods/http_requests in team-a only."""
+    """Agents may update nodemetrics/samples; operators (standbys) may watch samplebatches; the viewer
+    may list pods/http_requests in team-a only."""
 
     def __init__(self) -> None:
         self.asked: list[SubjectAccessSpec] = []
 
     async def __call__(self, spec: SubjectAccessSpec) -> bool:
         self.asked.append(spec)
+        if spec.user == CALLERS[OPERATOR].username:
+            return (spec.verb, spec.api_group, spec.resource) == ("watch", "metrics.colocation.dev", "samplebatches")
         if spec.user.startswith("system:serviceaccount"):
             return (spec.verb, spec.resource, spec.subresource) == ("update", "nodemetrics", "samples")
         return (spec.user, spec.verb, spec.resource, spec.subresource, spec.namespace) == (
@@ -69,6 +73,8 @@ async def review(token: str) -> TokenReviewResult:
 
 
 class Harness:
+    """One replica's custom metrics API behind its API server; `leader.is_leader` says which it is."""
+
     def __init__(self) -> None:
         self.now = NOW
         self.nodemetrics = NodeMetricStore(lambda: self.now, lambda: 100.0)
@@ -95,11 +101,14 @@ class Harness:
             await self.pods.on_event("ADDED", {"metadata": {"namespace": namespace, "name": name, "labels": labels}})
 
 
+PODS = (("team-a", "web-1", {"app": "web"}), ("team-a", "web-2", {"app": "web"}), ("team-a", "db-1", {"app": "db"}),
+        ("team-b", "web-1", {"app": "web"}))
+
+
 @pytest.fixture
 async def harness() -> AsyncIterator[tuple[Harness, TestClient[Any, Any]]]:
     harness = Harness()
-    await harness.add_pods(("team-a", "web-1", {"app": "web"}), ("team-a", "web-2", {"app": "web"}),
-                           ("team-a", "db-1", {"app": "db"}), ("team-b", "web-1", {"app": "web"}))
+    await harness.add_pods(*PODS)
     client: TestClient[Any, Any] = TestClient(TestServer(harness.api.application()))
     await client.start_server()
     yield harness, client
@@ -179,7 +188,7 @@ async def test_a_refused_batch_gets_a_status_and_stores_nothing(harness: Any, no
     assert len(h.series) == 0
 
 
-async def test_an_unknown_node_is_404_and_a_standby_answers_503(harness: Any) -> None:
+async def test_an_unknown_node_is_404_and_a_standby_refuses_samples_but_answers_reads(harness: Any) -> None:
     h, client = harness
     CALLERS["agent-node-9"] = Caller("system:serviceaccount:colocation-system:colocation-agent",
                                      extra={"authentication.kubernetes.io/node-name": ("node-9",)})
@@ -189,12 +198,19 @@ async def test_an_unknown_node_is_404_and_a_standby_answers_503(harness: Any) ->
         assert (status, answer["reason"]) == (404, "NotFound")
     finally:
         del CALLERS["agent-node-9"]
-    h.leader.is_leader = False
-    status, answer = await put_samples(client, "node-1", WEB_REQUESTS)
-    assert (status, answer["reason"]) == (503, "ServiceUnavailable") and "operator-0" in answer["message"]
-    status, answer = await get(client, f"{CUSTOM}/namespaces/team-a/pods/*/http_requests")
-    assert status == 503 and "standby" in answer["message"]
     assert len(h.series) == 0
+    assert (await put_samples(client, "node-1", WEB_REQUESTS))[0] == 200
+    h.leader.is_leader = False
+    later = sample_batch("node-1", ("http_requests", {"method": "GET"}, ("team-a", "web-2"), [(NOW, 99.0)]))
+    status, answer = await put_samples(client, "node-1", later)
+    assert (status, answer["reason"]) == (503, "ServiceUnavailable") and "operator-0" in answer["message"]
+    # Reads are answered from this replica's copy (a standby's follows the leader's feed).
+    status, listed = await get(client, f"{CUSTOM}/namespaces/team-a/pods/*/http_requests", labelSelector="app=web")
+    assert status == 200
+    assert [(i["describedObject"]["name"], i["value"]) for i in listed["items"]] == [("web-1", "15500m"),
+                                                                                    ("web-2", "3250m")]
+    status, listed = await get(client, f"{EXTERNAL}/namespaces/team-a/http_requests", labelSelector="method=POST")
+    assert (status, [i["value"] for i in listed["items"]]) == (200, ["1"])
 
 
 # ---- custom.metrics.k8s.io ---------------------------------------------------------------------

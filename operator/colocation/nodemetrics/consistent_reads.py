@@ -1,0 +1,75 @@
+"""Consistent reads on a standby: a get or list without a resourceVersion sees what the leader had.
+
+Kubernetes serves a get or list that names no resourceVersion from the most recent state (with
+ConsistentListFromCache, kube-apiserver asks etcd for its current revision and waits for its
+cache to reach it). A standby's copy trails the leader by the time an event takes to arrive, so a
+client whose reads the Service spreads over replicas could read its own write back as missing, or
+see a list's resourceVersion go down between two reads. The same rule fixes both: before such a
+read, a standby asks the leader for its current resourceVersion (a list that selects no object:
+just the number) and waits until its copy has applied that much.
+
+Availability first: when the leader cannot be asked (it is gone: a failover is under way) or the
+copy does not catch up within `timeout`, the read is served from the copy as it is, and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import CollectorRegistry, Counter
+
+log = logging.getLogger(__name__)
+
+
+class ConsistentReadMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.reads = Counter(
+            "colocation_standby_consistent_reads_total",
+            "Gets and lists without a resourceVersion on a standby, by outcome: current (its copy had what the "
+            "leader had), no-leader (the leader could not be asked), lagging (the copy did not catch up in time).",
+            ["outcome"], registry=registry)
+
+
+class ConsistentReads:
+    """The barrier a standby's reads pass; on the leader (`leads()` true) it lets everything through."""
+
+    def __init__(self, leads: Callable[[], bool], leader_version: Callable[[], Awaitable[int | None]],
+                 applied_version: Callable[[], int], metrics: ConsistentReadMetrics, *, timeout: float = 1.0) -> None:
+        self.leads = leads
+        self.leader_version = leader_version
+        self.applied_version = applied_version
+        self.metrics = metrics
+        self.timeout = timeout
+        self._advanced = asyncio.Condition()
+
+    async def advanced(self) -> None:
+        """The copy applied more of the leader's feed: wake the reads waiting for it."""
+        async with self._advanced:
+            self._advanced.notify_all()
+
+    async def wait(self) -> None:
+        """Return once a read may be served: at once on the leader, else when the copy is current
+        (or it cannot be made so within the timeout)."""
+        if self.leads():
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        try:
+            async with asyncio.timeout(self.timeout):
+                target = await self.leader_version()
+        except (TimeoutError, OSError):
+            target = None
+        if target is None:
+            self.metrics.reads.labels("no-leader").inc()
+            return
+        try:
+            async with asyncio.timeout_at(deadline), self._advanced:
+                await self._advanced.wait_for(lambda: self.applied_version() >= target)
+        except TimeoutError:
+            self.metrics.reads.labels("lagging").inc()
+            log.info("served a read from a copy behind the leader",
+                     extra={"applied": self.applied_version(), "leader": target})
+            return
+        self.metrics.reads.labels("current").inc()

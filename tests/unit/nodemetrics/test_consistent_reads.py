@@ -1,0 +1,61 @@
+"""A standby's reads without a resourceVersion wait for its copy to hold what the leader had."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from colocation.nodemetrics.consistent_reads import ConsistentReadMetrics, ConsistentReads
+
+
+class Copy:
+    def __init__(self, applied: int, leader: int | None) -> None:
+        self.applied, self.leader, self.leading = applied, leader, False
+        self.asked = 0
+
+    async def leader_version(self) -> int | None:
+        self.asked += 1
+        return self.leader
+
+
+def barrier(copy: Copy, timeout: float = 5.0) -> tuple[ConsistentReads, ConsistentReadMetrics]:
+    metrics = ConsistentReadMetrics(CollectorRegistry())
+    return ConsistentReads(lambda: copy.leading, copy.leader_version, lambda: copy.applied, metrics,
+                           timeout=timeout), metrics
+
+
+def outcome(metrics: ConsistentReadMetrics, name: str) -> float:
+    return metrics.reads.labels(name)._value.get()
+
+
+async def test_a_read_waits_until_the_copy_has_applied_the_leaders_version() -> None:
+    copy = Copy(applied=100, leader=105)
+    reads, metrics = barrier(copy)
+    read = asyncio.create_task(reads.wait())
+    await asyncio.sleep(0)  # let it ask the leader and start waiting
+    copy.applied = 104
+    await reads.advanced()
+    await asyncio.sleep(0)
+    assert not read.done()
+    copy.applied = 105
+    await reads.advanced()
+    await asyncio.wait_for(read, 5)
+    assert outcome(metrics, "current") == 1
+
+
+async def test_the_leader_reads_its_own_store_without_asking_anyone() -> None:
+    copy = Copy(applied=100, leader=200)
+    copy.leading = True
+    reads, metrics = barrier(copy)
+    await asyncio.wait_for(reads.wait(), 5)
+    assert copy.asked == 0 and outcome(metrics, "current") == 0
+
+
+@pytest.mark.parametrize(("leader", "expected"), [(None, "no-leader"), (200, "lagging")])
+async def test_without_a_leader_or_in_time_the_copy_is_served_as_it_is(leader: int | None, expected: str) -> None:
+    copy = Copy(applied=100, leader=leader)
+    reads, metrics = barrier(copy, timeout=0.05)
+    await asyncio.wait_for(reads.wait(), 5)
+    assert outcome(metrics, expected) == 1
