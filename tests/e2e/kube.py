@@ -106,7 +106,7 @@ class Kube:
         if response.status != 200:
             body = await response.read()
             response.release()
-            raise AssertionError(f"watch {path} answered {response.status}: {body!r}")
+            raise WatchRefused(response.status, f"watch {path} answered {response.status}: {body!r}")
 
         async def pump() -> None:
             try:
@@ -124,6 +124,14 @@ class Kube:
         finally:
             task.cancel()
             response.close()
+
+
+class WatchRefused(AssertionError):
+    """A watch answered with an error status instead of a stream."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 async def next_event(queue: asyncio.Queue[dict[str, Any] | None], timeout: float = 10) -> dict[str, Any] | None:

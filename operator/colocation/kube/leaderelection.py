@@ -349,6 +349,20 @@ class LeaderElector:
         """Holder changes observed by this elector since it started."""
         return self._state.transitions_seen
 
+    async def current_record(self) -> LeaderElectionRecord | None:
+        """The Lease as kube-apiserver has it now (a read outside the election loop, which it does not
+        change); wakes the loop when the holder differs from what the loop last observed."""
+        try:
+            lease = await self._leases.get(self.call_timeout)
+        except _TRANSIENT as error:
+            raise ConnectionError(f"reading the Lease failed: {error}") from error
+        if lease is None:
+            return None
+        record = LeaderElectionRecord.from_lease(lease)
+        if record.holder_identity != self._state.holder:
+            self.wake()
+        return record
+
     def wake(self) -> None:
         """Retry now instead of at the end of the current wait (e.g. a watch saw the lease released)."""
         self._wake.set()

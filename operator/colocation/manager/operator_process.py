@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 EXIT_LOST_LEADERSHIP = 3
 EXIT_CONTROLLERS_FAILED = 1
 SERVICE_NAME = "colocation-operator"
+DRAIN_LEASE_POLL = 0.25  # seconds between reads of the Lease while a stopping replica looks for its successor
 
 
 class LeadershipMetrics:
@@ -122,6 +123,7 @@ class OperatorProcess:
         self.controllers_failed = False
         self.custom_metrics: CustomMetricsApi | None = None
         self.draining = False  # stopping: not ready, still serving until the server closes
+        self._drain_leader: LeaderAddress | None = None  # who took the Lease after us, while draining
         # With --serve-custom-metrics: a standby's copy of the samples; `.synced` while it holds the
         # current leader's (never on the leader itself, which follows nobody).
         self.sample_follower: SampleFollower | None = None
@@ -172,6 +174,8 @@ class OperatorProcess:
             and holder != self.config.identity
 
     def _leader_address(self) -> LeaderAddress | None:
+        if self.draining:
+            return self._drain_leader
         if self.elector is None or self.elector.is_leader:
             return None
         record = self.elector.observed_record
@@ -233,7 +237,7 @@ class OperatorProcess:
             elector = self.elector
             follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics,
                                       on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration)
-            reads = ConsistentReads(lambda: elector.is_leader, follower.leader_version,
+            reads = ConsistentReads(lambda: elector.is_leader, lambda: self._leader_version(follower),
                                     lambda: self.store.resource_version, ConsistentReadMetrics(self.metrics.registry))
             follower.on_applied = reads.advanced
             served = assemble_api(config, self.store, self.nodes, authenticator, authorizer,
@@ -267,14 +271,48 @@ class OperatorProcess:
                 if not self.lost_leadership and config.shutdown_delay > 0:
                     self.draining = True
                     log.info("draining: not ready, still serving reads", extra={"seconds": config.shutdown_delay})
+                    following = asyncio.create_task(self._follow_while_draining(follower))
                     # Endpoints drop a replica only once they see it not ready: closing at once would
                     # leave the aggregator dialing a closed port meanwhile.
                     await asyncio.sleep(config.shutdown_delay)
+                    following.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await following
                 self.store.close_watchers()
                 await runner.cleanup()
         if self.controllers_failed:
             return EXIT_CONTROLLERS_FAILED
         return EXIT_LOST_LEADERSHIP if self.lost_leadership else 0
+
+    async def _follow_while_draining(self, follower: LeaderFollower) -> None:
+        """A stopping replica still serves reads: it follows whoever takes the Lease after it, as a
+        standby does, so those reads stay consistent (the election loop has stopped: read the Lease)."""
+        assert self.elector is not None
+        while self._drain_leader is None:
+            with contextlib.suppress(OSError):
+                record = await self.elector.current_record()
+                if record is not None and record.holder_identity not in ("", self.config.identity):
+                    self._drain_leader = LeaderAddress.from_annotations(record.holder_identity,
+                                                                        dict(record.annotations))
+            if self._drain_leader is None:
+                await asyncio.sleep(DRAIN_LEASE_POLL)  # until a standby takes the released Lease
+        await follower.run()
+
+    async def _leader_version(self, follower: LeaderFollower) -> int | None:
+        """What a standby's consistent read waits for (`nodemetrics.consistent_reads`): the followed
+        leader's resourceVersion; if it cannot be asked, the Lease's holder's when that is another
+        replica; None when the Lease names nobody or the leader we follow (dead or cut off: no
+        replica can hold newer data than our copy)."""
+        version = await follower.leader_version()
+        if version is not None or self.elector is None:
+            return version
+        record = await self.elector.current_record()
+        if record is None or record.holder_identity in ("", self.config.identity):
+            return None
+        if follower.following is not None and record.holder_identity == follower.following.identity:
+            return None
+        address = LeaderAddress.from_annotations(record.holder_identity, dict(record.annotations))
+        return None if address is None else await follower.version_at(address)
 
     def _ready(self, follower: LeaderFollower) -> bool:
         """The leader, and a standby whose copies may be served (the samples' once synced: they

@@ -8,8 +8,12 @@ see a list's resourceVersion go down between two reads. The same rule fixes both
 read, a standby asks the leader for its current resourceVersion (a list that selects no object:
 just the number) and waits until its copy has applied that much.
 
-Availability first: when the leader cannot be asked (it is gone: a failover is under way) or the
-copy does not catch up within `timeout`, the read is served from the copy as it is, and counted.
+Only the leader accepts writes, and a new leader holds the Lease before it accepts any, so when
+the leader cannot be asked, the Lease decides (the manager's `_leader_version`): if it still names the leader
+the copy follows (dead, or cut off from us) or nobody, no replica can hold data newer than the
+copy and the read is served from it (availability first: this is a failover); if it names
+another holder, that one is asked. A copy that does not reach a known leader's resourceVersion
+within `timeout` is not served: the read gets 503 with Retry-After, and the client asks again.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter
 
+from colocation.apimachinery.errors import ApiError
+
 log = logging.getLogger(__name__)
 
 
@@ -28,7 +34,8 @@ class ConsistentReadMetrics:
         self.reads = Counter(
             "colocation_standby_consistent_reads_total",
             "Gets and lists without a resourceVersion on a standby, by outcome: current (its copy had what the "
-            "leader had), no-leader (the leader could not be asked), lagging (the copy did not catch up in time).",
+            "leader had), no-leader (no leader could be asked: served from the copy), lagging (the copy did not "
+            "reach the leader's resourceVersion in time: answered 503 with Retry-After).",
             ["outcome"], registry=registry)
 
 
@@ -51,13 +58,12 @@ class ConsistentReads:
 
     async def wait(self) -> None:
         """Return once a read may be served: at once on the leader, else when the copy is current
-        (or it cannot be made so within the timeout)."""
+        or no leader can hold newer data; raise 503 (Retry-After) when the copy stays behind."""
         if self.leads():
             return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        deadline = asyncio.get_running_loop().time() + self.timeout
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout_at(deadline):
                 target = await self.leader_version()
         except (TimeoutError, OSError):
             target = None
@@ -69,7 +75,9 @@ class ConsistentReads:
                 await self._advanced.wait_for(lambda: self.applied_version() >= target)
         except TimeoutError:
             self.metrics.reads.labels("lagging").inc()
-            log.info("served a read from a copy behind the leader",
-                     extra={"applied": self.applied_version(), "leader": target})
-            return
+            applied = self.applied_version()
+            log.info("refused a read: the copy is behind the leader", extra={"applied": applied, "leader": target})
+            raise ApiError.service_unavailable(
+                f"this replica's copy (resourceVersion {applied}) is behind the leader's ({target}); "
+                f"retry", retry_after=1) from None
         self.metrics.reads.labels("current").inc()

@@ -92,19 +92,14 @@ class LeaderFollower:
             self._informer = self._transport = None
 
     async def leader_version(self) -> int | None:
-        """The leader's resourceVersion now (a list that selects no object: the number alone);
-        None while no leader is followed or it does not answer."""
+        """The followed leader's resourceVersion now; None while none is followed or it does not answer."""
         transport = self._transport
-        if transport is None:
-            return None
-        try:
-            async with transport(COLLECTION_PATH, {"fieldSelector": f"metadata.name={_NO_NODE}"}, False) as response:
-                if response.status != 200:
-                    return None
-                body = orjson.loads(await response.read())
-        except (aiohttp.ClientError, OSError, TimeoutError, orjson.JSONDecodeError):
-            return None
-        return int((body.get("metadata") or {}).get("resourceVersion") or 0)
+        return None if transport is None else await _list_version(transport)
+
+    async def version_at(self, address: LeaderAddress) -> int | None:
+        """The resourceVersion of a leader this replica does not follow yet (a one-off request)."""
+        async with aiohttp.ClientSession() as session:
+            return await _list_version(address.transport(session, self.token))
 
     def _failed(self, reason: str) -> None:
         if reason == "connection":
@@ -123,3 +118,15 @@ class LeaderFollower:
         self._current_at = self.clock()
         if self.on_applied is not None:
             await self.on_applied()
+
+
+async def _list_version(transport: Transport) -> int | None:
+    """A leader's resourceVersion: a list that selects no object carries the number alone."""
+    try:
+        async with transport(COLLECTION_PATH, {"fieldSelector": f"metadata.name={_NO_NODE}"}, False) as response:
+            if response.status != 200:
+                return None
+            body = orjson.loads(await response.read())
+    except (aiohttp.ClientError, OSError, TimeoutError, orjson.JSONDecodeError):
+        return None
+    return int((body.get("metadata") or {}).get("resourceVersion") or 0)

@@ -501,3 +501,14 @@ async def test_a_suspected_leader_makes_the_standby_read_the_lease_often_until_i
     await b.stop()
     started = b.when("started")
     assert started is not None and started - freed_at <= 0.5
+
+
+async def test_the_current_record_is_read_fresh_and_a_new_holder_wakes_the_loop(time: FakeTime) -> None:
+    leases = FakeLeases(time, lease("a"))
+    b = Candidate(leases, time, "b", sleep=lambda delay: asyncio.Event().wait())  # waits until woken
+    await until(lambda: b.elector.leader_identity == "a")
+    leases.write_spec(holderIdentity="c", leaseTransitions=3)  # another standby took over meanwhile
+    record = await b.elector.current_record()
+    assert record is not None and record.holder_identity == "c"
+    await until(lambda: b.elector.leader_identity == "c")  # the loop looked again at once
+    await b.stop()
