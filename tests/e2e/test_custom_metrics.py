@@ -102,8 +102,9 @@ async def put_samples(admin: Kube, node: str, token: str, body: Any) -> tuple[in
 
 
 @pytest.fixture
-async def web(admin: Kube) -> dict[str, str]:
-    """A node with its agent token, and pods web-0, web-1 (app=web) and db-0 (app=db) on it."""
+async def web(admin: Kube, sandbox_and_state: tuple[Path, Path]) -> dict[str, str]:
+    """A node with its agent token, and pods web-0, web-1 (app=web) and db-0 (app=db) on it; with the
+    sandbox's state directory and a token that reads custom metrics from the replicas directly."""
     node, token = await make_node(admin, f"pool-{uuid.uuid4().hex[:6]}", {"cpu": "4", "memory": "8Gi"},
                                   {"cpu": "4", "memory": "8Gi"})
     namespace = f"cm-{uuid.uuid4().hex[:6]}"
@@ -111,14 +112,25 @@ async def web(admin: Kube) -> dict[str, str]:
     for name, app in (("web-0", "web"), ("web-1", "web"), ("db-0", "db")):
         await create(admin, f"/api/v1/namespaces/{namespace}/pods", pod_manifest(name, labels={"app": app},
                                                                                    node_name=node))
-    return {"node": node, "token": token, "namespace": namespace}
+    reader = await bound_token(admin, "e2e-custom-metrics-reader", [{
+        "apiGroups": ["custom.metrics.k8s.io", "external.metrics.k8s.io"], "resources": ["*"],
+        "verbs": ["get", "list"]}])
+    return {"node": node, "token": token, "namespace": namespace, "state": str(sandbox_and_state[1]),
+            "reader": reader}
 
 
-async def seen_pods(admin: Kube, namespace: str, metric: str, count: int) -> None:
-    """Wait until the operator's Pod informer knows the pods: the selector query finds them all."""
+async def seen_pods(admin: Kube, web: dict[str, str], metric: str, count: int) -> None:
+    """Wait until every replica's Pod informer knows the pods and it holds the samples: the selector
+    query finds them all on each. The metrics APIs are eventually consistent across replicas (a
+    standby's copy trails the leader by its feed), so a test reads on only once all agree."""
+    path = f"{CUSTOM}/namespaces/{web['namespace']}/pods/*/{metric}"
+
     async def found() -> bool:
-        status, listed = await admin.request("GET", f"{CUSTOM}/namespaces/{namespace}/pods/*/{metric}")
-        return status == 200 and len(listed["items"]) == count
+        for replica in replicas(Path(web["state"])):
+            status, listed = await get_from_replica(replica, path, web["reader"])
+            if status != 200 or len(listed["items"]) != count:
+                return False
+        return True
 
     await wait_for(found, timeout=15)
 
@@ -135,7 +147,7 @@ async def test_an_hpa_request_over_a_label_selector_returns_the_selected_pods(
         ("http_requests", {"method": "GET"}, "db-0", [(now - 2, 99.0)]),
         namespace=namespace))
     assert status == 200, answer
-    await seen_pods(admin, namespace, "http_requests", 3)
+    await seen_pods(admin, web, "http_requests", 3)
 
     listed = raw(kubectl, f"{CUSTOM}/namespaces/{namespace}/pods/*/http_requests?labelSelector=app%3Dweb")
     assert (listed["kind"], listed["apiVersion"]) == ("MetricValueList", "custom.metrics.k8s.io/v1beta2")
@@ -173,7 +185,7 @@ async def test_external_metrics_by_label_and_an_aggregation_suffix(
         ("queue_depth", {"queue": "orders"}, "5")]
     listed = raw(kubectl, f"{EXTERNAL}/namespaces/{namespace}/queue_depth_agg_max?labelSelector=queue%3Dorders")
     assert [(i["metricName"], i["value"], i["window"]) for i in listed["items"]] == [("queue_depth_agg_max", "9", 4)]
-    await seen_pods(admin, namespace, "queue_depth", 2)
+    await seen_pods(admin, web, "queue_depth", 2)
     listed = raw(kubectl, f"{CUSTOM}/namespaces/{namespace}/pods/web-0/queue_depth_agg_avg")
     assert listed["items"][0]["value"] == "6"  # (4 + 9 + 5) / 3
 
@@ -185,7 +197,7 @@ async def test_a_bad_batch_is_refused_with_a_status_and_changes_nothing(
     good = batch(node, ("temperature", {}, "web-0", [(now - 2, 40.0)]), namespace=namespace)
     assert (await put_samples(admin, node, token, good))[0] == 200
     path = f"{CUSTOM}/namespaces/{namespace}/pods/*/temperature"
-    await seen_pods(admin, namespace, "temperature", 1)
+    await seen_pods(admin, web, "temperature", 1)
     before = raw(kubectl, path)["items"]
 
     invalid = batch(node, ("temperature", {}, "web-0", [(now - 1, 99.0)]),
@@ -206,7 +218,7 @@ async def test_builtin_cpu_usage_matches_the_reported_nodemetric(
     node, token, namespace = web["node"], web["token"], web["namespace"]
     await send(admin, node, token, report(node, "1500m", "2Gi", {
         (namespace, "web-0"): ("250m", "64Mi"), (namespace, "web-1"): ("100m", "32Mi")}))
-    await seen_pods(admin, namespace, "cpu_usage", 2)
+    await seen_pods(admin, web, "cpu_usage", 2)
     listed = raw(kubectl, f"{CUSTOM}/namespaces/{namespace}/pods/*/cpu_usage?labelSelector=app%3Dweb")
     assert [(i["describedObject"]["name"], i["value"]) for i in listed["items"]] == [("web-0", "250m"),
                                                                                     ("web-1", "100m")]
@@ -224,7 +236,7 @@ async def test_retention_drops_old_series(admin: Kube, kubectl: Kubectl, web: di
         node, ("short_lived", {}, "web-0", [(now - RETENTION + 6, 1.0)]),
         ("short_lived", {}, "web-1", [(now, 2.0)]), namespace=namespace))
     assert (status, answer["message"]) == (200, "stored 2 of 2 samples (2 new series)"), answer
-    await seen_pods(admin, namespace, "short_lived", 2)
+    await seen_pods(admin, web, "short_lived", 2)
 
     async def expired() -> bool:
         status, listed = await admin.request("GET", f"{CUSTOM}/namespaces/{namespace}/pods/*/short_lived")
@@ -244,9 +256,7 @@ async def _value(replica: dict[str, Any], path: str, token: str) -> str | None:
 async def test_a_standby_serves_the_samples_and_the_new_leader_keeps_them_after_the_old_one_is_killed(
         admin: Kube, web: dict[str, str], sandbox_and_state: tuple[Path, Path]) -> None:
     node, token, namespace = web["node"], web["token"], web["namespace"]
-    reader = await bound_token(admin, "e2e-custom-metrics-reader", [{
-        "apiGroups": ["custom.metrics.k8s.io", "external.metrics.k8s.io"], "resources": ["*"],
-        "verbs": ["get", "list"]}])
+    reader = web["reader"]
     # Stamped ahead (the leader takes up to 5 min ahead), so that this module's short retention
     # does not expire them during the failover.
     ahead = time.time() + 60

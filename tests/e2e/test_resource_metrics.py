@@ -17,7 +17,7 @@ import pytest
 
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
-from tests.e2e.kube import Kube, create, pod_manifest, start_sandbox_process, wait_for
+from tests.e2e.kube import Kube, create, pod_manifest, put_as_client_go, start_sandbox_process, wait_for
 
 NS = "colocation-system"
 METRICS = "/apis/metrics.k8s.io/v1beta1"
@@ -85,10 +85,11 @@ def report(node: str, cpu: str, memory: str, pods: dict[tuple[str, str], tuple[s
 
 
 async def send(admin: Kube, node: str, token: str, body: dict[str, Any]) -> None:
-    # Through kube-apiserver, as an agent does when the leader cannot be reached directly.
+    # Through kube-apiserver, as an agent does when the leader cannot be reached directly: any ready
+    # replica may get it, and a standby's 503 with Retry-After is retried, as client-go does.
     async with admin.with_token(token) as agent:
-        status, answer = await agent.request("PUT", f"/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{node}/status",
-                                             body)
+        status, answer, _ = await put_as_client_go(
+            agent, f"/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{node}/status", body)
     assert status == 200, answer
 
 
