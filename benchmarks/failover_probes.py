@@ -9,8 +9,8 @@ replica directly:
 - `Watcher`: one watch of NodeMetrics for the whole run. When its stream ends it watches again
   from the last resourceVersion it saw (a continue); on 410 Gone it lists again (a relist) and
   checks nothing was lost: every node there and the reported node at least at the last value seen.
-- `Reporter`: a report for one node every 100 ms, as an agent sends it, straight to the replica the
-  Lease names (its endpoint and CA are on the Lease's annotations), with a token bound to the
+- `Reporter`: a report for one node every 100 ms (one at a time), as an agent sends it, straight to
+  the replica the Lease names (its endpoint and CA are on the Lease's annotations), with a token bound to the
   node's agent pod. Every accepted report carries a higher CPU figure, its sequence number.
 """
 
@@ -244,19 +244,14 @@ class Reporter:
         self.sent.append(Sent(started, loop.time(), holder, status, sequence))
 
     async def run(self) -> None:
+        """One report at a time, as an agent sends them: a later report never overtakes an earlier one,
+        so the node's stored value only rises unless an accepted report is lost."""
         loop = asyncio.get_running_loop()
-        sequence = 1000 + len(self.sent)
-        tasks: set[asyncio.Task[None]] = set()
-        try:
-            while True:
-                sequence += 1
-                task = asyncio.create_task(self._send(sequence))  # not waiting: a slow reply must not slow the pace
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                await asyncio.sleep(self.interval - loop.time() % self.interval)  # the agent's pace
-        finally:
-            for task in tasks:
-                task.cancel()
+        sequence = 1000
+        while True:
+            sequence += 1
+            await self._send(sequence)
+            await asyncio.sleep(self.interval - loop.time() % self.interval)  # the agent's pace
 
     async def close(self) -> None:
         await self.session.close()

@@ -60,9 +60,15 @@ def settings(report: FailoverReport) -> dict[str, list[Kill]]:
 
 
 def _timing_rows(report: FailoverReport) -> list[list[str]]:
-    return [[name, str(len(kills)), _spread([k.lease_moved for k in kills]), _spread([k.first_read for k in kills]),
-             _spread([k.first_report for k in kills]), _spread([k.complete for k in kills]),
-             _spread([k.recovered for k in kills])] for name, kills in settings(report).items()]
+    rows = []
+    for name, every in settings(report).items():
+        first = [k for k in every if k.restarts == 0]
+        for label, kills in ((f"{name}, every kill", every), (f"{name}, first restarts only", first)):
+            if kills:
+                rows.append([label, str(len(kills)), _spread([k.lease_moved for k in kills]),
+                             _spread([k.first_read for k in kills]), _spread([k.first_report for k in kills]),
+                             _spread([k.complete for k in kills]), _spread([k.recovered for k in kills])])
+    return rows
 
 
 def _count_rows(report: FailoverReport) -> list[list[str]]:
@@ -83,9 +89,12 @@ def verdicts(report: FailoverReport) -> list[str]:
     lines = []
     for name, kills in settings(report).items():
         worst = max(k.first_report for k in kills)
+        first = [k.first_report for k in kills if k.restarts == 0]
         checks = [
-            (f"≤ {REPORT_TARGET:g} s from SIGKILL to the first accepted report (max {worst:.2f} s)",
+            (f"≤ {REPORT_TARGET:g} s from SIGKILL to the first accepted report, every kill (max {worst:.2f} s)",
              worst <= REPORT_TARGET),
+            (f"the same on a replica's first restart, no back-off ({len(first)} kills, max "
+             f"{_s(max(first) if first else math.nan)} s)", bool(first) and max(first) <= REPORT_TARGET),
             (f"0 failed reads ({sum(k.read_failures for k in kills)} failed of {sum(k.reads for k in kills):,})",
              not any(k.read_failures for k in kills)),
             (f"0 s to the first successful read (no read needed a retry; {sum(k.read_retries for k in kills)} "
@@ -160,7 +169,9 @@ def render(report: FailoverReport, machine: Machine, command: str) -> str:
         "A reporter sends one node's report every 100 ms straight to the leader the Lease names (its endpoint "
         "and CA from the Lease's annotations, a token bound to the node's agent pod). Times are from the SIGKILL: "
         "the first successful read after a failed one (0 when none failed), the first report accepted by the new "
-        "leader, the new leader serving every NodeMetric (its own list), and the steady state again.",
+        "leader, the new leader serving every NodeMetric (its own list), and the steady state again. The pod "
+        "restarts a process at once only the first time: a replica killed again waits the kubelet's "
+        "CrashLoopBackOff (10 s, doubling), so the tables also give the kills of replicas never restarted before.",
         "",
         "### Failover: from SIGKILL, min / median / p90 / max, seconds",
         "",

@@ -78,6 +78,7 @@ class Kill:
     first_report: float  # first report accepted by the new leader
     complete: float  # the new leader serving every NodeMetric (its own list)
     recovered: float  # steady state again: every replica ready with a complete copy
+    restarts: int = 0  # the killed replica's restarts before this kill: > 0, its pod restarts it after a back-off
     reads: int = 0  # lists and gets through the APIService in the window
     read_retries: int = 0
     read_failures: int = 0
@@ -247,9 +248,11 @@ async def _kill(cluster: Cluster, probes: Probes, operators: int, expected: set[
         probes.watcher.outcomes.append(WatchEvent(
             loop.time(), f"lost: the watch did not deliver report {wanted} within 10 s "
                          f"(saw {probes.watcher.values.get(REPORTER_NODE)})"))
-    kill = Kill(target, operators, index, marks["lease"], 0.0, marks["report"], marks["complete"], recovered)
+    kill = Kill(target, operators, index, marks["lease"], 0.0, marks["report"], marks["complete"], recovered,
+                old.restarts)
     last_rv = _count(kill, probes, t0, loop.time(), previous_rv)
-    say(f"failover ({kill.setting}) kill {index + 1}: lease moved {kill.lease_moved:.2f} s, report accepted "
+    say(f"failover ({kill.setting}) kill {index + 1} ({old.identity}, restarted {old.restarts} times before): "
+        f"lease moved {kill.lease_moved:.2f} s, report accepted "
         f"{kill.first_report:.2f} s, complete {kill.complete:.2f} s, first read {kill.first_read:.2f} s, "
         f"recovered {recovered:.1f} s; reads {kill.reads} ({kill.read_retries} retried, {kill.read_failures} "
         f"failed), discovery {kill.discovery} ({kill.discovery_retries}/{kill.discovery_failures}), watch "
