@@ -9,10 +9,11 @@ from typing import Any
 
 import orjson
 
+from benchmarks.failover_staleness import StalenessFigures
 from benchmarks.machine import Machine
 from benchmarks.markdown import run_lines, table, write_section
-from benchmarks.operator_failover import LEASE, FailoverReport, Kill
-from benchmarks.stats import percentile, ratio
+from benchmarks.operator_failover import LEASE, FailoverConfig, FailoverReport, Kill
+from benchmarks.stats import Latency, percentile, ratio
 
 SECTION = "operator-failover"
 RAW = Path(__file__).resolve().parent / "plots" / "failover_kills.json"
@@ -29,10 +30,11 @@ def to_json(report: FailoverReport) -> dict[str, Any]:
     return {"config": {"nodes": c.nodes, "podsPerNode": c.pods_per_node, "targets": list(c.targets),
                        "replicaCounts": list(c.replica_counts), "kills": c.kills, "lease": LEASE},
             "seconds": report.seconds, "loadAverages": report.load, "failures": report.failures,
-            "agentProblems": report.agent_problems, "outside": report.outside,
+            "agentProblems": report.agent_problems, "agentChecks": report.agent_checks, "outside": report.outside,
             "kills": [dataclasses.asdict(k) for k in report.kills],
             "staleness": None if report.staleness is None else {
-                "grace": report.staleness.grace, "oneAgent": report.staleness.one_agent,
+                "grace": report.staleness.grace, "evaluationInterval": report.staleness.evaluation_interval,
+                "oneAgent": report.staleness.one_agent,
                 "simulated": report.staleness.simulated_samples, "simulatedNodes": report.staleness.simulated_nodes}}
 
 
@@ -52,10 +54,37 @@ def _spread(values: list[float]) -> str:
     return " / ".join(_s(v) for v in (min(values), percentile(values, 0.5), percentile(values, 0.9), max(values)))
 
 
+def from_json(raw: dict[str, Any]) -> FailoverReport:
+    """The report as `save_raw` saved it (to render the section again without killing anything)."""
+    c = raw["config"]
+    config = FailoverConfig(nodes=c["nodes"], pods_per_node=c["podsPerNode"], targets=tuple(c["targets"]),
+                            replica_counts=tuple(c["replicaCounts"]), kills=c["kills"])
+    names = {f.name for f in dataclasses.fields(Kill)}
+    def kill(saved: dict[str, Any]) -> Kill:
+        values: dict[str, Any] = {k: math.nan if v is None else v for k, v in saved.items() if k in names}
+        return Kill(**values)
+
+    kills = [kill(saved) for saved in raw["kills"]]
+    stale = raw.get("staleness")
+    return FailoverReport(config, kills, None if stale is None else StalenessFigures(
+        stale["grace"], stale.get("evaluationInterval", 0.5), stale["oneAgent"], Latency.of(stale["simulated"]),
+        stale["simulatedNodes"], len(stale["simulated"]), stale["simulated"]), raw["failures"], raw["agentProblems"],
+        raw.get("agentChecks", {}), raw["outside"], [tuple(load) for load in raw["loadAverages"]], raw["seconds"])
+
+
+def withheld(report: FailoverReport) -> set[str]:
+    """Settings whose agents' self-check found problems: their figures are not stated."""
+    return {name for name in {k.setting for k in report.kills}
+            if any(problem.startswith(f"{name}: ") for problem in report.agent_problems)}
+
+
 def settings(report: FailoverReport) -> dict[str, list[Kill]]:
+    """The kills of each setting whose figures may be stated."""
     out: dict[str, list[Kill]] = {}
+    skip = withheld(report)
     for kill in report.kills:
-        out.setdefault(kill.setting, []).append(kill)
+        if kill.setting not in skip:
+            out.setdefault(kill.setting, []).append(kill)
     return out
 
 
@@ -177,10 +206,12 @@ def render(report: FailoverReport, machine: Machine, command: str) -> str:
         "",
     ]
     if report.agent_problems:
-        parts += ["**No failover figures: the agents' heartbeats or informers failed while the leaders were killed** "
-                  "(`colocation.agent.selfcheck`), so the system measured was not the one users run:", ""]
+        parts += ["**No figures for a setting whose agents' heartbeats or informers failed while the leaders were "
+                  "killed** (`colocation.agent.selfcheck`): the system measured was not the one users run. "
+                  f"Withheld: {', '.join(sorted(withheld(report))) or 'none'}.", ""]
         parts += [f"- {problem}" for problem in report.agent_problems]
-    elif report.kills:
+        parts += [""]
+    if settings(report):
         parts += [table(["setting", "kills", "Lease moved", "first successful read", "first accepted report",
                          "complete data (new leader)", "steady again"], _timing_rows(report)), "",
                   table(["setting", "reads", "retried", "failed", "discovery calls", "retried", "failed",
@@ -189,15 +220,20 @@ def render(report: FailoverReport, machine: Machine, command: str) -> str:
                   f"![Failover](benchmarks/plots/{PLOT})", "",
                   f"Raw samples (every kill): `benchmarks/plots/{RAW.name}`.", "", "Verdicts:", ""]
         parts += [f"- {line}" for line in verdicts(report)]
-        errors = [f"{k.setting}, kill {k.index + 1}: {e}" for k in report.kills for e in k.errors]
-        losses = [f"{k.setting}, kill {k.index + 1}: {e}" for k in report.kills for e in k.watch_lost]
-        if errors or losses:
-            parts += ["", "What the retried or failed calls and the watch's losses were (first ones):", ""]
-            parts += [f"- {line}" for line in (errors[:10] + losses[:10])]
-    if report.agent_checks and not report.agent_problems:
-        parts += ["", "Meanwhile the agents kept their heartbeats and informers (`colocation.agent.selfcheck`, read "
-                  "before the first kill and after the last; their warnings about failed reports are expected):", ""]
-        parts += [f"- {name}: {text}" for name, text in sorted(report.agent_checks.items())]
+        examples = [line for kills in settings(report).values() for line in (
+            [f"{k.setting}, kill {k.index + 1}: {e}" for k in kills for e in k.errors][:3]
+            + [f"{k.setting}, kill {k.index + 1}: {e}" for k in kills for e in (*k.watch_lost, *k.rv_backwards)][:3])]
+        if examples:
+            parts += ["", "What the retried or failed calls answered, the watch's losses and the lists that went "
+                      "back (the first three of each, per setting):", ""]
+            parts += [f"- {line}" for line in examples]
+    checks = {name: text for name, text in report.agent_checks.items()
+              if not any(name.startswith(f"{setting}, ") for setting in withheld(report))}
+    if checks:
+        parts += ["", "Meanwhile, in the settings with figures, the agents kept their heartbeats and informers "
+                  "(`colocation.agent.selfcheck`, read before the first kill and after the last; their warnings "
+                  "about failed reports are expected):", ""]
+        parts += [f"- {name}: {text}" for name, text in sorted(checks.items())]
     if report.failures or report.outside:
         parts += ["", "Settings that did not complete, and client failures outside the kill windows:", ""]
         parts += [f"- {failure}" for failure in (*report.failures, *report.outside)]

@@ -89,6 +89,7 @@ class Kill:
     watch_relists: int = 0
     watch_lost: list[str] = field(default_factory=list)  # relists or catch-ups that missed data
     rv_monotonic: bool = True
+    rv_backwards: list[str] = field(default_factory=list)  # each list whose resourceVersion was below the one before
     errors: list[str] = field(default_factory=list)  # what failed reads and discovery calls answered
 
     @property
@@ -204,9 +205,12 @@ def _count(kill: Kill, probes: Probes, t0: float, t1: float, previous_rv: int) -
     if troubled:
         ok = [a.ended for a in reads if not a.failed and a.ended > min(troubled)]
         kill.first_read = (min(ok) - t0) if ok else float("nan")
-    versions = [previous_rv] + [a.resource_version for a in sorted(probes.lists.done, key=lambda a: a.started)
-                                if t0 <= a.started < t1 and not a.failed]
-    kill.rv_monotonic = all(a <= b for a, b in itertools.pairwise(versions))
+    lists = [(t0, previous_rv)] + [(a.started, a.resource_version) for a in sorted(
+        probes.lists.done, key=lambda a: a.started) if t0 <= a.started < t1 and not a.failed]
+    versions = [rv for _, rv in lists]
+    kill.rv_backwards = [f"list at +{b[0] - t0:.2f} s: resourceVersion {b[1]} after {a[1]}"
+                         for a, b in itertools.pairwise(lists) if b[1] < a[1]]
+    kill.rv_monotonic = not kill.rv_backwards
     outcomes = [o for o in probes.watcher.outcomes if t0 <= o.at < t1]
     kill.watch_continues = sum(o.what == "continue" for o in outcomes)
     kill.watch_relists = sum(o.what == "relist" for o in outcomes)
