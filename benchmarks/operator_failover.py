@@ -275,9 +275,14 @@ async def _run_setting(config: FailoverConfig, target: str, operators: int, repo
     label = setting_name(target, operators)
     say(f"failover ({label}): starting {config.nodes:,} nodes x {config.pods_per_node} pods")
     extra = ("--apiserver", "kube") if target == "kube" else ()
-    cluster = await cp_cluster.start(config.state_dir / f"failover-{target}-{operators}", nodes=config.nodes,
-                                     pods_per_node=config.pods_per_node, operators=operators, extra=extra,
-                                     start_timeout=900.0)
+    try:
+        cluster = await cp_cluster.start(config.state_dir / f"failover-{target}-{operators}", nodes=config.nodes,
+                                         pods_per_node=config.pods_per_node, operators=operators, extra=extra,
+                                         start_timeout=900.0)
+    except (TimeoutError, RuntimeError, OSError) as error:  # e.g. no control plane built (`make kube`)
+        report.failures.append(f"{label}: the sandbox did not start: {error!r}")
+        say(f"failover ({label}): the sandbox did not start: {error!r}")
+        return
     client = Client(cluster.endpoint, concurrency=16, timeout=5.0)
     probes: Probes | None = None
     try:
