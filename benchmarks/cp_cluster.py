@@ -36,12 +36,26 @@ class ReplicaEndpoint(Endpoint):
         return context
 
 
+@dataclass(frozen=True)
+class CertEndpoint(Endpoint):
+    """The real control plane's admin: a client certificate (its kubeconfig has no token)."""
+
+    cert_file: str = ""
+    key_file: str = ""
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = super().ssl_context()
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
 @dataclass
 class Replica:
     identity: str  # the pod name; the Lease holder is POD_NAME + "_" + a suffix
     port: int
     pid: int
     restarts: int
+    host: str = "127.0.0.1"  # a pod's address on the real control plane
 
 
 @dataclass
@@ -50,7 +64,8 @@ class Cluster:
     state_dir: Path
     nodes: int
     client: Client
-    _replica_clients: dict[int, Client] = field(default_factory=dict)
+    replica_token: str = ""  # what replicas are asked with; default: the client's token
+    _replica_clients: dict[tuple[str, int], Client] = field(default_factory=dict)
 
     @property
     def endpoint(self) -> Endpoint:
@@ -58,18 +73,20 @@ class Cluster:
 
     def replicas(self) -> list[Replica]:
         entries = orjson.loads((self.state_dir / "operators.json").read_bytes())
-        return [Replica(e["identity"], int(e["port"]), int(e["pid"]), int(e["restarts"])) for e in entries]
+        return [Replica(e["identity"], int(e["port"]), int(e["pid"]), int(e["restarts"]), e.get("host", "127.0.0.1"))
+                for e in entries]
 
     def agent_pids(self, simulated: bool) -> list[int]:
         entries = orjson.loads((self.state_dir / "agents.json").read_bytes())
         return [int(e["pid"]) for e in entries if bool(e["simulated"]) == simulated]
 
     def replica_client(self, replica: Replica) -> Client:
-        client = self._replica_clients.get(replica.port)
+        key = (replica.host, replica.port)
+        client = self._replica_clients.get(key)
         if client is None:
-            client = Client(ReplicaEndpoint(f"https://127.0.0.1:{replica.port}", b"", self.endpoint.token),
-                            concurrency=2, timeout=10.0)
-            self._replica_clients[replica.port] = client
+            client = Client(ReplicaEndpoint(f"https://{replica.host}:{replica.port}", b"",
+                                            self.replica_token or self.endpoint.token), concurrency=2, timeout=10.0)
+            self._replica_clients[key] = client
         return client
 
     async def leader(self) -> str:
@@ -84,6 +101,18 @@ class Cluster:
     def replica_of(self, holder: str) -> Replica | None:
         pod = holder.rpartition("_")[0]
         return next((r for r in self.replicas() if r.identity == pod), None)
+
+    async def leader_replica(self) -> Replica | None:
+        holder = await self.leader()
+        return self.replica_of(holder) if holder else None
+
+    async def complete(self, count: int = 0) -> bool:
+        """Whether the leader serves at least `count` (default: every node's) NodeMetrics."""
+        leader = await self.leader_replica()
+        if leader is None:
+            return False
+        served = await self.served_metrics(self.replica_client(leader))
+        return served is not None and len(served) >= (count or self.nodes)
 
     async def served_metrics(self, client: Client) -> dict[str, str] | None:
         """name → resourceVersion of the NodeMetrics `client`'s server lists; None if it does not answer."""
@@ -110,7 +139,7 @@ class Cluster:
 
 async def start(state_dir: Path, *, nodes: int, pods_per_node: int, operators: int = 2,
                 operator_args: tuple[str, ...] = (), agent_args: tuple[str, ...] = (),
-                extra: tuple[str, ...] = ()) -> Cluster:
+                extra: tuple[str, ...] = (), start_timeout: float = 300.0) -> Cluster:
     """Run `colocation sandbox` with `operators` replicas and `nodes` Nodes (one real agent, the rest simulated).
 
     Custom metrics are off (the operator's default outside the sandbox): these runs measure
@@ -120,8 +149,11 @@ async def start(state_dir: Path, *, nodes: int, pods_per_node: int, operators: i
             "--pods-per-node", str(pods_per_node), "--operators", str(operators), "--log-format", "json",
             "--no-serve-custom-metrics",
             *(f"--operator-arg={a}" for a in operator_args), *(f"--agent-arg={a}" for a in agent_args), *extra]
-    server = await processes.start(args, state_dir / "sandbox.log", timeout=300.0)
+    server = await processes.start(args, state_dir / "sandbox.log", timeout=start_timeout)
     endpoint = Endpoint.from_kubeconfig(Path(server.ready["kubeconfig"]))
+    if "kube" in extra:  # --apiserver kube: the admin's client certificate
+        pki = state_dir / "pki"
+        endpoint = CertEndpoint(endpoint.url, endpoint.ca_pem, "", str(pki / "admin.crt"), str(pki / "admin.key"))
     return Cluster(server, state_dir, nodes, Client(endpoint, concurrency=8, timeout=30.0))
 
 

@@ -6,7 +6,17 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from benchmarks import control_plane, cp_kube, cp_kube_report, cp_plots, cp_report, machine, operator_failover
+from benchmarks import (
+    control_plane,
+    cp_kube,
+    cp_kube_report,
+    cp_plots,
+    cp_report,
+    failover_report,
+    failover_staleness,
+    machine,
+    operator_failover,
+)
 from benchmarks.client import say
 
 FAILOVER = "failover"
@@ -17,17 +27,18 @@ PLOTS = Path(__file__).resolve().parent / "plots"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     f, c = operator_failover.FailoverConfig(), control_plane.ControlPlaneConfig()
+    s = f.staleness
     p.add_argument("--failover-nodes", type=int, default=f.nodes, help="Nodes (with agents) in the failover runs.")
     p.add_argument("--failover-pods-per-node", type=int, default=f.pods_per_node)
-    p.add_argument("--failover-operators", type=int, default=f.operators, help="Operator replicas (>= 2).")
-    p.add_argument("--failover-repetitions", type=int, default=f.repetitions,
-                   help="Runs of each (lease settings, signal) case.")
-    p.add_argument("--failover-lease", action="append", choices=("default", "short"), default=None,
-                   help="Lease settings to run (repeatable; default: both).")
-    p.add_argument("--staleness-nodes", type=int, default=f.staleness_nodes,
+    p.add_argument("--failover-replicas", type=int, action="append", default=None,
+                   help="Operator replicas (>= 2; repeatable; default: 2 and 3).")
+    p.add_argument("--failover-target", action="append", choices=operator_failover.TARGETS, default=None,
+                   help="builtin: the in-memory sandbox; kube: the real control plane (repeatable; default: both).")
+    p.add_argument("--failover-kills", type=int, default=f.kills, help="SIGKILLs of the leader per setting.")
+    p.add_argument("--staleness-nodes", type=int, default=s.nodes,
                    help="Nodes in the staleness run (its agents renew their Lease every grace/4 s).")
-    p.add_argument("--staleness-grace", type=float, default=f.grace, help="--node-grace-period of the staleness run.")
-    p.add_argument("--staleness-repetitions", type=int, default=f.staleness_repetitions,
+    p.add_argument("--staleness-grace", type=float, default=s.grace, help="--node-grace-period of the staleness run.")
+    p.add_argument("--staleness-repetitions", type=int, default=s.repetitions,
                    help="Times the real agent is stopped; 0: no staleness run.")
     p.add_argument("--control-plane-nodes", type=int, default=c.nodes)
     p.add_argument("--control-plane-pods-per-node", type=int, default=c.pods_per_node)
@@ -45,20 +56,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, suites: tuple[str, ...], state_dir: Path, command: str, output: Path) -> None:
     if FAILOVER in suites:
-        chosen = args.failover_lease or ["default", "short"]
-        settings = tuple(s for s in (operator_failover.DEFAULT_LEASE, operator_failover.SHORT_LEASE)
-                         if s.name in chosen)
         config = operator_failover.FailoverConfig(
-            nodes=args.failover_nodes, pods_per_node=args.failover_pods_per_node, operators=args.failover_operators,
-            repetitions=args.failover_repetitions, lease_settings=settings, staleness_nodes=args.staleness_nodes,
-            grace=args.staleness_grace,
-            staleness_repetitions=args.staleness_repetitions, state_dir=state_dir)
+            nodes=args.failover_nodes, pods_per_node=args.failover_pods_per_node,
+            targets=tuple(args.failover_target or operator_failover.TARGETS),
+            replica_counts=tuple(args.failover_replicas or (2, 3)), kills=args.failover_kills,
+            staleness=failover_staleness.StalenessConfig(nodes=args.staleness_nodes, grace=args.staleness_grace,
+                                                         repetitions=args.staleness_repetitions),
+            state_dir=state_dir)
         failover = asyncio.run(operator_failover.run(config))
-        cp_plots.failover(failover, PLOTS / "failover_takeover.png")
+        cp_plots.failover(failover, PLOTS / failover_report.PLOT)
         cp_plots.staleness(failover, PLOTS / "failover_staleness.png")
-        cp_report.write(output, cp_report.FAILOVER_SECTION,
-                        cp_report.render_failover(failover, machine.describe(), command))
-        say(f"wrote the {cp_report.FAILOVER_SECTION} section of {output}")
+        failover_report.save_raw(failover)
+        failover_report.write(output, failover_report.render(failover, machine.describe(), command))
+        say(f"wrote the {failover_report.SECTION} section of {output} and {failover_report.RAW}")
     if CONTROL_PLANE in suites:
         cp_config = control_plane.ControlPlaneConfig(
             nodes=args.control_plane_nodes, pods_per_node=args.control_plane_pods_per_node,

@@ -1,105 +1,116 @@
-"""Failover and staleness: how long the system takes to react when an operator or an agent goes.
+"""Failover without an outage: the leader replica SIGKILLed, again and again, while clients use the API.
 
-Failover: the leader replica is sent SIGKILL (a crash: its Lease must expire) or SIGTERM (a
-rolling update: it releases the Lease), and we time, from the signal, (1) the Lease naming another
-holder, (2) that replica, now ready (its /readyz answers only on the leader), serving every node's
-NodeMetric directly, (3) the APIService serving all of them through the sandbox from the new
-leader (the aggregation layer routes to the Service's ready endpoints, probed every second as a
-readiness probe would be: we count from the moment the Endpoints no longer list the old leader). The
-replicas run under the sandbox's supervisor, which restarts a dead one after the kubelet's
-back-off (10 s, doubling), so we run three: a warm standby is always there.
+Settings: {the builtin sandbox, the real control plane (`--apiserver kube`: kube-apiserver, its
+aggregator, etcd, the replicas as pods)} x {2, 3 operator replicas}, the default lease timings
+(15 s / 10 s / 2 s). The replica's pod (the sandbox's supervisor or the launcher's kubelet)
+restarts a killed process at once; the new process frees its predecessor's Lease and a warm
+standby takes it.
 
-Staleness: an agent is stopped with SIGSTOP (the process hangs; nothing is closed or released) and
-we time, from the signal, its Node losing its batch resources, relative to the node grace period.
-First the real agent (one node, several times), then the simulated-agents process (every other
-node at once; each node's delay is a sample).
+While the leader is killed `kills` times, clients run for the whole setting (failover_probes):
+lists and gets of NodeMetrics and discovery calls every 200 ms through the APIService, a watch of
+NodeMetrics, and a reporter sending one node's report every 100 ms to the leader the Lease names.
+Before each kill the system is in steady state: a leader serving every NodeMetric, every replica
+alive, ready, behind the Service and holding a complete copy (the restarted one included). Per
+kill, from the SIGKILL: the first successful read (0 when no read failed), the first report
+accepted by the new leader, the new leader serving complete data (its own list, directly); the
+read and discovery retries and failures, the watch's continues and relists, and whether every
+list's resourceVersion kept rising. The agents' self-check is read around each setting's kills.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import math
+import dataclasses
+import itertools
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
-from benchmarks import cp_cluster
-from benchmarks.client import Request, say
+from benchmarks import cp_cluster, failover_staleness
+from benchmarks.client import Client, Request, say
 from benchmarks.cp_cluster import NODEMETRICS, Cluster, Replica, wait_until
-from benchmarks.stats import Latency
+from benchmarks.failover_probes import (
+    FAILURES,
+    REPORTER_NODE,
+    Attempted,
+    Poller,
+    Reporter,
+    Watcher,
+    WatchEvent,
+    agent_token,
+    reader_token,
+    stop,
+)
+from benchmarks.failover_staleness import StalenessConfig, StalenessFigures
 from colocation.agent import selfcheck
 
-OPERATOR_ENDPOINTS = "/api/v1/namespaces/colocation-system/endpoints/colocation-operator"
-
-
-@dataclass(frozen=True)
-class LeaseSettings:
-    name: str
-    duration: float
-    renew_deadline: float
-    retry_period: float
-
-    @property
-    def args(self) -> tuple[str, ...]:
-        return (f"--lease-duration={self.duration:g}", f"--renew-deadline={self.renew_deadline:g}",
-                f"--retry-period={self.retry_period:g}")
-
-    def describe(self) -> str:
-        return f"{self.duration:g} s / {self.renew_deadline:g} s / {self.retry_period:g} s"
-
-
-DEFAULT_LEASE = LeaseSettings("default", 15.0, 10.0, 2.0)
-SHORT_LEASE = LeaseSettings("short", 2.0, 1.5, 0.25)
+TARGETS = ("builtin", "kube")
+NS = "colocation-system"
+DISCOVERY = ("/apis", "/apis/metrics.colocation.dev/v1alpha1")
+LEASE = "15 s / 10 s / 2 s"  # the operator's defaults (duration / renew deadline / retry period)
 
 
 @dataclass(frozen=True)
 class FailoverConfig:
-    nodes: int = 1000
-    pods_per_node: int = 10
-    operators: int = 3
-    repetitions: int = 2
-    lease_settings: tuple[LeaseSettings, ...] = (DEFAULT_LEASE, SHORT_LEASE)
-    staleness_nodes: int = 50  # its own sandbox: agents renewing every grace/4 s cost the API 4N/grace writes/s
-    grace: float = 5.0  # --node-grace-period for the staleness runs
-    evaluation_interval: float = 0.5
-    staleness_repetitions: int = 3
+    nodes: int = 100
+    pods_per_node: int = 5
+    targets: tuple[str, ...] = TARGETS
+    replica_counts: tuple[int, ...] = (2, 3)
+    kills: int = 10
+    staleness: StalenessConfig = field(default_factory=StalenessConfig)  # its own sandbox; 0 repetitions: none
     state_dir: Path = Path(".bench")
 
 
-@dataclass(frozen=True)
-class Takeover:
-    settings: str
-    signal: str
-    lease_moved: float  # seconds from the signal
-    direct: float  # the new leader ready and serving all N NodeMetrics
-    apiservice: float  # the APIService serving all N from the new leader
+@dataclass
+class Kill:
+    """One SIGKILL of the leader; times in seconds from the signal."""
+
+    target: str
+    replicas: int
+    index: int
+    lease_moved: float  # the Lease naming another holder
+    first_read: float  # first successful read after one failed; 0 when none failed
+    first_report: float  # first report accepted by the new leader
+    complete: float  # the new leader serving every NodeMetric (its own list)
+    recovered: float  # steady state again: every replica ready with a complete copy
+    restarts: int = 0  # the killed replica's restarts before this kill: > 0, its pod restarts it after a back-off
+    reads: int = 0  # lists and gets through the APIService in the window
+    read_retries: int = 0
+    read_failures: int = 0
+    discovery: int = 0
+    discovery_retries: int = 0
+    discovery_failures: int = 0
+    watch_continues: int = 0
+    watch_relists: int = 0
+    watch_lost: list[str] = field(default_factory=list)  # relists or catch-ups that missed data
+    rv_monotonic: bool = True
+    rv_backwards: list[str] = field(default_factory=list)  # each list whose resourceVersion was below the one before
+    errors: list[str] = field(default_factory=list)  # what failed reads and discovery calls answered
+
+    @property
+    def setting(self) -> str:
+        return setting_name(self.target, self.replicas)
 
 
-@dataclass(frozen=True)
-class StalenessFigures:
-    grace: float
-    evaluation_interval: float
-    one_agent: list[float]  # the real agent: seconds from SIGSTOP to its batch resources removed
-    all_simulated: Latency  # every simulated node when their process is stopped
-    simulated_nodes: int
-    removed: int  # simulated nodes whose batch resources went within the wait
-    simulated_samples: list[float] = field(default_factory=list)
+def setting_name(target: str, replicas: int) -> str:
+    return f"{'sandbox' if target == 'builtin' else 'real control plane'}, {replicas} replicas"
 
 
 @dataclass
 class FailoverReport:
     config: FailoverConfig
-    takeovers: list[Takeover] = field(default_factory=list)
+    kills: list[Kill] = field(default_factory=list)
     staleness: StalenessFigures | None = None
-    list_seconds: float = math.nan  # one full NodeMetric list from the leader, for scale
-    failures: list[str] = field(default_factory=list)  # runs that could not start or finish, and why
+    failures: list[str] = field(default_factory=list)  # settings that could not start or finish, and why
     agent_problems: list[str] = field(default_factory=list)  # heartbeats or informers that failed meanwhile
-    agent_checks: dict[str, str] = field(default_factory=dict)  # selfcheck summary by lease setting and process
+    agent_checks: dict[str, str] = field(default_factory=dict)  # selfcheck summary by setting and process
+    outside: list[str] = field(default_factory=list)  # failures of the clients between the kill windows
+    load: list[tuple[float, float, float]] = field(default_factory=list)  # os.getloadavg() at each setting's end
     seconds: float = 0.0
 
 
@@ -111,249 +122,221 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def _not_ready(cluster: Cluster, replica: Replica) -> bool:
-    """Whether the operator Service's Endpoints no longer list this replica as ready."""
-    endpoints = await cluster.client.json(Request("GET", OPERATOR_ENDPOINTS))
-    ready = {port["port"] for subset in endpoints.get("subsets") or () if subset.get("addresses")
-             for port in subset.get("ports") or ()}
-    return replica.port not in ready
-
-
-async def _leader_replica(cluster: Cluster) -> Replica | None:
-    holder = await cluster.leader()
-    return cluster.replica_of(holder) if holder else None
-
-
-async def _steady(cluster: Cluster, timeout: float = 120.0) -> Replica:
-    """Wait for a leader serving all N NodeMetrics and a standby with a complete copy."""
-    state: dict[str, object] = {}
-    served_counts: dict[str, int] = {}
-
-    async def ready() -> bool:
-        leader = await _leader_replica(cluster)
-        if leader is None or not _alive(leader.pid):
-            return False
-        served = await cluster.served_metrics(cluster.replica_client(leader))
-        served_counts[f"{leader.identity} (leader)"] = -1 if served is None else len(served)
-        if served is None or len(served) < cluster.nodes:
-            return False
-        for standby in cluster.replicas():
-            if standby.identity != leader.identity and _alive(standby.pid):
-                copy = await cluster.served_metrics(cluster.replica_client(standby))
-                served_counts[standby.identity] = -1 if copy is None else len(copy)
-                if copy is not None and len(copy) >= cluster.nodes:
-                    state["leader"] = leader
-                    return True
-        return False
-
-    try:
-        await wait_until(ready, timeout, 1.0, "a leader with every NodeMetric and a warm standby")
-    except TimeoutError:
-        counts = ", ".join(f"{name}: {count:,}" for name, count in served_counts.items())
-        raise TimeoutError(f"no leader serving all {cluster.nodes:,} NodeMetrics with a warm standby within "
-                           f"{timeout:.0f} s (NodeMetrics served: {counts or 'no leader'})") from None
-    return state["leader"]  # type: ignore[return-value]
-
-
 async def _is_ready(cluster: Cluster, replica: Replica) -> bool:
     try:
         status, _ = await cluster.replica_client(replica).send(Request("GET", "/readyz"))
-    except Exception:  # a replica starting or dying: not ready
+    except FAILURES:  # a replica starting or dying: not ready
         return False
     return status == 200
 
 
-async def _takeover(cluster: Cluster, settings: LeaseSettings, sig: signal.Signals) -> Takeover:
-    old = await _steady(cluster)
-    loop = asyncio.get_running_loop()
-    n = cluster.nodes
-    t0 = loop.time()
-    os.kill(old.pid, sig)
-    # (1) the Lease moves.
-    new: Replica | None = None
-    while new is None:
+async def _ready_endpoints(cluster: Cluster) -> int:
+    """The operator Service's ready endpoints (EndpointSlices where served, else Endpoints)."""
+    status, body = await cluster.client.send(Request(
+        "GET", f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
+               "?labelSelector=kubernetes.io%2Fservice-name%3Dcolocation-operator"))
+    if status == 200:
+        slices = orjson.loads(body)["items"]
+        if slices:
+            return sum(len(s.get("ports") or [None]) for item in slices for s in item.get("endpoints") or ()
+                       if (s.get("conditions") or {}).get("ready"))
+    endpoints = await cluster.client.json(Request("GET", f"/api/v1/namespaces/{NS}/endpoints/colocation-operator"))
+    return sum(len(s.get("addresses") or ()) * len(s.get("ports") or ()) for s in endpoints.get("subsets") or ())
+
+
+async def _steady(cluster: Cluster, operators: int, expected: set[str], timeout: float = 180.0) -> tuple[Replica, str]:
+    """A leader serving every NodeMetric; every replica alive, ready, behind the Service, with a complete copy."""
+    state: dict[str, tuple[Replica, str]] = {}
+    seen: list[str] = []
+
+    async def ready() -> bool:
         holder = await cluster.leader()
-        if holder and not holder.startswith(old.identity + "_"):
-            new = cluster.replica_of(holder)
-        else:
-            await asyncio.sleep(0.05)  # polling the Lease
-        if loop.time() - t0 > settings.duration + 60:
-            raise TimeoutError("the Lease did not move to another replica")
-    lease_moved = loop.time() - t0
+        leader = cluster.replica_of(holder) if holder else None
+        replicas = cluster.replicas()
+        if leader is None or len(replicas) < operators:
+            seen[:] = [f"holder {holder!r}, {len(replicas)} replicas"]
+            return False
+        for replica in replicas:
+            served = await cluster.served_metrics(cluster.replica_client(replica))
+            if not _alive(replica.pid) or not await _is_ready(cluster, replica) or served is None \
+                    or not expected <= set(served):
+                seen[:] = [f"{replica.identity}: alive {_alive(replica.pid)}, serving "
+                           f"{-1 if served is None else len(set(served) & expected)}/{len(expected)}"]
+                return False
+        endpoints = await _ready_endpoints(cluster)
+        seen[:] = [f"{endpoints} ready endpoints"]
+        state["leader"] = (leader, holder)
+        return endpoints >= operators
 
-    async def direct() -> float:
-        assert new is not None
-        while True:
-            if await _is_ready(cluster, new):
-                served = await cluster.served_metrics(cluster.replica_client(new))
-                if served is not None and len(served) >= n:
-                    return loop.time() - t0
-            await asyncio.sleep(0.05)
-
-    async def apiservice() -> float:
-        assert new is not None
-        # Until then, a 200 may still come from the old leader: a SIGTERM'd one serves while it shuts down.
-        await wait_until(lambda: _not_ready(cluster, old), 120.0, 0.05, "the old leader's endpoint gone")
-        while True:
-            status, body = await cluster.client.send(Request("GET", NODEMETRICS))
-            if status == 200 and len(orjson.loads(body)["items"]) >= n:
-                return loop.time() - t0
-            await asyncio.sleep(0.1)
-
-    direct_s, apiservice_s = await asyncio.wait_for(asyncio.gather(direct(), apiservice()), 120.0)
-    say(f"failover ({settings.name} lease, {sig.name}): lease moved {lease_moved:.2f} s, new leader serving all "
-        f"{n:,} {direct_s:.2f} s, via the APIService {apiservice_s:.2f} s")
-    return Takeover(settings.name, sig.name, lease_moved, direct_s, apiservice_s)
+    try:
+        await wait_until(ready, timeout, 0.25, "steady state")
+    except TimeoutError:
+        raise TimeoutError(f"no steady state within {timeout:.0f} s (last: {'; '.join(seen)})") from None
+    return state["leader"]
 
 
-async def _list_seconds(cluster: Cluster) -> float:
-    leader = await _leader_replica(cluster)
-    if leader is None:
-        return math.nan
-    started = time.perf_counter()
-    await cluster.served_metrics(cluster.replica_client(leader))
-    return time.perf_counter() - started
+@dataclass
+class Probes:
+    lists: Poller
+    gets: Poller
+    discovery: Poller
+    watcher: Watcher
+    reporter: Reporter
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def reads(self) -> list[Attempted]:
+        return [*self.lists.done, *self.gets.done]
+
+    def dead(self) -> list[str]:
+        return [f"a client stopped: {task.exception()!r}" for task in self.tasks
+                if task.done() and not task.cancelled() and task.exception() is not None]
 
 
-# ---- staleness ---------------------------------------------------------------------------------
+def _count(kill: Kill, probes: Probes, t0: float, t1: float, previous_rv: int) -> int:
+    """Fill `kill`'s counts from what the clients did in [t0, t1); the last list's resourceVersion."""
+    reads = [a for a in probes.reads() if t0 <= a.started < t1]
+    calls = [a for a in probes.discovery.done if t0 <= a.started < t1]
+    kill.reads, kill.read_retries, kill.read_failures = len(reads), sum(a.retried for a in reads), \
+        sum(a.failed for a in reads)
+    kill.discovery, kill.discovery_retries, kill.discovery_failures = len(calls), sum(a.retried for a in calls), \
+        sum(a.failed for a in calls)
+    kill.errors = [f"{a.kind} at +{a.started - t0:.2f} s: {a.detail}" for a in (*reads, *calls) if a.retried][:10]
+    troubled = [a.started for a in reads if a.retried]
+    if troubled:
+        ok = [a.ended for a in reads if not a.failed and a.ended > min(troubled)]
+        kill.first_read = (min(ok) - t0) if ok else float("nan")
+    lists = [(t0, previous_rv)] + [(a.started, a.resource_version) for a in sorted(
+        probes.lists.done, key=lambda a: a.started) if t0 <= a.started < t1 and not a.failed]
+    versions = [rv for _, rv in lists]
+    kill.rv_backwards = [f"list at +{b[0] - t0:.2f} s: resourceVersion {b[1]} after {a[1]}"
+                         for a, b in itertools.pairwise(lists) if b[1] < a[1]]
+    kill.rv_monotonic = not kill.rv_backwards
+    outcomes = [o for o in probes.watcher.outcomes if t0 <= o.at < t1]
+    kill.watch_continues = sum(o.what == "continue" for o in outcomes)
+    kill.watch_relists = sum(o.what == "relist" for o in outcomes)
+    kill.watch_lost += [o.what for o in outcomes if o.what not in ("continue", "relist")]
+    return versions[-1]
 
-async def _batch_removed_times(cluster: Cluster, names: set[str], rv: str, t0: float,
-                               timeout: float) -> dict[str, float]:
-    """Watch the Nodes from `rv`: for each of `names`, seconds from `t0` to its batch resources going."""
+
+async def _kill(cluster: Cluster, probes: Probes, operators: int, expected: set[str], index: int,
+                target: str, previous_rv: int) -> tuple[Kill, int]:
     loop = asyncio.get_running_loop()
-    removed: dict[str, float] = {}
-    path = f"/api/v1/nodes?watch=true&resourceVersion={rv}&timeoutSeconds={int(timeout) + 5}"
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout):
-            async with cluster.client.session.get(path, headers={"Accept": "application/json"}) as response:
-                async for line in response.content:
-                    event = orjson.loads(line)
-                    node = event.get("object") or {}
-                    name = (node.get("metadata") or {}).get("name")
-                    if name in names and name not in removed and cp_cluster.BATCH_CPU not in (
-                            (node.get("status") or {}).get("allocatable") or {}):
-                        removed[name] = loop.time() - t0
-                        if len(removed) == len(names):
-                            break
-    return removed
-
-
-async def _stop_and_time(cluster: Cluster, pid: int, names: set[str], timeout: float) -> dict[str, float]:
-    loop = asyncio.get_running_loop()
-    await wait_until(lambda: _has_batch(cluster, names), 120.0, 0.5, "batch resources on the nodes to stop")
-    listed = await cluster.client.json(Request("GET", "/api/v1/nodes?limit=1"))
+    old, old_holder = await _steady(cluster, operators, expected)
     t0 = loop.time()
-    os.kill(pid, signal.SIGSTOP)
+    os.kill(old.pid, signal.SIGKILL)
+    marks: dict[str, float] = {}
+
+    async def moved() -> bool:
+        holder = await cluster.leader()
+        if holder and holder != old_holder:
+            marks.setdefault("lease", loop.time() - t0)
+            new = cluster.replica_of(holder)
+            if new is not None and "complete" not in marks:
+                served = await cluster.served_metrics(cluster.replica_client(new))
+                if served is not None and expected <= set(served) and await cluster.leader() == holder:
+                    marks["complete"] = loop.time() - t0
+        accepted = [s.ended for s in probes.reporter.sent
+                    if s.started >= t0 and s.status == 200 and s.holder and s.holder != old_holder]
+        if accepted:
+            marks["report"] = min(accepted) - t0
+        return {"lease", "complete", "report"} <= set(marks)
+
+    await wait_until(moved, 60.0, 0.05, "a new leader taking reports and serving every node")
+    await _steady(cluster, operators, expected)
+    recovered = loop.time() - t0
+    # The watch delivers what was accepted until now (nothing lost across the failover).
+    wanted = probes.reporter.accepted
     try:
-        return await _batch_removed_times(cluster, names, listed["metadata"]["resourceVersion"], t0, timeout)
-    finally:
-        os.kill(pid, signal.SIGCONT)
+        await wait_until(_caught_up(probes.watcher, wanted, expected), 10.0, 0.1, "the watch catching up")
+    except TimeoutError:
+        probes.watcher.outcomes.append(WatchEvent(
+            loop.time(), f"lost: the watch did not deliver report {wanted} within 10 s "
+                         f"(saw {probes.watcher.values.get(REPORTER_NODE)})"))
+    kill = Kill(target, operators, index, marks["lease"], 0.0, marks["report"], marks["complete"], recovered,
+                old.restarts)
+    last_rv = _count(kill, probes, t0, loop.time(), previous_rv)
+    say(f"failover ({kill.setting}) kill {index + 1} ({old.identity}, restarted {old.restarts} times before): "
+        f"lease moved {kill.lease_moved:.2f} s, report accepted "
+        f"{kill.first_report:.2f} s, complete {kill.complete:.2f} s, first read {kill.first_read:.2f} s, "
+        f"recovered {recovered:.1f} s; reads {kill.reads} ({kill.read_retries} retried, {kill.read_failures} "
+        f"failed), discovery {kill.discovery} ({kill.discovery_retries}/{kill.discovery_failures}), watch "
+        f"{kill.watch_continues} continues {kill.watch_relists} relists, lost {kill.watch_lost}, "
+        f"rv monotonic {kill.rv_monotonic}")
+    return kill, last_rv
 
 
-async def _has_batch(cluster: Cluster, names: set[str]) -> bool:
-    return names <= await cluster.nodes_with_batch()
+def _caught_up(watcher: Watcher, wanted: int, expected: set[str]) -> Callable[[], Awaitable[bool]]:
+    async def probe() -> bool:
+        return watcher.values.get(REPORTER_NODE, 0) >= wanted and expected <= watcher.names
+    return probe
 
 
-async def _staleness(cluster: Cluster, config: FailoverConfig) -> StalenessFigures:
-    timeout = config.grace * 3 + 30
-    real_pid = cluster.agent_pids(simulated=False)[0]
-    nodes = await cluster.client.json(Request("GET", "/api/v1/nodes?labelSelector=colocation.dev/simulated%3Dfalse"))
-    real_node = nodes["items"][0]["metadata"]["name"]
-    one: list[float] = []
-    for i in range(config.staleness_repetitions):
-        removed = await _stop_and_time(cluster, real_pid, {real_node}, timeout)
-        one += removed.values()
-        say(f"staleness {i + 1}/{config.staleness_repetitions}: the real agent stopped; batch resources gone after "
-            + (f"{removed[real_node]:.2f} s" if removed else "more than the wait") + f" (grace {config.grace:g} s)")
-    simulated_pid = cluster.agent_pids(simulated=True)[0]
-    simulated = {f"sim-node-{i}" for i in range(1, cluster.nodes)}
-    say(f"staleness: stopping the simulated agents ({len(simulated):,} nodes) at once")
-    removed = await _stop_and_time(cluster, simulated_pid, simulated, timeout)
-    latency = Latency.of(list(removed.values()))
-    say(f"staleness: {len(removed):,}/{len(simulated):,} simulated nodes lost their batch resources; p50 "
-        f"{latency.p50:.2f} s, max {latency.max:.2f} s (grace {config.grace:g} s)")
-    return StalenessFigures(config.grace, config.evaluation_interval, one, latency, len(simulated), len(removed),
-                            sorted(removed.values()))
-
-
-# ---- the runs ----------------------------------------------------------------------------------
-
-async def _run_settings(config: FailoverConfig, settings: LeaseSettings, report: FailoverReport) -> None:
-    say(f"failover ({settings.name} lease {settings.describe()}): starting the sandbox with {config.nodes:,} nodes, "
-        f"{config.operators} operator replicas")
-    cluster = await cp_cluster.start(config.state_dir / f"failover-{settings.name}", nodes=config.nodes,
-                                     pods_per_node=config.pods_per_node, operators=config.operators,
-                                     operator_args=settings.args)
+async def _run_setting(config: FailoverConfig, target: str, operators: int, report: FailoverReport) -> None:
+    label = setting_name(target, operators)
+    say(f"failover ({label}): starting {config.nodes:,} nodes x {config.pods_per_node} pods")
+    extra = ("--apiserver", "kube") if target == "kube" else ()
     try:
-        try:
-            waited = await wait_until(lambda: _complete(cluster), 240.0, 1.0, "every node reporting")
-        except TimeoutError as error:
-            why = f"{error}; leaders that gave up the Lease (renew deadline missed): {_lost_leases(cluster)}"
-            report.failures.append(f"{settings.name} lease, start: {why}")
-            say(f"failover ({settings.name} lease): {why}")
-            return
-        say(f"failover: all {config.nodes:,} nodes reported after {waited:.0f} s")
-        if math.isnan(report.list_seconds):
-            report.list_seconds = await _list_seconds(cluster)
+        cluster = await cp_cluster.start(config.state_dir / f"failover-{target}-{operators}", nodes=config.nodes,
+                                         pods_per_node=config.pods_per_node, operators=operators, extra=extra,
+                                         start_timeout=900.0)
+    except (TimeoutError, RuntimeError, OSError) as error:  # e.g. no control plane built (`make kube`)
+        report.failures.append(f"{label}: the sandbox did not start: {error!r}")
+        say(f"failover ({label}): the sandbox did not start: {error!r}")
+        return
+    client = Client(cluster.endpoint, concurrency=16, timeout=5.0)
+    probes: Probes | None = None
+    try:
+        cluster.replica_token = await reader_token(cluster.client)
+        reporter = Reporter(client, await agent_token(cluster.client))
+        tasks = [asyncio.create_task(reporter.run())]
+        await wait_until(lambda: cluster.complete(config.nodes + 1), 300.0, 1.0, "every node reporting")
+        leader = await cluster.leader_replica()
+        assert leader is not None
+        expected = set(await cluster.served_metrics(cluster.replica_client(leader)) or ())
+        some = sorted(expected - {REPORTER_NODE})[0]
+        watcher = Watcher(client, lambda: expected, lambda: reporter.accepted)
+        probes = Probes(Poller(client, "list", lambda: [NODEMETRICS]),
+                        Poller(client, "get", lambda: [f"{NODEMETRICS}/{some}"]),
+                        Poller(client, "discovery", lambda: list(DISCOVERY)), watcher, reporter, tasks)
+        tasks += [asyncio.create_task(p.run()) for p in (probes.lists, probes.gets, probes.discovery, watcher)]
         agents_before = await selfcheck.read_sandbox(cluster.state_dir)
-        for sig in (signal.SIGKILL, signal.SIGTERM):
-            for run in range(config.repetitions):
-                try:
-                    report.takeovers.append(await _takeover(cluster, settings, sig))
-                except TimeoutError as error:
-                    # The cluster did not recover from the previous run: say so in the report and go on.
-                    why = (f"{error or 'a request to the sandbox timed out'}; leaders that gave up the Lease "
-                           f"(renew deadline missed) so far: {_lost_leases(cluster)}")
-                    report.failures.append(f"{settings.name} lease, {sig.name}, run {run + 1}: {why}")
-                    say(f"failover ({settings.name} lease, {sig.name}): {why}")
-                    return
-        # Killing leaders must not disturb what agents do against the API server: their Leases and informers.
+        started, rv, windows = asyncio.get_running_loop().time(), 0, []
+        for index in range(config.kills):
+            kill, rv = await _kill(cluster, probes, operators, expected, index, target, rv)
+            report.kills.append(kill)
+            windows.append(kill)
         summaries, found = selfcheck.sandbox_verdict(agents_before, await selfcheck.read_sandbox(cluster.state_dir),
                                                      warnings_expected=True)
-        report.agent_checks |= {f"{settings.name} lease, {process}": text for process, text in summaries.items()}
-        report.agent_problems += [f"{settings.name} lease: {problem}" for problem in found]
-        for problem in found:
-            say(f"failover ({settings.name} lease): agent self-check: {problem}")
+        report.agent_checks |= {f"{label}, {process}": text for process, text in summaries.items()}
+        report.agent_problems += [f"{label}: {problem}" for problem in found]
+        counted = sum(k.reads + k.discovery for k in windows)
+        total = sum(1 for a in (*probes.reads(), *probes.discovery.done) if a.started >= started)
+        outside = [a for a in (*probes.reads(), *probes.discovery.done) if a.failed and a.started < started]
+        report.outside += [f"{label}: {a.kind} failed before the first kill: {a.detail}" for a in outside[:5]]
+        report.outside += [f"{label}: {problem}" for problem in probes.dead()]
+        say(f"failover ({label}): {config.kills} kills; {counted:,} of {total:,} client calls in the kill windows; "
+            f"agent self-check: {found or 'no problems'}")
+    except (TimeoutError, RuntimeError, *FAILURES) as error:
+        report.failures.append(f"{label}: {error!r}")
+        say(f"failover ({label}): failed: {error!r}")
     finally:
+        if probes is not None:
+            await stop(probes.tasks)
+            await probes.reporter.close()
+        await client.close()
+        report.load.append(os.getloadavg())
         await cluster.close()
-
-
-async def _run_staleness(config: FailoverConfig, report: FailoverReport) -> None:
-    operator_args = (f"--node-grace-period={config.grace:g}", f"--evaluation-interval={config.evaluation_interval:g}")
-    # The agents' Lease follows the grace period (renewed every quarter of it), as by default (40 s).
-    agent_args = (f"--lease-duration={max(1, round(config.grace))}",)
-    say(f"staleness: starting the sandbox with {config.staleness_nodes:,} nodes, grace {config.grace:g} s")
-    cluster = await cp_cluster.start(config.state_dir / "staleness", nodes=config.staleness_nodes,
-                                     pods_per_node=config.pods_per_node, operators=2, operator_args=operator_args,
-                                     agent_args=agent_args)
-    try:
-        await wait_until(lambda: _complete(cluster), 300.0, 1.0, "every node reporting")
-        report.staleness = await _staleness(cluster, config)
-    finally:
-        await cluster.close()
-
-
-def _lost_leases(cluster: Cluster) -> int:
-    """How many times a leader gave up the Lease because it could not renew it in time (from the replicas' logs)."""
-    return sum(path.read_text(errors="replace").count("lost the leader lease")
-               for path in cluster.state_dir.glob("colocation-operator-*.log"))
-
-
-async def _complete(cluster: Cluster) -> bool:
-    leader = await _leader_replica(cluster)
-    if leader is None:
-        return False
-    served = await cluster.served_metrics(cluster.replica_client(leader))
-    return served is not None and len(served) >= cluster.nodes
 
 
 async def run(config: FailoverConfig) -> FailoverReport:
     started = time.perf_counter()
     report = FailoverReport(config)
-    for settings in config.lease_settings:
-        await _run_settings(config, settings, report)
-    if config.staleness_repetitions > 0:
-        await _run_staleness(config, report)
+    for target in config.targets:
+        for operators in config.replica_counts:
+            await _run_setting(config, target, operators, report)
+    if config.staleness.repetitions > 0:
+        report.staleness = await failover_staleness.run(dataclasses.replace(config.staleness,
+                                                                            state_dir=config.state_dir))
     report.seconds = time.perf_counter() - started
     say(f"failover and staleness: done in {report.seconds:,.0f} s")
     return report

@@ -5,34 +5,62 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from benchmarks import cp_plots, cp_report, machine, operator_failover
+import orjson
+
+from benchmarks import cp_plots, failover_report, machine, operator_failover
+from benchmarks.failover_staleness import StalenessConfig
 from benchmarks.markdown import replace_section
 
 
-async def test_a_tiny_failover_and_staleness_run_reports_every_case(tmp_path: Path) -> None:
+async def test_a_tiny_failover_and_staleness_run_reports_every_kill(tmp_path: Path) -> None:
     config = operator_failover.FailoverConfig(
-        nodes=3, pods_per_node=2, operators=3, repetitions=1, lease_settings=(operator_failover.SHORT_LEASE,),
-        staleness_nodes=3, grace=2.0, evaluation_interval=0.25, staleness_repetitions=1, state_dir=tmp_path)
+        nodes=3, pods_per_node=2, targets=("builtin",), replica_counts=(2,), kills=1, state_dir=tmp_path,
+        staleness=StalenessConfig(nodes=3, pods_per_node=2, grace=2.0, evaluation_interval=0.25, repetitions=1))
     report = await operator_failover.run(config)
 
-    assert [(t.settings, t.signal) for t in report.takeovers] == [("short", "SIGKILL"), ("short", "SIGTERM")]
-    for takeover in report.takeovers:
-        assert 0 < takeover.lease_moved <= takeover.direct
-        assert math.isfinite(takeover.apiservice)
+    assert report.failures == [], report.failures
+    assert [(k.setting, k.index) for k in report.kills] == [("sandbox, 2 replicas", 0)]
+    for kill in report.kills:
+        assert 0 < kill.lease_moved <= kill.recovered
+        assert 0 < kill.first_report <= kill.recovered and 0 < kill.complete <= kill.recovered
+        assert math.isfinite(kill.first_read) and kill.reads > 0 and kill.discovery > 0
     staleness = report.staleness
     assert staleness is not None
     assert len(staleness.one_agent) == 1
     assert (staleness.simulated_nodes, staleness.removed) == (2, 2)  # every simulated node lost its batch resources
 
-    section = cp_report.render_failover(report, machine.describe(), "python -m benchmarks.run --suite failover")
+    section = failover_report.render(report, machine.describe(), "python -m benchmarks.run --suite failover")
     assert section.startswith("## Operator failover and staleness: 3 nodes")
-    assert "| short (2 s / 1.5 s / 0.25 s) | SIGKILL | 1 |" in section
-    assert report.agent_problems == [] and "Meanwhile the agents kept their heartbeats" in section
+    assert "| sandbox, 2 replicas, every kill | 1 |" in section
+    assert "at least 10 kills (1): **missed**" in section  # a verdict from the numbers, not a claim
+    assert report.agent_problems == [] and "the agents kept their heartbeats" in section
     assert "### Staleness (grace period 2 s" in section
+    failover_report.save_raw(report, tmp_path / "kills.json")
+    assert len(orjson.loads((tmp_path / "kills.json").read_bytes())["kills"]) == 1
     cp_plots.failover(report, tmp_path / "failover.png")
     cp_plots.staleness(report, tmp_path / "staleness.png")
     for name in ("failover.png", "staleness.png"):
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_verdicts_follow_the_numbers() -> None:
+    config = operator_failover.FailoverConfig(kills=10)
+    kills = [operator_failover.Kill("kube", 3, i, 1.0, 0.0, 2.0 + i / 10, 1.5, 8.0, reads=20, discovery=20)
+             for i in range(10)]
+    kills[3].read_failures, kills[3].read_retries, kills[4].rv_monotonic = 1, 1, False
+    report = operator_failover.FailoverReport(config, kills)
+    [line] = failover_report.verdicts(report)
+    assert line.startswith("real control plane, 3 replicas: ≤ 3 s from SIGKILL to the first accepted report, "
+                           "every kill (max 2.90 s): **met**")
+    assert "0 failed reads (1 failed of 200): **missed**" in line
+    assert "the lists' resourceVersion never decreased: **missed**" in line
+    assert "0 failed discovery calls (0 failed, 0 retried, of 200): **met**" in line
+
+    again = failover_report.from_json(orjson.loads(orjson.dumps(failover_report.to_json(report))))
+    assert failover_report.verdicts(again) == [line]
+    again.agent_problems = ["real control plane, 3 replicas: agent-vm: 1 Lease renewals were late"]
+    assert failover_report.withheld(again) == {"real control plane, 3 replicas"} and not failover_report.verdicts(again)
+    assert "Withheld: real control plane, 3 replicas." in failover_report.render(again, machine.describe(), "cmd")
 
 
 def test_a_section_is_replaced_in_place_and_the_others_are_kept() -> None:
