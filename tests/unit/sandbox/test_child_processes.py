@@ -16,3 +16,8 @@ def test_a_container_that_ran_ten_minutes_starts_the_back_off_over() -> None:
     assert [restarts.next_delay(ran_for=1.0) for _ in range(3)] == [0.0, 10.0, 20.0]
     assert restarts.next_delay(ran_for=600.0) == 0.0
     assert restarts.next_delay(ran_for=1.0) == 10.0
+
+
+def test_a_short_max_restart_period_caps_every_wait() -> None:
+    restarts = CrashLoopBackOff(maximum=1.0, jitter=0.0)  # crashLoopBackOff.maxContainerRestartPeriod: 1s
+    assert [restarts.next_delay(ran_for=1.0) for _ in range(4)] == [0.0, 1.0, 1.0, 1.0]

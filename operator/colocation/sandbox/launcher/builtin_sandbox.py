@@ -34,6 +34,7 @@ class SandboxConfig:
     watch_window: int = 5000
     bookmark_interval: float = 60.0
     probe_interval: float = 1.0  # endpoint readiness and APIService availability checks
+    max_restart_period: float = 300.0  # the kubelet's crashLoopBackOff.maxContainerRestartPeriod
 
 
 class Sandbox:

@@ -42,7 +42,8 @@ class CrashLoopBackOff:
 
     def __init__(self, initial: float = CRASH_BACKOFF_INITIAL, maximum: float = CRASH_BACKOFF_MAX, *,
                  reset_after: float = CRASH_BACKOFF_RESET, jitter: float = 0.1) -> None:
-        self._backoff = Backoff(initial=initial, maximum=maximum, jitter=jitter)
+        # A maximum under the initial delay caps it, as the kubelet's maxContainerRestartPeriod does.
+        self._backoff = Backoff(initial=min(initial, maximum), maximum=maximum, jitter=jitter)
         self.reset_after = reset_after
         self._exited_before = False
 

@@ -10,6 +10,7 @@ the replicas (identity, pid, port, log) for tests and people.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sys
 from dataclasses import dataclass
@@ -52,8 +53,8 @@ class OperatorReplicas:
         self.namespace = permissions.OPERATOR_NAMESPACE
         self.replicas: list[Replica] = []
         # The kubelet's CrashLoopBackOff: tests see the restart timing a cluster would give them.
-        self._supervisor = Supervisor("operator replica", log, CrashLoopBackOff, self._write_state,
-                                      on_exit=self._exited)
+        restarts = functools.partial(CrashLoopBackOff, maximum=sandbox.config.max_restart_period)
+        self._supervisor = Supervisor("operator replica", log, restarts, self._write_state, on_exit=self._exited)
         self._probes: set[asyncio.Task[None]] = set()
 
     @property

@@ -56,6 +56,11 @@ from colocation.clicommon import common_options
                    "what the rest costs on its own).")
 @click.option("--agent-arg", "agent_args", multiple=True, metavar="ARG",
               help="Extra argument for every agent process (repeatable), e.g. --agent-arg=--report-interval=2.")
+@click.option("--max-container-restart-period", "max_restart_period", type=click.FloatRange(1, 300), default=300.0,
+              show_default=True,
+              help="Longest wait before restarting an operator or agent that exited again (the kubelet's "
+                   "crashLoopBackOff.maxContainerRestartPeriod): the first exit restarts at once, later ones "
+                   "after 10 s doubling up to this.")
 @click.option("--audit-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --apiserver kube: kube-apiserver writes an audit log of every write (create, update, "
                    "patch, delete; Metadata level, with the user and its pod) to this file. Off by default.")
@@ -64,7 +69,8 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, hos
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
                     probe_interval: float, operators: int, operator_args: tuple[str, ...],
                     serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
-                    agents: bool, agent_args: tuple[str, ...], audit_log: Path | None) -> None:
+                    agents: bool, agent_args: tuple[str, ...], max_restart_period: float,
+                    audit_log: Path | None) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
     capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
     answers, and runs until interrupted (SIGINT/SIGTERM).
@@ -79,7 +85,8 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, hos
         _run_kube(api_only=api_only, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
                   operators=operators, operator_args=operator_args,
                   components=_components(serve_resource_metrics, serve_custom_metrics), nodes=nodes,
-                  pods_per_node=pods_per_node, agents=agents, agent_args=agent_args, audit_log=audit_log)
+                  pods_per_node=pods_per_node, agents=agents, agent_args=agent_args, audit_log=audit_log,
+                  max_restart_period=max_restart_period)
         return
     if audit_log is not None:
         raise click.BadParameter("the builtin server keeps no audit log; use --apiserver kube",
@@ -91,7 +98,7 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, hos
         raise click.BadParameter("the sandbox listens on loopback only", param_hint="--host")
     config = SandboxConfig(host=host, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
                            watch_window=watch_window, bookmark_interval=bookmark_interval,
-                           probe_interval=probe_interval)
+                           probe_interval=probe_interval, max_restart_period=max_restart_period)
 
     async def main() -> None:
         stop = asyncio.Event()

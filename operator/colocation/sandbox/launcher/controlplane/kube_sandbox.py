@@ -65,6 +65,7 @@ class KubeSandboxConfig:
     agents: bool = True
     agent_args: tuple[str, ...] = ()
     audit_log: Path | None = None  # kube-apiserver's audit log of writes (components.AUDIT_POLICY)
+    max_restart_period: float = 300.0  # the kubelet's crashLoopBackOff.maxContainerRestartPeriod
 
 
 def kubectl(binaries: Binaries, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
@@ -167,7 +168,8 @@ class KubeSandbox:
         self.kubelet = NodeKubelet(name=name, server=self.plane.server, pki_=pki_, network=self.network,
                                    state_dir=config.state_dir, capacity=machine_capacity(), labels=labels,
                                    extra_args={"operator": config.operator_args, "agent": config.agent_args},
-                                   run_agents=config.nodes > 0 and config.agents, on_state=self._write_agents_state)
+                                   run_agents=config.nodes > 0 and config.agents, on_state=self._write_agents_state,
+                                   max_restart_period=config.max_restart_period)
         await self.kubelet.start()
         specs = fakenodes.simulated_specs(config.nodes, config.pods_per_node)
         if specs:

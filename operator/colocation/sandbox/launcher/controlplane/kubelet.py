@@ -101,8 +101,10 @@ class RunningPod:
 class NodeKubelet:
     def __init__(self, *, name: str, server: str, pki_: pki.Pki, network: PodNetwork, state_dir: Path,
                  capacity: tuple[int, int], labels: dict[str, str], extra_args: dict[str, tuple[str, ...]],
-                 run_agents: bool = True, on_state: Callable[[], None] | None = None) -> None:
+                 run_agents: bool = True, on_state: Callable[[], None] | None = None,
+                 max_restart_period: float = 300.0) -> None:
         self.name = name
+        self.max_restart_period = max_restart_period
         self.server = server
         self.pki = pki_
         self.network = network
@@ -280,7 +282,7 @@ class NodeKubelet:
                                               "address": running.address})
 
     async def _supervise(self, running: RunningPod, pod: Obj) -> None:
-        backoff = CrashLoopBackOff()
+        backoff = CrashLoopBackOff(maximum=self.max_restart_period)
         while True:
             assert running.process is not None
             started = time.monotonic()
