@@ -23,7 +23,7 @@ Two things shorten a crash's failover without weakening that rule. A process who
 (the kubelet runs one container process per pod, so the holder named after our pod with another
 suffix is dead) frees its predecessor's lease at once and leaves it to a warm standby for a retry
 period. And a standby that finds the leader unreachable (`suspect_leader()`) reads the Lease
-every quarter retry period until the lease could have expired, so it sees that release at once.
+every eighth of a retry period until the lease could have expired, so it sees that release at once.
 """
 
 from __future__ import annotations
@@ -260,6 +260,7 @@ class LeaderElector:
         on_stopped_leading: Callable[[], None] = lambda: None,
         on_new_leader: Callable[[str], None] = lambda identity: None,
         is_predecessor: Callable[[str], bool] = lambda holder: False,
+        acquire_after: float = -math.inf,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -295,10 +296,10 @@ class LeaderElector:
         self._reported_leader: str | None = None
         self._wake = asyncio.Event()
         # While the leader looks dead, a standby reads the Lease this often (see suspect_leader).
-        self.suspect_period = retry_period / 4
+        self.suspect_period = retry_period / 8
         self._suspect_until = -math.inf
-        # After freeing a dead predecessor's lease, warm standbys get this long to take it first.
-        self._acquire_after = -math.inf
+        # After freeing a dead predecessor's lease, warm standbys get until then to take it first.
+        self.acquire_after = acquire_after
         # Jitter only shortens waits: a leader renews at least every retry period.
         self._period = Backoff(retry_period, retry_period, factor=1.0, jitter=0.2, rng=rng)
         self._errors = Backoff(retry_period, max(retry_period, lease_duration / 2), factor=2.0, jitter=0.2, rng=rng)
@@ -443,20 +444,41 @@ class LeaderElector:
         self._lease = lease
         self._state = self._state.observe(LeaderElectionRecord.from_lease(lease), self._clock())
         annotations = self._annotations()
-        freed = self._state.predecessor_release_record(self._clock(), self._now(), self._is_predecessor,
-                                                       frozenset(annotations))
-        if freed is not None:
-            predecessor = self._state.holder
-            await self._write(freed)
-            self._acquire_after = self._clock() + self.retry_period
-            logger.info("leader election: freed the lease of %r, this pod's previous process", predecessor,
-                        extra=self._log)
+        if await self._free_predecessors_lease(annotations):
             return
-        if not self._state.holder and self._clock() < self._acquire_after:
+        if not self._state.holder and self._clock() < self.acquire_after:
             return  # a warm standby takes a lease we freed before this cold process does
         record = self._state.next_record(self._clock(), self._now(), self.lease_duration_seconds, annotations)
         if record is not None:
             await self._write(record)
+
+    async def _free_predecessors_lease(self, annotations: Mapping[str, str]) -> bool:
+        """Free the observed lease if our pod's previous process holds it; whether we did."""
+        # Whatever it published as leader goes too, so agents stop dialing its address.
+        unpublish = frozenset(annotations) | {LEADER_ENDPOINT_ANNOTATION, LEADER_CA_ANNOTATION}
+        freed = self._state.predecessor_release_record(self._clock(), self._now(), self._is_predecessor, unpublish)
+        if freed is None:
+            return False
+        predecessor = self._state.holder
+        await self._write(freed)
+        self.acquire_after = self._clock() + self.retry_period
+        logger.info("leader election: freed the lease of %r, this pod's previous process", predecessor,
+                    extra=self._log)
+        return True
+
+    async def free_dead_predecessor(self) -> bool:
+        """One read of the Lease, outside the loop: free it if our pod's previous process holds it.
+
+        For a restarted process to call first thing, before the rest of its start-up: the sooner
+        the lease is free, the sooner a warm standby takes over. `acquire_after` then says until
+        when this process should leave the lease to the standbys (pass it to its elector).
+        """
+        lease = await self._leases.get(self.call_timeout)
+        if lease is None:
+            return False
+        self._lease = lease
+        self._state = self._state.observe(LeaderElectionRecord.from_lease(lease), self._clock())
+        return await self._free_predecessors_lease(self._annotations())
 
     async def _write(self, record: LeaderElectionRecord) -> None:
         assert self._lease is not None, "a Lease is written only after it was read or created"

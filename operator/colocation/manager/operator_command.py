@@ -99,7 +99,7 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
     from colocation.controllers.settings import ControllerSettings
     from colocation.kube.client import KubeConfigError
     from colocation.manager.operator_config import OperatorConfig
-    from colocation.manager.operator_process import run
+    from colocation.manager.predecessor_release import release_dead_predecessor
 
     if (tls_cert_file is None) != (tls_key_file is None):
         raise click.BadParameter("give both --tls-cert-file and --tls-key-file, or neither")
@@ -121,6 +121,9 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                                 recovery_renewals=recovery_renewals),
                             shutdown_delay=shutdown_delay, pod_name=os.environ.get("POD_NAME", ""))
     try:
+        config = release_dead_predecessor(config)  # before importing the rest: every second counts
+        from colocation.manager.operator_process import run
+
         code = run(config)
     except KubeConfigError as error:
         raise click.ClickException(str(error)) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,3 +32,10 @@ class OperatorConfig:
     controllers: ControllerSettings = field(default_factory=ControllerSettings)
     shutdown_delay: float = 2.0  # after SIGTERM: not ready, still serving, before the server closes
     pod_name: str = ""  # POD_NAME: a Lease holder named POD_NAME_* other than us is our dead predecessor
+    acquire_after: float = -math.inf  # monotonic: leave a free Lease to warm standbys until then
+
+    def is_predecessor(self, holder: str) -> bool:
+        """Whether `holder` is this pod's previous process (the container restarted, so it is dead)."""
+        pod = self.pod_name
+        return bool(pod) and self.identity.startswith(f"{pod}_") and holder.startswith(f"{pod}_") \
+            and holder != self.identity

@@ -167,12 +167,6 @@ class OperatorProcess:
         return {LEADER_ENDPOINT_ANNOTATION: endpoint,
                 LEADER_CA_ANNOTATION: base64.b64encode(self.ca_bundle).decode()}
 
-    def _is_predecessor(self, holder: str) -> bool:
-        """Whether `holder` is this pod's previous process (the container restarted, so it is dead)."""
-        pod = self.config.pod_name
-        return bool(pod) and self.config.identity.startswith(f"{pod}_") and holder.startswith(f"{pod}_") \
-            and holder != self.config.identity
-
     def _leader_address(self) -> LeaderAddress | None:
         if self.draining:
             return self._drain_leader
@@ -233,7 +227,8 @@ class OperatorProcess:
                 lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
                 retry_period=config.retry_period, annotations_provider=self._annotations,
                 on_started_leading=self._started_leading, on_stopped_leading=self._stopped_leading,
-                on_new_leader=self._new_leader, is_predecessor=self._is_predecessor)
+                on_new_leader=self._new_leader, is_predecessor=config.is_predecessor,
+                acquire_after=config.acquire_after)
             elector = self.elector
             follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics,
                                       on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration)

@@ -13,7 +13,8 @@ the leader cannot be asked, the Lease decides (the manager's `_leader_version`):
 the copy follows (dead, or cut off from us) or nobody, no replica can hold data newer than the
 copy and the read is served from it (availability first: this is a failover); if it names
 another holder, that one is asked. A copy that does not reach a known leader's resourceVersion
-within `timeout` is not served: the read gets 503 with Retry-After, and the client asks again.
+within `timeout`, or a standby that cannot tell within it (the Lease unreadable, the asking slow),
+does not serve the read: it gets 503 with Retry-After, and the client asks again.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ class ConsistentReadMetrics:
         self.reads = Counter(
             "colocation_standby_consistent_reads_total",
             "Gets and lists without a resourceVersion on a standby, by outcome: current (its copy had what the "
-            "leader had), no-leader (no leader could be asked: served from the copy), lagging (the copy did not "
-            "reach the leader's resourceVersion in time: answered 503 with Retry-After).",
+            "leader had), no-leader (no replica can hold newer data: served from the copy), lagging (the copy did "
+            "not reach the leader's resourceVersion in time), unknown (the leader's resourceVersion could not be "
+            "learnt in time); the last two are answered 503 with Retry-After.",
             ["outcome"], registry=registry)
 
 
@@ -43,7 +45,7 @@ class ConsistentReads:
     """The barrier a standby's reads pass; on the leader (`leads()` true) it lets everything through."""
 
     def __init__(self, leads: Callable[[], bool], leader_version: Callable[[], Awaitable[int | None]],
-                 applied_version: Callable[[], int], metrics: ConsistentReadMetrics, *, timeout: float = 1.0) -> None:
+                 applied_version: Callable[[], int], metrics: ConsistentReadMetrics, *, timeout: float = 2.0) -> None:
         self.leads = leads
         self.leader_version = leader_version
         self.applied_version = applied_version
@@ -65,8 +67,11 @@ class ConsistentReads:
         try:
             async with asyncio.timeout_at(deadline):
                 target = await self.leader_version()
-        except (TimeoutError, OSError):
-            target = None
+        except (TimeoutError, OSError) as error:
+            self.metrics.reads.labels("unknown").inc()
+            raise ApiError.service_unavailable(
+                f"this replica could not learn the leader's resourceVersion ({type(error).__name__}); retry",
+                retry_after=1) from None
         if target is None:
             self.metrics.reads.labels("no-leader").inc()
             return

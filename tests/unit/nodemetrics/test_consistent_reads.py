@@ -69,3 +69,17 @@ async def test_a_copy_that_stays_behind_a_known_leader_is_not_served() -> None:
     assert refused.value.code == 503 and refused.value.details == {"retryAfterSeconds": 1}
     assert "100" in refused.value.message and "200" in refused.value.message
     assert outcome(metrics, "lagging") == 1
+
+
+async def test_a_standby_that_cannot_tell_in_time_does_not_serve_the_read() -> None:
+    copy = Copy(applied=100, leader=None)
+
+    async def never() -> int | None:
+        await asyncio.Event().wait()  # the Lease read hangs
+        return None
+
+    metrics = ConsistentReadMetrics(CollectorRegistry())
+    reads = ConsistentReads(lambda: copy.leading, never, lambda: copy.applied, metrics, timeout=0.05)
+    with pytest.raises(ApiError) as refused:
+        await asyncio.wait_for(reads.wait(), 5)
+    assert refused.value.code == 503 and outcome(metrics, "unknown") == 1
