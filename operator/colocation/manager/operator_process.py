@@ -46,6 +46,7 @@ from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT
 from colocation.kube.nodes import NodeDirectory
 from colocation.kube.transport import kube_transport
 from colocation.manager.api_assembly import assemble_api, delegated_auth
+from colocation.manager.leader_versions import LeaderVersions
 from colocation.manager.operator_config import OperatorConfig
 from colocation.nodemetrics.consistent_reads import ConsistentReadMetrics, ConsistentReads
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
@@ -58,6 +59,9 @@ log = logging.getLogger(__name__)
 EXIT_LOST_LEADERSHIP = 3
 EXIT_CONTROLLERS_FAILED = 1
 SERVICE_NAME = "colocation-operator"
+# A standby's read of the most recent data waits at most this long: for a new leader (up to
+# leader_versions.NEW_LEADER_WAIT), then for its copy to reach that leader's resourceVersion.
+CONSISTENT_READ_TIMEOUT = 3.0
 DRAIN_LEASE_POLL = 0.25  # seconds between reads of the Lease while a stopping replica looks for its successor
 
 
@@ -232,8 +236,10 @@ class OperatorProcess:
             elector = self.elector
             follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics,
                                       on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration)
-            reads = ConsistentReads(lambda: elector.is_leader, lambda: self._leader_version(follower),
-                                    lambda: self.store.resource_version, ConsistentReadMetrics(self.metrics.registry))
+            reads = ConsistentReads(lambda: elector.is_leader,
+                                    LeaderVersions(follower, elector.current_record, config.identity),
+                                    lambda: self.store.resource_version, ConsistentReadMetrics(self.metrics.registry),
+                                    timeout=CONSISTENT_READ_TIMEOUT)
             follower.on_applied = reads.advanced
             served = assemble_api(config, self.store, self.nodes, authenticator, authorizer,
                                   lambda: self.request_header, elector, self.metrics, read_barrier=reads.wait)
@@ -292,22 +298,6 @@ class OperatorProcess:
             if self._drain_leader is None:
                 await asyncio.sleep(DRAIN_LEASE_POLL)  # until a standby takes the released Lease
         await follower.run()
-
-    async def _leader_version(self, follower: LeaderFollower) -> int | None:
-        """What a standby's consistent read waits for (`nodemetrics.consistent_reads`): the followed
-        leader's resourceVersion; if it cannot be asked, the Lease's holder's when that is another
-        replica; None when the Lease names nobody or the leader we follow (dead or cut off: no
-        replica can hold newer data than our copy)."""
-        version = await follower.leader_version()
-        if version is not None or self.elector is None:
-            return version
-        record = await self.elector.current_record()
-        if record is None or record.holder_identity in ("", self.config.identity):
-            return None
-        if follower.following is not None and record.holder_identity == follower.following.identity:
-            return None
-        address = LeaderAddress.from_annotations(record.holder_identity, dict(record.annotations))
-        return None if address is None else await follower.version_at(address)
 
     def _ready(self, follower: LeaderFollower) -> bool:
         """The leader, and a standby whose copies may be served (the samples' once synced: they

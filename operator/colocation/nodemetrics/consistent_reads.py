@@ -9,12 +9,12 @@ read, a standby asks the leader for its current resourceVersion (a list that sel
 just the number) and waits until its copy has applied that much.
 
 Only the leader accepts writes, and a new leader holds the Lease before it accepts any, so when
-the leader cannot be asked, the Lease decides (the manager's `_leader_version`): if it still names the leader
-the copy follows (dead, or cut off from us) or nobody, no replica can hold data newer than the
-copy and the read is served from it (availability first: this is a failover); if it names
-another holder, that one is asked. A copy that does not reach a known leader's resourceVersion
-within `timeout`, or a standby that cannot tell within it (the Lease unreadable, the asking slow),
-does not serve the read: it gets 503 with Retry-After, and the client asks again.
+the leader cannot be asked, the Lease decides (`manager.leader_versions`): another holder is
+asked; while it names nobody or the dead leader, the read waits a little for a new holder, and
+then is served from the copy (availability first: this is a failover). A copy that does not
+reach a known leader's resourceVersion within `timeout`, or a standby that cannot tell within it
+(the Lease unreadable, the asking slow), does not serve the read: it gets 503 with Retry-After,
+and the client asks again.
 """
 
 from __future__ import annotations

@@ -119,7 +119,8 @@ class Supervisor:
     restarts a crashed container (CrashLoopBackOff, in small); stops them all together."""
 
     def __init__(self, what: str, logger: logging.Logger, backoff: Callable[[], CrashLoopBackOff],
-                 on_restart: Callable[[], None], on_exit: Callable[[], None] = lambda: None) -> None:
+                 on_restart: Callable[[], None],
+                 on_exit: Callable[[ChildProcess], None] = lambda child: None) -> None:
         self._what = what
         self._on_exit = on_exit
         self._log = logger
@@ -148,7 +149,7 @@ class Supervisor:
             code = await child.process.wait()
             if self._stopping:
                 return
-            self._on_exit()
+            self._on_exit(child)
             delay = backoff.next_delay(asyncio.get_running_loop().time() - started)
             self._log.warning(f"{self._what} exited; restarting",
                               extra={**fields, "code": code, "restart_in": round(delay, 2)})

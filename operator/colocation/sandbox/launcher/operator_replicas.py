@@ -107,11 +107,14 @@ class OperatorReplicas:
             await self._supervisor.start(replica.child, identity=replica.identity, port=replica.port)
         self._write_state()
 
-    def _exited(self) -> None:
-        """A replica's process died: probe the endpoints now, as the kubelet reports a dead container
-        not ready at once instead of waiting for the next readiness probe."""
+    def _exited(self, child: ChildProcess) -> None:
+        """A replica's process died: its endpoint is not ready now, as the kubelet reports a dead
+        container at once instead of waiting for the next readiness probe; then probe them all."""
         aggregator = self.sandbox.api.aggregator
+        replica = next((r for r in self.replicas if r.child is child), None)
         if aggregator is not None:
+            if replica is not None:
+                aggregator.endpoint_gone("127.0.0.1", replica.port)
             task = asyncio.create_task(aggregator.reconcile())
             self._probes.add(task)
             task.add_done_callback(self._probes.discard)

@@ -365,6 +365,18 @@ class Aggregator:
             self.api.store.update(rt, meta["namespace"], meta["name"], {**current, "subsets": subsets},
                                   check_rv=False)
 
+    def endpoint_gone(self, host: str, port: int) -> None:
+        """A backend's process died: list its address as not ready now, as the kubelet reports a dead
+        container at once; the next probe confirms it (or finds its successor ready)."""
+        rt = self.api.rt("", "endpoints")
+        for endpoints in list(self.api.store.objects(rt)):
+            subsets = endpoints.get("subsets") or []
+            changed = [_not_ready_if(subset, host, port) for subset in subsets]
+            if changed != subsets:
+                meta = endpoints["metadata"]
+                self.api.store.update(rt, meta["namespace"], meta["name"], {**endpoints, "subsets": changed},
+                                      check_rv=False)
+
     async def _ready(self, host: str, port: int) -> bool:
         context = ssl.create_default_context()
         context.check_hostname = False
@@ -416,6 +428,21 @@ class Aggregator:
             return "False", "FailedDiscoveryCheck", error.message
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return "False", "FailedDiscoveryCheck", f"failing or missing response from https://{host}:{port}: {exc}"
+
+
+def _not_ready_if(subset: Obj, host: str, port: int) -> Obj:
+    ports = {int(p.get("port", 0)) for p in subset.get("ports") or ()}
+    addresses = subset.get("addresses") or []
+    if port not in ports or not any(a.get("ip") == host for a in addresses):
+        return subset
+    kept = [a for a in addresses if a.get("ip") != host]
+    moved = [a for a in addresses if a.get("ip") == host]
+    result = {**subset, "notReadyAddresses": [*(subset.get("notReadyAddresses") or []), *moved]}
+    if kept:
+        result["addresses"] = kept
+    else:
+        result.pop("addresses", None)
+    return result
 
 
 def _listed_version(listed: Obj, group: str, version: str) -> Obj:
