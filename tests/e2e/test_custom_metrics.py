@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -32,7 +33,7 @@ from tests.e2e.kube import (
     start_sandbox_process,
     wait_for,
 )
-from tests.e2e.test_operator import LEASE_ARGS, leader, replicas
+from tests.e2e.test_operator import LEASE_ARGS, leader, put_direct, replicas
 from tests.e2e.test_resource_metrics import make_node, report, send
 
 RETENTION = 12  # seconds: long enough for a test's reads, short enough to watch series expire
@@ -94,11 +95,26 @@ def batch(node: str, *series: tuple[str, dict[str, str], str | None, list[tuple[
 
 
 async def put_samples(admin: Kube, node: str, token: str, body: Any) -> tuple[int, Any]:
+    """Straight to the leader the Lease names, as an agent sends them (through kube-apiserver, a
+    standby may get them first and answer 503 with Retry-After: see test_samples_through_the_aggregator)."""
+    _, endpoint, context = await wait_for(lambda: _leader_endpoint(admin), timeout=20, interval=0.1)
+    return await put_direct(endpoint, context, node, body, token, subresource="samples")
+
+
+async def _leader_endpoint(admin: Kube) -> tuple[str, str, ssl.SSLContext] | None:
+    found = await leader(admin)
+    return found if found[1] else None
+
+
+async def test_samples_through_the_aggregator_reach_the_leader_as_client_go_retries_them(
+        admin: Kube, web: dict[str, str]) -> None:
+    node, token, namespace = web["node"], web["token"], web["namespace"]
+    body = batch(node, ("via_aggregator", {}, "web-0", [(time.time(), 3.0)]), namespace=namespace)
     async with admin.with_token(token) as agent:
-        # Any ready replica may get it: a standby's 503 with Retry-After is retried, as client-go does.
-        status, answer, _ = await put_as_client_go(
+        status, answer, attempts = await put_as_client_go(
             agent, f"/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{node}/samples", body)
-        return status, answer
+    assert (status, answer["message"]) == (200, "stored 1 of 1 samples (1 new series)"), answer
+    assert 1 <= attempts <= 10
 
 
 @pytest.fixture
