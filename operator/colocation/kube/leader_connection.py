@@ -22,7 +22,7 @@ import aiohttp
 
 from colocation.apimachinery import certificates
 from colocation.kube.informer import Transport
-from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION
+from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElectionRecord
 from colocation.kube.transport import https_transport
 
 
@@ -33,7 +33,9 @@ class LeaderAddress:
     ca_pem: bytes
 
     @classmethod
-    def from_annotations(cls, identity: str, annotations: dict[str, str]) -> LeaderAddress | None:
+    def from_record(cls, record: LeaderElectionRecord) -> LeaderAddress | None:
+        """Where the record's holder serves, as it published it; None if nobody holds it or it did not."""
+        identity, annotations = record.holder_identity, record.annotations
         endpoint = annotations.get(LEADER_ENDPOINT_ANNOTATION, "")
         ca = annotations.get(LEADER_CA_ANNOTATION, "")
         if not identity or not endpoint.startswith("https://") or not ca:

@@ -441,8 +441,7 @@ class LeaderElector:
             created = await self._leases.create(first.to_lease(self.namespace, self.name), self._timeout())
             self._remember(created, sent_at)
             return
-        self._lease = lease
-        self._state = self._state.observe(LeaderElectionRecord.from_lease(lease), self._clock())
+        self._read(lease)
         annotations = self._annotations()
         if await self._free_predecessors_lease(annotations):
             return
@@ -476,8 +475,7 @@ class LeaderElector:
         lease = await self._leases.get(self.call_timeout)
         if lease is None:
             return False
-        self._lease = lease
-        self._state = self._state.observe(LeaderElectionRecord.from_lease(lease), self._clock())
+        self._read(lease)
         return await self._free_predecessors_lease(self._annotations())
 
     async def _write(self, record: LeaderElectionRecord) -> None:
@@ -485,6 +483,11 @@ class LeaderElector:
         sent_at = self._clock()
         written = await self._leases.replace(record.to_lease(self.namespace, self.name, self._lease), self._timeout())
         self._remember(written, sent_at)
+
+    def _read(self, lease: dict[str, Any]) -> None:
+        """Remember a Lease as read from the API (not written by us)."""
+        self._lease = lease
+        self._state = self._state.observe(LeaderElectionRecord.from_lease(lease), self._clock())
 
     def _remember(self, lease: dict[str, Any], sent_at: float) -> None:
         self._lease = lease
@@ -528,8 +531,7 @@ class LeaderElector:
                     return False
                 if lease is None:
                     return False
-                self._lease = lease
-                self._state = self._state.observe(LeaderElectionRecord.from_lease(lease), self._clock())
+                self._read(lease)
                 continue
             except _TRANSIENT as error:
                 logger.warning("leader election: release failed: %s", error, extra=self._log)

@@ -45,7 +45,7 @@ class LeaderVersions:
             holder = record.holder_identity if record is not None else ""
             following = self.follower.following
             if holder and holder != self.identity and (following is None or holder != following.identity):
-                address = LeaderAddress.from_annotations(holder, dict(record.annotations)) if record else None
+                address = LeaderAddress.from_record(record) if record else None
                 return None if address is None else await self.follower.version_at(address)
             if loop.time() >= deadline:
                 return None

@@ -179,7 +179,7 @@ class OperatorProcess:
         record = self.elector.observed_record
         if record is None or record.holder_identity in ("", self.config.identity):
             return None
-        return LeaderAddress.from_annotations(record.holder_identity, dict(record.annotations))
+        return LeaderAddress.from_record(record)
 
     # ---- loops ---------------------------------------------------------------------------------
 
@@ -293,8 +293,7 @@ class OperatorProcess:
             with contextlib.suppress(OSError):
                 record = await self.elector.current_record()
                 if record is not None and record.holder_identity not in ("", self.config.identity):
-                    self._drain_leader = LeaderAddress.from_annotations(record.holder_identity,
-                                                                        dict(record.annotations))
+                    self._drain_leader = LeaderAddress.from_record(record)
             if self._drain_leader is None:
                 await asyncio.sleep(DRAIN_LEASE_POLL)  # until a standby takes the released Lease
         await follower.run()
