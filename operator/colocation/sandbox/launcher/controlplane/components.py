@@ -45,7 +45,9 @@ class ClusterSettings:
 
 
 # What `--audit-log` records: every write, at Metadata level (who, which verb on which object, the
-# response code and when; no bodies), once its response is complete. Reads are not logged. The
+# response code and when; no bodies), once its response is complete. Reads are not logged, nor are
+# TokenReviews and SubjectAccessReviews: a `create` that stores nothing (every replica's API server
+# sends them to authenticate and authorize its own clients, standbys included). The
 # user's extra carries authentication.kubernetes.io/pod-name for a pod-bound ServiceAccount token,
 # so a write can be attributed to the pod (and so the operator replica) that sent it.
 AUDIT_POLICY = """\
@@ -53,6 +55,10 @@ apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+  - level: None
+    resources:
+      - group: authentication.k8s.io
+      - group: authorization.k8s.io
   - level: Metadata
     verbs: [create, update, patch, delete, deletecollection]
   - level: None
