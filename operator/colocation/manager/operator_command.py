@@ -76,9 +76,10 @@ def _default_identity() -> str:
               help="Seconds after becoming leader before any node is judged. Default: --node-grace-period.")
 @click.option("--recovery-renewals", type=click.IntRange(min=1), default=2, show_default=True,
               help="On-time Lease renewals in a row that make an unhealthy node healthy again.")
-@click.option("--shutdown-delay", type=click.FloatRange(min=0), default=2.0, show_default=True,
+@click.option("--shutdown-delay", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds a stopping replica (SIGTERM) stays up after releasing the Lease, answering /readyz "
-                   "with 503 but still serving reads, so the Service drops it before it closes.")
+                   "with 503 but still serving reads, so the Service drops it before it closes: longer than the "
+                   "readiness probe takes to see it (the Deployment's: every 2 s, 2 failures) plus a second.")
 @click.option("--controllers/--no-controllers", default=True, show_default=True,
               help="Run the controllers (NodeSLO, NodeResource, node health) on the leader.")
 @common_options

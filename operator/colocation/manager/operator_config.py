@@ -30,7 +30,7 @@ class OperatorConfig:
     custom_metrics_retention: float = 600.0
     custom_metrics_max_series: int = 50_000
     controllers: ControllerSettings = field(default_factory=ControllerSettings)
-    shutdown_delay: float = 2.0  # after SIGTERM: not ready, still serving, before the server closes
+    shutdown_delay: float = 5.0  # after SIGTERM: not ready, still serving, before the server closes
     pod_name: str = ""  # POD_NAME: a Lease holder named POD_NAME_* other than us is our dead predecessor
     acquire_after: float = -math.inf  # monotonic: leave a free Lease to warm standbys until then
 
