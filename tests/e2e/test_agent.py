@@ -178,21 +178,22 @@ async def test_simulated_nodes_report_their_pods(admin: Kube, agent_sandbox: tup
     assert metric["metadata"]["labels"]["colocation.dev/simulated"] == "true"
 
 
-async def test_every_agent_process_says_its_leases_are_renewed_and_its_informers_synced(
+async def test_every_agent_process_says_its_nodes_are_heard_and_its_informers_synced(
         agent_sandbox: tuple[Path, Path]) -> None:
     urls = selfcheck.sandbox_metrics_urls(agent_sandbox[1])
     assert len(urls) == 2  # the real agent and the simulated one
 
     async def settled() -> dict[str, selfcheck.AgentHealth] | None:
         healths = await selfcheck.read_all(urls)
-        done = all(h.renewals >= 1 and h.leases_overdue == 0 and h.informers == h.informers_synced > 0
+        done = all(h.renewals >= 1 and h.reports >= 1 and h.heartbeats_overdue == 0
+                   and h.informers == h.informers_synced > 0
                    for h in healths.values())
         return healths if done else None
 
     healths = await wait_for(settled, timeout=30, interval=0.2)
     for name, health in healths.items():
         assert health.nodes == 1, (name, health)
-        assert health.oldest_lease_age < 40, (name, health)  # within the default Lease duration
+        assert health.oldest_heartbeat_age < 40, (name, health)  # within the default grace period
 
 
 async def test_a_leader_failover_makes_the_agent_report_again_at_once(admin: Kube,

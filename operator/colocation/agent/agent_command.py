@@ -45,10 +45,17 @@ DEFAULT_METRICS_PORT = 9464
 @click.option("--lease-namespace", default=permissions.NODE_LEASE_NAMESPACE, show_default=True,
               help="Namespace of the node heartbeat Lease (named after the node).")
 @click.option("--lease-duration", type=click.IntRange(min=1), default=40, show_default=True,
-              help="leaseDurationSeconds written in the node Lease: after this long without a renewal "
-                   "the operator judges the node's agent dead.")
-@click.option("--lease-renew-interval", type=click.FloatRange(min=0.05), default=None,
-              help="Seconds between Lease renewals. Default: a quarter of --lease-duration.")
+              help="How long the agent may stay silent (no report, no Lease renewal) before the operator "
+                   "judges it dead: the operator's --node-grace-period must match; written as the node Lease's "
+                   "leaseDurationSeconds (plus the registration interval while reports are accepted).")
+@click.option("--heartbeat-interval", "--lease-renew-interval", "heartbeat_interval", type=click.FloatRange(min=0.05),
+              default=None,
+              help="Seconds between two heartbeats: a report to the leader, changed or not; while no report is "
+                   "accepted, a renewal of the node Lease instead. Default: a quarter of --lease-duration. "
+                   "(--lease-renew-interval is its former name.)")
+@click.option("--lease-registration-interval", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds between two renewals of the node Lease while reports are accepted (it is also "
+                   "renewed when the agent starts).")
 @click.option("--operator-namespace", envvar="OPERATOR_NAMESPACE", show_envvar=True,
               default=permissions.OPERATOR_NAMESPACE, show_default=True,
               help="Namespace of the operator and its leader Lease.")
@@ -75,11 +82,13 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                   collect_interval: float, report_interval: float, report_change_threshold: float,
                   max_report_interval: float, report_timeout: float, leader_poll_interval: float,
                   metrics_bind_address: str, metrics_port: int, lease_namespace: str, lease_duration: int,
-                  lease_renew_interval: float | None, operator_namespace: str, scrape_interval: float,
+                  heartbeat_interval: float | None, lease_registration_interval: float, operator_namespace: str,
+                  scrape_interval: float,
                   scrape_timeout: float | None, scrape_concurrency: int, max_series_per_pod: int,
                   simulated_nodes: Path | None, simulation_concurrency: int) -> None:
-    """Run the node agent: collect usage, report it to the leader, heartbeat with a Lease, and
-    scrape annotated pods for custom metrics.
+    """Run the node agent: collect usage, report it to the leader (each report is also its
+    heartbeat; a Lease is the registration and the fallback), and scrape annotated pods for custom
+    metrics.
 
     Exits 0 after SIGTERM/SIGINT.
     """
@@ -90,9 +99,12 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
     from colocation.agent.scrape import ScrapeOptions
     from colocation.kube.client import KubeConfigError
 
-    renew = lease_renew_interval if lease_renew_interval is not None else lease_duration / 4
-    if renew >= lease_duration:
-        raise click.BadParameter("must be shorter than --lease-duration", param_hint="--lease-renew-interval")
+    heartbeat = heartbeat_interval if heartbeat_interval is not None else lease_duration / 4
+    if heartbeat >= lease_duration:
+        raise click.BadParameter("must be shorter than --lease-duration", param_hint="--heartbeat-interval")
+    if lease_registration_interval < heartbeat:
+        raise click.BadParameter("must not be shorter than --heartbeat-interval",
+                                 param_hint="--lease-registration-interval")
     if scrape_timeout is None:
         scrape_timeout = min(3.0, 0.8 * scrape_interval) or 3.0
     if scrape_interval and scrape_timeout >= scrape_interval:
@@ -101,7 +113,8 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
         collect_interval=collect_interval,
         report=ReportOptions(report_interval=report_interval, change_threshold=report_change_threshold,
                              max_interval=max_report_interval, request_timeout=report_timeout),
-        lease_namespace=lease_namespace, lease_duration=lease_duration, lease_renew_interval=renew,
+        lease_namespace=lease_namespace, lease_duration=lease_duration, heartbeat_interval=heartbeat,
+        lease_registration_interval=lease_registration_interval,
         scrape=ScrapeOptions(interval=scrape_interval, timeout=scrape_timeout, concurrency=scrape_concurrency,
                              max_series_per_pod=max_series_per_pod))
     if simulated_nodes is not None:

@@ -1,9 +1,9 @@
 """Prometheus metrics of an agent process (one set per process, shared by simulated agents).
 
 The self-check (colocation.agent.selfcheck) reads a few of them to tell whether the process did
-what N real agents would: every Lease renewed within its interval (`lease_renewals_late`,
-`leases_overdue`), every informer synced (`informers`, `informers_synced`) and no failures
-(`errors`: every warning or error the agent logged).
+what N real agents would: every heartbeat (an accepted report, or a Lease renewal) within its
+interval (`heartbeats_late`, `heartbeats_overdue`), every informer synced (`informers`,
+`informers_synced`) and no failures (`errors`: every warning or error the agent logged).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ _RENEW_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
-class LeaseState(Protocol):
+class HeartbeatState(Protocol):
     """What the metrics read of a node heartbeat (colocation.agent.heartbeat.NodeHeartbeat)."""
 
     def age(self) -> float: ...
@@ -38,7 +38,7 @@ class AgentMetrics:
                                registry=r)
         self.reports_sent = Counter("colocation_agent_reports_sent_total",
                                     "NodeMetric reports accepted, by route (leader, apiserver) and trigger "
-                                    "(initial, pods-changed, usage-changed, max-interval, leader-changed, retry).",
+                                    "(initial, pods-changed, usage-changed, max-interval, heartbeat, leader-changed).",
                                     ["route", "trigger"], registry=r)
         self.reports_failed = Counter("colocation_agent_reports_failed_total",
                                       "NodeMetric report attempts that failed, by reason.", ["reason"], registry=r)
@@ -48,6 +48,10 @@ class AgentMetrics:
         self.lease_renew = Histogram("colocation_agent_lease_renew_duration_seconds",
                                      "Time to renew the node Lease, conflicts and retries included.",
                                      buckets=_RENEW_BUCKETS, registry=r)
+        self.lease_renewals = Counter("colocation_agent_lease_renewals_total",
+                                      "Node Lease renewals, by reason: registration (at start, then every "
+                                      "registration interval), fallback (no report accepted lately), heartbeat "
+                                      "(no reporter).", ["reason"], registry=r)
         self.lease_renew_failures = Counter("colocation_agent_lease_renew_failures_total",
                                             "Node Lease requests that failed, by reason.", ["reason"], registry=r)
         self.scrapes = Counter("colocation_agent_scrapes_total",
@@ -78,16 +82,17 @@ class AgentMetrics:
         # ---- the self-check ----
         self.nodes = Gauge("colocation_agent_nodes", "Nodes the process runs an agent for (1, or the simulated ones).",
                            registry=r)
-        self.lease_renewals_late = Counter("colocation_agent_lease_renewals_late_total",
-                                           "Lease renewals that landed more than the renew interval plus a tenth "
-                                           "of it after the renewTime they replace (the first: after the "
-                                           "heartbeat started).", registry=r)
-        self.leases_overdue = Gauge("colocation_agent_leases_overdue",
-                                    "Nodes whose Lease is late now: its renewTime is older than the renew interval "
-                                    "plus a tenth of it (never-renewed ones included).", registry=r)
-        self.lease_oldest_age = Gauge("colocation_agent_lease_oldest_renewal_age_seconds",
-                                      "Age of the oldest renewTime among the process's Leases (since its "
-                                      "heartbeat started, before the first renewal).", registry=r)
+        self.heartbeats_late = Counter("colocation_agent_heartbeats_late_total",
+                                       "Heartbeats (accepted reports, Lease renewals) that landed more than the "
+                                       "heartbeat interval plus a tenth of it after the one before (the first: "
+                                       "after the heartbeat started).", registry=r)
+        self.heartbeats_overdue = Gauge("colocation_agent_heartbeats_overdue",
+                                        "Nodes whose heartbeat is late now: the last accepted report or Lease "
+                                        "renewal is older than the heartbeat interval plus a tenth of it (nodes "
+                                        "never heard included).", registry=r)
+        self.heartbeat_oldest_age = Gauge("colocation_agent_heartbeat_oldest_age_seconds",
+                                          "Age of the oldest last heartbeat among the process's nodes (since its "
+                                          "heartbeat started, before the first).", registry=r)
         self.informers = Gauge("colocation_agent_informers", "Informers (list, then watch) the process runs.",
                                registry=r)
         self.informers_synced = Gauge("colocation_agent_informers_synced",
@@ -108,10 +113,10 @@ class AgentMetrics:
         """Read the reporters' ages at scrape time; the gauge shows the largest."""
         self.last_report_age.set_function(lambda: max(ages(), default=math.inf))
 
-    def track_leases(self, heartbeats: Callable[[], Sequence[LeaseState]]) -> None:
+    def track_heartbeats(self, heartbeats: Callable[[], Sequence[HeartbeatState]]) -> None:
         """Read the heartbeats' states at scrape time."""
-        self.leases_overdue.set_function(lambda: sum(1 for beat in heartbeats() if beat.overdue()))
-        self.lease_oldest_age.set_function(lambda: max((beat.age() for beat in heartbeats()), default=0.0))
+        self.heartbeats_overdue.set_function(lambda: sum(1 for beat in heartbeats() if beat.overdue()))
+        self.heartbeat_oldest_age.set_function(lambda: max((beat.age() for beat in heartbeats()), default=0.0))
 
     def track_informers(self, states: Callable[[], list[bool]]) -> None:
         """Read the informers' states (True: synced and not failing) at scrape time."""

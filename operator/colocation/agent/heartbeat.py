@@ -1,6 +1,20 @@
-"""The node heartbeat: Lease NODE in colocation-node-lease, renewed like the kubelet renews its own.
+"""The agent's heartbeat: its reports to the leader, and Lease NODE in colocation-node-lease as the fallback.
 
-Following the kubelet's node lease controller (KEP "Efficient Node Heartbeats"):
+The leader holds every agent's last report in memory and replicates it to the standbys: an
+accepted report is the cheapest sign of life there is (it costs the API server nothing), so the
+reporter sends one at least every heartbeat interval (`renew_interval`, 10 s) and tells this
+module (`heard`). The Lease is renewed only
+- once when the agent starts, and then every `registration_interval` (10 minutes) while reports
+  are accepted: a registration, so the Lease says which agents exist and when they last
+  started or checked in, for a fraction of the writes (`leaseDurationSeconds` then covers the
+  registration interval too, so the Lease never looks expired between two registrations);
+- every heartbeat interval while no report was accepted for `fallback_after` (1.5 intervals): the
+  leader cannot be reached (or refuses the reports), and the operator's watch of the Leases
+  still sees the agent alive; `leaseDurationSeconds` is then the lease duration (40 s).
+Without a report source (`reports=None`) the Lease is the only heartbeat and is renewed every
+interval, as the kubelet renews its own.
+
+How the Lease is written follows the kubelet's node lease controller (KEP "Efficient Node Heartbeats"):
 - the Lease is named after the node, holderIdentity is the node name, and it carries an
   ownerReference to its Node (no controller, no blockOwnerDeletion), so it goes when the Node
   goes; the reference is added as soon as the Node is found;
@@ -10,14 +24,14 @@ Following the kubelet's node lease controller (KEP "Efficient Node Heartbeats"):
 - every request has a timeout shorter than the renew interval, and the loop is a task of its own,
   so neither a slow API server nor a slow report delays the next heartbeat by more than that.
 
-Renewals start at a fixed rate (each one period after the start of the last successful one, the
-period jittered shorter by up to 4 %), so a slow renewal does not push the next one back. The
-renewTime is stamped once the request has its slot (simulated agents share a bounded number),
-just before it is sent, so waiting for a slot does not age it. Lateness is what a reader of the
-Lease sees: a renewal is late when it lands more than the renew interval plus a tenth of it after
-the renewTime it replaces was stamped (the first: after the loop started), and `age()` is how
-old the renewTime in the Lease is now; `overdue()` says it is late right now. Both feed the
-agent's self-check metrics.
+The loop ticks at a fixed rate (each tick one period after the start of the last successful one,
+the period jittered shorter by up to 4 %), so a slow renewal does not push the next one back,
+and renews when a renewal is due. The renewTime is stamped once the request has its slot
+(simulated agents share a bounded number), just before it is sent, so waiting for a slot does
+not age it. Lateness is what the leader sees: a heartbeat (an accepted report, or a renewal) is
+late when it lands more than the heartbeat interval plus a tenth of it after the one before
+(the first: after the loop started), and `age()` is how old the last one is now; `overdue()`
+says it is late right now. Both feed the agent's self-check metrics.
 """
 
 from __future__ import annotations
@@ -46,6 +60,9 @@ for _verb in ("get", "create", "update"):
 permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall("", "nodes", "get", None))
 
 DEFAULT_LEASE_DURATION = 40
+DEFAULT_REGISTRATION_INTERVAL = 600.0
+# No report accepted for this many heartbeat intervals: the Lease carries the heartbeat instead.
+FALLBACK_AFTER_INTERVALS = 1.5
 # The kubelet renews at a quarter of the duration: three renewals may fail before the lease expires.
 RENEW_FRACTION = 0.25
 # A renewal is late when it comes more than this fraction of the interval after it was due.
@@ -62,6 +79,8 @@ class HeartbeatError(Exception):
 class NodeHeartbeat:
     def __init__(self, kube: KubeApi, node_name: str, *, namespace: str = permissions.NODE_LEASE_NAMESPACE,
                  lease_duration_seconds: int = DEFAULT_LEASE_DURATION, renew_interval: float | None = None,
+                 registration_interval: float = DEFAULT_REGISTRATION_INTERVAL,
+                 reports: Callable[[], float] | None = None, fallback_after: float | None = None,
                  metrics: AgentMetrics | None = None, slots: asyncio.Semaphore | None = None,
                  wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, rng: random.Random | None = None) -> None:
@@ -73,6 +92,12 @@ class NodeHeartbeat:
         if not 0 < self.renew_interval < lease_duration_seconds:
             raise ValueError(f"the renew interval ({self.renew_interval}s) must be shorter than the lease "
                              f"duration ({lease_duration_seconds}s)")
+        if registration_interval < self.renew_interval:
+            raise ValueError(f"the registration interval ({registration_interval}s) must not be shorter than the "
+                             f"heartbeat interval ({self.renew_interval}s)")
+        self.registration_interval = registration_interval
+        self.reports = reports  # seconds since the leader last accepted a report; None: the Lease is the heartbeat
+        self.fallback_after = fallback_after or FALLBACK_AFTER_INTERVALS * self.renew_interval
         # Every request ends before the next renewal is due.
         self.timeout = min(5.0, 0.8 * self.renew_interval)
         self.metrics = metrics or AgentMetrics()
@@ -81,9 +106,11 @@ class NodeHeartbeat:
         self.node_uid: str = ""
         self.renewed_at: float | None = None  # monotonic, last success
         self.renew_time: float | None = None  # monotonic, when the renewTime in the Lease was stamped
+        self.heard_at: float | None = None  # monotonic, the last heartbeat: renewTime stamped, or report accepted
         self.started_at: float | None = None  # monotonic, when run() began
         self._stamped: float = 0.0  # monotonic, the last renewTime written into a request
-        # A renewal (or the Lease, while none succeeds) is late past this many seconds since the last success.
+        self._duration = lease_duration_seconds  # leaseDurationSeconds of the renewal being made
+        # A heartbeat (or the wait for one) is late past this many seconds since the last.
         self.late_after = self.renew_interval * (1 + LATE_GRACE_FRACTION)
         self._wall, self._clock, self._sleep = wall, clock, sleep
         # The kubelet jitters its period by 4 %; jitter only shortens it.
@@ -107,10 +134,9 @@ class NodeHeartbeat:
                     continue  # the cache was dropped: read (or create) and write again at once
                 raise
             renewed_at = self._clock()
-            since = self.renew_time if self.renew_time is not None else self.started_at
-            if since is not None and renewed_at - since > self.late_after:
-                self.metrics.lease_renewals_late.inc()
+            self._count_late(renewed_at)
             self.renewed_at, self.renew_time = renewed_at, self._stamped
+            self.heard_at = max(self.heard_at or self._stamped, self._stamped)
             self.metrics.lease_renew.observe(renewed_at - started)
             return
         assert error is not None
@@ -164,7 +190,7 @@ class NodeHeartbeat:
                                             "uid": self.node_uid}]
         spec = lease.setdefault("spec", {})
         self._stamped = self._clock()
-        spec.update(holderIdentity=self.node_name, leaseDurationSeconds=self.lease_duration_seconds,
+        spec.update(holderIdentity=self.node_name, leaseDurationSeconds=self._duration,
                     renewTime=format_micro_time(wall_time(self._wall())))
         return lease
 
@@ -187,28 +213,59 @@ class NodeHeartbeat:
 
     # ---- the loop --------------------------------------------------------------------------------
 
+    def heard(self) -> None:
+        """The leader accepted a report just now: the heartbeat of this interval."""
+        now = self._clock()
+        self._count_late(now)
+        self.heard_at = now
+
+    def _count_late(self, landed: float) -> None:
+        since = self.heard_at if self.heard_at is not None else self.started_at
+        if since is not None and landed - since > self.late_after:
+            self.metrics.heartbeats_late.inc()
+
     def age(self) -> float:
-        """How old the renewTime in the Lease is (since the loop started, before the first renewal; 0 before that)."""
-        since = self.renew_time if self.renew_time is not None else self.started_at
+        """How old the last heartbeat is (since the loop started, before the first; 0 before that)."""
+        since = self.heard_at if self.heard_at is not None else self.started_at
         return 0.0 if since is None else self._clock() - since
 
     def overdue(self) -> bool:
-        """The Lease is late now: no renewal succeeded within the interval (and its grace)."""
+        """The heartbeat is late now: none landed within the interval (and its grace)."""
         return self.age() > self.late_after
+
+    def renewal_due(self) -> str | None:
+        """Why the Lease must be renewed now ("heartbeat", "registration", "fallback"), or None."""
+        if self.reports is None:
+            return "heartbeat"
+        if self.renew_time is None:
+            return "registration"  # this process has not registered yet
+        if self.reports() > self.fallback_after:
+            return "fallback"
+        if self._clock() - self.renew_time >= self.registration_interval - self.renew_interval:
+            return "registration"  # the tick before the interval runs out
+        return None
 
     async def run(self) -> None:
         self.started_at = self._clock()
         while True:
             attempt = self._clock()
-            try:
-                await self.renew()
-                self._errors.reset()
-                # A fixed rate: one period after this renewal started, however long it took.
-                delay = attempt + self._period.next_delay() - self._clock()
-            except HeartbeatError as error:
-                delay = self._errors.next_delay()
-                log.warning("node lease renewal failed", extra={"node": self.node_name, "error": str(error),
-                                                                "retry_in": round(delay, 2)})
+            delay = self._period.next_delay()
+            reason = self.renewal_due()
+            if reason is not None:
+                self._duration = self.lease_duration_seconds + (
+                    int(self.registration_interval) if reason == "registration" else 0)
+                try:
+                    await self.renew()
+                    self._errors.reset()
+                    self.metrics.lease_renewals.labels(reason).inc()
+                except HeartbeatError as error:
+                    delay = self._errors.next_delay()
+                    log.warning("node lease renewal failed", extra={"node": self.node_name, "error": str(error),
+                                                                    "reason": reason, "retry_in": round(delay, 2)})
+                    await self._sleep(delay)
+                    continue
+            # A fixed rate: one period after this tick started, however long the renewal took.
+            delay = attempt + delay - self._clock()
             if delay > 0:
                 await self._sleep(delay)
 

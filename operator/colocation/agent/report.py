@@ -6,7 +6,12 @@ Every `report_interval` it takes the latest state (never a queue of old ones) an
 - a usage (the node's or a pod's, cpu or memory) moved by more than `change_threshold` of its
   previous value (`usage-changed`); the previous value counts as at least 1 core or 1 GiB, so an
   idle pod going from 2m to 5m of cpu is not a 150 % move,
-- `max_interval` passed since the last accepted report (`max-interval`), or
+- `max_interval` passed since the last accepted report (`max-interval`),
+- `heartbeat_interval` (10 s, shorter than `max_interval`) passed since the last accepted report
+  was sent (`heartbeat`): an accepted report is the agent's heartbeat (colocation.agent.heartbeat),
+  and costs the API server nothing, since it goes to the leader; the check before it is
+  scheduled for the moment it falls due, jittered earlier by up to 4 % so that the next report
+  lands within the interval however long the last one took, or
 - the leader changed since the last accepted report (`leader-changed`): a new leader may have
   started empty, so it gets the full report at once, without waiting for the next check.
 
@@ -84,7 +89,7 @@ def moved(before: Mapping[tuple[str, str], int], after: Mapping[tuple[str, str],
 
 
 def report_trigger(last: Snapshot | None, current: Snapshot, *, since_last: float, max_interval: float,
-                   threshold: float) -> str | None:
+                   threshold: float, heartbeat_due: bool = False) -> str | None:
     """Why `current` must be sent now, given the last accepted report; None when it need not."""
     if last is None:
         return "initial"
@@ -94,6 +99,8 @@ def report_trigger(last: Snapshot | None, current: Snapshot, *, since_last: floa
         return "usage-changed"
     if since_last >= max_interval:
         return "max-interval"
+    if heartbeat_due:
+        return "heartbeat"
     return None
 
 
@@ -102,6 +109,7 @@ class ReportOptions:
     report_interval: float = 10.0
     change_threshold: float = 0.10
     max_interval: float = 60.0
+    heartbeat_interval: float = 10.0  # 0: reports are no heartbeat (the Lease is)
     request_timeout: float = 5.0
     retry_initial: float = 1.0
     retry_maximum: float = 30.0
@@ -110,6 +118,7 @@ class ReportOptions:
 class Reporter:
     def __init__(self, node: str, delivery: Delivery, snapshot: Callable[[], Snapshot | None], *,
                  options: ReportOptions | None = None, metrics: AgentMetrics | None = None,
+                 on_accepted: Callable[[], None] | None = None,
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
         self.node = node
         self.delivery = delivery
@@ -122,7 +131,12 @@ class Reporter:
         self.last_sent: Snapshot | None = None
         self.last_sent_at: float | None = None  # monotonic
         self.delivered_to: str | None = None  # the leader identity the last accepted report reached
+        self.heartbeat_due_at = -math.inf  # monotonic: when the next report is due as a heartbeat
+        self._on_accepted = on_accepted
         self._clock = clock
+        # Jitter only shortens the heartbeat period, as the Lease renewals' does.
+        self._heartbeat_period = Backoff(self.options.heartbeat_interval or 1.0, self.options.heartbeat_interval
+                                         or 1.0, factor=1.0, jitter=0.04, rng=rng)
         self._pending: str | None = None  # the trigger of a report that failed and is being retried
         self._backoff = Backoff(min(self.options.retry_initial, self.options.retry_maximum),
                                 self.options.retry_maximum, jitter=0.5, rng=rng)
@@ -146,9 +160,17 @@ class Reporter:
             return "leader-changed"  # even while retrying: the new leader needs it whatever the old reason
         if self._pending is not None:
             return self._pending
-        since = math.inf if self.last_sent_at is None else self._clock() - self.last_sent_at
+        now = self._clock()
+        since = math.inf if self.last_sent_at is None else now - self.last_sent_at
         return report_trigger(self.last_sent, snapshot, since_last=since, max_interval=self.max_interval,
-                              threshold=self.options.change_threshold)
+                              threshold=self.options.change_threshold,
+                              heartbeat_due=bool(self.options.heartbeat_interval) and now >= self.heartbeat_due_at)
+
+    def _next_check(self) -> float:
+        """Seconds until the next check: the report interval, or sooner when the heartbeat falls due."""
+        if not self.options.heartbeat_interval:
+            return self.options.report_interval
+        return max(0.0, min(self.options.report_interval, self.heartbeat_due_at - self._clock()))
 
     async def check(self) -> float:
         """Send the latest state if it is due; return the seconds until the next check."""
@@ -159,7 +181,8 @@ class Reporter:
             return self.options.report_interval  # nothing collected yet
         trigger = self.due(snapshot)
         if trigger is None:
-            return self.options.report_interval
+            return self._next_check()
+        started = self._clock()
         try:
             route, leader = await self.delivery.put(self.path, orjson.dumps(snapshot.body), self._failed)
         except DeliveryFailed as failure:
@@ -175,9 +198,12 @@ class Reporter:
             # found the new leader on its way delivered it before the change was noticed.
             trigger = "leader-changed"
         self.last_sent, self.last_sent_at, self.delivered_to = snapshot, self._clock(), leader
+        self.heartbeat_due_at = started + self._heartbeat_period.next_delay()
+        if self._on_accepted is not None:
+            self._on_accepted()
         self.metrics.reports_sent.labels(route, trigger).inc()
         log.debug("report sent", extra={"node": self.node, "route": route, "trigger": trigger})
-        return self.options.report_interval
+        return self._next_check()
 
     def _failed(self, reason: str) -> None:
         self.metrics.reports_failed.labels(reason).inc()

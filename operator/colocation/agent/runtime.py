@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import time
@@ -33,7 +34,12 @@ from colocation.agent.aggregate import Aggregator
 from colocation.agent.classify import PodInfo, classify
 from colocation.agent.collector import Collector, RealCollector
 from colocation.agent.delivery import Delivery, DirectPut, session_put
-from colocation.agent.heartbeat import DEFAULT_LEASE_DURATION, NodeHeartbeat
+from colocation.agent.heartbeat import (
+    DEFAULT_LEASE_DURATION,
+    DEFAULT_REGISTRATION_INTERVAL,
+    RENEW_FRACTION,
+    NodeHeartbeat,
+)
 from colocation.agent.kubeapi import ApiClientKube, KubeApi
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.nodemetric import node_metric_from
@@ -59,7 +65,12 @@ class NodeAgentOptions:
     report: ReportOptions = field(default_factory=ReportOptions)
     lease_namespace: str = permissions.NODE_LEASE_NAMESPACE
     lease_duration: int = DEFAULT_LEASE_DURATION
-    lease_renew_interval: float | None = None  # default: a quarter of the duration
+    heartbeat_interval: float | None = None  # reports (else Lease renewals); default: a quarter of the duration
+    lease_registration_interval: float = DEFAULT_REGISTRATION_INTERVAL
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or self.lease_duration * RENEW_FRACTION
     scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
 
 
@@ -121,7 +132,9 @@ class NodeAgent:
         # Reports and sample batches take the same way to the leader, and share its bound on requests.
         self.delivery = Delivery(kube, locator, direct, timeout=self.options.report.request_timeout,
                                  slots=report_slots)
-        self.reporter = Reporter(node, self.delivery, self.snapshot, options=self.options.report, metrics=metrics)
+        self.reporter = Reporter(node, self.delivery, self.snapshot, metrics=metrics, on_accepted=self._report_accepted,
+                                 options=dataclasses.replace(self.options.report,
+                                                             heartbeat_interval=self.options.heartbeat_every))
         self.custom_metrics: CustomMetrics | None = None
         if sample_source is not None and self.options.scrape.interval > 0:
             buffer = SampleBuffer(
@@ -131,13 +144,17 @@ class NodeAgent:
             self.custom_metrics = CustomMetrics(sample_source(self.pods), sender, metrics)
         self.heartbeat = NodeHeartbeat(heartbeat_kube or kube, node, namespace=self.options.lease_namespace,
                                        lease_duration_seconds=self.options.lease_duration,
-                                       renew_interval=self.options.lease_renew_interval, metrics=metrics,
-                                       slots=lease_slots, wall=wall)
+                                       renew_interval=self.options.heartbeat_every,
+                                       registration_interval=self.options.lease_registration_interval,
+                                       reports=self.reporter.age, metrics=metrics, slots=lease_slots, wall=wall)
         self.last_sample_at: float | None = None  # monotonic
         self._wall = wall
         self.watches = self.informers()
 
     # ---- stages ------------------------------------------------------------------------------------
+
+    def _report_accepted(self) -> None:
+        self.heartbeat.heard()
 
     def collect_once(self) -> None:
         self.aggregator.add(self.collector.sample(self._wall()))
@@ -229,7 +246,7 @@ def track_agents(metrics: AgentMetrics, agents: Sequence[NodeAgent]) -> LoopLag:
     metrics.loop_lag.set_function(lag.largest)
     metrics.nodes.set(len(agents))
     metrics.track_report_age(lambda: [agent.reporter.age() for agent in agents])
-    metrics.track_leases(lambda: [agent.heartbeat for agent in agents])
+    metrics.track_heartbeats(lambda: [agent.heartbeat for agent in agents])
     metrics.track_informers(lambda: [informer.synced.is_set() and not informer.failing
                                      for agent in agents for informer in agent.watches])
     return lag

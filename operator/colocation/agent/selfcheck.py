@@ -4,11 +4,11 @@ Every agent process (the real agent, and the one that runs the simulated nodes) 
 that say whether its nodes did their part (colocation.agent.agent_metrics). A run passes when, between
 a read before the measured window and one after it:
 
-- no Lease renewal was late (`colocation_agent_lease_renewals_late_total` did not grow) and no
-  Lease is overdue at the end (`colocation_agent_leases_overdue` is 0): no Lease's renewTime was
-  ever older than the renew interval plus a tenth, whether a renewal ended that stretch (counted
-  late) or it is still going at the end (overdue; a node that never renewed is overdue too, which
-  also holds for a window shorter than the renew interval);
+- no heartbeat was late (`colocation_agent_heartbeats_late_total` did not grow) and none is
+  overdue at the end (`colocation_agent_heartbeats_overdue` is 0): no node went longer than the
+  heartbeat interval plus a tenth without an accepted report or a Lease renewal, whether a
+  heartbeat ended that stretch (counted late) or it is still going at the end (overdue; a node
+  never heard is overdue too, which also holds for a window shorter than the interval);
 - every informer is synced at the end and none failed meanwhile (`colocation_agent_informers_synced`
   equals `colocation_agent_informers`; `colocation_agent_informer_failures_total` did not grow);
 - the agents logged no warning or error (`colocation_agent_errors_total` did not grow);
@@ -40,9 +40,10 @@ class AgentHealth:
 
     nodes: int = 0
     renewals: float = 0.0  # successful Lease renewals, all nodes
-    late_renewals: float = 0.0
-    leases_overdue: int = 0
-    oldest_lease_age: float = 0.0  # seconds
+    reports: float = 0.0  # accepted reports, all nodes
+    late_heartbeats: float = 0.0
+    heartbeats_overdue: int = 0
+    oldest_heartbeat_age: float = 0.0  # seconds
     informers: int = 0
     informers_synced: int = 0
     informer_failures: float = 0.0
@@ -62,7 +63,7 @@ def parse_health(exposition: str) -> AgentHealth:
             if sample.name == "colocation_agent_errors_total":
                 logger = sample.labels.get("logger", "")
                 errors[logger] = errors.get(logger, 0.0) + sample.value
-            elif sample.name == "colocation_agent_informer_failures_total":
+            elif sample.name in ("colocation_agent_informer_failures_total", "colocation_agent_reports_sent_total"):
                 values[sample.name] = values.get(sample.name, 0.0) + sample.value
             else:
                 values[sample.name] = sample.value
@@ -74,9 +75,10 @@ def parse_health(exposition: str) -> AgentHealth:
     return AgentHealth(
         nodes=int(number("colocation_agent_nodes")),
         renewals=number("colocation_agent_lease_renew_duration_seconds_count"),
-        late_renewals=number("colocation_agent_lease_renewals_late_total"),
-        leases_overdue=int(number("colocation_agent_leases_overdue")),
-        oldest_lease_age=number("colocation_agent_lease_oldest_renewal_age_seconds"),
+        reports=number("colocation_agent_reports_sent_total"),
+        late_heartbeats=number("colocation_agent_heartbeats_late_total"),
+        heartbeats_overdue=int(number("colocation_agent_heartbeats_overdue")),
+        oldest_heartbeat_age=number("colocation_agent_heartbeat_oldest_age_seconds"),
         informers=int(number("colocation_agent_informers")),
         informers_synced=int(number("colocation_agent_informers_synced")),
         informer_failures=number("colocation_agent_informer_failures_total"),
@@ -88,19 +90,20 @@ def problems(before: AgentHealth, after: AgentHealth, *, warnings_expected: bool
     """What went wrong between two reads of one process; [] when its nodes did what real agents do.
 
     `warnings_expected`: the window injected faults that agents rightly warn about (a leader killed:
-    reports fail until the next one serves), so only the heartbeat and the informers are judged.
+    reports fail until the next one serves, so heartbeats come late), so only whether every node
+    is heard at the end and the informers are judged.
     """
     found: list[str] = []
-    if after.renewals < before.renewals or after.error_count < before.error_count:
+    if after.renewals < before.renewals or after.reports < before.reports or after.error_count < before.error_count:
         return ["the agent process was restarted during the window (its counters went back)"]
     if after.nodes == 0:
         found.append("the process runs no node")
-    if late := after.late_renewals - before.late_renewals:
-        found.append(f"{late:.0f} Lease renewals were late (more than the renew interval plus a tenth after "
-                     f"the renewTime they replaced)")
-    if after.leases_overdue:
-        found.append(f"{after.leases_overdue} of {after.nodes} Leases are overdue at the end (the oldest renewTime "
-                     f"is {after.oldest_lease_age:.1f} s old)")
+    if (late := after.late_heartbeats - before.late_heartbeats) and not warnings_expected:
+        found.append(f"{late:.0f} heartbeats were late (an accepted report or Lease renewal more than the "
+                     f"heartbeat interval plus a tenth after the one before)")
+    if after.heartbeats_overdue:
+        found.append(f"{after.heartbeats_overdue} of {after.nodes} nodes' heartbeats are overdue at the end (the "
+                     f"oldest is {after.oldest_heartbeat_age:.1f} s old)")
     if after.informers_synced < after.informers:
         found.append(f"{after.informers - after.informers_synced} of {after.informers} informers are not synced")
     if failed := after.informer_failures - before.informer_failures:
@@ -114,9 +117,10 @@ def problems(before: AgentHealth, after: AgentHealth, *, warnings_expected: bool
 
 
 def summary(before: AgentHealth, after: AgentHealth) -> str:
-    return (f"{after.nodes} nodes: {after.renewals - before.renewals:.0f} Lease renewals, "
-            f"{after.late_renewals - before.late_renewals:.0f} late, {after.leases_overdue} overdue, oldest "
-            f"{after.oldest_lease_age:.1f} s; informers {after.informers_synced}/{after.informers} synced, "
+    return (f"{after.nodes} nodes: {after.reports - before.reports:.0f} reports accepted, "
+            f"{after.renewals - before.renewals:.0f} Lease renewals; heartbeats "
+            f"{after.late_heartbeats - before.late_heartbeats:.0f} late, {after.heartbeats_overdue} overdue, oldest "
+            f"{after.oldest_heartbeat_age:.1f} s; informers {after.informers_synced}/{after.informers} synced, "
             f"{after.informer_failures - before.informer_failures:.0f} failures; "
             f"{after.error_count - before.error_count:.0f} warnings or errors; event loop lag "
             f"{after.loop_lag * 1000:.0f} ms")

@@ -52,7 +52,6 @@ import yaml
 
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.delivery import session_put
-from colocation.agent.heartbeat import RENEW_FRACTION
 from colocation.agent.kubeapi import SessionKube
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.runtime import (
@@ -221,8 +220,7 @@ async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = 
         lag = track_agents(metrics, agents)
         runner = await serve_metrics(metrics, lambda: all(agent.healthy() for agent in agents),
                                      config.metrics_bind_address, config.metrics_port)
-        renew_interval = config.node.lease_renew_interval or config.node.lease_duration * RENEW_FRACTION
-        delays = start_delays(len(agents), renew_interval)
+        delays = start_delays(len(agents), config.node.heartbeat_every)
         log.info("simulated agents started", extra={
             "nodes": len(agents), "sockets": sockets, "open_files_limit": open_files,
             "concurrency": config.concurrency, "start_spread_seconds": round(delays[-1], 2)})

@@ -2,13 +2,17 @@
 
 Each node has two signals, judged independently:
 
-- **AgentReady**, from the agent's Lease (`colocation-node-lease/<node>`, renewed every 10 s).
-  Freshness is judged the way client-go and the node lifecycle controller judge it: the tracker
-  remembers the moment, on *its own monotonic clock*, it saw `spec.renewTime` change. The value of
-  `renewTime` is never compared with our clock, so an agent whose wall clock is off by an hour is
-  neither dead nor immortal because of it. Re-reading the same renewTime (a relist, a resync, an
-  edit of the labels) is no sign of life. A Lease released by its holder (`holderIdentity: ""`)
-  is not a renewal either.
+- **AgentReady**, from the agent's heartbeats: its NodeMetric reports, which the leader already
+  holds in memory (agents report at least every 10 s; `observe_metric`, with the moment the store
+  received the report), and the renewals of its Lease (`colocation-node-lease/<node>`), which the
+  agent renews only rarely, as a registration, and every 10 s as a fallback while no report of
+  its is accepted (`observe_lease`). Either one is a sign of life. Freshness is judged the way
+  client-go and the node lifecycle controller judge it: by the moment, on *our own monotonic
+  clock*, a report arrived or `spec.renewTime` was seen to change. The values of `renewTime` and
+  `updateTime` are never compared with our clock, so an agent whose wall clock is off by an hour
+  is neither dead nor immortal because of it. Re-reading the same renewTime or updateTime (a
+  relist, a resync, an edit of the labels) is no sign of life. A Lease released by its holder
+  (`holderIdentity: ""`) is not a renewal either.
 - **MetricsFresh**, from the NodeMetric's `status.updateTime`, judged the same way: by the moment
   the leader observed a *new* updateTime, not by the value. The value is the agent's wall clock;
   comparing it with ours would turn clock skew into false staleness (an agent 20 minutes behind
@@ -16,37 +20,41 @@ Each node has two signals, judged independently:
   can vouch for: NodeMetric lives in the leader's memory and agents re-report on a leader change,
   so a leader that just started has observed every metric it serves. The cost: after a
   failover, a metric that was already stale gets a new `degrade_after` from the first
-  observation; the Lease, judged within a grace period, covers a dead agent long before that.
+  observation; the heartbeats, judged within a grace period, cover a dead agent long before that.
 
 A node is **healthy** when both hold. Unhealthy means: remove its batch resources at once; unhealthy
 for longer than `eviction_timeout` means: evict its batch and free pods (`NodeHealth.evict`; the
 exit guards and the rate limit are in `colocation.controllers.eviction`).
 
-Hysteresis (flapping leases). A node goes unhealthy only after a full grace period without a
-renewal. Once unhealthy, one renewal is not enough to trust it again: it is healthy again only
-after `recovery_renewals` (2) renewals in a row, each less than a grace period after the one
-before. A lease renewed late every time (every 45 s with a 40 s grace period) therefore keeps
-the node unhealthy instead of flipping it every 45 s, and its eviction timer keeps running from
-the first miss. An agent that really came back renews every 10 s and is trusted again 10 s after
-its first renewal. Metric freshness needs no hysteresis: one report per `degrade_after` suffices.
+Hysteresis (flapping agents). A node goes unhealthy only after a full grace period without a
+heartbeat. Once unhealthy, one heartbeat is not enough to trust it again: it is healthy again
+only after `recovery_renewals` (2) heartbeats in a row, each less than a grace period after the
+one before (and at least an eighth of it: a report and a renewal moments apart are one sign). An
+agent heard late every time (every 45 s with a 40 s grace period) therefore keeps the node
+unhealthy instead of flipping it every 45 s, and its eviction timer keeps running from the first
+miss. An agent that really came back reports every 10 s and is trusted again 10 s after its
+first report. Metric freshness needs no hysteresis: one report per `degrade_after` suffices.
 
 Startup. No node is judged before `startup_grace` has passed since the tracker became leader
 (`became_leader`, called by the constructor too): the informers may not have delivered everything
 yet, and a lease that looks old may just be one we have not seen change. Every node is judged
 from the moment we started watching it, never from its renewTime: a node first seen now (or
-whose Lease does not exist yet) has a full grace period to show a renewal.
+whose agent has not reported yet) has a full grace period to show a heartbeat. A report that
+arrived before this replica became leader (it followed the leader's store as a standby) counts
+from the moment it became leader: a node silent since before a failover is judged unhealthy one
+grace period after the takeover, not earlier.
 
-Timing is exact, whatever the evaluation period: a node whose last renewal was observed at `t`
+Timing is exact, whatever the evaluation period: a node whose last heartbeat was observed at `t`
 is unhealthy from `t + grace_period` (not before; `<=` is still alive, as upstream's `After`),
 and asks for eviction after `unhealthy_since + eviction_timeout`.
 
 Thresholds (constructor parameters; docs/architecture.md, Node health and the exit process):
 
-- `grace_period` = 40.0 s: the Lease's duration; silence longer than this is unhealthy.
+- `grace_period` = 40.0 s: an agent silent (no report, no Lease renewal) longer than this is unhealthy.
 - `eviction_timeout` = 300.0 s: unhealthy longer than this → evict batch and free pods.
 - `degrade_after` = 900.0 s: `degradeTimeMinutes` (15) in seconds; no new metric for longer → unhealthy.
 - `startup_grace` = `grace_period`: no judgement this long after becoming leader.
-- `recovery_renewals` = 2: consecutive on-time renewals that make an unhealthy node healthy
+- `recovery_renewals` = 2: consecutive on-time heartbeats that make an unhealthy node healthy
   again (1 disables the hysteresis).
 """
 
@@ -61,9 +69,12 @@ from colocation.apimachinery.tables import human_duration
 # Condition reasons (CamelCase, as Kubernetes condition reasons are).
 REASON_READY: Final = "AgentReady"
 REASON_STARTUP: Final = "StartupGrace"
-REASON_LEASE_EXPIRED: Final = "LeaseExpired"
-REASON_LEASE_UNSTABLE: Final = "LeaseUnstable"
+REASON_AGENT_SILENT: Final = "AgentSilent"
+REASON_AGENT_UNSTABLE: Final = "AgentUnstable"
 REASON_METRICS_STALE: Final = "MetricsStale"
+
+# Heartbeats closer together than this fraction of the grace period count once in a streak.
+STREAK_SPACING: Final = 0.125
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,16 +104,17 @@ class _Record:
     """What the tracker knows about one node; all times on the tracker's clock."""
 
     # Both start as the moment we started watching (or became leader): silence is counted from then.
-    lease_seen: float  # the last observed renewal
+    alive_seen: float  # the last observed heartbeat (a report, or a Lease renewal)
     metric_seen: float  # the last observed new updateTime
     renew_time: str | None = None
     update_time: str | None = None
-    lease_ever_renewed: bool = False
+    ever_alive: bool = False
     metric_ever_seen: bool = False
     # Renewals in a row, each within a grace period of the previous one (capped). Watching starts
     # with a full streak: a node is trusted until it misses a renewal.
     streak: int = 0
-    lease_down_since: float | None = None  # while the streak is too short to be trusted again
+    alive_down_since: float | None = None  # while the streak is too short to be trusted again
+    streak_step: float = 0.0  # when the streak last grew
     unhealthy_since: float | None = None
     last_key: tuple[bool, bool, bool, bool] = (True, True, True, False)
 
@@ -173,31 +185,44 @@ class NodeHealthTracker:
         record.renew_time = renew_time
         if holder == "":
             return False  # released: the agent said goodbye, which is no sign of life
-        self._settle(record, now)
-        _, down_since = self._lease_state(record, now)
-        if now - record.lease_seen <= self.grace_period:
-            record.streak = min(record.streak + 1, self.recovery_renewals)
-        else:
-            # A renewal after a gap longer than the grace period starts a new streak.
-            record.lease_down_since = down_since
-            record.streak = 1
-        record.lease_seen = now
-        record.lease_ever_renewed = True
-        self._settle(record, now)
+        self._heartbeat(record, now, now)
         return True
 
-    def observe_metric(self, node: str, update_time: str | None) -> bool:
-        """Record the node's NodeMetric `status.updateTime`; True if it is new."""
+    def observe_metric(self, node: str, update_time: str | None, seen_at: float | None = None) -> bool:
+        """Record the node's NodeMetric `status.updateTime`; True if it is new.
+
+        A new report is also the agent's heartbeat. `seen_at` is when the store received it (our
+        clock; default now): the evaluation that reads the store may come a few seconds later.
+        """
         now = self._clock()
         record = self._record(node, now)
         if not update_time or update_time == record.update_time:
             return False
+        at = now if seen_at is None else min(seen_at, now)
         self._settle(record, now)
         record.update_time = update_time
-        record.metric_seen = now
+        record.metric_seen = max(record.metric_seen, at)
         record.metric_ever_seen = True
-        self._settle(record, now)
+        self._heartbeat(record, at, now)
         return True
+
+    def _heartbeat(self, record: _Record, at: float, now: float) -> None:
+        """A sign of life observed at `at` (never before what is already known: see `_restart`)."""
+        at = max(at, record.alive_seen)
+        self._settle(record, now)
+        _, down_since = self._alive_state(record, at)
+        if at - record.alive_seen > self.grace_period:
+            # A heartbeat after a gap longer than the grace period starts a new streak.
+            record.alive_down_since = down_since
+            record.streak = 1
+            record.streak_step = at
+        elif at - record.streak_step >= self.grace_period * STREAK_SPACING:
+            # A report and a Lease renewal moments apart are one sign of life, not two in a row.
+            record.streak = min(record.streak + 1, self.recovery_renewals)
+            record.streak_step = at
+        record.alive_seen = at
+        record.ever_alive = True
+        self._settle(record, now)
 
     # --- outputs ------------------------------------------------------------------------------------
 
@@ -232,27 +257,28 @@ class NodeHealthTracker:
     def _record(self, node: str, now: float) -> _Record:
         record = self._records.get(node)
         if record is None:
-            record = self._records[node] = _Record(lease_seen=now, metric_seen=now)
+            record = self._records[node] = _Record(alive_seen=now, metric_seen=now)
             self._restart(record, now)
         return record
 
     def _restart(self, record: _Record, now: float) -> None:
         # The strings are kept: seeing the same renewTime again after this is still no renewal.
-        record.lease_seen = record.metric_seen = now
-        record.lease_ever_renewed = record.metric_ever_seen = False
+        record.alive_seen = record.metric_seen = now
+        record.ever_alive = record.metric_ever_seen = False
         record.streak = self.recovery_renewals
-        record.lease_down_since = record.unhealthy_since = None
+        record.alive_down_since = record.unhealthy_since = None
+        record.streak_step = now
         record.last_key = (True, True, True, False)
 
     def _judging_from(self) -> float:
         return self._leader_since + self.startup_grace
 
-    def _lease_state(self, record: _Record, now: float) -> tuple[bool, float | None]:
+    def _alive_state(self, record: _Record, now: float) -> tuple[bool, float | None]:
         """(ready, unhealthy since) of the Lease signal, before the startup clamp."""
         if record.streak >= self.recovery_renewals:
-            deadline = record.lease_seen + self.grace_period
+            deadline = record.alive_seen + self.grace_period
             return (True, None) if now <= deadline else (False, deadline)
-        return False, record.lease_down_since
+        return False, record.alive_down_since
 
     def _metric_state(self, record: _Record, now: float) -> tuple[bool, float | None]:
         deadline = record.metric_seen + self.degrade_after
@@ -262,7 +288,7 @@ class NodeHealthTracker:
         """(agent ready, metrics fresh, earliest moment a failing signal started failing)."""
         if self.in_startup_grace(now):
             return True, True, None
-        lease_ready, lease_since = self._lease_state(record, now)
+        lease_ready, lease_since = self._alive_state(record, now)
         metrics_fresh, metric_since = self._metric_state(record, now)
         starts = [since for since in (lease_since, metric_since) if since is not None]
         since = max(min(starts), self._judging_from()) if starts else None
@@ -286,27 +312,27 @@ class NodeHealthTracker:
             left = self._judging_from() - now
             return NodeHealth(node, True, True, True, False, None, False, REASON_STARTUP,
                               f"became leader recently: nodes are judged in {human_duration(left)}")
-        agent_ready, _ = self._lease_state(record, now)
+        agent_ready, _ = self._alive_state(record, now)
         metrics_fresh, _ = self._metric_state(record, now)
         problems: list[str] = []
         reason = REASON_READY
         if not agent_ready:
-            if record.streak < self.recovery_renewals and now - record.lease_seen <= self.grace_period:
-                reason = REASON_LEASE_UNSTABLE
+            if record.streak < self.recovery_renewals and now - record.alive_seen <= self.grace_period:
+                reason = REASON_AGENT_UNSTABLE
                 problems.append(
-                    f"the agent renews its Lease again but not yet steadily: waiting for "
-                    f"{self.recovery_renewals} renewals less than {human_duration(self.grace_period)} apart")
+                    f"the agent is heard again but not yet steadily: waiting for {self.recovery_renewals} "
+                    f"reports or Lease renewals less than {human_duration(self.grace_period)} apart")
             else:
-                reason = REASON_LEASE_EXPIRED
-                problems.append(self._silence("no renewal of the agent's Lease", record.lease_ever_renewed,
-                                              now - record.lease_seen, self.grace_period, "grace period"))
+                reason = REASON_AGENT_SILENT
+                problems.append(self._silence("no report and no Lease renewal from the agent", record.ever_alive,
+                                              now - record.alive_seen, self.grace_period, "grace period"))
         if not metrics_fresh:
             reason = REASON_METRICS_STALE if agent_ready else reason
             problems.append(self._silence("no new NodeMetric report", record.metric_ever_seen,
                                           now - record.metric_seen, self.degrade_after, "degradeTimeMinutes"))
         if not problems:
             return NodeHealth(node, True, True, True, True, None, False, REASON_READY,
-                              f"Lease renewed {human_duration(now - record.lease_seen)} ago, "
+                              f"agent heard {human_duration(now - record.alive_seen)} ago, "
                               f"metrics reported {human_duration(now - record.metric_seen)} ago")
         since = record.unhealthy_since
         if since is None:  # cannot happen after _settle; kept total for the type checker

@@ -3,11 +3,12 @@
 `NodeResourceReconciler.evaluate()` runs on a timer (and sooner when a node appears or the
 configuration changes), so a node that falls silent degrades on time without any event.
 
-Per node: the tracker judges its Lease and metrics; the batch formula runs on the Node, its pods
-and its NodeMetric (read from the operator's in-memory store, never over HTTP); the Node is
-patched when `decide_node_write` says so, with nothing while the node is unhealthy; the
-NodeResource status is rewritten when it changed. Across nodes: the guard decides whether
-evictions may happen, the planner which pods go now. Health transitions post Events and count.
+Per node: the tracker judges its agent's heartbeats (reports, Lease renewals) and metrics; the
+batch formula runs on the Node, its pods and its NodeMetric (read from the operator's in-memory
+store, never over HTTP); the Node is patched when `decide_node_write` says so, with nothing
+while the node is unhealthy; the NodeResource status is rewritten when it changed. Across nodes:
+the guard decides whether evictions may happen, the planner which pods go now. Health
+transitions post Events and count.
 
 During the startup grace no node is judged: batch resources are added or updated but never
 removed (the metric store of a fresh leader may still be filling), and nobody is evicted.
@@ -121,7 +122,9 @@ class NodeResourceReconciler:
             if cached is None or cached[0] != entry.resource_version:
                 metric = orjson.loads(entry.body)
                 self._metrics[name] = (entry.resource_version, metric)
-                self.tracker.observe_metric(name, (metric.get("status") or {}).get("updateTime"))
+                # A report is the agent's heartbeat, as of when the store took it in.
+                self.tracker.observe_metric(name, (metric.get("status") or {}).get("updateTime"),
+                                            seen_at=entry.last_seen_monotonic)
 
     def observe_lease(self, lease: Mapping[str, Any]) -> None:
         spec = lease.get("spec") or {}

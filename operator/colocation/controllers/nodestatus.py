@@ -77,14 +77,14 @@ def _health_conditions(evaluation: Evaluation, previous: Mapping[str, Mapping[st
         return kept
     grace = human_duration(evaluation.grace_period)
     if health.agent_ready:
-        agent = Condition(AGENT_READY, True, "LeaseRenewed",
-                          f"the agent renews its Lease within the grace period {grace}")
-    elif health.reason == health_reasons.REASON_LEASE_UNSTABLE:
-        agent = Condition(AGENT_READY, False, health_reasons.REASON_LEASE_UNSTABLE,
-                          "the agent renews its Lease again, but not yet steadily")
+        agent = Condition(AGENT_READY, True, "AgentHeard",
+                          f"the agent reports (or renews its Lease) within the grace period {grace}")
+    elif health.reason == health_reasons.REASON_AGENT_UNSTABLE:
+        agent = Condition(AGENT_READY, False, health_reasons.REASON_AGENT_UNSTABLE,
+                          "the agent is heard again, but not yet steadily")
     else:
-        agent = Condition(AGENT_READY, False, health_reasons.REASON_LEASE_EXPIRED,
-                          f"the agent's Lease was not renewed within the grace period {grace}")
+        agent = Condition(AGENT_READY, False, health_reasons.REASON_AGENT_SILENT,
+                          f"no report and no Lease renewal from the agent within the grace period {grace}")
     degrade = human_duration(evaluation.degrade_after)
     if health.metrics_fresh:
         metrics = Condition(METRICS_FRESH, True, "MetricsReported", f"a new NodeMetric report came within {degrade}")

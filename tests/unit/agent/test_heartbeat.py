@@ -261,7 +261,7 @@ async def test_a_renewal_after_the_interval_and_its_grace_is_late_and_the_lease_
     assert beat.late_after == pytest.approx(11.0) and not beat.overdue()  # not started: nothing is due
 
     def late() -> float | None:
-        return metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total")
+        return metrics.registry.get_sample_value("colocation_agent_heartbeats_late_total")
 
     original = api.request
     failures = iter([False, True, True, True, True, False, False])  # per renewal attempt, from the first
@@ -312,14 +312,88 @@ async def test_the_renew_time_is_stamped_once_the_request_has_its_slot_and_laten
     await beat.renew()  # GET, GET the Node, POST: the POST gets its slot at +14 s and lands at +15 s
     assert api.leases["node-a"]["spec"]["renewTime"] == "2026-11-22T01:02:17.456789Z"  # WALL + 14 s
     assert beat.age() == 1.0
-    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 1  # 15 s after start
+    assert metrics.registry.get_sample_value("colocation_agent_heartbeats_late_total") == 1  # 15 s after start
     clock.now += 4
     await beat.renew()  # stamped at +23 s, lands at +24 s: 10 s after the renewTime it replaces
     assert api.leases["node-a"]["spec"]["renewTime"] == "2026-11-22T01:02:26.456789Z"
-    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 1
+    assert metrics.registry.get_sample_value("colocation_agent_heartbeats_late_total") == 1
     clock.now += 5
     await beat.renew()  # stamped at +33 s, lands at +34 s: 11 s after the last renewTime, within the grace
-    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 1
+    assert metrics.registry.get_sample_value("colocation_agent_heartbeats_late_total") == 1
     clock.now += 6
     await beat.renew()  # stamped at +44 s, lands at +45 s: 12 s after the last renewTime, late
-    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_late_total") == 2
+    assert metrics.registry.get_sample_value("colocation_agent_heartbeats_late_total") == 2
+
+
+# ---- reports are the heartbeat; the Lease registers and falls back ------------------------------
+
+class Reports:
+    """The reporter as the heartbeat sees it: seconds since the leader last accepted a report."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.accepted_at: float | None = None
+
+    def age(self) -> float:
+        return float("inf") if self.accepted_at is None else self.clock.now - self.accepted_at
+
+
+async def test_while_reports_are_accepted_the_lease_is_renewed_only_as_a_registration() -> None:
+    clock = FakeClock()
+    api, metrics, reports = FakeLeaseApi(), AgentMetrics(), Reports(clock)
+    delays: list[float] = []
+    sleep = sleeper(clock, delays, 70)
+    beat: NodeHeartbeat
+
+    async def reporting(seconds: float) -> None:
+        await sleep(seconds)
+        reports.accepted_at = clock.now  # a report every tick, accepted
+        beat.heard()
+
+    beat = heartbeat(api, clock=clock, sleep=reporting, rng=NoJitter(), metrics=metrics, reports=reports.age,
+                     registration_interval=300)
+    with pytest.raises(Stop):
+        await beat.run()  # 70 ticks of 10 s: 700 s
+    writes = [call for call in api.calls if call[0] in ("PUT", "POST")]
+    assert len(writes) == 3  # at start, then every 300 s
+    renewals = metrics.registry.get_sample_value("colocation_agent_lease_renewals_total", {"reason": "registration"})
+    assert renewals == 3
+    # The Lease promises the next registration, so it never looks expired in between.
+    assert api.leases["node-a"]["spec"]["leaseDurationSeconds"] == 40 + 300
+    assert not beat.overdue()
+    assert metrics.registry.get_sample_value("colocation_agent_heartbeats_late_total") == 0
+
+
+async def test_without_accepted_reports_the_lease_carries_the_heartbeat_every_interval() -> None:
+    clock = FakeClock()
+    api, metrics, reports = FakeLeaseApi(), AgentMetrics(), Reports(clock)
+    reports.accepted_at = clock.now
+    delays: list[float] = []
+    beat = heartbeat(api, clock=clock, sleep=sleeper(clock, delays, 8), rng=NoJitter(), metrics=metrics,
+                     reports=reports.age)
+    with pytest.raises(Stop):
+        await beat.run()  # the leader never accepts another report: t=0 registers, t=10 is within 15 s
+    fallback = metrics.registry.get_sample_value("colocation_agent_lease_renewals_total", {"reason": "fallback"})
+    assert fallback == 6  # t=20, 30, 40, 50, 60, 70
+    assert api.leases["node-a"]["spec"]["leaseDurationSeconds"] == 40
+    assert beat.fallback_after == 15
+
+
+async def test_an_accepted_report_is_a_heartbeat_and_a_late_one_is_counted() -> None:
+    clock = FakeClock()
+    metrics = AgentMetrics()
+    beat = heartbeat(FakeLeaseApi(), clock=clock, metrics=metrics, reports=lambda: 0.0)
+    beat.started_at = clock.now
+    clock.now += 9
+    beat.heard()
+    assert beat.age() == 0 and not beat.overdue()
+    clock.now += 11.5
+    assert beat.overdue()
+    beat.heard()
+    assert metrics.registry.get_sample_value("colocation_agent_heartbeats_late_total") == 1
+    assert not beat.overdue()
+
+
+def test_a_registration_interval_shorter_than_the_heartbeat_is_refused() -> None:
+    with pytest.raises(ValueError, match="registration interval"):
+        heartbeat(FakeLeaseApi(), registration_interval=5)

@@ -170,20 +170,47 @@ def test_the_leader_lease_gives_the_address_only_with_an_endpoint_and_a_ca() -> 
 
 
 async def test_reports_go_to_the_leader_and_then_only_when_due(setup: Setup) -> None:
-    assert await setup.reporter.check() == 10.0
+    # The next check is when the heartbeat falls due: 10 s, jittered earlier by up to 4 %.
+    assert 9.6 <= await setup.reporter.check() <= 10.0
     assert [identity for identity, _ in setup.leaders.sent] == ["op-0_a"]
     assert setup.sent("leader", "initial") == 1
     assert ("PUT", REPORT_PATH) not in setup.kube.calls
-    setup.now += 10
-    await setup.reporter.check()
-    assert len(setup.leaders.sent) == 1  # nothing changed
+    setup.now += 5
+    assert 4.6 <= await setup.reporter.check() <= 5.0
+    assert len(setup.leaders.sent) == 1  # nothing changed, and the heartbeat is not due yet
     setup.current = body(cpu="2500m")
     await setup.reporter.check()
     assert setup.sent("leader", "usage-changed") == 1
+    setup.now += 10
+    await setup.reporter.check()
+    assert setup.sent("leader", "heartbeat") == 1  # unchanged, but the leader hears from the agent every 10 s
     setup.now += 60
     await setup.reporter.check()
     assert setup.sent("leader", "max-interval") == 1
     assert setup.reporter.age() == 0
+
+
+async def test_without_a_heartbeat_interval_an_unchanged_state_waits_for_the_max_interval(setup: Setup) -> None:
+    reporter = Reporter("node-a", setup.delivery, lambda: Snapshot.of(setup.current),
+                        options=ReportOptions(heartbeat_interval=0), metrics=setup.metrics, clock=lambda: setup.now)
+    assert await reporter.check() == 10.0
+    setup.now += 50
+    assert await reporter.check() == 10.0
+    assert len(setup.leaders.sent) == 1
+    setup.now += 10
+    await reporter.check()
+    assert setup.sent("leader", "max-interval") == 1
+
+
+async def test_every_accepted_report_tells_the_heartbeat(setup: Setup) -> None:
+    heard: list[float] = []
+    reporter = Reporter("node-a", setup.delivery, lambda: Snapshot.of(setup.current), metrics=setup.metrics,
+                        on_accepted=lambda: heard.append(setup.now), clock=lambda: setup.now)
+    await reporter.check()
+    setup.leaders.status["https://10.0.0.1:8443"] = 422
+    setup.now += 10
+    await reporter.check()  # refused: no heartbeat
+    assert heard == [1000.0]
 
 
 async def test_a_new_leader_gets_the_latest_full_report_at_once(setup: Setup) -> None:
@@ -238,7 +265,7 @@ async def test_failures_back_off_exponentially_and_retry_with_the_latest_state(s
     assert setup.failed("unavailable") == 7
     setup.leaders.status.clear()
     setup.current = body(cpu="1900m")
-    assert await setup.reporter.check() == 10.0  # back to the normal interval
+    assert 9.6 <= await setup.reporter.check() <= 10.0  # back to the normal interval
     _, sent = setup.leaders.sent[-1]
     assert b'"cpu":"1900m"' in sent  # the latest state, not the one that failed first
     assert setup.sent("leader", "initial") == 1  # still the reason it was first due

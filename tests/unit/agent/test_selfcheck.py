@@ -16,9 +16,10 @@ def test_the_self_check_passes_a_clean_window_and_names_every_problem() -> None:
         return "\n".join([
             "colocation_agent_nodes 3",
             f"colocation_agent_lease_renew_duration_seconds_count {renewals}",
-            f"colocation_agent_lease_renewals_late_total {late}",
-            f"colocation_agent_leases_overdue {overdue}",
-            "colocation_agent_lease_oldest_renewal_age_seconds 12.5",
+            f'colocation_agent_reports_sent_total{{route="leader",trigger="heartbeat"}} {renewals * 10}',
+            f"colocation_agent_heartbeats_late_total {late}",
+            f"colocation_agent_heartbeats_overdue {overdue}",
+            "colocation_agent_heartbeat_oldest_age_seconds 12.5",
             "colocation_agent_informers 3",
             f"colocation_agent_informers_synced {synced}",
             f'colocation_agent_informer_failures_total{{resource="pods",reason="timeout"}} {failures}',
@@ -30,17 +31,19 @@ def test_the_self_check_passes_a_clean_window_and_names_every_problem() -> None:
     assert selfcheck.problems(before, clean) == []
     bad = selfcheck.parse_health(exposition(5, 3, 1, 2, 4, 6))
     assert selfcheck.problems(before, bad) == [
-        "2 Lease renewals were late (more than the renew interval plus a tenth after the renewTime they replaced)",
-        "1 of 3 Leases are overdue at the end (the oldest renewTime is 12.5 s old)",
+        "2 heartbeats were late (an accepted report or Lease renewal more than the heartbeat interval plus a tenth "
+        "after the one before)",
+        "1 of 3 nodes' heartbeats are overdue at the end (the oldest is 12.5 s old)",
         "1 of 3 informers are not synced",
         "2 list or watch attempts failed",
         "the agents logged 1 warnings or errors (colocation.agent.heartbeat: 1)"]
     assert selfcheck.problems(clean, before) == [
         "the agent process was restarted during the window (its counters went back)"]
-    # A window that kills leaders expects warnings about reports, but not a failed heartbeat.
-    warned = selfcheck.parse_health(exposition(9, 1, 0, 3, 2, 50))
+    # A window that kills leaders expects warnings about reports and late heartbeats meanwhile, but
+    # every node must be heard again by its end.
+    warned = selfcheck.parse_health(exposition(9, 4, 0, 3, 2, 50))
     assert selfcheck.problems(before, warned, warnings_expected=True) == []
-    assert selfcheck.problems(before, bad, warnings_expected=True) == selfcheck.problems(before, bad)[:-1]
+    assert selfcheck.problems(before, bad, warnings_expected=True) == selfcheck.problems(before, bad)[1:-1]
 
 
 def test_every_warning_an_agent_logs_is_counted() -> None:
@@ -68,8 +71,9 @@ def test_a_sandbox_state_names_every_agent_process(tmp_path: Path) -> None:
 def test_a_window_is_judged_for_every_process_read_on_both_sides() -> None:
     def health(nodes: int, renewals: int) -> selfcheck.AgentHealth:
         return selfcheck.parse_health(f"colocation_agent_nodes {nodes}\n"
-                                      f"colocation_agent_lease_renew_duration_seconds_count {renewals}\n")
+                                      f"colocation_agent_lease_renew_duration_seconds_count {renewals}\n"
+                                      f"colocation_agent_reports_sent_total {renewals * 3}\n")
 
     summaries, found = selfcheck.sandbox_verdict({"sim": health(2, 4)}, {"sim": health(2, 9), "new": health(1, 0)})
-    assert list(summaries) == ["sim"] and summaries["sim"].startswith("2 nodes: 5 Lease renewals")
+    assert list(summaries) == ["sim"] and summaries["sim"].startswith("2 nodes: 15 reports accepted, 5 Lease renewals")
     assert found == ["new: not read before the window (restarted?)"]

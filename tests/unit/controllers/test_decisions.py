@@ -93,12 +93,12 @@ def test_the_patch_names_only_the_batch_keys_in_capacity_and_allocatable() -> No
 # ---- conditions --------------------------------------------------------------------------------------
 
 def test_transition_time_changes_only_when_the_status_flips() -> None:
-    first = merge_conditions(None, [Condition("AgentReady", True, "LeaseRenewed", "ok")], "T1")
-    assert first == [{"type": "AgentReady", "status": "True", "reason": "LeaseRenewed", "message": "ok",
+    first = merge_conditions(None, [Condition("AgentReady", True, "AgentHeard", "ok")], "T1")
+    assert first == [{"type": "AgentReady", "status": "True", "reason": "AgentHeard", "message": "ok",
                       "lastTransitionTime": "T1"}]
-    reworded = merge_conditions(first, [Condition("AgentReady", True, "LeaseRenewed", "still ok")], "T2")
+    reworded = merge_conditions(first, [Condition("AgentReady", True, "AgentHeard", "still ok")], "T2")
     assert reworded[0]["lastTransitionTime"] == "T1" and reworded[0]["message"] == "still ok"
-    flipped = merge_conditions(reworded, [Condition("AgentReady", False, "LeaseExpired", "silent")], "T3")
+    flipped = merge_conditions(reworded, [Condition("AgentReady", False, "AgentSilent", "silent")], "T3")
     assert flipped[0]["lastTransitionTime"] == "T3" and flipped[0]["status"] == "False"
     assert transitions(reworded, flipped) == [("AgentReady", "False")]
     assert transitions(first, reworded) == []
@@ -134,29 +134,29 @@ def test_a_healthy_node_offers_what_the_formula_computed() -> None:
     assert status["batchCPU"] == 3500 and status["batchMemory"] == 2**30 and status["healthy"] is True
     assert status["message"] == "offering batch cpu 3500m and memory 1Gi"
     assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
-        ("AgentReady", "True", "LeaseRenewed"), ("MetricsFresh", "True", "MetricsReported"),
+        ("AgentReady", "True", "AgentHeard"), ("MetricsFresh", "True", "MetricsReported"),
         ("ColocationReady", "True", "BatchResourcesOffered"), ("Evicting", "False", "NotDue")]
     assert status["observedGeneration"] == 3 and status["leaseRenewTime"] == "2026-01-01T00:00:05Z"
 
 
 def test_an_unhealthy_node_says_why_with_no_age_in_the_status() -> None:
-    silent = health(False, agent=False, reason="LeaseExpired")
+    silent = health(False, agent=False, reason="AgentSilent")
     status = render_status(evaluation(silent, {CPU: 3500, MEMORY: 2**30}), None, "T1")
     assert status["healthy"] is False
-    assert status["message"] == ("the agent's Lease was not renewed within the grace period 40s: "
+    assert status["message"] == ("no report and no Lease renewal from the agent within the grace period 40s: "
                                  "batch resources removed")
     reasons = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
-    assert reasons["AgentReady"] == ("False", "LeaseExpired")
+    assert reasons["AgentReady"] == ("False", "AgentSilent")
     assert reasons["ColocationReady"] == ("False", "NodeUnhealthy")
     # Rendered again a minute later: the same status, so no write.
     assert render_status(evaluation(silent, {CPU: 3500, MEMORY: 2**30}), status, "T2") == status
 
 
 def test_during_the_startup_grace_stored_health_conditions_stand() -> None:
-    stored = render_status(evaluation(health(False, agent=False, reason="LeaseExpired")), None, "T1")
+    stored = render_status(evaluation(health(False, agent=False, reason="AgentSilent")), None, "T1")
     status = render_status(evaluation(health(judged=False, reason="StartupGrace"), None, "NoMetrics"), stored, "T2")
     agent = next(c for c in status["conditions"] if c["type"] == "AgentReady")
-    assert (agent["status"], agent["reason"], agent["lastTransitionTime"]) == ("False", "LeaseExpired", "T1")
+    assert (agent["status"], agent["reason"], agent["lastTransitionTime"]) == ("False", "AgentSilent", "T1")
     fresh = render_status(evaluation(health(judged=False, reason="StartupGrace")), None, "T3")
     assert next(c for c in fresh["conditions"] if c["type"] == "AgentReady")["status"] == "Unknown"
 

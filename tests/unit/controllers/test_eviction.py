@@ -31,7 +31,7 @@ class FakeClock:
 
 def health(node: str, healthy: bool, judged: bool = True) -> NodeHealth:
     return NodeHealth(node, healthy, healthy, True, judged, None if healthy else START, not healthy,
-                      "AgentReady" if healthy else "LeaseExpired", "")
+                      "AgentReady" if healthy else "AgentSilent", "")
 
 
 def cluster(unhealthy: int, total: int) -> list[NodeHealth]:

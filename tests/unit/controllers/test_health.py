@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from colocation.controllers.health import (
-    REASON_LEASE_EXPIRED,
-    REASON_LEASE_UNSTABLE,
+    REASON_AGENT_SILENT,
+    REASON_AGENT_UNSTABLE,
     REASON_METRICS_STALE,
     REASON_READY,
     REASON_STARTUP,
@@ -90,7 +90,7 @@ def test_a_silent_node_is_unhealthy_exactly_after_the_grace_period_and_due_for_e
     clock.to(START + 140.001)
     health = tracker.evaluate("node-a")
     assert (health.healthy, health.agent_ready, health.metrics_fresh) == (False, False, True)
-    assert health.reason == REASON_LEASE_EXPIRED
+    assert health.reason == REASON_AGENT_SILENT
     assert health.unhealthy_since == START + 140
     assert health.changed and not health.evict
     assert "40s" in health.message
@@ -129,7 +129,7 @@ def test_a_returning_agent_is_trusted_again_on_its_second_renewal_in_a_row(
 
     agent.heartbeat()  # back: one renewal after a 100 s silence
     health = tracker.evaluate("node-a")
-    assert (health.healthy, health.agent_ready, health.reason) == (False, False, REASON_LEASE_UNSTABLE)
+    assert (health.healthy, health.agent_ready, health.reason) == (False, False, REASON_AGENT_UNSTABLE)
     assert health.unhealthy_since == START + 140 and not health.changed
 
     clock.to(START + 210)
@@ -203,7 +203,7 @@ def test_a_released_lease_is_no_renewal(clock: FakeClock, tracker: NodeHealthTra
     assert not tracker.observe_lease("node-a", "2026-11-22T10:00:00.000000Z", holder="")
 
     clock.to(START + 140.5)
-    assert tracker.evaluate("node-a").reason == REASON_LEASE_EXPIRED
+    assert tracker.evaluate("node-a").reason == REASON_AGENT_SILENT
 
 
 def test_after_a_restart_nobody_is_judged_during_the_startup_grace_even_with_an_ancient_lease(
@@ -368,3 +368,76 @@ def test_leaving_a_full_disruption_restarts_the_eviction_timers_of_unhealthy_nod
 
     clock.to(START + 800.001)  # a full eviction timeout after the restart: due again
     assert tracker.evaluate("node-b").evict
+
+
+# ---- the agent's reports are its heartbeat; the Lease is the fallback ---------------------------
+
+def test_reports_alone_keep_the_agent_ready_and_their_silence_makes_it_unhealthy_after_the_grace_period(
+        clock: FakeClock, tracker: NodeHealthTracker) -> None:
+    agent = Agent(tracker, "node-a")
+    moment = START
+    while moment <= START + 300:  # never a Lease renewal: only reports, every 10 s
+        clock.to(moment)
+        assert agent.report()
+        assert tracker.evaluate("node-a").healthy
+        moment += 10
+    clock.to(START + 300 + 40)
+    assert tracker.evaluate("node-a").healthy
+    clock.to(START + 300 + 40.001)
+    health = tracker.evaluate("node-a")
+    assert (health.healthy, health.agent_ready, health.reason) == (False, False, REASON_AGENT_SILENT)
+    assert "no report and no Lease renewal" in health.message
+
+
+def test_lease_renewals_keep_an_agent_ready_whose_reports_do_not_arrive(
+        clock: FakeClock, tracker: NodeHealthTracker) -> None:
+    agent = Agent(tracker, "node-a")
+    steady(clock, [agent], until=START + 100)
+    moment = START + 110
+    while moment <= START + 600:  # the leader no longer hears it; the agent falls back to its Lease
+        clock.to(moment)
+        agent.renew()
+        health = tracker.evaluate("node-a")
+        assert health.agent_ready and health.healthy
+        moment += 10
+
+
+def test_a_report_counts_from_when_the_store_took_it_in_not_from_when_it_was_evaluated(
+        clock: FakeClock, tracker: NodeHealthTracker) -> None:
+    Agent(tracker, "node-a").report()
+    clock.to(START + 30)
+    # The evaluation 4 s after the report arrived reads it from the store.
+    assert tracker.observe_metric("node-a", "2026-11-23T00:00:00Z", seen_at=START + 26)
+    clock.to(START + 66)
+    assert tracker.evaluate("node-a").healthy
+    clock.to(START + 66.001)
+    health = tracker.evaluate("node-a")
+    assert not health.healthy and health.unhealthy_since == START + 66
+
+
+def test_a_report_and_a_renewal_moments_apart_do_not_make_a_returning_agent_trusted(
+        clock: FakeClock, tracker: NodeHealthTracker) -> None:
+    agent = Agent(tracker, "node-a")
+    steady(clock, [agent], until=START + 100)
+    clock.to(START + 200)
+    agent.renew()
+    clock.to(START + 200.5)
+    agent.report()
+    health = tracker.evaluate("node-a")
+    assert (health.healthy, health.reason) == (False, REASON_AGENT_UNSTABLE)
+    clock.to(START + 210)
+    agent.report()
+    assert tracker.evaluate("node-a").healthy
+
+
+def test_a_node_silent_since_before_a_takeover_is_judged_one_grace_period_after_it(clock: FakeClock) -> None:
+    tracker = NodeHealthTracker(clock)
+    clock.to(START + 500)
+    # As a standby this replica followed the leader's store: the node's last report came at START + 470.
+    tracker.observe_metric("node-a", "2026-11-23T00:00:00Z", seen_at=START + 470)
+    tracker.became_leader()  # the takeover, at START + 500
+    clock.to(START + 540)
+    assert tracker.evaluate("node-a").healthy
+    clock.to(START + 540.001)
+    health = tracker.evaluate("node-a")
+    assert not health.healthy and health.unhealthy_since == START + 540

@@ -219,7 +219,7 @@ async def test_a_silent_agent_loses_batch_resources_then_its_batch_pods() -> Non
     h.advance(1)
     await h.evaluate()
     assert h.offered("n1") == (None, None)
-    assert h.condition("n1", "AgentReady") == ("False", "LeaseExpired")
+    assert h.condition("n1", "AgentReady") == ("False", "AgentSilent")
     assert ("n1", "Warning", "ColocationAgentNotReady") in h.api.events
     assert h.api.evicted == []
 
