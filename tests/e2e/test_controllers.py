@@ -28,6 +28,7 @@ import aiohttp
 import orjson
 import pytest
 
+from colocation.agent import selfcheck
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import TIME_FACTOR, Kube, condition, fresh_namespace, start_sandbox_process, wait_for
@@ -42,6 +43,7 @@ BATCH_MEMORY = "kubernetes.io/batch-memory"
 GRACE, EVICTION_TIMEOUT = 3.0, 4.0 * TIME_FACTOR
 NODERESOURCES = "/apis/slo.colocation.dev/v1alpha1/noderesources"
 NODESLOS = "/apis/slo.colocation.dev/v1alpha1/nodeslos"
+NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/colocation-node-lease/leases"
 SANDBOX_ARGS = [
     "--operators", "1", "--nodes", "2", "--pods-per-node", "4", "--probe-interval", "0.2",
     f"--operator-arg=--node-grace-period={GRACE}", f"--operator-arg=--eviction-timeout={EVICTION_TIMEOUT}",
@@ -407,7 +409,8 @@ async def test_a_silent_agent_loses_batch_resources_then_batch_pods_then_recover
         assert await pod_exists(admin, namespace, "protected")  # 429 from its budget: retried later, not forced
         resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
         assert condition(resource, "Evicting") == "True"
-        assert await events(admin, namespace, "batch", "ColocationEvicted")
+        # Posted once the eviction is answered: the pod may be gone a moment before its Event exists.
+        await wait_for(lambda: events(admin, namespace, "batch", "ColocationEvicted"), timeout=5)
         assert batch["metadata"]["uid"] and free["metadata"]["uid"]
 
     await wait_for(lambda: offered(admin, node), timeout=10)
@@ -415,6 +418,36 @@ async def test_a_silent_agent_loses_batch_resources_then_batch_pods_then_recover
     resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
     assert condition(resource, "Evicting") == "False"
     assert await events(admin, "default", node, "ColocationRecovered")
+
+
+async def test_reports_are_the_agents_heartbeat_and_their_leases_are_left_alone(
+        admin: Kube, controller_sandbox: tuple[Path, Path]) -> None:
+    state = controller_sandbox[1]
+    nodes = [node for agent in agents(state) for node in agent["nodes"]]
+    for node in nodes:
+        await wait_for(lambda node=node: healthy(admin, node), timeout=30)  # type: ignore[misc]
+    before = await selfcheck.read_sandbox(state)
+    leases_before = {node: (await get(admin, f"{NODE_LEASES}/{node}") or {}).get("spec", {}) for node in nodes}
+    assert all(spec.get("renewTime") for spec in leases_before.values()), leases_before  # registered
+
+    async def reported_ten_times() -> dict[str, selfcheck.AgentHealth] | None:
+        now = await selfcheck.read_sandbox(state)
+        grown = all(now[name].reports - before[name].reports >= 10 * now[name].nodes for name in before)
+        return now if grown else None
+
+    after = await wait_for(reported_ten_times, timeout=30)  # one report a second per node (--heartbeat-interval)
+    reports = sum(after[name].reports - before[name].reports for name in before)
+    renewals = sum(after[name].renewals - before[name].renewals for name in before)
+    # While the leader accepts reports, a Lease is renewed only to register (every 10 minutes);
+    # a busy machine may delay a report past the fallback's 1.5 s now and then, never often.
+    assert renewals * 5 <= reports, (renewals, reports)
+    for node in nodes:
+        assert await healthy(admin, node)
+        lease = (await get(admin, f"{NODE_LEASES}/{node}") or {}).get("spec", {})
+        # A registration promises the next one (leaseDurationSeconds covers the 10 minutes between
+        # two): a live agent's Lease never looks expired to those who read it as client-go does.
+        renewed = dt.datetime.fromisoformat(lease["renewTime"]).timestamp()
+        assert renewed + lease["leaseDurationSeconds"] > time.time() + 60, lease
 
 
 async def test_every_agent_silent_at_once_evicts_nothing(

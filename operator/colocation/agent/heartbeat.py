@@ -10,7 +10,9 @@ module (`heard`). The Lease is renewed only
   registration interval too, so the Lease never looks expired between two registrations);
 - every heartbeat interval while no report was accepted for `fallback_after` (1.5 intervals): the
   leader cannot be reached (or refuses the reports), and the operator's watch of the Leases
-  still sees the agent alive; `leaseDurationSeconds` is then the lease duration (40 s).
+  still sees the agent alive; `leaseDurationSeconds` is then the lease duration (40 s). Once
+  reports are accepted again, the next tick registers again, so a live agent's Lease never
+  shows the short duration run out.
 Without a report source (`reports=None`) the Lease is the only heartbeat and is renewed every
 interval, as the kubelet renews its own.
 
@@ -110,6 +112,7 @@ class NodeHeartbeat:
         self.started_at: float | None = None  # monotonic, when run() began
         self._stamped: float = 0.0  # monotonic, the last renewTime written into a request
         self._duration = lease_duration_seconds  # leaseDurationSeconds of the renewal being made
+        self.renewed_for = ""  # the reason of the last successful renewal of this process
         # A heartbeat (or the wait for one) is late past this many seconds since the last.
         self.late_after = self.renew_interval * (1 + LATE_GRACE_FRACTION)
         self._wall, self._clock, self._sleep = wall, clock, sleep
@@ -239,10 +242,14 @@ class NodeHeartbeat:
             return "heartbeat"
         if self.renew_time is None:
             return "registration"  # this process has not registered yet
-        if self.reports() > self.fallback_after:
+        # Before the first report, silence counts from the start: the first report takes a few samples.
+        since_start = self._clock() - self.started_at if self.started_at is not None else 0.0
+        if min(self.reports(), since_start) > self.fallback_after:
             return "fallback"
         if self._clock() - self.renew_time >= self.registration_interval - self.renew_interval:
             return "registration"  # the tick before the interval runs out
+        if self.renewed_for != "registration":
+            return "registration"  # reports flow again: the Lease's short fallback duration would soon run out
         return None
 
     async def run(self) -> None:
@@ -257,6 +264,7 @@ class NodeHeartbeat:
                 try:
                     await self.renew()
                     self._errors.reset()
+                    self.renewed_for = reason
                     self.metrics.lease_renewals.labels(reason).inc()
                 except HeartbeatError as error:
                     delay = self._errors.next_delay()

@@ -397,3 +397,34 @@ async def test_an_accepted_report_is_a_heartbeat_and_a_late_one_is_counted() -> 
 def test_a_registration_interval_shorter_than_the_heartbeat_is_refused() -> None:
     with pytest.raises(ValueError, match="registration interval"):
         heartbeat(FakeLeaseApi(), registration_interval=5)
+
+
+async def test_before_the_first_report_the_silence_counts_from_the_start() -> None:
+    clock = FakeClock()
+    api, metrics = FakeLeaseApi(), AgentMetrics()
+    beat = heartbeat(api, clock=clock, sleep=sleeper(clock, [], 3), rng=NoJitter(), metrics=metrics,
+                     reports=lambda: float("inf"))
+    with pytest.raises(Stop):
+        await beat.run()  # ticks at 0 (registration), 10 (within 15 s of the start), 20 (fallback)
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_total", {"reason": "fallback"}) == 1
+
+
+async def test_when_reports_flow_again_the_lease_registers_at_once() -> None:
+    clock = FakeClock()
+    api, metrics, reports = FakeLeaseApi(), AgentMetrics(), Reports(clock)
+    reports.accepted_at = clock.now
+    delays: list[float] = []
+    sleep = sleeper(clock, delays, 6)
+
+    async def resuming(seconds: float) -> None:
+        await sleep(seconds)
+        if clock.now >= 1030:  # the leader accepts reports again from t=30
+            reports.accepted_at = clock.now
+
+    beat = heartbeat(api, clock=clock, sleep=resuming, rng=NoJitter(), metrics=metrics, reports=reports.age)
+    with pytest.raises(Stop):
+        await beat.run()  # t=0 registers, t=20 falls back, t=30 registers again, t=40 and 50 leave it alone
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_total", {"reason": "fallback"}) == 1
+    assert metrics.registry.get_sample_value("colocation_agent_lease_renewals_total",
+                                             {"reason": "registration"}) == 2
+    assert api.leases["node-a"]["spec"]["leaseDurationSeconds"] == 640
