@@ -3,7 +3,7 @@
 One window of steady state, counted by the sandbox (`/sandbox/stats`: requests and bytes per
 user, verb, group and resource). In it run, at once:
 
-- this design: the agents (node Lease renewals, their pod watch, leader Lease reads) and the
+- this design: the agents (node Lease registrations, their pod watch, leader Lease reads) and the
   operator replicas (their watches and writes, leader election, delegated authentication of the
   reports), as `colocation sandbox --nodes N` runs them; the reports go to the leader, not the API;
 - the Koordinator-style path, for the same metrics at the same moments: every NodeMetric change
@@ -14,7 +14,8 @@ user, verb, group and resource). In it run, at once:
 
 Then both object streams of the window are replayed into a real etcd, one fresh etcd each: the
 CRD path's full NodeMetric objects (JSON, as kube-apiserver stores custom resources) against
-ours, the Lease objects of every renewal (protobuf, as it stores built-in kinds).
+ours, the Lease objects of every renewal and the NodeResource statuses written (protobuf, as it
+stores built-in kinds, and JSON).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from benchmarks.client import JSON, Client, Request, say
 from benchmarks.cp_cluster import NODEMETRICS, Cluster, wait_until
 from benchmarks.cp_etcd import EtcdFigures
 from colocation.agent import selfcheck
-from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL
 from colocation.kube import permissions
 
 KOORD_GROUP = "slo.koordinator.sh"
@@ -254,15 +254,6 @@ def _rows(report: ControlPlaneReport, items: list[dict[str, Any]]) -> list[Row]:
         if group == KOORD_GROUP:
             client = "koordlet (load client)" if user == AGENT_USER else "koord-manager informer"
             rows.append(Row("NodeMetric CRD", client, item["verb"], name, *values))
-        elif user == AGENT_USER and resource == "leases" and item["verb"] == "get":
-            # The simulated agents share one leader locator, whose polls their reports keep deferring;
-            # separate agents each read the Lease once per poll interval when idle: count that bound.
-            requests = item["requests"] or 1
-            per_agent = 60.0 / DEFAULT_POLL_INTERVAL
-            rows.append(Row("this design", "agents", "get", name, per_agent,
-                            per_agent * item["requestBytes"] / requests, per_agent * item["responseBytes"] / requests,
-                            note=f"modeled: one read per {DEFAULT_POLL_INTERVAL:g} s per agent (an idle agent's "
-                                 f"poll; accepted reports defer it), measured bytes per read"))
         elif user == AGENT_USER and group == "slo.colocation.dev":
             # Only the real agent follows its NodeSLO (simulated ones use the default policy).
             requests, sent, received = (v * report.config.nodes for v in values)

@@ -113,17 +113,17 @@ def render_control_plane(report: ControlPlaneReport, machine: Machine, command: 
               "### What this means", ""]
     parts += [
         f"- The metrics themselves never reach the API server in this design: the {reports_per_node_minute:.2f} "
-        f"reports per node per minute go to the leader. What remains is the agents' heartbeat (a Lease write "
-        f"every 10 s, as the kubelet's), their pod watch, their reads of the leader Lease, and the operator's "
+        f"reports per node per minute go to the leader, and each is the agent's heartbeat. What remains is the "
+        f"agents' Lease registration (at start and every 10 minutes), their pod watch, and the operator's "
         f"watches, Node and NodeResource writes and delegated authentication (TokenReview/SubjectAccessReview).",
         _biggest(report),
         _per_report(report, reports_per_node_minute),
-        f"- The simulation shares one leader locator per agent process, and accepted reports defer its polls; "
-        f"the agents' leader-Lease row is therefore the bound for separate agents: one read per "
-        f"{DEFAULT_POLL_INTERVAL:g} s each when idle (the bytes per read are measured). Simulated agents do not "
-        f"watch their NodeSLO, so that row is the one real agent's, for every agent.",
+        f"- An accepted report confirms the leader, and agents report at least every 10 s, so an agent reads "
+        f"the leader Lease only when it starts or a report fails (its {DEFAULT_POLL_INTERVAL:g} s poll never "
+        f"falls due): the simulation's shared leader locator reads as separate agents would. Simulated agents do "
+        f"not watch their NodeSLO, so that row is the one real agent's, for every agent.",
         "- Bytes include HTTP headers: every agent request carries its ~1 KiB bound ServiceAccount token, which "
-        "is why small Lease writes are not small on the wire.",
+        "is why small writes are not small on the wire.",
     ]
     return "\n".join(parts) + "\n"
 
