@@ -5,11 +5,12 @@ colocation-operator (see colocation.kube.leaderelection). Agents may only `get` 
 name (a watch would need a wider grant), so the locator reads it periodically, with jitter so
 that thousands of agents do not ask in step, and at once when a report says the leader moved (a
 503 from a standby, a refused connection). A report the leader accepted proves it still leads
-(standbys answer 503), so it counts as a read: an agent that reports often never polls, and
-one that is idle polls once per interval — per node, the API server sees about one GET a minute
-instead of one every 10 s. Concurrent requests for a fresh read share one GET,
-and reads closer together than `min_refresh_gap` reuse the last answer: a storm of failing
-reports costs the API server one request, not one per report.
+(standbys answer 503), so it counts as a read: agents report at least every heartbeat interval
+(10 s, colocation.agent.report), so in steady state they never poll; the API server sees a GET
+from an agent when it starts and when a report fails (a failover), not once per interval.
+Concurrent requests for a fresh read share one GET, and reads closer together than
+`min_refresh_gap` reuse the last answer: a storm of failing reports costs the API server one
+request, not one per report.
 """
 
 from __future__ import annotations
