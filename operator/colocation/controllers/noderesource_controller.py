@@ -6,9 +6,9 @@ configuration changes), so a node that falls silent degrades on time without any
 Per node: the tracker judges its agent's heartbeats (reports, Lease renewals) and metrics; the
 batch formula runs on the Node, its pods and its NodeMetric (read from the operator's in-memory
 store, never over HTTP); the Node is patched when `decide_node_write` says so, with nothing
-while the node is unhealthy; the NodeResource status is rewritten when it changed. Across nodes:
-the guard decides whether evictions may happen, the planner which pods go now. Health
-transitions post Events and count.
+while the node is unhealthy; the NodeResource status is rewritten when what it says changed
+(`nodestatus`, `conditions.status_needs_write`). Across nodes: the guard decides whether
+evictions may happen, the planner which pods go now. Health transitions post Events and count.
 
 During the startup grace no node is judged: batch resources are added or updated but never
 removed (the metric store of a fresh leader may still be filling), and nobody is evicted.
@@ -204,17 +204,16 @@ class NodeResourceReconciler:
                                         timeout=self.settings.eviction_timeout),
             grace_period=self.tracker.grace_period, degrade_after=self.tracker.degrade_after,
             metric_update_time=self._metric_update_time(name), lease_renew_time=self.state.lease_renew_times.get(name),
-            last_node_update=None, generation=(resource or {}).get("metadata", {}).get("generation"))
+            last_node_update=None, generation=(resource or {}).get("metadata", {}).get("generation"), on_node=None)
         await self._write_node(name, node, evaluation, strategy, resource, now)
         await self._post_transitions(name, node, health)
         if resource is not None:
             last = self._last_node_write(name, resource)
-            # The status shows what the Node offers after this evaluation, not the formula's latest
-            # figure: that moves with every report, and writing it each time would cost a status
-            # write per report per node, the very load the thresholds keep off the Node.
-            on_node = (batch_on_node(self.state.nodes[name]).values or evaluation.computed) \
-                if evaluation.computed is not None else None
-            evaluation = dataclasses.replace(evaluation, computed=on_node,
+            # The status shows what the Node offers after this evaluation, never the formula's
+            # latest figure: that moves with every report (also while an unhealthy node's agent
+            # goes on reporting), and writing it would cost a status write per report per node,
+            # the very load the thresholds keep off the Node.
+            evaluation = dataclasses.replace(evaluation, on_node=batch_on_node(self.state.nodes[name]).values,
                                              last_node_update=format_time(last) if last else None)
             await self._write_status(name, resource, evaluation, strategy, now)
 

@@ -3,6 +3,14 @@
 Messages are stable: they name the cause and the threshold, never an age, so an unchanged
 situation renders an unchanged status and costs no write. Ages go into Events, which are posted
 once per transition.
+
+Nothing in the status moves with every report except the volatile timestamps
+(`conditions.VOLATILE_STATUS_FIELDS`), which are written only along with a real change or once per
+`updateTimeThresholdSeconds`. In particular `batchCPU`, `batchMemory` and the ColocationReady
+message show what the Node offers (`Evaluation.on_node`), never the formula's latest figure: that
+moves with every report, the Node only beyond `resourceDiffThreshold` or once per
+`updateTimeThresholdSeconds` (`controllers.nodewrite`). When the Node offers nothing (batch
+resources removed from an unhealthy node, or not yet written), they are absent.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ NO_METRICS: Final = "NoMetrics"
 METRICS_OUTDATED: Final = "MetricsOutdated"
 UNHEALTHY: Final = "NodeUnhealthy"
 OFFERED: Final = "BatchResourcesOffered"
+PENDING: Final = "BatchResourcesPending"  # computed for a healthy node, not (yet) on the Node
 
 # Evicting=False reasons, besides the guard's (StartupGrace, FullDisruption, PartialDisruption).
 NOT_DUE: Final = "NotDue"
@@ -53,6 +62,7 @@ class Evaluation:
     lease_renew_time: str | None
     last_node_update: str | None  # RFC 3339
     generation: int | None
+    on_node: Mapping[str, int] | None  # what the Node offers after this evaluation's write (None: nothing)
 
 
 def offered(evaluation: Evaluation) -> Mapping[str, int] | None:
@@ -96,8 +106,11 @@ def _health_conditions(evaluation: Evaluation, previous: Mapping[str, Mapping[st
 
 def _colocation_condition(evaluation: Evaluation) -> tuple[Condition, str]:
     health = evaluation.health
-    values = offered(evaluation)
-    if values is not None:
+    if offered(evaluation) is not None:
+        values = evaluation.on_node
+        if values is None:
+            text = "batch resources computed, not yet written to the Node"
+            return Condition(COLOCATION_READY, False, PENDING, text), text
         text = (f"offering batch cpu {format_millis(values[BATCH_CPU])} and "
                 f"memory {format_bytes(values[BATCH_MEMORY])}")
         return Condition(COLOCATION_READY, True, OFFERED, text), text
@@ -126,7 +139,7 @@ def render_status(evaluation: Evaluation, stored: Mapping[str, Any] | None, now:
     if evaluation.evicting.status:
         message += "; " + evaluation.evicting.message
     status: dict[str, Any] = {}
-    values = evaluation.computed
+    values = evaluation.on_node
     if values is not None:
         status["batchCPU"] = int(values[BATCH_CPU])
         status["batchMemory"] = int(values[BATCH_MEMORY])

@@ -124,13 +124,15 @@ def health(healthy: bool = True, *, agent: bool = True, metrics: bool = True, ju
 
 
 def evaluation(h: NodeHealth, computed: dict[str, int] | None = None, reason: str = "",
-               evicting: Condition | None = None) -> Evaluation:
+               evicting: Condition | None = None, on_node: dict[str, int] | None = None) -> Evaluation:
     return Evaluation(h, computed, reason, evicting or Condition("Evicting", False, "NotDue", "no eviction"),
-                      40.0, 900.0, "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z", None, 3)
+                      40.0, 900.0, "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z", None, 3, on_node)
 
 
-def test_a_healthy_node_offers_what_the_formula_computed() -> None:
-    status = render_status(evaluation(health(), {CPU: 3500, MEMORY: 2**30}), None, "T1")
+def test_a_healthy_node_shows_what_the_node_offers_not_the_latest_figure() -> None:
+    # The formula says 3600m now; the Node offers 3500m (the move is within the threshold).
+    status = render_status(evaluation(health(), {CPU: 3600, MEMORY: 2**30}, on_node={CPU: 3500, MEMORY: 2**30}),
+                           None, "T1")
     assert status["batchCPU"] == 3500 and status["batchMemory"] == 2**30 and status["healthy"] is True
     assert status["message"] == "offering batch cpu 3500m and memory 1Gi"
     assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
@@ -148,8 +150,17 @@ def test_an_unhealthy_node_says_why_with_no_age_in_the_status() -> None:
     reasons = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert reasons["AgentReady"] == ("False", "AgentSilent")
     assert reasons["ColocationReady"] == ("False", "NodeUnhealthy")
-    # Rendered again a minute later: the same status, so no write.
-    assert render_status(evaluation(silent, {CPU: 3500, MEMORY: 2**30}), status, "T2") == status
+    assert "batchCPU" not in status and "batchMemory" not in status  # removed from the Node
+    # Rendered again a minute later, the formula's figure moved: the same status, so no write.
+    assert render_status(evaluation(silent, {CPU: 3700, MEMORY: 2**30}), status, "T2") == status
+
+
+def test_batch_resources_not_yet_on_the_node_are_pending() -> None:
+    status = render_status(evaluation(health(), {CPU: 3500, MEMORY: 2**30}), None, "T1")
+    assert "batchCPU" not in status
+    colocation = next(c for c in status["conditions"] if c["type"] == "ColocationReady")
+    assert (colocation["status"], colocation["reason"]) == ("False", "BatchResourcesPending")
+    assert status["message"] == "batch resources computed, not yet written to the Node"
 
 
 def test_during_the_startup_grace_stored_health_conditions_stand() -> None:

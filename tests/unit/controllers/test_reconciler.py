@@ -314,3 +314,86 @@ async def test_an_invalid_key_keeps_its_last_good_value_and_warns_once() -> None
     assert len(posted) == 1
     await config.update(config_map)
     assert posted[-1][:2] == ("Normal", "ConfigurationApplied")
+
+
+# ---- when the NodeResource status is written ---------------------------------------------------------
+# Every node reports every 10 s with usage that moves each time. The status is written only when
+# what it says changes: the batch resources on the Node, a condition, the observed generation; and
+# once per updateTimeThresholdSeconds (300 s) to refresh leaseRenewTime and metricUpdateTime.
+
+def status_writes(h: Harness) -> int:
+    return sum(1 for verb, _ in h.api.calls if verb == "patch noderesource status")
+
+
+async def steady_reports(h: Harness, count: int, *, system_cpu: int = 500,
+                         renewing: tuple[str, ...] = ("n1",)) -> None:
+    """`count` evaluations 10 s apart, n1 reporting before each a system cpu 10m..290m above `system_cpu`.
+
+    From 500m, batch cpu moves between 5490m and 5210m: within the 10 % threshold of 5500m, and
+    never back to 5500m, so the Node's own refresh comes with the status's (a Node refresh of
+    values that differ is a change of what the status shows, and costs a write of its own).
+    """
+    for i in range(count):
+        h.advance(10)
+        h.renew(*renewing)
+        h.report("n1", system_cpu=f"{system_cpu + 10 + (i * 70) % 280}m")
+        await h.evaluate()
+
+
+async def test_reports_moving_usage_within_the_threshold_write_the_status_once_per_refresh_period() -> None:
+    h = Harness(["n1"])
+    await healthy_pass(h, "n1")
+    assert status_writes(h) == 1
+    h.api.calls.clear()
+
+    await steady_reports(h, 30)  # 300 s: not yet older than updateTimeThresholdSeconds
+    assert h.api.calls == []
+    assert h.resource_status("n1")["batchCPU"] == 5500  # what the Node offers
+
+    await steady_reports(h, 1)  # 310 s: the Node's drifted values and the timestamps are refreshed
+    assert h.api.calls == [("patch node", "n1"), ("patch noderesource status", "n1")]
+    assert h.resource_status("n1")["batchCPU"] == int(h.offered("n1")[0] or 0)
+    h.api.calls.clear()
+
+    await steady_reports(h, 30)
+    assert h.api.calls == []
+
+
+async def test_each_real_change_costs_exactly_one_status_write() -> None:
+    h = Harness(["n1"])
+    await healthy_pass(h, "n1")
+    h.api.calls.clear()
+
+    # The Node's batch resources change beyond the threshold: one write, then quiet again.
+    h.advance(10)
+    h.renew("n1")
+    h.report("n1", system_cpu="2500m")
+    await h.evaluate()
+    assert h.api.calls == [("patch node", "n1"), ("patch noderesource status", "n1")]
+    assert h.resource_status("n1")["batchCPU"] == 3500
+    await steady_reports(h, 5, system_cpu=2500)
+    assert status_writes(h) == 1
+
+    # The NodeResource's spec changes (observedGeneration follows): one write.
+    resource = h.state.noderesources["n1"]
+    h.state.noderesource_event("MODIFIED", {**resource, "metadata": {**resource["metadata"], "generation": 2},
+                                            "spec": {"cpuReclaimThresholdPercent": 60}})
+    await steady_reports(h, 5, system_cpu=2500)
+    assert status_writes(h) == 2
+    assert h.resource_status("n1")["observedGeneration"] == 2
+
+
+async def test_an_unhealthy_node_that_goes_on_reporting_costs_one_status_write() -> None:
+    h = Harness(["n1", "n2", "n3"])
+    await healthy_pass(h, "n1", "n2", "n3")
+    h.api.calls.clear()
+
+    # n1's Lease is no longer renewed, its reports go on: AgentReady turns False once.
+    await steady_reports(h, 5, renewing=("n2", "n3"))
+    assert h.api.calls == [("patch node", "n1"), ("patch noderesource status", "n1")]
+    assert h.condition("n1", "AgentReady") == ("False", "LeaseExpired")
+    assert "batchCPU" not in h.resource_status("n1")  # removed from the Node, not the formula's figure
+
+    # Reports keep moving usage while the condition stays: no more writes (short of the eviction timeout).
+    await steady_reports(h, 20, renewing=("n2", "n3"))
+    assert status_writes(h) == 1
