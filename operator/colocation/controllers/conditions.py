@@ -18,10 +18,11 @@ COLOCATION_READY: Final = "ColocationReady"
 EVICTING: Final = "Evicting"
 CONDITION_TYPES: Final = (AGENT_READY, METRICS_FRESH, COLOCATION_READY, EVICTING)
 
-# Fields that change with every heartbeat or report: written along with a real change, or when
-# the status has not been written for a while, never on their own (10,000 nodes renew a Lease
-# every 10 s: writing on each would be 1,000 writes a second for nothing a user acts on).
-VOLATILE_STATUS_FIELDS: Final = frozenset({"leaseRenewTime", "metricUpdateTime"})
+# Fields that change with every report or Node refresh: written along with a real change, never on
+# their own (10,000 nodes report every 10 s: writing on each would be 1,000 etcd writes a second,
+# and a refresh every updateTimeThresholdSeconds would still be 0.2 per node per minute, for
+# nothing a user acts on; the NodeMetric API serves the latest updateTime).
+VOLATILE_STATUS_FIELDS: Final = frozenset({"leaseRenewTime", "metricUpdateTime", "lastNodeUpdateTime"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,20 +63,13 @@ def transitions(previous: Iterable[Mapping[str, Any]] | None,
     return [(str(item["type"]), str(item["status"])) for item in current if before.get(item["type"]) != item["status"]]
 
 
-def status_needs_write(stored: Mapping[str, Any] | None, rendered: Mapping[str, Any], *,
-                       last_write: float | None, now: float, refresh_after: float) -> bool:
-    """Whether the NodeResource status must be written.
-
-    Yes when anything but the volatile input timestamps differs from the stored status, and when
-    the timestamps differ and the last write is older than `refresh_after` (or unknown).
-    """
+def status_needs_write(stored: Mapping[str, Any] | None, rendered: Mapping[str, Any]) -> bool:
+    """Whether the NodeResource status must be written: when anything but the volatile input
+    timestamps differs from the stored status (they are written along with such a change, never
+    on their own)."""
     stored = stored or {}
 
     def stable(status: Mapping[str, Any]) -> dict[str, Any]:
         return {key: value for key, value in status.items() if key not in VOLATILE_STATUS_FIELDS}
 
-    if stable(stored) != stable(rendered):
-        return True
-    if all(stored.get(key) == rendered.get(key) for key in VOLATILE_STATUS_FIELDS):
-        return False
-    return last_write is None or now - last_write > refresh_after
+    return stable(stored) != stable(rendered)

@@ -53,7 +53,7 @@ from colocation.controllers.nodestatus import (
     offered,
     render_status,
 )
-from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch
+from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch, shown_batch
 from colocation.controllers.settings import ControllerSettings
 from colocation.controllers.writers import NODERESOURCES, KubeWriter, merge_patch, owner_reference
 from colocation.koordinator.batch_formula import calculate_batch_resources
@@ -101,7 +101,6 @@ class NodeResourceReconciler:
         self._metrics: dict[str, tuple[int, Obj]] = {}  # node -> (resourceVersion, parsed NodeMetric)
         self._computed: dict[str, _Computed] = {}
         self._last_write: dict[str, float] = {}  # node -> wall time of our last Node write
-        self._last_status_write: dict[str, float] = {}
         self._previous: dict[str, NodeHealth] = {}
         self._guard_reason = ""
 
@@ -135,7 +134,6 @@ class NodeResourceReconciler:
         self._metrics.pop(name, None)
         self._computed.pop(name, None)
         self._last_write.pop(name, None)
-        self._last_status_write.pop(name, None)
         self._previous.pop(name, None)
 
     def strategy(self, name: str, node: Mapping[str, Any]) -> ColocationStrategy:
@@ -213,7 +211,10 @@ class NodeResourceReconciler:
             # latest figure: that moves with every report (also while an unhealthy node's agent
             # goes on reporting), and writing it would cost a status write per report per node,
             # the very load the thresholds keep off the Node.
-            evaluation = dataclasses.replace(evaluation, on_node=batch_on_node(self.state.nodes[name]).values,
+            # ... and moves only as the Node moves beyond the threshold, not with its periodic refresh.
+            shown = shown_batch(resource.get("status"), batch_on_node(self.state.nodes[name]).values,
+                                strategy.resource_diff_threshold)
+            evaluation = dataclasses.replace(evaluation, on_node=shown,
                                              last_node_update=format_time(last) if last else None)
             await self._write_status(name, resource, evaluation, strategy, now)
 
@@ -266,12 +267,10 @@ class NodeResourceReconciler:
                             strategy: ColocationStrategy, now: float) -> None:
         stored = resource.get("status") or {}
         rendered = render_status(evaluation, stored, format_time(now))
-        if not status_needs_write(stored, rendered, last_write=self._last_status_write.get(name), now=now,
-                                  refresh_after=float(strategy.update_time_threshold_seconds)):
+        if not status_needs_write(stored, rendered):
             return
         status, body = await self.writer.patch_noderesource_status(name, {"status": merge_patch(stored, rendered)})
         if status == 200 and isinstance(body, dict):
-            self._last_status_write[name] = now
             self.state.noderesource_event("MODIFIED", body)
         elif status == 404:
             self.state.noderesources.pop(name, None)  # deleted by someone: created again next time

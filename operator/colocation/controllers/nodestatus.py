@@ -5,12 +5,13 @@ situation renders an unchanged status and costs no write. Ages go into Events, w
 once per transition.
 
 Nothing in the status moves with every report except the volatile timestamps
-(`conditions.VOLATILE_STATUS_FIELDS`), which are written only along with a real change or once per
-`updateTimeThresholdSeconds`. In particular `batchCPU`, `batchMemory` and the ColocationReady
-message show what the Node offers (`Evaluation.on_node`), never the formula's latest figure: that
-moves with every report, the Node only beyond `resourceDiffThreshold` or once per
-`updateTimeThresholdSeconds` (`controllers.nodewrite`). When the Node offers nothing (batch
-resources removed from an unhealthy node, or not yet written), they are absent.
+(`conditions.VOLATILE_STATUS_FIELDS`), which are written only along with a real change. In
+particular `batchCPU`, `batchMemory` and the ColocationReady message show what the Node offers
+(`Evaluation.on_node`, held by `controllers.nodewrite.shown_batch` while the Node's figures stay
+within `resourceDiffThreshold` of them), never the formula's latest figure: that moves with every
+report, the Node only beyond `resourceDiffThreshold` or once per `updateTimeThresholdSeconds`.
+When the Node offers nothing (batch resources removed from an unhealthy node, or not yet
+written), they are absent.
 """
 
 from __future__ import annotations

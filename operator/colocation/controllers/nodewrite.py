@@ -107,3 +107,23 @@ def node_status_patch(desired: Mapping[str, int] | None) -> dict[str, Any]:
     values: dict[str, str | None] = {key: (str(int(desired[key])) if desired is not None else None)
                                      for key in BATCH_RESOURCES}
     return {"status": {"capacity": dict(values), "allocatable": dict(values)}}
+
+
+def shown_batch(shown: Mapping[str, Any] | None, on_node: Mapping[str, int] | None,
+                diff_threshold: float) -> Mapping[str, int] | None:
+    """The batch values a NodeResource status shows: what the Node offers, by the Node's own rule.
+
+    `shown` is the stored status. Its figures stand while the Node's are within `diff_threshold` of
+    them (the refresh that rewrites the Node every updateTimeThresholdSeconds moves it by less),
+    so a refresh of the Node is no change of what the status says; a move beyond the threshold,
+    an appearance or a removal is.
+    """
+    if on_node is None or not shown:
+        return on_node
+    before = {BATCH_CPU: shown.get("batchCPU"), BATCH_MEMORY: shown.get("batchMemory")}
+    if any(not isinstance(value, int) for value in before.values()):
+        return on_node
+    if any(abs(on_node[key] - int(before[key] or 0)) > int(before[key] or 0) * diff_threshold
+           for key in BATCH_RESOURCES):
+        return on_node
+    return {key: int(value or 0) for key, value in before.items()}

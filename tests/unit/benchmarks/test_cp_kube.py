@@ -1,5 +1,6 @@
 """The arithmetic of the control-plane-kube suite: Prometheus text, window deltas, path minus base,
-the check that every agent was heard, the targets and the section's refusal to state figures from a run that misbehaved."""
+the check that every agent was heard, the targets and the section's refusal to state figures from
+a run that misbehaved."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from colocation.controllers.conditions import Condition, merge_conditions, statu
 from colocation.controllers.events import Create, EventRecorder, ObjectRef, Patch
 from colocation.controllers.health import NodeHealth
 from colocation.controllers.nodestatus import Evaluation, evicting_condition, render_status
-from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch
+from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch, shown_batch
 from colocation.controllers.writers import merge_patch
 
 CPU, MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
@@ -106,14 +106,23 @@ def test_transition_time_changes_only_when_the_status_flips() -> None:
     assert unknown[0]["status"] == "Unknown" and unknown[0]["lastTransitionTime"] == "T4"
 
 
-def test_heartbeat_timestamps_alone_do_not_cost_a_status_write() -> None:
-    stored = {"healthy": True, "batchCPU": 10, "leaseRenewTime": "2026-01-01T00:00:00Z"}
-    renewed = {**stored, "leaseRenewTime": "2026-01-01T00:00:10Z"}
-    assert not status_needs_write(stored, renewed, last_write=100.0, now=200.0, refresh_after=300.0)
-    assert status_needs_write(stored, renewed, last_write=100.0, now=400.1, refresh_after=300.0)
-    assert status_needs_write(stored, {**renewed, "batchCPU": 11}, last_write=100.0, now=101.0, refresh_after=300.0)
-    assert not status_needs_write(stored, dict(stored), last_write=None, now=10**6, refresh_after=300.0)
-    assert status_needs_write(None, stored, last_write=None, now=0.0, refresh_after=300.0)
+def test_timestamps_alone_never_cost_a_status_write() -> None:
+    stored = {"healthy": True, "batchCPU": 10, "leaseRenewTime": "2026-01-01T00:00:00Z",
+              "lastNodeUpdateTime": "2026-01-01T00:00:00Z"}
+    renewed = {**stored, "leaseRenewTime": "2026-01-01T00:00:10Z", "metricUpdateTime": "2026-01-01T00:00:10Z",
+               "lastNodeUpdateTime": "2026-01-01T00:05:00Z"}
+    assert not status_needs_write(stored, renewed)
+    assert status_needs_write(stored, {**renewed, "batchCPU": 11})
+    assert status_needs_write(None, stored)
+
+
+def test_the_status_shows_the_nodes_batch_values_by_the_nodes_own_threshold() -> None:
+    stored = {"batchCPU": 5000, "batchMemory": 1000}
+    assert shown_batch(stored, {CPU: 5400, MEMORY: 1090}, 0.1) == {CPU: 5000, MEMORY: 1000}  # within 10 %
+    assert shown_batch(stored, {CPU: 5600, MEMORY: 1000}, 0.1) == {CPU: 5600, MEMORY: 1000}  # beyond
+    assert shown_batch(stored, None, 0.1) is None  # removed from the Node
+    assert shown_batch({}, {CPU: 1, MEMORY: 2}, 0.1) == {CPU: 1, MEMORY: 2}  # appears
+    assert shown_batch({"batchCPU": 0, "batchMemory": 0}, {CPU: 1, MEMORY: 0}, 0.1) == {CPU: 1, MEMORY: 0}
 
 
 # ---- the NodeResource status ---------------------------------------------------------------------------

@@ -318,8 +318,9 @@ async def test_an_invalid_key_keeps_its_last_good_value_and_warns_once() -> None
 
 # ---- when the NodeResource status is written ---------------------------------------------------------
 # Every node reports every 10 s with usage that moves each time. The status is written only when
-# what it says changes: the batch resources on the Node, a condition, the observed generation; and
-# once per updateTimeThresholdSeconds (300 s) to refresh leaseRenewTime and metricUpdateTime.
+# what it says changes: the batch resources on the Node beyond resourceDiffThreshold, a condition,
+# the observed generation. The timestamps (leaseRenewTime, metricUpdateTime, lastNodeUpdateTime)
+# go along with such a change, never on their own, and the Node's periodic refresh is no change.
 
 def status_writes(h: Harness) -> int:
     return sum(1 for verb, _ in h.api.calls if verb == "patch noderesource status")
@@ -340,7 +341,7 @@ async def steady_reports(h: Harness, count: int, *, system_cpu: int = 500,
         await h.evaluate()
 
 
-async def test_reports_moving_usage_within_the_threshold_write_the_status_once_per_refresh_period() -> None:
+async def test_reports_moving_usage_within_the_threshold_never_write_the_status() -> None:
     h = Harness(["n1"])
     await healthy_pass(h, "n1")
     assert status_writes(h) == 1
@@ -350,13 +351,14 @@ async def test_reports_moving_usage_within_the_threshold_write_the_status_once_p
     assert h.api.calls == []
     assert h.resource_status("n1")["batchCPU"] == 5500  # what the Node offers
 
-    await steady_reports(h, 1)  # 310 s: the Node's drifted values and the timestamps are refreshed
-    assert h.api.calls == [("patch node", "n1"), ("patch noderesource status", "n1")]
-    assert h.resource_status("n1")["batchCPU"] == int(h.offered("n1")[0] or 0)
+    await steady_reports(h, 1)  # 310 s: the Node's drifted values are refreshed, by less than the threshold
+    assert h.api.calls == [("patch node", "n1")]
+    assert h.resource_status("n1")["batchCPU"] == 5500  # within 10 % of the Node's: the status stands
+    assert abs(int(h.offered("n1")[0] or 0) - 5500) <= 550
     h.api.calls.clear()
 
-    await steady_reports(h, 30)
-    assert h.api.calls == []
+    await steady_reports(h, 60)  # another refresh of the Node, still no status write
+    assert h.api.calls == [("patch node", "n1")]
 
 
 async def test_each_real_change_costs_exactly_one_status_write() -> None:
@@ -383,17 +385,29 @@ async def test_each_real_change_costs_exactly_one_status_write() -> None:
     assert h.resource_status("n1")["observedGeneration"] == 2
 
 
-async def test_an_unhealthy_node_that_goes_on_reporting_costs_one_status_write() -> None:
+async def test_an_unhealthy_node_whose_figures_move_costs_one_status_write() -> None:
     h = Harness(["n1", "n2", "n3"])
     await healthy_pass(h, "n1", "n2", "n3")
     h.api.calls.clear()
 
-    # n1's Lease is no longer renewed, its reports go on: AgentReady turns False once.
-    await steady_reports(h, 5, renewing=("n2", "n3"))
+    async def silent_n1(count: int, first: int) -> None:
+        """n1's agent is silent; n2 and n3 report; a prod pod requesting 100m lands on n1 each time."""
+        for i in range(first, first + count):
+            h.advance(10)
+            h.report("n2")
+            h.report("n3")
+            busy = pod(f"prod-{i}", "n1", "koord-prod")
+            busy["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100m", "memory": "64Mi"}}
+            await h.state.pod_event("ADDED", busy)
+            await h.evaluate()
+
+    # Silent past the grace period: AgentReady turns False once.
+    await silent_n1(5, 0)
     assert h.api.calls == [("patch node", "n1"), ("patch noderesource status", "n1")]
-    assert h.condition("n1", "AgentReady") == ("False", "LeaseExpired")
+    assert h.condition("n1", "AgentReady") == ("False", "AgentSilent")
     assert "batchCPU" not in h.resource_status("n1")  # removed from the Node, not the formula's figure
 
-    # Reports keep moving usage while the condition stays: no more writes (short of the eviction timeout).
-    await steady_reports(h, 20, renewing=("n2", "n3"))
+    # The formula's figure moves with every pod while the condition stays: no more writes (short of
+    # the eviction timeout).
+    await silent_n1(20, 5)
     assert status_writes(h) == 1
