@@ -111,6 +111,7 @@ class ClusterRun:
     crd_errors: int = 0
     crd_first_error: str = ""
     crd_object_bytes: float = 0.0  # mean NodeMetric body PUT
+    node_object_bytes: float = 0.0  # ours only: mean Node in protobuf, what etcd stores per Node write
     problems: list[str] = field(default_factory=list)
     agent_checks: dict[str, str] = field(default_factory=dict)  # ours only: selfcheck summary by agent process
 
@@ -128,7 +129,8 @@ class ClusterRun:
                     "registered": self.heard.registered, "notReported": self.heard.not_reported,
                     "expired": self.heard.expired},
                 "crdWrites": self.crd_writes, "crdErrors": self.crd_errors, "crdFirstError": self.crd_first_error,
-                "crdObjectBytes": self.crd_object_bytes, "problems": self.problems,
+                "crdObjectBytes": self.crd_object_bytes, "nodeObjectBytes": self.node_object_bytes,
+                "problems": self.problems,
                 "agentChecks": self.agent_checks}
 
 
@@ -143,8 +145,8 @@ def _run_from_json(raw: dict[str, Any]) -> ClusterRun:
         raw["startupSeconds"], raw["warmupSeconds"],
         None if heard is None else HeartbeatCheck(heard["expected"], heard["reported"], heard["registered"],
                                                   heard["notReported"], heard["expired"]),
-        raw["crdWrites"], raw["crdErrors"], raw["crdFirstError"], raw["crdObjectBytes"], raw["problems"],
-        raw.get("agentChecks", {}))
+        raw["crdWrites"], raw["crdErrors"], raw["crdFirstError"], raw["crdObjectBytes"],
+        raw.get("nodeObjectBytes", 0.0), raw["problems"], raw.get("agentChecks", {}))
 
 
 @dataclass
@@ -203,6 +205,15 @@ class Scraper:
 
     async def get(self, path: str, **params: str) -> Any:
         return await self.rest.must("GET", path, params=params or None)
+
+    async def protobuf_size(self, path: str) -> int:
+        """Bytes of an object in kube-apiserver's protobuf encoding, about what etcd stores of it."""
+        async with self.session.get(f"{self.server}{path}",
+                                    headers={"Accept": "application/vnd.kubernetes.protobuf"}) as response:
+            body = await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"GET {path}: {response.status}")
+            return len(body)
 
 
 async def wait_until(what: str, probe: Any, timeout: float, interval: float = 2.0) -> float:
@@ -473,6 +484,9 @@ async def run_cluster(name: str, config: KubeCostConfig) -> ClusterRun:
                                     config.nodes, datetime.now(UTC))
             if not run.heard.ok:
                 run.problems.append(f"the agents were not all heard: {run.heard.describe()}")
+            sample = [m["metadata"]["name"] for m in metrics_after[:5]]
+            sizes = [await scraper.protobuf_size(f"/api/v1/nodes/{name}") for name in sample]
+            run.node_object_bytes = sum(sizes) / max(len(sizes), 1)
             agents_after = await selfcheck.read_sandbox(state_dir)
             run.agent_checks, found = selfcheck.sandbox_verdict(agents_before, agents_after)
             run.problems += [f"agent self-check: {problem}" for problem in found]

@@ -200,3 +200,15 @@ def test_the_raw_numbers_render_the_same_section_again(tmp_path: Path) -> None:
     assert again.runs["crd"].etcd == report.runs["crd"].etcd and again.config.nodes == 10
     assert again.config.clusters == report.config.clusters and again.runs["ours"].heard == report.runs["ours"].heard
     assert cp_kube_report.summary_rows(again) == cp_kube_report.summary_rows(report)
+
+
+def test_our_node_writes_are_left_out_of_the_etcd_comparison() -> None:
+    report = _report()
+    ours = report.runs["ours"]
+    ours.apiserver[("", "nodes", "patch")] = Traffic(requests=20, request_bytes=1000)  # 2 per node per minute
+    ours.etcd = EtcdWindow(puts=90, put_bytes=0, wal_bytes=120000)
+    ours.node_object_bytes = 1500.0
+    etcd = cp_kube_report.compared_etcd(report, "ours")
+    # (90 - 60) / 10 nodes = 3 puts per node per minute, 2 of them Node patches; WAL 6,000 B less 2 x 1,500 B.
+    assert (etcd.puts, etcd.wal_bytes) == (1.0, 3000.0)
+    assert cp_kube_report.compared(cp_kube_report.path_costs(report)["ours"][0]) == Traffic(1, 2000)
