@@ -450,6 +450,62 @@ async def test_reports_are_the_agents_heartbeat_and_their_leases_are_left_alone(
         assert renewed + lease["leaseDurationSeconds"] > time.time() + 60, lease
 
 
+async def test_an_agent_whose_reports_are_refused_stays_ready_through_its_lease(
+        admin: Kube, controller_sandbox: tuple[Path, Path], tmp_path: Path) -> None:
+    import sys
+
+    import yaml
+
+    from tests.e2e.test_operator import make_node
+
+    # The agent's token is bound to a pod on another node: the leader refuses its reports (403),
+    # so it falls back to renewing its Lease, which the leader watches.
+    _, token = await make_node(admin)
+    node = f"fallback-{uuid.uuid4().hex[:6]}"
+    status, body = await admin.request("POST", "/api/v1/nodes", {"metadata": {"name": node}})
+    assert status == 201, body
+    config = yaml.safe_load(controller_sandbox[0].read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    agent_kubeconfig = tmp_path / "agent.kubeconfig"
+    agent_kubeconfig.write_text(yaml.safe_dump(config))
+    agent = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "colocation", "agent", "--kubeconfig", str(agent_kubeconfig), "--node-name", node,
+        "--report-interval", "0.5", "--heartbeat-interval", "1", "--lease-duration", str(int(GRACE)),
+        "--metrics-port", "0", "--scrape-interval", "0", "--log-format", "text",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        async def agent_ready() -> dict[str, Any] | None:
+            resource = await get(admin, f"{NODERESOURCES}/{node}")
+            return resource if resource and condition(resource, "AgentReady") == "True" else None
+
+        await wait_for(agent_ready, timeout=30)
+        assert await node_metric_absent(admin, node)  # nothing it reported was taken
+        # Several grace periods on, it is still judged alive: the Lease carries its heartbeat.
+        deadline = time.monotonic() + 3 * GRACE
+        while time.monotonic() < deadline:
+            resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
+            assert condition(resource, "AgentReady") == "True", resource.get("status")
+            await asyncio.sleep(0.5)  # sampling the condition over the interval, not waiting for an event
+        lease = await get(admin, f"{NODE_LEASES}/{node}") or {}
+        assert lease["spec"]["leaseDurationSeconds"] == int(GRACE)  # the fallback's, not a registration's
+    finally:
+        agent.kill()
+        await agent.wait()
+
+    async def silent() -> bool:
+        resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
+        return condition(resource, "AgentReady") == "False"
+
+    await wait_for(silent, timeout=GRACE + 5)
+    await admin.request("DELETE", f"/api/v1/nodes/{node}")
+
+
+async def node_metric_absent(kube: Kube, node: str) -> bool:
+    status, _ = await kube.request("GET", f"/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{node}")
+    return status == 404
+
+
 async def test_every_agent_silent_at_once_evicts_nothing(
         admin: Kube, workloads: str, controller_sandbox: tuple[Path, Path]) -> None:
     namespace = workloads

@@ -138,6 +138,9 @@ def build_settings(config_map_name: str = CONFIG_MAP_NAME) -> kopf.OperatorSetti
     settings.networking.request_timeout = 60
     # Only the configuration ConfigMap, server-side: the namespace holds others we do not need.
     settings.watching.field_selectors[CONFIG_MAPS] = f"metadata.name={config_map_name}"
+    # Only the agents' Leases: the operator's namespace holds the leader Lease, renewed every retry
+    # period, whose every renewal would otherwise stream to the leader for nothing.
+    settings.watching.field_selectors[LEASES] = f"metadata.namespace={permissions.NODE_LEASE_NAMESPACE}"
     # Handlers only fill memory; a failed one is retried soon, not in a minute.
     settings.execution.default_backoff = 1.0
     # Handlers return at once; at shutdown, nothing is worth waiting for in the per-object queues.

@@ -69,8 +69,8 @@ def test_only_event_handlers_are_registered_so_nothing_is_stored_on_objects() ->
     assert len(registry._activities.get_all_handlers()) == 1  # the login
 
 
-def test_kopf_posts_no_events_and_watches_only_the_configuration_configmap() -> None:
+def test_kopf_posts_no_events_and_watches_only_the_configuration_configmap_and_the_agents_leases() -> None:
     settings = kopf_app.build_settings()
     assert settings.posting.enabled is False
     assert [str(value) for value in settings.watching.field_selectors.values()] == [
-        "metadata.name=colocation-config"]
+        "metadata.name=colocation-config", "metadata.namespace=colocation-node-lease"]
