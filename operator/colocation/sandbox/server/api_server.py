@@ -23,7 +23,7 @@ from colocation.sandbox.server.request_paths import Target, parse_target, resolv
 from colocation.sandbox.server.request_stats import USER_KEY, RequestStats
 from colocation.sandbox.server.resource_types import Registry, ResourceType
 from colocation.sandbox.server.special_endpoints import SpecialEndpoints
-from colocation.sandbox.server.token_authority import TokenAuthority
+from colocation.sandbox.server.token_authority import DISCOVERY_PATH, JWKS_PATH, TokenAuthority
 from colocation.sandbox.server.verbs import Verbs, json_response
 
 log = logging.getLogger(__name__)
@@ -146,6 +146,10 @@ class ApiServer:
         if len(parts) == 3 and parts[0] == "apis" and self.aggregator is not None \
                 and self.aggregator.serves(parts[1], parts[2]):
             return await self.aggregator.proxy(request, user, None)
+        if path == DISCOVERY_PATH:
+            return json_response(self.tokens.openid_configuration())
+        if path == JWKS_PATH:
+            return json_response(self.tokens.jwks())
         if path == "/openapi/v2" and "json" not in request.headers.get("Accept", "json"):
             raise ApiError(406, "NotAcceptable", "only application/json is served for /openapi/v2")
         document = self._discovery_document(request, path, parts)
