@@ -36,6 +36,7 @@ from colocation.kube.permissions import (
 )
 
 REVIEW_TIMEOUT = 3.0
+JWKS_MEDIA_TYPE = "application/jwk-set+json"
 
 # Looked up at import, so the RBAC test in tests/unit/test_manifests.py covers these calls.
 _TOKEN_REVIEW = declared(OPERATOR_API_CALLS, ApiCall("authentication.k8s.io", "tokenreviews", "create", None))
@@ -144,10 +145,10 @@ def kube_issuer_fetcher(api_client: Any, *, timeout: float = REVIEW_TIMEOUT) -> 
     /openid/v1/jwks, not from the document's jwks_uri: that names the issuer's public address,
     which the operator may not reach (and which serves the same keys)."""
 
-    async def get(call: NonResourceCall) -> Any:
+    async def get(call: NonResourceCall, accept: str) -> Any:
         try:
             code, answer = await call_json(api_client.call_api, call.path, call.verb.upper(),
-                                           header_params={"Accept": "application/json"},
+                                           header_params={"Accept": accept},
                                            auth_settings=["BearerToken"], timeout=timeout)
         except _TRANSPORT_ERRORS as error:
             raise ReviewFailed(f"GET {call.path}: {_describe(error, timeout)}") from error
@@ -156,10 +157,11 @@ def kube_issuer_fetcher(api_client: Any, *, timeout: float = REVIEW_TIMEOUT) -> 
         return answer
 
     async def fetch() -> IssuerDocument:
-        discovery = await get(_ISSUER_DISCOVERY)
+        discovery = await get(_ISSUER_DISCOVERY, "application/json")
         issuer = discovery.get("issuer")
         if not isinstance(issuer, str) or not issuer:
             raise ReviewFailed(f"GET {_ISSUER_DISCOVERY.path}: no issuer")
-        return IssuerDocument(issuer, await get(_ISSUER_KEYS))
+        # kube-apiserver answers 406 unless the key set's own media type is acceptable.
+        return IssuerDocument(issuer, await get(_ISSUER_KEYS, f"{JWKS_MEDIA_TYPE}, application/json"))
 
     return fetch

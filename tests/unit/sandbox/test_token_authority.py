@@ -200,9 +200,12 @@ async def test_issuer_discovery_is_served_to_service_accounts_as_kube_apiserver_
     client: TestClient[Any, Any] = TestClient(TestServer(api.application()))
     await client.start_server()
     try:
-        async def get(path: str, token: str) -> tuple[int, Any]:
-            response = await client.get(path, headers={"Authorization": f"Bearer {token}"})
-            return response.status, await response.json()
+        async def get(path: str, token: str, accept: str = "application/json, application/jwk-set+json") \
+                -> tuple[int, Any]:
+            response = await client.get(path, headers={"Authorization": f"Bearer {token}", "Accept": accept})
+            if path.endswith("/jwks") and response.status == 200:
+                assert response.content_type == "application/jwk-set+json"
+            return response.status, await response.json(content_type=None)
 
         status, discovery = await get("/.well-known/openid-configuration", account_token)
         assert status == 200
@@ -213,5 +216,6 @@ async def test_issuer_discovery_is_served_to_service_accounts_as_kube_apiserver_
         assert jws is not None and signature_valid(jws, public_keys(jwks)[jws.header["kid"]])
         assert (await get("/openid/v1/jwks", api.tokens.admin_token))[0] == 200
         assert (await get("/openid/v1/jwks", "jane-token"))[0] == 403  # not a ServiceAccount
+        assert (await get("/openid/v1/jwks", account_token, accept="application/json"))[0] == 406  # as upstream
     finally:
         await client.close()

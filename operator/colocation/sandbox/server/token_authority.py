@@ -42,6 +42,7 @@ POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 NODE_UID_EXTRA = "authentication.kubernetes.io/node-uid"
 CREDENTIAL_ID_EXTRA = "authentication.kubernetes.io/credential-id"
 JWKS_PATH = "/openid/v1/jwks"
+JWKS_MEDIA_TYPE = "application/jwk-set+json"
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 
 
