@@ -87,12 +87,14 @@ class IssuerKeys:
 
     def __init__(self, fetch: FetchIssuer, *, refresh_interval: float = REFRESH_INTERVAL,
                  min_refresh_interval: float = MIN_REFRESH_INTERVAL, clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self._fetch = fetch
         self._refresh_interval = refresh_interval
         self._min_refresh_interval = min_refresh_interval
         self._clock = clock
         self._rng = rng or random.Random()
+        self._sleep = sleep
         self.issuer = ""
         self.keys: dict[str, PublicKey] = {}
         self._last_attempt = -float("inf")
@@ -146,7 +148,7 @@ class IssuerKeys:
                 delay = self._refresh_interval * self._rng.uniform(0.9, 1.0)
             else:
                 delay = backoff.next_delay()
-            await asyncio.sleep(delay)  # the period between fetches, not synchronisation
+            await self._sleep(delay)  # the period between fetches, not synchronisation
 
 
 class LocalTokenAuthenticator:

@@ -7,6 +7,7 @@ TokenReview is the fake of test_apiserver_auth, which records every review it is
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -287,3 +288,23 @@ async def test_a_verified_token_is_not_remembered_past_its_expiry(setup: Setup) 
     await setup.refused(token)
     assert setup.reviewer.calls == []
 
+
+
+async def test_keys_are_refetched_periodically_and_failures_retried_with_growing_jittered_delays() -> None:
+    issuer = Issuer()
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        issuer.failure = TimeoutError("no answer") if len(delays) < 3 else None
+        if len(delays) == 5:
+            raise asyncio.CancelledError
+
+    keys = IssuerKeys(issuer.fetch, sleep=sleep)
+    with pytest.raises(asyncio.CancelledError):
+        await keys.run()
+    # fetched, waited ~10 min; failed twice (1 s, then 2 s nominal, at least half of it); fetched, ~10 min
+    assert issuer.fetches == 5
+    assert 540 <= delays[0] <= 600 and 540 <= delays[3] <= 600 and 540 <= delays[4] <= 600
+    assert 0.5 <= delays[1] <= 1.0 and 1.0 <= delays[2] <= 2.0
+    assert keys.issuer == ISSUER and keys.failures == 2
