@@ -97,6 +97,7 @@ class IssuerKeys:
         self._sleep = sleep
         self.issuer = ""
         self.keys: dict[str, PublicKey] = {}
+        self.version = 0  # changes with the issuer or the key set
         self._last_attempt = -float("inf")
         self._refreshing: asyncio.Future[bool] | None = None
         self.fetches = 0
@@ -127,6 +128,8 @@ class IssuerKeys:
         keys = public_keys(document.jwks)
         if document.issuer != self.issuer or keys.keys() != self.keys.keys():
             log.info("ServiceAccount token keys", extra={"issuer": document.issuer, "kids": sorted(keys)})
+        if document.issuer != self.issuer or keys != self.keys:
+            self.version += 1
         self.issuer, self.keys = document.issuer, keys
         return True
 
@@ -163,6 +166,7 @@ class LocalTokenAuthenticator:
         self._verified: cachetools.TLRUCache[bytes, BoundToken, float] = cachetools.TLRUCache(
             cache_size, lambda _key, token, now: min(now + cache_ttl, token.expires),
             timer=wall_clock)
+        self._keys_version = keys.version
         self.pods: PodLookup | None = None  # set by the manager once the leader has a pod cache
 
     @property
@@ -174,6 +178,10 @@ class LocalTokenAuthenticator:
         pods = self.pods
         if pods is None or not pods.synced:
             return undecided("no pod cache")
+        if self._keys_version != self.keys.version:
+            # A key kube-apiserver no longer publishes no longer signs anything: verify again.
+            self._verified.clear()
+            self._keys_version = self.keys.version
         bound = self._verified.get(cache_key)
         if bound is None:
             verdict = await self._verify(token)
@@ -214,8 +222,3 @@ class LocalTokenAuthenticator:
         if deleted is not None and deleted < self._wall_clock() - LEEWAY_SECONDS:
             return rejected("pod deleted")
         return Verdict(Outcome.ACCEPTED, bound)
-
-    def forget(self) -> None:
-        """Drop every remembered verification (tests, and a pod cache that changed hands)."""
-        self._verified.clear()
-
