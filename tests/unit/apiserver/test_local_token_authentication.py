@@ -184,9 +184,12 @@ async def test_what_is_no_jwt_goes_to_token_review(setup: Setup, token: str) -> 
     assert setup.reviewer.calls == [token]
 
 
-async def test_a_token_bound_to_no_pod_goes_to_token_review(setup: Setup) -> None:
+@pytest.mark.parametrize("binding", [{}, {"pod": {"name": "agent-x7k2p", "uid": POD_UID}, "node": {"name": "node-3"}}],
+                         ids=["no pod", "a node that did not exist (no uid)"])
+async def test_a_token_without_a_pod_and_node_binding_goes_to_token_review(setup: Setup,
+                                                                          binding: dict[str, Any]) -> None:
     token = setup.issuer.token(**{"kubernetes.io": {"namespace": NS, "serviceaccount": {
-        "name": "colocation-agent", "uid": "sa-uid"}}})
+        "name": "colocation-agent", "uid": "sa-uid"}, **binding}})
     await setup.refused(token)
     assert setup.reviewer.calls == [token]
 

@@ -120,6 +120,15 @@ def test_tokens_are_es256_and_verify_with_the_published_keys_of_the_published_is
     assert not signature_valid(jws, next(iter(public_keys(TokenAuthority().jwks()).values())))
 
 
+def test_a_pod_on_a_node_that_does_not_exist_names_the_node_without_uid(authority: TokenAuthority) -> None:
+    token, _ = authority.issue_service_account_token("colocation-system", "agent", "sa-uid-9", bound_object=POD)
+    assert claims_of(token)["kubernetes.io"]["node"] == {"name": "node-3"}
+    user = authority.authenticate(token)
+    assert user is not None
+    assert user.extra["authentication.kubernetes.io/node-name"] == ("node-3",)
+    assert "authentication.kubernetes.io/node-uid" not in user.extra
+
+
 def test_unbound_and_unscheduled_tokens_carry_no_node(authority: TokenAuthority) -> None:
     unscheduled = {**POD, "spec": {"serviceAccountName": "agent"}}
     for bound in (None, unscheduled):

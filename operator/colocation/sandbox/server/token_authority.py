@@ -104,8 +104,9 @@ class TokenAuthority:
         expiration_seconds: int = 3600, bound_object: Mapping[str, Any] | None = None,
         bound_node: Mapping[str, Any] | None = None,
     ) -> tuple[str, float]:
-        """A token for the ServiceAccount, optionally bound to a pod (its JSON) and the node it runs
-        on (the Node's JSON, which names it with its uid); returns the token and its expiry."""
+        """A token for the ServiceAccount, optionally bound to a pod (its JSON); a scheduled pod's
+        token names its node, with the uid of `bound_node` (the Node's JSON) when it exists.
+        Returns the token and its expiry."""
         if expiration_seconds < MIN_EXPIRATION_SECONDS or expiration_seconds > MAX_EXPIRATION_SECONDS:
             too = "less than 10 minutes" if expiration_seconds < MIN_EXPIRATION_SECONDS \
                 else "larger than 2^32 seconds"
@@ -124,6 +125,8 @@ class TokenAuthority:
             if bound_node is not None:
                 node_meta = bound_node.get("metadata") or {}
                 private["node"] = {"name": node_meta.get("name", ""), "uid": node_meta.get("uid", "")}
+            elif node_name := (bound_object.get("spec") or {}).get("nodeName"):
+                private["node"] = {"name": node_name}  # as upstream when the Node does not exist: no uid
         claims = {
             "aud": list(audiences) or list(API_AUDIENCES), "exp": expires, "iat": issued_at, "iss": ISSUER,
             "jti": jti, "kubernetes.io": private, "nbf": issued_at,
