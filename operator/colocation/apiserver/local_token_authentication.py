@@ -16,7 +16,9 @@ a pod with another uid, on another node, or terminating for longer than the leew
 
 Keys are fetched at start, every `refresh_interval` (jittered) after that, and at once when a
 token names an unknown `kid` (at most once per `min_refresh_interval`); a failed fetch is retried
-with backoff and jitter, and the keys already known stay in use meanwhile.
+with backoff and jitter, and the keys already known stay in use meanwhile. A request that needs
+a fetch (an unknown kid, or no keys yet) waits for it, bounded by the fetch's timeouts; concurrent
+requests share one fetch.
 """
 
 from __future__ import annotations
@@ -162,7 +164,6 @@ class LocalTokenAuthenticator:
         self.keys = keys
         self._audiences = tuple(audiences)  # empty: the issuer, kube-apiserver's default --api-audiences
         self._wall_clock = wall_clock
-        self._cache_ttl = cache_ttl
         self._verified: cachetools.TLRUCache[bytes, BoundToken, float] = cachetools.TLRUCache(
             cache_size, lambda _key, token, now: min(now + cache_ttl, token.expires),
             timer=wall_clock)
