@@ -103,12 +103,17 @@ async def make_node(kube: Kube, labels: dict[str, str] | None = None) -> tuple[s
                     "containers": [{"name": "agent", "image": "colocation:test"}]}}
     status, body = await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", pod)
     assert status == 201, body
+    return node, await agent_token(kube, node, body["metadata"]["uid"])
+
+
+async def agent_token(kube: Kube, node: str, pod_uid: str) -> str:
+    """A token bound to make_node's agent pod on `node`, as its kubelet requests (and renews) it."""
     request = {"spec": {"expirationSeconds": 3600, "boundObjectRef": {
-        "kind": "Pod", "apiVersion": "v1", "name": f"agent-{node}", "uid": body["metadata"]["uid"]}}}
+        "kind": "Pod", "apiVersion": "v1", "name": f"agent-{node}", "uid": pod_uid}}}
     status, token = await kube.request("POST", f"/api/v1/namespaces/{NS}/serviceaccounts/colocation-agent/token",
                                        request)
     assert status == 201, token
-    return node, token["status"]["token"]
+    return str(token["status"]["token"])
 
 
 def report(node: str, cpu: str = "1500m", memory: str = "2Gi", pods: int = 3) -> dict[str, Any]:
@@ -184,6 +189,85 @@ async def test_reports_through_kube_apiserver_are_accepted_too(admin: Kube,
     assert 1 <= attempts <= 10, attempts
     status, got = await admin.request("GET", f"{BASE}/{node}")
     assert got["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "700m"
+
+
+async def _pod_token(admin: Kube, node: str) -> str:
+    """Another token bound to the agent pod now on `node`."""
+    status, pod = await admin.request("GET", f"/api/v1/namespaces/{NS}/pods/agent-{node}")
+    assert status == 200, pod
+    return await agent_token(admin, node, pod["metadata"]["uid"])
+
+
+async def _locally_accepted(endpoint: str, context: ssl.SSLContext) -> float:
+    """The leader's count of tokens it accepted without kube-apiserver (its /metrics)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, session.get(
+            f"{endpoint}/metrics", ssl=context) as response:
+        text = await response.text()
+    wanted = 'colocation_token_authentications_total{method="local",result="accepted"} '
+    return sum(float(line[len(wanted):]) for line in text.splitlines() if line.startswith(wanted))
+
+
+async def _token_reviews(admin: Kube, request: pytest.FixtureRequest) -> int:
+    """TokenReviews kube-apiserver has answered so far: the builtin sandbox's request counters, or
+    the real kube-apiserver's apiserver_request_total."""
+    if sandbox_kind_args(request.config):
+        status, text = await admin.request("GET", "/metrics")
+        assert status == 200, text
+        return sum(int(float(line.rpartition(" ")[2])) for line in str(text).splitlines()
+                   if line.startswith("apiserver_request_total{") and 'resource="tokenreviews"' in line)
+    status, stats = await admin.request("GET", "/sandbox/stats")
+    assert status == 200, stats
+    return sum(int(item["requests"]) for item in stats["items"]
+               if (item["group"], item["resource"]) == ("authentication.k8s.io", "tokenreviews"))
+
+
+async def test_reports_cost_no_token_review(admin: Kube, request: pytest.FixtureRequest) -> None:
+    """The leader checks an agent's bound token itself (the issuer's keys, its pod cache): reports
+    sent with tokens it has never seen, so that no cached review can answer them, cost kube-apiserver
+    no TokenReview."""
+    node, first = await make_node(admin)
+    _, endpoint, context = await leader(admin)
+
+    async def accepted_locally() -> bool:
+        # Until the leader's Pod informer has seen the new agent pod, its tokens go to TokenReview.
+        before = await _locally_accepted(endpoint, context)
+        status, _ = await put_direct(endpoint, context, node, report(node), first)
+        return status == 200 and await _locally_accepted(endpoint, context) > before
+    await wait_for(accepted_locally, timeout=30, interval=0.2)
+
+    fresh = [await _pod_token(admin, node) for _ in range(3)]
+    reviews_before = await _token_reviews(admin, request)
+    accepted_before = await _locally_accepted(endpoint, context)
+    for token in fresh:
+        status, body = await put_direct(endpoint, context, node, report(node, cpu="900m"), token)
+        assert status == 200, body
+    assert await _locally_accepted(endpoint, context) >= accepted_before + len(fresh)
+    assert await _token_reviews(admin, request) == reviews_before
+    status, got = await admin.request("GET", f"{BASE}/{node}")
+    assert got["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "900m"
+
+
+async def test_a_token_of_a_replaced_pod_is_refused(admin: Kube) -> None:
+    """Revocation: once the agent pod is deleted and another takes its name, the old pod's token
+    is refused (kube-apiserver refuses it too), as soon as the leader's pod watch sees the change."""
+    node, token = await make_node(admin)
+    _, endpoint, context = await leader(admin)
+    assert (await put_direct(endpoint, context, node, report(node), token))[0] == 200
+    status, body = await admin.request("DELETE", f"/api/v1/namespaces/{NS}/pods/agent-{node}",
+                                       {"gracePeriodSeconds": 0})
+    assert status == 200, body
+    replacement = {"metadata": {"name": f"agent-{node}", "namespace": NS},
+                   "spec": {"nodeName": node, "serviceAccountName": "colocation-agent",
+                            "containers": [{"name": "agent", "image": "colocation:test"}]}}
+
+    async def recreated() -> bool:
+        return (await admin.request("POST", f"/api/v1/namespaces/{NS}/pods", replacement))[0] == 201
+    await wait_for(recreated, timeout=30, interval=0.2)  # once the old pod is gone from the API
+
+    async def refused() -> bool:
+        return (await put_direct(endpoint, context, node, report(node), token))[0] == 401
+    await wait_for(refused, timeout=30, interval=0.2)
+    assert (await put_direct(endpoint, context, node, report(node), await _pod_token(admin, node)))[0] == 200
 
 
 async def test_a_deleted_nodes_nodemetric_goes_at_once(admin: Kube) -> None:

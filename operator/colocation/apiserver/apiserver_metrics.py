@@ -23,6 +23,14 @@ class ServerMetrics:
         self.requests = Histogram("colocation_apiserver_request_duration_seconds",
                                   "API requests by verb and response code.", ["verb", "code"],
                                   buckets=_LATENCY_BUCKETS, registry=r)
+        self.token_authentications = Counter(
+            "colocation_token_authentications_total",
+            "Bearer tokens authenticated, by what decided (local: the issuer's keys and the pod cache; "
+            "tokenreview: kube-apiserver, cached) and the result (accepted, rejected, error).",
+            ["method", "result"], registry=r)
+        self.token_local_undecided = Counter(
+            "colocation_token_local_undecided_total",
+            "Bearer tokens the local check left to TokenReview, by reason.", ["reason"], registry=r)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,7 +1,9 @@
 """Who is calling, delegated to kube-apiserver as aggregated API servers do it.
 
 A front-proxy client certificate (kube-apiserver forwarding a request it already authenticated)
-makes the `X-Remote-*` headers the identity; otherwise a bearer token is checked with a TokenReview.
+makes the `X-Remote-*` headers the identity; otherwise a bearer token is checked locally when it is
+a bound ServiceAccount token the leader can judge (`local_token_authentication`: the issuer's keys
+and the pod cache), else with a TokenReview.
 Reviews (TokenReviews here, SubjectAccessReviews in `delegated_authorization`) are cached and concurrent identical
 reviews share one call, because every report and every read would otherwise cost a round trip to
 kube-apiserver. A review that fails (timeout, kube-apiserver down) is never cached and never lets
@@ -31,6 +33,9 @@ import cachetools
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.served_apigroups import Caller
 from colocation.apimachinery.userinfo import AUTHENTICATED, Extra
+from colocation.apiserver.apiserver_metrics import ServerMetrics
+from colocation.apiserver.local_token_authentication import LocalTokenAuthenticator
+from colocation.apiserver.service_account_jwt import Outcome
 from colocation.kube.permissions import AUTHENTICATION_CONFIG_MAP
 
 log = logging.getLogger(__name__)
@@ -233,11 +238,18 @@ TokenReviewer = Callable[[str], Awaitable[TokenReviewResult]]
 
 
 class DelegatingAuthenticator(CountsReviews):
-    """Front-proxy identity, else bearer token by cached TokenReview, else 401."""
+    """Front-proxy identity, else bearer token checked locally or by cached TokenReview, else 401.
+
+    With `local`, a token it accepts or rejects costs no TokenReview; one it leaves undecided goes
+    to TokenReview as before.
+    """
 
     def __init__(self, token_reviewer: TokenReviewer, *, cache_ttl: float = 10.0, failure_ttl: float = 2.0,
-                 cache_size: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+                 cache_size: int = 10_000, clock: Callable[[], float] = time.monotonic,
+                 local: LocalTokenAuthenticator | None = None, metrics: ServerMetrics | None = None) -> None:
         self._reviewer = token_reviewer
+        self.local = local
+        self._metrics = metrics
         # Keyed by an HMAC under a per-process key: a token is never a dictionary key or in a dump.
         self._key = secrets.token_bytes(32)
         self._reviews: ReviewCache[bytes, TokenReviewResult] = ReviewCache(
@@ -268,13 +280,31 @@ class DelegatingAuthenticator(CountsReviews):
         if token is None:
             raise ApiError.unauthorized()
         key = hmac.new(self._key, token.encode("utf-8"), hashlib.sha256).digest()
+        if self.local is not None:
+            verdict = await self.local.check(token, key)
+            if verdict.outcome is Outcome.ACCEPTED and verdict.token is not None:
+                self._count("local", "accepted")
+                return verdict.token.caller
+            if verdict.outcome is Outcome.REJECTED:
+                self._count("local", "rejected")
+                log.info("bearer token refused", extra={"reason": verdict.reason})
+                raise ApiError.unauthorized()
+            if self._metrics is not None:
+                self._metrics.token_local_undecided.labels(verdict.reason).inc()
         try:
             result = await self._reviews.get(key, lambda: self._review(token))
         except Exception as error:
+            self._count("tokenreview", "error")
             raise ApiError.unauthorized(f"Unauthorized: the token review failed: {why_failed(error)}") from None
         if not result.authenticated or result.caller is None:
+            self._count("tokenreview", "rejected")
             raise ApiError.unauthorized()
+        self._count("tokenreview", "accepted")
         return _with_authenticated_group(result.caller)
+
+    def _count(self, method: str, result: str) -> None:
+        if self._metrics is not None:
+            self._metrics.token_authentications.labels(method, result).inc()
 
     async def _review(self, token: str) -> TokenReviewResult:
         try:

@@ -1,7 +1,8 @@
 """The kube-apiserver backends of delegated authentication and authorization, via kubernetes-asyncio.
 
-TokenReview, SubjectAccessReview and the front-proxy ConfigMap: each one attempt bounded by a
-timeout, a failure raised as ReviewFailed worded for clients (its cause keeps the details for the log).
+TokenReview, SubjectAccessReview, the front-proxy ConfigMap and the ServiceAccount issuer's
+discovery document and keys: each one attempt bounded by a timeout, a failure raised as
+ReviewFailed worded for clients (its cause keeps the details for the log).
 Reviews are sent and read as plain JSON (`call_json`), not as generated model objects.
 """
 
@@ -22,16 +23,20 @@ from colocation.apiserver.delegated_authentication import (
     TokenReviewResult,
 )
 from colocation.apiserver.delegated_authorization import SubjectAccessReviewer, SubjectAccessSpec
+from colocation.apiserver.local_token_authentication import FetchIssuer, IssuerDocument
 from colocation.kube.client import call_json
 from colocation.kube.permissions import (
     AUTHENTICATION_CONFIG_MAP,
     AUTHENTICATION_CONFIG_NAMESPACE,
     OPERATOR_API_CALLS,
+    OPERATOR_NON_RESOURCE_CALLS,
     ApiCall,
+    NonResourceCall,
     declared,
 )
 
 REVIEW_TIMEOUT = 3.0
+JWKS_MEDIA_TYPE = "application/jwk-set+json"
 
 # Looked up at import, so the RBAC test in tests/unit/test_manifests.py covers these calls.
 _TOKEN_REVIEW = declared(OPERATOR_API_CALLS, ApiCall("authentication.k8s.io", "tokenreviews", "create", None))
@@ -39,6 +44,8 @@ _SUBJECT_ACCESS_REVIEW = declared(
     OPERATOR_API_CALLS, ApiCall("authorization.k8s.io", "subjectaccessreviews", "create", None))
 _READ_AUTHENTICATION_CONFIG = declared(OPERATOR_API_CALLS, ApiCall(
     "", "configmaps", "get", AUTHENTICATION_CONFIG_NAMESPACE, name=AUTHENTICATION_CONFIG_MAP))
+_ISSUER_DISCOVERY = declared(OPERATOR_NON_RESOURCE_CALLS, NonResourceCall("/.well-known/openid-configuration"))
+_ISSUER_KEYS = declared(OPERATOR_NON_RESOURCE_CALLS, NonResourceCall("/openid/v1/jwks"))
 
 _TRANSPORT_ERRORS = (TimeoutError, aiohttp.ClientError, OSError, kube.exceptions.ApiException)
 
@@ -130,3 +137,31 @@ async def load_request_header_config(api_client: Any, *, timeout: float = REVIEW
         configmap = await kube.CoreV1Api(api_client).read_namespaced_config_map(
             call.name, AUTHENTICATION_CONFIG_NAMESPACE, _request_timeout=timeout)
     return RequestHeaderConfig.from_configmap(configmap.data or {})
+
+
+def kube_issuer_fetcher(api_client: Any, *, timeout: float = REVIEW_TIMEOUT) -> FetchIssuer:
+    """The issuer (its discovery document) and signing keys of kube-apiserver's ServiceAccount
+    tokens, each GET bounded by `timeout`. The keys are read from kube-apiserver's own
+    /openid/v1/jwks, not from the document's jwks_uri: that names the issuer's public address,
+    which the operator may not reach (and which serves the same keys)."""
+
+    async def get(call: NonResourceCall, accept: str) -> Any:
+        try:
+            code, answer = await call_json(api_client.call_api, call.path, call.verb.upper(),
+                                           header_params={"Accept": accept},
+                                           auth_settings=["BearerToken"], timeout=timeout)
+        except _TRANSPORT_ERRORS as error:
+            raise ReviewFailed(f"GET {call.path}: {_describe(error, timeout)}") from error
+        if code != 200 or not isinstance(answer, dict):
+            raise ReviewFailed(f"GET {call.path}: kube-apiserver answered {code}")
+        return answer
+
+    async def fetch() -> IssuerDocument:
+        discovery = await get(_ISSUER_DISCOVERY, "application/json")
+        issuer = discovery.get("issuer")
+        if not isinstance(issuer, str) or not issuer:
+            raise ReviewFailed(f"GET {_ISSUER_DISCOVERY.path}: no issuer")
+        # kube-apiserver answers 406 unless the key set's own media type is acceptable.
+        return IssuerDocument(issuer, await get(_ISSUER_KEYS, f"{JWKS_MEDIA_TYPE}, application/json"))
+
+    return fetch

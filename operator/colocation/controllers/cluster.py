@@ -119,6 +119,11 @@ class ClusterState:
                 del self.pods_by_node[node]
         self._bump(node)
 
+    def pod(self, key: PodKey) -> Obj | None:
+        """The (slim) pod, if bound and not finished."""
+        node = self._pod_node.get(key)
+        return None if node is None else (self.pods_by_node.get(node) or {}).get(key)
+
     def pods_on(self, node: str) -> list[Obj]:
         return list((self.pods_by_node.get(node) or {}).values())
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 OPERATOR_NAMESPACE = "colocation-system"
 NODE_LEASE_NAMESPACE = "colocation-node-lease"
@@ -52,6 +53,17 @@ class ApiCall:
         where = f"in namespace {self.namespace}" if self.namespace is not None else "cluster-wide"
         named = f" {self.name!r}" if self.name else ""
         return f"{self.verb} {resource}.{self.group or 'core'}{named} {where}"
+
+
+@dataclass(frozen=True)
+class NonResourceCall:
+    """A request to a path that is no resource (RBAC's nonResourceURLs), cluster-wide by nature."""
+
+    path: str
+    verb: str = "get"
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.path}"
 
 
 def _calls(
@@ -111,6 +123,15 @@ OPERATOR_API_CALLS: tuple[ApiCall, ...] = (
     *_calls("", "configmaps", _READ, AUTHENTICATION_CONFIG_NAMESPACE, name=AUTHENTICATION_CONFIG_MAP),
 )
 
+# The issuer and keys of ServiceAccount tokens, to authenticate agents' bound tokens without a
+# TokenReview (apiserver.local_token_authentication). Kubernetes' own binding
+# system:service-account-issuer-discovery grants them to every ServiceAccount already; the manifests
+# grant them again so that they do not depend on it.
+OPERATOR_NON_RESOURCE_CALLS: tuple[NonResourceCall, ...] = (
+    NonResourceCall("/.well-known/openid-configuration"),
+    NonResourceCall("/openid/v1/jwks"),
+)
+
 AGENT_API_CALLS: tuple[ApiCall, ...] = (
     # Heartbeat: Lease <node> (its name is the node's, unknown before the pod is scheduled).
     *_calls("coordination.k8s.io", "leases", ("get", "create", "update"), NODE_LEASE_NAMESPACE),
@@ -136,7 +157,10 @@ DELEGATION_CLUSTER_ROLE = "system:auth-delegator"
 DELEGATION_ROLE = "extension-apiserver-authentication-reader"
 
 
-def declared(calls: Iterable[ApiCall], call: ApiCall) -> ApiCall:
+Call = TypeVar("Call", ApiCall, NonResourceCall)
+
+
+def declared(calls: Iterable[Call], call: Call) -> Call:
     """Return `call` if it is declared in `calls`, else raise: for clients, at import time."""
     if call not in tuple(calls):
         raise LookupError(f"undeclared Kubernetes API call: {call}; add it to colocation.kube.permissions")

@@ -19,7 +19,8 @@ from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, RequestHeaderConfig
 from colocation.apiserver.delegated_authorization import DelegatingAuthorizer
 from colocation.apiserver.generic_apiserver import AggregatedApiServer
-from colocation.apiserver.kube_reviewers import kube_subject_access_reviewer, kube_token_reviewer
+from colocation.apiserver.kube_reviewers import kube_issuer_fetcher, kube_subject_access_reviewer, kube_token_reviewer
+from colocation.apiserver.local_token_authentication import IssuerKeys, LocalTokenAuthenticator
 from colocation.apiserver.nodemetric_routes import ApiOptions, NodeMetricGroup
 from colocation.apiserver.resource_metrics_routes import PodDirectory, ResourceMetricsApi
 from colocation.custommetrics.builtin_metrics import BuiltinMetrics
@@ -39,13 +40,22 @@ ALLOWED_CACHE_SECONDS = 300.0
 DENIED_CACHE_SECONDS = 30.0
 
 
-def delegated_auth(api: Any) -> tuple[DelegatingAuthenticator, DelegatingAuthorizer]:
-    """Authentication and authorization by kube-apiserver, through `api` (an ApiClient)."""
+def delegated_auth(api: Any, audiences: tuple[str, ...] = (),
+                   metrics: ServerMetrics | None = None) -> tuple[DelegatingAuthenticator, DelegatingAuthorizer]:
+    """Authentication and authorization by kube-apiserver, through `api` (an ApiClient).
+
+    Bound ServiceAccount tokens are checked locally once the caller gives the authenticator's
+    `local` a pod cache and runs its `keys` (`local.keys.run()`); `audiences` (empty: the issuer)
+    are the ones both the local check and TokenReview accept.
+    """
     # Cache lifetimes as kube-apiserver's webhook defaults and room for every node: agents report
     # every 10-60 s, so shorter or smaller caches turned nearly every report into a TokenReview
     # and a SubjectAccessReview.
-    authenticator = DelegatingAuthenticator(kube_token_reviewer(api), cache_ttl=TOKEN_CACHE_SECONDS,
-                                            cache_size=AUTH_CACHE_SIZE)
+    local = LocalTokenAuthenticator(IssuerKeys(kube_issuer_fetcher(api)), audiences=audiences,
+                                    cache_size=AUTH_CACHE_SIZE)
+    authenticator = DelegatingAuthenticator(kube_token_reviewer(api, audiences=audiences),
+                                            cache_ttl=TOKEN_CACHE_SECONDS, cache_size=AUTH_CACHE_SIZE,
+                                            local=local, metrics=metrics)
     authorizer = DelegatingAuthorizer(kube_subject_access_reviewer(api), allowed_ttl=ALLOWED_CACHE_SECONDS,
                                       denied_ttl=DENIED_CACHE_SECONDS, cache_size=AUTH_CACHE_SIZE)
     return authenticator, authorizer

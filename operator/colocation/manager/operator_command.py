@@ -80,6 +80,9 @@ def _default_identity() -> str:
               help="Seconds a stopping replica (SIGTERM) stays up after releasing the Lease, answering /readyz "
                    "with 503 but still serving reads, so the Service drops it before it closes: longer than the "
                    "readiness probe takes to see it (the Deployment's: every 2 s, 2 failures) plus a second.")
+@click.option("--service-account-audiences", multiple=True, default=(),
+              help="An audience bearer tokens may carry (repeat for more); give kube-apiserver's --api-audiences "
+                   "if they are not its --service-account-issuer. Default: the issuer, as kube-apiserver's.")
 @click.option("--controllers/--no-controllers", default=True, show_default=True,
               help="Run the controllers (NodeSLO, NodeResource, node health) on the leader.")
 @common_options
@@ -90,7 +93,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                      custom_metrics_retention: float, custom_metrics_max_series: int, evaluation_interval: float,
                      node_grace_period: float, eviction_timeout: float, eviction_rate: float,
                      unhealthy_zone_threshold: float, unhealthy_zone_min_nodes: int, startup_grace: float | None,
-                     recovery_renewals: int, shutdown_delay: float, controllers: bool) -> None:
+                     recovery_renewals: int, shutdown_delay: float, service_account_audiences: tuple[str, ...],
+                     controllers: bool) -> None:
     """Run an operator replica: leader election, the NodeMetric aggregated API, standby replication,
     and on the leader the controllers (NodeSLO, NodeResource batch resources, node health and evictions).
 
@@ -120,7 +124,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                                 eviction_rate=eviction_rate, unhealthy_zone_threshold=unhealthy_zone_threshold,
                                 unhealthy_zone_min_nodes=unhealthy_zone_min_nodes, startup_grace=startup_grace,
                                 recovery_renewals=recovery_renewals),
-                            shutdown_delay=shutdown_delay, pod_name=os.environ.get("POD_NAME", ""))
+                            shutdown_delay=shutdown_delay, pod_name=os.environ.get("POD_NAME", ""),
+                            service_account_audiences=tuple(service_account_audiences))
     try:
         config = release_dead_predecessor(config)  # before importing the rest: every second counts
         from colocation.manager.operator_process import run

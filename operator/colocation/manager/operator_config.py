@@ -33,6 +33,7 @@ class OperatorConfig:
     shutdown_delay: float = 5.0  # after SIGTERM: not ready, still serving, before the server closes
     pod_name: str = ""  # POD_NAME: a Lease holder named POD_NAME_* other than us is our dead predecessor
     acquire_after: float = -math.inf  # monotonic: leave a free Lease to warm standbys until then
+    service_account_audiences: tuple[str, ...] = ()  # a bearer token's accepted audiences; empty: the issuer
 
     def is_predecessor(self, holder: str) -> bool:
         """Whether `holder` is this pod's previous process (the container restarted, so it is dead)."""

@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from colocation.apimachinery import certificates
 from colocation.apiserver.apiserver_metrics import ServerMetrics
-from colocation.apiserver.delegated_authentication import RequestHeaderConfig
+from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, RequestHeaderConfig
 from colocation.apiserver.kube_reviewers import load_request_header_config
 
 # Imported at start, not on promotion: importing Kopf takes the event loop for about a second,
@@ -48,6 +48,7 @@ from colocation.kube.transport import kube_transport
 from colocation.manager.api_assembly import assemble_api, delegated_auth
 from colocation.manager.leader_versions import LeaderVersions
 from colocation.manager.operator_config import OperatorConfig
+from colocation.manager.token_pods import ClusterStatePods
 from colocation.nodemetrics.consistent_reads import ConsistentReadMetrics, ConsistentReads
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.silent_node_expiry import expire_silent_nodes
@@ -124,6 +125,7 @@ class OperatorProcess:
         self.elector: LeaderElector | None = None
         self._leader_tasks: list[asyncio.Task[Any]] = []
         self.api: Any = None  # the ApiClient, while run() holds it
+        self.authenticator: DelegatingAuthenticator | None = None
         self.controllers_failed = False
         self.custom_metrics: CustomMetricsApi | None = None
         self.draining = False  # stopping: not ready, still serving until the server closes
@@ -188,6 +190,9 @@ class OperatorProcess:
         controllers = Controllers(self.api, self.store, self.config.controllers, namespace=self.config.namespace,
                                   identity=self.config.identity, registry=self.metrics.registry,
                                   write_budget=self.elector.write_budget if self.elector is not None else None)
+        if self.authenticator is not None and self.authenticator.local is not None:
+            # Bound tokens are checked locally from now on, once the Pod informer has listed the pods.
+            self.authenticator.local.pods = ClusterStatePods(controllers.state)
         try:
             await controllers.run(self._install_signal_handlers)
         except Exception:
@@ -225,7 +230,8 @@ class OperatorProcess:
             if self.stop.is_set():
                 return 0
             token = _bearer_token(api)
-            authenticator, authorizer = delegated_auth(api)
+            authenticator, authorizer = delegated_auth(api, config.service_account_audiences, self.metrics)
+            self.authenticator = authenticator
             self.elector = LeaderElector(
                 api, config.namespace, permissions.LEADER_LEASE_NAME, config.identity,
                 lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
@@ -255,6 +261,8 @@ class OperatorProcess:
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
                      asyncio.create_task(elector.run()),
                      asyncio.create_task(self._follow_while_standby(follower))]
+            if authenticator.local is not None:  # every replica: a new leader has the keys at once
+                tasks.append(asyncio.create_task(authenticator.local.keys.run()))
             if served.pods is not None:
                 tasks.append(asyncio.create_task(served.pods.informer(kube_transport(api)).run()))
             if served.custom_metrics is not None:

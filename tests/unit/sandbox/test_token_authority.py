@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from colocation.apimachinery.errors import ApiError
+from colocation.apimachinery.jws import parse_jws, public_keys, signature_valid
 from colocation.apimachinery.userinfo import UserInfo
 from colocation.sandbox.server.token_authority import TokenAuthority
 
@@ -16,6 +17,7 @@ T0 = 1_800_000_000.0
 POD = {"kind": "Pod",
        "metadata": {"name": "agent-x7k2p", "namespace": "colocation-system", "uid": "pod-uid-1"},
        "spec": {"nodeName": "node-3", "serviceAccountName": "agent"}}
+NODE = {"kind": "Node", "metadata": {"name": "node-3", "uid": "node-uid-3"}}
 
 
 class FakeClock:
@@ -62,7 +64,8 @@ def test_unknown_and_forged_tokens_are_rejected(authority: TokenAuthority) -> No
 
 def test_service_account_token_looks_like_upstream_jwt(authority: TokenAuthority) -> None:
     token, expires = authority.issue_service_account_token("colocation-system", "agent", "sa-uid-9",
-                                                           expiration_seconds=3600, bound_object=POD)
+                                                           expiration_seconds=3600, bound_object=POD,
+                                                           bound_node=NODE)
     assert len(token.split(".")) == 3
     claims = claims_of(token)
     assert claims["sub"] == "system:serviceaccount:colocation-system:agent"
@@ -74,13 +77,13 @@ def test_service_account_token_looks_like_upstream_jwt(authority: TokenAuthority
         "namespace": "colocation-system",
         "serviceaccount": {"name": "agent", "uid": "sa-uid-9"},
         "pod": {"name": "agent-x7k2p", "uid": "pod-uid-1"},
-        "node": {"name": "node-3"},
+        "node": {"name": "node-3", "uid": "node-uid-3"},
     }
 
 
 def test_token_review_of_a_pod_bound_token_names_pod_and_node(authority: TokenAuthority) -> None:
     token, _ = authority.issue_service_account_token("colocation-system", "agent", "sa-uid-9",
-                                                     bound_object=POD)
+                                                     bound_object=POD, bound_node=NODE)
     status = authority.token_review({"token": token})
     assert status == {
         "authenticated": True,
@@ -92,12 +95,38 @@ def test_token_review_of_a_pod_bound_token_names_pod_and_node(authority: TokenAu
             "extra": {
                 "authentication.kubernetes.io/credential-id": [f"JTI={claims_of(token)['jti']}"],
                 "authentication.kubernetes.io/node-name": ["node-3"],
+                "authentication.kubernetes.io/node-uid": ["node-uid-3"],
                 "authentication.kubernetes.io/pod-name": ["agent-x7k2p"],
                 "authentication.kubernetes.io/pod-uid": ["pod-uid-1"],
             },
         },
         "audiences": ["https://kubernetes.default.svc.cluster.local"],
     }
+
+
+def test_tokens_are_es256_and_verify_with_the_published_keys_of_the_published_issuer(
+        authority: TokenAuthority) -> None:
+    token, _ = authority.issue_service_account_token("colocation-system", "agent", "sa-uid-9", bound_object=POD,
+                                                     bound_node=NODE)
+    jws = parse_jws(token)
+    assert jws is not None
+    assert jws.header["alg"] == "ES256"
+    discovery = authority.openid_configuration()
+    assert discovery["issuer"] == jws.claims["iss"] == "https://kubernetes.default.svc.cluster.local"
+    assert discovery["jwks_uri"] == "https://kubernetes.default.svc.cluster.local/openid/v1/jwks"
+    keys = public_keys(authority.jwks())
+    assert list(keys) == [jws.header["kid"]]
+    assert signature_valid(jws, keys[jws.header["kid"]])
+    assert not signature_valid(jws, next(iter(public_keys(TokenAuthority().jwks()).values())))
+
+
+def test_a_pod_on_a_node_that_does_not_exist_names_the_node_without_uid(authority: TokenAuthority) -> None:
+    token, _ = authority.issue_service_account_token("colocation-system", "agent", "sa-uid-9", bound_object=POD)
+    assert claims_of(token)["kubernetes.io"]["node"] == {"name": "node-3"}
+    user = authority.authenticate(token)
+    assert user is not None
+    assert user.extra["authentication.kubernetes.io/node-name"] == ("node-3",)
+    assert "authentication.kubernetes.io/node-uid" not in user.extra
 
 
 def test_unbound_and_unscheduled_tokens_carry_no_node(authority: TokenAuthority) -> None:
@@ -161,3 +190,41 @@ def test_static_tokens_add_users_in_system_authenticated(authority: TokenAuthori
 def test_token_review_of_garbage_reports_an_error(authority: TokenAuthority) -> None:
     assert authority.token_review({"token": "garbage"}) == {
         "authenticated": False, "user": {}, "error": "invalid bearer token"}
+
+
+async def test_issuer_discovery_is_served_to_service_accounts_as_kube_apiserver_does() -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from colocation.sandbox.server.api_server import ApiServer
+    from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
+
+    api = ApiServer()
+    api.store.create(api.rt("", "namespaces"), {"metadata": {"name": "kube-system"}})
+    for obj in bootstrap_policy():
+        rt = api.registry.by_kind(obj["apiVersion"], obj["kind"])
+        assert rt is not None
+        api.store.create(rt, obj)
+    account_token, _ = api.tokens.issue_service_account_token("colocation-system", "operator", "sa-uid")
+    api.tokens.add_static_token("jane-token", UserInfo("jane", groups=("devs",)))
+    client: TestClient[Any, Any] = TestClient(TestServer(api.application()))
+    await client.start_server()
+    try:
+        async def get(path: str, token: str, accept: str = "application/json, application/jwk-set+json") \
+                -> tuple[int, Any]:
+            response = await client.get(path, headers={"Authorization": f"Bearer {token}", "Accept": accept})
+            if path.endswith("/jwks") and response.status == 200:
+                assert response.content_type == "application/jwk-set+json"
+            return response.status, await response.json(content_type=None)
+
+        status, discovery = await get("/.well-known/openid-configuration", account_token)
+        assert status == 200
+        assert discovery["issuer"] == claims_of(account_token)["iss"]
+        status, jwks = await get("/openid/v1/jwks", account_token)
+        assert status == 200
+        jws = parse_jws(account_token)
+        assert jws is not None and signature_valid(jws, public_keys(jwks)[jws.header["kid"]])
+        assert (await get("/openid/v1/jwks", api.tokens.admin_token))[0] == 200
+        assert (await get("/openid/v1/jwks", "jane-token"))[0] == 403  # not a ServiceAccount
+        assert (await get("/openid/v1/jwks", account_token, accept="application/json"))[0] == 406  # as upstream
+    finally:
+        await client.close()

@@ -163,9 +163,11 @@ class SandboxNodes:
                                      "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
                                                    "limits": {"cpu": "500m", "memory": "256Mi"}}}]}}))
         sa = api.store.get(api.rt("", "serviceaccounts"), self.namespace, permissions.AGENT_SERVICE_ACCOUNT)
+        # Bound to the pod and its node (created before it), as the kubelet's TokenRequest gets it.
         token, _ = api.tokens.issue_service_account_token(self.namespace, permissions.AGENT_SERVICE_ACCOUNT,
                                                           sa["metadata"]["uid"], expiration_seconds=TOKEN_SECONDS,
-                                                          bound_object=pod)
+                                                          bound_object=pod,
+                                                          bound_node=api.store.get(api.rt("", "nodes"), "", node))
         return token
 
     def _simulated(self, index: int, token: str) -> SimulatedNode:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from colocation import __version__
@@ -23,7 +24,7 @@ from colocation.sandbox.server.request_paths import Target, parse_target, resolv
 from colocation.sandbox.server.request_stats import USER_KEY, RequestStats
 from colocation.sandbox.server.resource_types import Registry, ResourceType
 from colocation.sandbox.server.special_endpoints import SpecialEndpoints
-from colocation.sandbox.server.token_authority import TokenAuthority
+from colocation.sandbox.server.token_authority import DISCOVERY_PATH, JWKS_MEDIA_TYPE, JWKS_PATH, TokenAuthority
 from colocation.sandbox.server.verbs import Verbs, json_response
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,14 @@ class ApiServer:
         if len(parts) == 3 and parts[0] == "apis" and self.aggregator is not None \
                 and self.aggregator.serves(parts[1], parts[2]):
             return await self.aggregator.proxy(request, user, None)
+        if path == DISCOVERY_PATH:
+            return json_response(self.tokens.openid_configuration())
+        if path == JWKS_PATH:
+            # As kube-apiserver: the key set's own media type, and 406 for a client that takes neither it nor any.
+            accept = request.headers.get("Accept", "*/*")
+            if not any(kind in accept for kind in (JWKS_MEDIA_TYPE, "application/*", "*/*")):
+                raise ApiError(406, "NotAcceptable", f"only {JWKS_MEDIA_TYPE} is served for {JWKS_PATH}")
+            return web.Response(body=orjson.dumps(self.tokens.jwks()), content_type=JWKS_MEDIA_TYPE)
         if path == "/openapi/v2" and "json" not in request.headers.get("Accept", "json"):
             raise ApiError(406, "NotAcceptable", "only application/json is served for /openapi/v2")
         document = self._discovery_document(request, path, parts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from colocation.apimachinery.userinfo import AUTHENTICATED, MASTERS, UNAUTHENTICATED
+from colocation.apimachinery.userinfo import AUTHENTICATED, MASTERS, SERVICE_ACCOUNTS_GROUP, UNAUTHENTICATED
 from colocation.sandbox.server.rbac_authorizer import AUTHENTICATION_GROUP, AUTHORIZATION_GROUP, RBAC_GROUP
 
 # The default objects of a fresh cluster that matter to the sandbox, mirroring upstream's
@@ -132,6 +132,10 @@ def bootstrap_policy() -> list[dict[str, Any]]:
         ]),
         _cluster_role("system:public-info-viewer", [_url_rule(["get"], [
             "/healthz", "/livez", "/readyz", "/version", "/version/"])]),
+        # Who may verify ServiceAccount tokens itself: every ServiceAccount, as upstream binds it.
+        _cluster_role("system:service-account-issuer-discovery", [_url_rule(["get"], [
+            "/.well-known/openid-configuration", "/.well-known/openid-configuration/",
+            "/openid/v1/jwks", "/openid/v1/jwks/"])]),
         _cluster_role("system:auth-delegator", [
             _rule(["create"], [AUTHENTICATION_GROUP], ["tokenreviews"]),
             _rule(["create"], [AUTHORIZATION_GROUP], ["subjectaccessreviews"]),
@@ -140,6 +144,7 @@ def bootstrap_policy() -> list[dict[str, Any]]:
         _cluster_role_binding("system:discovery", AUTHENTICATED),
         _cluster_role_binding("system:basic-user", AUTHENTICATED),
         _cluster_role_binding("system:public-info-viewer", AUTHENTICATED, UNAUTHENTICATED),
+        _cluster_role_binding("system:service-account-issuer-discovery", SERVICE_ACCOUNTS_GROUP),
         {"apiVersion": f"{RBAC_GROUP}/v1", "kind": "Role",
          "metadata": _metadata("extension-apiserver-authentication-reader", "kube-system"),
          "rules": [_rule(_READ, [""], ["configmaps"], names=["extension-apiserver-authentication"])]},

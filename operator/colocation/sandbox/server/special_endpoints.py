@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -117,6 +118,7 @@ class SpecialEndpoints:
             raise ApiError.invalid("authentication.k8s.io", "TokenRequest", target.name, [_cause(
                 "spec.expirationSeconds", "Invalid value: may not specify a duration less than 10 minutes")])
         bound: Obj | None = None
+        node: Obj | None = None
         ref = spec.get("boundObjectRef")
         if ref:
             if ref.get("kind") != "Pod":
@@ -127,9 +129,13 @@ class SpecialEndpoints:
                                         "reference does not match the object")
             if (bound.get("spec") or {}).get("serviceAccountName", "default") != target.name:
                 raise ApiError.bad_request(f'pod {ref.get("name")} does not run as service account {target.name}')
+            if node_name := (bound.get("spec") or {}).get("nodeName"):
+                # As kube-apiserver: a scheduled pod's token names its node too, if the node exists.
+                with contextlib.suppress(ApiError):
+                    node = self.api.store.get(self.api.rt("", "nodes"), "", node_name)
         token, expiry = self.api.tokens.issue_service_account_token(
             target.namespace, target.name, sa["metadata"]["uid"], audiences=tuple(spec.get("audiences") or ()),
-            expiration_seconds=expiration, bound_object=bound)
+            expiration_seconds=expiration, bound_object=bound, bound_node=node)
         return json_response({"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
                               "metadata": {"name": target.name, "namespace": target.namespace,
                                            "creationTimestamp": None},

@@ -1,26 +1,26 @@
 """Who is calling: the admin token, static tokens, and the ServiceAccount tokens the sandbox issues.
 
-ServiceAccount tokens are shaped like upstream's (a JWT with the same claims), so clients that
-decode them work, but they are signed with a per-process HMAC key and are only valid while the
-authority remembers them: a real bound token dies with its pod or ServiceAccount, and
+ServiceAccount tokens are shaped like upstream's (a JWT with the same claims) and signed as
+kube-apiserver signs them, with a private key (ES256, a P-256 key made per process) whose public
+half is published at /openid/v1/jwks, and the issuer at /.well-known/openid-configuration: clients
+that verify tokens themselves (the operator does) work against the sandbox too. A token is only
+valid while the authority remembers it: a real bound token dies with its pod or ServiceAccount, and
 `revoke_bound_to` / `revoke_service_account` give the sandbox the same behaviour.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
-import json
 import secrets
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric import ec
+
 from colocation.apimachinery.clock import WallClock, now
 from colocation.apimachinery.errors import ApiError, Cause
+from colocation.apimachinery.jws import jwk, key_id, parse_jws, sign_es256, signature_valid
 from colocation.apimachinery.userinfo import (
     ANONYMOUS,
     AUTHENTICATED,
@@ -39,9 +39,11 @@ MAX_EXPIRATION_SECONDS = 2**32
 
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+NODE_UID_EXTRA = "authentication.kubernetes.io/node-uid"
 CREDENTIAL_ID_EXTRA = "authentication.kubernetes.io/credential-id"
-
-_ALGORITHM = "HS256"
+JWKS_PATH = "/openid/v1/jwks"
+JWKS_MEDIA_TYPE = "application/jwk-set+json"
+DISCOVERY_PATH = "/.well-known/openid-configuration"
 
 
 @dataclass(frozen=True)
@@ -62,14 +64,6 @@ class Authentication:
     error: str = ""
 
 
-def _b64encode(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _b64decode(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def _rejected(why: str) -> Authentication:
     # Worded like kube-apiserver's union of authenticators, as seen in TokenReview errors.
     return Authentication(None, error=f"[invalid bearer token, {why}]")
@@ -87,8 +81,9 @@ class TokenAuthority:
 
     def __init__(self, clock: WallClock = now) -> None:
         self._clock = clock
-        self._key = secrets.token_bytes(32)
-        self._key_id = _b64encode(hashlib.sha256(self._key).digest()[:12])
+        self._signing_key = ec.generate_private_key(ec.SECP256R1())
+        self._public_key = self._signing_key.public_key()
+        self._key_id = key_id(self._public_key)
         self._static: dict[str, UserInfo] = {}
         self._grants: dict[str, _Grant] = {}  # by the token's jti
         self._by_pod: dict[str, set[str]] = {}
@@ -107,8 +102,11 @@ class TokenAuthority:
     def issue_service_account_token(
         self, namespace: str, name: str, sa_uid: str, *, audiences: Iterable[str] = (),
         expiration_seconds: int = 3600, bound_object: Mapping[str, Any] | None = None,
+        bound_node: Mapping[str, Any] | None = None,
     ) -> tuple[str, float]:
-        """A token for the ServiceAccount, optionally bound to a pod (its JSON); returns it and its expiry."""
+        """A token for the ServiceAccount, optionally bound to a pod (its JSON); a scheduled pod's
+        token names its node, with the uid of `bound_node` (the Node's JSON) when it exists.
+        Returns the token and its expiry."""
         if expiration_seconds < MIN_EXPIRATION_SECONDS or expiration_seconds > MAX_EXPIRATION_SECONDS:
             too = "less than 10 minutes" if expiration_seconds < MIN_EXPIRATION_SECONDS \
                 else "larger than 2^32 seconds"
@@ -124,8 +122,11 @@ class TokenAuthority:
             metadata = bound_object.get("metadata") or {}
             pod_uid = metadata.get("uid", "")
             private["pod"] = {"name": metadata.get("name", ""), "uid": pod_uid}
-            if node_name := (bound_object.get("spec") or {}).get("nodeName"):
-                private["node"] = {"name": node_name}
+            if bound_node is not None:
+                node_meta = bound_node.get("metadata") or {}
+                private["node"] = {"name": node_meta.get("name", ""), "uid": node_meta.get("uid", "")}
+            elif node_name := (bound_object.get("spec") or {}).get("nodeName"):
+                private["node"] = {"name": node_name}  # as upstream when the Node does not exist: no uid
         claims = {
             "aud": list(audiences) or list(API_AUDIENCES), "exp": expires, "iat": issued_at, "iss": ISSUER,
             "jti": jti, "kubernetes.io": private, "nbf": issued_at,
@@ -164,28 +165,24 @@ class TokenAuthority:
         self._by_pod.get(grant.pod_uid, set()).discard(jti)
 
     def _sign(self, claims: Mapping[str, Any]) -> str:
-        header = {"alg": _ALGORITHM, "kid": self._key_id, "typ": "JWT"}
-        signing_input = ".".join(_b64encode(json.dumps(part, separators=(",", ":")).encode())
-                                 for part in (header, claims))
-        signature = hmac.new(self._key, signing_input.encode("ascii"), hashlib.sha256).digest()
-        return f"{signing_input}.{_b64encode(signature)}"
+        return sign_es256(claims, self._signing_key, kid=self._key_id)
 
-    def _verified_claims(self, token: str) -> dict[str, Any] | None:
-        parts = token.split(".")
-        if len(parts) != 3:
+    def _verified_claims(self, token: str) -> Mapping[str, Any] | None:
+        jws = parse_jws(token)
+        if jws is None or jws.header.get("kid") != self._key_id or not signature_valid(jws, self._public_key):
             return None
-        try:
-            signature = _b64decode(parts[2])
-            expected = hmac.new(self._key, f"{parts[0]}.{parts[1]}".encode("ascii"), hashlib.sha256).digest()
-            if not hmac.compare_digest(signature, expected):
-                return None
-            header = json.loads(_b64decode(parts[0]))
-            claims = json.loads(_b64decode(parts[1]))
-        except (ValueError, UnicodeError, binascii.Error):
-            return None
-        if not isinstance(header, dict) or header.get("alg") != _ALGORITHM or not isinstance(claims, dict):
-            return None
-        return claims
+        return jws.claims
+
+    # ---- issuer discovery (what kube-apiserver serves for ServiceAccount tokens) -------------------
+
+    def openid_configuration(self) -> dict[str, Any]:
+        """/.well-known/openid-configuration, as kube-apiserver serves it."""
+        return {"issuer": ISSUER, "jwks_uri": f"{ISSUER}{JWKS_PATH}", "response_types_supported": ["id_token"],
+                "subject_types_supported": ["public"], "id_token_signing_alg_values_supported": ["ES256"]}
+
+    def jwks(self) -> dict[str, Any]:
+        """/openid/v1/jwks: the public key that signs ServiceAccount tokens."""
+        return {"keys": [jwk(self._public_key)]}
 
     # ---- authentication ---------------------------------------------------------------------------
 
@@ -239,6 +236,8 @@ class TokenAuthority:
             extra[POD_UID_EXTRA] = (pod["uid"],)
         if node := private.get("node"):
             extra[NODE_NAME_EXTRA] = (node["name"],)
+            if node.get("uid"):
+                extra[NODE_UID_EXTRA] = (node["uid"],)
         extra[CREDENTIAL_ID_EXTRA] = (f"JTI={claims['jti']}",)
         return UserInfo(username=service_account_username(namespace, account["name"]), uid=account["uid"],
                         groups=(*service_account_groups(namespace), AUTHENTICATED), extra=extra)
