@@ -19,7 +19,7 @@ import signal
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,18 +207,39 @@ async def _locally_accepted(endpoint: str, context: ssl.SSLContext) -> float:
     return sum(float(line[len(wanted):]) for line in text.splitlines() if line.startswith(wanted))
 
 
-async def _token_reviews(admin: Kube, request: pytest.FixtureRequest) -> int:
-    """TokenReviews kube-apiserver has answered so far: the builtin sandbox's request counters, or
-    the real kube-apiserver's apiserver_request_total."""
+async def _token_reviews(admin: Kube, request: pytest.FixtureRequest,
+                         review: tuple[str, str] = ("authentication.k8s.io", "tokenreviews")) -> int:
+    """TokenReviews (or another kind of `review`) kube-apiserver has answered so far: the builtin
+    sandbox's request counters, or the real kube-apiserver's apiserver_request_total."""
     if sandbox_kind_args(request.config):
         status, text = await admin.request("GET", "/metrics")
         assert status == 200, text
         return sum(int(float(line.rpartition(" ")[2])) for line in str(text).splitlines()
-                   if line.startswith("apiserver_request_total{") and 'resource="tokenreviews"' in line)
+                   if line.startswith("apiserver_request_total{") and f'resource="{review[1]}"' in line)
     status, stats = await admin.request("GET", "/sandbox/stats")
     assert status == 200, stats
-    return sum(int(item["requests"]) for item in stats["items"]
-               if (item["group"], item["resource"]) == ("authentication.k8s.io", "tokenreviews"))
+    return sum(int(item["requests"]) for item in stats["items"] if (item["group"], item["resource"]) == review)
+
+
+async def test_reports_from_new_nodes_cost_no_authorization_review(admin: Kube,
+                                                                   request: pytest.FixtureRequest) -> None:
+    """One SubjectAccessReview per ServiceAccount, not per node: the node rule holds each token to
+    its node, so a report is authorized for the collection, and every agent shares the answer."""
+    sar = ("authorization.k8s.io", "subjectaccessreviews")
+    _, endpoint, context = await leader(admin)
+    nodes = [await make_node(admin) for _ in range(4)]
+
+    def accepted(node: str, token: str) -> Callable[[], Awaitable[bool]]:
+        async def probe() -> bool:
+            status, _ = await put_direct(endpoint, context, node, report(node), token)
+            return status == 200
+        return probe
+
+    await wait_for(accepted(*nodes[0]), timeout=30, interval=0.2)  # the agents' account is authorized
+    reviews_before = await _token_reviews(admin, request, sar)
+    for node, token in nodes[1:]:
+        await wait_for(accepted(node, token), timeout=30, interval=0.2)
+    assert await _token_reviews(admin, request, sar) == reviews_before
 
 
 async def test_reports_cost_no_token_review(admin: Kube, request: pytest.FixtureRequest) -> None:
