@@ -440,3 +440,23 @@ async def put_as_client_go(client: Kube, path: str, body: Any) -> tuple[int, Any
             return status, answer, attempt
         await asyncio.sleep(float(retry_after))  # the server's Retry-After, as client-go waits it
     return status, answer, 10
+
+
+def token_kubeconfig(kubeconfig: Path, token: str, out: Path) -> Path:
+    """A copy of `kubeconfig` whose users authenticate with `token`."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    out.write_text(yaml.safe_dump(config))
+    return out
+
+
+async def start_agent_process(kubeconfig: Path, token: str, node: str, work_dir: Path,
+                              *args: str) -> asyncio.subprocess.Process:
+    """A `colocation agent` process for `node` that authenticates with `token`, its output
+    discarded; the caller kills it."""
+    agent_kubeconfig = token_kubeconfig(kubeconfig, token, work_dir / f"agent-{node}.kubeconfig")
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "colocation", "agent", "--kubeconfig", str(agent_kubeconfig), "--node-name", node,
+        "--metrics-port", "0", "--log-format", "text", *args,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)

@@ -20,12 +20,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from colocation.agent import selfcheck
 from tests.e2e.conftest import sandbox_kind_args
-from tests.e2e.kube import Kube, start_sandbox_process, wait_for
+from tests.e2e.kube import Kube, start_agent_process, start_sandbox_process, wait_for
 from tests.e2e.test_operator import LEASE_ARGS, leader, make_node, replicas
 
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
@@ -236,15 +235,7 @@ async def test_a_stopped_agents_lease_stops_being_renewed_and_expires(admin: Kub
                                                                       tmp_path: Path) -> None:
     kubeconfig, _ = agent_sandbox
     node, token = await make_node(admin)
-    config = yaml.safe_load(kubeconfig.read_text())
-    for user in config["users"]:
-        user["user"] = {"token": token}
-    agent_kubeconfig = tmp_path / "agent.kubeconfig"
-    agent_kubeconfig.write_text(yaml.safe_dump(config))
-    agent = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "colocation", "agent", "--kubeconfig", str(agent_kubeconfig), "--node-name", node,
-        "--lease-duration", "3", "--metrics-port", "0", "--log-format", "text",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    agent = await start_agent_process(kubeconfig, token, node, tmp_path, "--lease-duration", "3")
     try:
         renewals: set[str] = set()
 

@@ -31,7 +31,15 @@ import pytest
 from colocation.agent import selfcheck
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
-from tests.e2e.kube import TIME_FACTOR, Kube, condition, fresh_namespace, start_sandbox_process, wait_for
+from tests.e2e.kube import (
+    TIME_FACTOR,
+    Kube,
+    condition,
+    fresh_namespace,
+    start_agent_process,
+    start_sandbox_process,
+    wait_for,
+)
 
 NS = "colocation-system"
 LEASE_NS = "colocation-node-lease"
@@ -452,10 +460,6 @@ async def test_reports_are_the_agents_heartbeat_and_their_leases_are_left_alone(
 
 async def test_an_agent_whose_reports_are_refused_stays_ready_through_its_lease(
         admin: Kube, controller_sandbox: tuple[Path, Path], tmp_path: Path) -> None:
-    import sys
-
-    import yaml
-
     from tests.e2e.test_operator import make_node
 
     # The agent's token is bound to a pod on another node: the leader refuses its reports (403),
@@ -464,16 +468,9 @@ async def test_an_agent_whose_reports_are_refused_stays_ready_through_its_lease(
     node = f"fallback-{uuid.uuid4().hex[:6]}"
     status, body = await admin.request("POST", "/api/v1/nodes", {"metadata": {"name": node}})
     assert status == 201, body
-    config = yaml.safe_load(controller_sandbox[0].read_text())
-    for user in config["users"]:
-        user["user"] = {"token": token}
-    agent_kubeconfig = tmp_path / "agent.kubeconfig"
-    agent_kubeconfig.write_text(yaml.safe_dump(config))
-    agent = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "colocation", "agent", "--kubeconfig", str(agent_kubeconfig), "--node-name", node,
-        "--report-interval", "0.5", "--heartbeat-interval", "1", "--lease-duration", str(int(GRACE)),
-        "--metrics-port", "0", "--scrape-interval", "0", "--log-format", "text",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    agent = await start_agent_process(controller_sandbox[0], token, node, tmp_path, "--report-interval", "0.5",
+                                      "--heartbeat-interval", "1", "--lease-duration", str(int(GRACE)),
+                                      "--scrape-interval", "0")
     try:
         async def agent_ready() -> dict[str, Any] | None:
             resource = await get(admin, f"{NODERESOURCES}/{node}")
