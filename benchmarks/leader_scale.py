@@ -11,7 +11,7 @@ Nodes of this client (leader_scale_probes). Then:
    interval more; then a window: CPU (utime + stime) of the leader, the standby, the simulated
    agents' process and the sandbox API server, the leader's RSS and standby's at its end, the
    leader's accepted reports and evaluations (its /metrics), the agents' self-check;
-2. at the largest node count, py-spy samples the leader for `profile_seconds`;
+2. py-spy samples the leader for `profile_seconds`: where its CPU goes, and the evaluations' share of it;
 3. latency: probe reports that move batch resources, timed to the Node patch;
 4. failover: the leader SIGKILLed (the sandbox restarts it), timed until the new leader serves every
    node's NodeMetric with an updateTime from after the kill and an evaluation finished after that.
@@ -38,7 +38,7 @@ from benchmarks.control_plane import _judged
 from benchmarks.cp_cluster import Cluster, Replica, wait_until
 from benchmarks.cp_kube_metrics import parse, total
 from benchmarks.failover_probes import FAILURES, reader_token
-from benchmarks.leader_scale_figures import Convergence, SizeResult, Window
+from benchmarks.leader_scale_figures import Convergence, SizeResult, Window, extrapolate
 from benchmarks.leader_scale_probes import Freshness, ProbeNodes
 from colocation.agent import selfcheck
 
@@ -64,8 +64,8 @@ class ScaleConfig:
     latency_samples: int = 24
     latency_timeout: float = 30.0
     kills: int = 3
-    kill_timeout: float = 120.0
-    profile_seconds: float = 20.0  # at the largest node count; 0: no profile
+    kill_timeout: float = 180.0
+    profile_seconds: float = 20.0  # at every node count, right after the window; 0: no profile
     state_dir: Path = Path(".bench")
 
 
@@ -177,20 +177,25 @@ async def _profile(config: ScaleConfig, cluster: Cluster, result: SizeResult) ->
         return
     result.profile_samples, result.profile = samples, hottest
     result.profile_shares = profile_shares(raw)
+    if result.window is not None:
+        result.window.evaluation_share = dict(result.profile_shares)[EVALUATION]
 
 
-# (label, substring of a frame): the share of samples with any frame matching, one rule at a time.
-PROFILE_MARKERS = (
-    ("Kopf (any frame of kopf/)", "kopf/"),
-    ("Kopf handlers of Nodes (Controllers.on_node)", "on_node"),
-    ("Kopf handlers of Leases (Controllers.on_lease)", "on_lease"),
-    ("controllers' evaluation (NodeResourceReconciler.evaluate)", "NodeResourceReconciler.evaluate"),
-    ("report API (NodeMetricApi._report)", "NodeMetricApi._report"),
-    ("NodeMetric store", "NodeMetricStore"),
-    ("Pod informer (colocation/kube/informer.py)", "kube/informer.py"),
-    ("leader election (colocation/kube/leaderelection.py)", "leaderelection.py"),
-    ("TLS and HTTP parsing (_read_ready)", "_read_ready"),
-    ("prometheus_client", "prometheus_client"),
+# (label, substrings of frames): the share of samples with any frame matching any of them, one row at a time.
+EVALUATION = "controllers' evaluations (Controllers._loop, NodeResourceReconciler, NodeSLOReconciler)"
+PROFILE_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Kopf (any frame of kopf/)", ("kopf/",)),
+    ("Kopf handlers of Nodes (Controllers.on_node)", ("Controllers.on_node",)),
+    ("Kopf handlers of Leases (Controllers.on_lease)", ("Controllers.on_lease",)),
+    ("Kopf building each event's handler kwargs (Cause._kwargs)", ("Cause._kwargs",)),
+    (EVALUATION, ("Controllers._loop", "NodeResourceReconciler.", "NodeSLOReconciler.")),
+    ("report API (NodeMetricApi._report)", ("NodeMetricApi._report",)),
+    ("authentication (DelegatingAuthenticator)", ("DelegatingAuthenticator",)),
+    ("NodeMetric store", ("NodeMetricStore",)),
+    ("Pod informer (colocation/kube/informer.py)", ("kube/informer.py",)),
+    ("leader election (colocation/kube/leaderelection.py)", ("leaderelection.py",)),
+    ("TLS and HTTP parsing (_read_ready)", ("_read_ready",)),
+    ("prometheus_client", ("prometheus_client",)),
 )
 
 
@@ -203,8 +208,8 @@ def profile_shares(raw: str) -> list[tuple[str, float]]:
         if not stack or not count.isdigit():
             continue
         samples += int(count)
-        for label, marker in PROFILE_MARKERS:
-            if marker in stack:
+        for label, markers in PROFILE_MARKERS:
+            if any(marker in stack for marker in markers):
                 counts[label] += int(count)
     return [(label, n / samples) for label, n in counts.items()] if samples else []
 
@@ -259,7 +264,7 @@ async def _settled(freshness: Freshness, names: list[str]) -> bool:
     return not [name for name in names if name not in freshness.times]
 
 
-async def _size(config: ScaleConfig, nodes: int, args: list[str], largest: bool) -> SizeResult:
+async def _size(config: ScaleConfig, nodes: int, args: list[str]) -> SizeResult:
     result = SizeResult(nodes, config.probes)
     say(f"leader scale [{nodes:,} nodes]: starting the sandbox ({config.pods_per_node} pods per node, 2 operators, "
         f"agents {' '.join(args)})")
@@ -283,11 +288,13 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str], largest: bool)
         result.window = window = await _window(config, cluster, total_nodes)
         say(f"leader scale [{nodes:,} nodes]: leader {window.leader_cores:.2f} cores, "
             f"RSS {window.leader_rss / 2**20:,.0f} MiB; standby {window.standby_cores:.2f} cores; "
-            f"{window.report_rate:,.0f} reports/s ({window.us_per_report:,.0f} µs each), "
-            f"{window.evaluation_rate:.2f} evaluations/s ({window.us_per_node_evaluation:.1f} µs per node); "
+            f"{window.report_rate:,.0f} reports/s, {window.evaluation_rate:.2f} evaluations/s; "
             f"agents {window.agents_cores:.2f} cores; problems: {window.saturation() or 'none'}")
-        if largest and config.profile_seconds > 0:
+        if config.profile_seconds > 0:  # at every count: it splits the leader's CPU (leader_scale_figures)
             await _profile(config, cluster, result)
+        say(f"leader scale [{nodes:,} nodes]: {window.us_per_report:,.0f} µs per report, "
+            f"{window.us_per_node_evaluation:.1f} µs per node evaluation (evaluations: "
+            f"{window.evaluation_share:.0%} of the profile), {extrapolate(window):.2f} cores at 10,000 nodes")
         say(f"leader scale [{nodes:,} nodes]: {config.latency_samples} latency samples on {config.probes} probes")
         result.latencies, result.latency_failures = await probes.latencies(config.latency_samples,
                                                                            config.latency_timeout)
@@ -317,7 +324,7 @@ async def run(config: ScaleConfig) -> ScaleReport:
     if missing:
         say(f"leader scale: `colocation agent --help` has no {', '.join(missing)}: left out")
     for nodes in config.sizes:
-        report.results.append(await _size(config, nodes, args, nodes == max(config.sizes)))
+        report.results.append(await _size(config, nodes, args))
         report.load.append(os.getloadavg())
     report.seconds = time.perf_counter() - started
     say(f"leader scale: done in {report.seconds / 60:,.1f} min")
@@ -339,7 +346,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale-latency-samples", type=int, default=c.latency_samples)
     p.add_argument("--scale-kills", type=int, default=c.kills, help="SIGKILLs of the leader per node count.")
     p.add_argument("--scale-profile-seconds", type=float, default=c.profile_seconds,
-                   help="py-spy of the leader at the largest node count; 0: none.")
+                   help="py-spy of the leader after each window (it splits the leader's CPU); 0: none.")
 
 
 def config_from(args: argparse.Namespace, state_dir: Path) -> ScaleConfig:

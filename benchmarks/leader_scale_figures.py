@@ -1,12 +1,13 @@
 """The arithmetic of the leader-scale suite: one window's figures, the memory regression, the 10,000-node
 extrapolation and the verdicts, all from the numbers a run measured (no I/O here).
 
-CPU is split in two by the operator's own metrics: the controllers' evaluations
-(`colocation_reconcile_duration_seconds`, wall time of one evaluation of every node, an upper bound of
-its CPU) and the rest of the leader's CPU (the report API, its TLS and authentication, the Kopf
-watches of Nodes and Leases, the Pod informer...), charged to the reports the leader accepted
-(`colocation_nodemetric_reports_accepted_total`). Both scale with the nodes: reports as nodes per
-report interval, evaluations as nodes times evaluations per second.
+The leader's CPU is split in two: the controllers' evaluations and the rest (the report API, its TLS
+and authentication, the Kopf watches of Nodes and Leases, the Pod informer...), charged to the reports
+the leader accepted (`colocation_nodemetric_reports_accepted_total`). The evaluations' share is the
+share of py-spy's samples of the leader in them (taken right after the window); without a profile it
+is their summed wall time (`colocation_reconcile_duration_seconds`), an upper bound: an evaluation
+awaits its API writes, and at 1,000 nodes its wall time exceeded the leader's whole CPU. Both scale
+with the nodes: reports as nodes per report interval, evaluations as nodes x evaluations per second.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ class Window:
     batch_writes: float  # Node patches of batch resources in the window
     agent_problems: list[str] = field(default_factory=list)  # the agents' self-check over the window
     agent_checks: dict[str, str] = field(default_factory=dict)
+    evaluation_share: float = math.nan  # of the leader's py-spy samples, in the evaluations; NaN: no profile
+
+    @property
+    def evaluation_cpu(self) -> float:
+        """CPU seconds of the evaluations: the profile's share of the leader's CPU, else their wall time."""
+        if math.isnan(self.evaluation_share):
+            return self.evaluation_seconds
+        return self.leader_cpu * self.evaluation_share
 
     @property
     def leader_cores(self) -> float:
@@ -81,7 +90,7 @@ class Window:
         """µs of leader CPU per accepted report, evaluations left out."""
         if not self.reports:
             return math.nan
-        return max(self.leader_cpu - self.evaluation_seconds, 0.0) / self.reports * 1e6
+        return max(self.leader_cpu - self.evaluation_cpu, 0.0) / self.reports * 1e6
 
     @property
     def us_per_report_all_in(self) -> float:
@@ -90,6 +99,13 @@ class Window:
 
     @property
     def us_per_node_evaluation(self) -> float:
+        """µs of leader CPU per node per evaluation."""
+        if not self.evaluations or not self.nodes:
+            return math.nan
+        return self.evaluation_cpu / (self.evaluations * self.nodes) * 1e6
+
+    @property
+    def us_per_node_evaluation_wall(self) -> float:
         if not self.evaluations or not self.nodes:
             return math.nan
         return self.evaluation_seconds / (self.evaluations * self.nodes) * 1e6

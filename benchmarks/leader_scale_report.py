@@ -58,7 +58,8 @@ def from_json(raw: dict[str, Any]) -> ScaleReport:
         kills = [Convergence(**{k: _nan(v) for k, v in kill.items()}) for kill in values.pop("kills")]
         for key in ("profile", "profile_shares"):
             values[key] = [tuple(item) for item in values[key]]
-        return SizeResult(**values, window=None if window is None else Window(**window), kills=kills)
+        measured = None if window is None else Window(**{k: _nan(v) for k, v in window.items()})
+        return SizeResult(**values, window=measured, kills=kills)
 
     return ScaleReport(config, raw["agentArgs"], raw["missingFlags"], [result(r) for r in raw["results"]],
                        raw["fdLimit"], [tuple(load) for load in raw["loadAverages"]], raw["seconds"])
@@ -105,6 +106,7 @@ def _window_rows(results: list[SizeResult]) -> list[list[str]]:
     return [[f"{w.nodes:,}", _f(w.leader_cores), _f(w.standby_cores), size(w.leader_rss), size(w.standby_rss),
              f"{w.report_rate:,.0f} ({w.reports / w.expected_reports:.0%} of due)", _f(w.us_per_report, 0),
              _f(w.us_per_report_all_in, 0), f"{w.evaluation_rate:.2f}", _f(w.us_per_node_evaluation, 1),
+             _f(w.us_per_node_evaluation_wall, 1), _f(w.evaluation_share * 100, 0),
              f"{w.batch_writes:,.0f}", _f(extrapolate(w)), _f(w.agents_cores), _f(w.sandbox_cores)]
             for w in (r.window for r in results) if w is not None]
 
@@ -120,19 +122,24 @@ def _kill_rows(results: list[SizeResult]) -> list[list[str]]:
 
 
 def _profile_lines(results: list[SizeResult]) -> list[str]:
-    lines: list[str] = []
-    for r in results:
-        if not r.profile_samples:
-            continue
-        lines += ["", f"### Where the leader's CPU goes at {r.nodes + r.probes:,} nodes (py-spy, {r.profile_samples:,} "
-                      "samples of the running process)", "",
-                  "Share of samples whose stack contains (a sample may count in several rows):", "",
-                  table(["Frames", "Share"], [[label, f"{share:.1%}"] for label, share in r.profile_shares]), "",
-                  "Innermost frames (own time), top 12:", "",
-                  table(["Function", "Share"], [[f"`{frame}`", f"{share:.1%}"] for frame, share in r.profile])]
-        kopf = [share for _, share in r.profile_shares[:3]]  # PROFILE_MARKERS: Kopf, its Node and Lease handlers
-        lines += ["", f"Kopf's per-event handling: {kopf[0]:.1%} of the samples have a Kopf frame (Node handlers "
-                      f"{kopf[1]:.1%}, Lease handlers {kopf[2]:.1%})."]
+    """The shares of the profiles side by side; the innermost frames of the largest node count's."""
+    profiled = [r for r in results if r.profile_samples]
+    if not profiled:
+        return []
+    largest = profiled[-1]
+    header = ["Samples with a frame of", *(f"{r.nodes + r.probes:,} nodes" for r in profiled)]
+    rows = [[label, *(f"{dict(r.profile_shares).get(label, 0.0):.1%}" for r in profiled)]
+            for label, _ in leader_scale.PROFILE_MARKERS]
+    lines = ["", "### Where the leader's CPU goes (py-spy, right after each window)", "",
+             f"{', '.join(f'{r.profile_samples:,}' for r in profiled)} samples (100 Hz, of running code only); a "
+             "sample counts in every row it matches:", "", table(header, rows), "",
+             f"Innermost frames (own time) at {largest.nodes + largest.probes:,} nodes, top 12:", "",
+             table(["Function", "Share"], [[f"`{frame}`", f"{share:.1%}"] for frame, share in largest.profile])]
+    for r in profiled:
+        kopf = [share for _, share in r.profile_shares[:4]]  # PROFILE_MARKERS: Kopf, Node and Lease handlers, kwargs
+        lines += ["", f"Kopf's per-event handling at {r.nodes + r.probes:,} nodes: {kopf[0]:.1%} of the samples have "
+                      f"a Kopf frame, {kopf[3]:.1%} building the handler's kwargs; our Node and Lease handlers "
+                      f"themselves {kopf[1]:.1%} and {kopf[2]:.1%}."]
     return lines
 
 
@@ -152,8 +159,11 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
              + f", plus {c.probes} probe Nodes of the benchmark's own. A {c.window:g} s window of steady state "
              "(every node served and judged, one report round after that) per node count. CPU is utime + stime "
              "from /proc over the window; RSS (VmRSS) at its end. Reports and evaluations are the leader's own "
-             "counters (`colocation_nodemetric_reports_accepted_total`, `colocation_reconcile_duration_seconds`); "
-             "µs per report leaves the evaluations' summed duration out (wall time, an upper bound of their CPU); "
+             "counters (`colocation_nodemetric_reports_accepted_total`, `colocation_reconcile_duration_seconds`). "
+             "The evaluations' CPU is the leader's CPU x their share of a py-spy profile of the leader taken right "
+             "after the window (their wall time, which includes awaiting API writes, where there is no profile); "
+             "µs per report is the rest of the leader's CPU (report API, authentication, Kopf's Node and Lease "
+             "events, the Pod informer...) per accepted report; "
              f"the extrapolation is µs/report x {EXTRAPOLATE_NODES / EXTRAPOLATE_INTERVAL:,.0f} reports/s + µs per "
              f"node evaluation x {EXTRAPOLATE_NODES:,} nodes x the evaluations per second measured.", "",
              "### Verdicts", ""]
@@ -165,7 +175,8 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
               f"≥ {REPORTS_BEHIND:.0%} of the due reports accepted, the agents' self-check clean)."]
     lines += ["", "### Steady state", "",
               table(["Nodes", "Leader cores", "Standby cores", "Leader RSS", "Standby RSS", "Reports/s",
-                     "µs/report", "µs/report, all in", "Evaluations/s", "µs per node evaluation", "Node patches",
+                     "µs/report", "µs/report, all in", "Evaluations/s", "µs CPU per node evaluation",
+                     "µs wall per node evaluation", "Evaluations' % of the profile", "Node patches",
                      f"Cores at {EXTRAPOLATE_NODES:,} nodes", "Agents cores", "Sandbox API cores"],
                     _window_rows(results)), ""]
     if memory is not None:

@@ -45,7 +45,7 @@ def test_a_line_through_two_points_and_none_through_one() -> None:
 
 
 def test_unit_costs_and_the_extrapolation_to_ten_thousand_nodes() -> None:
-    w = window(1000)  # 6,000 reports, 6 s of CPU, 1.2 s of it evaluating, 12 evaluations of 1,000 nodes
+    w = window(1000)  # 6,000 reports, 6 s of CPU, 1.2 s of wall time evaluating, 12 evaluations of 1,000 nodes
     assert w.leader_cores == pytest.approx(0.1)
     assert w.us_per_report == pytest.approx(800.0)  # (6 - 1.2) s / 6,000
     assert w.us_per_report_all_in == pytest.approx(1000.0)
@@ -53,6 +53,10 @@ def test_unit_costs_and_the_extrapolation_to_ten_thousand_nodes() -> None:
     # 800 µs x 1,000 reports/s + 100 µs x 10,000 nodes x 0.2 evaluations/s
     assert extrapolate(w) == pytest.approx(0.8 + 0.2)
     assert math.isnan(Window(10, 60.0, 10.0, 1.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0).us_per_report)
+    w.evaluation_share = 0.1  # a profile: the evaluations took 10 % of the leader's 6 s, not their 1.2 s of wall time
+    assert w.evaluation_cpu == pytest.approx(0.6) and w.us_per_node_evaluation_wall == pytest.approx(100.0)
+    assert w.us_per_report == pytest.approx(900.0) and w.us_per_node_evaluation == pytest.approx(50.0)
+    assert extrapolate(w) == pytest.approx(0.9 + 0.1)
 
 
 def test_the_load_client_is_saturated_when_busy_or_behind() -> None:
@@ -99,7 +103,8 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     assert "| 5,000 | 0.10 | 0.02 |" in section
     assert "| 5,000 | 3 | 3.00 | 4.50 | 4.50 | 1 |" in section  # latency: samples, p50, p99, max, failed
     assert "| 1,000 | 1 | 1.0 | 1.5 | 10.0 | 12.0 | — |" in section
-    assert "Kopf's per-event handling: 10.0% of the samples have a Kopf frame" in section
+    assert "Kopf's per-event handling at 5,000 nodes: 10.0% of the samples have a Kopf frame" in section
+    assert "| Samples with a frame of | 5,000 nodes |" in section
     assert "The load client kept up at every node count" in section
     assert "- 4,996 nodes: leader-probe-0: the report was answered 503" in section
 
@@ -114,9 +119,11 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
 
 def test_profile_shares_count_each_sample_once_per_marker() -> None:
     raw = ("main;kopf/_core/reactor.py;Controllers.on_lease 30\n"
-           "main;NodeMetricApi._report;_read_ready 60\nmain;idle 10\nnot a sample\n")
+           "main;NodeMetricApi._report;_read_ready 60\nmain;Controllers._loop;NodeResourceReconciler.evaluate 10\n"
+           "not a sample\n")
     shares = dict(leader_scale.profile_shares(raw))
     assert shares["Kopf (any frame of kopf/)"] == pytest.approx(0.3)
+    assert shares[leader_scale.EVALUATION] == pytest.approx(0.1)  # counted once, though two frames match
     assert shares["Kopf handlers of Leases (Controllers.on_lease)"] == pytest.approx(0.3)
     assert shares["report API (NodeMetricApi._report)"] == pytest.approx(0.6)
     assert leader_scale.profile_shares("") == []
