@@ -160,7 +160,7 @@ async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
 
 async def _profile(config: ScaleConfig, cluster: Cluster, result: SizeResult) -> None:
     leader, _, _ = await _roles(cluster)
-    out = PLOTS / f"leader_scale_profile_{result.nodes}.txt"
+    out = profile_path(result.nodes)
     say(f"leader scale [{result.nodes:,} nodes]: py-spy on the leader (pid {leader.pid}) for "
         f"{config.profile_seconds:.0f} s")
     try:
@@ -181,6 +181,11 @@ async def _profile(config: ScaleConfig, cluster: Cluster, result: SizeResult) ->
         result.window.evaluation_share = dict(result.profile_shares)[EVALUATION]
 
 
+def profile_path(nodes: int) -> Path:
+    """Where py-spy's raw samples of the leader at `nodes` (sandbox) nodes are kept."""
+    return PLOTS / f"leader_scale_profile_{nodes}.txt"
+
+
 # (label, substrings of frames): the share of samples with any frame matching any of them, one row at a time.
 EVALUATION = "controllers' evaluations (Controllers._loop, NodeResourceReconciler, NodeSLOReconciler)"
 PROFILE_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -189,7 +194,9 @@ PROFILE_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Kopf handlers of Leases (Controllers.on_lease)", ("Controllers.on_lease",)),
     ("Kopf building each event's handler kwargs (Cause._kwargs)", ("Cause._kwargs",)),
     (EVALUATION, ("Controllers._loop", "NodeResourceReconciler.", "NodeSLOReconciler.")),
-    ("report API (NodeMetricApi._report)", ("NodeMetricApi._report",)),
+    ("batch formula (calculate_batch_resources)", ("calculate_batch_resources",)),
+    ("report API (NodeMetricGroup._report)", ("NodeMetricGroup._report", "NodeMetricApi._report")),
+    ("validating reports (validate_report)", ("validate_report",)),
     ("authentication (DelegatingAuthenticator)", ("DelegatingAuthenticator",)),
     ("NodeMetric store", ("NodeMetricStore",)),
     ("Pod informer (colocation/kube/informer.py)", ("kube/informer.py",)),

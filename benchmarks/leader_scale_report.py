@@ -35,12 +35,13 @@ RAW = leader_scale.PLOTS / "leader_scale.json"
 PLOT = "leader_scale.png"
 
 
-def to_json(report: ScaleReport) -> dict[str, Any]:
+def to_json(report: ScaleReport, where: Machine | None = None) -> dict[str, Any]:
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(report.config).items()
               if k != "state_dir"}
     return {"config": config, "agentArgs": report.agent_args, "missingFlags": report.missing_flags,
             "fdLimit": report.fd_limit, "loadAverages": report.load, "seconds": report.seconds,
-            "results": [dataclasses.asdict(r) for r in report.results]}
+            "results": [dataclasses.asdict(r) for r in report.results],
+            "machine": None if where is None else dataclasses.asdict(where)}
 
 
 def _nan(value: Any) -> Any:
@@ -65,9 +66,9 @@ def from_json(raw: dict[str, Any]) -> ScaleReport:
                        raw["fdLimit"], [tuple(load) for load in raw["loadAverages"]], raw["seconds"])
 
 
-def save_raw(report: ScaleReport, path: Path = RAW) -> None:
+def save_raw(report: ScaleReport, path: Path = RAW, where: Machine | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(to_json(report), option=orjson.OPT_INDENT_2))
+    path.write_bytes(orjson.dumps(to_json(report, where), option=orjson.OPT_INDENT_2))
 
 
 def plot(report: ScaleReport, path: Path) -> Path | None:
@@ -209,10 +210,26 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
     return "\n".join(lines)
 
 
+def rerender(output: Path, command: str, raw: Path = RAW, plot_path: Path = leader_scale.PLOTS / PLOT) -> None:
+    """Write the section again from the saved samples (`command`: the run's), the profiles' shares counted
+    again from their raw files (for new rows of leader_scale.PROFILE_MARKERS); the evaluations' share, and
+    so the CPU split, stays the one the run measured; the machine and date are the run's when saved."""
+    saved = orjson.loads(raw.read_bytes())
+    report = from_json(saved)
+    for result in report.results:
+        profile = leader_scale.profile_path(result.nodes)
+        if result.profile_samples and profile.exists():
+            result.profile_shares = leader_scale.profile_shares(profile.read_text())
+    plot(report, plot_path)
+    where = Machine(**saved["machine"]) if saved.get("machine") else machine.describe()
+    write_section(output, SECTION, render(report, where, command))
+
+
 def run_suite(config: ScaleConfig, output: Path, command: str) -> ScaleReport:
     report = asyncio.run(leader_scale.run(config))
-    save_raw(report)
+    where = machine.describe()
+    save_raw(report, RAW, where)
     plot(report, leader_scale.PLOTS / PLOT)
-    write_section(output, SECTION, render(report, machine.describe(), command))
+    write_section(output, SECTION, render(report, where, command))
     say(f"wrote the {SECTION} section of {output}, {RAW} and {PLOT}")
     return report

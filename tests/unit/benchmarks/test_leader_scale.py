@@ -111,21 +111,23 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     again = leader_scale_report.from_json(orjson.loads(orjson.dumps(leader_scale_report.to_json(report))))
     assert leader_scale_report.render(again, machine.describe(), "x") == \
         leader_scale_report.render(report, machine.describe(), "x")
-    leader_scale_report.save_raw(report, tmp_path / "raw.json")
+    leader_scale_report.save_raw(report, tmp_path / "raw.json", machine.describe())
     assert len(orjson.loads((tmp_path / "raw.json").read_bytes())["results"]) == 2
+    leader_scale_report.rerender(tmp_path / "B.md", "again", tmp_path / "raw.json", tmp_path / "again.png")
+    assert "<!-- leader-scale:begin -->\n## Leader at scale: 996, 4,996 nodes" in (tmp_path / "B.md").read_text()
     assert leader_scale_report.plot(report, tmp_path / "plot.png") is not None
     assert (tmp_path / "plot.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_profile_shares_count_each_sample_once_per_marker() -> None:
     raw = ("main;kopf/_core/reactor.py;Controllers.on_lease 30\n"
-           "main;NodeMetricApi._report;_read_ready 60\nmain;Controllers._loop;NodeResourceReconciler.evaluate 10\n"
+           "main;NodeMetricGroup._report;_read_ready 60\nmain;Controllers._loop;NodeResourceReconciler.evaluate 10\n"
            "not a sample\n")
     shares = dict(leader_scale.profile_shares(raw))
     assert shares["Kopf (any frame of kopf/)"] == pytest.approx(0.3)
     assert shares[leader_scale.EVALUATION] == pytest.approx(0.1)  # counted once, though two frames match
     assert shares["Kopf handlers of Leases (Controllers.on_lease)"] == pytest.approx(0.3)
-    assert shares["report API (NodeMetricApi._report)"] == pytest.approx(0.6)
+    assert shares["report API (NodeMetricGroup._report)"] == pytest.approx(0.6)
     assert leader_scale.profile_shares("") == []
 
 
