@@ -182,9 +182,9 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
                     _window_rows(results)), ""]
     if memory is not None:
         lines.append(f"Leader RSS = {memory[0] / 2**20:,.0f} MiB + {memory[1] / 1024:,.1f} KiB x nodes (least "
-                     "squares over the node counts).")
+                     "squares over the node counts).  ")
     if cpu is not None:
-        lines.append(f" Leader CPU = {cpu[0]:.3f} + {cpu[1] * 1000:.3f} x nodes / 1,000 cores, which gives "
+        lines.append(f"Leader CPU = {cpu[0]:.3f} + {cpu[1] * 1000:.3f} x nodes / 1,000 cores, which gives "
                      f"{cpu[0] + cpu[1] * EXTRAPOLATE_NODES:.2f} cores at {EXTRAPOLATE_NODES:,} nodes.")
     lines += ["", f"![Leader CPU and RSS vs nodes](benchmarks/plots/{PLOT})", "",
               "### Latency: a report that moves batch resources to the Node patch", "",
