@@ -65,6 +65,10 @@ class ScaleConfig:
     latency_timeout: float = 30.0
     kills: int = 3
     kill_timeout: float = 180.0
+    # The sandbox restarts a replica that exits again within 10 minutes after 10 s, 20 s, ... (the kubelet's
+    # crashLoopBackOff); a leader killed twice would then hold its Lease until it expires (15 s): measured
+    # is the failover, so restarts are immediate, as in the failover suite.
+    max_restart_period: float = 1.0
     profile_seconds: float = 20.0  # at every node count, right after the window; 0: no profile
     state_dir: Path = Path(".bench")
 
@@ -278,6 +282,7 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str]) -> SizeResult:
     started = time.perf_counter()
     cluster = await cp_cluster.start(config.state_dir / f"leader-scale-{nodes}", nodes=nodes,
                                      pods_per_node=config.pods_per_node, agent_args=tuple(args),
+                                     extra=(f"--max-container-restart-period={config.max_restart_period:g}",),
                                      start_timeout=1800.0)
     probes = ProbeNodes(cluster.client, config.probes, config.report_interval)
     try:
