@@ -223,8 +223,12 @@ def verdicts(results: Sequence[SizeResult]) -> list[tuple[str, str, str]]:
     if not kills:
         lines.append((target, "no kill measured", INCONCLUSIVE))
     else:
-        worst = max((math.inf if math.isnan(k.converged) else k.converged) for k in kills)
+        done = [k.converged for k in kills if not math.isnan(k.converged)]
         loaded = any(k.nodes in saturated for k in kills)
-        lines.append((target, f"max {worst:.1f} s of {len(kills)} kills",
-                      _verdict(worst <= CONVERGENCE_TARGET, loaded)))
+        figure = f"max {max(done):.1f} s" if done else "none converged"
+        if len(done) < len(kills):
+            figure += f"; {len(kills) - len(done)} of {len(kills)} kills not converged before the timeout"
+        else:
+            figure += f" of {len(kills)} kills"
+        lines.append((target, figure, _verdict(len(done) == len(kills) and max(done) <= CONVERGENCE_TARGET, loaded)))
     return lines

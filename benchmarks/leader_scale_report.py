@@ -226,8 +226,8 @@ def rerender(output: Path, command: str, raw: Path = RAW, plot_path: Path = lead
 
 
 def run_suite(config: ScaleConfig, output: Path, command: str) -> ScaleReport:
+    where = machine.describe()  # before the run: its outputs (tracked files) would read as "+changes"
     report = asyncio.run(leader_scale.run(config))
-    where = machine.describe()
     save_raw(report, RAW, where)
     plot(report, leader_scale.PLOTS / PLOT)
     write_section(output, SECTION, render(report, where, command))

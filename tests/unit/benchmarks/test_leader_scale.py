@@ -78,7 +78,7 @@ def test_verdicts_follow_the_numbers() -> None:
     assert met[1][1] == "1.33 cores (from 4,996 nodes)"
     fat = verdicts([result(996), result(4996, rss=(100 << 20) + 5000 * 50 * 1024, converged=math.nan)])
     assert [v for _, _, v in fat] == [MISSED, MET, MISSED]
-    assert fat[2][1] == "max inf s of 2 kills"
+    assert fat[2][1] == "max 12.0 s; 1 of 2 kills not converged before the timeout"
     busy = verdicts([result(996), result(4996, leader_cpu=40.0, agents_cpu=60.0, converged=45.0)])
     assert [v for _, _, v in busy] == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
     assert [v for _, _, v in verdicts([SizeResult(1000)])] == [INCONCLUSIVE] * 3
