@@ -257,10 +257,10 @@ class Reporter:
         await self.session.close()
 
 
-async def agent_token(admin: Client, node: str = REPORTER_NODE) -> str:
-    """A Node and an agent pod on it (tolerating every taint: no kubelet ever renews this Node);
-    a ServiceAccount token bound to that pod, as the agent on the node has."""
-    await admin.json(Request("POST", "/api/v1/nodes", orjson.dumps({"metadata": {"name": node}})))
+async def agent_token(admin: Client, node: str = REPORTER_NODE, body: dict[str, Any] | None = None) -> str:
+    """A Node (`body`, default: a bare one) and an agent pod on it (tolerating every taint: no kubelet ever
+    renews this Node); a ServiceAccount token bound to that pod, as the agent on the node has."""
+    await admin.json(Request("POST", "/api/v1/nodes", orjson.dumps(body or {"metadata": {"name": node}})))
     pod = {"metadata": {"name": f"agent-{node}", "namespace": NAMESPACE},
            "spec": {"nodeName": node, "serviceAccountName": "colocation-agent",
                     "tolerations": [{"operator": "Exists"}],

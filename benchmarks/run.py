@@ -12,11 +12,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import cp_suite, machine, operator_ingest, report, sandbox_capacity
+from benchmarks import cp_suite, leader_scale, leader_scale_report, machine, operator_ingest, report, sandbox_capacity
 from benchmarks.client import say
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITES = ("capacity", operator_ingest.SUITE, cp_suite.FAILOVER, cp_suite.CONTROL_PLANE, cp_suite.CONTROL_PLANE_KUBE)
+SUITES = ("capacity", operator_ingest.SUITE, cp_suite.FAILOVER, cp_suite.CONTROL_PLANE, cp_suite.CONTROL_PLANE_KUBE,
+          leader_scale.SUITE)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -44,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
                    help="Run only this suite (repeatable); default: every suite.")
     cp_suite.add_arguments(p)
     operator_ingest.add_arguments(p, prefix="ingest-")
+    leader_scale.add_arguments(p)
     return p
 
 
@@ -72,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
             operator_ingest.run_suite(operator_ingest.config_from(
                 args, (args.state_dir or Path(scratch)) / "ingest", prefix="ingest-"), args.output, command)
         cp_suite.run(args, suites, args.state_dir or Path(scratch), command, args.output)
+        if leader_scale.SUITE in suites:
+            leader_scale_report.run_suite(leader_scale.config_from(args, (args.state_dir or Path(scratch)) / "scale"),
+                                          args.output, command)
     return 0
 
 

@@ -1,0 +1,368 @@
+"""Leader at scale: does the leader replica keep up with 1,000 / 5,000 / 10,000 nodes reporting every 10 s?
+
+    python -m benchmarks.run --suite leader-scale --scale-nodes 1000,5000 [--scale-window 60 ...]
+
+For each node count, `colocation sandbox` (the builtin API server, 2 operator replicas, controllers
+on) runs N Nodes whose agents report every `report_interval` s (`--max-report-interval`,
+`--report-change-threshold=0`, as `colocation agent --help` names them today), plus a few probe
+Nodes of this client (leader_scale_probes). Then:
+
+1. steady state: every node served by the leader and judged (startup grace over), one report
+   interval more; then a window: CPU (utime + stime) of the leader, the standby, the simulated
+   agents' process and the sandbox API server, the leader's RSS and standby's at its end, the
+   leader's accepted reports and evaluations (its /metrics), the agents' self-check;
+2. py-spy samples the leader for `profile_seconds`: where its CPU goes, and the evaluations' share of it;
+3. latency: probe reports that move batch resources, timed to the Node patch;
+4. failover: the leader SIGKILLed (the sandbox restarts it), timed until the new leader serves every
+   node's NodeMetric with an updateTime from after the kill and an evaluation finished after that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks import cp_cluster, ingest_profile, processes
+from benchmarks.client import Request, say
+from benchmarks.control_plane import _judged
+from benchmarks.cp_cluster import Cluster, Replica, wait_until
+from benchmarks.cp_kube_metrics import parse, total
+from benchmarks.failover_probes import FAILURES, reader_token
+from benchmarks.leader_scale_figures import Convergence, SizeResult, Window, extrapolate
+from benchmarks.leader_scale_probes import Freshness, ProbeNodes
+from colocation.agent import selfcheck
+
+SUITE = "leader-scale"
+PLOTS = Path(__file__).resolve().parent / "plots"
+REPORTS = "colocation_nodemetric_reports_accepted_total"
+EVALUATIONS = "colocation_reconcile_duration_seconds_count"
+EVALUATION_SECONDS = "colocation_reconcile_duration_seconds_sum"
+BATCH_WRITES = "colocation_batch_resource_writes_total"
+NODES_HELD = "colocation_nodemetric_nodes"
+# The agent flags that make every node report every interval, changed or not: kept here only, and
+# checked against `colocation agent --help` at run time (the agent's flags are being reworked).
+AGENT_FLAGS = (("--max-report-interval", "{interval:g}"), ("--report-change-threshold", "0"))
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    sizes: tuple[int, ...] = (1000, 5000)
+    pods_per_node: int = 30
+    window: float = 60.0
+    report_interval: float = 10.0
+    probes: int = 4
+    latency_samples: int = 24
+    latency_timeout: float = 30.0
+    kills: int = 3
+    kill_timeout: float = 180.0
+    # The sandbox restarts a replica that exits again within 10 minutes after 10 s, 20 s, ... (the kubelet's
+    # crashLoopBackOff); a leader killed twice would then hold its Lease until it expires (15 s): measured
+    # is the failover, so restarts are immediate, as in the failover suite.
+    max_restart_period: float = 1.0
+    profile_seconds: float = 20.0  # at every node count, right after the window; 0: no profile
+    state_dir: Path = Path(".bench")
+
+
+@dataclass
+class ScaleReport:
+    config: ScaleConfig
+    agent_args: list[str] = field(default_factory=list)
+    missing_flags: list[str] = field(default_factory=list)
+    results: list[SizeResult] = field(default_factory=list)
+    fd_limit: int = 0
+    load: list[tuple[float, float, float]] = field(default_factory=list)  # os.getloadavg() after each size
+    seconds: float = 0.0
+
+
+def agent_args(interval: float) -> tuple[list[str], list[str]]:
+    """(the agent arguments for reports every `interval` s, the flags `colocation agent --help` lacks)."""
+    helptext = subprocess.run([sys.executable, "-m", "colocation", "agent", "--help"], capture_output=True,
+                              text=True, timeout=60, check=False,
+                              env={**os.environ, "PYTHONPATH": processes.python_path()}).stdout
+    known = set(re.findall(r"--[a-z][a-z0-9-]*", helptext))
+    found = [f"{flag}={value.format(interval=interval)}" for flag, value in AGENT_FLAGS if flag in known]
+    return found, [flag for flag, _ in AGENT_FLAGS if flag not in known]
+
+
+async def _metrics(cluster: Cluster, replica: Replica) -> dict[str, float]:
+    status, body = await cluster.replica_client(replica).send(Request("GET", "/metrics", accept="text/plain"))
+    if status != 200:
+        raise RuntimeError(f"GET /metrics of {replica.identity}: {status}")
+    samples = parse(body.decode(), (REPORTS, EVALUATIONS, EVALUATION_SECONDS, BATCH_WRITES, NODES_HELD))
+    return {name: total(samples, name) for name in (REPORTS, EVALUATIONS, EVALUATION_SECONDS, BATCH_WRITES,
+                                                   NODES_HELD)}
+
+
+async def _roles(cluster: Cluster) -> tuple[Replica, Replica, str]:
+    holder = await cluster.leader()
+    leader = cluster.replica_of(holder) if holder else None
+    standby = [r for r in cluster.replicas() if leader is not None and r.identity != leader.identity]
+    if leader is None or not standby:
+        raise RuntimeError(f"no leader and standby (holder {holder!r})")
+    return leader, standby[0], holder
+
+
+async def _steady(cluster: Cluster, count: int, timeout: float = 300.0) -> None:
+    """A leader and a standby, both alive and ready, each holding at least `count` nodes' NodeMetrics."""
+    async def ready() -> bool:
+        try:
+            leader, standby, _ = await _roles(cluster)
+            for replica in (leader, standby):
+                status, _ = await cluster.replica_client(replica).send(Request("GET", "/readyz"))
+                if status != 200 or (await _metrics(cluster, replica))[NODES_HELD] < count:
+                    return False
+        except (*FAILURES, RuntimeError):
+            return False
+        return True
+
+    await wait_until(ready, timeout, 0.5, f"a leader and a standby holding {count:,} nodes")
+
+
+def _cpu(pid: int) -> float:
+    try:
+        return processes.cpu_seconds(pid)
+    except OSError:
+        return math.nan
+
+
+async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
+    leader, standby, _ = await _roles(cluster)
+    [agents] = cluster.agent_pids(simulated=True)
+    pids = (leader.pid, standby.pid, agents, cluster.server.pid)
+    checks_before = await selfcheck.read_sandbox(cluster.state_dir)
+    metrics_before = await _metrics(cluster, leader)
+    cpu_before = [_cpu(pid) for pid in pids]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while (elapsed := loop.time() - started) < config.window:
+        await asyncio.sleep(min(10.0, config.window - elapsed))  # the measured window itself
+        say(f"leader scale [{nodes:,} nodes]: window {min(loop.time() - started, config.window):.0f}/"
+            f"{config.window:.0f} s, leader {(_cpu(leader.pid) - cpu_before[0]) / (loop.time() - started):.2f} cores")
+    cpu = [_cpu(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+    seconds = loop.time() - started
+    metrics_after = await _metrics(cluster, leader)
+    checks, problems = selfcheck.sandbox_verdict(checks_before, await selfcheck.read_sandbox(cluster.state_dir))
+    if (await _roles(cluster))[0].pid != leader.pid:
+        raise RuntimeError("the leader changed during the window")
+    delta = {name: metrics_after[name] - metrics_before[name] for name in metrics_after}
+    return Window(nodes=nodes, seconds=seconds, report_interval=config.report_interval, leader_cpu=cpu[0],
+                  standby_cpu=cpu[1], agents_cpu=cpu[2], sandbox_cpu=cpu[3],
+                  leader_rss=processes.rss_bytes(leader.pid), standby_rss=processes.rss_bytes(standby.pid),
+                  reports=delta[REPORTS], evaluations=delta[EVALUATIONS], evaluation_seconds=delta[EVALUATION_SECONDS],
+                  batch_writes=delta[BATCH_WRITES], agent_problems=problems, agent_checks=checks)
+
+
+async def _profile(config: ScaleConfig, cluster: Cluster, result: SizeResult) -> None:
+    leader, _, _ = await _roles(cluster)
+    out = profile_path(result.nodes)
+    say(f"leader scale [{result.nodes:,} nodes]: py-spy on the leader (pid {leader.pid}) for "
+        f"{config.profile_seconds:.0f} s")
+    try:
+        recorder = await ingest_profile.record(leader.pid, config.profile_seconds, out)
+        await recorder.wait()
+    except (FileNotFoundError, OSError) as error:
+        result.failures.append(f"no profile: {error!r}")
+        return
+    raw = out.read_text() if out.exists() else ""
+    samples, _, hottest = ingest_profile.summarize(raw)
+    if not samples:
+        result.failures.append(f"no profile: py-spy exited {recorder.returncode} without samples "
+                               "(ptrace permission?)")
+        return
+    result.profile_samples, result.profile = samples, hottest
+    result.profile_shares = profile_shares(raw)
+    if result.window is not None:
+        result.window.evaluation_share = dict(result.profile_shares)[EVALUATION]
+
+
+def profile_path(nodes: int) -> Path:
+    """Where py-spy's raw samples of the leader at `nodes` (sandbox) nodes are kept."""
+    return PLOTS / f"leader_scale_profile_{nodes}.txt"
+
+
+# (label, substrings of frames): the share of samples with any frame matching any of them, one row at a time.
+EVALUATION = "controllers' evaluations (Controllers._loop, NodeResourceReconciler, NodeSLOReconciler)"
+PROFILE_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Kopf (any frame of kopf/)", ("kopf/",)),
+    ("Kopf handlers of Nodes (Controllers.on_node)", ("Controllers.on_node",)),
+    ("Kopf handlers of Leases (Controllers.on_lease)", ("Controllers.on_lease",)),
+    ("Kopf building each event's handler kwargs (Cause._kwargs)", ("Cause._kwargs",)),
+    (EVALUATION, ("Controllers._loop", "NodeResourceReconciler.", "NodeSLOReconciler.")),
+    ("batch formula (calculate_batch_resources)", ("calculate_batch_resources",)),
+    ("report API (NodeMetricGroup._report)", ("NodeMetricGroup._report", "NodeMetricApi._report")),
+    ("validating reports (validate_report)", ("validate_report",)),
+    ("authentication (DelegatingAuthenticator)", ("DelegatingAuthenticator",)),
+    ("NodeMetric store", ("NodeMetricStore",)),
+    ("Pod informer (colocation/kube/informer.py)", ("kube/informer.py",)),
+    ("leader election (colocation/kube/leaderelection.py)", ("leaderelection.py",)),
+    ("TLS and HTTP parsing (_read_ready)", ("_read_ready",)),
+    ("prometheus_client", ("prometheus_client",)),
+)
+
+
+def profile_shares(raw: str) -> list[tuple[str, float]]:
+    """Share of py-spy's samples (raw format) whose stack has a frame matching each marker."""
+    counts = dict.fromkeys((label for label, _ in PROFILE_MARKERS), 0)
+    samples = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rstrip().rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        samples += int(count)
+        for label, markers in PROFILE_MARKERS:
+            if any(marker in stack for marker in markers):
+                counts[label] += int(count)
+    return [(label, n / samples) for label, n in counts.items()] if samples else []
+
+
+async def _kill(config: ScaleConfig, cluster: Cluster, names: list[str], result: SizeResult, index: int) -> None:
+    await _steady(cluster, len(names))
+    leader, standby, holder = await _roles(cluster)
+    freshness = Freshness(cluster.replica_client(standby))
+    watch = asyncio.create_task(freshness.run())
+    loop = asyncio.get_running_loop()
+    marks: dict[str, float] = {}
+    stale: list[str] = names
+    try:
+        await wait_until(lambda: _settled(freshness, names), 120.0, 0.2, "the standby's NodeMetric watch listing")
+        await asyncio.sleep(1.05 - time.time() % 1)  # just after a whole second: updateTime has whole seconds
+        killed_at = float(int(time.time()))
+        started = loop.time()
+        os.kill(leader.pid, signal.SIGKILL)
+        reported_evaluations = math.inf
+        while "converged" not in marks and loop.time() - started < config.kill_timeout:
+            await asyncio.sleep(0.25)  # polling the system under test
+            now = loop.time() - started
+            with contextlib.suppress(*FAILURES, RuntimeError):
+                current = await cluster.leader()
+                new = cluster.replica_of(current) if current and current != holder else None
+                if new is None:
+                    continue
+                marks.setdefault("lease", now)
+                evaluations = (await _metrics(cluster, new))[EVALUATIONS]
+                if evaluations >= 1:
+                    marks.setdefault("evaluation", now)
+                stale = freshness.stale(names, killed_at)
+                if not stale and "reported" not in marks:
+                    marks["reported"], reported_evaluations = now, evaluations
+                if evaluations > reported_evaluations:
+                    marks["converged"] = now
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+    kill = Convergence(result.nodes, index, marks.get("lease", math.nan), marks.get("evaluation", math.nan),
+                       marks.get("reported", math.nan), marks.get("converged", math.nan), len(stale),
+                       "" if "converged" in marks else f"gave up after {config.kill_timeout:.0f} s; "
+                                                       f"{len(stale)} nodes not re-reported")
+    result.kills.append(kill)
+    say(f"leader scale [{result.nodes:,} nodes]: kill {index + 1}: Lease moved {kill.lease_moved:.1f} s, first "
+        f"evaluation {kill.first_evaluation:.1f} s, every node re-reported {kill.all_reported:.1f} s, "
+        f"converged {kill.converged:.1f} s{'; ' + kill.note if kill.note else ''}")
+
+
+async def _settled(freshness: Freshness, names: list[str]) -> bool:
+    return not [name for name in names if name not in freshness.times]
+
+
+async def _size(config: ScaleConfig, nodes: int, args: list[str]) -> SizeResult:
+    result = SizeResult(nodes, config.probes)
+    say(f"leader scale [{nodes:,} nodes]: starting the sandbox ({config.pods_per_node} pods per node, 2 operators, "
+        f"agents {' '.join(args)})")
+    started = time.perf_counter()
+    cluster = await cp_cluster.start(config.state_dir / f"leader-scale-{nodes}", nodes=nodes,
+                                     pods_per_node=config.pods_per_node, agent_args=tuple(args),
+                                     extra=(f"--max-container-restart-period={config.max_restart_period:g}",),
+                                     start_timeout=1800.0)
+    probes = ProbeNodes(cluster.client, config.probes, config.report_interval)
+    try:
+        cluster.replica_token = await reader_token(cluster.client)
+        template = await cluster.client.json(Request("GET", "/api/v1/nodes/sim-node-1"))
+        await probes.create(template)
+        total_nodes = nodes + config.probes
+        waited = await wait_until(lambda: cluster.complete(total_nodes), 1800.0, 2.0, "every node reporting")
+        say(f"leader scale [{nodes:,} nodes]: the leader serves all {total_nodes:,} nodes after {waited:.0f} s")
+        await wait_until(lambda: _judged(cluster), 600.0, 2.0, "every node judged (startup grace over)")
+        if not await probes.ready(120.0):
+            result.failures.append(f"the probe Nodes got no batch resources: {probes.batch}")
+        await asyncio.sleep(config.report_interval)  # one report round past the start-up burst
+        result.setup_seconds = time.perf_counter() - started
+        result.window = window = await _window(config, cluster, total_nodes)
+        say(f"leader scale [{nodes:,} nodes]: leader {window.leader_cores:.2f} cores, "
+            f"RSS {window.leader_rss / 2**20:,.0f} MiB; standby {window.standby_cores:.2f} cores; "
+            f"{window.report_rate:,.0f} reports/s, {window.evaluation_rate:.2f} evaluations/s; "
+            f"agents {window.agents_cores:.2f} cores; problems: {window.saturation() or 'none'}")
+        if config.profile_seconds > 0:  # at every count: it splits the leader's CPU (leader_scale_figures)
+            await _profile(config, cluster, result)
+        say(f"leader scale [{nodes:,} nodes]: {window.us_per_report:,.0f} µs per report, "
+            f"{window.us_per_node_evaluation:.1f} µs per node evaluation (evaluations: "
+            f"{window.evaluation_share:.0%} of the profile), {extrapolate(window):.2f} cores at 10,000 nodes")
+        say(f"leader scale [{nodes:,} nodes]: {config.latency_samples} latency samples on {config.probes} probes")
+        result.latencies, result.latency_failures = await probes.latencies(config.latency_samples,
+                                                                           config.latency_timeout)
+        say(f"leader scale [{nodes:,} nodes]: report to Node patch p50 {result.latency.p50:.2f} s, "
+            f"p99 {result.latency.p99:.2f} s, {len(result.latency_failures)} failed")
+        names = sorted(set((await cluster.served_metrics(cluster.replica_client((await _roles(cluster))[0]))) or ())
+                       - set(probes.names))
+        for index in range(config.kills):
+            await _kill(config, cluster, names, result, index)
+    except (TimeoutError, RuntimeError, *FAILURES) as error:
+        result.failures.append(repr(error))
+        say(f"leader scale [{nodes:,} nodes]: failed: {error!r}")
+    finally:
+        await probes.close()
+        await cluster.close()
+    return result
+
+
+async def run(config: ScaleConfig) -> ScaleReport:
+    started = time.perf_counter()
+    args, missing = agent_args(config.report_interval)
+    report = ScaleReport(config, args, missing)
+    with contextlib.suppress(OSError, ValueError):
+        import resource
+
+        report.fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if missing:
+        say(f"leader scale: `colocation agent --help` has no {', '.join(missing)}: left out")
+    for nodes in config.sizes:
+        report.results.append(await _size(config, nodes, args))
+        report.load.append(os.getloadavg())
+    report.seconds = time.perf_counter() - started
+    say(f"leader scale: done in {report.seconds / 60:,.1f} min")
+    return report
+
+
+def sizes(text: str) -> tuple[int, ...]:
+    return tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    c = ScaleConfig()
+    p.add_argument("--scale-nodes", type=sizes, default=c.sizes, help="Node counts, comma-separated.")
+    p.add_argument("--scale-pods-per-node", type=int, default=c.pods_per_node)
+    p.add_argument("--scale-window", type=float, default=c.window, help="Seconds of steady state counted.")
+    p.add_argument("--scale-report-interval", type=float, default=c.report_interval,
+                   help="Every node reports this often (seconds), changed or not.")
+    p.add_argument("--scale-probes", type=int, default=c.probes, help="Probe Nodes for the latency samples.")
+    p.add_argument("--scale-latency-samples", type=int, default=c.latency_samples)
+    p.add_argument("--scale-kills", type=int, default=c.kills, help="SIGKILLs of the leader per node count.")
+    p.add_argument("--scale-profile-seconds", type=float, default=c.profile_seconds,
+                   help="py-spy of the leader after each window (it splits the leader's CPU); 0: none.")
+
+
+def config_from(args: argparse.Namespace, state_dir: Path) -> ScaleConfig:
+    return ScaleConfig(sizes=args.scale_nodes, pods_per_node=args.scale_pods_per_node, window=args.scale_window,
+                       report_interval=args.scale_report_interval, probes=args.scale_probes,
+                       latency_samples=args.scale_latency_samples, kills=args.scale_kills,
+                       profile_seconds=args.scale_profile_seconds, state_dir=state_dir)

@@ -1,0 +1,234 @@
+"""The arithmetic of the leader-scale suite: one window's figures, the memory regression, the 10,000-node
+extrapolation and the verdicts, all from the numbers a run measured (no I/O here).
+
+The leader's CPU is split in two: the controllers' evaluations and the rest (the report API, its TLS
+and authentication, the Kopf watches of Nodes and Leases, the Pod informer...), charged to the reports
+the leader accepted (`colocation_nodemetric_reports_accepted_total`). The evaluations' share is the
+share of py-spy's samples of the leader in them (taken right after the window); without a profile it
+is their summed wall time (`colocation_reconcile_duration_seconds`), an upper bound: an evaluation
+awaits its API writes, and at 1,000 nodes its wall time exceeded the leader's whole CPU. Both scale
+with the nodes: reports as nodes per report interval, evaluations as nodes x evaluations per second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from benchmarks.stats import Latency
+
+RSS_PER_NODE_TARGET = 40 * 1024  # bytes of leader RSS per node
+CORES_TARGET = 0.8  # leader cores at EXTRAPOLATE_NODES nodes reporting every EXTRAPOLATE_INTERVAL s
+EXTRAPOLATE_NODES = 10_000
+EXTRAPOLATE_INTERVAL = 10.0
+CONVERGENCE_TARGET = 30.0  # seconds from SIGKILL to a new leader with every node re-reported and evaluated
+AGENTS_SATURATED = 0.9  # cores of the simulated agents' process (one event loop): the load client is saturated
+REPORTS_BEHIND = 0.9  # accepted reports below this share of those due: the agents fell behind
+
+MET, MISSED, INCONCLUSIVE = "met", "missed", "inconclusive"
+
+
+@dataclass
+class Window:
+    """One steady-state window at one node count; CPU in seconds over `seconds`, RSS in bytes at its end."""
+
+    nodes: int  # every Node that reports: the sandbox's and the probes
+    seconds: float
+    report_interval: float
+    leader_cpu: float
+    standby_cpu: float
+    agents_cpu: float  # the simulated agents' process (the load client)
+    sandbox_cpu: float  # the sandbox API server process
+    leader_rss: int
+    standby_rss: int
+    reports: float  # accepted by the leader in the window
+    evaluations: float  # evaluations of every node the leader's controllers finished in the window
+    evaluation_seconds: float  # their summed duration
+    batch_writes: float  # Node patches of batch resources in the window
+    agent_problems: list[str] = field(default_factory=list)  # the agents' self-check over the window
+    agent_checks: dict[str, str] = field(default_factory=dict)
+    evaluation_share: float = math.nan  # of the leader's py-spy samples, in the evaluations; NaN: no profile
+
+    @property
+    def evaluation_cpu(self) -> float:
+        """CPU seconds of the evaluations: the profile's share of the leader's CPU, else their wall time."""
+        if math.isnan(self.evaluation_share):
+            return self.evaluation_seconds
+        return self.leader_cpu * self.evaluation_share
+
+    @property
+    def leader_cores(self) -> float:
+        return self.leader_cpu / self.seconds
+
+    @property
+    def standby_cores(self) -> float:
+        return self.standby_cpu / self.seconds
+
+    @property
+    def agents_cores(self) -> float:
+        return self.agents_cpu / self.seconds
+
+    @property
+    def sandbox_cores(self) -> float:
+        return self.sandbox_cpu / self.seconds
+
+    @property
+    def expected_reports(self) -> float:
+        return self.nodes * self.seconds / self.report_interval
+
+    @property
+    def report_rate(self) -> float:
+        return self.reports / self.seconds
+
+    @property
+    def evaluation_rate(self) -> float:
+        return self.evaluations / self.seconds
+
+    @property
+    def us_per_report(self) -> float:
+        """µs of leader CPU per accepted report, evaluations left out."""
+        if not self.reports:
+            return math.nan
+        return max(self.leader_cpu - self.evaluation_cpu, 0.0) / self.reports * 1e6
+
+    @property
+    def us_per_report_all_in(self) -> float:
+        """µs of all the leader's CPU (evaluations included) per accepted report."""
+        return self.leader_cpu / self.reports * 1e6 if self.reports else math.nan
+
+    @property
+    def us_per_node_evaluation(self) -> float:
+        """µs of leader CPU per node per evaluation."""
+        if not self.evaluations or not self.nodes:
+            return math.nan
+        return self.evaluation_cpu / (self.evaluations * self.nodes) * 1e6
+
+    @property
+    def us_per_node_evaluation_wall(self) -> float:
+        if not self.evaluations or not self.nodes:
+            return math.nan
+        return self.evaluation_seconds / (self.evaluations * self.nodes) * 1e6
+
+    def saturation(self) -> list[str]:
+        """Why the load client may have held the leader's figures down ([] when it kept up)."""
+        found = []
+        if self.agents_cores >= AGENTS_SATURATED:
+            found.append(f"the simulated agents' process used {self.agents_cores:.2f} cores (one event loop)")
+        if self.reports < REPORTS_BEHIND * self.expected_reports:
+            found.append(f"the agents fell behind: {self.reports:,.0f} reports accepted of "
+                         f"{self.expected_reports:,.0f} due")
+        return found + [f"agent self-check: {problem}" for problem in self.agent_problems]
+
+
+def extrapolate(window: Window, nodes: int = EXTRAPOLATE_NODES, interval: float = EXTRAPOLATE_INTERVAL) -> float:
+    """Leader cores at `nodes` nodes each reporting every `interval` s, from one window's unit costs:
+    µs per report x reports per second + µs per node evaluation x nodes x evaluations per second."""
+    reports = window.us_per_report * 1e-6 * nodes / interval
+    evaluations = window.us_per_node_evaluation * 1e-6 * nodes * window.evaluation_rate
+    return reports + evaluations
+
+
+def fit(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least-squares line through (x, y) points: (intercept, slope); None without two distinct x."""
+    xs = {x for x, _ in points}
+    if len(xs) < 2:
+        return None
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
+    return mean_y - slope * mean_x, slope
+
+
+@dataclass
+class Convergence:
+    """One SIGKILL of the leader; seconds from the signal (NaN: not within the timeout)."""
+
+    nodes: int
+    index: int
+    lease_moved: float  # the Lease naming another holder
+    first_evaluation: float  # the new leader's first finished evaluation
+    all_reported: float  # the new leader serving every node's NodeMetric with an updateTime from after the kill
+    converged: float  # an evaluation finished after that
+    stale: int = 0  # nodes not re-reported when it gave up
+    note: str = ""
+
+
+@dataclass
+class SizeResult:
+    """Everything measured at one node count."""
+
+    nodes: int  # sandbox nodes (the probes come on top)
+    probes: int = 0
+    window: Window | None = None
+    latencies: list[float] = field(default_factory=list)  # s from a probe's report to its Node patch
+    latency_failures: list[str] = field(default_factory=list)
+    kills: list[Convergence] = field(default_factory=list)
+    profile: list[tuple[str, float]] = field(default_factory=list)  # innermost frames by share of samples
+    profile_shares: list[tuple[str, float]] = field(default_factory=list)  # activities by share
+    profile_samples: int = 0
+    setup_seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)  # what could not be measured, and why
+
+    @property
+    def latency(self) -> Latency:
+        return Latency.of(self.latencies)
+
+    def saturation(self) -> list[str]:
+        return self.window.saturation() if self.window is not None else []
+
+
+def memory_fit(results: Sequence[SizeResult]) -> tuple[float, float] | None:
+    """(fixed bytes, bytes per node) of the leader's RSS over the node counts measured."""
+    return fit([(r.window.nodes, r.window.leader_rss) for r in results if r.window is not None])
+
+
+def cpu_fit(results: Sequence[SizeResult]) -> tuple[float, float] | None:
+    """(fixed cores, cores per node) of the leader over the node counts measured."""
+    return fit([(r.window.nodes, r.window.leader_cores) for r in results if r.window is not None])
+
+
+def _verdict(ok: bool, saturated: bool) -> str:
+    if ok:
+        return MET
+    return INCONCLUSIVE if saturated else MISSED
+
+
+def verdicts(results: Sequence[SizeResult]) -> list[tuple[str, str, str]]:
+    """(target, figure, met / missed / inconclusive) for each target, from the numbers."""
+    measured = [r for r in results if r.window is not None]
+    saturated = [r.nodes for r in measured if r.saturation()]
+    lines: list[tuple[str, str, str]] = []
+    memory = memory_fit(measured)
+    target = f"≤ {RSS_PER_NODE_TARGET / 1024:.0f} KiB of leader RSS per node"
+    if memory is None:
+        lines.append((target, "needs two node counts", INCONCLUSIVE))
+    else:
+        lines.append((target, f"{memory[1] / 1024:,.1f} KiB per node (fixed {memory[0] / 2**20:,.0f} MiB)",
+                      INCONCLUSIVE if saturated else _verdict(memory[1] <= RSS_PER_NODE_TARGET, False)))
+    target = (f"≤ {CORES_TARGET:g} leader cores at {EXTRAPOLATE_NODES:,} nodes reporting every "
+              f"{EXTRAPOLATE_INTERVAL:g} s")
+    if not measured:
+        lines.append((target, "no window measured", INCONCLUSIVE))
+    else:
+        largest = max(measured, key=lambda r: r.nodes)
+        assert largest.window is not None
+        cores = extrapolate(largest.window)
+        lines.append((target, f"{cores:.2f} cores (from {largest.nodes:,} nodes)",
+                      INCONCLUSIVE if math.isnan(cores) else _verdict(cores <= CORES_TARGET,
+                                                                        bool(largest.saturation()))))
+    kills = [k for r in results for k in r.kills]
+    target = f"≤ {CONVERGENCE_TARGET:g} s from SIGKILL to a new leader with every node re-reported and evaluated"
+    if not kills:
+        lines.append((target, "no kill measured", INCONCLUSIVE))
+    else:
+        done = [k.converged for k in kills if not math.isnan(k.converged)]
+        loaded = any(k.nodes in saturated for k in kills)
+        figure = f"max {max(done):.1f} s" if done else "none converged"
+        if len(done) < len(kills):
+            figure += f"; {len(kills) - len(done)} of {len(kills)} kills not converged before the timeout"
+        else:
+            figure += f" of {len(kills)} kills"
+        lines.append((target, figure, _verdict(len(done) == len(kills) and max(done) <= CONVERGENCE_TARGET, loaded)))
+    return lines

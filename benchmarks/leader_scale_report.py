@@ -1,0 +1,235 @@
+"""The "Leader at scale" section of BENCHMARKS.md, its raw samples (JSON) and its plot (CPU and RSS vs nodes)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from benchmarks import leader_scale, machine, plotting
+from benchmarks.client import say
+from benchmarks.leader_scale import ScaleConfig, ScaleReport
+from benchmarks.leader_scale_figures import (
+    AGENTS_SATURATED,
+    EXTRAPOLATE_INTERVAL,
+    EXTRAPOLATE_NODES,
+    REPORTS_BEHIND,
+    Convergence,
+    SizeResult,
+    Window,
+    cpu_fit,
+    extrapolate,
+    memory_fit,
+    verdicts,
+)
+from benchmarks.machine import Machine
+from benchmarks.markdown import run_lines, table, write_section
+from benchmarks.stats import size
+
+SECTION = "leader-scale"
+RAW = leader_scale.PLOTS / "leader_scale.json"
+PLOT = "leader_scale.png"
+
+
+def to_json(report: ScaleReport, where: Machine | None = None) -> dict[str, Any]:
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(report.config).items()
+              if k != "state_dir"}
+    return {"config": config, "agentArgs": report.agent_args, "missingFlags": report.missing_flags,
+            "fdLimit": report.fd_limit, "loadAverages": report.load, "seconds": report.seconds,
+            "results": [dataclasses.asdict(r) for r in report.results],
+            "machine": None if where is None else dataclasses.asdict(where)}
+
+
+def _nan(value: Any) -> Any:
+    return math.nan if value is None else value
+
+
+def from_json(raw: dict[str, Any]) -> ScaleReport:
+    """The report as `save_raw` saved it (to render the section again without running anything)."""
+    saved: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["config"].items()}
+    config = ScaleConfig(**saved)
+
+    def result(saved: dict[str, Any]) -> SizeResult:
+        values = dict(saved)
+        window = values.pop("window")
+        kills = [Convergence(**{k: _nan(v) for k, v in kill.items()}) for kill in values.pop("kills")]
+        for key in ("profile", "profile_shares"):
+            values[key] = [tuple(item) for item in values[key]]
+        measured = None if window is None else Window(**{k: _nan(v) for k, v in window.items()})
+        return SizeResult(**values, window=measured, kills=kills)
+
+    return ScaleReport(config, raw["agentArgs"], raw["missingFlags"], [result(r) for r in raw["results"]],
+                       raw["fdLimit"], [tuple(load) for load in raw["loadAverages"]], raw["seconds"])
+
+
+def save_raw(report: ScaleReport, path: Path = RAW, where: Machine | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(to_json(report, where), option=orjson.OPT_INDENT_2))
+
+
+def plot(report: ScaleReport, path: Path) -> Path | None:
+    measured = [r.window for r in report.results if r.window is not None]
+    if not measured:
+        return None
+    plt = plotting.pyplot()
+    fig, (cpu, rss) = plt.subplots(1, 2, figsize=(10, 4))
+    nodes = [w.nodes for w in measured]
+    cpu.plot(nodes, [w.leader_cores for w in measured], "o-", label="leader")
+    cpu.plot(nodes, [w.standby_cores for w in measured], "s--", label="standby")
+    cpu.plot(nodes, [w.agents_cores for w in measured], "^:", label="simulated agents (load client)")
+    cpu.set_xlabel("nodes")
+    cpu.set_ylabel("cores")
+    cpu.set_title(f"CPU, every node reporting every {report.config.report_interval:g} s")
+    cpu.legend()
+    rss.plot(nodes, [w.leader_rss / 2**20 for w in measured], "o-", label="leader")
+    rss.plot(nodes, [w.standby_rss / 2**20 for w in measured], "s--", label="standby")
+    fitted = memory_fit(report.results)
+    if fitted is not None:
+        ends = [0, max(nodes)]
+        rss.plot(ends, [(fitted[0] + fitted[1] * n) / 2**20 for n in ends], ":",
+                 label=f"fit: {fitted[1] / 1024:.1f} KiB/node")
+    rss.set_xlabel("nodes")
+    rss.set_ylabel("MiB")
+    rss.set_title("RSS")
+    rss.legend()
+    return plotting.save(fig, path)
+
+
+def _f(value: float, digits: int = 2) -> str:
+    return "n/a" if math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def _window_rows(results: list[SizeResult]) -> list[list[str]]:
+    return [[f"{w.nodes:,}", _f(w.leader_cores), _f(w.standby_cores), size(w.leader_rss), size(w.standby_rss),
+             f"{w.report_rate:,.0f} ({w.reports / w.expected_reports:.0%} of due)", _f(w.us_per_report, 0),
+             _f(w.us_per_report_all_in, 0), f"{w.evaluation_rate:.2f}", _f(w.us_per_node_evaluation, 1),
+             _f(w.us_per_node_evaluation_wall, 1), _f(w.evaluation_share * 100, 0),
+             f"{w.batch_writes:,.0f}", _f(extrapolate(w)), _f(w.agents_cores), _f(w.sandbox_cores)]
+            for w in (r.window for r in results) if w is not None]
+
+
+def _latency_rows(results: list[SizeResult]) -> list[list[str]]:
+    return [[f"{r.nodes + r.probes:,}", str(r.latency.count), _f(r.latency.p50), _f(r.latency.p99), _f(r.latency.max),
+             str(len(r.latency_failures))] for r in results if r.latencies or r.latency_failures]
+
+
+def _kill_rows(results: list[SizeResult]) -> list[list[str]]:
+    return [[f"{r.nodes + r.probes:,}", str(k.index + 1), _f(k.lease_moved, 1), _f(k.first_evaluation, 1),
+             _f(k.all_reported, 1), _f(k.converged, 1), k.note or "—"] for r in results for k in r.kills]
+
+
+def _profile_lines(results: list[SizeResult]) -> list[str]:
+    """The shares of the profiles side by side; the innermost frames of the largest node count's."""
+    profiled = [r for r in results if r.profile_samples]
+    if not profiled:
+        return []
+    largest = profiled[-1]
+    header = ["Samples with a frame of", *(f"{r.nodes + r.probes:,} nodes" for r in profiled)]
+    rows = [[label, *(f"{dict(r.profile_shares).get(label, 0.0):.1%}" for r in profiled)]
+            for label, _ in leader_scale.PROFILE_MARKERS]
+    lines = ["", "### Where the leader's CPU goes (py-spy, right after each window)", "",
+             f"{', '.join(f'{r.profile_samples:,}' for r in profiled)} samples (100 Hz, of running code only); a "
+             "sample counts in every row it matches:", "", table(header, rows), "",
+             f"Innermost frames (own time) at {largest.nodes + largest.probes:,} nodes, top 12:", "",
+             table(["Function", "Share"], [[f"`{frame}`", f"{share:.1%}"] for frame, share in largest.profile])]
+    for r in profiled:
+        kopf = [share for _, share in r.profile_shares[:4]]  # PROFILE_MARKERS: Kopf, Node and Lease handlers, kwargs
+        lines += ["", f"Kopf's per-event handling at {r.nodes + r.probes:,} nodes: {kopf[0]:.1%} of the samples have "
+                      f"a Kopf frame, {kopf[3]:.1%} building the handler's kwargs; our Node and Lease handlers "
+                      f"themselves {kopf[1]:.1%} and {kopf[2]:.1%}."]
+    return lines
+
+
+def render(report: ScaleReport, machine: Machine, command: str) -> str:
+    c = report.config
+    results = report.results
+    counts = ", ".join(f"{r.nodes:,}" for r in results)
+    cpu = cpu_fit(results)
+    memory = memory_fit(results)
+    lines = [f"## Leader at scale: {counts} nodes, every node reporting every {c.report_interval:g} s", "",
+             *run_lines(command, machine, report.seconds,
+                        f"Open files limit (`ulimit -n`): {report.fd_limit:,}."), "",
+             f"`colocation sandbox` (builtin API server, 2 operator replicas, controllers on) with N Nodes of "
+             f"{c.pods_per_node} pods; the agents run with `{' '.join(report.agent_args) or '(defaults)'}`"
+             + (f" (not in `colocation agent --help`, left out: {', '.join(report.missing_flags)})"
+                if report.missing_flags else "")
+             + f", plus {c.probes} probe Nodes of the benchmark's own. A {c.window:g} s window of steady state "
+             "(every node served and judged, one report round after that) per node count. CPU is utime + stime "
+             "from /proc over the window; RSS (VmRSS) at its end. Reports and evaluations are the leader's own "
+             "counters (`colocation_nodemetric_reports_accepted_total`, `colocation_reconcile_duration_seconds`). "
+             "The evaluations' CPU is the leader's CPU x their share of a py-spy profile of the leader taken right "
+             "after the window (their wall time, which includes awaiting API writes, where there is no profile); "
+             "µs per report is the rest of the leader's CPU (report API, authentication, Kopf's Node and Lease "
+             "events, the Pod informer...) per accepted report; "
+             f"the extrapolation is µs/report x {EXTRAPOLATE_NODES / EXTRAPOLATE_INTERVAL:,.0f} reports/s + µs per "
+             f"node evaluation x {EXTRAPOLATE_NODES:,} nodes x the evaluations per second measured.", "",
+             "### Verdicts", ""]
+    lines += [f"- {target}: {figure}: **{verdict}**" for target, figure, verdict in verdicts(results)]
+    saturated = [f"{r.nodes:,} nodes: {'; '.join(r.saturation())}" for r in results if r.saturation()]
+    lines += ["", ("The load client fell behind or was saturated (figures there are inconclusive): "
+                   + " | ".join(saturated)) if saturated else
+              f"The load client kept up at every node count (simulated agents below {AGENTS_SATURATED:g} cores, "
+              f"≥ {REPORTS_BEHIND:.0%} of the due reports accepted, the agents' self-check clean)."]
+    lines += ["", "### Steady state", "",
+              table(["Nodes", "Leader cores", "Standby cores", "Leader RSS", "Standby RSS", "Reports/s",
+                     "µs/report", "µs/report, all in", "Evaluations/s", "µs CPU per node evaluation",
+                     "µs wall per node evaluation", "Evaluations' % of the profile", "Node patches",
+                     f"Cores at {EXTRAPOLATE_NODES:,} nodes", "Agents cores", "Sandbox API cores"],
+                    _window_rows(results)), ""]
+    if memory is not None:
+        lines.append(f"Leader RSS = {memory[0] / 2**20:,.0f} MiB + {memory[1] / 1024:,.1f} KiB x nodes (least "
+                     "squares over the node counts).  ")
+    if cpu is not None:
+        lines.append(f"Leader CPU = {cpu[0]:.3f} + {cpu[1] * 1000:.3f} x nodes / 1,000 cores, which gives "
+                     f"{cpu[0] + cpu[1] * EXTRAPOLATE_NODES:.2f} cores at {EXTRAPOLATE_NODES:,} nodes.")
+    lines += ["", f"![Leader CPU and RSS vs nodes](benchmarks/plots/{PLOT})", "",
+              "### Latency: a report that moves batch resources to the Node patch", "",
+              "A probe node's report switches its CPU usage between 1 and 8 cores; timed from just before the PUT to "
+              "the leader until a watch of the probe Nodes shows `kubernetes.io/batch-cpu` moved the right way "
+              "(the evaluation loop runs every 5 s, so that is most of it).", "",
+              table(["Nodes", "Samples", "p50 s", "p99 s", "max s", "Failed"], _latency_rows(results)), "",
+              "### Failover: convergence after a SIGKILL of the leader", "",
+              "Seconds from the SIGKILL (the sandbox restarts the process; the standby takes the Lease): the Lease "
+              "naming the new holder, its first finished evaluation, every node's NodeMetric on it with an "
+              "updateTime from after the kill (a watch on it, whole seconds), and an evaluation finished after "
+              "that (converged).", "",
+              table(["Nodes", "Kill", "Lease moved", "First evaluation", "Every node re-reported", "Converged",
+                     "Note"], _kill_rows(results))]
+    lines += _profile_lines(results)
+    failures = [f"{r.nodes:,} nodes: {failure}" for r in results for failure in r.failures]
+    failures += [f"{r.nodes:,} nodes: {why}" for r in results for why in r.latency_failures[:3]]
+    if failures:
+        lines += ["", "Not measured or failed:", "", *[f"- {failure}" for failure in failures]]
+    lines += ["", f"Load averages after each node count: "
+                  f"{'; '.join(' / '.join(f'{v:.2f}' for v in load) for load in report.load)}. "
+                  f"Raw samples: `benchmarks/plots/{RAW.name}`."]
+    return "\n".join(lines)
+
+
+def rerender(output: Path, command: str, raw: Path = RAW, plot_path: Path = leader_scale.PLOTS / PLOT) -> None:
+    """Write the section again from the saved samples (`command`: the run's), the profiles' shares counted
+    again from their raw files (for new rows of leader_scale.PROFILE_MARKERS); the evaluations' share, and
+    so the CPU split, stays the one the run measured; the machine and date are the run's when saved."""
+    saved = orjson.loads(raw.read_bytes())
+    report = from_json(saved)
+    for result in report.results:
+        profile = leader_scale.profile_path(result.nodes)
+        if result.profile_samples and profile.exists():
+            result.profile_shares = leader_scale.profile_shares(profile.read_text())
+    plot(report, plot_path)
+    where = Machine(**saved["machine"]) if saved.get("machine") else machine.describe()
+    write_section(output, SECTION, render(report, where, command))
+
+
+def run_suite(config: ScaleConfig, output: Path, command: str) -> ScaleReport:
+    where = machine.describe()  # before the run: its outputs (tracked files) would read as "+changes"
+    report = asyncio.run(leader_scale.run(config))
+    save_raw(report, RAW, where)
+    plot(report, leader_scale.PLOTS / PLOT)
+    write_section(output, SECTION, render(report, where, command))
+    say(f"wrote the {SECTION} section of {output}, {RAW} and {PLOT}")
+    return report

@@ -1,0 +1,160 @@
+"""The leader-scale suite's arithmetic, verdicts and section, from made-up numbers (no sandbox)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import orjson
+import pytest
+
+from benchmarks import leader_scale, leader_scale_report, machine
+from benchmarks.leader_scale_figures import (
+    INCONCLUSIVE,
+    MET,
+    MISSED,
+    Convergence,
+    SizeResult,
+    Window,
+    extrapolate,
+    fit,
+    memory_fit,
+    verdicts,
+)
+from benchmarks.leader_scale_probes import HIGH, Freshness, batch_cpu, parse_time, probe_node, probe_report
+
+
+def window(nodes: int, *, leader_cpu: float = 6.0, rss: int = 0, reports: float = 0.0, agents_cpu: float = 6.0,
+           problems: list[str] | None = None) -> Window:
+    """A 60 s window of `nodes` nodes reporting every 10 s: 6 reports per node unless told."""
+    return Window(nodes=nodes, seconds=60.0, report_interval=10.0, leader_cpu=leader_cpu, standby_cpu=1.2,
+                  agents_cpu=agents_cpu, sandbox_cpu=3.0, leader_rss=rss or (100 << 20) + nodes * 30 * 1024,
+                  standby_rss=90 << 20, reports=reports or nodes * 6.0, evaluations=12.0,
+                  evaluation_seconds=1.2, batch_writes=5.0, agent_problems=problems or [])
+
+
+def result(nodes: int, converged: float = 12.0, **kwargs: object) -> SizeResult:
+    return SizeResult(nodes, 4, window(nodes + 4, **kwargs),  # type: ignore[arg-type]
+                      latencies=[2.0, 3.0, 4.5], kills=[Convergence(nodes, 0, 1.0, 1.5, 10.0, converged)])
+
+
+def test_a_line_through_two_points_and_none_through_one() -> None:
+    assert fit([(1000, 150.0), (5000, 350.0)]) == pytest.approx((100.0, 0.05))
+    assert fit([(1000, 1.0), (2000, 2.0), (3000, 3.0)]) == pytest.approx((0.0, 0.001))
+    assert fit([(1000, 1.0), (1000, 2.0)]) is None
+
+
+def test_unit_costs_and_the_extrapolation_to_ten_thousand_nodes() -> None:
+    w = window(1000)  # 6,000 reports, 6 s of CPU, 1.2 s of wall time evaluating, 12 evaluations of 1,000 nodes
+    assert w.leader_cores == pytest.approx(0.1)
+    assert w.us_per_report == pytest.approx(800.0)  # (6 - 1.2) s / 6,000
+    assert w.us_per_report_all_in == pytest.approx(1000.0)
+    assert w.us_per_node_evaluation == pytest.approx(100.0)  # 1.2 s / (12 x 1,000)
+    # 800 µs x 1,000 reports/s + 100 µs x 10,000 nodes x 0.2 evaluations/s
+    assert extrapolate(w) == pytest.approx(0.8 + 0.2)
+    assert math.isnan(Window(10, 60.0, 10.0, 1.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0).us_per_report)
+    w.evaluation_share = 0.1  # a profile: the evaluations took 10 % of the leader's 6 s, not their 1.2 s of wall time
+    assert w.evaluation_cpu == pytest.approx(0.6) and w.us_per_node_evaluation_wall == pytest.approx(100.0)
+    assert w.us_per_report == pytest.approx(900.0) and w.us_per_node_evaluation == pytest.approx(50.0)
+    assert extrapolate(w) == pytest.approx(0.9 + 0.1)
+
+
+def test_the_load_client_is_saturated_when_busy_or_behind() -> None:
+    assert window(1000).saturation() == []
+    assert "0.95 cores" in window(1000, agents_cpu=57.0).saturation()[0]
+    assert "fell behind: 5,000 reports accepted of 6,000 due" in window(1000, reports=5000).saturation()[0]
+    assert window(1000, problems=["3 Leases are overdue"]).saturation() == ["agent self-check: 3 Leases are overdue"]
+
+
+def test_memory_per_node_is_the_slope_over_node_counts() -> None:
+    fixed, per_node = memory_fit([result(996), result(4996)]) or (0.0, 0.0)
+    assert per_node == pytest.approx(30 * 1024) and fixed == pytest.approx(100 << 20)
+
+
+def test_verdicts_follow_the_numbers() -> None:
+    met = verdicts([result(996), result(4996, leader_cpu=40.0)])
+    assert [v for _, _, v in met] == [MET, MISSED, MET]  # 30 KiB/node; 1.33 cores at 10,000; 12 s
+    assert met[0][1] == "30.0 KiB per node (fixed 100 MiB)"
+    assert met[1][1] == "1.33 cores (from 4,996 nodes)"
+    fat = verdicts([result(996), result(4996, rss=(100 << 20) + 5000 * 50 * 1024, converged=math.nan)])
+    assert [v for _, _, v in fat] == [MISSED, MET, MISSED]
+    assert fat[2][1] == "max 12.0 s; 1 of 2 kills not converged before the timeout"
+    busy = verdicts([result(996), result(4996, leader_cpu=40.0, agents_cpu=60.0, converged=45.0)])
+    assert [v for _, _, v in busy] == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
+    assert [v for _, _, v in verdicts([SizeResult(1000)])] == [INCONCLUSIVE] * 3
+
+
+def report_of(results: list[SizeResult]) -> leader_scale.ScaleReport:
+    config = leader_scale.ScaleConfig(sizes=tuple(r.nodes for r in results), window=60.0)
+    return leader_scale.ScaleReport(config, ["--max-report-interval=10", "--report-change-threshold=0"], [], results,
+                                    20000, [(1.0, 1.5, 2.0)], 600.0)
+
+
+def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) -> None:
+    small, large = result(996), result(4996)
+    large.profile_samples, large.profile = 2000, [("evaluate (noderesource_controller.py:160)", 0.25)]
+    large.profile_shares = [(label, 0.1) for label, _ in leader_scale.PROFILE_MARKERS]
+    large.latency_failures = ["leader-probe-0: the report was answered 503"]
+    report = report_of([small, large])
+    section = leader_scale_report.render(report, machine.describe(), "python -m benchmarks.run --suite leader-scale")
+    assert section.startswith("## Leader at scale: 996, 4,996 nodes, every node reporting every 10 s")
+    assert "Open files limit (`ulimit -n`): 20,000." in section
+    assert "- ≤ 40 KiB of leader RSS per node: 30.0 KiB per node (fixed 100 MiB): **met**" in section
+    assert "| 5,000 | 0.10 | 0.02 |" in section
+    assert "| 5,000 | 3 | 3.00 | 4.50 | 4.50 | 1 |" in section  # latency: samples, p50, p99, max, failed
+    assert "| 1,000 | 1 | 1.0 | 1.5 | 10.0 | 12.0 | — |" in section
+    assert "Kopf's per-event handling at 5,000 nodes: 10.0% of the samples have a Kopf frame" in section
+    assert "| Samples with a frame of | 5,000 nodes |" in section
+    assert "The load client kept up at every node count" in section
+    assert "- 4,996 nodes: leader-probe-0: the report was answered 503" in section
+
+    again = leader_scale_report.from_json(orjson.loads(orjson.dumps(leader_scale_report.to_json(report))))
+    assert leader_scale_report.render(again, machine.describe(), "x") == \
+        leader_scale_report.render(report, machine.describe(), "x")
+    leader_scale_report.save_raw(report, tmp_path / "raw.json", machine.describe())
+    assert len(orjson.loads((tmp_path / "raw.json").read_bytes())["results"]) == 2
+    leader_scale_report.rerender(tmp_path / "B.md", "again", tmp_path / "raw.json", tmp_path / "again.png")
+    assert "<!-- leader-scale:begin -->\n## Leader at scale: 996, 4,996 nodes" in (tmp_path / "B.md").read_text()
+    assert leader_scale_report.plot(report, tmp_path / "plot.png") is not None
+    assert (tmp_path / "plot.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_profile_shares_count_each_sample_once_per_marker() -> None:
+    raw = ("main;kopf/_core/reactor.py;Controllers.on_lease 30\n"
+           "main;NodeMetricGroup._report;_read_ready 60\nmain;Controllers._loop;NodeResourceReconciler.evaluate 10\n"
+           "not a sample\n")
+    shares = dict(leader_scale.profile_shares(raw))
+    assert shares["Kopf (any frame of kopf/)"] == pytest.approx(0.3)
+    assert shares[leader_scale.EVALUATION] == pytest.approx(0.1)  # counted once, though two frames match
+    assert shares["Kopf handlers of Leases (Controllers.on_lease)"] == pytest.approx(0.3)
+    assert shares["report API (NodeMetricGroup._report)"] == pytest.approx(0.6)
+    assert leader_scale.profile_shares("") == []
+
+
+def test_scale_nodes_take_commas() -> None:
+    assert leader_scale.sizes("1000,5_000, 10000") == (1000, 5000, 10000)
+
+
+def test_probe_nodes_copy_a_simulated_node_without_its_batch_resources() -> None:
+    template = {"status": {"capacity": {"cpu": "16", "kubernetes.io/batch-cpu": "5420"},
+                           "allocatable": {"cpu": "15580m", "kubernetes.io/batch-memory": "1"},
+                           "conditions": [{"type": "Ready", "status": "True"}]}}
+    node = probe_node(template, "leader-probe-0")
+    assert node["status"]["capacity"] == {"cpu": "16"} and node["status"]["allocatable"] == {"cpu": "15580m"}
+    assert node["metadata"]["labels"]["colocation.dev/leader-probe"] == "true"
+    assert batch_cpu(node) is None and batch_cpu(template) is None
+    assert batch_cpu({"status": {"allocatable": {"kubernetes.io/batch-cpu": "5420"}}}) == 5420
+    body = orjson.loads(probe_report("leader-probe-0", HIGH))
+    usage = body["status"]["nodeMetric"]
+    assert usage["systemUsage"]["resources"]["cpu"] == usage["nodeUsage"]["resources"]["cpu"] == f"{HIGH}m"
+
+
+def test_freshness_counts_whole_seconds() -> None:
+    fresh = Freshness(None)  # type: ignore[arg-type]
+    fresh.times = {"a": parse_time("2026-01-01T00:00:10Z"), "b": parse_time("2026-01-01T00:00:09Z")}
+    assert fresh.stale(["a", "b", "c"], parse_time("2026-01-01T00:00:10Z")) == ["b", "c"]
+
+
+def test_the_agent_flags_are_read_from_its_help() -> None:
+    found, missing = leader_scale.agent_args(10.0)
+    assert missing == [] and found == ["--max-report-interval=10", "--report-change-threshold=0"]
