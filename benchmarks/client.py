@@ -172,3 +172,11 @@ class Client:
 def say(message: str) -> None:
     """A progress line (the default run takes minutes: show that it is moving)."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stdout, flush=True)
+
+
+async def sit_out(window: float, started: float, step: float, progress: Callable[[float], str]) -> None:
+    """Wait out a measured window of `window` seconds begun at `started` (time.monotonic, which is
+    also the event loop's clock), saying `progress(seconds elapsed)` every `step` seconds."""
+    while (elapsed := time.monotonic() - started) < window:
+        await asyncio.sleep(min(step, window - elapsed))  # the measured window itself
+        say(progress(min(time.monotonic() - started, window)))

@@ -34,7 +34,7 @@ import orjson
 import yaml
 
 from benchmarks import cp_cluster, cp_etcd, cp_protobuf
-from benchmarks.client import JSON, Client, Request, say
+from benchmarks.client import JSON, Client, Request, say, sit_out
 from benchmarks.cp_cluster import NODEMETRICS, Cluster, wait_until
 from benchmarks.cp_etcd import EtcdFigures
 from colocation.agent import selfcheck
@@ -331,10 +331,8 @@ async def _window(cluster: Cluster, config: ControlPlaneConfig, report: ControlP
         mirror.counting = True
         loop = asyncio.get_running_loop()
         started = loop.time()
-        while (elapsed := loop.time() - started) < config.window:
-            await asyncio.sleep(min(10.0, config.window - elapsed))  # the measured window itself
-            say(f"control plane: {elapsed + min(10.0, config.window - elapsed):.0f}/{config.window:.0f} s, "
-                f"{len(mirror.stored):,} NodeMetric writes")
+        await sit_out(config.window, started, 10.0, lambda elapsed: f"control plane: {elapsed:.0f}/"
+                      f"{config.window:.0f} s, {len(mirror.stored):,} NodeMetric writes")
         counted = await client.json(Request("GET", "/sandbox/stats"))
         mirror.counting = False
         agents_after = await selfcheck.read_sandbox(cluster.state_dir)

@@ -33,7 +33,7 @@ import aiohttp
 import orjson
 
 from benchmarks import processes
-from benchmarks.client import say
+from benchmarks.client import say, sit_out
 from benchmarks.control_plane import KOORD_PATH, koordinator_crd, koordinator_nodemetric, koordlet_rbac
 from benchmarks.cp_kube_metrics import (
     APISERVER_WANTED,
@@ -412,10 +412,7 @@ def sandbox_args(name: str, config: KubeCostConfig, state_dir: Path) -> list[str
 async def _window(scraper: Scraper, run: ClusterRun, config: KubeCostConfig, label: str) -> None:
     before_api, before_etcd, started = await scraper.snapshot()
     run.window_seconds = config.window
-    while (elapsed := time.monotonic() - started) < config.window:
-        step = min(30.0, config.window - elapsed)
-        await asyncio.sleep(step)  # the measured window itself
-        say(f"{label}: {min(elapsed + step, config.window):.0f}/{config.window:.0f} s")
+    await sit_out(config.window, started, 30.0, lambda elapsed: f"{label}: {elapsed:.0f}/{config.window:.0f} s")
     after_api, after_etcd, ended = await scraper.snapshot()
     run.window_seconds = ended - started
     run.apiserver = traffic(delta(before_api, after_api))

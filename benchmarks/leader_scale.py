@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import cp_cluster, ingest_profile, processes
-from benchmarks.client import Request, say
+from benchmarks.client import Request, say, sit_out
 from benchmarks.control_plane import _judged
 from benchmarks.cp_cluster import Cluster, Replica, wait_until
 from benchmarks.cp_kube_metrics import parse, total
@@ -144,10 +144,9 @@ async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
     cpu_before = [_cpu(pid) for pid in pids]
     loop = asyncio.get_running_loop()
     started = loop.time()
-    while (elapsed := loop.time() - started) < config.window:
-        await asyncio.sleep(min(10.0, config.window - elapsed))  # the measured window itself
-        say(f"leader scale [{nodes:,} nodes]: window {min(loop.time() - started, config.window):.0f}/"
-            f"{config.window:.0f} s, leader {(_cpu(leader.pid) - cpu_before[0]) / (loop.time() - started):.2f} cores")
+    await sit_out(config.window, started, 10.0, lambda elapsed: (
+        f"leader scale [{nodes:,} nodes]: window {elapsed:.0f}/{config.window:.0f} s, leader "
+        f"{(_cpu(leader.pid) - cpu_before[0]) / (loop.time() - started):.2f} cores"))
     cpu = [_cpu(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
     seconds = loop.time() - started
     metrics_after = await _metrics(cluster, leader)
