@@ -1,4 +1,5 @@
-"""Prometheus metrics of the API server: request latencies, and the reports it took or refused.
+"""Prometheus metrics of the API server: request latencies, the reports it took or refused, and the
+reviews it asked kube-apiserver for.
 
 The registry is the operator's, shared with the other stages (storage, custom metrics, leadership),
 so that one /metrics serves them all.
@@ -31,6 +32,11 @@ class ServerMetrics:
         self.token_local_undecided = Counter(
             "colocation_token_local_undecided_total",
             "Bearer tokens the local check left to TokenReview, by reason.", ["reason"], registry=r)
+        self.subject_access_reviews = Counter(
+            "colocation_subject_access_reviews_total",
+            "SubjectAccessReviews sent to kube-apiserver (cache misses), by the API group asked about "
+            "(empty for a non-resource path), the verb and the result (allowed, denied, error).",
+            ["group", "verb", "result"], registry=r)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.served_apigroups import Caller
 from colocation.apimachinery.userinfo import NODE_NAME_EXTRA, Extra
+from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import CountsReviews, ReviewCache, why_failed
 from colocation.kube.permissions import METRICS_GROUP
 
@@ -66,8 +67,9 @@ class DelegatingAuthorizer(CountsReviews):
     def __init__(self, sar: SubjectAccessReviewer, *, allowed_ttl: float = 10.0, denied_ttl: float = 10.0,
                  cache_size: int = 10_000, always_allow_groups: Iterable[str] = ("system:masters",),
                  always_allow_paths: Iterable[str] = ("/healthz", "/livez", "/readyz"),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, metrics: ServerMetrics | None = None) -> None:
         self._sar = sar
+        self._metrics = metrics
         self._always_allow_groups = frozenset(always_allow_groups)
         self._always_allow_paths = tuple(always_allow_paths)
         self._reviews: ReviewCache[SubjectAccessSpec, _Decision] = ReviewCache(
@@ -104,10 +106,17 @@ class DelegatingAuthorizer(CountsReviews):
             answer = await self._sar(spec)
         except Exception as error:
             self.reviews_failed += 1
+            self._count(spec, "error")
             log.warning("subject access review failed",
                         extra={"error": str(error), "cause": repr(error.__cause__), "user": spec.user})
             raise
-        return _Decision(*answer) if isinstance(answer, tuple) else _Decision(bool(answer))
+        decision = _Decision(*answer) if isinstance(answer, tuple) else _Decision(bool(answer))
+        self._count(spec, "allowed" if decision.allowed else "denied")
+        return decision
+
+    def _count(self, spec: SubjectAccessSpec, result: str) -> None:
+        if self._metrics is not None:
+            self._metrics.subject_access_reviews.labels(spec.api_group, spec.verb, result).inc()
 
 
 # ---- the node rule ----------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def delegated_auth(api: Any, audiences: tuple[str, ...] = (),
                                             cache_ttl=TOKEN_CACHE_SECONDS, cache_size=AUTH_CACHE_SIZE,
                                             local=local, metrics=metrics)
     authorizer = DelegatingAuthorizer(kube_subject_access_reviewer(api), allowed_ttl=ALLOWED_CACHE_SECONDS,
-                                      denied_ttl=DENIED_CACHE_SECONDS, cache_size=AUTH_CACHE_SIZE)
+                                      denied_ttl=DENIED_CACHE_SECONDS, cache_size=AUTH_CACHE_SIZE, metrics=metrics)
     return authenticator, authorizer
 
 

@@ -17,6 +17,7 @@ from colocation.apiserver.delegated_authentication import (
     TokenReviewResult,
     bearer_token,
 )
+from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec, check_node_rule
 from colocation.apiserver.kube_reviewers import subject_access_review_body, token_review_result
 
@@ -475,6 +476,28 @@ async def test_failed_authorization_review_is_403_and_not_cached(
     sar.failure = None
     await authorizer.authorize(READER, "get", "nodemetrics", "", "node-3")
     assert (len(sar.calls), authorizer.reviews_failed) == (2, 1)
+
+
+async def test_reviews_sent_are_counted_by_group_verb_and_result(
+        sar: FakeSubjectAccessReviewer, clock: FakeClock) -> None:
+    metrics = ServerMetrics()
+    authorizer = DelegatingAuthorizer(sar, clock=clock, metrics=metrics)
+    for _ in range(3):  # one review, then the cache answers
+        await authorizer.authorize(READER, "get", "nodemetrics", "", "node-3")
+    with pytest.raises(ApiError):
+        await authorizer.authorize(READER, "update", "nodemetrics", "status", "node-3")
+    await authorizer.authorize_path(READER, "get", "/metrics")
+    sar.failure = ReviewFailed("SubjectAccessReview: no answer from kube-apiserver within 3 s")
+    with pytest.raises(ApiError):
+        await authorizer.authorize(READER, "list", "pods", api_group="metrics.k8s.io", namespace="default")
+
+    def sent(group: str, verb: str, result: str) -> float | None:
+        return metrics.registry.get_sample_value("colocation_subject_access_reviews_total",
+                                                 {"group": group, "verb": verb, "result": result})
+    assert sent("metrics.colocation.dev", "get", "allowed") == 1
+    assert sent("metrics.colocation.dev", "update", "denied") == 1
+    assert sent("", "get", "allowed") == 1
+    assert sent("metrics.k8s.io", "list", "error") == 1
 
 
 def test_subject_access_reviews_carry_what_the_webhook_authorizer_sends() -> None:
