@@ -11,8 +11,8 @@ particular `batchCPU`, `batchMemory` and the ColocationReady message show what t
 within `resourceDiffThreshold` of them), never the formula's latest figure: that moves with every
 report, the Node only beyond `resourceDiffThreshold` or once per `updateTimeThresholdSeconds`.
 When the Node offers nothing (batch resources removed from an unhealthy node, or not yet
-written), they are absent; an unhealthy node whose removal failed shows what its Node still
-offers, and its message says so.
+written), they are absent; a node whose removal failed shows what its Node still offers, and
+its message says so.
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ NOT_DUE: Final = "NotDue"
 RATE_LIMITED: Final = "RateLimited"
 EVICTIONS_DISABLED: Final = "EvictionsDisabled"
 EVICTING_PODS: Final = "EvictingPods"
+
+# Batch resources that must go but are still on the Node: the write that removes them failed.
+NOT_REMOVED: Final = "not yet removed from the Node: the write failed and is retried"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,9 +111,7 @@ def _health_conditions(evaluation: Evaluation, previous: Mapping[str, Mapping[st
 
 def _removal(evaluation: Evaluation) -> str:
     """What became of an unhealthy node's batch resources: the write that removes them may fail."""
-    if evaluation.on_node is None:
-        return "batch resources removed"
-    return "batch resources not yet removed from the Node (the write failed; retried)"
+    return "batch resources removed" if evaluation.on_node is None else f"batch resources {NOT_REMOVED}"
 
 
 def _colocation_condition(evaluation: Evaluation) -> tuple[Condition, str]:
@@ -134,6 +135,8 @@ def _colocation_condition(evaluation: Evaluation) -> tuple[Condition, str]:
     }.get(reason, "no batch resources")
     if not health.judged:
         text += " (kept as they are on the Node until the startup grace ends)"
+    elif evaluation.on_node is not None:
+        text += " (" + NOT_REMOVED + ")"
     return Condition(COLOCATION_READY, False, reason, text), text
 
 
