@@ -171,6 +171,21 @@ async def healthy(kube: Kube, node: str) -> bool:
                 and condition(resource, "AgentReady") == "True")
 
 
+def shown_batch(resource: dict[str, Any]) -> tuple[int | None, int | None]:
+    status = resource.get("status") or {}
+    return status.get("batchCPU"), status.get("batchMemory")
+
+
+async def shows_what_the_node_offers(kube: Kube, node: str) -> dict[str, Any] | None:
+    """The NodeResource, once its batch figures are the Node's (both present)."""
+    obj = await offered(kube, node)
+    resource = await get(kube, f"{NODERESOURCES}/{node}")
+    if obj is None or resource is None:
+        return None
+    cpu, memory = batch_of(obj)
+    return resource if shown_batch(resource) == (int(cpu or 0), int(memory or 0)) else None
+
+
 # ---- batch resources appear ----------------------------------------------------------------------
 
 async def test_batch_resources_appear_on_every_node_with_their_nodeslo(
@@ -404,6 +419,7 @@ async def test_a_silent_agent_loses_batch_resources_then_batch_pods_then_recover
             return resource if (resource.get("status") or {}).get("healthy") is False else None
 
         resource = await wait_for(unhealthy, timeout=2)  # written in the same evaluation, just after the Node
+        assert shown_batch(resource) == (None, None)  # what the Node offers: nothing
         assert condition(resource, "AgentReady") == "False"
         assert condition(resource, "ColocationReady") == "False"
         assert await events(admin, "default", node, "ColocationAgentNotReady")
@@ -417,13 +433,14 @@ async def test_a_silent_agent_loses_batch_resources_then_batch_pods_then_recover
         assert await pod_exists(admin, namespace, "protected")  # 429 from its budget: retried later, not forced
         resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
         assert condition(resource, "Evicting") == "True"
+        assert shown_batch(resource) == (None, None) and await withdrawn(admin, node)
         # Posted once the eviction is answered: the pod may be gone a moment before its Event exists.
         await wait_for(lambda: events(admin, namespace, "batch", "ColocationEvicted"), timeout=5)
         assert batch["metadata"]["uid"] and free["metadata"]["uid"]
 
     await wait_for(lambda: offered(admin, node), timeout=10)
     await wait_for(lambda: healthy(admin, node), timeout=10)
-    resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
+    resource = await wait_for(lambda: shows_what_the_node_offers(admin, node), timeout=5)
     assert condition(resource, "Evicting") == "False"
     assert await events(admin, "default", node, "ColocationRecovered")
 
@@ -523,6 +540,7 @@ async def test_every_agent_silent_at_once_evicts_nothing(
         for node in (real, simulated):
             await wait_for(lambda node=node: held_back(node), timeout=GRACE + EVICTION_TIMEOUT + 10)
             await wait_for(lambda node=node: withdrawn(admin, node), timeout=1)
+            assert shown_batch(await get(admin, f"{NODERESOURCES}/{node}") or {}) == (None, None)
         for node in (real, simulated):
             assert await pod_exists(admin, namespace, f"batch-{node}")
 

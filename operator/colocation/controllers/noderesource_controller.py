@@ -203,20 +203,21 @@ class NodeResourceReconciler:
             grace_period=self.tracker.grace_period, degrade_after=self.tracker.degrade_after,
             metric_update_time=self._metric_update_time(name), lease_renew_time=self.state.lease_renew_times.get(name),
             last_node_update=None, generation=(resource or {}).get("metadata", {}).get("generation"), on_node=None)
-        await self._write_node(name, node, evaluation, strategy, resource, now)
-        await self._post_transitions(name, node, health)
+        offers = await self._write_node(name, node, evaluation, strategy, resource, now)
         if resource is not None:
             last = self._last_node_write(name, resource)
-            # The status shows what the Node offers after this evaluation, never the formula's
-            # latest figure: that moves with every report (also while an unhealthy node's agent
-            # goes on reporting), and writing it would cost a status write per report per node,
-            # the very load the thresholds keep off the Node.
-            # ... and moves only as the Node moves beyond the threshold, not with its periodic refresh.
-            shown = shown_batch(resource.get("status"), batch_on_node(self.state.nodes[name]).values,
-                                strategy.resource_diff_threshold)
+            # The status shows what the Node offers after this evaluation's write, as the write's
+            # answer (or the Node this evaluation read) says, never the formula's latest figure:
+            # that moves with every report (also while an unhealthy node's agent goes on
+            # reporting), and writing it would cost a status write per report per node, the very
+            # load the thresholds keep off the Node. It moves only as the Node moves beyond the
+            # threshold, not with the Node's periodic refresh.
+            shown = shown_batch(resource.get("status"), offers, strategy.resource_diff_threshold)
             evaluation = dataclasses.replace(evaluation, on_node=shown,
                                              last_node_update=format_time(last) if last else None)
             await self._write_status(name, resource, evaluation, strategy, now)
+        # Events last: while they are posted, the watch may deliver an older copy of the Node.
+        await self._post_transitions(name, node, health)
 
     def _metric_update_time(self, name: str) -> str | None:
         metric = self._metrics.get(name)
@@ -230,27 +231,35 @@ class NodeResourceReconciler:
         return stored.timestamp() if stored else None
 
     async def _write_node(self, name: str, node: Obj, evaluation: Evaluation, strategy: ColocationStrategy,
-                          resource: Mapping[str, Any] | None, now: float) -> None:
+                          resource: Mapping[str, Any] | None, now: float) -> Mapping[str, int] | None:
+        """Write the Node if it must be; the batch resources it offers afterwards (None: none).
+
+        That is the write's answer when it succeeded, else the Node as this evaluation read it: a
+        failed write left it as it was. Never `state.nodes` re-read later, which a late watch
+        event of an older version may have replaced meanwhile.
+        """
+        before = batch_on_node(node)
         desired = offered(evaluation)
         if desired is None and not evaluation.health.judged:
-            return  # startup grace: never remove what we cannot judge yet
-        decision = decide_node_write(batch_on_node(node), desired, last_write=self._last_node_write(name, resource),
+            return before.values  # startup grace: never remove what we cannot judge yet
+        decision = decide_node_write(before, desired, last_write=self._last_node_write(name, resource),
                                      now=now, diff_threshold=strategy.resource_diff_threshold,
                                      update_after=float(strategy.update_time_threshold_seconds))
         if not decision.write:
-            return
+            return before.values
         status, body = await self.writer.patch_node_status(name, node_status_patch(desired))
         ok = status == 200 and isinstance(body, dict)
         self.metrics.batch_writes.labels(decision.reason, "ok" if ok else "error").inc()
-        if ok:
-            self._last_write[name] = now
-            self.state.nodes[name] = body  # what the Node is now; its watch event will say the same
-            log.info("batch resources written", extra={"node": name, "reason": decision.reason,
-                                                       "resources": dict(desired) if desired else None})
-        else:
+        if not ok:
             log.warning("batch resources not written", extra={"node": name, "status": status,
                                                              "error": body.get("message") if isinstance(body, dict)
                                                              else body})
+            return before.values
+        self._last_write[name] = now
+        self.state.nodes[name] = body  # what the Node is now; its watch event will say the same
+        log.info("batch resources written", extra={"node": name, "reason": decision.reason,
+                                                   "resources": dict(desired) if desired else None})
+        return batch_on_node(body).values
 
     async def _create_noderesource(self, node: Obj) -> Obj | None:
         name = node["metadata"]["name"]

@@ -11,7 +11,8 @@ particular `batchCPU`, `batchMemory` and the ColocationReady message show what t
 within `resourceDiffThreshold` of them), never the formula's latest figure: that moves with every
 report, the Node only beyond `resourceDiffThreshold` or once per `updateTimeThresholdSeconds`.
 When the Node offers nothing (batch resources removed from an unhealthy node, or not yet
-written), they are absent.
+written), they are absent; a node whose removal failed shows what its Node still offers, and
+its message says so.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ NOT_DUE: Final = "NotDue"
 RATE_LIMITED: Final = "RateLimited"
 EVICTIONS_DISABLED: Final = "EvictionsDisabled"
 EVICTING_PODS: Final = "EvictingPods"
+
+# Batch resources that must go but are still on the Node: the write that removes them failed.
+NOT_REMOVED: Final = "not yet removed from the Node: the write failed and is retried"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +109,11 @@ def _health_conditions(evaluation: Evaluation, previous: Mapping[str, Mapping[st
     return [agent, metrics]
 
 
+def _removal(evaluation: Evaluation) -> str:
+    """What became of an unhealthy node's batch resources: the write that removes them may fail."""
+    return "batch resources removed" if evaluation.on_node is None else f"batch resources {NOT_REMOVED}"
+
+
 def _colocation_condition(evaluation: Evaluation) -> tuple[Condition, str]:
     health = evaluation.health
     if offered(evaluation) is not None:
@@ -116,7 +125,7 @@ def _colocation_condition(evaluation: Evaluation) -> tuple[Condition, str]:
                 f"memory {format_bytes(values[BATCH_MEMORY])}")
         return Condition(COLOCATION_READY, True, OFFERED, text), text
     if not health.healthy:
-        text = "the node is unhealthy: batch resources removed"
+        text = f"the node is unhealthy: {_removal(evaluation)}"
         return Condition(COLOCATION_READY, False, UNHEALTHY, text), text
     reason = evaluation.no_computation_reason or NO_METRICS
     text = {
@@ -126,6 +135,8 @@ def _colocation_condition(evaluation: Evaluation) -> tuple[Condition, str]:
     }.get(reason, "no batch resources")
     if not health.judged:
         text += " (kept as they are on the Node until the startup grace ends)"
+    elif evaluation.on_node is not None:
+        text += " (" + NOT_REMOVED + ")"
     return Condition(COLOCATION_READY, False, reason, text), text
 
 
@@ -136,7 +147,7 @@ def render_status(evaluation: Evaluation, stored: Mapping[str, Any] | None, now:
     colocation, message = _colocation_condition(evaluation)
     conditions = [*_health_conditions(evaluation, previous), colocation, evaluation.evicting]
     if not evaluation.health.healthy and evaluation.health.judged:
-        message = "; ".join(c.message for c in conditions[:2] if c.status is False) + ": batch resources removed"
+        message = "; ".join(c.message for c in conditions[:2] if c.status is False) + f": {_removal(evaluation)}"
     if evaluation.evicting.status:
         message += "; " + evaluation.evicting.message
     status: dict[str, Any] = {}

@@ -164,6 +164,23 @@ def test_an_unhealthy_node_says_why_with_no_age_in_the_status() -> None:
     assert render_status(evaluation(silent, {CPU: 3700, MEMORY: 2**30}), status, "T2") == status
 
 
+def test_an_unhealthy_node_whose_removal_failed_shows_what_its_node_still_offers() -> None:
+    silent = health(False, agent=False, reason="AgentSilent")
+    status = render_status(evaluation(silent, None, on_node={CPU: 3500, MEMORY: 2**30}), None, "T1")
+    assert (status["batchCPU"], status["batchMemory"], status["healthy"]) == (3500, 2**30, False)
+    assert status["message"].endswith("batch resources not yet removed from the Node: the write failed and is retried")
+    colocation = next(c for c in status["conditions"] if c["type"] == "ColocationReady")
+    assert (colocation["status"], colocation["reason"]) == ("False", "NodeUnhealthy")
+
+
+def test_a_disabled_node_whose_removal_failed_says_they_are_still_on_the_node() -> None:
+    status = render_status(evaluation(health(), None, "ColocationDisabled", on_node={CPU: 3500, MEMORY: 2**30}),
+                           None, "T1")
+    assert (status["batchCPU"], status["batchMemory"]) == (3500, 2**30)
+    assert status["message"] == ("colocation is disabled for this node: no batch resources "
+                                 "(not yet removed from the Node: the write failed and is retried)")
+
+
 def test_batch_resources_not_yet_on_the_node_are_pending() -> None:
     status = render_status(evaluation(health(), {CPU: 3500, MEMORY: 2**30}), None, "T1")
     assert "batchCPU" not in status

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -46,9 +47,13 @@ class RecordingApi:
         self.events: list[tuple[str, str, str]] = []  # (object, type, reason)
         self.refuse_evictions: set[str] = set()
         self.evicted: list[str] = []
+        self.node_writes_fail = False  # answer every Node write with a 500, the Node unchanged
+        self.during_events: list[Callable[[], None]] = []  # run while an Event is being posted
 
     async def patch_node_status(self, name: str, patch: dict[str, Any]) -> tuple[int, Any]:
         self.calls.append(("patch node", name))
+        if self.node_writes_fail:
+            return 500, {"kind": "Status", "status": "Failure", "message": "etcdserver: request timed out"}
         node = json_merge_patch(copy.deepcopy(self.state.nodes[name]), patch)
         return 200, node
 
@@ -75,6 +80,8 @@ class RecordingApi:
 
     async def event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.events.append((ref.name, type_, reason))
+        for action in self.during_events:
+            action()
 
 
 def node(name: str) -> dict[str, Any]:
@@ -411,3 +418,83 @@ async def test_an_unhealthy_node_whose_figures_move_costs_one_status_write() -> 
     # the eviction timeout).
     await silent_n1(20, 5)
     assert status_writes(h) == 1
+
+
+# ---- the status says what the Node offers while the node is unhealthy (issue 17) ------------------
+
+def shown(h: Harness, name: str) -> tuple[int | None, int | None]:
+    status = h.resource_status(name)
+    return status.get("batchCPU"), status.get("batchMemory")
+
+
+def on_node(h: Harness, name: str) -> tuple[int | None, int | None]:
+    cpu, memory = h.offered(name)
+    return (int(cpu) if cpu is not None else None), (int(memory) if memory is not None else None)
+
+
+async def n1_silent_past_the_grace_period(h: Harness) -> None:
+    for _ in range(4):
+        h.renew("n2", "n3")
+        h.advance(10)
+    h.advance(1)
+    await h.evaluate()
+
+
+async def test_an_unhealthy_nodes_status_shows_no_batch_resources_and_the_written_ones_once_it_recovers() -> None:
+    h = Harness(["n1", "n2", "n3"])
+    await healthy_pass(h, "n1", "n2", "n3")
+    assert shown(h, "n1") == on_node(h, "n1") == (5500, 5905580032)
+
+    await n1_silent_past_the_grace_period(h)
+    assert on_node(h, "n1") == (None, None)
+    assert shown(h, "n1") == (None, None)
+    assert h.resource_status("n1")["healthy"] is False
+
+    # Healthy again (two heartbeats in a row), with new figures: the status shows what was written.
+    h.renew("n1", "n2", "n3")
+    h.advance(5)
+    h.renew("n1", "n2", "n3")
+    h.report("n1", system_cpu="1500m")
+    await h.evaluate()
+    assert on_node(h, "n1") == (4500, 5905580032)
+    assert shown(h, "n1") == (4500, 5905580032)
+    assert h.condition("n1", "ColocationReady") == ("True", "BatchResourcesOffered")
+
+
+async def test_a_late_watch_event_of_the_nodes_old_version_puts_no_removed_values_into_the_status() -> None:
+    h = Harness(["n1", "n2", "n3"])
+    await healthy_pass(h, "n1", "n2", "n3")
+    before = copy.deepcopy(h.state.nodes["n1"])  # offering 5500m
+    # The watch delivers the Node as it was before our removal while the evaluation posts its Events
+    # (the order a busy watch may deliver them in): the removal's own event follows later.
+    h.api.during_events.append(lambda: h.state.node_event("MODIFIED", copy.deepcopy(before)))
+
+    await n1_silent_past_the_grace_period(h)
+    assert ("patch node", "n1") in h.api.calls
+    assert ("n1", "Warning", "ColocationAgentNotReady") in h.api.events
+    assert shown(h, "n1") == (None, None)  # what the write left on the Node, not the stale copy
+    assert h.condition("n1", "ColocationReady") == ("False", "NodeUnhealthy")
+
+
+async def test_while_the_removal_fails_the_status_shows_what_the_node_still_offers_and_says_so() -> None:
+    h = Harness(["n1", "n2", "n3"])
+    await healthy_pass(h, "n1", "n2", "n3")
+    h.api.node_writes_fail = True
+
+    await n1_silent_past_the_grace_period(h)
+    assert on_node(h, "n1") == (5500, 5905580032)
+    assert shown(h, "n1") == (5500, 5905580032)
+    status = h.resource_status("n1")
+    assert status["healthy"] is False
+    assert "not yet removed" in status["message"], status["message"]
+    assert h.condition("n1", "ColocationReady") == ("False", "NodeUnhealthy")
+
+    # The next evaluation removes them, and the status follows.
+    h.api.node_writes_fail = False
+    h.api.calls.clear()
+    h.renew("n2", "n3")
+    h.advance(5)
+    await h.evaluate()
+    assert h.api.calls == [("patch node", "n1"), ("patch noderesource status", "n1")]
+    assert on_node(h, "n1") == shown(h, "n1") == (None, None)
+    assert h.resource_status("n1")["message"].endswith("batch resources removed")

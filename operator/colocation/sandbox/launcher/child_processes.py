@@ -20,42 +20,12 @@ from typing import Any
 
 import orjson
 
-from colocation.kube.backoff import Backoff
+from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 
 # A week: longer than a sandbox is meant to run, so no child has to renew the token it started with.
 TOKEN_SECONDS = 7 * 24 * 3600
 STOP_GRACE_SECONDS = 10.0
 PR_SET_PDEATHSIG = 1
-# The kubelet's CrashLoopBackOff: 10 s doubling to 5 min, forgotten after 10 minutes of running.
-CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX, CRASH_BACKOFF_RESET = 10.0, 300.0, 600.0
-
-
-class CrashLoopBackOff:
-    """The delays before restarting a container that exited, as the kubelet chooses them.
-
-    The first exit restarts at once (the kubelet has no back-off entry for the container yet);
-    every exit after that waits, from `initial` doubling to `maximum`; a container that ran
-    `reset_after` seconds starts over. A restarted process is therefore back within about a
-    second of a crash, which is what a fast failover may count on (issue 15), and only a
-    container that keeps crashing is held back.
-    """
-
-    def __init__(self, initial: float = CRASH_BACKOFF_INITIAL, maximum: float = CRASH_BACKOFF_MAX, *,
-                 reset_after: float = CRASH_BACKOFF_RESET, jitter: float = 0.1) -> None:
-        # A maximum under the initial delay caps it, as the kubelet's maxContainerRestartPeriod does.
-        self._backoff = Backoff(initial=min(initial, maximum), maximum=maximum, jitter=jitter)
-        self.reset_after = reset_after
-        self._exited_before = False
-
-    def next_delay(self, ran_for: float) -> float:
-        """The wait before restarting a container that ran `ran_for` seconds and exited."""
-        if ran_for >= self.reset_after:
-            self._backoff.reset()
-            self._exited_before = False
-        if not self._exited_before:
-            self._exited_before = True
-            return 0.0
-        return self._backoff.next_delay()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -115,8 +85,8 @@ class ChildProcess:
 
 
 class Supervisor:
-    """Starts children and starts each again after a backoff whenever it exits, as the kubelet
-    restarts a crashed container (CrashLoopBackOff, in small); stops them all together."""
+    """Starts children and starts each again whenever it exits, after the kubelet's back-off
+    (`CrashLoopBackOff`, one per child, from `backoff`); stops them all together."""
 
     def __init__(self, what: str, logger: logging.Logger, backoff: Callable[[], CrashLoopBackOff],
                  on_restart: Callable[[], None],
@@ -132,30 +102,30 @@ class Supervisor:
 
     async def start(self, child: ChildProcess, **fields: Any) -> None:
         """Start `child` and keep it running; `fields` tell it apart in the log."""
-        await self._spawn(child, fields)
+        crash_loop = self._backoff()
+        await self._spawn(child, crash_loop, fields)
         self._children.append(child)
-        self._tasks.append(asyncio.create_task(self._supervise(child, fields)))
+        self._tasks.append(asyncio.create_task(self._supervise(child, crash_loop, fields)))
 
-    async def _spawn(self, child: ChildProcess, fields: dict[str, Any]) -> None:
+    async def _spawn(self, child: ChildProcess, crash_loop: CrashLoopBackOff, fields: dict[str, Any]) -> None:
         child.process = await start_logged(child.command, child.log, child.env)
+        crash_loop.started()
         child.pid = child.process.pid
         self._log.info(f"{self._what} started", extra={**fields, "pid": child.pid})
 
-    async def _supervise(self, child: ChildProcess, fields: dict[str, Any]) -> None:
-        backoff = self._backoff()
+    async def _supervise(self, child: ChildProcess, crash_loop: CrashLoopBackOff, fields: dict[str, Any]) -> None:
         while True:
             assert child.process is not None
-            started = asyncio.get_running_loop().time()
             code = await child.process.wait()
             if self._stopping:
                 return
             self._on_exit(child)
-            delay = backoff.next_delay(asyncio.get_running_loop().time() - started)
+            delay = crash_loop.exited()
             self._log.warning(f"{self._what} exited; restarting",
                               extra={**fields, "code": code, "restart_in": round(delay, 2)})
             await asyncio.sleep(delay)  # CrashLoopBackOff
             child.restarts += 1
-            await self._spawn(child, fields)
+            await self._spawn(child, crash_loop, fields)
             self._on_restart()
 
     async def stop(self) -> None:

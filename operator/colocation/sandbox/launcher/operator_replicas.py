@@ -3,8 +3,8 @@
 Each replica gets a Pod object, a token for the `colocation-operator` ServiceAccount bound to that
 pod (so the RBAC of manifests/ is what it gets), a kubeconfig with that token, and a loopback
 port registered on the Service for the aggregation layer. A replica that exits is started again
-after a backoff, as the kubelet restarts a crashed container. `STATE_DIR/operators.json` lists
-the replicas (identity, pid, port, log) for tests and people.
+after the kubelet's back-off (`crash_loop_backoff`), as the kubelet restarts a crashed container.
+`STATE_DIR/operators.json` lists the replicas (identity, pid, port, log) for tests and people.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from colocation.sandbox.launcher.builtin_sandbox import Sandbox
 from colocation.sandbox.launcher.child_processes import (
     TOKEN_SECONDS,
     ChildProcess,
-    CrashLoopBackOff,
     Supervisor,
     free_port,
     write_state,
 )
+from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 from colocation.sandbox.server.api_aggregator import LOCAL_ENDPOINTS_ANNOTATION
 
 log = logging.getLogger(__name__)

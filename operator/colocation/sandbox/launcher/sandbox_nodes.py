@@ -8,7 +8,7 @@ process runs all their agents with synthetic load.
 Every agent authenticates as in a cluster: with a token for ServiceAccount colocation-agent bound
 to its own agent pod on its node, so the leader's node rule (a report for node X only from a pod
 on node X) and the manifests' agent RBAC apply to it. Agent processes that exit are started again
-after a backoff. `STATE_DIR/agents.json` lists them (nodes, pid, metrics port, log).
+after the kubelet's back-off (`crash_loop_backoff`). `STATE_DIR/agents.json` lists them (nodes, pid, metrics port, log).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from colocation.sandbox.launcher.builtin_sandbox import Sandbox
 from colocation.sandbox.launcher.child_processes import (
     TOKEN_SECONDS,
     ChildProcess,
-    CrashLoopBackOff,
     Supervisor,
     free_port,
     write_state,
 )
+from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 from colocation.sandbox.server.admission import new_namespace
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,8 @@ class SandboxNodes:
         self.pods_per_node = pods_per_node
         self.namespace = permissions.OPERATOR_NAMESPACE
         self.agents: list[AgentProcess] = []
-        restarts = functools.partial(CrashLoopBackOff, initial=0.5, maximum=10.0, jitter=0.3)
+        # The kubelet's CrashLoopBackOff, as for the DaemonSet's pods (and --max-container-restart-period).
+        restarts = functools.partial(CrashLoopBackOff, maximum=sandbox.config.max_restart_period)
         self._supervisor = Supervisor("agent", log, restarts, self._write_state)
 
     @property

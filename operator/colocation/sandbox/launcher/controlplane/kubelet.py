@@ -42,7 +42,6 @@ from colocation.kube.backoff import Backoff
 from colocation.kube.informer import Informer, InformerOptions
 from colocation.sandbox.launcher.child_processes import (
     TOKEN_SECONDS,
-    CrashLoopBackOff,
     die_with_parent,
     start_logged,
     write_state,
@@ -50,6 +49,7 @@ from colocation.sandbox.launcher.child_processes import (
 from colocation.sandbox.launcher.controlplane import pki
 from colocation.sandbox.launcher.controlplane.podnetwork import PodNetwork
 from colocation.sandbox.launcher.controlplane.restclient import RestClient
+from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 from colocation.sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ class RunningPod:
     kubeconfig: Path | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stopping: bool = False
+    crash_loop: CrashLoopBackOff = field(default_factory=CrashLoopBackOff)
 
     @property
     def container(self) -> Obj:
@@ -217,7 +218,8 @@ class NodeKubelet:
 
     async def _admit(self, pod: Obj, key: str) -> None:
         logs = self.state_dir / "logs" / "pods"
-        running = RunningPod(key, pod["metadata"]["uid"], "", "", pod["spec"], logs / f"{key.replace('/', '_')}.log")
+        running = RunningPod(key, pod["metadata"]["uid"], "", "", pod["spec"], logs / f"{key.replace('/', '_')}.log",
+                             crash_loop=CrashLoopBackOff(maximum=self.max_restart_period))
         if not self.run_agents and running.role == "agent":
             return  # left Pending: with `--nodes 0` (or --no-agents) the launcher runs no agent
         running.netns, running.address = self.network.add_pod(key)
@@ -277,22 +279,21 @@ class NodeKubelet:
         env = self._environment(running, pod)
         command = self._command(running, env, kubeconfig)
         running.process = await start_logged(command, running.log_path, env, preexec_fn=die_with_parent)
+        running.crash_loop.started()
         running.started_at = _now()
         log.info("container started", extra={"pod": running.key, "pid": running.process.pid,
                                               "address": running.address})
 
     async def _supervise(self, running: RunningPod, pod: Obj) -> None:
-        backoff = CrashLoopBackOff(maximum=self.max_restart_period)
         while True:
             assert running.process is not None
-            started = time.monotonic()
             code = await running.process.wait()
             if running.stopping:
                 return
             running.ready = False
             running.last_exit = {"terminated": {"exitCode": code, "reason": "Error" if code else "Completed",
                                                 "startedAt": running.started_at, "finishedAt": _now()}}
-            delay = backoff.next_delay(time.monotonic() - started)
+            delay = running.crash_loop.exited()
             log.warning("container exited; restarting", extra={"pod": running.key, "code": code,
                                                                "restart_in": round(delay, 1)})
             await self._write_status(running, pod)
