@@ -67,7 +67,8 @@ async def reach_by_clock(resource_version: int, current: Callable[[], int], wall
 
 
 class ConsistentReads:
-    """The barrier a standby's reads pass; on the leader (`leads()` true) it lets everything through."""
+    """The barrier reads pass. On the leader (`leads()` true) it lets everything through but a
+    resourceVersion its clock has not passed; on a standby it waits for its copy."""
 
     def __init__(self, leads: Callable[[], bool], leader_version: Callable[[], Awaitable[int | None]],
                  applied_version: Callable[[], int], metrics: ConsistentReadMetrics, *, timeout: float = 2.0,
