@@ -348,6 +348,28 @@ async def test_rejected_reports_change_nothing(admin: Kube) -> None:
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
 
 
+async def test_bad_read_parameters_get_a_status_and_no_read_moves_the_resource_version(
+        admin: Kube, operator_sandbox: tuple[Path, Path], reader_token: str) -> None:
+    # Issue 17: watches up to 300 s ahead walked the leader's resourceVersion forward; malformed list
+    # parameters got the whole list; a URL over 8,190 bytes got a text/plain 400.
+    identity, _, _ = await leader(admin)
+    replica = next(r for r in replicas(operator_sandbox[1]) if r["identity"] == identity)
+    status, listed = await get_from_replica(replica, BASE, reader_token)
+    assert status == 200, listed
+    before = int(listed["metadata"]["resourceVersion"])
+    for step in (1, 2, 3):
+        ahead = before + step * 290_000_000
+        status, answer = await get_from_replica(replica, f"{BASE}?watch=1&resourceVersion={ahead}", reader_token)
+        assert (status, answer["reason"]) == (504, "Timeout"), answer
+    for query in ("resourceVersion=abc", "limit=abc", "limit=-1", "continue=garbage"):
+        status, answer = await get_from_replica(replica, f"{BASE}?{query}", reader_token)
+        assert (status, answer["kind"], answer["reason"]) == (400, "Status", "BadRequest"), (query, answer)
+    status, answer = await get_from_replica(replica, f"{BASE}?labelSelector=a%20in%20({'x,' * 4600}y)", reader_token)
+    assert (status, answer["kind"], answer["code"]) == (431, "Status", 431), answer
+    status, again = await get_from_replica(replica, f"{BASE}?resourceVersion=0", reader_token)
+    assert int(again["metadata"]["resourceVersion"]) == before
+
+
 async def test_a_standby_refuses_reports_and_names_the_leader(admin: Kube, operator_sandbox: tuple[Path, Path]) -> None:
     node, token = await make_node(admin)
     identity, _, _ = await leader(admin)

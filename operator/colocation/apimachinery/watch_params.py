@@ -165,6 +165,21 @@ class ListOptions:
                                          "resourceVersionMatch is forbidden when continue is provided"))
         return causes
 
+    def since(self) -> int:
+        """The resourceVersion as a number (0 for "" and "0"); 400 BadRequest when malformed."""
+        return parse_resource_version(self.resource_version)
+
+    def check_unpaged(self) -> None:
+        """400 BadRequest for what a server that always lists everything at once cannot honour:
+        a negative limit (a positive one is ignored, as the API allows: the list then has no
+        continue token) and any continue token, since it never issued one. kube-apiserver
+        answers an undecodable token with the same prefix ("invalid continue token")."""
+        if self.limit < 0:
+            raise ApiError.bad_request(f"limit: Invalid value: {self.limit}: must be greater than or equal to 0")
+        if self.continue_token:
+            raise ApiError.bad_request(f"invalid continue token: {go_quote(self.continue_token[:64])}: this server "
+                                       "returns every list whole and never issues a continue token")
+
     def watch_seconds(self, min_request_timeout: float = MIN_REQUEST_TIMEOUT,
                       random: Callable[[], float] = _random.random) -> float:
         """How long the watch lasts: timeoutSeconds as asked (no cap; 0 or less ends it at once),

@@ -6,6 +6,11 @@ request latency histogram by verb, authentication (front proxy, else TokenReview
 A group brings its own routes and authorizes its own requests (`served_apigroups.ApiGroup`).
 Readiness is the manager's `ready_check` (by default leadership): in the operator, the leader and
 every standby holding a current copy are ready, so kube-apiserver reads from any of them.
+
+A request aiohttp's parser refuses before any handler runs (a request line or header over its
+8,190-byte limits, too many headers, malformed HTTP) is answered with a Status too, when the
+server runs under `ApiRunner`: 431 for what is too large (as Go's net/http, hence kube-apiserver,
+answers a request whose line and headers are over its limit), 400 for the rest.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.web_request import BaseRequest
 
 from colocation.apimachinery import certificates
 from colocation.apimachinery import discovery_documents as legacy
@@ -167,3 +174,48 @@ def _v3_root(openapi: Sequence[OpenApiDocuments]) -> dict[str, Any]:
             digest = hashlib.sha512(orjson.dumps(document())).hexdigest().upper()
             paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}
     return {"paths": paths}
+
+
+class ApiRunner(web.AppRunner):
+    """An AppRunner whose connections answer requests the HTTP parser refuses with a Status."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # aiohttp builds each connection's RequestHandler in Server.__call__, with no hook for the
+        # class: a Server of ours, made as the application made its own.
+        return _StatusServer(server.request_handler, request_factory=server.request_factory,
+                             handler_cancellation=server.handler_cancellation, loop=server._loop, **server._kwargs)
+
+
+class _StatusServer(web.Server):
+    def __call__(self) -> web.RequestHandler:
+        return _StatusRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class _StatusRequestHandler(web.RequestHandler):
+    def handle_error(self, request: BaseRequest, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        error = parser_error(exc, self.max_line_size, self.max_field_size) if status == 400 else None
+        if error is None:
+            return super().handle_error(request, status, exc, message)
+        # The client's mistake, refused before anything was read or written: not worth a traceback.
+        self.logger.info("refused a request the HTTP parser would not read: %s", error.message)
+        response = json_response(error.status(), error.code)
+        response.force_close()  # the parser cannot tell where the next request would begin
+        return response
+
+
+def parser_error(exc: BaseException | None, max_line_size: int, max_field_size: int) -> ApiError | None:
+    """The Status for what aiohttp's HTTP parser refused, or None if it was not the parser.
+
+    The oversized line itself is not echoed back: it is the client's to know, and may be huge.
+    """
+    too_large = isinstance(exc, LineTooLong) or (isinstance(exc, BadHttpMessage) and
+                                                 exc.message == "Too many headers received")
+    if too_large:
+        return ApiError(431, "RequestHeaderFieldsTooLarge",
+                        f"Request Header Fields Too Large: the request line (the URL with its query) may be at "
+                        f"most {max_line_size} bytes, and each header field {max_field_size} bytes")
+    if isinstance(exc, BadHttpMessage):
+        return ApiError.bad_request(f"malformed HTTP request: {exc.message[:200]}")
+    return None

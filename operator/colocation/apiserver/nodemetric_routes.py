@@ -33,12 +33,18 @@ from colocation.apimachinery.served_apigroups import (
     json_response,
 )
 from colocation.apimachinery.tables import include_object, wants_table
-from colocation.apimachinery.watch_params import MIN_REQUEST_TIMEOUT, ListOptions, query_flag
+from colocation.apimachinery.watch_params import (
+    MIN_REQUEST_TIMEOUT,
+    ListOptions,
+    parse_resource_version,
+    query_flag,
+)
 from colocation.apimachinery.watch_stream import EventEncoder, TableEvents, WatchServing, pre_encoded
 from colocation.apiserver import nodemetric_openapi, nodemetric_table
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authorization import check_node_rule
 from colocation.apiserver.generic_apiserver import MAX_REPORT_BYTES
+from colocation.nodemetrics.consistent_reads import reach_by_clock
 from colocation.nodemetrics.report_schema import (
     BASE_PATH,
     COLLECTION_PATH,
@@ -51,6 +57,11 @@ from colocation.nodemetrics.report_schema import (
 from colocation.nodemetrics.storage_interface import NodeMetricServing
 
 GROUP_VERSION = f"{GROUP}/{VERSION}"
+# How long a read waits for a resourceVersion ahead of this replica: the watch cache's blockTimeout.
+TOO_LARGE_WAIT = 3.0
+# Before a read: with 0 (no resourceVersion), wait for the most recent data; with a resourceVersion,
+# wait until this replica has reached it (504 "Too large resource version" if it does not in time).
+ReadBarrier = Callable[[int], Awaitable[None]]
 _Validated = TypeVar("_Validated")
 
 
@@ -91,7 +102,7 @@ class NodeMetricGroup:
                  known_node: Callable[[str], bool], node_labels: Callable[[str], Mapping[str, str] | None],
                  metrics: ServerMetrics, options: ApiOptions | None = None, *, wall: Callable[[], float] = time.time,
                  uploads: Sequence[AgentUpload[Any]] = (),
-                 read_barrier: Callable[[], Awaitable[None]] | None = None) -> None:
+                 read_barrier: ReadBarrier | None = None) -> None:
         self.store = store
         self.read_barrier = read_barrier
         self.authorizer = authorizer
@@ -141,7 +152,7 @@ class NodeMetricGroup:
     async def _get(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         await self._authorize_read(request, "get", name)
-        await self._consistent(request)
+        await self._reach(request.query.get("resourceVersion", ""))
         table_version = wants_table(request.headers.get("Accept", ""))
         entry = self.store.get(name)
         if entry is None:
@@ -151,11 +162,24 @@ class NodeMetricGroup:
             return json_response(nodemetric_table.table([row], entry.resource_version, table_version))
         return web.Response(body=entry.body, content_type="application/json")
 
-    async def _consistent(self, request: web.Request) -> None:
-        """A get or list that names no resourceVersion wants the most recent data (on a standby:
-        what the leader had when it arrived); one that names any may be served from the copy."""
-        if self.read_barrier is not None and not request.query.get("resourceVersion"):
-            await self.read_barrier()
+    async def _reach(self, resource_version: str) -> int:
+        """Wait until this replica may serve a read at `resource_version` and return it as a number.
+
+        None ("") wants the most recent data (on a standby: what the leader had when the read
+        arrived); "0" any; a version ahead of the store waits until the store has reached it or
+        gets 504 (`consistent_reads`). Nothing here changes the store: a read never moves its
+        resourceVersion.
+        """
+        since = parse_resource_version(resource_version)
+        if not resource_version:
+            if self.read_barrier is not None:
+                await self.read_barrier(0)
+        elif since > self.store.resource_version:
+            if self.read_barrier is not None:
+                await self.read_barrier(since)
+            else:
+                await reach_by_clock(since, lambda: self.store.resource_version, self.wall, TOO_LARGE_WAIT)
+        return since
 
     @staticmethod
     def _selection(options: ListOptions) -> tuple[LabelSelector | None, str | None]:
@@ -173,8 +197,10 @@ class NodeMetricGroup:
             return await self._watch(request)
         await self._authorize_read(request, "list")
         table_version = wants_table(request.headers.get("Accept", ""))
-        labels, name = self._selection(ListOptions.from_query(request.query))
-        await self._consistent(request)
+        options = ListOptions.from_query(request.query)
+        options.check_unpaged()
+        labels, name = self._selection(options)
+        await self._reach(options.resource_version)
         if table_version:
             entries, rv = self.store.list(labels, name)
             include, now = include_object(request.query), self.wall()
@@ -190,7 +216,12 @@ class NodeMetricGroup:
         encoder: EventEncoder[bytes] = pre_encoded()
         if table_version:
             encoder = self._table_events(table_version, include_object(request.query))
-        watcher = self.store.watch(options.resource_version, labels, name, options.send_initial_events)
+        resume_after = options.resource_version
+        if options.resource_version and await self._reach(options.resource_version) > self.store.resource_version:
+            # Reached by the clock (a client of a previous leader): nothing happened here between the
+            # store's version and it, and every later change takes a version above it.
+            resume_after = str(self.store.resource_version)
+        watcher = self.store.watch(resume_after, labels, name, options.send_initial_events)
         return await self.serving.serve(request, options, watcher, encoder)
 
     def _table_events(self, version: str, include: str) -> TableEvents[bytes]:

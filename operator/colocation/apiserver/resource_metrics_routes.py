@@ -179,6 +179,8 @@ class ResourceMetricsApi:
         watch = query_flag(request.query, "watch")
         await self._authorize(request, "watch" if watch else "list", resource, namespace=namespace)
         options = ListOptions.from_query(request.query)
+        options.since()  # metrics are always current: a resourceVersion is only checked
+        options.check_unpaged()
         if options.watch:
             raise ApiError.method_not_allowed(f'watch is not supported on resources of kind "{resource}.{GROUP}"')
         return options

@@ -71,7 +71,7 @@ class ServedApis:
 def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDirectory,
                  authenticator: DelegatingAuthenticator, authorizer: DelegatingAuthorizer,
                  request_header: Callable[[], RequestHeaderConfig | None], leadership: Leadership,
-                 metrics: ServerMetrics, read_barrier: Callable[[], Awaitable[None]] | None = None) -> ServedApis:
+                 metrics: ServerMetrics, read_barrier: Callable[[int], Awaitable[None]] | None = None) -> ServedApis:
     pods = PodDirectory() if config.serve_resource_metrics or config.serve_custom_metrics else None
     view = ResourceMetricsView(store)
     extra: list[ApiGroup] = []

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from colocation.apimachinery import certificates
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, RequestHeaderConfig
+from colocation.apiserver.generic_apiserver import ApiRunner
 from colocation.apiserver.kube_reviewers import load_request_header_config
 
 # Imported at start, not on promotion: importing Kopf takes the event loop for about a second,
@@ -250,8 +251,8 @@ class OperatorProcess:
             served = assemble_api(config, self.store, self.nodes, authenticator, authorizer,
                                   lambda: self.request_header, elector, self.metrics, read_barrier=reads.wait)
             self.custom_metrics = served.custom_metrics
-            runner = web.AppRunner(served.server.application(), access_log=None, handle_signals=False,
-                                   shutdown_timeout=2.0)
+            runner = ApiRunner(served.server.application(), access_log=None, handle_signals=False,
+                               shutdown_timeout=2.0)
             await runner.setup()
             site = web.TCPSite(runner, config.bind_address, config.port, ssl_context=self._ssl_context())
             await site.start()

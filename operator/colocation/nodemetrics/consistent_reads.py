@@ -15,17 +15,27 @@ then is served from the copy (availability first: this is a failover). A copy th
 reach a known leader's resourceVersion within `timeout`, or a standby that cannot tell within it
 (the Lease unreadable, the asking slow), does not serve the read: it gets 503 with Retry-After,
 and the client asks again.
+
+A read that names a resourceVersion ahead of the copy (a client that saw it on the leader, or on
+a previous leader) waits, as kube-apiserver's watch cache waits for its cache to catch up: on a
+standby until the copy has applied that much, on the leader until its clock has passed it
+(`resource_versions`: the state is then the same). Neither waits longer than `timeout`; the read
+then gets 504 "Too large resource version" with Retry-After. The wait changes nothing: a read
+never moves the store's resourceVersion.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter
 
+from colocation.apimachinery.clock import WallClock
 from colocation.apimachinery.errors import ApiError
+from colocation.nodemetrics.resource_versions import seconds_until_reached, too_large
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +49,32 @@ class ConsistentReadMetrics:
             "not reach the leader's resourceVersion in time), unknown (the leader's resourceVersion could not be "
             "learnt in time); the last two are answered 503 with Retry-After.",
             ["outcome"], registry=registry)
+        self.too_large = Counter(
+            "colocation_reads_too_large_resource_version_total",
+            "Reads naming a resourceVersion this replica did not reach in time (answered 504 with Retry-After).",
+            registry=registry)
+
+
+async def reach_by_clock(resource_version: int, current: Callable[[], int], wall: WallClock,
+                         timeout: float) -> None:
+    """Return once a store that issues its own versions (the leader) has reached `resource_version`:
+    at once if its clock has passed it, after waiting if it will within `timeout`; else 504."""
+    wait = seconds_until_reached(resource_version, current(), wall())
+    if wait > timeout:
+        raise too_large(resource_version, current())
+    if wait > 0:
+        await asyncio.sleep(wait)  # only time brings the clock there
 
 
 class ConsistentReads:
-    """The barrier a standby's reads pass; on the leader (`leads()` true) it lets everything through."""
+    """The barrier reads pass. On the leader (`leads()` true) it lets everything through but a
+    resourceVersion its clock has not passed; on a standby it waits for its copy."""
 
     def __init__(self, leads: Callable[[], bool], leader_version: Callable[[], Awaitable[int | None]],
-                 applied_version: Callable[[], int], metrics: ConsistentReadMetrics, *, timeout: float = 2.0) -> None:
+                 applied_version: Callable[[], int], metrics: ConsistentReadMetrics, *, timeout: float = 2.0,
+                 wall: WallClock = time.time) -> None:
         self.leads = leads
+        self.wall = wall
         self.leader_version = leader_version
         self.applied_version = applied_version
         self.metrics = metrics
@@ -58,9 +86,17 @@ class ConsistentReads:
         async with self._advanced:
             self._advanced.notify_all()
 
-    async def wait(self) -> None:
-        """Return once a read may be served: at once on the leader, else when the copy is current
-        or no leader can hold newer data; raise 503 (Retry-After) when the copy stays behind."""
+    async def wait(self, resource_version: int = 0) -> None:
+        """Return once a read may be served. Without a resourceVersion: at once on the leader, else
+        when the copy is current or no leader can hold newer data; 503 (Retry-After) when the copy
+        stays behind. With one: once this replica has reached it; 504 (Retry-After) when it does not."""
+        if resource_version:
+            try:
+                await self._reach(resource_version)
+            except ApiError:
+                self.metrics.too_large.inc()
+                raise
+            return
         if self.leads():
             return
         deadline = asyncio.get_running_loop().time() + self.timeout
@@ -86,3 +122,13 @@ class ConsistentReads:
                 f"this replica's copy (resourceVersion {applied}) is behind the leader's ({target}); "
                 f"retry", retry_after=1) from None
         self.metrics.reads.labels("current").inc()
+
+    async def _reach(self, resource_version: int) -> None:
+        if self.leads():
+            await reach_by_clock(resource_version, self.applied_version, self.wall, self.timeout)
+            return
+        try:
+            async with asyncio.timeout(self.timeout), self._advanced:
+                await self._advanced.wait_for(lambda: self.applied_version() >= resource_version)
+        except TimeoutError:
+            raise too_large(resource_version, self.applied_version()) from None

@@ -3,6 +3,13 @@
 Each change takes `max(current + 1, wall-clock microseconds)`, so versions keep growing across
 restarts and failovers without anything persisted; a standby observes the leader's versions, so
 after a promotion it continues above them (docs/architecture.md, "The NodeMetric store").
+
+Only writes (and, on a standby, the leader's writes it applies) move the counter; a read never
+does. Since the next change takes at least the wall clock, every version between `current` and
+the wall clock names the same state as `current`: the store has reached it, and a client that
+saw it (on a previous leader, whose versions came from its own clock) resumes from `current`
+without missing anything. A version beyond the wall clock is reached only as time passes; the
+reader waits briefly for it or gets kube-apiserver's 504 "Too large resource version".
 """
 
 from __future__ import annotations
@@ -11,16 +18,31 @@ from colocation.apimachinery.clock import WallClock
 from colocation.apimachinery.errors import ApiError
 from colocation.nodemetrics.report_schema import GROUP, RESOURCE
 
+MICROSECONDS = 1_000_000
+
+
+def seconds_until_reached(resource_version: int, current: int, wall_now: float) -> float:
+    """How long until a store at `current` reaches `resource_version` by the clock: 0 if it has."""
+    reached = max(current, int(wall_now * MICROSECONDS))
+    return max(0, resource_version - reached) / MICROSECONDS
+
+
+def too_large(resource_version: int, current: int) -> ApiError:
+    """kube-apiserver's answer to a resourceVersion its watch cache does not reach in time."""
+    return ApiError(504, "Timeout", f"Timeout: Too large resource version: {resource_version}, current: {current}",
+                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                     "retryAfterSeconds": 1, "group": GROUP, "kind": RESOURCE})
+
 
 class ResourceVersionClock:
     def __init__(self, wall: WallClock, *, future_tolerance_seconds: float) -> None:
         self._wall = wall
-        self._future_tolerance = int(future_tolerance_seconds * 1_000_000)
+        self._future_tolerance = int(future_tolerance_seconds * MICROSECONDS)
         self.current = self._wall_now()  # a new store begins now
         self._highest_known = 0  # the highest resourceVersion issued, replicated or observed
 
     def _wall_now(self) -> int:
-        return int(self._wall() * 1_000_000)
+        return int(self._wall() * MICROSECONDS)
 
     def next(self) -> int:
         """The resourceVersion of a new change."""
@@ -43,11 +65,8 @@ class ResourceVersionClock:
         self.current = resource_version
 
     def check_reachable(self, resource_version: int) -> None:
-        """ApiError 504 for a client's resourceVersion too far ahead of this store and of the clock,
-        as the watch cache answers one it does not reach in time ("Too large resource version")."""
-        limit = max(self.current, self._wall_now()) + self._future_tolerance
-        if resource_version > limit:
-            raise ApiError(504, "Timeout", f"Timeout: Too large resource version: {resource_version}, "
-                           f"current: {self.current}",
-                           {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                            "retryAfterSeconds": 1, "group": GROUP, "kind": RESOURCE})
+        """ApiError 504 for a client's resourceVersion ahead of this store and more than the
+        tolerance ahead of the clock. The bound is the clock's, never the counter's: were it
+        relative to `current`, each accepted version could raise the next bound."""
+        if resource_version > self.current and resource_version > self._wall_now() + self._future_tolerance:
+            raise too_large(resource_version, self.current)

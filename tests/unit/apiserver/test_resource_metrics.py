@@ -280,6 +280,14 @@ async def test_list_options_are_read_as_kube_apiserver_reads_them(client: TestCl
     assert (status, answer["message"]) == (400, 'strconv.ParseInt: parsing "many": invalid syntax')
 
 
+@pytest.mark.parametrize("params", [{"resourceVersion": "abc"}, {"limit": "-1"}, {"continue": "garbage"}])
+async def test_a_malformed_list_parameter_is_400_not_the_whole_list(
+        client: TestClient[Any, Any], params: dict[str, str]) -> None:
+    for path in (f"{BASE}/nodes", f"{BASE}/pods"):
+        status, answer = await get(client, path, **params)
+        assert (status, answer["kind"], answer["reason"]) == (400, "Status", "BadRequest"), path
+
+
 async def test_reads_are_authorized_for_the_metrics_group_and_namespace(store: NodeMetricStore) -> None:
     put(store, nodemetric("node-a", pods={("team-a", "web-1"): {"cpu": "1"}, ("team-b", "db-1"): {"cpu": "1"}}))
     client, authorizations = await serve(store, await pod_directory(("team-a", "web-1", {}), ("team-b", "db-1", {})))

@@ -83,3 +83,51 @@ async def test_a_standby_that_cannot_tell_in_time_does_not_serve_the_read() -> N
     with pytest.raises(ApiError) as refused:
         await asyncio.wait_for(reads.wait(), 5)
     assert refused.value.code == 503 and outcome(metrics, "unknown") == 1
+
+
+NOW = 1_800_000_000.0
+NOW_RV = int(NOW * 1_000_000)
+
+
+def named_barrier(copy: Copy, timeout: float = 5.0) -> tuple[ConsistentReads, ConsistentReadMetrics]:
+    metrics = ConsistentReadMetrics(CollectorRegistry())
+    return ConsistentReads(lambda: copy.leading, copy.leader_version, lambda: copy.applied, metrics,
+                           timeout=timeout, wall=lambda: NOW), metrics
+
+
+async def test_a_read_at_a_version_ahead_of_a_standbys_copy_waits_for_the_copy_to_reach_it() -> None:
+    copy = Copy(applied=NOW_RV - 10, leader=None)
+    reads, _ = named_barrier(copy)
+    read = asyncio.create_task(reads.wait(NOW_RV - 5))
+    await asyncio.sleep(0)
+    copy.applied = NOW_RV - 6
+    await reads.advanced()
+    await asyncio.sleep(0)
+    assert not read.done()
+    copy.applied = NOW_RV - 5
+    await reads.advanced()
+    await asyncio.wait_for(read, 5)
+    assert copy.asked == 0  # the version named is the target: nobody needs asking
+
+
+async def test_a_standby_that_does_not_reach_the_version_in_time_answers_too_large() -> None:
+    copy = Copy(applied=NOW_RV - 10, leader=None)
+    reads, metrics = named_barrier(copy, timeout=0.05)
+    with pytest.raises(ApiError) as caught:
+        await asyncio.wait_for(reads.wait(NOW_RV - 5), 5)
+    assert (caught.value.code, caught.value.reason, caught.value.details["retryAfterSeconds"]) == (504, "Timeout", 1)
+    assert caught.value.message == f"Timeout: Too large resource version: {NOW_RV - 5}, current: {NOW_RV - 10}"
+    assert metrics.too_large._value.get() == 1
+    assert copy.applied == NOW_RV - 10
+
+
+async def test_the_leader_has_reached_every_version_its_clock_has_passed() -> None:
+    # A client of the previous leader saw a version this store's counter is below: nothing was
+    # written here since, and the next write takes the clock, above it.
+    copy = Copy(applied=NOW_RV - 30_000_000, leader=None)
+    copy.leading = True
+    reads, _ = named_barrier(copy, timeout=0.05)
+    await asyncio.wait_for(reads.wait(NOW_RV - 1), 5)
+    with pytest.raises(ApiError) as caught:  # one the clock has not reached, and will not in time
+        await asyncio.wait_for(reads.wait(NOW_RV + 60_000_000), 5)
+    assert caught.value.code == 504 and copy.applied == NOW_RV - 30_000_000
