@@ -10,6 +10,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.served_apigroups import Caller
+from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import (
     DelegatingAuthenticator,
     RequestHeaderConfig,
@@ -17,7 +18,6 @@ from colocation.apiserver.delegated_authentication import (
     TokenReviewResult,
     bearer_token,
 )
-from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec, check_node_rule
 from colocation.apiserver.kube_reviewers import subject_access_review_body, token_review_result
 
