@@ -8,6 +8,7 @@ uses these, so both word a bad pod name or quantity alike.
 
 from __future__ import annotations
 
+import functools
 import math
 from decimal import Decimal
 from typing import Annotated, Any
@@ -57,6 +58,7 @@ def _duration_fits(text: str) -> str:
 GoDuration = Annotated[str, StringConstraints(max_length=64, pattern=_GO_DURATION), AfterValidator(_duration_fits)]
 
 
+@functools.lru_cache(maxsize=256)  # reports arriving together carry the same few seconds
 def _time_within_bounds(text: str) -> str:
     try:
         second = parse_whole_seconds(text)
