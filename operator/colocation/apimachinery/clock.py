@@ -16,25 +16,53 @@ from datetime import UTC, datetime, timedelta, timezone
 WallClock = Callable[[], float]  # seconds since the epoch (time.time)
 MonotonicClock = Callable[[], float]  # seconds from an arbitrary origin (time.monotonic)
 
+# The times a report may carry (`fieldtypes.Rfc3339Time`): from the epoch to the last second
+# that RFC 3339's four-digit year writes, 9999-12-31T23:59:59Z.
+EARLIEST_TIME = 0.0
+LATEST_TIME = 253_402_300_799.0
+# RFC 3339 as Go's time.Parse(time.RFC3339, …) takes it: seconds and a zone are required.
+RFC3339_PATTERN = (r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
+                   r"(?:Z|[+-][0-9]{2}:[0-9]{2})$")
+
 
 def now() -> float:
     return time.time()
 
 
 def format_time(at: float) -> str:
-    """metav1.Time as it is written: RFC 3339 in UTC, whole seconds (fractions are truncated)."""
+    """metav1.Time as it is written: RFC 3339 in UTC, whole seconds (fractions are truncated).
+
+    Years 1 to 9999 (ValueError outside), always with four digits.
+    """
     return _format_second(int(at))
 
 
 @functools.lru_cache(maxsize=64)
 def _format_second(second: int) -> str:
     # Reports arriving together carry the same few seconds; formatting each costs more than the lookup.
-    return datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Not strftime: glibc writes year 1 as "1", which is not RFC 3339.
+    return datetime.fromtimestamp(second, tz=UTC).isoformat()[:19] + "Z"
 
 
 def parse_time(text: str) -> float:
     """Seconds since the epoch of an RFC 3339 time with a zone (ValueError when it is not one)."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return _aware(text).timestamp()
+
+
+def parse_whole_seconds(text: str) -> int:
+    """The second of an RFC 3339 time with a zone, fractions dropped (exact: no float rounding
+    carries 9999-12-31T23:59:59.9999999Z into the next year)."""
+    return (_aware(text) - _EPOCH) // timedelta(seconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _aware(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no zone")
+    return moment
 
 
 def format_micro_time(moment: datetime | float) -> str:
@@ -43,7 +71,7 @@ def format_micro_time(moment: datetime | float) -> str:
         moment = wall_time(moment)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 _TIMESTAMP = re.compile(

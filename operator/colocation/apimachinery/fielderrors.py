@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import pydantic_core
 from pydantic import ValidationError
 
 from colocation.apimachinery.errors import ApiError, Cause
@@ -86,15 +87,26 @@ class FieldErrorStyle:
         return [self.cause(error) for error in exc.errors()]
 
 
-def decoded_object(raw: bytes, kind: str) -> dict[str, Any]:
-    """The JSON object of a body that failed validation; a 400 as kube-apiserver's decoder gives it
-    when the body is not JSON or not an object."""
-    try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError as decode_error:
+def decoded_object(raw: bytes, kind: str, exc: ValidationError | None = None) -> dict[str, Any]:
+    """The JSON object of a body that failed validation (`exc`, when given); a 400 as
+    kube-apiserver's decoder gives it when the body is not JSON or not an object."""
+    reason = next((str(error["msg"]).removeprefix("Invalid JSON: ") for error in exc.errors()
+                   if error["type"] == "json_invalid"), None) if exc is not None else None
+    document: object = None
+    if reason is None:
+        try:
+            document = orjson.loads(raw)
+        except orjson.JSONDecodeError as decode_error:
+            # orjson stops at 64-bit integers; the validator's parser (jiter) took the body, so
+            # decode it the same way, for the identity checks and the field errors to follow.
+            try:
+                document = pydantic_core.from_json(raw, allow_inf_nan=False)
+            except ValueError:
+                reason = str(decode_error)
+    if reason is not None:
         raise ApiError.bad_request(
             f"the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; "
-            f"json parse error: {decode_error} ({_summary(raw)})") from None
+            f"json parse error: {reason} ({_summary(raw)})")
     if not isinstance(document, dict):
         raise ApiError.bad_request(
             f"the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; "
@@ -121,5 +133,11 @@ def show(value: object) -> str:
     """A rejected value as a cause shows it: JSON, at most 100 characters."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    text = orjson.dumps(value, default=str).decode() if value is not None else "null"
+    try:
+        text = orjson.dumps(value, default=str).decode() if value is not None else "null"
+    except TypeError:  # orjson's own error too: an integer beyond 64 bits, or nesting too deep
+        try:
+            text = str(value)
+        except ValueError:  # Python refuses str() of an integer over 4,300 digits
+            text = f"<{type(value).__name__} too large to show>"
     return text if len(text) <= 100 else text[:97] + "..."

@@ -11,6 +11,8 @@ The syntax and the arithmetic follow k8s.io/apimachinery's resource.Quantity:
 Like upstream, a parsed value is rounded up (away from zero) to a whole nano unit, and its
 magnitude is capped at 2^63-1 units. Upstream leaves `1e100` uncapped but then overflows int64
 in MilliValue(); we cap every format, so a hostile `1e999999999` costs nothing to handle.
+Bodies we validate refuse what the cap would change instead (`fieldtypes.Quantity`: at most
+`MAX_MILLI_VALUE` milli-units, so MilliValue() is exact).
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ _BINARY_EXPONENTS = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _BINARY_SUFFIXES = {exponent: suffix for suffix, exponent in _BINARY_EXPONENTS.items()}
 _INT64_MAX = 2**63 - 1
 _MAX = Decimal(_INT64_MAX)
+# The largest quantity whose MilliValue() fits an int64: 9223372036854775807m.
+MAX_MILLI_VALUE = _INT64_MAX
+# Digits that int() always takes (Python refuses texts of over 4,300 digits) and that stay in int64.
+_FAST_DIGITS = 18
 _NANO = Decimal("1e-9")
 # Capped values have at most 19 integer and 9 fractional digits: 40 digits hold them exactly.
 _ROUNDING = Context(prec=40)
@@ -108,7 +114,8 @@ def cpu_millis(quantity: Decimal | str | int | float) -> int:
     if isinstance(quantity, str):
         # What agents write ("2500m", "3"), without Decimal: every report has a few dozen of them.
         digits = quantity[:-1] if quantity.endswith("m") else quantity
-        if digits.isascii() and digits.isdigit() and (value := int(digits)) <= _INT64_MAX:
+        if len(digits) <= _FAST_DIGITS and digits.isascii() and digits.isdigit():
+            value = int(digits)
             return value if len(digits) < len(quantity) else value * 1000
     scaled = _scale10(_coerce(quantity), 3)
     return int(scaled.to_integral_value(rounding=ROUND_UP, context=_ROUNDING))
@@ -120,7 +127,8 @@ def byte_value(quantity: Decimal | str | int | float) -> int:
         # What agents write ("1536Mi", "123456789"), without Decimal.
         shift = _BINARY_EXPONENTS.get(quantity[-2:], 0)
         digits = quantity[:-2] if shift else quantity
-        if digits.isascii() and digits.isdigit() and (value := int(digits) << shift) <= _INT64_MAX:
+        if len(digits) <= _FAST_DIGITS and digits.isascii() and digits.isdigit() \
+                and (value := int(digits) << shift) <= _INT64_MAX:
             return value
     return int(_scale10(_coerce(quantity), 0).to_integral_value(rounding=ROUND_UP, context=_ROUNDING))
 

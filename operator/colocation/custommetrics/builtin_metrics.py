@@ -10,7 +10,10 @@ second) and custom metrics are read far less often. The latest figures are read 
 entries when asked (bodies parsed once per resourceVersion, by ResourceMetricsView), and the
 history is sampled by `sample_history`, which every replica calls on its own timer (a standby
 from its copy of the NodeMetrics, so a promoted one has the history already): it visits only the
-nodes whose report changed since the previous call.
+nodes whose report changed since the previous call, and records their figures at the time this
+replica received the report (`Entry.received_at`), not at its updateTime: an agent's clock
+orders nothing, so one set to the year 9999 cannot hold its series nor keep it from expiring.
+A quantity that cannot be read (not one an accepted report carries) is left out, never an error.
 """
 
 from __future__ import annotations
@@ -49,13 +52,19 @@ def is_builtin(metric: MetricRequest) -> bool:
     return metric.base in _RESOURCE_OF or (metric.base in BUILTIN_METRICS and not metric.aggregated)
 
 
-def _amount(resource: str, quantity: str) -> float:
-    """Cores for cpu (from milli-cores), bytes for memory."""
-    return cpu_millis(quantity) / 1000 if resource == "cpu" else float(byte_value(quantity))
+def _amount(resource: str, quantity: str) -> float | None:
+    """Cores for cpu (from milli-cores), bytes for memory; None if it is not a quantity."""
+    try:
+        return cpu_millis(quantity) / 1000 if resource == "cpu" else float(byte_value(quantity))
+    except (ValueError, ArithmeticError):
+        return None
 
 
 def _epoch(time: str) -> float:
-    return parse_time(time) if time else 0.0
+    try:
+        return parse_time(time) if time else 0.0
+    except ValueError:
+        return 0.0
 
 
 def _split(metric: MetricRequest) -> tuple[str, str]:
@@ -107,7 +116,8 @@ class BuiltinMetrics:
             return self._from_history(SeriesKey(base, PODS, namespace, name, ()), percentile or metric.aggregation)
         node, pod = found
         quantity = pod.usage.get(resource)
-        return Point(_amount(resource, quantity), _epoch(node.timestamp)) if quantity is not None else None
+        amount = _amount(resource, quantity) if quantity is not None else None
+        return Point(amount, _epoch(node.timestamp)) if amount is not None else None
 
     def _from_history(self, key: SeriesKey, aggregation: str) -> Point | None:
         series = self.history.series_of(key.metric, key.resource, key.namespace, key.name)
@@ -150,15 +160,16 @@ class BuiltinMetrics:
         return recorded
 
     def _record(self, usage: NodeUsage, entry: Entry) -> int:
-        at, recorded = entry.figures.update_time, 0
+        # At the time the report was received: the agent's updateTime is its own clock, and a
+        # skewed one would put the sample out of order with other nodes' or beyond the retention.
+        at, recorded = entry.received_at, 0
         samples: list[tuple[SeriesKey, float]] = [
             (SeriesKey(CPU_USAGE, NODES, "", entry.name, ()), entry.figures.cpu_millis / 1000),
             (SeriesKey(MEMORY_USAGE, NODES, "", entry.name, ()), float(entry.figures.memory_bytes))]
         for pod in usage.pods:
             for metric, resource in _RESOURCE_OF.items():
-                if resource in pod.usage:
-                    samples.append((SeriesKey(metric, PODS, pod.namespace, pod.name, ()),
-                                    _amount(resource, pod.usage[resource])))
+                if resource in pod.usage and (amount := _amount(resource, pod.usage[resource])) is not None:
+                    samples.append((SeriesKey(metric, PODS, pod.namespace, pod.name, ()), amount))
         for key, value in samples:
             recorded += self.history.record(key, at, value)
         return recorded
@@ -175,7 +186,6 @@ def _report_percentiles(obj: Mapping[str, Any], at: float) -> dict[tuple[str, st
         for percentile in PERCENTILES:
             resources = (usage.get(percentile) or {}).get("resources") or {}
             for resource in _RESOURCE_OF.values():
-                if resource in resources:
-                    points[(resource, percentile)] = Point(_amount(resource, str(resources[resource])), at,
-                                                           nanos // 10**9)
+                if resource in resources and (amount := _amount(resource, str(resources[resource]))) is not None:
+                    points[(resource, percentile)] = Point(amount, at, nanos // 10**9)
     return points

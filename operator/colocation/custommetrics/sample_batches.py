@@ -138,7 +138,7 @@ def _check_identity(api_version: object, kind: object, batch_node: object, node:
 
 def _rejection(raw: bytes, node: str, exc: ValidationError) -> ApiError:
     """Decoding and identity errors first (400), then every invalid field (422), as reports are judged."""
-    document = decoded_object(raw, KIND)
+    document = decoded_object(raw, KIND, exc)
     _check_identity(document.get("apiVersion"), document.get("kind"), document.get("node"), node)
     return ApiError.invalid(GROUP, KIND, node, FIELD_ERRORS.causes(exc))
 

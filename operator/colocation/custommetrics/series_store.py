@@ -206,8 +206,13 @@ class SeriesStore:
         other._series, other._by_object, other._by_label = {}, {}, {}
 
     def record(self, key: SeriesKey, timestamp: float, value: float) -> bool:
-        """Add one sample (the operator's own series); False when it is not kept."""
-        if timestamp < self.oldest_kept():
+        """Add one sample (the operator's own series); False when it is not kept.
+
+        Outside the retention and the future tolerance nothing is kept, as in `ingest`: a sample
+        far ahead would hold the series (later ones are older) and never expire.
+        """
+        now = self._wall()
+        if not now - self.retention <= timestamp <= now + self._future_tolerance:
             return False
         series = self._series.get(key)
         if series is None:

@@ -28,7 +28,7 @@ _COUNTED_PHASES = frozenset({"Running", "Pending", None, ""})
 def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
                               node_metric: Mapping[str, Any] | None,
                               strategy: Mapping[str, Any] | ColocationStrategy,
-                              now: float) -> dict[str, int] | None:
+                              now: float, *, received_at: float | None = None) -> dict[str, int] | None:
     """The batch resources of a node, or None when they must be removed from it.
 
     Arguments, all plain JSON as the API returns it:
@@ -38,13 +38,20 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
       strategy     colocation-config fields (camelCase, e.g. {"cpuReclaimThresholdPercent": 50});
                    missing fields take the defaults; or a ColocationStrategy. An invalid value
                    raises pydantic.ValidationError (a ValueError).
-      now          the current wall-clock time in seconds since the epoch (time.time()); the
-                   metric's status.updateTime is compared with it.
+      now          the current wall-clock time in seconds since the epoch (time.time()).
+      received_at  when the caller received the metric, on the same clock as `now`; its age is
+                   judged by it. Without it, by status.updateTime, as Koordinator does.
 
     Returns {"kubernetes.io/batch-cpu": milli-cores, "kubernetes.io/batch-memory": bytes}, or
     None when colocation is disabled (`enable: false`), there is no usable metric (None, no
     status.updateTime or status.nodeMetric), or the metric is older than degradeTimeMinutes
-    (now > updateTime + degradeTimeMinutes; exactly at the limit it still counts).
+    (now > received_at, else updateTime, + degradeTimeMinutes; exactly at the limit it still
+    counts).
+
+    Why `received_at`: updateTime is the agent's wall clock. Compared with ours, an agent whose
+    clock lags by more than degradeTimeMinutes would never get batch resources however often it
+    reports, and one set far ahead would never age. The operator passes the time its store took
+    the report in; the value of updateTime then only has to be an RFC 3339 time.
 
     The formula, per resource (cpu in milli-cores, memory in bytes), every result floored at 0:
 
@@ -101,7 +108,7 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
     metric = status.get("nodeMetric")
     if updated is None or not isinstance(metric, Mapping):
         return None
-    if now > updated + colocation.degrade_time_minutes * 60:
+    if now > (updated if received_at is None else received_at) + colocation.degrade_time_minutes * 60:
         return None
 
     node_status = node.get("status") or {}

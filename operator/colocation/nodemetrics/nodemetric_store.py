@@ -9,6 +9,10 @@ Watch semantics follow kube-apiserver's watch cache: "" or "0" starts with the c
 as ADDED events; a resourceVersion inside the event window resumes after it; an older one gets
 410 Expired. See docs/architecture.md, "The NodeMetric store".
 
+Each entry carries when this replica took its content in (`Entry.received_at`, the injected
+wall clock): readers order and age reports by it, never by the agent's `updateTime`, which
+is stored and served as sent (in its canonical form) and may be any time from 1970 to 9999.
+
 Pure; both clocks are injected. Single-threaded: call it from the loop.
 """
 
@@ -87,9 +91,10 @@ class NodeMetricStore:
             self._entries[report.name] = entry
             return entry
         rv = self._versions.next()
-        created = previous.creation_timestamp if previous is not None else format_time(self._wall())
+        received_at = self._wall()
+        created = previous.creation_timestamp if previous is not None else format_time(received_at)
         body = _render(report.name, labels, rv, created, status_tail)
-        entry = Entry(report.name, labels, rv, body, report.figures, created, now)
+        entry = Entry(report.name, labels, rv, body, report.figures, created, now, received_at)
         self._store(entry)
         self._emit_change(entry, previous)
         return entry
@@ -264,6 +269,7 @@ class NodeMetricStore:
             figures=figures_of(obj),
             creation_timestamp=metadata.get("creationTimestamp") or "",
             last_seen_monotonic=self._monotonic(),
+            received_at=self._wall(),
         )
 
 

@@ -3,22 +3,28 @@
 The shape is Koordinator's NodeMetric (slo.koordinator.sh), served as metrics.colocation.dev.
 Unknown fields are accepted and dropped, so what is stored is canonical: only the fields below,
 in this order. Validation runs in pydantic-core; Python runs only for a quantity that is not a
-plain number with a suffix, and once per object with optional fields (to drop nulls). The field
-types (names, quantities, durations) are `apimachinery.fieldtypes`, shared with other bodies.
+plain number with a suffix, once for the updateTime, and once per object with optional fields
+(to drop nulls). The field types (names, quantities, durations, times) are
+`apimachinery.fieldtypes`, shared with other bodies.
+
+Every field is bounded, so that whatever is accepted is read back by every consumer (the
+controllers, custom metrics, standbys, Go clients): quantities at most 9223372036854775807m
+(their milli-value fits an int64), durations within Go's, `updateTime` RFC 3339 between 1970
+and 9999 (stored in UTC, whole seconds; the value is the agent's clock, shown, never used to
+order or expire anything), and the counts below.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NotRequired
 
 import orjson
 from pydantic import (
     AfterValidator,
-    AwareDatetime,
     ConfigDict,
+    Field,
     StringConstraints,
     TypeAdapter,
     ValidationError,
@@ -27,7 +33,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic needs typing_extensions' TypedDict on 3.11
 
-from colocation.apimachinery.clock import format_time
+from colocation.apimachinery.clock import parse_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.fielderrors import FieldErrorStyle, decoded_object, go_quote
 from colocation.apimachinery.fieldtypes import (
@@ -38,6 +44,7 @@ from colocation.apimachinery.fieldtypes import (
     GoDuration,
     Quantity,
     ResourceName,
+    Rfc3339Time,
     quantity_problem,
 )
 from colocation.apimachinery.quantity import byte_value, cpu_millis
@@ -53,6 +60,13 @@ BASE_PATH = f"/apis/{GROUP}/{VERSION}"
 COLLECTION_PATH = f"{BASE_PATH}/{RESOURCE}"
 
 AggregationType = Literal["avg", "p50", "p90", "p95", "p99"]
+
+# Counts a report may carry. Pods: far above Kubernetes' default max-pods (110) and the largest
+# kubelet setting seen in practice (a few hundred), still finite.
+MAX_PODS = 1_000
+MAX_HOST_APPLICATIONS = 256
+MAX_AGGREGATIONS = 16  # aggregatedNodeUsages: one per duration
+MAX_RESOURCES = 64  # names in one resource map
 
 # The schema is TypedDicts validated by one pydantic-core validator: the result is plain dicts in
 # schema order with unknown keys dropped, which orjson writes as the canonical body. BaseModel
@@ -83,7 +97,7 @@ def _pods_are_unique(pods: list[PodMetricInfo] | None) -> list[PodMetricInfo] | 
 
 @with_config(_SCHEMA_CONFIG)
 class ResourceMap(TypedDict):
-    resources: NotRequired[dict[ResourceName, Quantity]]
+    resources: NotRequired[Annotated[dict[ResourceName, Quantity], Field(max_length=MAX_RESOURCES)]]
 
 
 @with_config(_SCHEMA_CONFIG)
@@ -96,7 +110,8 @@ class AggregatedUsage(TypedDict):
 class NodeMetricInfo(TypedDict):
     nodeUsage: ResourceMap
     systemUsage: NotRequired[ResourceMap | None]
-    aggregatedNodeUsages: NotRequired[list[Annotated[AggregatedUsage, AfterValidator(_without_nulls)]] | None]
+    aggregatedNodeUsages: NotRequired[Annotated[list[Annotated[AggregatedUsage, AfterValidator(_without_nulls)]],
+                                                Field(max_length=MAX_AGGREGATIONS)] | None]
 
 
 @with_config(_SCHEMA_CONFIG)
@@ -116,17 +131,19 @@ class HostApplicationMetricInfo(TypedDict):
     qos: NotRequired[QoSClass | None]
 
 
-_Pods = Annotated[list[Annotated[PodMetricInfo, AfterValidator(_without_nulls)]] | None,
+_Pods = Annotated[Annotated[list[Annotated[PodMetricInfo, AfterValidator(_without_nulls)]],
+                            Field(max_length=MAX_PODS)] | None,
                   AfterValidator(_pods_are_unique)]
 
 
 @with_config(_SCHEMA_CONFIG)
 class NodeMetricStatus(TypedDict):
-    updateTime: AwareDatetime
+    updateTime: Rfc3339Time
     nodeMetric: Annotated[NodeMetricInfo, AfterValidator(_without_nulls)]
     podsMetric: NotRequired[_Pods]
     hostApplicationMetric: NotRequired[
-        list[Annotated[HostApplicationMetricInfo, AfterValidator(_without_nulls)]] | None]
+        Annotated[list[Annotated[HostApplicationMetricInfo, AfterValidator(_without_nulls)]],
+                  Field(max_length=MAX_HOST_APPLICATIONS)] | None]
 
 
 @with_config(_SCHEMA_CONFIG)
@@ -156,7 +173,7 @@ class UsageFigures:
     cpu_millis: int  # status.nodeMetric.nodeUsage cpu
     memory_bytes: int  # status.nodeMetric.nodeUsage memory
     pod_count: int
-    update_time: float  # status.updateTime, seconds since the epoch
+    update_time: float  # status.updateTime, seconds since the epoch: the agent's clock, for display
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,8 +203,7 @@ def validate_report(raw: bytes, node: str) -> ValidatedReport:
     _check_identity(report.get("apiVersion", API_VERSION), report.get("kind", KIND), report["metadata"]["name"], node)
     status: dict[str, Any] = report["status"]  # type: ignore[assignment]
     usage = status["nodeMetric"]["nodeUsage"].get("resources") or {}
-    update_time = float(int(status["updateTime"].timestamp()))
-    status["updateTime"] = format_time(update_time)
+    update_time = parse_time(status["updateTime"])  # already in the canonical form (UTC, whole seconds)
     figures = UsageFigures(
         cpu_millis=cpu_millis(usage.get("cpu", "0")),
         memory_bytes=byte_value(usage.get("memory", "0")),
@@ -198,16 +214,38 @@ def validate_report(raw: bytes, node: str) -> ValidatedReport:
 
 
 def figures_of(obj: Mapping[str, Any]) -> UsageFigures:
-    """The figures of an object already validated (by us, or by the leader we replicate)."""
-    status = obj.get("status") or {}
-    usage = ((status.get("nodeMetric") or {}).get("nodeUsage") or {}).get("resources") or {}
-    update_time = status.get("updateTime")
+    """The figures of an object already validated (by us, or by the leader we replicate).
+
+    Never raises: a standby must go on replicating whatever a leader (maybe of an older
+    version, with other bounds) stored. A figure that cannot be read is 0.
+    """
+    status = _mapping(obj.get("status"))
+    usage = _mapping(_mapping(_mapping(status.get("nodeMetric")).get("nodeUsage")).get("resources"))
+    pods = status.get("podsMetric")
     return UsageFigures(
-        cpu_millis=cpu_millis(usage.get("cpu", "0")),
-        memory_bytes=byte_value(usage.get("memory", "0")),
-        pod_count=len(status.get("podsMetric") or ()),
-        update_time=dt.datetime.fromisoformat(update_time).timestamp() if update_time else 0.0,
+        cpu_millis=_amount_or_zero(cpu_millis, usage.get("cpu", "0")),
+        memory_bytes=_amount_or_zero(byte_value, usage.get("memory", "0")),
+        pod_count=len(pods) if isinstance(pods, list) else 0,
+        update_time=_time_or_zero(status.get("updateTime")),
     )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _amount_or_zero(read: Callable[[Any], int], value: Any) -> int:
+    try:
+        return read(value)
+    except (ValueError, TypeError, ArithmeticError):
+        return 0
+
+
+def _time_or_zero(value: Any) -> float:
+    try:
+        return parse_time(value) if isinstance(value, str) else 0.0
+    except ValueError:
+        return 0.0
 
 
 def _check_identity(api_version: Any, kind: Any, name: Any, node: str) -> None:
@@ -223,7 +261,7 @@ def _check_identity(api_version: Any, kind: Any, name: Any, node: str) -> None:
 
 def _rejection(raw: bytes, node: str, exc: ValidationError) -> ApiError:
     """The error to answer with, the way kube-apiserver orders them: decoding, identity, fields."""
-    document = decoded_object(raw, KIND)
+    document = decoded_object(raw, KIND, exc)
     metadata = document.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     _check_identity(document.get("apiVersion", API_VERSION), document.get("kind", KIND), name or "", node)

@@ -7,7 +7,8 @@ them):
 - `window`: an agent's `nodeUsage` is an average over its aggregation duration, which the report
   does not carry; the shortest `aggregatedNodeUsages[].duration` stands for it (5m0s with the
   default policy), and 10s (a report interval) when the report has none.
-- A pod reported by two nodes (it moved) has the newer report's figures.
+- A pod reported by two nodes (it moved) has the figures of the report received last (by this
+  replica's clock: the agents' updateTimes are not comparable).
 
 Reading usage is rare next to ingesting reports, so stored bodies are parsed on demand and the
 result is cached per entry resourceVersion.
@@ -105,12 +106,13 @@ class ResourceMetricsView:
         key = tuple((entry.name, entry.resource_version) for entry in entries)
         if key != self._index_key:
             index: dict[tuple[str, str], tuple[NodeUsage, PodUsage]] = {}
+            received: dict[tuple[str, str], float] = {}
             for entry in entries:
                 node = self._usage(entry)
                 for pod in node.pods:
-                    seen = index.get((pod.namespace, pod.name))
-                    if seen is None or seen[0].timestamp < node.timestamp:  # RFC 3339 UTC sorts as text
+                    if received.get((pod.namespace, pod.name), -1.0) < entry.received_at:
                         index[(pod.namespace, pod.name)] = (node, pod)
+                        received[(pod.namespace, pod.name)] = entry.received_at
             self._forget_all_but(entries)
             self._index_key, self._pod_index = key, index
         return self._pod_index

@@ -30,6 +30,9 @@ class Entry:
     figures: UsageFigures
     creation_timestamp: str
     last_seen_monotonic: float  # the last report, even an unchanged one
+    # When this replica took in this content (a changed report, or the leader's event), on its
+    # own wall clock. What orders reports and ages history, never the agent's updateTime.
+    received_at: float
 
 
 class NodeMetricReader(Protocol):

@@ -162,3 +162,12 @@ def test_integer_views_of_the_texts_agents_write_agree_with_the_exact_parser(tex
 @given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e15, max_value=1e15))
 def test_a_json_number_is_its_shortest_decimal_text(value: float) -> None:
     assert parse_quantity(value) == parse_quantity(repr(value))
+
+
+@pytest.mark.parametrize("digits", [4_300, 4_301, 10_000])
+def test_integer_views_of_texts_beyond_pythons_int_conversion_limit_are_capped(digits: int) -> None:
+    # int() refuses texts of over 4,300 digits: the views must not, whoever stored the text.
+    for text in ("1" * digits, "1" * digits + "m", "0" * digits + "1", "1" * digits + "Ki"):
+        assert cpu_millis(text) == cpu_millis(parse_quantity(text))
+        assert byte_value(text) == byte_value(parse_quantity(text))
+    assert byte_value("1" * digits) == INT64_MAX

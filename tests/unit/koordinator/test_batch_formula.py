@@ -298,6 +298,16 @@ def test_an_old_metric_removes_batch_resources() -> None:
     assert _calculate(metric=_metric(POD_METRICS, age=61), degradeTimeMinutes=1) is None
 
 
+@pytest.mark.parametrize("skew", [-3600.0, -15 * 60 - 1, 3600.0, 253402300799.0 - NOW])
+def test_with_the_receipt_time_a_skewed_agent_clock_neither_refuses_nor_freezes(skew: float) -> None:
+    # updateTime is the agent's clock (an hour behind, an hour ahead, the year 9999): the age is
+    # judged by when the operator received the metric, on its own clock.
+    metric = _metric(POD_METRICS, age=-skew)
+    received_now = calculate_batch_resources(_node(), PODS, metric, {}, NOW, received_at=NOW - 60)
+    received_long_ago = calculate_batch_resources(_node(), PODS, metric, {}, NOW, received_at=NOW - 15 * 60 - 1)
+    assert (received_now, received_long_ago) == (_expect(4500, 53), None)
+
+
 def test_disabled_colocation_removes_batch_resources() -> None:
     assert _calculate(enable=False) is None
 

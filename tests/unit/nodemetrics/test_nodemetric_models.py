@@ -142,7 +142,8 @@ def set_path(body: Body, path: list[Any], value: Any) -> Body:
      "status.nodeMetric.aggregatedNodeUsages[0].duration",
      "Invalid value: \"5 minutes\": must be a duration such as '5m0s' or '30s'"),
     (["status", "updateTime"], "2026-11-22T10:00:00", "status.updateTime",
-     'Invalid value: "2026-11-22T10:00:00": input should have timezone info'),
+     "Invalid value: \"2026-11-22T10:00:00\": must be an RFC 3339 time with seconds and a zone, "
+     "e.g. '2006-01-02T15:04:05Z' or '2006-01-02T15:04:05.999+07:00'"),
     (["status", "podsMetric"], {"not": "a list"}, "status.podsMetric",
      'Invalid value: {"not":"a list"}: input should be a valid array'),
 ])
