@@ -9,9 +9,12 @@ Watch semantics follow kube-apiserver's watch cache: "" or "0" starts with the c
 as ADDED events; a resourceVersion inside the event window resumes after it; an older one gets
 410 Expired. See docs/architecture.md, "The NodeMetric store".
 
-Each entry carries when this replica took its content in (`Entry.received_at`, the injected
-wall clock): readers order and age reports by it, never by the agent's `updateTime`, which
-is stored and served as sent (in its canonical form) and may be any time from 1970 to 9999.
+Each entry carries when the leader took its content in (`Entry.received_at`, the injected wall
+clock; on a standby, the leader's clock as its resourceVersion carries it, since a write's
+version is at least the leader's wall clock in microseconds, so a copy relisted after a
+failover does not look fresh): readers order and age reports by it, never by the agent's
+`updateTime`, which is stored and served as sent (in its canonical form) and may be any time
+from 1970 to 9999.
 
 Pure; both clocks are injected. Single-threaded: call it from the loop.
 """
@@ -42,7 +45,7 @@ from colocation.nodemetrics.nodemetric_watch_window import (
     nodemetric_bookmark,
 )
 from colocation.nodemetrics.report_schema import API_VERSION, KIND, LIST_KIND, ValidatedReport, figures_of
-from colocation.nodemetrics.resource_versions import ResourceVersionClock
+from colocation.nodemetrics.resource_versions import MICROSECONDS, ResourceVersionClock
 from colocation.nodemetrics.storage_interface import Entry
 
 _OBJECT_HEAD = b'{"apiVersion":"' + API_VERSION.encode() + b'","kind":"' + KIND.encode() + b'","metadata":'
@@ -50,13 +53,13 @@ _OBJECT_HEAD = b'{"apiVersion":"' + API_VERSION.encode() + b'","kind":"' + KIND.
 
 class NodeMetricStore:
     def __init__(self, clock_wall: WallClock, clock_monotonic: MonotonicClock, *, ttl_seconds: float = 600.0,
-                 window: int = 10_000, watcher_queue: int = 1_000, future_tolerance_seconds: float = 300.0) -> None:
+                 window: int = 10_000, watcher_queue: int = 1_000) -> None:
         self._wall = clock_wall
         self._monotonic = clock_monotonic
         self._ttl = ttl_seconds
         self._entries: dict[str, Entry] = {}
         self._names: list[str] = []  # sorted: lists come out in name order without sorting
-        self._versions = ResourceVersionClock(clock_wall, future_tolerance_seconds=future_tolerance_seconds)
+        self._versions = ResourceVersionClock(clock_wall)
         self._window = EventWindow(self._versions, size=window, watcher_queue=watcher_queue)
 
     # -- figures for metrics --------------------------------------------------------------------
@@ -210,8 +213,9 @@ class NodeMetricStore:
         selector = label_selector if label_selector is not None and not label_selector.empty else None
         since = parse_resource_version(resource_version)
         if since:
-            self._versions.check_reachable(since)
-            self._versions.observe(since)  # later events must come after what the client saw
+            # Not observed: a read never moves the resourceVersion; the next write's version is at
+            # least the wall clock, so it comes after any version the client can have seen.
+            self._versions.check_reached(since)
         backlog: Iterable[bytes | Bookmark] = ()
         if send_initial_events or (not since and send_initial_events is None):
             # Rendered as the stream reads them: 10,000 nodes are not encoded twice over at once.
@@ -269,7 +273,7 @@ class NodeMetricStore:
             figures=figures_of(obj),
             creation_timestamp=metadata.get("creationTimestamp") or "",
             last_seen_monotonic=self._monotonic(),
-            received_at=self._wall(),
+            received_at=min(self._wall(), _resource_version_of(obj) / MICROSECONDS),
         )
 
 

@@ -35,9 +35,8 @@ def too_large(resource_version: int, current: int) -> ApiError:
 
 
 class ResourceVersionClock:
-    def __init__(self, wall: WallClock, *, future_tolerance_seconds: float) -> None:
+    def __init__(self, wall: WallClock) -> None:
         self._wall = wall
-        self._future_tolerance = int(future_tolerance_seconds * MICROSECONDS)
         self.current = self._wall_now()  # a new store begins now
         self._highest_known = 0  # the highest resourceVersion issued, replicated or observed
 
@@ -64,9 +63,10 @@ class ResourceVersionClock:
         """Carry on from a replicated list's version (see NodeMetricStore.replace_all)."""
         self.current = resource_version
 
-    def check_reachable(self, resource_version: int) -> None:
-        """ApiError 504 for a client's resourceVersion ahead of this store and more than the
-        tolerance ahead of the clock. The bound is the clock's, never the counter's: were it
-        relative to `current`, each accepted version could raise the next bound."""
-        if resource_version > self.current and resource_version > self._wall_now() + self._future_tolerance:
+    def check_reached(self, resource_version: int) -> None:
+        """ApiError 504 for a client's resourceVersion this store has not reached: beyond its last
+        change and beyond the wall clock (a reader waits for the clock first, `consistent_reads`).
+        Checked, never observed: a version that moved the counter would let reads walk it forward,
+        and a write after it could otherwise come out below it on a clock that stepped back."""
+        if seconds_until_reached(resource_version, self.current, self._wall()) > 0:
             raise too_large(resource_version, self.current)

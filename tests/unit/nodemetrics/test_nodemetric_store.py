@@ -141,11 +141,15 @@ def test_resource_versions_stay_above_a_previous_process_after_a_restart(clock: 
     assert last == RV0 + 2  # three changes in one microsecond ran ahead of the clock
     clock.wall_time -= 0.5  # the new process starts on a clock that went back a little
     new = make_store(clock)
-    watcher = new.watch(str(last))  # an informer resumes from what it saw: that is fine...
+    with pytest.raises(ApiError) as caught:  # an informer resuming from what it saw waits...
+        new.watch(str(last))
+    assert caught.value.code == 504 and new.resource_version < last  # ...and moved nothing
+    clock.wall_time = last / 1_000_000 + 0.001  # once the clock has passed it, it resumes...
+    watcher = new.watch(str(last))
     assert drain(watcher) == []
     entry = new.put(report("n0"), {})  # ...and what follows comes after it
-    assert entry.resource_version == last + 1
-    assert drain(watcher) == [("ADDED", "n0", str(last + 1))]
+    assert entry.resource_version > last
+    assert drain(watcher) == [("ADDED", "n0", str(entry.resource_version))]
 
 
 def test_a_standby_continues_above_what_the_leader_had(clock: Clock) -> None:

@@ -17,12 +17,13 @@ def test_a_version_the_clock_has_passed_is_reached_and_one_ahead_is_not_yet() ->
     assert seconds_until_reached(NOW_RV + 2_500_000, NOW_RV + 3_000_000, NOW) == 0  # the counter is past it
 
 
-def test_the_bound_on_a_clients_version_is_the_clocks_and_cannot_be_walked_forward() -> None:
-    clock = ResourceVersionClock(lambda: NOW, future_tolerance_seconds=300)
-    accepted = NOW_RV + 290_000_000
-    clock.check_reachable(accepted)
-    clock.observe(accepted)  # even if a caller records it...
-    with pytest.raises(ApiError) as caught:  # ...the next 290 s step is refused: the bound did not move
-        clock.check_reachable(accepted + 290_000_000)
-    assert (caught.value.code, caught.value.reason) == (504, "Timeout")
-    assert caught.value.details["retryAfterSeconds"] == 1
+def test_a_version_beyond_the_last_change_and_the_clock_is_refused_and_moves_nothing() -> None:
+    clock = ResourceVersionClock(lambda: NOW)
+    clock.check_reached(NOW_RV)  # the clock has passed it: nothing was written since
+    for ahead in (1, 290_000_000, 290_000_000):  # repeated: the bound does not move
+        with pytest.raises(ApiError) as caught:
+            clock.check_reached(NOW_RV + ahead)
+        assert (caught.value.code, caught.value.reason) == (504, "Timeout")
+        assert caught.value.details["retryAfterSeconds"] == 1
+        assert clock.current == NOW_RV
+    assert clock.next() == NOW_RV + 1
