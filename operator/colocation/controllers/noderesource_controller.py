@@ -148,8 +148,11 @@ class NodeResourceReconciler:
         cached = self._computed.get(name)
         if cached is not None and cached.key == key:
             return cached
+        entry = self.store.get(name) if metric else None
+        # Aged by when the leader received it, never by the agent's clock (a skewed one must
+        # neither drop a node's batch resources nor keep them past degradeTimeMinutes).
         values = calculate_batch_resources(node, self.state.pods_on(name), metric[1] if metric else None,
-                                           strategy, now)
+                                           strategy, now, received_at=entry.received_at if entry else None)
         reason = ""
         if values is None:
             reason = DISABLED if not strategy.enable else (NO_METRICS if metric is None else METRICS_OUTDATED)

@@ -126,9 +126,9 @@ class Harness:
             self.reconciler.observe_lease({"metadata": {"name": name},
                                            "spec": {"renewTime": stamp, "holderIdentity": name}})
 
-    def report(self, name: str, system_cpu: str = "500m") -> None:
+    def report(self, name: str, system_cpu: str = "500m", agent_clock_skew: float = 0.0) -> None:
         usage = {"resources": {"cpu": system_cpu, "memory": "1Gi"}}
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall.now))
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall.now + agent_clock_skew))
         raw = orjson.dumps({"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric",
                             "metadata": {"name": name},
                             "status": {"updateTime": stamp, "nodeMetric": {"nodeUsage": usage, "systemUsage": usage},
@@ -179,6 +179,19 @@ async def test_a_healthy_node_gets_its_noderesource_and_batch_resources() -> Non
     h.api.calls.clear()
     await h.evaluate()
     assert h.api.calls == []
+
+
+async def test_an_agent_whose_clock_is_an_hour_behind_still_gets_batch_resources() -> None:
+    """Reports are aged by when the leader received them: an updateTime an hour old (beyond
+    degradeTimeMinutes, 15) from a skewed agent clock does not make fresh figures outdated."""
+    h = Harness(["n1"])
+    for _ in range(5):
+        h.renew("n1")
+        h.advance(10)
+    h.report("n1", agent_clock_skew=-3600)
+    await h.evaluate()
+    assert h.offered("n1") == ("5500", "5905580032")
+    assert h.condition("n1", "ColocationReady") == ("True", "BatchResourcesOffered")
 
 
 async def test_usage_moving_within_the_threshold_writes_neither_the_node_nor_its_noderesource() -> None:
