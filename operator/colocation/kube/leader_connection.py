@@ -52,9 +52,12 @@ class LeaderAddress:
         context.verify_mode = ssl.CERT_REQUIRED
         return context
 
-    def transport(self, session: aiohttp.ClientSession, token: Callable[[], str]) -> Transport:
-        """GETs to this leader with our bearer token (read at every request: it is rotated)."""
-        return https_transport(session, lambda: self.endpoint, lambda: self.ssl_context, token)
+    def transport(self, session: aiohttp.ClientSession, token: Callable[[], str], *,
+                  stream_silence: float | None = None) -> Transport:
+        """GETs to this leader with our bearer token (read at every request: it is rotated);
+        `stream_silence` as `https_transport`'s."""
+        return https_transport(session, lambda: self.endpoint, lambda: self.ssl_context, token,
+                               stream_silence=stream_silence)
 
 
 async def follow_leader(leader: Callable[[], LeaderAddress | None],

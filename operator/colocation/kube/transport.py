@@ -31,10 +31,10 @@ class _Adapter:
             yield line
 
 
-def _timeout(stream: bool, params: dict[str, str]) -> aiohttp.ClientTimeout:
+def _timeout(stream: bool, params: dict[str, str], stream_silence: float | None = None) -> aiohttp.ClientTimeout:
     if not stream:
         return aiohttp.ClientTimeout(total=LIST_TIMEOUT, sock_connect=CONNECT_TIMEOUT)
-    silence = float(params.get("timeoutSeconds", "300")) + STREAM_SILENCE_MARGIN
+    silence = stream_silence or float(params.get("timeoutSeconds", "300")) + STREAM_SILENCE_MARGIN
     return aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT, sock_read=silence)
 
 
@@ -55,9 +55,13 @@ def kube_transport(api_client: Any) -> Transport:
 
 
 def https_transport(session: aiohttp.ClientSession, base_url: Callable[[], str],
-                    ssl_context: Callable[[], ssl.SSLContext], token: Callable[[], str]) -> Transport:
+                    ssl_context: Callable[[], ssl.SSLContext], token: Callable[[], str], *,
+                    stream_silence: float | None = None) -> Transport:
     """GETs straight to an HTTPS server (the leader), with a bearer token; all three may change.
-    An empty token sends none (the TLS context then carries a client certificate)."""
+    An empty token sends none (the TLS context then carries a client certificate).
+
+    `stream_silence`: seconds without a byte after which a watch is dead, for a server known to
+    send bookmarks at least that often (default: its watch timeout plus a margin)."""
 
     @contextlib.asynccontextmanager
     async def open_(path: str, params: dict[str, str], stream: bool) -> AsyncIterator[_Adapter]:
@@ -65,7 +69,7 @@ def https_transport(session: aiohttp.ClientSession, base_url: Callable[[], str],
         if bearer := token():
             headers["Authorization"] = f"Bearer {bearer}"
         async with session.get(base_url() + path, params=params, headers=headers, ssl=ssl_context(),
-                               timeout=_timeout(stream, params)) as response:
+                               timeout=_timeout(stream, params, stream_silence)) as response:
             yield _Adapter(response)
 
     return open_

@@ -44,8 +44,9 @@ def _default_identity() -> str:
               help="Seconds between attempts to acquire or renew the Lease.")
 @click.option("--metric-ttl", type=click.FloatRange(min=1), default=600.0, show_default=True,
               help="Seconds after its last report a node's NodeMetric is dropped (a DELETED event).")
-@click.option("--bookmark-interval", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
-              help="Seconds between BOOKMARK events on NodeMetric watches that allow them.")
+@click.option("--bookmark-interval", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Seconds between BOOKMARK events on NodeMetric watches that allow them; a standby "
+                   "gives up its feed from the leader after three intervals without a byte.")
 @click.option("--serve-resource-metrics", is_flag=True, default=False,
               help="Also serve metrics.k8s.io/v1beta1 NodeMetrics and PodMetrics from the same data, so "
                    "`kubectl top` and the HPA work without metrics-server (register the APIService of "

@@ -24,7 +24,7 @@ class OperatorConfig:
     retry_period: float
     metric_ttl: float
     expiry_interval: float = 10.0
-    bookmark_interval: float = 60.0
+    bookmark_interval: float = 10.0
     serve_resource_metrics: bool = False
     serve_custom_metrics: bool = False
     custom_metrics_retention: float = 600.0

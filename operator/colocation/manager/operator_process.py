@@ -64,6 +64,8 @@ SERVICE_NAME = "colocation-operator"
 # A standby's read of the most recent data waits at most this long: for a new leader (up to
 # leader_versions.NEW_LEADER_WAIT), then for its copy to reach that leader's resourceVersion.
 CONSISTENT_READ_TIMEOUT = 3.0
+# A standby drops its feed from the leader after this many bookmark intervals without a byte.
+FEED_SILENCE_BOOKMARKS = 3
 DRAIN_LEASE_POLL = 0.25  # seconds between reads of the Lease while a stopping replica looks for its successor
 
 
@@ -242,7 +244,8 @@ class OperatorProcess:
                 acquire_after=config.acquire_after)
             elector = self.elector
             follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics,
-                                      on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration)
+                                      on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration,
+                                      stream_silence=FEED_SILENCE_BOOKMARKS * config.bookmark_interval)
             reads = ConsistentReads(lambda: elector.is_leader,
                                     LeaderVersions(follower, elector.current_record, config.identity),
                                     lambda: self.store.resource_version, ConsistentReadMetrics(self.metrics.registry),

@@ -38,13 +38,18 @@ class LeaderFollower:
     covers a failover (the copy then lags by seconds) but not a leader unreachable for long.
     `leader_version()` asks the leader its resourceVersion and `on_applied` runs after every
     change applied: together they make a standby's reads consistent (`consistent_reads`).
+    `stream_silence`: seconds without a byte on the feed (events and bookmarks both count) after
+    which the connection is taken for dead and the feed resumed, so a connection that died
+    silently does not leave the copy stale while it still looks current; set it to a few of the
+    leader's bookmark intervals.
     """
 
     def __init__(self, store: ReplicaTarget, leader: Callable[[], LeaderAddress | None],
                  token: Callable[[], str], metrics: StorageMetrics, *, poll_interval: float = 0.5,
                  on_unreachable: Callable[[], None] = lambda: None, stale_after: float = 30.0,
                  clock: Callable[[], float] = time.monotonic,
-                 on_applied: Callable[[], Awaitable[None]] | None = None) -> None:
+                 on_applied: Callable[[], Awaitable[None]] | None = None,
+                 stream_silence: float | None = None) -> None:
         self.store = store
         self.leader = leader
         self.token = token
@@ -55,6 +60,7 @@ class LeaderFollower:
         self.clock = clock
         self.following: LeaderAddress | None = None
         self.on_applied = on_applied
+        self.stream_silence = stream_silence
         self._informer: Informer | None = None
         self._transport: Transport | None = None
         self._current_at: float | None = None  # the last moment the copy was known current
@@ -78,7 +84,7 @@ class LeaderFollower:
         self.following = None
 
     async def _follow(self, session: aiohttp.ClientSession, address: LeaderAddress) -> None:
-        transport = self._transport = address.transport(session, self.token)
+        transport = self._transport = address.transport(session, self.token, stream_silence=self.stream_silence)
         self.following = address
         log.info("following the leader's NodeMetrics", extra={"leader": address.identity,
                                                               "endpoint": address.endpoint})

@@ -1,0 +1,83 @@
+"""The standby's feed from the leader: a feed that falls silent is dropped and resumed, not trusted."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from colocation.kube.informer import Transport
+from colocation.kube.leader_connection import LeaderAddress
+from colocation.kube.transport import https_transport
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.report_schema import COLLECTION_PATH
+from colocation.nodemetrics.standby_follower import LeaderFollower
+from colocation.nodemetrics.storage_metrics import StorageMetrics
+from tests.unit.loopback import serve_on_loopback
+
+NOW = 1_800_000_000.0
+
+
+class PlainLeaderAddress(LeaderAddress):
+    """The leader's address, over plain HTTP on loopback (the TLS part is not under test)."""
+
+    def transport(self, session: aiohttp.ClientSession, token: Callable[[], str], *,
+                  stream_silence: float | None = None) -> Transport:
+        return https_transport(session, lambda: self.endpoint, ssl.create_default_context, token,
+                               stream_silence=stream_silence)
+
+
+class FrozenLeader:
+    """Answers the list, then holds every watch open without sending a byte, as a frozen process."""
+
+    def __init__(self) -> None:
+        self.watches = 0
+        self.watched_again = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def nodemetrics(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") != "true":
+            return web.json_response({"kind": "NodeMetricList", "apiVersion": "metrics.colocation.dev/v1alpha1",
+                                      "metadata": {"resourceVersion": str(int(NOW * 1_000_000))}, "items": []})
+        self.watches += 1
+        if self.watches == 2:
+            self.watched_again.set()
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await self.release.wait()
+        return response
+
+
+@pytest.fixture
+async def frozen_leader() -> AsyncIterator[tuple[FrozenLeader, str]]:
+    leader = FrozenLeader()
+    app = web.Application()
+    app.router.add_get(COLLECTION_PATH, leader.nodemetrics)
+    try:
+        async with serve_on_loopback(app) as base_url:
+            yield leader, base_url
+    finally:
+        leader.release.set()
+
+
+async def test_a_feed_silent_for_longer_than_its_limit_is_dropped_and_watched_again(
+        frozen_leader: tuple[FrozenLeader, str]) -> None:
+    leader, endpoint = frozen_leader
+    address = PlainLeaderAddress("leader-pod_1", endpoint, b"")
+    store = NodeMetricStore(lambda: NOW, time.monotonic)
+    follower = LeaderFollower(store, lambda: address, lambda: "", StorageMetrics(CollectorRegistry()),
+                              poll_interval=0.05, stream_silence=0.5)
+    task = asyncio.create_task(follower.run())
+    try:
+        # The first watch is given up after its silence (its timeoutSeconds would be minutes)
+        # and a new one opened.
+        await asyncio.wait_for(leader.watched_again.wait(), timeout=20)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
