@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 
 KUBE_BUILD := hack/kube/build.sh
 
-.PHONY: help venv run test lint typecheck unit e2e e2e-kube kube kubectl-ready bench e2e-kind clean
+.PHONY: help venv run test lint typecheck unit fuzz e2e e2e-kube kube kubectl-ready bench e2e-kind clean
 
 help:  ## show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -41,6 +41,11 @@ typecheck: $(STAMP)  ## mypy, strict on the package
 
 unit: $(STAMP)  ## unit tests only
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+COLOCATION_FUZZ_EXAMPLES ?= 5000
+fuzz: $(STAMP)  ## the report-path and read-path fuzz tests with a long budget (COLOCATION_FUZZ_EXAMPLES)
+	COLOCATION_FUZZ_EXAMPLES=$(COLOCATION_FUZZ_EXAMPLES) $(BIN)/pytest tests/unit/nodemetrics/test_report_fuzz.py \
+	  tests/unit/apiserver/test_read_fuzz.py -p no:cacheprovider --timeout 3600 $(PYTEST_ARGS)
 
 e2e: $(STAMP) kubectl-ready  ## e2e tests against a fresh sandbox (or KUBECONFIG_E2E=path for a real cluster)
 	$(BIN)/pytest tests/e2e $(if $(KUBECONFIG_E2E),--kubeconfig $(KUBECONFIG_E2E)) $(PYTEST_ARGS)
