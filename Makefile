@@ -36,8 +36,9 @@ lint: $(STAMP)  ## ruff, and import-linter's layer contracts (pyproject.toml)
 	$(BIN)/ruff check operator tests benchmarks
 	cd operator && $(abspath $(BIN))/lint-imports --config ../pyproject.toml --no-cache
 
-typecheck: $(STAMP)  ## mypy, strict on the package
+typecheck: $(STAMP)  ## mypy, strict on the package, the tests and the benchmarks
 	$(BIN)/mypy
+	$(BIN)/mypy tests benchmarks
 
 unit: $(STAMP)  ## unit tests only
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

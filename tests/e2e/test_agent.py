@@ -260,6 +260,6 @@ async def test_a_stopped_agents_lease_stops_being_renewed_and_expires(admin: Kub
     async def expired() -> bool:
         _, lease = await admin.request("GET", f"{NODE_LEASES}/{node}")
         assert lease["spec"]["renewTime"] == last["spec"]["renewTime"], "renewed after the agent stopped"
-        return time.time() > last_renewal + lease["spec"]["leaseDurationSeconds"]
+        return bool(time.time() > last_renewal + lease["spec"]["leaseDurationSeconds"])
 
     await wait_for(expired, timeout=10, interval=0.2)

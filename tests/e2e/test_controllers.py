@@ -195,7 +195,7 @@ async def test_batch_resources_appear_on_every_node_with_their_nodeslo(
     for node in nodes:
         obj = await wait_for(lambda node=node: offered(admin, node), timeout=30)
         cpu, memory = batch_of(obj)
-        assert int(cpu) >= 0 and int(memory) >= 0
+        assert cpu is not None and memory is not None and int(cpu) >= 0 and int(memory) >= 0
         # Kopf keeps no state on the objects it watches: no annotation, no finalizer.
         assert not [key for key in obj["metadata"].get("annotations") or {} if "kopf" in key]
         assert not obj["metadata"].get("finalizers")
@@ -450,7 +450,7 @@ async def test_reports_are_the_agents_heartbeat_and_their_leases_are_left_alone(
     state = controller_sandbox[1]
     nodes = [node for agent in agents(state) for node in agent["nodes"]]
     for node in nodes:
-        await wait_for(lambda node=node: healthy(admin, node), timeout=30)  # type: ignore[misc]
+        await wait_for(lambda node=node: healthy(admin, node), timeout=30)
     before = await selfcheck.read_sandbox(state)
     leases_before = {node: (await get(admin, f"{NODE_LEASES}/{node}") or {}).get("spec", {}) for node in nodes}
     assert all(spec.get("renewTime") for spec in leases_before.values()), leases_before  # registered
@@ -531,7 +531,7 @@ async def test_every_agent_silent_at_once_evicts_nothing(
 
     async def held_back(node: str) -> bool:
         resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
-        evicting = next((c for c in (resource.get("status") or {}).get("conditions") or ()
+        evicting: dict[str, Any] = next((c for c in (resource.get("status") or {}).get("conditions") or ()
                          if c["type"] == "Evicting"), {})
         return evicting.get("status") == "False" and evicting.get("reason") == "FullDisruption"
 

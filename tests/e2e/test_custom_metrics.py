@@ -298,7 +298,7 @@ async def test_a_standby_serves_the_samples_and_the_new_leader_keeps_them_after_
     os.kill(old["pid"], signal.SIGKILL)
 
     async def led_by_standby() -> bool:
-        return (await leader(admin))[0] == standby["identity"]
+        return bool((await leader(admin))[0] == standby["identity"])
 
     await wait_for(led_by_standby, timeout=15, interval=0.05)
     assert await _value(standby, samples, reader) == "6500m"  # now the leader, it kept what it had copied

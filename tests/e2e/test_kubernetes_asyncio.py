@@ -106,7 +106,7 @@ async def test_custom_objects_patch_content_types(api: client.ApiClient, kube: K
 
     merged = await custom.patch_namespaced_custom_object(group, version, namespace, "widgets", name,
                                                          {"spec": {"size": 7}},
-                                                         _content_type="application/merge-patch+json")
+                                                         _content_type="application/merge-patch+json")  # type: ignore[call-arg]
     assert merged["spec"] == {"size": 7}
     assert merged["metadata"]["generation"] == 2
     # A list is a JSON patch, the default content type's natural body.
@@ -117,18 +117,18 @@ async def test_custom_objects_patch_content_types(api: client.ApiClient, kube: K
     # The status subresource takes only the status; the main resource ignores it.
     with_status = await custom.patch_namespaced_custom_object_status(
         group, version, namespace, "widgets", name, {"status": {"phase": "Tested"}, "spec": {"size": 99}},
-        _content_type="application/merge-patch+json")
+        _content_type="application/merge-patch+json")  # type: ignore[call-arg]
     assert with_status["status"] == {"phase": "Tested"} and with_status["spec"] == {"size": 8}
     main = await custom.patch_namespaced_custom_object(group, version, namespace, "widgets", name,
                                                        {"status": {"phase": "Ignored"}},
-                                                       _content_type="application/merge-patch+json")
+                                                       _content_type="application/merge-patch+json")  # type: ignore[call-arg]
     assert main["status"] == {"phase": "Tested"}
 
     # The structural schema is enforced, with the offending field named.
     with pytest.raises(ApiException) as invalid:
         await custom.patch_namespaced_custom_object(group, version, namespace, "widgets", name,
                                                     {"spec": {"size": 0}},
-                                                    _content_type="application/merge-patch+json")
+                                                    _content_type="application/merge-patch+json")  # type: ignore[call-arg]
     assert invalid.value.status == 422
     causes = json.loads(invalid.value.body or b"{}")["details"]["causes"]
     assert [c["field"] for c in causes] == ["spec.size"]

@@ -336,7 +336,7 @@ async def test_rejected_reports_change_nothing(admin: Kube) -> None:
         ("no token", node, report(node, cpu="9"), None, 401),
         ("malformed JSON", node, b'{"kind": "NodeMetric",', token, 400),
         ("negative usage", node, report(node, cpu="-1"), token, 422),
-        ("wrong kind", node, {**report(node), "kind": "Pod"}, token, 400),
+        ("wrong kind", node, report(node) | {"kind": "Pod"}, token, 400),
         ("over 1 MiB", node, b"{" + b" " * (1024 * 1024 + 10) + b"}", token, 413),
     ]
     for what, target, body, credential, expected in cases:

@@ -67,7 +67,7 @@ BEST_EFFORT = container()
     (make_pod(BURSTABLE), "koord-prod", "LS"),
     (make_pod(BEST_EFFORT), "koord-batch", "BE"),
     # A bool is not a priority.
-    (make_pod(BEST_EFFORT, priority=True), "koord-batch", "BE"),  # type: ignore[arg-type]
+    (make_pod(BEST_EFFORT, priority=True), "koord-batch", "BE"),
 ], ids=lambda value: None if isinstance(value, dict) else str(value))
 def test_classification_table(pod: dict[str, Any], priority: str, qos: str) -> None:
     info = classify(pod)

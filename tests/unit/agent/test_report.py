@@ -67,7 +67,7 @@ def test_usage_moves_are_relative_to_the_last_report(before: dict[str, Any], aft
 def test_the_trigger_of_a_report() -> None:
     last = Snapshot.of(body())
     same = Snapshot.of(body())
-    options = {"max_interval": 60.0, "threshold": 0.1}
+    options: dict[str, Any] = {"max_interval": 60.0, "threshold": 0.1}
     assert report_trigger(None, same, since_last=0, **options) == "initial"
     assert report_trigger(last, same, since_last=59.9, **options) is None
     assert report_trigger(last, same, since_last=60, **options) == "max-interval"

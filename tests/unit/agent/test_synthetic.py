@@ -63,7 +63,7 @@ def test_pods_look_like_a_colocated_cluster() -> None:
     assert [p["metadata"]["name"].rsplit("-", 1)[0] for p in pods[:3]] == ["kube-proxy", "node-exporter",
                                                                           "fluent-bit"]
     # Pods of one Deployment share their ReplicaSet's template hash.
-    hashes = {}
+    hashes: dict[str, set[str]] = {}
     for pod in pods:
         labels = pod["metadata"]["labels"]
         if "pod-template-hash" in labels:

@@ -10,6 +10,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.served_apigroups import Caller
+from colocation.apimachinery.userinfo import Extra
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import (
     DelegatingAuthenticator,
@@ -501,8 +502,9 @@ async def test_reviews_sent_are_counted_by_group_verb_and_result(
 
 
 def test_subject_access_reviews_carry_what_the_webhook_authorizer_sends() -> None:
+    node_a = Extra({"authentication.kubernetes.io/node-name": ("node-a",)})
     agent = SubjectAccessSpec("system:serviceaccount:colocation-system:colocation-agent", "u-1",
-                              ("system:serviceaccounts",), {"authentication.kubernetes.io/node-name": ("node-a",)},
+                              ("system:serviceaccounts",), node_a,
                               "update", api_group="metrics.colocation.dev", resource="nodemetrics",
                               subresource="status", name="node-a")
     assert subject_access_review_body(agent) == {
@@ -511,6 +513,6 @@ def test_subject_access_reviews_carry_what_the_webhook_authorizer_sends() -> Non
                  "extra": {"authentication.kubernetes.io/node-name": ["node-a"]},
                  "resourceAttributes": {"verb": "update", "group": "metrics.colocation.dev",
                                         "resource": "nodemetrics", "subresource": "status", "name": "node-a"}}}
-    discovery = SubjectAccessSpec("someone", "", (), {}, "get", path="/apis")
+    discovery = SubjectAccessSpec("someone", "", (), Extra(), "get", path="/apis")
     assert subject_access_review_body(discovery)["spec"] == {
         "user": "someone", "groups": [], "nonResourceAttributes": {"path": "/apis", "verb": "get"}}

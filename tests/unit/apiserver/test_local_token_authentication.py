@@ -188,8 +188,9 @@ async def test_what_is_no_jwt_goes_to_token_review(setup: Setup, token: str) -> 
                          ids=["no pod", "a node that did not exist (no uid)"])
 async def test_a_token_without_a_pod_and_node_binding_goes_to_token_review(setup: Setup,
                                                                           binding: dict[str, Any]) -> None:
-    token = setup.issuer.token(**{"kubernetes.io": {"namespace": NS, "serviceaccount": {
-        "name": "colocation-agent", "uid": "sa-uid"}, **binding}})
+    claims: dict[str, Any] = {"kubernetes.io": {"namespace": NS, "serviceaccount": {
+        "name": "colocation-agent", "uid": "sa-uid"}, **binding}}
+    token = setup.issuer.token(**claims)
     await setup.refused(token)
     assert setup.reviewer.calls == [token]
 

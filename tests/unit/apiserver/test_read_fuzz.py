@@ -37,7 +37,7 @@ PARAMETERS = ("watch", "resourceVersion", "resourceVersionMatch", "sendInitialEv
               "timeoutSeconds", "limit", "continue", "labelSelector", "fieldSelector", "includeObject", "pretty")
 
 _printable = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40)
-_any_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_any_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 _numbers = st.one_of(
     st.integers(-(2**70), 2**70).map(str),
     st.integers(-3_000_000, 400_000_000).map(lambda offset: str(NOW_RV + offset)),  # about the store's

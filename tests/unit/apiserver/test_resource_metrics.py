@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from colocation.apimachinery.goduration import format_go_duration, parse_go_duration
-from colocation.apimachinery.served_apigroups import Caller
+from colocation.apimachinery.served_apigroups import ApiGroup, Caller
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, TokenReviewResult
 from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec
@@ -166,7 +166,7 @@ async def serve(store: NodeMetricStore, pods: PodDirectory | None) -> tuple[Test
     metrics, leader = ServerMetrics(), Leader()
     nodemetric = NodeMetricGroup(store, authorizer, leader, lambda node: True, lambda node: {}, metrics,
                                  wall=lambda: NOW)
-    groups = [nodemetric] if resource_metrics is None else [nodemetric, resource_metrics]
+    groups: list[ApiGroup] = [nodemetric] if resource_metrics is None else [nodemetric, resource_metrics]
     api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leader, metrics, groups)
     client: TestClient[Any, Any] = TestClient(TestServer(api.application()))
     await client.start_server()

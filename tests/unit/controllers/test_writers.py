@@ -33,7 +33,7 @@ async def fenced_writer(budget: list[float]) -> tuple[KubeWriter, list[float], C
         timeouts.append(kwargs["_request_timeout"])
         return FakeResponse()
 
-    writer.core.patch_node_status = patch_node_status  # type: ignore[method-assign]
+    writer.core.patch_node_status = patch_node_status  # type: ignore[method-assign,assignment]
     return writer, timeouts, metrics
 
 

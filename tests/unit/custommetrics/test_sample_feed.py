@@ -154,6 +154,7 @@ def test_a_follower_that_falls_behind_is_dropped_with_410_and_comes_back_to_a_sn
     for event in drain(cursor):
         standby.apply(event)
     seq = standby.seq
+    assert seq is not None
     for second in range(50):  # each line ~150 bytes: the feed forgets the oldest ones
         leader.ingest(pod_series("rps", "web-1", [(NOW - 50 + second, float(second))]))
     assert leader.feed.first > seq + 1 and leader.feed.held_bytes <= 4096

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -77,7 +78,10 @@ async def test_every_connection_gives_up_unacknowledged_bytes_after_the_bound(
         bound_unacknowledged_sends(api, 2.5)
         connector = api.rest_client.pool_manager.connector
         bounded, made = connector._socket_factory, []
-        connector._socket_factory = lambda info: made.append(bounded(info)) or made[-1]
+        def made_by_bounded(info: Any) -> Any:
+            made.append(bounded(info))
+            return made[-1]
+        connector._socket_factory = made_by_bounded
         await kube.CoreV1Api(api).list_namespace(_request_timeout=5)
         assert seen and made
         assert {sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) for sock in made} == {2500}

@@ -28,7 +28,7 @@ def barrier(copy: Copy, timeout: float = 5.0) -> tuple[ConsistentReads, Consiste
 
 
 def outcome(metrics: ConsistentReadMetrics, name: str) -> float:
-    return metrics.reads.labels(name)._value.get()
+    return float(metrics.reads.labels(name)._value.get())
 
 
 async def test_a_read_waits_until_the_copy_has_applied_the_leaders_version() -> None:

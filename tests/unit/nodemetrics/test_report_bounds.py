@@ -74,7 +74,7 @@ def causes(error: ApiError) -> list[tuple[str, str]]:
 
 # ---- quantities -----------------------------------------------------------------------------------
 
-QUANTITY_PATHS = [
+QUANTITY_PATHS: list[tuple[list[Any], str]] = [
     (["status", "nodeMetric", "nodeUsage", "resources", "cpu"], "status.nodeMetric.nodeUsage.resources[cpu]"),
     (["status", "nodeMetric", "systemUsage", "resources", "memory"],
      "status.nodeMetric.systemUsage.resources[memory]"),

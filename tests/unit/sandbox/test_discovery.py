@@ -16,6 +16,7 @@ from colocation.apimachinery import certificates
 from colocation.apimachinery.errors import ApiError
 from colocation.sandbox.server import api_discovery as discovery
 from colocation.sandbox.server.api_aggregator import Aggregator
+from colocation.sandbox.server.api_core import ApiCore
 from colocation.sandbox.server.api_discovery import Served
 from colocation.sandbox.server.api_server import ApiServer
 from colocation.sandbox.server.builtin_controllers import Controllers
@@ -306,7 +307,7 @@ class Backend:
         await self.server.close()
 
 
-def _register(api: ApiServer, port: int | None) -> None:
+def _register(api: ApiCore, port: int | None) -> None:
     """A Service (with a ready endpoint when `port` is given) and its APIService."""
     api.store.create(api.rt("", "services"), {"metadata": {"name": "things", "namespace": "default"},
                                                "spec": {"ports": [{"name": "https", "port": 443}]}})
@@ -321,7 +322,7 @@ def _register(api: ApiServer, port: int | None) -> None:
                  "service": {"namespace": "default", "name": "things", "port": 443}}})
 
 
-def _touch_apiservice(api: ApiServer) -> None:
+def _touch_apiservice(api: ApiCore) -> None:
     rt = api.rt("apiregistration.k8s.io", "apiservices")
     obj = api.store.find(rt, "", "v1.things.example.com")
     assert obj is not None
@@ -329,7 +330,7 @@ def _touch_apiservice(api: ApiServer) -> None:
     api.store.update(rt, "", "v1.things.example.com", {**obj, "metadata": {**obj["metadata"], "labels": labels}})
 
 
-def _apiservices(api: ApiServer) -> list[dict[str, Any]]:
+def _apiservices(api: ApiCore) -> list[dict[str, Any]]:
     return list(api.store.objects(api.rt("apiregistration.k8s.io", "apiservices")))
 
 

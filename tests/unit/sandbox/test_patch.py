@@ -516,8 +516,8 @@ def test_apply_leaves_its_inputs_alone() -> None:
 
 
 def test_an_update_takes_the_fields_it_changes_and_forgets_removed_ones() -> None:
-    created = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "1"}},
-               "data": {"x": "1"}}
+    created: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
+                               "metadata": {"name": "c", "labels": {"a": "1"}}, "data": {"x": "1"}}
     created["metadata"]["managedFields"] = managed_fields_for_update(
         None, created, "kubectl-create", "Update", "v1", NOW, "", "ConfigMap")
     assert managers(created)["kubectl-create"]["fieldsV1"] == {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -25,11 +26,11 @@ def builtin(group: str, resource: str) -> ResourceType:
     return next(rt for rt in BUILTIN_TYPES if rt.group == group and rt.resource == resource)
 
 
-def table(rt: ResourceType, *objects: dict, **kw: object) -> dict:
+def table(rt: ResourceType, *objects: dict[str, Any], **kw: object) -> dict[str, Any]:
     return to_table(rt, list(objects), list_meta={"resourceVersion": "42"}, now=NOW, **kw)  # type: ignore[arg-type]
 
 
-def column_names(result: dict) -> list[str]:
+def column_names(result: dict[str, Any]) -> list[str]:
     return [c["name"] for c in result["columnDefinitions"]]
 
 
@@ -216,7 +217,7 @@ def test_pod_table_as_kubectl_receives_it() -> None:
         ),
     ],
 )
-def test_pod_status_column(change: dict, status: str, ready: str) -> None:
+def test_pod_status_column(change: dict[str, Any], status: str, ready: str) -> None:
     pod = {
         "metadata": {"name": "p", "creationTimestamp": ago(hours=50), **change.get("metadata", {})},
         "spec": {"containers": [{"name": "app"}, {"name": "b"}], "initContainers": [{"name": "init"}]},
