@@ -129,6 +129,15 @@ def test_reclaim_percentages_set_the_safety_margin() -> None:
     assert _calculate(cpuReclaimThresholdPercent=50, memoryReclaimThresholdPercent=80) == _expect(3500, 68)
 
 
+def test_a_reclaim_percentage_above_100_overcommits_the_node() -> None:
+    # cpu 150 %: margin 10000 * -50 / 100 = -5000m: 10000 + 5000 - 500 - 1000 = 13500m
+    # memory 120 %: margin -20Gi: 100 + 20 - 4 - 8 = 108Gi
+    assert _calculate(cpuReclaimThresholdPercent=150, memoryReclaimThresholdPercent=120) == _expect(13500, 108)
+    # A batch cap above 100 limits the overcommitment: 10000 * 120 / 100 = 12000m
+    assert _calculate(cpuReclaimThresholdPercent=150, memoryReclaimThresholdPercent=120,
+                      batchCPUThresholdPercent=120) == _expect(12000, 108)
+
+
 def test_the_safety_margin_rounds_against_batch() -> None:
     # 3333m * 40 / 100 = 1333.2m -> margin 1334m; nothing else on the node: 3333 - 1334 = 1999m
     metric = _metric([], system=("0", "0"))
@@ -149,7 +158,7 @@ def test_a_strategy_model_is_accepted_too() -> None:
 
 def test_an_invalid_strategy_is_refused() -> None:
     with pytest.raises(ValueError, match="cpuReclaimThresholdPercent"):
-        _calculate(cpuReclaimThresholdPercent=150)
+        _calculate(cpuReclaimThresholdPercent=-1)
 
 
 # --------------------------------------------------------------------------------------------
