@@ -56,6 +56,7 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
     The formula, per resource (cpu in milli-cores, memory in bytes), every result floored at 0:
 
         safetyMargin  = capacity * (100 - reclaimThresholdPercent) / 100, rounded up
+                        (negative above 100 %: batch pods may be offered more than capacity)
         nodeReserved  = max(capacity - allocatable, reservation annotation)
         systemUsed    = max(systemUsage + usage of HP host applications, nodeReserved)
         byUsage       = capacity - safetyMargin - systemUsed - HPUsed

@@ -31,7 +31,8 @@ PRIORITY_BANDS: tuple[tuple[int, int, PriorityClass], ...] = (
     (3000, 3999, "koord-free"),
 )
 _QOS_FROM_KUBE: dict[KubeQoSClass, QoSClass] = {"Guaranteed": "LSR", "Burstable": "LS", "BestEffort": "BE"}
-LOW_PRIORITY_CLASSES: frozenset[PriorityClass] = frozenset({"koord-batch", "koord-free"})
+# A tuple, not a set: membership of any JSON value (a list, a map) is then False, not an error.
+LOW_PRIORITY_CLASSES: tuple[PriorityClass, ...] = ("koord-batch", "koord-free")
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

@@ -197,6 +197,13 @@ def test_metrics_of_high_priority_pods_that_are_gone_still_count() -> None:
     assert _calculate(metric=metric, cpuCalculatePolicy="maxUsageRequest")[BATCH_CPU] == 500  # type: ignore[index]
 
 
+def test_a_gone_pods_metric_with_a_malformed_priority_counts() -> None:
+    # A priority that is not a string states no class: the usage (1 cpu / 2Gi) counts.
+    # cpu = 10000 - 4000 - 500 - 2000 = 3500m; memory = 100 - 35 - 4 - 10 = 51Gi
+    metric = _metric([*POD_METRICS, {**_pod_metric("gone", "1", "2Gi"), "priority": ["koord-batch"]}])
+    assert _calculate(metric=metric) == _expect(3500, 51)
+
+
 def test_a_terminated_pods_metric_counts_as_if_the_pod_were_gone() -> None:
     # Succeeded and Failed pods count no request; a metric of one (the report saw it running)
     # counts like a gone pod's: "done" (prod, 4 cpu / 20Gi) counts, "failed-batch" (its metric
