@@ -72,8 +72,8 @@ def parse_config(data: Mapping[str, str] | None) -> ParsedConfig:
     """Parse the ConfigMap's `data`; every known key independently of the others.
 
     Keys other than the four strategy keys are ignored. Errors read like
-    `colocation-config: clusterStrategy.cpuReclaimThresholdPercent: Input should be less than
-    or equal to 100 (got 150)`: the key, then the field, then the problem.
+    `colocation-config: clusterStrategy.cpuReclaimThresholdPercent: Input should be greater
+    than or equal to 0 (got -1)`: the key, then the field, then the problem.
     """
     keys: dict[str, KeyConfig[Any]] = {}
     errors: dict[str, str] = {}

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from colocation.koordinator.amounts import Amount, pod_requests, total
-from colocation.koordinator.classes import is_high_priority, is_high_priority_pod, qos_of
+from colocation.koordinator.classes import LOW_PRIORITY_CLASSES, is_high_priority, is_high_priority_pod, qos_of
 from colocation.koordinator.slo_strategies import ColocationStrategy
 
 BATCH_CPU = "kubernetes.io/batch-cpu"
@@ -56,6 +56,7 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
     The formula, per resource (cpu in milli-cores, memory in bytes), every result floored at 0:
 
         safetyMargin  = capacity * (100 - reclaimThresholdPercent) / 100, rounded up
+                        (negative above 100 %: batch pods may be offered more than capacity)
         nodeReserved  = max(capacity - allocatable, reservation annotation)
         systemUsed    = max(systemUsage + usage of HP host applications, nodeReserved)
         byUsage       = capacity - safetyMargin - systemUsed - HPUsed
@@ -82,8 +83,10 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
       (label koordinator.sh/priority-class, else spec.priority band, else QoS class; BE is
       batch). Only HP pods count in HPUsed, HPRequest and HPMaxUsageRequest.
     - Only pods in phase Running or Pending count (a pod without a phase is Pending: the API
-      server sets it on creation). A Succeeded or Failed pod counts nothing, and neither does
-      its metric: it is known to have stopped.
+      server sets it on creation). A pod in any other phase (Succeeded, Failed, Unknown) counts
+      no request, and its metric, if the report has one, is treated like that of a pod that is
+      gone (below), as Koordinator does: the report may have measured it still running, and
+      its memory may not be freed yet.
     - HPUsed: an HP pod with a metric counts its usage, except that an LSE pod (label
       koordinator.sh/qosClass=LSE) counts its cpu request instead of its cpu usage (its cpus
       are exclusive, so what it leaves idle cannot be reclaimed); an HP pod without a metric
@@ -92,10 +95,14 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
       request (Koordinator's node-level sum skips such pods; counting them is the safe side,
       and what its NUMA-level sum does).
     - Metrics of pods that are not in `pods` (deleted since the report, or not yet in the
-      caller's cache) count their usage in HPUsed and HPMaxUsageRequest unless the metric's
-      priority (else its qos BE) says batch or free; they have no request.
-    - Host applications (status.hostApplicationMetric) count in systemUsed when HP by the same
-      rule (no priority and no qos: HP, as in Koordinator); batch and free ones are ignored.
+      caller's cache) or not Running or Pending count their usage in HPUsed and
+      HPMaxUsageRequest unless the metric's priority is koord-batch or koord-free (its qos is
+      not read, as in Koordinator: the agent states every pod's priority); they have no request.
+    - Host applications (status.hostApplicationMetric) count in systemUsed when HP by
+      colocation.koordinator.classes.is_high_priority: a batch or free priority, or else qos BE,
+      makes them low priority; one that states neither counts. (Koordinator counts only prod
+      and mid ones; our agent reports host applications without a priority, so that they
+      count, on the safe side.)
     - Pod requests: containers and sidecars summed, regular init containers as a peak, plus
       overhead (Kubernetes' PodRequests); a container limit without a request counts as the
       request (API defaulting).
@@ -153,9 +160,11 @@ def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any
     metrics = {(m.get("namespace"), m.get("name")): m for m in pod_metrics if isinstance(m, Mapping)}
     hp = _HighPriority()
     for pod in pods:
+        if (pod.get("status") or {}).get("phase") not in _COUNTED_PHASES:
+            continue  # its metric, if any, stays in `metrics`, as if the pod were gone
         meta = pod.get("metadata") or {}
         metric = metrics.pop((meta.get("namespace"), meta.get("name")), None)
-        if (pod.get("status") or {}).get("phase") not in _COUNTED_PHASES or not is_high_priority_pod(pod):
+        if not is_high_priority_pod(pod):
             continue
         request = pod_requests(pod)
         hp.request += request
@@ -166,8 +175,8 @@ def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any
         usage = Amount.of(_resources(metric.get("podUsage")))
         hp.used += Amount(request.cpu, usage.memory) if qos_of(pod) == "LSE" else usage
         hp.max_usage_request += request.max(usage)
-    for metric in metrics.values():  # pods the caller does not know (any more)
-        if is_high_priority(metric.get("priority"), metric.get("qos")):
+    for metric in metrics.values():  # pods gone, not yet known, or no longer running
+        if metric.get("priority") not in LOW_PRIORITY_CLASSES:
             usage = Amount.of(_resources(metric.get("podUsage")))
             hp.used += usage
             hp.max_usage_request += usage

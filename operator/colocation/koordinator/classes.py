@@ -31,7 +31,8 @@ PRIORITY_BANDS: tuple[tuple[int, int, PriorityClass], ...] = (
     (3000, 3999, "koord-free"),
 )
 _QOS_FROM_KUBE: dict[KubeQoSClass, QoSClass] = {"Guaranteed": "LSR", "Burstable": "LS", "BestEffort": "BE"}
-_LOW_PRIORITY: frozenset[PriorityClass] = frozenset({"koord-batch", "koord-free"})
+# A tuple, not a set: membership of any JSON value (a list, a map) is then False, not an error.
+LOW_PRIORITY_CLASSES: tuple[PriorityClass, ...] = ("koord-batch", "koord-free")
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -70,9 +71,9 @@ def is_high_priority(priority: str | None, qos: str | None = None) -> bool:
     anything else (none included) prod.
     """
     if priority in PRIORITY_CLASSES:
-        return priority not in _LOW_PRIORITY
+        return priority not in LOW_PRIORITY_CLASSES
     return qos != "BE"
 
 
 def is_high_priority_pod(pod: Mapping[str, Any]) -> bool:
-    return priority_of(pod) not in _LOW_PRIORITY
+    return priority_of(pod) not in LOW_PRIORITY_CLASSES

@@ -21,6 +21,10 @@ from colocation.apimachinery.quantity import parse_quantity
 _INT64_MAX = 2**63 - 1
 
 Percent = Annotated[int, Field(ge=0, le=100)]
+# Koordinator bounds the reclaim and batch-cap percentages only below: a reclaim percentage above
+# 100 makes the safety margin negative, so batch pods may be offered more than the node's
+# capacity (deliberate overcommitment), and a cap above 100 lets them.
+UnboundedPercent = Annotated[int, Field(ge=0, le=_INT64_MAX)]
 PositiveInt64 = Annotated[int, Field(ge=1, le=_INT64_MAX)]
 # A Go duration as NodeSLO's schema accepts it ("5m", "1h30m", "0.5s").
 GoDuration = Annotated[str, Field(pattern=r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$")]
@@ -55,15 +59,15 @@ class ColocationStrategy(Strategy):
     metric_report_interval_seconds: PositiveInt64 = 60
     metric_aggregate_policy: AggregatePolicy = Field(default_factory=AggregatePolicy)
     metric_memory_collect_policy: MemoryCollectPolicy = "usageWithoutPageCache"
-    cpu_reclaim_threshold_percent: Percent = 60
+    cpu_reclaim_threshold_percent: UnboundedPercent = 60
     cpu_calculate_policy: Literal["usage", "maxUsageRequest"] = "usage"
-    memory_reclaim_threshold_percent: Percent = 65
+    memory_reclaim_threshold_percent: UnboundedPercent = 65
     memory_calculate_policy: Literal["usage", "request", "maxUsageRequest"] = "usage"
     degrade_time_minutes: PositiveInt64 = 15
     update_time_threshold_seconds: PositiveInt64 = 300
     resource_diff_threshold: float = Field(0.1, gt=0, le=1)
-    batch_cpu_threshold_percent: Percent | None = Field(None, alias="batchCPUThresholdPercent")
-    batch_memory_threshold_percent: Percent | None = None
+    batch_cpu_threshold_percent: UnboundedPercent | None = Field(None, alias="batchCPUThresholdPercent")
+    batch_memory_threshold_percent: UnboundedPercent | None = None
     # Koordinator's ColocationStrategyExtender: third-party strategies, copied to NodeSLO as given.
     extensions: dict[str, Any] = Field(default_factory=dict)
 
@@ -90,7 +94,7 @@ class CPUBurstStrategy(Strategy):
     """cpu-burst-config → NodeSLO spec.cpuBurstStrategy."""
 
     policy: Literal["none", "cpuBurstOnly", "cfsQuotaBurstOnly", "auto"] = "none"
-    cpu_burst_percent: Annotated[int, Field(ge=0, le=10000)] = 1000
+    cpu_burst_percent: Annotated[int, Field(ge=1, le=10000)] = 1000
     cfs_quota_burst_percent: Annotated[int, Field(ge=100, le=_INT64_MAX)] = 300
     cfs_quota_burst_period_seconds: Annotated[int, Field(ge=-1, le=_INT64_MAX)] = -1
     share_pool_threshold_percent: Percent = 50
@@ -145,7 +149,8 @@ class NodeStrategies:
 def with_node_overrides(strategy: ColocationStrategy, overrides: Mapping[str, Any] | None) -> ColocationStrategy:
     """Apply NodeResource `spec` overrides: disableColocation and the two reclaim percentages.
 
-    The CRD schema has validated them; a value that is not of the right type is ignored.
+    The CRD schema has validated them; a value that is not of the right type or is out of range
+    (negative; a percentage above 100 is valid, as in the ConfigMap) is ignored.
     """
     overrides = overrides or {}
     update: dict[str, Any] = {}
@@ -154,7 +159,7 @@ def with_node_overrides(strategy: ColocationStrategy, overrides: Mapping[str, An
     for name, attribute in (("cpuReclaimThresholdPercent", "cpu_reclaim_threshold_percent"),
                             ("memoryReclaimThresholdPercent", "memory_reclaim_threshold_percent")):
         value = overrides.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT64_MAX:
             update[attribute] = value
     return strategy.model_copy(update=update) if update else strategy
 

@@ -171,9 +171,9 @@ def test_invalid_json_is_an_error_of_that_key_only() -> None:
 
 
 def test_an_out_of_range_value_names_the_field() -> None:
-    parsed = parse_config(_data(colocation_config={"clusterStrategy": {"cpuReclaimThresholdPercent": 150}}))
+    parsed = parse_config(_data(colocation_config={"clusterStrategy": {"cpuReclaimThresholdPercent": -1}}))
     assert parsed.errors == {"colocation-config": "colocation-config: clusterStrategy.cpuReclaimThresholdPercent: "
-                                                  "Input should be less than or equal to 100 (got 150)"}
+                                                  "Input should be greater than or equal to 0 (got -1)"}
 
 
 def test_an_error_in_a_node_strategy_names_the_entry() -> None:

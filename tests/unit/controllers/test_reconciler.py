@@ -325,7 +325,7 @@ async def test_an_invalid_key_keeps_its_last_good_value_and_warns_once() -> None
                   "data": {"colocation-config": '{"clusterStrategy": {"cpuReclaimThresholdPercent": 50}}'}}
     assert await config.update(config_map)
     assert config.parsed.colocation.cluster.cpu_reclaim_threshold_percent == 50
-    broken = {**config_map, "data": {"colocation-config": '{"clusterStrategy": {"cpuReclaimThresholdPercent": 150}}'}}
+    broken = {**config_map, "data": {"colocation-config": '{"clusterStrategy": {"cpuReclaimThresholdPercent": -1}}'}}
     await config.update(broken)
     assert config.parsed.colocation.cluster.cpu_reclaim_threshold_percent == 50  # the last good value
     assert [(t, r) for t, r, _ in posted] == [("Warning", "InvalidConfiguration")]

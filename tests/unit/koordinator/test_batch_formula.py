@@ -129,6 +129,15 @@ def test_reclaim_percentages_set_the_safety_margin() -> None:
     assert _calculate(cpuReclaimThresholdPercent=50, memoryReclaimThresholdPercent=80) == _expect(3500, 68)
 
 
+def test_a_reclaim_percentage_above_100_overcommits_the_node() -> None:
+    # cpu 150 %: margin 10000 * -50 / 100 = -5000m: 10000 + 5000 - 500 - 1000 = 13500m
+    # memory 120 %: margin -20Gi: 100 + 20 - 4 - 8 = 108Gi
+    assert _calculate(cpuReclaimThresholdPercent=150, memoryReclaimThresholdPercent=120) == _expect(13500, 108)
+    # A batch cap above 100 limits the overcommitment: 10000 * 120 / 100 = 12000m
+    assert _calculate(cpuReclaimThresholdPercent=150, memoryReclaimThresholdPercent=120,
+                      batchCPUThresholdPercent=120) == _expect(12000, 108)
+
+
 def test_the_safety_margin_rounds_against_batch() -> None:
     # 3333m * 40 / 100 = 1333.2m -> margin 1334m; nothing else on the node: 3333 - 1334 = 1999m
     metric = _metric([], system=("0", "0"))
@@ -149,7 +158,7 @@ def test_a_strategy_model_is_accepted_too() -> None:
 
 def test_an_invalid_strategy_is_refused() -> None:
     with pytest.raises(ValueError, match="cpuReclaimThresholdPercent"):
-        _calculate(cpuReclaimThresholdPercent=150)
+        _calculate(cpuReclaimThresholdPercent=-1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,25 +182,39 @@ def test_a_pod_without_a_metric_counts_its_request() -> None:
 
 
 def test_metrics_of_high_priority_pods_that_are_gone_still_count() -> None:
-    # gone-prod (2 cpu / 4Gi, prod) counts; gone-batch (priority batch) and gone-be (qos BE, no
-    # priority) do not. HPUsed = 1000 + 2000m / 8 + 4Gi
-    # cpu = 10000 - 4000 - 500 - 3000 = 2500m; memory = 100 - 35 - 4 - 12 = 49Gi
+    # gone-prod (2 cpu / 4Gi, prod) counts, and so does gone-be (1 cpu / 2Gi, qos BE but no
+    # priority: only a batch or free priority makes a metric low priority); gone-batch and
+    # gone-free do not. HPUsed = 1000 + 2000 + 1000m / 8 + 4 + 2Gi
+    # cpu = 10000 - 4000 - 500 - 4000 = 1500m; memory = 100 - 35 - 4 - 14 = 47Gi
     metric = _metric([*POD_METRICS,
                       _pod_metric("gone-prod", "2", "4Gi", priority="koord-prod"),
                       _pod_metric("gone-batch", "3", "3Gi", priority="koord-batch"),
-                      _pod_metric("gone-be", "3", "3Gi", qos="BE")])
-    assert _calculate(metric=metric) == _expect(2500, 49)
+                      _pod_metric("gone-free", "3", "3Gi", priority="koord-free", qos="LS"),
+                      _pod_metric("gone-be", "1", "2Gi", qos="BE")])
+    assert _calculate(metric=metric) == _expect(1500, 47)
     # With maxUsageRequest a gone pod counts its usage (it has no request any more):
-    # cpu = 10000 - 4000 - 500 - (2000 + 2000) = 1500m
-    assert _calculate(metric=metric, cpuCalculatePolicy="maxUsageRequest")[BATCH_CPU] == 1500  # type: ignore[index]
+    # cpu = 10000 - 4000 - 500 - (2000 + 2000 + 1000) = 500m
+    assert _calculate(metric=metric, cpuCalculatePolicy="maxUsageRequest")[BATCH_CPU] == 500  # type: ignore[index]
 
 
-def test_terminated_pods_count_nothing() -> None:
-    # A Succeeded and a Failed prod pod, each with a request and a (last) metric: ignored.
+def test_a_gone_pods_metric_with_a_malformed_priority_counts() -> None:
+    # A priority that is not a string states no class: the usage (1 cpu / 2Gi) counts.
+    # cpu = 10000 - 4000 - 500 - 2000 = 3500m; memory = 100 - 35 - 4 - 10 = 51Gi
+    metric = _metric([*POD_METRICS, {**_pod_metric("gone", "1", "2Gi"), "priority": ["koord-batch"]}])
+    assert _calculate(metric=metric) == _expect(3500, 51)
+
+
+def test_a_terminated_pods_metric_counts_as_if_the_pod_were_gone() -> None:
+    # Succeeded and Failed pods count no request; a metric of one (the report saw it running)
+    # counts like a gone pod's: "done" (prod, 4 cpu / 20Gi) counts, "failed-batch" (its metric
+    # says koord-batch) does not, and "quiet" (no metric) counts nothing.
+    # HPUsed = 1000 + 4000m / 8 + 20Gi: cpu = 10000 - 4000 - 500 - 5000 = 500m; memory = 100 - 35 - 4 - 28 = 33Gi
     done = _pod("done", "4", "20Gi", phase="Succeeded")
-    failed = _pod("failed", "4", "20Gi", phase="Failed")
-    metric = _metric([*POD_METRICS, _pod_metric("done", "4", "20Gi"), _pod_metric("failed", "4", "20Gi")])
-    assert _calculate(pods=[*PODS, done, failed], metric=metric) == _expect(4500, 53)
+    failed = _pod("failed-batch", "4", "20Gi", phase="Failed")
+    quiet = _pod("quiet", "4", "20Gi", phase="Succeeded")
+    metric = _metric([*POD_METRICS, _pod_metric("done", "4", "20Gi", priority="koord-prod"),
+                      _pod_metric("failed-batch", "4", "20Gi", priority="koord-batch")])
+    assert _calculate(pods=[*PODS, done, failed, quiet], metric=metric) == _expect(500, 33)
 
 
 @pytest.mark.parametrize(("pod", "counts"), [

@@ -9,7 +9,14 @@ import pytest
 
 from colocation.apimachinery.merge_patch import json_merge_patch as json_merge
 from colocation.koordinator.slo_config import ConfigError, parse_key
-from colocation.koordinator.slo_strategies import ColocationStrategy, SystemStrategy, with_node_overrides
+from colocation.koordinator.slo_strategies import (
+    ColocationStrategy,
+    CPUBurstStrategy,
+    ResourceThresholdStrategy,
+    Strategy,
+    SystemStrategy,
+    with_node_overrides,
+)
 
 
 @pytest.mark.parametrize(("base", "patch", "merged"), [
@@ -60,10 +67,46 @@ def test_an_invalid_key_raises_config_error() -> None:
 @pytest.mark.parametrize("overrides", [
     {"disableColocation": "true"},
     {"cpuReclaimThresholdPercent": True},
-    {"cpuReclaimThresholdPercent": 150},
+    {"cpuReclaimThresholdPercent": -1},
     {"memoryReclaimThresholdPercent": "40"},
     {},
 ])
 def test_node_overrides_of_the_wrong_type_or_range_are_ignored(overrides: dict[str, Any]) -> None:
     strategy = ColocationStrategy()
     assert with_node_overrides(strategy, overrides) is strategy
+
+
+def test_a_node_may_reclaim_more_than_its_capacity() -> None:
+    # As in Koordinator (and the ConfigMap), a reclaim percentage above 100 is an overcommitment.
+    overridden = with_node_overrides(ColocationStrategy(),
+                                     {"cpuReclaimThresholdPercent": 150, "memoryReclaimThresholdPercent": 120})
+    assert (overridden.cpu_reclaim_threshold_percent, overridden.memory_reclaim_threshold_percent) == (150, 120)
+
+
+@pytest.mark.parametrize("field", ["cpuReclaimThresholdPercent", "memoryReclaimThresholdPercent",
+                                   "batchCPUThresholdPercent", "batchMemoryThresholdPercent"])
+def test_reclaim_and_batch_cap_percentages_are_bounded_only_below(field: str) -> None:
+    # Koordinator validates these with a minimum of 0 and no maximum.
+    assert ColocationStrategy.model_validate({field: 150}).to_json()[field] == 150
+    with pytest.raises(ValueError, match=f"{field}\n  Input should be greater than or equal to 0"):
+        ColocationStrategy.model_validate({field: -1})
+
+
+@pytest.mark.parametrize(("model", "field", "low", "high"), [
+    (ResourceThresholdStrategy, "cpuSuppressThresholdPercent", 0, 100),
+    (ResourceThresholdStrategy, "cpuSuppressMinPercent", 0, 100),
+    (ResourceThresholdStrategy, "memoryEvictThresholdPercent", 0, 100),
+    (ResourceThresholdStrategy, "memoryEvictLowerPercent", 0, 100),
+    (ResourceThresholdStrategy, "cpuEvictBESatisfactionUpperPercent", 0, 100),
+    (ResourceThresholdStrategy, "cpuEvictBESatisfactionLowerPercent", 0, 100),
+    (ResourceThresholdStrategy, "cpuEvictBEUsageThresholdPercent", 0, 100),
+    (CPUBurstStrategy, "cpuBurstPercent", 1, 10000),
+    (CPUBurstStrategy, "sharePoolThresholdPercent", 0, 100),
+])
+def test_the_other_percentages_keep_koordinators_bounds(
+        model: type[Strategy], field: str, low: int, high: int) -> None:
+    assert model.model_validate({field: low}).to_json()[field] == low
+    assert model.model_validate({field: high}).to_json()[field] == high
+    for outside in (low - 1, high + 1):
+        with pytest.raises(ValueError, match=field):
+            model.model_validate({field: outside})

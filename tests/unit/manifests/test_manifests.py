@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from colocation.apimachinery.userinfo import UserInfo
+from colocation.koordinator.slo_strategies import CPUBurstStrategy, ResourceThresholdStrategy, Strategy, SystemStrategy
 from colocation.kube import permissions
 from colocation.kube.permissions import AGENT_API_CALLS, OPERATOR_API_CALLS, OPERATOR_NON_RESOURCE_CALLS, ApiCall
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
@@ -190,7 +191,9 @@ def test_noderesource_schema_bounds(crds: dict[str, dict[str, Any]]) -> None:
                                    "lastTransitionTime": "2026-11-22T00:00:00Z"}]},
     }
     assert accepts(crd, good)
-    assert not accepts(crd, {"spec": {"cpuReclaimThresholdPercent": 101}})
+    # Reclaim percentages are bounded only below, as in Koordinator: above 100 is overcommitment.
+    assert accepts(crd, {"spec": {"cpuReclaimThresholdPercent": 150, "memoryReclaimThresholdPercent": 120}})
+    assert not accepts(crd, {"spec": {"cpuReclaimThresholdPercent": -1}})
     assert not accepts(crd, {"spec": {"memoryReclaimThresholdPercent": -1}})
     assert not accepts(crd, {"status": {"batchCPU": -1}})
     assert not accepts(crd, {"status": {"batchCPU": "2500m"}})
@@ -259,6 +262,35 @@ def test_default_strategies_render_into_a_valid_nodeslo(
 
 
 # --- Pod security and wiring -----------------------------------------------------------------------
+
+# Which strategy model validates each NodeSLO spec field the ConfigMap fills.
+NODESLO_FIELD_MODELS: dict[str, type[Strategy]] = {
+    "resourceUsedThresholdWithBE": ResourceThresholdStrategy,
+    "cpuBurstStrategy": CPUBurstStrategy,
+    "systemStrategy": SystemStrategy,
+}
+
+
+def integer_bounds(schema: Mapping[str, Any]) -> tuple[Any, Any]:
+    """(minimum, maximum) of an integer schema; an optional field's is in its non-null anyOf branch."""
+    for branch in schema.get("anyOf", [schema]):
+        if branch.get("type") == "integer":
+            return branch.get("minimum"), branch.get("maximum")
+    return None, None
+
+
+@pytest.mark.parametrize("field", sorted(NODESLO_FIELD_MODELS))
+def test_nodeslo_schema_bounds_are_the_configmaps(crds: dict[str, dict[str, Any]], field: str) -> None:
+    # A value the ConfigMap accepts must fit the NodeSLO, and the other way round.
+    crd_properties = schema_of(crds["nodeslos.slo.colocation.dev"])["properties"]["spec"]["properties"][field]
+    model_properties = NODESLO_FIELD_MODELS[field].model_json_schema(by_alias=True)["properties"]
+    for name, schema in crd_properties["properties"].items():
+        if schema.get("type") == "integer":
+            crd_minimum, crd_maximum = schema.get("minimum"), schema.get("maximum")
+            model_minimum, model_maximum = integer_bounds(model_properties[name])
+            assert crd_minimum == model_minimum, name
+            assert crd_maximum == (None if model_maximum == 2**63 - 1 else model_maximum), name
+
 
 def env_of(container: Mapping[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", ())}
