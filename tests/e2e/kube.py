@@ -135,7 +135,8 @@ class WatchRefused(AssertionError):
 
 
 async def next_event(queue: asyncio.Queue[dict[str, Any] | None], timeout: float = 10) -> dict[str, Any] | None:
-    return await asyncio.wait_for(queue.get(), timeout)
+    """The next watch event (None: the stream ended); TimeoutError after `timeout` (times TIME_FACTOR)."""
+    return await asyncio.wait_for(queue.get(), timeout * TIME_FACTOR)
 
 
 @contextlib.asynccontextmanager
@@ -266,8 +267,10 @@ async def make_pod_ready(kube: Kube, namespace: str, name: str) -> dict[str, Any
 
 async def events_until(queue: asyncio.Queue[dict[str, Any] | None], predicate: Any,
                        timeout: float = 10) -> list[dict[str, Any]]:
-    """Read watch events until one satisfies `predicate` (included); fail on timeout or end of stream."""
+    """Read watch events until one satisfies `predicate` (included); fail on timeout (times
+    TIME_FACTOR) or end of stream."""
     seen: list[dict[str, Any]] = []
+    timeout *= TIME_FACTOR
     deadline = time.monotonic() + timeout
     while True:
         remaining = deadline - time.monotonic()

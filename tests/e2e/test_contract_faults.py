@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from tests.e2e.kube import Kube, configmap, create, events_until, next_event
+from tests.e2e.kube import TIME_FACTOR, Kube, configmap, create, events_until, next_event
 
 pytestmark = pytest.mark.sandbox_only(reason="fault injection is the sandbox's own API")
 
@@ -48,18 +48,20 @@ async def test_fault_limited_to_some_methods(faults: Kube, namespace: str) -> No
 async def test_fault_delay_holds_the_request(faults: Kube, namespace: str) -> None:
     kube = faults
     path = f"/api/v1/namespaces/{namespace}/configmaps"
-    status, _ = await kube.request("POST", "/sandbox/faults", {"path": path, "delay": 0.4, "count": 1})
+    # The delay is long against a GET on a loaded machine: the second, undelayed one takes less.
+    delay = 2.0 * TIME_FACTOR
+    status, _ = await kube.request("POST", "/sandbox/faults", {"path": path, "delay": delay, "count": 1})
     assert status == 201
     loop = asyncio.get_running_loop()
     started = loop.time()
     status, _ = await kube.request("GET", path)
     held = loop.time() - started
     assert status == 200
-    assert held >= 0.4
+    assert held >= delay
     started = loop.time()
     status, _ = await kube.request("GET", path)
     assert status == 200
-    assert loop.time() - started < 0.4
+    assert loop.time() - started < delay
 
 
 async def test_clearing_faults_restores_service(faults: Kube, namespace: str) -> None:
