@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.kube import Kube, ensure_crd, wait_for
+from tests.e2e.kube import TIME_FACTOR, Kube, ensure_crd, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CGROUP = Path("/sys/fs/cgroup")
@@ -213,7 +213,7 @@ async def test_cpu_suppress_holds_a_real_burner_to_the_quota_it_writes(kube: Kub
 
                 await wait_for(suppressed, timeout=20)
                 agent.terminate()
-                assert await asyncio.wait_for(agent.wait(), timeout=30) == 0
+                assert await asyncio.wait_for(agent.wait(), timeout=30 * TIME_FACTOR) == 0
                 assert scratch.quota()[0] == -1
     finally:
         await kube.request("DELETE", f"{NODESLOS}/{node}")
