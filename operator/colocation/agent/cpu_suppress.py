@@ -20,9 +20,9 @@ A pod counts as BE when Koordinator's QoS says BE or Kubernetes' QoS class is Be
 koordlet's filter does); a pod the agent cannot match to an API object counts as BE only when its
 cgroup sits in the best-effort tier, since that tier is exactly Kubernetes' BestEffort class.
 Host applications count as non-BE (koordlet counts one as BE only when it runs under the
-best-effort cgroup, which our hostApplications cannot say). The node's reservations (kubelet's
-reserved and the node annotation), which koordlet uses as a floor under the system usage, are not
-read by the agent: the measured system usage is used as is.
+best-effort cgroup, which our hostApplications cannot say). As in koordlet, the system usage is at
+least what the node reserves: the kubelet's reservation (capacity - allocatable) or the
+`node.koordinator.sh/reservation` annotation, whichever is larger.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from typing import Any, Literal
 from colocation.agent.cgroups import qos_tier_of_path
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
+from colocation.koordinator.amounts import Amount
+from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION, reservation
 from colocation.koordinator.slo_strategies import ResourceThresholdStrategy
 
 SuppressPolicyName = Literal["cpuset", "cfsQuota"]
@@ -87,10 +89,11 @@ class CpuUsage:
     all_pods: int
     non_be_pods: int
     host_applications: int  # all counted non-BE
+    reserved: int = 0  # what the node reserves for the system: a floor under the system usage
 
     @property
     def system(self) -> int:
-        return max(self.node - self.all_pods - self.host_applications, 0)
+        return max(self.node - self.all_pods - self.host_applications, 0, self.reserved)
 
 
 def is_best_effort(uid: str, cgroup_path: str, pods: Mapping[str, PodInfo]) -> bool:
@@ -100,13 +103,24 @@ def is_best_effort(uid: str, cgroup_path: str, pods: Mapping[str, PodInfo]) -> b
     return info.qos == "BE" or info.kube_qos == "BestEffort"
 
 
-def cpu_usage(sample: Sample, pods: Mapping[str, PodInfo], cpus: int) -> CpuUsage:
+def node_reserved_cpu(node: Mapping[str, Any] | None) -> int:
+    """Milli-cpus a Node reserves: capacity - allocatable, or its reservation annotation if more."""
+    status = (node or {}).get("status") or {}
+    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+    try:
+        kubelet = (Amount.of(status.get("capacity")) - Amount.of(status.get("allocatable"))).floored()
+    except (ValueError, TypeError):  # a quantity that does not parse: no kubelet reservation known
+        kubelet = Amount()
+    return kubelet.max(reservation(annotations.get(RESERVATION_ANNOTATION))).cpu
+
+
+def cpu_usage(sample: Sample, pods: Mapping[str, PodInfo], cpus: int, reserved: int = 0) -> CpuUsage:
     """Split one sample's usage into BE and the rest, by the pods the agent knows (UID → PodInfo)."""
     all_pods = sum(pod.cpu_millis for pod in sample.pods)
     non_be = sum(pod.cpu_millis for pod in sample.pods if not is_best_effort(pod.uid, pod.cgroup_path, pods))
     apps = sum(app.cpu_millis for app in sample.host_applications)
     return CpuUsage(capacity=cpus * 1000, node=sample.node_cpu_millis, all_pods=all_pods, non_be_pods=non_be,
-                    host_applications=apps)
+                    host_applications=apps, reserved=reserved)
 
 
 def be_budget_millis(usage: CpuUsage, policy: SuppressPolicy) -> int:

@@ -20,11 +20,15 @@ when it stops. A failing write is logged once per run of failures and counted ev
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import aiohttp
 
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.cgroup_writer import DEFAULT_CFS_PERIOD_US, CgroupWriter, WriteOutcome
@@ -36,6 +40,7 @@ from colocation.agent.cpu_suppress import (
     SuppressPolicyName,
     be_budget_millis,
     cpu_usage,
+    node_reserved_cpu,
     quota_millis,
     target_cfs_quota,
     target_cpuset_size,
@@ -44,8 +49,12 @@ from colocation.agent.cpuset import Processor, choose_cpus, format_cpuset
 from colocation.agent.kubeapi import KubeApi
 from colocation.agent.node_events import NodeEvent, NodeEvents
 from colocation.agent.procfs import read_cpu_topology
+from colocation.kube import permissions
+from colocation.kube.backoff import Backoff
 
 log = logging.getLogger(__name__)
+
+permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall("", "nodes", "get", None))
 
 
 @dataclass(frozen=True)
@@ -65,10 +74,52 @@ class InForce:
     setting: str  # as written: the quota in µs, or the cpuset list
 
 
+class NodeReservation:
+    """The cpu its Node reserves for the system (colocation.agent.cpu_suppress.node_reserved_cpu),
+    read from the Node while `wanted()` (suppression enabled): at once, then every `refresh` seconds
+    (with jitter); after a failure, again with backoff. Nothing is read while suppression is off."""
+
+    def __init__(self, kube: KubeApi, node: str, *, timeout: float, refresh: float = 300.0,
+                 poll: float = 1.0, rng: random.Random | None = None) -> None:
+        self.kube = kube
+        self.node = node
+        self.timeout = timeout
+        self.refresh = refresh
+        self.poll = poll
+        self.cpu_millis = 0
+        self._rng = rng or random.Random()
+
+    async def run(self, wanted: Callable[[], bool]) -> None:
+        backoff = Backoff(initial=1.0, maximum=60.0, jitter=0.5, rng=self._rng)
+        while True:
+            if not wanted():
+                await asyncio.sleep(self.poll)
+                continue
+            if await self.read():
+                backoff.reset()
+                await asyncio.sleep(self.refresh * (1 - 0.2 * self._rng.random()))
+            else:
+                await asyncio.sleep(backoff.next_delay())
+
+    async def read(self) -> bool:
+        try:
+            status, body = await self.kube.request("GET", f"/api/v1/nodes/{self.node}",
+                                                   timeout=self.timeout)
+        except (OSError, TimeoutError, aiohttp.ClientError) as error:
+            status, body = 0, str(error)
+        if status == 200 and isinstance(body, dict):
+            self.cpu_millis = node_reserved_cpu(body)
+            return True
+        log.info("cannot read the Node's reservation", extra={"node": self.node, "status": status})
+        return False
+
+
 class CpuSuppressor:
     def __init__(self, writer: CgroupWriter, metrics: AgentMetrics, *, node: str, cpus: Callable[[], int],
-                 topology: Callable[[], Sequence[Processor]] = tuple, events: NodeEvents | None = None) -> None:
+                 topology: Callable[[], Sequence[Processor]] = tuple, events: NodeEvents | None = None,
+                 reservation: NodeReservation | None = None) -> None:
         self.writer = writer
+        self.reservation = reservation
         self.metrics = metrics
         self.node = node
         self.cpus = cpus
@@ -89,7 +140,8 @@ class CpuSuppressor:
             return
         if sample is None or not sample.node_cpu_measured:
             return  # no usage yet: neither tighten nor loosen
-        usage = cpu_usage(sample, pods, self.cpus())
+        reserved = self.reservation.cpu_millis if self.reservation is not None else 0
+        usage = cpu_usage(sample, pods, self.cpus(), reserved)
         budget = be_budget_millis(usage, policy)
         if policy.policy == "cfsQuota":
             self._restore_cpuset()
@@ -234,4 +286,5 @@ def node_suppressor(node: str, cgroup_root: Path, proc_root: Path, options: Enfo
     events = NodeEvents(kube, node, wall=time.time, timeout=timeout,
                         on_result=lambda result: metrics.node_events.labels(result).inc())
     topology = read_cpu_topology(proc_root)
-    return CpuSuppressor(writer, metrics, node=node, cpus=cpus, topology=lambda: topology, events=events)
+    return CpuSuppressor(writer, metrics, node=node, cpus=cpus, topology=lambda: topology, events=events,
+                         reservation=NodeReservation(kube, node, timeout=timeout))

@@ -265,6 +265,9 @@ class NodeAgent:
             tasks.append(asyncio.create_task(self._suppress_loop(), name=f"cpu-suppress@{self.node}"))
             if self.suppressor.events is not None:
                 tasks.append(asyncio.create_task(self.suppressor.events.run(), name=f"node-events@{self.node}"))
+            if self.suppressor.reservation is not None:
+                tasks.append(asyncio.create_task(self.suppressor.reservation.run(lambda: self.suppress_policy.enabled),
+                                                 name=f"node-reservation@{self.node}"))
         try:
             await asyncio.gather(*tasks)
         finally:

@@ -14,6 +14,7 @@ from colocation.agent.cpu_suppress import (
     SuppressPolicy,
     be_budget_millis,
     cpu_usage,
+    node_reserved_cpu,
     quota_millis,
     suppress_policy,
     target_cfs_quota,
@@ -116,3 +117,26 @@ def test_cpuset_size_rounds_up_with_a_floor_of_two_and_grows_slowly() -> None:
 def test_quota_in_millicores() -> None:
     assert quota_millis(50_000, 100_000) == 500
     assert quota_millis(-1, 100_000) == -1
+
+
+def node(capacity: str, allocatable: str, annotation: str | None = None) -> dict[str, object]:
+    annotations = {"node.koordinator.sh/reservation": annotation} if annotation else {}
+    return {"metadata": {"annotations": annotations},
+            "status": {"capacity": {"cpu": capacity}, "allocatable": {"cpu": allocatable}}}
+
+
+def test_the_node_reserves_the_larger_of_kubelet_and_annotation() -> None:
+    assert node_reserved_cpu(node("8", "7500m")) == 500
+    assert node_reserved_cpu(node("8", "7500m", '{"resources": {"cpu": "2"}}')) == 2000
+    assert node_reserved_cpu(node("8", "7500m", '{"reservedCPUs": "0-2"}')) == 3000
+    assert node_reserved_cpu(node("8", "7500m", "not json")) == 500
+    assert node_reserved_cpu(node("8", "lots")) == 0
+    assert node_reserved_cpu(None) == 0
+
+
+def test_reserved_cpu_is_a_floor_under_the_system_usage() -> None:
+    quiet = CpuUsage(capacity=8000, node=2500, all_pods=2300, non_be_pods=2000, host_applications=0, reserved=1000)
+    assert quiet.system == 1000  # measured 200m, reserved 1000m
+    assert be_budget_millis(quiet, SuppressPolicy(True, 65)) == 5200 - 2000 - 1000
+    busy = CpuUsage(capacity=8000, node=4500, all_pods=2300, non_be_pods=2000, host_applications=0, reserved=1000)
+    assert busy.system == 2200  # measured beyond the reservation: measured

@@ -7,6 +7,7 @@ may use 2200m, a quota of 220000 µs per 100 ms, or 3 cpus.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from colocation.agent.cgroup_writer import CgroupWriter
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import PodSample, Sample
 from colocation.agent.cpu_suppress import SuppressPolicy
-from colocation.agent.cpu_suppressor import CpuSuppressor
+from colocation.agent.cpu_suppressor import CpuSuppressor, NodeReservation
 from colocation.agent.cpuset import Processor
 from colocation.agent.node_events import NodeEvents
 from colocation.kube.backoff import Backoff
@@ -232,3 +233,49 @@ def test_nothing_to_suppress_without_a_best_effort_tier(tmp_path: Path) -> None:
     harness.step(QUOTA)
     assert harness.suppressor.in_force is None
     assert harness.writes("ok") == 0
+
+
+class NodeKube:
+    """Answers GET Node with a kubelet reservation of 1 cpu, after `failures` failed attempts."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.gets = 0
+        self.answered = asyncio.Event()
+
+    async def request(self, method: str, path: str, *, body: Any = None, timeout: float,
+                      params: dict[str, str] | None = None) -> tuple[int, Any]:
+        assert (method, path) == ("GET", "/api/v1/nodes/node-a")
+        self.gets += 1
+        if self.gets <= self.failures:
+            raise TimeoutError()
+        self.answered.set()
+        return 200, {"status": {"capacity": {"cpu": "8"}, "allocatable": {"cpu": "7"}}}
+
+
+async def test_the_node_reservation_lowers_the_quota(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    build(root, TREES["v2-systemd"])
+    harness = Harness(root)
+    reservation = NodeReservation(NodeKube(), "node-a", timeout=1.0)  # type: ignore[arg-type]
+    assert await reservation.read()
+    harness.suppressor.reservation = reservation
+    # 3600m on the node, 3500m in pods: 100m measured system usage, but 1000m reserved counts.
+    # (Without the reservation: 5200 - 2000 - 100 = 3100m.)
+    harness.step(QUOTA, node=3600)
+    assert TREES["v2-systemd"].quota(root) == "220000 100000"
+
+
+async def test_the_node_is_read_only_while_suppression_is_wanted_and_retried_on_failure() -> None:
+    kube = NodeKube(failures=1)
+    reservation = NodeReservation(kube, "node-a", timeout=1.0, refresh=3600, poll=0.01)  # type: ignore[arg-type]
+    wanted = False
+    task = asyncio.create_task(reservation.run(lambda: wanted))
+    try:
+        await asyncio.sleep(0.05)  # several polls while unwanted
+        assert kube.gets == 0
+        wanted = True
+        await asyncio.wait_for(kube.answered.wait(), timeout=10)  # the failure's backoff is at most 1 s
+        assert (kube.gets, reservation.cpu_millis) == (2, 1000)
+    finally:
+        task.cancel()
