@@ -25,9 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from colocation.sandbox.launcher.child_processes import free_port
 from tests.e2e.kube import TIME_FACTOR, Kube, ensure_crd, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,11 +113,13 @@ def process_in(scratch: Scratch, pod: str, program: str) -> Iterator[int]:
 
 
 @contextlib.asynccontextmanager
-async def agent_process(kubeconfig: Path, node: str, scratch: Scratch) -> AsyncIterator[asyncio.subprocess.Process]:
+async def agent_process(kubeconfig: Path, node: str, scratch: Scratch,
+                        metrics_port: int) -> AsyncIterator[asyncio.subprocess.Process]:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "colocation", "agent", "--kubeconfig", str(kubeconfig), "--node-name", node,
         "--cgroup-root", str(scratch.root), "--collect-interval", "0.5", "--cpu-suppress-interval", "0.5",
-        "--restore-on-exit", "--scrape-interval", "0", "--metrics-port", "0", "--leader-poll-interval", "5",
+        "--restore-on-exit", "--scrape-interval", "0", "--metrics-port", str(metrics_port),
+        "--metrics-bind-address", "127.0.0.1", "--leader-poll-interval", "5",
         "--report-interval", "5", "--log-format", "text", "--log-level", "warning",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
@@ -148,6 +153,14 @@ async def set_suppression(kube: Kube, node: str, enable: bool) -> None:
     assert status == 200, body
 
 
+async def exported_millicores(port: int) -> float | None:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, \
+            session.get(f"http://127.0.0.1:{port}/metrics") as response:
+        text = await response.text()
+    return next((sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+                 if sample.name == "colocation_agent_cpu_suppress_millicores"), None)
+
+
 async def node_event_reasons(kube: Kube, node: str) -> list[str]:
     status, body = await kube.request("GET", "/api/v1/namespaces/default/events")
     assert status == 200, body
@@ -167,7 +180,8 @@ async def test_cpu_suppress_holds_a_real_burner_to_the_quota_it_writes(kube: Kub
     try:
         with process_in(scratch, LS_POD, "import time; time.sleep(3600)"), \
                 process_in(scratch, BE_POD, "while True: pass"):
-            async with agent_process(kubeconfig, node, scratch) as agent:
+            port = free_port()
+            async with agent_process(kubeconfig, node, scratch, port) as agent:
                 async def burning() -> bool:
                     return scratch.be_usage_ns() > 0
 
@@ -191,6 +205,7 @@ async def test_cpu_suppress_holds_a_real_burner_to_the_quota_it_writes(kube: Kub
                 used, allowed = await wait_for(held_to_quota, timeout=20)
                 assert allowed == pytest.approx(floor), (used, allowed)  # the floor: what this test set up
                 assert unsuppressed > allowed * (1 + TOLERANCE), (unsuppressed, used, allowed)
+                assert await exported_millicores(port) == allowed * 1000
 
                 await set_suppression(kube, node, False)
 
@@ -201,6 +216,7 @@ async def test_cpu_suppress_holds_a_real_burner_to_the_quota_it_writes(kube: Kub
                     return used if used > allowed * (1 + 2 * TOLERANCE) else None
 
                 await wait_for(free_again, timeout=20)
+                assert await exported_millicores(port) == -1
                 async def told() -> bool:
                     return {"CPUSuppressStarted", "CPUSuppressStopped"} <= set(await node_event_reasons(kube, node))
 

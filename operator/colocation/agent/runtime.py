@@ -5,7 +5,9 @@ simulated agents (colocation.agent.simulated). Its stages are separate tasks so 
 another: collection runs on its own clock and only appends to the aggregator; the reporter reads
 the aggregator's current windows when it checks (the latest state, never a backlog); the
 heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.agent.samples)
-are two more tasks: one takes samples every scrape interval, one sends them.
+are two more tasks: one takes samples every scrape interval, one sends them. On a real node, CPU
+suppress (colocation.agent.cpu_suppressor) is one more: every suppress interval it applies the
+NodeSLO to the latest sample, once the NodeSLO has been listed.
 
 The heartbeat may have a client of its own (`heartbeat_kube`), as the kubelet has for its node
 Lease, so renewals never wait behind other traffic; simulated agents use that (see
