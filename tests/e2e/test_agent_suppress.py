@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -99,8 +100,6 @@ def scratch(tmp_path: Path) -> Iterator[Scratch]:
 @contextlib.contextmanager
 def process_in(scratch: Scratch, pod: str, program: str) -> Iterator[int]:
     """A process that joins `pod` in every hierarchy before it starts `program`; killed at exit."""
-    import subprocess
-
     procs = [str(scratch.controller(controller) / pod / "cgroup.procs") for controller in CONTROLLERS]
     script = 'for f in "$@"; do echo $$ > "$f" || exit 1; done; exec "$PYTHON" -c "$PROGRAM"'
     process = subprocess.Popen(["sh", "-c", script, "sh", *procs],
