@@ -77,6 +77,15 @@ DEFAULT_METRICS_PORT = 9464
 @click.option("--simulation-concurrency", type=click.IntRange(min=1), default=32, show_default=True,
               help="With --simulated-nodes: reports (and, separately, Lease renewals) in flight at once, each "
                    "over a pool of as many connections; every node's pod watch has a connection of its own.")
+@click.option("--cpu-suppress-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds between two rounds of CPU suppress (NodeSLO resourceUsedThresholdWithBE, when it "
+                   "enables it): the best-effort pods' CFS quota or cpuset recomputed from the latest sample "
+                   "and written to their cgroups; 0 turns CPU suppress off (nothing read or written).")
+@click.option("--dry-run-enforcement", is_flag=True, envvar="COLOCATION_DRY_RUN_ENFORCEMENT", show_envvar=True,
+              help="Compute, log and export what enforcement would write, but write no cgroup file and post "
+                   "no Event (the default install sets it: its cgroup mount is read-only).")
+@click.option("--restore-on-exit", is_flag=True, envvar="COLOCATION_RESTORE_ON_EXIT", show_envvar=True,
+              help="On SIGTERM/SIGINT, undo CPU suppress (quota -1, full cpuset) before exiting.")
 @common_options
 def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Path, cgroup_root: Path,
                   collect_interval: float, report_interval: float, report_change_threshold: float,
@@ -85,7 +94,8 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                   heartbeat_interval: float | None, lease_registration_interval: float, operator_namespace: str,
                   scrape_interval: float,
                   scrape_timeout: float | None, scrape_concurrency: int, max_series_per_pod: int,
-                  simulated_nodes: Path | None, simulation_concurrency: int) -> None:
+                  simulated_nodes: Path | None, simulation_concurrency: int, cpu_suppress_interval: float,
+                  dry_run_enforcement: bool, restore_on_exit: bool) -> None:
     """Run the node agent: collect usage, report it to the leader (each report is also its
     heartbeat; a Lease is the registration and the fallback), and scrape annotated pods for custom
     metrics.
@@ -94,6 +104,7 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
     """
     import asyncio
 
+    from colocation.agent.cpu_suppressor import EnforcementOptions
     from colocation.agent.report import ReportOptions
     from colocation.agent.runtime import AgentConfig, NodeAgentOptions, StartupError, run_agent
     from colocation.agent.scrape import ScrapeOptions
@@ -116,7 +127,8 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
         lease_namespace=lease_namespace, lease_duration=lease_duration, heartbeat_interval=heartbeat,
         lease_registration_interval=lease_registration_interval,
         scrape=ScrapeOptions(interval=scrape_interval, timeout=scrape_timeout, concurrency=scrape_concurrency,
-                             max_series_per_pod=max_series_per_pod))
+                             max_series_per_pod=max_series_per_pod),
+        cpu_suppress_interval=cpu_suppress_interval or 1.0)
     if simulated_nodes is not None:
         from colocation.agent.simulated import SimulationConfig, load_simulated_nodes, run_simulation
 
@@ -136,7 +148,9 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
         raise click.ClickException("--node-name (or NODE_NAME) is required: the node this agent runs on")
     config = AgentConfig(node_name=node_name, kubeconfig=kubeconfig, proc_root=proc_root, cgroup_root=cgroup_root,
                          node=options, metrics_bind_address=metrics_bind_address, metrics_port=metrics_port,
-                         operator_namespace=operator_namespace, leader_poll_interval=leader_poll_interval)
+                         operator_namespace=operator_namespace, leader_poll_interval=leader_poll_interval,
+                         enforcement=EnforcementOptions(cpu_suppress=cpu_suppress_interval > 0,
+                                                        dry_run=dry_run_enforcement, restore_on_exit=restore_on_exit))
     try:
         code = asyncio.run(run_agent(config))
     except KubeConfigError as error:

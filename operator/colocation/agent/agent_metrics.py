@@ -105,6 +105,18 @@ class AgentMetrics:
                               "Warnings and errors the agent logged, by logger and level: each is a failure it "
                               "retries or works around (a renewal, a report, a list or watch, a sample batch).",
                               ["logger", "level"], registry=r)
+        self.cpu_suppress = Gauge("colocation_agent_cpu_suppress_millicores",
+                                  "Milli-cpus best-effort pods may use together under CPU suppress, as applied "
+                                  "(computed only, with --dry-run-enforcement); -1 while not suppressing.",
+                                  registry=r)
+        self.cpu_suppress.set(-1)
+        self.cgroup_writes = Counter("colocation_agent_cgroup_writes_total",
+                                     "cgroup files written by enforcement, by resource (cfs_quota, cpuset) and "
+                                     "result (ok, failed, dry-run: computed but not written).",
+                                     ["resource", "result"], registry=r)
+        self.node_events = Counter("colocation_agent_node_events_total",
+                                   "Events posted on the node, by result (ok, failed, dropped).", ["result"],
+                                   registry=r)
         self.loop_lag = Gauge("colocation_agent_event_loop_lag_seconds",
                               "The longest the event loop was late to wake a timer in the last 10 s: near 0 "
                               "unless the process is short of CPU.", registry=r)

@@ -98,6 +98,34 @@ def discover_pods(layout: CgroupLayout) -> tuple[dict[str, PodCgroup], int]:
     return pods, errors
 
 
+def qos_tier_of_path(path: str) -> QoSTier:
+    """The QoS tier a pod cgroup path (as discover_pods gives it) sits in."""
+    parent = path.rstrip("/").rsplit("/", 2)
+    tier = _TIER_DIR.search(parent[-2]) if len(parent) >= 2 else None
+    return tier.group(1) if tier is not None else "guaranteed"  # type: ignore[return-value]
+
+
+def tier_directories(controller_root: Path, tier: Literal["burstable", "besteffort"]) -> list[str]:
+    """The directories of one QoS tier (relative to a controller's root), for every kubepods
+    root that exists: the cgroupfs and systemd spellings, nested or not."""
+    found = []
+    for root in KUBEPODS_ROOTS:
+        top = controller_root / root
+        if not top.is_dir():
+            continue
+        children, _ = _subdirectories(top)
+        for child in children:
+            match = _TIER_DIR.search(child)
+            if match is not None and match.group(1) == tier:
+                found.append(f"{root}/{child}")
+    return found
+
+
+def subdirectories(path: Path) -> list[str]:
+    """The names of a directory's subdirectories, sorted; none when it cannot be listed."""
+    return _subdirectories(path)[0]
+
+
 def _add_pod(pods: dict[str, PodCgroup], name: str, path: str, tier: QoSTier) -> None:
     uid = pod_uid_from_dir(name)
     if uid is not None:

@@ -181,6 +181,11 @@ class RealCollector:
                       host_applications=tuple(apps), psi=psi, node_cpu_measured=cpu_measured,
                       node_memory_measured=memory_measured, read_errors=errors)
 
+    @property
+    def cpu_count(self) -> int:
+        """The node's cpus, as /proc/stat listed them at the last sample."""
+        return self._cpus
+
     def _node_rate(self, busy_ticks: int, at: float) -> tuple[int, bool]:
         previous, self._node_previous = self._node_previous, (busy_ticks, at)
         if previous is None:

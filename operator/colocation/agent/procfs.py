@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from colocation.agent.cpuset import Processor, parse_cpuinfo
 from colocation.koordinator.slo_strategies import MemoryCollectPolicy
 
 PSI_RESOURCES = ("cpu", "memory", "io")
@@ -161,3 +162,9 @@ def read_pressure(proc_root: Path) -> tuple[MappingProxyType[str, Pressure], int
         else:
             found[resource] = pressure
     return MappingProxyType(found), garbled
+
+
+def read_cpu_topology(proc_root: Path) -> tuple[Processor, ...]:
+    """The node's processors from /proc/cpuinfo; none when it cannot be read."""
+    text = _read(proc_root / "cpuinfo")
+    return () if text is None else parse_cpuinfo(text)

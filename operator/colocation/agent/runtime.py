@@ -5,7 +5,9 @@ simulated agents (colocation.agent.simulated). Its stages are separate tasks so 
 another: collection runs on its own clock and only appends to the aggregator; the reporter reads
 the aggregator's current windows when it checks (the latest state, never a backlog); the
 heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.agent.samples)
-are two more tasks: one takes samples every scrape interval, one sends them.
+are two more tasks: one takes samples every scrape interval, one sends them. On a real node, CPU
+suppress (colocation.agent.cpu_suppressor) is one more: every suppress interval it applies the
+NodeSLO to the latest sample, once the NodeSLO has been listed.
 
 The heartbeat may have a client of its own (`heartbeat_kube`), as the kubelet has for its node
 Lease, so renewals never wait behind other traffic; simulated agents use that (see
@@ -32,7 +34,9 @@ from aiohttp import web
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.aggregate import Aggregator
 from colocation.agent.classify import PodInfo, classify
-from colocation.agent.collector import Collector, RealCollector
+from colocation.agent.collector import Collector, RealCollector, Sample
+from colocation.agent.cpu_suppress import SuppressPolicy, suppress_policy
+from colocation.agent.cpu_suppressor import CpuSuppressor, EnforcementOptions, node_suppressor
 from colocation.agent.delivery import Delivery, DirectPut, session_put
 from colocation.agent.heartbeat import (
     DEFAULT_LEASE_DURATION,
@@ -72,6 +76,7 @@ class NodeAgentOptions:
     def heartbeat_every(self) -> float:
         return self.heartbeat_interval or self.lease_duration * RENEW_FRACTION
     scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
+    cpu_suppress_interval: float = 1.0  # seconds between two rounds of CPU suppress (with a suppressor)
 
 
 class PodDirectory:
@@ -117,6 +122,7 @@ class NodeAgent:
                  report_slots: asyncio.Semaphore | None = None, lease_slots: asyncio.Semaphore | None = None,
                  heartbeat_kube: KubeApi | None = None,
                  sample_source: Callable[[PodDirectory], SampleSource] | None = None,
+                 suppressor: CpuSuppressor | None = None,
                  wall: Callable[[], float] = time.time) -> None:
         self.node = node
         self.kube = kube
@@ -148,6 +154,10 @@ class NodeAgent:
                                        registration_interval=self.options.lease_registration_interval,
                                        reports=self.reporter.age, metrics=metrics, slots=lease_slots, wall=wall)
         self.last_sample_at: float | None = None  # monotonic
+        self.last_sample: Sample | None = None
+        self.suppressor = suppressor
+        self.suppress_policy = SuppressPolicy()
+        self.nodeslo_synced = False  # enforcement waits for the NodeSLO, so a restart does not undo it
         self._wall = wall
         self.watches = self.informers()
 
@@ -157,19 +167,35 @@ class NodeAgent:
         self.heartbeat.heard()
 
     def collect_once(self) -> None:
-        self.aggregator.add(self.collector.sample(self._wall()))
+        sample = self.collector.sample(self._wall())
+        self.aggregator.add(sample)
         self.metrics.samples.inc()
         self.last_sample_at = time.monotonic()
+        self.last_sample = sample
+
+    def suppress_once(self) -> None:
+        """One round of CPU suppress on the latest sample (none older than two collections)."""
+        if self.suppressor is None or not self.nodeslo_synced:
+            return
+        sample = self.last_sample
+        stale = self.last_sample_at is None or \
+            time.monotonic() - self.last_sample_at > 2 * max(self.options.collect_interval, 0.5)
+        self.suppressor.step(self.suppress_policy, None if stale else sample, self.pods.by_uid)
+
+    async def _suppress_loop(self) -> None:
+        await self._every(self.options.cpu_suppress_interval, self.suppress_once, "cpu suppress failed")
 
     async def _collect_loop(self) -> None:
+        await self._every(self.options.collect_interval, self.collect_once, "sampling failed")
+
+    async def _every(self, interval: float, action: Callable[[], None], failure: str) -> None:
         loop = asyncio.get_running_loop()
-        interval = self.options.collect_interval
         next_at = loop.time()
         while True:
             try:
-                self.collect_once()
-            except Exception:  # a bug in one sample must not end collection
-                log.exception("sampling failed", extra={"node": self.node})
+                action()
+            except Exception:  # a bug in one round must not end the loop
+                log.exception(failure, extra={"node": self.node})
             # A fixed rate; after a stall, skip the missed ticks instead of bursting to catch up.
             next_at = max(next_at + interval, loop.time())
             await asyncio.sleep(next_at - loop.time())
@@ -189,10 +215,18 @@ class NodeAgent:
         self.reporter.max_interval = float(policy.report_interval_seconds or self.options.report.max_interval)
 
     async def _nodeslo_sync(self, items: list[dict[str, Any]], resource_version: str) -> None:
-        self.apply_policy(collect_policy(items[0] if items else None))
+        self._nodeslo_changed(items[0] if items else None)
+        self.nodeslo_synced = True
 
     async def _nodeslo_event(self, type_: str, obj: dict[str, Any]) -> None:
-        self.apply_policy(collect_policy(None if type_ == "DELETED" else obj))
+        self._nodeslo_changed(None if type_ == "DELETED" else obj)
+
+    def _nodeslo_changed(self, nodeslo: dict[str, Any] | None) -> None:
+        self.apply_policy(collect_policy(nodeslo))
+        policy = suppress_policy(nodeslo)
+        if policy != self.suppress_policy and self.suppressor is not None:
+            log.info("cpu suppress policy changed", extra={"node": self.node, "policy": str(policy)})
+        self.suppress_policy = policy
 
     def _count_failure(self, resource: str) -> Callable[[str], None]:
         return lambda reason: self.metrics.informer_failures.labels(resource, reason).inc()
@@ -229,6 +263,13 @@ class NodeAgent:
         tasks += [asyncio.create_task(informer.run(), name=informer.name) for informer in self.watches]
         if self.custom_metrics is not None:
             tasks.append(asyncio.create_task(self.custom_metrics.run(), name=f"custom-metrics@{self.node}"))
+        if self.suppressor is not None:
+            tasks.append(asyncio.create_task(self._suppress_loop(), name=f"cpu-suppress@{self.node}"))
+            if self.suppressor.events is not None:
+                tasks.append(asyncio.create_task(self.suppressor.events.run(), name=f"node-events@{self.node}"))
+            if self.suppressor.reservation is not None:
+                tasks.append(asyncio.create_task(self.suppressor.reservation.run(lambda: self.suppress_policy.enabled),
+                                                 name=f"node-reservation@{self.node}"))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -312,6 +353,7 @@ class AgentConfig:
     metrics_port: int = 0  # none; the command line's default is colocation.agent.agent_command.DEFAULT_METRICS_PORT
     operator_namespace: str = permissions.OPERATOR_NAMESPACE
     leader_poll_interval: float = DEFAULT_POLL_INTERVAL
+    enforcement: EnforcementOptions = field(default_factory=EnforcementOptions)
 
 
 async def run_until(stop: asyncio.Event, *coroutines: Any) -> None:
@@ -349,8 +391,14 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> i
                                 timeout=config.node.report.request_timeout)
         locator.subscribe(lambda leader: metrics.leader_changes.inc())
         collector = RealCollector(config.proc_root, config.cgroup_root)
+        suppressor = None
+        if config.enforcement.cpu_suppress:
+            suppressor = node_suppressor(config.node_name, config.cgroup_root, config.proc_root, config.enforcement,
+                                         kube, metrics, cpus=lambda: collector.cpu_count,
+                                         timeout=config.node.report.request_timeout)
         agent = NodeAgent(config.node_name, kube, collector, locator=locator,
                           direct=session_put(session, kube.bearer_token), metrics=metrics, options=config.node,
+                          suppressor=suppressor,
                           sample_source=lambda pods: PodScraper(
                               scrape_session, lambda: pods.scrape_targets.values(), scrape, metrics,
                               node=config.node_name).scrape_all)
@@ -358,10 +406,15 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> i
         runner = await serve_metrics(metrics, agent.healthy, config.metrics_bind_address, config.metrics_port)
         log.info("agent started", extra={"node": config.node_name, "proc_root": str(config.proc_root),
                                          "cgroup_root": str(config.cgroup_root),
-                                         "scrape_interval": scrape.interval or "off"})
+                                         "scrape_interval": scrape.interval or "off",
+                                         "enforcement": str(config.enforcement)})
         try:
             with metrics.counting_logged_errors():
-                await run_until(stop, locator.run(), lag.run(), agent.run())
+                try:
+                    await run_until(stop, locator.run(), lag.run(), agent.run())
+                finally:
+                    if suppressor is not None and config.enforcement.restore_on_exit:
+                        await suppressor.restore_and_tell(config.node.report.request_timeout)
         finally:
             if runner is not None:
                 with contextlib.suppress(Exception):

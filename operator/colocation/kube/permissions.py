@@ -149,6 +149,8 @@ AGENT_API_CALLS: tuple[ApiCall, ...] = (
     # Custom metric samples scraped from annotated pods: PUT .../nodemetrics/{node}/samples, the
     # same node rule as reports.
     ApiCall(METRICS_GROUP, "nodemetrics", "update", None, subresource="samples"),
+    # Events on its Node when an enforcement strategy starts or stops (node events live in default).
+    ApiCall("", "events", "create", "default"),
 )
 
 # The roles the operator is bound to that Kubernetes itself defines; they grant more than the

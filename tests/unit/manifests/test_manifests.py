@@ -558,3 +558,56 @@ def test_the_component_lets_viewers_read_metrics_and_grants_the_operator_nothing
     assert reader["rules"] == [{"apiGroups": ["metrics.k8s.io"], "resources": ["nodes", "pods"],
                                 "verbs": ["get", "list"]}]
     assert sorted(map(str, grants(with_resource_metrics))) == sorted(map(str, grants(rendered)))
+
+
+# --- The opt-in enforcement component (the agent writes cgroups) ------------------------------------
+
+@pytest.fixture(scope="module")
+def with_enforcement() -> list[dict[str, Any]]:
+    """manifests/ with components/enforcement, through an overlay as docs/install.md shows."""
+    if KUBECTL is None:
+        pytest.skip("no kubectl (neither built by hack/kube/build.sh nor on the PATH): manifests/ cannot be rendered")
+    from colocation.sandbox.launcher.project_install import render_manifests
+
+    return render_manifests(REPO, components=("enforcement",))
+
+
+def agent_container(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    daemonset = find(objects, "DaemonSet", "colocation-agent", permissions.OPERATOR_NAMESPACE)
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return pod, container
+
+
+def test_the_default_agent_only_computes_enforcement(rendered: list[dict[str, Any]]) -> None:
+    from colocation.agent.agent_command import agent_command
+
+    _, container = agent_container(rendered)
+    assert env_of(container)["COLOCATION_DRY_RUN_ENFORCEMENT"] == "true"
+    envvars = {param.envvar for param in agent_command.params}
+    assert {"COLOCATION_DRY_RUN_ENFORCEMENT", "COLOCATION_RESTORE_ON_EXIT"} <= envvars
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_enforcement_component_renders_valid_kubernetes(with_enforcement: list[dict[str, Any]],
+                                                            version: str) -> None:
+    for obj in with_enforcement:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_the_enforcement_component_gives_the_agent_root_and_a_writable_cgroup_mount_only(
+    rendered: list[dict[str, Any]], with_enforcement: list[dict[str, Any]]
+) -> None:
+    pod, container = agent_container(with_enforcement)
+    env = env_of(container)
+    assert (env["COLOCATION_DRY_RUN_ENFORCEMENT"], env["COLOCATION_RESTORE_ON_EXIT"]) == ("false", "true")
+    mounts = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
+    assert mounts["/host/sys/fs/cgroup"] is False and mounts["/host/proc"] is True
+    context = {**pod["securityContext"], **container["securityContext"]}
+    assert (context["runAsUser"], context["runAsNonRoot"]) == (0, False)
+    # Root, but nothing more: no capability, no escalation, no privileged container, read-only root fs.
+    assert context["capabilities"] == {"drop": ["ALL"]} and context["allowPrivilegeEscalation"] is False
+    assert not context.get("privileged") and context["readOnlyRootFilesystem"] is True
+    # Everything but the DaemonSet is the base, unchanged.
+    assert [o for o in with_enforcement if o["kind"] != "DaemonSet"] == \
+        [o for o in rendered if o["kind"] != "DaemonSet"]

@@ -226,8 +226,10 @@ class SandboxNodes:
             kubeconfig = self.sandbox.write_kubeconfig(self.state_dir / f"agent-{node}.kubeconfig", token=token)
             port = free_port()
             self.agents.append(AgentProcess([node], False, port, ChildProcess(
+                # It measures this machine, but its cgroups are not the sandbox's to throttle.
                 [*python, "--kubeconfig", str(kubeconfig), "--node-name", node, "--proc-root", "/proc",
-                 "--cgroup-root", "/sys/fs/cgroup", *self._common_args(port), *self.agent_args],
+                 "--cgroup-root", "/sys/fs/cgroup", "--dry-run-enforcement", *self._common_args(port),
+                 *self.agent_args],
                 env, str(self.state_dir / f"agent-{node}.log"))))
         if simulated:
             nodes_file = self.state_dir / "simulated-nodes.json"

@@ -1,0 +1,185 @@
+"""The agent's only writes to the node: the best-effort tier's CFS quota and cpusets.
+
+Where the files are depends on the cgroup version and the kubelet's driver; the tier directory
+is found like the collector finds pods (colocation.agent.cgroups): `kubepods/besteffort`
+(cgroupfs) or `kubepods.slice/kubepods-besteffort.slice` (systemd), possibly nested under a
+kubelet `--cgroup-root`. Files:
+
+    v1  cpu/<tier>/cpu.cfs_quota_us, cpu.cfs_period_us     cpuset/<tier>/.../cpuset.cpus
+    v2  <tier>/cpu.max ("max 100000", "50000 100000")      <tier>/.../cpuset.cpus
+
+Every write first reads the file and writes only a different value, so nothing is written while
+nothing changes, and a value someone else wrote is put back on the next round. With `dry_run`
+nothing is ever written; each write that would have happened is counted as `dry-run`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from colocation.agent import cgroups
+from colocation.agent.cpu_suppress import UNLIMITED_QUOTA
+from colocation.agent.cpuset import format_cpuset, parse_cpuset
+
+log = logging.getLogger(__name__)
+
+WriteResult = Literal["ok", "failed", "dry-run"]
+_V1_CPU_CONTROLLERS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+DEFAULT_CFS_PERIOD_US = 100_000
+
+
+@dataclass(frozen=True)
+class CfsQuota:
+    quota_us: int  # -1: unlimited
+    period_us: int
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    path: Path
+    value: str
+    result: WriteResult
+    error: str = ""
+
+
+class CgroupWriter:
+    """Reads and writes the best-effort tier under `cgroup_root` (v1 or v2, either driver).
+
+    `on_write(resource, result)` is told of every write attempted (resource: cfs_quota, cpuset).
+    """
+
+    def __init__(self, cgroup_root: Path, *, dry_run: bool = False,
+                 on_write: Callable[[str, WriteResult], None] = lambda resource, result: None) -> None:
+        self.cgroup_root = Path(cgroup_root)
+        self.dry_run = dry_run
+        self.on_write = on_write
+        self.last_failure: WriteOutcome | None = None
+
+    # ---- where ------------------------------------------------------------------------------------
+
+    @property
+    def unified(self) -> bool:
+        return (self.cgroup_root / "cgroup.controllers").is_file()
+
+    def cpu_root(self) -> Path | None:
+        if self.unified:
+            return self.cgroup_root
+        return next((self.cgroup_root / name for name in _V1_CPU_CONTROLLERS if (self.cgroup_root / name).is_dir()),
+                    None)
+
+    def cpuset_root(self) -> Path | None:
+        if self.unified:
+            return self.cgroup_root
+        root = self.cgroup_root / "cpuset"
+        return root if root.is_dir() else None
+
+    @staticmethod
+    def _tier(root: Path | None) -> Path | None:
+        if root is None:
+            return None
+        found = cgroups.tier_directories(root, "besteffort")
+        return root / found[0] if found else None
+
+    def besteffort_cpu_dir(self) -> Path | None:
+        return self._tier(self.cpu_root())
+
+    def besteffort_cpuset_dirs(self) -> list[Path]:
+        """The tier, its pods and their containers, parents before children (cpuset order)."""
+        tier = self._tier(self.cpuset_root())
+        if tier is None:
+            return []
+        paths = [tier]
+        for pod in cgroups.subdirectories(tier):
+            paths.append(tier / pod)
+            paths.extend(tier / pod / container for container in cgroups.subdirectories(tier / pod))
+        return paths
+
+    # ---- CFS quota --------------------------------------------------------------------------------
+
+    def read_cfs_quota(self, directory: Path) -> CfsQuota | None:
+        if self.unified:
+            fields = (_read(directory / "cpu.max") or "").split()
+            if len(fields) != 2 or not fields[1].isdigit():
+                return None
+            quota = UNLIMITED_QUOTA if fields[0] == "max" else _int(fields[0])
+            return None if quota is None else CfsQuota(quota, int(fields[1]))
+        quota, period = _int(_read(directory / "cpu.cfs_quota_us")), _int(_read(directory / "cpu.cfs_period_us"))
+        return None if quota is None or period is None else CfsQuota(quota, period)
+
+    def write_cfs_quota(self, directory: Path, quota_us: int, period_us: int) -> WriteOutcome | None:
+        """Set the quota (-1: unlimited); None when the file already says so."""
+        current = self.read_cfs_quota(directory)
+        if current is not None and current.quota_us == quota_us and (current.quota_us < 0 or
+                                                                     current.period_us == period_us):
+            return None
+        if self.unified:
+            return self._write("cfs_quota", directory / "cpu.max",
+                               f"{'max' if quota_us < 0 else quota_us} {period_us}")
+        return self._write("cfs_quota", directory / "cpu.cfs_quota_us", str(quota_us))
+
+    # ---- cpusets ----------------------------------------------------------------------------------
+
+    def read_cpuset(self, directory: Path) -> frozenset[int] | None:
+        """The cpus a cgroup may run on (v2: the effective set when none is configured)."""
+        text = _read(directory / "cpuset.cpus")
+        if self.unified and text is not None and not text.strip():
+            text = _read(directory / "cpuset.cpus.effective")
+        return None if text is None else parse_cpuset(text)
+
+    def pool(self) -> frozenset[int] | None:
+        """All the cpus best-effort pods may have: those of the tier's parent (kubepods), which
+        the kubelet set (its reserved cpus excluded)."""
+        dirs = self.besteffort_cpuset_dirs()
+        return self.read_cpuset(dirs[0].parent) if dirs else None
+
+    def write_cpusets(self, directories: Sequence[Path], cpus: frozenset[int], *,
+                      grow_only: bool = False) -> list[WriteOutcome]:
+        """Write `cpus` to each directory that has another set, in the order given; with
+        `grow_only`, each gets its own cpus plus `cpus` (a first pass from parents down, so that
+        children can then shrink from the bottom up: a child's cpus must stay within its parent's)."""
+        outcomes = []
+        for directory in directories:
+            current = self.read_cpuset(directory)
+            if grow_only and current is not None and cpus <= current:
+                continue
+            target = (current or frozenset()) | cpus if grow_only else cpus
+            if current == target and (_read(directory / "cpuset.cpus") or "").strip():
+                continue  # (v2: an empty file inherits the parent's; write it out explicitly)
+            outcomes.append(self._write("cpuset", directory / "cpuset.cpus", format_cpuset(target)))
+        return outcomes
+
+    # ---- the write ----------------------------------------------------------------------------------
+
+    def _write(self, resource: str, path: Path, value: str) -> WriteOutcome:
+        if self.dry_run:
+            outcome = WriteOutcome(path, value, "dry-run")
+        else:
+            try:
+                with open(path, "w") as file:  # one write(2): cgroup files take a value per write
+                    file.write(value)
+                outcome = WriteOutcome(path, value, "ok")
+            except OSError as error:
+                outcome = WriteOutcome(path, value, "failed", error.strerror or str(error))
+                self.last_failure = outcome
+        self.on_write(resource, outcome.result)
+        log.debug("cgroup write", extra={"path": str(path), "value": value, "result": outcome.result})
+        return outcome
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    text = (text or "").strip()
+    try:
+        return int(text)
+    except ValueError:
+        return None
