@@ -269,11 +269,19 @@ async def test_the_node_reservation_lowers_the_quota(tmp_path: Path) -> None:
 async def test_the_node_is_read_only_while_suppression_is_wanted_and_retried_on_failure() -> None:
     kube = NodeKube(failures=1)
     reservation = NodeReservation(kube, "node-a", timeout=1.0, refresh=3600, poll=0.01)  # type: ignore[arg-type]
-    wanted = False
-    task = asyncio.create_task(reservation.run(lambda: wanted))
+    wanted, polls, polled = False, 0, asyncio.Event()
+
+    def want() -> bool:
+        nonlocal polls
+        polls += 1
+        if polls >= 3:
+            polled.set()
+        return wanted
+
+    task = asyncio.create_task(reservation.run(want))
     try:
-        await asyncio.sleep(0.05)  # several polls while unwanted
-        assert kube.gets == 0
+        await asyncio.wait_for(polled.wait(), timeout=10)  # several polls while unwanted...
+        assert kube.gets == 0  # ...and no read
         wanted = True
         await asyncio.wait_for(kube.answered.wait(), timeout=10)  # the failure's backoff is at most 1 s
         assert (kube.gets, reservation.cpu_millis) == (2, 1000)

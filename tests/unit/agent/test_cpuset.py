@@ -11,7 +11,7 @@ from colocation.agent.cpuset import Processor, choose_cpus, format_cpuset, parse
     ("0-3,8,10-11\n", {0, 1, 2, 3, 8, 10, 11}), ("", set()), ("5", {5}),
 ])
 def test_cpuset_lists_parse_and_format_as_the_kernel_writes_them(text: str, cpus: set[int]) -> None:
-    assert parse_cpuset(text) == cpus
+    assert parse_cpuset(text) == frozenset(cpus)
     assert format_cpuset(cpus) == text.strip()
 
 
