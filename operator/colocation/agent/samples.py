@@ -151,12 +151,14 @@ def _series_json(key: SeriesKey, points: Iterable[tuple[float, float]]) -> bytes
     return orjson.dumps(series)
 
 
-def batch_bodies(node: str, held: Mapping[SeriesKey, Sequence[tuple[float, float]]], *,
+def batch_bodies(node: str, held: Mapping[SeriesKey, Sequence[tuple[float, float]]], *, sent_at: float,
                  max_bytes: int = MAX_BATCH_BYTES,
                  max_series: int = MAX_SERIES_PER_BATCH) -> list[tuple[bytes, list[SeriesKey]]]:
     """MetricSampleBatch bodies holding every series in `held`, each under `max_bytes` and
-    `max_series`; with the series each one carries."""
-    head = orjson.dumps({"apiVersion": API_VERSION, "kind": "MetricSampleBatch", "node": node})[:-1] + b',"series":['
+    `max_series`; with the series each one carries. `sent_at` (our clock now) lets the leader put
+    the samples' times on its own clock."""
+    head = orjson.dumps({"apiVersion": API_VERSION, "kind": "MetricSampleBatch", "node": node,
+                         "sentTime": sent_at})[:-1] + b',"series":['
     bodies: list[tuple[bytes, list[SeriesKey]]] = []
     parts: list[bytes] = []
     keys: list[SeriesKey] = []
@@ -191,7 +193,7 @@ class SendOptions:
 class SampleSender:
     def __init__(self, node: str, delivery: Delivery, buffer: SampleBuffer, *, options: SendOptions | None = None,
                  metrics: AgentMetrics | None = None, clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None) -> None:
+                 wall: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
         self.node = node
         self.delivery = delivery
         self.locator = delivery.locator
@@ -201,6 +203,7 @@ class SampleSender:
         self.path = f"/apis/{_SAMPLES.group}/v1alpha1/{_SAMPLES.resource}/{node}/{_SAMPLES.subresource}"
         self.delivered_to: str | None = None  # the leader identity the last accepted batch reached
         self._clock = clock
+        self._wall = wall  # the clock the scraper stamps samples with
         self._retry_at = 0.0  # monotonic; nudges before it wait for the backoff
         self._backoff = Backoff(min(self.options.retry_initial, self.options.retry_maximum),
                                 self.options.retry_maximum, jitter=0.5, rng=rng)
@@ -227,7 +230,7 @@ class SampleSender:
         if not self.locator.read_once:
             await self.locator.refresh()
         held = self.buffer.take()
-        bodies = batch_bodies(self.node, held)
+        bodies = batch_bodies(self.node, held, sent_at=self._wall())
         for position, (body, keys) in enumerate(bodies):
             started = self._clock()
             try:

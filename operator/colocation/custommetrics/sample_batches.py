@@ -2,8 +2,11 @@
 
 The wire contract is the agents' (see the README, "Custom and external metrics"): Prometheus
 metric and label names, finite values, unix-second timestamps oldest first, at most 20,000 series
-of 1..120 samples. A bad batch is refused whole with a Kubernetes Status (400 when it is not a
-MetricSampleBatch for this node, 422 with one cause per bad field), so nothing of it is stored.
+of 1..120 samples, and optionally `sentTime`, the agent's clock when it sent the batch: the
+leader then moves the samples onto its own clock by the difference (`series_store`), so an agent
+whose clock is off is neither refused nor able to hold a series back. A bad batch is refused
+whole with a Kubernetes Status (400 when it is not a MetricSampleBatch for this node, 422 with
+one cause per bad field), so nothing of it is stored.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class MetricSampleBatch(BaseModel):
     api_version: str = Field(alias="apiVersion")
     kind: str
     node: str
+    sent_time: Annotated[Finite, Field(gt=0)] | None = Field(default=None, alias="sentTime")
     series: Annotated[list[SeriesBody], Field(max_length=MAX_SERIES)]
 
 
@@ -95,6 +99,7 @@ class IncomingSeries:
 class ValidatedBatch:
     node: str
     series: tuple[IncomingSeries, ...]
+    sent_at: float | None = None  # the agent's clock when it sent the batch (sentTime)
 
     @property
     def sample_count(self) -> int:
@@ -125,7 +130,7 @@ def validate_batch(raw: bytes, node: str) -> ValidatedBatch:
                                        tuple(s.value for s in body.samples)))
     if duplicates:
         raise ApiError.invalid(GROUP, KIND, node, duplicates)
-    return ValidatedBatch(node, tuple(incoming))
+    return ValidatedBatch(node, tuple(incoming), model.sent_time)
 
 
 def _check_identity(api_version: object, kind: object, batch_node: object, node: str) -> None:

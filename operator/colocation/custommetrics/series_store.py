@@ -6,6 +6,10 @@ floats) kept in timestamp order and bounded by count; samples older than the ret
 off by `collect_garbage`, and a series left without samples goes with its index entries. Reads cut
 at the retention too, so a sweep that has not run yet never shows an expired sample.
 
+Times are ours: a batch that says when the agent sent it (`sentTime`) has its samples moved by
+the difference between that and when we received it (`clock_offset`), so a skewed agent clock
+neither drops its samples as too old or in the future nor holds a series back.
+
 Bounds: `max_series` (a new series beyond it is refused and counted, existing ones carry on)
 and `max_samples_per_series` (the oldest sample makes room). Indexes: (metric, resource,
 namespace) → object name → series, for by-name and by-selector queries, and
@@ -23,6 +27,7 @@ Pure: the wall clock is injected; single-threaded (the event loop).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import operator
 from array import array
 from collections import Counter
@@ -41,6 +46,9 @@ TOO_OLD = "too-old"
 FUTURE = "future"
 OUT_OF_ORDER = "out-of-order"
 SERIES_LIMIT = "series-limit"
+
+# An agent's clock within this of ours (network delay and jitter included) is taken as it is.
+CLOCK_SKEW_TOLERANCE = 2.0
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -115,6 +123,17 @@ class IngestResult:
     kept: list[SeriesSamples] = field(default_factory=list)  # the accepted samples, for standbys
 
 
+def clock_offset(sent_at: float | None, received_at: float) -> float:
+    """Seconds to add to an agent's sample times to put them on our clock: the difference between
+    when we received the batch and the agent's clock when it sent it, when that is more than
+    network delay and jitter could make it (CLOCK_SKEW_TOLERANCE); else 0, and the times stay as
+    scraped. Without sentTime (an older agent), 0: its times are judged as sent."""
+    if sent_at is None:
+        return 0.0
+    offset = received_at - sent_at
+    return offset if abs(offset) > CLOCK_SKEW_TOLERANCE else 0.0
+
+
 class SeriesStore:
     def __init__(self, wall: WallClock, *, retention_seconds: float = 600.0, max_series: int = 50_000,
                  max_samples_per_series: int = 360, future_tolerance_seconds: float = 300.0) -> None:
@@ -145,7 +164,10 @@ class SeriesStore:
         now = self._wall()
         oldest, newest = now - self.retention, now + self._future_tolerance
         result = IngestResult()
+        shift = clock_offset(batch.sent_at, now)
         for incoming in batch.series:
+            if shift:
+                incoming = dataclasses.replace(incoming, timestamps=tuple(t + shift for t in incoming.timestamps))
             resource, name = (PODS, incoming.pod) if incoming.pod else (NODES, batch.node)
             key = SeriesKey(incoming.metric, resource, incoming.namespace, name, incoming.labels)
             series = self._series.get(key)

@@ -75,11 +75,12 @@ def test_samples_given_back_go_ahead_of_newer_ones_within_the_bounds() -> None:
 # ---- batch bodies -----------------------------------------------------------------------------------------
 
 def test_a_batch_is_the_contract_s_metric_sample_batch() -> None:
-    [(body, keys)] = batch_bodies("node-a", {GET: [(1000.5, 12.5), (1005.5, 13.0)], NODE_SERIES: [(1005.5, 41.5)]})
+    [(body, keys)] = batch_bodies("node-a", {GET: [(1000.5, 12.5), (1005.5, 13.0)], NODE_SERIES: [(1005.5, 41.5)]},
+                                   sent_at=1006.0)
     assert keys == [GET, NODE_SERIES]
     assert orjson.loads(body) == {
         "apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "MetricSampleBatch", "node": "node-a",
-        "series": [
+        "sentTime": 1006.0, "series": [
             {"metric": "http_requests_per_second", "labels": {"method": "GET"},
              "pod": {"namespace": "shop", "name": "web-1"},
              "samples": [{"timestamp": 1000.5, "value": 12.5}, {"timestamp": 1005.5, "value": 13.0}]},
@@ -90,11 +91,11 @@ def test_a_batch_is_the_contract_s_metric_sample_batch() -> None:
 def test_batches_are_split_below_the_size_and_series_limits() -> None:
     held = {SeriesKey("requests_total", (("path", f"/{i:04}" + "x" * 200),), ("shop", "web-1")): [(1000.0, 1.0)]
             for i in range(100)}
-    bodies = batch_bodies("node-a", held, max_bytes=4096, max_series=1000)
+    bodies = batch_bodies("node-a", held, sent_at=1006.0, max_bytes=4096, max_series=1000)
     assert len(bodies) > 1 and all(len(body) <= 4096 for body, _ in bodies)
     assert [key for _, keys in bodies for key in keys] == list(held)  # every series once, in order
     assert sum(len(orjson.loads(body)["series"]) for body, _ in bodies) == 100
-    assert [len(keys) for _, keys in batch_bodies("node-a", held, max_series=30)] == [30, 30, 30, 10]
+    assert [len(keys) for _, keys in batch_bodies("node-a", held, sent_at=1006.0, max_series=30)] == [30, 30, 30, 10]
 
 
 # ---- the sender -------------------------------------------------------------------------------------------

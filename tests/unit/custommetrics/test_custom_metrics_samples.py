@@ -45,6 +45,14 @@ def test_a_valid_batch_keeps_metric_labels_pod_and_samples_in_order() -> None:
     assert validated.sample_count == 3
 
 
+def test_a_batch_says_when_the_agent_sent_it_or_not() -> None:
+    assert validate_batch(batch(series(), sentTime=1000.5), "node-1").sent_at == 1000.5
+    assert validate_batch(batch(series()), "node-1").sent_at is None  # an older agent
+    for bad in (0, -1, "1000"):
+        problem = rejection(batch(series(), sentTime=bad))
+        assert (problem.code, [c["field"] for c in problem.details["causes"]]) == (422, ["sentTime"]), bad
+
+
 @pytest.mark.parametrize(("raw", "message"), [
     (b"{not json", "json parse error"),
     (b"[]", "expected an object"),

@@ -58,6 +58,29 @@ def test_old_future_and_out_of_order_samples_are_dropped_and_counted() -> None:
     assert values(store, "a") == [1.5, 2.0]  # the same timestamp replaced the value
 
 
+@pytest.mark.parametrize("skew", [-3600.0, 3600.0, 10 * 365 * 86400.0])
+def test_an_agent_clock_off_by_any_amount_has_its_samples_moved_onto_ours(skew: float) -> None:
+    """With sentTime, a batch's times are put on our clock by the difference: nothing is dropped
+    as too old or in the future, and the next batch is not held back as out of order."""
+    clock = Clock()
+    store = SeriesStore(clock, retention_seconds=60, future_tolerance_seconds=30)
+    for second in (0.0, 5.0):
+        clock.now = 10_000.0 + second
+        agent_now = clock.now + skew
+        series = pod_series("a", [(agent_now - 5, second), (agent_now, second + 1)])
+        result = store.ingest(ValidatedBatch("node-1", (series,), sent_at=agent_now + 0.2))  # sent 0.2 s later
+        assert (result.accepted, dict(result.dropped)) == (2, {})  # 9_999.8 again replaces the value
+    [kept] = store.series_of("rps", PODS, "ns", "a")
+    assert list(kept.timestamps) == pytest.approx([9_994.8, 9_999.8, 10_004.8])
+
+
+def test_an_agent_clock_within_the_tolerance_keeps_its_sample_times() -> None:
+    store = SeriesStore(Clock(), retention_seconds=60)
+    store.ingest(ValidatedBatch("node-1", (pod_series("a", [(9_999.0, 1.0)]),), sent_at=9_999.5))
+    [kept] = store.series_of("rps", PODS, "ns", "a")
+    assert list(kept.timestamps) == [9_999.0]
+
+
 def test_a_series_with_nothing_kept_is_not_created() -> None:
     store = SeriesStore(Clock(), retention_seconds=60)
     assert ingest(store, pod_series("a", [(1.0, 1.0)])) == {"accepted": 0, "new": 0, "too-old": 1}
