@@ -7,7 +7,9 @@ the aggregator's current windows when it checks (the latest state, never a backl
 heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.agent.samples)
 are two more tasks: one takes samples every scrape interval, one sends them. On a real node, CPU
 suppress (colocation.agent.cpu_suppressor) is one more: every suppress interval it applies the
-NodeSLO to the latest sample, once the NodeSLO has been listed.
+NodeSLO to the latest sample, once the NodeSLO has been listed; batch cgroups
+(colocation.agent.batch_cgroup_reconciler) another: every few seconds it writes the batch pods'
+resources, as the pod watch last saw them, to their cgroups.
 
 The heartbeat may have a client of its own (`heartbeat_kube`), as the kubelet has for its node
 Lease, so renewals never wait behind other traffic; simulated agents use that (see
@@ -33,6 +35,8 @@ from aiohttp import web
 
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.aggregate import Aggregator
+from colocation.agent.batch_cgroup_reconciler import BatchCgroupReconciler, node_batch_cgroups
+from colocation.agent.batch_cgroups import PodResources, pod_resources
 from colocation.agent.classify import PodInfo, classify
 from colocation.agent.collector import Collector, RealCollector, Sample
 from colocation.agent.cpu_suppress import SuppressPolicy, suppress_policy
@@ -77,19 +81,22 @@ class NodeAgentOptions:
         return self.heartbeat_interval or self.lease_duration * RENEW_FRACTION
     scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
     cpu_suppress_interval: float = 1.0  # seconds between two rounds of CPU suppress (with a suppressor)
+    batch_cgroups_interval: float = 5.0  # seconds between two rounds of batch cgroups (with a reconciler)
 
 
 class PodDirectory:
     """The node's pods (from its watch, or a fixed list), classified, by UID and by name; and
-    those annotated for scraping, by name."""
+    those annotated for scraping, by name; with `keep_batch`, those naming batch resources, by UID."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_batch: bool = False) -> None:
+        self.keep_batch = keep_batch
         self.by_uid: dict[str, PodInfo] = {}
         self.by_name: dict[tuple[str, str], PodInfo] = {}
         self.scrape_targets: dict[tuple[str, str], ScrapeTarget] = {}
+        self.batch: dict[str, PodResources] = {}
 
     async def on_sync(self, items: list[dict[str, Any]], resource_version: str = "") -> None:
-        self.by_uid, self.by_name, self.scrape_targets = {}, {}, {}
+        self.by_uid, self.by_name, self.scrape_targets, self.batch = {}, {}, {}, {}
         for item in items:
             await self.on_event("ADDED", item)
 
@@ -99,9 +106,13 @@ class PodDirectory:
         old = self.by_name.pop(key, None)
         if old is not None:
             self.by_uid.pop(old.uid, None)
+            self.batch.pop(old.uid, None)
         self.scrape_targets.pop(key, None)
         if type_ == "DELETED" or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
             return
+        resources = pod_resources(pod) if self.keep_batch else None
+        if resources is not None and resources.uid:
+            self.batch[resources.uid] = resources
         target = scrape_target(pod)
         if target is not None:  # scraped whether or not the pod can be classified
             self.scrape_targets[key] = target
@@ -122,7 +133,7 @@ class NodeAgent:
                  report_slots: asyncio.Semaphore | None = None, lease_slots: asyncio.Semaphore | None = None,
                  heartbeat_kube: KubeApi | None = None,
                  sample_source: Callable[[PodDirectory], SampleSource] | None = None,
-                 suppressor: CpuSuppressor | None = None,
+                 suppressor: CpuSuppressor | None = None, batch_cgroups: BatchCgroupReconciler | None = None,
                  wall: Callable[[], float] = time.time) -> None:
         self.node = node
         self.kube = kube
@@ -131,7 +142,7 @@ class NodeAgent:
         self.metrics = metrics
         self.watch_pods = watch_pods
         self.follow_nodeslo = follow_nodeslo
-        self.pods = PodDirectory()
+        self.pods = PodDirectory(keep_batch=batch_cgroups is not None)
         self.policy = CollectPolicy()
         self.aggregator = Aggregator(self.policy.aggregate_duration_seconds, self.policy.durations,
                                      sample_interval_seconds=self.options.collect_interval)
@@ -157,6 +168,7 @@ class NodeAgent:
         self.last_sample: Sample | None = None
         self.suppressor = suppressor
         self.suppress_policy = SuppressPolicy()
+        self.batch_cgroups = batch_cgroups
         self.nodeslo_synced = False  # enforcement waits for the NodeSLO, so a restart does not undo it
         self._wall = wall
         self.watches = self.informers()
@@ -181,6 +193,15 @@ class NodeAgent:
         stale = self.last_sample_at is None or \
             time.monotonic() - self.last_sample_at > 2 * max(self.options.collect_interval, 0.5)
         self.suppressor.step(self.suppress_policy, None if stale else sample, self.pods.by_uid)
+
+    def batch_cgroups_once(self) -> None:
+        """One round of batch cgroups; every quota unlimited while CPU suppress holds the best-effort
+        tier by its quota (koordlet's rule: a v1 child's quota may not exceed its parent's)."""
+        if self.batch_cgroups is None or not self.nodeslo_synced:
+            return
+        by_tier_quota = self.suppressor is not None and self.suppress_policy.enabled and \
+            self.suppress_policy.policy == "cfsQuota"
+        self.batch_cgroups.step(self.pods.batch, unlimited_quota=by_tier_quota)
 
     async def _suppress_loop(self) -> None:
         await self._every(self.options.cpu_suppress_interval, self.suppress_once, "cpu suppress failed")
@@ -270,6 +291,9 @@ class NodeAgent:
             if self.suppressor.reservation is not None:
                 tasks.append(asyncio.create_task(self.suppressor.reservation.run(lambda: self.suppress_policy.enabled),
                                                  name=f"node-reservation@{self.node}"))
+        if self.batch_cgroups is not None:
+            tasks.append(asyncio.create_task(self._every(self.options.batch_cgroups_interval, self.batch_cgroups_once,
+                                                         "batch cgroups failed"), name=f"batch-cgroups@{self.node}"))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -396,9 +420,13 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> i
             suppressor = node_suppressor(config.node_name, config.cgroup_root, config.proc_root, config.enforcement,
                                          kube, metrics, cpus=lambda: collector.cpu_count,
                                          timeout=config.node.report.request_timeout)
+        batch_cgroups = None
+        if config.enforcement.batch_cgroups:
+            batch_cgroups = node_batch_cgroups(config.node_name, config.cgroup_root,
+                                               dry_run=config.enforcement.dry_run, metrics=metrics)
         agent = NodeAgent(config.node_name, kube, collector, locator=locator,
                           direct=session_put(session, kube.bearer_token), metrics=metrics, options=config.node,
-                          suppressor=suppressor,
+                          suppressor=suppressor, batch_cgroups=batch_cgroups,
                           sample_source=lambda pods: PodScraper(
                               scrape_session, lambda: pods.scrape_targets.values(), scrape, metrics,
                               node=config.node_name).scrape_all)
@@ -413,6 +441,8 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> i
                 try:
                     await run_until(stop, locator.run(), lag.run(), agent.run())
                 finally:
+                    if batch_cgroups is not None and config.enforcement.restore_on_exit:
+                        batch_cgroups.restore()
                     if suppressor is not None and config.enforcement.restore_on_exit:
                         await suppressor.restore_and_tell(config.node.report.request_timeout)
         finally:
