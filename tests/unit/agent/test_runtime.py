@@ -11,6 +11,7 @@ from colocation.agent.batch_cgroup_reconciler import BatchCgroupReconciler
 from colocation.agent.cgroup_writer import CgroupWriter
 from colocation.agent.collector import Sample
 from colocation.agent.cpu_suppressor import CpuSuppressor
+from colocation.agent.enforcement import NodeEnforcement
 from colocation.agent.leader_locator import LeaderLocator
 from colocation.agent.runtime import NodeAgent
 from tests.unit.agent import test_batch_cgroup_reconciler as batch
@@ -48,7 +49,8 @@ def agent_on(root: Path, *, batch_cgroups: bool = False) -> NodeAgent:
         raise AssertionError("no report expected")
 
     return NodeAgent("node-a", NoKube(), FixedCollector(), locator=LeaderLocator(NoKube()), direct=no_put,
-                     metrics=metrics, suppressor=suppressor, batch_cgroups=reconciler)
+                     metrics=metrics,
+                     enforcement=NodeEnforcement("node-a", suppressor=suppressor, batch_cgroups=reconciler))
 
 
 async def test_suppression_waits_for_the_nodeslo_then_follows_it(tmp_path: Path) -> None:
