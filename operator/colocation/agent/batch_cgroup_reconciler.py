@@ -8,7 +8,7 @@ containers' cgroups that names a batch resource:
 - the pod's cgroup is where the kubelet puts it for its Kubernetes QoS class and UID, under any
   of the kubepods roots colocation.agent.cgroups knows (cgroupfs or systemd names, nested or not);
 - a container's cgroup is the pod cgroup's child named after the container's runtime id (from
-  the pod's status): `<id>` (cgroupfs) or `<runtime>-<id>.scope` (systemd);
+  the pod's status): `<id>` or `crio-<id>` (cgroupfs), `<runtime>-<id>.scope` (systemd);
 - a file is written only when it says something else (colocation.agent.cgroup_writer), so a value
   someone else wrote is put back on the next round and nothing is written while nothing changes;
 - CFS quotas that loosen are written from the pod down and quotas that tighten from the
@@ -65,11 +65,18 @@ def pod_directory(controller_root: Path | None, kube_qos: KubeQoSClass, uid: str
     return None
 
 
+def is_container_cgroup(name: str, container_id: str) -> bool:
+    """`<id>` (containerd, docker with cgroupfs), `crio-<id>` (CRI-O with cgroupfs) or
+    `<runtime>-<id>.scope` (systemd); never CRI-O's `crio-conmon-<id>.scope`, its monitor's."""
+    return name == container_id or (name.removesuffix(".scope").endswith(f"-{container_id}")
+                                    and not name.startswith("crio-conmon-"))
+
+
 def container_directory(pod_dir: Path | None, container_id: str | None) -> Path | None:
     if pod_dir is None or not container_id:
         return None
     for name in cgroups.subdirectories(pod_dir):
-        if name == container_id or name.endswith(f"-{container_id}.scope"):
+        if is_container_cgroup(name, container_id):
             return pod_dir / name
     return None
 

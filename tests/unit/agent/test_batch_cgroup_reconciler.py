@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from colocation.agent.agent_metrics import AgentMetrics
-from colocation.agent.batch_cgroup_reconciler import BatchCgroupReconciler, pod_cgroup_path
+from colocation.agent.batch_cgroup_reconciler import BatchCgroupReconciler, is_container_cgroup, pod_cgroup_path
 from colocation.agent.batch_cgroups import ContainerResources, PodResources
 from colocation.agent.cgroup_writer import CgroupWriter
 
@@ -239,3 +239,11 @@ def test_a_pod_not_started_yet_is_written_once_its_cgroup_appears(tmp_path: Path
 ])
 def test_pod_cgroup_path_follows_the_kubelets_naming(root: str, qos: str, path: str) -> None:
     assert pod_cgroup_path(root, qos, "a-b") == path  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("name", "found"), [
+    ("c0ffee", True), ("crio-c0ffee", True), ("cri-containerd-c0ffee.scope", True), ("docker-c0ffee.scope", True),
+    ("crio-c0ffee.scope", True), ("crio-conmon-c0ffee.scope", False), ("c0ffee00", False),
+    ("cri-containerd-beef.scope", False)])
+def test_a_containers_cgroup_is_named_after_its_runtime_id(name: str, found: bool) -> None:
+    assert is_container_cgroup(name, "c0ffee") is found
