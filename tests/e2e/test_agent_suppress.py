@@ -112,14 +112,14 @@ def process_in(scratch: Scratch, pod: str, program: str) -> Iterator[int]:
 
 
 @contextlib.asynccontextmanager
-async def agent_process(kubeconfig: Path, node: str, scratch: Scratch,
-                        metrics_port: int) -> AsyncIterator[asyncio.subprocess.Process]:
+async def agent_process(kubeconfig: Path, node: str, scratch: Scratch, metrics_port: int,
+                        *extra_args: str) -> AsyncIterator[asyncio.subprocess.Process]:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "colocation", "agent", "--kubeconfig", str(kubeconfig), "--node-name", node,
         "--cgroup-root", str(scratch.root), "--collect-interval", "0.5", "--cpu-suppress-interval", "0.5",
         "--restore-on-exit", "--scrape-interval", "0", "--metrics-port", str(metrics_port),
         "--metrics-bind-address", "127.0.0.1", "--leader-poll-interval", "5",
-        "--report-interval", "5", "--log-format", "text", "--log-level", "warning",
+        "--report-interval", "5", "--log-format", "text", "--log-level", "warning", *extra_args,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
         yield process
@@ -153,11 +153,16 @@ async def set_suppression(kube: Kube, node: str, enable: bool) -> None:
 
 
 async def exported_millicores(port: int) -> float | None:
+    return await exported_value(port, "colocation_agent_cpu_suppress_millicores")
+
+
+async def exported_value(port: int, name: str) -> float | None:
+    """The first sample named `name` on the agent's /metrics."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, \
             session.get(f"http://127.0.0.1:{port}/metrics") as response:
         text = await response.text()
     return next((sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-                 if sample.name == "colocation_agent_cpu_suppress_millicores"), None)
+                 if sample.name == name), None)
 
 
 async def node_event_reasons(kube: Kube, node: str) -> list[str]:

@@ -81,11 +81,17 @@ DEFAULT_METRICS_PORT = 9464
               help="Seconds between two rounds of CPU suppress (NodeSLO resourceUsedThresholdWithBE, when it "
                    "enables it): the best-effort pods' CFS quota or cpuset recomputed from the latest sample "
                    "and written to their cgroups; 0 turns CPU suppress off (nothing read or written).")
+@click.option("--batch-cgroups-interval", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Seconds between two rounds of batch cgroups: the CFS quota, cpu shares and memory limit of "
+                   "every best-effort pod naming kubernetes.io/batch-cpu or batch-memory written to its and its "
+                   "containers' cgroups, a value written by someone else put back, undone when the pod no "
+                   "longer names them; 0 turns it off.")
 @click.option("--dry-run-enforcement", is_flag=True, envvar="COLOCATION_DRY_RUN_ENFORCEMENT", show_envvar=True,
               help="Compute, log and export what enforcement would write, but write no cgroup file and post "
                    "no Event (the default install sets it: its cgroup mount is read-only).")
 @click.option("--restore-on-exit", is_flag=True, envvar="COLOCATION_RESTORE_ON_EXIT", show_envvar=True,
-              help="On SIGTERM/SIGINT, undo CPU suppress (quota -1, full cpuset) before exiting.")
+              help="On SIGTERM/SIGINT, undo CPU suppress (quota -1, full cpuset) and batch cgroups (the "
+                   "kubelet's own values) before exiting.")
 @common_options
 def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Path, cgroup_root: Path,
                   collect_interval: float, report_interval: float, report_change_threshold: float,
@@ -95,7 +101,7 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                   scrape_interval: float,
                   scrape_timeout: float | None, scrape_concurrency: int, max_series_per_pod: int,
                   simulated_nodes: Path | None, simulation_concurrency: int, cpu_suppress_interval: float,
-                  dry_run_enforcement: bool, restore_on_exit: bool) -> None:
+                  batch_cgroups_interval: float, dry_run_enforcement: bool, restore_on_exit: bool) -> None:
     """Run the node agent: collect usage, report it to the leader (each report is also its
     heartbeat; a Lease is the registration and the fallback), and scrape annotated pods for custom
     metrics.
@@ -128,7 +134,7 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
         lease_registration_interval=lease_registration_interval,
         scrape=ScrapeOptions(interval=scrape_interval, timeout=scrape_timeout, concurrency=scrape_concurrency,
                              max_series_per_pod=max_series_per_pod),
-        cpu_suppress_interval=cpu_suppress_interval or 1.0)
+        cpu_suppress_interval=cpu_suppress_interval or 1.0, batch_cgroups_interval=batch_cgroups_interval or 5.0)
     if simulated_nodes is not None:
         from colocation.agent.simulated import SimulationConfig, load_simulated_nodes, run_simulation
 
@@ -150,6 +156,7 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                          node=options, metrics_bind_address=metrics_bind_address, metrics_port=metrics_port,
                          operator_namespace=operator_namespace, leader_poll_interval=leader_poll_interval,
                          enforcement=EnforcementOptions(cpu_suppress=cpu_suppress_interval > 0,
+                                                        batch_cgroups=batch_cgroups_interval > 0,
                                                         dry_run=dry_run_enforcement, restore_on_exit=restore_on_exit))
     try:
         code = asyncio.run(run_agent(config))

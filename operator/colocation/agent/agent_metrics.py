@@ -114,6 +114,13 @@ class AgentMetrics:
                                      "cgroup files written by enforcement, by resource (cfs_quota, cpuset) and "
                                      "result (ok, failed, dry-run: computed but not written).",
                                      ["resource", "result"], registry=r)
+        self.batch_cgroup_writes = Counter("colocation_agent_batch_cgroup_writes_total",
+                                           "cgroup files of batch pods and their containers written from their "
+                                           "batch resources, by resource (cfs_quota, cpu_shares, memory_limit) "
+                                           "and result (ok, failed, dry-run: computed but not written).",
+                                           ["resource", "result"], registry=r)
+        self.batch_pods = Gauge("colocation_agent_batch_pods_managed",
+                                "Pods whose cgroups the agent sets from their batch resources.", registry=r)
         self.node_events = Counter("colocation_agent_node_events_total",
                                    "Events posted on the node, by result (ok, failed, dropped).", ["result"],
                                    registry=r)

@@ -1,4 +1,4 @@
-"""The agent's only writes to the node: the best-effort tier's CFS quota and cpusets.
+"""The agent's only writes to the node: cgroup files of the best-effort tier and of batch pods.
 
 Where the files are depends on the cgroup version and the kubelet's driver; the tier directory
 is found like the collector finds pods (colocation.agent.cgroups): `kubepods/besteffort`
@@ -7,6 +7,11 @@ kubelet `--cgroup-root`. Files:
 
     v1  cpu/<tier>/cpu.cfs_quota_us, cpu.cfs_period_us     cpuset/<tier>/.../cpuset.cpus
     v2  <tier>/cpu.max ("max 100000", "50000 100000")      <tier>/.../cpuset.cpus
+
+and, for batch pods (colocation.agent.batch_cgroup_reconciler), in any pod or container cgroup:
+
+    v1  cpu/.../cpu.cfs_quota_us, cpu.shares              memory/.../memory.limit_in_bytes (-1)
+    v2  .../cpu.max, cpu.weight (from shares, as the kubelet converts them), memory.max ("max")
 
 Every write first reads the file and writes only a different value, so nothing is written while
 nothing changes, and a value someone else wrote is put back on the next round. With `dry_run`
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from colocation.agent import cgroups
+from colocation.agent.batch_cgroups import shares_to_weight
 from colocation.agent.cpu_suppress import UNLIMITED_QUOTA
 from colocation.agent.cpuset import format_cpuset, parse_cpuset
 
@@ -30,6 +36,7 @@ log = logging.getLogger(__name__)
 WriteResult = Literal["ok", "failed", "dry-run"]
 _V1_CPU_CONTROLLERS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
 DEFAULT_CFS_PERIOD_US = 100_000
+_V1_UNLIMITED_MEMORY = 0x7FFFFFFFFFFFF000  # what v1 shows for -1: the largest page-aligned int64
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,8 @@ class WriteOutcome:
 class CgroupWriter:
     """Reads and writes the best-effort tier under `cgroup_root` (v1 or v2, either driver).
 
-    `on_write(resource, result)` is told of every write attempted (resource: cfs_quota, cpuset).
+    `on_write(resource, result)` is told of every write attempted (resource: cfs_quota, cpuset,
+    cpu_shares, memory_limit).
     """
 
     def __init__(self, cgroup_root: Path, *, dry_run: bool = False,
@@ -75,6 +83,12 @@ class CgroupWriter:
         if self.unified:
             return self.cgroup_root
         root = self.cgroup_root / "cpuset"
+        return root if root.is_dir() else None
+
+    def memory_root(self) -> Path | None:
+        if self.unified:
+            return self.cgroup_root
+        root = self.cgroup_root / "memory"
         return root if root.is_dir() else None
 
     @staticmethod
@@ -120,6 +134,36 @@ class CgroupWriter:
             return self._write("cfs_quota", directory / "cpu.max",
                                f"{'max' if quota_us < 0 else quota_us} {period_us}")
         return self._write("cfs_quota", directory / "cpu.cfs_quota_us", str(quota_us))
+
+    # ---- cpu shares and memory limits --------------------------------------------------------------
+
+    def read_cpu_shares(self, directory: Path) -> int | None:
+        """v1: cpu.shares; v2: cpu.weight (in its own units)."""
+        return _int(_read(directory / ("cpu.weight" if self.unified else "cpu.shares")))
+
+    def write_cpu_shares(self, directory: Path, shares: int) -> WriteOutcome | None:
+        """Set the shares (v2: the weight they map to); None when the file already says so."""
+        value = shares_to_weight(shares) if self.unified else shares
+        if self.read_cpu_shares(directory) == value:
+            return None
+        return self._write("cpu_shares", directory / ("cpu.weight" if self.unified else "cpu.shares"), str(value))
+
+    def read_memory_limit(self, directory: Path) -> int | None:
+        """Bytes, or -1 for unlimited."""
+        text = (_read(directory / ("memory.max" if self.unified else "memory.limit_in_bytes")) or "").strip()
+        if self.unified and text == "max":
+            return -1
+        value = _int(text)
+        return -1 if value is not None and value >= _V1_UNLIMITED_MEMORY else value
+
+    def write_memory_limit(self, directory: Path, limit_bytes: int) -> WriteOutcome | None:
+        """Set the limit (-1: unlimited); None when the file already says so."""
+        limit_bytes = max(limit_bytes, -1)
+        if self.read_memory_limit(directory) == limit_bytes:
+            return None
+        if self.unified:
+            return self._write("memory_limit", directory / "memory.max", "max" if limit_bytes < 0 else str(limit_bytes))
+        return self._write("memory_limit", directory / "memory.limit_in_bytes", str(limit_bytes))
 
     # ---- cpusets ----------------------------------------------------------------------------------
 

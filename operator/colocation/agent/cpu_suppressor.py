@@ -59,10 +59,13 @@ permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall("", "nodes
 
 @dataclass(frozen=True)
 class EnforcementOptions:
-    """CPU suppress on this node: on (NodeSLO permitting) unless `cpu_suppress` is False; with
-    `dry_run` computed, logged and exported but never written; undone at exit with `restore_on_exit`."""
+    """CPU suppress on this node: on (NodeSLO permitting) unless `cpu_suppress` is False; batch
+    resources into cgroups (colocation.agent.batch_cgroup_reconciler) unless `batch_cgroups` is
+    False; with `dry_run` computed, logged and exported but never written; undone at exit with
+    `restore_on_exit`."""
 
     cpu_suppress: bool = True
+    batch_cgroups: bool = True
     dry_run: bool = False
     restore_on_exit: bool = False
 

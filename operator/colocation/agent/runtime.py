@@ -5,9 +5,9 @@ simulated agents (colocation.agent.simulated). Its stages are separate tasks so 
 another: collection runs on its own clock and only appends to the aggregator; the reporter reads
 the aggregator's current windows when it checks (the latest state, never a backlog); the
 heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.agent.samples)
-are two more tasks: one takes samples every scrape interval, one sends them. On a real node, CPU
-suppress (colocation.agent.cpu_suppressor) is one more: every suppress interval it applies the
-NodeSLO to the latest sample, once the NodeSLO has been listed.
+are two more tasks: one takes samples every scrape interval, one sends them. On a real node,
+enforcement (colocation.agent.enforcement) adds one task per enforcer: CPU suppress every suppress
+interval on the latest sample, batch cgroups every few seconds on the pods the watch last saw.
 
 The heartbeat may have a client of its own (`heartbeat_kube`), as the kubelet has for its node
 Lease, so renewals never wait behind other traffic; simulated agents use that (see
@@ -33,11 +33,12 @@ from aiohttp import web
 
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.aggregate import Aggregator
+from colocation.agent.batch_cgroups import PodResources, pod_resources
 from colocation.agent.classify import PodInfo, classify
 from colocation.agent.collector import Collector, RealCollector, Sample
-from colocation.agent.cpu_suppress import SuppressPolicy, suppress_policy
-from colocation.agent.cpu_suppressor import CpuSuppressor, EnforcementOptions, node_suppressor
+from colocation.agent.cpu_suppressor import EnforcementOptions
 from colocation.agent.delivery import Delivery, DirectPut, session_put
+from colocation.agent.enforcement import NodeEnforcement, node_enforcement
 from colocation.agent.heartbeat import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_REGISTRATION_INTERVAL,
@@ -76,20 +77,23 @@ class NodeAgentOptions:
     def heartbeat_every(self) -> float:
         return self.heartbeat_interval or self.lease_duration * RENEW_FRACTION
     scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
-    cpu_suppress_interval: float = 1.0  # seconds between two rounds of CPU suppress (with a suppressor)
+    cpu_suppress_interval: float = 1.0  # seconds between two rounds of CPU suppress (when enforced)
+    batch_cgroups_interval: float = 5.0  # seconds between two rounds of batch cgroups (when enforced)
 
 
 class PodDirectory:
     """The node's pods (from its watch, or a fixed list), classified, by UID and by name; and
-    those annotated for scraping, by name."""
+    those annotated for scraping, by name; with `keep_batch`, those naming batch resources, by UID."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_batch: bool = False) -> None:
+        self.keep_batch = keep_batch
         self.by_uid: dict[str, PodInfo] = {}
         self.by_name: dict[tuple[str, str], PodInfo] = {}
         self.scrape_targets: dict[tuple[str, str], ScrapeTarget] = {}
+        self.batch: dict[str, PodResources] = {}
 
     async def on_sync(self, items: list[dict[str, Any]], resource_version: str = "") -> None:
-        self.by_uid, self.by_name, self.scrape_targets = {}, {}, {}
+        self.by_uid, self.by_name, self.scrape_targets, self.batch = {}, {}, {}, {}
         for item in items:
             await self.on_event("ADDED", item)
 
@@ -99,9 +103,13 @@ class PodDirectory:
         old = self.by_name.pop(key, None)
         if old is not None:
             self.by_uid.pop(old.uid, None)
+            self.batch.pop(old.uid, None)
         self.scrape_targets.pop(key, None)
         if type_ == "DELETED" or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
             return
+        resources = pod_resources(pod) if self.keep_batch else None
+        if resources is not None and resources.uid:
+            self.batch[resources.uid] = resources
         target = scrape_target(pod)
         if target is not None:  # scraped whether or not the pod can be classified
             self.scrape_targets[key] = target
@@ -122,8 +130,7 @@ class NodeAgent:
                  report_slots: asyncio.Semaphore | None = None, lease_slots: asyncio.Semaphore | None = None,
                  heartbeat_kube: KubeApi | None = None,
                  sample_source: Callable[[PodDirectory], SampleSource] | None = None,
-                 suppressor: CpuSuppressor | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
+                 enforcement: NodeEnforcement | None = None, wall: Callable[[], float] = time.time) -> None:
         self.node = node
         self.kube = kube
         self.collector = collector
@@ -131,7 +138,8 @@ class NodeAgent:
         self.metrics = metrics
         self.watch_pods = watch_pods
         self.follow_nodeslo = follow_nodeslo
-        self.pods = PodDirectory()
+        self.enforcement = enforcement or NodeEnforcement(node)
+        self.pods = PodDirectory(keep_batch=self.enforcement.batch_cgroups is not None)
         self.policy = CollectPolicy()
         self.aggregator = Aggregator(self.policy.aggregate_duration_seconds, self.policy.durations,
                                      sample_interval_seconds=self.options.collect_interval)
@@ -155,9 +163,6 @@ class NodeAgent:
                                        reports=self.reporter.age, metrics=metrics, slots=lease_slots, wall=wall)
         self.last_sample_at: float | None = None  # monotonic
         self.last_sample: Sample | None = None
-        self.suppressor = suppressor
-        self.suppress_policy = SuppressPolicy()
-        self.nodeslo_synced = False  # enforcement waits for the NodeSLO, so a restart does not undo it
         self._wall = wall
         self.watches = self.informers()
 
@@ -175,15 +180,12 @@ class NodeAgent:
 
     def suppress_once(self) -> None:
         """One round of CPU suppress on the latest sample (none older than two collections)."""
-        if self.suppressor is None or not self.nodeslo_synced:
-            return
-        sample = self.last_sample
         stale = self.last_sample_at is None or \
             time.monotonic() - self.last_sample_at > 2 * max(self.options.collect_interval, 0.5)
-        self.suppressor.step(self.suppress_policy, None if stale else sample, self.pods.by_uid)
+        self.enforcement.suppress_once(None if stale else self.last_sample, self.pods.by_uid)
 
-    async def _suppress_loop(self) -> None:
-        await self._every(self.options.cpu_suppress_interval, self.suppress_once, "cpu suppress failed")
+    def batch_cgroups_once(self) -> None:
+        self.enforcement.batch_cgroups_once(self.pods.batch)
 
     async def _collect_loop(self) -> None:
         await self._every(self.options.collect_interval, self.collect_once, "sampling failed")
@@ -215,18 +217,14 @@ class NodeAgent:
         self.reporter.max_interval = float(policy.report_interval_seconds or self.options.report.max_interval)
 
     async def _nodeslo_sync(self, items: list[dict[str, Any]], resource_version: str) -> None:
-        self._nodeslo_changed(items[0] if items else None)
-        self.nodeslo_synced = True
+        self._nodeslo_changed(items[0] if items else None, listed=True)
 
     async def _nodeslo_event(self, type_: str, obj: dict[str, Any]) -> None:
         self._nodeslo_changed(None if type_ == "DELETED" else obj)
 
-    def _nodeslo_changed(self, nodeslo: dict[str, Any] | None) -> None:
+    def _nodeslo_changed(self, nodeslo: dict[str, Any] | None, *, listed: bool = False) -> None:
         self.apply_policy(collect_policy(nodeslo))
-        policy = suppress_policy(nodeslo)
-        if policy != self.suppress_policy and self.suppressor is not None:
-            log.info("cpu suppress policy changed", extra={"node": self.node, "policy": str(policy)})
-        self.suppress_policy = policy
+        self.enforcement.nodeslo_changed(nodeslo, listed=listed)
 
     def _count_failure(self, resource: str) -> Callable[[str], None]:
         return lambda reason: self.metrics.informer_failures.labels(resource, reason).inc()
@@ -263,13 +261,14 @@ class NodeAgent:
         tasks += [asyncio.create_task(informer.run(), name=informer.name) for informer in self.watches]
         if self.custom_metrics is not None:
             tasks.append(asyncio.create_task(self.custom_metrics.run(), name=f"custom-metrics@{self.node}"))
-        if self.suppressor is not None:
-            tasks.append(asyncio.create_task(self._suppress_loop(), name=f"cpu-suppress@{self.node}"))
-            if self.suppressor.events is not None:
-                tasks.append(asyncio.create_task(self.suppressor.events.run(), name=f"node-events@{self.node}"))
-            if self.suppressor.reservation is not None:
-                tasks.append(asyncio.create_task(self.suppressor.reservation.run(lambda: self.suppress_policy.enabled),
-                                                 name=f"node-reservation@{self.node}"))
+        if self.enforcement.suppressor is not None:
+            tasks.append(asyncio.create_task(self._every(self.options.cpu_suppress_interval, self.suppress_once,
+                                                         "cpu suppress failed"), name=f"cpu-suppress@{self.node}"))
+        if self.enforcement.batch_cgroups is not None:
+            tasks.append(asyncio.create_task(self._every(self.options.batch_cgroups_interval, self.batch_cgroups_once,
+                                                         "batch cgroups failed"), name=f"batch-cgroups@{self.node}"))
+        tasks += [asyncio.create_task(coroutine, name=f"{name}@{self.node}")
+                  for name, coroutine in self.enforcement.background()]
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -391,14 +390,12 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> i
                                 timeout=config.node.report.request_timeout)
         locator.subscribe(lambda leader: metrics.leader_changes.inc())
         collector = RealCollector(config.proc_root, config.cgroup_root)
-        suppressor = None
-        if config.enforcement.cpu_suppress:
-            suppressor = node_suppressor(config.node_name, config.cgroup_root, config.proc_root, config.enforcement,
-                                         kube, metrics, cpus=lambda: collector.cpu_count,
-                                         timeout=config.node.report.request_timeout)
+        enforcement = node_enforcement(config.node_name, config.cgroup_root, config.proc_root, config.enforcement,
+                                       kube, metrics, cpus=lambda: collector.cpu_count,
+                                       timeout=config.node.report.request_timeout)
         agent = NodeAgent(config.node_name, kube, collector, locator=locator,
                           direct=session_put(session, kube.bearer_token), metrics=metrics, options=config.node,
-                          suppressor=suppressor,
+                          enforcement=enforcement,
                           sample_source=lambda pods: PodScraper(
                               scrape_session, lambda: pods.scrape_targets.values(), scrape, metrics,
                               node=config.node_name).scrape_all)
@@ -413,8 +410,8 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> i
                 try:
                     await run_until(stop, locator.run(), lag.run(), agent.run())
                 finally:
-                    if suppressor is not None and config.enforcement.restore_on_exit:
-                        await suppressor.restore_and_tell(config.node.report.request_timeout)
+                    if config.enforcement.restore_on_exit:
+                        await enforcement.restore(config.node.report.request_timeout)
         finally:
             if runner is not None:
                 with contextlib.suppress(Exception):

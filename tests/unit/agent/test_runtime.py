@@ -1,4 +1,5 @@
-"""NodeAgent's CPU suppress wiring: the NodeSLO from its watch drives the suppressor, on the latest sample."""
+"""NodeAgent's enforcement wiring: the NodeSLO from its watch drives the suppressor, on the latest
+sample; the pod watch feeds batch cgroups, whose quotas give way to CPU suppress by cfsQuota."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from colocation.agent.agent_metrics import AgentMetrics
+from colocation.agent.batch_cgroup_reconciler import BatchCgroupReconciler
 from colocation.agent.cgroup_writer import CgroupWriter
 from colocation.agent.collector import Sample
 from colocation.agent.cpu_suppressor import CpuSuppressor
+from colocation.agent.enforcement import NodeEnforcement
 from colocation.agent.leader_locator import LeaderLocator
 from colocation.agent.runtime import NodeAgent
+from tests.unit.agent import test_batch_cgroup_reconciler as batch
 from tests.unit.agent.test_cpu_suppressor import TREES, build, sample
 
 TREE = TREES["v1-cgroupfs"]
@@ -36,15 +40,17 @@ class FixedCollector:
         return sample()
 
 
-def agent_on(root: Path) -> NodeAgent:
+def agent_on(root: Path, *, batch_cgroups: bool = False) -> NodeAgent:
     metrics = AgentMetrics()
     suppressor = CpuSuppressor(CgroupWriter(root), metrics, node="node-a", cpus=lambda: 8)
+    reconciler = BatchCgroupReconciler(CgroupWriter(root), metrics, node="node-a") if batch_cgroups else None
 
     async def no_put(*args: Any) -> tuple[int, Any]:
         raise AssertionError("no report expected")
 
     return NodeAgent("node-a", NoKube(), FixedCollector(), locator=LeaderLocator(NoKube()), direct=no_put,
-                     metrics=metrics, suppressor=suppressor)
+                     metrics=metrics,
+                     enforcement=NodeEnforcement("node-a", suppressor=suppressor, batch_cgroups=reconciler))
 
 
 async def test_suppression_waits_for_the_nodeslo_then_follows_it(tmp_path: Path) -> None:
@@ -76,3 +82,40 @@ async def test_a_stale_sample_neither_tightens_nor_loosens(tmp_path: Path) -> No
     agent.last_sample_at -= 60  # collection stalled a minute ago
     agent.suppress_once()
     assert TREE.quota(root) == "-1"
+
+
+BATCH_POD = {
+    "metadata": {"uid": batch.BATCH_UID, "namespace": "jobs", "name": "job-1"},
+    "spec": {"nodeName": "node-a", "containers": [{"name": "main", "resources": {
+        "requests": {"kubernetes.io/batch-cpu": "500"},
+        "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "1Gi"}}}]},
+    "status": {"phase": "Running", "containerStatuses": [{"name": "main", "containerID": "containerd://c0ffee"}]}}
+
+
+async def test_batch_cgroups_follow_the_pod_watch_once_the_nodeslo_is_listed(tmp_path: Path) -> None:
+    tree = batch.TREES["v1-cgroupfs"]
+    root = tmp_path / "cgroup"
+    batch.build(root, tree)
+    agent = agent_on(root, batch_cgroups=True)
+    await agent.pods.on_sync([BATCH_POD], "1")
+    agent.batch_cgroups_once()
+    assert tree.values(root) == [batch.KUBELET[1]] * 2  # NodeSLO not listed yet: it may unset the quotas
+
+    await agent._nodeslo_sync([], "1")
+    agent.batch_cgroups_once()
+    assert tree.values(root) == batch.BATCH[1]
+
+    await agent._nodeslo_event("ADDED", NODESLO)  # CPU suppress by the tier's quota: pods' quotas unset
+    agent.batch_cgroups_once()
+    assert [quota for quota, _, _ in tree.values(root)] == ["-1", "-1"]
+
+    await agent.pods.on_event("DELETED", BATCH_POD)
+    agent.batch_cgroups_once()
+    assert tree.values(root) == [batch.KUBELET[1]] * 2
+
+
+async def test_pods_are_kept_for_batch_cgroups_only_when_the_agent_writes_them(tmp_path: Path) -> None:
+    agent = agent_on(tmp_path)
+    await agent.pods.on_sync([BATCH_POD], "1")
+    assert agent.pods.batch == {}
+    assert batch.BATCH_UID in agent.pods.by_uid
