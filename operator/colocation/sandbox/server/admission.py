@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from decimal import Decimal
 from typing import Any
 
 from colocation.apimachinery.errors import ApiError, Cause
 from colocation.apimachinery.objects import Obj
+from colocation.apimachinery.quantity import parse_quantity
 from colocation.apimachinery.selectors import label_key_errors, label_value_errors
 from colocation.sandbox.server import crd_schema
 from colocation.sandbox.server.resource_types import ResourceType
@@ -198,19 +200,42 @@ def _service_spec(obj: Obj) -> dict[str, Any]:
     return spec
 
 
+_QOS_RESOURCES = ("cpu", "memory")
+
+
 def _qos_class(spec: dict[str, Any]) -> str:
-    """Guaranteed, Burstable or BestEffort, from the containers' requests and limits."""
-    containers = list(spec.get("containers") or ()) + list(spec.get("initContainers") or ())
-    requests_seen = limits_seen = False
-    guaranteed = bool(containers)
-    for container in containers:
+    """Guaranteed, Burstable or BestEffort, as the kubelet computes it: from the cpu and memory
+    requests and limits of every container (init containers too) that are above zero, summed;
+    extended resources (e.g. kubernetes.io/batch-cpu) do not count."""
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
+    guaranteed = True
+    for container in list(spec.get("containers") or ()) + list(spec.get("initContainers") or ()):
         resources = container.get("resources") or {}
-        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
-        requests_seen |= bool(requests)
-        limits_seen |= bool(limits)
-        for name in ("cpu", "memory"):
-            if name not in limits or requests.get(name, limits[name]) != limits[name]:
-                guaranteed = False
-    if not requests_seen and not limits_seen:
+        container_limits = resources.get("limits") or {}
+        # A request left out is the limit (kube-apiserver defaults it so before the kubelet looks).
+        container_requests = {**container_limits, **(resources.get("requests") or {})}
+        for given, totals in ((container_requests, requests), (container_limits, limits)):
+            for name in _QOS_RESOURCES:
+                amount = _positive(given.get(name))
+                if amount is not None:
+                    totals[name] = totals.get(name, Decimal(0)) + amount
+        if not all(_positive(container_limits.get(name)) is not None for name in _QOS_RESOURCES):
+            guaranteed = False
+    if not requests and not limits:
         return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
+    if guaranteed and all(limits.get(name) == amount for name, amount in requests.items()) \
+            and len(requests) == len(limits):
+        return "Guaranteed"
+    return "Burstable"
+
+
+def _positive(value: object) -> Decimal | None:
+    """A quantity above zero, or None (absent, zero or unparsable: none of them counts)."""
+    if not isinstance(value, str | int | float):
+        return None
+    try:
+        amount = parse_quantity(value)
+    except ValueError:
+        return None
+    return amount if amount > 0 else None
