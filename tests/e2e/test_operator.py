@@ -28,7 +28,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from colocation.kube.permissions import METRICS_GROUP
+from colocation.kube.permissions import METRICS_GROUP, NODE_LEASE_NAMESPACE
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import (
@@ -256,6 +256,33 @@ async def test_reports_from_new_nodes_cost_no_authorization_review(admin: Kube) 
     reviews_after = await report_reviews()
     assert reviews_after >= 1  # the counter counts: some report of this account was reviewed
     assert reviews_after - reviews_before <= 1, (reviews_before, reviews_after)
+
+
+async def test_an_agent_may_write_only_its_own_nodes_lease(admin: Kube, real_cluster: bool) -> None:
+    """manifests/agent-lease-policy.yaml: RBAC grants the agents every Lease of the namespace; the
+    ValidatingAdmissionPolicy holds each to the node its token is bound to."""
+    if not real_cluster:
+        pytest.skip("the builtin sandbox stores ValidatingAdmissionPolicies but does not evaluate them")
+    (node_a, token_a), (node_b, _) = await make_node(admin), await make_node(admin)
+
+    def lease(name: str) -> dict[str, Any]:
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": NODE_LEASE_NAMESPACE},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40}}
+
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"
+    async with admin.with_token(token_a) as agent_a:
+        status, body = await agent_a.request("POST", leases, lease(node_b))
+        assert status == 403, body
+        assert f"not Lease {node_b}" in body["message"], body
+        status, body = await agent_a.request("POST", leases, lease(node_a))
+        assert status == 201, body
+        status, body = await admin.request("POST", leases, lease(node_b))  # an administrator is not held
+        assert status == 201, body
+        renewed = {**body, "spec": {**body["spec"], "holderIdentity": node_a}}
+        status, body = await agent_a.request("PUT", f"{leases}/{node_b}", renewed)
+        assert status == 403, body
+        assert f"not Lease {node_b}" in body["message"], body
 
 
 async def test_reports_cost_no_token_review(admin: Kube, request: pytest.FixtureRequest) -> None:

@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from colocation.apimachinery.userinfo import UserInfo
+from colocation.apimachinery.userinfo import NODE_NAME_EXTRA, UserInfo
 from colocation.koordinator.slo_strategies import CPUBurstStrategy, ResourceThresholdStrategy, Strategy, SystemStrategy
 from colocation.kube import permissions
 from colocation.kube.permissions import AGENT_API_CALLS, OPERATOR_API_CALLS, OPERATOR_NON_RESOURCE_CALLS, ApiCall
@@ -611,3 +611,19 @@ def test_the_enforcement_component_gives_the_agent_root_and_a_writable_cgroup_mo
     # Everything but the DaemonSet is the base, unchanged.
     assert [o for o in with_enforcement if o["kind"] != "DaemonSet"] == \
         [o for o in rendered if o["kind"] != "DaemonSet"]
+
+
+def test_agents_are_held_to_their_own_nodes_lease(rendered: list[dict[str, Any]]) -> None:
+    """The policy names the agents' ServiceAccount and Lease namespace as the code does, and is bound."""
+    policy = find(rendered, "ValidatingAdmissionPolicy", "colocation-agent-own-lease")["spec"]
+    binding = find(rendered, "ValidatingAdmissionPolicyBinding", "colocation-agent-own-lease")["spec"]
+    assert binding == {"policyName": "colocation-agent-own-lease", "validationActions": ["Deny"]}
+    assert policy["failurePolicy"] == "Fail"
+    assert policy["matchConstraints"]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": permissions.NODE_LEASE_NAMESPACE}
+    [condition] = policy["matchConditions"]
+    account = f"system:serviceaccount:{permissions.OPERATOR_NAMESPACE}:{permissions.AGENT_SERVICE_ACCOUNT}"
+    assert condition["expression"] == f"request.userInfo.username == '{account}'"
+    [rule] = policy["validations"]
+    assert f"request.userInfo.extra['{NODE_NAME_EXTRA}']" in rule["expression"]
+    assert "request.name" in rule["expression"]

@@ -103,6 +103,12 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         subresources=_STATUS),
     _rt("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
         short_names=("crd", "crds"), categories=("api-extensions",), subresources=_STATUS, tracks_generation=True),
+    # Stored and served, not evaluated: the sandbox runs no CEL (docs/install.md says which
+    # policies the install has and that only a real kube-apiserver enforces them).
+    _rt("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False,
+        categories=("api-extensions",), subresources=_STATUS, tracks_generation=True),
+    _rt("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding", False, categories=("api-extensions",), tracks_generation=True),
     _rt("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     _rt("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
     _rt("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
