@@ -477,11 +477,11 @@ async def test_reports_are_the_agents_heartbeat_and_their_leases_are_left_alone(
 
 async def test_an_agent_whose_reports_are_refused_stays_ready_through_its_lease(
         admin: Kube, controller_sandbox: tuple[Path, Path], tmp_path: Path) -> None:
-    from tests.e2e.test_operator import make_node
-
     # The agent's token is bound to a pod on another node: the leader refuses its reports (403),
-    # so it falls back to renewing its Lease, which the leader watches.
-    _, token = await make_node(admin)
+    # so it falls back to renewing its Lease, which the leader watches. The token is of another
+    # ServiceAccount with the agents' RBAC: the agents' own is held to its node's Lease by the
+    # install's ValidatingAdmissionPolicy (on a real kube-apiserver), which would refuse this one's.
+    token = await agent_token_elsewhere(admin)
     node = f"fallback-{uuid.uuid4().hex[:6]}"
     status, body = await admin.request("POST", "/api/v1/nodes", {"metadata": {"name": node}})
     assert status == 201, body
@@ -513,6 +513,37 @@ async def test_an_agent_whose_reports_are_refused_stays_ready_through_its_lease(
 
     await wait_for(silent, timeout=GRACE + 5)
     await admin.request("DELETE", f"/api/v1/nodes/{node}")
+
+
+async def agent_token_elsewhere(admin: Kube) -> str:
+    """A token with the agents' RBAC, bound to a pod on another (new) node, of a ServiceAccount
+    that is not the agents' (idempotent: the account and its bindings are shared by callers)."""
+    account = "colocation-agent-elsewhere"
+    subject = [{"kind": "ServiceAccount", "name": account, "namespace": NS}]
+    for path, body in [
+        (f"/api/v1/namespaces/{NS}/serviceaccounts", {"metadata": {"name": account}}),
+        ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "metadata": {"name": account}, "subjects": subject,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "colocation-agent"}}),
+        ("/apis/rbac.authorization.k8s.io/v1/namespaces/colocation-node-lease/rolebindings", {
+            "metadata": {"name": account}, "subjects": subject,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "colocation-agent"}}),
+    ]:
+        status, created = await admin.request("POST", path, body)
+        assert status in (201, 409), created
+    other = f"elsewhere-{uuid.uuid4().hex[:6]}"
+    status, body = await admin.request("POST", "/api/v1/nodes", {"metadata": {"name": other}})
+    assert status == 201, body
+    pod = {"metadata": {"name": f"agent-{other}", "namespace": NS},
+           "spec": {"nodeName": other, "serviceAccountName": account,
+                    "containers": [{"name": "agent", "image": "colocation:test"}]}}
+    status, body = await admin.request("POST", f"/api/v1/namespaces/{NS}/pods", pod)
+    assert status == 201, body
+    request = {"spec": {"expirationSeconds": 3600, "boundObjectRef": {
+        "kind": "Pod", "apiVersion": "v1", "name": f"agent-{other}", "uid": body["metadata"]["uid"]}}}
+    status, token = await admin.request("POST", f"/api/v1/namespaces/{NS}/serviceaccounts/{account}/token", request)
+    assert status == 201, token
+    return str(token["status"]["token"])
 
 
 async def node_metric_absent(kube: Kube, node: str) -> bool:
