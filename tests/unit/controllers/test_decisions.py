@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from colocation.controllers.conditions import Condition, merge_conditions, status_needs_write, transitions
+from colocation.controllers.disruption import DisruptionGuard
 from colocation.controllers.events import Create, EventRecorder, ObjectRef, Patch
 from colocation.controllers.health import NodeHealth
 from colocation.controllers.nodestatus import Evaluation, evicting_condition, render_status
@@ -199,17 +200,30 @@ def test_during_the_startup_grace_stored_health_conditions_stand() -> None:
 
 
 def test_the_evicting_condition_names_what_holds_evictions_back() -> None:
-    common: dict[str, Any] = {"guard_allowed": True, "guard_reason": "EvictionAllowed", "guard_message": "",
-                              "rate": 0.1, "timeout": 300.0}
-    draining = evicting_condition(due=True, draining=True, waiting=False, **common)
+    common: dict[str, Any] = {"rate": 0.1, "timeout": 300.0}
+    normal = DisruptionGuard().decide([("a", health())]).zones["a"]
+    draining = evicting_condition(due=True, draining=True, waiting=False, zone=normal, **common)
     assert (draining.status, draining.reason) == (True, "EvictingPods")
-    assert evicting_condition(due=False, draining=False, waiting=False, **common).reason == "NotDue"
-    assert evicting_condition(due=True, draining=False, waiting=True, **common).reason == "RateLimited"
-    held = evicting_condition(due=True, draining=False, waiting=False, **{
-        **common, "guard_allowed": False, "guard_reason": "FullDisruption", "guard_message": "every node"})
-    assert (held.status, held.reason, held.message) == (False, "FullDisruption", "evictions held back: every node")
-    assert evicting_condition(due=True, draining=False, waiting=False,
+    assert evicting_condition(due=False, draining=False, waiting=False, zone=normal, **common).reason == "NotDue"
+    assert evicting_condition(due=True, draining=False, waiting=True, zone=normal, **common).reason == "RateLimited"
+    assert evicting_condition(due=True, draining=False, waiting=False, zone=normal,
                               **{**common, "rate": 0.0}).reason == "EvictionsDisabled"
+
+
+@pytest.mark.parametrize(("zones", "reason"), [
+    ({"a": (3, 3)}, "FullDisruption"),  # every zone down
+    ({"a": (4, 6), "b": (0, 3)}, "PartialDisruption"),  # a small zone partially disrupted
+    ({"a": (40, 60), "b": (0, 3)}, "SecondaryRateLimited"),  # a large one: slowed
+    ({"a": (3, 3), "b": (0, 3)}, "RateLimited"),  # one zone down, another healthy: the normal rate
+])
+def test_the_evicting_condition_of_a_waiting_node_names_its_zones_state(zones: dict[str, tuple[int, int]],
+                                                                        reason: str) -> None:
+    decision = DisruptionGuard().decide(
+        (name, health(healthy=i >= unhealthy)) for name, (unhealthy, total) in zones.items() for i in range(total))
+    condition = evicting_condition(due=True, draining=False, waiting=True, zone=decision.zones["a"], rate=0.1,
+                                   timeout=300.0)
+    assert (condition.status, condition.reason) == (False, reason)
+    assert "zone 'a'" in condition.message
 
 
 # ---- Events ----------------------------------------------------------------------------------------------
