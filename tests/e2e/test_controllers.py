@@ -16,6 +16,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import signal
 import ssl
 import time
@@ -211,7 +212,10 @@ async def test_batch_resources_appear_on_every_node_with_their_nodeslo(
     by_name = {row.split()[0]: row.split() for row in rows[1:]}
     for node in nodes:
         assert by_name[node][3] == "true"
-        assert int(by_name[node][1]) >= 0 and int(by_name[node][2]) >= 0
+        # Human units: cores with two decimals, memory in Mi or Gi, of the figures the status holds.
+        millis, _ = shown_batch(await get(admin, f"{NODERESOURCES}/{node}") or {})
+        assert by_name[node][1] == f"{(millis or 0) / 1000:.2f}", by_name[node]
+        assert re.fullmatch(r"\d+Mi|\d+\.\d\d[GT]i", by_name[node][2]), by_name[node]
 
 
 # ---- the threshold -------------------------------------------------------------------------------

@@ -144,6 +144,8 @@ def test_a_healthy_node_shows_what_the_node_offers_not_the_latest_figure() -> No
     status = render_status(evaluation(health(), {CPU: 3600, MEMORY: 2**30}, on_node={CPU: 3500, MEMORY: 2**30}),
                            None, "T1")
     assert status["batchCPU"] == 3500 and status["batchMemory"] == 2**30 and status["healthy"] is True
+    # The same figures for `kubectl get noderesources`, whose columns show fields as stored.
+    assert status["display"] == {"batchCPU": "3.50", "batchMemory": "1.00Gi"}
     assert status["message"] == "offering batch cpu 3500m and memory 1Gi"
     assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
         ("AgentReady", "True", "AgentHeard"), ("MetricsFresh", "True", "MetricsReported"),
@@ -155,6 +157,7 @@ def test_an_unhealthy_node_says_why_with_no_age_in_the_status() -> None:
     silent = health(False, agent=False, reason="AgentSilent")
     status = render_status(evaluation(silent, {CPU: 3500, MEMORY: 2**30}), None, "T1")
     assert status["healthy"] is False
+    assert "display" not in status and "batchCPU" not in status
     assert status["message"] == ("no report and no Lease renewal from the agent within the grace period 40s: "
                                  "batch resources removed")
     reasons = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
