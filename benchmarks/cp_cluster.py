@@ -147,7 +147,7 @@ async def start(state_dir: Path, *, nodes: int, pods_per_node: int, operators: i
     """
     args = ["-m", "colocation", "sandbox", "--port", "0", "--state-dir", str(state_dir), "--nodes", str(nodes),
             "--pods-per-node", str(pods_per_node), "--operators", str(operators), "--log-format", "json",
-            "--no-serve-custom-metrics",
+            "--no-serve-custom-metrics", "--no-serve-resource-metrics",
             *(f"--operator-arg={a}" for a in operator_args), *(f"--agent-arg={a}" for a in agent_args), *extra]
     server = await processes.start(args, state_dir / "sandbox.log", timeout=start_timeout)
     endpoint = Endpoint.from_kubeconfig(Path(server.ready["kubeconfig"]))

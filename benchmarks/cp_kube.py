@@ -403,7 +403,8 @@ async def _crd_setup(scraper: Scraper, config: KubeCostConfig) -> dict[str, str]
 
 def sandbox_args(name: str, config: KubeCostConfig, state_dir: Path) -> list[str]:
     args = ["-m", "colocation", "sandbox", "--apiserver", "kube", "--port", "0", "--state-dir", str(state_dir),
-            "--nodes", str(config.nodes), "--pods-per-node", str(config.pods_per_node), "--no-serve-custom-metrics"]
+            "--nodes", str(config.nodes), "--pods-per-node", str(config.pods_per_node), "--no-serve-custom-metrics",
+            "--no-serve-resource-metrics"]
     if name != "ours":
         return [*args, "--operators", "0", "--no-agents"]
     return args

@@ -271,7 +271,8 @@ def render(report: KubeCostReport, machine: Machine, command: str) -> str:
         *run_lines(command, machine, report.seconds, f"Clusters: {setup}."),
         "",
         f"Clusters, one after another, each `colocation sandbox --apiserver kube --nodes {c.nodes} "
-        f"--pods-per-node {c.pods_per_node} --no-serve-custom-metrics` (etcd, kube-apiserver, "
+        f"--pods-per-node {c.pods_per_node} --no-serve-custom-metrics --no-serve-resource-metrics` (etcd, "
+        "kube-apiserver, "
         f"kube-controller-manager, kube-scheduler as local processes; nodes 1..{c.nodes - 1} are kwok nodes with "
         f"their kubelet Leases and {c.pods_per_node} pods each): **base** with `--operators 0 --no-agents` (what "
         f"every path shares); **ours**, the default (2 operator replicas, every node's agent reporting every 10 s "

@@ -49,6 +49,7 @@ async def start(state_dir: Path, operator_args: list[str], *, concurrency: int =
     kubeconfig = state_dir / "kubeconfig"
     args = ["-m", "colocation", "sandbox", "--port", "0", "--state-dir", str(state_dir), "--kubeconfig-out",
             str(kubeconfig), "--operators", "1", "--nodes", "0", "--log-level", "warning", "--no-serve-custom-metrics",
+            "--no-serve-resource-metrics",
             "--operator-arg=--log-level=warning", *(f"--operator-arg={arg}" for arg in operator_args)]
     sandbox = await processes.start(args, state_dir.parent / f"{state_dir.name}.log", timeout=120.0)
     admin = Client(Endpoint.from_kubeconfig(Path(sandbox.ready["kubeconfig"])), concurrency=concurrency)

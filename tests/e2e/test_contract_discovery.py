@@ -196,7 +196,8 @@ async def test_the_project_apis_are_listed_and_kubectl_reads_them(project: Path,
     async with Kube.from_kubeconfig(project) as kube:
         async def current() -> dict[str, dict[str, Any]] | None:
             listed = groups(await aggregated(kube))
-            versions = [v for name in ("metrics.colocation.dev", "custom.metrics.k8s.io", "external.metrics.k8s.io")
+            versions = [v for name in ("metrics.colocation.dev", "custom.metrics.k8s.io", "external.metrics.k8s.io",
+                                       "metrics.k8s.io")  # the sandbox serves resource metrics by default
                         for v in listed.get(name, {}).get("versions", [{"freshness": "missing"}])]
             return listed if all(v["freshness"] == "Current" for v in versions) else None
 

@@ -16,6 +16,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import signal
 import ssl
 import time
@@ -27,6 +28,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from colocation.agent import selfcheck
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
@@ -210,17 +212,25 @@ async def test_batch_resources_appear_on_every_node_with_their_nodeslo(
     by_name = {row.split()[0]: row.split() for row in rows[1:]}
     for node in nodes:
         assert by_name[node][3] == "true"
-        assert int(by_name[node][1]) >= 0 and int(by_name[node][2]) >= 0
+        # Human units: cores with two decimals, memory in Mi or Gi, of the figures the status holds.
+        millis, _ = shown_batch(await get(admin, f"{NODERESOURCES}/{node}") or {})
+        assert by_name[node][1] == f"{(millis or 0) / 1000:.2f}", by_name[node]
+        assert re.fullmatch(r"\d+Mi|\d+\.\d\d[GT]i", by_name[node][2]), by_name[node]
 
 
 # ---- the threshold -------------------------------------------------------------------------------
 
-async def leader_evaluations(kube: Kube) -> float:
-    """How many evaluations of every node the leader has finished (its /metrics)."""
+async def leader_metrics(kube: Kube) -> str:
+    """The leader's /metrics, as text."""
     endpoint, context = await wait_for(lambda: _leader(kube), timeout=10)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, session.get(
             f"{endpoint}/metrics", ssl=context) as response:
-        text = await response.text()
+        return await response.text()
+
+
+async def leader_evaluations(kube: Kube) -> float:
+    """How many evaluations of every node the leader has finished (its /metrics)."""
+    text = await leader_metrics(kube)
     return sum(float(line.split()[-1]) for line in text.splitlines()
                if line.startswith("colocation_reconcile_duration_seconds_count"))
 
@@ -551,9 +561,55 @@ async def node_metric_absent(kube: Kube, node: str) -> bool:
     return status == 404
 
 
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+@pytest.fixture(params=[True], ids=["two-zones"])
+async def two_zones(admin: Kube, controller_sandbox: tuple[Path, Path],
+                    request: pytest.FixtureRequest) -> AsyncIterator[dict[str, str]]:
+    """The real node in zone-a, the simulated one in zone-b (labels removed afterwards): node → zone.
+
+    Parametrized indirectly with False: no labels, every node in the zone of nodes without one.
+    """
+    if not request.param:
+        yield {}
+        return
+    zones = {real_node(controller_sandbox[1])[0]: "zone-a", simulated_node(controller_sandbox[1])[0]: "zone-b"}
+
+    async def label(node: str, value: str | None) -> None:
+        status, body = await admin.request("PATCH", f"/api/v1/nodes/{node}",
+                                           {"metadata": {"labels": {ZONE_LABEL: value}}},
+                                           content_type="application/merge-patch+json")
+        assert status == 200, body
+
+    for node, zone in zones.items():
+        await label(node, zone)
+    try:
+        yield zones
+    finally:
+        for node in zones:
+            await label(node, None)
+
+
+async def evicting_reason(kube: Kube, node: str) -> tuple[str | None, str | None]:
+    resource = await get(kube, f"{NODERESOURCES}/{node}") or {}
+    evicting: dict[str, Any] = next((c for c in (resource.get("status") or {}).get("conditions") or ()
+                                     if c["type"] == "Evicting"), {})
+    return evicting.get("status"), evicting.get("reason")
+
+
+async def zone_in_state(kube: Kube, zone: str, state: str) -> bool:
+    """Whether the leader's metrics show the zone in this disruption state."""
+    return any(sample.name == "colocation_zone_state" and sample.labels == {"zone": zone, "state": state}
+               and sample.value == 1.0
+               for family in text_string_to_metric_families(await leader_metrics(kube)) for sample in family.samples)
+
+
+@pytest.mark.parametrize("two_zones", [False, True], ids=["one-zone", "two-zones"], indirect=True)
 async def test_every_agent_silent_at_once_evicts_nothing(
-        admin: Kube, workloads: str, controller_sandbox: tuple[Path, Path]) -> None:
+        admin: Kube, workloads: str, controller_sandbox: tuple[Path, Path], two_zones: dict[str, str]) -> None:
     namespace = workloads
+    zones = two_zones
     (real, real_pid), (simulated, simulated_pid) = real_node(controller_sandbox[1]), \
         simulated_node(controller_sandbox[1])
     for node in (real, simulated):
@@ -561,23 +617,47 @@ async def test_every_agent_silent_at_once_evicts_nothing(
         await create_pod(admin, namespace, pod(f"batch-{node}", node, "koord-batch"))
 
     async def held_back(node: str) -> bool:
-        resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
-        evicting: dict[str, Any] = next((c for c in (resource.get("status") or {}).get("conditions") or ()
-                         if c["type"] == "Evicting"), {})
-        return evicting.get("status") == "False" and evicting.get("reason") == "FullDisruption"
+        return await evicting_reason(admin, node) == ("False", "FullDisruption")
 
     with frozen(real_pid, simulated_pid):
-        # Both are past the eviction timeout, and the guard holds the exit process back.
+        # Both are past the eviction timeout, and the guard holds the exit process back: every
+        # zone (the one of nodes without a zone label, or zone-a and zone-b) is down.
         for node in (real, simulated):
             await wait_for(lambda node=node: held_back(node), timeout=GRACE + EVICTION_TIMEOUT + 10)
             await wait_for(lambda node=node: withdrawn(admin, node), timeout=1)
             assert shown_batch(await get(admin, f"{NODERESOURCES}/{node}") or {}) == (None, None)
+        for zone in set(zones.values()) or {""}:
+            assert await zone_in_state(admin, zone, "FullDisruption")
         for node in (real, simulated):
             assert await pod_exists(admin, namespace, f"batch-{node}")
 
     for node in (real, simulated):
         await wait_for(lambda node=node: offered(admin, node), timeout=15)
         assert await pod_exists(admin, namespace, f"batch-{node}")
+
+
+async def test_a_zone_down_whole_is_evicted_while_the_other_zone_is_up(
+        admin: Kube, workloads: str, controller_sandbox: tuple[Path, Path], two_zones: dict[str, str]) -> None:
+    namespace = workloads
+    (real, _), (simulated, simulated_pid) = real_node(controller_sandbox[1]), simulated_node(controller_sandbox[1])
+    for node in (real, simulated):
+        await wait_for(lambda node=node: healthy(admin, node), timeout=15)
+        await create_pod(admin, namespace, pod(f"batch-{node}", node, "koord-batch"))
+
+    with frozen(simulated_pid):
+        # zone-b is fully disrupted, zone-a is not: zone-b is evicted at the normal rate.
+        await wait_for(lambda: zone_in_state(admin, two_zones[simulated], "FullDisruption"), timeout=GRACE + 10)
+        assert await zone_in_state(admin, two_zones[real], "Normal")
+
+        async def evicted() -> bool:
+            return not await pod_exists(admin, namespace, f"batch-{simulated}")
+
+        await wait_for(evicted, timeout=GRACE + EVICTION_TIMEOUT + 10)
+        assert await evicting_reason(admin, simulated) == ("True", "EvictingPods")
+        assert await pod_exists(admin, namespace, f"batch-{real}")
+
+    await wait_for(lambda: offered(admin, simulated), timeout=15)
+    await wait_for(lambda: zone_in_state(admin, two_zones[simulated], "Normal"), timeout=10)
 
 
 # ---- the configuration ---------------------------------------------------------------------------

@@ -110,11 +110,12 @@ def printer_columns(kubectl: Kubectl, suffix: str) -> None:
     try:
         out = kubectl.run("patch", "noderesource", name, "--subresource=status", "--type=merge", "-p",
                           '{"status": {"batchCPU": 1500, "batchMemory": 2147483648, "healthy": true,'
-                          ' "message": "metrics fresh"}}').stdout
+                          ' "display": {"batchCPU": "1.50", "batchMemory": "2.00Gi"}, "message": "metrics fresh"}}'
+                          ).stdout
         assert out.strip() == f"{resource} patched"
         header, rows = table(kubectl.run("get", "noderesources", name).stdout)
         assert header == ["NAME", "BATCH-CPU", "BATCH-MEMORY", "HEALTHY", "AGE"]
-        assert rows[0][:4] == [name, "1500", "2147483648", "true"]
+        assert rows[0][:4] == [name, "1.50", "2.00Gi", "true"]  # status.display, as the operator writes it
         assert re.fullmatch(r"\d+s", rows[0][4]), rows
         # MESSAGE has priority 1: shown only with -o wide.
         header, rows = table(kubectl.run("get", "nres", name, "-o", "wide").stdout)

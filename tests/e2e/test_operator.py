@@ -177,8 +177,8 @@ async def test_reports_appear_through_the_apiservice_with_node_labels(admin: Kub
 
     output = kubectl_here.run("get", "nodemetrics", node).stdout
     header, row = output.splitlines()[:2]
-    assert header.split()[:4] == ["NAME", "CPU", "MEMORY", "PODS"]
-    assert row.split()[:4] == [node, "1500m", "2Gi", "3"]
+    assert header.split() == ["NAME", "CPU", "MEMORY", "PODS", "DATA", "AGE", "AGE"]
+    assert row.split()[:4] == [node, "1.50", "2.00Gi", "3"]  # cores and Gi, read at a glance
 
 
 async def test_reports_through_kube_apiserver_are_accepted_too(admin: Kube,

@@ -1,4 +1,7 @@
-"""`kubectl get nodemetrics`: a Table with each node's usage and the age of its data.
+"""`kubectl get nodemetrics`: a Table with each node's usage and the age of its data, in human units.
+
+CPU in cores with two decimals ("1.50"), memory in Mi below 1Gi, else Gi ("2.00Gi"; see
+`apimachinery.human_units`); the objects themselves (`-o yaml`) keep the Quantities.
 
 Rows come from stored entries (get and list, without parsing their bodies) or from the objects of
 watch events, a BOOKMARK's included: it has only metadata, so its cells are empty but the name's.
@@ -11,20 +14,24 @@ from typing import Any
 
 import orjson
 
+from colocation.apimachinery import human_units
 from colocation.apimachinery.objects import Obj
-from colocation.apimachinery.quantity import format_bytes, format_millis
-from colocation.apimachinery.tables import TABLE_GROUP, human_duration
+from colocation.apimachinery.tables import TABLE_GROUP, human_duration, parse_timestamp
 from colocation.nodemetrics.report_schema import UsageFigures, figures_of
 from colocation.nodemetrics.storage_interface import Entry
 
 COLUMNS = [
     {"name": "Name", "type": "string", "format": "name", "description": "The node's name.", "priority": 0},
-    {"name": "CPU", "type": "string", "format": "", "description": "Node CPU usage.", "priority": 0},
-    {"name": "Memory", "type": "string", "format": "", "description": "Node memory usage.", "priority": 0},
+    {"name": "CPU", "type": "string", "format": "", "description": "Node CPU usage, in cores.", "priority": 0},
+    {"name": "Memory", "type": "string", "format": "", "description": "Node memory usage (Mi, Gi).",
+     "priority": 0},
     {"name": "Pods", "type": "integer", "format": "", "description": "Pods with usage in the report.",
      "priority": 0},
     {"name": "Data Age", "type": "string", "format": "",
      "description": "Time since the agent measured the data (status.updateTime).", "priority": 0},
+    {"name": "Age", "type": "string", "format": "",
+     "description": "Time since the node's first report to this leader (metadata.creationTimestamp).",
+     "priority": 0},
 ]
 
 
@@ -42,21 +49,24 @@ def entry_row(entry: Entry, now: float, include_object: str = "Metadata", versio
                      "creationTimestamp": entry.creation_timestamp}
     if entry.labels:
         metadata["labels"] = dict(entry.labels)
-    return _row(_cells(entry.name, entry.figures, now), metadata, lambda: orjson.loads(entry.body), include_object,
-                version)
+    return _row(_cells(entry.name, entry.figures, entry.creation_timestamp, now), metadata,
+                lambda: orjson.loads(entry.body), include_object, version)
 
 
 def object_row(obj: Obj, now: float, include_object: str = "Metadata", version: str = "v1") -> Obj:
     metadata = obj.get("metadata") or {}
     figures = figures_of(obj) if "status" in obj else None
-    return _row(_cells(metadata.get("name", ""), figures, now), metadata, lambda: obj, include_object, version)
+    return _row(_cells(metadata.get("name", ""), figures, metadata.get("creationTimestamp"), now), metadata,
+                lambda: obj, include_object, version)
 
 
-def _cells(name: str, figures: UsageFigures | None, now: float) -> list[Any]:
+def _cells(name: str, figures: UsageFigures | None, created: object, now: float) -> list[Any]:
+    created_at = parse_timestamp(created)
+    age = human_duration(now - created_at.timestamp()) if created_at else None
     if figures is None:
-        return [name, None, None, None, None]
-    return [name, format_millis(figures.cpu_millis), format_bytes(figures.memory_bytes), figures.pod_count,
-            human_duration(now - figures.update_time)]
+        return [name, None, None, None, None, age]
+    return [name, human_units.cores(figures.cpu_millis), human_units.memory(figures.memory_bytes),
+            figures.pod_count, human_duration(now - figures.update_time), age]
 
 
 def _row(cells: list[Any], metadata: Mapping[str, Any], whole: Callable[[], Obj], include_object: str,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from colocation.controllers.disruption import ZONE_STATES, ZoneDecision
 
 _RECONCILE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -37,5 +41,32 @@ class ControllerMetrics:
                                      registry=r)
         self.evictions_allowed = Gauge(
             "colocation_evictions_allowed",
-            "1 when the exit process may evict, 0 while the guard holds it back (startup grace, too many "
-            "unhealthy nodes).", registry=r)
+            "1 when the exit process may evict in some zone, 0 while the guard holds it back everywhere "
+            "(startup grace, every zone down, small zones partially disrupted).", registry=r)
+        # Per zone (zones are few: their count bounds the label set; "" is the nodes without a zone label).
+        self.zone_nodes = Gauge("colocation_zone_nodes", "Nodes in the zone at the last evaluation.", ["zone"],
+                                registry=r)
+        self.zone_unhealthy_nodes = Gauge("colocation_zone_unhealthy_nodes",
+                                          "Unhealthy nodes in the zone at the last evaluation.", ["zone"], registry=r)
+        self.zone_state = Gauge("colocation_zone_state",
+                                "1 for the zone's disruption state (Normal, PartialDisruption, FullDisruption), 0 "
+                                "for the others.", ["zone", "state"], registry=r)
+        self.zone_eviction_rate = Gauge("colocation_zone_eviction_rate",
+                                        "Nodes per second that may start draining in the zone (0: stopped).", ["zone"],
+                                        registry=r)
+        self._zones: set[str] = set()
+
+    def observe_zones(self, zones: Mapping[str, ZoneDecision]) -> None:
+        """Set the per-zone gauges; a zone that no longer has nodes loses its series."""
+        for zone in self._zones - zones.keys():
+            for gauge in (self.zone_nodes, self.zone_unhealthy_nodes, self.zone_eviction_rate):
+                gauge.remove(zone)
+            for state in ZONE_STATES:
+                self.zone_state.remove(zone, state)
+        self._zones = set(zones)
+        for zone, decision in zones.items():
+            self.zone_nodes.labels(zone).set(decision.nodes)
+            self.zone_unhealthy_nodes.labels(zone).set(decision.unhealthy)
+            self.zone_eviction_rate.labels(zone).set(decision.rate)
+            for state in ZONE_STATES:
+                self.zone_state.labels(zone, state).set(1 if decision.state == state else 0)

@@ -1,25 +1,16 @@
 """The exit process: which pods to evict from unhealthy nodes, and when. Pure, on an injected clock.
 
-Two parts, both decisions only; the controller's I/O shell calls the Eviction API
-(`POST pods/{name}/eviction`, so PodDisruptionBudgets are respected) with what they return.
+A decision only; the controller's I/O shell calls the Eviction API
+(`POST pods/{name}/eviction`, so PodDisruptionBudgets are respected) with what it returns. How
+fast each zone may evict (the mass-failure guard) is `colocation.controllers.disruption`'s.
 
-`EvictionGuard` — whether evictions may happen at all, from every node's `NodeHealth`. The node
-lifecycle controller's lessons (kube-controller-manager `ComputeZoneState`): when many nodes fail
-at once, the fault is more likely ours (the operator is partitioned from the agents, the
-apiserver is struggling) than theirs, and evicting would turn our outage into the workloads'.
-Evictions stop:
-- during the startup grace (a node not yet judged cannot be judged healthy either);
-- when every node is unhealthy ("full disruption", whatever the count: with one or two nodes the
-  minimum below would never trigger, yet losing all of them at once is the clearest sign);
-- when more than `min_unhealthy` nodes *and* more than `unhealthy_zone_threshold` of all nodes
-  are unhealthy. Both comparisons are strict ("more than 55 %", docs/architecture.md); upstream
-  stops at `>=` the threshold, which only differs at an exact ratio such as 11 of 20.
-
-`EvictionPlanner` — rate limiting and pod choice. A token bucket over *nodes*, like upstream's
-pod evictor: `rate` nodes per second with `burst` tokens (the bucket starts full); a node due for
-eviction waits in a first-come queue until it gets a token, and from then on, for as long as it
-stays due, every evictable pod on it is offered (pods appearing later included). A node that is
-no longer due (it recovered, was deleted, or the guard stopped evictions) is released: should it
+`EvictionPlanner` — rate limiting and pod choice. A token bucket over *nodes* per zone, like
+upstream's pod evictor per zone: a zone's `rate` nodes per second with `burst` tokens (a new
+zone's bucket starts full); a node due for eviction waits in its zone's first-come queue until it
+gets a token, and from then on, for as long as it stays due, every evictable pod on it is offered
+(pods appearing later included). A zone whose rate changes keeps the tokens it had (a stopped
+zone has none, so it starts empty when it resumes, as upstream's limiter swap does). A node that
+is no longer due (it recovered, was deleted, or its zone's rate is 0) is released: should it
 become due again it queues for a new token. Evictable pods are the batch and free ones
 (`colocation.koordinator.classes.priority_of`: label, else priority band, else QoS), never prod or
 mid; never a pod already terminating (`metadata.deletionTimestamp`) or terminated (phase
@@ -32,9 +23,7 @@ a PodDisruptionBudget allows no disruption; or any transient error) is handed ba
 
 Thresholds (constructor parameters; docs/architecture.md, Node health and the exit process):
 
-- `EvictionGuard.unhealthy_zone_threshold` = 0.55: fraction of unhealthy nodes that stops evictions.
-- `EvictionGuard.min_unhealthy` = 2: ... provided more than this many nodes are unhealthy.
-- `EvictionPlanner.rate` = 0.1 nodes/s (one node every 10 s); 0 disables evictions.
+- `EvictionPlanner.rate` = 0.1 nodes/s (one node every 10 s): every zone's rate unless `plan` is given others.
 - `EvictionPlanner.burst` = 1 node.
 - `EvictionPlanner.retry_interval` = 30.0 s: before offering again a pod already offered.
 - `EvictionPlanner.backoff`: after `deferred`, 5 s doubling up to 60 s (kubectl drain retries a
@@ -44,63 +33,14 @@ Thresholds (constructor parameters; docs/architecture.md, Node health and the ex
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from colocation.apimachinery.clock import MonotonicClock
-from colocation.controllers.health import NodeHealth
 from colocation.koordinator.classes import PriorityClass, is_high_priority, priority_of
 from colocation.kube.backoff import Backoff
 
 MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
-
-GUARD_ALLOWED: Final = "EvictionAllowed"
-GUARD_STARTUP: Final = "StartupGrace"
-GUARD_FULL_DISRUPTION: Final = "FullDisruption"
-GUARD_PARTIAL_DISRUPTION: Final = "PartialDisruption"
-
-
-# --- The guard -------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class GuardDecision:
-    allowed: bool
-    reason: str
-    message: str
-    unhealthy: int
-    total: int
-
-
-@dataclasses.dataclass(frozen=True)
-class EvictionGuard:
-    unhealthy_zone_threshold: float = 0.55
-    min_unhealthy: int = 2
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.unhealthy_zone_threshold <= 1:
-            raise ValueError(f"unhealthy_zone_threshold must be within [0, 1], got {self.unhealthy_zone_threshold}")
-        if self.min_unhealthy < 0:
-            raise ValueError(f"min_unhealthy must not be negative, got {self.min_unhealthy}")
-
-    def decide(self, healths: Iterable[NodeHealth]) -> GuardDecision:
-        """Whether evictions may go ahead, given the health of every node in the cluster."""
-        healths = list(healths)
-        total = len(healths)
-        unhealthy = sum(not health.healthy for health in healths)
-        counts = f"{unhealthy} of {total} nodes unhealthy"
-        if any(not health.judged for health in healths):
-            return GuardDecision(False, GUARD_STARTUP, f"no evictions during the startup grace ({counts})",
-                                 unhealthy, total)
-        if total and unhealthy == total:
-            return GuardDecision(False, GUARD_FULL_DISRUPTION,
-                                 f"every node is unhealthy ({counts}): more likely our fault than theirs, "
-                                 "no evictions", unhealthy, total)
-        if unhealthy > self.min_unhealthy and unhealthy / total > self.unhealthy_zone_threshold:
-            return GuardDecision(False, GUARD_PARTIAL_DISRUPTION,
-                                 f"{counts}, more than {self.unhealthy_zone_threshold:.0%} and more than "
-                                 f"{self.min_unhealthy}: more likely our fault than theirs, no evictions",
-                                 unhealthy, total)
-        return GuardDecision(True, GUARD_ALLOWED, counts, unhealthy, total)
 
 
 # --- Pods ------------------------------------------------------------------------------------------
@@ -157,6 +97,29 @@ def _default_backoff() -> Backoff:
     return Backoff(initial=5.0, maximum=60.0, factor=2.0, jitter=0.2)
 
 
+@dataclasses.dataclass
+class _Bucket:
+    """One zone's token bucket and its queue of due nodes, first come first."""
+
+    rate: float
+    tokens: float
+    refilled_at: float
+    queue: list[str] = dataclasses.field(default_factory=list)
+
+    def refill(self, now: float, rate: float, burst: int) -> None:
+        """Add what the old rate earned up to now, then go on at `rate` (a stopped bucket is empty)."""
+        self.tokens = min(float(burst), self.tokens + (now - self.refilled_at) * self.rate)
+        self.refilled_at = now
+        self.rate = rate
+        if rate <= 0:
+            self.tokens = 0.0
+
+    def next_token_at(self) -> float | None:
+        if not self.queue or self.rate <= 0:
+            return None
+        return self.refilled_at + (1.0 - self.tokens) / self.rate
+
+
 class EvictionPlanner:
     def __init__(
         self,
@@ -176,25 +139,30 @@ class EvictionPlanner:
         self.burst = burst
         self.retry_interval = retry_interval
         self._backoff = backoff
-        self._tokens = float(burst)
-        self._refilled_at = clock()
-        self._queue: list[str] = []  # due nodes waiting for a token, first come first
+        self._buckets: dict[str, _Bucket] = {}  # zone → its bucket and queue
         self._draining: set[str] = set()
         self._not_before: dict[str, float] = {}  # pod key → earliest time to offer it again
         self._backoffs: dict[str, Backoff] = {}
 
-    def plan(self, due: Mapping[str, Sequence[Mapping[str, Any]]]) -> EvictionPlan:
+    def plan(self, due: Mapping[str, Sequence[Mapping[str, Any]]], *, zones: Mapping[str, str] | None = None,
+             rates: Mapping[str, float] | None = None) -> EvictionPlan:
         """The evictions to make now, given every node due for eviction and the pods bound to it.
 
-        Pass only nodes whose `NodeHealth.evict` is set, and none while `EvictionGuard` says no:
-        a node left out is released (and must queue for a token again later).
+        `zones` maps a node to its zone (a node not in it: zone ""), `rates` a zone to its rate in
+        nodes per second (`DisruptionGuard`; a zone not in it: `self.rate`). Pass only nodes whose
+        `NodeHealth.evict` is set: a node left out, or in a zone whose rate is 0, is released (and
+        must queue for a token again later).
         """
         now = self._clock()
+        zone_of = zones or {}
+        self._refill(now, {zone_of.get(node, "") for node in due}, rates or {})
+        due = {node: pods for node, pods in due.items() if self._buckets[zone_of.get(node, "")].rate > 0}
         self._release(set(due))
         for node in sorted(due):
-            if node not in self._draining and node not in self._queue:
-                self._queue.append(node)
-        started = self._admit(now)
+            queue = self._buckets[zone_of.get(node, "")].queue
+            if node not in self._draining and node not in queue:
+                queue.append(node)
+        started = self._admit()
 
         evictions: list[PodEviction] = []
         live: set[str] = set()
@@ -214,10 +182,10 @@ class EvictionPlanner:
                 held_until.append(now + self.retry_interval)
         self._drop_pods_except(live)
 
-        if self._queue and self.rate > 0:
-            held_until.append(self._refilled_at + (1.0 - self._tokens) / self.rate)
+        held_until += [at for bucket in self._buckets.values() if (at := bucket.next_token_at()) is not None]
         evictions.sort(key=lambda e: (e.node, e.namespace, e.name))
-        return EvictionPlan(tuple(evictions), tuple(sorted(self._draining)), tuple(started), tuple(self._queue),
+        waiting = [node for zone in sorted(self._buckets) for node in self._buckets[zone].queue]
+        return EvictionPlan(tuple(evictions), tuple(sorted(self._draining)), tuple(started), tuple(waiting),
                             min(held_until, default=None))
 
     def deferred(self, eviction: PodEviction) -> float:
@@ -232,23 +200,35 @@ class EvictionPlanner:
 
     # --- internals ----------------------------------------------------------------------------------
 
+    def _refill(self, now: float, due_zones: set[str], rates: Mapping[str, float]) -> None:
+        """Bring every zone's bucket up to now at its rate. A full bucket of a zone with nothing
+        due is dropped: a new one would be the same (this keeps the zones known bounded)."""
+        for zone in due_zones | rates.keys() | self._buckets.keys():
+            rate = rates.get(zone, self.rate)
+            bucket = self._buckets.get(zone)
+            if bucket is None:
+                bucket = self._buckets[zone] = _Bucket(rate, float(self.burst) if rate > 0 else 0.0, now)
+            else:
+                bucket.refill(now, rate, self.burst)
+            if zone not in due_zones and bucket.tokens >= self.burst - 1e-9:
+                del self._buckets[zone]
+
     def _release(self, due: set[str]) -> None:
         self._draining &= due
-        self._queue = [node for node in self._queue if node in due]
+        for bucket in self._buckets.values():
+            bucket.queue = [node for node in bucket.queue if node in due]
 
-    def _admit(self, now: float) -> list[str]:
-        """Give tokens to queued nodes, first come first, as the bucket allows."""
-        if self.rate <= 0:
-            return []
-        self._tokens = min(float(self.burst), self._tokens + (now - self._refilled_at) * self.rate)
-        self._refilled_at = now
+    def _admit(self) -> list[str]:
+        """Give tokens to queued nodes, first come first in each zone, as the zone's bucket allows."""
         started: list[str] = []
-        # The tolerance absorbs float rounding: 10 s at 0.1/s must make exactly one token.
-        while self._queue and self._tokens >= 1.0 - 1e-9:
-            self._tokens = max(0.0, self._tokens - 1.0)
-            node = self._queue.pop(0)
-            self._draining.add(node)
-            started.append(node)
+        for zone in sorted(self._buckets):
+            bucket = self._buckets[zone]
+            # The tolerance absorbs float rounding: 10 s at 0.1/s must make exactly one token.
+            while bucket.queue and bucket.rate > 0 and bucket.tokens >= 1.0 - 1e-9:
+                bucket.tokens = max(0.0, bucket.tokens - 1.0)
+                node = bucket.queue.pop(0)
+                self._draining.add(node)
+                started.append(node)
         return started
 
     def _drop_pods_except(self, live: set[str]) -> None:

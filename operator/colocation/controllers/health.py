@@ -24,7 +24,8 @@ Each node has two signals, judged independently:
 
 A node is **healthy** when both hold. Unhealthy means: remove its batch resources at once; unhealthy
 for longer than `eviction_timeout` means: evict its batch and free pods (`NodeHealth.evict`; the
-exit guards and the rate limit are in `colocation.controllers.eviction`).
+mass-failure guard per zone is in `colocation.controllers.disruption`, the rate limit in
+`colocation.controllers.eviction`).
 
 Hysteresis (flapping agents). A node goes unhealthy only after a full grace period without a
 heartbeat. Once unhealthy, one heartbeat is not enough to trust it again: it is healthy again
@@ -158,10 +159,10 @@ class NodeHealthTracker:
     def restart_eviction_timers(self, now: float | None = None) -> None:
         """Every node unhealthy now counts its eviction timeout from `now`.
 
-        Called when the exit guard stops holding evictions back after a full disruption, as
-        kube-controller-manager's node lifecycle controller restarts its eviction timers when a
-        zone leaves FullDisruption: nodes whose agents come back one by one must not lose their
-        pods in the moments between the first and the last recovery.
+        Called when the disruption of every zone ends (some zone is no longer fully disrupted), as
+        kube-controller-manager's node lifecycle controller resets its nodes' probe times when it
+        leaves that mode: nodes whose agents come back one by one must not lose their pods in the
+        moments between the first and the last recovery.
         """
         now = self._clock() if now is None else now
         for record in self._records.values():

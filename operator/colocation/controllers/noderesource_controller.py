@@ -7,8 +7,8 @@ Per node: the tracker judges its agent's heartbeats (reports, Lease renewals) an
 batch formula runs on the Node, its pods and its NodeMetric (read from the operator's in-memory
 store, never over HTTP); the Node is patched when `decide_node_write` says so, with nothing
 while the node is unhealthy; the NodeResource status is rewritten when what it says changed
-(`nodestatus`, `conditions.status_needs_write`). Across nodes: the guard decides whether
-evictions may happen, the planner which pods go now. Health transitions post Events and count.
+(`nodestatus`, `conditions.status_needs_write`). Across nodes: the guard decides each zone's
+eviction rate (`disruption`), the planner which pods go now. Health transitions post Events and count.
 
 During the startup grace no node is judged: batch resources are added or updated but never
 removed (the metric store of a fresh leader may still be filling), and nobody is evicted.
@@ -33,16 +33,9 @@ from colocation.controllers.conditions import status_needs_write
 from colocation.controllers.config import strategy_for_node
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
+from colocation.controllers.disruption import DisruptionGuard, GuardDecision, ZoneState, zone_of
 from colocation.controllers.events import NORMAL, WARNING, ObjectRef
-from colocation.controllers.eviction import (
-    GUARD_FULL_DISRUPTION,
-    EvictionGuard,
-    EvictionPlan,
-    EvictionPlanner,
-    GuardDecision,
-    PodEviction,
-    evictable,
-)
+from colocation.controllers.eviction import EvictionPlan, EvictionPlanner, PodEviction, evictable
 from colocation.controllers.health import NodeHealth, NodeHealthTracker
 from colocation.controllers.nodestatus import (
     DISABLED,
@@ -96,13 +89,16 @@ class NodeResourceReconciler:
         self.metrics = metrics
         self.settings = settings
         self.wall = wall
-        self.guard = EvictionGuard(settings.unhealthy_zone_threshold, settings.unhealthy_zone_min_nodes)
+        self.guard = DisruptionGuard(settings.unhealthy_zone_threshold, settings.unhealthy_zone_min_nodes,
+                                     settings.eviction_rate, settings.secondary_eviction_rate,
+                                     settings.large_cluster_size_threshold)
         self.planner = EvictionPlanner(time.monotonic, rate=settings.eviction_rate)
         self._metrics: dict[str, tuple[int, Obj]] = {}  # node -> (resourceVersion, parsed NodeMetric)
         self._computed: dict[str, _Computed] = {}
         self._last_write: dict[str, float] = {}  # node -> wall time of our last Node write
         self._previous: dict[str, NodeHealth] = {}
-        self._guard_reason = ""
+        self._all_down = False
+        self._zone_states: dict[str, tuple[ZoneState, float]] = {}
 
     # ---- inputs --------------------------------------------------------------------------------
 
@@ -166,30 +162,37 @@ class NodeResourceReconciler:
         self.tracker.degrade_after = self.config.parsed.colocation.cluster.degrade_time_minutes * 60.0
         self._observe()
         healths = {health.node: health for health in self.tracker.evaluate_all()}
-        decision = self.guard.decide(healths.values())
-        if decision.reason != self._guard_reason:
-            if self._guard_reason == GUARD_FULL_DISRUPTION:
-                # Leaving a full disruption: every eviction timer starts again (see the tracker).
-                self.tracker.restart_eviction_timers()
-                healths = {health.node: health for health in self.tracker.evaluate_all()}
-                decision = self.guard.decide(healths.values())
-            self._guard_reason = decision.reason
-            log.info("exit process", extra={"allowed": decision.allowed, "reason": decision.reason,
-                                            "detail": decision.message})
+        zones = {name: zone_of(self.state.nodes.get(name) or {}) for name in healths}
+        decision = self.guard.decide((zones[name], health) for name, health in healths.items())
+        if self._all_down and not decision.all_down and not decision.startup:
+            # Leaving a disruption of every zone: every eviction timer starts again (see the tracker).
+            self.tracker.restart_eviction_timers()
+            healths = {health.node: health for health in self.tracker.evaluate_all()}
+            decision = self.guard.decide((zones[name], health) for name, health in healths.items())
+        self._all_down = decision.all_down
+        self._log_zone_changes(decision)
         due = {name: self.state.pods_on(name) for name, health in healths.items() if health.evict}
-        plan = self.planner.plan(due if decision.allowed else {})
+        plan = self.planner.plan(due, zones=zones, rates=decision.rates)
         self.metrics.unhealthy_nodes.set(decision.unhealthy)
         self.metrics.evictions_allowed.set(1 if decision.allowed else 0)
+        self.metrics.observe_zones(decision.zones)
 
-        work = [self._reconcile(name, healths[name], decision, plan, name in due) for name in sorted(healths)
-                if name in self.state.nodes]
+        work = [self._reconcile(name, healths[name], decision, zones[name], plan, name in due)
+                for name in sorted(healths) if name in self.state.nodes]
         work += [self._evict(eviction) for eviction in plan.evictions]
         work += [self._started_draining(name, healths[name]) for name in plan.started if name in healths]
         await asyncio.gather(*work)
         self.metrics.reconcile_duration.observe(time.perf_counter() - started)
 
-    async def _reconcile(self, name: str, health: NodeHealth, decision: GuardDecision, plan: EvictionPlan,
-                         due: bool) -> None:
+    def _log_zone_changes(self, decision: GuardDecision) -> None:
+        states = {name: (zone.state, zone.rate) for name, zone in decision.zones.items()}
+        if states != self._zone_states:
+            self._zone_states = states
+            log.info("exit process", extra={"allowed": decision.allowed, "all_zones_down": decision.all_down,
+                                            "detail": decision.summary})
+
+    async def _reconcile(self, name: str, health: NodeHealth, decision: GuardDecision, zone: str,
+                         plan: EvictionPlan, due: bool) -> None:
         node = self.state.nodes[name]
         resource = self.state.noderesources.get(name)
         if resource is None:
@@ -200,8 +203,7 @@ class NodeResourceReconciler:
         evaluation = Evaluation(
             health=health, computed=computed.values, no_computation_reason=computed.reason,
             evicting=evicting_condition(due=due, draining=name in plan.draining, waiting=name in plan.waiting,
-                                        guard_allowed=decision.allowed, guard_reason=decision.reason,
-                                        guard_message=decision.message, rate=self.settings.eviction_rate,
+                                        zone=decision.zones.get(zone), rate=self.settings.eviction_rate,
                                         timeout=self.settings.eviction_timeout),
             grace_period=self.tracker.grace_period, degrade_after=self.tracker.degrade_after,
             metric_update_time=self._metric_update_time(name), lease_renew_time=self.state.lease_renew_times.get(name),

@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
+from colocation.apimachinery import human_units
 from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.apimachinery.tables import human_duration
 from colocation.controllers import health as health_reasons
@@ -32,6 +33,7 @@ from colocation.controllers.conditions import (
     Condition,
     merge_conditions,
 )
+from colocation.controllers.disruption import PARTIAL_DISRUPTION, ZoneDecision
 from colocation.controllers.health import NodeHealth
 from colocation.koordinator.batch_formula import BATCH_CPU, BATCH_MEMORY
 
@@ -43,9 +45,11 @@ UNHEALTHY: Final = "NodeUnhealthy"
 OFFERED: Final = "BatchResourcesOffered"
 PENDING: Final = "BatchResourcesPending"  # computed for a healthy node, not (yet) on the Node
 
-# Evicting=False reasons, besides the guard's (StartupGrace, FullDisruption, PartialDisruption).
+# Evicting=False reasons, besides the guard's when it stops a zone (`disruption.HELD_*`:
+# StartupGrace, FullDisruption for every zone down, PartialDisruption for a small zone).
 NOT_DUE: Final = "NotDue"
-RATE_LIMITED: Final = "RateLimited"
+RATE_LIMITED: Final = "RateLimited"  # waiting for its zone's token at --eviction-rate
+SECONDARY_RATE_LIMITED: Final = "SecondaryRateLimited"  # ... at --secondary-eviction-rate (partial disruption)
 EVICTIONS_DISABLED: Final = "EvictionsDisabled"
 EVICTING_PODS: Final = "EvictingPods"
 
@@ -155,6 +159,9 @@ def render_status(evaluation: Evaluation, stored: Mapping[str, Any] | None, now:
     if values is not None:
         status["batchCPU"] = int(values[BATCH_CPU])
         status["batchMemory"] = int(values[BATCH_MEMORY])
+        # For the printer columns, which show fields as stored: the same figures, read at a glance.
+        status["display"] = {"batchCPU": human_units.cores(status["batchCPU"]),
+                             "batchMemory": human_units.memory(status["batchMemory"])}
     status["healthy"] = evaluation.health.healthy
     status["message"] = message[:1024]
     if evaluation.generation is not None:
@@ -168,9 +175,9 @@ def render_status(evaluation: Evaluation, stored: Mapping[str, Any] | None, now:
     return status
 
 
-def evicting_condition(*, due: bool, draining: bool, waiting: bool, guard_allowed: bool, guard_reason: str,
-                       guard_message: str, rate: float, timeout: float) -> Condition:
-    """The Evicting condition of a node, from the exit process's view of it."""
+def evicting_condition(*, due: bool, draining: bool, waiting: bool, zone: ZoneDecision | None, rate: float,
+                       timeout: float) -> Condition:
+    """The Evicting condition of a node, from the exit process's view of it and of its zone."""
     if draining:
         return Condition(EVICTING, True, EVICTING_PODS,
                          f"unhealthy for longer than the eviction timeout {human_duration(timeout)}: "
@@ -179,8 +186,10 @@ def evicting_condition(*, due: bool, draining: bool, waiting: bool, guard_allowe
         return Condition(EVICTING, False, NOT_DUE, "no eviction: the node is healthy or within the eviction timeout")
     if rate <= 0:
         return Condition(EVICTING, False, EVICTIONS_DISABLED, "evictions are disabled (--eviction-rate=0)")
-    if not guard_allowed:
-        return Condition(EVICTING, False, guard_reason, f"evictions held back: {guard_message}")
+    if zone is not None and zone.held:
+        return Condition(EVICTING, False, zone.held, f"evictions held back: {zone.message}")
     if waiting:
-        return Condition(EVICTING, False, RATE_LIMITED, "due for eviction, waiting for its turn (--eviction-rate)")
+        slowed = zone is not None and zone.state == PARTIAL_DISRUPTION
+        return Condition(EVICTING, False, SECONDARY_RATE_LIMITED if slowed else RATE_LIMITED,
+                         "due for eviction, waiting for its turn" + (f" ({zone.message})" if zone else ""))
     return Condition(EVICTING, False, NOT_DUE, "due for eviction")

@@ -68,11 +68,17 @@ def _default_identity() -> str:
 @click.option("--eviction-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
               help="Seconds a node stays unhealthy before its batch and free pods are evicted.")
 @click.option("--eviction-rate", type=click.FloatRange(min=0), default=0.1, show_default=True,
-              help="Nodes per second whose pods start being evicted; 0 disables evictions.")
+              help="Nodes per second of a zone whose pods start being evicted; 0 disables evictions.")
 @click.option("--unhealthy-zone-threshold", type=click.FloatRange(0, 1), default=0.55, show_default=True,
-              help="Evictions stop while more than this fraction of the nodes is unhealthy...")
+              help="A zone is partially disrupted while more than this fraction of its nodes is unhealthy...")
 @click.option("--unhealthy-zone-min-nodes", type=click.IntRange(min=0), default=2, show_default=True,
-              help="...and more than this many nodes are.")
+              help="...and more than this many of its nodes are.")
+@click.option("--secondary-eviction-rate", type=click.FloatRange(min=0), default=0.01, show_default=True,
+              help="Nodes per second evicted in a partially disrupted zone of more than "
+                   "--large-cluster-size-threshold nodes (a smaller one evicts none).")
+@click.option("--large-cluster-size-threshold", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Nodes a zone must exceed to go on evicting, at --secondary-eviction-rate, while partially "
+                   "disrupted.")
 @click.option("--startup-grace", type=click.FloatRange(min=0), default=None,
               help="Seconds after becoming leader before any node is judged. Default: --node-grace-period.")
 @click.option("--recovery-renewals", type=click.IntRange(min=1), default=2, show_default=True,
@@ -93,7 +99,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                      bookmark_interval: float, serve_resource_metrics: bool, serve_custom_metrics: bool,
                      custom_metrics_retention: float, custom_metrics_max_series: int, evaluation_interval: float,
                      node_grace_period: float, eviction_timeout: float, eviction_rate: float,
-                     unhealthy_zone_threshold: float, unhealthy_zone_min_nodes: int, startup_grace: float | None,
+                     unhealthy_zone_threshold: float, unhealthy_zone_min_nodes: int, secondary_eviction_rate: float,
+                     large_cluster_size_threshold: int, startup_grace: float | None,
                      recovery_renewals: int, shutdown_delay: float, service_account_audiences: tuple[str, ...],
                      controllers: bool) -> None:
     """Run an operator replica: leader election, the NodeMetric aggregated API, standby replication,
@@ -123,7 +130,9 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                                 enabled=controllers, evaluation_interval=evaluation_interval,
                                 node_grace_period=node_grace_period, eviction_timeout=eviction_timeout,
                                 eviction_rate=eviction_rate, unhealthy_zone_threshold=unhealthy_zone_threshold,
-                                unhealthy_zone_min_nodes=unhealthy_zone_min_nodes, startup_grace=startup_grace,
+                                unhealthy_zone_min_nodes=unhealthy_zone_min_nodes,
+                                secondary_eviction_rate=secondary_eviction_rate,
+                                large_cluster_size_threshold=large_cluster_size_threshold, startup_grace=startup_grace,
                                 recovery_renewals=recovery_renewals),
                             shutdown_delay=shutdown_delay, pod_name=os.environ.get("POD_NAME", ""),
                             service_account_audiences=tuple(service_account_audiences))

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from colocation.controllers.conditions import Condition, merge_conditions, status_needs_write, transitions
+from colocation.controllers.disruption import DisruptionGuard
 from colocation.controllers.events import Create, EventRecorder, ObjectRef, Patch
 from colocation.controllers.health import NodeHealth
 from colocation.controllers.nodestatus import Evaluation, evicting_condition, render_status
@@ -143,6 +144,8 @@ def test_a_healthy_node_shows_what_the_node_offers_not_the_latest_figure() -> No
     status = render_status(evaluation(health(), {CPU: 3600, MEMORY: 2**30}, on_node={CPU: 3500, MEMORY: 2**30}),
                            None, "T1")
     assert status["batchCPU"] == 3500 and status["batchMemory"] == 2**30 and status["healthy"] is True
+    # The same figures for `kubectl get noderesources`, whose columns show fields as stored.
+    assert status["display"] == {"batchCPU": "3.50", "batchMemory": "1.00Gi"}
     assert status["message"] == "offering batch cpu 3500m and memory 1Gi"
     assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
         ("AgentReady", "True", "AgentHeard"), ("MetricsFresh", "True", "MetricsReported"),
@@ -154,6 +157,7 @@ def test_an_unhealthy_node_says_why_with_no_age_in_the_status() -> None:
     silent = health(False, agent=False, reason="AgentSilent")
     status = render_status(evaluation(silent, {CPU: 3500, MEMORY: 2**30}), None, "T1")
     assert status["healthy"] is False
+    assert "display" not in status and "batchCPU" not in status
     assert status["message"] == ("no report and no Lease renewal from the agent within the grace period 40s: "
                                  "batch resources removed")
     reasons = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
@@ -199,17 +203,30 @@ def test_during_the_startup_grace_stored_health_conditions_stand() -> None:
 
 
 def test_the_evicting_condition_names_what_holds_evictions_back() -> None:
-    common: dict[str, Any] = {"guard_allowed": True, "guard_reason": "EvictionAllowed", "guard_message": "",
-                              "rate": 0.1, "timeout": 300.0}
-    draining = evicting_condition(due=True, draining=True, waiting=False, **common)
+    common: dict[str, Any] = {"rate": 0.1, "timeout": 300.0}
+    normal = DisruptionGuard().decide([("a", health())]).zones["a"]
+    draining = evicting_condition(due=True, draining=True, waiting=False, zone=normal, **common)
     assert (draining.status, draining.reason) == (True, "EvictingPods")
-    assert evicting_condition(due=False, draining=False, waiting=False, **common).reason == "NotDue"
-    assert evicting_condition(due=True, draining=False, waiting=True, **common).reason == "RateLimited"
-    held = evicting_condition(due=True, draining=False, waiting=False, **{
-        **common, "guard_allowed": False, "guard_reason": "FullDisruption", "guard_message": "every node"})
-    assert (held.status, held.reason, held.message) == (False, "FullDisruption", "evictions held back: every node")
-    assert evicting_condition(due=True, draining=False, waiting=False,
+    assert evicting_condition(due=False, draining=False, waiting=False, zone=normal, **common).reason == "NotDue"
+    assert evicting_condition(due=True, draining=False, waiting=True, zone=normal, **common).reason == "RateLimited"
+    assert evicting_condition(due=True, draining=False, waiting=False, zone=normal,
                               **{**common, "rate": 0.0}).reason == "EvictionsDisabled"
+
+
+@pytest.mark.parametrize(("zones", "reason"), [
+    ({"a": (3, 3)}, "FullDisruption"),  # every zone down
+    ({"a": (4, 6), "b": (0, 3)}, "PartialDisruption"),  # a small zone partially disrupted
+    ({"a": (40, 60), "b": (0, 3)}, "SecondaryRateLimited"),  # a large one: slowed
+    ({"a": (3, 3), "b": (0, 3)}, "RateLimited"),  # one zone down, another healthy: the normal rate
+])
+def test_the_evicting_condition_of_a_waiting_node_names_its_zones_state(zones: dict[str, tuple[int, int]],
+                                                                        reason: str) -> None:
+    decision = DisruptionGuard().decide(
+        (name, health(healthy=i >= unhealthy)) for name, (unhealthy, total) in zones.items() for i in range(total))
+    condition = evicting_condition(due=True, draining=False, waiting=True, zone=decision.zones["a"], rate=0.1,
+                                   timeout=300.0)
+    assert (condition.status, condition.reason) == (False, reason)
+    assert "zone 'a'" in condition.message
 
 
 # ---- Events ----------------------------------------------------------------------------------------------

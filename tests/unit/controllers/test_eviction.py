@@ -1,4 +1,4 @@
-"""The exit process: the eviction guards, the node token bucket and the choice of pods."""
+"""The exit process: the node token buckets (per zone) and the choice of pods."""
 
 from __future__ import annotations
 
@@ -6,16 +6,7 @@ from typing import Any
 
 import pytest
 
-from colocation.controllers.eviction import (
-    GUARD_ALLOWED,
-    GUARD_FULL_DISRUPTION,
-    GUARD_PARTIAL_DISRUPTION,
-    GUARD_STARTUP,
-    EvictionGuard,
-    EvictionPlanner,
-    evictable,
-)
-from colocation.controllers.health import NodeHealth, NodeHealthTracker
+from colocation.controllers.eviction import EvictionPlanner, evictable
 from colocation.kube.backoff import Backoff
 
 START = 5000.0
@@ -27,15 +18,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def health(node: str, healthy: bool, judged: bool = True) -> NodeHealth:
-    return NodeHealth(node, healthy, healthy, True, judged, None if healthy else START, not healthy,
-                      "AgentReady" if healthy else "AgentSilent", "")
-
-
-def cluster(unhealthy: int, total: int) -> list[NodeHealth]:
-    return [health(f"node-{i}", healthy=i >= unhealthy) for i in range(total)]
 
 
 def pod(name: str, *, node: str = "node-a", labels: dict[str, str] | None = None, priority: int | None = None,
@@ -58,61 +40,6 @@ def pod(name: str, *, node: str = "node-a", labels: dict[str, str] | None = None
 
 def batch(name: str, node: str = "node-a", **kwargs: Any) -> dict[str, Any]:
     return pod(name, node=node, labels={"koordinator.sh/priority-class": "koord-batch"}, **kwargs)
-
-
-# --- The guard -------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("unhealthy", "total", "reason"), [
-    (0, 5, GUARD_ALLOWED),
-    (1, 1, GUARD_FULL_DISRUPTION),  # every node at once: stop, however small the cluster
-    (2, 2, GUARD_FULL_DISRUPTION),
-    (3, 3, GUARD_FULL_DISRUPTION),
-    (2, 3, GUARD_ALLOWED),  # 67 %, but not more than 2 nodes
-    (3, 5, GUARD_PARTIAL_DISRUPTION),  # 60 % and 3 nodes
-    (3, 6, GUARD_ALLOWED),  # 3 nodes, but 50 %
-    (11, 20, GUARD_ALLOWED),  # exactly 55 %: not *more* than 55 %
-    (12, 20, GUARD_PARTIAL_DISRUPTION),  # 60 %
-    (54, 100, GUARD_ALLOWED),
-    (56, 100, GUARD_PARTIAL_DISRUPTION),
-])
-def test_evictions_stop_when_too_many_nodes_are_unhealthy_at_once(unhealthy: int, total: int, reason: str) -> None:
-    decision = EvictionGuard().decide(cluster(unhealthy, total))
-    assert decision.reason == reason
-    assert decision.allowed == (reason == GUARD_ALLOWED)
-    assert (decision.unhealthy, decision.total) == (unhealthy, total)
-
-
-def test_the_guard_thresholds_are_configurable() -> None:
-    assert EvictionGuard(min_unhealthy=1).decide(cluster(2, 3)).reason == GUARD_PARTIAL_DISRUPTION
-    assert EvictionGuard(unhealthy_zone_threshold=0.7).decide(cluster(3, 5)).allowed
-    with pytest.raises(ValueError):
-        EvictionGuard(unhealthy_zone_threshold=1.5)
-
-
-def test_no_evictions_during_the_startup_grace() -> None:
-    healths = [*cluster(1, 10), health("node-new", True, judged=False)]
-    assert EvictionGuard().decide(healths).reason == GUARD_STARTUP
-
-
-def test_every_agent_going_silent_together_evicts_nothing() -> None:
-    clock = FakeClock()
-    tracker = NodeHealthTracker(clock)
-    nodes = [f"node-{i}" for i in range(4)]
-    for second in range(0, 101, 10):
-        clock.now = START + second
-        for node in nodes:
-            tracker.observe_lease(node, f"2026-11-22T10:00:{second:02d}.000000Z")
-            tracker.observe_metric(node, f"2026-11-22T10:00:{second:02d}Z")
-    clock.now = START + 1000  # every node silent for 900 s: long past the eviction timeout
-
-    healths = tracker.evaluate_all()
-    assert all(h.evict for h in healths)
-    decision = EvictionGuard().decide(healths)
-    assert (decision.allowed, decision.reason) == (False, GUARD_FULL_DISRUPTION)
-
-    planner = EvictionPlanner(clock)
-    due = {h.node: [batch("job", node=h.node)] for h in healths if h.evict} if decision.allowed else {}
-    assert planner.plan(due).evictions == ()
 
 
 # --- Choosing pods ---------------------------------------------------------------------------------

@@ -275,6 +275,47 @@ async def test_when_every_node_falls_silent_nobody_is_evicted() -> None:
     assert h.condition("n1", "Evicting") == ("False", "FullDisruption")
 
 
+def in_zone(h: Harness, zone: str, *names: str) -> None:
+    for name in names:
+        h.state.node_event(None, {**node(name), "metadata": {**node(name)["metadata"],
+                                                               "labels": {"topology.kubernetes.io/zone": zone}}})
+
+
+async def test_a_zone_that_falls_silent_whole_is_evicted_while_another_zone_is_healthy() -> None:
+    h = Harness(["a1", "b1", "b2"])
+    in_zone(h, "a", "a1")
+    in_zone(h, "b", "b1", "b2")
+    await h.state.pod_event("ADDED", pod("batch", "a1", "koord-batch"))
+    await healthy_pass(h, "a1", "b1", "b2")
+    for _ in range(35):  # zone a silent for the grace period and the eviction timeout; zone b renews
+        h.renew("b1", "b2")
+        h.advance(10)
+    await h.evaluate()
+    assert h.api.evicted == ["batch"]
+    assert h.condition("a1", "Evicting") == ("True", "EvictingPods")
+    assert h.registry.get_sample_value("colocation_zone_state", {"zone": "a", "state": "FullDisruption"}) == 1.0
+    assert h.registry.get_sample_value("colocation_zone_state", {"zone": "b", "state": "Normal"}) == 1.0
+    assert h.registry.get_sample_value("colocation_zone_unhealthy_nodes", {"zone": "a"}) == 1.0
+    assert h.registry.get_sample_value("colocation_zone_eviction_rate", {"zone": "a"}) == 100.0
+
+
+async def test_a_small_partially_disrupted_zone_evicts_nothing_while_other_zones_do() -> None:
+    h = Harness(["a1", "a2", "a3", "a4", "b1", "c1", "c2"])
+    in_zone(h, "a", "a1", "a2", "a3", "a4")
+    in_zone(h, "b", "b1")
+    in_zone(h, "c", "c1", "c2")
+    for name in ("a1", "b1"):
+        await h.state.pod_event("ADDED", pod(f"batch-{name}", name, "koord-batch"))
+    await healthy_pass(h, "a1", "a2", "a3", "a4", "b1", "c1", "c2")
+    for _ in range(35):  # a1-a3 (3 of 4 in zone a) and b1 (all of zone b) fall silent
+        h.renew("a4", "c1", "c2")
+        h.advance(10)
+    await h.evaluate()
+    assert h.api.evicted == ["batch-b1"]
+    assert h.condition("a1", "Evicting") == ("False", "PartialDisruption")
+    assert h.registry.get_sample_value("colocation_zone_eviction_rate", {"zone": "a"}) == 0.0
+
+
 async def test_node_overrides_disable_colocation_on_one_node() -> None:
     h = Harness(["n1"])
     await healthy_pass(h, "n1")

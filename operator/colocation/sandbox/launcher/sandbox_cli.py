@@ -38,9 +38,10 @@ from colocation.clicommon import common_options
 @click.option("--operator-arg", "operator_args", multiple=True, metavar="ARG",
               help="Extra argument for every operator replica (repeatable), "
                    "e.g. --operator-arg=--lease-duration=4.")
-@click.option("--serve-resource-metrics", is_flag=True, default=False,
+@click.option("--serve-resource-metrics/--no-serve-resource-metrics", default=True, show_default=True,
               help="Run the operators with --serve-resource-metrics and register the APIService of "
-                   "manifests/components/resource-metrics, so `kubectl top` works against the sandbox.")
+                   "manifests/components/resource-metrics, so `kubectl top nodes` and `kubectl top pods -A` "
+                   "work against the sandbox at once (it has no metrics-server to conflict with).")
 @click.option("--serve-custom-metrics/--no-serve-custom-metrics", default=True, show_default=True,
               help="Run the operators with --serve-custom-metrics and register the APIServices of "
                    "manifests/components/custom-metrics (custom.metrics.k8s.io, external.metrics.k8s.io). "

@@ -1,0 +1,77 @@
+"""`make run` as a user meets it: `kubectl top nodes` and `kubectl top pods -A` answer at once.
+
+The sandbox is started exactly as `make run` starts it (`colocation sandbox` with no flags but the
+state directory, the log format, and a free port instead of 6443), so the defaults are what is
+tested: the operators serve metrics.k8s.io and its APIService is registered, with no flag.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
+from tests.e2e.conftest import Kubectl, apiserver_kind
+from tests.e2e.kube import TIME_FACTOR, start_sandbox_process
+from tests.e2e.test_kubectl_cluster import eventually
+from tests.e2e.test_kubectl_scenario import table
+
+pytestmark = pytest.mark.kubectl
+
+
+@pytest.fixture(scope="module")
+def make_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    if request.config.getoption("--kubeconfig") or apiserver_kind(request.config) == "kube":
+        pytest.skip("`make run` starts the builtin sandbox")
+    state = tmp_path_factory.mktemp("make-run")
+    with start_sandbox_process(state, []) as kubeconfig:
+        yield kubeconfig, state
+
+
+@pytest.fixture
+def kubectl_run(make_run: tuple[Path, Path], tmp_path: Path) -> Kubectl:
+    binary = kubectl_binary()
+    if binary is None:
+        pytest.skip("no kubectl: neither built by hack/kube/build.sh (needs Go) nor on the PATH")
+    return Kubectl(binary, make_run[0], tmp_path / "kubectl-cache")
+
+
+def test_kubectl_top_works_on_make_run_without_a_flag(kubectl_run: Kubectl, make_run: tuple[Path, Path]) -> None:
+    kubectl = kubectl_run
+    nodes = {node for agent in json.loads((make_run[1] / "agents.json").read_text()) for node in agent["nodes"]}
+    assert len(nodes) == 3  # make run's default: this machine and two simulated nodes
+
+    def available() -> bool:
+        result = kubectl.run("get", "apiservice", "v1beta1.metrics.k8s.io", "-o",
+                             "jsonpath={.status.conditions[?(@.type=='Available')].status}", check=False)
+        return result.returncode == 0 and result.stdout == "True"
+
+    eventually(available, 60 * TIME_FACTOR)  # registered by default, and its replicas ready
+
+    def top_nodes() -> list[list[str]] | None:
+        result = kubectl.run("top", "nodes", check=False)
+        if result.returncode != 0:
+            return None
+        header, rows = table(result.stdout)
+        if header[:2] != ["NAME", "CPU(cores)"] or {row[0] for row in rows} != nodes:
+            return None
+        # A node is listed at once, with <unknown> figures until its agent's first report is in.
+        return rows if all(re.fullmatch(r"\d+m?", row[1]) and row[3].endswith(("Mi", "Ki", "Gi")) for row in rows) \
+            else None
+
+    eventually(top_nodes, 90 * TIME_FACTOR)
+
+    def top_pods() -> list[list[str]] | None:
+        result = kubectl.run("top", "pods", "-A", check=False)
+        if result.returncode != 0:
+            return None
+        header, rows = table(result.stdout)
+        if header[:4] != ["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"]:
+            return None
+        return rows if rows and all(re.fullmatch(r"\d+m?", row[2]) for row in rows) else None
+
+    eventually(top_pods, 90 * TIME_FACTOR)
