@@ -2,9 +2,11 @@
 
 The shape is Koordinator's NodeMetric (slo.koordinator.sh), served as metrics.colocation.dev.
 Unknown fields are accepted and dropped, so what is stored is canonical: only the fields below,
-in this order. Validation runs in pydantic-core; Python runs only for a quantity that is not a
-plain number with a suffix, once for the updateTime, and once per object with optional fields
-(to drop nulls). The field types (names, quantities, durations, times) are
+in this order. Validation runs in pydantic-core, first with the common shape's validator (what
+agents send: no nulls, quantities as plain numbers with a suffix), where Python runs only for the
+updateTime, each duration (both cached per text) and the pods' uniqueness; a body it refuses is
+validated again by the whole schema, which drops nulls, reads any quantity form and words the
+errors. Both store the same bytes. The field types (names, quantities, durations, times) are
 `apimachinery.fieldtypes`, shared with other bodies.
 
 Every field is bounded, so that whatever is accepted is read back by every consumer (the
@@ -86,11 +88,13 @@ def _without_nulls(value: dict[str, Any]) -> dict[str, Any]:
 
 
 _POD_KEY = itemgetter("namespace", "name")  # (namespace, name), built in C
+_POD_NAME = itemgetter("name")
 
 
 def _pods_are_unique(pods: list[PodMetricInfo] | None) -> list[PodMetricInfo] | None:
     # A pod listed twice would be counted twice by the batch formula.
-    if not pods or len(set(map(_POD_KEY, pods))) == len(pods):
+    # Distinct names make distinct (namespace, name) pairs: a set of strings costs less than of tuples.
+    if not pods or len(set(map(_POD_NAME, pods))) == len(pods) or len(set(map(_POD_KEY, pods))) == len(pods):
         return pods
     seen: set[tuple[str, str]] = set()
     for index, pod in enumerate(pods):
