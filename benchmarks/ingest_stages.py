@@ -69,6 +69,8 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 NAMESPACE = "colocation-system"
 AGENT = f"system:serviceaccount:{NAMESPACE}:colocation-agent"
 WATCHERS = 2
+DEFAULT_NODES = 1000
+DEFAULT_REPEATS = 7
 _NO_EXTRA = Extra()
 
 
@@ -188,8 +190,11 @@ class Bench:
         requests = self.metrics.requests
         accepted = self.metrics.reports_accepted
 
+        child = getattr(self.metrics, "child", None)  # labelled children looked up once, where the server does
+
         async def request_metrics(i: int) -> None:
-            requests.labels("update", "200").observe(0.001)
+            latency = child(requests, "update", "200") if child is not None else requests.labels("update", "200")
+            latency.observe(0.001)
             accepted.inc()
 
         async def whole(i: int) -> None:
@@ -268,7 +273,8 @@ def _commit() -> str:
     return head + ("+changes" if dirty else "")
 
 
-def _load_average() -> str:
+def load_average() -> str:
+    """The 1, 5 and 15-minute load averages, e.g. "1.62 1.41 1.20": the machine may be shared."""
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
@@ -276,11 +282,11 @@ def _load_average() -> str:
 
 
 def run(nodes: int, pods: int, repeats: int, label: str, results: Path, commit: str | None = None) -> dict[str, Any]:
-    load_before = _load_average()
+    load_before = load_average()
     samples = asyncio.run(measure(nodes, pods, repeats))
     record = {"label": label, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "commit": commit or _commit(), "python": platform.python_version(), "nodes": nodes, "pods": pods,
-              "repeats": repeats, "load_average": f"{load_before} before, {_load_average()} after",
+              "repeats": repeats, "load_average": f"{load_before} before, {load_average()} after",
               "stages": {name: {"samples_us": values, **summary(values)} for name, values in samples.items()}}
     stored = json.loads(results.read_text()) if results.exists() else {}
     stored[label] = record
@@ -291,9 +297,9 @@ def run(nodes: int, pods: int, repeats: int, label: str, results: Path, commit: 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.ingest_stages", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nodes", type=int, default=1000, help="Nodes, each with its own token and report.")
+    p.add_argument("--nodes", type=int, default=DEFAULT_NODES, help="Nodes, each with its own token and report.")
     p.add_argument("--pods-per-node", type=int, default=30)
-    p.add_argument("--repeats", type=int, default=7, help="Timings of each stage (at least 5).")
+    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="Timings of each stage (at least 5).")
     p.add_argument("--label", default="after", help="Kept under this name in the results (e.g. before, after).")
     p.add_argument("--commit", default=None, help="The commit measured, when not this checkout's.")
     p.add_argument("--results", type=Path, default=RESULTS)
