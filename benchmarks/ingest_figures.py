@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,13 +36,16 @@ class PhaseFigures:
     server_busy: float  # server CPU / wall time (1.0: one core)
     client_busy: float
     apiserver_cpu_per_report: float = 0.0  # the sandbox's CPU (TokenReviews, SubjectAccessReviews)
+    # The kernel's part of server_cpu_per_report (system time; NaN when not measured).
+    server_system_cpu_per_report: float = math.nan
 
     @classmethod
-    def of(cls, result: IngestResult, server_cpu: float, apiserver_cpu: float = 0.0) -> PhaseFigures:
+    def of(cls, result: IngestResult, server_cpu: float, apiserver_cpu: float = 0.0, *,
+           server_system_cpu: float = math.nan) -> PhaseFigures:
         n, wall = max(result.count, 1), max(result.elapsed, 1e-9)
         return cls(result.name, result.count, result.elapsed, result.rate, Latency.of(result.latencies),
                    result.errors, result.first_error, server_cpu / n, server_cpu / wall, result.client_cpu / wall,
-                   apiserver_cpu / n)
+                   apiserver_cpu / n, server_system_cpu / n)
 
     @property
     def one_core_rate(self) -> float:
@@ -103,6 +107,8 @@ class SizeReport:
     command: str = ""
     date: str = ""
     machine: str = ""
+    # /proc/loadavg (1, 5, 15 minutes) as the size's run began and ended: the machine may be shared.
+    load_average: str = ""
     setup_seconds: float = 0.0
     load: PhaseFigures | None = None  # every node's first report (nothing cached yet)
     ingest: PhaseFigures | None = None

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
+from benchmarks import ingest_history
 from benchmarks.ingest_figures import (
     METRICS_SERVER_BYTES_PER_NODE,
     TARGET_BYTES_PER_NODE,
@@ -214,10 +216,12 @@ def proposals(reports: list[SizeReport]) -> list[str]:
     return notes
 
 
-def render(reports_by_size: dict[int, SizeReport], plots: list[Path], base: Path) -> str:
+def render(reports_by_size: dict[int, SizeReport], plots: list[Path], base: Path,
+           before: dict[int, SizeReport] | None = None, stages: dict[str, Any] | None = None) -> str:
     reports = [reports_by_size[n] for n in sorted(reports_by_size)]
-    runs = table(["nodes", "command", "date", "machine"],
-                  [[f"{r.nodes:,}", f"`{r.command}`", r.date, r.machine] for r in reports])
+    runs = table(["nodes", "command", "date", "machine", "load average (shared machine)"],
+                  [[f"{r.nodes:,}", f"`{r.command}`", r.date, r.machine, r.load_average or "not recorded"]
+                   for r in reports])
     pods = reports[0].pods_per_node if reports else 30
     body = reports[0].body_bytes if reports else 0.0
     parts = [
@@ -280,6 +284,9 @@ def render(reports_by_size: dict[int, SizeReport], plots: list[Path], base: Path
     profiled = [line for r in reports for line in _profile_block(r)]
     if profiled:
         parts += ["", "### Where the leader's time goes (py-spy, sustained ingest)", "", *profiled]
+    comparison = ingest_history.section(before or {}, reports_by_size, stages or {})
+    if comparison:
+        parts += ["", *comparison]
     parts += ["", "### What this means", "", *[f"- {note}" for note in interpretation(reports)]]
     return "\n".join(parts) + "\n"
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import shlex
 import sys
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ingest_cluster, ingest_profile, ingest_reads, machine, processes
+from benchmarks import ingest_cluster, ingest_profile, ingest_reads, ingest_stages, machine, processes
 from benchmarks.client import Client, Endpoint, Request, say
 from benchmarks.ingest_figures import MemoryFigures, PhaseFigures, ReadSummary, SizeReport, WatchSummary
 from benchmarks.ingest_load import IngestResult, ReportSender, resource_version_of
@@ -68,11 +69,12 @@ def _operator_args(config: IngestConfig) -> list[str]:
 async def _phase(sender: ReportSender, pids: tuple[int, int], name: str,
                  run: Callable[[ReportSender], Awaitable[IngestResult]]) -> PhaseFigures:
     """Run one load phase, charging the CPU of the server (pids[0]) and of kube-apiserver (pids[1])."""
-    server_before = processes.cpu_seconds(pids[0])
+    server_before, kernel_before = processes.cpu_seconds(pids[0]), _system_cpu_seconds(pids[0])
     apiserver_before = processes.cpu_seconds(pids[1]) if pids[1] else 0.0
     result = await run(sender)
     figures = PhaseFigures.of(result, processes.cpu_seconds(pids[0]) - server_before,
-                              (processes.cpu_seconds(pids[1]) - apiserver_before) if pids[1] else 0.0)
+                              (processes.cpu_seconds(pids[1]) - apiserver_before) if pids[1] else 0.0,
+                              server_system_cpu=_system_cpu_seconds(pids[0]) - kernel_before)
     say(f"{name}: {figures.count:,} reports, {figures.rate:,.0f}/s, p50 {figures.latency.p50 * 1000:,.1f} ms, "
         f"p99 {figures.latency.p99 * 1000:,.1f} ms, server {figures.server_cpu_per_report * 1e6:,.0f} µs CPU "
         f"per report ({figures.server_busy:.0%} busy), client {figures.client_busy:.0%} busy, "
@@ -80,6 +82,13 @@ async def _phase(sender: ReportSender, pids: tuple[int, int], name: str,
     if figures.errors:
         say(f"  first error: {figures.first_error}")
     return figures
+
+
+def _system_cpu_seconds(pid: int) -> float:
+    """The kernel's share of a process's CPU time so far (stime, /proc/PID/stat field 15): on
+    loopback it includes the TCP receive work of the peer and waking it, charged to the sender."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return int(raw[raw.rindex(")") + 2:].split()[12]) / os.sysconf("SC_CLK_TCK")
 
 
 async def _wait_for_nodes(sender: ReportSender, timeout: float = 120.0) -> None:
@@ -230,8 +239,10 @@ async def run(config: IngestConfig, command: str, describe: machine.Machine) -> 
     for nodes in config.sizes:
         started = time.perf_counter()
         size_report = SizeReport(nodes, config.pods_per_node, 0.0, command, describe.date, describe.describe())
+        load_before = ingest_stages.load_average()
         reports = await _operator(config, nodes, size_report, config.state_dir)
         await _baseline(config, nodes, reports, size_report, config.state_dir)
+        size_report.load_average = f"{load_before} at the start, {ingest_stages.load_average()} at the end"
         say(f"[{nodes:,} nodes] done in {time.perf_counter() - started:,.0f} s: "
             f"{size_report.share_of_baseline:.0%} of the bare server's rate; targets "
             + ", ".join(f"{k} {'met' if v else 'missed'}" for k, v in size_report.targets_met().items()))
@@ -275,9 +286,11 @@ def config_from(args: argparse.Namespace, state_dir: Path, prefix: str = "") -> 
 
 
 def run_suite(config: IngestConfig, output: Path, command: str, *, results_path: Path = RESULTS,
-              plots_dir: Path = PLOTS) -> list[SizeReport]:
-    """Measure, merge into `results_path`, write the plots and the section of `output`."""
-    from benchmarks import ingest_figures, ingest_report
+              plots_dir: Path = PLOTS, stages_path: Path | None = None) -> list[SizeReport]:
+    """Measure, merge into `results_path`, time the stages, write the plots and the section of `output`."""
+    from benchmarks import ingest_figures, ingest_history, ingest_report
+
+    stages_path = stages_path or results_path.with_name("ingest_stages.json")
 
     described = machine.describe()
     say(f"operator ingest: sizes {', '.join(f'{n:,}' for n in config.sizes)} nodes x {config.pods_per_node} pods")
@@ -285,8 +298,13 @@ def run_suite(config: IngestConfig, output: Path, command: str, *, results_path:
     everything = ingest_figures.load_all(results_path)
     everything.update({r.nodes: r for r in results})
     ingest_figures.save_all(results_path, everything)
+    say("stages: the report path's stages in one process (benchmarks.ingest_stages)")
+    ingest_stages.run(ingest_stages.DEFAULT_NODES, config.pods_per_node, ingest_stages.DEFAULT_REPEATS, "after",
+                      stages_path)
     plots = ingest_report.plot(everything, plots_dir)
-    ingest_report.write(output, ingest_report.render(everything, plots, output.parent))
+    section = ingest_report.render(everything, plots, output.parent, ingest_history.load_before(),
+                                   ingest_history.load_stages(stages_path))
+    ingest_report.write(output, section)
     say(f"wrote {output} and {len(plots)} plots")
     return results
 

@@ -47,6 +47,7 @@ ResourceName = Annotated[str, StringConstraints(max_length=316, pattern=_RESOURC
 _MAX_GO_DURATION = 2**63 - 1  # nanoseconds: Go's time.Duration is an int64
 
 
+@functools.lru_cache(maxsize=64)  # agents send the same few windows ("5m0s") in every report
 def _duration_fits(text: str) -> str:
     # Clients read the duration back (the resource metrics API's window): Go refuses an overflow.
     nanos = parse_go_duration(text)

@@ -7,6 +7,8 @@ so that one /metrics serves them all.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 # Request latencies of an in-memory API: most answers take well under a millisecond.
@@ -37,6 +39,18 @@ class ServerMetrics:
             "SubjectAccessReviews sent to kube-apiserver (cache misses), by the API group asked about "
             "(empty for a non-resource path), the verb and the result (allowed, denied, error).",
             ["group", "verb", "result"], registry=r)
+
+        # Labelled children by label values: prometheus_client's labels() takes a lock and checks
+        # every value on each call, and every request observes a latency.
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def child(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, looked up once: one entry per child the metric itself holds."""
+        key = (id(metric), *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

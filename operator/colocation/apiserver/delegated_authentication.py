@@ -145,7 +145,9 @@ def front_proxy_caller(headers: Mapping[str, str], config: RequestHeaderConfig) 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
     """The token of an `Authorization: Bearer TOKEN` header, else None (parsed as upstream does)."""
-    authorization = next((value for name, value in headers.items() if name.lower() == "authorization"), "")
+    # aiohttp's headers are case-insensitive: one look-up; a plain mapping is searched.
+    authorization = headers.get("Authorization") or next(
+        (value for name, value in headers.items() if name.lower() == "authorization"), "")
     parts = authorization.strip().split(" ", 2)
     if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
         return None
@@ -304,7 +306,7 @@ class DelegatingAuthenticator(CountsReviews):
 
     def _count(self, method: str, result: str) -> None:
         if self._metrics is not None:
-            self._metrics.token_authentications.labels(method, result).inc()
+            self._metrics.child(self._metrics.token_authentications, method, result).inc()
 
     async def _review(self, token: str) -> TokenReviewResult:
         try:

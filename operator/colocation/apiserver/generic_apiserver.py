@@ -124,7 +124,7 @@ class AggregatedApiServer:
             return json_response(ApiError.internal(f"{type(exc).__name__}: {exc}").status(), 500)
         finally:
             if request.path not in _UNAUTHENTICATED_PATHS:
-                self.metrics.requests.labels(request.get(VERB, request.method.lower()), str(code)).observe(
+                self.metrics.child(self.metrics.requests, request.get(VERB, request.method.lower()), str(code)).observe(
                     time.perf_counter() - started)
 
     async def authenticate(self, request: web.Request) -> Caller:

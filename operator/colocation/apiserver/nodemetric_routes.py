@@ -33,6 +33,7 @@ from colocation.apimachinery.served_apigroups import (
     json_response,
 )
 from colocation.apimachinery.tables import include_object, wants_table
+from colocation.apimachinery.userinfo import Extra
 from colocation.apimachinery.watch_params import (
     MIN_REQUEST_TIMEOUT,
     ListOptions,
@@ -63,6 +64,7 @@ TOO_LARGE_WAIT = 3.0
 # wait until this replica has reached it (504 "Too large resource version" if it does not in time).
 ReadBarrier = Callable[[int], Awaitable[None]]
 _Validated = TypeVar("_Validated")
+_NO_EXTRA = Extra()  # shared: an Extra is immutable, and making one per report costs
 
 
 class AgentUpload(Protocol[_Validated]):
@@ -268,7 +270,7 @@ class NodeMetricGroup:
             # One review per ServiceAccount, not one per node: the write is authorized for the
             # collection and without the token's per-pod extras (RBAC reads neither), and the node
             # rule then holds each token to its own node.
-            agent = Caller(caller.username, caller.uid, caller.groups)
+            agent = Caller(caller.username, caller.uid, caller.groups, _NO_EXTRA)
             await self.authorizer.authorize(agent, "update", RESOURCE, subresource=subresource)
             check_node_rule(caller, node)
             raw = await self._read_body(request)

@@ -48,6 +48,7 @@ from colocation.nodemetrics.report_schema import API_VERSION, KIND, LIST_KIND, V
 from colocation.nodemetrics.resource_versions import MICROSECONDS, ResourceVersionClock
 from colocation.nodemetrics.storage_interface import Entry
 
+_STATUS_KEY = b',"status":'
 _OBJECT_HEAD = b'{"apiVersion":"' + API_VERSION.encode() + b'","kind":"' + KIND.encode() + b'","metadata":'
 
 
@@ -86,17 +87,15 @@ class NodeMetricStore:
         """Store a node's report; an unchanged report only refreshes the node's freshness."""
         now = self._monotonic()
         labels = dict(labels)
-        status_tail = b"".join((b',"status":', report.status_json, b"}"))
         previous = self._entries.get(report.name)
-        # The status ends every body (ours, and a replicated leader's): compare the bytes.
-        if previous is not None and previous.labels == labels and previous.body.endswith(status_tail):
+        if previous is not None and previous.labels == labels and _ends_with_status(previous.body, report.status_json):
             entry = dataclasses.replace(previous, last_seen_monotonic=now)
             self._entries[report.name] = entry
             return entry
         rv = self._versions.next()
         received_at = self._wall()
         created = previous.creation_timestamp if previous is not None else format_time(received_at)
-        body = _render(report.name, labels, rv, created, status_tail)
+        body = _render(report.name, labels, rv, created, report.status_json)
         entry = Entry(report.name, labels, rv, body, report.figures, created, now, received_at)
         self._store(entry)
         self._emit_change(entry, previous)
@@ -277,11 +276,19 @@ class NodeMetricStore:
         )
 
 
-def _render(name: str, labels: Mapping[str, str], rv: int, created: str, status_tail: bytes) -> bytes:
+def _render(name: str, labels: Mapping[str, str], rv: int, created: str, status_json: bytes) -> bytes:
     metadata: dict[str, Any] = {"name": name, "resourceVersion": str(rv), "creationTimestamp": created}
     if labels:
         metadata["labels"] = labels
-    return b"".join((_OBJECT_HEAD, orjson.dumps(metadata), status_tail))
+    return b"".join((_OBJECT_HEAD, orjson.dumps(metadata), _STATUS_KEY, status_json, b"}"))
+
+
+def _ends_with_status(body: bytes, status_json: bytes) -> bool:
+    """Whether `body` ends with `"status":` this status (it ends every body, ours and a replicated
+    leader's), compared in place: a report is a few KiB, and most are changes."""
+    start = len(body) - len(status_json) - 1
+    return (start >= len(_STATUS_KEY) and body.endswith(b"}") and body.startswith(status_json, start)
+            and body.startswith(_STATUS_KEY, start - len(_STATUS_KEY)))
 
 
 def _with_resource_version(body: bytes, rv: int) -> bytes:
