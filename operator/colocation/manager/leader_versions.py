@@ -3,6 +3,7 @@
 The followed leader is asked first (`LeaderFollower.leader_version`). When it cannot be asked
 (dead, cut off, or a failover under way), the Lease, read fresh from kube-apiserver, decides:
 - it names another holder than the one followed: that holder is asked directly;
+- it names this replica: it leads now, and its store is what the leader serves (None: no wait);
 - it names nobody or the leader followed: no replica accepted anything newer, except that each
   standby may have missed the last events the dead leader sent. So the read waits, polling the
   Lease, for a new holder to appear (a restarted pod frees the lease within about a second) and
@@ -43,8 +44,10 @@ class LeaderVersions:
         while True:
             record = await self._shared_lease_read()
             holder = record.holder_identity if record is not None else ""
+            if holder == self.identity:
+                return None  # this replica took the lease: nothing newer than its own store exists
             following = self.follower.following
-            if holder and holder != self.identity and (following is None or holder != following.identity):
+            if holder and (following is None or holder != following.identity):
                 address = LeaderAddress.from_record(record) if record else None
                 return None if address is None else await self.follower.version_at(address)
             if loop.time() >= deadline:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Any
 
@@ -54,3 +55,11 @@ async def test_with_no_new_holder_in_time_the_copy_is_served() -> None:
     leader_versions, reads = versions(follower, [held_by("op-0_dead")], wait=0.25)
     assert await leader_versions() is None
     assert follower.asked == [] and len(reads) >= 2  # it kept looking until the wait ran out
+
+
+async def test_a_read_is_served_at_once_when_this_replica_takes_the_lease() -> None:
+    """Promoted while the read waited: its own store is the leader's; it does not wait the rest out."""
+    follower = Follower()
+    leader_versions, reads = versions(follower, [held_by("op-0_dead"), held_by("op-1_me")], wait=30.0)
+    assert await asyncio.wait_for(leader_versions(), timeout=5) is None
+    assert follower.asked == [] and len(reads) == 2
