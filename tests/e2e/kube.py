@@ -21,6 +21,8 @@ from typing import Any
 import aiohttp
 import orjson
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
@@ -132,6 +134,14 @@ class WatchRefused(AssertionError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+async def scrape_samples(url: str, context: ssl.SSLContext | bool = True) -> list[Sample]:
+    """Every sample a process exposes on its Prometheus `url` (/metrics), parsed."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, \
+            session.get(url, ssl=context) as response:
+        text = await response.text()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
 async def next_event(queue: asyncio.Queue[dict[str, Any] | None], timeout: float = 10) -> dict[str, Any] | None:

@@ -18,13 +18,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from colocation.agent import selfcheck
 from tests.e2e.conftest import sandbox_kind_args
-from tests.e2e.kube import Kube, start_agent_process, start_sandbox_process, wait_for
+from tests.e2e.kube import Kube, scrape_samples, start_agent_process, start_sandbox_process, wait_for
 from tests.e2e.test_operator import LEASE_ARGS, leader, make_node, replicas
 
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
@@ -61,11 +59,7 @@ def real_agent(state: Path) -> dict[str, Any]:
 async def scrape(agent: dict[str, Any]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """The agent's Prometheus metrics (on loopback on the builtin sandbox, at its pod's address on the real one)."""
     url = f"http://{agent.get('host', '127.0.0.1')}:{agent['metricsPort']}/metrics"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, \
-            session.get(url) as response:
-        text = await response.text()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value for sample in await scrape_samples(url)}
 
 
 def total(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:

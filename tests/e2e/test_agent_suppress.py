@@ -26,13 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from colocation.sandbox.launcher.child_processes import free_port
-from tests.e2e.kube import TIME_FACTOR, Kube, ensure_crd, wait_for
+from tests.e2e.kube import TIME_FACTOR, Kube, ensure_crd, scrape_samples, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CGROUP = Path("/sys/fs/cgroup")
@@ -158,10 +156,7 @@ async def exported_millicores(port: int) -> float | None:
 
 async def exported_value(port: int, name: str) -> float | None:
     """The first sample named `name` on the agent's /metrics."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, \
-            session.get(f"http://127.0.0.1:{port}/metrics") as response:
-        text = await response.text()
-    return next((sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+    return next((sample.value for sample in await scrape_samples(f"http://127.0.0.1:{port}/metrics")
                  if sample.name == name), None)
 
 

@@ -26,7 +26,6 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from colocation.kube.permissions import METRICS_GROUP, NODE_LEASE_NAMESPACE
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
@@ -38,6 +37,7 @@ from tests.e2e.kube import (
     bound_token,
     get_from_replica,
     put_as_client_go,
+    scrape_samples,
     start_sandbox_process,
     token_client,
     wait_for,
@@ -202,10 +202,7 @@ async def _pod_token(admin: Kube, node: str) -> str:
 
 async def _leader_sample(endpoint: str, context: ssl.SSLContext, name: str, **labels: str) -> float:
     """The sum of the samples `name` with (at least) `labels` on the leader's /metrics, 0 if none."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, session.get(
-            f"{endpoint}/metrics", ssl=context) as response:
-        text = await response.text()
-    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+    return sum(sample.value for sample in await scrape_samples(f"{endpoint}/metrics", context)
                if sample.name == name and labels.items() <= sample.labels.items())
 
 
