@@ -1,9 +1,10 @@
 """What the leader knows of the cluster: the objects its watches delivered, in memory.
 
-Kopf's event handlers (`kopf_app`) and the Pod informer write here; the reconciler reads. Each
-writer keeps only what the controllers use: pods in particular are slimmed to the fields the
-batch formula and the exit process read, because a cluster of 10,000 nodes has some 300,000 of
-them. Everything runs on one event loop, so there are no locks.
+The Node, Lease and Pod informers and Kopf's event handlers (`kopf_app`, for our own objects and
+the ConfigMap) write here; the reconciler reads. Each writer keeps only what the controllers use:
+pods and Nodes are slimmed to the fields the batch formula, the NodeSLO rendering and the exit
+process read, because a cluster of 10,000 nodes has some 300,000 pods, and a real Node carries
+its images, addresses and conditions. Everything runs on one event loop, so there are no locks.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from colocation.apimachinery.objects import Obj
 from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
+from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION
 
 PodKey = tuple[str, str]  # (namespace, name)
 
@@ -44,6 +46,21 @@ def slim_pod(pod: Mapping[str, Any]) -> Obj:
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
 
 
+def slim_node(node: Mapping[str, Any]) -> Obj:
+    """The fields of a Node that the controllers read: name, uid, labels (NodeSLO rules, zones),
+    the reservation annotation, and status capacity and allocatable (the formula, the writes)."""
+    metadata = node.get("metadata") or {}
+    status = node.get("status") or {}
+    annotations = metadata.get("annotations") or {}
+    slim_meta: Obj = {key: metadata[key] for key in ("name", "uid", "resourceVersion") if key in metadata}
+    slim_meta["labels"] = dict(metadata.get("labels") or {})
+    if RESERVATION_ANNOTATION in annotations:
+        slim_meta["annotations"] = {RESERVATION_ANNOTATION: annotations[RESERVATION_ANNOTATION]}
+    slim_status = {key: dict(status[key]) for key in ("capacity", "allocatable")
+                   if isinstance(status.get(key), Mapping)}
+    return {"metadata": slim_meta, "status": slim_status}
+
+
 class ClusterState:
     def __init__(self) -> None:
         self.nodes: dict[str, Obj] = {}
@@ -64,6 +81,17 @@ class ClusterState:
 
     # ---- nodes ---------------------------------------------------------------------------------
 
+    async def nodes_synced_with(self, items: list[Obj], resource_version: str) -> None:
+        """The Node informer's full list: a Node missing from it went away in a gap of the watch."""
+        fresh = {str(item["metadata"]["name"]) for item in items}
+        for name in sorted(self.nodes.keys() - fresh):
+            self.node_event("DELETED", self.nodes[name])
+        for item in items:
+            self.node_event("ADDED", item)
+
+    async def node_changed(self, type_: str, node: Obj) -> None:
+        self.node_event(type_, node)
+
     def node_event(self, type_: str | None, node: Obj) -> None:
         name = str(node["metadata"]["name"])
         if type_ == "DELETED":
@@ -73,7 +101,7 @@ class ClusterState:
             self.wake.set()
             return
         new = name not in self.nodes
-        self.nodes[name] = node
+        self.nodes[name] = slim_node(node)
         self.deleted_nodes.discard(name)
         self._bump(name)
         if new:
@@ -138,6 +166,12 @@ class ClusterState:
         _track(self.noderesources, type_, obj)
         if type_ != "DELETED" and before is not None and before.get("spec") != obj.get("spec"):
             self.wake.set()  # a new override: apply it now
+
+    def leases_synced_with(self, items: list[Obj]) -> None:
+        """The Lease informer's full list: Leases missing from it were deleted in a gap of the watch."""
+        self.lease_renew_times = {}
+        for item in items:
+            self.lease_event("ADDED", item)
 
     def lease_event(self, type_: str | None, lease: Obj) -> None:
         name = str(lease["metadata"]["name"])

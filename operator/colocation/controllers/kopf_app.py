@@ -1,12 +1,10 @@
 """Kopf, embedded in the operator process on the leader: what it watches and how it connects.
 
-Kopf runs in namespaced mode over the operator's namespace and colocation-node-lease, and
-watches cluster-scoped Nodes, NodeSLOs and NodeResources once each (Kopf serves cluster-scoped
-resources whatever its namespaces). Not cluster-wide, because Kopf watches every resource in
-the same namespaces: cluster-wide it would stream every Lease of the cluster (kube-node-lease
-holds a kubelet heartbeat per node, renewed every 10 s) and need to read every ConfigMap.
-Pods, the one namespaced resource needed cluster-wide, are followed by an informer instead
-(`colocation.kube.informer`, see `leader`).
+Kopf runs in namespaced mode over the operator's namespace (the ConfigMap), and watches the
+cluster-scoped NodeSLOs and NodeResources once each (Kopf serves cluster-scoped resources
+whatever its namespaces). Not cluster-wide: it would then need to read every ConfigMap. Nodes,
+the agents' Leases and Pods, whose events only fill memory and come by the thousand, are
+followed by informers of our own instead (`colocation.kube.informer`, see `leader_task`).
 
 Only `@kopf.on.event` handlers: they keep no state on the objects, so Kopf never writes
 annotations or finalizers to Nodes (or anything else); nothing is persisted, the leader
@@ -34,8 +32,6 @@ from colocation.kube import permissions
 
 log = logging.getLogger(__name__)
 
-NODES = ("", "v1", "nodes")
-LEASES = ("coordination.k8s.io", "v1", "leases")
 CONFIG_MAPS = ("", "v1", "configmaps")
 NODESLOS = (permissions.SLO_GROUP, "v1alpha1", "nodeslos")
 NODERESOURCES = (permissions.SLO_GROUP, "v1alpha1", "noderesources")
@@ -45,13 +41,9 @@ CREDENTIALS_LIFETIME = dt.timedelta(minutes=5)
 STOP_TIMEOUT = 1.0
 
 _OP = permissions.OPERATOR_API_CALLS
-for _call in (permissions.ApiCall("", "nodes", "watch", None),
-              permissions.ApiCall(permissions.SLO_GROUP, "nodeslos", "watch", None),
+for _call in (permissions.ApiCall(permissions.SLO_GROUP, "nodeslos", "watch", None),
               permissions.ApiCall(permissions.SLO_GROUP, "noderesources", "watch", None),
-              permissions.ApiCall("coordination.k8s.io", "leases", "watch", permissions.NODE_LEASE_NAMESPACE),
-              permissions.ApiCall("coordination.k8s.io", "leases", "watch", permissions.OPERATOR_NAMESPACE),
               permissions.ApiCall("", "configmaps", "watch", permissions.OPERATOR_NAMESPACE),
-              permissions.ApiCall("", "configmaps", "watch", permissions.NODE_LEASE_NAMESPACE),
               permissions.ApiCall("", "namespaces", "watch", None),
               permissions.ApiCall("apiextensions.k8s.io", "customresourcedefinitions", "watch", None)):
     permissions.declared(_OP, _call)
@@ -59,10 +51,6 @@ for _call in (permissions.ApiCall("", "nodes", "watch", None),
 
 class Handlers(Protocol):
     """What the controllers do with each event Kopf delivers (type None: the initial listing)."""
-
-    def on_node(self, type_: str | None, obj: dict[str, Any]) -> None: ...
-
-    def on_lease(self, type_: str | None, obj: dict[str, Any]) -> None: ...
 
     async def on_config_map(self, type_: str | None, obj: dict[str, Any]) -> None: ...
 
@@ -105,15 +93,6 @@ def build_registry(handlers: Handlers, credentials: Callable[[], Awaitable[kopf.
     async def login(**_: Any) -> kopf.ConnectionInfo:
         return await credentials()
 
-    @kopf.on.event(*NODES, registry=registry)
-    async def node_event(event: kopf.RawEvent, **_: Any) -> None:
-        handlers.on_node(*_raw(event))
-
-    @kopf.on.event(*LEASES, registry=registry,
-                   when=lambda namespace, **_: namespace == permissions.NODE_LEASE_NAMESPACE)
-    async def lease_event(event: kopf.RawEvent, **_: Any) -> None:
-        handlers.on_lease(*_raw(event))
-
     @kopf.on.event(*CONFIG_MAPS, registry=registry, when=lambda namespace, **_: namespace == operator_namespace)
     async def config_map_event(event: kopf.RawEvent, **_: Any) -> None:
         await handlers.on_config_map(*_raw(event))
@@ -138,9 +117,6 @@ def build_settings(config_map_name: str = CONFIG_MAP_NAME) -> kopf.OperatorSetti
     settings.networking.request_timeout = 60
     # Only the configuration ConfigMap, server-side: the namespace holds others we do not need.
     settings.watching.field_selectors[CONFIG_MAPS] = f"metadata.name={config_map_name}"
-    # Only the agents' Leases: the operator's namespace holds the leader Lease, renewed every retry
-    # period, whose every renewal would otherwise stream to the leader for nothing.
-    settings.watching.field_selectors[LEASES] = f"metadata.namespace={permissions.NODE_LEASE_NAMESPACE}"
     # Handlers only fill memory; a failed one is retried soon, not in a minute.
     settings.execution.default_backoff = 1.0
     # Handlers return at once; at shutdown, nothing is worth waiting for in the per-object queues.

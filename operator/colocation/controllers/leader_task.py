@@ -1,4 +1,10 @@
-"""The controllers as one leader-only task: Kopf's watches, the Pod informer and the evaluation loop.
+"""The controllers as one leader-only task: the Node, Lease and Pod informers, Kopf's watches and the evaluation loop.
+
+Nodes and the agents' Leases are followed by informers of our own (`colocation.kube.informer`),
+not by Kopf: their handlers only store the object, and Kopf's per-event machinery (a cause, its
+keyword arguments, throttling and a per-object worker for every event) cost a quarter of the
+leader's CPU at 1,000 nodes while our handlers took under 1 % (BENCHMARKS.md, "Leader at
+scale"). Kopf keeps what it is for: our own resources and the ConfigMap.
 
 `Controllers.run()` is started when the process becomes leader and runs until the process stops
 (a leader that loses its Lease exits). It reads the ConfigMap once before anything else, so the
@@ -39,6 +45,13 @@ log = logging.getLogger(__name__)
 
 _LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "pods", "list", None))
 _WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "pods", "watch", None))
+_LIST_NODES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "nodes", "list", None))
+_WATCH_NODES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "nodes", "watch", None))
+_LIST_LEASES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall(
+    "coordination.k8s.io", "leases", "list", permissions.NODE_LEASE_NAMESPACE))
+_WATCH_LEASES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall(
+    "coordination.k8s.io", "leases", "watch", permissions.NODE_LEASE_NAMESPACE))
+AGENT_LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{permissions.NODE_LEASE_NAMESPACE}/leases"
 # Bound pods that have not finished: the only ones the formula and the exit process look at.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 MIN_SPACING = 0.5  # seconds between two evaluations, however many changes wake the loop
@@ -65,15 +78,19 @@ class Controllers:
                                                 self.metrics, settings)
         self._kopf_stop = asyncio.Event()
 
-    # ---- Kopf's handlers (kopf_app.Handlers) ------------------------------------------------------
+    # ---- the agents' Leases (an informer's callbacks) ---------------------------------------------
 
-    def on_node(self, type_: str | None, obj: dict[str, Any]) -> None:
-        self.state.node_event(type_, obj)
+    async def on_leases_listed(self, items: list[dict[str, Any]], resource_version: str) -> None:
+        self.state.leases_synced_with(items)
+        for lease in items:
+            self.resources.observe_lease(lease)
 
-    def on_lease(self, type_: str | None, obj: dict[str, Any]) -> None:
+    async def on_lease(self, type_: str, obj: dict[str, Any]) -> None:
         self.state.lease_event(type_, obj)
         if type_ != "DELETED":
             self.resources.observe_lease(obj)
+
+    # ---- Kopf's handlers (kopf_app.Handlers) ------------------------------------------------------
 
     async def on_config_map(self, type_: str | None, obj: dict[str, Any]) -> None:
         if not self.config.concerns(obj):
@@ -93,17 +110,22 @@ class Controllers:
         log.info("controllers starting", extra={"evaluation_interval": self.settings.evaluation_interval,
                                                 "grace_period": self.settings.node_grace_period,
                                                 "eviction_timeout": self.settings.eviction_timeout})
-        pods = Informer(kube_transport(self.api), "/api/v1/pods", on_sync=self.state.pods_synced_with,
-                        on_event=self.state.pod_event, options=InformerOptions(field_selector=POD_FIELD_SELECTOR),
-                        name="pods")
+        transport = kube_transport(self.api)
+        informers = [
+            Informer(transport, "/api/v1/pods", on_sync=self.state.pods_synced_with, on_event=self.state.pod_event,
+                     options=InformerOptions(field_selector=POD_FIELD_SELECTOR), name="pods"),
+            Informer(transport, "/api/v1/nodes", on_sync=self.state.nodes_synced_with,
+                     on_event=self.state.node_changed, name="nodes"),
+            Informer(transport, AGENT_LEASES_PATH, on_sync=self.on_leases_listed, on_event=self.on_lease,
+                     name="agent leases"),
+        ]
         # Created before Kopf starts: Kopf's shutdown cancels every task started after it, not these.
-        tasks = [asyncio.create_task(pods.run(), name="pod informer"),
-                 asyncio.create_task(self._loop(), name="controllers loop")]
+        tasks = [asyncio.create_task(informer.run(), name=f"{informer.name} informer") for informer in informers]
+        tasks.append(asyncio.create_task(self._loop(), name="controllers loop"))
         registry = kopf_app.build_registry(self, lambda: kopf_app.connection_info(self.api.configuration),
                                            self.namespace)
-        namespaces = sorted({self.namespace, permissions.NODE_LEASE_NAMESPACE})
         tasks.append(asyncio.create_task(kopf_app.run_kopf(registry, kopf_app.build_settings(), self._kopf_stop,
-                                                           namespaces, restore_signals), name="kopf"))
+                                                           [self.namespace], restore_signals), name="kopf"))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:

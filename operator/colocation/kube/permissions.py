@@ -96,10 +96,6 @@ OPERATOR_API_CALLS: tuple[ApiCall, ...] = (
     *_calls("policy", "poddisruptionbudgets", _READ, None),
     # The cluster configuration.
     *_calls("", "configmaps", _READ, OPERATOR_NAMESPACE),
-    # Kopf watches each resource in every namespace it serves (the two above): Leases here hold
-    # only the leader Lease, and colocation-node-lease holds no ConfigMap, so these read nothing more.
-    *_calls("coordination.k8s.io", "leases", ("list", "watch"), OPERATOR_NAMESPACE),
-    *_calls("", "configmaps", ("list", "watch"), NODE_LEASE_NAMESPACE),
     # Events about nodes (namespace default), pods (theirs) and the ConfigMap: any namespace.
     *_calls("", "events", ("create", "patch"), None),
     *_calls("events.k8s.io", "events", ("create", "patch"), None),

@@ -120,13 +120,13 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
 
 
 def test_profile_shares_count_each_sample_once_per_marker() -> None:
-    raw = ("main;kopf/_core/reactor.py;Controllers.on_lease 30\n"
+    raw = ("main;kopf/_core/reactor.py;Controllers.on_nodeslo 20\nmain;kube/informer.py;Controllers.on_lease 10\n"
            "main;NodeMetricGroup._report;_read_ready 60\nmain;Controllers._loop;NodeResourceReconciler.evaluate 10\n"
            "not a sample\n")
     shares = dict(leader_scale.profile_shares(raw))
-    assert shares["Kopf (any frame of kopf/)"] == pytest.approx(0.3)
+    assert shares["Kopf (any frame of kopf/)"] == pytest.approx(0.2)
     assert shares[leader_scale.EVALUATION] == pytest.approx(0.1)  # counted once, though two frames match
-    assert shares["Kopf handlers of Leases (Controllers.on_lease)"] == pytest.approx(0.3)
+    assert shares["Node and Lease events (ClusterState.node_changed, Controllers.on_lease)"] == pytest.approx(0.1)
     assert shares["report API (NodeMetricGroup._report)"] == pytest.approx(0.6)
     assert leader_scale.profile_shares("") == []
 

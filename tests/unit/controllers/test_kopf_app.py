@@ -13,12 +13,6 @@ class Recorder:
     def __init__(self) -> None:
         self.seen: list[tuple[str, str | None, str]] = []
 
-    def on_node(self, type_: str | None, obj: dict[str, Any]) -> None:
-        self.seen.append(("node", type_, obj["metadata"]["name"]))
-
-    def on_lease(self, type_: str | None, obj: dict[str, Any]) -> None:
-        self.seen.append(("lease", type_, obj["metadata"]["name"]))
-
     async def on_config_map(self, type_: str | None, obj: dict[str, Any]) -> None:
         self.seen.append(("configmap", type_, obj["metadata"]["name"]))
 
@@ -63,14 +57,20 @@ async def test_kopf_client_certificates_are_passed_on() -> None:
 
 def test_only_event_handlers_are_registered_so_nothing_is_stored_on_objects() -> None:
     registry = kopf_app.build_registry(Recorder(), lambda: None, "colocation-system")  # type: ignore[arg-type,return-value]
-    assert len(registry._watching.get_all_handlers()) == 5
+    assert len(registry._watching.get_all_handlers()) == 3  # ConfigMap, NodeSLOs, NodeResources
     assert not registry._changing.get_all_handlers()  # no on.create/update/delete: no annotations
     assert not registry._spawning.get_all_handlers()  # no daemons or timers: no finalizers
     assert len(registry._activities.get_all_handlers()) == 1  # the login
 
 
-def test_kopf_posts_no_events_and_watches_only_the_configuration_configmap_and_the_agents_leases() -> None:
+def test_kopf_posts_no_events_and_watches_only_the_configuration_configmap() -> None:
     settings = kopf_app.build_settings()
     assert settings.posting.enabled is False
-    assert [str(value) for value in settings.watching.field_selectors.values()] == [
-        "metadata.name=colocation-config", "metadata.namespace=colocation-node-lease"]
+    assert [str(value) for value in settings.watching.field_selectors.values()] == ["metadata.name=colocation-config"]
+
+
+def test_nodes_and_leases_are_not_kopfs() -> None:
+    registry = kopf_app.build_registry(Recorder(), lambda: None, "colocation-system")  # type: ignore[arg-type,return-value]
+    watched = {handler.selector.any_name for handler in registry._watching.get_all_handlers()
+               if handler.selector is not None}
+    assert watched == {"configmaps", "nodeslos", "noderesources"}
