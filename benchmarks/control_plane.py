@@ -147,7 +147,8 @@ def koordlet_rbac() -> list[tuple[str, dict[str, Any]]]:
 
 def agent_tokens(state_dir: Path) -> dict[str, str]:
     """node → the token of its agent (bound to its agent pod), as the sandbox wrote them."""
-    tokens = {e["node"]: e["token"] for e in orjson.loads((state_dir / "simulated-nodes.json").read_bytes())}
+    tokens = {e["node"]: e["token"] for nodes_file in sorted(state_dir.glob("simulated-nodes-*.json"))
+              for e in orjson.loads(nodes_file.read_bytes())}
     for kubeconfig in state_dir.glob("agent-*.kubeconfig"):
         node = kubeconfig.name.removeprefix("agent-").removesuffix(".kubeconfig")
         tokens[node] = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]

@@ -2,8 +2,9 @@
 
 Node 0 is this machine: its capacity is this machine's, and a real `colocation agent` process
 measures it from /proc and /sys/fs/cgroup (label `colocation.dev/simulated: "false"`). The
-others are simulated (`"true"`): each gets the pods its synthetic collector describes, and one
-process runs all their agents with synthetic load.
+others are simulated (`"true"`): each gets the pods its synthetic collector describes, and agent
+processes run their agents with synthetic load, one process per `SIMULATED_NODES_PER_PROCESS`
+nodes (`simulation_groups`).
 
 Every agent authenticates as in a cluster: with a token for ServiceAccount colocation-agent bound
 to its own agent pod on its node, so the leader's node rule (a report for node X only from a pod
@@ -21,9 +22,10 @@ import platform
 import re
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -45,6 +47,7 @@ from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 from colocation.sandbox.server.admission import new_namespace
 
 log = logging.getLogger(__name__)
+SpecT = TypeVar("SpecT")
 
 DEFAULT_PODS_PER_NODE = 10
 MAX_PODS = 110
@@ -96,6 +99,17 @@ def _ready(node: dict[str, Any], now: str) -> dict[str, Any]:
     status["addresses"] = [{"type": "InternalIP", "address": "127.0.0.1"},
                            {"type": "Hostname", "address": node["metadata"]["name"]}]
     return {**node, "status": status}
+
+
+# Python runs a process on one core: at 1,000 simulated nodes one process could not keep every
+# node's heartbeat on time on a 2-core machine (BENCHMARKS.md), so larger sandboxes get more.
+SIMULATED_NODES_PER_PROCESS = 500
+
+
+def simulation_groups(specs: Sequence[SpecT]) -> list[list[SpecT]]:
+    """The simulated nodes dealt round-robin over ceil(n / SIMULATED_NODES_PER_PROCESS) agent processes."""
+    processes = -(-len(specs) // SIMULATED_NODES_PER_PROCESS)
+    return [list(specs[index::processes]) for index in range(processes)]
 
 
 @dataclass
@@ -232,17 +246,18 @@ class SandboxNodes:
                  *self.agent_args],
                 env, str(self.state_dir / f"agent-{node}.log"))))
         if simulated:
-            nodes_file = self.state_dir / "simulated-nodes.json"
-            nodes_file.write_bytes(orjson.dumps([spec.to_json() for spec in simulated], option=orjson.OPT_INDENT_2))
-            nodes_file.chmod(0o600)  # it holds tokens
             # The kubeconfig gives the server and its CA; each simulated agent uses its own token.
             kubeconfig = self.sandbox.write_kubeconfig(self.state_dir / "simulated-agents.kubeconfig",
                                                        token=simulated[0].token)
+        for index, group in enumerate(simulation_groups(simulated)):
+            nodes_file = self.state_dir / f"simulated-nodes-{index}.json"
+            nodes_file.write_bytes(orjson.dumps([spec.to_json() for spec in group], option=orjson.OPT_INDENT_2))
+            nodes_file.chmod(0o600)  # it holds tokens
             port = free_port()
-            self.agents.append(AgentProcess([spec.node for spec in simulated], True, port, ChildProcess(
+            self.agents.append(AgentProcess([spec.node for spec in group], True, port, ChildProcess(
                 [*python, "--kubeconfig", str(kubeconfig), "--simulated-nodes", str(nodes_file),
                  *self._common_args(port), *self.agent_args],
-                env, str(self.state_dir / "agents-simulated.log"))))
+                env, str(self.state_dir / f"agents-simulated-{index}.log"))))
         for agent in self.agents:
             await self._supervisor.start(agent.child, nodes=len(agent.nodes), simulated=agent.simulated,
                                          metrics_port=agent.metrics_port)

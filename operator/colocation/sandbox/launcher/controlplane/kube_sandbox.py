@@ -41,7 +41,7 @@ from colocation.sandbox.launcher.controlplane.podnetwork import PodNetwork
 from colocation.sandbox.launcher.controlplane.restclient import RestClient, client_for
 from colocation.sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
 from colocation.sandbox.launcher.project_install import load_crds, project_root, render_manifests
-from colocation.sandbox.launcher.sandbox_nodes import machine_capacity, machine_node_name
+from colocation.sandbox.launcher.sandbox_nodes import machine_capacity, machine_node_name, simulation_groups
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,8 @@ class KubeSandbox:
         self.plane: ControlPlane | None = None
         self.client: RestClient | None = None
         self.kubelet: NodeKubelet | None = None
-        self.simulated_agents: asyncio.subprocess.Process | None = None
-        self._simulated_state: dict[str, Any] | None = None
+        self.simulated_agents: list[asyncio.subprocess.Process] = []
+        self._simulated_states: list[dict[str, Any]] = []
 
     @property
     def kubeconfig_path(self) -> Path:
@@ -181,26 +181,28 @@ class KubeSandbox:
     async def _start_simulated_agents(self, pki_: pki.Pki, specs: list[Any]) -> None:
         assert self.plane is not None
         state = self.config.state_dir
-        nodes_file = state / "simulated-nodes.json"
-        nodes_file.write_bytes(orjson.dumps([spec.to_json() for spec in specs], option=orjson.OPT_INDENT_2))
-        nodes_file.chmod(0o600)  # it holds tokens
         # The kubeconfig gives the server and its CA; each simulated agent uses its own token.
         kubeconfig = write_kubeconfig(state / "simulated-agents.kubeconfig", kubeconfig_document(
             self.plane.server, pki_.ca.cert_pem, name="colocation-kube", user="simulated-agents",
             token=specs[0].token, namespace=permissions.OPERATOR_NAMESPACE))
-        port = free_port()
-        log_path = state / "logs" / "agents-simulated.log"
-        command = [sys.executable, "-m", "colocation", "agent", "--kubeconfig", str(kubeconfig),
-                   "--simulated-nodes", str(nodes_file), "--metrics-bind-address", "127.0.0.1",
-                   "--metrics-port", str(port), "--operator-namespace", permissions.OPERATOR_NAMESPACE,
-                   *self.config.agent_args]
-        self.simulated_agents = await start_logged(command, log_path, {"POD_NAMESPACE": permissions.OPERATOR_NAMESPACE},
-                                                   preexec_fn=die_with_parent)
-        self._simulated_state = {"nodes": [s.node for s in specs], "simulated": True, "host": "127.0.0.1",
-                                 "metricsPort": port, "pid": self.simulated_agents.pid, "restarts": 0,
-                                 "log": str(log_path)}
+        for index, group in enumerate(simulation_groups(specs)):
+            nodes_file = state / f"simulated-nodes-{index}.json"
+            nodes_file.write_bytes(orjson.dumps([spec.to_json() for spec in group], option=orjson.OPT_INDENT_2))
+            nodes_file.chmod(0o600)  # it holds tokens
+            port = free_port()
+            log_path = state / "logs" / f"agents-simulated-{index}.log"
+            command = [sys.executable, "-m", "colocation", "agent", "--kubeconfig", str(kubeconfig),
+                       "--simulated-nodes", str(nodes_file), "--metrics-bind-address", "127.0.0.1",
+                       "--metrics-port", str(port), "--operator-namespace", permissions.OPERATOR_NAMESPACE,
+                       *self.config.agent_args]
+            process = await start_logged(command, log_path, {"POD_NAMESPACE": permissions.OPERATOR_NAMESPACE},
+                                         preexec_fn=die_with_parent)
+            self.simulated_agents.append(process)
+            self._simulated_states.append({"nodes": [s.node for s in group], "simulated": True, "host": "127.0.0.1",
+                                           "metricsPort": port, "pid": process.pid, "restarts": 0,
+                                           "log": str(log_path)})
+            log.info("simulated agents started", extra={"nodes": len(group), "pid": process.pid})
         self._write_agents_state()
-        log.info("simulated agents started", extra={"nodes": len(specs), "pid": self.simulated_agents.pid})
 
     async def _node_agent_running(self) -> bool:
         return self.kubelet is not None and bool(self.kubelet.agent_processes)
@@ -215,10 +217,9 @@ class KubeSandbox:
 
     def _write_agents_state(self) -> None:
         """STATE_DIR/agents.json as the builtin sandbox writes it: this node's agent (as the kubelet
-        runs it now) and the simulated agents' process."""
+        runs it now) and the simulated agents' processes."""
         entries = list(self.kubelet.agent_processes) if self.kubelet is not None else []
-        if self._simulated_state is not None:
-            entries.append(self._simulated_state)
+        entries.extend(self._simulated_states)
         write_state(self.config.state_dir / "agents.json", entries)
 
     async def watch_health(self, stop: asyncio.Event) -> None:
@@ -230,7 +231,7 @@ class KubeSandbox:
                 await asyncio.wait_for(stop.wait(), 2.0)
 
     async def stop(self) -> None:
-        await terminate([self.simulated_agents], SIMULATED_AGENT_STOP_GRACE)
+        await terminate(self.simulated_agents, SIMULATED_AGENT_STOP_GRACE)
         if self.kubelet is not None:
             await self.kubelet.stop()
         if self.client is not None:
