@@ -89,6 +89,9 @@ class _Pods:
     def pod(self, namespace: str, name: str) -> BoundPod | None:
         return self._pods.get((namespace, name))
 
+    def service_account_uid(self, namespace: str, name: str) -> str | None:
+        return "sa-uid" if (namespace, name) == (NAMESPACE, "colocation-agent") else None
+
 
 class _Leader:
     is_leader = True

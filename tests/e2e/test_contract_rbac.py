@@ -6,6 +6,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from tests.e2e.kube import Kube, create, pod_manifest, wait_for
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
@@ -164,6 +166,30 @@ async def test_token_review_of_a_pod_bound_token_names_the_pod_and_node(kube: Ku
     assert user["extra"]["authentication.kubernetes.io/pod-name"] == ["agent-0"]
     assert user["extra"]["authentication.kubernetes.io/pod-uid"] == [pod["metadata"]["uid"]]
     assert user["extra"]["authentication.kubernetes.io/node-name"] == [node]
+
+
+@pytest.mark.parametrize("deleted", ["pod", "serviceaccount"])
+async def test_a_token_dies_with_its_pod_or_its_service_account(kube: Kube, namespace: str, deleted: str) -> None:
+    await kube.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "agent"}})
+    pod = await create(kube, f"/api/v1/namespaces/{namespace}/pods", pod_manifest("agent-0", service_account="agent"))
+    token = await service_account_token(kube, namespace, "agent", boundObjectRef={
+        "apiVersion": "v1", "kind": "Pod", "name": "agent-0", "uid": pod["metadata"]["uid"]})
+
+    async def authenticated() -> bool:
+        status, review = await kube.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})
+        assert status == 201, review
+        return bool(review["status"].get("authenticated", False))
+
+    assert await authenticated()
+    path = (f"/api/v1/namespaces/{namespace}/pods/agent-0" if deleted == "pod"
+            else f"/api/v1/namespaces/{namespace}/serviceaccounts/agent")
+    status, body = await kube.request("DELETE", path, {"gracePeriodSeconds": 0})
+    assert status == 200, body
+
+    async def refused() -> bool:
+        return not await authenticated()
+    await wait_for(refused, timeout=30)
 
 
 async def test_token_review_of_garbage_is_unauthenticated(kube: Kube) -> None:

@@ -331,6 +331,62 @@ async def test_a_token_of_a_replaced_pod_is_refused(admin: Kube) -> None:
     assert (await put_direct(endpoint, context, node, report(node), await _pod_token(admin, node)))[0] == 200
 
 
+async def test_a_token_of_a_deleted_service_account_is_refused(admin: Kube) -> None:
+    """Revocation: kube-apiserver refuses every token of a deleted ServiceAccount, and so does the
+    leader once its ServiceAccount watch sees the deletion, though it had accepted the token locally.
+    (A token that went to TokenReview, before the leader's caches held its pod and account, is
+    remembered for the review cache's 120 s, as kube-apiserver's webhook authenticator does.)"""
+    account = f"agent-probe-{uuid.uuid4().hex[:6]}"
+    status, body = await admin.request("POST", f"/api/v1/namespaces/{NS}/serviceaccounts",
+                                       {"metadata": {"name": account, "namespace": NS}})
+    assert status == 201, body
+    binding = f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{account}"
+    status, body = await admin.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+        "metadata": {"name": account},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "colocation-agent"},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NS}]})
+    assert status == 201, body
+    try:
+        node = f"node-{uuid.uuid4().hex[:6]}"
+        status, body = await admin.request("POST", "/api/v1/nodes", {"metadata": {"name": node}})
+        assert status == 201, body
+        status, pod = await admin.request("POST", f"/api/v1/namespaces/{NS}/pods", {
+            "metadata": {"name": f"agent-{node}", "namespace": NS},
+            "spec": {"nodeName": node, "serviceAccountName": account,
+                     "containers": [{"name": "agent", "image": "colocation:test"}]}})
+        assert status == 201, pod
+
+        async def bound_token() -> str:
+            status, issued = await admin.request(
+                "POST", f"/api/v1/namespaces/{NS}/serviceaccounts/{account}/token",
+                {"spec": {"expirationSeconds": 3600, "boundObjectRef": {
+                    "kind": "Pod", "apiVersion": "v1", "name": f"agent-{node}", "uid": pod["metadata"]["uid"]}}})
+            assert status == 201, issued
+            return str(issued["status"]["token"])
+        token = await bound_token()
+        _, endpoint, context = await leader(admin)
+
+        async def accepted_locally() -> bool:
+            # Until the leader's caches hold the new pod and account, the token goes to TokenReview.
+            before = await _locally_accepted(endpoint, context)
+            status, _ = await put_direct(endpoint, context, node, report(node), token)
+            return status == 200 and await _locally_accepted(endpoint, context) > before
+        await wait_for(accepted_locally, timeout=30, interval=0.2)
+        token = await bound_token()  # never reviewed: only the leader's caches judge it
+        before = await _locally_accepted(endpoint, context)
+        assert (await put_direct(endpoint, context, node, report(node), token))[0] == 200
+        assert await _locally_accepted(endpoint, context) > before
+
+        status, body = await admin.request("DELETE", f"/api/v1/namespaces/{NS}/serviceaccounts/{account}")
+        assert status == 200, body
+
+        async def refused() -> bool:
+            return (await put_direct(endpoint, context, node, report(node), token))[0] == 401
+        await wait_for(refused, timeout=30, interval=0.2)
+    finally:
+        await admin.request("DELETE", binding)
+
+
 async def test_a_deleted_nodes_nodemetric_goes_at_once(admin: Kube) -> None:
     """Not after the metric TTL (600 s): the leader follows the Nodes and deletes their data."""
     node, token = await make_node(admin)

@@ -4,13 +4,17 @@ kube-apiserver publishes its issuer (`/.well-known/openid-configuration`) and th
 sign ServiceAccount tokens (`/openid/v1/jwks`). With them, a token bound to a pod and a node is
 checked here (`service_account_jwt`); what TokenReview adds is revocation: kube-apiserver refuses a
 bound token once its pod is gone or was replaced (another uid), or has been terminating for over a
-minute. Here that is a look-up in the leader's pod cache (`PodLookup`), made on every request.
+minute, and once its ServiceAccount is gone or was replaced. Here that is a look-up in the
+leader's pod and ServiceAccount caches (`PodLookup`), made on every request.
 
 The rule is to agree with TokenReview. A token this check does not cover is left UNDECIDED for the
 caller to send to TokenReview: no pod cache yet (a standby, or before the first list), a token
 that is not a JWT, another issuer, a `kid` unknown even after fetching the keys again, a token
-not bound to a pod and a node, or a pod the cache does not hold (it lists only bound pods that
-have not finished, and kube-apiserver still accepts a finished pod's token). REJECTED is only
+not bound to a pod and a node, a pod the cache does not hold (it lists only bound pods that
+have not finished, and kube-apiserver still accepts a finished pod's token), or a ServiceAccount
+the cache does not hold with the token's uid (it follows only the operator's namespace, where the
+agents run; and a missing or other uid may be the cache lagging a re-created account, so
+kube-apiserver decides: it refuses a deleted or replaced account's tokens). REJECTED is only
 what kube-apiserver refuses too: a bad signature, expired or not yet valid, another audience,
 a pod with another uid, on another node, or terminating for longer than the leeway.
 
@@ -74,7 +78,7 @@ class BoundPod:
 
 
 class PodLookup(Protocol):
-    """The leader's pod cache, as the authenticator reads it."""
+    """The leader's pod and ServiceAccount caches, as the authenticator reads them."""
 
     @property
     def synced(self) -> bool:
@@ -82,6 +86,9 @@ class PodLookup(Protocol):
 
     def pod(self, namespace: str, name: str) -> BoundPod | None:
         """The pod, or None when the cache does not hold it."""
+
+    def service_account_uid(self, namespace: str, name: str) -> str | None:
+        """The ServiceAccount's uid, or None when the cache does not hold it (or has not listed yet)."""
 
 
 class IssuerKeys:
@@ -225,4 +232,6 @@ class LocalTokenAuthenticator:
         deleted = pod.deletion_timestamp
         if deleted is not None and deleted < self._wall_clock() - LEEWAY_SECONDS:
             return rejected("pod deleted")
+        if pods.service_account_uid(bound.namespace, bound.account_name) != bound.caller.uid:
+            return undecided("service account not in the cache")
         return Verdict(Outcome.ACCEPTED, bound)

@@ -53,6 +53,7 @@ class BoundToken:
     pod_uid: str
     node_name: str
     expires: float
+    account_name: str = ""  # the ServiceAccount's; its uid is the caller's
 
 
 @dataclass(frozen=True)
@@ -123,4 +124,5 @@ def check_claims(claims: Mapping[str, Any], *, issuer: str, audiences: Iterable[
         extra[CREDENTIAL_ID_EXTRA] = (f"JTI={jti}",)
     caller = Caller(service_account_username(namespace, account["name"]), account["uid"],
                     (*service_account_groups(namespace), AUTHENTICATED), Extra(extra))
-    return Verdict(Outcome.ACCEPTED, BoundToken(caller, namespace, pod["name"], pod["uid"], node["name"], expires))
+    return Verdict(Outcome.ACCEPTED, BoundToken(caller, namespace, pod["name"], pod["uid"], node["name"], expires,
+                                                account["name"]))

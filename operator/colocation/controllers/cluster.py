@@ -71,6 +71,8 @@ class ClusterState:
         self.nodeslos: dict[str, Obj] = {}
         self.noderesources: dict[str, Obj] = {}
         self.lease_renew_times: dict[str, str] = {}
+        self.service_accounts: dict[str, str] = {}  # name -> uid, in the operator's namespace
+        self.service_accounts_synced = False
         self.deleted_nodes: set[str] = set()  # seen going: their NodeSLO and NodeResource go too
         self.wake = asyncio.Event()  # something changed that deserves an evaluation before the next tick
         self._version = 0
@@ -166,6 +168,18 @@ class ClusterState:
         _track(self.noderesources, type_, obj)
         if type_ != "DELETED" and before is not None and before.get("spec") != obj.get("spec"):
             self.wake.set()  # a new override: apply it now
+
+    async def service_accounts_synced_with(self, items: list[Obj], resource_version: str) -> None:
+        self.service_accounts = {str(item["metadata"]["name"]): str(item["metadata"].get("uid") or "")
+                                 for item in items}
+        self.service_accounts_synced = True
+
+    async def service_account_changed(self, type_: str, account: Obj) -> None:
+        name = str(account["metadata"]["name"])
+        if type_ == "DELETED":
+            self.service_accounts.pop(name, None)
+        else:
+            self.service_accounts[name] = str(account["metadata"].get("uid") or "")
 
     def leases_synced_with(self, items: list[Obj]) -> None:
         """The Lease informer's full list: Leases missing from it were deleted in a gap of the watch."""

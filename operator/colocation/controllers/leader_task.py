@@ -51,6 +51,10 @@ _LIST_LEASES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.
     "coordination.k8s.io", "leases", "list", permissions.NODE_LEASE_NAMESPACE))
 _WATCH_LEASES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall(
     "coordination.k8s.io", "leases", "watch", permissions.NODE_LEASE_NAMESPACE))
+_LIST_ACCOUNTS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall(
+    "", "serviceaccounts", "list", permissions.OPERATOR_NAMESPACE))
+_WATCH_ACCOUNTS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall(
+    "", "serviceaccounts", "watch", permissions.OPERATOR_NAMESPACE))
 AGENT_LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{permissions.NODE_LEASE_NAMESPACE}/leases"
 # Bound pods that have not finished: the only ones the formula and the exit process look at.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -118,6 +122,10 @@ class Controllers:
                      on_event=self.state.node_changed, name="nodes"),
             Informer(transport, AGENT_LEASES_PATH, on_sync=self.on_leases_listed, on_event=self.on_lease,
                      name="agent leases"),
+            # The agents' ServiceAccounts: a report's token is accepted locally only while its account exists.
+            Informer(transport, f"/api/v1/namespaces/{self.namespace}/serviceaccounts",
+                     on_sync=self.state.service_accounts_synced_with, on_event=self.state.service_account_changed,
+                     name="service accounts"),
         ]
         # Created before Kopf starts: Kopf's shutdown cancels every task started after it, not these.
         tasks = [asyncio.create_task(informer.run(), name=f"{informer.name} informer") for informer in informers]

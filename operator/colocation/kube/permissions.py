@@ -96,6 +96,8 @@ OPERATOR_API_CALLS: tuple[ApiCall, ...] = (
     *_calls("policy", "poddisruptionbudgets", _READ, None),
     # The cluster configuration.
     *_calls("", "configmaps", _READ, OPERATOR_NAMESPACE),
+    # The agents' ServiceAccounts: a token is accepted without TokenReview only while its account exists.
+    *_calls("", "serviceaccounts", ("list", "watch"), OPERATOR_NAMESPACE),
     # Events about nodes (namespace default), pods (theirs) and the ConfigMap: any namespace.
     *_calls("", "events", ("create", "patch"), None),
     *_calls("events.k8s.io", "events", ("create", "patch"), None),

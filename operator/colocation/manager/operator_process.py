@@ -195,7 +195,7 @@ class OperatorProcess:
                                   write_budget=self.elector.write_budget if self.elector is not None else None)
         if self.authenticator is not None and self.authenticator.local is not None:
             # Bound tokens are checked locally from now on, once the Pod informer has listed the pods.
-            self.authenticator.local.pods = ClusterStatePods(controllers.state)
+            self.authenticator.local.pods = ClusterStatePods(controllers.state, self.config.namespace)
         try:
             await controllers.run(self._install_signal_handlers)
         except Exception:

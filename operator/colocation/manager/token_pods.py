@@ -1,4 +1,4 @@
-"""The leader's pod cache (the controllers' Pod informer) as the token authenticator reads it.
+"""The leader's pod and ServiceAccount caches (the controllers' informers) as the token authenticator reads them.
 
 The API server may not import the controllers; the manager, which holds both, hands the
 authenticator this view once the controllers run (the leader only).
@@ -13,10 +13,12 @@ from colocation.controllers.cluster import ClusterState
 
 
 class ClusterStatePods:
-    """`PodLookup` over ClusterState: bound pods that have not finished, once listed."""
+    """`PodLookup` over ClusterState: bound pods that have not finished, once listed, and the
+    ServiceAccounts of the operator's namespace."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, namespace: str) -> None:
         self._state = state
+        self._namespace = namespace
 
     @property
     def synced(self) -> bool:
@@ -30,6 +32,12 @@ class ClusterStatePods:
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         return BoundPod(uid=str(metadata.get("uid") or ""), node_name=node,
                         deletion_timestamp=_timestamp(metadata.get("deletionTimestamp")))
+
+
+    def service_account_uid(self, namespace: str, name: str) -> str | None:
+        if namespace != self._namespace or not self._state.service_accounts_synced:
+            return None
+        return self._state.service_accounts.get(name)
 
 
 def _timestamp(text: object) -> float | None:

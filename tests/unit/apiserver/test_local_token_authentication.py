@@ -70,14 +70,18 @@ class Issuer:
 
 
 class Pods:
-    """The leader's pod cache."""
+    """The leader's pod and ServiceAccount caches."""
 
     def __init__(self, pods: Mapping[tuple[str, str], BoundPod]) -> None:
         self.pods = dict(pods)
+        self.accounts = {(NS, "colocation-agent"): "sa-uid"}
         self.synced = True
 
     def pod(self, namespace: str, name: str) -> BoundPod | None:
         return self.pods.get((namespace, name))
+
+    def service_account_uid(self, namespace: str, name: str) -> str | None:
+        return self.accounts.get((namespace, name))
 
 
 class Setup:
@@ -311,3 +315,20 @@ async def test_keys_are_refetched_periodically_and_failures_retried_with_growing
     assert 540 <= delays[0] <= 600 and 540 <= delays[3] <= 600 and 540 <= delays[4] <= 600
     assert 0.5 <= delays[1] <= 1.0 and 1.0 <= delays[2] <= 2.0
     assert keys.issuer == ISSUER and keys.failures == 2
+
+
+@pytest.mark.parametrize("uid", [None, "sa-uid-of-a-recreated-account"])
+async def test_a_token_whose_service_account_the_cache_does_not_hold_goes_to_token_review(
+        setup: Setup, uid: str | None) -> None:
+    """A deleted account's tokens are refused by kube-apiserver; the cache may lag a re-created
+    one, so it never refuses on its own: kube-apiserver decides."""
+    token = setup.issuer.token()
+    await setup.authenticate(token)
+    assert setup.reviewer.calls == []
+    if uid is None:
+        del setup.pods.accounts[(NS, "colocation-agent")]
+    else:
+        setup.pods.accounts[(NS, "colocation-agent")] = uid
+    await setup.refused(token)  # the fake reviewer knows no token: kube-apiserver's answer for a deleted account
+    assert len(setup.reviewer.calls) == 1
+    assert setup.counted("local", "accepted") == 1

@@ -1,4 +1,5 @@
-"""The leader's pod cache as the token authenticator sees it: bound, unfinished pods, once listed."""
+"""The leader's caches as the token authenticator sees them: bound, unfinished pods and the
+operator namespace's ServiceAccounts, once listed."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def pod(name: str, uid: str, node: str | None, deleted: str | None = None) -> di
 
 async def test_pods_are_found_by_namespace_and_name_once_listed() -> None:
     state = ClusterState()
-    pods = ClusterStatePods(state)
+    pods = ClusterStatePods(state, "colocation-system")
     assert not pods.synced
     await state.pods_synced_with([pod("agent-a", "uid-a", "node-1")], "1")
     assert pods.synced
@@ -26,3 +27,20 @@ async def test_pods_are_found_by_namespace_and_name_once_listed() -> None:
     assert pods.pod("colocation-system", "agent-a") == BoundPod("uid-a", "node-1", 1795428000.0)
     await state.pod_event("DELETED", pod("agent-a", "uid-a", "node-1"))
     assert pods.pod("colocation-system", "agent-a") is None
+
+
+def account(name: str, uid: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "colocation-system", "uid": uid}}
+
+
+async def test_service_accounts_of_the_operator_namespace_are_known_once_listed() -> None:
+    state = ClusterState()
+    accounts = ClusterStatePods(state, "colocation-system")
+    assert accounts.service_account_uid("colocation-system", "colocation-agent") is None  # not listed yet
+    await state.service_accounts_synced_with([account("colocation-agent", "sa-1")], "1")
+    assert accounts.service_account_uid("colocation-system", "colocation-agent") == "sa-1"
+    assert accounts.service_account_uid("other", "colocation-agent") is None  # a namespace it does not follow
+    await state.service_account_changed("DELETED", account("colocation-agent", "sa-1"))
+    assert accounts.service_account_uid("colocation-system", "colocation-agent") is None
+    await state.service_account_changed("ADDED", account("colocation-agent", "sa-2"))
+    assert accounts.service_account_uid("colocation-system", "colocation-agent") == "sa-2"

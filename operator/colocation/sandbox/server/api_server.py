@@ -63,6 +63,14 @@ class ApiServer:
     def _on_change(self, change: Change) -> None:
         if change.rt.group == "rbac.authorization.k8s.io" and change.rt.resource in _RBAC_RESOURCES:
             self._rbac_version += 1
+        elif change.type == "DELETED" and change.rt.group == "":
+            # kube-apiserver refuses a bound token once its pod, or any token once its
+            # ServiceAccount, is gone (it looks both up at each authentication).
+            uid = str((change.new.get("metadata") or {}).get("uid") or "")
+            if change.rt.resource == "pods":
+                self.tokens.revoke_bound_to(uid)
+            elif change.rt.resource == "serviceaccounts":
+                self.tokens.revoke_service_account(uid)
 
     def rt(self, group: str, resource: str, version: str = "v1") -> ResourceType:
         rt = self.registry.get(group, version, resource)
