@@ -212,6 +212,16 @@ async def _locally_accepted(endpoint: str, context: ssl.SSLContext) -> float:
                                 method="local", result="accepted")
 
 
+async def _until_accepted_locally(endpoint: str, context: ssl.SSLContext, node: str, token: str) -> None:
+    """Report until the leader accepts `token` without TokenReview: until its caches hold the
+    token's pod and ServiceAccount, the token goes to TokenReview."""
+    async def accepted_locally() -> bool:
+        before = await _locally_accepted(endpoint, context)
+        status, _ = await put_direct(endpoint, context, node, report(node), token)
+        return status == 200 and await _locally_accepted(endpoint, context) > before
+    await wait_for(accepted_locally, timeout=30, interval=0.2)
+
+
 async def _token_reviews(admin: Kube, request: pytest.FixtureRequest) -> int:
     """TokenReviews kube-apiserver has answered so far: the builtin sandbox's request counters, or
     the real kube-apiserver's apiserver_request_total."""
@@ -288,13 +298,7 @@ async def test_reports_cost_no_token_review(admin: Kube, request: pytest.Fixture
     no TokenReview."""
     node, first = await make_node(admin)
     _, endpoint, context = await leader(admin)
-
-    async def accepted_locally() -> bool:
-        # Until the leader's Pod informer has seen the new agent pod, its tokens go to TokenReview.
-        before = await _locally_accepted(endpoint, context)
-        status, _ = await put_direct(endpoint, context, node, report(node), first)
-        return status == 200 and await _locally_accepted(endpoint, context) > before
-    await wait_for(accepted_locally, timeout=30, interval=0.2)
+    await _until_accepted_locally(endpoint, context, node, first)
 
     fresh = [await _pod_token(admin, node) for _ in range(3)]
     reviews_before = await _token_reviews(admin, request)
@@ -365,13 +369,7 @@ async def test_a_token_of_a_deleted_service_account_is_refused(admin: Kube) -> N
             return str(issued["status"]["token"])
         token = await bound_token()
         _, endpoint, context = await leader(admin)
-
-        async def accepted_locally() -> bool:
-            # Until the leader's caches hold the new pod and account, the token goes to TokenReview.
-            before = await _locally_accepted(endpoint, context)
-            status, _ = await put_direct(endpoint, context, node, report(node), token)
-            return status == 200 and await _locally_accepted(endpoint, context) > before
-        await wait_for(accepted_locally, timeout=30, interval=0.2)
+        await _until_accepted_locally(endpoint, context, node, token)
         token = await bound_token()  # never reviewed: only the leader's caches judge it
         before = await _locally_accepted(endpoint, context)
         assert (await put_direct(endpoint, context, node, report(node), token))[0] == 200
