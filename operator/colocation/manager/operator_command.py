@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import socket
 import sys
@@ -33,9 +34,19 @@ def _default_identity() -> str:
 @click.option("--advertise-address", envvar="POD_IP", show_envvar=True, default="127.0.0.1", show_default=True,
               help="Address agents and standbys use to reach this replica when it leads (published on the Lease).")
 @click.option("--tls-cert-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Serving certificate (PEM). Default: a CA and a certificate generated at start.")
+              help="Serving certificate (PEM), used as it is (no rotation, no APIService patched). Default: a "
+                   "certificate signed by the CA in Secret colocation-operator-ca, which the operator creates, "
+                   "rotates and patches into its APIServices' caBundle.")
 @click.option("--tls-key-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Key of --tls-cert-file (PEM).")
+@click.option("--serving-cert-validity", type=click.FloatRange(min=1), default=30 * 86400.0, show_default=True,
+              help="Seconds a serving certificate is valid (without --tls-cert-file).")
+@click.option("--ca-validity", type=click.FloatRange(min=1), default=365 * 86400.0, show_default=True,
+              help="Seconds the serving CA is valid (without --tls-cert-file).")
+@click.option("--cert-renew-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=2 / 3,
+              show_default=True,
+              help="Fraction of its lifetime after which a serving certificate or the CA is replaced; a replaced "
+                   "CA stays in the caBundle until it expires.")
 @click.option("--lease-duration", type=click.FloatRange(min=1), default=15.0, show_default=True,
               help="Seconds a standby waits, after the last change it saw, before taking over the Lease.")
 @click.option("--renew-deadline", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
@@ -95,6 +106,7 @@ def _default_identity() -> str:
 @common_options
 def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, bind_address: str, port: int,
                      advertise_address: str, tls_cert_file: Path | None, tls_key_file: Path | None,
+                     serving_cert_validity: float, ca_validity: float, cert_renew_fraction: float,
                      lease_duration: float, renew_deadline: float, retry_period: float, metric_ttl: float,
                      bookmark_interval: float, serve_resource_metrics: bool, serve_custom_metrics: bool,
                      custom_metrics_retention: float, custom_metrics_max_series: int, evaluation_interval: float,
@@ -113,9 +125,15 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
     from colocation.kube.client import KubeConfigError
     from colocation.manager.operator_config import OperatorConfig
     from colocation.manager.predecessor_release import release_dead_predecessor
+    from colocation.manager.serving_ca import CaPolicy
 
     if (tls_cert_file is None) != (tls_key_file is None):
         raise click.BadParameter("give both --tls-cert-file and --tls-key-file, or neither")
+    ca_policy = CaPolicy(ca_validity=dt.timedelta(seconds=ca_validity),
+                         serving_validity=dt.timedelta(seconds=serving_cert_validity),
+                         renew_fraction=cert_renew_fraction)
+    if (problem := ca_policy.problem()) is not None:
+        raise click.BadParameter(f"--ca-validity, --cert-renew-fraction: {problem}")
     if not lease_duration > renew_deadline > retry_period:
         raise click.BadParameter("need --lease-duration > --renew-deadline > --retry-period")
     config = OperatorConfig(kubeconfig=kubeconfig, namespace=namespace, identity=identity or _default_identity(),
@@ -135,7 +153,7 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                                 large_cluster_size_threshold=large_cluster_size_threshold, startup_grace=startup_grace,
                                 recovery_renewals=recovery_renewals),
                             shutdown_delay=shutdown_delay, pod_name=os.environ.get("POD_NAME", ""),
-                            service_account_audiences=tuple(service_account_audiences))
+                            service_account_audiences=tuple(service_account_audiences), ca_policy=ca_policy)
     try:
         config = release_dead_predecessor(config)  # before importing the rest: every second counts
         from colocation.manager.operator_process import run
