@@ -34,11 +34,15 @@ def _default_identity() -> str:
 @click.option("--advertise-address", envvar="POD_IP", show_envvar=True, default="127.0.0.1", show_default=True,
               help="Address agents and standbys use to reach this replica when it leads (published on the Lease).")
 @click.option("--tls-cert-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Serving certificate (PEM), used as it is (no rotation, no APIService patched). Default: a "
-                   "certificate signed by the CA in Secret colocation-operator-ca, which the operator creates, "
-                   "rotates and patches into its APIServices' caBundle.")
+              help="Serving certificate (PEM) that another tool provides and renews (cert-manager): read again "
+                   "when it changes; no CA is managed and no APIService patched. Default: a certificate signed by "
+                   "the CA in Secret colocation-operator-ca, which the operator creates, rotates and patches into "
+                   "its APIServices' caBundle.")
 @click.option("--tls-key-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Key of --tls-cert-file (PEM).")
+@click.option("--tls-ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="With --tls-cert-file: the CAs (PEM) that verify it, published on the leader Lease for agents "
+                   "and standbys. Default: the certificate itself (right for a self-signed one).")
 @click.option("--serving-cert-validity", type=click.FloatRange(min=1), default=30 * 86400.0, show_default=True,
               help="Seconds a serving certificate is valid (without --tls-cert-file).")
 @click.option("--ca-validity", type=click.FloatRange(min=1), default=365 * 86400.0, show_default=True,
@@ -106,7 +110,8 @@ def _default_identity() -> str:
 @common_options
 def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, bind_address: str, port: int,
                      advertise_address: str, tls_cert_file: Path | None, tls_key_file: Path | None,
-                     serving_cert_validity: float, ca_validity: float, cert_renew_fraction: float,
+                     tls_ca_file: Path | None, serving_cert_validity: float, ca_validity: float,
+                     cert_renew_fraction: float,
                      lease_duration: float, renew_deadline: float, retry_period: float, metric_ttl: float,
                      bookmark_interval: float, serve_resource_metrics: bool, serve_custom_metrics: bool,
                      custom_metrics_retention: float, custom_metrics_max_series: int, evaluation_interval: float,
@@ -129,6 +134,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
 
     if (tls_cert_file is None) != (tls_key_file is None):
         raise click.BadParameter("give both --tls-cert-file and --tls-key-file, or neither")
+    if tls_ca_file is not None and tls_cert_file is None:
+        raise click.BadParameter("--tls-ca-file goes with --tls-cert-file")
     ca_policy = CaPolicy(ca_validity=dt.timedelta(seconds=ca_validity),
                          serving_validity=dt.timedelta(seconds=serving_cert_validity),
                          renew_fraction=cert_renew_fraction)
@@ -138,7 +145,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
         raise click.BadParameter("need --lease-duration > --renew-deadline > --retry-period")
     config = OperatorConfig(kubeconfig=kubeconfig, namespace=namespace, identity=identity or _default_identity(),
                             bind_address=bind_address, port=port, advertise_address=advertise_address,
-                            tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, lease_duration=lease_duration,
+                            tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, tls_ca_file=tls_ca_file,
+                            lease_duration=lease_duration,
                             renew_deadline=renew_deadline, retry_period=retry_period, metric_ttl=metric_ttl,
                             bookmark_interval=bookmark_interval, serve_resource_metrics=serve_resource_metrics,
                             serve_custom_metrics=serve_custom_metrics,

@@ -28,7 +28,6 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from colocation.apimachinery import certificates
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, RequestHeaderConfig
 from colocation.apiserver.generic_apiserver import ApiRunner
@@ -49,7 +48,7 @@ from colocation.kube.transport import kube_transport
 from colocation.manager.api_assembly import assemble_api, delegated_auth
 from colocation.manager.leader_versions import LeaderVersions
 from colocation.manager.operator_config import OperatorConfig
-from colocation.manager.serving_tls import KubeCaObjects, ServingTls
+from colocation.manager.serving_tls import KubeCaObjects, ServingFiles, ServingTls
 from colocation.manager.token_pods import ClusterStatePods
 from colocation.nodemetrics.consistent_reads import ConsistentReadMetrics, ConsistentReads
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
@@ -122,11 +121,12 @@ class OperatorProcess:
         self.stop = asyncio.Event()
         self.lost_leadership = False
         self.request_header: RequestHeaderConfig | None = None
-        # --tls-cert-file: that certificate, as it is; else one from the shared CA (run() makes it).
-        self.fixed_cert: certificates.CertKey | None = None
+        # --tls-cert-file: those files, read again when they change (another tool renews them); else
+        # a certificate from the shared CA (run() makes it).
+        self.tls: ServingTls | ServingFiles | None = None
         if config.tls_cert_file and config.tls_key_file:
-            self.fixed_cert = certificates.CertKey(config.tls_cert_file.read_bytes(), config.tls_key_file.read_bytes())
-        self.tls: ServingTls | None = None
+            self.tls = ServingFiles(config.tls_cert_file, config.tls_key_file, config.tls_ca_file,
+                                    self.metrics.registry)
         self.elector: LeaderElector | None = None
         self._leader_tasks: list[asyncio.Task[Any]] = []
         self.api: Any = None  # the ApiClient, while run() holds it
@@ -176,8 +176,6 @@ class OperatorProcess:
     @property
     def ca_bundle(self) -> bytes:
         """The PEM CAs that verify this replica's serving certificate (both during a CA rotation)."""
-        if self.fixed_cert is not None:
-            return self.fixed_cert.cert_pem
         return self.tls.bundle if self.tls is not None else b""
 
     def _annotations(self) -> dict[str, str]:
@@ -239,12 +237,13 @@ class OperatorProcess:
             self.api = api
             self.request_header = await _retry("reading extension-apiserver-authentication",
                                                lambda: load_request_header_config(api), self.stop)
-            if self.fixed_cert is None:
+            if self.tls is None:
                 dns, ips = serving_names(config)
-                self.tls = ServingTls(KubeCaObjects(api, config.namespace), config.ca_policy,
-                                      namespace=config.namespace, service_name=SERVICE_NAME, dns_names=dns,
-                                      ip_addresses=ips, registry=self.metrics.registry)
-                await _retry("setting up the serving certificate", self.tls.sync, self.stop)
+                managed = ServingTls(KubeCaObjects(api, config.namespace), config.ca_policy,
+                                     namespace=config.namespace, service_name=SERVICE_NAME, dns_names=dns,
+                                     ip_addresses=ips, registry=self.metrics.registry)
+                self.tls = managed
+                await _retry("setting up the serving certificate", managed.sync, self.stop)
             if self.stop.is_set():
                 return 0
             token = _bearer_token(api)
@@ -351,11 +350,9 @@ class OperatorProcess:
         client_ca = self.request_header.request_header_ca_pem if self.request_header else None
         # Client certificates are verified against the front-proxy CA only: that is what makes
         # the X-Remote-* identity headers trustworthy (see apiserver.delegated_authentication).
-        client_ca_pem = client_ca.encode() if client_ca else None
-        if self.tls is not None:
-            return self.tls.server_context(client_ca_pem)  # renewed certificates are loaded into it
-        assert self.fixed_cert is not None
-        return certificates.ssl_server_context(self.fixed_cert, client_ca_pem=client_ca_pem)
+        assert self.tls is not None
+        # Renewed certificates are loaded into this context in place.
+        return self.tls.server_context(client_ca.encode() if client_ca else None)
 
 
 def _bearer_token(api: Any) -> str:

@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 import ssl
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, Protocol
 
 from kubernetes_asyncio.client import ApiClient, ApiregistrationV1Api, CoreV1Api
@@ -128,13 +129,84 @@ def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-class ServingTls:
+class _ServedCertificate:
+    """The certificate the listening server presents, loaded into its ssl contexts in place."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.metrics = TlsMetrics(registry)
+        self.cert: certificates.CertKey | None = None
+        self._contexts: list[ssl.SSLContext] = []
+
+    def server_context(self, client_ca_pem: bytes | None) -> ssl.SSLContext:
+        """A server context with the current certificate; renewals are loaded into it in place."""
+        if self.cert is None:
+            raise RuntimeError("no serving certificate yet")
+        context = certificates.ssl_server_context(self.cert, client_ca_pem=client_ca_pem)
+        self._contexts.append(context)
+        return context
+
+    def _serve(self, cert: certificates.CertKey) -> None:
+        renewed = self.cert is not None
+        for context in self._contexts:
+            certificates.reload_server_chain(context, cert)  # raises, changing nothing, on a bad pair
+        self.cert = cert
+        self.metrics.cert_expiry.set(cert.certificate.not_valid_after_utc.timestamp())
+        if renewed:
+            self.metrics.cert_rotations.inc()
+
+
+class ServingFiles(_ServedCertificate):
+    """A serving certificate from files that another tool renews (cert-manager's Secret, mounted):
+    read again every `interval` seconds and served from then on when they changed."""
+
+    def __init__(self, cert_file: Path, key_file: Path, ca_file: Path | None, registry: CollectorRegistry,
+                 interval: float = 10.0) -> None:
+        super().__init__(registry)
+        self.paths = (cert_file, key_file, ca_file)
+        self.interval = interval
+        self._read: tuple[bytes, ...] = ()
+        self.reload()
+
+    @property
+    def bundle(self) -> bytes:
+        """--tls-ca-file's CAs, else the certificate itself (a self-signed one verifies so)."""
+        ca = self._read[2] if len(self._read) == 3 and self._read[2] else b""
+        return ca or (self.cert.cert_pem if self.cert is not None else b"")
+
+    def reload(self) -> bool:
+        """Read the files; serve them if they changed (True). A pair that does not load raises
+        ValueError or ssl.SSLError and leaves the served certificate as it was."""
+        read = tuple(path.read_bytes() if path is not None else b"" for path in self.paths)
+        if read == self._read:
+            return False
+        cert = certificates.CertKey(read[0], read[1])
+        certificates.ssl_server_context(cert)  # the key must match the certificate
+        self._serve(cert)
+        self._read = read
+        log.info("serving certificate loaded from files", extra={
+            "file": str(self.paths[0]), "expires": cert.certificate.not_valid_after_utc.isoformat()})
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval)  # the polling period
+            try:
+                self.reload()
+            except (OSError, ValueError, ssl.SSLError) as error:  # a renewal half written: next time
+                self.metrics.sync_failures.inc()
+                log.warning("serving certificate files unreadable, keeping the served one",
+                            extra={"error": str(error)})
+
+
+class ServingTls(_ServedCertificate):
     """This replica's serving certificate from the shared CA, and the APIServices' trust in it."""
 
     def __init__(self, objects: CaObjects, policy: CaPolicy, *, namespace: str, service_name: str,
                  dns_names: Iterable[str], ip_addresses: Iterable[str], registry: CollectorRegistry,
                  apiservices: Iterable[str] = permissions.OPERATOR_APISERVICES,
                  clock: Callable[[], dt.datetime] = _utc_now) -> None:
+        super().__init__(registry)
         self.objects = objects
         self.policy = policy
         self.namespace = namespace
@@ -143,23 +215,12 @@ class ServingTls:
         self.ip_addresses = tuple(ip_addresses)
         self.apiservices = tuple(apiservices)
         self.clock = clock
-        self.metrics = TlsMetrics(registry)
         self.state: CaState | None = None
-        self.cert: certificates.CertKey | None = None
-        self._contexts: list[ssl.SSLContext] = []
 
     @property
     def bundle(self) -> bytes:
         """The PEM CAs that verify this replica's certificate (empty before the first sync)."""
         return self.state.bundle() if self.state is not None else b""
-
-    def server_context(self, client_ca_pem: bytes | None) -> ssl.SSLContext:
-        """A server context with the current certificate; renewals are loaded into it in place."""
-        if self.cert is None:
-            raise RuntimeError("no serving certificate yet: sync() first")
-        context = certificates.ssl_server_context(self.cert, client_ca_pem=client_ca_pem)
-        self._contexts.append(context)
-        return context
 
     async def sync(self) -> dt.datetime | None:
         """One round: the CA, this replica's certificate, the APIServices. Returns when something is
@@ -208,15 +269,11 @@ class ServingTls:
 
     def _issue(self, signer: certificates.CertKey, now: dt.datetime) -> None:
         renewed = self.cert is not None
-        self.cert = certificates.issue_certificate(
+        cert = certificates.issue_certificate(
             signer, self.service_name, dns_names=self.dns_names, ip_addresses=self.ip_addresses, now=now,
             not_after=serving_ca.serving_not_after(signer, now, self.policy))
-        for context in self._contexts:
-            certificates.reload_server_chain(context, self.cert)
-        expires = self.cert.certificate.not_valid_after_utc
-        self.metrics.cert_expiry.set(expires.timestamp())
-        if renewed:
-            self.metrics.cert_rotations.inc()
+        self._serve(cert)
+        expires = cert.certificate.not_valid_after_utc
         log.info("serving certificate issued", extra={"renewal": renewed, "expires": expires.isoformat(),
                                                       "issuer": signer.certificate.subject.rfc4514_string()})
 

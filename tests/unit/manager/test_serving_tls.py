@@ -8,7 +8,9 @@ import asyncio
 import base64
 import copy
 import datetime as dt
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +24,7 @@ from colocation.apimachinery import certificates
 from colocation.apimachinery.objects import Obj
 from colocation.kube import permissions
 from colocation.manager.serving_ca import CaPolicy
-from colocation.manager.serving_tls import ServingTls
+from colocation.manager.serving_tls import ServingFiles, ServingTls
 
 S = dt.timedelta(seconds=1)
 POLICY = CaPolicy(ca_validity=100 * S, serving_validity=20 * S, renew_fraction=0.6, propagation=5 * S)
@@ -173,17 +175,21 @@ async def served(api: FakeApi) -> AsyncIterator[tuple[ServingTls, Clock, int]]:
     clock = Clock()
     tls = replica(api, clock)
     await tls.sync()
+    server = await _start_server(tls)
+    assert server.port is not None
+    yield tls, clock, server.port
+    await server.close()
 
+
+async def _start_server(served: ServingTls | ServingFiles) -> TestServer:
     async def ok(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     app = web.Application()
     app.router.add_get("/", ok)
     server = TestServer(app, host="127.0.0.1")
-    await server.start_server(ssl=tls.server_context(None))
-    assert server.port is not None
-    yield tls, clock, server.port
-    await server.close()
+    await server.start_server(ssl=served.server_context(None))
+    return server
 
 
 async def _served_certificate(bundle: bytes, port: int) -> bytes:
@@ -227,3 +233,28 @@ async def test_metrics_count_rotations_and_give_the_expiry(api: FakeApi) -> None
     assert sample("colocation_serving_certificate_expiry_timestamp_seconds") == \
         tls.cert.certificate.not_valid_after_utc.timestamp()
     assert sample("colocation_apiservice_ca_bundle_patches_total", {"apiservice": OURS}) == 1
+
+
+async def test_certificate_files_renewed_by_another_tool_are_served_and_a_bad_pair_is_not(tmp_path: Path) -> None:
+    """--tls-cert-file (cert-manager's mounted Secret): a renewal on disk is served without a
+    restart; a half-written one (a key of another certificate) is refused and the old one kept."""
+    ca = certificates.new_ca("cert-manager-ca")
+    first = certificates.issue_certificate(ca, SERVICE, dns_names=(DNS,))
+    cert_path, key_path = first.write(tmp_path, "tls")
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    files = ServingFiles(cert_path, key_path, tmp_path / "ca.crt", CollectorRegistry())
+    assert files.bundle == ca.cert_pem and not files.reload()  # unchanged files: nothing to do
+    server = await _start_server(files)
+    try:
+        assert await _served_certificate(files.bundle, server.port or 0) == _der(first)
+        second = certificates.issue_certificate(ca, SERVICE, dns_names=(DNS,))
+        second.write(tmp_path, "tls")
+        assert files.reload()
+        assert await _served_certificate(files.bundle, server.port or 0) == _der(second)
+        key_path.write_bytes(certificates.issue_certificate(ca, "other").key_pem)
+        with pytest.raises(ssl.SSLError):
+            files.reload()
+        assert files.cert == second
+        assert await _served_certificate(files.bundle, server.port or 0) == _der(second)
+    finally:
+        await server.close()
