@@ -243,7 +243,9 @@ class OperatorProcess:
                                      namespace=config.namespace, service_name=SERVICE_NAME, dns_names=dns,
                                      ip_addresses=ips, registry=self.metrics.registry)
                 self.tls = managed
-                await _retry("setting up the serving certificate", managed.sync, self.stop)
+                # Serving needs the CA and a certificate only: the APIServices are patched by the
+                # loop (tasks below), so a refused patch never keeps this replica from serving.
+                await _retry("setting up the serving certificate", managed.prepare, self.stop)
             if self.stop.is_set():
                 return 0
             token = _bearer_token(api)

@@ -85,7 +85,7 @@ class KubeCaObjects:
     async def create_secret(self, body: Obj) -> Obj | None:
         status, answer = await call_json(self._core.create_namespaced_secret, self.namespace, body,
                                          timeout=CALL_TIMEOUT)
-        return _answer(f"create Secret {_CREATE_SECRET.resource}", status, answer, absent=409)
+        return _answer(f"create Secret {permissions.CA_SECRET_NAME}", status, answer, absent=409)
 
     async def replace_secret(self, body: Obj) -> Obj | None:
         status, answer = await call_json(self._core.replace_namespaced_secret, _REPLACE_SECRET.name,
@@ -222,14 +222,20 @@ class ServingTls(_ServedCertificate):
         """The PEM CAs that verify this replica's certificate (empty before the first sync)."""
         return self.state.bundle() if self.state is not None else b""
 
-    async def sync(self) -> dt.datetime | None:
-        """One round: the CA, this replica's certificate, the APIServices. Returns when something is
-        due next (None: nothing is)."""
+    async def prepare(self) -> tuple[CaState, dt.datetime]:
+        """The CA, and this replica's certificate renewed if due: all a replica needs to serve.
+        Returns the CA and the time it was judged at."""
         state = await self._current_ca()
         now = self.clock()
         signer = serving_ca.signing_ca(state, now, self.policy)
         if self.cert is None or serving_ca.serving_renewal_due(self.cert, signer, now, self.policy):
             self._issue(signer, now)
+        return state, now
+
+    async def sync(self) -> dt.datetime | None:
+        """One round: `prepare()`, then the APIServices. Returns when something is due next (None:
+        nothing is)."""
+        state, now = await self.prepare()
         assert self.cert is not None
         await self._patch_apiservices(state)
         return serving_ca.next_check(state, self.cert, now, self.policy)
@@ -293,7 +299,8 @@ class ServingTls(_ServedCertificate):
                     break
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Sync at every due time (and at least every RESYNC) until `stop`; failures retried with backoff."""
+        """Sync now, then at every due time (and at least every RESYNC) until `stop`; failures
+        retried with backoff."""
         backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.5)
         while not stop.is_set():
             try:

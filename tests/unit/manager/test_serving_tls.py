@@ -24,7 +24,7 @@ from colocation.apimachinery import certificates
 from colocation.apimachinery.objects import Obj
 from colocation.kube import permissions
 from colocation.manager.serving_ca import CaPolicy
-from colocation.manager.serving_tls import ServingFiles, ServingTls
+from colocation.manager.serving_tls import ServingFiles, ServingTls, TlsSyncFailed
 
 S = dt.timedelta(seconds=1)
 POLICY = CaPolicy(ca_validity=100 * S, serving_validity=20 * S, renew_fraction=0.6, propagation=5 * S)
@@ -42,6 +42,7 @@ class FakeApi:
         self.apiservices: dict[str, Obj] = {}
         self.version = 0
         self.conflicts_left = 0  # patches to refuse with a conflict, as when another replica patched first
+        self.forbidden = False  # every APIService call answered 403, as without the RBAC for it
 
     def _stamp(self, obj: Obj) -> Obj:
         self.version += 1
@@ -70,6 +71,8 @@ class FakeApi:
         return self._stamp(self.secret)
 
     async def read_apiservice(self, name: str) -> Obj | None:
+        if self.forbidden:
+            raise TlsSyncFailed(f"get APIService {name}: kube-apiserver answered 403: forbidden")
         return copy.deepcopy(self.apiservices.get(name))
 
     async def patch_apiservice(self, name: str, patch: Obj) -> bool:
@@ -160,6 +163,18 @@ async def test_a_ca_rotation_keeps_both_cas_trusted_until_every_replica_moved(ap
 async def test_a_conflicting_patch_is_read_again_and_retried(api: FakeApi) -> None:
     api.conflicts_left = 2
     tls = replica(api, Clock())
+    await tls.sync()
+    assert base64.b64decode(api.apiservices[OURS]["spec"]["caBundle"]) == tls.bundle
+
+
+async def test_a_refused_apiservice_fails_the_round_but_never_the_certificate(api: FakeApi) -> None:
+    api.forbidden = True
+    tls = replica(api, Clock())
+    await tls.prepare()  # what the operator waits for before it serves
+    assert tls.cert is not None and verifies(tls.bundle, tls.cert)
+    with pytest.raises(TlsSyncFailed, match="403"):
+        await tls.sync()  # the loop logs it, counts it, and tries again with backoff
+    api.forbidden = False
     await tls.sync()
     assert base64.b64decode(api.apiservices[OURS]["spec"]["caBundle"]) == tls.bundle
 
