@@ -22,6 +22,19 @@ def _default_identity() -> str:
     return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
+def _check_serving_files(cert_file: Path, key_file: Path) -> None:
+    """A clear one-line error, now, for files that are no certificate and matching key."""
+    import ssl
+
+    from colocation.apimachinery import certificates
+
+    try:
+        certificates.ssl_server_context(certificates.CertKey(cert_file.read_bytes(), key_file.read_bytes()))
+    except (ssl.SSLError, ValueError) as error:
+        raise click.BadParameter(f"--tls-cert-file {cert_file} and --tls-key-file {key_file} are not a PEM "
+                                 f"certificate and its key: {error}") from None
+
+
 @click.command("operator")
 @click.option("--namespace", envvar="POD_NAMESPACE", show_envvar=True, default=permissions.OPERATOR_NAMESPACE,
               show_default=True, help="Namespace of the leader Lease (the operator's own).")
@@ -136,6 +149,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
         raise click.BadParameter("give both --tls-cert-file and --tls-key-file, or neither")
     if tls_ca_file is not None and tls_cert_file is None:
         raise click.BadParameter("--tls-ca-file goes with --tls-cert-file")
+    if tls_cert_file is not None and tls_key_file is not None:
+        _check_serving_files(tls_cert_file, tls_key_file)
     ca_policy = CaPolicy(ca_validity=dt.timedelta(seconds=ca_validity),
                          serving_validity=dt.timedelta(seconds=serving_cert_validity),
                          renew_fraction=cert_renew_fraction)
