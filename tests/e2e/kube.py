@@ -430,8 +430,9 @@ async def bound_token(admin: Kube, name: str, rules: list[dict[str, Any]]) -> st
 
 async def get_from_replica(replica: dict[str, Any], path: str, token: str) -> tuple[int, Any]:
     """GET straight from an operator replica of STATE_DIR/operators.json (loopback on the builtin
-    sandbox, its pod's address on the real one), its certificate unchecked: a standby's comes from
-    a CA of its own, which only a leader publishes. (0, None) when it cannot be reached."""
+    sandbox, its pod's address on the real one), its certificate unchecked: what these tests ask is
+    the replica's answer (tests/e2e/test_serving_tls.py checks certificates). (0, None) when it
+    cannot be reached."""
     unverified = ssl.create_default_context()
     unverified.check_hostname = False
     unverified.verify_mode = ssl.CERT_NONE

@@ -29,10 +29,11 @@ GROUP = "e2e.aggregation.dev"
 class ExtensionServer:
     """Answers discovery and one resource, echoing the identity the front proxy asserted."""
 
-    def __init__(self, front_proxy_ca_pem: bytes, allowed_names: list[str]) -> None:
+    def __init__(self, front_proxy_ca_pem: bytes, allowed_names: list[str], namespace: str) -> None:
         self.ca = certificates.new_ca("e2e-extension-ca")
-        self.cert = certificates.issue_certificate(self.ca, "extension.e2e.svc", dns_names=("extension.e2e.svc",),
-                                              ip_addresses=("127.0.0.1",))
+        # The name the aggregator verifies: its Service's, whatever address it dials.
+        self.service_dns = f"extension.{namespace}.svc"
+        self.cert = certificates.issue_certificate(self.ca, self.service_dns, dns_names=(self.service_dns,))
         self.front_proxy_ca_pem = front_proxy_ca_pem
         self.allowed_names = allowed_names
         self.runner: web.AppRunner | None = None
@@ -79,14 +80,14 @@ class ExtensionServer:
 
 
 @pytest.fixture
-async def extension(kube: Kube) -> AsyncIterator[ExtensionServer]:
+async def extension(kube: Kube, namespace: str) -> AsyncIterator[ExtensionServer]:
     status, cm = await kube.request("GET", "/api/v1/namespaces/kube-system/configmaps/"
                                            "extension-apiserver-authentication")
     assert status == 200, cm
     data = cm["data"]
     assert orjson.loads(data["requestheader-username-headers"]) == ["X-Remote-User"]
     server = ExtensionServer(data["requestheader-client-ca-file"].encode(),
-                             orjson.loads(data["requestheader-allowed-names"]))
+                             orjson.loads(data["requestheader-allowed-names"]), namespace)
     await server.start()
     yield server
     await server.stop()
@@ -155,8 +156,8 @@ async def test_extension_rejects_callers_without_the_front_proxy_certificate(ext
     import aiohttp
 
     context = ssl.create_default_context(cadata=extension.ca.cert_pem.decode())
-    context.check_hostname = False
     async with aiohttp.ClientSession() as session, session.get(
             f"https://127.0.0.1:{extension.port}/apis/{GROUP}/v1/things", ssl=context,
+            server_hostname=extension.service_dns,
             headers={"X-Remote-User": "system:admin", "X-Remote-Group": "system:masters"}) as response:
         assert response.status == 401

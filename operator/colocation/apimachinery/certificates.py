@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 # Tolerate clocks of peers that run slightly behind ours.
-_BACKDATE = dt.timedelta(minutes=5)
+BACKDATE = dt.timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -73,18 +73,27 @@ def _key_usage(*, certificate_authority: bool) -> x509.KeyUsage:
                          decipher_only=False)
 
 
-def _validity(builder: x509.CertificateBuilder, days: int) -> x509.CertificateBuilder:
-    start = dt.datetime.now(dt.UTC)
-    return builder.not_valid_before(start - _BACKDATE).not_valid_after(start + dt.timedelta(days=days))
+def _validity(builder: x509.CertificateBuilder, days: int, now: dt.datetime | None,
+              not_after: dt.datetime | None) -> x509.CertificateBuilder:
+    start = now if now is not None else dt.datetime.now(dt.UTC)
+    end = not_after if not_after is not None else start + dt.timedelta(days=days)
+    if end <= start:
+        raise ValueError(f"a certificate must end after it starts ({start.isoformat()}), not at {end.isoformat()}")
+    return builder.not_valid_before(start - BACKDATE).not_valid_after(end)
 
 
-def new_ca(common_name: str, *, days: int = 365) -> CertKey:
-    """A self-signed CA that may sign leaf certificates only (path length 0)."""
+def new_ca(common_name: str, *, days: int = 365, now: dt.datetime | None = None,
+           not_after: dt.datetime | None = None) -> CertKey:
+    """A self-signed CA that may sign leaf certificates only (path length 0).
+
+    Valid from `now` (default: the current time, backdated a little) until `not_after`
+    (default: `days` later).
+    """
     key = _new_key()
     name = _name(common_name)
     public = key.public_key()
     builder = (
-        _validity(x509.CertificateBuilder(), days)
+        _validity(x509.CertificateBuilder(), days, now, not_after)
         .subject_name(name).issuer_name(name).public_key(public)
         .serial_number(x509.random_serial_number())
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
@@ -98,6 +107,7 @@ def new_ca(common_name: str, *, days: int = 365) -> CertKey:
 def issue_certificate(
     ca: CertKey, common_name: str, *, dns_names: Iterable[str] = (), ip_addresses: Iterable[str] = (),
     server: bool = True, client: bool = False, organizations: Iterable[str] = (), days: int = 365,
+    now: dt.datetime | None = None, not_after: dt.datetime | None = None,
 ) -> CertKey:
     """A leaf certificate signed by `ca`, for serving (SANs matter) and/or client authentication.
 
@@ -113,7 +123,7 @@ def issue_certificate(
     usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + \
         ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
     builder = (
-        _validity(x509.CertificateBuilder(), days)
+        _validity(x509.CertificateBuilder(), days, now, not_after)
         .subject_name(_name(common_name, organizations)).issuer_name(ca_cert.subject)
         .public_key(key.public_key()).serial_number(x509.random_serial_number())
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -151,6 +161,20 @@ def ssl_server_context(cert: CertKey, client_ca_pem: bytes | None = None) -> ssl
         context.load_verify_locations(cadata=client_ca_pem.decode("ascii"))
         context.verify_mode = ssl.CERT_OPTIONAL
     return context
+
+
+def reload_server_chain(context: ssl.SSLContext, cert: CertKey) -> None:
+    """Serve `cert` from now on: handshakes after the call present it, open connections keep theirs.
+
+    OpenSSL replaces a context's certificate and key in place, so a listening server picks up a
+    renewed certificate without a restart.
+    """
+    _load_chain(context, cert)
+
+
+def pem_certificates(bundle: bytes) -> list[x509.Certificate]:
+    """The certificates of a PEM bundle, in order (none for an empty one)."""
+    return x509.load_pem_x509_certificates(bundle) if bundle.strip() else []
 
 
 def ssl_client_context(ca_pem: bytes, client: CertKey | None = None) -> ssl.SSLContext:

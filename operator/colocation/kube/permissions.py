@@ -29,6 +29,13 @@ AGENT_SERVICE_ACCOUNT = "colocation-agent"
 LEADER_LEASE_NAME = "colocation-operator"
 CONFIG_MAP_NAME = "colocation-config"
 
+# The serving CA every replica signs its serving certificate with (manager.serving_ca), and the
+# APIServices of the install whose caBundle the operator keeps current (each only while it names
+# the operator's Service: one left to metrics-server stays untouched).
+CA_SECRET_NAME = "colocation-operator-ca"
+OPERATOR_APISERVICES = ("v1alpha1.metrics.colocation.dev", "v1beta1.metrics.k8s.io", "v1beta2.custom.metrics.k8s.io",
+                        "v1beta1.custom.metrics.k8s.io", "v1beta1.external.metrics.k8s.io")
+
 SLO_GROUP = "slo.colocation.dev"
 METRICS_GROUP = "metrics.colocation.dev"
 
@@ -114,6 +121,12 @@ OPERATOR_API_CALLS: tuple[ApiCall, ...] = (
     # Kopf scans CRDs to resolve resources, and lists namespaces when given namespace patterns.
     *_calls("apiextensions.k8s.io", "customresourcedefinitions", _READ, None),
     *_calls("", "namespaces", ("list", "watch"), None),
+    # The serving CA: created by the first replica (a create cannot be limited to one name),
+    # then read and rotated by name; the APIServices' caBundle patched by name.
+    *_calls("", "secrets", ("create",), OPERATOR_NAMESPACE),
+    *_calls("", "secrets", ("get", "update"), OPERATOR_NAMESPACE, name=CA_SECRET_NAME),
+    *(call for name in OPERATOR_APISERVICES
+      for call in _calls("apiregistration.k8s.io", "apiservices", ("get", "patch"), None, name=name)),
     # Delegated authentication and authorization of the aggregated API server: granted by
     # binding the bootstrap roles system:auth-delegator and extension-apiserver-authentication-reader.
     *_calls("authentication.k8s.io", "tokenreviews", ("create",), None),

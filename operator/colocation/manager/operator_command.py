@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import socket
 import sys
@@ -21,6 +22,19 @@ def _default_identity() -> str:
     return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
+def _check_serving_files(cert_file: Path, key_file: Path) -> None:
+    """A clear one-line error, now, for files that are no certificate and matching key."""
+    import ssl
+
+    from colocation.apimachinery import certificates
+
+    try:
+        certificates.ssl_server_context(certificates.CertKey(cert_file.read_bytes(), key_file.read_bytes()))
+    except (ssl.SSLError, ValueError) as error:
+        raise click.BadParameter(f"--tls-cert-file {cert_file} and --tls-key-file {key_file} are not a PEM "
+                                 f"certificate and its key: {error}") from None
+
+
 @click.command("operator")
 @click.option("--namespace", envvar="POD_NAMESPACE", show_envvar=True, default=permissions.OPERATOR_NAMESPACE,
               show_default=True, help="Namespace of the leader Lease (the operator's own).")
@@ -33,9 +47,23 @@ def _default_identity() -> str:
 @click.option("--advertise-address", envvar="POD_IP", show_envvar=True, default="127.0.0.1", show_default=True,
               help="Address agents and standbys use to reach this replica when it leads (published on the Lease).")
 @click.option("--tls-cert-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Serving certificate (PEM). Default: a CA and a certificate generated at start.")
+              help="Serving certificate (PEM) that another tool provides and renews (cert-manager): read again "
+                   "when it changes; no CA is managed and no APIService patched. Default: a certificate signed by "
+                   "the CA in Secret colocation-operator-ca, which the operator creates, rotates and patches into "
+                   "its APIServices' caBundle.")
 @click.option("--tls-key-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Key of --tls-cert-file (PEM).")
+@click.option("--tls-ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="With --tls-cert-file: the CAs (PEM) that verify it, published on the leader Lease for agents "
+                   "and standbys. Default: the certificate itself (right for a self-signed one).")
+@click.option("--serving-cert-validity", type=click.FloatRange(min=1), default=30 * 86400.0, show_default=True,
+              help="Seconds a serving certificate is valid (without --tls-cert-file).")
+@click.option("--ca-validity", type=click.FloatRange(min=1), default=365 * 86400.0, show_default=True,
+              help="Seconds the serving CA is valid (without --tls-cert-file).")
+@click.option("--cert-renew-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=2 / 3,
+              show_default=True,
+              help="Fraction of its lifetime after which a serving certificate or the CA is replaced; a replaced "
+                   "CA stays in the caBundle until it expires.")
 @click.option("--lease-duration", type=click.FloatRange(min=1), default=15.0, show_default=True,
               help="Seconds a standby waits, after the last change it saw, before taking over the Lease.")
 @click.option("--renew-deadline", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
@@ -95,6 +123,8 @@ def _default_identity() -> str:
 @common_options
 def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, bind_address: str, port: int,
                      advertise_address: str, tls_cert_file: Path | None, tls_key_file: Path | None,
+                     tls_ca_file: Path | None, serving_cert_validity: float, ca_validity: float,
+                     cert_renew_fraction: float,
                      lease_duration: float, renew_deadline: float, retry_period: float, metric_ttl: float,
                      bookmark_interval: float, serve_resource_metrics: bool, serve_custom_metrics: bool,
                      custom_metrics_retention: float, custom_metrics_max_series: int, evaluation_interval: float,
@@ -113,14 +143,25 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
     from colocation.kube.client import KubeConfigError
     from colocation.manager.operator_config import OperatorConfig
     from colocation.manager.predecessor_release import release_dead_predecessor
+    from colocation.manager.serving_ca import CaPolicy
 
     if (tls_cert_file is None) != (tls_key_file is None):
         raise click.BadParameter("give both --tls-cert-file and --tls-key-file, or neither")
+    if tls_ca_file is not None and tls_cert_file is None:
+        raise click.BadParameter("--tls-ca-file goes with --tls-cert-file")
+    if tls_cert_file is not None and tls_key_file is not None:
+        _check_serving_files(tls_cert_file, tls_key_file)
+    ca_policy = CaPolicy(ca_validity=dt.timedelta(seconds=ca_validity),
+                         serving_validity=dt.timedelta(seconds=serving_cert_validity),
+                         renew_fraction=cert_renew_fraction)
+    if (problem := ca_policy.problem()) is not None:
+        raise click.BadParameter(f"--ca-validity, --cert-renew-fraction: {problem}")
     if not lease_duration > renew_deadline > retry_period:
         raise click.BadParameter("need --lease-duration > --renew-deadline > --retry-period")
     config = OperatorConfig(kubeconfig=kubeconfig, namespace=namespace, identity=identity or _default_identity(),
                             bind_address=bind_address, port=port, advertise_address=advertise_address,
-                            tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, lease_duration=lease_duration,
+                            tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, tls_ca_file=tls_ca_file,
+                            lease_duration=lease_duration,
                             renew_deadline=renew_deadline, retry_period=retry_period, metric_ttl=metric_ttl,
                             bookmark_interval=bookmark_interval, serve_resource_metrics=serve_resource_metrics,
                             serve_custom_metrics=serve_custom_metrics,
@@ -135,7 +176,7 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                                 large_cluster_size_threshold=large_cluster_size_threshold, startup_grace=startup_grace,
                                 recovery_renewals=recovery_renewals),
                             shutdown_delay=shutdown_delay, pod_name=os.environ.get("POD_NAME", ""),
-                            service_account_audiences=tuple(service_account_audiences))
+                            service_account_audiences=tuple(service_account_audiences), ca_policy=ca_policy)
     try:
         config = release_dead_predecessor(config)  # before importing the rest: every second counts
         from colocation.manager.operator_process import run

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from colocation.controllers.settings import ControllerSettings
+from colocation.manager.serving_ca import CaPolicy
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class OperatorConfig:
     pod_name: str = ""  # POD_NAME: a Lease holder named POD_NAME_* other than us is our dead predecessor
     acquire_after: float = -math.inf  # monotonic: leave a free Lease to warm standbys until then
     service_account_audiences: tuple[str, ...] = ()  # a bearer token's accepted audiences; empty: the issuer
+    tls_ca_file: Path | None = None  # with --tls-cert-file: the CAs published for agents and standbys
+    # Without --tls-cert-file: the shared CA's and the serving certificates' lifetimes.
+    ca_policy: CaPolicy = field(default_factory=CaPolicy)
 
     def is_predecessor(self, holder: str) -> bool:
         """Whether `holder` is this pod's previous process (the container restarted, so it is dead)."""

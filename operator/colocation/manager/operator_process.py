@@ -28,7 +28,6 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from colocation.apimachinery import certificates
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, RequestHeaderConfig
 from colocation.apiserver.generic_apiserver import ApiRunner
@@ -49,6 +48,7 @@ from colocation.kube.transport import kube_transport
 from colocation.manager.api_assembly import assemble_api, delegated_auth
 from colocation.manager.leader_versions import LeaderVersions
 from colocation.manager.operator_config import OperatorConfig
+from colocation.manager.serving_tls import KubeCaObjects, ServingFiles, ServingTls
 from colocation.manager.token_pods import ClusterStatePods
 from colocation.nodemetrics.consistent_reads import ConsistentReadMetrics, ConsistentReads
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
@@ -77,16 +77,13 @@ class LeadershipMetrics:
                                           "Times this replica started or stopped leading.", registry=r)
 
 
-def serving_certificate(config: OperatorConfig) -> tuple[certificates.CertKey, bytes]:
-    """(serving certificate and key, CA bundle clients verify it with): from files or generated."""
-    if config.tls_cert_file and config.tls_key_file:
-        cert = certificates.CertKey(config.tls_cert_file.read_bytes(), config.tls_key_file.read_bytes())
-        return cert, cert.cert_pem
-    ca = certificates.new_ca(f"{SERVICE_NAME}-ca@{int(time.time())}")
+def serving_names(config: OperatorConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(DNS names, IP addresses) of the serving certificate: the Service's names, which
+    kube-apiserver verifies, and the addresses agents and standbys dial (the Lease's endpoint)."""
     dns = (SERVICE_NAME, f"{SERVICE_NAME}.{config.namespace}", f"{SERVICE_NAME}.{config.namespace}.svc",
            f"{SERVICE_NAME}.{config.namespace}.svc.cluster.local", "localhost")
     ips = tuple(dict.fromkeys(ip for ip in (config.advertise_address, "127.0.0.1") if _is_ip(ip)))
-    return certificates.issue_certificate(ca, SERVICE_NAME, dns_names=dns, ip_addresses=ips), ca.cert_pem
+    return dns, ips
 
 
 def _is_ip(text: str) -> bool:
@@ -124,7 +121,12 @@ class OperatorProcess:
         self.stop = asyncio.Event()
         self.lost_leadership = False
         self.request_header: RequestHeaderConfig | None = None
-        self.cert, self.ca_bundle = serving_certificate(config)
+        # --tls-cert-file: those files, read again when they change (another tool renews them); else
+        # a certificate from the shared CA (run() makes it).
+        self.tls: ServingTls | ServingFiles | None = None
+        if config.tls_cert_file and config.tls_key_file:
+            self.tls = ServingFiles(config.tls_cert_file, config.tls_key_file, config.tls_ca_file,
+                                    self.metrics.registry)
         self.elector: LeaderElector | None = None
         self._leader_tasks: list[asyncio.Task[Any]] = []
         self.api: Any = None  # the ApiClient, while run() holds it
@@ -170,6 +172,11 @@ class OperatorProcess:
 
     def _new_leader(self, identity: str) -> None:
         log.info("leader observed", extra={"leader": identity or "<none>"})
+
+    @property
+    def ca_bundle(self) -> bytes:
+        """The PEM CAs that verify this replica's serving certificate (both during a CA rotation)."""
+        return self.tls.bundle if self.tls is not None else b""
 
     def _annotations(self) -> dict[str, str]:
         endpoint = f"https://{self.config.advertise_address}:{self.config.port}"
@@ -230,6 +237,15 @@ class OperatorProcess:
             self.api = api
             self.request_header = await _retry("reading extension-apiserver-authentication",
                                                lambda: load_request_header_config(api), self.stop)
+            if self.tls is None:
+                dns, ips = serving_names(config)
+                managed = ServingTls(KubeCaObjects(api, config.namespace), config.ca_policy,
+                                     namespace=config.namespace, service_name=SERVICE_NAME, dns_names=dns,
+                                     ip_addresses=ips, registry=self.metrics.registry)
+                self.tls = managed
+                # Serving needs the CA and a certificate only: the APIServices are patched by the
+                # loop (tasks below), so a refused patch never keeps this replica from serving.
+                await _retry("setting up the serving certificate", managed.prepare, self.stop)
             if self.stop.is_set():
                 return 0
             token = _bearer_token(api)
@@ -265,6 +281,8 @@ class OperatorProcess:
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
                      asyncio.create_task(elector.run()),
                      asyncio.create_task(self._follow_while_standby(follower))]
+            if self.tls is not None:
+                tasks.append(asyncio.create_task(self.tls.run(self.stop)))
             if authenticator.local is not None:  # every replica: a new leader has the keys at once
                 tasks.append(asyncio.create_task(authenticator.local.keys.run()))
             if served.pods is not None:
@@ -334,7 +352,9 @@ class OperatorProcess:
         client_ca = self.request_header.request_header_ca_pem if self.request_header else None
         # Client certificates are verified against the front-proxy CA only: that is what makes
         # the X-Remote-* identity headers trustworthy (see apiserver.delegated_authentication).
-        return certificates.ssl_server_context(self.cert, client_ca_pem=client_ca.encode() if client_ca else None)
+        assert self.tls is not None
+        # Renewed certificates are loaded into this context in place.
+        return self.tls.server_context(client_ca.encode() if client_ca else None)
 
 
 def _bearer_token(api: Any) -> str:

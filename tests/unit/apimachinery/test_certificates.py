@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import ssl
 import stat
 from collections.abc import AsyncIterator
@@ -13,10 +14,12 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from colocation.apimachinery.certificates import (
+    BACKDATE,
     CertKey,
     issue_certificate,
     new_ca,
     peer_common_name_and_orgs,
+    pem_certificates,
     ssl_client_context,
     ssl_server_context,
 )
@@ -121,3 +124,14 @@ def test_write_keeps_the_key_private(tmp_path: Path) -> None:
     assert (cert_path.name, key_path.name) == ("apiserver.crt", "apiserver.key")
     assert CertKey(cert_path.read_bytes(), key_path.read_bytes()) == SERVING
     assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
+
+
+def test_validity_is_given_by_an_injected_time_and_backdated() -> None:
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    ca = new_ca("short-ca", now=start, not_after=start + dt.timedelta(seconds=60))
+    leaf = issue_certificate(ca, "leaf", now=start, not_after=start + dt.timedelta(seconds=20)).certificate
+    assert (leaf.not_valid_before_utc, leaf.not_valid_after_utc) == (start - BACKDATE, start + dt.timedelta(seconds=20))
+    assert pem_certificates(ca.cert_pem + SERVING_CA.cert_pem) == [ca.certificate, SERVING_CA.certificate]
+    assert pem_certificates(b"") == []
+    with pytest.raises(ValueError, match="must end after it starts"):
+        new_ca("backwards", now=start, not_after=start)

@@ -21,6 +21,7 @@ from colocation.sandbox.server.api_discovery import Served
 from colocation.sandbox.server.api_server import ApiServer
 from colocation.sandbox.server.builtin_controllers import Controllers
 from colocation.sandbox.server.resource_types import Registry
+from tests.unit.sandbox.conftest import register_things
 
 V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
@@ -307,21 +308,6 @@ class Backend:
         await self.server.close()
 
 
-def _register(api: ApiCore, port: int | None) -> None:
-    """A Service (with a ready endpoint when `port` is given) and its APIService."""
-    api.store.create(api.rt("", "services"), {"metadata": {"name": "things", "namespace": "default"},
-                                               "spec": {"ports": [{"name": "https", "port": 443}]}})
-    if port is not None:
-        api.store.create(api.rt("", "endpoints"), {
-            "metadata": {"name": "things", "namespace": "default"},
-            "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "https", "port": port}]}]})
-    api.store.create(api.rt("apiregistration.k8s.io", "apiservices"), {
-        "metadata": {"name": "v1.things.example.com"},
-        "spec": {"group": "things.example.com", "version": "v1", "groupPriorityMinimum": 100,
-                 "versionPriority": 100, "insecureSkipTLSVerify": True,
-                 "service": {"namespace": "default", "name": "things", "port": 443}}})
-
-
 def _touch_apiservice(api: ApiCore) -> None:
     rt = api.rt("apiregistration.k8s.io", "apiservices")
     obj = api.store.find(rt, "", "v1.things.example.com")
@@ -334,15 +320,6 @@ def _apiservices(api: ApiCore) -> list[dict[str, Any]]:
     return list(api.store.objects(api.rt("apiregistration.k8s.io", "apiservices")))
 
 
-@pytest.fixture
-async def aggregator() -> AsyncIterator[Aggregator]:
-    api = ApiServer()
-    api.store.create(api.rt("", "namespaces"), {"metadata": {"name": "default"}})
-    api.aggregator = Aggregator(api, certificates.new_ca("front-proxy-ca"))
-    yield api.aggregator
-    await api.aggregator.stop()
-
-
 def _things(aggregator: Aggregator) -> dict[str, Any] | None:
     (served,) = [s for s in aggregator.served() if s.group == "things.example.com"]
     return served.document
@@ -352,7 +329,7 @@ async def test_a_legacy_backend_is_converted_and_kept(aggregator: Aggregator) ->
     backend = Backend(aggregated=False)
     await backend.start()
     try:
-        _register(aggregator.api, backend.port)
+        register_things(aggregator.api, backend.port)
         assert _things(aggregator) is None  # not asked yet: left out of the aggregated form
         await aggregator.refresh_discovery(_apiservices(aggregator.api))
         assert _things(aggregator) == {"version": "v1", "resources": [
@@ -370,7 +347,7 @@ async def test_an_aggregated_backend_is_read_and_revalidated_with_its_etag(aggre
     backend = Backend(aggregated=True)
     await backend.start()
     try:
-        _register(aggregator.api, backend.port)
+        register_things(aggregator.api, backend.port)
         await aggregator.refresh_discovery(_apiservices(aggregator.api))
         empty = {"group": "", "version": "", "kind": ""}
         current = {"version": "v1", "resources": [
@@ -392,7 +369,7 @@ async def test_an_aggregated_backend_is_read_and_revalidated_with_its_etag(aggre
 async def test_a_backend_that_does_not_answer_is_stale_with_no_resources(aggregator: Aggregator) -> None:
     backend = Backend(aggregated=False)
     await backend.start()
-    _register(aggregator.api, backend.port)
+    register_things(aggregator.api, backend.port)
     await aggregator.refresh_discovery(_apiservices(aggregator.api))
     document = _things(aggregator)
     assert document is not None and document["freshness"] == "Current"

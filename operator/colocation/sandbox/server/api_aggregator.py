@@ -20,6 +20,7 @@ endpoints has it asked again at once.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import ssl
@@ -49,6 +50,7 @@ PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2)
 CONNECT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5)
 DISCOVERY_TIMEOUT = aiohttp.ClientTimeout(total=5)  # kube-aggregator's limit on a backend's discovery
 DISCOVERY_REFRESH = 60.0  # seconds a backend's discovery is kept before it is asked again
+MAX_CLIENT_CONTEXTS = 64  # client ssl contexts kept, one per distinct caBundle
 DISCOVERY_RETRY = (0.5, 60.0)  # first and longest wait before asking a failing backend again
 AGGREGATED_ACCEPT = ",".join(f"application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
                              for v in ("v2", "v2beta1"))
@@ -125,6 +127,7 @@ class Aggregator:
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._discovered: dict[str, _Discovered] = {}  # by APIService name
+        self._contexts: dict[bytes | None, ssl.SSLContext] = {}  # client contexts by caBundle
 
     # ---- which requests go where --------------------------------------------------------------
 
@@ -175,30 +178,38 @@ class Aggregator:
 
     # ---- proxying ------------------------------------------------------------------------------
 
-    def _client_ssl(self, apiservice: Obj) -> ssl.SSLContext:
+    def _client_ssl(self, apiservice: Obj) -> dict[str, Any]:
+        """The TLS arguments of a request to the APIService's backend, as kube-aggregator dials it:
+        with `insecureSkipTLSVerify`, no verification at all; else the serving certificate must
+        chain to `caBundle` and name the Service, `<service>.<namespace>.svc` (sent as SNI too),
+        whatever address the request goes to."""
         spec = apiservice["spec"]
         if spec.get("insecureSkipTLSVerify"):
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-            context.load_cert_chain(*self._client_files())
-            return context
-        import base64
-
+            return {"ssl": self._context(None)}
         ca_pem = base64.b64decode(spec.get("caBundle") or "")
         if not ca_pem:
-            raise ApiError.service_unavailable(f'apiservice {apiservice["metadata"]["name"]} has no caBundle')
-        context = certificates.ssl_client_context(ca_pem, self.client_cert)
-        context.check_hostname = False  # the backend's certificate names its Service, not 127.0.0.1
+            # kube-aggregator then trusts the system roots, which never signed a cluster's backend.
+            raise ApiError.service_unavailable(f'apiservice {apiservice["metadata"]["name"]} has no caBundle: '
+                                               "x509: certificate signed by unknown authority")
+        service = spec.get("service") or {}
+        return {"ssl": self._context(ca_pem),
+                "server_hostname": f'{service.get("name", "")}.{service.get("namespace", "")}.svc'}
+
+    def _context(self, ca_pem: bytes | None) -> ssl.SSLContext:
+        """A client context presenting the front-proxy certificate, trusting `ca_pem` (None: nothing
+        is verified); kept per bundle, since a context costs milliseconds to build."""
+        context = self._contexts.get(ca_pem)
+        if context is None:
+            if ca_pem is None:
+                context = certificates.ssl_client_context(self.front_proxy_ca.cert_pem, self.client_cert)
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            else:
+                context = certificates.ssl_client_context(ca_pem, self.client_cert)
+            if len(self._contexts) >= MAX_CLIENT_CONTEXTS:
+                self._contexts.clear()  # bundles of APIServices long changed or gone
+            self._contexts[ca_pem] = context
         return context
-
-    def _client_files(self) -> tuple[str, str]:
-        import tempfile
-        from pathlib import Path
-
-        directory = Path(tempfile.mkdtemp(prefix="front-proxy-"))
-        cert, key = self.client_cert.write(directory, "front-proxy-client")
-        return str(cert), str(key)
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -223,7 +234,7 @@ class Aggregator:
         body = await request.read()
         try:
             upstream = await self.session().request(request.method, url, data=body or None,
-                                                    headers=_multi(headers), ssl=self._client_ssl(apiservice))
+                                                    headers=_multi(headers), **self._client_ssl(apiservice))
         except (aiohttp.ClientError, OSError) as exc:
             raise ApiError.service_unavailable(f"error trying to reach service: {exc}") from None
         async with upstream:
@@ -317,11 +328,11 @@ class Aggregator:
         if not addresses:
             raise _DiscoveryFailed("endpoints for service have no ready addresses")
         host, port = addresses[0]
-        base, context = f"https://{host}:{port}", self._client_ssl(apiservice)
+        base, tls = f"https://{host}:{port}", self._client_ssl(apiservice)
         headers = [*identity_headers(AGGREGATOR_USER), ("Accept", AGGREGATED_ACCEPT)]
         if previous is not None and previous.etag:
             headers.append(("If-None-Match", previous.etag))
-        async with self.session().get(f"{base}/apis", ssl=context, timeout=DISCOVERY_TIMEOUT,
+        async with self.session().get(f"{base}/apis", **tls, timeout=DISCOVERY_TIMEOUT,
                                       headers=_multi(headers)) as response:
             if response.status == 304 and previous is not None and previous.etag:
                 return previous.document, previous.etag
@@ -332,7 +343,7 @@ class Aggregator:
                 listed = orjson.loads(await response.read())
                 return _listed_version(listed, group, version), response.headers.get("ETag", "")
         # A backend without aggregated discovery: its APIResourceList, converted.
-        async with self.session().get(f"{base}/apis/{group}/{version}", ssl=context, timeout=DISCOVERY_TIMEOUT,
+        async with self.session().get(f"{base}/apis/{group}/{version}", **tls, timeout=DISCOVERY_TIMEOUT,
                                       headers=_multi([*identity_headers(AGGREGATOR_USER),
                                                       ("Accept", "application/json")])) as response:
             if response.status != 200:
@@ -418,7 +429,7 @@ class Aggregator:
         host, port = addresses[0]
         try:
             async with self.session().get(f'https://{host}:{port}/apis/{spec["group"]}/{spec["version"]}',
-                                          ssl=self._client_ssl(apiservice), timeout=PROBE_TIMEOUT,
+                                          **self._client_ssl(apiservice), timeout=PROBE_TIMEOUT,
                                           headers=_multi(identity_headers(AGGREGATOR_USER))) as response:
                 if response.status == 200:
                     return "True", "Passed", "all checks passed"
