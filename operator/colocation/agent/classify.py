@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from colocation.apimachinery.pods import KubeQoSClass, pod_requests, qos_class
-from colocation.koordinator.classes import PriorityClass, QoSClass, is_high_priority, priority_of, qos_of
+from colocation.koordinator.classes import (
+    PriorityClass,
+    QoSClass,
+    is_evictable_best_effort,
+    is_high_priority,
+    priority_of,
+    qos_of,
+)
 
 
 @dataclass(frozen=True)
@@ -22,6 +29,8 @@ class PodInfo:
     kube_qos: KubeQoSClass = "BestEffort"
     node_name: str | None = None
     phase: str | None = None
+    evictable: bool = False  # memory eviction may pick it (classes.is_evictable_best_effort)
+    priority_value: int = 0  # spec.priority (0 when unset): eviction takes the lowest first
 
     @property
     def high_priority(self) -> bool:
@@ -40,6 +49,7 @@ def classify(pod: Mapping[str, Any]) -> PodInfo:
     cpu, memory = pod_requests(pod)
     node_name = spec.get("nodeName")
     phase = _mapping(pod.get("status")).get("phase")
+    priority_value = spec.get("priority")
     return PodInfo(
         uid=str(metadata.get("uid") or ""),
         namespace=str(metadata.get("namespace") or "default"),
@@ -51,4 +61,7 @@ def classify(pod: Mapping[str, Any]) -> PodInfo:
         kube_qos=qos_class(pod),
         node_name=node_name if isinstance(node_name, str) else None,
         phase=phase if isinstance(phase, str) else None,
+        evictable=is_evictable_best_effort(pod),
+        priority_value=priority_value if isinstance(priority_value, int) and not isinstance(priority_value, bool)
+        else 0,
     )

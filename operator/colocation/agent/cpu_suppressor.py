@@ -40,6 +40,7 @@ from colocation.agent.cpu_suppress import (
     SuppressPolicyName,
     be_budget_millis,
     cpu_usage,
+    node_memory_capacity,
     node_reserved_cpu,
     quota_millis,
     target_cfs_quota,
@@ -61,11 +62,13 @@ permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall("", "nodes
 class EnforcementOptions:
     """CPU suppress on this node: on (NodeSLO permitting) unless `cpu_suppress` is False; batch
     resources into cgroups (colocation.agent.batch_cgroup_reconciler) unless `batch_cgroups` is
-    False; with `dry_run` computed, logged and exported but never written; undone at exit with
-    `restore_on_exit`."""
+    False; memory eviction (colocation.agent.memory_evictor, NodeSLO permitting) unless
+    `memory_evict` is False; with `dry_run` computed, logged and exported but never written (nor
+    asked for); undone at exit with `restore_on_exit`."""
 
     cpu_suppress: bool = True
     batch_cgroups: bool = True
+    memory_evict: bool = True
     dry_run: bool = False
     restore_on_exit: bool = False
 
@@ -78,9 +81,10 @@ class InForce:
 
 
 class NodeReservation:
-    """The cpu its Node reserves for the system (colocation.agent.cpu_suppress.node_reserved_cpu),
-    read from the Node while `wanted()` (suppression enabled): at once, then every `refresh` seconds
-    (with jitter); after a failure, again with backoff. Nothing is read while suppression is off."""
+    """The cpu its Node reserves for the system (colocation.agent.cpu_suppress.node_reserved_cpu)
+    and its memory capacity (memory eviction's 100 %), read from the Node while `wanted()` (CPU
+    suppress or memory eviction enabled): at once, then every `refresh` seconds (with jitter); after
+    a failure, again with backoff. Nothing is read while both are off."""
 
     def __init__(self, kube: KubeApi, node: str, *, timeout: float, refresh: float = 300.0,
                  poll: float = 1.0, rng: random.Random | None = None) -> None:
@@ -90,6 +94,7 @@ class NodeReservation:
         self.refresh = refresh
         self.poll = poll
         self.cpu_millis = 0
+        self.memory_capacity: int | None = None  # bytes; None until read (or not a quantity)
         self._rng = rng or random.Random()
 
     async def run(self, wanted: Callable[[], bool]) -> None:
@@ -112,6 +117,7 @@ class NodeReservation:
             status, body = 0, str(error)
         if status == 200 and isinstance(body, dict):
             self.cpu_millis = node_reserved_cpu(body)
+            self.memory_capacity = node_memory_capacity(body)
             return True
         log.info("cannot read the Node's reservation", extra={"node": self.node, "status": status})
         return False
