@@ -1,0 +1,227 @@
+"""Memory eviction end to end: a real agent finds its node short of memory, the leader evicts.
+
+A sandbox with the operator and no nodes of its own; the test makes one node (labelled so that
+only its NodeSLO enables memory eviction, through the ConfigMap's nodeStrategies; annotated for
+kwok on the real control plane, which then runs its pods as a kubelet would), with a bound token
+for its agent, best-effort pods (`be-*`, labelled BE and koord-batch) and one LS pod. The node's
+usage is the test's input: a real `colocation agent` process measures a fake /proc (meminfo) and a
+fake cgroup v2 tree (each pod's memory.stat) that the test writes under a temporary directory
+(`--proc-root`, `--cgroup-root`), so nothing here touches this machine. The node has 10 GiB; the
+NodeSLO's threshold is 70 % and its lower percent 60 %.
+
+- 78 %: 1.8 GiB to release; `be-big` (2 GiB, the largest) alone covers it, and only it goes;
+  at 58 % afterwards nothing more goes (the agent's rounds are counted on its /metrics);
+- 75 %: 1.5 GiB; `be-guarded` (1.5 GiB) comes first but a PodDisruptionBudget forbids its
+  eviction: the leader answers deferred, the agent holds it back and takes `be-mid` instead;
+  `be-guarded` stays, and the LS pod (4 GiB, the largest of all) is never asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from colocation.sandbox.launcher.child_processes import free_port
+from colocation.sandbox.launcher.controlplane.components import KWOK_NODE_ANNOTATION
+from tests.e2e.conftest import apiserver_kind, sandbox_kind_args
+from tests.e2e.kube import (
+    Kube,
+    create,
+    fresh_namespace,
+    get,
+    make_pod_ready,
+    scrape_samples,
+    start_agent_process,
+    start_sandbox_process,
+    wait_for,
+)
+from tests.unit.agent.test_collector import Machine
+
+GI = 2**30
+NS = "colocation-system"
+LABEL = "e2e.colocation.dev/memory-evict"
+NODESLOS = "/apis/slo.colocation.dev/v1alpha1/nodeslos"
+PDBS = "/apis/policy/v1/namespaces/{}/poddisruptionbudgets"
+# name → (QoS, priority class, memory usage)
+PODS = {"be-big": ("BE", "koord-batch", 2 * GI), "be-guarded": ("BE", "koord-batch", 3 * GI // 2),
+        "be-mid": ("BE", "koord-batch", GI), "ls-web": ("LS", "koord-prod", 4 * GI)}
+
+
+@pytest.fixture(scope="module")
+def evict_sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if request.config.getoption("--kubeconfig"):
+        pytest.skip("the agent is a process the test starts, on a node the test makes")
+    state = tmp_path_factory.mktemp("memory-evict-sandbox")
+    with start_sandbox_process(state, [*sandbox_kind_args(request.config), "--operators", "1", "--nodes", "0",
+                                       "--operator-arg=--evaluation-interval=0.5"]) as kubeconfig:
+        yield kubeconfig
+
+
+@pytest.fixture
+async def admin(evict_sandbox: Path) -> AsyncIterator[Kube]:
+    async with Kube.from_kubeconfig(evict_sandbox) as kube:
+        yield kube
+
+
+async def enable_memory_eviction(kube: Kube) -> None:
+    """Only nodes labelled LABEL=on get memory eviction (threshold 70 %, lower 60 %) in their NodeSLO."""
+    rule = {"name": "e2e-memory-evict", "nodeSelector": {"matchLabels": {LABEL: "on"}}, "enable": True,
+            "memoryEvictThresholdPercent": 70, "memoryEvictLowerPercent": 60}
+    status, body = await kube.request(
+        "PATCH", f"/api/v1/namespaces/{NS}/configmaps/colocation-config",
+        {"data": {"resource-threshold-config": json.dumps({"nodeStrategies": [rule]})}},
+        content_type="application/merge-patch+json")
+    assert status == 200, body
+
+
+async def make_node(kube: Kube) -> tuple[str, str]:
+    """A node of 10 GiB (kwok runs its pods on the real control plane) and a token bound to its agent pod."""
+    node = f"memevict-{uuid.uuid4().hex[:6]}"
+    resources = {"cpu": "4", "memory": "10Gi", "pods": "110"}
+    await create(kube, "/api/v1/nodes", {"metadata": {"name": node, "labels": {LABEL: "on"},
+                                                      "annotations": {KWOK_NODE_ANNOTATION: "fake"}}})
+    status, body = await kube.request("PATCH", f"/api/v1/nodes/{node}/status",
+                                      {"status": {"capacity": resources, "allocatable": resources}},
+                                      content_type="application/merge-patch+json")
+    assert status == 200, body
+    agent_pod = await create(kube, f"/api/v1/namespaces/{NS}/pods", {
+        "metadata": {"name": f"agent-{node}"},
+        "spec": {"nodeName": node, "serviceAccountName": "colocation-agent",
+                 "containers": [{"name": "agent", "image": "colocation:test"}]}})
+    token = await create(kube, f"/api/v1/namespaces/{NS}/serviceaccounts/colocation-agent/token", {
+        "spec": {"expirationSeconds": 3600, "boundObjectRef": {
+            "kind": "Pod", "apiVersion": "v1", "name": f"agent-{node}", "uid": agent_pod["metadata"]["uid"]}}})
+    return node, str(token["status"]["token"])
+
+
+def pod_body(name: str, node: str) -> dict[str, Any]:
+    qos, priority, _ = PODS[name]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": name, "koordinator.sh/qosClass": qos,
+                                                  "koordinator.sh/priority-class": priority}},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9"}]}}
+
+
+def cgroup_path(uid: str, qos: str) -> str:
+    tier = "besteffort" if qos == "BE" else "burstable"
+    return f"kubepods.slice/kubepods-{tier}.slice/kubepods-{tier}-pod{uid.replace('-', '_')}.slice"
+
+
+def use(machine: Machine, percent: int) -> None:
+    machine.memory(total=10 * GI, free=GI // 2, available=10 * GI * (100 - percent) // 100, inactive_file=0)
+
+
+async def leaving(kube: Kube, namespace: str, name: str) -> bool:
+    """Evicted: gone, or terminating (a kubelet, or kwok, then removes it)."""
+    status, pod = await kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+    return status == 404 or bool(status == 200 and pod["metadata"].get("deletionTimestamp"))
+
+
+async def removed_as_a_kubelet_would(kube: Kube, machine: Machine, namespace: str, name: str, path: str) -> None:
+    """An evicted pod's containers stop: its cgroup goes, and the pod object with it (kwok, or here)."""
+    shutil.rmtree(machine.cgroup / path)
+    await kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", {"gracePeriodSeconds": 0})
+
+
+async def agent_value(port: int, name: str, **labels: str) -> float | None:
+    """The sum of the agent's samples of `name` with `labels`; None while it does not serve /metrics yet."""
+    try:
+        samples = await scrape_samples(f"http://127.0.0.1:{port}/metrics")
+    except aiohttp.ClientConnectionError:
+        return None
+    return sum(sample.value for sample in samples
+               if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()))
+
+
+async def rounds_after(port: int, rounds: float) -> None:
+    """Wait until the agent has judged `rounds` more fresh samples (past the 4 s cool-down)."""
+    async def served() -> tuple[float] | None:  # a tuple: a count of 0 is an answer too
+        value = await agent_value(port, "colocation_agent_memory_evict_rounds_total")
+        return None if value is None else (value,)
+
+    (start,) = await wait_for(served, timeout=30, interval=0.5)
+
+    async def done() -> bool:
+        value = await agent_value(port, "colocation_agent_memory_evict_rounds_total")
+        return value is not None and value >= start + rounds
+
+    await wait_for(done, timeout=30, interval=0.5)
+
+
+async def test_memory_pressure_evicts_exactly_the_expected_best_effort_pods(
+        request: pytest.FixtureRequest, admin: Kube, evict_sandbox: Path, tmp_path: Path) -> None:
+    await enable_memory_eviction(admin)
+    node, token = await make_node(admin)
+    machine = Machine(tmp_path)
+    use(machine, 50)
+    process = None
+    try:
+        async with fresh_namespace(admin) as namespace:
+            paths: dict[str, str] = {}
+            for name, (qos, _, usage) in PODS.items():
+                created = await create(admin, f"/api/v1/namespaces/{namespace}/pods", pod_body(name, node))
+                paths[name] = cgroup_path(created["metadata"]["uid"], qos)
+                machine.pod(paths[name], usage_usec=1, anon=usage, active_file=0, inactive_file=0)
+            if apiserver_kind(request.config) != "kube":  # kwok makes them ready on the real control plane
+                await make_pod_ready(admin, namespace, "be-guarded")
+            await create(admin, PDBS.format(namespace), {
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep-guarded"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "be-guarded"}}}})
+
+            async def budget_holds() -> bool:
+                status = (await get(admin, f"{PDBS.format(namespace)}/keep-guarded")).get("status") or {}
+                return status.get("currentHealthy") == 1 and status.get("disruptionsAllowed") == 0
+
+            await wait_for(budget_holds, timeout=30)
+            port = free_port()
+            process = await start_agent_process(
+                evict_sandbox, token, node, tmp_path, "--proc-root", str(machine.proc), "--cgroup-root",
+                str(machine.cgroup), "--metrics-port", str(port), "--metrics-bind-address", "127.0.0.1",
+                "--cpu-suppress-interval", "0", "--batch-cgroups-interval", "0", "--scrape-interval", "0",
+                "--report-interval", "1")
+
+            async def enabled() -> dict[str, Any] | None:
+                status, slo = await admin.request("GET", f"{NODESLOS}/{node}")
+                spec = (slo.get("spec") or {}) if status == 200 else {}
+                return slo if (spec.get("resourceUsedThresholdWithBE") or {}).get("enable") is True else None
+
+            await wait_for(enabled, timeout=30)
+            await rounds_after(port, 2)  # the agent follows the NodeSLO and measures: at 50 %, nothing goes
+
+            # 78 %: 1.8 GiB to release, the largest best-effort pod (2 GiB) covers it.
+            use(machine, 78)
+            await wait_for(lambda: leaving(admin, namespace, "be-big"), timeout=30, interval=0.2)
+            use(machine, 58)
+            await removed_as_a_kubelet_would(admin, machine, namespace, "be-big", paths["be-big"])
+            await rounds_after(port, 6)
+            for name in ("be-guarded", "be-mid", "ls-web"):
+                assert not await leaving(admin, namespace, name), name
+            status, events = await admin.request("GET", f"/api/v1/namespaces/{namespace}/events", params={
+                "fieldSelector": "involvedObject.name=be-big,reason=EvictPodByMemoryPressure"})
+            assert status == 200 and len(events["items"]) == 1, events
+            assert node in events["items"][0]["message"]
+
+            # 75 %: "be-guarded" is first, its budget forbids it; "be-mid" goes instead.
+            use(machine, 75)
+            await wait_for(lambda: leaving(admin, namespace, "be-mid"), timeout=40, interval=0.2)
+            use(machine, 65)
+            await removed_as_a_kubelet_would(admin, machine, namespace, "be-mid", paths["be-mid"])
+            assert (await agent_value(port, "colocation_agent_memory_evictions_total", result="deferred") or 0) >= 1
+            await rounds_after(port, 6)
+            assert not await leaving(admin, namespace, "be-guarded")
+            assert not await leaving(admin, namespace, "ls-web")
+            assert await agent_value(port, "colocation_agent_memory_evictions_total", result="evicted") == 2
+    finally:
+        if process is not None and process.returncode is None:
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 30)
+        await admin.request("DELETE", f"/api/v1/nodes/{node}")
+        await admin.request("DELETE", f"/api/v1/namespaces/{NS}/pods/agent-{node}")
