@@ -38,6 +38,7 @@ from tests.e2e.kube import (
     fresh_namespace,
     get,
     make_pod_ready,
+    node_agent_token,
     scrape_samples,
     start_agent_process,
     start_sandbox_process,
@@ -92,14 +93,7 @@ async def make_node(kube: Kube) -> tuple[str, str]:
                                       {"status": {"capacity": resources, "allocatable": resources}},
                                       content_type="application/merge-patch+json")
     assert status == 200, body
-    agent_pod = await create(kube, f"/api/v1/namespaces/{NS}/pods", {
-        "metadata": {"name": f"agent-{node}"},
-        "spec": {"nodeName": node, "serviceAccountName": "colocation-agent",
-                 "containers": [{"name": "agent", "image": "colocation:test"}]}})
-    token = await create(kube, f"/api/v1/namespaces/{NS}/serviceaccounts/colocation-agent/token", {
-        "spec": {"expirationSeconds": 3600, "boundObjectRef": {
-            "kind": "Pod", "apiVersion": "v1", "name": f"agent-{node}", "uid": agent_pod["metadata"]["uid"]}}})
-    return node, str(token["status"]["token"])
+    return node, await node_agent_token(kube, node, NS)
 
 
 def pod_body(name: str, node: str) -> dict[str, Any]:
