@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry
 
+from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import PodSample, Sample
+from colocation.agent.cpu_suppressor import EnforcementOptions
 from colocation.agent.delivery import DeliveryFailed, FailureCounter
-from colocation.agent.enforcement import NodeEnforcement
+from colocation.agent.enforcement import NodeEnforcement, node_enforcement
 from colocation.agent.memory_evict import MemoryEvictor, memory_evict_policy
 from colocation.agent.memory_evictor import MemoryEviction, MemoryEvictionMetrics
 from colocation.kube.backoff import Backoff
@@ -140,3 +144,40 @@ async def test_under_the_threshold_or_disabled_nothing_is_asked() -> None:
     await memory.settle()
     assert leader.requests == []
 
+
+
+class NodeKube:
+    """Answers GET Node with 10 GiB of memory capacity."""
+
+    def __init__(self) -> None:
+        self.gets = 0
+        self.answered = asyncio.Event()
+
+    async def request(self, method: str, path: str, *, body: Any = None, timeout: float,
+                      params: dict[str, str] | None = None) -> tuple[int, Any]:
+        assert (method, path) == ("GET", "/api/v1/nodes/node-1")
+        self.gets += 1
+        self.answered.set()
+        return 200, {"status": {"capacity": {"cpu": "4", "memory": "10Gi"}}}
+
+
+async def test_the_nodes_memory_capacity_is_read_only_once_memory_eviction_is_enabled(tmp_path: Path) -> None:
+    kube = NodeKube()
+    enforcement = node_enforcement("node-1", tmp_path, tmp_path, EnforcementOptions(
+        cpu_suppress=False, batch_cgroups=False, memory_evict=True), kube, AgentMetrics(),  # type: ignore[arg-type]
+        cpus=lambda: 4, timeout=1.0)
+    assert enforcement.memory_eviction is not None and enforcement.suppressor is None
+    assert enforcement.reservation is not None
+    enforcement.reservation.poll = 0.01
+    assert not enforcement._node_wanted()  # eviction off (no NodeSLO yet): the Node is not read
+    tasks = [asyncio.create_task(coroutine) for _, coroutine in enforcement.background()]
+    try:
+        assert enforcement.memory_eviction.capacity() is None
+        enforcement.nodeslo_changed(NODESLO, listed=True)
+        assert enforcement._node_wanted()
+        await asyncio.wait_for(kube.answered.wait(), timeout=10)
+        assert enforcement.memory_eviction.capacity() == 10 * GI
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
