@@ -51,6 +51,7 @@ NS = "colocation-system"
 LABEL = "e2e.colocation.dev/memory-evict"
 NODESLOS = "/apis/slo.colocation.dev/v1alpha1/nodeslos"
 PDBS = "/apis/policy/v1/namespaces/{}/poddisruptionbudgets"
+ROUNDS, EVICTIONS = "colocation_agent_eviction_rounds_total", "colocation_agent_evictions_total"
 # name → (QoS, priority class, memory usage)
 PODS = {"be-big": ("BE", "koord-batch", 2 * GI), "be-guarded": ("BE", "koord-batch", 3 * GI // 2),
         "be-mid": ("BE", "koord-batch", GI), "ls-web": ("LS", "koord-prod", 4 * GI)}
@@ -138,13 +139,13 @@ async def agent_value(port: int, name: str, **labels: str) -> float | None:
 async def rounds_after(port: int, rounds: float) -> None:
     """Wait until the agent has judged `rounds` more fresh samples (past the 4 s cool-down)."""
     async def served() -> tuple[float] | None:  # a tuple: a count of 0 is an answer too
-        value = await agent_value(port, "colocation_agent_memory_evict_rounds_total")
+        value = await agent_value(port, ROUNDS, reason="MemoryPressure")
         return None if value is None else (value,)
 
     (start,) = await wait_for(served, timeout=30, interval=0.5)
 
     async def done() -> bool:
-        value = await agent_value(port, "colocation_agent_memory_evict_rounds_total")
+        value = await agent_value(port, ROUNDS, reason="MemoryPressure")
         return value is not None and value >= start + rounds
 
     await wait_for(done, timeout=30, interval=0.5)
@@ -208,11 +209,11 @@ async def test_memory_pressure_evicts_exactly_the_expected_best_effort_pods(
             await wait_for(lambda: leaving(admin, namespace, "be-mid"), timeout=40, interval=0.2)
             use(machine, 65)
             await removed_as_a_kubelet_would(admin, machine, namespace, "be-mid", paths["be-mid"])
-            assert (await agent_value(port, "colocation_agent_memory_evictions_total", result="deferred") or 0) >= 1
+            assert (await agent_value(port, EVICTIONS, reason="MemoryPressure", result="deferred") or 0) >= 1
             await rounds_after(port, 6)
             assert not await leaving(admin, namespace, "be-guarded")
             assert not await leaving(admin, namespace, "ls-web")
-            assert await agent_value(port, "colocation_agent_memory_evictions_total", result="evicted") == 2
+            assert await agent_value(port, EVICTIONS, reason="MemoryPressure", result="evicted") == 2
     finally:
         if process is not None and process.returncode is None:
             process.terminate()

@@ -40,6 +40,7 @@ from colocation.agent.cpu_suppress import (
     SuppressPolicyName,
     be_budget_millis,
     cpu_usage,
+    node_batch_cpu_allocatable,
     node_memory_capacity,
     node_reserved_cpu,
     quota_millis,
@@ -60,16 +61,18 @@ permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall("", "nodes
 
 @dataclass(frozen=True)
 class EnforcementOptions:
-    """CPU suppress on this node: on (NodeSLO permitting) unless `cpu_suppress` is False; batch
+    """Enforcement on this node. CPU suppress: on (NodeSLO permitting) unless `cpu_suppress` is False; batch
     resources into cgroups (colocation.agent.batch_cgroup_reconciler) unless `batch_cgroups` is
-    False; memory eviction (colocation.agent.memory_evictor, NodeSLO permitting) unless
-    `memory_evict` is False; with `dry_run` computed, logged and exported but never written (nor
+    False; memory and cpu eviction (colocation.agent.pressure_evictor, NodeSLO permitting) unless
+    `memory_evict` / `cpu_evict` is False; with `dry_run` computed, logged and exported but never written (nor
     asked for); undone at exit with `restore_on_exit`."""
 
     cpu_suppress: bool = True
     batch_cgroups: bool = True
     memory_evict: bool = True
+    cpu_evict: bool = True
     dry_run: bool = False
+    collect_interval: float = 1.0  # cpu eviction's shortest window
     restore_on_exit: bool = False
 
 
@@ -95,6 +98,7 @@ class NodeReservation:
         self.poll = poll
         self.cpu_millis = 0
         self.memory_capacity: int | None = None  # bytes; None until read (or not a quantity)
+        self.batch_cpu_allocatable: int | None = None  # milli-cpus of kubernetes.io/batch-cpu; None until read
         self._rng = rng or random.Random()
 
     async def run(self, wanted: Callable[[], bool]) -> None:
@@ -118,6 +122,7 @@ class NodeReservation:
         if status == 200 and isinstance(body, dict):
             self.cpu_millis = node_reserved_cpu(body)
             self.memory_capacity = node_memory_capacity(body)
+            self.batch_cpu_allocatable = node_batch_cpu_allocatable(body)
             return True
         log.info("cannot read the Node's reservation", extra={"node": self.node, "status": status})
         return False

@@ -8,7 +8,7 @@ heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.a
 are two more tasks: one takes samples every scrape interval, one sends them. On a real node,
 enforcement (colocation.agent.enforcement) adds one task per enforcer: CPU suppress every suppress
 interval on the latest sample, batch cgroups every few seconds on the pods the watch last saw,
-memory eviction every memory evict interval on the latest sample.
+memory and cpu eviction each every its interval on the latest sample.
 
 The heartbeat may have a client of its own (`heartbeat_kube`), as the kubelet has for its node
 Lease, so renewals never wait behind other traffic; simulated agents use that (see
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import signal
 import time
@@ -49,6 +50,7 @@ from colocation.agent.heartbeat import (
 from colocation.agent.kubeapi import ApiClientKube, KubeApi
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.nodemetric import node_metric_from
+from colocation.agent.pressure_evictor import PressureEviction
 from colocation.agent.report import Reporter, ReportOptions, Snapshot
 from colocation.agent.samples import CustomMetrics, SampleBuffer, SampleSender, SampleSource, SendOptions
 from colocation.agent.scrape import PodScraper, ScrapeOptions, ScrapeTarget, scrape_target
@@ -81,6 +83,7 @@ class NodeAgentOptions:
     cpu_suppress_interval: float = 1.0  # seconds between two rounds of CPU suppress (when enforced)
     batch_cgroups_interval: float = 5.0  # seconds between two rounds of batch cgroups (when enforced)
     memory_evict_interval: float = 1.0  # seconds between two rounds of memory eviction (when enforced)
+    cpu_evict_interval: float = 1.0  # seconds between two rounds of cpu eviction (when enforced)
 
 
 class PodDirectory:
@@ -188,9 +191,9 @@ class NodeAgent:
     def batch_cgroups_once(self) -> None:
         self.enforcement.batch_cgroups_once(self.pods.batch)
 
-    def evict_once(self) -> None:
-        """One round of memory eviction on the latest sample (none older than two collections)."""
-        self.enforcement.evict_once(None if self._stale() else self.last_sample, self.pods.by_uid)
+    def evict_once(self, eviction: PressureEviction) -> None:
+        """One round of one eviction on the latest sample (none older than two collections)."""
+        self.enforcement.evict_once(eviction, None if self._stale() else self.last_sample, self.pods.by_uid)
 
     def _stale(self) -> bool:
         return self.last_sample_at is None or \
@@ -276,9 +279,12 @@ class NodeAgent:
         if self.enforcement.batch_cgroups is not None:
             tasks.append(asyncio.create_task(self._every(self.options.batch_cgroups_interval, self.batch_cgroups_once,
                                                          "batch cgroups failed"), name=f"batch-cgroups@{self.node}"))
-        if self.enforcement.memory_eviction is not None:
-            tasks.append(asyncio.create_task(self._every(self.options.memory_evict_interval, self.evict_once,
-                                                         "memory eviction failed"), name=f"memory-evict@{self.node}"))
+        for eviction in self.enforcement.evictions:
+            interval = self.options.memory_evict_interval if eviction.strategy.reason == "MemoryPressure" \
+                else self.options.cpu_evict_interval
+            tasks.append(asyncio.create_task(self._every(interval, functools.partial(self.evict_once, eviction),
+                                                         "eviction failed"),
+                                             name=f"evict-{eviction.strategy.reason}@{self.node}"))
         tasks += [asyncio.create_task(coroutine, name=f"{name}@{self.node}")
                   for name, coroutine in self.enforcement.background()]
         try:

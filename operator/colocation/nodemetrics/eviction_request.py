@@ -6,7 +6,7 @@ token must not be able to evict pods of other nodes. A PUT states what the node 
 now: sending the same request twice is harmless (a pod already terminating is answered so).
 
     {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "EvictionRequest", "node": NODE,
-     "reason": "MemoryPressure", "message": "why, for the pods' Events",
+     "reason": "MemoryPressure" | "CPUSatisfaction", "message": "why, for the pods' Events",
      "pods": [{"namespace": NS, "name": NAME, "uid": UID}, ...]}
 
 At most `MAX_PODS` pods, each once, each with its UID (the leader evicts that pod and no other of
@@ -34,8 +34,9 @@ MAX_PODS: Final = 110  # a node's default pod capacity: more than any one round 
 MAX_MESSAGE: Final = 1024
 
 # Why the agent asks, as the reason of the pods' Events (Koordinator's koordlet uses the same words).
-EvictionReason = Literal["MemoryPressure"]
-EVENT_REASONS: Final[dict[str, str]] = {"MemoryPressure": "EvictPodByMemoryPressure"}
+EvictionReason = Literal["MemoryPressure", "CPUSatisfaction"]
+EVENT_REASONS: Final[dict[str, str]] = {"MemoryPressure": "EvictPodByMemoryPressure",
+                                        "CPUSatisfaction": "EvictPodByBECPUSatisfaction"}
 # What became of one pod: evicted now; deferred (a PodDisruptionBudget or a transient error: ask
 # again later); gone (no such pod, or another with that name); terminating already; failed.
 Outcome = Literal["evicted", "deferred", "gone", "terminating", "failed"]

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from colocation.agent.classify import classify
+from colocation.agent.eviction_followup import Candidate
 from colocation.agent.memory_evict import (
-    Candidate,
     MemoryEvictor,
     MemoryEvictPolicy,
-    eviction_order,
     memory_evict_policy,
+    memory_eviction_order,
     memory_to_release,
 )
 from colocation.kube.backoff import Backoff
@@ -69,7 +69,7 @@ def pod(name: str, priority: int, memory: int) -> Candidate:
 def test_order_is_lowest_priority_then_largest_usage_then_unmeasured_by_name_descending() -> None:
     pods = [pod("a", 5000, 1 * GI), pod("b", 3000, 1 * GI), pod("c", 5000, 4 * GI), pod("d", 5000, 0),
             pod("e", 5000, 0), pod("f", 3000, 2 * GI)]
-    assert [p.name for p in eviction_order(pods)] == ["f", "b", "c", "a", "e", "d"]
+    assert [p.name for p in memory_eviction_order(pods)] == ["f", "b", "c", "a", "e", "d"]
 
 
 def test_a_round_takes_pods_in_order_until_their_usage_covers_the_release() -> None:
@@ -80,7 +80,9 @@ def test_a_round_takes_pods_in_order_until_their_usage_covers_the_release() -> N
     decided = evictor.round(ON, 10 * GI, int(8.5 * GI), pods)
     assert decided is not None
     assert [p.name for p in decided.pods] == ["free-small", "batch-big"]
-    assert (decided.usage_percent, decided.need_bytes, decided.pending_bytes) == (85, 10 * GI * 17 // 100, 0)
+    assert (decided.reason, decided.details["usage_percent"], decided.details["release_bytes"],
+            decided.details["pending_bytes"]) == ("MemoryPressure", 85, 10 * GI * 17 // 100, 0)
+    assert "85%" in decided.message and "70%" in decided.message
 
 
 def test_under_the_threshold_nothing_is_asked() -> None:
@@ -129,7 +131,7 @@ def test_no_round_within_the_cool_down_after_one_that_asked() -> None:
     clock.now += 0.2
     decided = evictor.round(ON, 10 * GI, 9 * GI, pods)  # release 2.2 GiB, 2 of them already leaving with "a"
     assert decided is not None and [p.name for p in decided.pods] == ["b"]
-    assert decided.pending_bytes == 2 * GI
+    assert decided.details["pending_bytes"] == 2 * GI
 
 
 def test_pods_asked_for_count_as_being_released_until_they_are_gone_or_the_wait_is_over() -> None:
@@ -138,7 +140,7 @@ def test_pods_asked_for_count_as_being_released_until_they_are_gone_or_the_wait_
     pods = [pod("a", 5000, 2 * GI), pod("b", 5000, GI)]
     first = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)  # release 7 % = 0.7 GiB: "a" covers it
     assert first is not None and [p.name for p in first.pods] == ["a"]
-    evictor.answered("uid-a", "evicted")
+    evictor.follow_up.answered("uid-a", "evicted")
     clock.now += 2
     assert evictor.round(ON, 10 * GI, int(7.5 * GI), pods) is None  # "a" is still leaving: nothing more
     clock.now += 30
@@ -152,15 +154,15 @@ def test_a_deferred_pod_is_held_back_with_backoff_and_the_next_one_is_taken() ->
     pods = [pod("guarded", 3000, 2 * GI), pod("other", 5000, GI)]
     first = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)
     assert first is not None and [p.name for p in first.pods] == ["guarded"]
-    assert evictor.answered("uid-guarded", "deferred") == 5.0
+    assert evictor.follow_up.answered("uid-guarded", "deferred") == 5.0
     clock.now += 1.5
     second = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)
     assert second is not None and [p.name for p in second.pods] == ["other"]
-    assert evictor.answered("uid-other", "deferred", retry_after=20.0) == 20.0  # the leader's hint is a floor
+    assert evictor.follow_up.answered("uid-other", "deferred", retry_after=20.0) == 20.0  # the leader's hint is a floor
     clock.now += 4.0  # 5.5 s after the refusal of "guarded"
     third = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)
     assert third is not None and [p.name for p in third.pods] == ["guarded"]
-    assert evictor.answered("uid-guarded", "deferred") == 10.0  # refused again: the hold doubles
+    assert evictor.follow_up.answered("uid-guarded", "deferred") == 10.0  # refused again: the hold doubles
 
 
 def test_a_request_that_did_not_get_through_frees_its_pods_for_a_later_round() -> None:
@@ -168,7 +170,7 @@ def test_a_request_that_did_not_get_through_frees_its_pods_for_a_later_round() -
     evictor = MemoryEvictor(clock, cool_down=1.0, backoff=no_jitter)
     pods = [pod("a", 5000, 2 * GI)]
     assert evictor.round(ON, 10 * GI, 8 * GI, pods) is not None
-    evictor.unanswered(["uid-a"])
+    evictor.follow_up.unanswered(["uid-a"])
     clock.now += 1.0
     assert evictor.round(ON, 10 * GI, 8 * GI, pods) is not None
 

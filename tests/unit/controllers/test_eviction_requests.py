@@ -131,3 +131,14 @@ async def test_an_unreachable_api_server_is_a_failure_the_agent_may_retry() -> N
     writer = FakeWriter({"a": (0, None)})
     outcomes = await EvictionRequestHandler(await state_with(pod("a")), writer, CollectorRegistry())(request("a"))
     assert [(o.outcome, o.message) for o in outcomes] == [("failed", "the Eviction API answered nothing")]
+
+
+async def test_cpu_eviction_requests_get_their_own_event_reason() -> None:
+    writer = FakeWriter()
+    registry = CollectorRegistry()
+    handler = EvictionRequestHandler(await state_with(pod("a")), writer, registry)
+    outcomes = await handler(EvictionRequest(NODE, "CPUSatisfaction", "best-effort pods get 30%", (ref("a"),)))
+    assert [o.outcome for o in outcomes] == ["evicted"]
+    assert [reason for _, _, reason, _ in writer.events] == ["EvictPodByBECPUSatisfaction"]
+    assert registry.get_sample_value("colocation_node_pressure_evictions_total",
+                                     {"reason": "CPUSatisfaction", "result": "evicted"}) == 1

@@ -1,4 +1,4 @@
-"""Memory eviction's loop step: a sample and the NodeSLO in, a request to the leader out, its answer taken in."""
+"""Eviction by node pressure, the loop's step: a sample and the NodeSLO in, a request to the leader out."""
 
 from __future__ import annotations
 
@@ -15,13 +15,12 @@ from colocation.agent.collector import PodSample, Sample
 from colocation.agent.cpu_suppressor import EnforcementOptions
 from colocation.agent.delivery import DeliveryFailed, FailureCounter
 from colocation.agent.enforcement import NodeEnforcement, node_enforcement
-from colocation.agent.memory_evict import MemoryEvictor, memory_evict_policy
-from colocation.agent.memory_evictor import MemoryEviction, MemoryEvictionMetrics
+from colocation.agent.memory_evict import MemoryEvictor
+from colocation.agent.pressure_evictor import EvictionMetrics, PressureEviction
 from colocation.kube.backoff import Backoff
 
 GI = 2**30
 NODESLO = {"spec": {"resourceUsedThresholdWithBE": {"enable": True, "memoryEvictThresholdPercent": 70}}}
-POLICY = memory_evict_policy(NODESLO)
 
 
 def info(uid: str, name: str, *, evictable: bool, priority: int = 5000) -> PodInfo:
@@ -65,25 +64,26 @@ class Clock:
         return self.now
 
 
-def eviction(leader: FakeLeader, clock: Clock, *, dry_run: bool = False) -> tuple[MemoryEviction, CollectorRegistry]:
+def eviction(leader: FakeLeader, clock: Clock, *, dry_run: bool = False) -> tuple[PressureEviction, CollectorRegistry]:
     registry = CollectorRegistry()
-    evictor = MemoryEvictor(clock, cool_down=4.0, backoff=lambda: Backoff(5.0, 60.0, jitter=0.0))
-    return MemoryEviction("node-1", leader, evictor, MemoryEvictionMetrics(registry), capacity=lambda: 10 * GI,
-                          dry_run=dry_run), registry
+    evictor = MemoryEvictor(clock, capacity=lambda: 10 * GI, cool_down=4.0,
+                            backoff=lambda: Backoff(5.0, 60.0, jitter=0.0))
+    return PressureEviction("node-1", evictor, EvictionMetrics(registry), exchange=leader, dry_run=dry_run), registry
 
 
 def counted(registry: CollectorRegistry, result: str) -> float:
-    return registry.get_sample_value("colocation_agent_memory_evictions_total", {"result": result}) or 0.0
+    return registry.get_sample_value("colocation_agent_evictions_total",
+                                     {"reason": "MemoryPressure", "result": result}) or 0.0
 
 
 async def test_over_the_threshold_the_agent_asks_the_leader_for_the_best_effort_pods_in_order() -> None:
     leader, clock = FakeLeader(), Clock()
     memory, registry = eviction(leader, clock)
-    enforcement = NodeEnforcement("node-1", memory_eviction=memory)
-    enforcement.evict_once(sample(9 * GI, big=3 * GI, small=GI, web=4 * GI), PODS)
+    enforcement = NodeEnforcement("node-1", evictions=[memory])
+    enforcement.evict_once(memory, sample(9 * GI, big=3 * GI, small=GI, web=4 * GI), PODS)
     assert leader.requests == []  # the NodeSLO has not been listed yet: nothing is decided
     enforcement.nodeslo_changed(NODESLO, listed=True)
-    enforcement.evict_once(sample(9 * GI, big=3 * GI, small=GI, web=4 * GI), PODS)
+    enforcement.evict_once(memory, sample(9 * GI, big=3 * GI, small=GI, web=4 * GI), PODS)
     await memory.settle()
     # 90 % of 10 GiB, down to 68 %: 2.2 GiB to release, which "big" (3 GiB, the largest) covers.
     assert [(r["path"], r["node"], r["reason"], [p["name"] for p in r["pods"]]) for r in leader.requests] == [
@@ -96,7 +96,7 @@ async def test_a_deferred_pod_is_asked_for_again_only_after_its_backoff() -> Non
     leader, clock = FakeLeader(), Clock()
     leader.outcomes["big"] = "deferred"
     memory, registry = eviction(leader, clock)
-    memory.policy_changed(POLICY)
+    memory.nodeslo_changed(NODESLO)
     memory.step(sample(9 * GI, big=3 * GI, small=GI), PODS)
     await memory.settle()
     clock.now += 4.0  # the cool-down is over; "big" is held back for 5 s: "small" goes in its place
@@ -113,7 +113,7 @@ async def test_a_request_that_fails_whole_frees_its_pods_and_is_counted() -> Non
     leader, clock = FakeLeader(), Clock()
     leader.failure = DeliveryFailed("unreachable", "no route")
     memory, registry = eviction(leader, clock)
-    memory.policy_changed(POLICY)
+    memory.nodeslo_changed(NODESLO)
     memory.step(sample(9 * GI, big=3 * GI), PODS)
     await memory.settle()
     leader.failure = None
@@ -123,12 +123,13 @@ async def test_a_request_that_fails_whole_frees_its_pods_and_is_counted() -> Non
     assert [[p["name"] for p in r["pods"]] for r in leader.requests] == [["big"], ["big"]]
     assert (counted(registry, "unsent"), counted(registry, "evicted")) == (1, 1)
     assert registry.get_sample_value("colocation_agent_eviction_requests_failed_total", {"reason": "unreachable"}) == 1
+    assert registry.get_sample_value("colocation_agent_eviction_rounds_total", {"reason": "MemoryPressure"}) == 2
 
 
 async def test_dry_run_decides_and_counts_but_sends_nothing() -> None:
     leader, clock = FakeLeader(), Clock()
     memory, registry = eviction(leader, clock, dry_run=True)
-    memory.policy_changed(POLICY)
+    memory.nodeslo_changed(NODESLO)
     memory.step(sample(9 * GI, big=3 * GI), PODS)
     await memory.settle()
     assert leader.requests == []
@@ -139,7 +140,7 @@ async def test_under_the_threshold_or_disabled_nothing_is_asked() -> None:
     leader, clock = FakeLeader(), Clock()
     memory, _ = eviction(leader, clock)
     memory.step(sample(9 * GI, big=3 * GI), PODS)  # the default policy: off
-    memory.policy_changed(POLICY)
+    memory.nodeslo_changed(NODESLO)
     memory.step(sample(6 * GI, big=3 * GI), PODS)
     await memory.settle()
     assert leader.requests == []
@@ -164,19 +165,21 @@ class NodeKube:
 async def test_the_nodes_memory_capacity_is_read_only_once_memory_eviction_is_enabled(tmp_path: Path) -> None:
     kube = NodeKube()
     enforcement = node_enforcement("node-1", tmp_path, tmp_path, EnforcementOptions(
-        cpu_suppress=False, batch_cgroups=False, memory_evict=True), kube, AgentMetrics(),  # type: ignore[arg-type]
-        cpus=lambda: 4, timeout=1.0)
-    assert enforcement.memory_eviction is not None and enforcement.suppressor is None
-    assert enforcement.reservation is not None
+        cpu_suppress=False, batch_cgroups=False, memory_evict=True, cpu_evict=False), kube,  # type: ignore[arg-type]
+        AgentMetrics(), cpus=lambda: 4, timeout=1.0)
+    assert [e.strategy.reason for e in enforcement.evictions] == ["MemoryPressure"]
+    assert enforcement.suppressor is None and enforcement.reservation is not None
+    memory = enforcement.evictions[0].strategy
+    assert isinstance(memory, MemoryEvictor)
     enforcement.reservation.poll = 0.01
     assert not enforcement._node_wanted()  # eviction off (no NodeSLO yet): the Node is not read
     tasks = [asyncio.create_task(coroutine) for _, coroutine in enforcement.background()]
     try:
-        assert enforcement.memory_eviction.capacity() is None
+        assert memory.capacity() is None
         enforcement.nodeslo_changed(NODESLO, listed=True)
         assert enforcement._node_wanted()
         await asyncio.wait_for(kube.answered.wait(), timeout=10)
-        assert enforcement.memory_eviction.capacity() == 10 * GI
+        assert memory.capacity() == 10 * GI
     finally:
         for task in tasks:
             task.cancel()
