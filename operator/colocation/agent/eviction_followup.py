@@ -1,6 +1,6 @@
 """What eviction by node pressure remembers between rounds, whatever the pressure (memory, cpu). Pure.
 
-The agent only asks; the leader evicts (colocation.agent.memory_evictor). So between rounds it
+The agent only asks; the leader evicts (colocation.agent.pressure_evictor). So between rounds it
 keeps, on an injected monotonic clock:
 
 - a cool-down: no round for `cool_down` seconds after one that asked for pods (koordlet's

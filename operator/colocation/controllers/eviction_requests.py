@@ -1,8 +1,9 @@
 """Agents' eviction requests, on the leader: check every pod, then evict through the Eviction API.
 
-An agent that finds its node short of memory (colocation.agent.memory_evict) names best-effort
-pods of its node in `PUT …/nodemetrics/{node}/evictions`; the API server has already held the
-token to that node (the node rule, as for reports). Here each pod is judged against the leader's
+An agent that finds its node short of memory (colocation.agent.memory_evict), or its best-effort
+pods short of the cpu they request (colocation.agent.cpu_evict), names best-effort pods of its
+node in `PUT …/nodemetrics/{node}/evictions`; the API server has already held the token to that
+node (the node rule, as for reports). Here each pod is judged against the leader's
 pod cache (`ClusterState`, the Pod informer):
 
 - on another node, or not an evictable best-effort pod (`classes.is_evictable_best_effort`:
@@ -12,7 +13,7 @@ pod cache (`ClusterState`, the Pod informer):
 - already terminating → `terminating`;
 - else evicted with `POST pods/{name}/eviction` (the UID as precondition, so a replacement of
   the same name is never hit; PodDisruptionBudgets decide): 201 → `evicted`, with a Warning Event
-  on the pod (reason EvictPodByMemoryPressure); 429 (a budget allows no disruption now) →
+  on the pod (reason EvictPodByMemoryPressure or EvictPodByBECPUSatisfaction); 429 (a budget allows no disruption now) →
   `deferred`, the agent asks again later with backoff; 404/409 → `gone`; anything else →
   `failed`.
 
@@ -82,7 +83,7 @@ class EvictionRequestHandler:
         self.writer = writer
         self.evictions = Counter(
             "colocation_node_pressure_evictions_total",
-            "Pods agents asked the leader to evict (memory eviction), by reason and result (evicted, deferred: "
+            "Pods agents asked the leader to evict (memory and cpu eviction), by reason and result (evicted, deferred: "
             "a PodDisruptionBudget or an error, asked again later; gone; terminating; failed; refused: the "
             "request named a pod it may not evict, nothing of it was done).", ["reason", "result"],
             registry=registry)
