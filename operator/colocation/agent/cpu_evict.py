@@ -36,8 +36,7 @@ from typing import Any
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
 from colocation.agent.cpu_suppress import is_best_effort
-from colocation.agent.eviction_followup import Candidate, EvictionFollowUp, EvictionRound
-from colocation.agent.memory_evict import candidates
+from colocation.agent.eviction_followup import Candidate, EvictionFollowUp, EvictionRound, candidates
 from colocation.apimachinery.clock import MonotonicClock
 from colocation.kube.backoff import Backoff
 from colocation.nodemetrics.eviction_request import EvictionReason

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from colocation.agent.classify import PodInfo
+from colocation.agent.collector import Sample
 from colocation.apimachinery.clock import MonotonicClock
 from colocation.kube.backoff import Backoff
 from colocation.nodemetrics.eviction_request import EvictionReason
@@ -49,6 +51,19 @@ class EvictionRound:
     pods: tuple[Candidate, ...]
     message: str  # for the pods' Events
     details: Mapping[str, Any]  # the figures the decision took, for the log line
+
+
+def candidates(sample: Sample, pods: Mapping[str, PodInfo]) -> list[Candidate]:
+    """The node's evictable pods (classify: labelled BE, batch or free priority) with their latest usage."""
+    usage = {pod.uid: pod for pod in sample.pods}
+    found = []
+    for uid, info in pods.items():
+        if info.evictable and uid:
+            measured = usage.get(uid)
+            found.append(Candidate(info.namespace, info.name, uid, info.priority_value,
+                                   measured.memory_bytes if measured else 0, measured.cpu_millis if measured else 0,
+                                   info.batch_cpu_request_millis))
+    return found
 
 
 def choose(ordered: Iterable[Candidate], need: int, amount: Callable[[Candidate], int]) -> list[Candidate]:

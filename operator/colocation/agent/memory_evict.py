@@ -36,6 +36,7 @@ from colocation.agent.eviction_followup import (
     Candidate,
     EvictionFollowUp,
     EvictionRound,
+    candidates,
 )
 from colocation.apimachinery.clock import MonotonicClock
 from colocation.koordinator.slo_strategies import ResourceThresholdStrategy
@@ -74,19 +75,6 @@ def memory_evict_policy(nodeslo: Mapping[str, Any] | None) -> MemoryEvictPolicy:
 
 def _integer(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def candidates(sample: Sample, pods: Mapping[str, PodInfo]) -> list[Candidate]:
-    """The node's evictable pods (classify: labelled BE, batch or free priority) with their latest usage."""
-    usage = {pod.uid: pod for pod in sample.pods}
-    found = []
-    for uid, info in pods.items():
-        if info.evictable and uid:
-            measured = usage.get(uid)
-            found.append(Candidate(info.namespace, info.name, uid, info.priority_value,
-                                   measured.memory_bytes if measured else 0, measured.cpu_millis if measured else 0,
-                                   info.batch_cpu_request_millis))
-    return found
 
 
 def memory_eviction_order(candidates: Iterable[Candidate]) -> list[Candidate]:
