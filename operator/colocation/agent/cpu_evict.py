@@ -36,7 +36,13 @@ from typing import Any
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
 from colocation.agent.cpu_suppress import is_best_effort
-from colocation.agent.eviction_followup import Candidate, EvictionFollowUp, EvictionRound, candidates
+from colocation.agent.eviction_followup import (
+    Candidate,
+    EvictionFollowUp,
+    EvictionRound,
+    PolicyFollower,
+    candidates,
+)
 from colocation.apimachinery.clock import MonotonicClock
 from colocation.kube.backoff import Backoff
 from colocation.nodemetrics.eviction_request import EvictionReason
@@ -151,7 +157,7 @@ def _cpu_request(candidate: Candidate) -> int:
     return candidate.cpu_request_millis
 
 
-class CpuEvictor:
+class CpuEvictor(PolicyFollower[CpuEvictPolicy]):
     """CPU eviction's rounds (an `EvictionStrategy` of colocation.agent.pressure_evictor).
 
     `real_limit()` is what BE pods may use now (milli-cpus: the CPU suppress budget in force, else
@@ -163,22 +169,13 @@ class CpuEvictor:
     def __init__(self, clock: MonotonicClock, *, collect_interval: float, real_limit: Callable[[], int],
                  batch_allocatable: Callable[[], int | None] = lambda: None, cool_down: float = DEFAULT_CPU_COOL_DOWN,
                  backoff: Callable[[], Backoff] | None = None) -> None:
+        super().__init__(cpu_evict_policy)
         self._clock = clock
         self.collect_interval = collect_interval
         self.real_limit = real_limit
         self.batch_allocatable = batch_allocatable
-        self.policy = CpuEvictPolicy()
         self.history = BeCpuHistory()
         self.follow_up = EvictionFollowUp(clock, cool_down=cool_down, backoff=backoff, cool_from_start=True)
-
-    @property
-    def enabled(self) -> bool:
-        return self.policy.enabled
-
-    def nodeslo_changed(self, nodeslo: Mapping[str, Any] | None) -> CpuEvictPolicy | None:
-        policy = cpu_evict_policy(nodeslo)
-        changed, self.policy = policy != self.policy, policy
-        return policy if changed else None
 
     def be_cpu(self, sample: Sample, pods: Mapping[str, PodInfo]) -> BeCpu | None:
         """The BE pods' cpu in this sample (None: no cpu rate in it, or no limit known)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
@@ -76,6 +76,32 @@ def choose(ordered: Iterable[Candidate], need: int, amount: Callable[[Candidate]
         chosen.append(candidate)
         released += amount(candidate)
     return chosen
+
+
+class _Policy(Protocol):
+    @property
+    def enabled(self) -> bool: ...
+
+
+PolicyT = TypeVar("PolicyT", bound=_Policy)
+
+
+class PolicyFollower(Generic[PolicyT]):
+    """A strategy's policy as the NodeSLO sets it (`parse` reads it), and whether it is enabled."""
+
+    def __init__(self, parse: Callable[[Mapping[str, Any] | None], PolicyT]) -> None:
+        self._parse = parse
+        self.policy = parse(None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.policy.enabled
+
+    def nodeslo_changed(self, nodeslo: Mapping[str, Any] | None) -> PolicyT | None:
+        """Follow the NodeSLO; the new policy if it changed."""
+        policy = self._parse(nodeslo)
+        changed, self.policy = policy != self.policy, policy
+        return policy if changed else None
 
 
 def _default_backoff() -> Backoff:

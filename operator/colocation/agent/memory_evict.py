@@ -36,6 +36,7 @@ from colocation.agent.eviction_followup import (
     Candidate,
     EvictionFollowUp,
     EvictionRound,
+    PolicyFollower,
     candidates,
 )
 from colocation.apimachinery.clock import MonotonicClock
@@ -97,7 +98,7 @@ def _memory(candidate: Candidate) -> int:
     return candidate.memory_bytes
 
 
-class MemoryEvictor:
+class MemoryEvictor(PolicyFollower[MemoryEvictPolicy]):
     """Memory eviction's rounds (an `EvictionStrategy` of colocation.agent.pressure_evictor): the
     policy in force, the Node's memory capacity (`capacity`, None until known), and `follow_up`,
     what the rounds remember (cool-down, pods asked for, pods held back)."""
@@ -107,19 +108,9 @@ class MemoryEvictor:
     def __init__(self, clock: MonotonicClock, *, capacity: Callable[[], int | None] = lambda: None,
                  cool_down: float = DEFAULT_COOL_DOWN, pending_seconds: float = DEFAULT_PENDING_SECONDS,
                  backoff: Callable[[], Backoff] | None = None) -> None:
+        super().__init__(memory_evict_policy)
         self.capacity = capacity
-        self.policy = MemoryEvictPolicy()
         self.follow_up = EvictionFollowUp(clock, cool_down=cool_down, pending_seconds=pending_seconds, backoff=backoff)
-
-    @property
-    def enabled(self) -> bool:
-        return self.policy.enabled
-
-    def nodeslo_changed(self, nodeslo: Mapping[str, Any] | None) -> MemoryEvictPolicy | None:
-        """Follow the NodeSLO; the new policy if it changed."""
-        policy = memory_evict_policy(nodeslo)
-        changed, self.policy = policy != self.policy, policy
-        return policy if changed else None
 
     def decide(self, sample: Sample, pods: Mapping[str, PodInfo]) -> EvictionRound | None:
         used = sample.node_memory_bytes if sample.node_memory_measured else None

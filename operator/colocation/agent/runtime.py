@@ -151,7 +151,7 @@ class NodeAgent:
         # Reports and sample batches take the same way to the leader, and share its bound on requests.
         self.delivery = Delivery(kube, locator, direct, timeout=self.options.report.request_timeout,
                                  slots=report_slots)
-        self.enforcement.connect(self.delivery)  # memory eviction asks the leader the way reports go
+        self.enforcement.connect(self.delivery)  # evictions ask the leader the way reports go
         self.reporter = Reporter(node, self.delivery, self.snapshot, metrics=metrics, on_accepted=self._report_accepted,
                                  options=dataclasses.replace(self.options.report,
                                                              heartbeat_interval=self.options.heartbeat_every))
