@@ -474,3 +474,16 @@ async def start_agent_process(kubeconfig: Path, token: str, node: str, work_dir:
         sys.executable, "-m", "colocation", "agent", "--kubeconfig", str(agent_kubeconfig), "--node-name", node,
         "--metrics-port", "0", "--log-format", "text", *args,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+
+
+async def node_agent_token(kube: Kube, node: str, namespace: str = "colocation-system") -> str:
+    """A token of the agents' ServiceAccount bound to an agent pod on `node` (created here): the
+    leader's node rule then holds it to that node, as a DaemonSet pod's token."""
+    agent = await create(kube, f"/api/v1/namespaces/{namespace}/pods", {
+        "metadata": {"name": f"agent-{node}"},
+        "spec": {"nodeName": node, "serviceAccountName": "colocation-agent",
+                 "containers": [{"name": "agent", "image": "colocation:test"}]}})
+    token = await create(kube, f"/api/v1/namespaces/{namespace}/serviceaccounts/colocation-agent/token", {
+        "spec": {"expirationSeconds": 3600, "boundObjectRef": {
+            "kind": "Pod", "apiVersion": "v1", "name": agent["metadata"]["name"], "uid": agent["metadata"]["uid"]}}})
+    return str(token["status"]["token"])

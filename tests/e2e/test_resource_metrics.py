@@ -17,7 +17,15 @@ import pytest
 
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
-from tests.e2e.kube import Kube, create, pod_manifest, put_as_client_go, start_sandbox_process, wait_for
+from tests.e2e.kube import (
+    Kube,
+    create,
+    node_agent_token,
+    pod_manifest,
+    put_as_client_go,
+    start_sandbox_process,
+    wait_for,
+)
 
 NS = "colocation-system"
 METRICS = "/apis/metrics.k8s.io/v1beta1"
@@ -62,14 +70,7 @@ async def make_node(kube: Kube, pool: str, allocatable: dict[str, str], capacity
                                       {"status": {"allocatable": allocatable, "capacity": capacity}},
                                       content_type="application/merge-patch+json")
     assert status == 200, body
-    agent = await create(kube, f"/api/v1/namespaces/{NS}/pods", {
-        "metadata": {"name": f"agent-{node}"},
-        "spec": {"nodeName": node, "serviceAccountName": "colocation-agent",
-                 "containers": [{"name": "agent", "image": "colocation:test"}]}})
-    token = await create(kube, f"/api/v1/namespaces/{NS}/serviceaccounts/colocation-agent/token", {
-        "spec": {"expirationSeconds": 3600, "boundObjectRef": {
-            "kind": "Pod", "apiVersion": "v1", "name": agent["metadata"]["name"], "uid": agent["metadata"]["uid"]}}})
-    return node, token["status"]["token"]
+    return node, await node_agent_token(kube, node, NS)
 
 
 def report(node: str, cpu: str, memory: str, pods: dict[tuple[str, str], tuple[str, str]]) -> dict[str, Any]:

@@ -86,9 +86,18 @@ DEFAULT_METRICS_PORT = 9464
                    "every best-effort pod naming kubernetes.io/batch-cpu or batch-memory written to its and its "
                    "containers' cgroups, a value written by someone else put back, undone when the pod no "
                    "longer names them; 0 turns it off.")
+@click.option("--memory-evict-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds between two rounds of memory eviction (NodeSLO resourceUsedThresholdWithBE, when it "
+                   "enables it): above memoryEvictThresholdPercent of the Node's memory, the agent asks the "
+                   "leader to evict best-effort pods until usage is under memoryEvictLowerPercent; 0 turns it off.")
+@click.option("--cpu-evict-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds between two rounds of cpu eviction (NodeSLO resourceUsedThresholdWithBE with "
+                   "cpuEvictBESatisfactionLowerPercent and UpperPercent): when best-effort pods get too little of "
+                   "the batch cpu they request, the agent asks the leader to evict some; 0 turns it off.")
 @click.option("--dry-run-enforcement", is_flag=True, envvar="COLOCATION_DRY_RUN_ENFORCEMENT", show_envvar=True,
-              help="Compute, log and export what enforcement would write, but write no cgroup file and post "
-                   "no Event (the default install sets it: its cgroup mount is read-only).")
+              help="Compute, log and export what enforcement would write or evict, but write no cgroup file, "
+                   "ask for no eviction and post no Event (the default install sets it: its cgroup mount is "
+                   "read-only).")
 @click.option("--restore-on-exit", is_flag=True, envvar="COLOCATION_RESTORE_ON_EXIT", show_envvar=True,
               help="On SIGTERM/SIGINT, undo CPU suppress (quota -1, full cpuset) and batch cgroups (the "
                    "kubelet's own values) before exiting.")
@@ -101,7 +110,8 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                   scrape_interval: float,
                   scrape_timeout: float | None, scrape_concurrency: int, max_series_per_pod: int,
                   simulated_nodes: Path | None, simulation_concurrency: int, cpu_suppress_interval: float,
-                  batch_cgroups_interval: float, dry_run_enforcement: bool, restore_on_exit: bool) -> None:
+                  batch_cgroups_interval: float, memory_evict_interval: float, cpu_evict_interval: float,
+                  dry_run_enforcement: bool, restore_on_exit: bool) -> None:
     """Run the node agent: collect usage, report it to the leader (each report is also its
     heartbeat; a Lease is the registration and the fallback), and scrape annotated pods for custom
     metrics.
@@ -134,7 +144,8 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
         lease_registration_interval=lease_registration_interval,
         scrape=ScrapeOptions(interval=scrape_interval, timeout=scrape_timeout, concurrency=scrape_concurrency,
                              max_series_per_pod=max_series_per_pod),
-        cpu_suppress_interval=cpu_suppress_interval or 1.0, batch_cgroups_interval=batch_cgroups_interval or 5.0)
+        cpu_suppress_interval=cpu_suppress_interval or 1.0, batch_cgroups_interval=batch_cgroups_interval or 5.0,
+        memory_evict_interval=memory_evict_interval or 1.0, cpu_evict_interval=cpu_evict_interval or 1.0)
     if simulated_nodes is not None:
         from colocation.agent.simulated import SimulationConfig, load_simulated_nodes, run_simulation
 
@@ -157,6 +168,9 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                          operator_namespace=operator_namespace, leader_poll_interval=leader_poll_interval,
                          enforcement=EnforcementOptions(cpu_suppress=cpu_suppress_interval > 0,
                                                         batch_cgroups=batch_cgroups_interval > 0,
+                                                        memory_evict=memory_evict_interval > 0,
+                                                        cpu_evict=cpu_evict_interval > 0,
+                                                        collect_interval=collect_interval,
                                                         dry_run=dry_run_enforcement, restore_on_exit=restore_on_exit))
     try:
         code = asyncio.run(run_agent(config))

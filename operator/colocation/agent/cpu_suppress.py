@@ -35,8 +35,9 @@ from typing import Any, Literal
 from colocation.agent.cgroups import qos_tier_of_path
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
+from colocation.apimachinery.quantity import byte_value, parse_quantity
 from colocation.koordinator.amounts import Amount
-from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION, reservation
+from colocation.koordinator.batch_formula import BATCH_CPU, RESERVATION_ANNOTATION, reservation
 from colocation.koordinator.slo_strategies import ResourceThresholdStrategy
 
 SuppressPolicyName = Literal["cpuset", "cfsQuota"]
@@ -112,6 +113,25 @@ def node_reserved_cpu(node: Mapping[str, Any] | None) -> int:
     except (ValueError, TypeError):  # a quantity that does not parse: no kubelet reservation known
         kubelet = Amount()
     return kubelet.max(reservation(annotations.get(RESERVATION_ANNOTATION))).cpu
+
+
+def node_memory_capacity(node: Mapping[str, Any] | None) -> int | None:
+    """A Node's status.capacity.memory in bytes (None when absent or not a quantity)."""
+    memory = (((node or {}).get("status") or {}).get("capacity") or {}).get("memory")
+    try:
+        capacity = byte_value(memory) if memory is not None else 0
+    except (ValueError, TypeError):
+        return None
+    return capacity if capacity > 0 else None
+
+
+def node_batch_cpu_allocatable(node: Mapping[str, Any] | None) -> int | None:
+    """A Node's allocatable kubernetes.io/batch-cpu (Koordinator's unit, milli-cpus; None when absent or bad)."""
+    value = (((node or {}).get("status") or {}).get("allocatable") or {}).get(BATCH_CPU)
+    try:
+        return max(int(parse_quantity(value)), 0) if value is not None else None
+    except (ValueError, TypeError):
+        return None
 
 
 def cpu_usage(sample: Sample, pods: Mapping[str, PodInfo], cpus: int, reserved: int = 0) -> CpuUsage:

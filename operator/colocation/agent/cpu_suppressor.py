@@ -40,6 +40,8 @@ from colocation.agent.cpu_suppress import (
     SuppressPolicyName,
     be_budget_millis,
     cpu_usage,
+    node_batch_cpu_allocatable,
+    node_memory_capacity,
     node_reserved_cpu,
     quota_millis,
     target_cfs_quota,
@@ -59,14 +61,18 @@ permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall("", "nodes
 
 @dataclass(frozen=True)
 class EnforcementOptions:
-    """CPU suppress on this node: on (NodeSLO permitting) unless `cpu_suppress` is False; batch
+    """Enforcement on this node. CPU suppress: on (NodeSLO permitting) unless `cpu_suppress` is False; batch
     resources into cgroups (colocation.agent.batch_cgroup_reconciler) unless `batch_cgroups` is
-    False; with `dry_run` computed, logged and exported but never written; undone at exit with
-    `restore_on_exit`."""
+    False; memory and cpu eviction (colocation.agent.pressure_evictor, NodeSLO permitting) unless
+    `memory_evict` / `cpu_evict` is False; with `dry_run` computed, logged and exported but never written (nor
+    asked for); undone at exit with `restore_on_exit`."""
 
     cpu_suppress: bool = True
     batch_cgroups: bool = True
+    memory_evict: bool = True
+    cpu_evict: bool = True
     dry_run: bool = False
+    collect_interval: float = 1.0  # cpu eviction's shortest window
     restore_on_exit: bool = False
 
 
@@ -78,9 +84,10 @@ class InForce:
 
 
 class NodeReservation:
-    """The cpu its Node reserves for the system (colocation.agent.cpu_suppress.node_reserved_cpu),
-    read from the Node while `wanted()` (suppression enabled): at once, then every `refresh` seconds
-    (with jitter); after a failure, again with backoff. Nothing is read while suppression is off."""
+    """The cpu its Node reserves for the system (colocation.agent.cpu_suppress.node_reserved_cpu)
+    and its memory capacity (memory eviction's 100 %), read from the Node while `wanted()` (CPU
+    suppress or memory eviction enabled): at once, then every `refresh` seconds (with jitter); after
+    a failure, again with backoff. Nothing is read while both are off."""
 
     def __init__(self, kube: KubeApi, node: str, *, timeout: float, refresh: float = 300.0,
                  poll: float = 1.0, rng: random.Random | None = None) -> None:
@@ -90,6 +97,8 @@ class NodeReservation:
         self.refresh = refresh
         self.poll = poll
         self.cpu_millis = 0
+        self.memory_capacity: int | None = None  # bytes; None until read (or not a quantity)
+        self.batch_cpu_allocatable: int | None = None  # milli-cpus of kubernetes.io/batch-cpu; None until read
         self._rng = rng or random.Random()
 
     async def run(self, wanted: Callable[[], bool]) -> None:
@@ -112,6 +121,8 @@ class NodeReservation:
             status, body = 0, str(error)
         if status == 200 and isinstance(body, dict):
             self.cpu_millis = node_reserved_cpu(body)
+            self.memory_capacity = node_memory_capacity(body)
+            self.batch_cpu_allocatable = node_batch_cpu_allocatable(body)
             return True
         log.info("cannot read the Node's reservation", extra={"node": self.node, "status": status})
         return False

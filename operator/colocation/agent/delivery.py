@@ -78,6 +78,11 @@ class Delivery:
         Returns (route, identity of the leader it reached as far as known); raises DeliveryFailed.
         Each failed attempt on the way is passed to `failed` by reason.
         """
+        route, identity, _ = await self.exchange(path, body, failed)
+        return route, identity
+
+    async def exchange(self, path: str, body: bytes, failed: FailureCounter) -> tuple[str, str | None, Any]:
+        """`put`, also returning the decoded answer (for writes whose answer says what was done)."""
         skip_direct = False
         for _ in range(3):  # leader, a new leader after a 503, kube-apiserver
             leader = self.locator.leader
@@ -92,7 +97,7 @@ class Delivery:
             else:
                 if 200 <= status < 300:
                     self.locator.confirm(leader)
-                    return "leader", leader.identity
+                    return "leader", leader.identity, answer
                 if status == 401:  # no token the leader accepts (a client certificate, say)
                     failed("leader-unauthorized")
                     skip_direct = True
@@ -107,7 +112,7 @@ class Delivery:
                 skip_direct = True
         return await self._through_apiserver(path, body, failed)
 
-    async def _through_apiserver(self, path: str, body: bytes, failed: FailureCounter) -> tuple[str, str | None]:
+    async def _through_apiserver(self, path: str, body: bytes, failed: FailureCounter) -> tuple[str, str | None, Any]:
         try:
             status, answer = await self._limited(self.kube.request("PUT", path, body=body, timeout=self.timeout))
         except TimeoutError as error:
@@ -118,7 +123,7 @@ class Delivery:
             raise DeliveryFailed("unreachable", str(error) or type(error).__name__) from error
         if 200 <= status < 300:
             leader = self.locator.leader
-            return "apiserver", leader.identity if leader is not None else None
+            return "apiserver", leader.identity if leader is not None else None, answer
         failed(_http_reason(status))
         raise DeliveryFailed(_http_reason(status), _message(answer))
 

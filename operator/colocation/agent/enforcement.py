@@ -1,18 +1,22 @@
-"""The agent's writes to its node, wired to what it watches: CPU suppress and batch cgroups.
+"""The agent's enforcement on its node, wired to what it watches: CPU suppress, batch cgroups, evictions.
 
 A NodeAgent (colocation.agent.runtime) has one `NodeEnforcement`, holding the node's enforcers;
-either may be absent (turned off by its flag, or a simulated node): CPU suppress
-(colocation.agent.cpu_suppressor), a round every suppress interval on the latest sample, and batch
+any may be absent (turned off by its flag, or a simulated node): CPU suppress
+(colocation.agent.cpu_suppressor), a round every suppress interval on the latest sample, batch
 cgroups (colocation.agent.batch_cgroup_reconciler), a round every few seconds on the pods the pod
-watch last saw. Both wait until the NodeSLO has been listed, so that a restarting agent does not
-undo what the NodeSLO wants; batch quotas give way while CPU suppress holds the best-effort tier
-by its quota (koordlet's rule: a v1 child's quota may not exceed its parent's).
+watch last saw, and the evictions by node pressure (colocation.agent.pressure_evictor: memory and
+cpu), each a round every its interval on the latest sample, which ask the leader to evict (through
+the NodeAgent's way to the leader, `connect`). All wait until the NodeSLO has been listed, so that
+a restarting agent does not undo what the NodeSLO wants; batch quotas give way while CPU suppress
+holds the best-effort tier by its quota (koordlet's rule: a v1 child's quota may not exceed its
+parent's).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +25,26 @@ from colocation.agent.batch_cgroup_reconciler import BatchCgroupReconciler, node
 from colocation.agent.batch_cgroups import PodResources
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
+from colocation.agent.cpu_evict import CpuEvictor
 from colocation.agent.cpu_suppress import SuppressPolicy, suppress_policy
-from colocation.agent.cpu_suppressor import CpuSuppressor, EnforcementOptions, node_suppressor
+from colocation.agent.cpu_suppressor import CpuSuppressor, EnforcementOptions, NodeReservation, node_suppressor
 from colocation.agent.kubeapi import KubeApi
+from colocation.agent.memory_evict import MemoryEvictor
+from colocation.agent.pressure_evictor import EvictionMetrics, EvictionStrategy, Exchange, PressureEviction
 
 log = logging.getLogger(__name__)
 
 
 class NodeEnforcement:
     def __init__(self, node: str, *, suppressor: CpuSuppressor | None = None,
-                 batch_cgroups: BatchCgroupReconciler | None = None) -> None:
+                 batch_cgroups: BatchCgroupReconciler | None = None,
+                 evictions: Sequence[PressureEviction] = (), reservation: NodeReservation | None = None) -> None:
         self.node = node
         self.suppressor = suppressor
         self.batch_cgroups = batch_cgroups
+        self.evictions = tuple(evictions)  # memory eviction, cpu eviction: each with a round of its own
+        # The Node's reservation, memory capacity and batch allocatable: read for CPU suppress and evictions.
+        self.reservation = reservation or (suppressor.reservation if suppressor is not None else None)
         self.policy = SuppressPolicy()
         self.nodeslo_synced = False
 
@@ -43,12 +54,24 @@ class NodeEnforcement:
         if policy != self.policy and self.suppressor is not None:
             log.info("cpu suppress policy changed", extra={"node": self.node, "policy": str(policy)})
         self.policy = policy
+        for eviction in self.evictions:
+            eviction.nodeslo_changed(nodeslo)
         self.nodeslo_synced = self.nodeslo_synced or listed
+
+    def connect(self, exchange: Exchange) -> None:
+        """The way to the leader evictions ask through (the NodeAgent's delivery)."""
+        for eviction in self.evictions:
+            eviction.exchange = exchange
 
     def suppress_once(self, sample: Sample | None, pods: Mapping[str, PodInfo]) -> None:
         """One round of CPU suppress (`sample` None: no fresh one, neither tighten nor loosen)."""
         if self.suppressor is not None and self.nodeslo_synced:
             self.suppressor.step(self.policy, sample, pods)
+
+    def evict_once(self, eviction: PressureEviction, sample: Sample | None, pods: Mapping[str, PodInfo]) -> None:
+        """One round of one of the evictions (`sample` None: no fresh one, nothing decided)."""
+        if self.nodeslo_synced:
+            eviction.step(sample, pods)
 
     def batch_cgroups_once(self, pods: Mapping[str, PodResources]) -> None:
         if self.batch_cgroups is None or not self.nodeslo_synced:
@@ -57,13 +80,22 @@ class NodeEnforcement:
         self.batch_cgroups.step(pods, unlimited_quota=by_tier_quota)
 
     def background(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
-        """What runs beside the rounds, by name: CPU suppress's Node Events and reservation reads."""
+        """What runs beside the rounds, by name: CPU suppress's Node Events and the reads of the Node."""
         tasks: list[tuple[str, Coroutine[Any, Any, None]]] = []
         if self.suppressor is not None and self.suppressor.events is not None:
             tasks.append(("node-events", self.suppressor.events.run()))
-        if self.suppressor is not None and self.suppressor.reservation is not None:
-            tasks.append(("node-reservation", self.suppressor.reservation.run(lambda: self.policy.enabled)))
+        if self.reservation is not None:
+            tasks.append(("node-reservation", self.reservation.run(self._node_wanted)))
         return tasks
+
+    def _node_wanted(self) -> bool:
+        evicting = any(eviction.strategy.enabled for eviction in self.evictions)
+        return (self.suppressor is not None and self.policy.enabled) or evicting
+
+    def be_real_limit(self, cpus: Callable[[], int]) -> int:
+        """What BE pods may use now (milli-cpus): CPU suppress's budget in force, else the node's cpus."""
+        in_force = self.suppressor.in_force if self.suppressor is not None else None
+        return in_force.millicores if in_force is not None else cpus() * 1000
 
     async def restore(self, timeout: float) -> None:
         """At exit (--restore-on-exit): undo what was written; post the Event saying so within `timeout`."""
@@ -71,6 +103,8 @@ class NodeEnforcement:
             self.batch_cgroups.restore()
         if self.suppressor is not None:
             await self.suppressor.restore_and_tell(timeout)
+        for eviction in self.evictions:
+            await eviction.settle()
 
 
 def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, options: EnforcementOptions, kube: KubeApi,
@@ -82,4 +116,21 @@ def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, options: Enf
     batch_cgroups = None
     if options.batch_cgroups:
         batch_cgroups = node_batch_cgroups(node, cgroup_root, dry_run=options.dry_run, metrics=metrics)
-    return NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups)
+    if not (options.memory_evict or options.cpu_evict):
+        return NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups)
+    # The Node's memory capacity is memory eviction's 100 %, as koordlet's; its allocatable
+    # batch-cpu is cpu eviction's limit with evictByAllocatable.
+    node_reader = (suppressor.reservation if suppressor is not None else None) or \
+        NodeReservation(kube, node, timeout=timeout)
+    eviction_metrics = EvictionMetrics(metrics.registry)
+    strategies: list[EvictionStrategy] = []
+    if options.memory_evict:
+        strategies.append(MemoryEvictor(time.monotonic, capacity=lambda: node_reader.memory_capacity))
+    enforcement = NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups, reservation=node_reader)
+    if options.cpu_evict:
+        strategies.append(CpuEvictor(time.monotonic, collect_interval=options.collect_interval,
+                                     real_limit=lambda: enforcement.be_real_limit(cpus),
+                                     batch_allocatable=lambda: node_reader.batch_cpu_allocatable))
+    enforcement.evictions = tuple(PressureEviction(node, strategy, eviction_metrics, dry_run=options.dry_run)
+                                  for strategy in strategies)
+    return enforcement

@@ -7,7 +7,8 @@ the aggregator's current windows when it checks (the latest state, never a backl
 heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.agent.samples)
 are two more tasks: one takes samples every scrape interval, one sends them. On a real node,
 enforcement (colocation.agent.enforcement) adds one task per enforcer: CPU suppress every suppress
-interval on the latest sample, batch cgroups every few seconds on the pods the watch last saw.
+interval on the latest sample, batch cgroups every few seconds on the pods the watch last saw,
+memory and cpu eviction each every its interval on the latest sample.
 
 The heartbeat may have a client of its own (`heartbeat_kube`), as the kubelet has for its node
 Lease, so renewals never wait behind other traffic; simulated agents use that (see
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import signal
 import time
@@ -48,6 +50,7 @@ from colocation.agent.heartbeat import (
 from colocation.agent.kubeapi import ApiClientKube, KubeApi
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.nodemetric import node_metric_from
+from colocation.agent.pressure_evictor import PressureEviction
 from colocation.agent.report import Reporter, ReportOptions, Snapshot
 from colocation.agent.samples import CustomMetrics, SampleBuffer, SampleSender, SampleSource, SendOptions
 from colocation.agent.scrape import PodScraper, ScrapeOptions, ScrapeTarget, scrape_target
@@ -79,6 +82,8 @@ class NodeAgentOptions:
     scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
     cpu_suppress_interval: float = 1.0  # seconds between two rounds of CPU suppress (when enforced)
     batch_cgroups_interval: float = 5.0  # seconds between two rounds of batch cgroups (when enforced)
+    memory_evict_interval: float = 1.0  # seconds between two rounds of memory eviction (when enforced)
+    cpu_evict_interval: float = 1.0  # seconds between two rounds of cpu eviction (when enforced)
 
 
 class PodDirectory:
@@ -146,6 +151,7 @@ class NodeAgent:
         # Reports and sample batches take the same way to the leader, and share its bound on requests.
         self.delivery = Delivery(kube, locator, direct, timeout=self.options.report.request_timeout,
                                  slots=report_slots)
+        self.enforcement.connect(self.delivery)  # evictions ask the leader the way reports go
         self.reporter = Reporter(node, self.delivery, self.snapshot, metrics=metrics, on_accepted=self._report_accepted,
                                  options=dataclasses.replace(self.options.report,
                                                              heartbeat_interval=self.options.heartbeat_every))
@@ -180,12 +186,18 @@ class NodeAgent:
 
     def suppress_once(self) -> None:
         """One round of CPU suppress on the latest sample (none older than two collections)."""
-        stale = self.last_sample_at is None or \
-            time.monotonic() - self.last_sample_at > 2 * max(self.options.collect_interval, 0.5)
-        self.enforcement.suppress_once(None if stale else self.last_sample, self.pods.by_uid)
+        self.enforcement.suppress_once(None if self._stale() else self.last_sample, self.pods.by_uid)
 
     def batch_cgroups_once(self) -> None:
         self.enforcement.batch_cgroups_once(self.pods.batch)
+
+    def evict_once(self, eviction: PressureEviction) -> None:
+        """One round of one eviction on the latest sample (none older than two collections)."""
+        self.enforcement.evict_once(eviction, None if self._stale() else self.last_sample, self.pods.by_uid)
+
+    def _stale(self) -> bool:
+        return self.last_sample_at is None or \
+            time.monotonic() - self.last_sample_at > 2 * max(self.options.collect_interval, 0.5)
 
     async def _collect_loop(self) -> None:
         await self._every(self.options.collect_interval, self.collect_once, "sampling failed")
@@ -267,6 +279,12 @@ class NodeAgent:
         if self.enforcement.batch_cgroups is not None:
             tasks.append(asyncio.create_task(self._every(self.options.batch_cgroups_interval, self.batch_cgroups_once,
                                                          "batch cgroups failed"), name=f"batch-cgroups@{self.node}"))
+        for eviction in self.enforcement.evictions:
+            interval = self.options.memory_evict_interval if eviction.strategy.reason == "MemoryPressure" \
+                else self.options.cpu_evict_interval
+            tasks.append(asyncio.create_task(self._every(interval, functools.partial(self.evict_once, eviction),
+                                                         "eviction failed"),
+                                             name=f"evict-{eviction.strategy.reason}@{self.node}"))
         tasks += [asyncio.create_task(coroutine, name=f"{name}@{self.node}")
                   for name, coroutine in self.enforcement.background()]
         try:

@@ -10,6 +10,7 @@ may take agent writes to further subresources of nodemetrics (custom metric samp
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,7 +82,7 @@ class AgentUpload(Protocol[_Validated]):
         """The body, validated; ApiError (400/422) if bad."""
 
     def accept(self, validated: _Validated) -> Any:
-        """Store it; the JSON to answer with."""
+        """Store it (or act on it); the JSON to answer with, or an awaitable of it."""
 
 
 @dataclass
@@ -246,7 +247,8 @@ class NodeMetricGroup:
     def _upload_handler(self, upload: AgentUpload[Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handler(request: web.Request) -> web.Response:
             _, validated = await self._from_agent(request, upload.subresource, upload.validate, upload.rejected)
-            return json_response(upload.accept(validated))
+            answer = upload.accept(validated)
+            return json_response(await answer if inspect.isawaitable(answer) else answer)
 
         return handler
 

@@ -77,3 +77,11 @@ def is_high_priority(priority: str | None, qos: str | None = None) -> bool:
 
 def is_high_priority_pod(pod: Mapping[str, Any]) -> bool:
     return priority_of(pod) not in LOW_PRIORITY_CLASSES
+
+
+def is_evictable_best_effort(pod: Mapping[str, Any]) -> bool:
+    """Whether eviction by node pressure (memory eviction) may pick this pod: labelled BE
+    (`koordinator.sh/qosClass`, read as koordlet reads it: the label itself, not a Kubernetes
+    BestEffort class without it, so an unlabelled system pod is never taken) and of batch or free
+    priority (never prod or mid, whatever the label says)."""
+    return _label(pod, QOS_LABEL) == "BE" and priority_of(pod, "BE") in LOW_PRIORITY_CLASSES

@@ -160,6 +160,9 @@ AGENT_API_CALLS: tuple[ApiCall, ...] = (
     # Custom metric samples scraped from annotated pods: PUT .../nodemetrics/{node}/samples, the
     # same node rule as reports.
     ApiCall(METRICS_GROUP, "nodemetrics", "update", None, subresource="samples"),
+    # Memory eviction: PUT .../nodemetrics/{node}/evictions asks the leader to evict best-effort
+    # pods of that node (the same node rule); the agent itself may evict nothing.
+    ApiCall(METRICS_GROUP, "nodemetrics", "update", None, subresource="evictions"),
     # Events on its Node when an enforcement strategy starts or stops (node events live in default).
     ApiCall("", "events", "create", "default"),
 )

@@ -1,6 +1,7 @@
 """The operator's API server as the manager assembles it: the groups registered, and what they read.
 
-NodeMetric always; metrics.k8s.io with --serve-resource-metrics; custom and external metrics with
+NodeMetric always (with agents' eviction requests, which the leader's controllers act on);
+metrics.k8s.io with --serve-resource-metrics; custom and external metrics with
 --serve-custom-metrics, whose samples upload the NodeMetric group accepts for them. Both metric
 APIs serve only pods that exist, with their labels: that takes a Pod informer. Groups are
 registered in the order /apis lists them. The API server and custom metrics know nothing of
@@ -18,6 +19,7 @@ from colocation.apimachinery.served_apigroups import ApiGroup, Leadership
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, RequestHeaderConfig
 from colocation.apiserver.delegated_authorization import DelegatingAuthorizer
+from colocation.apiserver.eviction_routes import EvictionRequestsUpload
 from colocation.apiserver.generic_apiserver import AggregatedApiServer
 from colocation.apiserver.kube_reviewers import kube_issuer_fetcher, kube_subject_access_reviewer, kube_token_reviewer
 from colocation.apiserver.local_token_authentication import IssuerKeys, LocalTokenAuthenticator
@@ -66,6 +68,7 @@ class ServedApis:
     server: AggregatedApiServer
     pods: PodDirectory | None  # its informer must run while the metric APIs are served
     custom_metrics: CustomMetricsApi | None  # its housekeeping and a standby's follower run beside it
+    evictions: EvictionRequestsUpload  # the leader's controllers take its requests (`handler`) once they run
 
 
 def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDirectory,
@@ -81,12 +84,14 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
     if pods is not None and config.serve_custom_metrics:
         custom_metrics = _custom_metrics_api(config, store, view, pods, nodes, authorizer, leadership, metrics)
         extra.append(custom_metrics)
-    uploads = [custom_metrics.samples_upload()] if custom_metrics is not None else []
+    evictions = EvictionRequestsUpload(metrics.registry)
+    uploads: list[Any] = [custom_metrics.samples_upload()] if custom_metrics is not None else []
+    uploads.append(evictions)
     nodemetric = NodeMetricGroup(store, authorizer, leadership, nodes.__contains__, nodes.labels, metrics,
                                  ApiOptions(bookmark_interval=config.bookmark_interval), uploads=uploads,
                                  read_barrier=read_barrier)
     server = AggregatedApiServer(authenticator, authorizer, request_header, leadership, metrics, [nodemetric, *extra])
-    return ServedApis(server, pods, custom_metrics)
+    return ServedApis(server, pods, custom_metrics, evictions)
 
 
 def _custom_metrics_api(config: OperatorConfig, store: NodeMetricStore, view: ResourceMetricsView,

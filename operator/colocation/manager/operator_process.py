@@ -30,11 +30,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, RequestHeaderConfig
+from colocation.apiserver.eviction_routes import EvictionRequestsUpload
 from colocation.apiserver.generic_apiserver import ApiRunner
 from colocation.apiserver.kube_reviewers import load_request_header_config
 
 # Imported at start, not on promotion: importing Kopf takes the event loop for about a second,
 # which a new leader cannot spare while it must renew its Lease.
+from colocation.controllers.eviction_requests import EvictionRequestHandler
 from colocation.controllers.leader_task import Controllers
 from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
 from colocation.custommetrics.sample_follower import SampleFollower
@@ -133,6 +135,7 @@ class OperatorProcess:
         self.authenticator: DelegatingAuthenticator | None = None
         self.controllers_failed = False
         self.custom_metrics: CustomMetricsApi | None = None
+        self.evictions: EvictionRequestsUpload | None = None
         self.draining = False  # stopping: not ready, still serving until the server closes
         self._drain_leader: LeaderAddress | None = None  # who took the Lease after us, while draining
         # With --serve-custom-metrics: a standby's copy of the samples; `.synced` while it holds the
@@ -203,6 +206,9 @@ class OperatorProcess:
         if self.authenticator is not None and self.authenticator.local is not None:
             # Bound tokens are checked locally from now on, once the Pod informer has listed the pods.
             self.authenticator.local.pods = ClusterStatePods(controllers.state, self.config.namespace)
+        if self.evictions is not None:  # agents' eviction requests are judged against the same pods
+            self.evictions.handler = EvictionRequestHandler(controllers.state, controllers.writer,
+                                                            self.metrics.registry)
         try:
             await controllers.run(self._install_signal_handlers)
         except Exception:
@@ -270,6 +276,7 @@ class OperatorProcess:
             served = assemble_api(config, self.store, self.nodes, authenticator, authorizer,
                                   lambda: self.request_header, elector, self.metrics, read_barrier=reads.wait)
             self.custom_metrics = served.custom_metrics
+            self.evictions = served.evictions
             runner = ApiRunner(served.server.application(), access_log=None, handle_signals=False,
                                shutdown_timeout=2.0)
             await runner.setup()
