@@ -47,7 +47,8 @@ from colocation.agent.heartbeat import (
 )
 from colocation.agent.kubeapi import ApiClientKube, KubeApi
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
-from colocation.agent.nodemetric import node_metric_from
+from colocation.agent.nodemetric import node_metric_from, prod_pods_of, prod_requests
+from colocation.agent.peak_predictor import PredictorOptions, ProdPeakPredictor
 from colocation.agent.report import Reporter, ReportOptions, Snapshot
 from colocation.agent.samples import CustomMetrics, SampleBuffer, SampleSender, SampleSource, SendOptions
 from colocation.agent.scrape import PodScraper, ScrapeOptions, ScrapeTarget, scrape_target
@@ -79,6 +80,7 @@ class NodeAgentOptions:
     scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
     cpu_suppress_interval: float = 1.0  # seconds between two rounds of CPU suppress (when enforced)
     batch_cgroups_interval: float = 5.0  # seconds between two rounds of batch cgroups (when enforced)
+    prediction: PredictorOptions = field(default_factory=PredictorOptions)  # prod pods' peak (Mid-tier)
 
 
 class PodDirectory:
@@ -143,6 +145,7 @@ class NodeAgent:
         self.policy = CollectPolicy()
         self.aggregator = Aggregator(self.policy.aggregate_duration_seconds, self.policy.durations,
                                      sample_interval_seconds=self.options.collect_interval)
+        self.predictor = ProdPeakPredictor(self.options.prediction)
         # Reports and sample batches take the same way to the leader, and share its bound on requests.
         self.delivery = Delivery(kube, locator, direct, timeout=self.options.report.request_timeout,
                                  slots=report_slots)
@@ -174,6 +177,7 @@ class NodeAgent:
     def collect_once(self) -> None:
         sample = self.collector.sample(self._wall())
         self.aggregator.add(sample)
+        self.predictor.observe(sample.timestamp, prod_pods_of(sample, self.pods.by_uid, self.pods.by_name))
         self.metrics.samples.inc()
         self.last_sample_at = time.monotonic()
         self.last_sample = sample
@@ -203,7 +207,9 @@ class NodeAgent:
             await asyncio.sleep(next_at - loop.time())
 
     def snapshot(self) -> Snapshot | None:
-        body = node_metric_from(self.aggregator, self.node, self._wall(), self.pods.by_uid, self.pods.by_name)
+        now = self._wall()
+        reclaimable = self.predictor.reclaimable(now, prod_requests(self.pods.by_name))
+        body = node_metric_from(self.aggregator, self.node, now, self.pods.by_uid, self.pods.by_name, reclaimable)
         return Snapshot.of(body) if body is not None else None
 
     def apply_policy(self, policy: CollectPolicy) -> None:
