@@ -32,7 +32,7 @@ import aiohttp
 from aiohttp import web
 
 from colocation.agent.agent_metrics import AgentMetrics
-from colocation.agent.aggregate import Aggregator
+from colocation.agent.aggregate import Aggregator, Usage
 from colocation.agent.batch_cgroups import PodResources, pod_resources
 from colocation.agent.classify import PodInfo, classify
 from colocation.agent.collector import Collector, RealCollector, Sample
@@ -146,6 +146,7 @@ class NodeAgent:
         self.aggregator = Aggregator(self.policy.aggregate_duration_seconds, self.policy.durations,
                                      sample_interval_seconds=self.options.collect_interval)
         self.predictor = ProdPeakPredictor(self.options.prediction)
+        self.prod_reclaimable: Usage | None = None  # as the latest snapshot says
         # Reports and sample batches take the same way to the leader, and share its bound on requests.
         self.delivery = Delivery(kube, locator, direct, timeout=self.options.report.request_timeout,
                                  slots=report_slots)
@@ -208,7 +209,7 @@ class NodeAgent:
 
     def snapshot(self) -> Snapshot | None:
         now = self._wall()
-        reclaimable = self.predictor.reclaimable(now, prod_requests(self.pods.by_name))
+        reclaimable = self.prod_reclaimable = self.predictor.reclaimable(now, prod_requests(self.pods.by_name))
         body = node_metric_from(self.aggregator, self.node, now, self.pods.by_uid, self.pods.by_name, reclaimable)
         return Snapshot.of(body) if body is not None else None
 
@@ -292,6 +293,10 @@ def track_agents(metrics: AgentMetrics, agents: Sequence[NodeAgent]) -> LoopLag:
     metrics.loop_lag.set_function(lag.largest)
     metrics.nodes.set(len(agents))
     metrics.track_report_age(lambda: [agent.reporter.age() for agent in agents])
+    metrics.prod_reclaimable.labels("cpu").set_function(
+        lambda: sum(usage.cpu_millis for agent in agents if (usage := agent.prod_reclaimable)) / 1000)
+    metrics.prod_reclaimable.labels("memory").set_function(
+        lambda: sum(usage.memory_bytes for agent in agents if (usage := agent.prod_reclaimable)))
     metrics.track_heartbeats(lambda: [agent.heartbeat for agent in agents])
     metrics.track_informers(lambda: [informer.synced.is_set() and not informer.failing
                                      for agent in agents for informer in agent.watches])

@@ -14,7 +14,7 @@ from colocation.agent.cpu_suppressor import CpuSuppressor
 from colocation.agent.enforcement import NodeEnforcement
 from colocation.agent.leader_locator import LeaderLocator
 from colocation.agent.peak_predictor import PredictorOptions
-from colocation.agent.runtime import NodeAgent, NodeAgentOptions
+from colocation.agent.runtime import NodeAgent, NodeAgentOptions, track_agents
 from colocation.apimachinery.quantity import byte_value, cpu_millis
 from tests.unit.agent import test_batch_cgroup_reconciler as batch
 from tests.unit.agent.test_cpu_suppressor import TREES, build, sample
@@ -164,3 +164,7 @@ async def test_reports_say_what_prod_pods_leave_once_past_their_cold_start() -> 
     # 4 cpus requested, 1 used: about 4 - 1.1 (the peak plus 10 %), rounded by the histogram's buckets.
     assert 2800 <= cpu_millis(resources["cpu"]) <= 2900
     assert 5 * 2**30 < byte_value(resources["memory"]) < int(5.8 * 2**30)
+    # The same figure on the agent's /metrics.
+    track_agents(agent.metrics, [agent])
+    exported = agent.metrics.registry.get_sample_value("colocation_agent_prod_reclaimable", {"resource": "cpu"})
+    assert exported == cpu_millis(resources["cpu"]) / 1000
