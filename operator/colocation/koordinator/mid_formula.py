@@ -13,6 +13,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from colocation.koordinator.amounts import Amount, pod_requests, total
+
+# The batch formula's readings of a NodeMetric and of the reservation annotation: both formulas
+# must read the same report the same way (what a time, a resource map, the system usage is).
 from colocation.koordinator.batch_formula import (
     RESERVATION_ANNOTATION,
     _resources,
