@@ -22,7 +22,7 @@ from typing import Any
 from colocation.agent.aggregate import AggregatedUsage, Aggregator, Usage
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
-from colocation.agent.peak_predictor import PodKey
+from colocation.agent.peak_predictor import ProdPodKey
 from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.goduration import format_go_duration
 from colocation.apimachinery.quantity import format_bytes, format_millis
@@ -93,9 +93,9 @@ def match_pods(usages: Mapping[str, Usage], by_uid: Mapping[str, PodInfo],
 
 
 def prod_pods_of(sample: Sample, by_uid: Mapping[str, PodInfo],
-                 by_name: Mapping[tuple[str, str], PodInfo]) -> list[tuple[PodKey, int | None, int]]:
+                 by_name: Mapping[tuple[str, str], PodInfo]) -> list[tuple[ProdPodKey, int | None, int]]:
     """The prod pods of a sample, for the peak predictor: (pod, cpu millis or None if unmeasured, memory)."""
-    found: dict[PodKey, tuple[PodKey, int | None, int]] = {}
+    found: dict[ProdPodKey, tuple[ProdPodKey, int | None, int]] = {}
     for pod in sample.pods:
         info = by_uid.get(pod.uid)
         if info is None and pod.namespace and pod.name:
@@ -106,7 +106,7 @@ def prod_pods_of(sample: Sample, by_uid: Mapping[str, PodInfo],
     return list(found.values())
 
 
-def prod_requests(by_name: Mapping[tuple[str, str], PodInfo]) -> dict[PodKey, Usage]:
+def prod_requests(by_name: Mapping[tuple[str, str], PodInfo]) -> dict[ProdPodKey, Usage]:
     """What each prod pod the node runs requests (terminated pods are not in the directory)."""
     return {key: Usage(info.cpu_request_millis, info.memory_request_bytes)
             for key, info in by_name.items() if info.priority == "koord-prod"}

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from colocation.agent.aggregate import Usage
 
-PodKey = tuple[str, str]  # (namespace, name)
+ProdPodKey = tuple[str, str]  # (namespace, name)
 
 # Rescale the weights once the newest one exceeds 2^this: floats keep ~15 digits, and weights of
 # samples more than ~50 half-lives old are negligible next to the newest anyway.
@@ -128,9 +128,9 @@ class ProdPeakPredictor:
                                      half_life=self.options.cpu_half_life)
         self.memory = DecayingHistogram(first_bucket=5 * 2**20, max_value=2 * 2**40, growth=1.05,
                                         half_life=self.options.memory_half_life)
-        self._first_seen: dict[PodKey, float] = {}
+        self._first_seen: dict[ProdPodKey, float] = {}
 
-    def observe(self, at: float, prod: Iterable[tuple[PodKey, int | None, int]]) -> None:
+    def observe(self, at: float, prod: Iterable[tuple[ProdPodKey, int | None, int]]) -> None:
         """One sample of the prod pods: (pod, cpu millis or None when unmeasured, memory bytes) each.
 
         The cpu total is left out of a sample where a prod pod's cpu was not measured (its first
@@ -143,7 +143,7 @@ class ProdPeakPredictor:
             self.cpu.add(float(sum(cpu for cpu in cpus if cpu is not None)), at)
         self.memory.add(float(sum(memory for _, _, memory in pods)), at)
 
-    def peak(self, at: float, requests: Mapping[PodKey, Usage]) -> Usage | None:
+    def peak(self, at: float, requests: Mapping[ProdPodKey, Usage]) -> Usage | None:
         """The predicted peak of the prod pods whose requests are given; None without history."""
         cpu, memory = self.cpu.percentile(self.options.cpu_percentile), \
             self.memory.percentile(self.options.memory_percentile)
@@ -155,7 +155,7 @@ class ProdPeakPredictor:
         return Usage(math.ceil(cpu * ratio) + sum(request.cpu_millis for request in cold),
                      math.ceil(memory * ratio) + sum(request.memory_bytes for request in cold))
 
-    def reclaimable(self, at: float, requests: Mapping[PodKey, Usage]) -> Usage | None:
+    def reclaimable(self, at: float, requests: Mapping[ProdPodKey, Usage]) -> Usage | None:
         """Σ prod requests - predicted peak, floored at 0 per resource; None without history."""
         peak = self.peak(at, requests)
         if peak is None:

@@ -17,6 +17,7 @@ from colocation.koordinator.amounts import Amount, pod_requests, total
 # The batch formula's readings of a NodeMetric and of the reservation annotation: both formulas
 # must read the same report the same way (what a time, a resource map, the system usage is).
 from colocation.koordinator.batch_formula import (
+    _COUNTED_PHASES,
     RESERVATION_ANNOTATION,
     _resources,
     _system_usage,
@@ -28,8 +29,6 @@ from colocation.koordinator.slo_strategies import ColocationStrategy
 
 MID_CPU = "kubernetes.io/mid-cpu"
 MID_MEMORY = "kubernetes.io/mid-memory"
-
-_COUNTED_PHASES = frozenset({"Running", "Pending", None, ""})
 
 
 def calculate_mid_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
@@ -96,14 +95,14 @@ def calculate_mid_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str,
 
     reclaimable = Amount.of(_resources((status.get("prodReclaimableMetric") or {}).get("resource")))
     unused = _node_unused(capacity, _resources(metric.get("nodeUsage")))
-    cpu = _tier(reclaimable.cpu, unused.cpu, unallocated.cpu, colocation.mid_unallocated_percent,
+    cpu = _mid_amount(reclaimable.cpu, unused.cpu, unallocated.cpu, colocation.mid_unallocated_percent,
                 capacity.cpu, colocation.mid_cpu_threshold_percent)
-    memory = _tier(reclaimable.memory, unused.memory, unallocated.memory, colocation.mid_unallocated_percent,
+    memory = _mid_amount(reclaimable.memory, unused.memory, unallocated.memory, colocation.mid_unallocated_percent,
                    capacity.memory, colocation.mid_memory_threshold_percent)
     return {MID_CPU: cpu, MID_MEMORY: memory}
 
 
-def _tier(reclaimable: int, unused: int, unallocated: int, unallocated_percent: int, capacity: int,
+def _mid_amount(reclaimable: int, unused: int, unallocated: int, unallocated_percent: int, capacity: int,
           threshold_percent: int) -> int:
     offered = max(min(reclaimable, unused), 0) + _share(unallocated, unallocated_percent)
     return min(offered, _share(capacity, threshold_percent))
