@@ -4,8 +4,8 @@
 configuration changes), so a node that falls silent degrades on time without any event.
 
 Per node: the tracker judges its agent's heartbeats (reports, Lease renewals) and metrics; the
-batch and Mid-tier formulas run on the Node, its pods and its NodeMetric (read from the operator's in-memory
-store, never over HTTP); the Node is patched when `decide_node_write` says so, with nothing
+batch and Mid-tier formulas run on the Node, its pods and its NodeMetric (read from the operator's
+in-memory store, never over HTTP); the Node is patched when `decide_node_write` says so, with nothing
 while the node is unhealthy; the NodeResource status is rewritten when what it says changed
 (`nodestatus`, `conditions.status_needs_write`). Across nodes: the guard decides each zone's
 eviction rate (`disruption`), the planner which pods go now. Health transitions post Events and count.

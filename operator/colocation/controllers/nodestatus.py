@@ -7,9 +7,10 @@ once per transition.
 Nothing in the status moves with every report except the volatile timestamps
 (`conditions.VOLATILE_STATUS_FIELDS`), which are written only along with a real change. In
 particular `batchCPU`, `batchMemory`, `midCPU`, `midMemory` and the ColocationReady message show
-what the Node offers (`Evaluation.on_node`, held by `controllers.nodewrite.shown_batch` while the Node's figures stay
-within `resourceDiffThreshold` of them), never the formula's latest figure: that moves with every
-report, the Node only beyond `resourceDiffThreshold` or once per `updateTimeThresholdSeconds`.
+what the Node offers (`Evaluation.on_node`, held by `controllers.nodewrite.shown_batch` while the
+Node's figures stay within `resourceDiffThreshold` of them), never the formulas' latest figures:
+those move with every report, the Node only beyond `resourceDiffThreshold` or once per
+`updateTimeThresholdSeconds`.
 When the Node offers nothing (batch resources removed from an unhealthy node, or not yet
 written), they are absent; a node whose removal failed shows what its Node still offers, and
 its message says so.
