@@ -47,6 +47,8 @@ NS = "colocation-system"
 LEASE_NS = "colocation-node-lease"
 BATCH_CPU = "kubernetes.io/batch-cpu"
 BATCH_MEMORY = "kubernetes.io/batch-memory"
+MID_CPU = "kubernetes.io/mid-cpu"
+MID_MEMORY = "kubernetes.io/mid-memory"
 # Short, so the tests are quick; the eviction timeout is scaled like every deadline, because it is
 # also how long a node may take to recover after the others end a full disruption (its timer then
 # restarts): on a loaded machine an agent resumed from SIGSTOP can need several seconds to renew.
@@ -59,6 +61,8 @@ SANDBOX_ARGS = [
     f"--operator-arg=--node-grace-period={GRACE}", f"--operator-arg=--eviction-timeout={EVICTION_TIMEOUT}",
     "--operator-arg=--evaluation-interval=0.5", "--operator-arg=--eviction-rate=10",
     "--agent-arg=--report-interval=1", "--agent-arg=--lease-renew-interval=1",
+    # Prod pods' requests may be reclaimed for Mid-tier resources from their first samples on.
+    "--agent-arg=--prediction-cold-start=0",
 ]
 
 
@@ -129,19 +133,36 @@ def batch_of(node: dict[str, Any], where: str = "allocatable") -> tuple[str | No
     return resources.get(BATCH_CPU), resources.get(BATCH_MEMORY)
 
 
+def mid_of(node: dict[str, Any], where: str = "allocatable") -> tuple[str | None, str | None]:
+    resources = (node.get("status") or {}).get(where) or {}
+    return resources.get(MID_CPU), resources.get(MID_MEMORY)
+
+
+def mid_values(node: dict[str, Any]) -> tuple[int, int]:
+    """The Node's mid-cpu (milli-cores) and mid-memory (bytes): kube-apiserver stores quantities in
+    their canonical form ("2000" reads back "2k", 1073741824 "1Gi")."""
+    from colocation.apimachinery.quantity import byte_value
+
+    cpu, memory = mid_of(node)
+    return byte_value(cpu or "0"), byte_value(memory or "0")
+
+
 async def offered(kube: Kube, node: str) -> dict[str, Any] | None:
-    """The Node, once both batch resources are in both capacity and allocatable."""
+    """The Node, once both batch and both mid resources are in both capacity and allocatable."""
     obj = await get(kube, f"/api/v1/nodes/{node}")
     if obj is None:
         return None
-    if None in batch_of(obj) or batch_of(obj) != batch_of(obj, "capacity"):
-        return None
+    for read in (batch_of, mid_of):
+        if None in read(obj) or read(obj) != read(obj, "capacity"):
+            return None
     return obj
 
 
 async def withdrawn(kube: Kube, node: str) -> bool:
+    """Whether the Node offers neither batch nor mid resources, in capacity or allocatable."""
     obj = await get(kube, f"/api/v1/nodes/{node}")
-    return obj is not None and batch_of(obj) == (None, None) and batch_of(obj, "capacity") == (None, None)
+    return obj is not None and all(read(obj, where) == (None, None) for read in (batch_of, mid_of)
+                                   for where in ("allocatable", "capacity"))
 
 
 async def events(kube: Kube, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
@@ -207,15 +228,28 @@ async def test_batch_resources_appear_on_every_node_with_their_nodeslo(
     # A simulated node has room to spare: it offers batch cpu.
     assert int(batch_of(await get(admin, f"/api/v1/nodes/{nodes[1]}") or {})[0] or 0) > 0
 
+    # Its agent predicts its prod pods' peak: what they request beyond it becomes mid cpu.
+    async def mid_cpu() -> int | None:
+        metric = await get(admin, f"/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{nodes[1]}") or {}
+        reclaimable = ((metric.get("status") or {}).get("prodReclaimableMetric") or {}).get("resource")
+        obj = await offered(admin, nodes[1])
+        millis = mid_values(obj)[0] if obj is not None and reclaimable else 0
+        return millis or None
+
+    await wait_for(mid_cpu, timeout=30)
+
     rows = kubectl_here.run("get", "noderesources", *nodes).stdout.splitlines()
-    assert rows[0].split() == ["NAME", "BATCH-CPU", "BATCH-MEMORY", "HEALTHY", "AGE"]
+    assert rows[0].split() == ["NAME", "BATCH-CPU", "BATCH-MEMORY", "MID-CPU", "MID-MEMORY", "HEALTHY", "AGE"]
     by_name = {row.split()[0]: row.split() for row in rows[1:]}
     for node in nodes:
-        assert by_name[node][3] == "true"
+        assert by_name[node][5] == "true"
         # Human units: cores with two decimals, memory in Mi or Gi, of the figures the status holds.
-        millis, _ = shown_batch(await get(admin, f"{NODERESOURCES}/{node}") or {})
+        resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
+        millis, _ = shown_batch(resource)
         assert by_name[node][1] == f"{(millis or 0) / 1000:.2f}", by_name[node]
-        assert re.fullmatch(r"\d+Mi|\d+\.\d\d[GT]i", by_name[node][2]), by_name[node]
+        assert by_name[node][3] == f"{(resource['status'].get('midCPU') or 0) / 1000:.2f}", by_name[node]
+        for column in (2, 4):
+            assert re.fullmatch(r"\d+Mi|\d+\.\d\d[GT]i", by_name[node][column]), by_name[node]
 
 
 # ---- the threshold -------------------------------------------------------------------------------
@@ -284,23 +318,30 @@ class FakeAgent:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases"
         while True:
             now = dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            lease = {"metadata": {"name": self.node}, "spec": {"holderIdentity": self.node,
-                                                              "leaseDurationSeconds": 40, "renewTime": now}}
-            status, _ = await self.kube.request("PUT", f"{path}/{self.node}", lease)
+            lease: dict[str, Any] = {"metadata": {"name": self.node}, "spec": {
+                "holderIdentity": self.node, "leaseDurationSeconds": 40, "renewTime": now}}
+            # kube-apiserver refuses an update of a Lease without its resourceVersion: read, then write.
+            status, current = await self.kube.request("GET", f"{path}/{self.node}")
             if status == 404:
                 await self.kube.request("POST", path, lease)
+            elif status == 200:
+                lease["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                await self.kube.request("PUT", f"{path}/{self.node}", lease)
             await asyncio.sleep(0.5)  # the renewal period of this agent
 
-    async def report(self, system_cpu: str) -> None:
+    async def report(self, system_cpu: str, prod_reclaimable: tuple[str, str] | None = None) -> None:
         now = dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         usage = {"resources": {"cpu": system_cpu, "memory": "1Gi"}}
-        body = {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric",
-                "metadata": {"name": self.node},
-                "status": {"updateTime": now, "nodeMetric": {
-                    "nodeUsage": usage, "systemUsage": usage,
-                    "aggregatedNodeUsages": [{"duration": "5m0s", "usage": {
-                        "avg": usage, "p50": usage, "p90": usage, "p95": usage, "p99": usage}}]},
-                    "podsMetric": []}}
+        body: dict[str, Any] = {
+            "apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric", "metadata": {"name": self.node},
+            "status": {"updateTime": now, "nodeMetric": {
+                "nodeUsage": usage, "systemUsage": usage,
+                "aggregatedNodeUsages": [{"duration": "5m0s", "usage": {
+                    "avg": usage, "p50": usage, "p90": usage, "p95": usage, "p99": usage}}]},
+                "podsMetric": []}}
+        if prod_reclaimable is not None:
+            body["status"]["prodReclaimableMetric"] = {"resource": {"resources": {
+                "cpu": prod_reclaimable[0], "memory": prod_reclaimable[1]}}}
         endpoint, context = await wait_for(lambda: _leader(self.kube), timeout=10)
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"}
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, session.put(
@@ -331,16 +372,22 @@ async def daemonset_requests(kube: Kube, node: str) -> tuple[int, int]:
             sum(byte_value(r.get("memory", "0")) for r in requests))
 
 
+async def placed_daemonset(kube: Kube, node: str, real_cluster: bool) -> tuple[int, int]:
+    """On a real cluster, wait until the DaemonSet controller and the scheduler have placed the agent's
+    pod on `node`; what it requests ((0, 0) in the builtin sandbox)."""
+
+    async def scheduled() -> tuple[int, int] | None:
+        requests = await daemonset_requests(kube, node)
+        return requests if requests[0] > 0 else None
+
+    return await wait_for(scheduled, timeout=30) if real_cluster else (0, 0)
+
+
 async def test_the_node_follows_load_only_beyond_the_threshold_and_its_objects_go_with_it(
         admin: Kube, real_cluster: bool) -> None:
     agent = await FakeAgent.start(admin)
     try:
-        async def scheduled() -> tuple[int, int] | None:
-            requests = await daemonset_requests(admin, agent.node)
-            return requests if requests[0] > 0 else None
-
-        # On a real cluster, wait until the DaemonSet controller and the scheduler have placed it.
-        pod_cpu, pod_memory = await wait_for(scheduled, timeout=30) if real_cluster else (0, 0)
+        pod_cpu, pod_memory = await placed_daemonset(admin, agent.node, real_cluster)
         # 10 cpus, 60 % reclaimable: batch = 10000m - 4000m (safety margin) - system usage - the
         # DaemonSet pod's request. Memory: 10Gi - ceil(10Gi * 35 %) - 1Gi system - that pod's
         # request = 5905580032 bytes - its request, whatever the cpu does.
@@ -392,6 +439,45 @@ async def test_the_node_follows_load_only_beyond_the_threshold_and_its_objects_g
 
     await wait_for(lambda: gone(f"{NODESLOS}/{agent.node}"), timeout=10)
     await wait_for(lambda: gone(f"{NODERESOURCES}/{agent.node}"), timeout=10)
+
+
+# ---- Mid-tier resources ----------------------------------------------------------------------------
+
+async def test_a_node_gets_mid_resources_from_its_reports_and_loses_them_when_colocation_is_disabled(
+        admin: Kube, real_cluster: bool) -> None:
+    agent = await FakeAgent.start(admin)
+    try:
+        await placed_daemonset(admin, agent.node, real_cluster)  # as the threshold test does, first
+        # 10 cpus and 10Gi, 500m and 1Gi used: unused 9500m and 9Gi. The agent predicts its prod pods
+        # leave 2 cpus and 1Gi of their requests: both below the unused, so the Node offers them whole
+        # (midUnallocatedPercent 0 adds nothing of the unallocated; the caps are 100 % of capacity).
+        await agent.report(system_cpu="500m", prod_reclaimable=("2", "1Gi"))
+
+        async def offers_mid(expected: tuple[int, int]) -> dict[str, Any] | None:
+            obj = await offered(admin, agent.node)
+            return obj if obj is not None and mid_values(obj) == expected else None
+
+        await wait_for(lambda: offers_mid((2000, 2**30)), timeout=15)
+
+        async def shown(expected: tuple[int | None, int | None]) -> dict[str, Any] | None:
+            resource = await get(admin, f"{NODERESOURCES}/{agent.node}") or {}
+            status = resource.get("status") or {}
+            return resource if (status.get("midCPU"), status.get("midMemory")) == expected else None
+
+        resource = await wait_for(lambda: shown((2000, 2**30)), timeout=10)
+        assert resource["status"]["display"]["midCPU"] == "2.00"
+        assert resource["status"]["display"]["midMemory"] == "1.00Gi"
+
+        # The node's strategy disables colocation: batch and mid resources leave the Node together.
+        status, body = await admin.request("PATCH", f"{NODERESOURCES}/{agent.node}",
+                                           {"spec": {"disableColocation": True}},
+                                           content_type="application/merge-patch+json")
+        assert status == 200, body
+        await wait_for(lambda: withdrawn(admin, agent.node), timeout=10)
+        resource = await wait_for(lambda: shown((None, None)), timeout=10)
+        assert condition(resource, "ColocationReady") == "False"
+    finally:
+        await agent.stop()
 
 
 # ---- the exit process ----------------------------------------------------------------------------

@@ -109,18 +109,21 @@ def printer_columns(kubectl: Kubectl, suffix: str) -> None:
     assert kubectl.run("create", "-f", "-", input=yaml.safe_dump(manifest)).stdout.strip() == f"{resource} created"
     try:
         out = kubectl.run("patch", "noderesource", name, "--subresource=status", "--type=merge", "-p",
-                          '{"status": {"batchCPU": 1500, "batchMemory": 2147483648, "healthy": true,'
-                          ' "display": {"batchCPU": "1.50", "batchMemory": "2.00Gi"}, "message": "metrics fresh"}}'
+                          '{"status": {"batchCPU": 1500, "batchMemory": 2147483648, "midCPU": 750,'
+                          ' "midMemory": 536870912, "healthy": true, "display": {"batchCPU": "1.50",'
+                          ' "batchMemory": "2.00Gi", "midCPU": "0.75", "midMemory": "512Mi"},'
+                          ' "message": "metrics fresh"}}'
                           ).stdout
         assert out.strip() == f"{resource} patched"
         header, rows = table(kubectl.run("get", "noderesources", name).stdout)
-        assert header == ["NAME", "BATCH-CPU", "BATCH-MEMORY", "HEALTHY", "AGE"]
-        assert rows[0][:4] == [name, "1.50", "2.00Gi", "true"]  # status.display, as the operator writes it
-        assert re.fullmatch(r"\d+s", rows[0][4]), rows
+        assert header == ["NAME", "BATCH-CPU", "BATCH-MEMORY", "MID-CPU", "MID-MEMORY", "HEALTHY", "AGE"]
+        # status.display, as the operator writes it
+        assert rows[0][:6] == [name, "1.50", "2.00Gi", "0.75", "512Mi", "true"]
+        assert re.fullmatch(r"\d+s", rows[0][6]), rows
         # MESSAGE has priority 1: shown only with -o wide.
         header, rows = table(kubectl.run("get", "nres", name, "-o", "wide").stdout)
-        assert header == ["NAME", "BATCH-CPU", "BATCH-MEMORY", "HEALTHY", "MESSAGE", "AGE"]
-        assert rows[0][4] == "metrics fresh"
+        assert header == ["NAME", "BATCH-CPU", "BATCH-MEMORY", "MID-CPU", "MID-MEMORY", "HEALTHY", "MESSAGE", "AGE"]
+        assert rows[0][6] == "metrics fresh"
     finally:
         kubectl.run("delete", "noderesource", name, "--wait=false")
 

@@ -101,6 +101,9 @@ DEFAULT_METRICS_PORT = 9464
 @click.option("--restore-on-exit", is_flag=True, envvar="COLOCATION_RESTORE_ON_EXIT", show_envvar=True,
               help="On SIGTERM/SIGINT, undo CPU suppress (quota -1, full cpuset) and batch cgroups (the "
                    "kubelet's own values) before exiting.")
+@click.option("--prediction-cold-start", type=click.FloatRange(min=0), default=3600.0, show_default=True,
+              help="Seconds a prod pod is observed before the peak predictor reclaims any of its request for "
+                   "Mid-tier resources (NodeMetric prodReclaimableMetric); until then its request counts as peak.")
 @common_options
 def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Path, cgroup_root: Path,
                   collect_interval: float, report_interval: float, report_change_threshold: float,
@@ -111,7 +114,7 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                   scrape_timeout: float | None, scrape_concurrency: int, max_series_per_pod: int,
                   simulated_nodes: Path | None, simulation_concurrency: int, cpu_suppress_interval: float,
                   batch_cgroups_interval: float, memory_evict_interval: float, cpu_evict_interval: float,
-                  dry_run_enforcement: bool, restore_on_exit: bool) -> None:
+                  dry_run_enforcement: bool, restore_on_exit: bool, prediction_cold_start: float) -> None:
     """Run the node agent: collect usage, report it to the leader (each report is also its
     heartbeat; a Lease is the registration and the fallback), and scrape annotated pods for custom
     metrics.
@@ -121,6 +124,7 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
     import asyncio
 
     from colocation.agent.cpu_suppressor import EnforcementOptions
+    from colocation.agent.peak_predictor import PredictorOptions
     from colocation.agent.report import ReportOptions
     from colocation.agent.runtime import AgentConfig, NodeAgentOptions, StartupError, run_agent
     from colocation.agent.scrape import ScrapeOptions
@@ -145,7 +149,8 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
         scrape=ScrapeOptions(interval=scrape_interval, timeout=scrape_timeout, concurrency=scrape_concurrency,
                              max_series_per_pod=max_series_per_pod),
         cpu_suppress_interval=cpu_suppress_interval or 1.0, batch_cgroups_interval=batch_cgroups_interval or 5.0,
-        memory_evict_interval=memory_evict_interval or 1.0, cpu_evict_interval=cpu_evict_interval or 1.0)
+        memory_evict_interval=memory_evict_interval or 1.0, cpu_evict_interval=cpu_evict_interval or 1.0,
+        prediction=PredictorOptions(cold_start=prediction_cold_start))
     if simulated_nodes is not None:
         from colocation.agent.simulated import SimulationConfig, load_simulated_nodes, run_simulation
 

@@ -124,6 +124,10 @@ class AgentMetrics:
         self.node_events = Counter("colocation_agent_node_events_total",
                                    "Events posted on the node, by result (ok, failed, dropped).", ["result"],
                                    registry=r)
+        self.prod_reclaimable = Gauge("colocation_agent_prod_reclaimable",
+                                      "What prod pods request beyond their predicted peak (prodReclaimableMetric), "
+                                      "as the latest reports say, summed over the process's nodes: cpu in cores, "
+                                      "memory in bytes.", ["resource"], registry=r)
         self.loop_lag = Gauge("colocation_agent_event_loop_lag_seconds",
                               "The longest the event loop was late to wake a timer in the last 10 s: near 0 "
                               "unless the process is short of CPU.", registry=r)

@@ -8,6 +8,9 @@ Pods are matched to their usage by UID (the cgroup names it), else by namespace 
 synthetic collector knows pods by name; a sandbox assigns its own UIDs). A cgroup whose pod the
 agent does not know is left out: a report names every pod it lists. A known pod without usage
 is left out too: the leader counts its request instead.
+
+`prodReclaimableMetric` is what the peak predictor (colocation.agent.peak_predictor) says prod
+pods requested but will not use; it is left out while the predictor has no history.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 from colocation.agent.aggregate import AggregatedUsage, Aggregator, Usage
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
+from colocation.agent.peak_predictor import ProdPodKey
 from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.goduration import format_go_duration
 from colocation.apimachinery.quantity import format_bytes, format_millis
@@ -45,7 +49,8 @@ def go_duration(seconds: int) -> str:
 
 def build_node_metric(node: str, *, update_time: float, node_usage: Usage, system_usage: Usage | None = None,
                       aggregated: Sequence[AggregatedUsage] = (), pods: Iterable[PodUsage] = (),
-                      host_applications: Mapping[str, Usage] | None = None) -> dict[str, Any]:
+                      host_applications: Mapping[str, Usage] | None = None,
+                      prod_reclaimable: Usage | None = None) -> dict[str, Any]:
     """The NodeMetric JSON for `PUT …/nodemetrics/{node}/status`. Pods are sorted by namespace/name."""
     node_metric: dict[str, Any] = {"nodeUsage": resource_map(node_usage)}
     if system_usage is not None:
@@ -67,6 +72,8 @@ def build_node_metric(node: str, *, update_time: float, node_usage: Usage, syste
     if host_applications:
         status["hostApplicationMetric"] = [{"name": name, "usage": resource_map(usage)}
                                            for name, usage in sorted(host_applications.items())]
+    if prod_reclaimable is not None:
+        status["prodReclaimableMetric"] = {"resource": resource_map(prod_reclaimable)}
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": node}, "status": status}
 
 
@@ -85,8 +92,29 @@ def match_pods(usages: Mapping[str, Usage], by_uid: Mapping[str, PodInfo],
     return list(matched.values())
 
 
+def prod_pods_of(sample: Sample, by_uid: Mapping[str, PodInfo],
+                 by_name: Mapping[tuple[str, str], PodInfo]) -> list[tuple[ProdPodKey, int | None, int]]:
+    """The prod pods of a sample, for the peak predictor: (pod, cpu millis or None if unmeasured, memory)."""
+    found: dict[ProdPodKey, tuple[ProdPodKey, int | None, int]] = {}
+    for pod in sample.pods:
+        info = by_uid.get(pod.uid)
+        if info is None and pod.namespace and pod.name:
+            info = by_name.get((pod.namespace, pod.name))
+        if info is not None and info.priority == "koord-prod":
+            key = (info.namespace, info.name)
+            found[key] = (key, pod.cpu_millis if pod.cpu_measured else None, pod.memory_bytes)
+    return list(found.values())
+
+
+def prod_requests(by_name: Mapping[tuple[str, str], PodInfo]) -> dict[ProdPodKey, Usage]:
+    """What each prod pod the node runs requests (terminated pods are not in the directory)."""
+    return {key: Usage(info.cpu_request_millis, info.memory_request_bytes)
+            for key, info in by_name.items() if info.priority == "koord-prod"}
+
+
 def node_metric_from(aggregator: Aggregator, node: str, now: float, by_uid: Mapping[str, PodInfo],
-                     by_name: Mapping[tuple[str, str], PodInfo]) -> dict[str, Any] | None:
+                     by_name: Mapping[tuple[str, str], PodInfo],
+                     prod_reclaimable: Usage | None = None) -> dict[str, Any] | None:
     """The report from the aggregator's current windows; None while there is nothing to report."""
     node_usage = aggregator.node_usage(now)
     if node_usage is None:
@@ -94,4 +122,5 @@ def node_metric_from(aggregator: Aggregator, node: str, now: float, by_uid: Mapp
     pods = match_pods(aggregator.pod_usages(now), by_uid, by_name, aggregator.latest())
     return build_node_metric(node, update_time=now, node_usage=node_usage,
                              system_usage=aggregator.system_usage(now), aggregated=aggregator.aggregated(now),
-                             pods=pods, host_applications=aggregator.host_application_usages(now))
+                             pods=pods, host_applications=aggregator.host_application_usages(now),
+                             prod_reclaimable=prod_reclaimable)

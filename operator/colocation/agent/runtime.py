@@ -34,7 +34,7 @@ import aiohttp
 from aiohttp import web
 
 from colocation.agent.agent_metrics import AgentMetrics
-from colocation.agent.aggregate import Aggregator
+from colocation.agent.aggregate import Aggregator, Usage
 from colocation.agent.batch_cgroups import PodResources, pod_resources
 from colocation.agent.classify import PodInfo, classify
 from colocation.agent.collector import Collector, RealCollector, Sample
@@ -49,7 +49,8 @@ from colocation.agent.heartbeat import (
 )
 from colocation.agent.kubeapi import ApiClientKube, KubeApi
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
-from colocation.agent.nodemetric import node_metric_from
+from colocation.agent.nodemetric import node_metric_from, prod_pods_of, prod_requests
+from colocation.agent.peak_predictor import PredictorOptions, ProdPeakPredictor
 from colocation.agent.pressure_evictor import PressureEviction
 from colocation.agent.report import Reporter, ReportOptions, Snapshot
 from colocation.agent.samples import CustomMetrics, SampleBuffer, SampleSender, SampleSource, SendOptions
@@ -84,6 +85,7 @@ class NodeAgentOptions:
     batch_cgroups_interval: float = 5.0  # seconds between two rounds of batch cgroups (when enforced)
     memory_evict_interval: float = 1.0  # seconds between two rounds of memory eviction (when enforced)
     cpu_evict_interval: float = 1.0  # seconds between two rounds of cpu eviction (when enforced)
+    prediction: PredictorOptions = field(default_factory=PredictorOptions)  # prod pods' peak (Mid-tier)
 
 
 class PodDirectory:
@@ -148,6 +150,8 @@ class NodeAgent:
         self.policy = CollectPolicy()
         self.aggregator = Aggregator(self.policy.aggregate_duration_seconds, self.policy.durations,
                                      sample_interval_seconds=self.options.collect_interval)
+        self.predictor = ProdPeakPredictor(self.options.prediction)
+        self.prod_reclaimable: Usage | None = None  # as the latest snapshot says
         # Reports and sample batches take the same way to the leader, and share its bound on requests.
         self.delivery = Delivery(kube, locator, direct, timeout=self.options.report.request_timeout,
                                  slots=report_slots)
@@ -180,6 +184,7 @@ class NodeAgent:
     def collect_once(self) -> None:
         sample = self.collector.sample(self._wall())
         self.aggregator.add(sample)
+        self.predictor.observe(sample.timestamp, prod_pods_of(sample, self.pods.by_uid, self.pods.by_name))
         self.metrics.samples.inc()
         self.last_sample_at = time.monotonic()
         self.last_sample = sample
@@ -215,7 +220,9 @@ class NodeAgent:
             await asyncio.sleep(next_at - loop.time())
 
     def snapshot(self) -> Snapshot | None:
-        body = node_metric_from(self.aggregator, self.node, self._wall(), self.pods.by_uid, self.pods.by_name)
+        now = self._wall()
+        reclaimable = self.prod_reclaimable = self.predictor.reclaimable(now, prod_requests(self.pods.by_name))
+        body = node_metric_from(self.aggregator, self.node, now, self.pods.by_uid, self.pods.by_name, reclaimable)
         return Snapshot.of(body) if body is not None else None
 
     def apply_policy(self, policy: CollectPolicy) -> None:
@@ -304,6 +311,10 @@ def track_agents(metrics: AgentMetrics, agents: Sequence[NodeAgent]) -> LoopLag:
     metrics.loop_lag.set_function(lag.largest)
     metrics.nodes.set(len(agents))
     metrics.track_report_age(lambda: [agent.reporter.age() for agent in agents])
+    metrics.prod_reclaimable.labels("cpu").set_function(
+        lambda: sum(usage.cpu_millis for agent in agents if (usage := agent.prod_reclaimable)) / 1000)
+    metrics.prod_reclaimable.labels("memory").set_function(
+        lambda: sum(usage.memory_bytes for agent in agents if (usage := agent.prod_reclaimable)))
     metrics.track_heartbeats(lambda: [agent.heartbeat for agent in agents])
     metrics.track_informers(lambda: [informer.synced.is_set() and not informer.failing
                                      for agent in agents for informer in agent.watches])

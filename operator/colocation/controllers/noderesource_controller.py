@@ -4,8 +4,8 @@
 configuration changes), so a node that falls silent degrades on time without any event.
 
 Per node: the tracker judges its agent's heartbeats (reports, Lease renewals) and metrics; the
-batch formula runs on the Node, its pods and its NodeMetric (read from the operator's in-memory
-store, never over HTTP); the Node is patched when `decide_node_write` says so, with nothing
+batch and Mid-tier formulas run on the Node, its pods and its NodeMetric (read from the operator's
+in-memory store, never over HTTP); the Node is patched when `decide_node_write` says so, with nothing
 while the node is unhealthy; the NodeResource status is rewritten when what it says changed
 (`nodestatus`, `conditions.status_needs_write`). Across nodes: the guard decides each zone's
 eviction rate (`disruption`), the planner which pods go now. Health transitions post Events and count.
@@ -50,6 +50,7 @@ from colocation.controllers.nodewrite import batch_on_node, decide_node_write, n
 from colocation.controllers.settings import ControllerSettings
 from colocation.controllers.writers import NODERESOURCES, KubeWriter, merge_patch, owner_reference
 from colocation.koordinator.batch_formula import calculate_batch_resources
+from colocation.koordinator.mid_formula import calculate_mid_resources
 from colocation.koordinator.slo_strategies import ColocationStrategy, with_node_overrides
 from colocation.nodemetrics.storage_interface import NodeMetricReader
 
@@ -147,8 +148,14 @@ class NodeResourceReconciler:
         entry = self.store.get(name) if metric else None
         # Aged by when the leader received it, never by the agent's clock (a skewed one must
         # neither drop a node's batch resources nor keep them past degradeTimeMinutes).
-        values = calculate_batch_resources(node, self.state.pods_on(name), metric[1] if metric else None,
-                                           strategy, now, received_at=entry.received_at if entry else None)
+        pods = self.state.pods_on(name)
+        received_at = entry.received_at if entry else None
+        batch = calculate_batch_resources(node, pods, metric[1] if metric else None, strategy, now,
+                                          received_at=received_at)
+        mid = calculate_mid_resources(node, pods, metric[1] if metric else None, strategy, now,
+                                      received_at=received_at)
+        # Both drop their result in the same cases; written and removed together (nodewrite).
+        values = {**batch, **mid} if batch is not None and mid is not None else None
         reason = ""
         if values is None:
             reason = DISABLED if not strategy.enable else (NO_METRICS if metric is None else METRICS_OUTDATED)

@@ -6,10 +6,11 @@ once per transition.
 
 Nothing in the status moves with every report except the volatile timestamps
 (`conditions.VOLATILE_STATUS_FIELDS`), which are written only along with a real change. In
-particular `batchCPU`, `batchMemory` and the ColocationReady message show what the Node offers
-(`Evaluation.on_node`, held by `controllers.nodewrite.shown_batch` while the Node's figures stay
-within `resourceDiffThreshold` of them), never the formula's latest figure: that moves with every
-report, the Node only beyond `resourceDiffThreshold` or once per `updateTimeThresholdSeconds`.
+particular `batchCPU`, `batchMemory`, `midCPU`, `midMemory` and the ColocationReady message show
+what the Node offers (`Evaluation.on_node`, held by `controllers.nodewrite.shown_batch` while the
+Node's figures stay within `resourceDiffThreshold` of them), never the formulas' latest figures:
+those move with every report, the Node only beyond `resourceDiffThreshold` or once per
+`updateTimeThresholdSeconds`.
 When the Node offers nothing (batch resources removed from an unhealthy node, or not yet
 written), they are absent; a node whose removal failed shows what its Node still offers, and
 its message says so.
@@ -36,6 +37,7 @@ from colocation.controllers.conditions import (
 from colocation.controllers.disruption import PARTIAL_DISRUPTION, ZoneDecision
 from colocation.controllers.health import NodeHealth
 from colocation.koordinator.batch_formula import BATCH_CPU, BATCH_MEMORY
+from colocation.koordinator.mid_formula import MID_CPU, MID_MEMORY
 
 # Why a node offers no batch resources (ColocationReady=False), besides being unhealthy.
 DISABLED: Final = "ColocationDisabled"
@@ -126,7 +128,8 @@ def _colocation_condition(evaluation: Evaluation) -> tuple[Condition, str]:
             text = "batch resources computed, not yet written to the Node"
             return Condition(COLOCATION_READY, False, PENDING, text), text
         text = (f"offering batch cpu {format_millis(values[BATCH_CPU])} and "
-                f"memory {format_bytes(values[BATCH_MEMORY])}")
+                f"memory {format_bytes(values[BATCH_MEMORY])}, mid cpu {format_millis(values[MID_CPU])} "
+                f"and memory {format_bytes(values[MID_MEMORY])}")
         return Condition(COLOCATION_READY, True, OFFERED, text), text
     if not health.healthy:
         text = f"the node is unhealthy: {_removal(evaluation)}"
@@ -159,9 +162,13 @@ def render_status(evaluation: Evaluation, stored: Mapping[str, Any] | None, now:
     if values is not None:
         status["batchCPU"] = int(values[BATCH_CPU])
         status["batchMemory"] = int(values[BATCH_MEMORY])
+        status["midCPU"] = int(values[MID_CPU])
+        status["midMemory"] = int(values[MID_MEMORY])
         # For the printer columns, which show fields as stored: the same figures, read at a glance.
         status["display"] = {"batchCPU": human_units.cores(status["batchCPU"]),
-                             "batchMemory": human_units.memory(status["batchMemory"])}
+                             "batchMemory": human_units.memory(status["batchMemory"]),
+                             "midCPU": human_units.cores(status["midCPU"]),
+                             "midMemory": human_units.memory(status["midMemory"])}
     status["healthy"] = evaluation.health.healthy
     status["message"] = message[:1024]
     if evaluation.generation is not None:

@@ -1,11 +1,15 @@
-"""When to write batch resources to a Node, and the patch that writes them. Pure.
+"""When to write batch and Mid-tier resources to a Node, and the patch that writes them. Pure.
 
-The batch resources live in `node.status.capacity` and `node.status.allocatable` (both, with the
-same values, as Koordinator writes them): `kubernetes.io/batch-cpu` in milli-cores and
-`kubernetes.io/batch-memory` in bytes, each a plain integer quantity ("3500", "8589934592").
+They live in `node.status.capacity` and `node.status.allocatable` (both, with the same values,
+as Koordinator writes them): `kubernetes.io/batch-cpu` and `kubernetes.io/mid-cpu` in
+milli-cores, `kubernetes.io/batch-memory` and `kubernetes.io/mid-memory` in bytes, each a plain
+integer quantity ("3500", "8589934592"). The four are written and removed together: both
+formulas drop their result in the same cases (colocation disabled, no fresh metric), and an
+unhealthy node loses both (the exit process).
 
-A Node is written (Koordinator's rules; docs/architecture.md, Koordinator's model):
-- when batch resources appear (the Node lacks one of them) or must disappear (the Node has one);
+A Node is written (Koordinator's rules; docs/architecture.md, Koordinator's model), judging the
+four values alike:
+- when the resources appear (the Node lacks one of them) or must disappear (the Node has one);
 - when a value moved, relative to what the Node offers now, by more than `resourceDiffThreshold`
   (strictly: |new - old| > old * threshold, Koordinator's rule; from 0, any change is one);
 - when the last write is older than `updateTimeThresholdSeconds` and a value differs at all,
@@ -23,8 +27,11 @@ from typing import Any, Final
 
 from colocation.apimachinery.quantity import parse_quantity
 from colocation.koordinator.batch_formula import BATCH_CPU, BATCH_MEMORY
+from colocation.koordinator.mid_formula import MID_CPU, MID_MEMORY
 
 BATCH_RESOURCES: Final = (BATCH_CPU, BATCH_MEMORY)
+MID_RESOURCES: Final = (MID_CPU, MID_MEMORY)
+OFFERED_RESOURCES: Final = (*BATCH_RESOURCES, *MID_RESOURCES)
 
 # Why a write is (or is not) made; also the label of the writes counter.
 ADD: Final = "add"
@@ -37,20 +44,25 @@ WITHIN_THRESHOLD: Final = "withinThreshold"
 ABSENT: Final = "absent"
 
 
+# The NodeResource status field of each resource.
+STATUS_FIELDS: Final = {BATCH_CPU: "batchCPU", BATCH_MEMORY: "batchMemory", MID_CPU: "midCPU",
+                        MID_MEMORY: "midMemory"}
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeBatch:
-    """The batch resources a Node offers now, as read from its status."""
+    """The batch and mid resources a Node offers now, as read from its status."""
 
-    values: Mapping[str, int] | None  # both resources, from allocatable; None unless both are there
-    present: bool  # any batch key in capacity or allocatable
-    consistent: bool  # capacity and allocatable hold the same batch keys and values
+    values: Mapping[str, int] | None  # the four resources, from allocatable; None unless all are there
+    present: bool  # any of their keys in capacity or allocatable
+    consistent: bool  # capacity and allocatable hold the same of these keys and values
 
 
 def _batch_keys(resources: Any) -> dict[str, int | None]:
     if not isinstance(resources, Mapping):
         return {}
     found: dict[str, int | None] = {}
-    for key in BATCH_RESOURCES:
+    for key in OFFERED_RESOURCES:
         if key in resources:
             try:
                 found[key] = int(parse_quantity(resources[key]))
@@ -64,8 +76,8 @@ def batch_on_node(node: Mapping[str, Any]) -> NodeBatch:
     capacity = _batch_keys(status.get("capacity"))
     allocatable = _batch_keys(status.get("allocatable"))
     present = bool(capacity or allocatable)
-    complete = all(allocatable.get(key) is not None for key in BATCH_RESOURCES)
-    values = {key: int(allocatable[key] or 0) for key in BATCH_RESOURCES} if complete else None
+    complete = all(allocatable.get(key) is not None for key in OFFERED_RESOURCES)
+    values = {key: int(allocatable[key] or 0) for key in OFFERED_RESOURCES} if complete else None
     return NodeBatch(values, present, capacity == allocatable)
 
 
@@ -77,7 +89,7 @@ class NodeWrite:
 
 def decide_node_write(on_node: NodeBatch, desired: Mapping[str, int] | None, *, last_write: float | None,
                       now: float, diff_threshold: float, update_after: float) -> NodeWrite:
-    """Whether to patch the Node so it offers `desired` (None: no batch resources).
+    """Whether to patch the Node so it offers `desired` (the four resources; None: none of them).
 
     `last_write` and `now` are on one clock (seconds); `last_write` None means unknown, which
     counts as long ago.
@@ -89,9 +101,9 @@ def decide_node_write(on_node: NodeBatch, desired: Mapping[str, int] | None, *, 
         return NodeWrite(True, ADD)
     if not on_node.consistent:
         return NodeWrite(True, REPAIR)
-    if all(current[key] == desired[key] for key in BATCH_RESOURCES):
+    if all(current[key] == desired[key] for key in OFFERED_RESOURCES):
         return NodeWrite(False, UNCHANGED)
-    if any(abs(desired[key] - current[key]) > current[key] * diff_threshold for key in BATCH_RESOURCES):
+    if any(abs(desired[key] - current[key]) > current[key] * diff_threshold for key in OFFERED_RESOURCES):
         return NodeWrite(True, CHANGE)
     if last_write is None or now - last_write > update_after:
         return NodeWrite(True, REFRESH)
@@ -99,19 +111,19 @@ def decide_node_write(on_node: NodeBatch, desired: Mapping[str, int] | None, *, 
 
 
 def node_status_patch(desired: Mapping[str, int] | None) -> dict[str, Any]:
-    """A JSON merge patch of `nodes/{name}/status`: set both resources in both lists, or remove them.
+    """A JSON merge patch of `nodes/{name}/status`: set the four resources in both lists, or remove them.
 
-    Only the batch keys are named, so cpu, memory, pods and extended resources the kubelet or
+    Only their keys are named, so cpu, memory, pods and extended resources the kubelet or
     device plugins own are left alone.
     """
     values: dict[str, str | None] = {key: (str(int(desired[key])) if desired is not None else None)
-                                     for key in BATCH_RESOURCES}
+                                     for key in OFFERED_RESOURCES}
     return {"status": {"capacity": dict(values), "allocatable": dict(values)}}
 
 
 def shown_batch(shown: Mapping[str, Any] | None, on_node: Mapping[str, int] | None,
                 diff_threshold: float) -> Mapping[str, int] | None:
-    """The batch values a NodeResource status shows: what the Node offers, by the Node's own rule.
+    """The values a NodeResource status shows: what the Node offers, by the Node's own rule.
 
     `shown` is the stored status. Its figures stand while the Node's are within `diff_threshold` of
     them (the refresh that rewrites the Node every updateTimeThresholdSeconds moves it by less),
@@ -120,10 +132,10 @@ def shown_batch(shown: Mapping[str, Any] | None, on_node: Mapping[str, int] | No
     """
     if on_node is None or not shown:
         return on_node
-    before = {BATCH_CPU: shown.get("batchCPU"), BATCH_MEMORY: shown.get("batchMemory")}
+    before = {key: shown.get(field) for key, field in STATUS_FIELDS.items()}
     if any(not isinstance(value, int) for value in before.values()):
         return on_node
     if any(abs(on_node[key] - int(before[key] or 0)) > int(before[key] or 0) * diff_threshold
-           for key in BATCH_RESOURCES):
+           for key in OFFERED_RESOURCES):
         return on_node
     return {key: int(value or 0) for key, value in before.items()}

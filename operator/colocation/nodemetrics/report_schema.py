@@ -141,6 +141,13 @@ class HostApplicationMetricInfo(TypedDict):
     qos: NotRequired[QoSClass | None]
 
 
+@with_config(_SCHEMA_CONFIG)
+class ReclaimableMetric(TypedDict):
+    """What prod pods requested but are predicted not to use (Koordinator's ReclaimableMetric)."""
+
+    resource: NotRequired[ResourceMap]
+
+
 _Pods = Annotated[Annotated[list[Annotated[PodMetricInfo, AfterValidator(_without_nulls)]],
                             Field(max_length=MAX_PODS)] | None,
                   AfterValidator(_pods_are_unique)]
@@ -154,6 +161,7 @@ class NodeMetricStatus(TypedDict):
     hostApplicationMetric: NotRequired[
         Annotated[list[Annotated[HostApplicationMetricInfo, AfterValidator(_without_nulls)]],
                   Field(max_length=MAX_HOST_APPLICATIONS)] | None]
+    prodReclaimableMetric: NotRequired[Annotated[ReclaimableMetric, AfterValidator(_without_nulls)] | None]
 
 
 @with_config(_SCHEMA_CONFIG)

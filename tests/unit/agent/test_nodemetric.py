@@ -11,7 +11,14 @@ import pytest
 from colocation.agent.aggregate import AggregatedUsage, Usage
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import PodSample, Sample
-from colocation.agent.nodemetric import PodUsage, build_node_metric, go_duration, match_pods
+from colocation.agent.nodemetric import (
+    PodUsage,
+    build_node_metric,
+    go_duration,
+    match_pods,
+    prod_pods_of,
+    prod_requests,
+)
 from colocation.koordinator.collect_policy import duration_seconds as parse_go_duration
 from colocation.nodemetrics.report_schema import validate_report
 
@@ -76,3 +83,31 @@ def test_pods_are_matched_by_uid_else_by_name_and_unknown_cgroups_are_left_out()
                          {("default", "web-0"): web, ("batch", "job-0"): job}, latest)
     assert sorted((m.info.name, m.usage) for m in matched) == [("job-0", Usage(200, 2 * MI)),
                                                                ("web-0", Usage(100, MI))]
+
+
+def test_prod_reclaimable_is_reported_when_predicted_and_the_leader_keeps_it() -> None:
+    report = build_node_metric("node-a", update_time=AT, node_usage=Usage(0, 0),
+                               prod_reclaimable=Usage(1500, 3 * GI))
+    assert report["status"]["prodReclaimableMetric"] == {"resource": {"resources": {"cpu": "1500m", "memory": "3Gi"}}}
+    stored = orjson.loads(validate_report(orjson.dumps(report), "node-a").status_json)
+    assert stored["prodReclaimableMetric"] == report["status"]["prodReclaimableMetric"]
+    assert "prodReclaimableMetric" not in build_node_metric("node-a", update_time=AT, node_usage=Usage(0, 0))["status"]
+
+
+def test_the_predictor_sees_only_prod_pods_by_uid_or_by_name() -> None:
+    web = PodInfo(uid="u-web", namespace="shop", name="web", priority="koord-prod", qos="LS",
+                  cpu_request_millis=2000, memory_request_bytes=GI)
+    cache = PodInfo(uid="u-cache", namespace="shop", name="cache", priority="koord-mid", qos="LS",
+                    cpu_request_millis=1000, memory_request_bytes=GI)
+    named = PodInfo(uid="", namespace="shop", name="api", priority="koord-prod", qos="LS",
+                    cpu_request_millis=500, memory_request_bytes=MI)
+    sample = Sample(AT, 0, 0, pods=(
+        PodSample("u-web", 700, 100 * MI, "web", cpu_measured=False),
+        PodSample("u-cache", 900, 200 * MI, "cache"),
+        PodSample("x", 300, 50 * MI, "api", namespace="shop", name="api"),
+        PodSample("unknown", 1, 1, "gone")))
+    by_uid = {"u-web": web, "u-cache": cache}
+    by_name = {("shop", "web"): web, ("shop", "cache"): cache, ("shop", "api"): named}
+    assert sorted(prod_pods_of(sample, by_uid, by_name)) == [
+        (("shop", "api"), 300, 50 * MI), (("shop", "web"), None, 100 * MI)]  # unmeasured cpu: None
+    assert prod_requests(by_name) == {("shop", "web"): Usage(2000, GI), ("shop", "api"): Usage(500, MI)}

@@ -9,11 +9,13 @@ from typing import Any
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.batch_cgroup_reconciler import BatchCgroupReconciler
 from colocation.agent.cgroup_writer import CgroupWriter
-from colocation.agent.collector import Sample
+from colocation.agent.collector import PodSample, Sample
 from colocation.agent.cpu_suppressor import CpuSuppressor
 from colocation.agent.enforcement import NodeEnforcement
 from colocation.agent.leader_locator import LeaderLocator
-from colocation.agent.runtime import NodeAgent
+from colocation.agent.peak_predictor import PredictorOptions
+from colocation.agent.runtime import NodeAgent, NodeAgentOptions, track_agents
+from colocation.apimachinery.quantity import byte_value, cpu_millis
 from tests.unit.agent import test_batch_cgroup_reconciler as batch
 from tests.unit.agent.test_cpu_suppressor import TREES, build, sample
 
@@ -119,3 +121,50 @@ async def test_pods_are_kept_for_batch_cgroups_only_when_the_agent_writes_them(t
     await agent.pods.on_sync([BATCH_POD], "1")
     assert agent.pods.batch == {}
     assert batch.BATCH_UID in agent.pods.by_uid
+
+
+PROD_POD = {
+    "metadata": {"uid": "u-web", "namespace": "shop", "name": "web"},
+    "spec": {"nodeName": "node-a", "containers": [{"name": "main", "resources": {
+        "requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}}}]},
+    "status": {"phase": "Running"}}
+
+
+class ClockedCollector:
+    """The web pod using 1 cpu and 2Gi, at the agent's wall clock."""
+
+    def sample(self, now: float) -> Sample:
+        return Sample(timestamp=now, node_cpu_millis=1500, node_memory_bytes=3 * 2**30, pods=(
+            PodSample("u-web", 1000, 2 * 2**30, "kubepods/podu-web"),))
+
+
+async def test_reports_say_what_prod_pods_leave_once_past_their_cold_start() -> None:
+    clock = [1.8e9]
+
+    async def no_put(*args: Any) -> tuple[int, Any]:
+        raise AssertionError("no report expected")
+
+    agent = NodeAgent("node-a", NoKube(), ClockedCollector(), locator=LeaderLocator(NoKube()), direct=no_put,
+                      metrics=AgentMetrics(), wall=lambda: clock[0],
+                      options=NodeAgentOptions(prediction=PredictorOptions(cold_start=60.0)))
+    await agent.pods.on_sync([PROD_POD], "1")
+    for _ in range(30):
+        agent.collect_once()
+        clock[0] += 1
+    snapshot = agent.snapshot()
+    assert snapshot is not None
+    # Within its cold start, the pod's whole request is its peak: nothing to reclaim yet.
+    assert snapshot.body["status"]["prodReclaimableMetric"] == {"resource": {"resources": {"cpu": "0", "memory": "0"}}}
+    for _ in range(60):
+        agent.collect_once()
+        clock[0] += 1
+    snapshot = agent.snapshot()
+    assert snapshot is not None
+    resources = snapshot.body["status"]["prodReclaimableMetric"]["resource"]["resources"]
+    # 4 cpus requested, 1 used: about 4 - 1.1 (the peak plus 10 %), rounded by the histogram's buckets.
+    assert 2800 <= cpu_millis(resources["cpu"]) <= 2900
+    assert 5 * 2**30 < byte_value(resources["memory"]) < int(5.8 * 2**30)
+    # The same figure on the agent's /metrics.
+    track_agents(agent.metrics, [agent])
+    exported = agent.metrics.registry.get_sample_value("colocation_agent_prod_reclaimable", {"resource": "cpu"})
+    assert exported == cpu_millis(resources["cpu"]) / 1000

@@ -15,6 +15,8 @@ from colocation.controllers.nodewrite import batch_on_node, decide_node_write, n
 from colocation.controllers.writers import merge_patch
 
 CPU, MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
+MID_CPU, MID_MEMORY = "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory"
+NO_MID = {MID_CPU: 0, MID_MEMORY: 0}
 
 
 def node(capacity: dict[str, str] | None = None, allocatable: dict[str, str] | None = None) -> dict[str, Any]:
@@ -23,13 +25,16 @@ def node(capacity: dict[str, str] | None = None, allocatable: dict[str, str] | N
                                                   "allocatable": {**base, **(allocatable or {})}}}
 
 
-def offering(cpu: int, memory: int) -> dict[str, Any]:
-    both = {CPU: str(cpu), MEMORY: str(memory)}
-    return node(both, both)
+def offering(cpu: int, memory: int, mid: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    four = {CPU: str(cpu), MEMORY: str(memory), MID_CPU: str(mid[0]), MID_MEMORY: str(mid[1])}
+    return node(four, four)
 
 
 def decide(current: dict[str, Any], desired: dict[str, int] | None, last_write: float | None = 1000.0,
            now: float = 1100.0) -> tuple[bool, str]:
+    """The decision for `desired` batch values (mid ones 0 unless given)."""
+    if desired is not None:
+        desired = {**NO_MID, **desired}
     decision = decide_node_write(batch_on_node(current), desired, last_write=last_write, now=now,
                                  diff_threshold=0.1, update_after=300.0)
     return decision.write, decision.reason
@@ -39,7 +44,7 @@ def decide(current: dict[str, Any], desired: dict[str, int] | None, last_write: 
 
 def test_batch_resources_are_read_from_the_node_as_integers() -> None:
     on_node = batch_on_node(offering(3500, 8 * 2**30))
-    assert on_node.values == {CPU: 3500, MEMORY: 8589934592}
+    assert on_node.values == {CPU: 3500, MEMORY: 8589934592, **NO_MID}
     assert on_node.present and on_node.consistent
     assert batch_on_node(node()).values is None and not batch_on_node(node()).present
 
@@ -76,19 +81,36 @@ def test_a_small_difference_is_written_once_the_last_write_is_old() -> None:
 
 
 def test_an_inconsistent_node_is_repaired() -> None:
-    skewed = node({CPU: "4000", MEMORY: "10000"}, {CPU: "3000", MEMORY: "10000"})
+    mid = {MID_CPU: "0", MID_MEMORY: "0"}
+    skewed = node({CPU: "4000", MEMORY: "10000", **mid}, {CPU: "3000", MEMORY: "10000", **mid})
     assert decide(skewed, {CPU: 3000, MEMORY: 10_000}) == (True, "repair")
-    half = node({CPU: "4000", MEMORY: "10000"}, {CPU: "4000", MEMORY: "10000"})
+    half = node({CPU: "4000", MEMORY: "10000", **mid}, {CPU: "4000", MEMORY: "10000", **mid})
     half["status"]["capacity"][CPU] = "not-a-quantity"
     assert decide(half, {CPU: 4000, MEMORY: 10_000}) == (True, "repair")
 
 
-def test_the_patch_names_only_the_batch_keys_in_capacity_and_allocatable() -> None:
-    assert node_status_patch({CPU: 3500, MEMORY: 8589934592}) == {"status": {
-        "capacity": {CPU: "3500", MEMORY: "8589934592"}, "allocatable": {CPU: "3500", MEMORY: "8589934592"}}}
-    # Removal: merge-patch nulls delete both keys from both lists, nothing else.
-    assert node_status_patch(None) == {"status": {"capacity": {CPU: None, MEMORY: None},
-                                                  "allocatable": {CPU: None, MEMORY: None}}}
+def test_the_patch_names_only_the_batch_and_mid_keys_in_capacity_and_allocatable() -> None:
+    four = {CPU: "3500", MEMORY: "8589934592", MID_CPU: "1200", MID_MEMORY: "1073741824"}
+    assert node_status_patch({CPU: 3500, MEMORY: 8589934592, MID_CPU: 1200, MID_MEMORY: 2**30}) == {
+        "status": {"capacity": four, "allocatable": four}}
+    # Removal: merge-patch nulls delete the four keys from both lists, nothing else.
+    gone = {CPU: None, MEMORY: None, MID_CPU: None, MID_MEMORY: None}
+    assert node_status_patch(None) == {"status": {"capacity": gone, "allocatable": gone}}
+
+
+def test_mid_resources_are_judged_like_batch_ones() -> None:
+    current = offering(4000, 10_000, mid=(2000, 5_000))
+    assert decide(current, {CPU: 4000, MEMORY: 10_000, MID_CPU: 2200, MID_MEMORY: 5_000}) == \
+        (False, "withinThreshold")  # 10 %: not more
+    assert decide(current, {CPU: 4000, MEMORY: 10_000, MID_CPU: 2201, MID_MEMORY: 5_000}) == (True, "change")
+    assert decide(current, {CPU: 4000, MEMORY: 10_000, MID_CPU: 2000, MID_MEMORY: 4_499}) == (True, "change")
+    # A Node written before mid resources existed (batch only) gets them added at once.
+    batch_only = node({CPU: "4000", MEMORY: "10000"}, {CPU: "4000", MEMORY: "10000"})
+    assert batch_on_node(batch_only).values is None and batch_on_node(batch_only).present
+    assert decide(batch_only, {CPU: 4000, MEMORY: 10_000}) == (True, "add")
+    # Removal takes mid resources away even when they are all that is left.
+    mid_only = node({MID_CPU: "1"}, {MID_CPU: "1"})
+    assert decide(mid_only, None) == (True, "remove")
 
 
 # ---- conditions --------------------------------------------------------------------------------------
@@ -118,12 +140,20 @@ def test_timestamps_alone_never_cost_a_status_write() -> None:
 
 
 def test_the_status_shows_the_nodes_batch_values_by_the_nodes_own_threshold() -> None:
-    stored = {"batchCPU": 5000, "batchMemory": 1000}
-    assert shown_batch(stored, {CPU: 5400, MEMORY: 1090}, 0.1) == {CPU: 5000, MEMORY: 1000}  # within 10 %
-    assert shown_batch(stored, {CPU: 5600, MEMORY: 1000}, 0.1) == {CPU: 5600, MEMORY: 1000}  # beyond
+    stored = {"batchCPU": 5000, "batchMemory": 1000, "midCPU": 2000, "midMemory": 500}
+    mid = {MID_CPU: 2000, MID_MEMORY: 500}
+    assert shown_batch(stored, {CPU: 5400, MEMORY: 1090, MID_CPU: 2100, MID_MEMORY: 540}, 0.1) == {
+        CPU: 5000, MEMORY: 1000, **mid}  # within 10 %
+    assert shown_batch(stored, {CPU: 5600, MEMORY: 1000, **mid}, 0.1) == {CPU: 5600, MEMORY: 1000, **mid}  # beyond
+    assert shown_batch(stored, {CPU: 5000, MEMORY: 1000, MID_CPU: 2300, MID_MEMORY: 500}, 0.1) == {
+        CPU: 5000, MEMORY: 1000, MID_CPU: 2300, MID_MEMORY: 500}  # a mid move beyond counts too
     assert shown_batch(stored, None, 0.1) is None  # removed from the Node
-    assert shown_batch({}, {CPU: 1, MEMORY: 2}, 0.1) == {CPU: 1, MEMORY: 2}  # appears
-    assert shown_batch({"batchCPU": 0, "batchMemory": 0}, {CPU: 1, MEMORY: 0}, 0.1) == {CPU: 1, MEMORY: 0}
+    assert shown_batch({}, {CPU: 1, MEMORY: 2, **NO_MID}, 0.1) == {CPU: 1, MEMORY: 2, **NO_MID}  # appears
+    # A status written before mid resources existed shows the Node's figures at once.
+    assert shown_batch({"batchCPU": 1, "batchMemory": 2}, {CPU: 1, MEMORY: 2, **mid}, 0.1) == {
+        CPU: 1, MEMORY: 2, **mid}
+    zero = {"batchCPU": 0, "batchMemory": 0, "midCPU": 0, "midMemory": 0}
+    assert shown_batch(zero, {CPU: 1, MEMORY: 0, **NO_MID}, 0.1) == {CPU: 1, MEMORY: 0, **NO_MID}
 
 
 # ---- the NodeResource status ---------------------------------------------------------------------------
@@ -141,12 +171,14 @@ def evaluation(h: NodeHealth, computed: dict[str, int] | None = None, reason: st
 
 def test_a_healthy_node_shows_what_the_node_offers_not_the_latest_figure() -> None:
     # The formula says 3600m now; the Node offers 3500m (the move is within the threshold).
-    status = render_status(evaluation(health(), {CPU: 3600, MEMORY: 2**30}, on_node={CPU: 3500, MEMORY: 2**30}),
-                           None, "T1")
+    mid = {MID_CPU: 1250, MID_MEMORY: 512 * 2**20}
+    status = render_status(evaluation(health(), {CPU: 3600, MEMORY: 2**30, **mid},
+                                      on_node={CPU: 3500, MEMORY: 2**30, **mid}), None, "T1")
     assert status["batchCPU"] == 3500 and status["batchMemory"] == 2**30 and status["healthy"] is True
+    assert status["midCPU"] == 1250 and status["midMemory"] == 512 * 2**20
     # The same figures for `kubectl get noderesources`, whose columns show fields as stored.
-    assert status["display"] == {"batchCPU": "3.50", "batchMemory": "1.00Gi"}
-    assert status["message"] == "offering batch cpu 3500m and memory 1Gi"
+    assert status["display"] == {"batchCPU": "3.50", "batchMemory": "1.00Gi", "midCPU": "1.25", "midMemory": "512Mi"}
+    assert status["message"] == "offering batch cpu 3500m and memory 1Gi, mid cpu 1250m and memory 512Mi"
     assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
         ("AgentReady", "True", "AgentHeard"), ("MetricsFresh", "True", "MetricsReported"),
         ("ColocationReady", "True", "BatchResourcesOffered"), ("Evicting", "False", "NotDue")]
@@ -170,7 +202,7 @@ def test_an_unhealthy_node_says_why_with_no_age_in_the_status() -> None:
 
 def test_an_unhealthy_node_whose_removal_failed_shows_what_its_node_still_offers() -> None:
     silent = health(False, agent=False, reason="AgentSilent")
-    status = render_status(evaluation(silent, None, on_node={CPU: 3500, MEMORY: 2**30}), None, "T1")
+    status = render_status(evaluation(silent, None, on_node={CPU: 3500, MEMORY: 2**30, **NO_MID}), None, "T1")
     assert (status["batchCPU"], status["batchMemory"], status["healthy"]) == (3500, 2**30, False)
     assert status["message"].endswith("batch resources not yet removed from the Node: the write failed and is retried")
     colocation = next(c for c in status["conditions"] if c["type"] == "ColocationReady")
@@ -178,8 +210,8 @@ def test_an_unhealthy_node_whose_removal_failed_shows_what_its_node_still_offers
 
 
 def test_a_disabled_node_whose_removal_failed_says_they_are_still_on_the_node() -> None:
-    status = render_status(evaluation(health(), None, "ColocationDisabled", on_node={CPU: 3500, MEMORY: 2**30}),
-                           None, "T1")
+    status = render_status(evaluation(health(), None, "ColocationDisabled",
+                                      on_node={CPU: 3500, MEMORY: 2**30, **NO_MID}), None, "T1")
     assert (status["batchCPU"], status["batchMemory"]) == (3500, 2**30)
     assert status["message"] == ("colocation is disabled for this node: no batch resources "
                                  "(not yet removed from the Node: the write failed and is retried)")

@@ -102,6 +102,9 @@ def test_reclaim_and_batch_cap_percentages_are_bounded_only_below(field: str) ->
     (ResourceThresholdStrategy, "cpuEvictBEUsageThresholdPercent", 0, 100),
     (CPUBurstStrategy, "cpuBurstPercent", 1, 10000),
     (CPUBurstStrategy, "sharePoolThresholdPercent", 0, 100),
+    (ColocationStrategy, "midCPUThresholdPercent", 0, 100),
+    (ColocationStrategy, "midMemoryThresholdPercent", 0, 100),
+    (ColocationStrategy, "midUnallocatedPercent", 0, 100),
 ])
 def test_the_other_percentages_keep_koordinators_bounds(
         model: type[Strategy], field: str, low: int, high: int) -> None:
@@ -110,3 +113,11 @@ def test_the_other_percentages_keep_koordinators_bounds(
     for outside in (low - 1, high + 1):
         with pytest.raises(ValueError, match=field):
             model.model_validate({field: outside})
+
+
+def test_mid_tier_keys_default_to_koordinators_values() -> None:
+    # Mid resources up to the whole node, and none of the unallocated share, unless configured.
+    strategy = ColocationStrategy()
+    assert (strategy.mid_cpu_threshold_percent, strategy.mid_memory_threshold_percent,
+            strategy.mid_unallocated_percent) == (100, 100, 0)
+    assert ColocationStrategy.model_validate({"midCPUThresholdPercent": 40}).mid_cpu_threshold_percent == 40

@@ -162,10 +162,10 @@ def resolves(schema: Mapping[str, Any], json_path: str) -> bool:
     return True
 
 
-def test_noderesource_prints_batch_resources_and_health(crds: dict[str, dict[str, Any]]) -> None:
+def test_noderesource_prints_batch_and_mid_resources_and_health(crds: dict[str, dict[str, Any]]) -> None:
     (version,) = crds["noderesources.slo.colocation.dev"]["spec"]["versions"]
     columns = [c for c in version["additionalPrinterColumns"] if c.get("priority", 0) == 0]
-    assert [c["name"] for c in columns] == ["BATCH-CPU", "BATCH-MEMORY", "HEALTHY", "AGE"]
+    assert [c["name"] for c in columns] == ["BATCH-CPU", "BATCH-MEMORY", "MID-CPU", "MID-MEMORY", "HEALTHY", "AGE"]
 
 
 @pytest.mark.parametrize("name", ["nodeslos.slo.colocation.dev", "noderesources.slo.colocation.dev"])

@@ -57,7 +57,7 @@ def causes(error: ApiError) -> list[tuple[str, str]]:
 def test_a_valid_report_yields_its_canonical_status_and_figures() -> None:
     body = report_body(pods=2)
     body["metadata"]["labels"] = {"ignored": "the store sets the Node's labels"}
-    body["status"]["prodReclaimableMetric"] = {"resource": {}}  # a Koordinator field we do not keep
+    body["status"]["nodeCPUInfo"] = {"coreNum": 4}  # not a field of ours: dropped
     body["status"]["podsMetric"][0]["extra"] = 1
     report = validate(body)
     assert report.name == "node-1"
@@ -70,6 +70,20 @@ def test_a_valid_report_yields_its_canonical_status_and_figures() -> None:
     assert status["podsMetric"][0] == {"namespace": "default", "name": "pod-0",
                                        "podUsage": resources("100m", "64Mi"), "priority": "koord-prod", "qos": "LS"}
     assert report.obj()["metadata"] == {"name": "node-1"}
+
+
+def test_prod_reclaimable_is_kept_after_the_other_fields() -> None:
+    body = report_body()
+    body["status"]["prodReclaimableMetric"] = {"resource": resources("4", "6Gi"), "extra": True}
+    status = orjson.loads(validate(body).status_json)
+    assert list(status)[-1] == "prodReclaimableMetric"
+    assert status["prodReclaimableMetric"] == {"resource": resources("4", "6Gi")}
+
+
+def test_a_null_prod_reclaimable_is_no_prediction() -> None:
+    body = report_body()
+    body["status"]["prodReclaimableMetric"] = None
+    assert "prodReclaimableMetric" not in orjson.loads(validate(body).status_json)
 
 
 def test_optional_parts_may_be_left_out_and_stay_out() -> None:

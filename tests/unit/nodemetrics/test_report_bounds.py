@@ -48,7 +48,8 @@ def report_body(**status: Any) -> dict[str, Any]:
                        "nodeMetric": {"nodeUsage": usage(), "systemUsage": usage(),
                                       "aggregatedNodeUsages": [{"duration": "5m0s", "usage": {"p90": usage()}}]},
                        "podsMetric": [{"namespace": "default", "name": "web", "podUsage": usage()}],
-                       "hostApplicationMetric": [{"name": "containerd", "usage": usage()}], **status}}
+                       "hostApplicationMetric": [{"name": "containerd", "usage": usage()}],
+                       "prodReclaimableMetric": {"resource": usage()}, **status}}
 
 
 def at(body: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
@@ -83,6 +84,8 @@ QUANTITY_PATHS: list[tuple[list[Any], str]] = [
     (["status", "podsMetric", 0, "podUsage", "resources", "cpu"], "status.podsMetric[0].podUsage.resources[cpu]"),
     (["status", "hostApplicationMetric", 0, "usage", "resources", "memory"],
      "status.hostApplicationMetric[0].usage.resources[memory]"),
+    (["status", "prodReclaimableMetric", "resource", "resources", "cpu"],
+     "status.prodReclaimableMetric.resource.resources[cpu]"),
 ]
 
 
