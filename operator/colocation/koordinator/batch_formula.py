@@ -22,7 +22,7 @@ BATCH_CPU = "kubernetes.io/batch-cpu"
 BATCH_MEMORY = "kubernetes.io/batch-memory"
 RESERVATION_ANNOTATION = "node.koordinator.sh/reservation"
 
-_COUNTED_PHASES = frozenset({"Running", "Pending", None, ""})
+COUNTED_PHASES = frozenset({"Running", "Pending", None, ""})
 
 
 def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
@@ -111,7 +111,7 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
     if not colocation.enable or node_metric is None:
         return None
     status = node_metric.get("status") or {}
-    updated = _timestamp(status.get("updateTime"))
+    updated = metric_time(status.get("updateTime"))
     metric = status.get("nodeMetric")
     if updated is None or not isinstance(metric, Mapping):
         return None
@@ -126,10 +126,10 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
 
     hp = _high_priority_pods(pods, status.get("podsMetric") or [])
     host_applications = status.get("hostApplicationMetric") or []
-    host_hp_used = total(Amount.of(_resources(app.get("usage"))) for app in host_applications
+    host_hp_used = total(Amount.of(resources_of(app.get("usage"))) for app in host_applications
                          if is_high_priority(app.get("priority"), app.get("qos")))
-    system_usage = _system_usage(metric, status.get("podsMetric") or [], host_applications)
-    system_used = (system_usage + host_hp_used).max(node_reserved)
+    measured_system = system_usage(metric, status.get("podsMetric") or [], host_applications)
+    system_used = (measured_system + host_hp_used).max(node_reserved)
 
     margin = Amount(_ceil_percent(capacity.cpu, 100 - colocation.cpu_reclaim_threshold_percent),
                     _ceil_percent(capacity.memory, 100 - colocation.memory_reclaim_threshold_percent))
@@ -160,7 +160,7 @@ def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any
     metrics = {(m.get("namespace"), m.get("name")): m for m in pod_metrics if isinstance(m, Mapping)}
     hp = _HighPriority()
     for pod in pods:
-        if (pod.get("status") or {}).get("phase") not in _COUNTED_PHASES:
+        if (pod.get("status") or {}).get("phase") not in COUNTED_PHASES:
             continue  # its metric, if any, stays in `metrics`, as if the pod were gone
         meta = pod.get("metadata") or {}
         metric = metrics.pop((meta.get("namespace"), meta.get("name")), None)
@@ -172,27 +172,27 @@ def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any
             hp.used += request
             hp.max_usage_request += request
             continue
-        usage = Amount.of(_resources(metric.get("podUsage")))
+        usage = Amount.of(resources_of(metric.get("podUsage")))
         hp.used += Amount(request.cpu, usage.memory) if qos_of(pod) == "LSE" else usage
         hp.max_usage_request += request.max(usage)
     for metric in metrics.values():  # pods gone, not yet known, or no longer running
         if metric.get("priority") not in LOW_PRIORITY_CLASSES:
-            usage = Amount.of(_resources(metric.get("podUsage")))
+            usage = Amount.of(resources_of(metric.get("podUsage")))
             hp.used += usage
             hp.max_usage_request += usage
     return hp
 
 
-def _system_usage(metric: Mapping[str, Any], pod_metrics: list[Any], host_applications: list[Any]) -> Amount:
+def system_usage(metric: Mapping[str, Any], pod_metrics: list[Any], host_applications: list[Any]) -> Amount:
     if metric.get("systemUsage") is not None:
-        return Amount.of(_resources(metric.get("systemUsage")))
-    node_usage = Amount.of(_resources(metric.get("nodeUsage")))
-    pods_usage = total(Amount.of(_resources(m.get("podUsage"))) for m in pod_metrics if isinstance(m, Mapping))
-    apps_usage = total(Amount.of(_resources(a.get("usage"))) for a in host_applications)
+        return Amount.of(resources_of(metric.get("systemUsage")))
+    node_usage = Amount.of(resources_of(metric.get("nodeUsage")))
+    pods_usage = total(Amount.of(resources_of(m.get("podUsage"))) for m in pod_metrics if isinstance(m, Mapping))
+    apps_usage = total(Amount.of(resources_of(a.get("usage"))) for a in host_applications)
     return (node_usage - pods_usage - apps_usage).floored()
 
 
-def _resources(resource_map: Any) -> Mapping[str, Any]:
+def resources_of(resource_map: Any) -> Mapping[str, Any]:
     """The ResourceList of a NodeMetric ResourceMap ({"resources": {...}})."""
     if not isinstance(resource_map, Mapping):
         return {}
@@ -203,7 +203,7 @@ def _ceil_percent(value: int, percent: int) -> int:
     return -(-value * percent // 100)
 
 
-def _timestamp(value: Any) -> float | None:
+def metric_time(value: Any) -> float | None:
     """An RFC 3339 time (metav1.Time or MicroTime) as seconds since the epoch."""
     if not isinstance(value, str):
         return None

@@ -17,12 +17,12 @@ from colocation.koordinator.amounts import Amount, pod_requests, total
 # The batch formula's readings of a NodeMetric and of the reservation annotation: both formulas
 # must read the same report the same way (what a time, a resource map, the system usage is).
 from colocation.koordinator.batch_formula import (
-    _COUNTED_PHASES,
+    COUNTED_PHASES,
     RESERVATION_ANNOTATION,
-    _resources,
-    _system_usage,
-    _timestamp,
+    metric_time,
     reservation,
+    resources_of,
+    system_usage,
 )
 from colocation.koordinator.classes import PRIORITY_CLASSES, priority_of
 from colocation.koordinator.slo_strategies import ColocationStrategy
@@ -74,7 +74,7 @@ def calculate_mid_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str,
     if not colocation.enable or node_metric is None:
         return None
     status = node_metric.get("status") or {}
-    updated = _timestamp(status.get("updateTime"))
+    updated = metric_time(status.get("updateTime"))
     metric = status.get("nodeMetric")
     if updated is None or not isinstance(metric, Mapping):
         return None
@@ -86,15 +86,15 @@ def calculate_mid_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str,
     allocatable = Amount.of(node_status.get("allocatable"))
     annotations = (node.get("metadata") or {}).get("annotations") or {}
     host_applications = status.get("hostApplicationMetric") or []
-    above_mid_apps = total(Amount.of(_resources(app.get("usage"))) for app in host_applications
+    above_mid_apps = total(Amount.of(resources_of(app.get("usage"))) for app in host_applications
                            if isinstance(app, Mapping) and _above_mid(app.get("priority"), app.get("qos")))
-    system_used = _system_usage(metric, status.get("podsMetric") or [], host_applications) + above_mid_apps
+    system_used = system_usage(metric, status.get("podsMetric") or [], host_applications) + above_mid_apps
     reserved = (capacity - allocatable).floored().max(reservation(annotations.get(RESERVATION_ANNOTATION)))
     reserved = reserved.max(system_used)
     unallocated = (capacity - reserved - _prod_requests(pods)).floored()
 
-    reclaimable = Amount.of(_resources((status.get("prodReclaimableMetric") or {}).get("resource")))
-    unused = _node_unused(capacity, _resources(metric.get("nodeUsage")))
+    reclaimable = Amount.of(resources_of((status.get("prodReclaimableMetric") or {}).get("resource")))
+    unused = _node_unused(capacity, resources_of(metric.get("nodeUsage")))
     cpu = _mid_amount(reclaimable.cpu, unused.cpu, unallocated.cpu, colocation.mid_unallocated_percent,
                 capacity.cpu, colocation.mid_cpu_threshold_percent)
     memory = _mid_amount(reclaimable.memory, unused.memory, unallocated.memory, colocation.mid_unallocated_percent,
@@ -128,4 +128,4 @@ def _above_mid(priority: object, qos: object) -> bool:
 
 def _prod_requests(pods: Iterable[Mapping[str, Any]]) -> Amount:
     return total(pod_requests(pod) for pod in pods
-                 if (pod.get("status") or {}).get("phase") in _COUNTED_PHASES and priority_of(pod) == "koord-prod")
+                 if (pod.get("status") or {}).get("phase") in COUNTED_PHASES and priority_of(pod) == "koord-prod")
