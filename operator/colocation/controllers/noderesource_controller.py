@@ -94,7 +94,10 @@ class NodeResourceReconciler:
                                      settings.eviction_rate, settings.secondary_eviction_rate,
                                      settings.large_cluster_size_threshold)
         self.planner = EvictionPlanner(time.monotonic, rate=settings.eviction_rate)
-        self._metrics: dict[str, tuple[int, Obj]] = {}  # node -> (resourceVersion, parsed NodeMetric)
+        self._metrics: dict[str, tuple[int, str | None]] = {}  # node -> (resourceVersion, its updateTime)
+        # NodeMetrics parsed by this evaluation's observation, dropped at its end: kept between
+        # evaluations, a parsed 30-pod report would hold about 37 KiB per node (BENCHMARKS.md).
+        self._fresh: dict[str, Obj] = {}
         self._computed: dict[str, _Computed] = {}
         self._last_write: dict[str, float] = {}  # node -> wall time of our last Node write
         self._previous: dict[str, NodeHealth] = {}
@@ -116,11 +119,11 @@ class NodeResourceReconciler:
                 continue
             cached = self._metrics.get(name)
             if cached is None or cached[0] != entry.resource_version:
-                metric = orjson.loads(entry.body)
-                self._metrics[name] = (entry.resource_version, metric)
+                metric = self._fresh[name] = orjson.loads(entry.body)
+                update_time = (metric.get("status") or {}).get("updateTime")
+                self._metrics[name] = (entry.resource_version, str(update_time) if update_time else None)
                 # A report is the agent's heartbeat, as of when the store took it in.
-                self.tracker.observe_metric(name, (metric.get("status") or {}).get("updateTime"),
-                                            seen_at=entry.last_seen_monotonic)
+                self.tracker.observe_metric(name, update_time, seen_at=entry.last_seen_monotonic)
 
     def observe_lease(self, lease: Mapping[str, Any]) -> None:
         spec = lease.get("spec") or {}
@@ -150,10 +153,9 @@ class NodeResourceReconciler:
         # neither drop a node's batch resources nor keep them past degradeTimeMinutes).
         pods = self.state.pods_on(name)
         received_at = entry.received_at if entry else None
-        batch = calculate_batch_resources(node, pods, metric[1] if metric else None, strategy, now,
-                                          received_at=received_at)
-        mid = calculate_mid_resources(node, pods, metric[1] if metric else None, strategy, now,
-                                      received_at=received_at)
+        parsed = self._fresh.get(name) or (orjson.loads(entry.body) if entry else None)
+        batch = calculate_batch_resources(node, pods, parsed, strategy, now, received_at=received_at)
+        mid = calculate_mid_resources(node, pods, parsed, strategy, now, received_at=received_at)
         # Both drop their result in the same cases; written and removed together (nodewrite).
         values = {**batch, **mid} if batch is not None and mid is not None else None
         reason = ""
@@ -167,6 +169,13 @@ class NodeResourceReconciler:
     async def evaluate(self) -> None:
         started = time.perf_counter()
         self.tracker.degrade_after = self.config.parsed.colocation.cluster.degrade_time_minutes * 60.0
+        try:
+            await self._evaluate_observed()
+        finally:
+            self._fresh.clear()
+        self.metrics.reconcile_duration.observe(time.perf_counter() - started)
+
+    async def _evaluate_observed(self) -> None:
         self._observe()
         healths = {health.node: health for health in self.tracker.evaluate_all()}
         zones = {name: zone_of(self.state.nodes.get(name) or {}) for name in healths}
@@ -189,7 +198,6 @@ class NodeResourceReconciler:
         work += [self._evict(eviction) for eviction in plan.evictions]
         work += [self._started_draining(name, healths[name]) for name in plan.started if name in healths]
         await asyncio.gather(*work)
-        self.metrics.reconcile_duration.observe(time.perf_counter() - started)
 
     def _log_zone_changes(self, decision: GuardDecision) -> None:
         states = {name: (zone.state, zone.rate) for name, zone in decision.zones.items()}
@@ -233,8 +241,7 @@ class NodeResourceReconciler:
 
     def _metric_update_time(self, name: str) -> str | None:
         metric = self._metrics.get(name)
-        value = ((metric[1].get("status") or {}).get("updateTime")) if metric else None
-        return str(value) if value else None
+        return metric[1] if metric else None
 
     def _last_node_write(self, name: str, resource: Mapping[str, Any] | None) -> float | None:
         if name in self._last_write:

@@ -181,6 +181,20 @@ async def test_a_healthy_node_gets_its_noderesource_and_batch_resources() -> Non
     assert h.api.calls == []
 
 
+async def test_a_prod_pod_arriving_between_reports_moves_the_batch_figures_from_the_stored_report() -> None:
+    """The parsed report is not kept between evaluations (memory); a change of the node's pods
+    alone reads the stored report again."""
+    h = Harness(["n1"])
+    await healthy_pass(h, "n1")
+    assert h.offered("n1") == ("5500", "5905580032")
+    prod = pod("web", "n1", "koord-prod")
+    prod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2", "memory": "1Gi"}}
+    await h.state.pod_event("ADDED", prod)
+    h.renew("n1")
+    await h.evaluate()  # no new report: the pod has no metric, so its request counts
+    assert h.offered("n1") == ("3500", str(5905580032 - 1024**3))
+
+
 async def test_an_agent_whose_clock_is_an_hour_behind_still_gets_batch_resources() -> None:
     """Reports are aged by when the leader received them: an updateTime an hour old (beyond
     degradeTimeMinutes, 15) from a skewed agent clock does not make fresh figures outdated."""
