@@ -16,10 +16,12 @@ from typing import Any
 from colocation.apimachinery.objects import Obj
 from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
 from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION
+from colocation.koordinator.classes import PRIORITY_LABEL, QOS_LABEL
 
 PodKey = tuple[str, str]  # (namespace, name)
 
 _CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
+_CLASS_LABELS = (PRIORITY_LABEL, QOS_LABEL)  # the only labels priority and QoS are read from
 
 
 def slim_pod(pod: Mapping[str, Any]) -> Obj:
@@ -28,8 +30,10 @@ def slim_pod(pod: Mapping[str, Any]) -> Obj:
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     annotations = metadata.get("annotations") or {}
+    labels = metadata.get("labels") or {}
     slim_meta: Obj = {"name": metadata.get("name"), "namespace": metadata.get("namespace"),
-                      "uid": metadata.get("uid"), "labels": dict(metadata.get("labels") or {})}
+                      "uid": metadata.get("uid"),
+                      "labels": {key: labels[key] for key in _CLASS_LABELS if key in labels}}
     if MIRROR_POD_ANNOTATION in annotations:
         slim_meta["annotations"] = {MIRROR_POD_ANNOTATION: annotations[MIRROR_POD_ANNOTATION]}
     if metadata.get("deletionTimestamp"):
