@@ -25,7 +25,7 @@ def helm_binary() -> str | None:
 
 
 def helm(binary: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    # HOME-free: helm reads no repositories or plugins for a local chart.
+    # A local chart: helm template and lint read no repository, plugin or cluster.
     result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=HELM_TIMEOUT_SECONDS,
                             check=False)
     if check and result.returncode != 0:
