@@ -8,10 +8,12 @@ cannot drift apart.
 from __future__ import annotations
 
 import copy
+import tomllib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from colocation.sandbox.launcher.project_install import render_manifests
@@ -174,3 +176,8 @@ def test_the_release_namespace_cannot_be_one_the_chart_creates(helm_path: str) -
 def test_helm_lint_is_clean(helm_path: str, features: dict[str, object]) -> None:
     result = helm(helm_path, "lint", "--strict", str(CHART), *set_args(features))
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout, result.stdout
+
+
+def test_the_charts_app_version_is_the_packages() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
