@@ -1,6 +1,6 @@
 # colocation: set up and run everything from a fresh clone.
 #   make run    the sandbox: an in-memory Kubernetes API with the project installed
-#   make test   lint, type-check and every test: unit, e2e against the sandbox, and e2e against the
+#   make test   lint, type-check, helm lint the chart, and every test: unit, e2e against the sandbox, and e2e against the
 #               real control plane (built from Go modules by `make kube`; skipped, with a line
 #               that says so, where Go is missing)
 SHELL := /bin/bash
@@ -15,8 +15,10 @@ SANDBOX_DIR ?= .sandbox
 PYTEST_ARGS ?=
 
 KUBE_BUILD := hack/kube/build.sh
+HELM_BUILD := hack/helm/build.sh
+CHART := charts/colocation
 
-.PHONY: help venv run test lint typecheck unit fuzz e2e e2e-kube kube kubectl-ready bench e2e-kind clean
+.PHONY: help venv run test lint typecheck unit fuzz e2e e2e-kube kube kubectl-ready helm chart bench e2e-kind clean
 
 help:  ## show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -65,9 +67,23 @@ e2e-kube: $(STAMP) kubectl-ready  ## e2e tests against the real control plane (`
 	@if command -v go >/dev/null; then $(BIN)/pytest tests/e2e --apiserver kube $(PYTEST_ARGS); \
 	else echo "skip: e2e against the real control plane: Go 1.26 is not installed, so it cannot be built"; fi
 
-test: lint typecheck kubectl-ready  ## everything CI runs: lint, types, unit, e2e on the sandbox and on the real control plane
+test: lint typecheck kubectl-ready chart  ## everything CI runs: lint, types, unit, e2e on the sandbox and on the real control plane
 	$(BIN)/pytest tests/unit tests/e2e $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory e2e-kube
+
+helm:  ## build helm 4 from its Go module (cached in ~/.cache/colocation; cold: about 4 minutes)
+	@time $(HELM_BUILD) >/dev/null
+
+# helm lint and helm template on the chart, with every optional feature off and on; the unit tests
+# (tests/unit/charts) compare what it renders with manifests/.
+chart:  ## helm lint and helm template on charts/colocation (skipped, saying so, where Go is missing)
+	@if command -v go >/dev/null; then \
+	  $(MAKE) --no-print-directory helm; helm="$$($(HELM_BUILD))"; \
+	  for features in "" "features.resourceMetrics=true,features.customMetrics=true,features.nodeQoSEnforcement=true"; do \
+	    "$$helm" lint --strict $(CHART) $${features:+--set $$features}; \
+	    "$$helm" template colocation $(CHART) $${features:+--set $$features} >/dev/null; \
+	  done; echo "chart: helm lint and helm template passed"; \
+	else echo "skip: helm lint and helm template of $(CHART): Go 1.26 is not installed, so helm cannot be built"; fi
 
 bench: $(STAMP)  ## benchmarks; writes BENCHMARKS.md
 	$(BIN)/python -m benchmarks.run

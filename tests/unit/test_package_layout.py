@@ -42,8 +42,9 @@ def test_no_docstring_cites_a_design_document_outside_the_repository() -> None:
     assert (ROOT / "docs" / "architecture.md").is_file()
 
 
-# Folders of tests/unit for what lives beside the package: the benchmarks' code and the manifests.
-OUTSIDE_THE_PACKAGE = ("benchmarks", "manifests")
+# Folders of tests/unit for what lives beside the package: the benchmarks' code, the manifests and
+# the Helm chart.
+OUTSIDE_THE_PACKAGE = ("benchmarks", "manifests", "charts")
 
 
 def test_unit_tests_mirror_the_package() -> None:

@@ -109,6 +109,10 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         categories=("api-extensions",), subresources=_STATUS, tracks_generation=True),
     _rt("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
         "ValidatingAdmissionPolicyBinding", False, categories=("api-extensions",), tracks_generation=True),
+    # Stored and served, not used: the sandbox has no priority and fairness (manifests/flowcontrol.yaml).
+    _rt("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", "FlowSchema", False, subresources=_STATUS),
+    _rt("flowcontrol.apiserver.k8s.io", "v1", "prioritylevelconfigurations", "PriorityLevelConfiguration", False,
+        subresources=_STATUS),
     _rt("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     _rt("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
     _rt("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),

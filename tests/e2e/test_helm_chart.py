@@ -1,0 +1,138 @@
+"""`helm install` of charts/colocation on the real control plane, then `helm uninstall`.
+
+The sandbox (`--apiserver kube --nodes 0 --operators 0`) starts kube-apiserver, its aggregator,
+the controllers and this machine's node, whose kubelet runs the pods of our image as processes.
+The test removes the kubectl install the sandbox made (CRDs too), so that the chart installs into
+a cluster without the project, as a user's helm install would; then the chart's own Deployment
+pods must serve the NodeMetric API for its APIService to become Available.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.e2e.conftest import REPO, Kubectl, apiserver_kind, sandbox_kind_args
+from tests.e2e.kube import TIME_FACTOR, start_sandbox_process
+from tests.unit.charts.helm_chart import CHART, RELEASE, SKIP_REASON, helm_binary, render
+
+pytestmark = pytest.mark.kubectl
+
+APISERVICE = "v1alpha1.metrics.colocation.dev"
+RESOURCE_METRICS_APISERVICE = "v1beta1.metrics.k8s.io"
+CRDS = ("nodeslos.slo.colocation.dev", "noderesources.slo.colocation.dev")
+RELEASE_NAMESPACE = "default"
+
+
+@pytest.fixture(scope="module")
+def helm_path(request: pytest.FixtureRequest) -> str:
+    if apiserver_kind(request.config) != "kube":
+        pytest.skip("kube only: the builtin sandbox runs its operator replicas itself, not from the "
+                    "Deployment's pods, so nothing would serve the chart's APIService")
+    binary = helm_binary()
+    if binary is None:
+        pytest.skip(SKIP_REASON)
+    return binary
+
+
+@pytest.fixture(scope="module")
+def cluster(helm_path: str, request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    state = tmp_path_factory.mktemp("helm-chart")
+    args = [*sandbox_kind_args(request.config), "--nodes", "0", "--operators", "0",
+            "--no-serve-resource-metrics", "--no-serve-custom-metrics"]
+    with start_sandbox_process(state, args) as kubeconfig:
+        yield kubeconfig
+
+
+class Helm:
+    def __init__(self, binary: str, kubectl: Kubectl) -> None:
+        self.binary = binary
+        self.kubectl = kubectl  # for its environment: the cluster, and a HOME of the test's own
+
+    def run(self, *args: str, timeout: float = 60) -> str:
+        env = {**os.environ, "KUBECONFIG": str(self.kubectl.kubeconfig), "HOME": str(self.kubectl.cache_dir),
+               "HELM_CACHE_HOME": str(self.kubectl.cache_dir / "helm")}
+        result = subprocess.run([self.binary, *args, "--namespace", RELEASE_NAMESPACE], capture_output=True,
+                                text=True, env=env, timeout=timeout * TIME_FACTOR, check=False)
+        assert result.returncode == 0, f"helm {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+        return result.stdout
+
+
+def resource_of(obj: dict[str, Any]) -> str:
+    """kubectl's name for the object's type, unambiguous: kind.group (kubectl resolves the kind)."""
+    group = obj["apiVersion"].rpartition("/")[0]
+    return f"{obj['kind'].lower()}.{group}" if group else obj["kind"].lower()
+
+
+def existing(kubectl: Kubectl, objects: list[dict[str, Any]]) -> list[str]:
+    found = []
+    for obj in objects:
+        namespace = obj["metadata"].get("namespace")
+        out = kubectl.run("get", resource_of(obj), obj["metadata"]["name"], "--ignore-not-found", "-o", "name",
+                          *(["-n", namespace] if namespace else [])).stdout.strip()
+        if out:
+            found.append(f"{namespace or ''}/{out}")
+    return found
+
+
+def uninstall_kubectl_install(kubectl: Kubectl) -> None:
+    """What the sandbox applied with kubectl, so that the chart owns every object it installs."""
+    kubectl.run("delete", "-k", str(REPO / "manifests"), "--ignore-not-found", "--wait=true", "--timeout=300s",
+                timeout=330 * TIME_FACTOR)
+    kubectl.run("delete", "-f", str(REPO / "crds"), "--ignore-not-found", "--wait=true", "--timeout=120s",
+                timeout=150 * TIME_FACTOR)
+
+
+def test_helm_install_upgrade_and_uninstall(helm_path: str, cluster: Path, kubectl: Kubectl) -> None:
+    kubectl = Kubectl(kubectl.binary, cluster, kubectl.cache_dir)
+    helm = Helm(helm_path, kubectl)
+    objects = render(helm_path, namespace=RELEASE_NAMESPACE)
+    uninstall_kubectl_install(kubectl)
+    assert existing(kubectl, objects) == []
+
+    helm.run("install", RELEASE, str(CHART), timeout=300)
+    # helm installs crds/ first, then every object of the templates.
+    kubectl.run("wait", "--for=condition=Established", *(f"crd/{name}" for name in CRDS), "--timeout=60s")
+    assert len(existing(kubectl, objects)) == len(objects)
+    waited = kubectl.run("wait", "--for=condition=Available", f"apiservice/{APISERVICE}",
+                         f"--timeout={int(180 * TIME_FACTOR)}s", timeout=200 * TIME_FACTOR).stdout
+    assert waited.strip() == f"apiservice.apiregistration.k8s.io/{APISERVICE} condition met"
+    # Served by the chart's operator pods, through the aggregator (no agent runs: an empty list).
+    assert kubectl.run("get", "nodemetrics", "-o", "name").returncode == 0
+    status = orjson.loads(helm.run("status", RELEASE, "-o", "json"))
+    assert status["info"]["status"] == "deployed"
+
+    # An upgrade that turns a feature on: its APIService is registered and the rolled-out operator
+    # pods serve it (the old leader hands its Lease over).
+    helm.run("upgrade", RELEASE, str(CHART), "--reuse-values", "--set", "features.resourceMetrics=true",
+             timeout=300)
+    objects = render(helm_path, {"features.resourceMetrics": True}, namespace=RELEASE_NAMESPACE)
+    # The rollout is over once only new pods are left (`kubectl rollout status` never returns for
+    # this Deployment: only the leader is Ready, docs/install.md); until then a read may still land
+    # on an old replica, which does not serve metrics.k8s.io, or on a stopping one.
+    for field in ("updatedReplicas", "replicas"):
+        kubectl.run("wait", f"--for=jsonpath={{.status.{field}}}=2", "deployment/colocation-operator",
+                    "-n", "colocation-system", f"--timeout={int(180 * TIME_FACTOR)}s", timeout=200 * TIME_FACTOR)
+    kubectl.run("wait", "--for=condition=Available", f"apiservice/{RESOURCE_METRICS_APISERVICE}",
+                f"--timeout={int(180 * TIME_FACTOR)}s", timeout=200 * TIME_FACTOR)
+    deadline = time.monotonic() + 60 * TIME_FACTOR
+    while (read := kubectl.run("get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes", check=False)).returncode:
+        assert time.monotonic() < deadline, f"metrics.k8s.io not served after the upgrade: {read.stderr}"
+    assert orjson.loads(read.stdout)["kind"] == "NodeMetricsList"
+    assert orjson.loads(helm.run("status", RELEASE, "-o", "json"))["version"] == 2
+
+    helm.run("uninstall", RELEASE, "--wait", "--timeout=300s", timeout=330)
+    deadline = time.monotonic() + 120 * TIME_FACTOR
+    while left := existing(kubectl, objects):  # namespaces may still be terminating
+        assert time.monotonic() < deadline, f"left behind by helm uninstall: {left}"
+    # Helm never deletes what crds/ installed: NodeSLOs and NodeResources outlive the release.
+    assert kubectl.run("get", *(f"crd/{name}" for name in CRDS), "-o", "name").stdout.split() == [
+        f"customresourcedefinition.apiextensions.k8s.io/{name}" for name in CRDS]
