@@ -107,16 +107,10 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
       overhead (Kubernetes' PodRequests); a container limit without a request counts as the
       request (API defaulting).
     """
-    colocation = strategy if isinstance(strategy, ColocationStrategy) else ColocationStrategy.model_validate(strategy)
-    if not colocation.enable or node_metric is None:
+    usable = usable_metric(node_metric, strategy, now, received_at)
+    if usable is None:
         return None
-    status = node_metric.get("status") or {}
-    updated = metric_time(status.get("updateTime"))
-    metric = status.get("nodeMetric")
-    if updated is None or not isinstance(metric, Mapping):
-        return None
-    if now > (updated if received_at is None else received_at) + colocation.degrade_time_minutes * 60:
-        return None
+    colocation, status, metric = usable
 
     node_status = node.get("status") or {}
     capacity = Amount.of(node_status.get("capacity"))
@@ -181,6 +175,25 @@ def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any
             hp.used += usage
             hp.max_usage_request += usage
     return hp
+
+
+def usable_metric(node_metric: Mapping[str, Any] | None, strategy: Mapping[str, Any] | ColocationStrategy,
+                  now: float, received_at: float | None) -> tuple[ColocationStrategy, Mapping[str, Any],
+                                                                  Mapping[str, Any]] | None:
+    """(the strategy, the report's status, its nodeMetric), or None when the formulas offer
+    nothing: colocation disabled, no metric, no updateTime or nodeMetric, or older than
+    degradeTimeMinutes (by `received_at` when given, else updateTime)."""
+    colocation = strategy if isinstance(strategy, ColocationStrategy) else ColocationStrategy.model_validate(strategy)
+    if not colocation.enable or node_metric is None:
+        return None
+    status = node_metric.get("status") or {}
+    updated = metric_time(status.get("updateTime"))
+    metric = status.get("nodeMetric")
+    if updated is None or not isinstance(metric, Mapping):
+        return None
+    if now > (updated if received_at is None else received_at) + colocation.degrade_time_minutes * 60:
+        return None
+    return colocation, status, metric
 
 
 def system_usage(metric: Mapping[str, Any], pod_metrics: list[Any], host_applications: list[Any]) -> Amount:

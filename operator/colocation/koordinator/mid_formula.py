@@ -19,10 +19,10 @@ from colocation.koordinator.amounts import Amount, pod_requests, total
 from colocation.koordinator.batch_formula import (
     COUNTED_PHASES,
     RESERVATION_ANNOTATION,
-    metric_time,
     reservation,
     resources_of,
     system_usage,
+    usable_metric,
 )
 from colocation.koordinator.classes import PRIORITY_CLASSES, priority_of
 from colocation.koordinator.slo_strategies import ColocationStrategy
@@ -70,16 +70,10 @@ def calculate_mid_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str,
     Defaults: midCPUThresholdPercent 100, midMemoryThresholdPercent 100, midUnallocatedPercent 0.
     Koordinator's "static" midReclaimMode (a fixed share of capacity) is not modelled.
     """
-    colocation = strategy if isinstance(strategy, ColocationStrategy) else ColocationStrategy.model_validate(strategy)
-    if not colocation.enable or node_metric is None:
+    usable = usable_metric(node_metric, strategy, now, received_at)
+    if usable is None:
         return None
-    status = node_metric.get("status") or {}
-    updated = metric_time(status.get("updateTime"))
-    metric = status.get("nodeMetric")
-    if updated is None or not isinstance(metric, Mapping):
-        return None
-    if now > (updated if received_at is None else received_at) + colocation.degrade_time_minutes * 60:
-        return None
+    colocation, status, metric = usable
 
     node_status = node.get("status") or {}
     capacity = Amount.of(node_status.get("capacity"))
