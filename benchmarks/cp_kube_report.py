@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from benchmarks.cp_kube import KubeCostReport, crd_interval
+from benchmarks.cp_kube import OURS_AGENT_ARGS, KubeCostReport, crd_interval
 from benchmarks.cp_kube_metrics import (
     WATCH_EVENT_VERB,
     EtcdWindow,
@@ -277,7 +277,9 @@ def render(report: KubeCostReport, machine: Machine, command: str) -> str:
         f"their kubelet Leases and {c.pods_per_node} pods each): **base** with `--operators 0 --no-agents` (what "
         f"every path shares); **ours**, the default (2 operator replicas, every node's agent reporting every 10 s "
         f"— each report is its heartbeat —, registering its Lease, watching its pods; leader election, "
-        f"NodeResource status and Node writes); and the Koordinator path, base plus: the "
+        f"NodeResource status and Node writes), with the agents sampling usage every 5 s instead of every "
+        f"second (`{' '.join(OURS_AGENT_ARGS)}`: the reports keep their cadence and shape, and the "
+        f"simulated agents' CPU goes to their heartbeats); and the Koordinator path, base plus: the "
         f"`nodemetrics.slo.koordinator.sh` CRD, one `PUT .../status` per node per report interval (status shaped "
         f"as an agent's report, `benchmarks/nodemetric_store.py`) with a token bound to that node's agent pod "
         f"(TokenRequest), and one informer (list + watch) of the CRs as koord-manager has: {crd_names} "
