@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from colocation.agent.aggregate import AggregatedUsage, Aggregator, Usage
-from colocation.agent.classify import PodInfo
+from colocation.agent.classify import PodInfo, classify
 from colocation.agent.collector import PodSample, Sample
 from colocation.agent.nodemetric import (
     PodUsage,
@@ -20,6 +20,7 @@ from colocation.agent.nodemetric import (
     prod_pods_of,
     prod_requests,
 )
+from colocation.agent.synthetic import SyntheticCollector
 from colocation.koordinator.collect_policy import duration_seconds as parse_go_duration
 from colocation.nodemetrics.report_schema import validate_report
 
@@ -136,3 +137,19 @@ def test_recent_usage_is_reported_next_to_koordinators_and_the_leader_keeps_it()
     assert stored["nodeMetric"]["recentUsage"] == node_metric["recentUsage"]
     assert [entry.get("recentUsage") for entry in stored["podsMetric"]] == [
         None, {"resources": {"cpu": "2500m", "memory": "1Gi"}}]
+
+
+def test_a_simulated_nodes_report_carries_the_short_window_too() -> None:
+    # Simulated agents build their reports the same way, from the synthetic collector's samples.
+    collector = SyntheticCollector("sim-0", pods_per_node=3, profile="steady", clock=lambda: AT)
+    infos = [classify(obj) for obj in collector.pods()]
+    aggregator = Aggregator()
+    for second in range(30):
+        aggregator.add(collector.sample(AT + second))
+    report = node_metric_from(aggregator, "sim-0", AT + 29, {info.uid: info for info in infos},
+                              {(info.namespace, info.name): info for info in infos})
+    assert report is not None
+    assert report["status"]["nodeMetric"]["recentUsage"]["windowSeconds"] == 10
+    assert len(report["status"]["podsMetric"]) == 3
+    assert all("recentUsage" in entry for entry in report["status"]["podsMetric"])
+    validate_report(orjson.dumps(report), "sim-0")
