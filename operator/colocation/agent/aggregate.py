@@ -25,8 +25,8 @@ metrics.k8s.io serves, as metrics-server serves usage over its last scrape inter
 `kubectl top` and an HPA follow a load step in seconds instead of over the 300 s average.
 
 Memory is bounded explicitly: the node ring holds at most `max_samples` entries, each pod ring
-at most what `window_seconds` needs at `sample_interval_seconds`, and pods not seen within the
-window are forgotten.
+at most what the longer of `window_seconds` and `recent_seconds` needs at
+`sample_interval_seconds`, and pods not seen within it are forgotten.
 """
 
 from __future__ import annotations
