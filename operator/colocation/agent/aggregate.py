@@ -19,9 +19,14 @@ cpu values a collector could not measure (a first reading, a counter reset) are 
 statistics; a pod with no measured cpu in the window is left out of `pod_usages` (the operator
 then counts its request, the safe side).
 
+`recent`: the node's and each pod's average over the last `recent_seconds` (10 by default, at
+most 15; not a Koordinator field) with the window those samples really span: what
+metrics.k8s.io serves, as metrics-server serves usage over its last scrape interval, so that
+`kubectl top` and an HPA follow a load step in seconds instead of over the 300 s average.
+
 Memory is bounded explicitly: the node ring holds at most `max_samples` entries, each pod ring
-at most what `window_seconds` needs at `sample_interval_seconds`, and pods not seen within the
-window are forgotten.
+at most what the longer of `window_seconds` and `recent_seconds` needs at
+`sample_interval_seconds`, and pods not seen within it are forgotten.
 """
 
 from __future__ import annotations
@@ -31,12 +36,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from colocation.agent.collector import HostApplicationSample, PodSample, Sample
 from colocation.koordinator.collect_policy import DEFAULT_AGGREGATE_SECONDS, DEFAULT_DURATIONS
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+RECENT_WINDOW_SECONDS = 10  # metrics-server's scrape interval is 10-15 s; this follows it
+MAX_RECENT_WINDOW_SECONDS = 15
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,15 @@ class AggregatedUsage:
     p90: Usage
     p95: Usage
     p99: Usage
+
+
+@dataclass(frozen=True)
+class RecentUsage:
+    """Usage over the short window: the node's, each pod's (by UID), and the seconds the samples span."""
+
+    node: Usage
+    pods: Mapping[str, Usage]
+    window_seconds: int
 
 
 def percentile(sorted_values: Sequence[int], p: int) -> int:
@@ -82,6 +98,7 @@ def system_usage(node: Usage, pods: Iterable[Usage], host_applications: Iterable
 _Point = tuple[float, int | None, int]  # (timestamp, cpu millis or None when unmeasured, memory)
 # (timestamp, cpu, memory, system cpu, system memory), None where unmeasured
 _NodePoint = tuple[float, int | None, int | None, int | None, int | None]
+_P = TypeVar("_P", _Point, _NodePoint)
 _TIME: Final = 0
 _CPU: Final = 1
 _MEMORY: Final = 2
@@ -91,6 +108,17 @@ _SYSTEM_MEMORY: Final = 4
 
 def _average(values: Sequence[int]) -> int:
     return round(sum(values) / len(values))
+
+
+def _newest(ring: deque[_P], since: float, now: float) -> list[_P]:
+    """The points of `ring` (oldest first) in (since, now], newest first; reads only those from the end."""
+    found: list[_P] = []
+    for point in reversed(ring):
+        if point[0] <= since:
+            break
+        if point[0] <= now:
+            found.append(point)
+    return found
 
 
 class Aggregator:
@@ -104,10 +132,14 @@ class Aggregator:
         *,
         sample_interval_seconds: float = 1.0,
         max_samples: int = 4096,
+        recent_seconds: int = RECENT_WINDOW_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if sample_interval_seconds <= 0 or max_samples < 2:
             raise ValueError("sample_interval_seconds must be positive and max_samples at least 2")
+        if not 0 < recent_seconds <= MAX_RECENT_WINDOW_SECONDS:
+            raise ValueError(f"recent_seconds must be in 1..{MAX_RECENT_WINDOW_SECONDS}, not {recent_seconds}")
+        self.recent_seconds = recent_seconds
         self.sample_interval_seconds = sample_interval_seconds
         self.max_samples = max_samples
         self._clock = clock
@@ -129,7 +161,7 @@ class Aggregator:
             if any(duration <= 0 for duration in durations):
                 raise ValueError(f"durations must be positive, not {list(durations)}")
             self.durations = tuple(durations)
-        longest = max((self.window_seconds, *self.durations))
+        longest = max((self.window_seconds, self.recent_seconds, *self.durations))
         self._node = deque(self._node, maxlen=self._capacity(longest))
         self._pods = {uid: deque(points, maxlen=self._pod_capacity) for uid, points in self._pods.items()}
         self._apps = {name: deque(points, maxlen=self._pod_capacity) for name, points in self._apps.items()}
@@ -140,7 +172,12 @@ class Aggregator:
 
     @property
     def _pod_capacity(self) -> int:
-        return self._capacity(self.window_seconds)
+        return self._capacity(self._pod_seconds)
+
+    @property
+    def _pod_seconds(self) -> int:
+        """How long a pod's samples are kept: for the longer of the two windows that read them."""
+        return max(self.window_seconds, self.recent_seconds)
 
     def __len__(self) -> int:
         return len(self._node)
@@ -176,11 +213,11 @@ class Aggregator:
         return ring
 
     def _forget_before(self, now: float) -> None:
-        horizon = now - max((self.window_seconds, *self.durations))
+        horizon = now - max((self.window_seconds, self.recent_seconds, *self.durations))
         while self._node and self._node[0][_TIME] <= horizon:
             self._node.popleft()
         for rings in (self._pods, self._apps):
-            for key in [key for key, ring in rings.items() if ring[-1][0] <= now - self.window_seconds]:
+            for key in [key for key, ring in rings.items() if ring[-1][0] <= now - self._pod_seconds]:
                 del rings[key]  # gone from the node for a whole window: nothing left to report
 
     def latest(self) -> Sample | None:
@@ -226,6 +263,27 @@ class Aggregator:
             if usage is not None:
                 usages[key] = usage
         return usages
+
+    def recent(self, now: float | None = None) -> RecentUsage | None:
+        """Averages over (now - recent_seconds, now]; None while that lacks node cpu or memory.
+
+        `window_seconds` is what the samples in it span (each cpu value is the rate over the
+        interval before its sample), so a young agent says 3 s rather than claim the whole window.
+        """
+        at = self._now(now)
+        since = at - self.recent_seconds
+        points = _newest(self._node, since, at)
+        node = self._average_usage([p[_CPU] for p in points], [p[_MEMORY] for p in points])
+        if node is None:
+            return None
+        pods: dict[str, Usage] = {}
+        for uid, ring in self._pods.items():
+            pod_points = _newest(ring, since, at)
+            usage = self._average_usage([p[_CPU] for p in pod_points], [p[_MEMORY] for p in pod_points])
+            if usage is not None:
+                pods[uid] = usage
+        span = points[0][_TIME] - points[-1][_TIME] + self.sample_interval_seconds  # newest first
+        return RecentUsage(node, pods, max(1, min(self.recent_seconds, round(span))))
 
     def aggregated(self, now: float | None = None) -> tuple[AggregatedUsage, ...]:
         """One entry per configured duration whose samples span at least half of it."""

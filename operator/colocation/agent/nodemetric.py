@@ -9,6 +9,11 @@ synthetic collector knows pods by name; a sandbox assigns its own UIDs). A cgrou
 agent does not know is left out: a report names every pod it lists. A known pod without usage
 is left out too: the leader counts its request instead.
 
+`nodeMetric.recentUsage` ({resources, windowSeconds}) and `podsMetric[].recentUsage` ({resources})
+are our extension, not Koordinator's: usage over the aggregator's short window (10 s; the
+pods' window is the node's), which metrics.k8s.io serves so that `kubectl top` follows load within
+seconds. `nodeUsage` and `podUsage` stay Koordinator's averages over aggregateDurationSeconds.
+
 `prodReclaimableMetric` is what the peak predictor (colocation.agent.peak_predictor) says prod
 pods requested but will not use; it is left out while the predictor has no history.
 """
@@ -19,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from colocation.agent.aggregate import AggregatedUsage, Aggregator, Usage
+from colocation.agent.aggregate import AggregatedUsage, Aggregator, RecentUsage, Usage
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
 from colocation.agent.peak_predictor import ProdPodKey
@@ -35,6 +40,7 @@ KIND = "NodeMetric"
 class PodUsage:
     info: PodInfo
     usage: Usage
+    recent: Usage | None = None  # over the short window, when the pod has samples in it
 
 
 def resource_map(usage: Usage) -> dict[str, Any]:
@@ -50,9 +56,14 @@ def go_duration(seconds: int) -> str:
 def build_node_metric(node: str, *, update_time: float, node_usage: Usage, system_usage: Usage | None = None,
                       aggregated: Sequence[AggregatedUsage] = (), pods: Iterable[PodUsage] = (),
                       host_applications: Mapping[str, Usage] | None = None,
-                      prod_reclaimable: Usage | None = None) -> dict[str, Any]:
-    """The NodeMetric JSON for `PUT …/nodemetrics/{node}/status`. Pods are sorted by namespace/name."""
+                      prod_reclaimable: Usage | None = None, recent: RecentUsage | None = None) -> dict[str, Any]:
+    """The NodeMetric JSON for `PUT …/nodemetrics/{node}/status`. Pods are sorted by namespace/name.
+
+    `recent.node` and `recent.window_seconds` make `nodeMetric.recentUsage`; each pod's own
+    `recent` its `recentUsage` (`recent.pods`, keyed by UID, is matched by the caller)."""
     node_metric: dict[str, Any] = {"nodeUsage": resource_map(node_usage)}
+    if recent is not None:
+        node_metric["recentUsage"] = {**resource_map(recent.node), "windowSeconds": recent.window_seconds}
     if system_usage is not None:
         node_metric["systemUsage"] = resource_map(system_usage)
     if aggregated:
@@ -65,9 +76,7 @@ def build_node_metric(node: str, *, update_time: float, node_usage: Usage, syste
     status: dict[str, Any] = {
         "updateTime": format_time(update_time),
         "nodeMetric": node_metric,
-        "podsMetric": [{"namespace": pod.info.namespace, "name": pod.info.name,
-                        "podUsage": resource_map(pod.usage), "priority": pod.info.priority, "qos": pod.info.qos}
-                       for pod in sorted(pods, key=lambda p: (p.info.namespace, p.info.name))],
+        "podsMetric": [_pod_metric(pod) for pod in sorted(pods, key=lambda p: (p.info.namespace, p.info.name))],
     }
     if host_applications:
         status["hostApplicationMetric"] = [{"name": name, "usage": resource_map(usage)}
@@ -75,6 +84,14 @@ def build_node_metric(node: str, *, update_time: float, node_usage: Usage, syste
     if prod_reclaimable is not None:
         status["prodReclaimableMetric"] = {"resource": resource_map(prod_reclaimable)}
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": node}, "status": status}
+
+
+def _pod_metric(pod: PodUsage) -> dict[str, Any]:
+    metric: dict[str, Any] = {"namespace": pod.info.namespace, "name": pod.info.name,
+                              "podUsage": resource_map(pod.usage), "priority": pod.info.priority, "qos": pod.info.qos}
+    if pod.recent is not None:
+        metric["recentUsage"] = resource_map(pod.recent)
+    return metric
 
 
 def match_pods(usages: Mapping[str, Usage], by_uid: Mapping[str, PodInfo],
@@ -119,8 +136,15 @@ def node_metric_from(aggregator: Aggregator, node: str, now: float, by_uid: Mapp
     node_usage = aggregator.node_usage(now)
     if node_usage is None:
         return None
-    pods = match_pods(aggregator.pod_usages(now), by_uid, by_name, aggregator.latest())
+    latest = aggregator.latest()
+    pods = match_pods(aggregator.pod_usages(now), by_uid, by_name, latest)
+    recent = aggregator.recent(now)
+    if recent is not None:
+        recent_by_name = {(pod.info.namespace, pod.info.name): pod.usage
+                          for pod in match_pods(recent.pods, by_uid, by_name, latest)}
+        pods = [PodUsage(pod.info, pod.usage, recent_by_name.get((pod.info.namespace, pod.info.name)))
+                for pod in pods]
     return build_node_metric(node, update_time=now, node_usage=node_usage,
                              system_usage=aggregator.system_usage(now), aggregated=aggregator.aggregated(now),
                              pods=pods, host_applications=aggregator.host_application_usages(now),
-                             prod_reclaimable=prod_reclaimable)
+                             prod_reclaimable=prod_reclaimable, recent=recent)

@@ -3,9 +3,11 @@
 Every `report_interval` it takes the latest state (never a queue of old ones) and sends it when
 - nothing was accepted yet (`initial`),
 - the set of pods in the report changed (`pods-changed`),
-- a usage (the node's or a pod's, cpu or memory) moved by more than `change_threshold` of its
-  previous value (`usage-changed`); the previous value counts as at least 1 core or 1 GiB, so an
-  idle pod going from 2m to 5m of cpu is not a 150 % move,
+- a usage (the node's or a pod's, cpu or memory, over Koordinator's window or the short
+  `recentUsage` one) moved by more than `change_threshold` of its previous value
+  (`usage-changed`); the previous value counts as at least 1 core or 1 GiB, so an idle pod
+  going from 2m to 5m of cpu is not a 150 % move. A load step moves the short window's figure
+  within seconds, so it is reported at the next check, not when the 300 s average catches up,
 - `max_interval` passed since the last accepted report (`max-interval`),
 - `heartbeat_interval` (10 s, shorter than `max_interval`) passed since the last accepted report
   was sent (`heartbeat`): an accepted report is the agent's heartbeat (colocation.agent.heartbeat),
@@ -46,6 +48,7 @@ _REPORT = permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(
 
 # A move is judged against at least this much of each resource (see the module docstring).
 CHANGE_FLOORS: Mapping[str, int] = {"cpu": 1000, "memory": 1 << 30}
+RECENT = "recent:"  # the subject prefix of short-window figures ("ns/name" never starts so: one slash)
 
 
 @dataclass(frozen=True)
@@ -53,20 +56,24 @@ class Snapshot:
     """A report ready to send, and the figures the decision compares."""
 
     body: dict[str, Any]
-    usages: Mapping[tuple[str, str], int]  # (subject: "" for the node or "ns/name", resource) -> value
+    # (subject, resource) -> value; subject "" for the node, "ns/name" for a pod, and RECENT before
+    # either for its recentUsage
+    usages: Mapping[tuple[str, str], int]
     pods: frozenset[str]  # "ns/name" of every pod in the report
 
     @classmethod
     def of(cls, body: dict[str, Any]) -> Snapshot:
         status = body.get("status") or {}
         usages: dict[tuple[str, str], int] = {}
-        node = ((status.get("nodeMetric") or {}).get("nodeUsage") or {}).get("resources") or {}
-        _add(usages, "", node)
+        node_metric = status.get("nodeMetric") or {}
+        _add(usages, "", (node_metric.get("nodeUsage") or {}).get("resources") or {})
+        _add(usages, RECENT, (node_metric.get("recentUsage") or {}).get("resources") or {})
         pods = set()
         for pod in status.get("podsMetric") or ():
             key = f"{pod['namespace']}/{pod['name']}"
             pods.add(key)
             _add(usages, key, (pod.get("podUsage") or {}).get("resources") or {})
+            _add(usages, RECENT + key, (pod.get("recentUsage") or {}).get("resources") or {})
         return cls(body, usages, frozenset(pods))
 
 

@@ -6,8 +6,10 @@ as metrics-server serves them: NodeMetrics and PodMetrics with `timestamp`, `win
 (cpu and memory only), lists with empty list metadata and items without kind, get and list but
 no watch, `creationTimestamp` the time of the request, names in sort order.
 
-Where our data is not metrics-server's, the choices are `nodemetrics.resource_metrics_view`'s
-(docs/install.md repeats them), and:
+The usage served is the agents' short-window `recentUsage` (10 s) with its window, falling back to
+Koordinator's `nodeUsage` / `podUsage` (300 s) for reports without it. Where our data is not
+metrics-server's, the choices are `nodemetrics.resource_metrics_view`'s (docs/install.md repeats
+them), and:
 - PodMetrics: agents measure pods, not containers, so each pod has one container entry named
   "pod" holding the whole pod's usage; `kubectl top pod` and the HPA sum containers, so totals
   are right (a ContainerResource metric for a named container finds nothing).
@@ -71,7 +73,8 @@ def node_metrics(node: NodeUsage, created: str) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": node.name, "creationTimestamp": created}
     if node.labels:
         metadata["labels"] = dict(node.labels)
-    return {"metadata": metadata, "timestamp": node.timestamp, "window": node.window, "usage": dict(node.usage)}
+    usage, window = node.served()
+    return {"metadata": metadata, "timestamp": node.timestamp, "window": window, "usage": dict(usage)}
 
 
 def pod_metrics(node: NodeUsage, pod: PodUsage, labels: Mapping[str, str], created: str) -> dict[str, Any]:
@@ -79,8 +82,9 @@ def pod_metrics(node: NodeUsage, pod: PodUsage, labels: Mapping[str, str], creat
     metadata: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace, "creationTimestamp": created}
     if labels:
         metadata["labels"] = dict(labels)
-    return {"metadata": metadata, "timestamp": node.timestamp, "window": node.window,
-            "containers": [{"name": POD_CONTAINER_NAME, "usage": dict(pod.usage)}]}
+    usage, window = node.served_pod(pod)
+    return {"metadata": metadata, "timestamp": node.timestamp, "window": window,
+            "containers": [{"name": POD_CONTAINER_NAME, "usage": dict(usage)}]}
 
 
 def as_object(kind: str, item: Mapping[str, Any]) -> dict[str, Any]:

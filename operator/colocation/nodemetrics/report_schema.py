@@ -1,6 +1,9 @@
 """The NodeMetric object an agent reports: its schema, and the validation of a report's body.
 
-The shape is Koordinator's NodeMetric (slo.koordinator.sh), served as metrics.colocation.dev.
+The shape is Koordinator's NodeMetric (slo.koordinator.sh), served as metrics.colocation.dev,
+plus one extension of ours: `recentUsage` in `nodeMetric` ({resources, windowSeconds}) and in
+each `podsMetric[]` ({resources}), usage over the agent's short window (metrics.k8s.io serves it;
+see `resource_metrics_view`). Koordinator has no field of that name, so its clients ignore it.
 Unknown fields are accepted and dropped, so what is stored is canonical: only the fields below,
 in this order. Validation runs in pydantic-core, first with the common shape's validator (what
 agents send: no nulls, quantities as plain numbers with a suffix), where Python runs only for the
@@ -13,7 +16,7 @@ Every field is bounded, so that whatever is accepted is read back by every consu
 controllers, custom metrics, standbys, Go clients): quantities at most 9223372036854775807m
 (their milli-value fits an int64), durations within Go's, `updateTime` RFC 3339 between 1970
 and 9999 (stored in UTC, whole seconds; the value is the agent's clock, shown, never used to
-order or expire anything), and the counts below.
+order or expire anything), `recentUsage.windowSeconds` a JSON integer in 1..60, and the counts below.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ MAX_PODS = 1_000
 MAX_HOST_APPLICATIONS = 256
 MAX_AGGREGATIONS = 16  # aggregatedNodeUsages: one per duration
 MAX_RESOURCES = 64  # names in one resource map
+MAX_RECENT_WINDOW_SECONDS = 60  # agents use 10 s; metrics-server's scrape interval is at most a minute
 
 # The schema is TypedDicts validated by one pydantic-core validator: the result is plain dicts in
 # schema order with unknown keys dropped, which orjson writes as the canonical body. BaseModel
@@ -111,6 +115,14 @@ class ResourceMap(TypedDict):
 
 
 @with_config(_SCHEMA_CONFIG)
+class RecentUsage(TypedDict):
+    """Usage over the agent's short window (our extension), and the seconds that window spans."""
+
+    resources: NotRequired[Annotated[dict[ResourceName, Quantity], Field(max_length=MAX_RESOURCES)]]
+    windowSeconds: Annotated[int, Field(strict=True, ge=1, le=MAX_RECENT_WINDOW_SECONDS)]
+
+
+@with_config(_SCHEMA_CONFIG)
 class AggregatedUsage(TypedDict):
     usage: NotRequired[dict[AggregationType, ResourceMap]]
     duration: NotRequired[GoDuration | None]
@@ -119,6 +131,7 @@ class AggregatedUsage(TypedDict):
 @with_config(_SCHEMA_CONFIG)
 class NodeMetricInfo(TypedDict):
     nodeUsage: ResourceMap
+    recentUsage: NotRequired[RecentUsage | None]
     systemUsage: NotRequired[ResourceMap | None]
     aggregatedNodeUsages: NotRequired[Annotated[list[Annotated[AggregatedUsage, AfterValidator(_without_nulls)]],
                                                 Field(max_length=MAX_AGGREGATIONS)] | None]
@@ -129,6 +142,7 @@ class PodMetricInfo(TypedDict):
     namespace: DnsLabel
     name: DnsSubdomain
     podUsage: ResourceMap
+    recentUsage: NotRequired[ResourceMap | None]  # over the node's recentUsage window
     priority: NotRequired[PriorityClass | None]
     qos: NotRequired[QoSClass | None]
 

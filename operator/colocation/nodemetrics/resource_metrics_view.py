@@ -1,12 +1,18 @@
 """The stored NodeMetrics read as resource metrics: cpu and memory usage per node and per pod, with a window.
 
 The resource metrics API (metrics.k8s.io) and the built-in custom metrics both read the figures
-this way. Where our data is not metrics-server's, these are the choices (docs/install.md repeats
-them):
-- `timestamp` is the report's `status.updateTime`.
-- `window`: an agent's `nodeUsage` is an average over its aggregation duration, which the report
-  does not carry; the shortest `aggregatedNodeUsages[].duration` stands for it (5m0s with the
-  default policy), and 10s (a report interval) when the report has none.
+this way: `usage` and `window` are Koordinator's (`nodeUsage`, `podUsage`), which custom metrics
+use; `served()` and `served_pod()` are what metrics.k8s.io serves. Where our data is not
+metrics-server's, these are the choices (docs/install.md repeats them):
+- `timestamp` is the report's `status.updateTime`: the agent's clock when it averaged the
+  samples, the end of the window.
+- Served usage is the short-window `recentUsage` (our extension of the report: the last 10 s of
+  the agent's 1 s samples) with `window` its `windowSeconds`, as metrics-server serves usage over
+  its last scrape interval. A pod without `recentUsage` in such a report, and every figure of a
+  report without it (an older agent), falls back to Koordinator's figure and window below.
+- Koordinator's `window`: an agent's `nodeUsage` is an average over its aggregation duration,
+  which the report does not carry; the shortest `aggregatedNodeUsages[].duration` stands for it
+  (5m0s with the default policy), and 10s (a report interval) when the report has none.
 - A pod reported by two nodes (it moved) has the figures of the report received last (by this
   replica's clock: the agents' updateTimes are not comparable).
 
@@ -35,7 +41,8 @@ SERVED_RESOURCES = ("cpu", "memory")
 class PodUsage:
     namespace: str
     name: str
-    usage: Mapping[str, str]
+    usage: Mapping[str, str]  # podUsage
+    recent: Mapping[str, str] | None = None  # recentUsage, when reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,15 +50,33 @@ class NodeUsage:
     name: str
     labels: Mapping[str, str]
     timestamp: str  # RFC 3339, the report's updateTime
-    window: str  # a Go duration
-    usage: Mapping[str, str]
+    window: str  # a Go duration, of `usage`
+    usage: Mapping[str, str]  # nodeUsage
     pods: tuple[PodUsage, ...]
+    recent: Mapping[str, str] | None = None  # recentUsage, when reported
+    recent_window: str = ""  # a Go duration, of `recent` and the pods' `recent`
+
+    def served(self) -> tuple[Mapping[str, str], str]:
+        """The node's usage and window that metrics.k8s.io serves: the short window's when reported."""
+        return (self.recent, self.recent_window) if self.recent is not None else (self.usage, self.window)
+
+    def served_pod(self, pod: PodUsage) -> tuple[Mapping[str, str], str]:
+        """A pod's usage and window that metrics.k8s.io serves, by the same rule."""
+        return (pod.recent, self.recent_window) if pod.recent is not None else (pod.usage, self.window)
 
 
 def _served(resource_map: Mapping[str, Any] | None) -> Mapping[str, str]:
     # A resource the report lacks is left out, not zero: the HPA skips a pod without it.
     resources = (resource_map or {}).get("resources") or {}
     return MappingProxyType({name: str(resources[name]) for name in SERVED_RESOURCES if name in resources})
+
+
+def _recent(node_metric: Mapping[str, Any]) -> tuple[Mapping[str, str] | None, str]:
+    recent = node_metric.get("recentUsage")
+    seconds = recent.get("windowSeconds") if isinstance(recent, Mapping) else None
+    if not isinstance(seconds, int) or seconds <= 0:  # absent: an agent older than the field
+        return None, ""
+    return _served(recent), format_go_duration(seconds * 10**9)
 
 
 def report_window(node_metric: Mapping[str, Any]) -> str:
@@ -65,11 +90,13 @@ def node_usage_of(obj: Mapping[str, Any]) -> NodeUsage:
     """Read a NodeMetric object (already validated when it was stored)."""
     metadata, status = obj["metadata"], obj.get("status") or {}
     node_metric = status.get("nodeMetric") or {}
-    pods = tuple(PodUsage(pod["namespace"], pod["name"], _served(pod.get("podUsage")))
+    recent, recent_window = _recent(node_metric)
+    pods = tuple(PodUsage(pod["namespace"], pod["name"], _served(pod.get("podUsage")),
+                          _served(pod["recentUsage"]) if recent is not None and pod.get("recentUsage") else None)
                  for pod in status.get("podsMetric") or ())
     return NodeUsage(metadata["name"], MappingProxyType(dict(metadata.get("labels") or {})),
                      str(status.get("updateTime") or ""), report_window(node_metric),
-                     _served(node_metric.get("nodeUsage")), pods)
+                     _served(node_metric.get("nodeUsage")), pods, recent, recent_window)
 
 
 class ResourceMetricsView:

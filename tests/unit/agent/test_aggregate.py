@@ -176,3 +176,58 @@ def test_kept_points_are_not_tracked_by_the_garbage_collector() -> None:
     kept = [*aggregator._node, *aggregator._pods["a"]]
     assert len(kept) > 20 and not any(gc.is_tracked(point) for point in kept)
     assert aggregator.node_usage(19.0) == Usage(cpu_millis=114, memory_bytes=1000)  # seconds 10..19
+
+
+# ---- the short window metrics.k8s.io serves ---------------------------------------------------------
+
+def test_recent_usage_averages_the_last_seconds_and_follows_a_load_step_the_long_window_hides() -> None:
+    aggregator = Aggregator(window_seconds=300, recent_seconds=10)
+    for at in range(1, 291):  # 290 s at 1 core, then a step to 3 cores for 10 s
+        aggregator.add(node_sample(at, 1000, pods=(pod("a", 1000, 5 * MI),)))
+    for at in range(291, 301):
+        aggregator.add(node_sample(at, 3000, pods=(pod("a", 3000, 5 * MI),)))
+    recent = aggregator.recent(300)
+    assert recent is not None
+    assert (recent.node, recent.window_seconds) == (Usage(3000, 1000), 10)
+    assert recent.pods == {"a": Usage(3000, 5 * MI)}
+    # Koordinator's average over 300 s has moved by a fifteenth of the step: 290 x 1000 + 10 x 3000.
+    assert aggregator.node_usage(300) == Usage(1067, 1000)
+    # Half-way into the window: (5 x 1000 + 5 x 3000) / 10.
+    partial = aggregator.recent(295)
+    assert partial is not None and partial.node == Usage(2000, 1000)
+
+
+def test_recent_window_is_what_the_samples_span_while_the_agent_is_young() -> None:
+    aggregator = Aggregator(recent_seconds=10)
+    assert aggregator.recent(100) is None
+    for at in (98, 99, 100):
+        aggregator.add(node_sample(at, 600))
+    recent = aggregator.recent(100)
+    assert recent is not None and (recent.node.cpu_millis, recent.window_seconds) == (600, 3)
+
+
+def test_recent_usage_leaves_out_unmeasured_cpu_and_pods_without_samples_in_the_window() -> None:
+    aggregator = Aggregator(recent_seconds=10)
+    aggregator.add(node_sample(80, 500, pods=(pod("old", 100, MI),)))  # 20 s ago: outside the window
+    aggregator.add(node_sample(99, 0, measured=False, pods=(pod("new", 0, MI, measured=False),)))
+    aggregator.add(node_sample(100, 800, pods=(pod("new", 200, MI), pod("idle", 0, MI, measured=False))))
+    recent = aggregator.recent(100)
+    assert recent is not None
+    assert recent.node == Usage(800, 1000)
+    assert recent.pods == {"new": Usage(200, MI)}  # "idle" has no measured cpu, "old" no sample
+
+
+@pytest.mark.parametrize("seconds", [0, 16])
+def test_recent_window_is_short(seconds: int) -> None:
+    with pytest.raises(ValueError, match=r"1\.\.15"):
+        Aggregator(recent_seconds=seconds)
+
+
+def test_a_short_koordinator_window_does_not_shorten_the_recent_one() -> None:
+    # aggregateDurationSeconds may be configured below 10 s; the pods' rings keep 10 s anyway.
+    aggregator = Aggregator(window_seconds=5, durations=(), recent_seconds=10)
+    for at in range(91, 101):
+        aggregator.add(node_sample(at, at * 10, pods=(pod("a", at, MI),)))
+    recent = aggregator.recent(100)
+    assert recent is not None and recent.window_seconds == 10
+    assert recent.pods["a"].cpu_millis == round(sum(range(91, 101)) / 10)

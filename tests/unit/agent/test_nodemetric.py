@@ -8,17 +8,19 @@ from typing import Any
 import orjson
 import pytest
 
-from colocation.agent.aggregate import AggregatedUsage, Usage
-from colocation.agent.classify import PodInfo
+from colocation.agent.aggregate import AggregatedUsage, Aggregator, Usage
+from colocation.agent.classify import PodInfo, classify
 from colocation.agent.collector import PodSample, Sample
 from colocation.agent.nodemetric import (
     PodUsage,
     build_node_metric,
     go_duration,
     match_pods,
+    node_metric_from,
     prod_pods_of,
     prod_requests,
 )
+from colocation.agent.synthetic import SyntheticCollector
 from colocation.koordinator.collect_policy import duration_seconds as parse_go_duration
 from colocation.nodemetrics.report_schema import validate_report
 
@@ -111,3 +113,43 @@ def test_the_predictor_sees_only_prod_pods_by_uid_or_by_name() -> None:
     assert sorted(prod_pods_of(sample, by_uid, by_name)) == [
         (("shop", "api"), 300, 50 * MI), (("shop", "web"), None, 100 * MI)]  # unmeasured cpu: None
     assert prod_requests(by_name) == {("shop", "web"): Usage(2000, GI), ("shop", "api"): Usage(500, MI)}
+
+
+def test_recent_usage_is_reported_next_to_koordinators_and_the_leader_keeps_it() -> None:
+    web, job = pod("u-web", "web-0"), pod("u-job", "job-0", "batch", "koord-batch", "BE")
+    aggregator = Aggregator(window_seconds=300, recent_seconds=10)
+    for second in range(1, 301):  # a step from 1 to 3 cores in the last 10 s, all of it web-0's
+        cpu = 1000 if second <= 290 else 3000
+        aggregator.add(Sample(timestamp=second, node_cpu_millis=cpu, node_memory_bytes=4 * GI, pods=(
+            PodSample("u-web", cpu - 500, GI, "kubepods/web"),
+            PodSample("u-job", 500, GI, "kubepods/job", cpu_measured=second <= 280))))
+    report = node_metric_from(aggregator, "node-a", 300.0, {web.uid: web, job.uid: job},
+                              {("default", "web-0"): web, ("batch", "job-0"): job})
+    assert report is not None
+    node_metric = report["status"]["nodeMetric"]
+    assert node_metric["nodeUsage"] == {"resources": {"cpu": "1067m", "memory": "4Gi"}}  # Koordinator's, unchanged
+    assert node_metric["recentUsage"] == {"resources": {"cpu": "3", "memory": "4Gi"}, "windowSeconds": 10}
+    by_name = {entry["name"]: entry for entry in report["status"]["podsMetric"]}
+    assert by_name["web-0"]["recentUsage"] == {"resources": {"cpu": "2500m", "memory": "1Gi"}}
+    assert by_name["web-0"]["podUsage"] == {"resources": {"cpu": "567m", "memory": "1Gi"}}
+    assert "recentUsage" not in by_name["job-0"]  # no cpu measured in the last 10 s
+    stored = orjson.loads(validate_report(orjson.dumps(report), "node-a").status_json)
+    assert stored["nodeMetric"]["recentUsage"] == node_metric["recentUsage"]
+    assert [entry.get("recentUsage") for entry in stored["podsMetric"]] == [
+        None, {"resources": {"cpu": "2500m", "memory": "1Gi"}}]
+
+
+def test_a_simulated_nodes_report_carries_the_short_window_too() -> None:
+    # Simulated agents build their reports the same way, from the synthetic collector's samples.
+    collector = SyntheticCollector("sim-0", pods_per_node=3, profile="steady", clock=lambda: AT)
+    infos = [classify(obj) for obj in collector.pods()]
+    aggregator = Aggregator()
+    for second in range(30):
+        aggregator.add(collector.sample(AT + second))
+    report = node_metric_from(aggregator, "sim-0", AT + 29, {info.uid: info for info in infos},
+                              {(info.namespace, info.name): info for info in infos})
+    assert report is not None
+    assert report["status"]["nodeMetric"]["recentUsage"]["windowSeconds"] == 10
+    assert len(report["status"]["podsMetric"]) == 3
+    assert all("recentUsage" in entry for entry in report["status"]["podsMetric"])
+    validate_report(orjson.dumps(report), "sim-0")

@@ -64,6 +64,25 @@ def test_usage_moves_are_relative_to_the_last_report(before: dict[str, Any], aft
     assert moved(Snapshot.of(before).usages, Snapshot.of(after).usages, 0.10) is expected
 
 
+def with_recent(report: dict[str, Any], cpu: str, pod_cpu: str | None = None) -> dict[str, Any]:
+    report["status"]["nodeMetric"]["recentUsage"] = {"resources": {"cpu": cpu, "memory": "4Gi"}, "windowSeconds": 10}
+    if pod_cpu is not None:
+        report["status"]["podsMetric"][0]["recentUsage"] = {"resources": {"cpu": pod_cpu, "memory": "1Gi"}}
+    return report
+
+
+def test_a_load_step_on_the_short_window_is_reported_before_the_long_average_moves() -> None:
+    # 1 -> 3 cores: the 300 s average has moved 2 % when the 10 s one has tripled.
+    last = Snapshot.of(with_recent(body(cpu="1"), "1", pod_cpu="500m"))
+    assert last.usages[("recent:", "cpu")] == 1000 and last.usages[("recent:default/web-0", "cpu")] == 500
+    options: dict[str, Any] = {"since_last": 1, "max_interval": 60.0, "threshold": 0.1}
+    assert report_trigger(last, Snapshot.of(with_recent(body(cpu="1020m"), "3")), **options) == "usage-changed"
+    assert report_trigger(last, Snapshot.of(with_recent(body(cpu="1"), "1", pod_cpu="2")), **options) \
+        == "usage-changed"
+    assert report_trigger(last, Snapshot.of(with_recent(body(cpu="1020m"), "1050m", pod_cpu="520m")),
+                          **options) is None
+
+
 def test_the_trigger_of_a_report() -> None:
     last = Snapshot.of(body())
     same = Snapshot.of(body())

@@ -32,14 +32,23 @@ SECOND = 10**9
 
 def nodemetric(node: str, *, cpu: str = "1500m", memory: str = "2Gi", update_time: str = "2027-01-15T07:59:50Z",
                durations: tuple[str, ...] = ("5m0s", "10m0s", "30m0s"),
-               pods: Mapping[tuple[str, str], Mapping[str, str]] | None = None) -> dict[str, Any]:
+               pods: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
+               recent: tuple[str, int] | None = None,
+               recent_pods: Mapping[tuple[str, str], Mapping[str, str]] | None = None) -> dict[str, Any]:
+    """`recent` is (node cpu, windowSeconds) of recentUsage; `recent_pods` the pods' recentUsage."""
     usage = {"resources": {"cpu": cpu, "memory": memory}}
     status: dict[str, Any] = {"updateTime": update_time, "nodeMetric": {"nodeUsage": usage}}
+    if recent is not None:
+        status["nodeMetric"]["recentUsage"] = {"resources": {"cpu": recent[0], "memory": memory},
+                                               "windowSeconds": recent[1]}
     if durations:
         status["nodeMetric"]["aggregatedNodeUsages"] = [{"duration": d, "usage": {"avg": usage}} for d in durations]
     status["podsMetric"] = [{"namespace": ns, "name": name, "podUsage": {"resources": dict(resources)},
                              "priority": "koord-batch", "qos": "BE"}
                             for (ns, name), resources in (pods or {}).items()]
+    for entry in status["podsMetric"]:
+        if (entry["namespace"], entry["name"]) in (recent_pods or {}):
+            entry["recentUsage"] = {"resources": dict((recent_pods or {})[(entry["namespace"], entry["name"])])}
     return {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric", "metadata": {"name": node},
             "status": status}
 
@@ -82,6 +91,21 @@ def test_node_usage_takes_cpu_and_memory_the_update_time_and_the_shortest_aggreg
 
 def test_without_aggregated_usages_the_window_is_a_report_interval() -> None:
     assert node_usage_of(nodemetric("node-a", durations=())).window == "10s"
+
+
+def test_the_short_window_is_served_when_reported_and_koordinators_otherwise() -> None:
+    obj = nodemetric("node-a", cpu="1067m", recent=("3", 10),
+                     pods={("default", "web"): {"cpu": "567m"}, ("default", "new"): {"cpu": "20m"}},
+                     recent_pods={("default", "web"): {"cpu": "2500m"}})
+    node = node_usage_of(obj)
+    assert node.served() == ({"cpu": "3", "memory": "2Gi"}, "10s")
+    assert (dict(node.usage), node.window) == ({"cpu": "1067m", "memory": "2Gi"}, "5m0s")  # custom metrics' figures
+    web, new = sorted(node.pods, key=lambda pod: pod.name, reverse=True)
+    assert node.served_pod(web) == ({"cpu": "2500m"}, "10s")
+    assert node.served_pod(new) == ({"cpu": "20m"}, "5m0s")  # no sample in the short window: its own figure
+    older_agent = node_usage_of(nodemetric("node-a", cpu="1067m", pods={("default", "web"): {"cpu": "567m"}}))
+    assert older_agent.served() == ({"cpu": "1067m", "memory": "2Gi"}, "5m0s")
+    assert older_agent.served_pod(older_agent.pods[0]) == ({"cpu": "567m"}, "5m0s")
 
 
 def test_a_resource_the_report_lacks_is_left_out_not_zero() -> None:
@@ -255,6 +279,30 @@ async def test_pod_metrics_of_existing_pods_one_pod_container_each(client: TestC
     assert web["metadata"] == {"name": "web-1", "namespace": "team-a", "creationTimestamp": CREATED,
                                "labels": {"app": "web"}}
     assert (web["timestamp"], web["window"]) == ("2027-01-15T07:59:50Z", "5m0s")
+
+
+async def test_metrics_k8s_io_serves_the_short_window_with_its_window_and_sample_time(
+        store: NodeMetricStore) -> None:
+    put(store, nodemetric("node-c", cpu="1067m", update_time="2027-01-15T07:59:58Z", recent=("2980m", 7),
+                          pods={("team-a", "web-1"): {"cpu": "567m", "memory": "64Mi"}},
+                          recent_pods={("team-a", "web-1"): {"cpu": "2480m", "memory": "64Mi"}}))
+    client, _ = await serve(store, await pod_directory(("team-a", "web-1", {"app": "web"})))
+    try:
+        status, node = await get(client, f"{BASE}/nodes/node-c")
+        assert status == 200
+        assert (node["timestamp"], node["window"], node["usage"]) == (
+            "2027-01-15T07:59:58Z", "7s", {"cpu": "2980m", "memory": "2Gi"})
+        status, pod = await get(client, f"{BASE}/namespaces/team-a/pods/web-1")
+        assert status == 200
+        assert (pod["timestamp"], pod["window"], pod["containers"]) == (
+            "2027-01-15T07:59:58Z", "7s", [{"name": "pod", "usage": {"cpu": "2480m", "memory": "64Mi"}}])
+        # NodeMetric's own API is Koordinator's object, with the extension beside it.
+        status, stored = await get(client, "/apis/metrics.colocation.dev/v1alpha1/nodemetrics/node-c")
+        assert status == 200
+        assert stored["status"]["nodeMetric"]["nodeUsage"] == {"resources": {"cpu": "1067m", "memory": "2Gi"}}
+        assert stored["status"]["nodeMetric"]["recentUsage"]["windowSeconds"] == 7
+    finally:
+        await client.close()
 
 
 async def test_pod_metrics_by_namespace_label_field_and_name(client: TestClient[Any, Any]) -> None:

@@ -27,6 +27,7 @@ from colocation.nodemetrics.report_schema import (
     MAX_AGGREGATIONS,
     MAX_HOST_APPLICATIONS,
     MAX_PODS,
+    MAX_RECENT_WINDOW_SECONDS,
     MAX_RESOURCES,
     figures_of,
     validate_report,
@@ -45,9 +46,11 @@ def usage() -> dict[str, Any]:
 def report_body(**status: Any) -> dict[str, Any]:
     return {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric", "metadata": {"name": "node-1"},
             "status": {"updateTime": "2027-01-15T07:59:50Z",
-                       "nodeMetric": {"nodeUsage": usage(), "systemUsage": usage(),
+                       "nodeMetric": {"nodeUsage": usage(), "recentUsage": {**usage(), "windowSeconds": 10},
+                                      "systemUsage": usage(),
                                       "aggregatedNodeUsages": [{"duration": "5m0s", "usage": {"p90": usage()}}]},
-                       "podsMetric": [{"namespace": "default", "name": "web", "podUsage": usage()}],
+                       "podsMetric": [{"namespace": "default", "name": "web", "podUsage": usage(),
+                                       "recentUsage": usage()}],
                        "hostApplicationMetric": [{"name": "containerd", "usage": usage()}],
                        "prodReclaimableMetric": {"resource": usage()}, **status}}
 
@@ -82,6 +85,9 @@ QUANTITY_PATHS: list[tuple[list[Any], str]] = [
     (["status", "nodeMetric", "aggregatedNodeUsages", 0, "usage", "p90", "resources", "cpu"],
      "status.nodeMetric.aggregatedNodeUsages[0].usage[p90].resources[cpu]"),
     (["status", "podsMetric", 0, "podUsage", "resources", "cpu"], "status.podsMetric[0].podUsage.resources[cpu]"),
+    (["status", "nodeMetric", "recentUsage", "resources", "cpu"], "status.nodeMetric.recentUsage.resources[cpu]"),
+    (["status", "podsMetric", 0, "recentUsage", "resources", "memory"],
+     "status.podsMetric[0].recentUsage.resources[memory]"),
     (["status", "hostApplicationMetric", 0, "usage", "resources", "memory"],
      "status.hostApplicationMetric[0].usage.resources[memory]"),
     (["status", "prodReclaimableMetric", "resource", "resources", "cpu"],
@@ -218,6 +224,45 @@ def test_a_duration_beyond_go_is_invalid() -> None:
     assert causes(refusal(body)) == [("status.nodeMetric.aggregatedNodeUsages[0].duration",
                                       'Invalid value: "2562048h": must be at most 2562047h47m16.854775807s '
                                       "(Go's time.Duration)")]
+
+
+# ---- recentUsage.windowSeconds ---------------------------------------------------------------------
+
+WINDOW = ["status", "nodeMetric", "recentUsage", "windowSeconds"]
+
+
+@pytest.mark.parametrize("seconds", [1, 10, MAX_RECENT_WINDOW_SECONDS])
+def test_a_recent_window_of_a_minute_or_less_is_stored(seconds: int) -> None:
+    stored = orjson.loads(validate_report(orjson.dumps(at(report_body(), WINDOW, seconds)), "node-1").status_json)
+    assert stored["nodeMetric"]["recentUsage"] == {**usage(), "windowSeconds": seconds}
+    assert stored["podsMetric"][0]["recentUsage"] == usage()
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (0, "Invalid value: 0: input should be greater than or equal to 1"),
+    (61, "Invalid value: 61: input should be less than or equal to 60"),
+    (2**63, f"Invalid value: {2**63}: input should be less than or equal to 60"),
+    ("10", 'Invalid value: "10": input should be a valid integer'),  # a JSON integer, as Go's int would read
+    (10.5, "Invalid value: 10.5: input should be a valid integer"),
+    (True, "Invalid value: true: input should be a valid integer"),
+])
+def test_a_recent_window_out_of_bounds_is_invalid(value: Any, message: str) -> None:
+    assert causes(refusal(at(report_body(), WINDOW, value))) == [
+        ("status.nodeMetric.recentUsage.windowSeconds", message)]
+
+
+def test_a_recent_usage_without_its_window_is_invalid() -> None:
+    body = at(report_body(), ["status", "nodeMetric", "recentUsage"], usage())
+    assert causes(refusal(body)) == [("status.nodeMetric.recentUsage.windowSeconds", "Required value")]
+
+
+async def test_a_refused_recent_window_is_a_422_and_stores_nothing(client: TestClient[Any, Any],
+                                                                    store: NodeMetricStore) -> None:
+    response = await client.put(f"{COLLECTION_PATH}/node-1/status", data=orjson.dumps(at(report_body(), WINDOW, 0)))
+    status = await response.json()
+    assert (response.status, status["reason"]) == (422, "Invalid")
+    assert status["details"]["causes"][0]["field"] == "status.nodeMetric.recentUsage.windowSeconds"
+    assert store.get("node-1") is None
 
 
 # ---- the HTTP harness -----------------------------------------------------------------------------
