@@ -5,9 +5,10 @@ evaluates each dashboard panel's query with this module, and tests/unit/manifest
 parses every alert and panel expression with it (an unknown function or an unbalanced bracket is an
 error). What it supports: selectors with `= != =~ !~` matchers and a `[range]`; `rate`, `increase`,
 `histogram_quantile`, `vector`; the aggregations `sum max min avg count quantile` with `by (...)`;
-`+ - * /`, comparisons (filters) and `or`. Differences from Prometheus, on purpose: `rate` divides
-the increase by the time between the first and last sample in the range (no extrapolation to the
-range's edges) and an instant selector looks back 5 minutes at most, like Prometheus's default.
+`+ - * /`, comparisons (filters) and `or`. Differences from Prometheus, on purpose: `increase` is
+the increase between the first and last sample in the range and `rate` that divided by the time
+between them (Prometheus extrapolates both a little towards the range's edges, so its values are
+slightly higher); an instant selector looks back 5 minutes at most, as Prometheus's default does.
 Pure: no I/O.
 """
 
@@ -244,7 +245,11 @@ def _unquote(text: str) -> str:
 
 
 class Series:
-    """Recorded samples by series: what an instant query at time t reads."""
+    """Recorded samples by series: what an instant query at time t reads.
+
+    A NaN sample is a staleness marker, as Prometheus writes when a target's scrape fails: the
+    series is absent from then until its next sample.
+    """
 
     def __init__(self, samples: Iterable[tuple[float, Mapping[str, str], float]]) -> None:
         by_labels: dict[Labels, list[tuple[float, float]]] = defaultdict(list)
@@ -258,8 +263,8 @@ class Series:
         for labels, points in self.points.items():
             if selector.matches(dict(labels)):
                 inside = [p for p in points if t - window < p[0] <= t]
-                if inside:
-                    found[labels] = inside
+                if inside and not math.isnan(inside[-1][1]):
+                    found[labels] = [p for p in inside if not math.isnan(p[1])]
         return found
 
 
@@ -293,22 +298,23 @@ def _call(call: Call, series: Series, t: float) -> Vector:
         (selector,) = call.args
         if not isinstance(selector, Selector) or selector.range is None:
             raise PromQLError(f"{call.function}() takes a range selector")
-        window = selector.range
-        rates = {_without_name(labels): per_second for labels, points in series.select(selector, t, window).items()
-                 if (per_second := counter_rate(points)) is not None}
-        return rates if call.function == "rate" else {labels: rate * window for labels, rate in rates.items()}
+        found: Vector = {}
+        for labels, points in series.select(selector, t, selector.range).items():
+            increase = counter_increase(points)
+            if increase is not None:
+                found[_without_name(labels)] = (increase if call.function == "increase"
+                                                else increase / (points[-1][0] - points[0][0]))
+        return found
     quantile, buckets = call.args
     return histogram_quantile(_scalar(evaluate(quantile, series, t)), _vector(evaluate(buckets, series, t)))
 
 
-def counter_rate(points: Sequence[tuple[float, float]]) -> float | None:
-    """Per-second increase between the first and last point; a drop is a counter reset (restart)."""
+def counter_increase(points: Sequence[tuple[float, float]]) -> float | None:
+    """Increase from the first to the last point; a drop is a counter reset (a restart, from zero)."""
     if len(points) < 2 or points[-1][0] <= points[0][0]:
         return None
-    increase = 0.0
-    for (_, before), (_, after) in itertools.pairwise(points):
-        increase += after - before if after >= before else after
-    return increase / (points[-1][0] - points[0][0])
+    return math.fsum(after - before if after >= before else after
+                     for (_, before), (_, after) in itertools.pairwise(points))
 
 
 def histogram_quantile(q: float, buckets: Vector) -> Vector:

@@ -38,12 +38,17 @@ def test_metric_names_lists_every_selected_metric() -> None:
 def test_rate_counts_a_counter_reset_as_a_restart_from_zero() -> None:
     data = series((0, "c_total", {}, 10.0), (10, "c_total", {}, 20.0), (20, "c_total", {}, 5.0))
     assert at("rate(c_total[1m])", data, 20) == {(): pytest.approx((10 + 5) / 20)}
-    assert at("increase(c_total[1m])", data, 20) == {(): pytest.approx(15 / 20 * 60)}
+    assert at("increase(c_total[1m])", data, 20) == {(): pytest.approx(15)}
 
 
 def test_rate_needs_two_samples_in_the_range() -> None:
     data = series((0, "c_total", {}, 1.0), (100, "c_total", {}, 5.0))
     assert at("rate(c_total[1m])", data, 100) == {}
+
+
+def test_a_nan_sample_marks_the_series_stale_until_its_next_sample() -> None:
+    data = series((0, "g", {}, 1.0), (5, "g", {}, math.nan), (10, "g", {}, 2.0))
+    assert [at("g", data, t) for t in (0, 5, 10)] == [{(("__name__", "g"),): 1.0}, {}, {(("__name__", "g"),): 2.0}]
 
 
 def test_sum_by_keeps_only_the_grouping_labels() -> None:
