@@ -7,6 +7,7 @@ import ast
 import json
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
@@ -21,7 +22,7 @@ from colocation.manager.operator_process import SERVICE_NAME, LeadershipMetrics
 from colocation.manager.serving_ca import BUNDLE_KEY
 from colocation.nodemetrics.storage_metrics import StorageMetrics
 from colocation.sandbox.launcher.project_install import render_manifests
-from tests.unit.manifests.test_manifests import KUBECTL, REPO, find
+from tests.unit.manifests.test_manifests import KUBECTL, KUBERNETES_VERSIONS, REPO, find
 
 COMPONENT = REPO / "manifests" / "components" / "monitoring"
 PACKAGE = REPO / "operator" / "colocation"
@@ -165,6 +166,13 @@ def test_the_podmonitor_scrapes_the_agents_metrics_port(rendered: list[dict[str,
     assert {p["name"]: p["containerPort"] for p in container["ports"]}[endpoint["port"]] == DEFAULT_METRICS_PORT
     assert "--metrics-port" not in container["args"]  # the agent serves on its default port
     assert (endpoint["scheme"], endpoint["path"]) == ("http", "/metrics")
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_patched_kubernetes_objects_stay_valid(rendered: list[dict[str, Any]], version: str) -> None:
+    for obj in rendered:
+        if not obj["apiVersion"].startswith("monitoring.coreos.com/"):  # no schemas here for the Prometheus Operator's
+            kubernetes_validate.validate(obj, version, strict=True)
 
 
 def test_the_dashboard_configmap_carries_the_dashboard(rendered: list[dict[str, Any]]) -> None:
