@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOCKERFILE = REPO / "Dockerfile"
 IMAGE_LOCK = REPO / "requirements" / "image.txt"
 BUILD_LOCK = REPO / "requirements" / "build.txt"
