@@ -72,6 +72,12 @@ def allocatable_samples(nodes: Iterable[Mapping[str, Any]], t: float) -> list[Sa
     return found
 
 
+def legend(template: str, labels: promql.Labels) -> str:
+    """Grafana's legend format: `{{label}}` replaced by the series' value of that label."""
+    values = dict(labels)
+    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: values.get(m.group(1), ""), template)
+
+
 def panel_lines(panel: Mapping[str, Any], series: promql.Series, times: Iterable[float]) -> list[Line]:
     """Every series each of the panel's queries gives at each time, as one line per legend."""
     lines: dict[tuple[int, str], list[tuple[float, float]]] = {}
@@ -79,7 +85,7 @@ def panel_lines(panel: Mapping[str, Any], series: promql.Series, times: Iterable
         expr = promql.parse(target["expr"])
         for t in times:
             for labels, value in promql.query(expr, series, t).items():
-                name = promql.legend(target.get("legendFormat") or target["expr"], labels)
+                name = legend(target.get("legendFormat") or target["expr"], labels)
                 lines.setdefault((index, name), []).append((t, value))
     return [Line(name, points, index) for (index, name), points in sorted(lines.items())]
 

@@ -20,7 +20,9 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
+T = TypeVar("T")
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs; "__name__" included for raw series
 Vector = dict[Labels, float]
 Matrix = dict[Labels, list[tuple[float, float]]]
@@ -93,9 +95,7 @@ Expr = Number | Selector | Call | Aggregate | Binary
 
 def tokenize(text: str) -> list[tuple[str, str]]:
     tokens, position = [], 0
-    while position < len(text):
-        if text[position:].strip() == "":
-            break
+    while text[position:].strip():
         match = _TOKEN.match(text, position)
         if match is None or match.lastgroup is None:
             raise PromQLError(f"unexpected character {text[position:].lstrip()[:1]!r} at {position}")
@@ -182,13 +182,7 @@ class _Parser:
         if self.peek()[1] == "(":
             if text not in FUNCTIONS:
                 raise PromQLError(f"unknown function {text!r} (supported: {', '.join(sorted(FUNCTIONS))})")
-            self.take("(")
-            args = [self.expression()]
-            while self.peek()[1] == ",":
-                self.take()
-                args.append(self.expression())
-            self.take(")")
-            return Call(text, tuple(args))
+            return Call(text, tuple(self.listed(self.expression)))
         return self.selector(text)
 
     def aggregate(self, op: str) -> Aggregate:
@@ -206,13 +200,17 @@ class _Parser:
 
     def grouping(self) -> tuple[str, ...]:
         self.take("by")
+        return tuple(self.listed(lambda: self.take()[1]))
+
+    def listed(self, item: Callable[[], T]) -> list[T]:
+        """`( item, item, ... )`"""
         self.take("(")
-        labels = [self.take()[1]]
+        items = [item()]
         while self.peek()[1] == ",":
             self.take()
-            labels.append(self.take()[1])
+            items.append(item())
         self.take(")")
-        return tuple(labels)
+        return items
 
     def selector(self, name: str) -> Selector:
         matchers = []
@@ -416,8 +414,3 @@ def _scalar(value: Vector | float) -> float:
 def _without_name(labels: Labels) -> Labels:
     return tuple(item for item in labels if item[0] != "__name__")
 
-
-def legend(template: str, labels: Labels) -> str:
-    """Grafana's legend format: `{{label}}` replaced by the series' value of that label."""
-    values = dict(labels)
-    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: values.get(m.group(1), ""), template)

@@ -69,3 +69,8 @@ def test_a_missing_stretch_of_samples_is_drawn_as_a_gap() -> None:
     drawn = dashboard_pngs.with_gaps(points)
     assert [t for t, v in drawn if math.isnan(v)] == [17.5]
     assert [p for p in drawn if not math.isnan(p[1])] == points
+
+
+def test_legend_fills_in_labels() -> None:
+    labels = (("reason", "memory"), ("result", "evicted"))
+    assert dashboard_pngs.legend("{{reason}} pressure: {{ result }}", labels) == "memory pressure: evicted"

@@ -99,7 +99,3 @@ def test_arithmetic_matches_series_on_labels_without_the_name() -> None:
     assert at("a / b", data, 0) == {(("n", "x"),): 2.0}
     assert at("a * 2", data, 0) == {(("n", "x"),): 12.0}
 
-
-def test_legend_fills_in_labels() -> None:
-    assert promql.legend("{{reason}} pressure: {{ result }}", (("reason", "memory"), ("result", "evicted"))) == \
-        "memory pressure: evicted"
