@@ -10,7 +10,17 @@ import pytest
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.apiserver.pod_mutation_webhook import WEBHOOK_PATH
 from colocation.kube import permissions
-from tests.unit.manifests.test_manifests import accepts, crds, rendered, resolves, schema_of, structural_problems
+from colocation.sandbox.launcher.project_install import render_manifests
+from tests.unit.manifests.test_manifests import (
+    KUBECTL,
+    REPO,
+    accepts,
+    crds,
+    rendered,
+    resolves,
+    schema_of,
+    structural_problems,
+)
 
 __all__ = ["crds", "rendered"]  # the fixtures, shared with test_manifests
 CRD = "clustercolocationprofiles.slo.colocation.dev"
@@ -75,3 +85,14 @@ def test_the_profile_schema_refuses_what_the_webhook_cannot_apply(crds: dict[str
                                                                   spec: dict[str, Any], valid: bool) -> None:
     assert accepts(crds[CRD], {"apiVersion": "slo.colocation.dev/v1alpha1", "kind": "ClusterColocationProfile",
                                "metadata": {"name": "p"}, "spec": spec}) is valid
+
+
+def test_with_cert_manager_the_webhook_gets_the_serving_certificates_ca_from_cainjector() -> None:
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed, so manifests/ cannot be rendered with kustomize")
+    objects = render_manifests(REPO, components=("cert-manager",))
+    (configuration,) = [o for o in objects if o["kind"] == "MutatingWebhookConfiguration"]
+    source = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    namespace, _, name = source.partition("/")
+    assert [o for o in objects if o["kind"] == "Certificate" and o["metadata"]["name"] == name
+            and o["metadata"]["namespace"] == namespace]
