@@ -8,8 +8,9 @@ A profile sets labels and annotations, the Koordinator QoS label, the Koordinato
 label, the scheduler, and the priority class (with the class's value and preemption policy, as the
 Priority admission plugin would have set them had the pod named that class itself).
 
-Then, unless a picked profile carries the annotation `SKIP_RESOURCES_ANNOTATION`, a pod whose
-Koordinator priority class is now batch or mid asks for the matching extended resources instead
+Then, unless a picked profile carries the annotation `SKIP_RESOURCES_ANNOTATION`, a picked pod
+whose Koordinator priority class is now batch or mid (made so or already so, even when its
+probability left every profile out) asks for the matching extended resources instead
 of cpu and memory (`kubernetes.io/batch-cpu` in millicores, `kubernetes.io/batch-memory` as
 given), in its containers, init containers and overhead; an extended limit without a request gets
 a request of the same amount. This is the behaviour of Koordinator's pod mutating webhook.
@@ -80,7 +81,6 @@ class ColocationProfile:
 class Mutation:
     patch: list[dict[str, Any]]  # empty: nothing to change
     applied: tuple[str, ...]  # the profiles applied, in order
-    warnings: tuple[str, ...] = ()
 
 
 def parse_profile(obj: Mapping[str, Any]) -> ColocationProfile:
@@ -147,7 +147,9 @@ def mutate_pod(profiles: Iterable[ColocationProfile], namespace_labels: Mapping[
             continue
         _apply(profile, mutated, priority_classes)
         applied.append(profile.name)
-    if applied and not any(profile.skip_resources for profile in picked):
+    # As Koordinator does: a picked pod that is batch or mid is translated even when no profile
+    # applied (its probability skipped it), since the pod may have been batch already.
+    if not any(profile.skip_resources for profile in picked):
         _translate_resources(mutated)
     return Mutation(profile_patch(pod, mutated), tuple(applied))
 

@@ -184,6 +184,15 @@ def test_a_pod_made_best_effort_by_its_qos_label_alone_is_batch() -> None:
     assert result["spec"]["containers"][0]["resources"]["requests"] == {"kubernetes.io/batch-cpu": "1000"}
 
 
+def test_a_picked_pod_that_is_batch_already_is_translated_even_when_no_profile_applied() -> None:
+    the_pod = pod({}, [container({"cpu": "1"})], priority=5500)
+    mutation = mutate_pod([profile("p", probability=0, labels={"x": "y"})], {}, the_pod, CLASSES, lambda: 0)
+    assert mutation.applied == ()
+    result = apply_json_patch(copy.deepcopy(the_pod), mutation.patch)
+    assert result["spec"]["containers"][0]["resources"]["requests"] == {"kubernetes.io/batch-cpu": "1000"}
+    assert result["metadata"]["labels"] == {}  # the profile itself did not apply
+
+
 def test_the_skip_annotation_on_any_picked_profile_keeps_resources_but_applies_the_rest() -> None:
     profiles = [profile("a", **BATCH),
                 profile("b", labels={"x": "y"},
