@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.objects import Obj
@@ -70,15 +70,17 @@ class ProfileCache:
     def synced(self) -> bool:
         return bool(self._informers) and all(informer.synced.is_set() for informer in self._informers)
 
-    def informers(self, transport: Transport) -> list[Informer]:
-        """The three informers to run (each until cancelled)."""
+    def informers(self, transport: Transport,
+                  on_error: Callable[[str, str], None] | None = None) -> list[Informer]:
+        """The three informers to run (each until cancelled); `on_error(informer, reason)` hears
+        of every failed list or watch."""
         self._informers = [
             _informer(transport, f"/apis/{_PROFILES.group}/v1alpha1/{_PROFILES.resource}", self.profiles,
-                      _profile_entry),
+                      _profile_entry, on_error),
             _informer(transport, f"/api/v1/{_NAMESPACES.resource}", self.namespace_labels,
-                      lambda obj: dict((obj.get("metadata") or {}).get("labels") or {})),
+                      lambda obj: dict((obj.get("metadata") or {}).get("labels") or {}), on_error),
             _informer(transport, f"/apis/{_PRIORITY_CLASSES.group}/v1/{_PRIORITY_CLASSES.resource}",
-                      self.priority_classes, _priority_class_entry),
+                      self.priority_classes, _priority_class_entry, on_error),
         ]
         return self._informers
 
@@ -98,7 +100,8 @@ def _priority_class_entry(obj: Obj) -> PriorityClassValue | None:
     return PriorityClassValue(value, obj.get("preemptionPolicy"))
 
 
-def _informer(transport: Transport, path: str, into: dict[str, Any], entry: Callable[[Obj], Any]) -> Informer:
+def _informer(transport: Transport, path: str, into: dict[str, Any], entry: Callable[[Obj], Any],
+              on_error: Callable[[str, str], None] | None) -> Informer:
     """An informer keeping `into` as name -> entry(object) (objects whose entry is None left out)."""
 
     def put(obj: Obj) -> None:
@@ -120,14 +123,23 @@ def _informer(transport: Transport, path: str, into: dict[str, Any], entry: Call
         else:
             put(obj)
 
-    return Informer(transport, path, on_sync=on_sync, on_event=on_event, name=path.rsplit("/", 1)[-1])
+    name = path.rsplit("/", 1)[-1]
+    return Informer(transport, path, on_sync=on_sync, on_event=on_event, name=name,
+                    on_error=(lambda reason: on_error(name, reason)) if on_error is not None else None)
 
 
 class WebhookMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, cache: ProfileCache) -> None:
         self.reviews = Counter("colocation_pod_webhook_reviews_total",
                                "AdmissionReviews of pods answered, by result (mutated, unchanged, warned, "
                                "denied).", ["result"], registry=registry)
+        self.informer_failures = Counter("colocation_pod_webhook_informer_failures_total",
+                                         "Failed lists and watches of the pod webhook's informers, by informer "
+                                         "and reason (retried with backoff).", ["informer", "reason"],
+                                         registry=registry)
+        profiles = Gauge("colocation_pod_webhook_profiles", "ClusterColocationProfiles this replica applies.",
+                         registry=registry)
+        profiles.set_function(lambda: len(cache.profiles))
 
 
 class PodMutationWebhook:
@@ -136,8 +148,13 @@ class PodMutationWebhook:
     def __init__(self, cache: ProfileCache, registry: CollectorRegistry,
                  roll: Callable[[], int] = lambda: random.randrange(100)) -> None:
         self.cache = cache
-        self.metrics = WebhookMetrics(registry)
+        self.metrics = WebhookMetrics(registry, cache)
         self.roll = roll
+
+    def informers(self, transport: Transport) -> list[Informer]:
+        """The cache's informers, their failures counted."""
+        return self.cache.informers(transport, lambda name, reason: self.metrics.informer_failures.labels(
+            name, reason).inc())
 
     def discovery_groups(self) -> Mapping[str, Sequence[str]]:
         return {}

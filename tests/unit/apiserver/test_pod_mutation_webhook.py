@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 from collections.abc import AsyncIterator
@@ -174,3 +175,43 @@ async def test_an_invalid_profile_is_left_out_and_the_others_apply() -> None:
     assert set(cache.profiles) == {"batch"}
     await profiles.on_event("DELETED", PROFILE)
     assert cache.profiles == {}
+
+
+class _Missing:
+    status = 404
+
+    async def read(self) -> bytes:
+        return b'{"kind":"Status","code":404}'
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        return
+        yield b""
+
+
+@contextlib.asynccontextmanager
+async def crd_not_installed(path: str, params: dict[str, str], stream: bool) -> AsyncIterator[Response]:
+    yield _Missing() if "clustercolocationprofiles" in path else _Listed(path)
+
+
+async def test_metrics_count_informer_failures_and_the_profiles_applied() -> None:
+    registry = CollectorRegistry()
+    webhook = PodMutationWebhook(ProfileCache(), registry)
+    informer = webhook.informers(crd_not_installed)[0]
+    counted, failed = informer.on_error, asyncio.Event()
+    assert counted is not None
+
+    def on_error(reason: str) -> None:
+        counted(reason)
+        failed.set()
+
+    informer.on_error = on_error
+    failing = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(failed.wait(), 5)
+    finally:
+        failing.cancel()
+    assert registry.get_sample_value("colocation_pod_webhook_informer_failures_total",
+                                     {"informer": "clustercolocationprofiles", "reason": "http-404"}) == 1
+    assert not webhook.cache.synced
+    listed = PodMutationWebhook(await synced_cache(), registry := CollectorRegistry())
+    assert listed.cache.synced and registry.get_sample_value("colocation_pod_webhook_profiles") == 1
