@@ -36,6 +36,10 @@ CA_SECRET_NAME = "colocation-operator-ca"
 OPERATOR_APISERVICES = ("v1alpha1.metrics.colocation.dev", "v1beta1.metrics.k8s.io", "v1beta2.custom.metrics.k8s.io",
                         "v1beta1.custom.metrics.k8s.io", "v1beta1.external.metrics.k8s.io")
 
+# The pod webhook of ClusterColocationProfiles (apiserver.pod_mutation_webhook): its configuration's
+# caBundle is kept current like the APIServices'.
+POD_WEBHOOK_CONFIGURATION = "colocation-pod-profiles"
+
 SLO_GROUP = "slo.colocation.dev"
 METRICS_GROUP = "metrics.colocation.dev"
 
@@ -121,6 +125,12 @@ OPERATOR_API_CALLS: tuple[ApiCall, ...] = (
     # Kopf scans CRDs to resolve resources, and lists namespaces when given namespace patterns.
     *_calls("apiextensions.k8s.io", "customresourcedefinitions", _READ, None),
     *_calls("", "namespaces", ("list", "watch"), None),
+    # The pod webhook, on every replica: the profiles, namespaces' labels (above) and the values of
+    # PriorityClasses it sets, followed by informers; its configuration's caBundle patched by name.
+    *_calls(SLO_GROUP, "clustercolocationprofiles", ("list", "watch"), None),
+    *_calls("scheduling.k8s.io", "priorityclasses", ("list", "watch"), None),
+    *_calls("admissionregistration.k8s.io", "mutatingwebhookconfigurations", ("get", "patch"), None,
+            name=POD_WEBHOOK_CONFIGURATION),
     # The serving CA: created by the first replica (a create cannot be limited to one name),
     # then read and rotated by name; the APIServices' caBundle patched by name.
     *_calls("", "secrets", ("create",), OPERATOR_NAMESPACE),

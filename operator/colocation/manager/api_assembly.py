@@ -1,6 +1,7 @@
 """The operator's API server as the manager assembles it: the groups registered, and what they read.
 
-NodeMetric always (with agents' eviction requests, which the leader's controllers act on);
+NodeMetric always (with agents' eviction requests, which the leader's controllers act on), and
+the pod webhook of ClusterColocationProfiles;
 metrics.k8s.io with --serve-resource-metrics; custom and external metrics with
 --serve-custom-metrics, whose samples upload the NodeMetric group accepts for them. Both metric
 APIs serve only pods that exist, with their labels: that takes a Pod informer. Groups are
@@ -24,6 +25,7 @@ from colocation.apiserver.generic_apiserver import AggregatedApiServer
 from colocation.apiserver.kube_reviewers import kube_issuer_fetcher, kube_subject_access_reviewer, kube_token_reviewer
 from colocation.apiserver.local_token_authentication import IssuerKeys, LocalTokenAuthenticator
 from colocation.apiserver.nodemetric_routes import ApiOptions, NodeMetricGroup
+from colocation.apiserver.pod_mutation_webhook import PodMutationWebhook, ProfileCache
 from colocation.apiserver.resource_metrics_routes import PodDirectory, ResourceMetricsApi
 from colocation.custommetrics.builtin_metrics import BuiltinMetrics
 from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
@@ -69,6 +71,7 @@ class ServedApis:
     pods: PodDirectory | None  # its informer must run while the metric APIs are served
     custom_metrics: CustomMetricsApi | None  # its housekeeping and a standby's follower run beside it
     evictions: EvictionRequestsUpload  # the leader's controllers take its requests (`handler`) once they run
+    pod_webhook: PodMutationWebhook  # every replica runs its cache's informers
 
 
 def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDirectory,
@@ -90,8 +93,10 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
     nodemetric = NodeMetricGroup(store, authorizer, leadership, nodes.__contains__, nodes.labels, metrics,
                                  ApiOptions(bookmark_interval=config.bookmark_interval), uploads=uploads,
                                  read_barrier=read_barrier)
-    server = AggregatedApiServer(authenticator, authorizer, request_header, leadership, metrics, [nodemetric, *extra])
-    return ServedApis(server, pods, custom_metrics, evictions)
+    pod_webhook = PodMutationWebhook(ProfileCache(), metrics.registry)
+    server = AggregatedApiServer(authenticator, authorizer, request_header, leadership, metrics,
+                                 [nodemetric, *extra, pod_webhook])
+    return ServedApis(server, pods, custom_metrics, evictions, pod_webhook)
 
 
 def _custom_metrics_api(config: OperatorConfig, store: NodeMetricStore, view: ResourceMetricsView,

@@ -294,6 +294,9 @@ class OperatorProcess:
                 tasks.append(asyncio.create_task(authenticator.local.keys.run()))
             if served.pods is not None:
                 tasks.append(asyncio.create_task(served.pods.informer(kube_transport(api)).run()))
+            # The pod webhook answers on every replica, from its own copy of the profiles.
+            tasks += [asyncio.create_task(informer.run())
+                      for informer in served.pod_webhook.informers(kube_transport(api))]
             if served.custom_metrics is not None:
                 tasks += self._custom_metrics_tasks(served.custom_metrics, token)
             try:

@@ -193,6 +193,16 @@ def _generation_order(text: str) -> tuple[str, int]:
     return uid, int(revision) if revision.isdigit() else -1
 
 
+def _bundle_generation_current(metadata: Obj, state: CaState) -> bool | None:
+    """Whether an object's CA generation annotation is `state`'s (None: it is newer, from a replica
+    that read the Secret after this one did, and must not be undone)."""
+    theirs = _generation_order((metadata.get("annotations") or {}).get(GENERATION_ANNOTATION, ""))
+    ours = _generation_order(state.generation)
+    if theirs[0] == ours[0] and theirs[1] > ours[1]:
+        return None
+    return theirs == ours
+
+
 def apiservice_patch(apiservice: Obj, state: CaState, service: tuple[str, str]) -> Obj | None:
     """The merge patch that makes `apiservice` trust `state`'s bundle, or None: it already does,
     it is not backed by `service` (namespace, name), or it carries a newer generation of the CA
@@ -206,13 +216,42 @@ def apiservice_patch(apiservice: Obj, state: CaState, service: tuple[str, str]) 
     if (backend.get("namespace"), backend.get("name")) != service:
         return None
     metadata = apiservice.get("metadata") or {}
-    theirs = _generation_order((metadata.get("annotations") or {}).get(GENERATION_ANNOTATION, ""))
-    ours = _generation_order(state.generation)
-    if theirs[0] == ours[0] and theirs[1] > ours[1]:
+    current = _bundle_generation_current(metadata, state)
+    if current is None:
         return None
     bundle = _b64(state.bundle())
-    if theirs == ours and spec.get("caBundle") == bundle and not spec.get("insecureSkipTLSVerify"):
+    if current and spec.get("caBundle") == bundle and not spec.get("insecureSkipTLSVerify"):
         return None
     return {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
                          "annotations": {GENERATION_ANNOTATION: state.generation}},
             "spec": {"caBundle": bundle, "insecureSkipTLSVerify": False}}
+
+
+def webhook_configuration_patch(configuration: Obj, state: CaState, service: tuple[str, str]) -> Obj | None:
+    """The merge patch that makes every webhook of `configuration` backed by `service` trust
+    `state`'s bundle, or None: none needs it (the rules of `apiservice_patch`, per webhook).
+
+    A merge patch replaces the whole `webhooks` list: it is the list as read with the bundles
+    changed, and the resourceVersion makes it fail with a conflict if anything changed meanwhile.
+    """
+    metadata = configuration.get("metadata") or {}
+    current = _bundle_generation_current(metadata, state)
+    if current is None:
+        return None
+    bundle = _b64(state.bundle())
+    webhooks = [dict(webhook) for webhook in configuration.get("webhooks") or []]
+    ours_found = changed = False
+    for webhook in webhooks:
+        client = dict(webhook.get("clientConfig") or {})
+        backend = client.get("service") or {}
+        if (backend.get("namespace"), backend.get("name")) != service:
+            continue
+        ours_found = True
+        if client.get("caBundle") != bundle:
+            webhook["clientConfig"] = {**client, "caBundle": bundle}
+            changed = True
+    if not ours_found or (not changed and current):
+        return None
+    return {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
+                         "annotations": {GENERATION_ANNOTATION: state.generation}},
+            "webhooks": webhooks}

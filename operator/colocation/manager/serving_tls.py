@@ -1,12 +1,14 @@
 """The operator's serving TLS: the shared CA Secret, this replica's serving certificate, and the
-APIServices' caBundle, kept current by one loop (the decisions are `serving_ca`'s, pure).
+caBundle of the APIServices and the pod webhook's configuration, kept current by one loop (the
+decisions are `serving_ca`'s, pure).
 
 Every replica runs the loop. The CA Secret is created by whichever replica gets there first (the
 others read it back when their create conflicts) and rotated the same way, by a replace that
 fails on a stale resourceVersion. Each replica issues its own serving certificate, renews it
 before it expires and loads it into the listening server's ssl contexts in place: new
 connections get the new certificate, with no restart. Every APIService of ours that points at the
-operator's Service has the bundle patched in, with `insecureSkipTLSVerify` false.
+operator's Service has the bundle patched in, with `insecureSkipTLSVerify` false, and so has
+every webhook of the pod webhook's MutatingWebhookConfiguration that calls that Service.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import contextlib
 import datetime as dt
 import logging
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from kubernetes_asyncio.client import ApiClient, ApiregistrationV1Api, CoreV1Api
+from kubernetes_asyncio.client import AdmissionregistrationV1Api, ApiClient, ApiregistrationV1Api, CoreV1Api
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from colocation.apimachinery import certificates
@@ -58,6 +60,8 @@ class CaObjects(Protocol):
     async def replace_secret(self, body: Obj) -> Obj | None: ...  # None: it changed since it was read
     async def read_apiservice(self, name: str) -> Obj | None: ...  # None: not installed
     async def patch_apiservice(self, name: str, patch: Obj) -> bool: ...  # False: it changed since it was read
+    async def read_webhook_configuration(self, name: str) -> Obj | None: ...  # a MutatingWebhookConfiguration
+    async def patch_webhook_configuration(self, name: str, patch: Obj) -> bool: ...
 
 
 def _answer(what: str, status: int, body: Any, *, absent: int | None = None) -> Obj | None:
@@ -75,6 +79,7 @@ class KubeCaObjects:
     def __init__(self, api: ApiClient, namespace: str) -> None:
         self._core = CoreV1Api(api)
         self._registration = ApiregistrationV1Api(api)
+        self._admission = AdmissionregistrationV1Api(api)
         self.namespace = namespace
 
     async def read_secret(self) -> Obj | None:
@@ -105,6 +110,20 @@ class KubeCaObjects:
                                        _content_type="application/merge-patch+json", timeout=CALL_TIMEOUT)
         return _answer(f"patch APIService {name}", status, body, absent=409) is not None
 
+    async def read_webhook_configuration(self, name: str) -> Obj | None:
+        permissions.declared(OPERATOR_API_CALLS, ApiCall("admissionregistration.k8s.io",
+                                                         "mutatingwebhookconfigurations", "get", None, name=name))
+        status, body = await call_json(self._admission.read_mutating_webhook_configuration, name,
+                                       timeout=CALL_TIMEOUT)
+        return _answer(f"get MutatingWebhookConfiguration {name}", status, body, absent=404)
+
+    async def patch_webhook_configuration(self, name: str, patch: Obj) -> bool:
+        permissions.declared(OPERATOR_API_CALLS, ApiCall("admissionregistration.k8s.io",
+                                                         "mutatingwebhookconfigurations", "patch", None, name=name))
+        status, body = await call_json(self._admission.patch_mutating_webhook_configuration, name, patch,
+                                       _content_type="application/merge-patch+json", timeout=CALL_TIMEOUT)
+        return _answer(f"patch MutatingWebhookConfiguration {name}", status, body, absent=409) is not None
+
 
 class TlsMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -119,7 +138,8 @@ class TlsMetrics:
                                     "Serving CAs this replica made (the first one included) or replaced.",
                                     registry=r)
         self.bundle_patches = Counter("colocation_apiservice_ca_bundle_patches_total",
-                                      "caBundle patches this replica made to an APIService.", ["apiservice"],
+                                      "caBundle patches this replica made to an APIService or the pod "
+                                      "webhook's configuration (labelled with its name).", ["apiservice"],
                                       registry=r)
         self.sync_failures = Counter("colocation_serving_tls_sync_failures_total",
                                      "Rounds of the serving TLS loop that failed (retried with backoff).", registry=r)
@@ -205,6 +225,7 @@ class ServingTls(_ServedCertificate):
     def __init__(self, objects: CaObjects, policy: CaPolicy, *, namespace: str, service_name: str,
                  dns_names: Iterable[str], ip_addresses: Iterable[str], registry: CollectorRegistry,
                  apiservices: Iterable[str] = permissions.OPERATOR_APISERVICES,
+                 webhook_configurations: Iterable[str] = (permissions.POD_WEBHOOK_CONFIGURATION,),
                  clock: Callable[[], dt.datetime] = _utc_now) -> None:
         super().__init__(registry)
         self.objects = objects
@@ -214,6 +235,7 @@ class ServingTls(_ServedCertificate):
         self.dns_names = tuple(dns_names)
         self.ip_addresses = tuple(ip_addresses)
         self.apiservices = tuple(apiservices)
+        self.webhook_configurations = tuple(webhook_configurations)
         self.clock = clock
         self.state: CaState | None = None
 
@@ -237,7 +259,11 @@ class ServingTls(_ServedCertificate):
         nothing is)."""
         state, now = await self.prepare()
         assert self.cert is not None
-        await self._patch_apiservices(state)
+        await self._patch_bundles("APIService", self.apiservices, self.objects.read_apiservice,
+                                  self.objects.patch_apiservice, serving_ca.apiservice_patch, state)
+        await self._patch_bundles("MutatingWebhookConfiguration", self.webhook_configurations,
+                                  self.objects.read_webhook_configuration, self.objects.patch_webhook_configuration,
+                                  serving_ca.webhook_configuration_patch, state)
         return serving_ca.next_check(state, self.cert, now, self.policy)
 
     async def _current_ca(self) -> CaState:
@@ -283,19 +309,22 @@ class ServingTls(_ServedCertificate):
         log.info("serving certificate issued", extra={"renewal": renewed, "expires": expires.isoformat(),
                                                       "issuer": signer.certificate.subject.rfc4514_string()})
 
-    async def _patch_apiservices(self, state: CaState) -> None:
-        for name in self.apiservices:
+    async def _patch_bundles(self, kind: str, names: Iterable[str], read: Callable[[str], Awaitable[Obj | None]],
+                             patch_object: Callable[[str, Obj], Awaitable[bool]],
+                             make_patch: Callable[[Obj, CaState, tuple[str, str]], Obj | None],
+                             state: CaState) -> None:
+        """Each object of `names` that exists made to trust `state`'s bundle, retried on conflicts."""
+        for name in names:
             for _ in range(WRITE_ATTEMPTS):
-                apiservice = await self.objects.read_apiservice(name)
-                if apiservice is None:
+                found = await read(name)
+                if found is None:
                     break  # its component is not installed
-                patch = serving_ca.apiservice_patch(apiservice, state, (self.namespace, self.service_name))
+                patch = make_patch(found, state, (self.namespace, self.service_name))
                 if patch is None:
                     break
-                if await self.objects.patch_apiservice(name, patch):
+                if await patch_object(name, patch):
                     self.metrics.bundle_patches.labels(name).inc()
-                    log.info("APIService caBundle patched", extra={"apiservice": name,
-                                                                   "generation": state.generation})
+                    log.info(f"{kind} caBundle patched", extra={"object": name, "generation": state.generation})
                     break
 
     async def run(self, stop: asyncio.Event) -> None:

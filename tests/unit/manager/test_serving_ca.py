@@ -143,3 +143,35 @@ def test_a_stale_replica_never_puts_back_an_older_bundle_nor_touches_a_foreign_a
 def test_a_policy_that_cannot_work_is_refused(policy: CaPolicy, problem: str | None) -> None:
     found = policy.problem()
     assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+def _webhooks(*services: tuple[str, str], bundle: str = "") -> dict[str, object]:
+    return {"metadata": {"name": "colocation-pod-profiles", "resourceVersion": "7"}, "webhooks": [
+        {"name": f"w{i}", "clientConfig": {"service": {"namespace": ns, "name": name, "path": "/mutate-pods"},
+                                           **({"caBundle": bundle} if bundle else {})}}
+        for i, (ns, name) in enumerate(services)]}
+
+
+def test_a_webhook_configuration_gets_the_bundle_on_our_webhooks_only_and_once() -> None:
+    state = dataclasses.replace(first_state(), uid="u-1")
+    configuration = _webhooks(SERVICE, ("other", "webhook"))
+    patch = serving_ca.webhook_configuration_patch(configuration, state, SERVICE)
+    bundle = base64.b64encode(state.bundle()).decode()
+    assert patch is not None
+    assert patch["metadata"] == {"resourceVersion": "7", "annotations": {serving_ca.GENERATION_ANNOTATION: "u-1.1"}}
+    ours, theirs = patch["webhooks"]
+    assert ours["clientConfig"] == {"service": {"namespace": SERVICE[0], "name": SERVICE[1], "path": "/mutate-pods"},
+                                    "caBundle": bundle}
+    assert theirs == configuration["webhooks"][1]  # type: ignore[index]
+    patched = {**configuration, "metadata": {**patch["metadata"]}, "webhooks": patch["webhooks"]}
+    assert serving_ca.webhook_configuration_patch(patched, state, SERVICE) is None
+    assert serving_ca.webhook_configuration_patch(_webhooks(("other", "webhook")), state, SERVICE) is None
+
+
+def test_a_stale_replica_never_puts_back_an_older_bundle_in_a_webhook_configuration() -> None:
+    old = dataclasses.replace(first_state(), uid="u-1")
+    newer = serving_ca.rotate_ca(old, T0 + 60 * S, POLICY, make_ca)
+    assert newer is not None
+    patched = _webhooks(SERVICE, bundle=base64.b64encode(newer.bundle()).decode())
+    patched["metadata"] = {"annotations": {serving_ca.GENERATION_ANNOTATION: newer.generation}}
+    assert serving_ca.webhook_configuration_patch(patched, old, SERVICE) is None

@@ -40,6 +40,7 @@ class FakeApi:
     def __init__(self) -> None:
         self.secret: Obj | None = None
         self.apiservices: dict[str, Obj] = {}
+        self.webhook_configurations: dict[str, Obj] = {}
         self.version = 0
         self.conflicts_left = 0  # patches to refuse with a conflict, as when another replica patched first
         self.forbidden = False  # every APIService call answered 403, as without the RBAC for it
@@ -84,6 +85,19 @@ class FakeApi:
         annotations = {**(current["metadata"].get("annotations") or {}), **patch["metadata"]["annotations"]}
         current["metadata"]["annotations"] = annotations
         current["spec"] |= patch["spec"]
+        self._stamp(current)
+        return True
+
+
+    async def read_webhook_configuration(self, name: str) -> Obj | None:
+        return copy.deepcopy(self.webhook_configurations.get(name))
+
+    async def patch_webhook_configuration(self, name: str, patch: Obj) -> bool:
+        current = self.webhook_configurations[name]
+        if patch["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            return False
+        current["metadata"]["annotations"] = patch["metadata"]["annotations"]
+        current["webhooks"] = patch["webhooks"]
         self._stamp(current)
         return True
 
@@ -273,3 +287,21 @@ async def test_certificate_files_renewed_by_another_tool_are_served_and_a_bad_pa
         assert await _served_certificate(files.bundle, server.port or 0) == _der(second)
     finally:
         await server.close()
+
+
+async def test_the_pod_webhooks_configuration_trusts_the_bundle_across_a_ca_rotation(api: FakeApi) -> None:
+    name = permissions.POD_WEBHOOK_CONFIGURATION
+    api.webhook_configurations[name] = {"metadata": {"name": name, "resourceVersion": "0"}, "webhooks": [
+        {"name": "pods", "clientConfig": {"service": {"namespace": NS, "name": SERVICE, "path": "/mutate-pods"}}}]}
+    clock = Clock()
+    one = replica(api, clock)
+    await one.sync()
+
+    def trusted() -> bytes:
+        return base64.b64decode(api.webhook_configurations[name]["webhooks"][0]["clientConfig"]["caBundle"])
+
+    assert trusted() == one.bundle != b""
+    first_bundle = one.bundle
+    clock.now += POLICY.ca_validity * POLICY.renew_fraction
+    await one.sync()
+    assert one.bundle != first_bundle and trusted() == one.bundle

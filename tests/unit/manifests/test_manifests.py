@@ -86,7 +86,8 @@ def test_every_rendered_object_is_valid_kubernetes(rendered: list[dict[str, Any]
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_every_crd_is_valid_kubernetes(crds: dict[str, dict[str, Any]], version: str) -> None:
-    assert set(crds) == {"nodeslos.slo.colocation.dev", "noderesources.slo.colocation.dev"}
+    assert set(crds) == {"nodeslos.slo.colocation.dev", "noderesources.slo.colocation.dev",
+                         "clustercolocationprofiles.slo.colocation.dev"}
     for crd in crds.values():
         kubernetes_validate.validate(crd, version, strict=True)
 

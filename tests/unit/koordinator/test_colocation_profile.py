@@ -1,0 +1,238 @@
+"""ClusterColocationProfile as test vectors: which profiles pick a pod, in what order, and what a
+pod becomes (labels, scheduler, priority, batch resources), read back through the JSON patch."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from colocation.koordinator.colocation_profile import (
+    ColocationProfile,
+    MutationRefused,
+    PriorityClassValue,
+    ProfileInvalid,
+    mutate_pod,
+    parse_profile,
+    profile_patch,
+)
+from colocation.sandbox.server.patches import json_patch as apply_json_patch
+
+CLASSES = {"koord-batch": PriorityClassValue(5500, "Never"), "koord-prod": PriorityClassValue(9500),
+           "koord-mid": PriorityClassValue(7500)}
+
+
+def profile(name: str, **spec: Any) -> ColocationProfile:
+    annotations = spec.pop("annotations_of_profile", {})
+    return parse_profile({"metadata": {"name": name, "annotations": annotations}, "spec": spec})
+
+
+def pod(labels: Mapping[str, str] | None = None, containers: list[dict[str, Any]] | None = None,
+        **spec: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"generateName": "web-", "namespace": "team-a"}
+    if labels is not None:
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": {"containers": containers or [{"name": "main", "image": "app"}], "schedulerName":
+                     "default-scheduler", "priority": 0, **spec}}
+
+
+def container(requests: Mapping[str, str] | None = None, limits: Mapping[str, str] | None = None,
+              name: str = "main") -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests is not None:
+        resources["requests"] = dict(requests)
+    if limits is not None:
+        resources["limits"] = dict(limits)
+    return {"name": name, "image": "app", "resources": resources}
+
+
+def never() -> int:
+    raise AssertionError("no profile here has a probability below 100")
+
+
+def applied(profiles: list[ColocationProfile], the_pod: dict[str, Any],
+            namespace_labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The pod as kube-apiserver stores it after applying the webhook's patch."""
+    mutation = mutate_pod(profiles, namespace_labels or {}, the_pod, CLASSES, never)
+    result: dict[str, Any] = apply_json_patch(copy.deepcopy(the_pod), mutation.patch)
+    return result
+
+
+BATCH = {"qosClass": "BE", "priorityClassName": "koord-batch", "schedulerName": "koord-scheduler"}
+
+
+# ---- which profiles pick a pod ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("spec", "namespace_labels", "pod_labels", "picked"), [
+    ({}, {}, {}, True),  # no selectors: every pod in every namespace
+    ({"namespaceSelector": {"matchLabels": {"colocation": "on"}}}, {"colocation": "on"}, {}, True),
+    ({"namespaceSelector": {"matchLabels": {"colocation": "on"}}}, {}, {}, False),
+    ({"namespaceSelector": {}}, {}, {}, True),  # empty: everything, as Kubernetes reads it
+    ({"selector": {"matchLabels": {"tier": "batch"}}}, {}, {"tier": "batch"}, True),
+    ({"selector": {"matchLabels": {"tier": "batch"}}}, {}, {"tier": "web"}, False),
+    ({"selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["batch", "etl"]}]}},
+     {}, {"tier": "etl"}, True),
+    ({"namespaceSelector": {"matchLabels": {"colocation": "on"}}, "selector": {"matchLabels": {"tier": "batch"}}},
+     {"colocation": "on"}, {"tier": "web"}, False),  # both must match
+])
+def test_a_profile_picks_pods_by_namespace_labels_and_pod_labels(
+        spec: dict[str, Any], namespace_labels: dict[str, str], pod_labels: dict[str, str], picked: bool) -> None:
+    mutation = mutate_pod([profile("p", **spec, labels={"picked": "yes"})], namespace_labels, pod(pod_labels),
+                          CLASSES, never)
+    assert (mutation.applied == ("p",)) is picked
+    assert bool(mutation.patch) is picked
+
+
+def test_a_pod_no_profile_picks_is_left_untouched() -> None:
+    mutation = mutate_pod([profile("p", selector={"matchLabels": {"tier": "batch"}}, **BATCH)], {},
+                          pod({"tier": "web"}, [container({"cpu": "1"})]), CLASSES, never)
+    assert (mutation.patch, mutation.applied) == ([], ())
+
+
+def test_every_picking_profile_applies_in_name_order_so_the_last_name_wins() -> None:
+    profiles = [profile("b-second", schedulerName="second", labels={"shared": "b", "only-b": "1"}),
+                profile("a-first", schedulerName="first", labels={"shared": "a", "only-a": "1"})]
+    mutation = mutate_pod(profiles, {}, pod({}), CLASSES, never)
+    assert mutation.applied == ("a-first", "b-second")
+    result = applied(profiles, pod({}))
+    assert result["spec"]["schedulerName"] == "second"
+    assert result["metadata"]["labels"] == {"shared": "b", "only-a": "1", "only-b": "1"}
+
+
+@pytest.mark.parametrize(("probability", "draw", "applies"), [
+    (50, 49, True), (50, 50, False), ("30%", 29, True), ("30%", 30, False), (0, 0, False), ("100%", 99, True)])
+def test_a_probability_applies_a_profile_to_that_share_of_pods(probability: int | str, draw: int,
+                                                                applies: bool) -> None:
+    mutation = mutate_pod([profile("p", probability=probability, labels={"x": "y"})], {}, pod({}), CLASSES,
+                          lambda: draw)
+    assert (mutation.applied == ("p",)) is applies
+
+
+# ---- what it sets ----------------------------------------------------------------------------
+
+def test_a_batch_profile_sets_qos_priority_scheduler_labels_and_annotations() -> None:
+    the_profile = profile("batch", **BATCH, koordinatorPriority=1111, labels={"team": "etl"},
+                          annotations={"note": "colocated"})
+    result = applied([the_profile], pod({"app": "etl", "team": "mine"}))
+    assert result["metadata"]["labels"] == {"app": "etl", "team": "etl", "koordinator.sh/qosClass": "BE",
+                                            "koordinator.sh/priority": "1111"}
+    assert result["metadata"]["annotations"] == {"note": "colocated"}
+    spec = result["spec"]
+    assert (spec["schedulerName"], spec["priorityClassName"], spec["priority"], spec["preemptionPolicy"]) == (
+        "koord-scheduler", "koord-batch", 5500, "Never")
+
+
+def test_a_priority_class_without_a_preemption_policy_clears_the_pods() -> None:
+    result = applied([profile("prod", priorityClassName="koord-prod")], pod({}, preemptionPolicy="Never"))
+    assert result["spec"]["priority"] == 9500
+    assert "preemptionPolicy" not in result["spec"]
+
+
+def test_a_missing_priority_class_refuses_the_pod_and_names_it() -> None:
+    with pytest.raises(MutationRefused, match=r"'absent'.*no PriorityClass"):
+        mutate_pod([profile("p", priorityClassName="absent")], {}, pod({}), CLASSES, never)
+
+
+# ---- batch and mid resources -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("requests", "limits", "want_requests", "want_limits"), [
+    ({"cpu": "500m", "memory": "1Gi"}, {"cpu": "1", "memory": "2Gi"},
+     {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "1Gi"},
+     {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "2Gi"}),
+    # CPU in whole millicores, rounded up as Quantity.MilliValue() does.
+    ({"cpu": "0.0005"}, None, {"kubernetes.io/batch-cpu": "1"}, None),
+    # A limit without a request: the request is the limit, as Kubernetes defaults it for native resources.
+    (None, {"cpu": "2", "memory": "512Mi"}, {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "512Mi"},
+     {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "512Mi"}),
+    # Other resources stay.
+    ({"cpu": "1", "ephemeral-storage": "1Gi"}, None,
+     {"kubernetes.io/batch-cpu": "1000", "ephemeral-storage": "1Gi"}, None),
+])
+def test_a_batch_pod_asks_for_batch_resources_instead_of_cpu_and_memory(
+        requests: dict[str, str] | None, limits: dict[str, str] | None, want_requests: dict[str, str],
+        want_limits: dict[str, str] | None) -> None:
+    result = applied([profile("batch", **BATCH)], pod({}, [container(requests, limits)]))
+    resources = result["spec"]["containers"][0]["resources"]
+    assert resources.get("requests") == want_requests
+    assert resources.get("limits") == want_limits
+
+
+def test_init_containers_and_overhead_are_translated_too() -> None:
+    the_pod = pod({}, [container({"cpu": "1"})], initContainers=[container({"memory": "64Mi"}, name="init")],
+                  overhead={"cpu": "100m", "memory": "10Mi"})
+    spec = applied([profile("batch", **BATCH)], the_pod)["spec"]
+    assert spec["initContainers"][0]["resources"]["requests"] == {"kubernetes.io/batch-memory": "64Mi"}
+    assert spec["overhead"] == {"kubernetes.io/batch-cpu": "100", "kubernetes.io/batch-memory": "10Mi"}
+
+
+def test_a_mid_priority_pod_asks_for_mid_resources() -> None:
+    result = applied([profile("mid", priorityClassName="koord-mid")], pod({}, [container({"cpu": "1"})]))
+    assert result["spec"]["containers"][0]["resources"]["requests"] == {"kubernetes.io/mid-cpu": "1000"}
+
+
+@pytest.mark.parametrize("spec", [{"priorityClassName": "koord-prod"}, {"labels": {"a": "b"}}])
+def test_prod_pods_and_pods_without_a_low_class_keep_cpu_and_memory(spec: dict[str, Any]) -> None:
+    result = applied([profile("p", **spec)], pod({}, [container({"cpu": "1", "memory": "1Gi"})]))
+    assert result["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
+
+
+def test_a_pod_made_best_effort_by_its_qos_label_alone_is_batch() -> None:
+    result = applied([profile("be", qosClass="BE")], pod({}, [container({"cpu": "1"})]))
+    assert result["spec"]["containers"][0]["resources"]["requests"] == {"kubernetes.io/batch-cpu": "1000"}
+
+
+def test_a_picked_pod_that_is_batch_already_is_translated_even_when_no_profile_applied() -> None:
+    the_pod = pod({}, [container({"cpu": "1"})], priority=5500)
+    mutation = mutate_pod([profile("p", probability=0, labels={"x": "y"})], {}, the_pod, CLASSES, lambda: 0)
+    assert mutation.applied == ()
+    result = apply_json_patch(copy.deepcopy(the_pod), mutation.patch)
+    assert result["spec"]["containers"][0]["resources"]["requests"] == {"kubernetes.io/batch-cpu": "1000"}
+    assert result["metadata"]["labels"] == {}  # the profile itself did not apply
+
+
+def test_the_skip_annotation_on_any_picked_profile_keeps_resources_but_applies_the_rest() -> None:
+    profiles = [profile("a", **BATCH),
+                profile("b", labels={"x": "y"},
+                        annotations_of_profile={"config.koordinator.sh/skip-update-resources": ""})]
+    result = applied(profiles, pod({}, [container({"cpu": "1"})]))
+    assert result["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}
+    assert result["spec"]["priorityClassName"] == "koord-batch"
+
+
+# ---- bad profiles, the patch -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"qosClass": "GOLD"}, r"spec.qosClass: 'GOLD' is none of LSE, LSR, LS, BE, SYSTEM"),
+    ({"probability": 150}, r"spec.probability: 150 is not a percentage"),
+    ({"probability": "half"}, r"spec.probability: 'half' is not a percentage"),
+    ({"selector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}, r"spec.selector: .*Near"),
+    ({"labels": {"a": 1}}, r"spec.labels: must be a map of strings"),
+    ({"koordinatorPriority": "high"}, r"spec.koordinatorPriority: must be an integer"),
+])
+def test_a_profile_that_cannot_apply_says_which_field_is_wrong(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(ProfileInvalid, match=rf"ClusterColocationProfile 'bad': {message}"):
+        profile("bad", **spec)
+
+
+def _pods_without_labels() -> Iterator[dict[str, Any]]:
+    yield {"metadata": {"name": "a"}, "spec": {"containers": []}}
+    yield {"spec": {"containers": []}}
+
+
+@pytest.mark.parametrize("the_pod", list(_pods_without_labels()))
+def test_the_patch_creates_missing_parents_and_maps(the_pod: dict[str, Any]) -> None:
+    result = applied([profile("p", labels={"a": "b"})], the_pod)
+    assert result["metadata"]["labels"] == {"a": "b"}
+
+
+def test_the_patch_writes_whole_fields_and_removes_what_went() -> None:
+    before = {"metadata": {"labels": {"a": "1"}}, "spec": {"preemptionPolicy": "Never", "priority": 0}}
+    after = {"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {"priority": 5500}}
+    assert profile_patch(before, after) == [
+        {"op": "add", "path": "/metadata/labels", "value": {"a": "1", "b": "2"}},
+        {"op": "add", "path": "/spec/priority", "value": 5500},
+        {"op": "remove", "path": "/spec/preemptionPolicy"},
+    ]
