@@ -785,3 +785,36 @@ async def test_configmap_edits_rerender_every_nodeslo_and_invalid_values_keep_th
                                            content_type="application/merge-patch+json")
         assert status == 200, body
     await wait_for(lambda: report_interval_everywhere(60), timeout=10)
+
+
+async def test_one_configmap_key_turns_colocation_off_on_every_node_at_once(
+        admin: Kube, controller_sandbox: tuple[Path, Path]) -> None:
+    """The cluster-wide switch (docs/install.md): clusterStrategy.enable false in colocation-config
+    removes batch and mid resources from every Node at the next evaluation; true offers them again."""
+    nodes = [real_node(controller_sandbox[1])[0], simulated_node(controller_sandbox[1])[0]]
+    for node in nodes:
+        await wait_for(lambda node=node: offered(admin, node), timeout=30)
+    path = f"/api/v1/namespaces/{NS}/configmaps/colocation-config"
+    original = await get(admin, path) or {}
+    colocation = json.loads(original["data"]["colocation-config"])
+    colocation["clusterStrategy"]["enable"] = False
+
+    async def nothing_offered() -> bool:
+        for node in nodes:
+            obj = await get(admin, f"/api/v1/nodes/{node}") or {}
+            if any(value is not None for where in ("capacity", "allocatable")
+                   for value in (*batch_of(obj, where), *mid_of(obj, where))):
+                return False
+        return True
+
+    try:
+        status, body = await admin.request("PATCH", path, {"data": {"colocation-config": json.dumps(colocation)}},
+                                           content_type="application/merge-patch+json")
+        assert status == 200, body
+        await wait_for(nothing_offered, timeout=10)
+    finally:
+        status, body = await admin.request("PATCH", path, {"data": original["data"]},
+                                           content_type="application/merge-patch+json")
+        assert status == 200, body
+    for node in nodes:
+        await wait_for(lambda node=node: offered(admin, node), timeout=30)

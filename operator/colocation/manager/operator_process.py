@@ -309,6 +309,9 @@ class OperatorProcess:
                         await task
                 if not self.lost_leadership and await elector.release():
                     log.info("released the leader lease", extra={"identity": config.identity})
+                    # Not the leader from here on, though the process drains a while longer: a
+                    # scrape now must not count two leaders.
+                    self.leadership_metrics.leader.set(0)
                 if not self.lost_leadership and config.shutdown_delay > 0:
                     self.draining = True
                     log.info("draining: not ready, still serving reads", extra={"seconds": config.shutdown_delay})
