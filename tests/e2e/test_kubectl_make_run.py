@@ -7,6 +7,7 @@ tested: the operators serve metrics.k8s.io and its APIService is registered, wit
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Iterator
@@ -75,3 +76,31 @@ def test_kubectl_top_works_on_make_run_without_a_flag(kubectl_run: Kubectl, make
         return rows if rows and all(re.fullmatch(r"\d+m?", row[2]) for row in rows) else None
 
     eventually(top_pods, 90 * TIME_FACTOR)
+
+
+def test_make_run_pods_are_ready_with_an_address_of_their_node(kubectl_run: Kubectl) -> None:
+    """`kubectl get pods -A -o wide` shows what a user expects of nodes that run their pods:
+    every pod Running and 1/1 ready, with an IP from its node's pod CIDR, no two alike (the
+    operator replicas are processes on this machine's loopback: host network, the host's IP)."""
+    kubectl = kubectl_run
+    pods = json.loads(kubectl.run("get", "pods", "-A", "-o", "json").stdout)["items"]
+    nodes = {node["metadata"]["name"]: node["spec"]["podCIDR"]
+             for node in json.loads(kubectl.run("get", "nodes", "-o", "json").stdout)["items"]}
+    assert pods and len(nodes) == 3
+    addresses = []
+    for pod in pods:
+        status = pod["status"]
+        assert status["phase"] == "Running", pod["metadata"]["name"]
+        assert all(c["ready"] for c in status["containerStatuses"]) and status["containerStatuses"]
+        ready = {c["type"]: c["status"] for c in status["conditions"]}
+        assert ready["Ready"] == ready["ContainersReady"] == "True"
+        if pod["spec"].get("hostNetwork"):
+            assert status["podIP"] == status["hostIP"] == "127.0.0.1"
+            continue
+        cidr = nodes[pod["spec"]["nodeName"]]
+        assert ipaddress.ip_address(status["podIP"]) in ipaddress.ip_network(cidr)
+        addresses.append(status["podIP"])
+    assert addresses and len(set(addresses)) == len(addresses)
+    header, rows = table(kubectl.run("get", "pods", "-A", "-o", "wide").stdout)
+    ready_column, ip_column = header.index("READY"), header.index("IP")
+    assert all(row[ready_column] == "1/1" and row[ip_column] != "<none>" for row in rows)

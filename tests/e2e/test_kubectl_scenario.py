@@ -298,7 +298,9 @@ def discovery(kubectl: Kubectl) -> None:
             in listed.stderr, listed.stderr
     header, rows = table(listed.stdout)
     assert header == ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"]
-    assert sorted(rows) == [["noderesources", "nres", "slo.colocation.dev/v1alpha1", "false", "NodeResource"],
+    assert sorted(rows) == [["clustercolocationprofiles", "ccp", "slo.colocation.dev/v1alpha1", "false",
+                             "ClusterColocationProfile"],
+                            ["noderesources", "nres", "slo.colocation.dev/v1alpha1", "false", "NodeResource"],
                             ["nodeslos", "nslo", "slo.colocation.dev/v1alpha1", "false", "NodeSLO"]]
     explained = kubectl.run("explain", "noderesources.spec").stdout
     assert "KIND:       NodeResource" in explained

@@ -66,11 +66,18 @@ class OperatorReplicas:
         pod = {"metadata": {"name": name, "namespace": self.namespace,
                             "labels": {"app.kubernetes.io/name": "colocation-operator",
                                        "app.kubernetes.io/part-of": "colocation"}},
-               "spec": {"serviceAccountName": permissions.OPERATOR_SERVICE_ACCOUNT,
+               # The process listens on this machine's loopback: the host's network, as the pod says.
+               "spec": {"serviceAccountName": permissions.OPERATOR_SERVICE_ACCOUNT, "hostNetwork": True,
                         "containers": [{"name": "operator", "image": "colocation:sandbox"}]}}
         created = api.store.create(api.rt("", "pods"), pod)
-        ready = {**created, "status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True", "lastTransitionTime": format_time(api.clock())}]}}
+        now = format_time(api.clock())
+        ready = {**created, "status": {
+            "phase": "Running", "startTime": now, "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
+            "conditions": [{"type": kind, "status": "True", "lastTransitionTime": now}
+                           for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")],
+            "containerStatuses": [{"name": "operator", "image": "colocation:sandbox", "imageID": "", "ready": True,
+                                   "started": True, "restartCount": 0, "state": {"running": {"startedAt": now}}}]}}
         return api.store.update(api.rt("", "pods"), self.namespace, name, ready, subresource="status")
 
     def _prepare(self, index: int) -> Replica:

@@ -80,10 +80,6 @@ def install_project(sandbox: Sandbox, root: Path | None = None, *, with_apiservi
             log.info("APIService not registered: no operator replicas run",
                      extra={"apiservice": obj["metadata"]["name"]})
             continue
-        if obj["kind"] == "MutatingWebhookConfiguration":  # the builtin server calls no admission webhooks
-            log.info("webhook configuration not registered: the builtin sandbox calls no webhooks",
-                     extra={"configuration": obj["metadata"]["name"]})
-            continue
         rt = api.registry.by_kind(obj["apiVersion"], obj["kind"])
         if rt is None:
             raise RuntimeError(f'{obj["kind"]} {obj["metadata"]["name"]}: its kind is not served by the sandbox')

@@ -48,8 +48,8 @@ from colocation.clicommon import common_options
                    "Without it the agents do not scrape (--scrape-interval=0): no one would take their samples.")
 @click.option("--nodes", type=click.IntRange(0, 10_000), default=3, show_default=True,
               help="Nodes to create, with their agents: the first is this machine, measured by a real "
-                   "`colocation agent` process; the others are simulated (synthetic load, one process for "
-                   "all). Ignored with --api-only.")
+                   "`colocation agent` process; the others are simulated (synthetic load, one process per 500 "
+                   "nodes). Ignored with --api-only.")
 @click.option("--pods-per-node", type=click.IntRange(0, 110), default=10, show_default=True,
               help="Pods on each simulated node.")
 @click.option("--agents/--no-agents", default=True, show_default=True,

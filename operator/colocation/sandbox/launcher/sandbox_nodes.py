@@ -91,12 +91,25 @@ def machine_node(name: str, cpu_millis: int, memory_bytes: int, now: str) -> dic
     }, now)
 
 
+NODE_ADDRESS = "127.0.0.1"  # every sandbox node's InternalIP: the processes all run on this machine
+
+
+def pod_cidr(index: int) -> str:
+    """Node `index`'s pod CIDR: a /24 of 10.128.0.0/9, as the node IPAM controller hands them out."""
+    return f"10.{128 + index // 256}.{index % 256}.0/24"
+
+
+def _with_pod_cidr(node: dict[str, Any], index: int) -> dict[str, Any]:
+    cidr = pod_cidr(index)
+    return {**node, "spec": {**(node.get("spec") or {}), "podCIDR": cidr, "podCIDRs": [cidr]}}
+
+
 def _ready(node: dict[str, Any], now: str) -> dict[str, Any]:
     """A Node as a kubelet reports it once ready: a dated Ready condition and addresses."""
     status = dict(node.get("status") or {})
     status["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "sandbox node",
                              "lastHeartbeatTime": now, "lastTransitionTime": now}]
-    status["addresses"] = [{"type": "InternalIP", "address": "127.0.0.1"},
+    status["addresses"] = [{"type": "InternalIP", "address": NODE_ADDRESS},
                            {"type": "Hostname", "address": node["metadata"]["name"]}]
     return {**node, "status": status}
 
@@ -134,6 +147,8 @@ class SandboxNodes:
         self.pods_per_node = pods_per_node
         self.namespace = permissions.OPERATOR_NAMESPACE
         self.agents: list[AgentProcess] = []
+        self._node_index: dict[str, int] = {}  # node -> its index, which picks its pod CIDR
+        self._pods_on: dict[str, int] = {}  # node -> pods given an address so far
         # The kubelet's CrashLoopBackOff, as for the DaemonSet's pods (and --max-container-restart-period).
         restarts = functools.partial(CrashLoopBackOff, maximum=sandbox.config.max_restart_period)
         self._supervisor = Supervisor("agent", log, restarts, self._write_state)
@@ -159,13 +174,34 @@ class SandboxNodes:
             api.store.create(rt, new_namespace(name))
 
     def _running(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """The pod as the kubelet reports it once it runs: every condition True, every container
+        ready and running, and an address from its node's pod CIDR (`pod_cidr`)."""
         now = format_time(self.sandbox.api.clock())
         metadata = {k: v for k, v in (pod.get("metadata") or {}).items()
                     if k not in ("uid", "resourceVersion", "creationTimestamp")}
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        ordinal = self._pods_on.get(node, 0) + 1
+        self._pods_on[node] = ordinal
+        pod_ip = self._pod_ip(node, ordinal)
+        containers = [{"name": c.get("name"), "image": c.get("image"), "imageID": "", "ready": True, "started": True,
+                       "restartCount": 0, "state": {"running": {"startedAt": now}}}
+                      for c in (pod.get("spec") or {}).get("containers") or () if isinstance(c, dict)]
         status = {**(pod.get("status") or {}), "phase": "Running", "startTime": now,
-                  "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-                                 {"type": "Ready", "status": "True", "lastTransitionTime": now}]}
+                  "conditions": [{"type": kind, "status": "True", "lastTransitionTime": now}
+                                 for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                                              "PodScheduled")],
+                  "containerStatuses": containers, "hostIP": NODE_ADDRESS, "hostIPs": [{"ip": NODE_ADDRESS}]}
+        if pod_ip:
+            status.update(podIP=pod_ip, podIPs=[{"ip": pod_ip}])
         return {**pod, "metadata": metadata, "status": status}
+
+    def _pod_ip(self, node: str, ordinal: int) -> str:
+        """The `ordinal`-th address of the node's pod CIDR (a /24: 254 addresses, the kubelet's
+        110 pods fit), or "" once they run out."""
+        index = self._node_index.get(node)
+        if index is None or ordinal > 254:
+            return ""
+        return pod_cidr(index).removesuffix("0/24") + str(ordinal)
 
     def _agent_pod_and_token(self, node: str) -> str:
         api = self.sandbox.api
@@ -199,12 +235,14 @@ class SandboxNodes:
             if index == 0:
                 name = machine_node_name()
                 cpu, memory = machine_capacity()
-                self._create("nodes", machine_node(name, cpu, memory, now))
+                self._create("nodes", _with_pod_cidr(machine_node(name, cpu, memory, now), index))
+                self._node_index[name] = index
                 real = (name, self._agent_pod_and_token(name))
                 continue
             spec = self._simulated(index, "")
             collector = spec.collector()
-            self._create("nodes", _ready(collector.node(), now))
+            self._create("nodes", _with_pod_cidr(_ready(collector.node(), now), index))
+            self._node_index[spec.node] = index
             for pod in collector.pods():
                 self._ensure_namespace(pod["metadata"].get("namespace") or "default")
                 try:

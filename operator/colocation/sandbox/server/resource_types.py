@@ -109,6 +109,9 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         categories=("api-extensions",), subresources=_STATUS, tracks_generation=True),
     _rt("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
         "ValidatingAdmissionPolicyBinding", False, categories=("api-extensions",), tracks_generation=True),
+    # Stored and served, never called: the sandbox runs no admission webhooks (manifests/webhook.yaml).
+    _rt("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration",
+        False, categories=("api-extensions",), tracks_generation=True),
     # Stored and served, not used: the sandbox has no priority and fairness (manifests/flowcontrol.yaml).
     _rt("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", "FlowSchema", False, subresources=_STATUS),
     _rt("flowcontrol.apiserver.k8s.io", "v1", "prioritylevelconfigurations", "PriorityLevelConfiguration", False,
