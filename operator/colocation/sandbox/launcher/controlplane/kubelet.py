@@ -309,10 +309,15 @@ class NodeKubelet:
         period = float((readiness or liveness or {}).get("periodSeconds", 10))
         ready_failures = live_failures = 0
         ever_live = False
+        probed: asyncio.subprocess.Process | None = None
         while not running.stopping:
             await asyncio.sleep(period)  # the probe period
             if running.process is None or running.process.returncode is not None:
                 continue
+            if running.process is not probed:
+                # A new container (restarted after it exited): as the kubelet runs its startup probe
+                # again, its liveness counts only once it has answered; the last one's does not carry over.
+                probed, live_failures, ever_live = running.process, 0, False
             if readiness:
                 if await self._probe(running, readiness):
                     ready_failures = 0
