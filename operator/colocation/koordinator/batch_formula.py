@@ -112,10 +112,7 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
         return None
     colocation, status, metric = usable
 
-    node_status = node.get("status") or {}
-    capacity = Amount.of(node_status.get("capacity"))
-    allocatable = Amount.of(node_status.get("allocatable"))
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    capacity, allocatable, annotations = node_resources(node)
     node_reserved = (capacity - allocatable).floored().max(reservation(annotations.get(RESERVATION_ANNOTATION)))
 
     hp = _high_priority_pods(pods, status.get("podsMetric") or [])
@@ -175,6 +172,13 @@ def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any
             hp.used += usage
             hp.max_usage_request += usage
     return hp
+
+
+def node_resources(node: Mapping[str, Any]) -> tuple[Amount, Amount, Mapping[str, Any]]:
+    """(capacity, allocatable, annotations) of a Node, as both formulas read them."""
+    node_status = node.get("status") or {}
+    return (Amount.of(node_status.get("capacity")), Amount.of(node_status.get("allocatable")),
+            (node.get("metadata") or {}).get("annotations") or {})
 
 
 def usable_metric(node_metric: Mapping[str, Any] | None, strategy: Mapping[str, Any] | ColocationStrategy,

@@ -19,6 +19,7 @@ from colocation.koordinator.amounts import Amount, pod_requests, total
 from colocation.koordinator.batch_formula import (
     COUNTED_PHASES,
     RESERVATION_ANNOTATION,
+    node_resources,
     reservation,
     resources_of,
     system_usage,
@@ -75,10 +76,7 @@ def calculate_mid_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str,
         return None
     colocation, status, metric = usable
 
-    node_status = node.get("status") or {}
-    capacity = Amount.of(node_status.get("capacity"))
-    allocatable = Amount.of(node_status.get("allocatable"))
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    capacity, allocatable, annotations = node_resources(node)
     host_applications = status.get("hostApplicationMetric") or []
     above_mid_apps = total(Amount.of(resources_of(app.get("usage"))) for app in host_applications
                            if isinstance(app, Mapping) and _above_mid(app.get("priority"), app.get("qos")))
