@@ -270,7 +270,7 @@ class OperatorProcess:
                                       stream_silence=FEED_SILENCE_BOOKMARKS * config.bookmark_interval)
             reads = ConsistentReads(lambda: elector.is_leader,
                                     LeaderVersions(follower, elector.current_record, config.identity),
-                                    lambda: self.store.resource_version, ConsistentReadMetrics(self.metrics.registry),
+                                    lambda: self.store.replicated_version, ConsistentReadMetrics(self.metrics.registry),
                                     timeout=CONSISTENT_READ_TIMEOUT)
             follower.on_applied = reads.advanced
             served = assemble_api(config, self.store, self.nodes, authenticator, authorizer,

@@ -14,7 +14,10 @@ asked; while it names nobody or the dead leader, the read waits a little for a n
 then is served from the copy (availability first: this is a failover). A copy that does not
 reach a known leader's resourceVersion within `timeout`, or a standby that cannot tell within it
 (the Lease unreadable, the asking slow), does not serve the read: it gets 503 with Retry-After,
-and the client asks again.
+and the client asks again. So does a copy that holds nothing from a leader yet (a replica just
+started): its own resourceVersion begins at its wall clock, ahead of every version a leader issued
+before, so `applied_version` is the replicated one (`NodeMetricStore.replicated_version`, 0 until
+the first copy), never the clock.
 
 A read that names a resourceVersion ahead of the copy (a client that saw it on the leader, or on
 a previous leader) waits, as kube-apiserver's watch cache waits for its cache to catch up: on a
@@ -47,7 +50,8 @@ class ConsistentReadMetrics:
             "Gets and lists without a resourceVersion on a standby, by outcome: current (its copy had what the "
             "leader had), no-leader (no replica can hold newer data: served from the copy), lagging (the copy did "
             "not reach the leader's resourceVersion in time), unknown (the leader's resourceVersion could not be "
-            "learnt in time); the last two are answered 503 with Retry-After.",
+            "learnt in time), unsynced (no leader to ask and nothing copied yet); the last three are answered 503 "
+            "with Retry-After.",
             ["outcome"], registry=registry)
         self.too_large = Counter(
             "colocation_reads_too_large_resource_version_total",
@@ -109,6 +113,11 @@ class ConsistentReads:
                 f"this replica could not learn the leader's resourceVersion ({type(error).__name__}); retry",
                 retry_after=1) from None
         if target is None:
+            if not self.applied_version():
+                # Nobody to copy from, and nothing copied yet: an empty list is not the cluster's.
+                self.metrics.reads.labels("unsynced").inc()
+                raise ApiError.service_unavailable(
+                    "this replica has not copied the leader's NodeMetrics yet; retry", retry_after=1)
             self.metrics.reads.labels("no-leader").inc()
             return
         try:

@@ -77,6 +77,14 @@ class NodeMetricStore:
     def resource_version(self) -> int:
         return self._versions.current
 
+    @property
+    def replicated_version(self) -> int:
+        """The resourceVersion this copy holds data up to, 0 while it holds none it was given.
+
+        A new store's `resource_version` starts at the wall clock, ahead of everything a leader
+        issued before it: a consistent read must not take an empty copy for a current one."""
+        return 0 if self._versions.untouched else self._versions.current
+
     def observe_resource_version(self, resource_version: int) -> None:
         """Never issue a resourceVersion at or below this one (e.g. the leader's, seen by a standby)."""
         self._versions.observe(resource_version)

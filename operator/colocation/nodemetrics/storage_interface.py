@@ -67,6 +67,10 @@ class ReplicaTarget(Protocol):
     @property
     def resource_version(self) -> int: ...
 
+    @property
+    def replicated_version(self) -> int:
+        """The resourceVersion of the leader's data this copy holds; 0 before the first sync."""
+
     def apply_event(self, type_: str, body: bytes) -> None:
         """Apply one of the leader's watch events (its body carries the leader's resourceVersion)."""
 

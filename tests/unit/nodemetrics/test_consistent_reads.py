@@ -61,6 +61,23 @@ async def test_without_a_leader_to_ask_the_copy_is_served_as_it_is() -> None:
     assert outcome(metrics, "no-leader") == 1
 
 
+async def test_a_copy_that_holds_nothing_yet_is_not_served_when_no_leader_can_be_asked() -> None:
+    copy = Copy(applied=0, leader=None)  # a replica just started, the leader gone
+    reads, metrics = barrier(copy, timeout=0.05)
+    with pytest.raises(ApiError) as refused:
+        await asyncio.wait_for(reads.wait(), 5)
+    assert refused.value.code == 503 and refused.value.details == {"retryAfterSeconds": 1}
+    assert outcome(metrics, "unsynced") == 1 and outcome(metrics, "no-leader") == 0
+
+
+async def test_a_copy_that_holds_nothing_yet_waits_for_a_known_leaders_data() -> None:
+    copy = Copy(applied=0, leader=105)
+    reads, metrics = barrier(copy, timeout=0.05)
+    with pytest.raises(ApiError) as refused:
+        await asyncio.wait_for(reads.wait(), 5)
+    assert refused.value.code == 503 and outcome(metrics, "lagging") == 1
+
+
 async def test_a_copy_that_stays_behind_a_known_leader_is_not_served() -> None:
     copy = Copy(applied=100, leader=200)
     reads, metrics = barrier(copy, timeout=0.05)

@@ -498,3 +498,19 @@ def test_a_list_without_a_resource_version_does_not_move_the_store_back(clock: C
     before = standby.resource_version
     standby.replace_all([], 0)
     assert standby.resource_version == before
+
+
+def test_a_new_copy_claims_no_data_until_it_is_given_some(clock: Clock) -> None:
+    leader = make_store(clock)
+    leader.put(report("a"), {})
+    clock.wall_time += 2
+    standby = make_store(clock)  # its clock-seeded resourceVersion is past all the leader's data...
+    entries, rv = leader.list()
+    assert standby.resource_version > rv
+    assert standby.replicated_version == 0  # ...yet it holds none of it
+    standby.replace_all([e.body for e in entries], rv)
+    assert standby.replicated_version == rv
+    follow = leader.watch(str(rv))
+    changed = leader.put(report("a", cpu="2"), {})
+    replicate(follow, standby)
+    assert standby.replicated_version == changed.resource_version
