@@ -5,13 +5,21 @@ the ConfigMap) write here; the reconciler reads. Each writer keeps only what the
 pods and Nodes are slimmed to the fields the batch formula, the NodeSLO rendering and the exit
 process read, because a cluster of 10,000 nodes has some 300,000 pods, and a real Node carries
 its images, addresses and conditions. Everything runs on one event loop, so there are no locks.
+
+What many slim pods have in common (the containers of a workload's replicas, the class labels, the
+phase) is kept once and shared (`SharedParts`): the cached objects are read, never changed, by
+every reader of this state.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
+import sys
+from collections.abc import Hashable, Mapping
+from typing import Any, TypeVar
+
+import orjson
+from cachetools import LRUCache
 
 from colocation.apimachinery.objects import Obj
 from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
@@ -22,31 +30,67 @@ PodKey = tuple[str, str]  # (namespace, name)
 
 _CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
 _CLASS_LABELS = (PRIORITY_LABEL, QOS_LABEL)  # the only labels priority and QoS are read from
+# Distinct container specs, label sets and statuses kept for sharing. Replicas of one workload
+# share theirs; beyond this many distinct ones, the least recently seen are no longer shared
+# (still correct, only larger).
+SHARED_PARTS = 65_536
+
+Part = TypeVar("Part")
 
 
-def slim_pod(pod: Mapping[str, Any]) -> Obj:
-    """The fields of a Pod that priority, QoS, requests and eviction read; the rest is dropped."""
+class SharedParts:
+    """One copy of each equal part, for the pods that have it (a bounded cache: a miss only costs
+    memory)."""
+
+    def __init__(self, size: int = SHARED_PARTS) -> None:
+        self._parts: LRUCache[Hashable, Any] | None = LRUCache(maxsize=size) if size > 0 else None
+
+    def share(self, key: Hashable, part: Part) -> Part:
+        if self._parts is None:
+            return part
+        kept = self._parts.get(key)
+        if kept is None:
+            self._parts[key] = kept = part
+        return kept
+
+    def containers(self, containers: list[Obj]) -> list[Obj]:
+        return self.share(orjson.dumps(containers, option=orjson.OPT_SORT_KEYS), containers)
+
+    def mapping(self, kind: str, mapping: Obj) -> Obj:
+        return self.share((kind, *sorted(mapping.items())), mapping)
+
+
+
+def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
+    """The fields of a Pod that priority, QoS, requests and eviction read; the rest is dropped.
+    Parts equal to another pod's are that pod's (`shared`): the result is read-only."""
+    shared = shared if shared is not None else SharedParts(size=0)
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     annotations = metadata.get("annotations") or {}
     labels = metadata.get("labels") or {}
-    slim_meta: Obj = {"name": metadata.get("name"), "namespace": metadata.get("namespace"),
+    namespace = metadata.get("namespace")
+    slim_meta: Obj = {"name": metadata.get("name"),
+                      "namespace": sys.intern(namespace) if isinstance(namespace, str) else namespace,
                       "uid": metadata.get("uid"),
-                      "labels": {key: labels[key] for key in _CLASS_LABELS if key in labels}}
+                      "labels": shared.mapping("labels", {key: labels[key] for key in _CLASS_LABELS
+                                                          if key in labels})}
     if MIRROR_POD_ANNOTATION in annotations:
         slim_meta["annotations"] = {MIRROR_POD_ANNOTATION: annotations[MIRROR_POD_ANNOTATION]}
     if metadata.get("deletionTimestamp"):
         slim_meta["deletionTimestamp"] = metadata["deletionTimestamp"]
-    slim_spec: Obj = {"nodeName": spec.get("nodeName")}
+    node = spec.get("nodeName")
+    slim_spec: Obj = {"nodeName": sys.intern(node) if isinstance(node, str) else node}
     for key in ("priority", "overhead", "resources"):
         if spec.get(key) is not None:
             slim_spec[key] = spec[key]
     for key in ("containers", "initContainers"):
         if spec.get(key):
-            slim_spec[key] = [{field: container[field] for field in _CONTAINER_FIELDS if field in container}
-                              for container in spec[key] if isinstance(container, Mapping)]
-    slim_status = {key: status[key] for key in ("phase", "qosClass") if key in status}
+            slim_spec[key] = shared.containers(
+                [{field: container[field] for field in _CONTAINER_FIELDS if field in container}
+                 for container in spec[key] if isinstance(container, Mapping)])
+    slim_status = shared.mapping("status", {key: status[key] for key in ("phase", "qosClass") if key in status})
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
 
 
@@ -71,6 +115,7 @@ class ClusterState:
         self.node_versions: dict[str, int] = {}  # bumped on every change of the node or its pods
         self.pods_by_node: dict[str, dict[PodKey, Obj]] = {}
         self._pod_node: dict[PodKey, str] = {}
+        self._shared = SharedParts()
         self.pods_synced = asyncio.Event()
         self.nodeslos: dict[str, Obj] = {}
         self.noderesources: dict[str, Obj] = {}
@@ -119,7 +164,7 @@ class ClusterState:
         self.pods_by_node = {}
         self._pod_node = {}
         for item in items:
-            self._put_pod(slim_pod(item))
+            self._put_pod(slim_pod(item, self._shared))
         for node in self.nodes:
             self._bump(node)
         self.pods_synced.set()
@@ -130,7 +175,7 @@ class ClusterState:
         if type_ == "DELETED":
             self._drop_pod(key)
         else:
-            self._put_pod(slim_pod(pod))
+            self._put_pod(slim_pod(pod, self._shared))
 
     def _put_pod(self, pod: Obj) -> None:
         key = (str(pod["metadata"].get("namespace") or ""), str(pod["metadata"].get("name") or ""))

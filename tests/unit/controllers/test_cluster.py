@@ -67,3 +67,26 @@ def test_a_lease_missing_from_a_relist_is_forgotten() -> None:
     assert state.lease_renew_times == {"n1": "2026-11-26T10:10:00.000000Z", "n2": "2026-11-26T10:00:01.000000Z"}
     state.leases_synced_with([lease("n2", "2026-11-26T10:10:01.000000Z")])
     assert state.lease_renew_times == {"n2": "2026-11-26T10:10:01.000000Z"}
+
+
+def replica(name: str, node: str, cpu: str = "1", qos: str = "BE") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}",
+                         "labels": {"app": "web", "pod-template-hash": "5d8f", "koordinator.sh/qosClass": qos}},
+            "spec": {"nodeName": node, "priority": 5000,
+                     "containers": [{"name": "main", "image": "web:1", "resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": "Running", "qosClass": "Burstable", "podIP": "10.0.0.9"}}
+
+
+async def test_replicas_of_a_workload_keep_one_copy_of_what_they_have_in_common() -> None:
+    state = ClusterState()
+    await state.pod_event("ADDED", replica("web-a", "n1"))
+    await state.pod_event("ADDED", replica("web-b", "n2"))
+    await state.pod_event("ADDED", replica("other", "n2", cpu="2", qos="LS"))
+    (a,), (b, other) = state.pods_on("n1"), state.pods_on("n2")
+    assert a["spec"]["containers"] is b["spec"]["containers"]
+    assert a["metadata"]["labels"] is b["metadata"]["labels"] and a["status"] is b["status"]
+    # ...and what differs stays its own.
+    assert other["spec"]["containers"] == [{"name": "main", "resources": {"requests": {"cpu": "2"}}}]
+    assert other["metadata"]["labels"] == {"koordinator.sh/qosClass": "LS"}
+    assert a["metadata"]["name"] == "web-a" and b["metadata"]["uid"] == "uid-web-b"
+    assert a["spec"]["nodeName"] == "n1" and b["spec"]["nodeName"] == "n2"
