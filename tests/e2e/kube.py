@@ -24,6 +24,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from tests.timing import TIME_FACTOR  # every wait_for deadline is multiplied by it
+
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 
@@ -161,10 +163,6 @@ async def fresh_namespace(kube: Kube) -> AsyncIterator[str]:
         await kube.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
-# Every wait_for deadline is multiplied by this (COLOCATION_E2E_TIME_FACTOR, default 3): a loaded
-# 2-core machine must not fail a test that waits on a condition, and speed targets are the
-# benchmarks' business.
-TIME_FACTOR = float(os.environ.get("COLOCATION_E2E_TIME_FACTOR", "3"))
 
 
 async def wait_for(predicate: Any, timeout: float = 10, interval: float = 0.05) -> Any:

@@ -34,6 +34,7 @@ from colocation.agent.simulated import (
     socket_budget,
     start_delays,
 )
+from tests.timing import TIME_FACTOR
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/colocation-node-lease/leases"
 
@@ -154,9 +155,13 @@ async def test_nodes_are_heard_and_informers_synced_with_far_more_watches_than_r
     server, url = api_server
     nodes = tuple(SimulatedNode(f"sim-{i}", f"token-{i}", pods=2) for i in range(40))
     port = free_port()
-    # A heartbeat every 0.5 s; two renewals and two reports in flight at most, against 40 watches held open.
+    # A heartbeat every 0.5 s (x TIME_FACTOR: a heartbeat is late a tenth of an interval after it was
+    # due, which a loaded machine's scheduling must not reach); two renewals and two reports in flight
+    # at most, against 40 watches held open.
+    interval = 0.5 * TIME_FACTOR
     config = SimulationConfig(nodes, kubeconfig(tmp_path, url), metrics_bind_address="127.0.0.1", metrics_port=port,
-                              node=NodeAgentOptions(lease_duration=2, report=ReportOptions(report_interval=0.5)),
+                              node=NodeAgentOptions(lease_duration=4 * interval,
+                                                    report=ReportOptions(report_interval=interval)),
                               concurrency=2, custom_metrics=False)
     stop = asyncio.Event()
     simulation = asyncio.create_task(run_simulation(config, stop))
@@ -166,7 +171,7 @@ async def test_nodes_are_heard_and_informers_synced_with_far_more_watches_than_r
         # Every node is heard three more times while every watch stays open.
         floor = {node.node: server.heartbeats.get(node.node, 0) for node in nodes}
         await server.until(lambda: all(server.heartbeats.get(name, 0) >= count + 3 for name, count in floor.items()),
-                           timeout=30)
+                           timeout=30 * TIME_FACTOR)
         after = await metrics_of(port)
         assert server.open_watches == server.most_watches == len(nodes)  # one connection each, none dropped
     finally:
