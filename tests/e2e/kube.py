@@ -24,7 +24,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.timing import TIME_FACTOR  # every wait_for deadline is multiplied by it
+from tests.timing import TIME_FACTOR as TIME_FACTOR  # every wait_for deadline is multiplied by it (re-exported)
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
