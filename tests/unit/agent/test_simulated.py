@@ -158,9 +158,10 @@ async def test_nodes_are_heard_and_informers_synced_with_far_more_watches_than_r
     # A heartbeat every 0.5 s (x TIME_FACTOR: a heartbeat is late a tenth of an interval after it was
     # due, which a loaded machine's scheduling must not reach); two renewals and two reports in flight
     # at most, against 40 watches held open.
-    interval = 0.5 * TIME_FACTOR
+    lease_duration = max(2, round(2 * TIME_FACTOR))  # seconds, a whole number as the flag's
+    interval = lease_duration / 4
     config = SimulationConfig(nodes, kubeconfig(tmp_path, url), metrics_bind_address="127.0.0.1", metrics_port=port,
-                              node=NodeAgentOptions(lease_duration=4 * interval,
+                              node=NodeAgentOptions(lease_duration=lease_duration,
                                                     report=ReportOptions(report_interval=interval)),
                               concurrency=2, custom_metrics=False)
     stop = asyncio.Event()
