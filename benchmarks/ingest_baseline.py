@@ -1,7 +1,9 @@
 """The ceiling for report ingest: a bare aiohttp HTTPS server that reads each report and keeps it.
 
 `PUT …/nodemetrics/NAME/status` reads the body, keeps the bytes under NAME (no parsing, no
-authentication) and answers 200 with them, the same size the operator answers with. A GET of
+authentication) and answers 200 with them, or, when the Accept header asks for
+PartialObjectMetadata as the agents' does, with metadata of the size the operator answers with
+(name, resourceVersion, creationTimestamp, labels). A GET of
 the collection joins the kept bytes into a list, a GET of `…/nodemetrics/NAME` answers one: the
 least any server must do to serve the same reads. Same TLS setup as the operator (a
 `colocation.apimachinery.certificates` EC P-256 certificate), same 1 MiB body limit, no access log. Run as
@@ -14,6 +16,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
+import orjson
 from aiohttp import web
 
 from benchmarks.baseline_server import serve_until_stopped
@@ -21,15 +24,27 @@ from colocation.apiserver.generic_apiserver import MAX_REPORT_BYTES
 
 HOST = "127.0.0.1"
 COLLECTION = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
+# What a kubelet-shaped Node's labels weigh in the operator's answer (the ingest suite's Nodes).
+_NODE_LABELS = {"kubernetes.io/hostname": "node-00000", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                "colocation.dev/simulated": "true"}
 
 
 class KeptReports:
     def __init__(self) -> None:
         self.bodies: dict[str, bytes] = {}
+        self.versions = 0
 
     async def put(self, request: web.Request) -> web.Response:
         body = await request.read()
-        self.bodies[request.match_info["name"]] = body
+        name = request.match_info["name"]
+        self.bodies[name] = body
+        if "as=PartialObjectMetadata" in request.headers.get("Accept", ""):
+            self.versions += 1
+            return web.Response(body=orjson.dumps({
+                "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"name": name, "resourceVersion": str(self.versions),
+                             "creationTimestamp": "2026-11-22T10:00:00Z", "labels": _NODE_LABELS}}),
+                content_type="application/json")
         return web.Response(body=body, content_type="application/json")
 
     async def list(self, request: web.Request) -> web.Response:

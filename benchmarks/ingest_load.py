@@ -21,6 +21,7 @@ import aiohttp
 
 from benchmarks.client import Tally
 from benchmarks.ingest_reports import Reports
+from colocation.apimachinery.tables import metadata_only_accept
 
 REPORT_PATH = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{node}/status"
 _RESOURCE_VERSION = re.compile(rb'"resourceVersion":"(\d+)"')
@@ -58,8 +59,9 @@ class ReportSender:
         self.concurrency = concurrency
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self.paths = [REPORT_PATH.format(node=node) for node in reports.nodes]
+        # As the agents ask: the answer is the report's metadata, not the object back.
         self.headers = [{"Authorization": f"Bearer {token}", "Content-Type": "application/json",
-                         "Accept": "application/json"} for token in tokens]
+                         "Accept": metadata_only_accept()} for token in tokens]
         self.session = aiohttp.ClientSession(
             url, auto_decompress=False, skip_auto_headers=("Accept-Encoding", "User-Agent"),
             connector=aiohttp.TCPConnector(ssl=tls, limit=concurrency, keepalive_timeout=300))

@@ -48,6 +48,7 @@ from benchmarks.ingest_reports import Reports
 from benchmarks.stats import percentile
 from colocation.apimachinery.jws import jwk, sign_es256
 from colocation.apimachinery.served_apigroups import Caller
+from colocation.apimachinery.tables import metadata_only_accept
 from colocation.apimachinery.userinfo import Extra
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, TokenReviewResult
@@ -238,7 +239,7 @@ def _headers(token: str, node: str) -> CIMultiDictProxy[str]:
     # What the load client sends (aiohttp's client with these headers).
     return CIMultiDictProxy(CIMultiDict({
         "Host": "127.0.0.1:8443", "Authorization": f"Bearer {token}", "Content-Type": "application/json",
-        "Accept": "application/json", "User-Agent": "colocation-agent", "Accept-Encoding": "gzip, deflate",
+        "Accept": metadata_only_accept(), "User-Agent": "colocation-agent", "Accept-Encoding": "gzip, deflate",
         "Content-Length": "6043"}))
 
 

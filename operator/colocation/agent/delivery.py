@@ -22,11 +22,18 @@ import orjson
 
 from colocation.agent.kubeapi import KubeApi
 from colocation.agent.leader_locator import Leader, LeaderLocator
+from colocation.apimachinery.tables import metadata_only_accept
 
 # PUT `path` with `body` to the leader within `timeout`: (status, decoded body).
 DirectPut = Callable[[Leader, str, bytes, float], Awaitable[tuple[int, Any]]]
 # Counts one failed attempt by reason (each caller has its own metric).
 FailureCounter = Callable[[str], None]
+
+
+# A report is answered with its metadata only (as kube-apiserver shapes a write's answer for this
+# Accept): nobody reads the object back, and it would be as many bytes again to encrypt. The other
+# writes (samples, eviction requests) are answered as before: their answers say what was done.
+_ACCEPT = metadata_only_accept()
 
 
 class DeliveryFailed(Exception):
@@ -39,7 +46,7 @@ def session_put(session: aiohttp.ClientSession, token: Callable[[], str]) -> Dir
     """Direct PUTs over a shared aiohttp session, authenticated with the agent's bearer token."""
 
     async def put(leader: Leader, path: str, body: bytes, timeout: float) -> tuple[int, Any]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        headers = {"Content-Type": "application/json", "Accept": _ACCEPT}
         if bearer := token():
             headers["Authorization"] = f"Bearer {bearer}"
         async with session.put(leader.endpoint + path, data=body, headers=headers, ssl=leader.ssl_context,

@@ -24,6 +24,17 @@ def wants_table(accept_header: str) -> str | None:
     serve wins; `as=Table` needs `g=meta.k8s.io` and a version it knows, or the clause is skipped.
     Nothing acceptable at all is 406, as upstream.
     """
+    return _wants_as(accept_header, "Table")
+
+
+def wants_metadata_only(accept_header: str) -> str | None:
+    """The PartialObjectMetadata version the first acceptable Accept clause asks for, or None for
+    the whole object: kube-apiserver shapes a write's answer as it shapes a get's, so a writer that
+    needs only the new resourceVersion is spared the object coming back. 406 as `wants_table`."""
+    return _wants_as(accept_header, "PartialObjectMetadata")
+
+
+def _wants_as(accept_header: str, kind: str) -> str | None:
     if not accept_header.strip():
         return None
     for media_type, params in _accept_clauses(accept_header):
@@ -31,11 +42,16 @@ def wants_table(accept_header: str) -> str | None:
             continue
         if "as" not in params and "g" not in params and "v" not in params:
             return None
-        if (params.get("as") == "Table" and params.get("g") == TABLE_GROUP
-                and params.get("v") in TABLE_VERSIONS):
+        if params.get("as") == kind and params.get("g") == TABLE_GROUP and params.get("v") in TABLE_VERSIONS:
             return params["v"]
     raise ApiError(406, "NotAcceptable",
                    "only the following media types are accepted: application/json, application/yaml")
+
+
+def metadata_only_accept(version: str = "v1") -> str:
+    """The Accept header of a client that wants a write's answer as PartialObjectMetadata, and
+    the whole object from a server that cannot shape it."""
+    return f"application/json;as=PartialObjectMetadata;g={TABLE_GROUP};v={version},application/json"
 
 
 def include_object(query: Mapping[str, str]) -> str:

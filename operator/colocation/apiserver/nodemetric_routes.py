@@ -33,7 +33,7 @@ from colocation.apimachinery.served_apigroups import (
     OpenApiDocuments,
     json_response,
 )
-from colocation.apimachinery.tables import include_object, wants_table
+from colocation.apimachinery.tables import TABLE_GROUP, include_object, wants_metadata_only, wants_table
 from colocation.apimachinery.userinfo import Extra
 from colocation.apimachinery.watch_params import (
     MIN_REQUEST_TIMEOUT,
@@ -56,7 +56,7 @@ from colocation.nodemetrics.report_schema import (
     VERSION,
     validate_report,
 )
-from colocation.nodemetrics.storage_interface import NodeMetricServing
+from colocation.nodemetrics.storage_interface import Entry, NodeMetricServing
 
 GROUP_VERSION = f"{GROUP}/{VERSION}"
 # How long a read waits for a resourceVersion ahead of this replica: the watch cache's blockTimeout.
@@ -240,8 +240,12 @@ class NodeMetricGroup:
 
     async def _report(self, request: web.Request) -> web.Response:
         node, report = await self._from_agent(request, "status", validate_report, self.metrics.reports_rejected)
+        metadata_version = wants_metadata_only(request.headers.get("Accept", ""))  # a 406 stores nothing
         entry = self.store.put(report, self.node_labels(node) or {})
         self.metrics.reports_accepted.inc()
+        if metadata_version is not None:
+            # The agents ask for this: the object they sent back is half a report's bytes to encrypt.
+            return web.Response(body=_partial_metadata(entry, metadata_version), content_type="application/json")
         return web.Response(body=entry.body, content_type="application/json")
 
     def _upload_handler(self, upload: AgentUpload[Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -291,6 +295,15 @@ class NodeMetricGroup:
         if content_type not in ("application/json", ""):
             raise ApiError.unsupported_media_type(content_type)
         return await request.read()  # client_max_size turns a longer body into 413
+
+
+def _partial_metadata(entry: Entry, version: str) -> bytes:
+    metadata: Obj = {"name": entry.name, "resourceVersion": str(entry.resource_version),
+                     "creationTimestamp": entry.creation_timestamp}
+    if entry.labels:
+        metadata["labels"] = entry.labels
+    return orjson.dumps({"kind": "PartialObjectMetadata", "apiVersion": f"{TABLE_GROUP}/{version}",
+                         "metadata": metadata})
 
 
 def _decoded(line: bytes) -> tuple[str, Obj]:

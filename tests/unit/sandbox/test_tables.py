@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from colocation.apimachinery.errors import ApiError
-from colocation.apimachinery.tables import human_duration, wants_table
+from colocation.apimachinery.tables import human_duration, metadata_only_accept, wants_metadata_only, wants_table
 from colocation.sandbox.server.resource_types import BUILTIN_TYPES, PrinterColumn, ResourceType
 from colocation.sandbox.server.server_side_tables import partial_object_metadata, to_table
 
@@ -86,6 +86,20 @@ def test_human_duration_matches_upstream(seconds: float, expected: str) -> None:
 )
 def test_wants_table_negotiates_like_the_apiserver(accept: str, expected: str | None) -> None:
     assert wants_table(accept) == expected
+
+
+@pytest.mark.parametrize(
+    ("accept", "expected"),
+    [
+        (metadata_only_accept(), "v1"),
+        (metadata_only_accept("v1beta1"), "v1beta1"),
+        ("application/json", None),
+        (KUBECTL_ACCEPT, None),  # a Table clause is skipped, then the plain object
+        ("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v9,application/json", None),
+    ],
+)
+def test_a_writer_may_ask_for_the_metadata_only(accept: str, expected: str | None) -> None:
+    assert wants_metadata_only(accept) == expected
 
 
 @pytest.mark.parametrize("accept", ["text/html", "application/json;as=Table;v=v1"])  # the latter lacks g=
