@@ -54,14 +54,17 @@ def _certificates(state_dir: Path, name: str) -> tuple[certificates.CertKey, Pat
     return serving, ca_path
 
 
-async def serve_until_stopped(app: web.Application, state_dir: Path, name: str) -> None:
-    """Serve `app` over HTTPS on a free loopback port, print `ready: url=URL ca=PATH`, stop on SIGINT/SIGTERM."""
+async def serve_until_stopped(app: web.Application, state_dir: Path, name: str, *, client_ca: bool = False) -> None:
+    """Serve `app` over HTTPS on a free loopback port, print `ready: url=URL ca=PATH`, stop on SIGINT/SIGTERM.
+    With `client_ca`, client certificates of a CA of its own are asked for, optional, as the
+    operator asks for the front-proxy's."""
     serving, ca_path = _certificates(state_dir, name)
+    client_ca_pem = certificates.new_ca(f"{name}-client-ca").cert_pem if client_ca else None
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind((HOST, 0))
-    await web.SockSite(runner, sock, ssl_context=certificates.ssl_server_context(serving)).start()
+    await web.SockSite(runner, sock, ssl_context=certificates.ssl_server_context(serving, client_ca_pem)).start()
     print(f"ready: url=https://{HOST}:{sock.getsockname()[1]} ca={ca_path}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -239,10 +239,13 @@ def render(reports_by_size: dict[int, SizeReport], plots: list[Path], base: Path
         f"SubjectAccessReview against the sandbox (cached as the operator configures it), the node "
         f"rule, validation, the store and its watch events. Reports come from the agent's own builder: {pods} pods, "
         f"three aggregation windows, {size(body)} of JSON, and each differs from the node's previous one (so "
-        f"each is a stored change and a watch event). Nodes report round-robin. The baseline is "
-        f"`benchmarks/ingest_baseline.py`: a bare aiohttp server with the same TLS that reads each body, keeps it "
-        f"and echoes it, driven by the same client with the same bodies, in the same run. Latency is measured at "
-        f"the client; CPU from /proc for each process.",
+        f"each is a stored change and a watch event); like the agents, the client asks for the answer as "
+        f"PartialObjectMetadata. Nodes report round-robin. The baseline is "
+        f"`benchmarks/ingest_baseline.py`: a bare aiohttp server with the same TLS (client certificates asked "
+        f"for, optional) that looks each token up in a cache keyed by its SHA-256, holds it to its node, parses "
+        f"the body with orjson, keeps it and answers the same metadata, driven by the same client with the same "
+        f"tokens and bodies, in the same run: what any server must do for a report, without our framework, "
+        f"validation or store. Latency is measured at the client; CPU from /proc for each process.",
         "",
         "### Sustained ingest (targets: ≥ 3,000 reports/s on one core, ≥ 40 % of the bare server)",
         "",

@@ -13,8 +13,9 @@ validation, the store and its watch events. Phases:
 2. sustained ingest: `concurrency` reports always in flight, for `ingest_seconds`;
 3. reads while ingesting at a steady rate: lists (JSON, Table), gets, 20 watchers;
 4. when a target is missed (or with --profile always), py-spy samples the leader during more ingest;
-5. the same reports, client and TLS against a bare aiohttp server that only reads them
-   (benchmarks/ingest_baseline.py): the ceiling, measured in the same run.
+5. the same reports, tokens, client and TLS against a bare aiohttp server that only authenticates
+   them from a cache, parses and keeps them (benchmarks/ingest_baseline.py): the ceiling,
+   measured in the same run.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ async def _wait_for_nodes(sender: ReportSender, timeout: float = 120.0) -> None:
         await asyncio.sleep(0.25)
 
 
-async def _operator(config: IngestConfig, nodes: int, report_: SizeReport, state_dir: Path) -> Reports:
+async def _operator(config: IngestConfig, nodes: int, report_: SizeReport,
+                    state_dir: Path) -> tuple[Reports, list[str]]:
     say(f"[{nodes:,} nodes] starting the sandbox with one operator replica")
     cluster = await ingest_cluster.start(state_dir / f"sandbox-{nodes}", _operator_args(config))
     pid = cluster.operator_pid
@@ -156,7 +158,7 @@ async def _operator(config: IngestConfig, nodes: int, report_: SizeReport, state
                                        processes.rss_bytes(pid, "VmHWM"), nodes, warm_nodes)
         if _wants_profile(config, report_):
             await _profile(sender, pid, nodes, config, report_, state_dir)
-        return reports
+        return reports, tokens
     finally:
         if sender is not None:
             await sender.close()
@@ -202,13 +204,13 @@ async def _profile(sender: ReportSender, pid: int, nodes: int, config: IngestCon
         say(f"  {share:6.1%} {label}")
 
 
-async def _baseline(config: IngestConfig, nodes: int, reports: Reports, report_: SizeReport,
+async def _baseline(config: IngestConfig, nodes: int, reports: Reports, tokens: list[str], report_: SizeReport,
                     state_dir: Path) -> None:
     say(f"[{nodes:,} nodes] baseline: the bare aiohttp server")
     server = await processes.start(["-m", "benchmarks.ingest_baseline", "--state-dir", str(state_dir)],
                                    state_dir / f"ingest-baseline-{nodes}.log")
     endpoint = Endpoint.from_ca_file(server.ready["url"], Path(server.ready["ca"]))
-    tokens = ["bare"] * nodes  # the bare server reads no header: any token costs the same to send
+    # The same tokens as the leader's run: the same bytes to send and to hash, the same node rule.
     sender = ReportSender(endpoint.url, endpoint.ssl_context(), reports, tokens, concurrency=config.concurrency)
     reader = Client(endpoint, concurrency=1, timeout=120.0)
     try:
@@ -240,8 +242,8 @@ async def run(config: IngestConfig, command: str, describe: machine.Machine) -> 
         started = time.perf_counter()
         size_report = SizeReport(nodes, config.pods_per_node, 0.0, command, describe.date, describe.describe())
         load_before = ingest_stages.load_average()
-        reports = await _operator(config, nodes, size_report, config.state_dir)
-        await _baseline(config, nodes, reports, size_report, config.state_dir)
+        reports, tokens = await _operator(config, nodes, size_report, config.state_dir)
+        await _baseline(config, nodes, reports, tokens, size_report, config.state_dir)
         size_report.load_average = f"{load_before} at the start, {ingest_stages.load_average()} at the end"
         say(f"[{nodes:,} nodes] done in {time.perf_counter() - started:,.0f} s: "
             f"{size_report.share_of_baseline:.0%} of the bare server's rate; targets "

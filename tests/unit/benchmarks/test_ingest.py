@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
-from benchmarks import ingest_figures, ingest_profile, ingest_report, machine, operator_ingest
+from benchmarks import ingest_baseline, ingest_figures, ingest_profile, ingest_report, machine, operator_ingest
 from benchmarks.ingest_reports import Reports, ReportTemplate
 from benchmarks.markdown import markers
+from colocation.apimachinery.tables import metadata_only_accept
 from colocation.nodemetrics.report_schema import validate_report
 
 
@@ -93,3 +98,32 @@ async def test_a_tiny_run_reports_every_phase(tmp_path: Path) -> None:
     assert "| 12 | `python -m benchmarks.operator_ingest --nodes 12` |" in section
     assert all(f"![{p.stem}](plots/{p.name})" in section for p in plots)
     assert not math.isnan(report.ingest.latency.p99)
+
+
+def _token(node: str) -> str:
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return ".".join((part({"alg": "ES256"}), part({"kubernetes.io": {"node": {"name": node, "uid": "u"}}}), "sig"))
+
+
+async def test_the_bare_server_holds_a_token_to_its_node_and_answers_as_the_operator(tmp_path: Path) -> None:
+    kept = ingest_baseline.KeptReports()
+    app = web.Application()
+    app.router.add_put(ingest_baseline.COLLECTION + "/{name}/status", kept.put)
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        body = Reports(["node-a"], pods=2).next_body(0)
+        url = ingest_baseline.COLLECTION + "/{}/status"
+        headers = {"Authorization": f"Bearer {_token('node-a')}", "Accept": metadata_only_accept()}
+        async with client.put(url.format("node-a"), data=body, headers=headers) as answer:
+            assert answer.status == 200
+            assert (await answer.json())["metadata"]["name"] == "node-a"
+        async with client.put(url.format("node-b"), data=body, headers=headers) as answer:
+            assert answer.status == 403
+        async with client.put(url.format("node-a"), data=body, headers={"Authorization": "Bearer x"}) as answer:
+            assert answer.status == 403
+        assert list(kept.bodies) == ["node-a"] and len(kept.callers) == 2
+    finally:
+        await client.close()
