@@ -6,8 +6,9 @@ without undoing what kube-apiserver's own admission did before it, with strategi
 
 - `metadata.labels`, `metadata.annotations`, `spec.nodeSelector`: merged key by key; a null
   value removes the key;
-- `spec.tolerations`: replaces the pod's list (strategic merge has no merge key for it, so
-  the tolerations kube-apiserver added, such as the not-ready / unreachable ones, go too);
+- `spec.tolerations`: replaces the pod's list (strategic merge has no merge key for it);
+  kube-apiserver runs its own admission plugins again after a webhook changed a pod, so its
+  default not-ready / unreachable tolerations come back if the list lacks them;
 - `spec.schedulerName`: replaced.
 
 Any other field is a `PatchInvalid`, as are tolerations kube-apiserver would refuse; the CRD's
