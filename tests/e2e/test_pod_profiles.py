@@ -4,8 +4,10 @@ Real control plane only (`--apiserver kube`): the builtin sandbox calls no admis
 there is nothing to test there. The sandbox runs two operator replicas behind the manifests'
 Service; the MutatingWebhookConfiguration is the manifests' own, its caBundle patched by the
 operator. A pod created in a namespace a profile picks comes back with the profile's priority
-class, QoS label, scheduler and batch resources; a pod elsewhere is untouched; and a webhook
-configured as ours but calling a Service with no endpoints never blocks pod creation.
+class, QoS label, scheduler and batch resources (and, from a second profile, labels and
+annotations copied and suffixed, and its patch's labels, node selector and tolerations); a pod
+elsewhere is untouched; and a webhook configured as ours but calling a Service with no endpoints
+never blocks pod creation.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ async def namespace_of(admin: Kube) -> AsyncIterator[Any]:
 
 def _pod(name: str) -> dict[str, Any]:
     body = pod_manifest(name, labels={"app": "etl"})
+    body["metadata"]["annotations"] = {"example.com/owner": "data-team"}
     body["spec"]["containers"][0]["resources"] = copy.deepcopy(RESOURCES)
     return body
 
@@ -123,9 +126,55 @@ async def test_a_pod_a_profile_picks_is_created_as_a_batch_pod(admin: Kube, batc
     assert (spec["priorityClassName"], spec["priority"], spec["preemptionPolicy"]) == (priority_class, 5500, "Never")
     assert spec["schedulerName"] == BATCH_SCHEDULER
     assert labels == {"app": "etl", "koordinator.sh/qosClass": "BE"}
+    assert pod["metadata"]["annotations"] == {"example.com/owner": "data-team"}
     assert spec["containers"][0]["resources"] == {
         "requests": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "64Mi"},
         "limits": {"kubernetes.io/batch-cpu": "1k", "kubernetes.io/batch-memory": "128Mi"}}
+
+
+TOLERATION = {"key": "colocation.example.com/batch", "operator": "Exists", "effect": "NoSchedule"}
+
+
+async def test_a_profile_copies_suffixes_and_patches_what_it_picks(admin: Kube, batch_profile: tuple[str, str],
+                                                                   namespace_of: Any) -> None:
+    """A second profile, after the batch one by name, with Koordinator's mapping, suffix and patch
+    fields: kube-apiserver stores the pod with both profiles' changes."""
+    priority_class, label = batch_profile
+    name = f"zz-{label}"  # after the batch profile's name: it applies second
+    await create(admin, PROFILES, {
+        "apiVersion": "slo.colocation.dev/v1alpha1", "kind": "ClusterColocationProfile", "metadata": {"name": name},
+        "spec": {"namespaceSelector": {"matchLabels": {label: "on"}},
+                 "labelKeysMapping": {"app": "example.com/workload"},
+                 "annotationKeysMapping": {"example.com/owner": "example.com/billed-to"},
+                 "labelSuffixes": {"app": "-batch"},
+                 "patch": {"metadata": {"labels": {"patched": "yes"}},
+                           "spec": {"nodeSelector": {"pool": "batch"}, "tolerations": [TOLERATION]}}}})
+    try:
+        namespace = await namespace_of({label: "on"})
+
+        async def both_applied() -> bool:
+            pod = await _created(admin, namespace, "probe", dry_run=True)
+            return pod is not None and pod["spec"].get("priorityClassName") == priority_class and \
+                "patched" in pod["metadata"]["labels"]
+
+        await wait_for(both_applied, timeout=30)
+        pod = await _created(admin, namespace, "etl")
+        assert pod is not None
+        assert pod["metadata"]["labels"] == {"app": "etl-batch", "example.com/workload": "etl", "patched": "yes",
+                                             "koordinator.sh/qosClass": "BE"}
+        assert pod["metadata"]["annotations"] == {"example.com/owner": "data-team",
+                                                  "example.com/billed-to": "data-team"}
+        assert pod["spec"]["nodeSelector"] == {"pool": "batch"}
+        # The patch's list, then kube-apiserver's defaults: it runs its own admission plugins
+        # (DefaultTolerationSeconds) again after a webhook changed the pod.
+        tolerations = pod["spec"]["tolerations"]
+        assert tolerations[0] == TOLERATION
+        assert {(t["key"], t["effect"]) for t in tolerations[1:]} == {
+            ("node.kubernetes.io/not-ready", "NoExecute"), ("node.kubernetes.io/unreachable", "NoExecute")}
+        assert pod["spec"]["containers"][0]["resources"]["requests"] == {
+            "kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "64Mi"}
+    finally:
+        await admin.request("DELETE", f"{PROFILES}/{name}")
 
 
 async def test_a_pod_no_profile_picks_is_created_as_it_was_sent(admin: Kube, batch_profile: tuple[str, str],
@@ -178,9 +227,11 @@ async def test_a_webhook_nobody_answers_never_blocks_pod_creation(admin: Kube, n
         await admin.request("DELETE", f"{WEBHOOKS}/{name}")
 
 
-@pytest.mark.parametrize(("spec", "field"), [({"probability": 150}, "spec.probability"),
-                                             ({"probability": "150%"}, "spec.probability"),
-                                             ({"qosClass": "GOLD"}, "spec.qosClass")])
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"probability": 150}, "spec.probability"), ({"probability": "150%"}, "spec.probability"),
+    ({"qosClass": "GOLD"}, "spec.qosClass"),
+    ({"patch": {"spec": {"tolerations": [{"key": "a", "operator": "Exists", "effect": "Evict"}]}}},
+     "spec.patch.spec.tolerations[0].effect")])
 async def test_a_profile_the_webhook_could_not_apply_is_refused_naming_the_field(admin: Kube, spec: dict[str, Any],
                                                                                  field: str) -> None:
     status, body = await admin.request("POST", PROFILES, {
@@ -188,3 +239,13 @@ async def test_a_profile_the_webhook_could_not_apply_is_refused_naming_the_field
         "metadata": {"name": f"e2e-bad-{uuid.uuid4().hex[:8]}"}, "spec": spec})
     assert status == 422, body
     assert field in body["message"]
+
+
+async def test_a_patch_of_an_unsupported_field_is_refused_under_strict_field_validation(admin: Kube) -> None:
+    """kubectl asks for strict field validation: a patch field the schema does not list is refused."""
+    status, body = await admin.request("POST", PROFILES, {
+        "apiVersion": "slo.colocation.dev/v1alpha1", "kind": "ClusterColocationProfile",
+        "metadata": {"name": f"e2e-bad-{uuid.uuid4().hex[:8]}"},
+        "spec": {"patch": {"spec": {"hostNetwork": True}}}}, params={"fieldValidation": "Strict"})
+    assert status == 400, body
+    assert 'unknown field "spec.patch.spec.hostNetwork"' in body["message"]

@@ -12,6 +12,9 @@ What it answers, beyond the patch:
   says why (kubectl prints it), so that a young replica never blocks pod creation;
 - a profile naming a PriorityClass that does not exist: denied (403), as kube-apiserver denies
   a pod that names one itself;
+- a profile whose `patch` cannot be applied safely, or a label, annotation or node selector
+  entry the profiles would set that kube-apiserver would refuse: allowed without that part, with
+  a warning naming it (kubectl prints it);
 - a body that is no AdmissionReview: 400 with a Status saying what is wrong (kube-apiserver then
   applies the configuration's failurePolicy, Ignore in our manifests).
 """
@@ -133,6 +136,10 @@ class WebhookMetrics:
         self.reviews = Counter("colocation_pod_webhook_reviews_total",
                                "AdmissionReviews of pods answered, by result (mutated, unchanged, warned, "
                                "denied).", ["result"], registry=registry)
+        self.left_out = Counter("colocation_pod_webhook_left_out_total",
+                                "Parts of ClusterColocationProfiles left out of pods they applied to (a patch "
+                                "that cannot be applied safely, a label or annotation kube-apiserver would "
+                                "refuse), one per warning.", registry=registry)
         self.informer_failures = Counter("colocation_pod_webhook_informer_failures_total",
                                          "Failed lists and watches of the pod webhook's informers, by informer "
                                          "and reason (retried with backoff).", ["informer", "reason"],
@@ -219,13 +226,19 @@ class PodMutationWebhook:
     def _allowed(self, mutation: Mutation, namespace: str, pod: dict[str, Any],
                  warnings: list[str]) -> dict[str, Any]:
         response: dict[str, Any] = {"allowed": True}
+        metadata = pod.get("metadata") or {}
+        if mutation.warnings:
+            self.metrics.left_out.inc(len(mutation.warnings))
+            warnings = [*warnings, *mutation.warnings]
+            log.warning("ClusterColocationProfiles applied in part", extra={
+                "namespace": namespace, "pod": metadata.get("name") or metadata.get("generateName") or "",
+                "profiles": ",".join(mutation.applied), "reason": "; ".join(mutation.warnings)})
         if warnings:
             response["warnings"] = warnings
         if not mutation.patch:
             self.metrics.reviews.labels("unchanged").inc()
             return response
         self.metrics.reviews.labels("mutated").inc()
-        metadata = pod.get("metadata") or {}
         log.info("pod mutated by ClusterColocationProfiles", extra={
             "namespace": namespace, "pod": metadata.get("name") or metadata.get("generateName") or "",
             "profiles": ",".join(mutation.applied)})

@@ -4,9 +4,16 @@ A profile picks a pod when its `namespaceSelector` matches the labels of the pod
 its `selector` the pod's labels (a missing or empty selector matches everything). Every profile
 that picks a pod applies, in the order of their names, so that on a field two profiles both set
 the later name wins; one with a `probability` below 100 % applies to that share of the pods only.
-A profile sets labels and annotations, the Koordinator QoS label, the Koordinator sub-priority
-label, the scheduler, and the priority class (with the class's value and preemption policy, as the
-Priority admission plugin would have set them had the pod named that class itself).
+A profile changes a pod in Koordinator's order: its labels and annotations; `labelKeysMapping`
+and `annotationKeysMapping` (the key named by each value gets the value of the key it is mapped
+from, "" when the pod has none; all mappings read the keys as they were before any was written);
+`labelSuffixes` (appended to the values of labels the pod has); the scheduler; the Koordinator
+QoS label; the priority class (with the class's value and preemption policy, as the Priority
+admission plugin would have set them had the pod named that class itself); the Koordinator
+sub-priority label; last its `patch` (colocation.koordinator.profile_pod_patch: what it may set).
+A patch that cannot be applied safely is left out with a warning, as is any label, annotation or
+node selector entry kube-apiserver would refuse: profiles never make a pod's creation fail, but
+for a PriorityClass that does not exist.
 
 Then, unless a picked profile carries the annotation `SKIP_RESOURCES_ANNOTATION`, a picked pod
 whose Koordinator priority class is now batch or mid (made so or already so, even when its
@@ -30,6 +37,7 @@ from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.quantity import cpu_millis
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.koordinator.classes import QOS_CLASSES, QOS_LABEL, priority_of
+from colocation.koordinator.profile_pod_patch import PatchInvalid, PodPatch, invalid_changes, parse_pod_patch
 
 KOORDINATOR_PRIORITY_LABEL = "koordinator.sh/priority"
 # Koordinator's annotation on a profile that keeps cpu and memory as they are (labels etc. still apply).
@@ -42,7 +50,8 @@ _PERCENT = re.compile(r"^(\d{1,3})%$")
 # The pod fields a profile may change, as JSON pointers from the pod's root.
 _PATCHED_FIELDS = (("metadata", "labels"), ("metadata", "annotations"), ("spec", "schedulerName"),
                    ("spec", "priorityClassName"), ("spec", "priority"), ("spec", "preemptionPolicy"),
-                   ("spec", "initContainers"), ("spec", "containers"), ("spec", "overhead"))
+                   ("spec", "nodeSelector"), ("spec", "tolerations"), ("spec", "initContainers"),
+                   ("spec", "containers"), ("spec", "overhead"))
 
 
 class ProfileInvalid(ValueError):
@@ -71,6 +80,11 @@ class ColocationProfile:
     scheduler_name: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    label_keys_mapping: Mapping[str, str] = field(default_factory=dict)  # from key -> to key
+    annotation_keys_mapping: Mapping[str, str] = field(default_factory=dict)
+    label_suffixes: Mapping[str, str] = field(default_factory=dict)
+    patch: PodPatch | None = None
+    patch_error: str = ""  # why `patch` is left out (the rest of the profile still applies)
     skip_resources: bool = False
 
     def picks(self, namespace_labels: Mapping[str, str], pod_labels: Mapping[str, str]) -> bool:
@@ -81,6 +95,7 @@ class ColocationProfile:
 class Mutation:
     patch: list[dict[str, Any]]  # empty: nothing to change
     applied: tuple[str, ...]  # the profiles applied, in order
+    warnings: tuple[str, ...] = ()  # what was left out, and why
 
 
 def parse_profile(obj: Mapping[str, Any]) -> ColocationProfile:
@@ -110,6 +125,12 @@ def parse_profile(obj: Mapping[str, Any]) -> ColocationProfile:
     qos = spec.get("qosClass") or ""
     if qos and qos not in QOS_CLASSES:
         raise fail("qosClass", f"{qos!r} is none of {', '.join(QOS_CLASSES)}")
+    patch, patch_error = None, ""
+    if spec.get("patch") is not None:
+        try:
+            patch = parse_pod_patch(spec["patch"])
+        except PatchInvalid as error:
+            patch_error = str(error)
     sub_priority = spec.get("koordinatorPriority")
     if sub_priority is not None and (not isinstance(sub_priority, int) or isinstance(sub_priority, bool)):
         raise fail("koordinatorPriority", "must be an integer")
@@ -118,7 +139,9 @@ def parse_profile(obj: Mapping[str, Any]) -> ColocationProfile:
         probability=_percent(spec.get("probability"), fail), qos_class=qos,
         priority_class_name=str(spec.get("priorityClassName") or ""), koordinator_priority=sub_priority,
         scheduler_name=str(spec.get("schedulerName") or ""), labels=strings("labels"),
-        annotations=strings("annotations"), skip_resources=SKIP_RESOURCES_ANNOTATION in annotations)
+        annotations=strings("annotations"), label_keys_mapping=strings("labelKeysMapping"),
+        annotation_keys_mapping=strings("annotationKeysMapping"), label_suffixes=strings("labelSuffixes"),
+        patch=patch, patch_error=patch_error, skip_resources=SKIP_RESOURCES_ANNOTATION in annotations)
 
 
 def _percent(value: Any, fail: Callable[[str, str], ProfileInvalid]) -> int:
@@ -142,32 +165,38 @@ def mutate_pod(profiles: Iterable[ColocationProfile], namespace_labels: Mapping[
         return Mutation([], ())
     mutated: dict[str, Any] = copy.deepcopy(dict(pod))
     applied: list[str] = []
+    warnings: list[str] = []
     for profile in picked:
         if profile.probability < 100 and not roll() < profile.probability:
             continue
         _apply(profile, mutated, priority_classes)
+        if profile.patch_error:
+            warnings.append(f"ClusterColocationProfile {profile.name!r}: spec.patch left out: {profile.patch_error}")
         applied.append(profile.name)
     # As Koordinator does: a picked pod that is batch or mid is translated even when no profile
     # applied (its probability skipped it), since the pod may have been batch already.
     if not any(profile.skip_resources for profile in picked):
         _translate_resources(mutated)
-    return Mutation(profile_patch(pod, mutated), tuple(applied))
+    warnings += invalid_changes(pod, mutated)
+    return Mutation(profile_patch(pod, mutated), tuple(applied), tuple(warnings))
 
 
 def _apply(profile: ColocationProfile, pod: dict[str, Any], priority_classes: Mapping[str, PriorityClassValue]) -> None:
     metadata = pod.setdefault("metadata", {})
     spec = pod.setdefault("spec", {})
-    labels = {**profile.labels}
-    if profile.qos_class:
-        labels[QOS_LABEL] = profile.qos_class
-    if profile.koordinator_priority is not None:
-        labels[KOORDINATOR_PRIORITY_LABEL] = str(profile.koordinator_priority)
-    if labels:
-        metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
-    if profile.annotations:
-        metadata["annotations"] = {**(metadata.get("annotations") or {}), **profile.annotations}
+    labels = {**(metadata.get("labels") or {}), **profile.labels}
+    annotations = {**(metadata.get("annotations") or {}), **profile.annotations}
+    # Each mapping reads the keys as they were before any mapping wrote (Koordinator's map order is
+    # random, so a chain a -> b, b -> c has no one answer there).
+    labels.update({to: labels.get(source, "") for source, to in profile.label_keys_mapping.items()})
+    annotations.update({to: annotations.get(source, "") for source, to in profile.annotation_keys_mapping.items()})
+    for key, suffix in profile.label_suffixes.items():
+        if key in labels:
+            labels[key] += suffix
     if profile.scheduler_name:
         spec["schedulerName"] = profile.scheduler_name
+    if profile.qos_class:
+        labels[QOS_LABEL] = profile.qos_class
     if profile.priority_class_name:
         found = priority_classes.get(profile.priority_class_name)
         if found is None:
@@ -179,6 +208,13 @@ def _apply(profile: ColocationProfile, pod: dict[str, Any], priority_classes: Ma
             spec["preemptionPolicy"] = found.preemption_policy
         else:
             spec.pop("preemptionPolicy", None)
+    if profile.koordinator_priority is not None:
+        labels[KOORDINATOR_PRIORITY_LABEL] = str(profile.koordinator_priority)
+    for key, values in (("labels", labels), ("annotations", annotations)):
+        if values or key in metadata:
+            metadata[key] = values
+    if profile.patch is not None:
+        profile.patch.apply(pod)
 
 
 def _translate_resources(pod: dict[str, Any]) -> None:

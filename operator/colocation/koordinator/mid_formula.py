@@ -1,8 +1,9 @@
 """The Mid-tier resources a node offers: `calculate_mid_resources`, a pure function.
 
 Mid pods (priority koord-mid) run on what prod pods requested but are predicted not to use, and
-on a configurable share of what nobody requested. This is Koordinator's Mid-tier model (slo-
-controller, noderesource plugin midresource, its default "policy" mode), restated in
+on a configurable share of what nobody requested; or, in "static" mode, on a fixed share of the
+node's capacity. This is Koordinator's Mid-tier model (slo-controller, noderesource plugin
+midresource: its default policy and its midReclaimMode "static"), restated in
 docs/architecture.md ("Mid-tier resources"). The controller feeds it the same inputs as the batch
 formula and writes both results to the Node together (colocation.controllers.nodewrite).
 """
@@ -69,7 +70,15 @@ def calculate_mid_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str,
     - The threshold caps the node's capacity, not its allocatable (Koordinator's code; its
       comments say allocatable).
     Defaults: midCPUThresholdPercent 100, midMemoryThresholdPercent 100, midUnallocatedPercent 0.
-    Koordinator's "static" midReclaimMode (a fixed share of capacity) is not modelled.
+
+    With `midReclaimMode: static` the resources are instead fixed shares of capacity, whatever
+    prod pods request or use: per resource
+
+        min(capacity * midStatic{CPU,Memory}ReservedPercent / 100, capacity * mid{CPU,Memory}ThresholdPercent / 100)
+
+    (both products as above; defaults 0, so static mode offers nothing until a share is set). As
+    in Koordinator, they are still removed in the cases above: a node without a fresh metric
+    gets none.
     """
     usable = usable_metric(node_metric, strategy, now, received_at)
     if usable is None:
@@ -77,6 +86,11 @@ def calculate_mid_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str,
     colocation, status, metric = usable
 
     capacity, allocatable, annotations = node_resources(node)
+    if colocation.mid_reclaim_mode == "static":
+        return {MID_CPU: min(_share(capacity.cpu, colocation.mid_static_cpu_reserved_percent),
+                             _share(capacity.cpu, colocation.mid_cpu_threshold_percent)),
+                MID_MEMORY: min(_share(capacity.memory, colocation.mid_static_memory_reserved_percent),
+                                _share(capacity.memory, colocation.mid_memory_threshold_percent))}
     host_applications = status.get("hostApplicationMetric") or []
     above_mid_apps = total(Amount.of(resources_of(app.get("usage"))) for app in host_applications
                            if isinstance(app, Mapping) and _above_mid(app.get("priority"), app.get("qos")))

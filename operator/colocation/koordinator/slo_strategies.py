@@ -68,11 +68,16 @@ class ColocationStrategy(Strategy):
     resource_diff_threshold: float = Field(0.1, gt=0, le=1)
     batch_cpu_threshold_percent: UnboundedPercent | None = Field(None, alias="batchCPUThresholdPercent")
     batch_memory_threshold_percent: UnboundedPercent | None = None
-    # Mid-tier resources (colocation.koordinator.mid_formula). Koordinator bounds these three to
-    # 0..100: mid resources never exceed the node's capacity.
+    # Mid-tier resources (colocation.koordinator.mid_formula). Koordinator bounds these percentages
+    # to 0..100: mid resources never exceed the node's capacity.
     mid_cpu_threshold_percent: Percent = Field(100, alias="midCPUThresholdPercent")
     mid_memory_threshold_percent: Percent = 100
     mid_unallocated_percent: Percent = 0
+    # midReclaimMode "static": mid resources are fixed shares of capacity (these two percentages),
+    # whatever prod pods use; absent, the policy above applies. Koordinator names no other mode.
+    mid_reclaim_mode: Literal["static"] | None = None
+    mid_static_cpu_reserved_percent: Percent = Field(0, alias="midStaticCPUReservedPercent")
+    mid_static_memory_reserved_percent: Percent = 0
     # Koordinator's ColocationStrategyExtender: third-party strategies, copied to NodeSLO as given.
     extensions: dict[str, Any] = Field(default_factory=dict)
 

@@ -18,11 +18,12 @@ from colocation.apiserver.delegated_authentication import DelegatingAuthenticato
 from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec
 from colocation.apiserver.generic_apiserver import AggregatedApiServer
 from colocation.apiserver.pod_mutation_webhook import WEBHOOK_PATH, PodMutationWebhook, ProfileCache
+from colocation.koordinator.colocation_profile import parse_profile
 from colocation.kube.informer import Response
 
-PROFILE = {"metadata": {"name": "batch"}, "spec": {
-    "namespaceSelector": {"matchLabels": {"colocation": "on"}}, "qosClass": "BE",
-    "priorityClassName": "koord-batch", "schedulerName": "koord-scheduler"}}
+PROFILE_SPEC = {"namespaceSelector": {"matchLabels": {"colocation": "on"}}, "qosClass": "BE",
+                "priorityClassName": "koord-batch", "schedulerName": "koord-scheduler"}
+PROFILE = {"metadata": {"name": "batch"}, "spec": PROFILE_SPEC}
 LISTS: dict[str, list[dict[str, Any]]] = {
     "/apis/slo.colocation.dev/v1alpha1/clustercolocationprofiles": [PROFILE],
     "/api/v1/namespaces": [{"metadata": {"name": "team-a", "labels": {"colocation": "on"}}},
@@ -144,6 +145,23 @@ async def test_a_profile_naming_a_missing_priority_class_denies_the_pod_saying_w
     response = webhook.answer(review())["response"]
     assert (response["allowed"], response["status"]["code"]) == (False, 403)
     assert "no PriorityClass of that name exists" in response["status"]["message"]
+
+
+async def test_a_profile_part_left_out_is_named_in_a_warning_and_counted() -> None:
+    cache = await synced_cache()
+    spec = {**PROFILE_SPEC, "labelSuffixes": {"app": "-"}, "patch": {"spec": {"hostNetwork": True}}}
+    cache.profiles["batch"] = parse_profile({"metadata": {"name": "batch"}, "spec": spec})
+    webhook = PodMutationWebhook(cache, registry := CollectorRegistry())
+    body = review()
+    body["request"]["object"]["metadata"]["labels"] = {"app": "etl"}
+    response = webhook.answer(body)["response"]
+    assert response["allowed"] is True
+    assert [warning.split(":")[0] for warning in response["warnings"]] == [
+        "ClusterColocationProfile 'batch'", "metadata.labels 'app' left as sent"]
+    assert "patch.spec.hostNetwork: not supported" in response["warnings"][0]
+    patch = {op["path"]: op.get("value") for op in orjson.loads(base64.b64decode(response["patch"]))}
+    assert patch["/metadata/labels"] == {"app": "etl", "koordinator.sh/qosClass": "BE"}
+    assert registry.get_sample_value("colocation_pod_webhook_left_out_total") == 2
 
 
 async def test_before_its_informers_listed_a_replica_allows_pods_unchanged_with_a_warning() -> None:

@@ -67,7 +67,7 @@ def test_an_empty_config_map_gives_the_documented_defaults() -> None:
         "memoryReclaimThresholdPercent": 65, "memoryCalculatePolicy": "usage",
         "degradeTimeMinutes": 15, "updateTimeThresholdSeconds": 300, "resourceDiffThreshold": 0.1,
         "midCPUThresholdPercent": 100, "midMemoryThresholdPercent": 100, "midUnallocatedPercent": 0,
-        "extensions": {},
+        "midStaticCPUReservedPercent": 0, "midStaticMemoryReservedPercent": 0, "extensions": {},
     }
     assert render_nodeslo_spec(strategies) == DEFAULT_SPEC
 

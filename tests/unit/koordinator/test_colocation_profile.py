@@ -1,5 +1,6 @@
 """ClusterColocationProfile as test vectors: which profiles pick a pod, in what order, and what a
-pod becomes (labels, scheduler, priority, batch resources), read back through the JSON patch."""
+pod becomes (labels, key mappings and suffixes, scheduler, priority, the profile's patch, batch
+resources), read back through the JSON patch."""
 
 from __future__ import annotations
 
@@ -136,6 +137,90 @@ def test_a_missing_priority_class_refuses_the_pod_and_names_it() -> None:
         mutate_pod([profile("p", priorityClassName="absent")], {}, pod({}), CLASSES, never)
 
 
+# ---- key mappings, suffixes, the patch (Koordinator's order: labels, mappings, suffixes, ..., patch) ----
+
+def test_koordinators_labels_and_suffixes_case() -> None:
+    """Koordinator's own vector: mappings copy values (a missing source gives ""), suffixes then
+    append to labels the pod has (a mapped one included), the patch adds its labels last."""
+    the_profile = profile(
+        "p", **BATCH, koordinatorPriority=1111, labels={"testLabelA": "valueA"},
+        labelKeysMapping={"label-key-to-load": "label-key-to-store",
+                          "label-key-to-load-not-exist": "label-key-to-store-not-exist"},
+        labelSuffixes={"label-key-1": "suffix", "label-key-to-store": "suffix-0", "suffix-label-key-1": "suffix-1"},
+        patch={"metadata": {"labels": {"test-patch-label": "patch-a"},
+                            "annotations": {"test-patch-annotation": "patch-b"}}})
+    result = applied([the_profile], pod({"label-key-to-load": "test-label-value", "label-key-1": "label-value-1"}))
+    assert result["metadata"]["labels"] == {
+        "label-key-1": "label-value-1suffix", "testLabelA": "valueA", "test-patch-label": "patch-a",
+        "label-key-to-load": "test-label-value", "label-key-to-store": "test-label-valuesuffix-0",
+        "label-key-to-store-not-exist": "", "koordinator.sh/qosClass": "BE", "koordinator.sh/priority": "1111"}
+    assert result["metadata"]["annotations"] == {"test-patch-annotation": "patch-b"}
+
+
+def test_annotation_keys_mapping_copies_an_annotation_under_another_key() -> None:
+    the_pod = pod({})
+    the_pod["metadata"]["annotations"] = {"team.example.com/owner": "data"}
+    result = applied([profile("p", annotationKeysMapping={"team.example.com/owner": "koord.example.com/owner"})],
+                     the_pod)
+    assert result["metadata"]["annotations"] == {"team.example.com/owner": "data", "koord.example.com/owner": "data"}
+
+
+def test_mappings_read_the_keys_as_they_were_before_any_mapping_wrote() -> None:
+    result = applied([profile("p", labelKeysMapping={"a": "b", "b": "c"})], pod({"a": "1", "b": "2"}))
+    assert result["metadata"]["labels"] == {"a": "1", "b": "1", "c": "2"}
+
+
+def test_a_mapping_reads_the_profiles_own_labels_but_not_the_qos_label_it_sets_later() -> None:
+    result = applied([profile("p", qosClass="BE", labels={"tier": "batch"},
+                              labelKeysMapping={"tier": "copied-tier", "koordinator.sh/qosClass": "copied-qos"})],
+                     pod({}))
+    assert result["metadata"]["labels"] == {"tier": "batch", "copied-tier": "batch", "copied-qos": "",
+                                            "koordinator.sh/qosClass": "BE"}
+
+
+def test_the_patch_applies_last_merging_maps_replacing_tolerations_and_the_scheduler() -> None:
+    tolerations = [{"key": "colocation", "operator": "Exists", "effect": "NoSchedule"}]
+    the_profile = profile("p", schedulerName="koord-scheduler", labels={"team": "a"}, patch={
+        "metadata": {"labels": {"team": "b", "drop-me": None}},
+        "spec": {"nodeSelector": {"pool": "batch", "zone": None}, "tolerations": tolerations,
+                 "schedulerName": "patched-scheduler"}})
+    the_pod = pod({"drop-me": "x", "keep": "y"}, nodeSelector={"zone": "a", "disk": "ssd"},
+                  tolerations=[{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                                "tolerationSeconds": 300}])
+    result = applied([the_profile], the_pod)
+    assert result["metadata"]["labels"] == {"team": "b", "keep": "y"}
+    assert result["spec"]["nodeSelector"] == {"pool": "batch", "disk": "ssd"}
+    assert result["spec"]["tolerations"] == tolerations
+    assert result["spec"]["schedulerName"] == "patched-scheduler"
+
+
+def test_a_patch_that_cannot_apply_is_left_out_with_a_warning_and_the_rest_applies() -> None:
+    the_profile = profile("p", **BATCH, patch={"spec": {"containers": [{"name": "main", "image": "other"}]}})
+    mutation = mutate_pod([the_profile], {}, pod({}, [container({"cpu": "1"})]), CLASSES, never)
+    assert mutation.applied == ("p",)
+    assert mutation.warnings == ("ClusterColocationProfile 'p': spec.patch left out: patch.spec.containers: not "
+                                 "supported; a patch may set only metadata.labels, metadata.annotations, "
+                                 "spec.nodeSelector, spec.tolerations, spec.schedulerName",)
+    result = apply_json_patch(copy.deepcopy(pod({}, [container({"cpu": "1"})])), mutation.patch)
+    assert result["spec"]["containers"][0] == {"name": "main", "image": "app",
+                                               "resources": {"requests": {"kubernetes.io/batch-cpu": "1000"}}}
+
+
+@pytest.mark.parametrize(("spec", "pod_labels", "warning", "labels"), [
+    ({"labelSuffixes": {"app": "-" + "x" * 60}}, {"app": "web"},
+     "metadata.labels 'app' left as sent: value 'web-xxx", {"app": "web"}),
+    ({"labelKeysMapping": {"app": "not a key"}}, {"app": "web"},
+     "metadata.labels 'not a key' left as sent: key 'not a key'", {"app": "web"}),
+    ({"labelSuffixes": {"app": "-"}}, {"app": "web"}, "metadata.labels 'app' left as sent: value 'web-'",
+     {"app": "web"}),
+])
+def test_a_label_kube_apiserver_would_refuse_is_left_as_sent_with_a_warning(
+        spec: dict[str, Any], pod_labels: dict[str, str], warning: str, labels: dict[str, str]) -> None:
+    mutation = mutate_pod([profile("p", **spec)], {}, pod(pod_labels), CLASSES, never)
+    assert len(mutation.warnings) == 1 and mutation.warnings[0].startswith(warning)
+    assert apply_json_patch(copy.deepcopy(pod(pod_labels)), mutation.patch)["metadata"]["labels"] == labels
+
+
 # ---- batch and mid resources -----------------------------------------------------------------
 
 @pytest.mark.parametrize(("requests", "limits", "want_requests", "want_limits"), [
@@ -211,6 +296,8 @@ def test_the_skip_annotation_on_any_picked_profile_keeps_resources_but_applies_t
     ({"selector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}, r"spec.selector: .*Near"),
     ({"labels": {"a": 1}}, r"spec.labels: must be a map of strings"),
     ({"koordinatorPriority": "high"}, r"spec.koordinatorPriority: must be an integer"),
+    ({"labelKeysMapping": {"a": None}}, r"spec.labelKeysMapping: must be a map of strings"),
+    ({"labelSuffixes": ["a"]}, r"spec.labelSuffixes: must be a map of strings"),
 ])
 def test_a_profile_that_cannot_apply_says_which_field_is_wrong(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(ProfileInvalid, match=rf"ClusterColocationProfile 'bad': {message}"):

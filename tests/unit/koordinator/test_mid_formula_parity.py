@@ -3,7 +3,8 @@
 The vectors restate the cases of Koordinator's midresource plugin (its Calculate and degradation
 tests, pkg/slo-controller/noderesource/plugins/midresource) and the rules of its policy
 arithmetic (plugins/util), with our inputs: plain JSON as `calculate_mid_resources` takes it,
-and the mid-cpu (milli-cores) and mid-memory (bytes) expected, or None where they are removed.
+and the mid-cpu (milli-cores) and mid-memory (bytes) expected, or None where they are removed;
+the last vectors are its midReclaimMode "static" (plugins/util CalculateMidResourceByStaticMode).
 Memory is in decimal units (G = 10^9 bytes), as there.
 
 The node has 100 cpus / 210G of capacity and 100 / 200G allocatable (the kubelet reserves 10G),
@@ -88,6 +89,7 @@ class Vector:
 
 TENTH = {"midUnallocatedPercent": 10}
 CAPPED = {"midCPUThresholdPercent": 10, "midMemoryThresholdPercent": 20, "midUnallocatedPercent": 10}
+STATIC = {"midReclaimMode": "static", "midStaticCPUReservedPercent": 30, "midStaticMemoryReservedPercent": 20}
 
 VECTORS = [
     # -- what prod pods leave, bounded by what the node leaves -------------------------------------
@@ -139,6 +141,21 @@ VECTORS = [
            metric(reclaimable=("10", "15G"), age_seconds=5 * 60), {"degradeTimeMinutes": 5}),
     Vector("no NodeMetric removes them", None, None),
     Vector("colocation disabled removes them", None, metric(reclaimable=("10", "15G")), {"enable": False}),
+    # -- midReclaimMode "static": fixed shares of capacity -------------------------------------------
+    Vector("static mode offers capacity * midStatic{CPU,Memory}ReservedPercent, ignoring the prediction",
+           (30000, 42 * G), metric(reclaimable=("10", "15G")), STATIC),
+    Vector("static mode ignores prod requests and the node's usage", (30000, 42 * G),
+           metric({"cpu": "100", "memory": "210G"}), STATIC, pods=[pod("huge", "200", "400G")]),
+    Vector("static mode is still capped at capacity * the threshold", (25000, 42 * G), metric(),
+           {**STATIC, "midCPUThresholdPercent": 25}),
+    Vector("static mode's shares default to 0: nothing until they are set", (0, 0),
+           metric(reclaimable=("10", "15G")), {"midReclaimMode": "static"}),
+    Vector("static mode's products are truncated floats too: 29 % of 100 cpus is 28.999", (28999, 60899999999),
+           metric(), {"midReclaimMode": "static", "midStaticCPUReservedPercent": 29,
+                      "midStaticMemoryReservedPercent": 29}),
+    Vector("static mode removes them too when the report is stale", None, metric(age_seconds=30 * 60),
+           {**STATIC, "degradeTimeMinutes": 5}),
+    Vector("static mode removes them too without a NodeMetric", None, None, STATIC),
 ]
 
 

@@ -105,6 +105,8 @@ def test_reclaim_and_batch_cap_percentages_are_bounded_only_below(field: str) ->
     (ColocationStrategy, "midCPUThresholdPercent", 0, 100),
     (ColocationStrategy, "midMemoryThresholdPercent", 0, 100),
     (ColocationStrategy, "midUnallocatedPercent", 0, 100),
+    (ColocationStrategy, "midStaticCPUReservedPercent", 0, 100),
+    (ColocationStrategy, "midStaticMemoryReservedPercent", 0, 100),
 ])
 def test_the_other_percentages_keep_koordinators_bounds(
         model: type[Strategy], field: str, low: int, high: int) -> None:
@@ -121,3 +123,10 @@ def test_mid_tier_keys_default_to_koordinators_values() -> None:
     assert (strategy.mid_cpu_threshold_percent, strategy.mid_memory_threshold_percent,
             strategy.mid_unallocated_percent) == (100, 100, 0)
     assert ColocationStrategy.model_validate({"midCPUThresholdPercent": 40}).mid_cpu_threshold_percent == 40
+
+
+def test_mid_reclaim_mode_is_static_or_absent() -> None:
+    assert ColocationStrategy.model_validate({"midReclaimMode": "static"}).to_json()["midReclaimMode"] == "static"
+    assert "midReclaimMode" not in ColocationStrategy.model_validate({}).to_json()
+    with pytest.raises(ValueError, match="midReclaimMode"):
+        ColocationStrategy.model_validate({"midReclaimMode": "Static"})
