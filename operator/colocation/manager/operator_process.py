@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gc
 import logging
 import signal
 import ssl
@@ -381,5 +382,16 @@ def _bearer_token(api: Any) -> str:
     return text.removeprefix("Bearer ").strip()
 
 
+# The leader holds hundreds of thousands of long-lived objects (slim pods, NodeMetric entries,
+# Nodes), and evaluations and reports allocate many short-lived ones. At Python's default (a young
+# collection every 700 allocations, a full one every 100 of them) an evaluation of 1,000 nodes x 30
+# pods took about 350 µs of CPU per node in-process, 190 µs with no collector at all, and about
+# 235 µs at this threshold.
+# Garbage is still freed at once by reference counting; only cycles wait for a collection.
+GC_YOUNG_THRESHOLD = 10_000
+
+
 def run(config: OperatorConfig) -> int:
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    gc.freeze()  # what the imports built lives as long as the process: out of every collection
     return asyncio.run(OperatorProcess(config).run())
