@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
-from colocation.apimachinery.quantity import parse_quantity
+from colocation.apimachinery.quantity import byte_value
 from colocation.koordinator.batch_formula import BATCH_CPU, BATCH_MEMORY
 from colocation.koordinator.mid_formula import MID_CPU, MID_MEMORY
 
@@ -65,7 +65,7 @@ def _batch_keys(resources: Any) -> dict[str, int | None]:
     for key in OFFERED_RESOURCES:
         if key in resources:
             try:
-                found[key] = int(parse_quantity(resources[key]))
+                found[key] = byte_value(resources[key])  # whole units, as Quantity.Value()
             except (TypeError, ValueError):
                 found[key] = None  # unreadable: present, and repaired by the next write
     return found
