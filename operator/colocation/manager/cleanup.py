@@ -6,7 +6,10 @@ it ends with an error when the deadline passes first. A pass lists each collecti
 (`limit`/`continue`), sends one page's writes at once with at most `concurrency` in flight, and
 retries a call that got no answer, 429 or 5xx with backoff and jitter. Before the first pass and
 between passes the leader Lease is read: while an operator leads (`cleanup_rules.leader_hold`) the
-run waits up to `wait_for_leader` seconds, then refuses, unless `force`.
+run waits up to `wait_for_leader` seconds, then refuses, unless `force`. An operator can also
+stop without a Lease to show it (helm deletes its namespace, and the Lease with it, while the pod
+terminates); its writes end within its renew deadline, so with `settle` a clean pass counts only
+once another pass that much later is clean too.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class CleanupOptions:
     concurrency: int = 16
     attempts: int = 6  # per call, counting the first
     wait_for_leader: float = 0.0  # seconds to wait for a leading operator to stop before refusing
+    settle: float = 0.0  # seconds a clean pass must stay clean: checked again this much later
     force: bool = False  # go on even while an operator leads
     delete_custom_resources: bool = False  # also every NodeSLO and NodeResource
 
@@ -98,13 +102,24 @@ class Cleanup:
         self._deadline = self._monotonic() + self.options.timeout
         await self._await_no_leader(wait=self.options.wait_for_leader)
         done, backoff = CleanupCounts(), Backoff(initial=1.0, maximum=10.0, jitter=0.5, rng=self._rng)
+        clean_since: float | None = None
         while True:
             found = await self._pass()
             done.nodes += found.nodes
             done.leases += found.leases
             done.custom_resources += found.custom_resources
             if found.total() == 0:
-                return done
+                clean_since = self._monotonic() if clean_since is None else clean_since
+                left = clean_since + self.options.settle - self._monotonic()
+                if left <= 0:
+                    return done
+                if self._monotonic() + left >= self._deadline:
+                    raise CleanupError(f"clean, but no time left within {self.options.timeout:.0f}s to check it "
+                                       f"stays clean for {self.options.settle:.0f}s (--settle)")
+                self.say(f"clean; checking again in {left:.0f}s (--settle)")
+                await self._sleep(left)
+                continue
+            clean_since = None
             # What we removed may come back while something still runs: check again, from the leader.
             await self._await_no_leader(wait=0.0)
             delay = backoff.next_delay()

@@ -14,6 +14,10 @@ from colocation.clicommon import common_options
 @click.option("--wait-for-leader", type=click.FloatRange(min=0), default=0.0,
               help="Seconds to wait for a leading operator to stop (its Lease released, or not renewed for a "
                    "lease duration) before refusing. 0: refuse at once.")
+@click.option("--settle", type=click.FloatRange(min=0), default=0.0,
+              help="Seconds a clean cluster must stay clean: one more pass this much later must find nothing. "
+                   "For an operator still stopping whose Lease went with its namespace: more than its "
+                   "--renew-deadline, after which it writes nothing.")
 @click.option("--force", is_flag=True, default=False,
               help="Clean up even while an operator leads: it writes the resources back at its next evaluation.")
 @click.option("--delete-custom-resources", is_flag=True, default=False,
@@ -25,8 +29,9 @@ from colocation.clicommon import common_options
 @click.option("--page-size", type=click.IntRange(1, 5000), default=250, help="Objects per list request.")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=16, help="API calls in flight at most.")
 @common_options
-def cleanup_command(kubeconfig: Path | None, wait_for_leader: float, force: bool, delete_custom_resources: bool,
-                    timeout: float, request_timeout: float, page_size: int, concurrency: int) -> None:
+def cleanup_command(kubeconfig: Path | None, wait_for_leader: float, settle: float, force: bool,
+                    delete_custom_resources: bool, timeout: float, request_timeout: float, page_size: int,
+                    concurrency: int) -> None:
     """Remove what colocation leaves on the cluster once the operator is stopped: kubernetes.io/batch-cpu,
     batch-memory, mid-cpu and mid-memory from every Node's capacity and allocatable, the agents' Leases in
     colocation-node-lease and the leader Lease colocation-system/colocation-operator.
@@ -38,7 +43,7 @@ def cleanup_command(kubeconfig: Path | None, wait_for_leader: float, force: bool
     from colocation.manager.cleanup import Cleanup, CleanupError, CleanupOptions
 
     options = CleanupOptions(timeout=timeout, call_timeout=request_timeout, page_size=page_size,
-                             concurrency=concurrency, wait_for_leader=wait_for_leader, force=force,
+                             concurrency=concurrency, wait_for_leader=wait_for_leader, settle=settle, force=force,
                              delete_custom_resources=delete_custom_resources)
 
     async def clean() -> str:

@@ -60,7 +60,8 @@ def test_uninstall_runs_cleanup_after_the_release_is_deleted(helm_path: str) -> 
     (container,) = pod["containers"]
     assert pod["serviceAccountName"] == NAME and pod["restartPolicy"] == "Never"
     assert container["image"] == "colocation:dev" and container["command"] == ["colocation"]
-    assert container["args"] == ["cleanup", "--wait-for-leader", "120", "--timeout", "240", "--log-format", "json"]
+    assert container["args"] == ["cleanup", "--wait-for-leader", "120", "--timeout", "240", "--settle", "15",
+                                 "--log-format", "json"]
     # The Job outlives the command's own deadline, so the command's one-line error is what the log shows.
     assert job["spec"]["activeDeadlineSeconds"] > 240
     # The args are ones the command accepts.
@@ -70,9 +71,13 @@ def test_uninstall_runs_cleanup_after_the_release_is_deleted(helm_path: str) -> 
 def test_values_turn_it_off_or_make_it_delete_the_custom_resources(helm_path: str) -> None:
     assert hook_objects(render(helm_path, {"cleanup.enabled": False})) == {}
     hooks = hook_objects(render(helm_path, {"cleanup.deleteCustomResources": True, "cleanup.timeoutSeconds": 100,
-                                            "cleanup.waitForLeaderSeconds": 30}))
+                                            "cleanup.waitForLeaderSeconds": 30,
+                                            "operator.leaderElection.renewDeadline": 20.5,
+                                            "operator.leaderElection.leaseDuration": 30}))
     args = hooks["Job"]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[1:5] == ["--wait-for-leader", "30", "--timeout", "100"] and args[-1] == "--delete-custom-resources"
+    # --settle outlasts the operator's renew deadline, after which a stopping leader writes nothing.
+    assert args[1:7] == ["--wait-for-leader", "30", "--timeout", "100", "--settle", "26"]
+    assert args[-1] == "--delete-custom-resources"
     assert hooks["Job"]["spec"]["activeDeadlineSeconds"] > 100
 
 

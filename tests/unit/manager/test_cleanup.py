@@ -37,6 +37,7 @@ class FakeApi:
         self.fail_next = 0  # answer this many of the next calls with 503
         self.requests: list[tuple[str, str]] = []
         self.on_patch: Callable[[], None] = lambda: None
+        self.on_list_nodes: Callable[[], None] = lambda: None
 
     def leader(self, holder: str, renewed_ago: float) -> None:
         name = "colocation-operator"
@@ -71,7 +72,9 @@ class FakeApi:
         return response
 
     async def _list_nodes(self, request: web.Request) -> web.Response:
-        return self._list(request, self.nodes)
+        response = self._list(request, self.nodes)
+        self.on_list_nodes()  # after the answer: what it does shows only in the next listing
+        return response
 
     async def _list_leases(self, request: web.Request) -> web.Response:
         return self._list(request, {n: o for (ns, n), o in self.leases.items() if ns == request.match_info["ns"]})
@@ -215,3 +218,28 @@ async def test_custom_resources_go_only_when_asked() -> None:
     assert len(fake.custom["nodeslos"]) == 7
     done, _ = await clean(fake, CleanupOptions(delete_custom_resources=True, page_size=3))
     assert fake.custom == {"nodeslos": {}, "noderesources": {}} and done.custom_resources == 8
+
+
+@pytest.mark.parametrize("settle", [0.0, 15.0])
+async def test_settle_catches_a_last_write_of_an_operator_stopping_without_its_lease(settle: float) -> None:
+    fake = FakeApi(nodes=2, batch_nodes=2, leases=0)
+    listings = [0]
+
+    def late_write() -> None:  # right after the first clean pass, the stopping leader's last write
+        listings[0] += 1
+        if listings[0] == 2:
+            fake.nodes["n001"]["status"]["allocatable"].update(BATCH)
+
+    fake.on_list_nodes = late_write
+    lines: list[str] = []
+    done, slept = await clean(fake, CleanupOptions(settle=settle), lines)
+    if not settle:
+        assert fake.batch_nodes() == ["n001"], "without --settle the run ends at the first clean pass"
+        return
+    assert fake.batch_nodes() == [] and done.nodes == 3
+    assert "clean; checking again in 15s (--settle)" in lines and 15.0 in slept
+
+
+async def test_settle_needs_time_within_the_deadline() -> None:
+    with pytest.raises(CleanupError, match=r"^clean, but no time left within 10s to check it stays clean for 30s"):
+        await clean(FakeApi(nodes=1, batch_nodes=1, leases=0), CleanupOptions(settle=30, timeout=10))
