@@ -6,6 +6,7 @@ import click
 
 from colocation import __version__
 from colocation.agent.agent_command import agent_command
+from colocation.manager.cleanup_command import cleanup_command
 from colocation.manager.operator_command import operator_command
 from colocation.sandbox.launcher.sandbox_cli import sandbox_command
 
@@ -18,5 +19,6 @@ def main() -> None:
 
 
 main.add_command(agent_command)
+main.add_command(cleanup_command)
 main.add_command(operator_command)
 main.add_command(sandbox_command)

@@ -5,12 +5,18 @@ the controllers and this machine's node, whose kubelet runs the pods of our imag
 The test removes the kubectl install the sandbox made (CRDs too), so that the chart installs into
 a cluster without the project, as a user's helm install would; then the chart's own Deployment
 pods must serve the NodeMetric API for its APIService to become Available.
+
+The post-delete hook's Job cannot complete here: the sandbox's kubelet restarts every container
+that exits (it knows no restartPolicy Never), so `helm uninstall` would wait for it until its
+timeout. The test uninstalls with --no-hooks and then does what the hook does: it creates the
+hook's ServiceAccount and RBAC from the chart and runs the Job's command with that account's token.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +24,10 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
 
 from tests.e2e.conftest import REPO, Kubectl, apiserver_kind, sandbox_kind_args
-from tests.e2e.kube import TIME_FACTOR, start_sandbox_process
+from tests.e2e.kube import TIME_FACTOR, start_sandbox_process, token_kubeconfig
 from tests.unit.charts.helm_chart import CHART, RELEASE, SKIP_REASON, helm_binary, render
 
 pytestmark = pytest.mark.kubectl
@@ -66,6 +73,15 @@ class Helm:
         return result.stdout
 
 
+def is_hook(obj: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in (obj["metadata"].get("annotations") or {})
+
+
+def installed(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What `helm install` creates: the rendered objects but the hooks (created at uninstall)."""
+    return [o for o in objects if not is_hook(o)]
+
+
 def resource_of(obj: dict[str, Any]) -> str:
     """kubectl's name for the object's type, unambiguous: kind.group (kubectl resolves the kind)."""
     group = obj["apiVersion"].rpartition("/")[0]
@@ -94,7 +110,8 @@ def uninstall_kubectl_install(kubectl: Kubectl) -> None:
 def test_helm_install_upgrade_and_uninstall(helm_path: str, cluster: Path, kubectl: Kubectl) -> None:
     kubectl = Kubectl(kubectl.binary, cluster, kubectl.cache_dir)
     helm = Helm(helm_path, kubectl)
-    objects = render(helm_path, namespace=RELEASE_NAMESPACE)
+    rendered = render(helm_path, namespace=RELEASE_NAMESPACE)
+    objects = installed(rendered)
     uninstall_kubectl_install(kubectl)
     assert existing(kubectl, objects) == []
 
@@ -114,7 +131,7 @@ def test_helm_install_upgrade_and_uninstall(helm_path: str, cluster: Path, kubec
     # pods serve it (the old leader hands its Lease over).
     helm.run("upgrade", RELEASE, str(CHART), "--reuse-values", "--set", "features.resourceMetrics=true",
              timeout=300)
-    objects = render(helm_path, {"features.resourceMetrics": True}, namespace=RELEASE_NAMESPACE)
+    objects = installed(render(helm_path, {"features.resourceMetrics": True}, namespace=RELEASE_NAMESPACE))
     # The rollout is over once only new pods are left (`kubectl rollout status` never returns for
     # this Deployment: only the leader is Ready, docs/install.md); until then a read may still land
     # on an old replica, which does not serve metrics.k8s.io, or on a stopping one.
@@ -129,10 +146,46 @@ def test_helm_install_upgrade_and_uninstall(helm_path: str, cluster: Path, kubec
     assert orjson.loads(read.stdout)["kind"] == "NodeMetricsList"
     assert orjson.loads(helm.run("status", RELEASE, "-o", "json"))["version"] == 2
 
-    helm.run("uninstall", RELEASE, "--wait", "--timeout=300s", timeout=330)
+    helm.run("uninstall", RELEASE, "--no-hooks", "--wait", "--timeout=300s", timeout=330)
     deadline = time.monotonic() + 120 * TIME_FACTOR
     while left := existing(kubectl, objects):  # namespaces may still be terminating
         assert time.monotonic() < deadline, f"left behind by helm uninstall: {left}"
     # Helm never deletes what crds/ installed: NodeSLOs and NodeResources outlive the release.
     assert kubectl.run("get", *(f"crd/{name}" for name in CRDS), "-o", "name").stdout.split() == [
         f"customresourcedefinition.apiextensions.k8s.io/{name}" for name in CRDS]
+    run_the_cleanup_hook(kubectl, [o for o in rendered if is_hook(o)])
+
+
+def run_the_cleanup_hook(kubectl: Kubectl, hook: list[dict[str, Any]]) -> None:
+    """The post-delete hook by hand: its RBAC from the chart, its Job's command as its ServiceAccount.
+
+    On a Node of the test's own (no kubelet rewrites its status), so the resources are there until
+    the command removes them.
+    """
+    (job,) = [o for o in hook if o["kind"] == "Job"]
+    rbac = [o for o in hook if o["kind"] != "Job"]
+    assert sorted(o["kind"] for o in rbac) == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    batch = {"kubernetes.io/batch-cpu": "3500", "kubernetes.io/batch-memory": "1073741824",
+             "kubernetes.io/mid-cpu": "0", "kubernetes.io/mid-memory": "0"}
+    node = "cleanup-hook-node"
+    kubectl.run("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
+    kubectl.run("create", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node",
+                                                            "metadata": {"name": node}}))
+    try:
+        kubectl.run("patch", "node", node, "--subresource=status", "--type=merge", "-p", orjson.dumps(
+            {"status": {"capacity": {"cpu": "4", **batch}, "allocatable": {"cpu": "4", **batch}}}).decode())
+        token = kubectl.run("create", "token", pod["serviceAccountName"], "-n", RELEASE_NAMESPACE).stdout.strip()
+        hook_kubeconfig = token_kubeconfig(kubectl.kubeconfig, token, kubectl.cache_dir / "hook.kubeconfig")
+        assert container["command"] == ["colocation"]
+        result = subprocess.run([sys.executable, "-m", "colocation", *container["args"], "--kubeconfig",
+                                 str(hook_kubeconfig)], capture_output=True, text=True,
+                                timeout=300 * TIME_FACTOR, check=False)
+        assert result.returncode == 0, result.stderr
+        status = orjson.loads(kubectl.run("get", "node", node, "-o", "json").stdout)["status"]
+        assert [key for field in ("capacity", "allocatable") for key in status[field] if key in batch] == []
+        assert status["capacity"]["cpu"] == "4"
+    finally:
+        kubectl.run("delete", "node", node, "--ignore-not-found")
+        kubectl.run("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(rbac))

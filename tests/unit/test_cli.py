@@ -15,7 +15,7 @@ from colocation.cli import main
 SHARED_FLAGS = ("--kubeconfig", "--log-level", "--log-format")
 
 
-@pytest.mark.parametrize("command", ["operator", "agent", "sandbox"])
+@pytest.mark.parametrize("command", ["operator", "agent", "sandbox", "cleanup"])
 def test_every_subcommand_documents_the_shared_flags_and_their_defaults(command: str) -> None:
     result = CliRunner().invoke(main, [command, "--help"])
     assert result.exit_code == 0, result.output
@@ -28,7 +28,7 @@ def test_every_subcommand_documents_the_shared_flags_and_their_defaults(command:
 def test_top_level_help_lists_the_subcommands() -> None:
     result = CliRunner().invoke(main, ["--help"])
     assert result.exit_code == 0
-    for command in ("operator", "agent", "sandbox"):
+    for command in ("operator", "agent", "sandbox", "cleanup"):
         assert command in result.output
 
 
@@ -41,11 +41,12 @@ def test_the_agent_without_a_node_name_fails_with_one_line() -> None:
     assert len(lines) == 1 and "--node-name" in lines[0], result.stderr
 
 
-def test_operator_without_a_usable_kubeconfig_fails_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["operator", "cleanup"])
+def test_without_a_usable_kubeconfig_it_fails_with_one_line(tmp_path: Path, command: str) -> None:
     missing = tmp_path / "nowhere.kubeconfig"
-    result = subprocess.run([sys.executable, "-m", "colocation", "operator", "--kubeconfig", str(missing)],
+    result = subprocess.run([sys.executable, "-m", "colocation", command, "--kubeconfig", str(missing)],
                             capture_output=True, text=True, timeout=60, check=False)
-    assert result.returncode != 0
+    assert result.returncode == 1
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "nowhere.kubeconfig" in lines[0], result.stderr
 

@@ -177,6 +177,23 @@ AGENT_API_CALLS: tuple[ApiCall, ...] = (
     ApiCall("", "events", "create", "default"),
 )
 
+# `colocation cleanup` (manager.cleanup), run by a person or the chart's post-delete hook Job after
+# the operator stopped: strip batch and mid resources from every Node (the same status patch the
+# leader sends) and delete our Leases. The hook binds these cluster-wide: it runs while helm deletes
+# the chart's namespaces, where no Role can be created any more (docs/install.md, "Uninstall").
+CLEANUP_SERVICE_ACCOUNT = "colocation-cleanup"
+CLEANUP_API_CALLS: tuple[ApiCall, ...] = (
+    ApiCall("", "nodes", "list", None),
+    ApiCall("", "nodes", "patch", None, subresource="status"),
+    *_calls("coordination.k8s.io", "leases", ("list", "delete"), NODE_LEASE_NAMESPACE),
+    *_calls("coordination.k8s.io", "leases", ("get", "delete"), OPERATOR_NAMESPACE, name=LEADER_LEASE_NAME),
+)
+# ...and with --delete-custom-resources, every NodeSLO and NodeResource (their CRDs outlive a release).
+CLEANUP_CUSTOM_RESOURCE_CALLS: tuple[ApiCall, ...] = (
+    *_calls(SLO_GROUP, "nodeslos", ("list", "delete"), None),
+    *_calls(SLO_GROUP, "noderesources", ("list", "delete"), None),
+)
+
 # The roles the operator is bound to that Kubernetes itself defines; they grant more than the
 # operator uses, which is why the least-privilege check leaves them out.
 DELEGATION_CLUSTER_ROLE = "system:auth-delegator"
