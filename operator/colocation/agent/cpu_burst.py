@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from colocation.agent.batch_cgroups import UNLIMITED, PodResources, cfs_quota_us, describe_pod, kubelet_settings
+from colocation.apimachinery.quantity import cpu_millis
 from colocation.koordinator.slo_strategies import CPUBurstStrategy
 
 BurstPolicyName = Literal["none", "cpuBurstOnly", "cfsQuotaBurstOnly", "auto"]
@@ -118,9 +119,16 @@ def burst_strategy(nodeslo: Mapping[str, Any] | None) -> BurstStrategy:
 class BurstPod:
     resources: PodResources
     annotation: Mapping[str, Any] | None = None  # the pod's own configuration, when it has a valid one
+    overhead_millis: int = 0  # spec.overhead's cpu, which the kubelet adds to the pod's quota
 
     def config(self, node: BurstConfig) -> BurstConfig:
         return node if self.annotation is None else _merged(node, self.annotation)
+
+    def kubelet_quota_us(self, period_us: int) -> int:
+        """The pod cgroup's quota as the kubelet writes it: its containers' limits and its overhead
+        (-1: none, as soon as one container has no limit)."""
+        limit = kubelet_settings(self.resources).pod.cpu_limit_millis
+        return cfs_quota_us(limit + self.overhead_millis if limit > 0 else limit, period_us)
 
 
 def burst_pod(pod: Mapping[str, Any]) -> BurstPod | None:
@@ -133,7 +141,11 @@ def burst_pod(pod: Mapping[str, Any]) -> BurstPod | None:
         own = json.loads(annotations[POD_BURST_ANNOTATION]) if POD_BURST_ANNOTATION in annotations else None
     except (ValueError, TypeError):
         own = None  # koordlet uses the node's configuration for a pod whose annotation does not parse
-    return BurstPod(resources, own if isinstance(own, Mapping) else None)
+    try:
+        overhead = cpu_millis(((pod.get("spec") or {}).get("overhead") or {}).get("cpu") or 0)
+    except (ValueError, TypeError, AttributeError):
+        overhead = 0  # the API server would not have taken it
+    return BurstPod(resources, own if isinstance(own, Mapping) else None, max(overhead, 0))
 
 
 # ---- the node's share pool ----------------------------------------------------------------------
@@ -282,8 +294,3 @@ def plan_pod(config: BurstConfig, state: NodeState, readings: Iterable[Container
         pod_quota = kubelet_pod_quota_us + sum(plan.quota_us - plan.base_quota_us for plan in plans)
     pod_burst = sum(plan.burst_us for plan in plans)
     return PodPlan(pod_quota, min(pod_burst, pod_quota) if pod_quota > 0 else pod_burst, tuple(plans))
-
-
-def kubelet_pod_quota_us(pod: PodResources, period_us: int) -> int:
-    """The pod cgroup's quota as the kubelet writes it from the containers' limits (-1: none)."""
-    return cfs_quota_us(kubelet_settings(pod).pod.cpu_limit_millis, period_us)

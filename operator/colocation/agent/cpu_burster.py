@@ -48,7 +48,6 @@ from colocation.agent.cpu_burst import (
     NodeState,
     PodPlan,
     PoolPod,
-    kubelet_pod_quota_us,
     plan_pod,
     share_pool_state,
 )
@@ -166,7 +165,7 @@ class CpuBurster:
             readings.append(ContainerReading(container.name, container.cpu_limit, quota.quota_us, quota.period_us,
                                              throttled, self._allowed(path, config, usage_percent)))
             containers.append((path, quota))
-        plan = plan_pod(config, state, readings, kubelet_pod_quota_us(resources, pod_quota.period_us))
+        plan = plan_pod(config, state, readings, pod.kubelet_quota_us(pod_quota.period_us))
         cgroup_list = [_Cgroup(pod_dir, pod_quota.quota_us, pod_quota.period_us,
                                None if plan.quota_us == UNLIMITED else plan.quota_us,
                                self.writer.read_cfs_burst(pod_dir), plan.burst_us)]

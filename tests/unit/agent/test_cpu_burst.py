@@ -20,7 +20,6 @@ from colocation.agent.cpu_burst import (
     burst_strategy,
     by_node,
     cfs_burst_us,
-    kubelet_pod_quota_us,
     next_quota,
     plan_pod,
     share_pool_state,
@@ -215,12 +214,16 @@ def test_the_quota_follows_the_cgroups_period() -> None:
     assert (plan.containers[0].base_quota_us, plan.containers[0].quota_us) == (50_000, 60_000)
 
 
-def test_the_kubelets_pod_quota_needs_every_container_limited() -> None:
+def test_the_kubelets_pod_quota_needs_every_container_limited_and_counts_the_overhead() -> None:
     limited = burst_pod(pod(cpu_limits=("1", "500m")))
     partly = burst_pod(pod(cpu_limits=("1", None)))
     assert limited is not None and partly is not None
-    assert kubelet_pod_quota_us(limited.resources, 100_000) == 150_000
-    assert kubelet_pod_quota_us(partly.resources, 100_000) == -1
+    assert limited.kubelet_quota_us(100_000) == 150_000
+    assert partly.kubelet_quota_us(100_000) == -1
+    with_overhead = pod(cpu_limits=("1", "500m"))
+    with_overhead["spec"]["overhead"] = {"cpu": "250m"}
+    kata = burst_pod(with_overhead)
+    assert kata is not None and kata.kubelet_quota_us(100_000) == 175_000
 
 
 # ---- the token bucket ----------------------------------------------------------------------------
