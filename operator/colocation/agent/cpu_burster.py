@@ -16,8 +16,8 @@ last saw them, and for each pod that may burst (colocation.agent.cpu_burst) whos
 
 A pod whose burst turns off (policy none, the pod gone from the watch) gets the kubelet's quotas
 and no burst back, once; so does every pod at exit with --restore-on-exit, and every pod that may
-burst in the first round after the agent starts (what a previous agent left is undone; nothing is
-written where nothing differs). A structured log line says when a pod's values change and when
+burst the first time a round sees it with burst off (what a previous agent left is undone; nothing
+is written where nothing differs). A structured log line says when a pod's values change and when
 they are undone; an Event on the Node when a pod starts bursting (its cfs burst set, or its quota
 raised above its limit), at most once per pod and kind every five minutes, none in dry run. A
 failing write is logged once per run of failures and counted every time.
@@ -91,7 +91,7 @@ class CpuBurster:
         self.events = events
         self.managed: dict[str, BurstPod] = {}  # pods burst is on for, by UID, as last seen
         self.in_force: dict[str, PodPlan] = {}  # what was last logged for each
-        self._started = False
+        self._known: set[str] = set()  # pods seen before (a pod seen the first time is undone once)
         self._counters: dict[Path, _Counters] = {}
         self._limiters: dict[Path, BurstLimiter] = {}
         self._events_at: dict[tuple[str, str], float] = {}
@@ -105,7 +105,7 @@ class CpuBurster:
         for uid, pod in pods.items():
             config = pod.config(strategy.config)
             if config.policy == "none":
-                if uid in self.managed or not self._started:
+                if uid in self.managed or uid not in self._known:
                     self.managed[uid] = pod
                     self.undo(uid)
                 continue
@@ -115,7 +115,7 @@ class CpuBurster:
                 self._note(pod, plan, state)
         for uid in [uid for uid in self.managed if uid not in pods]:
             self.undo(uid)
-        self._started = True
+        self._known = set(pods)
         now = self.clock()
         self._counters = {path: counters for path, counters in self._counters.items() if path in seen}
         self._limiters = {path: limiter for path, limiter in self._limiters.items()
@@ -266,6 +266,7 @@ class CpuBurster:
         self.metrics.cpu_burst_pods.labels("cfs-burst").set(sum(p.cfs_bursting for p in self.in_force.values()))
         self.metrics.cpu_burst_pods.labels("quota-burst").set(sum(p.quota_bursting for p in self.in_force.values()))
         self._events_at = {key: at for key, at in self._events_at.items() if key[0] in self.managed}
+        self._failing &= set(self.managed)
 
 
 def _name(pod: BurstPod) -> str:

@@ -289,11 +289,15 @@ def test_a_pod_gone_from_the_watch_is_undone_and_so_is_everything_at_exit(tree: 
     assert tree.values(harness.root) == KUBELET
 
 
-def test_what_a_previous_agent_left_is_undone_at_start(tree: Tree, harness: Harness) -> None:
+def test_what_a_previous_agent_left_is_undone_when_a_pod_is_first_seen(tree: Tree, harness: Harness) -> None:
+    harness.step(OFF, pods={})  # the pod watch has not listed it yet
     main = tree.cgroups(harness.root)[1]
     tree.burst_file(main).write_text("100000\n")
     harness.step(OFF)
     assert tree.values(harness.root) == KUBELET
+    assert harness.writes("ok") == 1
+    tree.burst_file(main).write_text("100000\n")  # burst off: from now on, not the agent's to put back
+    harness.step(OFF)
     assert harness.writes("ok") == 1
 
 
