@@ -161,7 +161,8 @@ class CpuBurster:
             if container.init or not container.cpu_limit or container.cpu_limit <= 0 or path is None or quota is None:
                 continue
             seen.add(path)
-            throttled, usage_percent = self._counters_of(path, container.cpu_limit)
+            throttled, usage_percent = self._counters_of(path, container.cpu_limit, config) \
+                if config.quota_burst else (None, 100)  # only quota burst reads the counters
             readings.append(ContainerReading(container.name, container.cpu_limit, quota.quota_us, quota.period_us,
                                              throttled, self._allowed(path, config, usage_percent)))
             containers.append((path, quota))
@@ -175,12 +176,14 @@ class CpuBurster:
         self._write(pod, cgroup_list)
         return plan
 
-    def _counters_of(self, path: Path, limit_millis: int) -> tuple[bool | None, int]:
+    def _counters_of(self, path: Path, limit_millis: int, config: BurstConfig) -> tuple[bool | None, int]:
         """Whether the container was throttled since the previous round, and the percentage of its
-        limit it used (100 when not known: neither spends nor saves tokens)."""
+        limit it used (100 when not known: neither spends nor saves tokens; only read for a token bucket)."""
         stat = self.writer.read_cpu_stat(path)
-        usage = stat.get("usage_usec") if self.writer.unified else \
-            _cpuacct_usec(self.usage_root, self.writer.cpu_root(), path)
+        usage = None
+        if config.cfs_quota_burst_period_seconds >= 0:
+            usage = stat.get("usage_usec") if self.writer.unified else \
+                _cpuacct_usec(self.usage_root, self.writer.cpu_root(), path)
         counters = _Counters(self.clock(), stat.get("nr_throttled"), usage)
         before = self._counters.get(path)
         self._counters[path] = counters
