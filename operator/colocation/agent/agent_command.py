@@ -94,13 +94,17 @@ DEFAULT_METRICS_PORT = 9464
               help="Seconds between two rounds of cpu eviction (NodeSLO resourceUsedThresholdWithBE with "
                    "cpuEvictBESatisfactionLowerPercent and UpperPercent): when best-effort pods get too little of "
                    "the batch cpu they request, the agent asks the leader to evict some; 0 turns it off.")
+@click.option("--cpu-burst-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds between two rounds of CPU burst (NodeSLO cpuBurstStrategy, or a pod's "
+                   "koordinator.sh/cpuBurst annotation, when its policy is not none): LS pods with a CPU limit get "
+                   "a cfs burst and a CFS quota raised while throttled; 0 turns it off.")
 @click.option("--dry-run-enforcement", is_flag=True, envvar="COLOCATION_DRY_RUN_ENFORCEMENT", show_envvar=True,
               help="Compute, log and export what enforcement would write or evict, but write no cgroup file, "
                    "ask for no eviction and post no Event (the default install sets it: its cgroup mount is "
                    "read-only).")
 @click.option("--restore-on-exit", is_flag=True, envvar="COLOCATION_RESTORE_ON_EXIT", show_envvar=True,
-              help="On SIGTERM/SIGINT, undo CPU suppress (quota -1, full cpuset) and batch cgroups (the "
-                   "kubelet's own values) before exiting.")
+              help="On SIGTERM/SIGINT, undo CPU suppress (quota -1, full cpuset), batch cgroups and CPU burst "
+                   "(the kubelet's own values) before exiting.")
 @click.option("--prediction-cold-start", type=click.FloatRange(min=0), default=3600.0, show_default=True,
               help="Seconds a prod pod is observed before the peak predictor reclaims any of its request for "
                    "Mid-tier resources (NodeMetric prodReclaimableMetric); until then its request counts as peak.")
@@ -114,7 +118,8 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                   scrape_timeout: float | None, scrape_concurrency: int, max_series_per_pod: int,
                   simulated_nodes: Path | None, simulation_concurrency: int, cpu_suppress_interval: float,
                   batch_cgroups_interval: float, memory_evict_interval: float, cpu_evict_interval: float,
-                  dry_run_enforcement: bool, restore_on_exit: bool, prediction_cold_start: float) -> None:
+                  cpu_burst_interval: float, dry_run_enforcement: bool, restore_on_exit: bool,
+                  prediction_cold_start: float) -> None:
     """Run the node agent: collect usage, report it to the leader (each report is also its
     heartbeat; a Lease is the registration and the fallback), and scrape annotated pods for custom
     metrics.
@@ -150,6 +155,7 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                              max_series_per_pod=max_series_per_pod),
         cpu_suppress_interval=cpu_suppress_interval or 1.0, batch_cgroups_interval=batch_cgroups_interval or 5.0,
         memory_evict_interval=memory_evict_interval or 1.0, cpu_evict_interval=cpu_evict_interval or 1.0,
+        cpu_burst_interval=cpu_burst_interval or 1.0,
         prediction=PredictorOptions(cold_start=prediction_cold_start))
     if simulated_nodes is not None:
         from colocation.agent.simulated import SimulationConfig, load_simulated_nodes, run_simulation
@@ -175,6 +181,7 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                                                         batch_cgroups=batch_cgroups_interval > 0,
                                                         memory_evict=memory_evict_interval > 0,
                                                         cpu_evict=cpu_evict_interval > 0,
+                                                        cpu_burst=cpu_burst_interval > 0,
                                                         collect_interval=collect_interval,
                                                         dry_run=dry_run_enforcement, restore_on_exit=restore_on_exit))
     try:

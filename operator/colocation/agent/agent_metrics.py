@@ -121,6 +121,13 @@ class AgentMetrics:
                                            ["resource", "result"], registry=r)
         self.batch_pods = Gauge("colocation_agent_batch_pods_managed",
                                 "Pods whose cgroups the agent sets from their batch resources.", registry=r)
+        self.cpu_burst_writes = Counter("colocation_agent_cpu_burst_writes_total",
+                                        "cgroup files of LS pods and their containers written by CPU burst, by "
+                                        "resource (cfs_quota, cfs_burst) and result (ok, failed, dry-run: computed "
+                                        "but not written).", ["resource", "result"], registry=r)
+        self.cpu_burst_pods = Gauge("colocation_agent_cpu_burst_pods",
+                                    "Pods bursting, by kind: cfs-burst (a cfs burst set), quota-burst (a CFS quota "
+                                    "raised above the limit).", ["kind"], registry=r)
         self.node_events = Counter("colocation_agent_node_events_total",
                                    "Events posted on the node, by result (ok, failed, dropped).", ["result"],
                                    registry=r)

@@ -90,7 +90,8 @@ class Target:
     settings: CgroupSettings
 
 
-def _looser(target: int, current: int) -> bool:
+def quota_loosens(target: int, current: int) -> bool:
+    """Whether going from `current` to `target` gives more cpu (written parents first under v1)."""
     return target != current and (target == UNLIMITED or (current != UNLIMITED and target > current))
 
 
@@ -164,7 +165,7 @@ class BatchCgroupReconciler:
             current = None if target.cpu is None else self.writer.read_cfs_quota(target.cpu)
             if target.cpu is not None and current is not None:
                 quota = cfs_quota_us(target.settings.cpu_limit_millis, current.period_us)
-                quotas.append((target.cpu, quota, current.period_us, _looser(quota, current.quota_us)))
+                quotas.append((target.cpu, quota, current.period_us, quota_loosens(quota, current.quota_us)))
         outcomes += [self.writer.write_cfs_quota(path, quota, period)
                      for path, quota, period, looser in quotas if looser]
         outcomes += [self.writer.write_cfs_quota(path, quota, period)

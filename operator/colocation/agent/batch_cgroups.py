@@ -143,13 +143,17 @@ def _container_ids(statuses: Iterable[Any]) -> dict[str, str]:
 
 def pod_resources(pod: Mapping[str, Any]) -> PodResources | None:
     """What the pod's containers ask for; None when none names a batch resource."""
+    resources = describe_pod(pod)
+    return resources if any(container.names_batch for container in resources.containers) else None
+
+
+def describe_pod(pod: Mapping[str, Any]) -> PodResources:
+    """What the pod's containers ask for, batch resources or not (CPU burst reads the native ones)."""
     spec, status = _mapping(pod.get("spec")), _mapping(pod.get("status"))
     ids = _container_ids([*_list(status.get("initContainerStatuses")), *_list(status.get("containerStatuses"))])
     containers = tuple(_container(container, ids, init)
                        for key, init in (("initContainers", True), ("containers", False))
                        for container in _list(spec.get(key)) if isinstance(container, Mapping))
-    if not any(container.names_batch for container in containers):
-        return None
     metadata = _mapping(pod.get("metadata"))
     return PodResources(uid=str(metadata.get("uid") or ""), namespace=str(metadata.get("namespace") or "default"),
                         name=str(metadata.get("name") or ""), qos=qos_of(pod), kube_qos=qos_class(pod),

@@ -1,4 +1,4 @@
-"""The agent's only writes to the node: cgroup files of the best-effort tier and of batch pods.
+"""The agent's only writes to the node: cgroup files of the best-effort tier, batch pods and bursting pods.
 
 Where the files are depends on the cgroup version and the kubelet's driver; the tier directory
 is found like the collector finds pods (colocation.agent.cgroups): `kubepods/besteffort`
@@ -12,6 +12,10 @@ and, for batch pods (colocation.agent.batch_cgroup_reconciler), in any pod or co
 
     v1  cpu/.../cpu.cfs_quota_us, cpu.shares              memory/.../memory.limit_in_bytes (-1)
     v2  .../cpu.max, cpu.weight (from shares, as the kubelet converts them), memory.max ("max")
+
+and, for CPU burst of LS pods (colocation.agent.cpu_burster), their pod and container cgroups:
+
+    v1  cpu/.../cpu.cfs_quota_us, cpu.cfs_burst_us        v2  .../cpu.max, cpu.max.burst
 
 Every write first reads the file and writes only a different value, so nothing is written while
 nothing changes, and a value someone else wrote is put back on the next round. With `dry_run`
@@ -57,7 +61,7 @@ class CgroupWriter:
     """Reads and writes the best-effort tier under `cgroup_root` (v1 or v2, either driver).
 
     `on_write(resource, result)` is told of every write attempted (resource: cfs_quota, cpuset,
-    cpu_shares, memory_limit).
+    cpu_shares, memory_limit, cfs_burst).
     """
 
     def __init__(self, cgroup_root: Path, *, dry_run: bool = False,
@@ -134,6 +138,24 @@ class CgroupWriter:
             return self._write("cfs_quota", directory / "cpu.max",
                                f"{'max' if quota_us < 0 else quota_us} {period_us}")
         return self._write("cfs_quota", directory / "cpu.cfs_quota_us", str(quota_us))
+
+    # ---- CFS burst (colocation.agent.cpu_burster) ----------------------------------------------------
+
+    def read_cfs_burst(self, directory: Path) -> int | None:
+        """v1 cpu.cfs_burst_us, v2 cpu.max.burst (µs); None where the kernel has none (before 5.14)."""
+        return _int(_read(directory / ("cpu.max.burst" if self.unified else "cpu.cfs_burst_us")))
+
+    def write_cfs_burst(self, directory: Path, burst_us: int) -> WriteOutcome | None:
+        """Set the burst; None when the file already says so, or is not there."""
+        current = self.read_cfs_burst(directory)
+        if current is None or current == burst_us:
+            return None
+        return self._write("cfs_burst", directory / ("cpu.max.burst" if self.unified else "cpu.cfs_burst_us"),
+                           str(burst_us))
+
+    def read_cpu_stat(self, directory: Path) -> dict[str, int]:
+        """cpu.stat of the cpu controller: nr_periods, nr_throttled (and v2's usage_usec)."""
+        return cgroups.parse_flat_keyed(_read(directory / "cpu.stat") or "")
 
     # ---- cpu shares and memory limits --------------------------------------------------------------
 

@@ -71,6 +71,7 @@ class EnforcementOptions:
     batch_cgroups: bool = True
     memory_evict: bool = True
     cpu_evict: bool = True
+    cpu_burst: bool = True  # CPU burst of LS pods (colocation.agent.cpu_burster), NodeSLO permitting
     dry_run: bool = False
     collect_interval: float = 1.0  # cpu eviction's shortest window
     restore_on_exit: bool = False

@@ -1,4 +1,5 @@
-"""The agent's enforcement on its node, wired to what it watches: CPU suppress, batch cgroups, evictions.
+"""The agent's enforcement on its node, wired to what it watches: CPU suppress, batch cgroups, evictions,
+CPU burst.
 
 A NodeAgent (colocation.agent.runtime) has one `NodeEnforcement`, holding the node's enforcers;
 any may be absent (turned off by its flag, or a simulated node): CPU suppress
@@ -6,10 +7,11 @@ any may be absent (turned off by its flag, or a simulated node): CPU suppress
 cgroups (colocation.agent.batch_cgroup_reconciler), a round every few seconds on the pods the pod
 watch last saw, and the evictions by node pressure (colocation.agent.pressure_evictor: memory and
 cpu), each a round every its interval on the latest sample, which ask the leader to evict (through
-the NodeAgent's way to the leader, `connect`). All wait until the NodeSLO has been listed, so that
-a restarting agent does not undo what the NodeSLO wants; batch quotas give way while CPU suppress
-holds the best-effort tier by its quota (koordlet's rule: a v1 child's quota may not exceed its
-parent's).
+the NodeAgent's way to the leader, `connect`), and CPU burst of LS pods
+(colocation.agent.cpu_burster), a round every burst interval on the pods and the latest sample.
+All wait until the NodeSLO has been listed, so that a restarting agent does not undo what the
+NodeSLO wants; batch quotas give way while CPU suppress holds the best-effort tier by its quota
+(koordlet's rule: a v1 child's quota may not exceed its parent's).
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ from colocation.agent.batch_cgroup_reconciler import BatchCgroupReconciler, node
 from colocation.agent.batch_cgroups import PodResources
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
+from colocation.agent.cpu_burst import BurstPod, BurstStrategy, burst_strategy
+from colocation.agent.cpu_burster import CpuBurster, node_burster
 from colocation.agent.cpu_evict import CpuEvictor
 from colocation.agent.cpu_suppress import SuppressPolicy, suppress_policy
 from colocation.agent.cpu_suppressor import CpuSuppressor, EnforcementOptions, NodeReservation, node_suppressor
 from colocation.agent.kubeapi import KubeApi
 from colocation.agent.memory_evict import MemoryEvictor
+from colocation.agent.node_events import NodeEvents
 from colocation.agent.pressure_evictor import EvictionMetrics, EvictionStrategy, Exchange, PressureEviction
 
 log = logging.getLogger(__name__)
@@ -38,10 +43,13 @@ log = logging.getLogger(__name__)
 class NodeEnforcement:
     def __init__(self, node: str, *, suppressor: CpuSuppressor | None = None,
                  batch_cgroups: BatchCgroupReconciler | None = None,
-                 evictions: Sequence[PressureEviction] = (), reservation: NodeReservation | None = None) -> None:
+                 evictions: Sequence[PressureEviction] = (), reservation: NodeReservation | None = None,
+                 burster: CpuBurster | None = None) -> None:
         self.node = node
         self.suppressor = suppressor
         self.batch_cgroups = batch_cgroups
+        self.burster = burster
+        self.burst = BurstStrategy()
         self.evictions = tuple(evictions)  # memory eviction, cpu eviction: each with a round of its own
         # The Node's reservation, memory capacity and batch allocatable: read for CPU suppress and evictions.
         self.reservation = reservation or (suppressor.reservation if suppressor is not None else None)
@@ -54,6 +62,10 @@ class NodeEnforcement:
         if policy != self.policy and self.suppressor is not None:
             log.info("cpu suppress policy changed", extra={"node": self.node, "policy": str(policy)})
         self.policy = policy
+        burst = burst_strategy(nodeslo)
+        if burst != self.burst and self.burster is not None:
+            log.info("cpu burst strategy changed", extra={"node": self.node, "strategy": str(burst)})
+        self.burst = burst
         for eviction in self.evictions:
             eviction.nodeslo_changed(nodeslo)
         self.nodeslo_synced = self.nodeslo_synced or listed
@@ -79,11 +91,18 @@ class NodeEnforcement:
         by_tier_quota = self.suppressor is not None and self.policy.enabled and self.policy.policy == "cfsQuota"
         self.batch_cgroups.step(pods, unlimited_quota=by_tier_quota)
 
+    def burst_once(self, sample: Sample | None, pods: Mapping[str, BurstPod], infos: Mapping[str, PodInfo]) -> None:
+        """One round of CPU burst (`sample` None: no fresh one, the share pool unknown)."""
+        if self.burster is not None and self.nodeslo_synced:
+            self.burster.step(self.burst, pods, sample, infos)
+
     def background(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
         """What runs beside the rounds, by name: CPU suppress's Node Events and the reads of the Node."""
         tasks: list[tuple[str, Coroutine[Any, Any, None]]] = []
         if self.suppressor is not None and self.suppressor.events is not None:
             tasks.append(("node-events", self.suppressor.events.run()))
+        if self.burster is not None and self.burster.events is not None:
+            tasks.append(("cpu-burst-events", self.burster.events.run()))
         if self.reservation is not None:
             tasks.append(("node-reservation", self.reservation.run(self._node_wanted)))
         return tasks
@@ -101,6 +120,10 @@ class NodeEnforcement:
         """At exit (--restore-on-exit): undo what was written; post the Event saying so within `timeout`."""
         if self.batch_cgroups is not None:
             self.batch_cgroups.restore()
+        if self.burster is not None:
+            self.burster.restore()
+            if self.burster.events is not None:
+                await self.burster.events.drain(timeout)
         if self.suppressor is not None:
             await self.suppressor.restore_and_tell(timeout)
         for eviction in self.evictions:
@@ -116,8 +139,13 @@ def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, options: Enf
     batch_cgroups = None
     if options.batch_cgroups:
         batch_cgroups = node_batch_cgroups(node, cgroup_root, dry_run=options.dry_run, metrics=metrics)
+    burster = None
+    if options.cpu_burst:
+        events = NodeEvents(kube, node, wall=time.time, timeout=timeout,
+                            on_result=lambda result: metrics.node_events.labels(result).inc())
+        burster = node_burster(node, cgroup_root, dry_run=options.dry_run, metrics=metrics, events=events, cpus=cpus)
     if not (options.memory_evict or options.cpu_evict):
-        return NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups)
+        return NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups, burster=burster)
     # The Node's memory capacity is memory eviction's 100 %, as koordlet's; its allocatable
     # batch-cpu is cpu eviction's limit with evictByAllocatable.
     node_reader = (suppressor.reservation if suppressor is not None else None) or \
@@ -126,7 +154,8 @@ def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, options: Enf
     strategies: list[EvictionStrategy] = []
     if options.memory_evict:
         strategies.append(MemoryEvictor(time.monotonic, capacity=lambda: node_reader.memory_capacity))
-    enforcement = NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups, reservation=node_reader)
+    enforcement = NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups, reservation=node_reader,
+                                  burster=burster)
     if options.cpu_evict:
         strategies.append(CpuEvictor(time.monotonic, collect_interval=options.collect_interval,
                                      real_limit=lambda: enforcement.be_real_limit(cpus),

@@ -8,7 +8,8 @@ heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.a
 are two more tasks: one takes samples every scrape interval, one sends them. On a real node,
 enforcement (colocation.agent.enforcement) adds one task per enforcer: CPU suppress every suppress
 interval on the latest sample, batch cgroups every few seconds on the pods the watch last saw,
-memory and cpu eviction each every its interval on the latest sample.
+memory and cpu eviction each every its interval on the latest sample, CPU burst every burst
+interval on both.
 
 The heartbeat may have a client of its own (`heartbeat_kube`), as the kubelet has for its node
 Lease, so renewals never wait behind other traffic; simulated agents use that (see
@@ -38,6 +39,7 @@ from colocation.agent.aggregate import Aggregator, Usage
 from colocation.agent.batch_cgroups import PodResources, pod_resources
 from colocation.agent.classify import PodInfo, classify
 from colocation.agent.collector import Collector, RealCollector, Sample
+from colocation.agent.cpu_burst import BurstPod, burst_pod
 from colocation.agent.cpu_suppressor import EnforcementOptions
 from colocation.agent.delivery import Delivery, DirectPut, session_put
 from colocation.agent.enforcement import NodeEnforcement, node_enforcement
@@ -85,22 +87,26 @@ class NodeAgentOptions:
     batch_cgroups_interval: float = 5.0  # seconds between two rounds of batch cgroups (when enforced)
     memory_evict_interval: float = 1.0  # seconds between two rounds of memory eviction (when enforced)
     cpu_evict_interval: float = 1.0  # seconds between two rounds of cpu eviction (when enforced)
+    cpu_burst_interval: float = 1.0  # seconds between two rounds of CPU burst (when enforced)
     prediction: PredictorOptions = field(default_factory=PredictorOptions)  # prod pods' peak (Mid-tier)
 
 
 class PodDirectory:
     """The node's pods (from its watch, or a fixed list), classified, by UID and by name; and
-    those annotated for scraping, by name; with `keep_batch`, those naming batch resources, by UID."""
+    those annotated for scraping, by name; with `keep_batch`, those naming batch resources, by UID;
+    with `keep_burst`, those that may burst (CPU burst), by UID."""
 
-    def __init__(self, keep_batch: bool = False) -> None:
+    def __init__(self, keep_batch: bool = False, keep_burst: bool = False) -> None:
         self.keep_batch = keep_batch
+        self.keep_burst = keep_burst
+        self.burst: dict[str, BurstPod] = {}
         self.by_uid: dict[str, PodInfo] = {}
         self.by_name: dict[tuple[str, str], PodInfo] = {}
         self.scrape_targets: dict[tuple[str, str], ScrapeTarget] = {}
         self.batch: dict[str, PodResources] = {}
 
     async def on_sync(self, items: list[dict[str, Any]], resource_version: str = "") -> None:
-        self.by_uid, self.by_name, self.scrape_targets, self.batch = {}, {}, {}, {}
+        self.by_uid, self.by_name, self.scrape_targets, self.batch, self.burst = {}, {}, {}, {}, {}
         for item in items:
             await self.on_event("ADDED", item)
 
@@ -111,12 +117,16 @@ class PodDirectory:
         if old is not None:
             self.by_uid.pop(old.uid, None)
             self.batch.pop(old.uid, None)
+            self.burst.pop(old.uid, None)
         self.scrape_targets.pop(key, None)
         if type_ == "DELETED" or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
             return
         resources = pod_resources(pod) if self.keep_batch else None
         if resources is not None and resources.uid:
             self.batch[resources.uid] = resources
+        bursting = burst_pod(pod) if self.keep_burst else None
+        if bursting is not None and bursting.resources.uid:
+            self.burst[bursting.resources.uid] = bursting
         target = scrape_target(pod)
         if target is not None:  # scraped whether or not the pod can be classified
             self.scrape_targets[key] = target
@@ -146,7 +156,8 @@ class NodeAgent:
         self.watch_pods = watch_pods
         self.follow_nodeslo = follow_nodeslo
         self.enforcement = enforcement or NodeEnforcement(node)
-        self.pods = PodDirectory(keep_batch=self.enforcement.batch_cgroups is not None)
+        self.pods = PodDirectory(keep_batch=self.enforcement.batch_cgroups is not None,
+                                 keep_burst=self.enforcement.burster is not None)
         self.policy = CollectPolicy()
         self.aggregator = Aggregator(self.policy.aggregate_duration_seconds, self.policy.durations,
                                      sample_interval_seconds=self.options.collect_interval)
@@ -195,6 +206,10 @@ class NodeAgent:
 
     def batch_cgroups_once(self) -> None:
         self.enforcement.batch_cgroups_once(self.pods.batch)
+
+    def burst_once(self) -> None:
+        """One round of CPU burst on the pods the watch last saw and the latest sample."""
+        self.enforcement.burst_once(None if self._stale() else self.last_sample, self.pods.burst, self.pods.by_uid)
 
     def evict_once(self, eviction: PressureEviction) -> None:
         """One round of one eviction on the latest sample (none older than two collections)."""
@@ -286,6 +301,9 @@ class NodeAgent:
         if self.enforcement.batch_cgroups is not None:
             tasks.append(asyncio.create_task(self._every(self.options.batch_cgroups_interval, self.batch_cgroups_once,
                                                          "batch cgroups failed"), name=f"batch-cgroups@{self.node}"))
+        if self.enforcement.burster is not None:
+            tasks.append(asyncio.create_task(self._every(self.options.cpu_burst_interval, self.burst_once,
+                                                         "cpu burst failed"), name=f"cpu-burst@{self.node}"))
         for eviction in self.enforcement.evictions:
             interval = self.options.memory_evict_interval if eviction.strategy.reason == "MemoryPressure" \
                 else self.options.cpu_evict_interval

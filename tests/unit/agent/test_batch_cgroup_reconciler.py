@@ -72,13 +72,18 @@ KUBELET = {1: ("-1", "2", V1_UNLIMITED_MEMORY), 2: ("max 100000", "1", "max")}
 BATCH = {1: [("100000", "512", str(GiB))] * 2, 2: [("100000 100000", "20", str(GiB))] * 2}
 
 
-def build(root: Path, tree: Tree) -> None:
-    if tree.version == 2:
+def make_root(root: Path, version: int) -> None:
+    """An empty cgroup root of that version (v1: the cpu and cpuacct hierarchy only)."""
+    if version == 2:
         root.mkdir(parents=True)
         (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     else:
         (root / "cpu,cpuacct").mkdir(parents=True)
         (root / "cpu").symlink_to("cpu,cpuacct")  # as v1 machines mount it
+
+
+def build(root: Path, tree: Tree) -> None:
+    make_root(root, tree.version)
     for uid in (BATCH_UID, PLAIN_UID):
         for cpu, memory in zip(tree.cgroups(root, "cpu", uid), tree.cgroups(root, "memory", uid), strict=True):
             cpu.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.batch_cgroup_reconciler import BatchCgroupReconciler
 from colocation.agent.cgroup_writer import CgroupWriter
 from colocation.agent.collector import PodSample, Sample
+from colocation.agent.cpu_burster import CpuBurster
 from colocation.agent.cpu_suppressor import CpuSuppressor
 from colocation.agent.enforcement import NodeEnforcement
 from colocation.agent.leader_locator import LeaderLocator
@@ -17,6 +18,7 @@ from colocation.agent.peak_predictor import PredictorOptions
 from colocation.agent.runtime import NodeAgent, NodeAgentOptions, track_agents
 from colocation.apimachinery.quantity import byte_value, cpu_millis
 from tests.unit.agent import test_batch_cgroup_reconciler as batch
+from tests.unit.agent import test_cpu_burster as burst
 from tests.unit.agent.test_cpu_suppressor import TREES, build, sample
 
 TREE = TREES["v1-cgroupfs"]
@@ -42,17 +44,19 @@ class FixedCollector:
         return sample()
 
 
-def agent_on(root: Path, *, batch_cgroups: bool = False) -> NodeAgent:
+def agent_on(root: Path, *, batch_cgroups: bool = False, cpu_burst: bool = False) -> NodeAgent:
     metrics = AgentMetrics()
     suppressor = CpuSuppressor(CgroupWriter(root), metrics, node="node-a", cpus=lambda: 8)
     reconciler = BatchCgroupReconciler(CgroupWriter(root), metrics, node="node-a") if batch_cgroups else None
+    burster = CpuBurster(CgroupWriter(root), metrics, node="node-a", cpus=lambda: 8) if cpu_burst else None
 
     async def no_put(*args: Any) -> tuple[int, Any]:
         raise AssertionError("no report expected")
 
     return NodeAgent("node-a", NoKube(), FixedCollector(), locator=LeaderLocator(NoKube()), direct=no_put,
                      metrics=metrics,
-                     enforcement=NodeEnforcement("node-a", suppressor=suppressor, batch_cgroups=reconciler))
+                     enforcement=NodeEnforcement("node-a", suppressor=suppressor, batch_cgroups=reconciler,
+                                                 burster=burster))
 
 
 async def test_suppression_waits_for_the_nodeslo_then_follows_it(tmp_path: Path) -> None:
@@ -121,6 +125,42 @@ async def test_pods_are_kept_for_batch_cgroups_only_when_the_agent_writes_them(t
     await agent.pods.on_sync([BATCH_POD], "1")
     assert agent.pods.batch == {}
     assert batch.BATCH_UID in agent.pods.by_uid
+
+
+LS_POD = {
+    "metadata": {"uid": burst.LS_UID, "namespace": "web", "name": "front"},
+    "spec": {"nodeName": "node-a", "containers": [
+        {"name": name, "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": limit}}}
+        for name, limit in (("main", "1"), ("side", "500m"))]},
+    "status": {"phase": "Running", "containerStatuses": [
+        {"name": "main", "containerID": f"containerd://{burst.MAIN}"},
+        {"name": "side", "containerID": f"containerd://{burst.SIDE}"}]}}
+BURST_NODESLO = {"metadata": {"name": "node-a"}, "spec": {"cpuBurstStrategy": {"policy": "cpuBurstOnly"}}}
+
+
+async def test_cpu_burst_follows_the_pod_watch_and_the_nodeslo_once_listed(tmp_path: Path) -> None:
+    tree = burst.TREES["v2-systemd"]
+    root = tmp_path / "cgroup"
+    burst.build(root, tree)
+    agent = agent_on(root, cpu_burst=True)
+    await agent.pods.on_sync([LS_POD], "1")
+    agent.burst_once()
+    assert tree.values(root) == burst.KUBELET  # NodeSLO not listed yet
+
+    await agent._nodeslo_sync([BURST_NODESLO], "1")
+    agent.burst_once()
+    assert tree.values(root) == [(150_000, 150_000), (100_000, 100_000), (50_000, 50_000)]
+
+    await agent.pods.on_event("DELETED", LS_POD)
+    agent.burst_once()
+    assert tree.values(root) == burst.KUBELET
+
+
+async def test_pods_are_kept_for_cpu_burst_only_when_the_agent_writes_them(tmp_path: Path) -> None:
+    await (without := agent_on(tmp_path)).pods.on_sync([LS_POD], "1")
+    await (with_burst := agent_on(tmp_path, cpu_burst=True)).pods.on_sync([LS_POD, BATCH_POD], "1")
+    assert without.pods.burst == {}
+    assert list(with_burst.pods.burst) == [burst.LS_UID]  # the BE pod never bursts
 
 
 PROD_POD = {
