@@ -1,7 +1,7 @@
 """The controllers end to end: a sandbox with a real operator process and real agents.
 
-The sandbox runs `colocation operator` with short thresholds (grace period 3 s, eviction timeout
-4 s, an evaluation every 0.5 s) and two nodes with their agents: this machine, measured by a real
+The sandbox runs `colocation operator` with short thresholds (grace period 3 s and eviction timeout
+4 s, both times the time factor; an evaluation every 0.5 s) and two nodes with their agents: this machine, measured by a real
 `colocation agent` process, and a simulated node run by a second agent process. An agent is
 "stopped" with SIGSTOP, which freezes it exactly as a hung or partitioned agent looks from the
 operator: no Lease renewal, no report, no goodbye. SIGCONT brings it back. One test drives a
@@ -49,10 +49,11 @@ BATCH_CPU = "kubernetes.io/batch-cpu"
 BATCH_MEMORY = "kubernetes.io/batch-memory"
 MID_CPU = "kubernetes.io/mid-cpu"
 MID_MEMORY = "kubernetes.io/mid-memory"
-# Short, so the tests are quick; the eviction timeout is scaled like every deadline, because it is
-# also how long a node may take to recover after the others end a full disruption (its timer then
-# restarts): on a loaded machine an agent resumed from SIGSTOP can need several seconds to renew.
-GRACE, EVICTION_TIMEOUT = 3.0, 4.0 * TIME_FACTOR
+# Short, so the tests are quick, and scaled like every deadline: the grace period is how long an
+# agent heartbeating every second may go unheard, which a loaded machine stretches past 3 s now and
+# then; the eviction timeout is also how long a node may take to recover after the others end a
+# full disruption (its timer then restarts): an agent resumed from SIGSTOP can need several seconds.
+GRACE, EVICTION_TIMEOUT = 3.0 * TIME_FACTOR, 4.0 * TIME_FACTOR
 NODERESOURCES = "/apis/slo.colocation.dev/v1alpha1/noderesources"
 NODESLOS = "/apis/slo.colocation.dev/v1alpha1/nodeslos"
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/colocation-node-lease/leases"
