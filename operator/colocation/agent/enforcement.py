@@ -31,6 +31,7 @@ from colocation.agent.cpu_suppressor import CpuSuppressor, EnforcementOptions, N
 from colocation.agent.kubeapi import KubeApi
 from colocation.agent.memory_evict import MemoryEvictor
 from colocation.agent.pressure_evictor import EvictionMetrics, EvictionStrategy, Exchange, PressureEviction
+from colocation.agent.system_settings_reconciler import SystemSettingsReconciler, node_system_settings
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,10 @@ log = logging.getLogger(__name__)
 class NodeEnforcement:
     def __init__(self, node: str, *, suppressor: CpuSuppressor | None = None,
                  batch_cgroups: BatchCgroupReconciler | None = None,
-                 evictions: Sequence[PressureEviction] = (), reservation: NodeReservation | None = None) -> None:
+                 evictions: Sequence[PressureEviction] = (), reservation: NodeReservation | None = None,
+                 system_settings: SystemSettingsReconciler | None = None) -> None:
         self.node = node
+        self.system_settings = system_settings  # /proc/sys/vm from NodeSLO systemStrategy, a loop of its own
         self.suppressor = suppressor
         self.batch_cgroups = batch_cgroups
         self.evictions = tuple(evictions)  # memory eviction, cpu eviction: each with a round of its own
@@ -56,6 +59,8 @@ class NodeEnforcement:
         self.policy = policy
         for eviction in self.evictions:
             eviction.nodeslo_changed(nodeslo)
+        if self.system_settings is not None:
+            self.system_settings.nodeslo_changed(nodeslo)
         self.nodeslo_synced = self.nodeslo_synced or listed
 
     def connect(self, exchange: Exchange) -> None:
@@ -86,6 +91,10 @@ class NodeEnforcement:
             tasks.append(("node-events", self.suppressor.events.run()))
         if self.reservation is not None:
             tasks.append(("node-reservation", self.reservation.run(self._node_wanted)))
+        if self.system_settings is not None:
+            tasks.append(("system-settings", self.system_settings.run(lambda: self.nodeslo_synced)))
+            if self.system_settings.events is not None:
+                tasks.append(("system-settings-events", self.system_settings.events.run()))
         return tasks
 
     def _node_wanted(self) -> bool:
@@ -105,6 +114,8 @@ class NodeEnforcement:
             await self.suppressor.restore_and_tell(timeout)
         for eviction in self.evictions:
             await eviction.settle()
+        if self.system_settings is not None:
+            await self.system_settings.restore_and_tell(timeout)
 
 
 def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, options: EnforcementOptions, kube: KubeApi,
@@ -116,8 +127,13 @@ def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, options: Enf
     batch_cgroups = None
     if options.batch_cgroups:
         batch_cgroups = node_batch_cgroups(node, cgroup_root, dry_run=options.dry_run, metrics=metrics)
+    system_settings = None
+    if options.system_settings:
+        system_settings = node_system_settings(node, proc_root, kube, metrics, dry_run=options.dry_run,
+                                               interval=options.system_settings_interval, timeout=timeout)
     if not (options.memory_evict or options.cpu_evict):
-        return NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups)
+        return NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups,
+                               system_settings=system_settings)
     # The Node's memory capacity is memory eviction's 100 %, as koordlet's; its allocatable
     # batch-cpu is cpu eviction's limit with evictByAllocatable.
     node_reader = (suppressor.reservation if suppressor is not None else None) or \
@@ -126,7 +142,8 @@ def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, options: Enf
     strategies: list[EvictionStrategy] = []
     if options.memory_evict:
         strategies.append(MemoryEvictor(time.monotonic, capacity=lambda: node_reader.memory_capacity))
-    enforcement = NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups, reservation=node_reader)
+    enforcement = NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups, reservation=node_reader,
+                                  system_settings=system_settings)
     if options.cpu_evict:
         strategies.append(CpuEvictor(time.monotonic, collect_interval=options.collect_interval,
                                      real_limit=lambda: enforcement.be_real_limit(cpus),

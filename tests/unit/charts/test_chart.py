@@ -48,6 +48,7 @@ def comparable(obj: dict[str, Any]) -> dict[str, Any]:
     for label in HELM_LABELS:
         labels.pop(label, None)
     for pod in pod_specs(obj):
+        pod["volumes"] = sorted(pod.get("volumes", []), key=lambda entry: entry["name"])  # the same, for volumes
         for container in pod["containers"]:
             for field in ("env", "volumeMounts"):  # a strategic merge patch moves entries it adds or changes
                 container[field] = sorted(container.get(field, []), key=lambda entry: entry["name"])
