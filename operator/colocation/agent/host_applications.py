@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from colocation.agent.cgroups import KUBEPODS_ROOTS
 from colocation.koordinator.classes import PRIORITY_CLASSES, QOS_CLASSES
-from colocation.nodemetrics.report_schema import MAX_HOST_APPLICATIONS
+from colocation.koordinator.slo_strategies import MAX_HOST_APPLICATIONS
 
 __all__ = ["CgroupBase", "HostApplication", "follow_host_applications", "host_applications_of",
            "resolve_cgroup_path"]

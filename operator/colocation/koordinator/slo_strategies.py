@@ -129,7 +129,7 @@ class SystemStrategy(Strategy):
         return str(value)
 
 
-class CgroupPath(Strategy):
+class HostCgroupPath(Strategy):
     """Where a host application's cgroup is: under `base`, then parentDir, then relativePath."""
 
     base: Literal["CgroupRoot", "Kubepods", "KubepodsBurstable", "KubepodsBesteffort"] | None = None
@@ -144,16 +144,16 @@ class CgroupPath(Strategy):
         return value
 
 
-class HostApplication(Strategy):
+class HostApplicationSpec(Strategy):
     """One process outside Kubernetes the agent measures (Koordinator's HostApplicationSpec)."""
 
     name: Annotated[str, Field(min_length=1, max_length=253)]
     priority: PriorityClass | None = None
     qos: QoSClass | None = None
-    cgroup_path: CgroupPath | None = None
+    cgroup_path: HostCgroupPath | None = None
 
 
-MAX_HOST_APPLICATIONS = 256  # the most a NodeMetric may report
+MAX_HOST_APPLICATIONS = 256  # per NodeSLO, and the most a NodeMetric may report
 
 
 class HostApplicationStrategy(Strategy):
@@ -161,12 +161,12 @@ class HostApplicationStrategy(Strategy):
     Koordinator's `{"applications": [...], "nodeConfigs": [{name, nodeSelector, applications}]}`
     (colocation.koordinator.slo_config.parse_applications_key)."""
 
-    applications: Annotated[list[HostApplication], Field(max_length=MAX_HOST_APPLICATIONS)] = \
+    applications: Annotated[list[HostApplicationSpec], Field(max_length=MAX_HOST_APPLICATIONS)] = \
         Field(default_factory=list)
 
     @field_validator("applications")
     @classmethod
-    def _unique(cls, value: list[HostApplication]) -> list[HostApplication]:
+    def _unique(cls, value: list[HostApplicationSpec]) -> list[HostApplicationSpec]:
         names = [app.name for app in value]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
