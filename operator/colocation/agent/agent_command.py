@@ -98,13 +98,20 @@ DEFAULT_METRICS_PORT = 9464
               help="Seconds between two rounds of CPU burst (NodeSLO cpuBurstStrategy, or a pod's "
                    "koordinator.sh/cpuBurst annotation, when its policy is not none): LS pods with a CPU limit get "
                    "a cfs burst and a CFS quota raised while throttled; 0 turns it off.")
+@click.option("--system-settings", is_flag=True, envvar="COLOCATION_SYSTEM_SETTINGS", show_envvar=True,
+              help="Write the NodeSLO's systemStrategy to the node's kernel: vm.min_free_kbytes (minFreeKbytesFactor "
+                   "per 10000 of MemTotal) and vm.watermark_scale_factor under --proc-root/sys, the values found "
+                   "written back when the NodeSLO no longer gives them (Koordinator's SystemConfig feature gate). "
+                   "Off by default; needs a writable /proc/sys.")
+@click.option("--system-settings-interval", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
+              help="With --system-settings: seconds between two rounds (a value someone else wrote is put back).")
 @click.option("--dry-run-enforcement", is_flag=True, envvar="COLOCATION_DRY_RUN_ENFORCEMENT", show_envvar=True,
               help="Compute, log and export what enforcement would write or evict, but write no cgroup file, "
                    "ask for no eviction and post no Event (the default install sets it: its cgroup mount is "
                    "read-only).")
 @click.option("--restore-on-exit", is_flag=True, envvar="COLOCATION_RESTORE_ON_EXIT", show_envvar=True,
               help="On SIGTERM/SIGINT, undo CPU suppress (quota -1, full cpuset), batch cgroups and CPU burst "
-                   "(the kubelet's own values) before exiting.")
+                   "(the kubelet's own values) and system settings (the values found) before exiting.")
 @click.option("--prediction-cold-start", type=click.FloatRange(min=0), default=3600.0, show_default=True,
               help="Seconds a prod pod is observed before the peak predictor reclaims any of its request for "
                    "Mid-tier resources (NodeMetric prodReclaimableMetric); until then its request counts as peak.")
@@ -118,8 +125,8 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                   scrape_timeout: float | None, scrape_concurrency: int, max_series_per_pod: int,
                   simulated_nodes: Path | None, simulation_concurrency: int, cpu_suppress_interval: float,
                   batch_cgroups_interval: float, memory_evict_interval: float, cpu_evict_interval: float,
-                  cpu_burst_interval: float, dry_run_enforcement: bool, restore_on_exit: bool,
-                  prediction_cold_start: float) -> None:
+                  cpu_burst_interval: float, system_settings: bool, system_settings_interval: float,
+                  dry_run_enforcement: bool, restore_on_exit: bool, prediction_cold_start: float) -> None:
     """Run the node agent: collect usage, report it to the leader (each report is also its
     heartbeat; a Lease is the registration and the fallback), and scrape annotated pods for custom
     metrics.
@@ -183,7 +190,9 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                                                         cpu_evict=cpu_evict_interval > 0,
                                                         cpu_burst=cpu_burst_interval > 0,
                                                         collect_interval=collect_interval,
-                                                        dry_run=dry_run_enforcement, restore_on_exit=restore_on_exit))
+                                                        dry_run=dry_run_enforcement, restore_on_exit=restore_on_exit,
+                                                        system_settings=system_settings,
+                                                        system_settings_interval=system_settings_interval))
     try:
         code = asyncio.run(run_agent(config))
     except KubeConfigError as error:

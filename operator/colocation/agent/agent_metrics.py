@@ -128,6 +128,10 @@ class AgentMetrics:
         self.cpu_burst_pods = Gauge("colocation_agent_cpu_burst_pods",
                                     "Pods bursting, by kind: cfs-burst (a cfs burst set), quota-burst (a CFS quota "
                                     "raised above the limit).", ["kind"], registry=r)
+        self.sysctl_writes = Counter("colocation_agent_sysctl_writes_total",
+                                     "Kernel settings under /proc/sys written by system settings (--system-settings), "
+                                     "by key (vm.min_free_kbytes, vm.watermark_scale_factor) and result (ok, failed, "
+                                     "dry-run: computed but not written).", ["key", "result"], registry=r)
         self.node_events = Counter("colocation_agent_node_events_total",
                                    "Events posted on the node, by result (ok, failed, dropped).", ["result"],
                                    registry=r)

@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from colocation.agent import cgroups, procfs
+from colocation.agent.host_applications import HostApplication, resolve_cgroup_path
 from colocation.agent.procfs import Pressure, PressureStat
 from colocation.koordinator.collect_policy import DEFAULT_MEMORY_POLICY
 from colocation.koordinator.slo_strategies import MemoryCollectPolicy
@@ -49,23 +50,13 @@ class PodSample:
 
 
 @dataclass(frozen=True)
-class HostApplication:
-    """A non-containerized application whose cgroup the agent measures (NodeSLO hostApplications)."""
-
-    name: str
-    cgroup_path: str  # relative to the cgroup root, e.g. "system.slice/nginx.service"
-    priority: str = "koord-prod"
-    qos: str = "LS"
-
-
-@dataclass(frozen=True)
 class HostApplicationSample:
     name: str
     cpu_millis: int
     memory_bytes: int
-    cgroup_path: str
-    priority: str = "koord-prod"
-    qos: str = "LS"
+    cgroup_path: str  # as measured, relative to the controller root
+    priority: str | None = None  # as the NodeSLO gives them: None when unset
+    qos: str | None = None
     cpu_measured: bool = True
 
 
@@ -162,13 +153,14 @@ class RealCollector:
                 pods.append(PodSample(uid=uid, cpu_millis=cpu, memory_bytes=memory, cgroup_path=pod.path,
                                       cpu_measured=measured))
             for app in self.host_applications:
-                reading = self._cgroup_rate(layout, ("app", app.name), app.cgroup_path.strip("/"), at, seen)
-                if reading is None:
+                path = resolve_cgroup_path(app, layout.cpu_root)
+                reading = None if path is None else self._cgroup_rate(layout, ("app", app.name), path, at, seen)
+                if path is None or reading is None:
                     errors += 1
                     continue
                 cpu, memory, measured = reading
                 apps.append(HostApplicationSample(name=app.name, cpu_millis=cpu, memory_bytes=memory,
-                                                  cgroup_path=app.cgroup_path, priority=app.priority, qos=app.qos,
+                                                  cgroup_path=path, priority=app.priority, qos=app.qos,
                                                   cpu_measured=measured))
         elif self.host_applications:
             errors += len(self.host_applications)

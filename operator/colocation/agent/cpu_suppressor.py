@@ -75,6 +75,8 @@ class EnforcementOptions:
     dry_run: bool = False
     collect_interval: float = 1.0  # cpu eviction's shortest window
     restore_on_exit: bool = False
+    system_settings: bool = False  # colocation.agent.system_settings_reconciler, off unless asked for
+    system_settings_interval: float = 10.0
 
 
 @dataclass(frozen=True)

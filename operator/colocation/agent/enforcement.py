@@ -36,6 +36,7 @@ from colocation.agent.kubeapi import KubeApi
 from colocation.agent.memory_evict import MemoryEvictor
 from colocation.agent.node_events import NodeEvents
 from colocation.agent.pressure_evictor import EvictionMetrics, EvictionStrategy, Exchange, PressureEviction
+from colocation.agent.system_settings_reconciler import SystemSettingsReconciler, node_system_settings
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,10 @@ class NodeEnforcement:
     def __init__(self, node: str, *, suppressor: CpuSuppressor | None = None,
                  batch_cgroups: BatchCgroupReconciler | None = None,
                  evictions: Sequence[PressureEviction] = (), reservation: NodeReservation | None = None,
-                 burster: CpuBurster | None = None) -> None:
+                 burster: CpuBurster | None = None,
+                 system_settings: SystemSettingsReconciler | None = None) -> None:
         self.node = node
+        self.system_settings = system_settings  # /proc/sys/vm from NodeSLO systemStrategy, a loop of its own
         self.suppressor = suppressor
         self.batch_cgroups = batch_cgroups
         self.burster = burster
@@ -68,6 +71,8 @@ class NodeEnforcement:
         self.burst = burst
         for eviction in self.evictions:
             eviction.nodeslo_changed(nodeslo)
+        if self.system_settings is not None:
+            self.system_settings.nodeslo_changed(nodeslo)
         self.nodeslo_synced = self.nodeslo_synced or listed
 
     def connect(self, exchange: Exchange) -> None:
@@ -105,6 +110,10 @@ class NodeEnforcement:
             tasks.append(("cpu-burst-events", self.burster.events.run()))
         if self.reservation is not None:
             tasks.append(("node-reservation", self.reservation.run(self._node_wanted)))
+        if self.system_settings is not None:
+            tasks.append(("system-settings", self.system_settings.run(lambda: self.nodeslo_synced)))
+            if self.system_settings.events is not None:
+                tasks.append(("system-settings-events", self.system_settings.events.run()))
         return tasks
 
     def _node_wanted(self) -> bool:
@@ -128,6 +137,8 @@ class NodeEnforcement:
             await self.suppressor.restore_and_tell(timeout)
         for eviction in self.evictions:
             await eviction.settle()
+        if self.system_settings is not None:
+            await self.system_settings.restore_and_tell(timeout)
 
 
 def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, options: EnforcementOptions, kube: KubeApi,
@@ -144,8 +155,13 @@ def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, options: Enf
         events = NodeEvents(kube, node, wall=time.time, timeout=timeout,
                             on_result=lambda result: metrics.node_events.labels(result).inc())
         burster = node_burster(node, cgroup_root, dry_run=options.dry_run, metrics=metrics, events=events, cpus=cpus)
+    system_settings = None
+    if options.system_settings:
+        system_settings = node_system_settings(node, proc_root, kube, metrics, dry_run=options.dry_run,
+                                               interval=options.system_settings_interval, timeout=timeout)
     if not (options.memory_evict or options.cpu_evict):
-        return NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups, burster=burster)
+        return NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups, burster=burster,
+                               system_settings=system_settings)
     # The Node's memory capacity is memory eviction's 100 %, as koordlet's; its allocatable
     # batch-cpu is cpu eviction's limit with evictByAllocatable.
     node_reader = (suppressor.reservation if suppressor is not None else None) or \
@@ -155,7 +171,7 @@ def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, options: Enf
     if options.memory_evict:
         strategies.append(MemoryEvictor(time.monotonic, capacity=lambda: node_reader.memory_capacity))
     enforcement = NodeEnforcement(node, suppressor=suppressor, batch_cgroups=batch_cgroups, reservation=node_reader,
-                                  burster=burster)
+                                  burster=burster, system_settings=system_settings)
     if options.cpu_evict:
         strategies.append(CpuEvictor(time.monotonic, collect_interval=options.collect_interval,
                                      real_limit=lambda: enforcement.be_real_limit(cpus),

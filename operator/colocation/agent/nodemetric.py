@@ -56,11 +56,13 @@ def go_duration(seconds: int) -> str:
 def build_node_metric(node: str, *, update_time: float, node_usage: Usage, system_usage: Usage | None = None,
                       aggregated: Sequence[AggregatedUsage] = (), pods: Iterable[PodUsage] = (),
                       host_applications: Mapping[str, Usage] | None = None,
+                      host_classes: Mapping[str, tuple[str | None, str | None]] | None = None,
                       prod_reclaimable: Usage | None = None, recent: RecentUsage | None = None) -> dict[str, Any]:
     """The NodeMetric JSON for `PUT …/nodemetrics/{node}/status`. Pods are sorted by namespace/name.
 
     `recent.node` and `recent.window_seconds` make `nodeMetric.recentUsage`; each pod's own
-    `recent` its `recentUsage` (`recent.pods`, keyed by UID, is matched by the caller)."""
+    `recent` its `recentUsage` (`recent.pods`, keyed by UID, is matched by the caller). A host
+    application's priority and qos (`host_classes`, by name) are reported where the NodeSLO set them."""
     node_metric: dict[str, Any] = {"nodeUsage": resource_map(node_usage)}
     if recent is not None:
         node_metric["recentUsage"] = {**resource_map(recent.node), "windowSeconds": recent.window_seconds}
@@ -79,11 +81,22 @@ def build_node_metric(node: str, *, update_time: float, node_usage: Usage, syste
         "podsMetric": [_pod_metric(pod) for pod in sorted(pods, key=lambda p: (p.info.namespace, p.info.name))],
     }
     if host_applications:
-        status["hostApplicationMetric"] = [{"name": name, "usage": resource_map(usage)}
+        status["hostApplicationMetric"] = [_host_application_metric(name, usage, (host_classes or {}).get(name))
                                            for name, usage in sorted(host_applications.items())]
     if prod_reclaimable is not None:
         status["prodReclaimableMetric"] = {"resource": resource_map(prod_reclaimable)}
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": node}, "status": status}
+
+
+def _host_application_metric(name: str, usage: Usage,
+                             classes: tuple[str | None, str | None] | None) -> dict[str, Any]:
+    metric: dict[str, Any] = {"name": name, "usage": resource_map(usage)}
+    priority, qos = classes or (None, None)
+    if priority:
+        metric["priority"] = priority
+    if qos:
+        metric["qos"] = qos
+    return metric
 
 
 def _pod_metric(pod: PodUsage) -> dict[str, Any]:
@@ -147,4 +160,6 @@ def node_metric_from(aggregator: Aggregator, node: str, now: float, by_uid: Mapp
     return build_node_metric(node, update_time=now, node_usage=node_usage,
                              system_usage=aggregator.system_usage(now), aggregated=aggregator.aggregated(now),
                              pods=pods, host_applications=aggregator.host_application_usages(now),
+                             host_classes={app.name: (app.priority, app.qos)
+                                           for app in (latest.host_applications if latest else ())},
                              prod_reclaimable=prod_reclaimable, recent=recent)

@@ -49,11 +49,13 @@ from colocation.agent.heartbeat import (
     RENEW_FRACTION,
     NodeHeartbeat,
 )
+from colocation.agent.host_applications import follow_host_applications
 from colocation.agent.kubeapi import ApiClientKube, KubeApi
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.nodemetric import node_metric_from, prod_pods_of, prod_requests
 from colocation.agent.peak_predictor import PredictorOptions, ProdPeakPredictor
 from colocation.agent.pressure_evictor import PressureEviction
+from colocation.agent.psi_metrics import PsiMetrics
 from colocation.agent.report import Reporter, ReportOptions, Snapshot
 from colocation.agent.samples import CustomMetrics, SampleBuffer, SampleSender, SampleSource, SendOptions
 from colocation.agent.scrape import PodScraper, ScrapeOptions, ScrapeTarget, scrape_target
@@ -258,6 +260,9 @@ class NodeAgent:
 
     def _nodeslo_changed(self, nodeslo: dict[str, Any] | None, *, listed: bool = False) -> None:
         self.apply_policy(collect_policy(nodeslo))
+        if isinstance(self.collector, RealCollector):  # simulated nodes have no host applications
+            self.collector.host_applications = follow_host_applications(self.collector.host_applications, nodeslo,
+                                                                        self.node)
         self.enforcement.nodeslo_changed(nodeslo, listed=listed)
 
     def _count_failure(self, resource: str) -> Callable[[str], None]:
@@ -447,6 +452,7 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> i
                               scrape_session, lambda: pods.scrape_targets.values(), scrape, metrics,
                               node=config.node_name).scrape_all)
         lag = track_agents(metrics, [agent])
+        PsiMetrics(lambda: agent.last_sample.psi if agent.last_sample else {}).register(metrics.registry)
         runner = await serve_metrics(metrics, agent.healthy, config.metrics_bind_address, config.metrics_port)
         log.info("agent started", extra={"node": config.node_name, "proc_root": str(config.proc_root),
                                          "cgroup_root": str(config.cgroup_root),

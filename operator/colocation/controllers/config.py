@@ -1,6 +1,6 @@
 """The cluster configuration, ConfigMap colocation-config: its keys parsed each on its own.
 
-Each of the four keys holds one strategy with per-node rules (colocation.koordinator.slo_config);
+Each of the five keys holds one strategy with per-node rules (colocation.koordinator.slo_config);
 a key absent or blank takes the built-in defaults. Everything here is pure: the controller feeds
 it the ConfigMap's data and node labels, keeps the last good value of a key whose new value is
 invalid (`ParsedConfig.keeping_last_good`), and posts `ParsedConfig.errors` as Warning events.
@@ -12,15 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from colocation.koordinator.slo_config import ConfigError, KeyConfig, parse_key
+from colocation.koordinator.slo_config import ConfigError, KeyConfig, parse_applications_key, parse_key
 from colocation.koordinator.slo_strategies import (
     COLOCATION_KEY,
     CPU_BURST_KEY,
+    HOST_APPLICATION_KEY,
     RESOURCE_THRESHOLD_KEY,
     STRATEGY_MODELS,
     SYSTEM_KEY,
     ColocationStrategy,
     CPUBurstStrategy,
+    HostApplicationStrategy,
     NodeStrategies,
     ResourceThresholdStrategy,
     SystemStrategy,
@@ -67,11 +69,15 @@ class ParsedConfig:
     def system(self) -> KeyConfig[SystemStrategy]:
         return cast(KeyConfig[SystemStrategy], self.key(SYSTEM_KEY))
 
+    @property
+    def host_applications(self) -> KeyConfig[HostApplicationStrategy]:
+        return cast(KeyConfig[HostApplicationStrategy], self.key(HOST_APPLICATION_KEY))
+
 
 def parse_config(data: Mapping[str, str] | None) -> ParsedConfig:
     """Parse the ConfigMap's `data`; every known key independently of the others.
 
-    Keys other than the four strategy keys are ignored. Errors read like
+    Keys other than the five strategy keys are ignored. Errors read like
     `colocation-config: clusterStrategy.cpuReclaimThresholdPercent: Input should be greater
     than or equal to 0 (got -1)`: the key, then the field, then the problem.
     """
@@ -80,7 +86,8 @@ def parse_config(data: Mapping[str, str] | None) -> ParsedConfig:
     for key, model in STRATEGY_MODELS.items():
         text = (data or {}).get(key)
         try:
-            keys[key] = parse_key(model, text) if text and text.strip() else KeyConfig(model())
+            parse = parse_applications_key if key == HOST_APPLICATION_KEY else parse_key  # Koordinator's shapes
+            keys[key] = parse(model, text) if text and text.strip() else KeyConfig(model())
         except ConfigError as exc:
             errors[key] = f"{key}: {exc}"
     return ParsedConfig(keys, errors)
@@ -93,4 +100,5 @@ def strategy_for_node(parsed: ParsedConfig, node_labels: Mapping[str, str] | Non
         resource_threshold=parsed.resource_threshold.for_labels(node_labels),
         cpu_burst=parsed.cpu_burst.for_labels(node_labels),
         system=parsed.system.for_labels(node_labels),
+        host_applications=parsed.host_applications.for_labels(node_labels),
     )

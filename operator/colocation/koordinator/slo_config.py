@@ -55,17 +55,9 @@ class ConfigError(ValueError):
 
 def parse_key(model: type[S], text: str) -> KeyConfig[S]:
     """Parse one key's JSON; raises ConfigError."""
-    try:
-        document = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise ConfigError(f"invalid JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise ConfigError(f"must be a JSON object, not {_json_type(document)}")
-    unknown = sorted(set(document) - {"clusterStrategy", "nodeStrategies"})
-    if unknown:
-        # Most likely Koordinator's flat colocation-config: say what shape is expected.
-        raise ConfigError(f'unknown field "{unknown[0]}": expected '
-                          '{"clusterStrategy": {...}, "nodeStrategies": [...]}')
+    # An unknown field is most likely Koordinator's flat colocation-config: say what shape is expected.
+    document = _document(text, {"clusterStrategy", "nodeStrategies"},
+                         '{"clusterStrategy": {...}, "nodeStrategies": [...]}')
     cluster_json = document.get("clusterStrategy")
     if cluster_json is None:
         cluster_json = {}
@@ -80,6 +72,40 @@ def parse_key(model: type[S], text: str) -> KeyConfig[S]:
     rules = tuple(_node_rule(model, cluster_json, entry, f"nodeStrategies[{index}]")
                   for index, entry in enumerate(entries))
     return KeyConfig(cluster, rules)
+
+
+def parse_applications_key(model: type[S], text: str) -> KeyConfig[S]:
+    """Parse host-application-config, in Koordinator's shape: `{"applications": [...],
+    "nodeConfigs": [{"name", "nodeSelector", "applications": [...]}]}`. A node gets the
+    applications of the first nodeConfig that selects it (none if it lists none), else the
+    cluster's: lists replace, they do not merge. Raises ConfigError."""
+    document = _document(text, {"applications", "nodeConfigs"},
+                         '{"applications": [...], "nodeConfigs": [...]}')
+    cluster = _validate(model, {"applications": document.get("applications") or []}, "")
+    entries = document.get("nodeConfigs")
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        raise ConfigError(f"nodeConfigs: must be a list, not {_json_type(entries)}")
+    rules = []
+    for index, entry in enumerate(entries):
+        if isinstance(entry, dict):
+            entry = {**entry, "applications": entry.get("applications") or []}
+        rules.append(_node_rule(model, {}, entry, f"nodeConfigs[{index}]"))
+    return KeyConfig(cluster, tuple(rules))
+
+
+def _document(text: str, fields: set[str], shape: str) -> dict[str, Any]:
+    try:
+        document = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise ConfigError(f"invalid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"must be a JSON object, not {_json_type(document)}")
+    unknown = sorted(set(document) - fields)
+    if unknown:
+        raise ConfigError(f'unknown field "{unknown[0]}": expected {shape}')
+    return document
 
 
 def _node_rule(model: type[S], cluster_json: dict[str, Any], entry: Any, path: str) -> NodeRule[S]:
@@ -111,7 +137,7 @@ def _validate(model: type[S], document: dict[str, Any], path: str) -> S:
 
 def _describe(error: Any, path: str) -> str:
     location = ".".join([path, *(f"[{part}]" if isinstance(part, int) else str(part) for part in error["loc"])])
-    location = location.replace(".[", "[")
+    location = location.replace(".[", "[").removeprefix(".")
     message = str(error["msg"]).removeprefix("Value error, ")
     shown = error.get("input")
     if error["type"] == "missing" or isinstance(shown, (dict, list)):

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from colocation.apimachinery.quantity import parse_quantity
+from colocation.koordinator.classes import PriorityClass, QoSClass
 
 _INT64_MAX = 2**63 - 1
 
@@ -133,16 +134,63 @@ class SystemStrategy(Strategy):
         return str(value)
 
 
+class HostCgroupPath(Strategy):
+    """Where a host application's cgroup is: under `base`, then parentDir, then relativePath."""
+
+    base: Literal["CgroupRoot", "Kubepods", "KubepodsBurstable", "KubepodsBesteffort"] | None = None
+    parent_dir: str | None = None
+    relative_path: str | None = None
+
+    @field_validator("parent_dir", "relative_path")
+    @classmethod
+    def _inside(cls, value: str | None) -> str | None:
+        if value is not None and ".." in value.split("/"):
+            raise ValueError("may not contain '..'")
+        return value
+
+
+class HostApplicationSpec(Strategy):
+    """One process outside Kubernetes the agent measures (Koordinator's HostApplicationSpec)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    priority: PriorityClass | None = None
+    qos: QoSClass | None = None
+    cgroup_path: HostCgroupPath | None = None
+
+
+MAX_HOST_APPLICATIONS = 256  # per NodeSLO, and the most a NodeMetric may report
+
+
+class HostApplicationStrategy(Strategy):
+    """host-application-config → NodeSLO spec.hostApplications. Its ConfigMap shape is
+    Koordinator's `{"applications": [...], "nodeConfigs": [{name, nodeSelector, applications}]}`
+    (colocation.koordinator.slo_config.parse_applications_key)."""
+
+    applications: Annotated[list[HostApplicationSpec], Field(max_length=MAX_HOST_APPLICATIONS)] = \
+        Field(default_factory=list)
+
+    @field_validator("applications")
+    @classmethod
+    def _unique(cls, value: list[HostApplicationSpec]) -> list[HostApplicationSpec]:
+        names = [app.name for app in value]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"name {repeated[0]!r} is given twice")
+        return value
+
+
 # The keys of Koordinator's slo-controller-config ConfigMap, which ours (colocation-config) keeps.
 COLOCATION_KEY = "colocation-config"
 RESOURCE_THRESHOLD_KEY = "resource-threshold-config"
 CPU_BURST_KEY = "cpu-burst-config"
 SYSTEM_KEY = "system-config"
+HOST_APPLICATION_KEY = "host-application-config"
 STRATEGY_MODELS: dict[str, type[Strategy]] = {
     COLOCATION_KEY: ColocationStrategy,
     RESOURCE_THRESHOLD_KEY: ResourceThresholdStrategy,
     CPU_BURST_KEY: CPUBurstStrategy,
     SYSTEM_KEY: SystemStrategy,
+    HOST_APPLICATION_KEY: HostApplicationStrategy,
 }
 
 
@@ -154,6 +202,7 @@ class NodeStrategies:
     resource_threshold: ResourceThresholdStrategy
     cpu_burst: CPUBurstStrategy
     system: SystemStrategy
+    host_applications: HostApplicationStrategy = field(default_factory=HostApplicationStrategy)
 
 
 def with_node_overrides(strategy: ColocationStrategy, overrides: Mapping[str, Any] | None) -> ColocationStrategy:
@@ -181,6 +230,7 @@ def render_nodeslo_spec(strategies: NodeStrategies) -> dict[str, Any]:
     stored spec and write only on a difference.
     """
     colocation = strategies.colocation
+    host_applications = strategies.host_applications.to_json()["applications"]
     return {
         "metricCollectPolicy": {
             "aggregateDurationSeconds": colocation.metric_aggregate_duration_seconds,
@@ -192,4 +242,6 @@ def render_nodeslo_spec(strategies: NodeStrategies) -> dict[str, Any]:
         "cpuBurstStrategy": strategies.cpu_burst.to_json(),
         "systemStrategy": strategies.system.to_json(),
         "extensions": json.loads(json.dumps(colocation.extensions)),  # a copy the caller may keep
+        # Only when there are some: NodeSLOs of clusters without host applications stay as they were.
+        **({"hostApplications": host_applications} if host_applications else {}),
     }

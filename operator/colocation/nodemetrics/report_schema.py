@@ -57,6 +57,7 @@ from colocation.apimachinery.fieldtypes import (
 )
 from colocation.apimachinery.quantity import byte_value, cpu_millis
 from colocation.koordinator.classes import PriorityClass, QoSClass
+from colocation.koordinator.slo_strategies import MAX_HOST_APPLICATIONS as MAX_HOST_APPLICATIONS  # a NodeSLO's most
 
 GROUP = "metrics.colocation.dev"
 VERSION = "v1alpha1"
@@ -72,7 +73,6 @@ AggregationType = Literal["avg", "p50", "p90", "p95", "p99"]
 # Counts a report may carry. Pods: far above Kubernetes' default max-pods (110) and the largest
 # kubelet setting seen in practice (a few hundred), still finite.
 MAX_PODS = 1_000
-MAX_HOST_APPLICATIONS = 256
 MAX_AGGREGATIONS = 16  # aggregatedNodeUsages: one per duration
 MAX_RESOURCES = 64  # names in one resource map
 MAX_RECENT_WINDOW_SECONDS = 60  # agents use 10 s; metrics-server's scrape interval is at most a minute

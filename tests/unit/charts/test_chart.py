@@ -45,6 +45,7 @@ def comparable(obj: dict[str, Any]) -> dict[str, Any]:
     for label in HELM_LABELS:
         labels.pop(label, None)
     for pod in pod_specs(obj):
+        pod["volumes"] = sorted(pod.get("volumes", []), key=lambda entry: entry["name"])  # the same, for volumes
         for container in pod["containers"]:
             for field in ("env", "volumeMounts"):  # a strategic merge patch moves entries it adds or changes
                 container[field] = sorted(container.get(field, []), key=lambda entry: entry["name"])
@@ -135,6 +136,16 @@ def test_values_reach_the_workloads(helm_path: str) -> None:
         {"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"}]
 
 
+def test_system_settings_are_off_unless_asked_for(helm_path: str) -> None:
+    def env(values: dict[str, object]) -> dict[str, str]:
+        agent = container(render(helm_path, values), "DaemonSet", "colocation-agent")
+        return {entry["name"]: entry.get("value") for entry in agent["env"]}
+
+    assert "COLOCATION_SYSTEM_SETTINGS" not in env({"features.nodeQoSEnforcement": True})
+    assert env({"features.nodeQoSEnforcement": True, "agent.systemSettings": True})[
+        "COLOCATION_SYSTEM_SETTINGS"] == "true"
+
+
 def test_lease_timings_become_the_operators_flags(helm_path: str) -> None:
     objects = render(helm_path, {"operator.leaderElection.leaseDuration": 30,
                                  "operator.leaderElection.renewDeadline": 20.5,
@@ -154,6 +165,7 @@ def test_lease_timings_become_the_operators_flags(helm_path: str) -> None:
     ({"features.customMetrics": "yes"}, "at '/features/customMetrics'"),
     ({"operator.resources.limits.memory": "lots"}, "at '/operator/resources/limits/memory'"),
     ({"agent.tolerations[0].operator": "Sometimes"}, "at '/agent/tolerations/0/operator'"),
+    ({"agent.systemSettings": "yes"}, "at '/agent/systemSettings'"),
     ({"operator.leaderElection.retryPeriod": 0}, "at '/operator/leaderElection/retryPeriod'"),
     ({"operator.leaderElection.leaseDuration": 8},
      "operator.leaderElection: need leaseDuration > renewDeadline > retryPeriod, got 8 > 10 > 2"),

@@ -276,3 +276,45 @@ def test_rendering_is_stable() -> None:
     first = render_nodeslo_spec(strategy_for_node(parsed, {}))
     first["extensions"]["a"]["b"].append(2)  # the caller's copy: the strategy is untouched
     assert render_nodeslo_spec(strategy_for_node(parsed, {})) == {**DEFAULT_SPEC, "extensions": {"a": {"b": [1]}}}
+
+
+# --------------------------------------------------------------------------------------------
+# host-application-config: Koordinator's shape, lists that replace, and the NodeSLO's hostApplications.
+
+NGINX = {"name": "nginx", "priority": "koord-prod", "qos": "LS",
+         "cgroupPath": {"base": "CgroupRoot", "parentDir": "system.slice", "relativePath": "nginx.service"}}
+
+
+def test_host_applications_render_into_the_nodeslo_and_a_node_config_replaces_them() -> None:
+    parsed = parse_config(_data(host_application_config={
+        "applications": [NGINX, {"name": "backup", "qos": "BE"}],
+        "nodeConfigs": [{"name": "bare", "nodeSelector": {"matchLabels": {"pool": "bare"}}},
+                        {"name": "db", "nodeSelector": {"matchLabels": {"pool": "db"}},
+                         "applications": [{"name": "mysqld", "qos": "LSR"}]}]}))
+    assert parsed.errors == {}
+    spec = render_nodeslo_spec(strategy_for_node(parsed, {}))
+    assert spec["hostApplications"] == [NGINX, {"name": "backup", "qos": "BE"}]
+    assert {key: value for key, value in spec.items() if key != "hostApplications"} == DEFAULT_SPEC
+    _assert_valid_nodeslo(spec)
+    assert render_nodeslo_spec(strategy_for_node(parsed, {"pool": "db"}))["hostApplications"] == [
+        {"name": "mysqld", "qos": "LSR"}]
+    # A node config without applications gives its nodes none (as Koordinator), not the cluster's.
+    assert "hostApplications" not in render_nodeslo_spec(strategy_for_node(parsed, {"pool": "bare"}))
+
+
+@pytest.mark.parametrize(("config", "error"), [
+    ({"applications": [{"name": "a"}, {"name": "a"}]}, "applications: name 'a' is given twice"),
+    ({"applications": [{"name": "a", "qos": "Burstable"}]}, "applications[0].qos: Input should be "),
+    ({"applications": [{"name": ""}]}, "applications[0].name: String should have at least 1 character"),
+    ({"applications": [{"name": "a", "cgroupPath": {"parentDir": "x/../.."}}]},
+     "applications[0].cgroupPath.parentDir: may not contain '..'"),
+    ({"applications": [{"name": "a", "cgroupPath": {"base": "Root"}}]}, "applications[0].cgroupPath.base: "),
+    ({"applications": [{"name": f"a{n}"} for n in range(257)]}, "applications: List should have at most 256"),
+    ({"clusterStrategy": {}}, 'unknown field "clusterStrategy": expected {"applications": [...], "nodeConfigs"'),
+    ({"nodeConfigs": [{"name": "x", "applications": []}]}, 'nodeConfigs[0] ("x").nodeSelector: Required value'),
+    ({"nodeConfigs": [{"name": "x", "nodeSelector": {}, "applications": [{"qos": "LS"}]}]},
+     'nodeConfigs[0] ("x").applications[0].name: Field required'),
+])
+def test_a_bad_host_application_config_names_the_entry(config: dict[str, Any], error: str) -> None:
+    message = parse_config(_data(host_application_config=config)).errors["host-application-config"]
+    assert message.startswith(f"host-application-config: {error}"), message

@@ -614,6 +614,21 @@ def test_the_enforcement_component_gives_the_agent_root_and_a_writable_cgroup_mo
         [o for o in rendered if o["kind"] != "DaemonSet"]
 
 
+def test_the_enforcement_component_mounts_writable_only_the_cgroups_and_proc_sys_vm(
+    with_enforcement: list[dict[str, Any]]
+) -> None:
+    from colocation.agent.agent_command import agent_command
+
+    pod, container = agent_container(with_enforcement)
+    writable = sorted(m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly", False))
+    assert writable == ["/host/proc/sys/vm", "/host/sys/fs/cgroup", "/tmp"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "host-proc-sys-vm")
+    assert volume["hostPath"] == {"path": "/proc/sys/vm", "type": "Directory"}
+    # System settings stay off unless an overlay turns them on: the NodeSLO always carries values.
+    assert "COLOCATION_SYSTEM_SETTINGS" not in env_of(container)
+    assert "COLOCATION_SYSTEM_SETTINGS" in {param.envvar for param in agent_command.params}
+
+
 def test_agents_are_held_to_their_own_nodes_lease(rendered: list[dict[str, Any]]) -> None:
     """The policy names the agents' ServiceAccount and Lease namespace as the code does, and is bound."""
     policy = find(rendered, "ValidatingAdmissionPolicy", "colocation-agent-own-lease")["spec"]

@@ -1,0 +1,76 @@
+"""System settings, the pure part: NodeSLO `systemStrategy` and the node's memory → kernel settings.
+
+Koordinator's koordlet (its SystemConfig feature, off by default) writes two memory-reclaim
+settings from the NodeSLO, and so does the agent when started with --system-settings:
+
+- `vm.min_free_kbytes` = total memory in KiB * `minFreeKbytesFactor` / 10000 (integer arithmetic,
+  KiB rounded down first). koordlet writes it only within 10 MiB..10 GiB (in KiB): outside, the
+  setting is skipped, not clamped, so a factor meant for a large node does nothing on a tiny one.
+- `vm.watermark_scale_factor` = `watermarkScaleFactor`, written only within 10..400.
+
+A field that is absent, not an integer, or out of its bounds gives no setting for its key and a
+one-line reason (the caller logs it); the other key is unaffected. The node's memory is
+/proc/meminfo's MemTotal, the figure the kubelet reports as the Node's memory capacity.
+
+Not applied, on purpose: `memcgReapBackGround` (a sysfs switch of Alibaba Cloud Linux kernels
+only), `totalNetworkBandwidth` (not a kernel setting) and koordlet's newer group-identity and
+sched-features fields (absent from our NodeSLO).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MIN_FREE_KBYTES", "SETTING_KEYS", "WATERMARK_SCALE_FACTOR", "DesiredSettings", "desired_settings"]
+
+MIN_FREE_KBYTES = "vm.min_free_kbytes"
+WATERMARK_SCALE_FACTOR = "vm.watermark_scale_factor"
+SETTING_KEYS = (MIN_FREE_KBYTES, WATERMARK_SCALE_FACTOR)
+
+# koordlet's bounds on what it writes (its system resource validators), inclusive.
+MIN_FREE_KBYTES_BOUNDS = (10 * 1024, 10 * 1024 * 1024)
+WATERMARK_SCALE_FACTOR_BOUNDS = (10, 400)
+_FACTOR_DENOMINATOR = 10_000
+
+
+@dataclass(frozen=True)
+class DesiredSettings:
+    values: Mapping[str, int]  # sysctl key → value to write
+    skipped: Mapping[str, str]  # sysctl key → why it is not written (only keys the NodeSLO set)
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def desired_settings(strategy: Mapping[str, Any] | None, memory_total_bytes: int | None) -> DesiredSettings:
+    """What the kernel should say for `strategy` (NodeSLO spec.systemStrategy; None: no NodeSLO)."""
+    values: dict[str, int] = {}
+    skipped: dict[str, str] = {}
+    strategy = strategy or {}
+    if "minFreeKbytesFactor" in strategy:
+        factor = _integer(strategy["minFreeKbytesFactor"])
+        if factor is None or factor <= 0:
+            skipped[MIN_FREE_KBYTES] = (f"minFreeKbytesFactor {strategy['minFreeKbytesFactor']!r} "
+                                        "is not a positive integer")
+        elif memory_total_bytes is None or memory_total_bytes < 1024:
+            skipped[MIN_FREE_KBYTES] = "the node's total memory is unknown"
+        else:
+            kbytes = memory_total_bytes // 1024 * factor // _FACTOR_DENOMINATOR
+            low, high = MIN_FREE_KBYTES_BOUNDS
+            if low <= kbytes <= high:
+                values[MIN_FREE_KBYTES] = kbytes
+            else:
+                skipped[MIN_FREE_KBYTES] = (f"{kbytes} KiB (factor {factor} of {memory_total_bytes // 1024} KiB) "
+                                            f"is outside {low}..{high}")
+    if "watermarkScaleFactor" in strategy:
+        factor = _integer(strategy["watermarkScaleFactor"])
+        low, high = WATERMARK_SCALE_FACTOR_BOUNDS
+        if factor is not None and low <= factor <= high:
+            values[WATERMARK_SCALE_FACTOR] = factor
+        else:
+            skipped[WATERMARK_SCALE_FACTOR] = (f"watermarkScaleFactor {strategy['watermarkScaleFactor']!r} "
+                                               f"is not an integer in {low}..{high}")
+    return DesiredSettings(values, skipped)
