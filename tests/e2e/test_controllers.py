@@ -1,8 +1,8 @@
 """The controllers end to end: a sandbox with a real operator process and real agents.
 
 The sandbox runs `colocation operator` with short thresholds (grace period 3 s and eviction timeout
-4 s, both times the time factor; an evaluation every 0.5 s) and two nodes with their agents: this machine, measured by a real
-`colocation agent` process, and a simulated node run by a second agent process. An agent is
+4 s, both times the time factor; an evaluation every 0.5 s) and two nodes with their agents: this
+machine, measured by a real `colocation agent` process, and a simulated node run by a second agent process. An agent is
 "stopped" with SIGSTOP, which freezes it exactly as a hung or partitioned agent looks from the
 operator: no Lease renewal, no report, no goodbye. SIGCONT brings it back. One test drives a
 node of its own, renewing its Lease and sending its reports itself, to control the load exactly.
