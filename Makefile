@@ -13,6 +13,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SANDBOX_DIR ?= .sandbox
 PYTEST_ARGS ?=
+# Unit tests run in this many processes (pytest-xdist): each is independent and CPU-bound. The e2e
+# tests run one at a time: several sandboxes at once would share the cores they time.
+UNIT_JOBS ?= 2
 
 KUBE_BUILD := hack/kube/build.sh
 HELM_BUILD := hack/helm/build.sh
@@ -43,7 +46,7 @@ typecheck: $(STAMP)  ## mypy, strict on the package, the tests and the benchmark
 	$(BIN)/mypy tests benchmarks
 
 unit: $(STAMP)  ## unit tests only
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit -n $(UNIT_JOBS) $(PYTEST_ARGS)
 
 COLOCATION_FUZZ_EXAMPLES ?= 5000
 fuzz: $(STAMP)  ## the report-path and read-path fuzz tests with a long budget (COLOCATION_FUZZ_EXAMPLES)
@@ -68,7 +71,8 @@ e2e-kube: $(STAMP) kubectl-ready  ## e2e tests against the real control plane (`
 	else echo "skip: e2e against the real control plane: Go 1.26 is not installed, so it cannot be built"; fi
 
 test: lint typecheck kubectl-ready chart  ## everything CI runs: lint, types, unit, e2e on the sandbox and on the real control plane
-	$(BIN)/pytest tests/unit tests/e2e $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit -n $(UNIT_JOBS) $(PYTEST_ARGS)
+	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory e2e-kube
 
 helm:  ## build helm 4 from its Go module (cached in ~/.cache/colocation; cold: about 4 minutes)
