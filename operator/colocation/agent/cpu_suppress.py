@@ -19,8 +19,9 @@ cpusets (`cpuset`), each with koordlet's floors and damping:
 A pod counts as BE when Koordinator's QoS says BE or Kubernetes' QoS class is BestEffort (as
 koordlet's filter does); a pod the agent cannot match to an API object counts as BE only when its
 cgroup sits in the best-effort tier, since that tier is exactly Kubernetes' BestEffort class.
-Host applications count as non-BE (koordlet counts one as BE only when it runs under the
-best-effort cgroup, which our hostApplications cannot say). As in koordlet, the system usage is at
+Host applications count as non-BE, unless, as in koordlet, one is of QoS BE and its cgroup sits
+in the best-effort tier (`KubepodsBesteffort`): its usage is then BE's, not subtracted from the
+budget (it stays out of the system usage either way). As in koordlet, the system usage is at
 least what the node reserves: the kubelet's reservation (capacity - allocatable) or the
 `node.koordinator.sh/reservation` annotation, whichever is larger.
 """
@@ -89,8 +90,9 @@ class CpuUsage:
     node: int
     all_pods: int
     non_be_pods: int
-    host_applications: int  # all counted non-BE
+    host_applications: int  # all of them: the system usage leaves them out
     reserved: int = 0  # what the node reserves for the system: a floor under the system usage
+    be_host_applications: int = 0  # those of QoS BE in the best-effort tier: BE usage, not a cost to BE
 
     @property
     def system(self) -> int:
@@ -139,14 +141,16 @@ def cpu_usage(sample: Sample, pods: Mapping[str, PodInfo], cpus: int, reserved: 
     all_pods = sum(pod.cpu_millis for pod in sample.pods)
     non_be = sum(pod.cpu_millis for pod in sample.pods if not is_best_effort(pod.uid, pod.cgroup_path, pods))
     apps = sum(app.cpu_millis for app in sample.host_applications)
+    be_apps = sum(app.cpu_millis for app in sample.host_applications
+                  if app.qos == "BE" and qos_tier_of_path(app.cgroup_path) == "besteffort")
     return CpuUsage(capacity=cpus * 1000, node=sample.node_cpu_millis, all_pods=all_pods, non_be_pods=non_be,
-                    host_applications=apps, reserved=reserved)
+                    host_applications=apps, reserved=reserved, be_host_applications=be_apps)
 
 
 def be_budget_millis(usage: CpuUsage, policy: SuppressPolicy) -> int:
     """What BE pods together may use (milli-cpus; may be negative before the policy's floors)."""
-    budget = usage.capacity * policy.threshold_percent // 100 - usage.non_be_pods - usage.host_applications \
-        - usage.system
+    non_be_apps = usage.host_applications - usage.be_host_applications
+    budget = usage.capacity * policy.threshold_percent // 100 - usage.non_be_pods - non_be_apps - usage.system
     if policy.min_percent is not None:
         budget = max(budget, usage.capacity * policy.min_percent // 100)
     return budget

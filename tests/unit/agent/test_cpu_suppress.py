@@ -83,6 +83,17 @@ def test_host_applications_count_as_non_be_and_not_as_system() -> None:
     assert be_budget_millis(usage, SuppressPolicy(True, 65)) == 5200 - 2000 - 400 - 2100
 
 
+def test_a_be_host_application_in_the_best_effort_tier_is_be_usage() -> None:
+    batch = HostApplicationSample(name="spark", cpu_millis=600, memory_bytes=0, qos="BE",
+                                  cgroup_path="kubepods.slice/kubepods-besteffort.slice/spark")
+    elsewhere = HostApplicationSample(name="logs", cpu_millis=300, memory_bytes=0, qos="BE",
+                                      cgroup_path="system.slice/logs")  # BE by name only: still a cost to BE
+    usage = cpu_usage(sample(PodSample(LS_UID, 2000, 0, "kubepods/burstable/podx"), node=4500,
+                             apps=(batch, elsewhere)), PODS, cpus=8)
+    assert (usage.host_applications, usage.be_host_applications, usage.system) == (900, 600, 1600)
+    assert be_budget_millis(usage, SuppressPolicy(True, 65)) == 5200 - 2000 - 300 - 1600
+
+
 def test_min_percent_is_a_floor_under_the_budget() -> None:
     busy = CpuUsage(capacity=8000, node=7900, all_pods=7000, non_be_pods=6000, host_applications=0)
     assert be_budget_millis(busy, SuppressPolicy(True, 65)) == 5200 - 6000 - 900
