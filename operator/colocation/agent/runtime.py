@@ -36,10 +36,7 @@ from aiohttp import web
 
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.aggregate import Aggregator, Usage
-from colocation.agent.batch_cgroups import PodResources, pod_resources
-from colocation.agent.classify import PodInfo, classify
 from colocation.agent.collector import Collector, RealCollector, Sample
-from colocation.agent.cpu_burst import BurstPod, burst_pod
 from colocation.agent.cpu_suppressor import EnforcementOptions
 from colocation.agent.delivery import Delivery, DirectPut, session_put
 from colocation.agent.enforcement import NodeEnforcement, node_enforcement
@@ -52,13 +49,14 @@ from colocation.agent.heartbeat import (
 from colocation.agent.host_applications import follow_host_applications
 from colocation.agent.kubeapi import ApiClientKube, KubeApi
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
+from colocation.agent.node_pods import NodePods
 from colocation.agent.nodemetric import node_metric_from, prod_pods_of, prod_requests
 from colocation.agent.peak_predictor import PredictorOptions, ProdPeakPredictor
 from colocation.agent.pressure_evictor import PressureEviction
 from colocation.agent.psi_metrics import PsiMetrics
 from colocation.agent.report import Reporter, ReportOptions, Snapshot
 from colocation.agent.samples import CustomMetrics, SampleBuffer, SampleSender, SampleSource, SendOptions
-from colocation.agent.scrape import PodScraper, ScrapeOptions, ScrapeTarget, scrape_target
+from colocation.agent.scrape import PodScraper, ScrapeOptions
 from colocation.koordinator.collect_policy import CollectPolicy, collect_policy
 from colocation.kube import permissions
 from colocation.kube.informer import Informer, InformerOptions
@@ -69,9 +67,6 @@ for _resource, _group in (("pods", ""), ("nodeslos", permissions.SLO_GROUP)):
     for _verb in ("list", "watch"):
         permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(_group, _resource, _verb, None))
 
-_TERMINAL_PHASES = ("Succeeded", "Failed")
-
-
 @dataclass(frozen=True)
 class NodeAgentOptions:
     collect_interval: float = 1.0
@@ -80,10 +75,6 @@ class NodeAgentOptions:
     lease_duration: int = DEFAULT_LEASE_DURATION
     heartbeat_interval: float | None = None  # reports (else Lease renewals); default: a quarter of the duration
     lease_registration_interval: float = DEFAULT_REGISTRATION_INTERVAL
-
-    @property
-    def heartbeat_every(self) -> float:
-        return self.heartbeat_interval or self.lease_duration * RENEW_FRACTION
     scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
     cpu_suppress_interval: float = 1.0  # seconds between two rounds of CPU suppress (when enforced)
     batch_cgroups_interval: float = 5.0  # seconds between two rounds of batch cgroups (when enforced)
@@ -92,54 +83,9 @@ class NodeAgentOptions:
     cpu_burst_interval: float = 1.0  # seconds between two rounds of CPU burst (when enforced)
     prediction: PredictorOptions = field(default_factory=PredictorOptions)  # prod pods' peak (Mid-tier)
 
-
-class PodDirectory:
-    """The node's pods (from its watch, or a fixed list), classified, by UID and by name; and
-    those annotated for scraping, by name; with `keep_batch`, those naming batch resources, by UID;
-    with `keep_burst`, those that may burst (CPU burst), by UID."""
-
-    def __init__(self, keep_batch: bool = False, keep_burst: bool = False) -> None:
-        self.keep_batch = keep_batch
-        self.keep_burst = keep_burst
-        self.burst: dict[str, BurstPod] = {}
-        self.by_uid: dict[str, PodInfo] = {}
-        self.by_name: dict[tuple[str, str], PodInfo] = {}
-        self.scrape_targets: dict[tuple[str, str], ScrapeTarget] = {}
-        self.batch: dict[str, PodResources] = {}
-
-    async def on_sync(self, items: list[dict[str, Any]], resource_version: str = "") -> None:
-        self.by_uid, self.by_name, self.scrape_targets, self.batch, self.burst = {}, {}, {}, {}, {}
-        for item in items:
-            await self.on_event("ADDED", item)
-
-    async def on_event(self, type_: str, pod: dict[str, Any]) -> None:
-        metadata = pod.get("metadata") or {}
-        uid, key = str(metadata.get("uid") or ""), (str(metadata.get("namespace") or ""), str(metadata.get("name")))
-        old = self.by_name.pop(key, None)
-        if old is not None:
-            self.by_uid.pop(old.uid, None)
-            self.batch.pop(old.uid, None)
-            self.burst.pop(old.uid, None)
-        self.scrape_targets.pop(key, None)
-        if type_ == "DELETED" or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
-            return
-        resources = pod_resources(pod) if self.keep_batch else None
-        if resources is not None and resources.uid:
-            self.batch[resources.uid] = resources
-        bursting = burst_pod(pod) if self.keep_burst else None
-        if bursting is not None and bursting.resources.uid:
-            self.burst[bursting.resources.uid] = bursting
-        target = scrape_target(pod)
-        if target is not None:  # scraped whether or not the pod can be classified
-            self.scrape_targets[key] = target
-        try:
-            info = classify(pod)
-        except Exception as error:  # a pod the conventions cannot place is left out of reports, not fatal
-            log.warning("cannot classify pod", extra={"pod": f"{key[0]}/{key[1]}", "error": str(error)})
-            return
-        self.by_name[key] = info
-        if uid:
-            self.by_uid[uid] = info
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or self.lease_duration * RENEW_FRACTION
 
 
 class NodeAgent:
@@ -148,7 +94,7 @@ class NodeAgent:
                  watch_pods: bool = True, follow_nodeslo: bool = True,
                  report_slots: asyncio.Semaphore | None = None, lease_slots: asyncio.Semaphore | None = None,
                  heartbeat_kube: KubeApi | None = None,
-                 sample_source: Callable[[PodDirectory], SampleSource] | None = None,
+                 sample_source: Callable[[NodePods], SampleSource] | None = None,
                  enforcement: NodeEnforcement | None = None, wall: Callable[[], float] = time.time) -> None:
         self.node = node
         self.kube = kube
@@ -158,7 +104,7 @@ class NodeAgent:
         self.watch_pods = watch_pods
         self.follow_nodeslo = follow_nodeslo
         self.enforcement = enforcement or NodeEnforcement(node)
-        self.pods = PodDirectory(keep_batch=self.enforcement.batch_cgroups is not None,
+        self.pods = NodePods(keep_batch=self.enforcement.batch_cgroups is not None,
                                  keep_burst=self.enforcement.burster is not None)
         self.policy = CollectPolicy()
         self.aggregator = Aggregator(self.policy.aggregate_duration_seconds, self.policy.durations,

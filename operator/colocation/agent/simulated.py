@@ -54,10 +54,10 @@ from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.delivery import session_put
 from colocation.agent.kubeapi import SessionKube
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
+from colocation.agent.node_pods import NodePods
 from colocation.agent.runtime import (
     NodeAgent,
     NodeAgentOptions,
-    PodDirectory,
     StartupError,
     install_signal_handlers,
     run_until,
@@ -143,10 +143,10 @@ def _constant(token: str) -> Callable[[], str]:
     return lambda: token
 
 
-def synthetic_source(collector: SyntheticCollector) -> Callable[[PodDirectory], SampleSource]:
+def synthetic_source(collector: SyntheticCollector) -> Callable[[NodePods], SampleSource]:
     """The custom metrics of the simulated pods the node's watch shows with the scrape annotation."""
 
-    def source(pods: PodDirectory) -> SampleSource:
+    def source(pods: NodePods) -> SampleSource:
         async def take() -> list[MetricSample]:
             return collector.custom_samples(pods=pods.scrape_targets)
 

@@ -18,7 +18,7 @@ import pytest
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.delivery import Delivery
 from colocation.agent.leader_locator import Leader, LeaderLocator
-from colocation.agent.runtime import PodDirectory
+from colocation.agent.node_pods import NodePods
 from colocation.agent.samples import (
     CustomMetrics,
     MetricSample,
@@ -245,7 +245,7 @@ def test_simulated_pods_carry_the_scrape_annotations_and_expose_moving_series() 
 
 async def test_a_simulated_node_sends_the_series_of_the_annotated_pods_its_watch_shows(setup: Setup) -> None:
     collector = SyntheticCollector("node-a", pods_per_node=6, seed=2)
-    pods = PodDirectory()
+    pods = NodePods()
     listed = collector.pods()
     listed[0]["metadata"]["annotations"] = {}  # someone removed the annotation from this one
     await pods.on_sync(listed[:5])  # and the sixth pod is not on the node (its name was taken elsewhere)

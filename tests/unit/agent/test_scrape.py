@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from colocation.agent.agent_metrics import AgentMetrics
-from colocation.agent.runtime import PodDirectory
+from colocation.agent.node_pods import NodePods
 from colocation.agent.samples import SeriesKey
 from colocation.agent.scrape import (
     PodScraper,
@@ -121,7 +121,7 @@ def test_wrong_annotations_name_the_problem(annotations: dict[str, str], problem
 
 
 async def test_the_pod_directory_follows_annotated_running_pods() -> None:
-    pods = PodDirectory()
+    pods = NodePods()
     annotated = {"colocation.dev/scrape": "true", "colocation.dev/port": "9102"}
     await pods.on_sync([pod(annotated), pod(None, name="plain")])
     assert list(pods.scrape_targets) == [POD]
