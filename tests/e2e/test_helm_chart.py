@@ -110,6 +110,8 @@ def uninstall_kubectl_install(kubectl: Kubectl) -> None:
                 timeout=150 * TIME_FACTOR)
 
 
+# Install, upgrade and an uninstall that waits for the cleanup Job: minutes on a loaded machine.
+@pytest.mark.timeout(int(600 * TIME_FACTOR))
 def test_helm_install_upgrade_and_uninstall(helm_path: str, cluster: Path, kubectl: Kubectl) -> None:
     kubectl = Kubectl(kubectl.binary, cluster, kubectl.cache_dir)
     helm = Helm(helm_path, kubectl)
