@@ -6,17 +6,17 @@ The test removes the kubectl install the sandbox made (CRDs too), so that the ch
 a cluster without the project, as a user's helm install would; then the chart's own Deployment
 pods must serve the NodeMetric API for its APIService to become Available.
 
-The post-delete hook's Job cannot complete here: the sandbox's kubelet restarts every container
-that exits (it knows no restartPolicy Never), so `helm uninstall` would wait for it until its
-timeout. The test uninstalls with --no-hooks and then does what the hook does: it creates the
-hook's ServiceAccount and RBAC from the chart and runs the Job's command with that account's token.
+`helm uninstall` runs the chart's post-delete hook for real: the Job's pod runs `colocation cleanup`
+on this machine's node, which marks it Succeeded when the command exits 0 (restartPolicy Never), and
+the Job controller completes the Job. The test first has the chart's operator offer batch and mid
+resources on a Node of its own (it reports a NodeMetric for it as the Node's agent would), so that
+the hook has something to remove.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +36,9 @@ APISERVICE = "v1alpha1.metrics.colocation.dev"
 RESOURCE_METRICS_APISERVICE = "v1beta1.metrics.k8s.io"
 CRDS = ("nodeslos.slo.colocation.dev", "noderesources.slo.colocation.dev")
 RELEASE_NAMESPACE = "default"
+NS = "colocation-system"
+OFFERED_KEYS = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory", "kubernetes.io/mid-cpu",
+                "kubernetes.io/mid-memory")
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +110,8 @@ def uninstall_kubectl_install(kubectl: Kubectl) -> None:
                 timeout=150 * TIME_FACTOR)
 
 
+# Install, upgrade and an uninstall that waits for the cleanup Job: minutes on a loaded machine.
+@pytest.mark.timeout(int(600 * TIME_FACTOR))
 def test_helm_install_upgrade_and_uninstall(helm_path: str, cluster: Path, kubectl: Kubectl) -> None:
     kubectl = Kubectl(kubectl.binary, cluster, kubectl.cache_dir)
     helm = Helm(helm_path, kubectl)
@@ -146,46 +151,92 @@ def test_helm_install_upgrade_and_uninstall(helm_path: str, cluster: Path, kubec
     assert orjson.loads(read.stdout)["kind"] == "NodeMetricsList"
     assert orjson.loads(helm.run("status", RELEASE, "-o", "json"))["version"] == 2
 
-    helm.run("uninstall", RELEASE, "--no-hooks", "--wait", "--timeout=300s", timeout=330)
-    deadline = time.monotonic() + 120 * TIME_FACTOR
-    while left := existing(kubectl, objects):  # namespaces may still be terminating
-        assert time.monotonic() < deadline, f"left behind by helm uninstall: {left}"
-    # Helm never deletes what crds/ installed: NodeSLOs and NodeResources outlive the release.
-    assert kubectl.run("get", *(f"crd/{name}" for name in CRDS), "-o", "name").stdout.split() == [
-        f"customresourcedefinition.apiextensions.k8s.io/{name}" for name in CRDS]
-    run_the_cleanup_hook(kubectl, [o for o in rendered if is_hook(o)])
-
-
-def run_the_cleanup_hook(kubectl: Kubectl, hook: list[dict[str, Any]]) -> None:
-    """The post-delete hook by hand: its RBAC from the chart, its Job's command as its ServiceAccount.
-
-    On a Node of the test's own (no kubelet rewrites its status), so the resources are there until
-    the command removes them.
-    """
-    (job,) = [o for o in hook if o["kind"] == "Job"]
-    rbac = [o for o in hook if o["kind"] != "Job"]
-    assert sorted(o["kind"] for o in rbac) == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"]
-    pod = job["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    batch = {"kubernetes.io/batch-cpu": "3500", "kubernetes.io/batch-memory": "1073741824",
-             "kubernetes.io/mid-cpu": "0", "kubernetes.io/mid-memory": "0"}
-    node = "cleanup-hook-node"
-    kubectl.run("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
-    kubectl.run("create", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node",
-                                                            "metadata": {"name": node}}))
+    node = offer_batch_resources_on_a_node_of_the_tests(kubectl)
     try:
-        kubectl.run("patch", "node", node, "--subresource=status", "--type=merge", "-p", orjson.dumps(
-            {"status": {"capacity": {"cpu": "4", **batch}, "allocatable": {"cpu": "4", **batch}}}).decode())
-        token = kubectl.run("create", "token", pod["serviceAccountName"], "-n", RELEASE_NAMESPACE).stdout.strip()
-        hook_kubeconfig = token_kubeconfig(kubectl.kubeconfig, token, kubectl.cache_dir / "hook.kubeconfig")
-        assert container["command"] == ["colocation"]
-        result = subprocess.run([sys.executable, "-m", "colocation", *container["args"], "--kubeconfig",
-                                 str(hook_kubeconfig)], capture_output=True, text=True,
-                                timeout=300 * TIME_FACTOR, check=False)
-        assert result.returncode == 0, result.stderr
-        status = orjson.loads(kubectl.run("get", "node", node, "-o", "json").stdout)["status"]
-        assert [key for field in ("capacity", "allocatable") for key in status[field] if key in batch] == []
-        assert status["capacity"]["cpu"] == "4"
+        # The post-delete hook runs within uninstall, bounded by its --timeout: helm fails if the
+        # Job fails or does not complete in time.
+        helm.run("uninstall", RELEASE, "--wait", f"--timeout={int(300 * TIME_FACTOR)}s", timeout=330)
+        deadline = time.monotonic() + 120 * TIME_FACTOR
+        while left := existing(kubectl, objects):  # namespaces may still be terminating
+            assert time.monotonic() < deadline, f"left behind by helm uninstall: {left}"
+        # Helm never deletes what crds/ installed: NodeSLOs and NodeResources outlive the release.
+        assert kubectl.run("get", *(f"crd/{name}" for name in CRDS), "-o", "name").stdout.split() == [
+            f"customresourcedefinition.apiextensions.k8s.io/{name}" for name in CRDS]
+        assert_the_cleanup_hook_ran(kubectl, [o for o in rendered if is_hook(o)])
+        assert nodes_offering(kubectl) == {}
+        assert colocation_leases(kubectl) == []
     finally:
         kubectl.run("delete", "node", node, "--ignore-not-found")
-        kubectl.run("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(rbac))
+
+
+def nodes_offering(kubectl: Kubectl) -> dict[str, list[str]]:
+    """Each Node that has batch or mid keys (in capacity or allocatable), with them."""
+    nodes = orjson.loads(kubectl.run("get", "nodes", "-o", "json").stdout)["items"]
+    offering = {node["metadata"]["name"]: sorted({key for field in ("capacity", "allocatable")
+                                                  for key in (node.get("status") or {}).get(field) or {}
+                                                  if key in OFFERED_KEYS}) for node in nodes}
+    return {name: keys for name, keys in offering.items() if keys}
+
+
+def colocation_leases(kubectl: Kubectl) -> list[str]:
+    leases = orjson.loads(kubectl.run("get", "leases", "--all-namespaces", "-o", "json").stdout)["items"]
+    return [f"{lease['metadata']['namespace']}/{lease['metadata']['name']}" for lease in leases
+            if lease["metadata"]["namespace"] == "colocation-node-lease"
+            or lease["metadata"]["name"] == "colocation-operator"]
+
+
+def offer_batch_resources_on_a_node_of_the_tests(kubectl: Kubectl) -> str:
+    """A Node of the test's own that the chart's operator offers batch and mid resources on: the
+    test reports its NodeMetric as its agent would, with a token bound to a pod on it.
+
+    No kubelet runs the Node, and it takes no pod (allocatable pods 0): the scheduler places neither
+    the agent DaemonSet's pod nor the hook's there. The test's agent pod, bound to it directly, is
+    deleted at once when done (no kubelet would confirm its deletion), so no namespace waits for it.
+    """
+    node = "cleanup-hook-node"
+    kubectl.run("create", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node",
+                                                            "metadata": {"name": node}}))
+    resources = {"cpu": "4", "memory": "8Gi", "pods": "0"}
+    kubectl.run("patch", "node", node, "--subresource=status", "--type=merge", "-p", orjson.dumps(
+        {"status": {"capacity": resources, "allocatable": resources}}).decode())
+    pod = yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"agent-{node}", "namespace": NS},
+                          "spec": {"nodeName": node, "serviceAccountName": "colocation-agent",
+                                   "containers": [{"name": "agent", "image": "colocation:test"}]}})
+    uid = kubectl.run("create", "-f", "-", "-o", "jsonpath={.metadata.uid}", input=pod).stdout.strip()
+    token = kubectl.run("create", "token", "colocation-agent", "-n", NS, "--bound-object-kind", "Pod",
+                        "--bound-object-name", f"agent-{node}", "--bound-object-uid", uid).stdout.strip()
+    agent = Kubectl(kubectl.binary, token_kubeconfig(kubectl.kubeconfig, token, kubectl.cache_dir / "agent.kubeconfig"),
+                    kubectl.cache_dir)
+    try:
+        deadline = time.monotonic() + 120 * TIME_FACTOR
+        while (offered := nodes_offering(kubectl).get(node)) != sorted(OFFERED_KEYS):
+            assert time.monotonic() < deadline, f"no batch and mid resources on {node}: {offered}"
+            # Again each time: a standby replica answers 503 until the leader serves it.
+            agent.run("replace", "--raw", f"/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{node}/status",
+                      "-f", "-", input=orjson.dumps(node_metric(node)).decode(), check=False)
+            kubectl.run("wait", "--for=jsonpath={.status.allocatable.kubernetes\\.io/batch-cpu}", f"node/{node}",
+                        "--timeout=5s", check=False, timeout=10)
+    finally:
+        kubectl.run("delete", "pod", f"agent-{node}", "-n", NS, "--grace-period=0", "--force", "--ignore-not-found")
+    return node
+
+
+def node_metric(node: str) -> dict[str, Any]:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    usage = {"resources": {"cpu": "500m", "memory": "1Gi"}}
+    return {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric", "metadata": {"name": node},
+            "status": {"updateTime": now, "nodeMetric": {"nodeUsage": usage, "aggregatedNodeUsages": [
+                {"duration": "5m0s", "usage": {"avg": usage, "p50": usage, "p90": usage, "p95": usage,
+                                                "p99": usage}}]}}}
+
+
+def assert_the_cleanup_hook_ran(kubectl: Kubectl, hook: list[dict[str, Any]]) -> None:
+    """The hook's Job completed (the Job controller's event says so) and, as its hook-succeeded
+    deletion policy asks, helm then deleted it with its ServiceAccount and RBAC."""
+    (job,) = [o for o in hook if o["kind"] == "Job"]
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    events = orjson.loads(kubectl.run("get", "events", "-n", RELEASE_NAMESPACE, "--field-selector",
+                                      f"involvedObject.kind=Job,involvedObject.name={job['metadata']['name']}",
+                                      "-o", "json").stdout)["items"]
+    assert "Completed" in {event["reason"] for event in events}, [(e["reason"], e["message"]) for e in events]
+    assert existing(kubectl, hook) == []

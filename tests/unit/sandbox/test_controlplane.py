@@ -16,8 +16,12 @@ from cryptography.x509.oid import NameOID
 from colocation.sandbox.launcher.controlplane import kwokstages, pki
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from colocation.sandbox.launcher.controlplane.components import audit_flags
+from colocation.sandbox.launcher.controlplane.container_spec import (
+    container_command,
+    container_environment,
+    expand_variables,
+)
 from colocation.sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig, _project_objects
-from colocation.sandbox.launcher.controlplane.kubelet import _expand, container_command, container_environment
 from colocation.sandbox.launcher.controlplane.podnetwork import SUPERNET, free_subnet, owner_pid
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,9 +36,9 @@ def agent_pod_spec() -> dict[str, Any]:
 
 def test_variables_expand_as_the_kubelet_does() -> None:
     env = {"NODE_NAME": "node-1"}
-    assert _expand("--node-name=$(NODE_NAME)", env) == "--node-name=node-1"
-    assert _expand("$$(NODE_NAME)", env) == "$(NODE_NAME)"  # escaped: left literal
-    assert _expand("$(UNSET)", env) == "$(UNSET)"  # unknown: left as written
+    assert expand_variables("--node-name=$(NODE_NAME)", env) == "--node-name=node-1"
+    assert expand_variables("$$(NODE_NAME)", env) == "$(NODE_NAME)"  # escaped: left literal
+    assert expand_variables("$(UNSET)", env) == "$(UNSET)"  # unknown: left as written
 
 
 def test_the_agent_container_runs_with_its_own_args_and_host_paths() -> None:

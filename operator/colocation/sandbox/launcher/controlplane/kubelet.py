@@ -11,9 +11,11 @@ renews its Lease in kube-node-lease, and for every pod the scheduler or a Daemon
 - runs the container's own command and args from the pod spec (image `colocation:*` only; any other
   pod gets an address and runs nothing), with `$(VAR)` and the downward-API env resolved and every
   hostPath mount read from its host path;
-- mirrors the readiness probe into the pod's Ready condition, restarts a container that exits or
-  fails its liveness probe (with CrashLoopBackOff), and on deletion stops it within the grace
-  period, then removes the pod, as the kubelet does.
+- mirrors the readiness probe into the pod's Ready condition, restarts a container that exits as
+  its pod's restartPolicy says (with CrashLoopBackOff) or that fails its liveness probe, marks the
+  pod Succeeded or Failed once it will not start again (`pod_status`; a Job's pod, which then stays
+  until deleted), and on deletion stops it within the grace period, then removes the pod, as the
+  kubelet does.
 
 It authenticates as `system:node:NAME`, so the Node authorizer and NodeRestriction apply to it.
 """
@@ -26,7 +28,6 @@ import logging
 import re
 import signal
 import ssl
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,18 @@ from colocation.sandbox.launcher.child_processes import (
     write_state,
 )
 from colocation.sandbox.launcher.controlplane import pki
+from colocation.sandbox.launcher.controlplane.container_spec import (
+    container_command,
+    container_environment,
+    container_port,
+)
+from colocation.sandbox.launcher.controlplane.pod_status import (
+    ContainerReport,
+    container_exit_code,
+    pod_status,
+    restarts_after_exit,
+    terminated_state,
+)
 from colocation.sandbox.launcher.controlplane.podnetwork import PodNetwork
 from colocation.sandbox.launcher.controlplane.restclient import RestClient
 from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
@@ -79,6 +92,7 @@ class RunningPod:
     restarts: int = 0
     started_at: str = ""
     last_exit: Obj | None = None
+    finished: Obj | None = None  # the terminated state of a container its restartPolicy does not restart
     kubeconfig: Path | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stopping: bool = False
@@ -236,8 +250,6 @@ class NodeKubelet:
             running.tasks.append(asyncio.create_task(self._supervise(running, pod)))
             if running.container.get("readinessProbe") or running.container.get("livenessProbe"):
                 running.tasks.append(asyncio.create_task(self._probe_loop(running, pod)))
-            else:
-                running.ready = True
         else:
             running.ready = True
             running.started_at = _now()
@@ -281,18 +293,24 @@ class NodeKubelet:
         running.process = await start_logged(command, running.log_path, env, preexec_fn=die_with_parent)
         running.crash_loop.started()
         running.started_at = _now()
+        # Without a readiness probe a running container is ready (after every restart too).
+        running.ready = not running.container.get("readinessProbe")
         log.info("container started", extra={"pod": running.key, "pid": running.process.pid,
                                               "address": running.address})
 
     async def _supervise(self, running: RunningPod, pod: Obj) -> None:
+        policy = str(running.spec.get("restartPolicy") or "Always")
         while True:
             assert running.process is not None
-            code = await running.process.wait()
+            code = container_exit_code(await running.process.wait())
             if running.stopping:
                 return
             running.ready = False
-            running.last_exit = {"terminated": {"exitCode": code, "reason": "Error" if code else "Completed",
-                                                "startedAt": running.started_at, "finishedAt": _now()}}
+            exited = terminated_state(code, running.started_at, _now())
+            if not restarts_after_exit(policy, code):
+                await self._finish(running, pod, exited)
+                return
+            running.last_exit = exited
             delay = running.crash_loop.exited()
             log.warning("container exited; restarting", extra={"pod": running.key, "code": code,
                                                                "restart_in": round(delay, 1)})
@@ -302,6 +320,19 @@ class NodeKubelet:
             await self._start_container(running, pod)
             await self._write_status(running, pod)
             self._write_state()
+
+    async def _finish(self, running: RunningPod, pod: Obj, exited: Obj) -> None:
+        """The container is done for good: no more probes, the pod's network goes (the kubelet stops
+        its sandbox) and the pod turns Succeeded or Failed, to stay so until it is deleted."""
+        running.finished = exited
+        for task in running.tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        self.network.remove_pod(running.key)
+        log.info("container finished", extra={"pod": running.key, "code": exited["terminated"]["exitCode"],
+                                              "restart_policy": running.spec.get("restartPolicy", "Always")})
+        await self._write_status(running, pod)
+        self._write_state()
 
     async def _probe_loop(self, running: RunningPod, pod: Obj) -> None:
         container = running.container
@@ -363,22 +394,12 @@ class NodeKubelet:
     async def _write_status(self, running: RunningPod, pod: Obj) -> None:
         now = _now()
         alive = not running.runs_process or (running.process is not None and running.process.returncode is None)
-        ready = "True" if running.ready and alive else "False"
         container = running.container
-        state: Obj = {"running": {"startedAt": running.started_at}} if alive else \
-            {"waiting": {"reason": "CrashLoopBackOff"}}
-        container_status = {"name": container["name"], "image": container.get("image", ""), "imageID": "",
-                            "ready": ready == "True", "started": alive, "restartCount": running.restarts,
-                            "state": state}
-        if running.last_exit:
-            container_status["lastState"] = running.last_exit
-        status = {
-            "phase": "Running", "hostIP": self.network.gateway, "hostIPs": [{"ip": self.network.gateway}],
-            "podIP": running.address, "podIPs": [{"ip": running.address}], "startTime": running.started_at or now,
-            "conditions": [{"type": t, "status": s, "lastTransitionTime": now} for t, s in (
-                ("PodScheduled", "True"), ("Initialized", "True"), ("ContainersReady", ready), ("Ready", ready))],
-            "containerStatuses": [container_status],
-        }
+        report = ContainerReport(name=container["name"], image=container.get("image", ""), alive=alive,
+                                 ready=running.ready, restarts=running.restarts, started_at=running.started_at,
+                                 last_exit=running.last_exit, finished=running.finished)
+        status = pod_status(report, host_ip=self.network.gateway, pod_ip=running.address,
+                            start_time=running.started_at or now, now=now)
         namespace, name = running.key.split("/", 1)
         code, answer = await self.client.request(
             "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": status},
@@ -425,11 +446,11 @@ class NodeKubelet:
         # benchmarks find replicas and agents the same way on both.
         by_role: dict[str, list[Obj]] = {"operator": [], "agent": []}
         for p in pods:
-            if p.role in by_role and p.process is not None:
+            if p.role in by_role and p.process is not None and p.finished is None:
                 by_role[p.role].append({
                     "identity": p.key.split("/", 1)[1], "nodes": [self.name], "simulated": False,
-                    "host": p.address, "port": _container_port(p.container, "https", 8443),
-                    "metricsPort": _container_port(p.container, "metrics", 9464), "pid": p.process.pid,
+                    "host": p.address, "port": container_port(p.container, "https", 8443),
+                    "metricsPort": container_port(p.container, "metrics", 9464), "pid": p.process.pid,
                     "restarts": p.restarts, "log": str(p.log_path), "kubeconfig": str(p.kubeconfig)})
         write_state(self.state_dir / "operators.json", by_role["operator"])
         self.agent_processes = by_role["agent"]  # the launcher writes agents.json with the simulated ones
@@ -443,42 +464,3 @@ class NodeKubelet:
         if self._probe_session is not None:
             await self._probe_session.close()
         await self.client.close()
-
-
-def container_environment(container: Obj, fields: dict[str, str]) -> dict[str, str]:
-    """The container's env: literal values (with `$(VAR)` of earlier entries expanded) and the
-    downward API's fieldRefs, from `fields` (fieldPath -> value)."""
-    env: dict[str, str] = {}
-    for item in container.get("env") or ():
-        if "value" in item:
-            env[item["name"]] = _expand(str(item["value"]), env)
-        elif path := ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"):
-            env[item["name"]] = fields.get(path, "")
-    return env
-
-
-def container_command(pod_spec: Obj, container: Obj, env: dict[str, str]) -> tuple[list[str], list[str]]:
-    """(program, args) for a `colocation` container, run here by this Python: `$(VAR)` expanded in
-    args, and every path under a hostPath volume's mountPath read from the host path instead (what
-    the container sees there is the host's)."""
-    mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts") or ()}
-    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod_spec.get("volumes") or () if "hostPath" in v}
-    rewrites = [(mounts[name], path) for name, path in host_paths.items() if name in mounts]
-    args = []
-    for arg in container.get("args") or ():
-        value = _expand(str(arg), env)
-        for mount_path, host_path in rewrites:
-            if value == mount_path or value.startswith(mount_path + "/"):
-                value = host_path + value[len(mount_path):]
-        args.append(value)
-    return [sys.executable, "-m", "colocation", *(container.get("command") or [])[1:]], args
-
-
-def _container_port(container: Obj, name: str, default: int) -> int:
-    return next((int(p["containerPort"]) for p in container.get("ports") or () if p.get("name") == name), default)
-
-
-def _expand(value: str, env: dict[str, str]) -> str:
-    """`$(VAR)` as the kubelet expands it in args and env values; `$$(VAR)` stays literal."""
-    return re.sub(r"\$\$\(|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                  lambda m: "$(" if m.group(0) == "$$(" else env.get(m.group(1), m.group(0)), value)
