@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import random
 import selectors
 import signal
 import ssl
@@ -444,9 +445,15 @@ async def get_from_replica(replica: dict[str, Any], path: str, token: str) -> tu
 
 
 async def put_as_client_go(client: Kube, path: str, body: Any) -> tuple[int, Any, int]:
-    """A PUT retried as client-go retries it: on 503 with Retry-After, up to 10 times."""
+    """A PUT retried as client-go retries it: on 503 with Retry-After, up to 10 times. A 503 that is
+    not a Status is kube-apiserver's own "service unavailable" (the aggregator found the APIService
+    unavailable for a moment, as a loaded machine makes it): retried after a jittered backoff, as
+    the agents retry a failed report."""
     for attempt in range(1, 11):
         status, answer = await client.request("PUT", path, body)
+        if status == 503 and not isinstance(answer, dict):
+            await asyncio.sleep(random.uniform(0.5, 1.0))  # the client's own backoff
+            continue
         retry_after = ((answer or {}).get("details") or {}).get("retryAfterSeconds") if status == 503 else None
         if retry_after is None:
             return status, answer, attempt
