@@ -12,12 +12,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import cp_suite, leader_scale, leader_scale_report, machine, operator_ingest, report, sandbox_capacity
+from benchmarks import (
+    agent_cost,
+    agent_cost_report,
+    cp_suite,
+    leader_scale,
+    leader_scale_report,
+    machine,
+    operator_ingest,
+    report,
+    sandbox_capacity,
+)
 from benchmarks.client import say
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ("capacity", operator_ingest.SUITE, cp_suite.FAILOVER, cp_suite.CONTROL_PLANE, cp_suite.CONTROL_PLANE_KUBE,
-          leader_scale.SUITE)
+          leader_scale.SUITE, agent_cost.SUITE)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,6 +56,7 @@ def parser() -> argparse.ArgumentParser:
     cp_suite.add_arguments(p)
     operator_ingest.add_arguments(p, prefix="ingest-")
     leader_scale.add_arguments(p)
+    agent_cost.add_arguments(p)
     return p
 
 
@@ -77,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         if leader_scale.SUITE in suites:
             leader_scale_report.run_suite(leader_scale.config_from(args, (args.state_dir or Path(scratch)) / "scale"),
                                           args.output, command)
+        if agent_cost.SUITE in suites:
+            agent_cost_report.run_suite(agent_cost.config_from(args, (args.state_dir or Path(scratch)) / "cost"),
+                                        args.output, command)
     return 0
 
 
