@@ -49,8 +49,9 @@ from colocation.sandbox.launcher.child_processes import free_port
 SUITE = "agent-cost"
 NAMESPACE = "colocation-system"
 NODE = "agent-cost-node"
-# What `colocation agent` imports before it serves: the command line, the runtime and its API client.
-AGENT_IMPORTS = ("colocation.cli", "colocation.agent.runtime", "colocation.kube.client")
+# What `colocation agent` imports before it connects: the command line and the runtime (kubernetes-asyncio
+# only comes in for a kubeconfig the agent does not read itself: colocation.agent.api_connection).
+AGENT_IMPORTS = ("colocation.cli", "colocation.agent.runtime")
 COUNTERS = ("colocation_agent_samples_total", "colocation_agent_reports_sent_total",
             "colocation_agent_scrapes_total", "colocation_agent_custom_metric_samples_sent_total",
             "colocation_agent_eviction_rounds_total", "colocation_agent_evictions_total",

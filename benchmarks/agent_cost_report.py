@@ -110,8 +110,8 @@ def render(report: CostReport, where: Machine, command: str) -> str:
              f"limits every batch pod and sends custom metrics, {c.warmup:g} s of warm-up, then {len(windows)} "
              f"windows of {c.window:g} s: CPU is utime + stime from /proc/PID/stat over a window, as a share of "
              "one core; RSS is VmRSS and VmHWM from /proc/PID/status at each window's end. The import figure is "
-             f"VmRSS of {len(report.import_rss)} fresh interpreters right after importing `colocation.cli`, "
-             "`colocation.agent.runtime` and `colocation.kube.client` (what the agent loads before it serves; "
+             f"VmRSS of {len(report.import_rss)} fresh interpreters right after importing `colocation.cli` and "
+             "`colocation.agent.runtime` (what the agent loads before it connects; "
              f"{report.import_modules:,} modules).", "", "### Verdicts", ""]
     lines += [f"- {target}: {figure}: **{verdict}**" for target, figure, verdict in verdicts(report)]
     if windows:

@@ -29,7 +29,7 @@ from colocation.agent.kubeapi import KubeApi
 from colocation.apimachinery.trust import trusting
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
-from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElectionRecord
+from colocation.kube.lease_record import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElectionRecord
 
 log = logging.getLogger(__name__)
 
