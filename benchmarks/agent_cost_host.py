@@ -8,7 +8,7 @@ memory.max, cpuset.cpus). `advance()` moves the counters as if each pod used its
 time; it never rewrites a file the agent writes.
 
 The load is chosen so that every strategy works every round without acting on the pods: node
-usage about half of its cpus and 40 % of its memory (no memory eviction), best-effort pods using
+usage a quarter of its cpus and 40 % of its memory (no memory eviction), best-effort pods using
 well under the cpus CPU suppress leaves them (no cpu eviction), so the steady state lasts.
 """
 
@@ -25,9 +25,10 @@ MI = 2**20
 CPUS = 8
 MEMORY = 32 * GI
 SYSTEM_MILLIS = 300  # what the node uses outside pods
-# Each pod's cpu: CPU suppress then leaves BE pods about 2.5 cpus (3 in the cpuset), far from a whole
-# cpu's edge, so the few % of noise in the measured rates never flips the cpuset it writes.
-LS_MILLIS, BE_MILLIS = 54, 20
+# Each pod's cpu. CPU suppress then leaves BE pods 65 % of 8 cpus less the rest (740m): about 4.46 cpus,
+# 5 in the cpuset, even when a rate the agent measures is off by half (the fake counters move in
+# steps, and this machine may delay the steps): a flip would rewrite 131 cpusets on noise alone.
+LS_MILLIS, BE_MILLIS = 10, 20
 LS_MEMORY, BE_MEMORY = 160 * MI, 48 * MI
 BATCH_CPU, BATCH_MEMORY = "50", "128Mi"  # each BE pod's request and limit (Koordinator: milli-cpus)
 SCRAPE_ANNOTATIONS = ("colocation.dev/scrape", "colocation.dev/port", "colocation.dev/path")

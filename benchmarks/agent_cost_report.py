@@ -112,7 +112,10 @@ def render(report: CostReport, where: Machine, command: str) -> str:
              "one core; RSS is VmRSS and VmHWM from /proc/PID/status at each window's end. The import figure is "
              f"VmRSS of {len(report.import_rss)} fresh interpreters right after importing `colocation.cli` and "
              "`colocation.agent.runtime` (what the agent loads before it connects; "
-             f"{report.import_modules:,} modules).", "", "### Verdicts", ""]
+             f"{report.import_modules:,} modules). The last window ends "
+             f"{c.warmup + len(windows) * c.window:,.0f} s after the agent first enforced; its per-pod "
+             "aggregation rings fill in 300 s (metricCollectPolicy's aggregateDurationSeconds default), "
+             "the node's in 30 min (1,800 points of a few numbers each).", "", "### Verdicts", ""]
     lines += [f"- {target}: {figure}: **{verdict}**" for target, figure, verdict in verdicts(report)]
     if windows:
         lines += ["", "### Figures (min / median / p90 / max)", "",

@@ -37,8 +37,8 @@ def test_the_node_has_best_effort_latency_sensitive_and_scraped_pods() -> None:
 
 
 def test_the_agent_measures_the_fake_node_as_designed_and_suppress_stays_off_a_cpu_edge(tmp_path: Path) -> None:
-    """Node 300m + 65 x 20m + 44 x 54m = 3,976m; BE pods may use 65 % of 8 cpus less the rest: 2,524m, i.e. 3
-    cpus, with more than 10 % (the counters' step) of the node's usage to either whole-cpu edge."""
+    """Node 300m + 65 x 20m + 44 x 10m = 2,040m; BE pods may use 65 % of 8 cpus less the rest (740m): 4,460m,
+    i.e. 5 cpus, and still 5 with the rest off by half either way (the fake counters move in steps)."""
     fake, clock = host(tmp_path), Clock()
     collector = RealCollector(fake.proc, fake.cgroup, clock=clock)
     collector.sample(1.0)
@@ -46,16 +46,19 @@ def test_the_agent_measures_the_fake_node_as_designed_and_suppress_stays_off_a_c
     fake.advance(2.0)
     sample = collector.sample(3.0)
     assert len(sample.pods) == 109 and sample.read_errors == 0
-    assert sample.node_cpu_millis == pytest.approx(3976, abs=10)
+    assert sample.node_cpu_millis == pytest.approx(2040, abs=10)
     be = sum(p.cpu_millis for p in sample.pods if "besteffort" in p.cgroup_path)
     assert be == 1300
-    usage = cpu_suppress.CpuUsage(capacity=CPUS * 1000, node=sample.node_cpu_millis,
-                                  all_pods=sum(p.cpu_millis for p in sample.pods),
-                                  non_be_pods=sum(p.cpu_millis for p in sample.pods) - be, host_applications=0)
-    budget = cpu_suppress.be_budget_millis(usage, cpu_suppress.SuppressPolicy(enabled=True, threshold_percent=65))
-    assert budget == pytest.approx(2524, abs=10)
-    assert min(budget - 2000, 3000 - budget) > 0.1 * sample.node_cpu_millis
-    assert be < 0.9 * budget  # under cpuEvictBEUsageThresholdPercent's default: no cpu eviction
+    policy = cpu_suppress.SuppressPolicy(enabled=True, threshold_percent=65)
+
+    def cpus_left(rest_factor: float) -> int:
+        rest = round((sample.node_cpu_millis - be) * rest_factor)
+        usage = cpu_suppress.CpuUsage(capacity=CPUS * 1000, node=rest + be, all_pods=be + 440, non_be_pods=440,
+                                      host_applications=0)
+        return math.ceil(cpu_suppress.be_budget_millis(usage, policy) / 1000)
+
+    assert [cpus_left(factor) for factor in (0.5, 1.0, 1.5)] == [5, 5, 5]
+    assert be < 0.9 * 4000  # under cpuEvictBEUsageThresholdPercent's default of the least cpus left: no eviction
 
 
 def test_only_the_agents_writes_count_as_written(tmp_path: Path) -> None:
