@@ -24,6 +24,7 @@ RSS_TARGET = 100 * 2**20  # bytes
 ROUNDS_KEPT = 0.9  # of the samples due: below that the agent was short of cpu and its figure is inconclusive
 MIN_WINDOWS = 5
 CPU, RSS = "CPU ≤ 2 % of a core", "RSS ≤ 100 MiB"
+NOT_DEFAULT = "Not in a bare `make bench` (it takes 6 min): run by name."
 
 
 def spread(values: Sequence[float]) -> tuple[float, float, float, float]:
@@ -97,7 +98,7 @@ def _rate_rows(report: CostReport) -> list[list[str]]:
 def render(report: CostReport, where: Machine, command: str) -> str:
     c, windows = report.config, report.windows
     lines = [f"## Agent cost: one `colocation agent`, {c.pods} pods, every NodeSLO strategy on", "",
-             *run_lines(command, where, report.seconds), "",
+             *run_lines(command, where, report.seconds, NOT_DEFAULT), "",
              "A real `colocation agent` process (its default intervals, enforcement not dry run) against "
              "`colocation sandbox` (builtin API server, one operator replica, custom metrics served). The node "
              f"has {c.pods} pods: the agent's own and {c.pods - 1} workload pods, 60 % best-effort with "
@@ -105,7 +106,7 @@ def render(report: CostReport, where: Machine, command: str) -> str:
              "custom metrics. colocation-config enables CPU suppress (cpuset policy), memory and CPU eviction, "
              "and cpuBurstStrategy `auto`; batch cgroups follow the pods' batch requests. /proc and the cgroup v2 "
              "tree (cgroupfs naming) are files under a temporary directory whose counters move in real time "
-             "(`benchmarks/agent_cost_host.py`): the node at about half its cpus and 40 % of its memory, so "
+             "(`benchmarks/agent_cost_host.py`): the node at a quarter of its cpus and 40 % of its memory, so "
              "every strategy runs every round and none evicts. After the agent first reports, suppresses, "
              f"limits every batch pod and sends custom metrics, {c.warmup:g} s of warm-up, then {len(windows)} "
              f"windows of {c.window:g} s: CPU is utime + stime from /proc/PID/stat over a window, as a share of "
