@@ -140,7 +140,7 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
     from colocation.agent.report import ReportOptions
     from colocation.agent.runtime import AgentConfig, NodeAgentOptions, StartupError, run_agent
     from colocation.agent.scrape import ScrapeOptions
-    from colocation.kube.client import KubeConfigError
+    from colocation.kube.config_error import KubeConfigError
 
     heartbeat = heartbeat_interval if heartbeat_interval is not None else lease_duration / 4
     if heartbeat >= lease_duration:

@@ -1,7 +1,8 @@
 """How an agent reaches kube-apiserver: one small interface, two ways to back it.
 
-The real agent goes through a kubernetes-asyncio ApiClient (in-cluster token refresh, client
-certificates, exec plugins: whatever the kubeconfig says). Simulated agents, many per process,
+The real agent connects straight over aiohttp with its pod's service account or a plain token
+kubeconfig, else through a kubernetes-asyncio ApiClient (client certificates, exec plugins: whatever
+the kubeconfig says); colocation.agent.api_connection chooses. Simulated agents, many per process,
 each have a token of their own but share aiohttp sessions, so a thousand of them cost a thousand
 tokens, not a thousand pools. Their informers (list, then a watch that holds its connection for
 minutes) may use a session of their own, `watch_session`: a watch parked in the pool that
@@ -52,7 +53,7 @@ def _encode(body: Any) -> bytes | None:
 
 
 class ApiClientKube:
-    """KubeApi over a kubernetes-asyncio ApiClient (the real agent)."""
+    """KubeApi over a kubernetes-asyncio ApiClient (the real agent, for a kubeconfig it does not read itself)."""
 
     def __init__(self, api: Any) -> None:
         self.api = api
@@ -91,7 +92,7 @@ class ApiClientKube:
 
 
 class SessionKube:
-    """KubeApi over a shared aiohttp session with a token of its own (simulated agents)."""
+    """KubeApi over an aiohttp session with a token of its own (simulated agents; the real one, directly)."""
 
     def __init__(self, session: aiohttp.ClientSession, server: str, ssl_context: ssl.SSLContext,
                  token: Callable[[], str], *, watch_session: aiohttp.ClientSession | None = None) -> None:

@@ -26,10 +26,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from colocation.agent.kubeapi import KubeApi
-from colocation.apimachinery import certificates
+from colocation.apimachinery.trust import trusting
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
-from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElectionRecord
+from colocation.kube.lease_record import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElectionRecord
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Leader:
 
     @functools.cached_property
     def ssl_context(self) -> ssl.SSLContext:
-        context = certificates.ssl_client_context(self.ca_pem)
+        context = trusting(self.ca_pem)
         # The certificate names the Service; agents dial the address the leader advertised.
         context.check_hostname = False
         context.verify_mode = ssl.CERT_REQUIRED

@@ -36,6 +36,7 @@ from aiohttp import web
 
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.aggregate import Aggregator, Usage
+from colocation.agent.api_connection import agent_api
 from colocation.agent.collector import Collector, RealCollector, Sample
 from colocation.agent.cpu_suppressor import EnforcementOptions
 from colocation.agent.delivery import Delivery, DirectPut, session_put
@@ -47,7 +48,7 @@ from colocation.agent.heartbeat import (
     NodeHeartbeat,
 )
 from colocation.agent.host_applications import follow_host_applications
-from colocation.agent.kubeapi import ApiClientKube, KubeApi
+from colocation.agent.kubeapi import KubeApi
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.node_pods import NodePods
 from colocation.agent.nodemetric import node_metric_from, prod_pods_of, prod_requests
@@ -375,15 +376,12 @@ def install_signal_handlers(stop: asyncio.Event) -> None:
 
 
 async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> int:
-    from colocation.kube.client import api_client
-
     stop = stop or asyncio.Event()
     install_signal_handlers(stop)
     metrics = AgentMetrics()
     scrape = config.node.scrape
-    async with await api_client(config.kubeconfig) as api, aiohttp.ClientSession() as session, \
+    async with agent_api(config.kubeconfig) as kube, aiohttp.ClientSession() as session, \
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=scrape.concurrency)) as scrape_session:
-        kube = ApiClientKube(api)
         locator = LeaderLocator(kube, config.operator_namespace, poll_interval=config.leader_poll_interval,
                                 timeout=config.node.report.request_timeout)
         locator.subscribe(lambda leader: metrics.leader_changes.inc())

@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from colocation.apimachinery.trust import trusting
+
 # Tolerate clocks of peers that run slightly behind ours.
 BACKDATE = dt.timedelta(minutes=5)
 
@@ -179,9 +181,7 @@ def pem_certificates(bundle: bytes) -> list[x509.Certificate]:
 
 def ssl_client_context(ca_pem: bytes, client: CertKey | None = None) -> ssl.SSLContext:
     """Trust only `ca_pem` (hostname checked against the SANs); present `client` when given."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_verify_locations(cadata=ca_pem.decode("ascii"))
+    context = trusting(ca_pem)
     if client is not None:
         _load_chain(context, client)
     return context

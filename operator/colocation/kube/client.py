@@ -23,11 +23,9 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
+from colocation.kube.config_error import KubeConfigError as KubeConfigError
+
 T = TypeVar("T")
-
-
-class KubeConfigError(Exception):
-    """No usable way to reach the Kubernetes API; the message is one line, fit for a CLI."""
 
 
 async def api_client(kubeconfig: Path | None = None) -> ApiClient:
