@@ -196,26 +196,38 @@ class CgroupWriter:
             text = _read(directory / "cpuset.cpus.effective")
         return None if text is None else parse_cpuset(text)
 
-    def pool(self) -> frozenset[int] | None:
+    def pool(self, directories: Sequence[Path] | None = None) -> frozenset[int] | None:
         """All the cpus best-effort pods may have: those of the tier's parent (kubepods), which
-        the kubelet set (its reserved cpus excluded)."""
-        dirs = self.besteffort_cpuset_dirs()
+        the kubelet set (its reserved cpus excluded). `directories`: the tier's, when just listed."""
+        dirs = self.besteffort_cpuset_dirs() if directories is None else directories
         return self.read_cpuset(dirs[0].parent) if dirs else None
 
-    def write_cpusets(self, directories: Sequence[Path], cpus: frozenset[int], *,
-                      grow_only: bool = False) -> list[WriteOutcome]:
-        """Write `cpus` to each directory that has another set, in the order given; with
-        `grow_only`, each gets its own cpus plus `cpus` (a first pass from parents down, so that
-        children can then shrink from the bottom up: a child's cpus must stay within its parent's)."""
+    def set_cpusets(self, directories: Sequence[Path], cpus: frozenset[int]) -> list[WriteOutcome]:
+        """Give each directory (parents first) exactly `cpus`, reading each file once: those that
+        lack some of them grow first, from the parents down, then the rest shrink from the children
+        up (a child's cpus must stay within its parent's)."""
+        found: dict[Path, tuple[frozenset[int] | None, bool]] = {}
+        for directory in directories:
+            text = _read(directory / "cpuset.cpus")
+            explicit = bool((text or "").strip())  # v2: an empty file inherits the parent's
+            if self.unified and text is not None and not explicit:
+                text = _read(directory / "cpuset.cpus.effective")
+            found[directory] = (None if text is None else parse_cpuset(text), explicit)
         outcomes = []
         for directory in directories:
-            current = self.read_cpuset(directory)
-            if grow_only and current is not None and cpus <= current:
+            current, _ = found[directory]
+            if current is not None and cpus <= current:
                 continue
-            target = (current or frozenset()) | cpus if grow_only else cpus
-            if current == target and (_read(directory / "cpuset.cpus") or "").strip():
-                continue  # (v2: an empty file inherits the parent's; write it out explicitly)
-            outcomes.append(self._write("cpuset", directory / "cpuset.cpus", format_cpuset(target)))
+            target = (current or frozenset()) | cpus
+            outcome = self._write("cpuset", directory / "cpuset.cpus", format_cpuset(target))
+            outcomes.append(outcome)
+            if outcome.result == "ok":
+                found[directory] = (target, True)
+        for directory in reversed(directories):
+            current, explicit = found[directory]
+            if current == cpus and explicit:
+                continue
+            outcomes.append(self._write("cpuset", directory / "cpuset.cpus", format_cpuset(cpus)))
         return outcomes
 
     # ---- the write ----------------------------------------------------------------------------------

@@ -223,7 +223,7 @@ class CpuSuppressor:
 
     def _apply_cpuset(self, budget: int) -> InForce | None:
         directories = self.writer.besteffort_cpuset_dirs()
-        pool = self.writer.pool()
+        pool = self.writer.pool(directories)
         old = self.writer.read_cpuset(directories[0]) if directories else None
         if not directories or not pool or old is None:
             self._failed("cpuset", "no best-effort cgroup with a cpuset under the cgroup root")
@@ -236,8 +236,7 @@ class CpuSuppressor:
         size = target_cpuset_size(budget, len(old), self.cpus(), len(processors))
         chosen = frozenset(choose_cpus(size, processors))
         # Every round, as koordlet: pods created since the last one start with the full cpuset.
-        outcomes = self.writer.write_cpusets(directories, chosen, grow_only=True)
-        outcomes += self.writer.write_cpusets(directories[::-1], chosen)
+        outcomes = self.writer.set_cpusets(directories, chosen)
         if not self._settled("cpuset", outcomes):
             return None
         self._cpuset_restored = False
@@ -250,7 +249,7 @@ class CpuSuppressor:
         self._dry_run_cpuset = None
         directories = self.writer.besteffort_cpuset_dirs()
         pool = self.writer.pool()
-        outcomes = self.writer.write_cpusets(directories, pool) if directories and pool else []
+        outcomes = self.writer.set_cpusets(directories, pool) if directories and pool else []
         self._cpuset_restored = self._settled("cpuset", outcomes)
 
     # ---- reporting --------------------------------------------------------------------------------
