@@ -8,7 +8,9 @@ token the agent uses, as a DaemonSet pod's) and 109 workload pods: 110 pods, the
 default maximum. 65 are best-effort (batch-cpu and batch-memory), 44 latency-sensitive, 20 of
 these annotated for scraping (a small /metrics served by this process). colocation-config
 enables, for every node, CPU suppress (cpuset policy, Koordinator's default), memory and CPU
-eviction, and cpuBurstStrategy auto; batch cgroups follow the pods' batch requests. The agent
+eviction, and cpuBurstStrategy auto (the LS pods have a 1-cpu limit, so each gets its cfs burst
+and may have its quota raised); batch cgroups follow the pods' batch requests; the agent runs with
+`--system-settings` (the kernel settings under the fake /proc/sys/vm). The agent
 runs with its default intervals, enforcement not dry run, on a fake /proc and cgroup v2 tree
 under a temporary directory (benchmarks/agent_cost_host.py), whose counters move in real time.
 
@@ -272,7 +274,8 @@ async def run(config: CostConfig) -> CostReport:
         ticker = asyncio.create_task(_tick(host))
         port = free_port()
         report.agent_args = ["--node-name", NODE, "--proc-root", str(host.proc), "--cgroup-root", str(host.cgroup),
-                             "--metrics-port", str(port), "--metrics-bind-address", "127.0.0.1", "--log-format", "json"]
+                             "--metrics-port", str(port), "--metrics-bind-address", "127.0.0.1", "--log-format", "json",
+                             "--system-settings"]
         kubeconfig = _agent_kubeconfig(Path(cluster.server.ready["kubeconfig"]), token, work / "agent.kubeconfig")
         async with _agent(["--kubeconfig", str(kubeconfig), *report.agent_args], work / "agent.log") as agent, \
                 aiohttp.ClientSession() as session:

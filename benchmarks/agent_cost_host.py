@@ -70,7 +70,7 @@ def pod_manifest(pod: NodePod, node: str, scrape_port: int) -> dict[str, Any]:
         container["resources"] = {"requests": amount, "limits": amount}
         labels = {"koordinator.sh/qosClass": "BE", "koordinator.sh/priority-class": "koord-batch"}
     else:
-        container["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"}}
+        container["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1"}}
         labels = {"koordinator.sh/qosClass": "LS", "koordinator.sh/priority-class": "koord-prod"}
     annotations = dict(zip(SCRAPE_ANNOTATIONS, ("true", str(scrape_port), "/metrics"), strict=True)) \
         if pod.scraped else {}
@@ -107,8 +107,14 @@ class FakeHost:
         for tier in ("kubepods", "kubepods/burstable", "kubepods/besteffort"):
             self._limits(self.cgroup / tier)
         for uid, path in self.paths.items():
-            self._limits(self.cgroup / path)
-            self._limits(self.cgroup / path / self.pods[uid].container_id)
+            # The kubelet's quota for an LS pod's 1-cpu limit, on the pod and its container.
+            quota = "100000 100000\n" if self.pods[uid].qos == "LS" else "max 100000\n"
+            self._limits(self.cgroup / path, quota)
+            self._limits(self.cgroup / path / self.pods[uid].container_id, quota)
+        vm = self.proc / "sys" / "vm"  # what system settings write
+        vm.mkdir(parents=True)
+        _write(vm / "min_free_kbytes", "67584\n")
+        _write(vm / "watermark_scale_factor", "10\n")
         self._memory()
         self.advance(0.0)
 
@@ -117,10 +123,12 @@ class FakeHost:
         return f"kubepods/{'besteffort' if pod.qos == 'BE' else 'burstable'}/pod{uid}"
 
     @staticmethod
-    def _limits(directory: Path) -> None:
-        """The files the kubelet leaves as it found them: no quota, default weight, no limit, all cpus."""
+    def _limits(directory: Path, cpu_max: str = "max 100000\n") -> None:
+        """The files the kubelet leaves as it found them: its quota (none by default), default
+        weight, no memory limit, all cpus."""
         directory.mkdir(parents=True, exist_ok=True)
-        for name, text in (("cpu.max", "max 100000\n"), ("cpu.weight", "100\n"), ("memory.max", "max\n"),
+        for name, text in (("cpu.max", cpu_max), ("cpu.max.burst", "0\n"), ("cpu.weight", "100\n"),
+                           ("memory.max", "max\n"),
                            ("cpuset.cpus", "\n"), ("cpuset.cpus.effective", f"0-{CPUS - 1}\n")):
             _write(directory / name, text)
 
@@ -151,13 +159,15 @@ class FakeHost:
 
     def written(self) -> dict[str, int]:
         """How many of the agent's files hold something other than the kubelet's value, per file name."""
-        defaults = {"cpu.max": "max 100000", "cpu.weight": "100", "memory.max": "max", "cpuset.cpus": ""}
+        defaults = {"cpu.max": "max 100000", "cpu.max.burst": "0", "cpu.weight": "100", "memory.max": "max",
+                    "cpuset.cpus": ""}
         counts = dict.fromkeys(defaults, 0)
-        directories = [self.cgroup / "kubepods" / tier for tier in ("burstable", "besteffort")]
+        directories = [(self.cgroup / "kubepods" / tier, "max 100000") for tier in ("burstable", "besteffort")]
         for uid, path in self.paths.items():
-            directories += [self.cgroup / path, self.cgroup / path / self.pods[uid].container_id]
-        for directory in directories:
-            for name, default in defaults.items():
+            quota = "100000 100000" if self.pods[uid].qos == "LS" else "max 100000"
+            directories += [(self.cgroup / path, quota), (self.cgroup / path / self.pods[uid].container_id, quota)]
+        for directory, quota in directories:
+            for name, default in {**defaults, "cpu.max": quota}.items():
                 if (directory / name).read_text().strip() != default:
                     counts[name] += 1
         return counts

@@ -64,7 +64,7 @@ def test_the_agent_measures_the_fake_node_as_designed_and_suppress_stays_off_a_c
 def test_only_the_agents_writes_count_as_written(tmp_path: Path) -> None:
     fake = host(tmp_path)
     fake.advance(5.0)  # the counters moving is not a write of the agent's
-    assert fake.written() == {"cpu.max": 0, "cpu.weight": 0, "memory.max": 0, "cpuset.cpus": 0}
+    assert fake.written() == {"cpu.max": 0, "cpu.max.burst": 0, "cpu.weight": 0, "memory.max": 0, "cpuset.cpus": 0}
     best_effort = fake.cgroup / "kubepods" / "besteffort"
     (best_effort / "cpuset.cpus").write_text("0-2\n")
     fake.advance(6.0)
