@@ -137,8 +137,8 @@ def _cpu(pid: int) -> float:
 
 async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
     leader, standby, _ = await _roles(cluster)
-    [agents] = cluster.agent_pids(simulated=True)
-    pids = (leader.pid, standby.pid, agents, cluster.server.pid)
+    agents = cluster.agent_pids(simulated=True)  # one process per 500 simulated nodes
+    pids = (leader.pid, standby.pid, cluster.server.pid, *agents)
     checks_before = await selfcheck.read_sandbox(cluster.state_dir)
     metrics_before = await _metrics(cluster, leader)
     cpu_before = [_cpu(pid) for pid in pids]
@@ -155,7 +155,7 @@ async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
         raise RuntimeError("the leader changed during the window")
     delta = {name: metrics_after[name] - metrics_before[name] for name in metrics_after}
     return Window(nodes=nodes, seconds=seconds, report_interval=config.report_interval, leader_cpu=cpu[0],
-                  standby_cpu=cpu[1], agents_cpu=cpu[2], sandbox_cpu=cpu[3],
+                  standby_cpu=cpu[1], agents_cpu=sum(cpu[3:]), sandbox_cpu=cpu[2],
                   leader_rss=processes.rss_bytes(leader.pid), standby_rss=processes.rss_bytes(standby.pid),
                   reports=delta[REPORTS], evaluations=delta[EVALUATIONS], evaluation_seconds=delta[EVALUATION_SECONDS],
                   batch_writes=delta[BATCH_WRITES], agent_problems=problems, agent_checks=checks)
