@@ -20,6 +20,10 @@ from benchmarks.stats import Latency
 TARGET_RATE = 3000.0  # reports/s on one core
 TARGET_SHARE = 0.40  # of the bare server's rate
 TARGET_BYTES_PER_NODE = 40 * 1024
+# A load client this busy against the bare server may be what limits it: the bare rate is then a
+# floor of its ceiling, and a share of it that meets the target proves nothing ("inconclusive").
+CLIENT_BOUND = 0.85
+INCONCLUSIVE = None  # a verdict of targets_met(): neither met nor missed
 METRICS_SERVER_BYTES_PER_NODE = 2 * 1024 * 1024  # metrics-server's sizing guidance
 
 
@@ -128,12 +132,15 @@ class SizeReport:
             return 0.0
         return self.ingest.rate / self.baseline.rate
 
-    def targets_met(self) -> dict[str, bool]:
-        met = {}
+    def targets_met(self) -> dict[str, bool | None]:
+        """Each target measured: met (True), missed (False) or INCONCLUSIVE (None)."""
+        met: dict[str, bool | None] = {}
         if self.ingest is not None:
             met["rate"] = self.ingest.rate >= TARGET_RATE
         if self.baseline is not None:
-            met["share"] = self.share_of_baseline >= TARGET_SHARE
+            share_met = self.share_of_baseline >= TARGET_SHARE
+            # A missed share stands: the bare server's true ceiling is only higher.
+            met["share"] = INCONCLUSIVE if share_met and self.baseline.client_busy > CLIENT_BOUND else share_met
         if self.memory is not None:
             met["memory"] = self.memory.per_node <= TARGET_BYTES_PER_NODE
         return met

@@ -180,7 +180,7 @@ def _say_reads(report_: SizeReport) -> None:
 def _wants_profile(config: IngestConfig, report_: SizeReport) -> bool:
     if config.profile == "never":
         return False
-    if config.profile == "auto" and all(report_.targets_met().values()):
+    if config.profile == "auto" and all(v is True for v in report_.targets_met().values()):
         return False
     if ingest_profile.py_spy() is None:
         say("profile: py-spy is not installed (pip install py-spy); skipped")
@@ -247,7 +247,8 @@ async def run(config: IngestConfig, command: str, describe: machine.Machine) -> 
         size_report.load_average = f"{load_before} at the start, {ingest_stages.load_average()} at the end"
         say(f"[{nodes:,} nodes] done in {time.perf_counter() - started:,.0f} s: "
             f"{size_report.share_of_baseline:.0%} of the bare server's rate; targets "
-            + ", ".join(f"{k} {'met' if v else 'missed'}" for k, v in size_report.targets_met().items()))
+            + ", ".join(f"{k} {'inconclusive' if v is None else 'met' if v else 'missed'}"
+                        for k, v in size_report.targets_met().items()))
         results.append(size_report)
     return results
 
