@@ -123,7 +123,15 @@ class PodDirectory:
             self._labels[_key(obj)] = _labels(obj)
 
     def informer(self, transport: Transport) -> Informer:
-        return Informer(transport, "/api/v1/pods", on_sync=self.on_sync, on_event=self.on_event, name="pods")
+        return Informer(transport, "/api/v1/pods", on_sync=self.on_sync, on_event=self.on_event, name="pods",
+                        transform=_kept_of_pod)
+
+
+def _kept_of_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """All this directory keeps of a Pod: its name, namespace and labels."""
+    metadata = pod.get("metadata") or {}
+    return {"metadata": {"name": metadata.get("name"), "namespace": metadata.get("namespace", ""),
+                         "labels": metadata.get("labels") or {}}}
 
 
 def _key(pod: Mapping[str, Any]) -> tuple[str, str]:

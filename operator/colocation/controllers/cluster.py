@@ -169,6 +169,10 @@ class ClusterState:
             self._bump(node)
         self.pods_synced.set()
 
+    def pod_kept(self, pod: Obj) -> Obj:
+        """What this state keeps of a Pod (the Pod informer's transform: applied as pages arrive)."""
+        return slim_pod(pod, self._shared)
+
     async def pod_event(self, type_: str, pod: Obj) -> None:
         metadata = pod.get("metadata") or {}
         key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))

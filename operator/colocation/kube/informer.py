@@ -86,8 +86,12 @@ class Informer:
     def __init__(self, transport: Transport, path: str, *, on_sync: Callable[[list[Obj], str], Awaitable[None]],
                  on_event: Callable[[str, Obj], Awaitable[None]], options: InformerOptions | None = None,
                  backoff: Backoff | None = None, name: str = "",
-                 on_error: Callable[[str], None] | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None,
+                 transform: Callable[[Obj], Obj] | None = None) -> None:
         self.transport = transport
+        # What to keep of each object, applied as each page and each event arrives (client-go's
+        # SetTransform): a list of 300,000 pods is never held whole, only what is kept of them.
+        self.transform = transform
         self.path = path
         self.on_sync = on_sync
         self.on_event = on_event
@@ -153,7 +157,9 @@ class Informer:
                 if response.status != 200:
                     raise RequestFailed(response.status, body)
             page = orjson.loads(body)
-            items.extend(page.get("items") or [])
+            page_items = page.get("items") or []
+            items.extend(page_items if self.transform is None else map(self.transform, page_items))
+            del page_items
             meta = page.get("metadata") or {}
             token = meta.get("continue") or ""
             if not token:
@@ -186,7 +192,7 @@ class Informer:
             raise RequestFailed(int(obj.get("code") or 500), orjson.dumps(obj))
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if type_ != "BOOKMARK":
-            await self.on_event(str(type_), obj)
+            await self.on_event(str(type_), obj if self.transform is None else self.transform(obj))
         if rv:
             self.resource_version = rv
         self.backoff.reset()

@@ -102,6 +102,33 @@ async def test_lists_in_pages_then_watches_from_the_list_version() -> None:
     assert informer.resource_version == "12"
 
 
+async def test_a_transform_keeps_only_its_part_of_each_listed_and_watched_object() -> None:
+    server = FakeServer([page(["a", "b"], "10", token="t1"), page(["c"], "10"),
+                         FakeResponse(200, lines=[event("ADDED", "d", "11", labels={"x": "1"}),
+                                                  event("BOOKMARK", "", "12")])])
+    kept: list[Obj] = []
+
+    def keep_name(obj: Obj) -> Obj:
+        kept.append(obj)
+        return {"metadata": {"name": obj["metadata"]["name"].upper()}}
+
+    synced: list[list[Obj]] = []
+    seen: list[Obj] = []
+
+    async def on_sync(items: list[Obj], rv: str) -> None:
+        synced.append(items)
+
+    async def on_event(type_: str, obj: Obj) -> None:
+        seen.append(obj)
+
+    informer = Informer(server, "/api/v1/pods", on_sync=on_sync, on_event=on_event, transform=keep_name,
+                        options=InformerOptions(page_size=2))
+    await run_informer_until(informer, server.exhausted)
+    assert synced == [[{"metadata": {"name": n}} for n in ("A", "B", "C")]]
+    assert seen == [{"metadata": {"name": "D"}}]
+    assert len(kept) == 4 and informer.resource_version == "12"  # a bookmark is not an object to keep
+
+
 async def test_a_dropped_watch_resumes_from_the_last_version_seen_bookmarks_included() -> None:
     bookmark = orjson.dumps({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "20"}}})
     server = FakeServer([page([], "10"), FakeResponse(200, lines=[event("ADDED", "a", "11"), bookmark]),
