@@ -74,6 +74,14 @@ class NodeMetricStore:
         return self._window.watcher_count
 
     @property
+    def window_events(self) -> int:
+        return self._window.event_count
+
+    @property
+    def window_bytes(self) -> int:
+        return self._window.held_bytes
+
+    @property
     def resource_version(self) -> int:
         return self._versions.current
 

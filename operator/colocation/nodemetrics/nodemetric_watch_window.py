@@ -40,6 +40,11 @@ class Event:
     left_line: bytes | None = None  # DELETED, with the previous content
     joined_line: bytes | None = None  # ADDED
 
+    @property
+    def size(self) -> int:
+        """Bytes of the lines this event holds (what keeping it in the window costs, headers aside)."""
+        return len(self.line) + len(self.left_line or b"") + len(self.joined_line or b"")
+
 
 def nodemetric_bookmark(resource_version: int, *, initial_events_end: bool = False) -> Obj:
     return bookmark_object(KIND, API_VERSION, resource_version, initial_events_end=initial_events_end)
@@ -76,6 +81,7 @@ class EventWindow:
         self.watcher_queue = max(1, watcher_queue)
         self._events: deque[Event] = deque(maxlen=max(1, size))
         self._watchers: set[Watcher] = set()
+        self.held_bytes = 0  # of the events' lines: the window's memory, bounded by `size` events
         # Nothing before the store began can be replayed.
         self.oldest_resumable = clock.current
 
@@ -83,11 +89,17 @@ class EventWindow:
     def watcher_count(self) -> int:
         return len(self._watchers)
 
+    @property
+    def event_count(self) -> int:
+        return len(self._events)
+
     def append(self, event: Event) -> None:
         if len(self._events) == self._events.maxlen:
             # The oldest event falls out: a client must have seen at least its resourceVersion.
             self.oldest_resumable = max(self.oldest_resumable, self._events[0].resource_version)
+            self.held_bytes -= self._events[0].size
         self._events.append(event)
+        self.held_bytes += event.size
         for watcher in list(self._watchers):
             watcher.deliver(event)
 

@@ -244,6 +244,14 @@ def test_a_resource_version_older_than_the_window_is_expired(store: NodeMetricSt
     assert watcher.closed and store.watcher_count == 1
 
 
+def test_the_window_counts_the_events_and_bytes_it_keeps_up_to_its_size(store: NodeMetricStore) -> None:
+    versions = [store.put(report("a" if index % 2 else "b", cpu=str(index + 1)), {}).resource_version
+                for index in range(7)]  # the window holds 5 events: the first two fall out
+    kept = [as_line(item) for item in store.watch(str(versions[1])).take(100)]
+    assert store.window_events == 5 and len(kept) == 5
+    assert store.window_bytes == sum(len(line) for line in kept)
+
+
 def test_a_new_store_cannot_replay_what_came_before_it(clock: Clock) -> None:
     store = NodeMetricStore(clock.wall, clock.monotonic)
     assert store.resource_version == RV0  # an empty store lists at the time it started
