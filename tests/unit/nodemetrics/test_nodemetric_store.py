@@ -244,12 +244,13 @@ def test_a_resource_version_older_than_the_window_is_expired(store: NodeMetricSt
     assert watcher.closed and store.watcher_count == 1
 
 
-def test_the_window_counts_the_events_and_bytes_it_keeps_up_to_its_size(store: NodeMetricStore) -> None:
-    versions = [store.put(report("a" if index % 2 else "b", cpu=str(index + 1)), {}).resource_version
-                for index in range(7)]  # the window holds 5 events: the first two fall out
-    kept = [as_line(item) for item in store.watch(str(versions[1])).take(100)]
-    assert store.window_events == 5 and len(kept) == 5
-    assert store.window_bytes == sum(len(line) for line in kept)
+def test_the_window_counts_its_events_and_the_bytes_only_it_keeps(store: NodeMetricStore) -> None:
+    entries = [store.put(report("a" if index % 2 else "b", cpu=str(index + 1)), {})
+               for index in range(7)]  # b a b a b a b: the window holds 5 events, the first two fall out
+    assert store.window_events == 5
+    assert len(list(store.watch(str(entries[1].resource_version)).take(100))) == 5
+    # The last "a" and the last "b" are the stored objects themselves: only the three before them count.
+    assert store.window_bytes == sum(len(entry.body) for entry in entries[2:5])
 
 
 def test_a_new_store_cannot_replay_what_came_before_it(clock: Clock) -> None:
