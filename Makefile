@@ -13,8 +13,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SANDBOX_DIR ?= .sandbox
 PYTEST_ARGS ?=
-# Unit tests run in this many processes (pytest-xdist): each is independent and CPU-bound. The e2e
-# tests run one at a time: several sandboxes at once would share the cores they time.
+# Unit tests run in this many processes (pytest-xdist): each is independent and CPU-bound. Within a
+# suite the e2e tests run one at a time (several sandboxes at once would share the cores they time);
+# `make test` runs the sandbox suite and the real control plane suite side by side
+# (scripts/e2e-both.sh): each mostly waits, a third of a core busy.
 UNIT_JOBS ?= 2
 
 KUBE_BUILD := hack/kube/build.sh
@@ -72,8 +74,7 @@ e2e-kube: $(STAMP) kubectl-ready  ## e2e tests against the real control plane (`
 
 test: lint typecheck kubectl-ready chart  ## everything CI runs: lint, types, unit, e2e on the sandbox and on the real control plane
 	$(BIN)/pytest tests/unit -n $(UNIT_JOBS) $(PYTEST_ARGS)
-	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory e2e-kube
+	BIN=$(BIN) scripts/e2e-both.sh $(PYTEST_ARGS)
 
 helm:  ## build helm 4 from its Go module (cached in ~/.cache/colocation; cold: about 4 minutes)
 	@time $(HELM_BUILD) >/dev/null

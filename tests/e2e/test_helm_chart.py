@@ -103,7 +103,17 @@ def existing(kubectl: Kubectl, objects: list[dict[str, Any]]) -> list[str]:
 
 
 def uninstall_kubectl_install(kubectl: Kubectl) -> None:
-    """What the sandbox applied with kubectl, so that the chart owns every object it installs."""
+    """What the sandbox applied with kubectl, so that the chart owns every object it installs.
+
+    The CRDs go only once each one's objects can be listed: a CRD deleted while kube-apiserver
+    still initializes its storage kept its finalizer for minutes on a loaded machine (the CRD
+    finalizer's first cleanup failed with "storage is (re)initializing")."""
+    installed_crds = sorted(path.name.removesuffix(".yaml") for path in (REPO / "crds").glob("*.yaml"))
+    kubectl.run("wait", "--for=condition=Established", *(f"crd/{name}" for name in installed_crds),
+                f"--timeout={int(120 * TIME_FACTOR)}s", timeout=150 * TIME_FACTOR)
+    deadline = time.monotonic() + 120 * TIME_FACTOR
+    while (listed := kubectl.run("get", ",".join(installed_crds), "-A", "-o", "name", check=False)).returncode:
+        assert time.monotonic() < deadline, f"our custom resources cannot be listed: {listed.stderr}"
     kubectl.run("delete", "-k", str(REPO / "manifests"), "--ignore-not-found", "--wait=true", "--timeout=300s",
                 timeout=330 * TIME_FACTOR)
     kubectl.run("delete", "-f", str(REPO / "crds"), "--ignore-not-found", "--wait=true", "--timeout=120s",

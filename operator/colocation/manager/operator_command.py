@@ -114,7 +114,8 @@ def _check_serving_files(cert_file: Path, key_file: Path) -> None:
 @click.option("--shutdown-delay", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds a stopping replica (SIGTERM) stays up after releasing the Lease, answering /readyz "
                    "with 503 but still serving reads, so the Service drops it before it closes: longer than the "
-                   "readiness probe takes to see it (the Deployment's: every 2 s, 2 failures) plus a second.")
+                   "readiness probe takes to see it (the Deployment's: every 2 s, 2 failures) plus a second. A second "
+                   "SIGTERM or SIGINT ends it at once.")
 @click.option("--service-account-audiences", multiple=True, default=(),
               help="An audience bearer tokens may carry (repeat for more); give kube-apiserver's --api-audiences "
                    "if they are not its --service-account-issuer. Default: the issuer, as kube-apiserver's.")

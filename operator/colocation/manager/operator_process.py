@@ -122,6 +122,7 @@ class OperatorProcess:
         self.leadership_metrics = LeadershipMetrics(self.metrics.registry)
         self.nodes = NodeDirectory(on_deleted=self._node_deleted)
         self.stop = asyncio.Event()
+        self.stop_now = asyncio.Event()  # a second SIGTERM or SIGINT: no drain
         self.lost_leadership = False
         self.request_header: RequestHeaderConfig | None = None
         # --tls-cert-file: those files, read again when they change (another tool renews them); else
@@ -220,7 +221,14 @@ class OperatorProcess:
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stop.set)
+            loop.add_signal_handler(sig, self._on_stop_signal)
+
+    def _on_stop_signal(self) -> None:
+        """The first SIGTERM or SIGINT stops the replica gracefully (the Lease released, then the
+        drain); another one while it stops ends the drain at once, as a second Ctrl-C does."""
+        if self.stop.is_set():
+            self.stop_now.set()
+        self.stop.set()
 
     async def _follow_while_standby(self, follower: LeaderFollower | SampleFollower) -> None:
         """Run the follower until this replica leads; then the store carries on by itself."""
@@ -319,7 +327,8 @@ class OperatorProcess:
                     following = asyncio.create_task(self._follow_while_draining(follower))
                     # Endpoints drop a replica only once they see it not ready: closing at once would
                     # leave the aggregator dialing a closed port meanwhile.
-                    await asyncio.sleep(config.shutdown_delay)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stop_now.wait(), config.shutdown_delay)
                     following.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await following

@@ -6,6 +6,8 @@ import asyncio
 import functools
 import logging
 import shutil
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 
 from colocation.sandbox.launcher.child_processes import ChildProcess, Supervisor
 from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
+from tests.timing import TIME_FACTOR
 
 FALSE = shutil.which("false")
 
@@ -67,3 +70,47 @@ async def test_a_child_that_keeps_crashing_waits_longer_each_time(
             await supervisor.stop()
     waits = [record.__dict__["restart_in"] for record in caplog.records if "restart_in" in record.__dict__]
     assert waits[:5] == [0.0, 0.05, 0.1, 0.2, 0.2]
+
+
+# A child that, like `colocation operator`, stops on SIGTERM or SIGINT after a long drain, unless a
+# second one of them arrives meanwhile.
+DRAINING_CHILD = """
+import signal, sys, threading, time
+stop, stop_now = threading.Event(), threading.Event()
+def on_signal(signum, frame):
+    (stop_now if stop.is_set() else stop).set()
+signal.signal(signal.SIGTERM, on_signal)
+signal.signal(signal.SIGINT, on_signal)
+print("ready", flush=True)
+while not stop.is_set():
+    time.sleep(0.01)
+stop_now.wait(60)  # the drain
+"""
+
+
+async def started_child(supervisor: Supervisor, log: Path) -> ChildProcess:
+    child = ChildProcess([sys.executable, "-c", DRAINING_CHILD], {}, str(log))
+    await supervisor.start(child)
+    started = time.monotonic()
+    while "ready" not in log.read_text():  # noqa: ASYNC240  (a small local file)
+        assert time.monotonic() - started < 30 * TIME_FACTOR, "the child never started"
+        await asyncio.sleep(0.01)  # polling the child's log, with a deadline
+    return child
+
+
+async def test_stop_signals_end_a_childs_drain_where_sigterm_alone_waits_for_it(tmp_path: Path) -> None:
+    hurried = Supervisor("child", logging.getLogger(__name__), CrashLoopBackOff, on_restart=lambda: None,
+                         stop_signals=(signal.SIGTERM, signal.SIGINT))
+    child = await started_child(hurried, tmp_path / "hurried.log")
+    await hurried.stop()
+    assert child.process is not None and child.process.returncode == 0  # it ended by itself, not killed
+
+    patient = Supervisor("child", logging.getLogger(__name__), CrashLoopBackOff, on_restart=lambda: None)
+    child = await started_child(patient, tmp_path / "patient.log")
+    assert child.process is not None
+    stopping = asyncio.create_task(patient.stop())
+    with pytest.raises(TimeoutError):  # SIGTERM alone: still draining
+        await asyncio.wait_for(asyncio.shield(child.process.wait()), 0.5)
+    child.process.send_signal(signal.SIGINT)
+    await stopping
+    assert child.process.returncode == 0

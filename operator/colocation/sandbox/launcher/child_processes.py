@@ -41,12 +41,15 @@ def die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-async def terminate(processes: Iterable[asyncio.subprocess.Process | None], grace: float) -> None:
-    """SIGTERM every running process, then SIGKILL whatever is still there after `grace` seconds."""
+async def terminate(processes: Iterable[asyncio.subprocess.Process | None], grace: float,
+                    signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> None:
+    """Send `signals` (SIGTERM) to every running process, then SIGKILL whatever is still there after
+    `grace` seconds."""
     running = [p for p in processes if p is not None and p.returncode is None]
     for process in running:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
+        for signum in signals:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
     for process in running:
         try:
             await asyncio.wait_for(process.wait(), grace)
@@ -90,8 +93,10 @@ class Supervisor:
 
     def __init__(self, what: str, logger: logging.Logger, backoff: Callable[[], CrashLoopBackOff],
                  on_restart: Callable[[], None],
-                 on_exit: Callable[[ChildProcess], None] = lambda child: None) -> None:
+                 on_exit: Callable[[ChildProcess], None] = lambda child: None,
+                 stop_signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> None:
         self._what = what
+        self._stop_signals = stop_signals
         self._on_exit = on_exit
         self._log = logger
         self._backoff = backoff
@@ -132,4 +137,4 @@ class Supervisor:
         self._stopping = True
         for task in self._tasks:
             task.cancel()
-        await terminate((child.process for child in self._children), STOP_GRACE_SECONDS)
+        await terminate((child.process for child in self._children), STOP_GRACE_SECONDS, self._stop_signals)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,10 @@ class OperatorReplicas:
         self.replicas: list[Replica] = []
         # The kubelet's CrashLoopBackOff: tests see the restart timing a cluster would give them.
         restarts = functools.partial(CrashLoopBackOff, maximum=sandbox.config.max_restart_period)
-        self._supervisor = Supervisor("operator replica", log, restarts, self._write_state, on_exit=self._exited)
+        # When the sandbox stops, nothing routes to its replicas any more: SIGTERM then SIGINT, the
+        # operator's "stop at once", so they release the Lease but skip their drain (--shutdown-delay).
+        self._supervisor = Supervisor("operator replica", log, restarts, self._write_state, on_exit=self._exited,
+                                      stop_signals=(signal.SIGTERM, signal.SIGINT))
         self._probes: set[asyncio.Task[None]] = set()
 
     @property
