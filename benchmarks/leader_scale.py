@@ -49,6 +49,9 @@ EVALUATIONS = "colocation_reconcile_duration_seconds_count"
 EVALUATION_SECONDS = "colocation_reconcile_duration_seconds_sum"
 BATCH_WRITES = "colocation_batch_resource_writes_total"
 NODES_HELD = "colocation_nodemetric_nodes"
+WINDOW_BYTES = "colocation_nodemetric_watch_window_bytes"
+WINDOW_EVENTS = "colocation_nodemetric_watch_window_events"
+GAUGES = (NODES_HELD, WINDOW_BYTES, WINDOW_EVENTS)
 # The agent flags that make every node report every interval, changed or not: kept here only, and
 # checked against `colocation agent --help` at run time (the agent's flags are being reworked).
 AGENT_FLAGS = (("--max-report-interval", "{interval:g}"), ("--report-change-threshold", "0"))
@@ -98,9 +101,9 @@ async def _metrics(cluster: Cluster, replica: Replica) -> dict[str, float]:
     status, body = await cluster.replica_client(replica).send(Request("GET", "/metrics", accept="text/plain"))
     if status != 200:
         raise RuntimeError(f"GET /metrics of {replica.identity}: {status}")
-    samples = parse(body.decode(), (REPORTS, EVALUATIONS, EVALUATION_SECONDS, BATCH_WRITES, NODES_HELD))
-    return {name: total(samples, name) for name in (REPORTS, EVALUATIONS, EVALUATION_SECONDS, BATCH_WRITES,
-                                                   NODES_HELD)}
+    names = (REPORTS, EVALUATIONS, EVALUATION_SECONDS, BATCH_WRITES, *GAUGES)
+    samples = parse(body.decode(), names)
+    return {name: total(samples, name) for name in names}
 
 
 async def _roles(cluster: Cluster) -> tuple[Replica, Replica, str]:
@@ -157,6 +160,8 @@ async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
     return Window(nodes=nodes, seconds=seconds, report_interval=config.report_interval, leader_cpu=cpu[0],
                   standby_cpu=cpu[1], agents_cpu=sum(cpu[3:]), sandbox_cpu=cpu[2],
                   leader_rss=processes.rss_bytes(leader.pid), standby_rss=processes.rss_bytes(standby.pid),
+                  leader_window_bytes=int(metrics_after[WINDOW_BYTES]),
+                  leader_window_events=int(metrics_after[WINDOW_EVENTS]),
                   reports=delta[REPORTS], evaluations=delta[EVALUATIONS], evaluation_seconds=delta[EVALUATION_SECONDS],
                   batch_writes=delta[BATCH_WRITES], agent_problems=problems, agent_checks=checks)
 

@@ -42,6 +42,8 @@ class Window:
     sandbox_cpu: float  # the sandbox API server process
     leader_rss: int
     standby_rss: int
+    leader_window_bytes: int  # the NodeMetric watch window's event lines (its gauge) at the window's end
+    leader_window_events: int
     reports: float  # accepted by the leader in the window
     evaluations: float  # evaluations of every node the leader's controllers finished in the window
     evaluation_seconds: float  # their summed duration
@@ -179,9 +181,13 @@ class SizeResult:
         return self.window.saturation() if self.window is not None else []
 
 
-def memory_fit(results: Sequence[SizeResult]) -> tuple[float, float] | None:
-    """(fixed bytes, bytes per node) of the leader's RSS over the node counts measured."""
-    return fit([(r.window.nodes, r.window.leader_rss) for r in results if r.window is not None])
+def memory_fit(results: Sequence[SizeResult], *, with_window: bool = False) -> tuple[float, float] | None:
+    """(fixed bytes, bytes per node) of the leader's RSS over the node counts measured, without the
+    NodeMetric watch window's events (unless `with_window`): the window keeps a fixed number of events
+    whatever the cluster's size (10,000 by default), and fills later the fewer nodes report, so a
+    small cluster's window may still be filling when the RSS is read; its bytes are a fixed cost."""
+    return fit([(r.window.nodes, r.window.leader_rss - (0 if with_window else r.window.leader_window_bytes))
+                for r in results if r.window is not None])
 
 
 def cpu_fit(results: Sequence[SizeResult]) -> tuple[float, float] | None:
@@ -205,7 +211,10 @@ def verdicts(results: Sequence[SizeResult]) -> list[tuple[str, str, str]]:
     if memory is None:
         lines.append((target, "needs two node counts", INCONCLUSIVE))
     else:
-        lines.append((target, f"{memory[1] / 1024:,.1f} KiB per node (fixed {memory[0] / 2**20:,.0f} MiB)",
+        largest_window = max((r.window for r in measured if r.window is not None), key=lambda w: w.nodes)
+        lines.append((target, f"{memory[1] / 1024:,.1f} KiB per node (fixed {memory[0] / 2**20:,.0f} MiB, plus the "
+                              f"watch window's {largest_window.leader_window_bytes / 2**20:,.1f} MiB of "
+                              f"{largest_window.leader_window_events:,} events)",
                       INCONCLUSIVE if saturated else _verdict(memory[1] <= RSS_PER_NODE_TARGET, False)))
     target = (f"≤ {CORES_TARGET:g} leader cores at {EXTRAPOLATE_NODES:,} nodes reporting every "
               f"{EXTRAPOLATE_INTERVAL:g} s")

@@ -59,7 +59,9 @@ def from_json(raw: dict[str, Any]) -> ScaleReport:
         kills = [Convergence(**{k: _nan(v) for k, v in kill.items()}) for kill in values.pop("kills")]
         for key in ("profile", "profile_shares"):
             values[key] = [tuple(item) for item in values[key]]
-        measured = None if window is None else Window(**{k: _nan(v) for k, v in window.items()})
+        # Samples saved before the window's gauge existed: nothing is taken off their RSS.
+        measured = None if window is None else Window(**{"leader_window_bytes": 0, "leader_window_events": 0,
+                                                         **{k: _nan(v) for k, v in window.items()}})
         return SizeResult(**values, window=measured, kills=kills)
 
     return ScaleReport(config, raw["agentArgs"], raw["missingFlags"], [result(r) for r in raw["results"]],
@@ -104,7 +106,8 @@ def _f(value: float, digits: int = 2) -> str:
 
 
 def _window_rows(results: list[SizeResult]) -> list[list[str]]:
-    return [[f"{w.nodes:,}", _f(w.leader_cores), _f(w.standby_cores), size(w.leader_rss), size(w.standby_rss),
+    return [[f"{w.nodes:,}", _f(w.leader_cores), _f(w.standby_cores), size(w.leader_rss),
+             f"{size(w.leader_window_bytes)} ({w.leader_window_events:,})", size(w.standby_rss),
              f"{w.report_rate:,.0f} ({w.reports / w.expected_reports:.0%} of due)", _f(w.us_per_report, 0),
              _f(w.us_per_report_all_in, 0), f"{w.evaluation_rate:.2f}", _f(w.us_per_node_evaluation, 1),
              _f(w.us_per_node_evaluation_wall, 1), _f(w.evaluation_share * 100, 0),
@@ -175,14 +178,21 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
               f"The load client kept up at every node count (simulated agents below {AGENTS_SATURATED:g} cores, "
               f"≥ {REPORTS_BEHIND:.0%} of the due reports accepted, the agents' self-check clean)."]
     lines += ["", "### Steady state", "",
-              table(["Nodes", "Leader cores", "Standby cores", "Leader RSS", "Standby RSS", "Reports/s",
+              table(["Nodes", "Leader cores", "Standby cores", "Leader RSS", "Its watch window (events)",
+                     "Standby RSS", "Reports/s",
                      "µs/report", "µs/report, all in", "Evaluations/s", "µs CPU per node evaluation",
                      "µs wall per node evaluation", "Evaluations' % of the profile", "Node patches",
                      f"Cores at {EXTRAPOLATE_NODES:,} nodes", "Agents cores", "Sandbox API cores"],
                     _window_rows(results)), ""]
     if memory is not None:
-        lines.append(f"Leader RSS = {memory[0] / 2**20:,.0f} MiB + {memory[1] / 1024:,.1f} KiB x nodes (least "
-                     "squares over the node counts).  ")
+        raw = memory_fit(results, with_window=True) or memory
+        lines.append(f"Leader RSS = {memory[0] / 2**20:,.0f} MiB + {memory[1] / 1024:,.1f} KiB x nodes + the "
+                     "NodeMetric watch window (least squares over the node counts, of the RSS less the window's event "
+                     "lines, "
+                     "`colocation_nodemetric_watch_window_bytes`: the window keeps its last 10,000 events whatever the "
+                     "cluster's size, so it is a fixed cost once full, and it fills more slowly the fewer nodes "
+                     f"report). With the window counted: {raw[0] / 2**20:,.0f} MiB + {raw[1] / 1024:,.1f} KiB x "
+                     "nodes.  ")
     if cpu is not None:
         lines.append(f"Leader CPU = {cpu[0]:.3f} + {cpu[1] * 1000:.3f} x nodes / 1,000 cores, which gives "
                      f"{cpu[0] + cpu[1] * EXTRAPOLATE_NODES:.2f} cores at {EXTRAPOLATE_NODES:,} nodes.")

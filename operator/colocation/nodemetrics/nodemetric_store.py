@@ -74,6 +74,18 @@ class NodeMetricStore:
         return self._window.watcher_count
 
     @property
+    def window_events(self) -> int:
+        return self._window.event_count
+
+    @property
+    def window_bytes(self) -> int:
+        """Bytes of the objects only the watch window keeps: not the ones that are a node's latest
+        (read at scrape time, a pass over the window)."""
+        entries = self._entries
+        return sum(event.size for event in self._window.events()
+                   if (entry := entries.get(event.name)) is None or entry.body is not event.body)
+
+    @property
     def resource_version(self) -> int:
         return self._versions.current
 
@@ -151,8 +163,7 @@ class NodeMetricStore:
         if type_ == DELETED:
             if previous is not None:
                 self._unstore(entry.name)
-                self._window.append(Event(entry.resource_version, entry.name, entry.labels,
-                                          encoded_event_line(DELETED, body)))
+                self._window.append(Event(entry.resource_version, entry.name, entry.labels, DELETED, body))
             return
         self._store(entry)
         self._emit_change(entry, previous)
@@ -255,19 +266,18 @@ class NodeMetricStore:
         # The DELETED object is the last state, at the resourceVersion of its deletion.
         self._unstore(entry.name)
         body = _with_resource_version(entry.body, rv)
-        self._window.append(Event(rv, entry.name, entry.labels, encoded_event_line(DELETED, body)))
+        self._window.append(Event(rv, entry.name, entry.labels, DELETED, body))
 
     def _emit_change(self, entry: Entry, previous: Entry | None) -> None:
         rv, name = entry.resource_version, entry.name
+        # The event holds the entry's own body: the window adds nothing for a node's latest change.
         if previous is None:
-            self._window.append(Event(rv, name, entry.labels, encoded_event_line(ADDED, entry.body)))
+            self._window.append(Event(rv, name, entry.labels, ADDED, entry.body))
         elif previous.labels == entry.labels:
-            self._window.append(Event(rv, name, entry.labels, encoded_event_line(MODIFIED, entry.body)))
+            self._window.append(Event(rv, name, entry.labels, MODIFIED, entry.body))
         else:
-            self._window.append(Event(rv, name, entry.labels, encoded_event_line(MODIFIED, entry.body),
-                                      previous_labels=previous.labels,
-                                      left_line=encoded_event_line(DELETED, _with_resource_version(previous.body, rv)),
-                                      joined_line=encoded_event_line(ADDED, entry.body)))
+            self._window.append(Event(rv, name, entry.labels, MODIFIED, entry.body, previous_labels=previous.labels,
+                                      left_body=_with_resource_version(previous.body, rv)))
 
     def _entry_from_body(self, body: bytes) -> Entry:
         obj = orjson.loads(body)

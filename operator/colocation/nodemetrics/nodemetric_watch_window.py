@@ -1,6 +1,8 @@
 """Watch events of NodeMetrics: the window of recent events, and their fan-out to open watches.
 
-Every event is serialized once into a shared line; a watcher filtered by a label selector gets
+Every event is serialized once into a line shared by the open watches; the window itself keeps the
+objects' bytes (for a node's latest change, the very bytes the store holds) and serializes again
+only to replay. A watcher filtered by a label selector gets
 the line as it sees the change (an object leaving its selection is DELETED for it, one entering
 ADDED), as kube-apiserver's watch cache does. The window keeps the last events so that a client
 can resume after a resourceVersion; one older than the window gets 410 Expired. Each watcher is a
@@ -20,7 +22,7 @@ from typing import Final
 
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import LabelSelector
-from colocation.apimachinery.watch_queue import Bookmark, WatchQueue, bookmark_object
+from colocation.apimachinery.watch_queue import Bookmark, WatchQueue, bookmark_object, encoded_event_line
 from colocation.nodemetrics.report_schema import API_VERSION, KIND
 from colocation.nodemetrics.resource_versions import ResourceVersionClock
 
@@ -31,14 +33,26 @@ DELETED: Final = "DELETED"
 
 @dataclass(frozen=True, slots=True)
 class Event:
+    """A change, holding the object's bytes rather than its event line: the body of a node's latest
+    event is the very bytes object the store keeps for the node, so the window adds nothing for it."""
+
     resource_version: int
     name: str
     labels: Mapping[str, str]  # of the object after the event (before it, for DELETED)
-    line: bytes  # what a watcher that sees the object before and after gets
+    type: str  # ADDED, MODIFIED or DELETED: what a watcher that sees the object before and after gets
+    body: bytes
     # Only when a MODIFIED event changed the labels: the object may leave or enter a selection.
     previous_labels: Mapping[str, str] | None = None
-    left_line: bytes | None = None  # DELETED, with the previous content
-    joined_line: bytes | None = None  # ADDED
+    left_body: bytes | None = None  # what a watcher it leaves gets DELETED: the previous content
+
+    @property
+    def line(self) -> bytes:
+        return encoded_event_line(self.type, self.body)
+
+    @property
+    def size(self) -> int:
+        """Bytes of the objects this event holds."""
+        return len(self.body) + len(self.left_body or b"")
 
 
 def nodemetric_bookmark(resource_version: int, *, initial_events_end: bool = False) -> Obj:
@@ -56,13 +70,14 @@ class Watcher(WatchQueue[bytes]):
         super().__init__(window.watcher_queue, backlog=backlog,
                          bookmark=lambda: nodemetric_bookmark(window.clock.current), on_end=self._detach)
 
-    def deliver(self, event: Event) -> None:
-        """Pass an event on as this watcher sees it through its name and label filters."""
+    def deliver(self, event: Event, line: bytes) -> None:
+        """Pass an event on as this watcher sees it through its name and label filters (`line`: the
+        event's own line, serialized once for every watcher)."""
         if self.name is not None and event.name != self.name:
             return
-        line = line_for(event, self.selector)
-        if line is not None:
-            self.offer(line)
+        seen = line_for(event, self.selector, line)
+        if seen is not None:
+            self.offer(seen)
 
     def _detach(self) -> None:
         self._window.detach(self)
@@ -83,19 +98,28 @@ class EventWindow:
     def watcher_count(self) -> int:
         return len(self._watchers)
 
+    @property
+    def event_count(self) -> int:
+        return len(self._events)
+
+    def events(self) -> Iterable[Event]:
+        return iter(self._events)
+
     def append(self, event: Event) -> None:
         if len(self._events) == self._events.maxlen:
             # The oldest event falls out: a client must have seen at least its resourceVersion.
             self.oldest_resumable = max(self.oldest_resumable, self._events[0].resource_version)
         self._events.append(event)
-        for watcher in list(self._watchers):
-            watcher.deliver(event)
+        if self._watchers:
+            line = event.line
+            for watcher in list(self._watchers):
+                watcher.deliver(event, line)
 
     def replay(self, since: int, selector: LabelSelector | None, name: str | None) -> list[bytes]:
         """The lines of the events after `since`, as a watcher with these filters sees them."""
         return [line for event in self._events if event.resource_version > since
                 and (name is None or event.name == name)
-                and (line := line_for(event, selector)) is not None]
+                and (line := line_for(event, selector, event.line)) is not None]
 
     def resumable_since(self, resource_version: int) -> None:
         """Nothing before `resource_version` is known here (a history taken over from a list)."""
@@ -113,14 +137,15 @@ class EventWindow:
             watcher.close()
 
 
-def line_for(event: Event, selector: LabelSelector | None) -> bytes | None:
+def line_for(event: Event, selector: LabelSelector | None, line: bytes) -> bytes | None:
+    """What a watcher with `selector` gets of `event`, whose own line is `line`."""
     if selector is None:
-        return event.line
+        return line
     if event.previous_labels is None:
-        return event.line if selector.matches(event.labels) else None
+        return line if selector.matches(event.labels) else None
     was, now = selector.matches(event.previous_labels), selector.matches(event.labels)
     if was and now:
-        return event.line
+        return line
     if was:
-        return event.left_line
-    return event.joined_line if now else None
+        return encoded_event_line(DELETED, event.left_body or event.body)
+    return encoded_event_line(ADDED, event.body) if now else None

@@ -12,6 +12,11 @@ class StorageMetrics:
         r = registry
         self.nodes = Gauge("colocation_nodemetric_nodes", "Nodes with NodeMetric data in memory.", registry=r)
         self.watchers = Gauge("colocation_nodemetric_watchers", "Open NodeMetric watches.", registry=r)
+        self.window_events = Gauge("colocation_nodemetric_watch_window_events",
+                                   "NodeMetric events kept for watches to resume from (--watch-window at most).",
+                                   registry=r)
+        self.window_bytes = Gauge("colocation_nodemetric_watch_window_bytes",
+                                  "Bytes of the event lines the NodeMetric watch window keeps.", registry=r)
         self.expired = Counter("colocation_nodemetric_expired_total",
                                "Nodes dropped after being silent for the metric TTL.", registry=r)
         self.deleted = Counter("colocation_nodemetric_deleted_nodes_total",
@@ -26,3 +31,5 @@ class StorageMetrics:
         """Read the store's sizes at scrape time instead of updating gauges on every change."""
         self.nodes.set_function(lambda: store.node_count)
         self.watchers.set_function(lambda: store.watcher_count)
+        self.window_events.set_function(lambda: store.window_events)
+        self.window_bytes.set_function(lambda: store.window_bytes)

@@ -23,13 +23,19 @@ from benchmarks.leader_scale_figures import (
 )
 from benchmarks.leader_scale_probes import HIGH, Freshness, batch_cpu, parse_time, probe_node, probe_report
 
+WINDOW_EVENT = 6000  # bytes of one event line in the NodeMetric watch window
+
 
 def window(nodes: int, *, leader_cpu: float = 6.0, rss: int = 0, reports: float = 0.0, agents_cpu: float = 6.0,
-           problems: list[str] | None = None) -> Window:
-    """A 60 s window of `nodes` nodes reporting every 10 s: 6 reports per node unless told."""
+           problems: list[str] | None = None, window_events: int = 0) -> Window:
+    """A 60 s window of `nodes` nodes reporting every 10 s: 6 reports per node unless told. The leader's
+    RSS is 100 MiB + 30 KiB per node + its watch window's events, unless told."""
+    held = window_events * WINDOW_EVENT
     return Window(nodes=nodes, seconds=60.0, report_interval=10.0, leader_cpu=leader_cpu, standby_cpu=1.2,
-                  agents_cpu=agents_cpu, sandbox_cpu=3.0, leader_rss=rss or (100 << 20) + nodes * 30 * 1024,
-                  standby_rss=90 << 20, reports=reports or nodes * 6.0, evaluations=12.0,
+                  agents_cpu=agents_cpu, sandbox_cpu=3.0,
+                  leader_rss=rss or (100 << 20) + nodes * 30 * 1024 + held, leader_window_bytes=held,
+                  leader_window_events=window_events, standby_rss=90 << 20, reports=reports or nodes * 6.0,
+                  evaluations=12.0,
                   evaluation_seconds=1.2, batch_writes=5.0, agent_problems=problems or [])
 
 
@@ -52,7 +58,7 @@ def test_unit_costs_and_the_extrapolation_to_ten_thousand_nodes() -> None:
     assert w.us_per_node_evaluation == pytest.approx(100.0)  # 1.2 s / (12 x 1,000)
     # 800 µs x 1,000 reports/s + 100 µs x 10,000 nodes x 0.2 evaluations/s
     assert extrapolate(w) == pytest.approx(0.8 + 0.2)
-    assert math.isnan(Window(10, 60.0, 10.0, 1.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0).us_per_report)
+    assert math.isnan(Window(10, 60.0, 10.0, 1.0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0).us_per_report)
     w.evaluation_share = 0.1  # a profile: the evaluations took 10 % of the leader's 6 s, not their 1.2 s of wall time
     assert w.evaluation_cpu == pytest.approx(0.6) and w.us_per_node_evaluation_wall == pytest.approx(100.0)
     assert w.us_per_report == pytest.approx(900.0) and w.us_per_node_evaluation == pytest.approx(50.0)
@@ -71,10 +77,21 @@ def test_memory_per_node_is_the_slope_over_node_counts() -> None:
     assert per_node == pytest.approx(30 * 1024) and fixed == pytest.approx(100 << 20)
 
 
+def test_a_watch_window_still_filling_at_the_smaller_count_is_not_counted_per_node() -> None:
+    # 250 nodes had filled 3,000 of the window's 10,000 events when the RSS was read, 1,000 all of them.
+    results = [result(246, window_events=3000), result(996, window_events=10_000)]
+    fixed, per_node = memory_fit(results) or (0.0, 0.0)
+    assert per_node == pytest.approx(30 * 1024) and fixed == pytest.approx(100 << 20)
+    _, with_window = memory_fit(results, with_window=True) or (0.0, 0.0)
+    assert with_window == pytest.approx(30 * 1024 + 7000 * WINDOW_EVENT / 750)
+    assert verdicts(results)[0][1] == ("30.0 KiB per node (fixed 100 MiB, plus the watch window's 57.2 MiB of "
+                                       "10,000 events)")
+
+
 def test_verdicts_follow_the_numbers() -> None:
     met = verdicts([result(996), result(4996, leader_cpu=40.0)])
     assert [v for _, _, v in met] == [MET, MISSED, MET]  # 30 KiB/node; 1.33 cores at 10,000; 12 s
-    assert met[0][1] == "30.0 KiB per node (fixed 100 MiB)"
+    assert met[0][1] == "30.0 KiB per node (fixed 100 MiB, plus the watch window's 0.0 MiB of 0 events)"
     assert met[1][1] == "1.33 cores (from 4,996 nodes)"
     fat = verdicts([result(996), result(4996, rss=(100 << 20) + 5000 * 50 * 1024, converged=math.nan)])
     assert [v for _, _, v in fat] == [MISSED, MET, MISSED]
@@ -99,7 +116,8 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     section = leader_scale_report.render(report, machine.describe(), "python -m benchmarks.run --suite leader-scale")
     assert section.startswith("## Leader at scale: 996, 4,996 nodes, every node reporting every 10 s")
     assert "Open files limit (`ulimit -n`): 20,000." in section
-    assert "- ≤ 40 KiB of leader RSS per node: 30.0 KiB per node (fixed 100 MiB): **met**" in section
+    assert ("- ≤ 40 KiB of leader RSS per node: 30.0 KiB per node (fixed 100 MiB, plus the watch window's 0.0 MiB "
+            "of 0 events): **met**") in section
     assert "| 5,000 | 0.10 | 0.02 |" in section
     assert "| 5,000 | 3 | 3.00 | 4.50 | 4.50 | 1 |" in section  # latency: samples, p50, p99, max, failed
     assert "| 1,000 | 1 | 1.0 | 1.5 | 10.0 | 12.0 | — |" in section

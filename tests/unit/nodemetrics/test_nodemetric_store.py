@@ -244,6 +244,15 @@ def test_a_resource_version_older_than_the_window_is_expired(store: NodeMetricSt
     assert watcher.closed and store.watcher_count == 1
 
 
+def test_the_window_counts_its_events_and_the_bytes_only_it_keeps(store: NodeMetricStore) -> None:
+    entries = [store.put(report("a" if index % 2 else "b", cpu=str(index + 1)), {})
+               for index in range(7)]  # b a b a b a b: the window holds 5 events, the first two fall out
+    assert store.window_events == 5
+    assert len(list(store.watch(str(entries[1].resource_version)).take(100))) == 5
+    # The last "a" and the last "b" are the stored objects themselves: only the three before them count.
+    assert store.window_bytes == sum(len(entry.body) for entry in entries[2:5])
+
+
 def test_a_new_store_cannot_replay_what_came_before_it(clock: Clock) -> None:
     store = NodeMetricStore(clock.wall, clock.monotonic)
     assert store.resource_version == RV0  # an empty store lists at the time it started
