@@ -412,14 +412,16 @@ class NodeKubelet:
         await self._stop_pod(running, grace)
         await self._finalize(pod)
 
-    async def _stop_pod(self, running: RunningPod, grace: float) -> None:
+    async def _stop_pod(self, running: RunningPod, grace: float,
+                        signals: tuple[signal.Signals, ...] = (signal.SIGTERM,)) -> None:
         running.stopping = True
         for task in running.tasks:
             task.cancel()
         process = running.process
         if process is not None and process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
+            for signum in signals:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signum)
             try:
                 await asyncio.wait_for(process.wait(), max(grace, 0.1))
             except TimeoutError:
@@ -460,7 +462,10 @@ class NodeKubelet:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*(self._stop_pod(p, 10.0) for p in list(self.pods.values())), return_exceptions=True)
+        # The whole sandbox stops: nothing routes to its pods any more, so SIGTERM then SIGINT (an
+        # operator replica's "stop at once": it releases the Lease but skips its drain).
+        await asyncio.gather(*(self._stop_pod(p, 10.0, (signal.SIGTERM, signal.SIGINT))
+                               for p in list(self.pods.values())), return_exceptions=True)
         if self._probe_session is not None:
             await self._probe_session.close()
         await self.client.close()
