@@ -15,6 +15,7 @@ from pathlib import Path
 from benchmarks import (
     agent_cost,
     agent_cost_report,
+    connection_memory,
     cp_suite,
     leader_scale,
     leader_scale_report,
@@ -27,7 +28,7 @@ from benchmarks.client import say
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ("capacity", operator_ingest.SUITE, cp_suite.FAILOVER, cp_suite.CONTROL_PLANE, cp_suite.CONTROL_PLANE_KUBE,
-          leader_scale.SUITE, agent_cost.SUITE)
+          leader_scale.SUITE, agent_cost.SUITE, connection_memory.SUITE)
 # What a bare `make bench` runs: agent-cost (6 min: its 5 windows must outlast the agent's 300 s
 # aggregation window) only when named.
 DEFAULT_SUITES = tuple(suite for suite in SUITES if suite != agent_cost.SUITE)
@@ -60,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
     operator_ingest.add_arguments(p, prefix="ingest-")
     leader_scale.add_arguments(p)
     agent_cost.add_arguments(p)
+    connection_memory.add_arguments(p)
     return p
 
 
@@ -94,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         if agent_cost.SUITE in suites:
             agent_cost_report.run_suite(agent_cost.config_from(args, (args.state_dir or Path(scratch)) / "cost"),
                                         args.output, command)
+        if connection_memory.SUITE in suites:
+            connection_memory.run_suite(connection_memory.config_from(
+                args, (args.state_dir or Path(scratch)) / "connections"), args.output, command)
     return 0
 
 
