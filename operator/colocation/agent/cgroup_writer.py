@@ -135,9 +135,11 @@ class CgroupWriter:
         period = _int(cgroups.read_file(directory / "cpu.cfs_period_us"))
         return None if quota is None or period is None else CfsQuota(quota, period)
 
-    def write_cfs_quota(self, directory: Path, quota_us: int, period_us: int) -> WriteOutcome | None:
-        """Set the quota (-1: unlimited); None when the file already says so."""
-        current = self.read_cfs_quota(directory)
+    def write_cfs_quota(self, directory: Path, quota_us: int, period_us: int, *,
+                        current: CfsQuota | None = None) -> WriteOutcome | None:
+        """Set the quota (-1: unlimited); None when the file already says so. `current`: what the
+        caller just read from it (then not read again)."""
+        current = current or self.read_cfs_quota(directory)
         if current is not None and current.quota_us == quota_us and (current.quota_us < 0 or
                                                                      current.period_us == period_us):
             return None

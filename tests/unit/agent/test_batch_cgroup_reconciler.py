@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,9 +191,9 @@ def test_quotas_tighten_from_the_containers_up_and_loosen_from_the_pod_down(
     order: list[str] = []
     write = harness.reconciler.writer.write_cfs_quota
 
-    def recording(directory: Path, quota: int, period: int) -> object:
+    def recording(directory: Path, quota: int, period: int, **known: Any) -> object:
         order.append("pod" if directory.name == tree.pod_dir(BATCH_UID) else "container")
-        return write(directory, quota, period)
+        return write(directory, quota, period, **known)
 
     monkeypatch.setattr(harness.reconciler.writer, "write_cfs_quota", recording)
     harness.reconciler.step({BATCH_UID: BATCH_POD})
