@@ -142,14 +142,17 @@ class BatchCgroupReconciler:
 
     def _targets(self, pod: PodResources, settings: PodSettings) -> list[Target]:
         """The pod's cgroup, then its containers' (those that exist), parents first."""
-        cpu_pod = pod_directory(self.writer.cpu_root(), pod.kube_qos, pod.uid)
-        memory_pod = pod_directory(self.writer.memory_root(), pod.kube_qos, pod.uid)
+        cpu_root, memory_root = self.writer.cpu_root(), self.writer.memory_root()
+        cpu_pod = pod_directory(cpu_root, pod.kube_qos, pod.uid)
+        # v2: one hierarchy, so the directories are looked up once
+        memory_pod = cpu_pod if memory_root == cpu_root else pod_directory(memory_root, pod.kube_qos, pod.uid)
         if cpu_pod is None and memory_pod is None:
             return []  # not started yet, or gone: the kubelet owns its creation and removal
         ids = {container.name: container.container_id for container in pod.containers}
         targets = [Target(cpu_pod, memory_pod, settings.pod)]
         for name, values in settings.containers:
-            cpu, memory = container_directory(cpu_pod, ids.get(name)), container_directory(memory_pod, ids.get(name))
+            cpu = container_directory(cpu_pod, ids.get(name))
+            memory = cpu if memory_pod == cpu_pod else container_directory(memory_pod, ids.get(name))
             if cpu is not None or memory is not None:
                 targets.append(Target(cpu, memory, values))
         return targets
@@ -165,11 +168,11 @@ class BatchCgroupReconciler:
             current = None if target.cpu is None else self.writer.read_cfs_quota(target.cpu)
             if target.cpu is not None and current is not None:
                 quota = cfs_quota_us(target.settings.cpu_limit_millis, current.period_us)
-                quotas.append((target.cpu, quota, current.period_us, quota_loosens(quota, current.quota_us)))
-        outcomes += [self.writer.write_cfs_quota(path, quota, period)
-                     for path, quota, period, looser in quotas if looser]
-        outcomes += [self.writer.write_cfs_quota(path, quota, period)
-                     for path, quota, period, looser in reversed(quotas) if not looser]
+                quotas.append((target.cpu, quota, current, quota_loosens(quota, current.quota_us)))
+        outcomes += [self.writer.write_cfs_quota(path, quota, now.period_us, current=now)
+                     for path, quota, now, looser in quotas if looser]
+        outcomes += [self.writer.write_cfs_quota(path, quota, now.period_us, current=now)
+                     for path, quota, now, looser in reversed(quotas) if not looser]
         for target in targets:
             if target.cpu is not None:
                 outcomes.append(self.writer.write_cpu_shares(target.cpu, target.settings.cpu_shares))

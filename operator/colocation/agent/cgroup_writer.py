@@ -25,6 +25,7 @@ nothing is ever written; each write that would have happened is counted as `dry-
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,12 +71,17 @@ class CgroupWriter:
         self.dry_run = dry_run
         self.on_write = on_write
         self.last_failure: WriteOutcome | None = None
+        self._unified: bool | None = None
 
     # ---- where ------------------------------------------------------------------------------------
 
     @property
     def unified(self) -> bool:
-        return (self.cgroup_root / "cgroup.controllers").is_file()
+        # Asked before every read and write: the version is looked up once it is known (a mount
+        # does not change version under a running agent), not with a stat(2) each time.
+        if self._unified is None and self.cgroup_root.is_dir():
+            self._unified = os.path.isfile(os.path.join(self.cgroup_root, "cgroup.controllers"))
+        return bool(self._unified)
 
     def cpu_root(self) -> Path | None:
         if self.unified:
@@ -120,17 +126,20 @@ class CgroupWriter:
 
     def read_cfs_quota(self, directory: Path) -> CfsQuota | None:
         if self.unified:
-            fields = (_read(directory / "cpu.max") or "").split()
+            fields = (cgroups.read_file(directory / "cpu.max") or "").split()
             if len(fields) != 2 or not fields[1].isdigit():
                 return None
             quota = UNLIMITED_QUOTA if fields[0] == "max" else _int(fields[0])
             return None if quota is None else CfsQuota(quota, int(fields[1]))
-        quota, period = _int(_read(directory / "cpu.cfs_quota_us")), _int(_read(directory / "cpu.cfs_period_us"))
+        quota = _int(cgroups.read_file(directory / "cpu.cfs_quota_us"))
+        period = _int(cgroups.read_file(directory / "cpu.cfs_period_us"))
         return None if quota is None or period is None else CfsQuota(quota, period)
 
-    def write_cfs_quota(self, directory: Path, quota_us: int, period_us: int) -> WriteOutcome | None:
-        """Set the quota (-1: unlimited); None when the file already says so."""
-        current = self.read_cfs_quota(directory)
+    def write_cfs_quota(self, directory: Path, quota_us: int, period_us: int, *,
+                        current: CfsQuota | None = None) -> WriteOutcome | None:
+        """Set the quota (-1: unlimited); None when the file already says so. `current`: what the
+        caller just read from it (then not read again)."""
+        current = current or self.read_cfs_quota(directory)
         if current is not None and current.quota_us == quota_us and (current.quota_us < 0 or
                                                                      current.period_us == period_us):
             return None
@@ -143,7 +152,7 @@ class CgroupWriter:
 
     def read_cfs_burst(self, directory: Path) -> int | None:
         """v1 cpu.cfs_burst_us, v2 cpu.max.burst (µs); None where the kernel has none (before 5.14)."""
-        return _int(_read(directory / ("cpu.max.burst" if self.unified else "cpu.cfs_burst_us")))
+        return _int(cgroups.read_file(directory / ("cpu.max.burst" if self.unified else "cpu.cfs_burst_us")))
 
     def write_cfs_burst(self, directory: Path, burst_us: int) -> WriteOutcome | None:
         """Set the burst; None when the file already says so, or is not there."""
@@ -155,13 +164,13 @@ class CgroupWriter:
 
     def read_cpu_stat(self, directory: Path) -> dict[str, int]:
         """cpu.stat of the cpu controller: nr_periods, nr_throttled (and v2's usage_usec)."""
-        return cgroups.parse_flat_keyed(_read(directory / "cpu.stat") or "")
+        return cgroups.parse_flat_keyed(cgroups.read_file(directory / "cpu.stat") or "")
 
     # ---- cpu shares and memory limits --------------------------------------------------------------
 
     def read_cpu_shares(self, directory: Path) -> int | None:
         """v1: cpu.shares; v2: cpu.weight (in its own units)."""
-        return _int(_read(directory / ("cpu.weight" if self.unified else "cpu.shares")))
+        return _int(cgroups.read_file(directory / ("cpu.weight" if self.unified else "cpu.shares")))
 
     def write_cpu_shares(self, directory: Path, shares: int) -> WriteOutcome | None:
         """Set the shares (v2: the weight they map to); None when the file already says so."""
@@ -172,7 +181,8 @@ class CgroupWriter:
 
     def read_memory_limit(self, directory: Path) -> int | None:
         """Bytes, or -1 for unlimited."""
-        text = (_read(directory / ("memory.max" if self.unified else "memory.limit_in_bytes")) or "").strip()
+        text = (cgroups.read_file(directory / ("memory.max" if self.unified else "memory.limit_in_bytes"))
+                or "").strip()
         if self.unified and text == "max":
             return -1
         value = _int(text)
@@ -191,9 +201,9 @@ class CgroupWriter:
 
     def read_cpuset(self, directory: Path) -> frozenset[int] | None:
         """The cpus a cgroup may run on (v2: the effective set when none is configured)."""
-        text = _read(directory / "cpuset.cpus")
+        text = cgroups.read_file(directory / "cpuset.cpus")
         if self.unified and text is not None and not text.strip():
-            text = _read(directory / "cpuset.cpus.effective")
+            text = cgroups.read_file(directory / "cpuset.cpus.effective")
         return None if text is None else parse_cpuset(text)
 
     def pool(self, directories: Sequence[Path] | None = None) -> frozenset[int] | None:
@@ -208,10 +218,10 @@ class CgroupWriter:
         up (a child's cpus must stay within its parent's)."""
         found: dict[Path, tuple[frozenset[int] | None, bool]] = {}
         for directory in directories:
-            text = _read(directory / "cpuset.cpus")
+            text = cgroups.read_file(directory / "cpuset.cpus")
             explicit = bool((text or "").strip())  # v2: an empty file inherits the parent's
             if self.unified and text is not None and not explicit:
-                text = _read(directory / "cpuset.cpus.effective")
+                text = cgroups.read_file(directory / "cpuset.cpus.effective")
             found[directory] = (None if text is None else parse_cpuset(text), explicit)
         outcomes = []
         for directory in directories:
@@ -246,13 +256,6 @@ class CgroupWriter:
         self.on_write(resource, outcome.result)
         log.debug("cgroup write", extra={"path": str(path), "value": value, "result": outcome.result})
         return outcome
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _int(text: str | None) -> int | None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, Literal
 
 from colocation.agent.batch_cgroups import UNLIMITED, PodResources, cfs_quota_us, describe_pod, kubelet_settings
@@ -127,8 +128,13 @@ class BurstPod:
     def kubelet_quota_us(self, period_us: int) -> int:
         """The pod cgroup's quota as the kubelet writes it: its containers' limits and its overhead
         (-1: none, as soon as one container has no limit)."""
-        limit = kubelet_settings(self.resources).pod.cpu_limit_millis
+        limit = self._kubelet_limit_millis
         return cfs_quota_us(limit + self.overhead_millis if limit > 0 else limit, period_us)
+
+    @cached_property
+    def _kubelet_limit_millis(self) -> int:
+        # Asked for every pod every round, of a pod that changes only when the watch sees a new one.
+        return kubelet_settings(self.resources).pod.cpu_limit_millis
 
 
 def burst_pod(pod: Mapping[str, Any]) -> BurstPod | None:

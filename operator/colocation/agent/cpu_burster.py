@@ -6,13 +6,22 @@ last saw them, and for each pod that may burst (colocation.agent.cpu_burst) whos
 (the node's, or its own annotation) turns burst on:
 
 - reads each of its containers with a CPU limit (the pod cgroup's child named after the runtime's
-  id, as batch cgroups finds it): the quota, and cpu.stat's nr_throttled, compared with the
-  previous round's to tell whether it was throttled since; with cfsQuotaBurstPeriodSeconds, its
-  usage too (v2 cpu.stat usage_usec, v1 cpuacct.usage), which feeds its token bucket;
-- writes what colocation.agent.cpu_burst.plan_pod makes of that, only what differs (so a value
-  someone else wrote is put back next round): bursts that shrink first, then quotas that loosen
-  from the pod down, quotas that tighten from the containers up (v1 refuses a child a larger quota
-  than its parent's), bursts that grow last (the kernel refuses a burst larger than the quota).
+  id, as batch cgroups finds it): the quota, and, for quota burst, cpu.stat's nr_throttled,
+  compared with the previous round's to tell whether it was throttled since; with
+  cfsQuotaBurstPeriodSeconds, its usage too (v2 cpu.stat usage_usec, v1 cpuacct.usage), which
+  feeds its token bucket;
+- writes what colocation.agent.cpu_burst.plan_pod makes of that, only what differs: bursts that
+  shrink first, then quotas that loosen from the pod down, quotas that tighten from the
+  containers up (v1 refuses a child a larger quota than its parent's), bursts that grow last
+  (the kernel refuses a burst larger than the quota).
+
+The quotas and bursts (and where each pod's cgroups are) are read from the files once every
+`reread_interval` (REREAD_INTERVAL, 5 s, as often as batch cgroups reconcile); in between, a round
+takes them as last read or written, and only cpu.stat is read every round. So a value someone
+else wrote is put back within `reread_interval` plus a round, and a round at 110 pods costs a
+read per container (none without quota burst) instead of five per pod. A file whose write
+failed, or was only counted in dry run, is read again the next round (so it is counted every
+round, as before); a pod undone is read afresh.
 
 A pod whose burst turns off (policy none, the pod gone from the watch) gets the kubelet's quotas
 and no burst back, once; so does every pod at exit with --restore-on-exit, and every pod that may
@@ -31,12 +40,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from colocation.agent import cgroups
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.batch_cgroup_reconciler import container_directory, pod_directory, quota_loosens
 from colocation.agent.batch_cgroups import UNLIMITED
-from colocation.agent.cgroup_writer import CgroupWriter, WriteOutcome
+from colocation.agent.cgroup_writer import CfsQuota, CgroupWriter, WriteOutcome
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import Sample
 from colocation.agent.cpu_burst import (
@@ -52,10 +62,12 @@ from colocation.agent.cpu_burst import (
     share_pool_state,
 )
 from colocation.agent.node_events import NodeEvent, NodeEvents
+from colocation.apimachinery.pods import KubeQoSClass
 
 log = logging.getLogger(__name__)
 
 EVENT_INTERVAL = 300.0  # seconds between two Events of one kind about one pod
+REREAD_INTERVAL = 5.0  # seconds between two reads of the quotas and bursts from the files
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,8 @@ class _Cgroup:
 class CpuBurster:
     def __init__(self, writer: CgroupWriter, metrics: AgentMetrics, *, node: str, cpus: Callable[[], int],
                  usage_root: Path | None = None, clock: Callable[[], float] = time.monotonic,
-                 fill: Callable[[], float] = lambda: random.random() / 2, events: NodeEvents | None = None) -> None:
+                 fill: Callable[[], float] = lambda: random.random() / 2, events: NodeEvents | None = None,
+                 reread_interval: float = REREAD_INTERVAL) -> None:
         self.writer = writer
         self.metrics = metrics
         self.node = node
@@ -96,11 +109,21 @@ class CpuBurster:
         self._limiters: dict[Path, BurstLimiter] = {}
         self._events_at: dict[tuple[str, str], float] = {}
         self._failing: set[str] = set()
+        self.reread_interval = reread_interval
+        self._read_at: float | None = None  # when the files were last all read
+        self._pod_dirs: dict[tuple[str, str], Path] = {}  # by (kube QoS, UID)
+        self._container_dirs: dict[tuple[Path, str], Path] = {}  # by (pod directory, container id)
+        self._quotas: dict[Path, CfsQuota] = {}  # as last read or written
+        self._bursts: dict[Path, int | None] = {}
 
     def step(self, strategy: BurstStrategy, pods: Mapping[str, BurstPod], sample: Sample | None,
              infos: Mapping[str, PodInfo]) -> None:
         """One round: `pods` are the node's pods that may burst, `infos` all its pods, by UID."""
         state = self.node_state(strategy, sample, infos)
+        now = self.clock()
+        if self._read_at is None or now - self._read_at >= self.reread_interval:
+            self._forget()
+            self._read_at = now
         seen: set[Path] = set()
         for uid, pod in pods.items():
             config = pod.config(strategy.config)
@@ -116,7 +139,6 @@ class CpuBurster:
         for uid in [uid for uid in self.managed if uid not in pods]:
             self.undo(uid)
         self._known = set(pods)
-        now = self.clock()
         self._counters = {path: counters for path, counters in self._counters.items() if path in seen}
         self._limiters = {path: limiter for path, limiter in self._limiters.items()
                           if path in seen and not limiter.expired(now)}
@@ -140,6 +162,7 @@ class CpuBurster:
         pod = self.managed.pop(uid)
         self._failing.discard(pod.resources.uid)
         was = self.in_force.pop(uid, None)
+        self._forget()  # rare (a pod's burst turned off, or exit): what is undone is read afresh
         plan = self._apply(pod, BurstConfig(), "unknown", set())
         if was is not None and plan is not None:
             log.info("cpu burst undone", extra={"node": self.node, "pod": _name(pod), "uid": uid,
@@ -150,14 +173,14 @@ class CpuBurster:
     def _apply(self, pod: BurstPod, config: BurstConfig, state: NodeState, seen: set[Path]) -> PodPlan | None:
         """Read, plan and write one pod; the plan, or None when its cgroups are not there."""
         resources = pod.resources
-        pod_dir = pod_directory(self.writer.cpu_root(), resources.kube_qos, resources.uid)
-        pod_quota = None if pod_dir is None else self.writer.read_cfs_quota(pod_dir)
+        pod_dir = self._pod_dir(resources.kube_qos, resources.uid)
+        pod_quota = None if pod_dir is None else self._quota(pod_dir)
         if pod_dir is None or pod_quota is None:
             return None  # not started yet, or gone: the kubelet owns its creation and removal
         readings, containers = [], []
         for container in resources.containers:
-            path = container_directory(pod_dir, container.container_id)
-            quota = None if path is None else self.writer.read_cfs_quota(path)
+            path = self._container_dir(pod_dir, container.container_id)
+            quota = None if path is None else self._quota(path)
             if container.init or not container.cpu_limit or container.cpu_limit <= 0 or path is None or quota is None:
                 continue
             seen.add(path)
@@ -169,12 +192,56 @@ class CpuBurster:
         plan = plan_pod(config, state, readings, pod.kubelet_quota_us(pod_quota.period_us))
         cgroup_list = [_Cgroup(pod_dir, pod_quota.quota_us, pod_quota.period_us,
                                None if plan.quota_us == UNLIMITED else plan.quota_us,
-                               self.writer.read_cfs_burst(pod_dir), plan.burst_us)]
+                               self._burst(pod_dir), plan.burst_us)]
         cgroup_list += [_Cgroup(path, quota.quota_us, quota.period_us, values.quota_us,
-                                self.writer.read_cfs_burst(path), values.burst_us)
+                                self._burst(path), values.burst_us)
                         for (path, quota), values in zip(containers, plan.containers, strict=True)]
         self._write(pod, cgroup_list)
         return plan
+
+    # ---- the files, as last read or written ----------------------------------------------------------
+
+    def _forget(self) -> None:
+        self._pod_dirs.clear()
+        self._container_dirs.clear()
+        self._quotas.clear()
+        self._bursts.clear()
+
+    def _pod_dir(self, kube_qos: KubeQoSClass, uid: str) -> Path | None:
+        found = self._pod_dirs.get((kube_qos, uid))
+        if found is None:
+            found = pod_directory(self.writer.cpu_root(), kube_qos, uid)
+            if found is not None:  # one not there yet is looked for again next round
+                self._pod_dirs[kube_qos, uid] = found
+        return found
+
+    def _container_dir(self, pod_dir: Path, container_id: str | None) -> Path | None:
+        found = self._container_dirs.get((pod_dir, container_id or ""))
+        if found is None:
+            found = container_directory(pod_dir, container_id)
+            if found is not None and container_id:
+                self._container_dirs[pod_dir, container_id] = found
+        return found
+
+    def _quota(self, path: Path) -> CfsQuota | None:
+        found = self._quotas.get(path)
+        if found is None:
+            found = self.writer.read_cfs_quota(path)
+            if found is not None:
+                self._quotas[path] = found
+        return found
+
+    def _burst(self, path: Path) -> int | None:
+        if path not in self._bursts:
+            self._bursts[path] = self.writer.read_cfs_burst(path)
+        return self._bursts[path]
+
+    def _remember(self, outcome: WriteOutcome | None, cache: dict[Path, Any], path: Path, value: object) -> None:
+        """After a write: the file now says `value` (written, or found so); else read it again next round."""
+        if outcome is None or outcome.result == "ok":
+            cache[path] = value
+        else:
+            cache.pop(path, None)
 
     def _counters_of(self, path: Path, limit_millis: int, config: BurstConfig) -> tuple[bool | None, int]:
         """Whether the container was throttled since the previous round, and the percentage of its
@@ -212,16 +279,22 @@ class CpuBurster:
         """The pod's cgroup first in `cgroup_list`, then its containers'."""
         pod_first, containers_first = cgroup_list, cgroup_list[::-1]
         outcomes: list[WriteOutcome | None] = []
-        outcomes += [self.writer.write_cfs_burst(c.path, c.target_burst) for c in containers_first
-                     if c.burst is not None and c.target_burst < c.burst]
+        outcomes += [self._set_burst(c) for c in containers_first if c.burst is not None and c.target_burst < c.burst]
         quotas = [(c, c.target_quota) for c in pod_first if c.target_quota is not None and c.target_quota != c.quota]
-        outcomes += [self.writer.write_cfs_quota(c.path, quota, c.period) for c, quota in quotas
-                     if quota_loosens(quota, c.quota)]
-        outcomes += [self.writer.write_cfs_quota(c.path, quota, c.period) for c, quota in reversed(quotas)
-                     if not quota_loosens(quota, c.quota)]
-        outcomes += [self.writer.write_cfs_burst(c.path, c.target_burst) for c in pod_first
-                     if c.burst is not None and c.target_burst > c.burst]
+        outcomes += [self._set_quota(c, quota) for c, quota in quotas if quota_loosens(quota, c.quota)]
+        outcomes += [self._set_quota(c, quota) for c, quota in reversed(quotas) if not quota_loosens(quota, c.quota)]
+        outcomes += [self._set_burst(c) for c in pod_first if c.burst is not None and c.target_burst > c.burst]
         self._settled(pod, [outcome for outcome in outcomes if outcome is not None])
+
+    def _set_burst(self, c: _Cgroup) -> WriteOutcome | None:
+        outcome = self.writer.write_cfs_burst(c.path, c.target_burst)
+        self._remember(outcome, self._bursts, c.path, c.target_burst)
+        return outcome
+
+    def _set_quota(self, c: _Cgroup, quota: int) -> WriteOutcome | None:
+        outcome = self.writer.write_cfs_quota(c.path, quota, c.period)
+        self._remember(outcome, self._quotas, c.path, CfsQuota(quota, c.period))
+        return outcome
 
     def _settled(self, pod: BurstPod, outcomes: list[WriteOutcome]) -> None:
         failed = [outcome for outcome in outcomes if outcome.result == "failed"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from colocation.agent.cgroups import read_file
 from colocation.agent.cpuset import Processor, parse_cpuinfo
 from colocation.koordinator.slo_strategies import MemoryCollectPolicy
 
@@ -127,20 +128,13 @@ def parse_pressure(text: str) -> Pressure | None:
     return Pressure(some=lines["some"], full=lines.get("full"))
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
 def read_cpu_times(proc_root: Path) -> CpuTimes | None:
-    text = _read(proc_root / "stat")
+    text = read_file(proc_root / "stat")
     return None if text is None else parse_stat(text)
 
 
 def read_meminfo(proc_root: Path) -> MemInfo | None:
-    text = _read(proc_root / "meminfo")
+    text = read_file(proc_root / "meminfo")
     return None if text is None else parse_meminfo(text)
 
 
@@ -153,7 +147,7 @@ def read_pressure(proc_root: Path) -> tuple[MappingProxyType[str, Pressure], int
     found: dict[str, Pressure] = {}
     garbled = 0
     for resource in PSI_RESOURCES:
-        text = _read(proc_root / "pressure" / resource)
+        text = read_file(proc_root / "pressure" / resource)
         if text is None:
             continue
         pressure = parse_pressure(text)
@@ -166,5 +160,5 @@ def read_pressure(proc_root: Path) -> tuple[MappingProxyType[str, Pressure], int
 
 def read_cpu_topology(proc_root: Path) -> tuple[Processor, ...]:
     """The node's processors from /proc/cpuinfo; none when it cannot be read."""
-    text = _read(proc_root / "cpuinfo")
+    text = read_file(proc_root / "cpuinfo")
     return () if text is None else parse_cpuinfo(text)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from colocation.agent import cgroups
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.batch_cgroup_reconciler import BatchCgroupReconciler, is_container_cgroup, pod_cgroup_path
 from colocation.agent.batch_cgroups import ContainerResources, PodResources
@@ -190,9 +192,9 @@ def test_quotas_tighten_from_the_containers_up_and_loosen_from_the_pod_down(
     order: list[str] = []
     write = harness.reconciler.writer.write_cfs_quota
 
-    def recording(directory: Path, quota: int, period: int) -> object:
+    def recording(directory: Path, quota: int, period: int, **known: Any) -> object:
         order.append("pod" if directory.name == tree.pod_dir(BATCH_UID) else "container")
-        return write(directory, quota, period)
+        return write(directory, quota, period, **known)
 
     monkeypatch.setattr(harness.reconciler.writer, "write_cfs_quota", recording)
     harness.reconciler.step({BATCH_UID: BATCH_POD})
@@ -252,3 +254,21 @@ def test_pod_cgroup_path_follows_the_kubelets_naming(root: str, qos: str, path: 
     ("cri-containerd-beef.scope", False)])
 def test_a_containers_cgroup_is_named_after_its_runtime_id(name: str, found: bool) -> None:
     assert is_container_cgroup(name, "c0ffee") is found
+
+
+def test_a_round_reads_each_cpu_quota_once(tree: Tree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "cgroup"
+    harness = Harness(root)
+    read: list[Path] = []
+    real = cgroups.read_file
+
+    def counted(path: Path) -> str | None:
+        read.append(path)
+        return real(path)
+
+    monkeypatch.setattr(cgroups, "read_file", counted)
+    harness.reconciler.step({BATCH_UID: BATCH_POD})  # writes every quota: each read once, to order them
+    quota_file = "cpu.max" if tree.version == 2 else "cpu.cfs_quota_us"
+    quotas = [path for path in read if path.name == quota_file]
+    assert sorted(path.parent.name for path in quotas) == sorted(path.name for path in tree.cgroups(root, "cpu"))
+    assert tree.values(root) == BATCH[tree.version]

@@ -18,13 +18,14 @@ from typing import Any
 
 import pytest
 
+from colocation.agent import cgroups
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.batch_cgroups import ContainerResources, PodResources
 from colocation.agent.cgroup_writer import CgroupWriter
 from colocation.agent.classify import PodInfo
 from colocation.agent.collector import PodSample, Sample
 from colocation.agent.cpu_burst import BurstConfig, BurstPod, BurstStrategy
-from colocation.agent.cpu_burster import EVENT_INTERVAL, CpuBurster
+from colocation.agent.cpu_burster import EVENT_INTERVAL, REREAD_INTERVAL, CpuBurster
 from colocation.agent.node_events import NodeEvents
 from colocation.kube.backoff import Backoff
 from tests.unit.agent.test_batch_cgroup_reconciler import make_root
@@ -259,12 +260,36 @@ def test_the_token_bucket_follows_the_containers_usage(tree: Tree, harness: Harn
     assert tree.values(harness.root)[1][0] == 100_000  # throttled, but out of tokens: back down
 
 
-def test_a_value_written_by_someone_else_is_put_back(tree: Tree, harness: Harness) -> None:
-    harness.step(BurstStrategy(BurstConfig("cpuBurstOnly")))
+def test_a_value_written_by_someone_else_is_put_back_at_the_next_reread(tree: Tree, harness: Harness) -> None:
+    strategy = BurstStrategy(BurstConfig("cpuBurstOnly"))
+    harness.step(strategy)  # t = 0: the files read
     main = tree.cgroups(harness.root)[1]
     tree.burst_file(main).write_text("0\n")
-    harness.step(BurstStrategy(BurstConfig("cpuBurstOnly")))
+    tree.quota_file(main).write_text("70000 100000\n" if tree.version == 2 else "70000\n")
+    for _ in range(int(REREAD_INTERVAL) - 1):  # rounds at 1 .. 4 s take the values as last written
+        harness.step(strategy)
+    assert tree.values(harness.root)[1] == (70_000, 0)
+    harness.step(strategy)  # at 5 s the files are read again
     assert tree.values(harness.root)[1] == (100_000, 100_000)
+
+
+def test_a_round_between_rereads_reads_only_cpu_stat(tree: Tree, harness: Harness,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    harness.step()  # auto: quota burst reads cpu.stat; the first round also reads quotas and bursts
+    read: list[str] = []
+    real = cgroups.read_file
+
+    def counted(path: Path) -> str | None:
+        read.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(cgroups, "read_file", counted)
+    harness.step()
+    assert sorted(read) == ["cpu.stat", "cpu.stat"]  # the pod's two containers with a limit
+    read.clear()
+    harness.clock.now += REREAD_INTERVAL
+    harness.step()
+    assert {"cpu.stat", tree.burst_file(harness.root).name} <= set(read) and len(read) > 2
 
 
 async def test_turning_burst_off_restores_the_kubelets_values_once(tree: Tree, harness: Harness) -> None:
