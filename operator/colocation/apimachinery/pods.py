@@ -12,6 +12,9 @@ GetPodQOS), on pod JSON as it comes from the API or from a hand-written fixture:
 - QoS: BestEffort when no container has a cpu or memory request or limit; Guaranteed when every
   container has cpu and memory limits and the summed requests equal the summed limits;
   Burstable otherwise. status.qosClass, when the API has set it, is authoritative.
+
+A pod as the leader keeps it (controllers.cluster.slim_pod) has no containers: its effective
+requests, computed once from them, are under the key `KEPT_REQUESTS`, and `pod_requests` returns them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from colocation.apimachinery.quantity import byte_value, cpu_millis
 KubeQoSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 KUBE_QOS_CLASSES: tuple[KubeQoSClass, ...] = ("Guaranteed", "Burstable", "BestEffort")
 _COMPUTE = ("cpu", "memory")
+KEPT_REQUESTS = "keptRequests"  # (cpu millis, memory bytes), in a pod the leader keeps
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -59,6 +63,9 @@ def _add(total: dict[str, int], more: Mapping[str, int]) -> dict[str, int]:
 
 def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
     """(cpu millis, memory bytes) the scheduler reserves for the pod."""
+    kept = pod.get(KEPT_REQUESTS)
+    if isinstance(kept, tuple):
+        return kept  # only slim_pod writes it: a (cpu, memory) pair
     spec = _mapping(pod.get("spec"))
     total: dict[str, int] = {}
     for container in _containers(spec, "containers"):

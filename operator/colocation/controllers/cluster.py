@@ -6,9 +6,11 @@ pods and Nodes are slimmed to the fields the batch formula, the NodeSLO renderin
 process read, because a cluster of 10,000 nodes has some 300,000 pods, and a real Node carries
 its images, addresses and conditions. Everything runs on one event loop, so there are no locks.
 
-What many slim pods have in common (the containers of a workload's replicas, the class labels, the
-phase) is kept once and shared (`SharedParts`): the cached objects are read, never changed, by
-every reader of this state.
+A pod's containers are read only for its requests and its QoS class: both are derived once, when
+the pod arrives, and the containers dropped. What many slim pods have in common (the class labels,
+the phase and QoS class, the requests of a workload's replicas, the priority value) is kept once
+and shared (`SharedParts`): the cached objects are read, never changed, by every reader of this
+state.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import sys
 from collections.abc import Hashable, Mapping
 from typing import Any, TypeVar
 
-import orjson
 from cachetools import LRUCache
 
+from colocation.apimachinery import pods
 from colocation.apimachinery.objects import Obj
 from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
 from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION
@@ -28,9 +30,8 @@ from colocation.koordinator.classes import PRIORITY_LABEL, QOS_LABEL
 
 PodKey = tuple[str, str]  # (namespace, name)
 
-_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
 _CLASS_LABELS = (PRIORITY_LABEL, QOS_LABEL)  # the only labels priority and QoS are read from
-# Distinct container specs, label sets and statuses kept for sharing. Replicas of one workload
+# Distinct label sets, statuses and requests kept for sharing. Replicas of one workload
 # share theirs; beyond this many distinct ones, the least recently seen are no longer shared
 # (still correct, only larger).
 SHARED_PARTS = 65_536
@@ -53,26 +54,25 @@ class SharedParts:
             self._parts[key] = kept = part
         return kept
 
-    def containers(self, containers: list[Obj]) -> list[Obj]:
-        return self.share(orjson.dumps(containers, option=orjson.OPT_SORT_KEYS), containers)
-
     def mapping(self, kind: str, mapping: Obj) -> Obj:
         return self.share((kind, *sorted(mapping.items())), mapping)
 
 
 
 def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
-    """The fields of a Pod that priority, QoS, requests and eviction read; the rest is dropped.
-    Parts equal to another pod's are that pod's (`shared`): the result is read-only."""
+    """What the leader keeps of a Pod: the fields priority, QoS and eviction read, its Kubernetes
+    QoS class (status.qosClass, computed here when the API has not set it) and its effective
+    requests (`pods.KEPT_REQUESTS`), both derived ONCE from the containers, which are then dropped.
+    Parts equal to another pod's are that pod's (`shared`): the result is read-only. Idempotent:
+    a kept pod keeps itself (its requests and class are read back, not recomputed to zero)."""
     shared = shared if shared is not None else SharedParts(size=0)
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     annotations = metadata.get("annotations") or {}
     labels = metadata.get("labels") or {}
-    namespace = metadata.get("namespace")
     slim_meta: Obj = {"name": metadata.get("name"),
-                      "namespace": sys.intern(namespace) if isinstance(namespace, str) else namespace,
+                      "namespace": _interned(metadata.get("namespace")),
                       "uid": metadata.get("uid"),
                       "labels": shared.mapping("labels", {key: labels[key] for key in _CLASS_LABELS
                                                           if key in labels})}
@@ -80,18 +80,21 @@ def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
         slim_meta["annotations"] = {MIRROR_POD_ANNOTATION: annotations[MIRROR_POD_ANNOTATION]}
     if metadata.get("deletionTimestamp"):
         slim_meta["deletionTimestamp"] = metadata["deletionTimestamp"]
-    node = spec.get("nodeName")
-    slim_spec: Obj = {"nodeName": sys.intern(node) if isinstance(node, str) else node}
-    for key in ("priority", "overhead", "resources"):
-        if spec.get(key) is not None:
-            slim_spec[key] = spec[key]
-    for key in ("containers", "initContainers"):
-        if spec.get(key):
-            slim_spec[key] = shared.containers(
-                [{field: container[field] for field in _CONTAINER_FIELDS if field in container}
-                 for container in spec[key] if isinstance(container, Mapping)])
-    slim_status = shared.mapping("status", {key: status[key] for key in ("phase", "qosClass") if key in status})
-    return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
+    slim_spec: Obj = {"nodeName": _interned(spec.get("nodeName"))}
+    priority = spec.get("priority")
+    if priority is not None:
+        # A class's value (e.g. 9000) repeats across pods: one int object for all of them.
+        slim_spec["priority"] = shared.share(("priority", priority), priority) if type(priority) is int else priority
+    slim_status: Obj = {key: status[key] for key in ("phase",) if key in status}
+    slim_status["qosClass"] = pods.qos_class(pod)
+    requests = pods.pod_requests(pod)
+    return {"metadata": slim_meta, "spec": slim_spec, "status": shared.mapping("status", slim_status),
+            pods.KEPT_REQUESTS: shared.share(("requests", *requests), requests)}
+
+
+def _interned(value: object) -> object:
+    """Namespaces and node names repeat across pods: one string each."""
+    return sys.intern(value) if isinstance(value, str) else value
 
 
 def slim_node(node: Mapping[str, Any]) -> Obj:
@@ -152,7 +155,7 @@ class ClusterState:
             self.wake.set()
             return
         new = name not in self.nodes
-        self.nodes[name] = slim_node(node)
+        self.nodes[name] = node  # slim already (`slim_node`, the Node informer's transform)
         self.deleted_nodes.discard(name)
         self._bump(name)
         if new:
@@ -164,7 +167,7 @@ class ClusterState:
         self.pods_by_node = {}
         self._pod_node = {}
         for item in items:
-            self._put_pod(slim_pod(item, self._shared))
+            self._put_pod(item)  # kept already (`pod_kept`, the informer's transform)
         for node in self.nodes:
             self._bump(node)
         self.pods_synced.set()
@@ -179,7 +182,7 @@ class ClusterState:
         if type_ == "DELETED":
             self._drop_pod(key)
         else:
-            self._put_pod(slim_pod(pod, self._shared))
+            self._put_pod(pod)  # kept already (`pod_kept`, the informer's transform)
 
     def _put_pod(self, pod: Obj) -> None:
         key = (str(pod["metadata"].get("namespace") or ""), str(pod["metadata"].get("name") or ""))

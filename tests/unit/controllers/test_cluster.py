@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
-from colocation.controllers.cluster import ClusterState, slim_node
-from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION
+from colocation.apimachinery import pods
+from colocation.apimachinery.pods import KEPT_REQUESTS
+from colocation.controllers.cluster import ClusterState, SharedParts, slim_node, slim_pod
+from colocation.controllers.eviction import evictable
+from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION, calculate_batch_resources
+from colocation.koordinator.classes import is_evictable_best_effort, is_high_priority_pod, priority_of, qos_of
+from colocation.koordinator.mid_formula import calculate_mid_resources
 
 
 def real_node(name: str, **labels: str) -> dict[str, Any]:
@@ -43,14 +49,15 @@ async def test_a_node_missing_from_a_relist_is_deleted_and_its_objects_go_too() 
     assert state.wake.is_set()
 
 
-async def test_node_events_store_slim_nodes_and_bump_the_nodes_version() -> None:
+async def test_node_events_store_the_slim_node_as_delivered_and_bump_the_nodes_version() -> None:
     state = ClusterState()
-    await state.node_changed("ADDED", real_node("n1"))
+    await state.node_changed("ADDED", slim_node(real_node("n1")))
     first = state.node_versions["n1"]
-    await state.node_changed("MODIFIED", real_node("n1", zone="b"))
+    kept = slim_node(real_node("n1", zone="b"))  # the informer's transform
+    await state.node_changed("MODIFIED", kept)
     assert state.node_versions["n1"] > first
+    assert state.nodes["n1"] is kept  # slimmed once, by the transform, not copied again
     assert state.nodes["n1"]["metadata"]["labels"] == {"zone": "b"}
-    assert "images" not in state.nodes["n1"]["status"]
     await state.node_changed("DELETED", real_node("n1"))
     assert "n1" not in state.nodes and state.deleted_nodes == {"n1"}
 
@@ -79,14 +86,76 @@ def replica(name: str, node: str, cpu: str = "1", qos: str = "BE") -> dict[str, 
 
 async def test_replicas_of_a_workload_keep_one_copy_of_what_they_have_in_common() -> None:
     state = ClusterState()
-    await state.pod_event("ADDED", replica("web-a", "n1"))
-    await state.pod_event("ADDED", replica("web-b", "n2"))
-    await state.pod_event("ADDED", replica("other", "n2", cpu="2", qos="LS"))
+    for name, node, cpu, qos in (("web-a", "n1", "1", "BE"), ("web-b", "n2", "1", "BE"), ("other", "n2", "2", "LS")):
+        await state.pod_event("ADDED", state.pod_kept(replica(name, node, cpu=cpu, qos=qos)))
     (a,), (b, other) = state.pods_on("n1"), state.pods_on("n2")
-    assert a["spec"]["containers"] is b["spec"]["containers"]
     assert a["metadata"]["labels"] is b["metadata"]["labels"] and a["status"] is b["status"]
-    # ...and what differs stays its own.
-    assert other["spec"]["containers"] == [{"name": "main", "resources": {"requests": {"cpu": "2"}}}]
-    assert other["metadata"]["labels"] == {"koordinator.sh/qosClass": "LS"}
+    assert a[KEPT_REQUESTS] is b[KEPT_REQUESTS] and a["spec"]["priority"] is b["spec"]["priority"]
+    # ...and what differs stays its own; the containers are not kept, their requests are.
+    assert other == {"metadata": {"name": "other", "namespace": "team", "uid": "uid-other",
+                                  "labels": {"koordinator.sh/qosClass": "LS"}},
+                     "spec": {"nodeName": "n2", "priority": 5000},
+                     "status": {"phase": "Running", "qosClass": "Burstable"},
+                     KEPT_REQUESTS: (2000, 0)}
     assert a["metadata"]["name"] == "web-a" and b["metadata"]["uid"] == "uid-web-b"
     assert a["spec"]["nodeName"] == "n1" and b["spec"]["nodeName"] == "n2"
+
+
+# ---- what the leader keeps answers as the whole pod does ------------------------------------------
+
+_QUANTITIES = ("100m", "1", "1.5", "2Gi", "512Mi", "0", "abc", "-", "1e3", "250M")
+
+
+def _resources(rng: random.Random) -> dict[str, Any]:
+    def some() -> dict[str, str]:
+        return {name: rng.choice(_QUANTITIES) for name in ("cpu", "memory", "kubernetes.io/batch-cpu")
+                if rng.random() < 0.5}
+    return {key: some() for key in ("requests", "limits") if rng.random() < 0.7}
+
+
+def generated_pod(rng: random.Random, index: int) -> dict[str, Any]:
+    """Init containers, sidecars, overhead, pod-level resources, limits only, bad quantities,
+    BE/LS/mid classes by label or by priority value, any phase, with or without status.qosClass."""
+    labels = {key: rng.choice(values) for key, values in (
+        ("koordinator.sh/qosClass", ("BE", "LS", "LSR", "LSE", "SYSTEM", "bogus")),
+        ("koordinator.sh/priority-class", ("koord-prod", "koord-mid", "koord-batch", "koord-free", "x")))
+        if rng.random() < 0.5}
+    spec: dict[str, Any] = {"nodeName": "n1", "containers": [
+        {"name": f"c{i}", "image": "x", "resources": _resources(rng)} for i in range(rng.randint(0, 3))]}
+    if rng.random() < 0.5:
+        spec["initContainers"] = [{"name": f"i{i}", "resources": _resources(rng),
+                                   **({"restartPolicy": "Always"} if rng.random() < 0.5 else {})}
+                                  for i in range(rng.randint(1, 3))]
+    for key in ("overhead", "resources"):
+        if rng.random() < 0.2:
+            spec[key] = _resources(rng).get("requests", {}) if key == "overhead" else _resources(rng)
+    if rng.random() < 0.8:
+        spec["priority"] = rng.choice((0, 3500, 5500, 7500, 9500, 100000))
+    status: dict[str, Any] = {"phase": rng.choice(("Running", "Pending", "Succeeded", "Failed"))} \
+        if rng.random() < 0.9 else {}
+    if rng.random() < 0.3:
+        status["qosClass"] = rng.choice(("Guaranteed", "Burstable", "BestEffort"))
+    return {"metadata": {"name": f"p{index}", "namespace": "ns", "uid": f"u{index}", "labels": labels},
+            "spec": spec, "status": status}
+
+
+def test_a_kept_pod_answers_every_reader_as_the_whole_pod_does() -> None:
+    rng = random.Random(16)
+    shared = SharedParts()
+    readers = (pods.pod_requests, pods.qos_class, qos_of, priority_of, is_high_priority_pod,
+               is_evictable_best_effort, evictable)
+    whole = [generated_pod(rng, index) for index in range(3000)]
+    kept = [slim_pod(pod, shared) for pod in whole]
+    for full, slim in zip(whole, kept, strict=True):
+        assert [read(slim) for read in readers] == [read(full) for read in readers], full
+    node = {"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "32", "memory": "128Gi"},
+                                                   "allocatable": {"cpu": "30", "memory": "120Gi"}}}
+    for start in range(0, len(whole), 30):
+        group = slice(start, start + 30)
+        metric = {"status": {"updateTime": "2026-11-26T10:00:00Z", "nodeMetric": {"nodeUsage": {"cpu": "9"}},
+                             "podsMetric": [{"namespace": "ns", "name": pod["metadata"]["name"],
+                                             "podUsage": {"cpu": "300m", "memory": "1Gi"}} for pod in whole[group]]}}
+        for formula in (calculate_batch_resources, calculate_mid_resources):
+            on_kept = formula(node, kept[group], metric, {"enable": True}, 0.0, received_at=0.0)
+            assert on_kept == formula(node, whole[group], metric, {"enable": True}, 0.0, received_at=0.0)
+            assert on_kept  # the formula ran (a fresh metric), it did not bail out

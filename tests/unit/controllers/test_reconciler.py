@@ -16,6 +16,7 @@ import orjson
 from prometheus_client import CollectorRegistry
 
 from colocation.apimachinery.merge_patch import json_merge_patch
+from colocation.apimachinery.pods import KEPT_REQUESTS
 from colocation.controllers.cluster import ClusterState, slim_pod
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
@@ -359,11 +360,11 @@ async def test_pods_are_slimmed_and_follow_their_node() -> None:
     full = {**pod("p", "n1", "koord-batch"), "spec": {
         "nodeName": "n1", "volumes": [{"name": "v"}], "priority": 5500,
         "containers": [{"name": "c", "image": "x", "env": [{"name": "A"}], "resources": {"requests": {"cpu": "1"}}}]}}
-    await state.pod_event("ADDED", full)
+    await state.pod_event("ADDED", state.pod_kept(full))  # as the Pod informer delivers it
     slim = state.pods_on("n1")[0]
-    assert slim == slim_pod(full)
-    assert slim["spec"] == {"nodeName": "n1", "priority": 5500,
-                            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    assert slim == slim_pod(full) == slim_pod(slim)  # keeping a kept pod changes nothing
+    assert slim["spec"] == {"nodeName": "n1", "priority": 5500}
+    assert slim[KEPT_REQUESTS] == (1000, 0) and slim["status"] == {"phase": "Running", "qosClass": "Burstable"}
     version = state.node_versions.get("n1")
     await state.pod_event("DELETED", full)
     assert state.pods_on("n1") == [] and state.node_versions.get("n1") != version
