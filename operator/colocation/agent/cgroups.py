@@ -187,16 +187,18 @@ def read_counters(layout: CgroupLayout, path: str, policy: MemoryCollectPolicy) 
 def read_file(path: Path) -> str | None:
     """A small file of /proc or a cgroup, as text; None when it cannot be read.
 
-    os.open and one os.read: these files are a few bytes to a few KiB, and Path.read_text's
-    buffered text layers cost more than the read itself at hundreds of files a second."""
+    os.open and os.read: these files are a few bytes to a few KiB, and Path.read_text's buffered
+    text layers cost more than the read itself at hundreds of files a second. Read until end of
+    file: procfs and cgroup files may answer a read with less than asked (a record that does not
+    fit waits for the next read) while more follows."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        chunks = [os.read(fd, _READ_SIZE)]
-        while len(chunks[-1]) == _READ_SIZE:  # larger than one read (/proc/cpuinfo): read the rest
-            chunks.append(os.read(fd, _READ_SIZE))
+        chunks = []
+        while chunk := os.read(fd, _READ_SIZE):
+            chunks.append(chunk)
         return b"".join(chunks).decode()
     except (OSError, UnicodeDecodeError):
         return None

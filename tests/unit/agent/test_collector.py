@@ -6,6 +6,7 @@ Expectations are worked by hand: with USER_HZ=100, 300 busy ticks over 2 s are 1
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -353,3 +354,15 @@ def test_this_machines_proc_gives_plausible_numbers(tmp_path: Path) -> None:
     assert sample.node_cpu_measured
     assert 0 < sample.node_cpu_millis <= times.cpus * 1000
     assert sample.read_errors == 0
+
+
+def test_a_file_answered_in_short_reads_is_read_to_its_end(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # procfs and cgroup files may answer a read with less than asked while more follows (a
+    # record that does not fit waits for the next read): /proc/cpuinfo of a large machine.
+    text = "".join(f"processor\t: {cpu}\nmodel name\t: test\n\n" for cpu in range(4096))
+    (tmp_path / "cpuinfo").write_text(text)
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, size: real_read(fd, min(size, 1000)))
+    assert cgroups.read_file(tmp_path / "cpuinfo") == text
+    assert len(procfs.read_cpu_topology(tmp_path)) == 4096
