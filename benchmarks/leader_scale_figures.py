@@ -42,7 +42,7 @@ class Window:
     sandbox_cpu: float  # the sandbox API server process
     leader_rss: int
     standby_rss: int
-    leader_window_bytes: int  # the NodeMetric watch window's event lines (its gauge) at the window's end
+    leader_window_bytes: int  # what only the NodeMetric watch window keeps (its gauge) at the window's end
     leader_window_events: int
     reports: float  # accepted by the leader in the window
     evaluations: float  # evaluations of every node the leader's controllers finished in the window

@@ -187,8 +187,8 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
     if memory is not None:
         raw = memory_fit(results, with_window=True) or memory
         lines.append(f"Leader RSS = {memory[0] / 2**20:,.0f} MiB + {memory[1] / 1024:,.1f} KiB x nodes + the "
-                     "NodeMetric watch window (least squares over the node counts, of the RSS less the window's event "
-                     "lines, "
+                     "NodeMetric watch window (least squares over the node counts, of the RSS less what only the "
+                     "window keeps, "
                      "`colocation_nodemetric_watch_window_bytes`: the window keeps its last 10,000 events whatever the "
                      "cluster's size, so it is a fixed cost once full, and it fills more slowly the fewer nodes "
                      f"report). With the window counted: {raw[0] / 2**20:,.0f} MiB + {raw[1] / 1024:,.1f} KiB x "

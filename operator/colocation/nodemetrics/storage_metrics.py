@@ -13,10 +13,11 @@ class StorageMetrics:
         self.nodes = Gauge("colocation_nodemetric_nodes", "Nodes with NodeMetric data in memory.", registry=r)
         self.watchers = Gauge("colocation_nodemetric_watchers", "Open NodeMetric watches.", registry=r)
         self.window_events = Gauge("colocation_nodemetric_watch_window_events",
-                                   "NodeMetric events kept for watches to resume from (--watch-window at most).",
+                                   "NodeMetric events kept for watches to resume from (10,000 at most).",
                                    registry=r)
         self.window_bytes = Gauge("colocation_nodemetric_watch_window_bytes",
-                                  "Bytes of the event lines the NodeMetric watch window keeps.", registry=r)
+                                  "Bytes of the NodeMetric objects only the watch window keeps (not each "
+                                  "node's latest, which it shares with the store).", registry=r)
         self.expired = Counter("colocation_nodemetric_expired_total",
                                "Nodes dropped after being silent for the metric TTL.", registry=r)
         self.deleted = Counter("colocation_nodemetric_deleted_nodes_total",
