@@ -41,6 +41,11 @@ def die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+# For a child whose whole sandbox stops, so nothing routes to it any more: SIGTERM then SIGINT, an
+# operator replica's "stop at once" (it releases the Lease but skips its --shutdown-delay drain).
+STOP_AT_ONCE = (signal.SIGTERM, signal.SIGINT)
+
+
 async def terminate(processes: Iterable[asyncio.subprocess.Process | None], grace: float,
                     signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> None:
     """Send `signals` (SIGTERM) to every running process, then SIGKILL whatever is still there after

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from colocation.apimachinery.clock import format_time
 from colocation.kube import permissions
 from colocation.sandbox.launcher.builtin_sandbox import Sandbox
 from colocation.sandbox.launcher.child_processes import (
+    STOP_AT_ONCE,
     TOKEN_SECONDS,
     ChildProcess,
     Supervisor,
@@ -55,10 +55,8 @@ class OperatorReplicas:
         self.replicas: list[Replica] = []
         # The kubelet's CrashLoopBackOff: tests see the restart timing a cluster would give them.
         restarts = functools.partial(CrashLoopBackOff, maximum=sandbox.config.max_restart_period)
-        # When the sandbox stops, nothing routes to its replicas any more: SIGTERM then SIGINT, the
-        # operator's "stop at once", so they release the Lease but skip their drain (--shutdown-delay).
         self._supervisor = Supervisor("operator replica", log, restarts, self._write_state, on_exit=self._exited,
-                                      stop_signals=(signal.SIGTERM, signal.SIGINT))
+                                      stop_signals=STOP_AT_ONCE)
         self._probes: set[asyncio.Task[None]] = set()
 
     @property

@@ -42,9 +42,11 @@ from colocation.apimachinery.quantity import format_bytes, format_millis
 from colocation.kube.backoff import Backoff
 from colocation.kube.informer import Informer, InformerOptions
 from colocation.sandbox.launcher.child_processes import (
+    STOP_AT_ONCE,
     TOKEN_SECONDS,
     die_with_parent,
     start_logged,
+    terminate,
     write_state,
 )
 from colocation.sandbox.launcher.controlplane import pki
@@ -417,17 +419,7 @@ class NodeKubelet:
         running.stopping = True
         for task in running.tasks:
             task.cancel()
-        process = running.process
-        if process is not None and process.returncode is None:
-            for signum in signals:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signum)
-            try:
-                await asyncio.wait_for(process.wait(), max(grace, 0.1))
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
+        await terminate([running.process], max(grace, 0.1), signals)
         self.network.remove_pod(running.key)
         self.pods.pop(running.key, None)
         self._write_state()
@@ -462,9 +454,7 @@ class NodeKubelet:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        # The whole sandbox stops: nothing routes to its pods any more, so SIGTERM then SIGINT (an
-        # operator replica's "stop at once": it releases the Lease but skips its drain).
-        await asyncio.gather(*(self._stop_pod(p, 10.0, (signal.SIGTERM, signal.SIGINT))
+        await asyncio.gather(*(self._stop_pod(p, 10.0, STOP_AT_ONCE)
                                for p in list(self.pods.values())), return_exceptions=True)
         if self._probe_session is not None:
             await self._probe_session.close()
