@@ -23,7 +23,8 @@ CORES_TARGET = 0.8  # leader cores at EXTRAPOLATE_NODES nodes reporting every EX
 EXTRAPOLATE_NODES = 10_000
 EXTRAPOLATE_INTERVAL = 10.0
 CONVERGENCE_TARGET = 30.0  # seconds from SIGKILL to a new leader with every node re-reported and evaluated
-AGENTS_SATURATED = 0.9  # cores of the simulated agents' process (one event loop): the load client is saturated
+AGENTS_SATURATED = 0.9  # cores of one simulated agents' process (one event loop): the load client is saturated
+MACHINE_SATURATED = 0.95  # share of the machine's cores the measured processes used together: no CPU was left
 REPORTS_BEHIND = 0.9  # accepted reports below this share of those due: the agents fell behind
 
 MET, MISSED, INCONCLUSIVE = "met", "missed", "inconclusive"
@@ -38,7 +39,7 @@ class Window:
     report_interval: float
     leader_cpu: float
     standby_cpu: float
-    agents_cpu: float  # the simulated agents' process (the load client)
+    agents_cpu: float  # the simulated agents' processes together (the load client; one per 500 nodes)
     sandbox_cpu: float  # the sandbox API server process
     leader_rss: int
     standby_rss: int
@@ -51,6 +52,8 @@ class Window:
     agent_problems: list[str] = field(default_factory=list)  # the agents' self-check over the window
     agent_checks: dict[str, str] = field(default_factory=dict)
     evaluation_share: float = math.nan  # of the leader's py-spy samples, in the evaluations; NaN: no profile
+    agents_busiest_cpu: float = math.nan  # the busiest of those processes; NaN: `agents_cpu` is one process
+    machine_cores: int = 0  # the machine's cores (0: not known)
 
     @property
     def evaluation_cpu(self) -> float:
@@ -70,6 +73,15 @@ class Window:
     @property
     def agents_cores(self) -> float:
         return self.agents_cpu / self.seconds
+
+    @property
+    def agents_busiest_cores(self) -> float:
+        return (self.agents_cpu if math.isnan(self.agents_busiest_cpu) else self.agents_busiest_cpu) / self.seconds
+
+    @property
+    def measured_cores(self) -> float:
+        """The leader, the standby, the simulated agents and the sandbox API server together."""
+        return self.leader_cores + self.standby_cores + self.agents_cores + self.sandbox_cores
 
     @property
     def sandbox_cores(self) -> float:
@@ -115,8 +127,12 @@ class Window:
     def saturation(self) -> list[str]:
         """Why the load client may have held the leader's figures down ([] when it kept up)."""
         found = []
-        if self.agents_cores >= AGENTS_SATURATED:
-            found.append(f"the simulated agents' process used {self.agents_cores:.2f} cores (one event loop)")
+        if self.agents_busiest_cores >= AGENTS_SATURATED:
+            found.append(f"the busiest simulated agents' process used {self.agents_busiest_cores:.2f} cores "
+                         "(one event loop)")
+        if self.machine_cores and self.measured_cores >= MACHINE_SATURATED * self.machine_cores:
+            found.append(f"the machine had no CPU left: the measured processes used {self.measured_cores:.2f} of "
+                         f"its {self.machine_cores} cores")
         if self.reports < REPORTS_BEHIND * self.expected_reports:
             found.append(f"the agents fell behind: {self.reports:,.0f} reports accepted of "
                          f"{self.expected_reports:,.0f} due")

@@ -17,6 +17,7 @@ from benchmarks.leader_scale_figures import (
     AGENTS_SATURATED,
     EXTRAPOLATE_INTERVAL,
     EXTRAPOLATE_NODES,
+    MACHINE_SATURATED,
     REPORTS_BEHIND,
     Convergence,
     SizeResult,
@@ -175,8 +176,9 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
     saturated = [f"{r.nodes:,} nodes: {'; '.join(r.saturation())}" for r in results if r.saturation()]
     lines += ["", ("The load client fell behind or was saturated (figures there are inconclusive): "
                    + " | ".join(saturated)) if saturated else
-              f"The load client kept up at every node count (simulated agents below {AGENTS_SATURATED:g} cores, "
-              f"≥ {REPORTS_BEHIND:.0%} of the due reports accepted, the agents' self-check clean)."]
+              f"The load client kept up at every node count (each simulated agents' process below "
+              f"{AGENTS_SATURATED:g} cores, the measured processes below {MACHINE_SATURATED:.0%} of the machine's "
+              f"cores, ≥ {REPORTS_BEHIND:.0%} of the due reports accepted, the agents' self-check clean)."]
     lines += ["", "### Steady state", "",
               table(["Nodes", "Leader cores", "Standby cores", "Leader RSS", "Its watch window (events)",
                      "Standby RSS", "Reports/s",

@@ -68,6 +68,17 @@ def test_unit_costs_and_the_extrapolation_to_ten_thousand_nodes() -> None:
 def test_the_load_client_is_saturated_when_busy_or_behind() -> None:
     assert window(1000).saturation() == []
     assert "0.95 cores" in window(1000, agents_cpu=57.0).saturation()[0]
+    # Ten agents' processes at 0.15 cores each keep up; one of them at 0.95 does not.
+    spread = window(5000, agents_cpu=90.0)
+    spread.agents_busiest_cpu = 9.0
+    assert spread.saturation() == []
+    spread.agents_busiest_cpu = 57.0
+    assert "busiest simulated agents' process used 0.95 cores" in spread.saturation()[0]
+    # Leader 0.1 + standby 0.02 + agents 1.5 + sandbox API 0.05 cores: no CPU left on 1 core, some on 2.
+    spread.agents_busiest_cpu, spread.machine_cores = 9.0, 2
+    assert spread.saturation() == []
+    spread.machine_cores = 1
+    assert spread.saturation() == ["the machine had no CPU left: the measured processes used 1.67 of its 1 cores"]
     assert "fell behind: 5,000 reports accepted of 6,000 due" in window(1000, reports=5000).saturation()[0]
     assert window(1000, problems=["3 Leases are overdue"]).saturation() == ["agent self-check: 3 Leases are overdue"]
 
@@ -175,4 +186,5 @@ def test_freshness_counts_whole_seconds() -> None:
 
 def test_the_agent_flags_are_read_from_its_help() -> None:
     found, missing = leader_scale.agent_args(10.0)
-    assert missing == [] and found == ["--max-report-interval=10", "--report-change-threshold=0"]
+    assert missing == []
+    assert found == ["--max-report-interval=10", "--report-change-threshold=0", "--collect-interval=10"]
