@@ -38,7 +38,7 @@ from benchmarks.control_plane import _judged
 from benchmarks.cp_cluster import Cluster, Replica, wait_until
 from benchmarks.cp_kube_metrics import parse, total
 from benchmarks.failover_probes import FAILURES, reader_token
-from benchmarks.leader_scale_figures import Convergence, SizeResult, Window, extrapolate
+from benchmarks.leader_scale_figures import Convergence, ReportBurst, SizeResult, Window, extrapolate
 from benchmarks.leader_scale_probes import Freshness, ProbeNodes
 from colocation.agent import selfcheck
 
@@ -77,6 +77,8 @@ class ScaleConfig:
     # is the failover, so restarts are immediate, as in the failover suite.
     max_restart_period: float = 1.0
     profile_seconds: float = 20.0  # at every node count, right after the window; 0: no profile
+    burst_seconds: float = 30.0  # the probes' reports back to back, after the profile; 0: no burst
+    burst_concurrency: int = 16  # probe reports in flight at once during the burst
     state_dir: Path = Path(".bench")
 
 
@@ -169,6 +171,24 @@ async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
                   leader_window_events=int(metrics_after[WINDOW_EVENTS]),
                   reports=delta[REPORTS], evaluations=delta[EVALUATIONS], evaluation_seconds=delta[EVALUATION_SECONDS],
                   batch_writes=delta[BATCH_WRITES], agent_problems=problems, agent_checks=checks)
+
+
+async def _burst(config: ScaleConfig, cluster: Cluster, probes: ProbeNodes, window: Window) -> ReportBurst:
+    """The probes' reports back to back for `burst_seconds`: the leader's CPU per report at a high rate."""
+    leader, _, _ = await _roles(cluster)
+    before = await _metrics(cluster, leader)
+    cpu_before, client_before = _cpu(leader.pid), time.process_time()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    accepted, failed = await probes.flood(config.burst_seconds, config.burst_concurrency)
+    seconds = loop.time() - started
+    cpu, client = _cpu(leader.pid) - cpu_before, time.process_time() - client_before
+    after = await _metrics(cluster, leader)
+    if (await _roles(cluster))[0].pid != leader.pid:
+        raise RuntimeError("the leader changed during the report burst")
+    return ReportBurst(seconds=seconds, leader_cpu=cpu, reports=after[REPORTS] - before[REPORTS],
+                       probe_reports=accepted, failed=failed, client_cpu=client,
+                       baseline_cores=window.leader_cores, baseline_rate=window.report_rate)
 
 
 async def _profile(config: ScaleConfig, cluster: Cluster, result: SizeResult) -> None:
@@ -316,6 +336,13 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str]) -> SizeResult:
         say(f"leader scale [{nodes:,} nodes]: {window.us_per_report:,.0f} µs per report, "
             f"{window.us_per_node_evaluation:.1f} µs per node evaluation (evaluations: "
             f"{window.evaluation_share:.0%} of the profile), {extrapolate(window):.2f} cores at 10,000 nodes")
+        if config.burst_seconds > 0:
+            say(f"leader scale [{nodes:,} nodes]: {config.burst_seconds:g} s of probe reports back to back")
+            result.burst = burst = await _burst(config, cluster, probes, window)
+            say(f"leader scale [{nodes:,} nodes]: burst of {burst.rate:,.0f} reports/s (client "
+                f"{burst.client_cores:.2f} cores, {burst.failed} failed): leader {burst.leader_cores:.2f} cores, "
+                f"{burst.us_per_report:,.0f} µs per extra report; "
+                f"{extrapolate(window, burst=burst):.2f} cores at 10,000 nodes")
         say(f"leader scale [{nodes:,} nodes]: {config.latency_samples} latency samples on {config.probes} probes")
         result.latencies, result.latency_failures = await probes.latencies(config.latency_samples,
                                                                            config.latency_timeout)
@@ -368,10 +395,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale-kills", type=int, default=c.kills, help="SIGKILLs of the leader per node count.")
     p.add_argument("--scale-profile-seconds", type=float, default=c.profile_seconds,
                    help="py-spy of the leader after each window (it splits the leader's CPU); 0: none.")
+    p.add_argument("--scale-burst-seconds", type=float, default=c.burst_seconds,
+                   help="Probe reports back to back after the profile (the leader's CPU per report at a high "
+                        "rate); 0: none.")
 
 
 def config_from(args: argparse.Namespace, state_dir: Path) -> ScaleConfig:
     return ScaleConfig(sizes=args.scale_nodes, pods_per_node=args.scale_pods_per_node, window=args.scale_window,
                        report_interval=args.scale_report_interval, probes=args.scale_probes,
                        latency_samples=args.scale_latency_samples, kills=args.scale_kills,
-                       profile_seconds=args.scale_profile_seconds, state_dir=state_dir)
+                       profile_seconds=args.scale_profile_seconds, burst_seconds=args.scale_burst_seconds,
+                       state_dir=state_dir)

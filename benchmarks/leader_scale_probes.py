@@ -104,8 +104,9 @@ class ProbeNodes:
             await self.admin.json(Request("POST", LEASES, orjson.dumps(lease)))
         self.tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._keep_alive())]
 
-    async def send(self, name: str) -> int:
-        """This probe's current report to the leader; the status (0: no answer)."""
+    async def send(self, name: str, body: bytes | None = None) -> int:
+        """This probe's current report (or `body`) to the leader; the status (0: no answer)."""
+        data = probe_report(name, self.levels[name]) if body is None else body
         for _ in range(2):
             target = await self.target.get()
             if target is None:
@@ -113,7 +114,7 @@ class ProbeNodes:
             endpoint, context = target
             try:
                 async with self.session.put(f"{endpoint}{NODEMETRICS}/{name}/status",
-                                            data=probe_report(name, self.levels[name]), ssl=context, headers={
+                                            data=data, ssl=context, headers={
                                                 "Content-Type": JSON, "Authorization": f"Bearer {self.tokens[name]}"}
                                             ) as response:
                     await response.read()
@@ -125,6 +126,23 @@ class ProbeNodes:
             self.target.cached = None  # maybe another leader now: read the Lease again
         self.send_failures += 1
         return status
+
+    async def flood(self, seconds: float, concurrency: int) -> tuple[int, int]:
+        """The probes' current reports re-sent back to back, `concurrency` at a time, for `seconds`: as
+        many reports per second as this client can send (a cluster of thousands of nodes sends them from
+        thousands of agents). (Accepted, failed)."""
+        bodies = {name: probe_report(name, self.levels[name]) for name in self.names}
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        counts = [0, 0]
+
+        async def sender(index: int) -> None:
+            name = self.names[index % len(self.names)]
+            while loop.time() < end:
+                counts[0 if await self.send(name, bodies[name]) == 200 else 1] += 1
+
+        await asyncio.gather(*(sender(index) for index in range(concurrency)))
+        return counts[0], counts[1]
 
     async def _renew(self, name: str) -> None:
         patch = orjson.dumps({"spec": {"renewTime": _now()}})
