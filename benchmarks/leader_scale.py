@@ -35,10 +35,18 @@ from pathlib import Path
 from benchmarks import cp_cluster, ingest_profile, processes
 from benchmarks.client import Request, say, sit_out
 from benchmarks.control_plane import _judged
-from benchmarks.cp_cluster import Cluster, Replica, wait_until
+from benchmarks.cp_cluster import NODEMETRICS, Cluster, Replica, wait_until
 from benchmarks.cp_kube_metrics import parse, total
 from benchmarks.failover_probes import FAILURES, reader_token
-from benchmarks.leader_scale_figures import Convergence, ReportBurst, SizeResult, Window, extrapolate
+from benchmarks.leader_scale_figures import (
+    EXTRAPOLATE_INTERVAL,
+    EXTRAPOLATE_NODES,
+    Convergence,
+    ReportBurst,
+    SizeResult,
+    Window,
+    extrapolate,
+)
 from benchmarks.leader_scale_probes import Freshness, ProbeNodes
 from colocation.agent import selfcheck
 
@@ -77,7 +85,7 @@ class ScaleConfig:
     # is the failover, so restarts are immediate, as in the failover suite.
     max_restart_period: float = 1.0
     profile_seconds: float = 20.0  # at every node count, right after the window; 0: no profile
-    burst_seconds: float = 30.0  # the probes' reports back to back, after the profile; 0: no burst
+    burst_seconds: float = 30.0  # probe reports at 10,000 nodes' rate, after the profile; 0: no burst
     burst_concurrency: int = 16  # probe reports in flight at once during the burst
     state_dir: Path = Path(".bench")
 
@@ -174,13 +182,16 @@ async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
 
 
 async def _burst(config: ScaleConfig, cluster: Cluster, probes: ProbeNodes, window: Window) -> ReportBurst:
-    """The probes' reports back to back for `burst_seconds`: the leader's CPU per report at a high rate."""
+    """Probe reports for `burst_seconds`, the leader's total at 10,000 nodes' rate: its CPU per report there."""
     leader, _, _ = await _roles(cluster)
+    simulated = await cluster.replica_client(leader).json(Request("GET", f"{NODEMETRICS}/sim-node-1"))
     before = await _metrics(cluster, leader)
     cpu_before, client_before = _cpu(leader.pid), time.process_time()
     loop = asyncio.get_running_loop()
     started = loop.time()
-    accepted, failed = await probes.flood(config.burst_seconds, config.burst_concurrency)
+    # The probes add what makes the leader's reports per second those of 10,000 nodes.
+    rate = max(EXTRAPOLATE_NODES / EXTRAPOLATE_INTERVAL - window.report_rate, 1.0)
+    accepted, failed = await probes.flood(config.burst_seconds, config.burst_concurrency, simulated["status"], rate)
     seconds = loop.time() - started
     cpu, client = _cpu(leader.pid) - cpu_before, time.process_time() - client_before
     after = await _metrics(cluster, leader)
@@ -337,7 +348,7 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str]) -> SizeResult:
             f"{window.us_per_node_evaluation:.1f} µs per node evaluation (evaluations: "
             f"{window.evaluation_share:.0%} of the profile), {extrapolate(window):.2f} cores at 10,000 nodes")
         if config.burst_seconds > 0:
-            say(f"leader scale [{nodes:,} nodes]: {config.burst_seconds:g} s of probe reports back to back")
+            say(f"leader scale [{nodes:,} nodes]: {config.burst_seconds:g} s of probe reports at 10,000 nodes' rate")
             result.burst = burst = await _burst(config, cluster, probes, window)
             say(f"leader scale [{nodes:,} nodes]: burst of {burst.rate:,.0f} reports/s (client "
                 f"{burst.client_cores:.2f} cores, {burst.failed} failed): leader {burst.leader_cores:.2f} cores, "
@@ -396,8 +407,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale-profile-seconds", type=float, default=c.profile_seconds,
                    help="py-spy of the leader after each window (it splits the leader's CPU); 0: none.")
     p.add_argument("--scale-burst-seconds", type=float, default=c.burst_seconds,
-                   help="Probe reports back to back after the profile (the leader's CPU per report at a high "
-                        "rate); 0: none.")
+                   help="Seconds of probe reports after the profile, the leader's total at 10,000 nodes' rate "
+                        "(its CPU per report there); 0: none.")
 
 
 def config_from(args: argparse.Namespace, state_dir: Path) -> ScaleConfig:

@@ -141,10 +141,11 @@ class Window:
 
 @dataclass
 class ReportBurst:
-    """The probes' reports sent back to back for a while right after the window (the agents going on
-    as before): what the leader's CPU grows by per report beyond the window's, at a rate near the
-    1,000 reports/s of 10,000 nodes. In the window itself each report is one of ~100 a second, and
-    also carries the event loop's wake-up for it, which a busier loop shares between many."""
+    """Reports for the probes (a simulated node's status, each one a change) sent for a while after the
+    window, the agents going on as before, at the rate that brings the leader's to that of 10,000
+    nodes (1,000 a second): what the leader's CPU grows by per report beyond the window's. In the
+    window itself each report is one of ~100 a second, and also carries the event loop's wake-up for
+    it, which a busier loop shares between many."""
 
     seconds: float
     leader_cpu: float  # s of CPU over the burst

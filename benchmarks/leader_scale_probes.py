@@ -17,6 +17,7 @@ import asyncio
 import base64
 import contextlib
 import datetime as dt
+import itertools
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -127,19 +128,30 @@ class ProbeNodes:
         self.send_failures += 1
         return status
 
-    async def flood(self, seconds: float, concurrency: int) -> tuple[int, int]:
-        """The probes' current reports re-sent back to back, `concurrency` at a time, for `seconds`: as
-        many reports per second as this client can send (a cluster of thousands of nodes sends them from
-        thousands of agents). (Accepted, failed)."""
-        bodies = {name: probe_report(name, self.levels[name]) for name in self.names}
+    async def flood(self, seconds: float, concurrency: int, status: dict[str, Any], rate: float) -> tuple[int, int]:
+        """Reports with `status` (a simulated node's, pods and all) sent for the probes at `rate` a
+        second (or as many as `concurrency` requests in flight allow), for `seconds`, each one a change
+        (its first pod's CPU usage counts up), so each is stored, kept in the watch window and streamed
+        to the watchers, as an agent's is. (Accepted, failed)."""
+        pods = status.get("podsMetric") or [{"namespace": "default", "name": "burst", "podUsage": {}}]
+        status = {**status, "podsMetric": [{**pods[0], "podUsage": {"resources": {"cpu": "1m"}}}, *pods[1:]]}
+        usage = status["podsMetric"][0]["podUsage"]["resources"]
         loop = asyncio.get_running_loop()
         end = loop.time() + seconds
         counts = [0, 0]
+        sequence = itertools.count(1)
 
         async def sender(index: int) -> None:
             name = self.names[index % len(self.names)]
-            while loop.time() < end:
-                counts[0 if await self.send(name, bodies[name]) == 200 else 1] += 1
+            step = concurrency / rate  # each sender's share of the rate
+            due = loop.time() + index * step / concurrency
+            while (now := loop.time()) < end:
+                await asyncio.sleep(max(0.0, due - now))  # the load's pace
+                due += step
+                usage["cpu"] = f"{next(sequence) % 100_000 + 1}m"  # written out before another sender changes it
+                body = orjson.dumps({"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric",
+                                     "metadata": {"name": name}, "status": status})
+                counts[0 if await self.send(name, body) == 200 else 1] += 1
 
         await asyncio.gather(*(sender(index) for index in range(concurrency)))
         return counts[0], counts[1]

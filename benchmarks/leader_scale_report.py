@@ -183,8 +183,9 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
              f"the extrapolation is µs/report x {EXTRAPOLATE_NODES / EXTRAPOLATE_INTERVAL:,.0f} reports/s + µs per "
              f"node evaluation x {EXTRAPOLATE_NODES:,} nodes x the evaluations per second measured. "
              "That µs per report carries, at ~100 reports/s, the event loop's wake-up for each report and the "
-             "leader's other work, which do not grow with the reports; so after the profile the probes send "
-             "reports back to back (the report burst below), and the verdict's extrapolation takes a report at "
+             "leader's other work, which do not grow with the reports; so after the profile the probes add "
+             "reports up to 10,000 nodes' rate (the report burst below), and the verdict's extrapolation takes a "
+             "report at "
              "what it added to the leader's CPU there, plus the rest of the window's CPU (neither its reports at "
              "that cost nor its evaluations) as it was.", "",
              "### Verdicts", ""]
@@ -216,9 +217,13 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
         lines.append(f"Leader CPU = {cpu[0]:.3f} + {cpu[1] * 1000:.3f} x nodes / 1,000 cores, which gives "
                      f"{cpu[0] + cpu[1] * EXTRAPOLATE_NODES:.2f} cores at {EXTRAPOLATE_NODES:,} nodes.")
     if any(r.burst is not None for r in results):
-        lines += ["", "### Report burst: the leader's CPU per report at a high rate", "",
-                  f"Right after the profile, the {c.probes} probes re-send their reports back to back, "
-                  f"{c.burst_concurrency} at a time, for {c.burst_seconds:g} s, while the agents go on as before. "
+        lines += ["", "### Report burst: the leader's CPU per report at 10,000 nodes' rate", "",
+                  f"Right after the profile, the {c.probes} probes send reports for {c.burst_seconds:g} s at the rate "
+                  f"that brings the leader's to {EXTRAPOLATE_NODES / EXTRAPOLATE_INTERVAL:,.0f} a second (at most "
+                  f"{c.burst_concurrency} in flight), while the agents go on as before: "
+                  "each report carries the status of a simulated node (its 30 pods' usage), and each is a change "
+                  "(its first pod's CPU usage counts up), so each is validated, stored, kept in the watch window "
+                  "and streamed to the standby, as an agent's is. "
                   "µs per extra report = (leader cores in the burst - in the window) / (reports/s in the burst - in "
                   "the window), both from the leader's counters.", "",
                   table(["Nodes", "Seconds", "Reports/s", "Window's reports/s", "Probe reports", "Client cores",
