@@ -35,10 +35,18 @@ from pathlib import Path
 from benchmarks import cp_cluster, ingest_profile, processes
 from benchmarks.client import Request, say, sit_out
 from benchmarks.control_plane import _judged
-from benchmarks.cp_cluster import Cluster, Replica, wait_until
+from benchmarks.cp_cluster import NODEMETRICS, Cluster, Replica, wait_until
 from benchmarks.cp_kube_metrics import parse, total
 from benchmarks.failover_probes import FAILURES, reader_token
-from benchmarks.leader_scale_figures import Convergence, SizeResult, Window, extrapolate
+from benchmarks.leader_scale_figures import (
+    EXTRAPOLATE_INTERVAL,
+    EXTRAPOLATE_NODES,
+    Convergence,
+    ReportBurst,
+    SizeResult,
+    Window,
+    extrapolate,
+)
 from benchmarks.leader_scale_probes import Freshness, ProbeNodes
 from colocation.agent import selfcheck
 
@@ -52,9 +60,13 @@ NODES_HELD = "colocation_nodemetric_nodes"
 WINDOW_BYTES = "colocation_nodemetric_watch_window_bytes"
 WINDOW_EVENTS = "colocation_nodemetric_watch_window_events"
 GAUGES = (NODES_HELD, WINDOW_BYTES, WINDOW_EVENTS)
-# The agent flags that make every node report every interval, changed or not: kept here only, and
-# checked against `colocation agent --help` at run time (the agent's flags are being reworked).
-AGENT_FLAGS = (("--max-report-interval", "{interval:g}"), ("--report-change-threshold", "0"))
+# The agent flags that make every node report every interval, changed or not, from one sample per
+# report: the leader gets the same reports as from agents sampling every second (their default), and
+# the load client costs about a third (0.18 against 0.58 cores at 1,000 nodes, measured), which is
+# what lets 5,000 nodes fit on 2 cores. Kept here only, and checked against `colocation agent --help`
+# at run time.
+AGENT_FLAGS = (("--max-report-interval", "{interval:g}"), ("--report-change-threshold", "0"),
+               ("--collect-interval", "{interval:g}"))
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,8 @@ class ScaleConfig:
     # is the failover, so restarts are immediate, as in the failover suite.
     max_restart_period: float = 1.0
     profile_seconds: float = 20.0  # at every node count, right after the window; 0: no profile
+    burst_seconds: float = 30.0  # probe reports at 10,000 nodes' rate, after the profile; 0: no burst
+    burst_concurrency: int = 16  # probe reports in flight at once during the burst
     state_dir: Path = Path(".bench")
 
 
@@ -158,12 +172,34 @@ async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
         raise RuntimeError("the leader changed during the window")
     delta = {name: metrics_after[name] - metrics_before[name] for name in metrics_after}
     return Window(nodes=nodes, seconds=seconds, report_interval=config.report_interval, leader_cpu=cpu[0],
-                  standby_cpu=cpu[1], agents_cpu=sum(cpu[3:]), sandbox_cpu=cpu[2],
+                  standby_cpu=cpu[1], agents_cpu=sum(cpu[3:]), agents_busiest_cpu=max(cpu[3:], default=0.0),
+                  machine_cores=os.cpu_count() or 0, sandbox_cpu=cpu[2],
                   leader_rss=processes.rss_bytes(leader.pid), standby_rss=processes.rss_bytes(standby.pid),
                   leader_window_bytes=int(metrics_after[WINDOW_BYTES]),
                   leader_window_events=int(metrics_after[WINDOW_EVENTS]),
                   reports=delta[REPORTS], evaluations=delta[EVALUATIONS], evaluation_seconds=delta[EVALUATION_SECONDS],
                   batch_writes=delta[BATCH_WRITES], agent_problems=problems, agent_checks=checks)
+
+
+async def _burst(config: ScaleConfig, cluster: Cluster, probes: ProbeNodes, window: Window) -> ReportBurst:
+    """Probe reports for `burst_seconds`, the leader's total at 10,000 nodes' rate: its CPU per report there."""
+    leader, _, _ = await _roles(cluster)
+    simulated = await cluster.replica_client(leader).json(Request("GET", f"{NODEMETRICS}/sim-node-1"))
+    before = await _metrics(cluster, leader)
+    cpu_before, client_before = _cpu(leader.pid), time.process_time()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    # The probes add what makes the leader's reports per second those of 10,000 nodes.
+    rate = max(EXTRAPOLATE_NODES / EXTRAPOLATE_INTERVAL - window.report_rate, 1.0)
+    accepted, failed = await probes.flood(config.burst_seconds, config.burst_concurrency, simulated["status"], rate)
+    seconds = loop.time() - started
+    cpu, client = _cpu(leader.pid) - cpu_before, time.process_time() - client_before
+    after = await _metrics(cluster, leader)
+    if (await _roles(cluster))[0].pid != leader.pid:
+        raise RuntimeError("the leader changed during the report burst")
+    return ReportBurst(seconds=seconds, leader_cpu=cpu, reports=after[REPORTS] - before[REPORTS],
+                       probe_reports=accepted, failed=failed, client_cpu=client,
+                       baseline_cores=window.leader_cores, baseline_rate=window.report_rate)
 
 
 async def _profile(config: ScaleConfig, cluster: Cluster, result: SizeResult) -> None:
@@ -311,6 +347,13 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str]) -> SizeResult:
         say(f"leader scale [{nodes:,} nodes]: {window.us_per_report:,.0f} µs per report, "
             f"{window.us_per_node_evaluation:.1f} µs per node evaluation (evaluations: "
             f"{window.evaluation_share:.0%} of the profile), {extrapolate(window):.2f} cores at 10,000 nodes")
+        if config.burst_seconds > 0:
+            say(f"leader scale [{nodes:,} nodes]: {config.burst_seconds:g} s of probe reports at 10,000 nodes' rate")
+            result.burst = burst = await _burst(config, cluster, probes, window)
+            say(f"leader scale [{nodes:,} nodes]: burst of {burst.rate:,.0f} reports/s (client "
+                f"{burst.client_cores:.2f} cores, {burst.failed} failed): leader {burst.leader_cores:.2f} cores, "
+                f"{burst.us_per_report:,.0f} µs per extra report; "
+                f"{extrapolate(window, burst=burst):.2f} cores at 10,000 nodes")
         say(f"leader scale [{nodes:,} nodes]: {config.latency_samples} latency samples on {config.probes} probes")
         result.latencies, result.latency_failures = await probes.latencies(config.latency_samples,
                                                                            config.latency_timeout)
@@ -363,10 +406,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale-kills", type=int, default=c.kills, help="SIGKILLs of the leader per node count.")
     p.add_argument("--scale-profile-seconds", type=float, default=c.profile_seconds,
                    help="py-spy of the leader after each window (it splits the leader's CPU); 0: none.")
+    p.add_argument("--scale-burst-seconds", type=float, default=c.burst_seconds,
+                   help="Seconds of probe reports after the profile, the leader's total at 10,000 nodes' rate "
+                        "(its CPU per report there); 0: none.")
 
 
 def config_from(args: argparse.Namespace, state_dir: Path) -> ScaleConfig:
     return ScaleConfig(sizes=args.scale_nodes, pods_per_node=args.scale_pods_per_node, window=args.scale_window,
                        report_interval=args.scale_report_interval, probes=args.scale_probes,
                        latency_samples=args.scale_latency_samples, kills=args.scale_kills,
-                       profile_seconds=args.scale_profile_seconds, state_dir=state_dir)
+                       profile_seconds=args.scale_profile_seconds, burst_seconds=args.scale_burst_seconds,
+                       state_dir=state_dir)

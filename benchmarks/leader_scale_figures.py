@@ -23,7 +23,8 @@ CORES_TARGET = 0.8  # leader cores at EXTRAPOLATE_NODES nodes reporting every EX
 EXTRAPOLATE_NODES = 10_000
 EXTRAPOLATE_INTERVAL = 10.0
 CONVERGENCE_TARGET = 30.0  # seconds from SIGKILL to a new leader with every node re-reported and evaluated
-AGENTS_SATURATED = 0.9  # cores of the simulated agents' process (one event loop): the load client is saturated
+AGENTS_SATURATED = 0.9  # cores of one simulated agents' process (one event loop): the load client is saturated
+MACHINE_SATURATED = 0.95  # share of the machine's cores the measured processes used together: no CPU was left
 REPORTS_BEHIND = 0.9  # accepted reports below this share of those due: the agents fell behind
 
 MET, MISSED, INCONCLUSIVE = "met", "missed", "inconclusive"
@@ -38,7 +39,7 @@ class Window:
     report_interval: float
     leader_cpu: float
     standby_cpu: float
-    agents_cpu: float  # the simulated agents' process (the load client)
+    agents_cpu: float  # the simulated agents' processes together (the load client; one per 500 nodes)
     sandbox_cpu: float  # the sandbox API server process
     leader_rss: int
     standby_rss: int
@@ -51,6 +52,8 @@ class Window:
     agent_problems: list[str] = field(default_factory=list)  # the agents' self-check over the window
     agent_checks: dict[str, str] = field(default_factory=dict)
     evaluation_share: float = math.nan  # of the leader's py-spy samples, in the evaluations; NaN: no profile
+    agents_busiest_cpu: float = math.nan  # the busiest of those processes; NaN: `agents_cpu` is one process
+    machine_cores: int = 0  # the machine's cores (0: not known)
 
     @property
     def evaluation_cpu(self) -> float:
@@ -70,6 +73,15 @@ class Window:
     @property
     def agents_cores(self) -> float:
         return self.agents_cpu / self.seconds
+
+    @property
+    def agents_busiest_cores(self) -> float:
+        return (self.agents_cpu if math.isnan(self.agents_busiest_cpu) else self.agents_busiest_cpu) / self.seconds
+
+    @property
+    def measured_cores(self) -> float:
+        """The leader, the standby, the simulated agents and the sandbox API server together."""
+        return self.leader_cores + self.standby_cores + self.agents_cores + self.sandbox_cores
 
     @property
     def sandbox_cores(self) -> float:
@@ -115,20 +127,70 @@ class Window:
     def saturation(self) -> list[str]:
         """Why the load client may have held the leader's figures down ([] when it kept up)."""
         found = []
-        if self.agents_cores >= AGENTS_SATURATED:
-            found.append(f"the simulated agents' process used {self.agents_cores:.2f} cores (one event loop)")
+        if self.agents_busiest_cores >= AGENTS_SATURATED:
+            found.append(f"the busiest simulated agents' process used {self.agents_busiest_cores:.2f} cores "
+                         "(one event loop)")
+        if self.machine_cores and self.measured_cores >= MACHINE_SATURATED * self.machine_cores:
+            found.append(f"the machine had no CPU left: the measured processes used {self.measured_cores:.2f} of "
+                         f"its {self.machine_cores} cores")
         if self.reports < REPORTS_BEHIND * self.expected_reports:
             found.append(f"the agents fell behind: {self.reports:,.0f} reports accepted of "
                          f"{self.expected_reports:,.0f} due")
         return found + [f"agent self-check: {problem}" for problem in self.agent_problems]
 
 
-def extrapolate(window: Window, nodes: int = EXTRAPOLATE_NODES, interval: float = EXTRAPOLATE_INTERVAL) -> float:
+@dataclass
+class ReportBurst:
+    """Reports for the probes (a simulated node's status, each one a change) sent for a while after the
+    window, the agents going on as before, at the rate that brings the leader's to that of 10,000
+    nodes (1,000 a second): what the leader's CPU grows by per report beyond the window's. In the
+    window itself each report is one of ~100 a second, and also carries the event loop's wake-up for
+    it, which a busier loop shares between many."""
+
+    seconds: float
+    leader_cpu: float  # s of CPU over the burst
+    reports: float  # accepted by the leader over the burst (the agents' and the probes')
+    probe_reports: int  # of them, sent by the probes
+    failed: int  # probe reports not accepted
+    client_cpu: float  # s of CPU of this benchmark's process (the probes' client) over the burst
+    baseline_cores: float  # the leader's cores in the window before
+    baseline_rate: float  # its accepted reports per second in the window before
+
+    @property
+    def rate(self) -> float:
+        return self.reports / self.seconds
+
+    @property
+    def leader_cores(self) -> float:
+        return self.leader_cpu / self.seconds
+
+    @property
+    def client_cores(self) -> float:
+        return self.client_cpu / self.seconds
+
+    @property
+    def us_per_report(self) -> float:
+        """µs of leader CPU per report beyond the window's rate: the extra CPU over the extra reports."""
+        extra = self.rate - self.baseline_rate
+        if extra <= 0:
+            return math.nan
+        return (self.leader_cores - self.baseline_cores) / extra * 1e6
+
+
+def extrapolate(window: Window, nodes: int = EXTRAPOLATE_NODES, interval: float = EXTRAPOLATE_INTERVAL,
+                burst: ReportBurst | None = None) -> float:
     """Leader cores at `nodes` nodes each reporting every `interval` s, from one window's unit costs:
-    µs per report x reports per second + µs per node evaluation x nodes x evaluations per second."""
-    reports = window.us_per_report * 1e-6 * nodes / interval
+    µs per report x reports per second + µs per node evaluation x nodes x evaluations per second.
+
+    With a `burst`, a report costs what it added to the leader's CPU there, and the rest of the
+    window's CPU (neither its reports at that cost nor its evaluations: timers, informers, the event
+    loop's idle wake-ups) is added as it was measured."""
     evaluations = window.us_per_node_evaluation * 1e-6 * nodes * window.evaluation_rate
-    return reports + evaluations
+    if burst is None or math.isnan(burst.us_per_report):
+        return window.us_per_report * 1e-6 * nodes / interval + evaluations
+    per_report = burst.us_per_report * 1e-6
+    rest = max(window.leader_cores - window.report_rate * per_report - window.evaluation_cpu / window.seconds, 0.0)
+    return per_report * nodes / interval + evaluations + rest
 
 
 def fit(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
@@ -170,6 +232,7 @@ class SizeResult:
     profile: list[tuple[str, float]] = field(default_factory=list)  # innermost frames by share of samples
     profile_shares: list[tuple[str, float]] = field(default_factory=list)  # activities by share
     profile_samples: int = 0
+    burst: ReportBurst | None = None
     setup_seconds: float = 0.0
     failures: list[str] = field(default_factory=list)  # what could not be measured, and why
 
@@ -223,8 +286,11 @@ def verdicts(results: Sequence[SizeResult]) -> list[tuple[str, str, str]]:
     else:
         largest = max(measured, key=lambda r: r.nodes)
         assert largest.window is not None
-        cores = extrapolate(largest.window)
-        lines.append((target, f"{cores:.2f} cores (from {largest.nodes:,} nodes)",
+        cores = extrapolate(largest.window, burst=largest.burst)
+        burst = largest.burst
+        basis = (f"{burst.us_per_report:,.0f} µs per report at {burst.rate:,.0f} reports/s"
+                 if burst is not None and not math.isnan(burst.us_per_report) else "the window's µs per report")
+        lines.append((target, f"{cores:.2f} cores (from {largest.nodes:,} nodes, {basis})",
                       INCONCLUSIVE if math.isnan(cores) else _verdict(cores <= CORES_TARGET,
                                                                         bool(largest.saturation()))))
     kills = [k for r in results for k in r.kills]

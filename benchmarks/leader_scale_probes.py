@@ -17,6 +17,7 @@ import asyncio
 import base64
 import contextlib
 import datetime as dt
+import itertools
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -104,8 +105,9 @@ class ProbeNodes:
             await self.admin.json(Request("POST", LEASES, orjson.dumps(lease)))
         self.tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._keep_alive())]
 
-    async def send(self, name: str) -> int:
-        """This probe's current report to the leader; the status (0: no answer)."""
+    async def send(self, name: str, body: bytes | None = None) -> int:
+        """This probe's current report (or `body`) to the leader; the status (0: no answer)."""
+        data = probe_report(name, self.levels[name]) if body is None else body
         for _ in range(2):
             target = await self.target.get()
             if target is None:
@@ -113,7 +115,7 @@ class ProbeNodes:
             endpoint, context = target
             try:
                 async with self.session.put(f"{endpoint}{NODEMETRICS}/{name}/status",
-                                            data=probe_report(name, self.levels[name]), ssl=context, headers={
+                                            data=data, ssl=context, headers={
                                                 "Content-Type": JSON, "Authorization": f"Bearer {self.tokens[name]}"}
                                             ) as response:
                     await response.read()
@@ -125,6 +127,34 @@ class ProbeNodes:
             self.target.cached = None  # maybe another leader now: read the Lease again
         self.send_failures += 1
         return status
+
+    async def flood(self, seconds: float, concurrency: int, status: dict[str, Any], rate: float) -> tuple[int, int]:
+        """Reports with `status` (a simulated node's, pods and all) sent for the probes at `rate` a
+        second (or as many as `concurrency` requests in flight allow), for `seconds`, each one a change
+        (its first pod's CPU usage counts up), so each is stored, kept in the watch window and streamed
+        to the watchers, as an agent's is. (Accepted, failed)."""
+        pods = status.get("podsMetric") or [{"namespace": "default", "name": "burst", "podUsage": {}}]
+        status = {**status, "podsMetric": [{**pods[0], "podUsage": {"resources": {"cpu": "1m"}}}, *pods[1:]]}
+        usage = status["podsMetric"][0]["podUsage"]["resources"]
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        counts = [0, 0]
+        sequence = itertools.count(1)
+
+        async def sender(index: int) -> None:
+            name = self.names[index % len(self.names)]
+            step = concurrency / rate  # each sender's share of the rate
+            due = loop.time() + index * step / concurrency
+            while (now := loop.time()) < end:
+                await asyncio.sleep(max(0.0, due - now))  # the load's pace
+                due += step
+                usage["cpu"] = f"{next(sequence) % 100_000 + 1}m"  # written out before another sender changes it
+                body = orjson.dumps({"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric",
+                                     "metadata": {"name": name}, "status": status})
+                counts[0 if await self.send(name, body) == 200 else 1] += 1
+
+        await asyncio.gather(*(sender(index) for index in range(concurrency)))
+        return counts[0], counts[1]
 
     async def _renew(self, name: str) -> None:
         patch = orjson.dumps({"spec": {"renewTime": _now()}})

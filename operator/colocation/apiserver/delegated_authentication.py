@@ -7,7 +7,10 @@ and the pod cache), else with a TokenReview.
 Reviews (TokenReviews here, SubjectAccessReviews in `delegated_authorization`) are cached and concurrent identical
 reviews share one call, because every report and every read would otherwise cost a round trip to
 kube-apiserver. A review that fails (timeout, kube-apiserver down) is never cached and never lets
-the request through.
+the request through. At most `review_concurrency` TokenReviews are in flight: a new leader whose
+pod cache is still filling reviews every agent's token, thousands at once, and unbounded they
+slowed kube-apiserver until the leader's own Lease renewal timed out (5,000 simulated nodes). A
+request that waits longer than `review_wait` for its turn fails like a review that timed out.
 
 These clients stay in the API server: the groups it serves only see `Caller` and the
 `Authenticate` callable of `apimachinery.served_apigroups`.
@@ -239,6 +242,10 @@ class CountsReviews:
 TokenReviewer = Callable[[str], Awaitable[TokenReviewResult]]
 
 
+REVIEW_CONCURRENCY = 8  # TokenReviews in flight at once, as a client's QPS limit bounds kube-apiserver's
+REVIEW_WAIT = 5.0  # seconds a request may wait for its TokenReview's turn
+
+
 class DelegatingAuthenticator(CountsReviews):
     """Front-proxy identity, else bearer token checked locally or by cached TokenReview, else 401.
 
@@ -248,8 +255,11 @@ class DelegatingAuthenticator(CountsReviews):
 
     def __init__(self, token_reviewer: TokenReviewer, *, cache_ttl: float = 10.0, failure_ttl: float = 2.0,
                  cache_size: int = 10_000, clock: Callable[[], float] = time.monotonic,
-                 local: LocalTokenAuthenticator | None = None, metrics: ServerMetrics | None = None) -> None:
+                 local: LocalTokenAuthenticator | None = None, metrics: ServerMetrics | None = None,
+                 review_concurrency: int = REVIEW_CONCURRENCY, review_wait: float = REVIEW_WAIT) -> None:
         self._reviewer = token_reviewer
+        self._review_slots = asyncio.Semaphore(review_concurrency)
+        self._review_wait = review_wait
         self.local = local
         self._metrics = metrics
         # Keyed by an HMAC under a per-process key: a token is never a dictionary key or in a dump.
@@ -310,7 +320,15 @@ class DelegatingAuthenticator(CountsReviews):
 
     async def _review(self, token: str) -> TokenReviewResult:
         try:
-            return await self._reviewer(token)
+            try:
+                async with asyncio.timeout(self._review_wait):
+                    await self._review_slots.acquire()
+            except TimeoutError:
+                raise ReviewFailed(f"no TokenReview slot free within {self._review_wait:g} s") from None
+            try:
+                return await self._reviewer(token)
+            finally:
+                self._review_slots.release()
         except Exception as error:
             # Once per review, not per waiting request.
             self.reviews_failed += 1

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Hashable, Mapping
 from typing import Any, TypeVar
 
+import orjson
 from cachetools import LRUCache
 
 from colocation.apimachinery import pods
@@ -110,6 +111,23 @@ def slim_node(node: Mapping[str, Any]) -> Obj:
     slim_status = {key: dict(status[key]) for key in ("capacity", "allocatable")
                    if isinstance(status.get(key), Mapping)}
     return {"metadata": slim_meta, "status": slim_status}
+
+
+def slim_own_object(obj: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
+    """What the controllers read of a NodeSLO or a NodeResource: its name, resourceVersion and
+    generation, its spec and its status (not its managedFields, ownerReferences or labels). The
+    NodeSLOs rendered from one configuration have equal specs, as most NodeResources do (none):
+    one copy of each is kept (`shared`), read-only like the pods'."""
+    metadata = obj.get("metadata") or {}
+    kept: Obj = {"metadata": {key: metadata[key] for key in ("name", "resourceVersion", "generation")
+                              if key in metadata}}
+    spec = obj.get("spec")
+    if spec is not None:
+        key = ("spec", orjson.dumps(spec, option=orjson.OPT_SORT_KEYS))
+        kept["spec"] = spec if shared is None else shared.share(key, spec)
+    if "status" in obj:
+        kept["status"] = obj["status"]
+    return kept
 
 
 class ClusterState:
@@ -216,12 +234,12 @@ class ClusterState:
     # ---- our own objects -----------------------------------------------------------------------
 
     def nodeslo_event(self, type_: str | None, obj: Obj) -> None:
-        _track(self.nodeslos, type_, obj)
+        _track(self.nodeslos, type_, slim_own_object(obj, self._shared))
 
     def noderesource_event(self, type_: str | None, obj: Obj) -> None:
         name = str(obj["metadata"]["name"])
         before = self.noderesources.get(name)
-        _track(self.noderesources, type_, obj)
+        _track(self.noderesources, type_, slim_own_object(obj, self._shared))
         if type_ != "DELETED" and before is not None and before.get("spec") != obj.get("spec"):
             self.wake.set()  # a new override: apply it now
 

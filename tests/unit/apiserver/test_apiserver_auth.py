@@ -200,6 +200,41 @@ async def test_a_review_outlives_the_request_that_started_it(
     assert len(reviewer.calls) == 1
 
 
+async def test_at_most_a_few_token_reviews_are_in_flight_and_the_rest_wait_their_turn(
+        reviewer: FakeTokenReviewer, clock: FakeClock) -> None:
+    # A new leader with no pod cache yet reviews every agent's token: 50 agents here, 3 at a time.
+    authenticator = DelegatingAuthenticator(reviewer, clock=clock, review_concurrency=3, review_wait=60.0)
+    agents = {f"token-{index}": Caller(f"agent-{index}", f"uid-{index}", ()) for index in range(50)}
+    reviewer.tokens.update(agents)
+    reviewer.gate = asyncio.Event()
+    requests = [asyncio.create_task(authenticator.authenticate(bearer(token), None, None)) for token in agents]
+    await let_reviews_start(reviewer)
+    for _ in range(10):
+        await asyncio.sleep(0)  # every request has had its turns to start a review
+    assert len(reviewer.calls) == 3
+    reviewer.gate.set()
+    callers = await asyncio.gather(*requests)
+    assert [caller.username for caller in callers] == [f"agent-{index}" for index in range(50)]
+    assert len(reviewer.calls) == 50
+
+
+async def test_a_request_that_waits_too_long_for_a_review_fails_like_a_review_that_timed_out(
+        reviewer: FakeTokenReviewer, clock: FakeClock) -> None:
+    authenticator = DelegatingAuthenticator(reviewer, clock=clock, review_concurrency=1, review_wait=0.05)
+    reviewer.tokens["other-token"] = READER
+    reviewer.gate = asyncio.Event()
+    first = asyncio.create_task(authenticator.authenticate(bearer(AGENT_TOKEN), None, None))
+    await let_reviews_start(reviewer)
+    with pytest.raises(ApiError) as caught:
+        await authenticator.authenticate(bearer("other-token"), None, None)
+    assert caught.value.code == 401
+    assert caught.value.message == ("Unauthorized: the token review failed: no TokenReview slot free within "
+                                    "0.05 s")
+    reviewer.gate.set()
+    assert await first == AGENT
+    assert await authenticator.authenticate(bearer("other-token"), None, None) == READER  # not cached: asked again
+
+
 async def test_the_cache_is_never_keyed_by_the_token_itself(
         authenticator: DelegatingAuthenticator, reviewer: FakeTokenReviewer) -> None:
     reviewer.gate = asyncio.Event()

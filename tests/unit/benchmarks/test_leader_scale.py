@@ -14,6 +14,7 @@ from benchmarks.leader_scale_figures import (
     MET,
     MISSED,
     Convergence,
+    ReportBurst,
     SizeResult,
     Window,
     extrapolate,
@@ -65,9 +66,34 @@ def test_unit_costs_and_the_extrapolation_to_ten_thousand_nodes() -> None:
     assert extrapolate(w) == pytest.approx(0.9 + 0.1)
 
 
+def test_a_report_burst_gives_the_cost_of_a_report_at_a_high_rate() -> None:
+    w = window(1000)  # 0.1 cores at 100 reports/s; evaluations 0.02 cores, 100 µs per node evaluation
+    burst = ReportBurst(seconds=30.0, leader_cpu=10.5, reports=33_000, probe_reports=30_000, failed=0,
+                        client_cpu=27.0, baseline_cores=w.leader_cores, baseline_rate=w.report_rate)
+    assert burst.rate == pytest.approx(1100.0) and burst.client_cores == pytest.approx(0.9)
+    assert burst.us_per_report == pytest.approx(250.0)  # 0.25 more cores for 1,000 more reports/s
+    # 250 µs x 1,000 reports/s + 100 µs x 10,000 nodes x 0.2/s + what the window spent on neither
+    # (0.1 - 100/s x 250 µs - 0.02 evaluations = 0.055 cores).
+    assert extrapolate(w, burst=burst) == pytest.approx(0.25 + 0.2 + 0.055)
+    assert extrapolate(w, burst=None) == pytest.approx(extrapolate(w)) == pytest.approx(0.8 + 0.2)
+    idle = ReportBurst(30.0, 3.0, 3000, 0, 120, 1.0, w.leader_cores, w.report_rate)  # no extra report went through
+    assert math.isnan(idle.us_per_report) and extrapolate(w, burst=idle) == pytest.approx(1.0)
+
+
 def test_the_load_client_is_saturated_when_busy_or_behind() -> None:
     assert window(1000).saturation() == []
     assert "0.95 cores" in window(1000, agents_cpu=57.0).saturation()[0]
+    # Ten agents' processes at 0.15 cores each keep up; one of them at 0.95 does not.
+    spread = window(5000, agents_cpu=90.0)
+    spread.agents_busiest_cpu = 9.0
+    assert spread.saturation() == []
+    spread.agents_busiest_cpu = 57.0
+    assert "busiest simulated agents' process used 0.95 cores" in spread.saturation()[0]
+    # Leader 0.1 + standby 0.02 + agents 1.5 + sandbox API 0.05 cores: no CPU left on 1 core, some on 2.
+    spread.agents_busiest_cpu, spread.machine_cores = 9.0, 2
+    assert spread.saturation() == []
+    spread.machine_cores = 1
+    assert spread.saturation() == ["the machine had no CPU left: the measured processes used 1.67 of its 1 cores"]
     assert "fell behind: 5,000 reports accepted of 6,000 due" in window(1000, reports=5000).saturation()[0]
     assert window(1000, problems=["3 Leases are overdue"]).saturation() == ["agent self-check: 3 Leases are overdue"]
 
@@ -92,7 +118,7 @@ def test_verdicts_follow_the_numbers() -> None:
     met = verdicts([result(996), result(4996, leader_cpu=40.0)])
     assert [v for _, _, v in met] == [MET, MISSED, MET]  # 30 KiB/node; 1.33 cores at 10,000; 12 s
     assert met[0][1] == "30.0 KiB per node (fixed 100 MiB, plus the watch window's 0.0 MiB of 0 events)"
-    assert met[1][1] == "1.33 cores (from 4,996 nodes)"
+    assert met[1][1] == "1.33 cores (from 4,996 nodes, the window's µs per report)"
     fat = verdicts([result(996), result(4996, rss=(100 << 20) + 5000 * 50 * 1024, converged=math.nan)])
     assert [v for _, _, v in fat] == [MISSED, MET, MISSED]
     assert fat[2][1] == "max 12.0 s; 1 of 2 kills not converged before the timeout"
@@ -112,6 +138,7 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     large.profile_samples, large.profile = 2000, [("evaluate (noderesource_controller.py:160)", 0.25)]
     large.profile_shares = [(label, 0.1) for label, _ in leader_scale.PROFILE_MARKERS]
     large.latency_failures = ["leader-probe-0: the report was answered 503"]
+    large.burst = ReportBurst(30.0, 10.5, 33_000, 30_000, 2, 27.0, 0.1, 100.0)
     report = report_of([small, large])
     section = leader_scale_report.render(report, machine.describe(), "python -m benchmarks.run --suite leader-scale")
     assert section.startswith("## Leader at scale: 996, 4,996 nodes, every node reporting every 10 s")
@@ -119,6 +146,8 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     assert ("- ≤ 40 KiB of leader RSS per node: 30.0 KiB per node (fixed 100 MiB, plus the watch window's 0.0 MiB "
             "of 0 events): **met**") in section
     assert "| 5,000 | 0.10 | 0.02 |" in section
+    assert "| 5,000 | 30 | 1,100 | 100 | 30,000 (2 failed) | 0.90 | 0.10 | 0.35 | 250 |" in section
+    assert "cores (from 4,996 nodes, 250 µs per report at 1,100 reports/s): **" in section
     assert "| 5,000 | 3 | 3.00 | 4.50 | 4.50 | 1 |" in section  # latency: samples, p50, p99, max, failed
     assert "| 1,000 | 1 | 1.0 | 1.5 | 10.0 | 12.0 | — |" in section
     assert "Kopf's per-event handling at 5,000 nodes: 10.0% of the samples have a Kopf frame" in section
@@ -175,4 +204,5 @@ def test_freshness_counts_whole_seconds() -> None:
 
 def test_the_agent_flags_are_read_from_its_help() -> None:
     found, missing = leader_scale.agent_args(10.0)
-    assert missing == [] and found == ["--max-report-interval=10", "--report-change-threshold=0"]
+    assert missing == []
+    assert found == ["--max-report-interval=10", "--report-change-threshold=0", "--collect-interval=10"]

@@ -159,3 +159,32 @@ def test_a_kept_pod_answers_every_reader_as_the_whole_pod_does() -> None:
             on_kept = formula(node, kept[group], metric, {"enable": True}, 0.0, received_at=0.0)
             assert on_kept == formula(node, whole[group], metric, {"enable": True}, 0.0, received_at=0.0)
             assert on_kept  # the formula ran (a fresh metric), it did not bail out
+
+
+def _own(kind: str, name: str, spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"apiVersion": "slo.colocation.dev/v1alpha1", "kind": kind,
+            "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "42", "generation": 3,
+                         "labels": {"app.kubernetes.io/managed-by": "colocation-operator"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": "n"}],
+                         "managedFields": [{"manager": "colocation", "operation": "Apply",
+                                            "fieldsV1": {"f:spec": {}}}]},
+            "spec": spec, **extra}
+
+
+def test_our_own_objects_keep_what_the_controllers_read_and_one_copy_of_equal_specs() -> None:
+    state = ClusterState()
+    rendered = {"cpuBurstStrategy": {"policy": "none", "cpuBurstPercent": 1000}, "extensions": {}}
+    for name in ("a", "b"):
+        spec = {**rendered, "cpuBurstStrategy": dict(rendered["cpuBurstStrategy"])}  # equal, not the same
+        state.nodeslo_event("ADDED", _own("NodeSLO", name, spec))
+    state.nodeslo_event("ADDED", _own("NodeSLO", "c", {**rendered, "extensions": {"x": 1}}))
+    kept = state.nodeslos["a"]
+    assert kept == {"metadata": {"name": "a", "resourceVersion": "42", "generation": 3}, "spec": rendered}
+    assert state.nodeslos["b"]["spec"] is kept["spec"]  # equal specs, kept once
+    assert state.nodeslos["c"]["spec"] == {**rendered, "extensions": {"x": 1}}
+    status = {"conditions": [{"type": "Healthy", "status": "True"}], "lastNodeUpdateTime": "2026-11-26T10:00:00Z"}
+    state.noderesource_event("MODIFIED", _own("NodeResource", "a", {}, status=status))
+    assert state.noderesources["a"] == {"metadata": {"name": "a", "resourceVersion": "42", "generation": 3},
+                                        "spec": {}, "status": status}
+    state.noderesource_event("DELETED", _own("NodeResource", "a", {}))
+    assert "a" not in state.noderesources

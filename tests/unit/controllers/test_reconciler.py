@@ -7,12 +7,15 @@ back, 201 for a create, 429 when a PodDisruptionBudget refuses an eviction).
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pytest
 from prometheus_client import CollectorRegistry
 
 from colocation.apimachinery.merge_patch import json_merge_patch
@@ -22,7 +25,7 @@ from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.events import ObjectRef
 from colocation.controllers.health import NodeHealthTracker
-from colocation.controllers.noderesource_controller import NodeResourceReconciler
+from colocation.controllers.noderesource_controller import NODES_PER_TURN, NodeResourceReconciler, gather_in_turns
 from colocation.controllers.settings import ControllerSettings
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import validate_report
@@ -567,3 +570,50 @@ async def test_while_the_removal_fails_the_status_shows_what_the_node_still_offe
     assert h.api.calls == [("patch node", "n1"), ("patch noderesource status", "n1")]
     assert on_node(h, "n1") == shown(h, "n1") == (None, None)
     assert h.resource_status("n1")["message"].endswith("batch resources removed")
+
+
+async def test_a_long_evaluation_lets_the_event_loop_read_in_between() -> None:
+    # 1,000 nodes whose writes answer at once: started all together, their reconciliations would run
+    # in one turn of the loop, and a report or a Lease renewal arriving meanwhile would wait for all.
+    names = [f"n{index:04d}" for index in range(1000)]
+    h = Harness(names)
+    await healthy_pass(h, *names)
+    turns = 0
+
+    async def other_work() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    ticker = asyncio.create_task(other_work())
+    await asyncio.sleep(0)
+    before = turns
+    h.advance(5)
+    await h.evaluate()
+    ticker.cancel()
+    assert turns - before >= 1000 // NODES_PER_TURN
+    assert all(h.offered(name)[0] == "5500" for name in names)  # every node reconciled all the same
+
+
+async def test_an_evaluation_cancelled_midway_leaves_no_reconciliation_running() -> None:
+    started: list[int] = []
+    two_turns_in = asyncio.Event()
+
+    async def node(index: int) -> None:
+        started.append(index)
+        if len(started) == 200:
+            two_turns_in.set()
+        await asyncio.sleep(0)
+
+    work = [node(index) for index in range(1000)]
+    task = asyncio.create_task(gather_in_turns(work, per_turn=100))
+    await two_turns_in.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    at_cancel = len(started)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert 200 <= at_cancel < 1000 and len(started) == at_cancel  # nothing started after the cancel
+    assert all(inspect.getcoroutinestate(cr) == inspect.CORO_CLOSED for cr in work)  # none left unawaited

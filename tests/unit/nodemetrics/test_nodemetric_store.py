@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 from typing import Any
 
 import orjson
@@ -454,6 +455,36 @@ def test_a_standby_serves_what_the_leader_serves(clock: Clock) -> None:
     # Promoted, it carries on above the leader and knows an unchanged report when it sees one.
     assert standby.put(report("c"), {}).resource_version == RV0 + 1_000_002
     assert standby.put(report("c", cpu="5"), {}).resource_version == RV0 + 1_000_004
+
+
+def test_a_standby_keeps_replicated_bodies_at_their_own_size(clock: Clock) -> None:
+    """The replication feed's bodies are written by orjson, whose output keeps the capacity its
+    buffer grew to (a few KiB of it per 7 KiB report); held 10,000 times in a standby's window,
+    that is tens of MiB. What the standby keeps is allocated at the body's length."""
+    leader = make_store(clock, window=1_000)
+    follow = leader.watch(str(leader.resource_version))
+    pods = [{"namespace": "default", "name": f"pod-{i}", "podUsage": {"resources": {"cpu": "250m"}}}
+            for i in range(60)]
+    for index in range(200):
+        body = {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric",
+                "metadata": {"name": f"node-{index}"},
+                "status": {"updateTime": "2026-11-22T10:00:00Z",
+                           "nodeMetric": {"nodeUsage": {"resources": {"cpu": "1", "memory": "1Gi"}}},
+                           "podsMetric": pods}}
+        leader.put(validate_report(orjson.dumps(body), f"node-{index}"), {})
+    objects = [event["object"] for event in lines(follow, 100_000)]
+    standby = make_store(clock, window=1_000)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for obj in objects:
+            standby.apply_event("ADDED", orjson.dumps(obj))  # as the follower writes what it reads
+        kept = sum(stat.size_diff for stat in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    finally:
+        tracemalloc.stop()
+    held = sum(len(entry.body) for entry in standby.list()[0])
+    assert held > 200 * 5_000
+    assert kept < 1.25 * held  # the bodies, and the entries and events around them
 
 
 def test_a_watch_resumes_on_the_promoted_standby_without_loss(clock: Clock) -> None:
