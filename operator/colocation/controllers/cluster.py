@@ -112,10 +112,21 @@ def slim_node(node: Mapping[str, Any]) -> Obj:
     return {"metadata": slim_meta, "status": slim_status}
 
 
+def _same_node(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether two slim copies of a Node say the same but for their resourceVersion: the kubelet
+    rewrites its Node's status every few minutes, and our own writes come back by the watch."""
+    if before.get("status") != after.get("status"):
+        return False
+    meta_before, meta_after = before.get("metadata") or {}, after.get("metadata") or {}
+    return all(meta_before.get(key) == meta_after.get(key) for key in meta_before.keys() | meta_after.keys()
+               if key != "resourceVersion")
+
+
 class ClusterState:
     def __init__(self) -> None:
         self.nodes: dict[str, Obj] = {}
-        self.node_versions: dict[str, int] = {}  # bumped on every change of the node or its pods
+        # Bumped on every change of a node (but for its resourceVersion alone) or of its pods.
+        self.node_versions: dict[str, int] = {}
         self.pods_by_node: dict[str, dict[PodKey, Obj]] = {}
         self._pod_node: dict[PodKey, str] = {}
         self._shared = SharedParts()
@@ -154,11 +165,12 @@ class ClusterState:
             self.node_versions.pop(name, None)
             self.wake.set()
             return
-        new = name not in self.nodes
+        before = self.nodes.get(name)
         self.nodes[name] = node  # slim already (`slim_node`, the Node informer's transform)
         self.deleted_nodes.discard(name)
-        self._bump(name)
-        if new:
+        if before is None or not _same_node(before, node):
+            self._bump(name)
+        if before is None:
             self.wake.set()
 
     # ---- pods (the informer's callbacks) ---------------------------------------------------------

@@ -52,7 +52,7 @@ from colocation.controllers.writers import NODERESOURCES, KubeWriter, merge_patc
 from colocation.koordinator.batch_formula import calculate_batch_resources
 from colocation.koordinator.mid_formula import calculate_mid_resources
 from colocation.koordinator.slo_strategies import ColocationStrategy, with_node_overrides
-from colocation.nodemetrics.storage_interface import NodeMetricReader
+from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,18 @@ class _Computed:
     reason: str
 
 
+def _update_time(entry: Entry) -> str | None:
+    """The report's status.updateTime as stored (format_time's form), without parsing the body.
+
+    The store keeps it as seconds (`figures.update_time`); 0 also stands for "unreadable", in a
+    body replicated from a leader of another version: that rare one is read from the body.
+    """
+    if entry.figures.update_time:
+        return format_time(entry.figures.update_time)
+    update_time = (orjson.loads(entry.body).get("status") or {}).get("updateTime")
+    return str(update_time) if update_time else None
+
+
 class NodeResourceReconciler:
     def __init__(self, state: ClusterState, tracker: NodeHealthTracker, store: NodeMetricReader,
                  config: ConfigSource, writer: KubeWriter, metrics: ControllerMetrics, settings: ControllerSettings,
@@ -95,9 +107,6 @@ class NodeResourceReconciler:
                                      settings.large_cluster_size_threshold)
         self.planner = EvictionPlanner(time.monotonic, rate=settings.eviction_rate)
         self._metrics: dict[str, tuple[int, str | None]] = {}  # node -> (resourceVersion, its updateTime)
-        # NodeMetrics parsed by this evaluation's observation, dropped at its end: kept between
-        # evaluations, a parsed 30-pod report would hold about 37 KiB per node (BENCHMARKS.md).
-        self._fresh: dict[str, Obj] = {}
         self._computed: dict[str, _Computed] = {}
         self._last_write: dict[str, float] = {}  # node -> wall time of our last Node write
         self._previous: dict[str, NodeHealth] = {}
@@ -119,9 +128,8 @@ class NodeResourceReconciler:
                 continue
             cached = self._metrics.get(name)
             if cached is None or cached[0] != entry.resource_version:
-                metric = self._fresh[name] = orjson.loads(entry.body)
-                update_time = (metric.get("status") or {}).get("updateTime")
-                self._metrics[name] = (entry.resource_version, str(update_time) if update_time else None)
+                update_time = _update_time(entry)
+                self._metrics[name] = (entry.resource_version, update_time)
                 # A report is the agent's heartbeat, as of when the store took it in.
                 self.tracker.observe_metric(name, update_time, seen_at=entry.last_seen_monotonic)
 
@@ -142,25 +150,33 @@ class NodeResourceReconciler:
         return with_node_overrides(strategy_for_node(self.config.parsed, labels).colocation, overrides)
 
     def _compute(self, name: str, node: Obj, strategy: ColocationStrategy, now: float) -> _Computed:
-        metric = self._metrics.get(name)
-        key = (self.state.node_versions.get(name), metric[0] if metric else None, self.config.generation,
-               strategy, int(now // 30))  # the time bucket lets an old report age out
+        """The formulas' result for the node, computed again only when one of their inputs changed.
+
+        The inputs: the Node and its pods (`node_versions`), the report (its resourceVersion),
+        the strategy, and whether the report has aged out: the formulas read `now` only to compare
+        it with received_at + degradeTimeMinutes (`batch_formula.usable_metric`). The report is
+        parsed only here, on a change, and dropped on return: a parsed 30-pod report is about
+        37 KiB, and the evaluation of every other node awaits writes in between.
+        """
+        entry = self.store.get(name)
+        # Aged by when the leader received it, never by the agent's clock (a skewed one must
+        # neither drop a node's batch resources nor keep them past degradeTimeMinutes).
+        aged = entry is not None and now > entry.received_at + strategy.degrade_time_minutes * 60
+        key = (self.state.node_versions.get(name), entry.resource_version if entry else None,
+               self.config.generation, strategy, aged)
         cached = self._computed.get(name)
         if cached is not None and cached.key == key:
             return cached
-        entry = self.store.get(name) if metric else None
-        # Aged by when the leader received it, never by the agent's clock (a skewed one must
-        # neither drop a node's batch resources nor keep them past degradeTimeMinutes).
         pods = self.state.pods_on(name)
         received_at = entry.received_at if entry else None
-        parsed = self._fresh.get(name) or (orjson.loads(entry.body) if entry else None)
+        parsed = orjson.loads(entry.body) if entry else None
         batch = calculate_batch_resources(node, pods, parsed, strategy, now, received_at=received_at)
         mid = calculate_mid_resources(node, pods, parsed, strategy, now, received_at=received_at)
         # Both drop their result in the same cases; written and removed together (nodewrite).
         values = {**batch, **mid} if batch is not None and mid is not None else None
         reason = ""
         if values is None:
-            reason = DISABLED if not strategy.enable else (NO_METRICS if metric is None else METRICS_OUTDATED)
+            reason = DISABLED if not strategy.enable else (NO_METRICS if entry is None else METRICS_OUTDATED)
         computed = self._computed[name] = _Computed(key, values, reason)
         return computed
 
@@ -169,10 +185,7 @@ class NodeResourceReconciler:
     async def evaluate(self) -> None:
         started = time.perf_counter()
         self.tracker.degrade_after = self.config.parsed.colocation.cluster.degrade_time_minutes * 60.0
-        try:
-            await self._evaluate_observed()
-        finally:
-            self._fresh.clear()
+        await self._evaluate_observed()
         self.metrics.reconcile_duration.observe(time.perf_counter() - started)
 
     async def _evaluate_observed(self) -> None:
