@@ -7,8 +7,9 @@ process read, because a cluster of 10,000 nodes has some 300,000 pods, and a rea
 its images, addresses and conditions. Everything runs on one event loop, so there are no locks.
 
 A pod's containers are read only for its requests and its QoS class: both are derived once, when
-the pod arrives, and the containers dropped. What many slim pods have in common (the class labels,
-the phase and QoS class, the requests of a workload's replicas, the priority value) is kept once
+the pod arrives, and the containers dropped; so are its Koordinator priority and QoS classes, which
+every evaluation of its node reads. What many slim pods have in common (the class labels, the
+phase and QoS class, the requests of a workload's replicas, the priority value, the classes) is kept once
 and shared (`SharedParts`): the cached objects are read, never changed, by every reader of this
 state.
 """
@@ -26,7 +27,7 @@ from colocation.apimachinery import pods
 from colocation.apimachinery.objects import Obj
 from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
 from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION
-from colocation.koordinator.classes import PRIORITY_LABEL, QOS_LABEL
+from colocation.koordinator.classes import KEPT_CLASSES, PRIORITY_LABEL, QOS_LABEL, kept_classes
 
 PodKey = tuple[str, str]  # (namespace, name)
 
@@ -62,7 +63,8 @@ class SharedParts:
 def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
     """What the leader keeps of a Pod: the fields priority, QoS and eviction read, its Kubernetes
     QoS class (status.qosClass, computed here when the API has not set it) and its effective
-    requests (`pods.KEPT_REQUESTS`), both derived ONCE from the containers, which are then dropped.
+    requests (`pods.KEPT_REQUESTS`), both derived ONCE from the containers, which are then dropped,
+    and its Koordinator classes (`classes.KEPT_CLASSES`), which every evaluation reads.
     Parts equal to another pod's are that pod's (`shared`): the result is read-only. Idempotent:
     a kept pod keeps itself (its requests and class are read back, not recomputed to zero)."""
     shared = shared if shared is not None else SharedParts(size=0)
@@ -88,8 +90,10 @@ def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
     slim_status: Obj = {key: status[key] for key in ("phase",) if key in status}
     slim_status["qosClass"] = pods.qos_class(pod)
     requests = pods.pod_requests(pod)
+    classes = kept_classes(pod)
     return {"metadata": slim_meta, "spec": slim_spec, "status": shared.mapping("status", slim_status),
-            pods.KEPT_REQUESTS: shared.share(("requests", *requests), requests)}
+            pods.KEPT_REQUESTS: shared.share(("requests", *requests), requests),
+            KEPT_CLASSES: shared.share(("classes", *classes), classes)}
 
 
 def _interned(value: object) -> object:

@@ -1,4 +1,4 @@
-"""Cpu and memory amounts, the two resources the batch formula works on, and what a pod requests."""
+"""Cpu and memory amounts, the two resources the batch formula works on."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from colocation.apimachinery import pods
 from colocation.apimachinery.quantity import byte_value, cpu_millis
 
 
@@ -40,9 +39,3 @@ class Amount:
 
 def total(amounts: Iterable[Amount]) -> Amount:
     return sum(amounts, Amount())
-
-
-def pod_requests(pod: Mapping[str, Any]) -> Amount:
-    """The cpu and memory the scheduler reserves for a pod (Kubernetes' PodRequests)."""
-    cpu, memory = pods.pod_requests(pod)
-    return Amount(cpu, memory)
