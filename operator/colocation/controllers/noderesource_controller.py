@@ -30,13 +30,13 @@ from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.tables import parse_timestamp
 from colocation.controllers.cluster import ClusterState
 from colocation.controllers.conditions import status_needs_write
-from colocation.controllers.config import strategy_for_node
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.disruption import DisruptionGuard, GuardDecision, ZoneState, zone_of
 from colocation.controllers.events import NORMAL, WARNING, ObjectRef
 from colocation.controllers.eviction import EvictionPlan, EvictionPlanner, PodEviction, evictable
 from colocation.controllers.health import NodeHealth, NodeHealthTracker
+from colocation.controllers.node_memo import NodeMemo
 from colocation.controllers.nodestatus import (
     DISABLED,
     METRICS_OUTDATED,
@@ -45,13 +45,14 @@ from colocation.controllers.nodestatus import (
     evicting_condition,
     offered,
     render_status,
+    status_inputs,
 )
-from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch, shown_batch
+from colocation.controllers.nodewrite import decide_node_write, node_status_patch, shown_batch
 from colocation.controllers.settings import ControllerSettings
 from colocation.controllers.writers import NODERESOURCES, KubeWriter, merge_patch, owner_reference
 from colocation.koordinator.batch_formula import calculate_batch_resources
 from colocation.koordinator.mid_formula import calculate_mid_resources
-from colocation.koordinator.slo_strategies import ColocationStrategy, with_node_overrides
+from colocation.koordinator.slo_strategies import ColocationStrategy
 from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class NodeResourceReconciler:
         self.planner = EvictionPlanner(time.monotonic, rate=settings.eviction_rate)
         self._metrics: dict[str, tuple[int, str | None]] = {}  # node -> (resourceVersion, its updateTime)
         self._computed: dict[str, _Computed] = {}
+        self._memos: dict[str, NodeMemo] = {}
         self._last_write: dict[str, float] = {}  # node -> wall time of our last Node write
         self._previous: dict[str, NodeHealth] = {}
         self._all_down = False
@@ -141,13 +143,20 @@ class NodeResourceReconciler:
         self.tracker.forget(name)
         self._metrics.pop(name, None)
         self._computed.pop(name, None)
+        self._memos.pop(name, None)
         self._last_write.pop(name, None)
         self._previous.pop(name, None)
 
+    def _memo(self, name: str) -> NodeMemo:
+        memo = self._memos.get(name)
+        if memo is None:
+            memo = self._memos[name] = NodeMemo()
+        return memo
+
     def strategy(self, name: str, node: Mapping[str, Any]) -> ColocationStrategy:
-        labels = (node.get("metadata") or {}).get("labels") or {}
+        labels = (node.get("metadata") or {}).get("labels")
         overrides = (self.state.noderesources.get(name) or {}).get("spec")
-        return with_node_overrides(strategy_for_node(self.config.parsed, labels).colocation, overrides)
+        return self._memo(name).strategy_of(labels, overrides, self.config.parsed)
 
     def _compute(self, name: str, node: Obj, strategy: ColocationStrategy, now: float) -> _Computed:
         """The formulas' result for the node, computed again only when one of their inputs changed.
@@ -270,7 +279,7 @@ class NodeResourceReconciler:
         failed write left it as it was. Never `state.nodes` re-read later, which a late watch
         event of an older version may have replaced meanwhile.
         """
-        before = batch_on_node(node)
+        before = self._memo(name).batch_on(node)
         desired = offered(evaluation)
         if desired is None and not evaluation.health.judged:
             return before.values  # startup grace: never remove what we cannot judge yet
@@ -291,7 +300,7 @@ class NodeResourceReconciler:
         self.state.nodes[name] = body  # what the Node is now; its watch event will say the same
         log.info("batch resources written", extra={"node": name, "reason": decision.reason,
                                                    "resources": dict(desired) if desired else None})
-        return batch_on_node(body).values
+        return self._memo(name).batch_on(body).values
 
     async def _create_noderesource(self, node: Obj) -> Obj | None:
         name = node["metadata"]["name"]
@@ -307,8 +316,13 @@ class NodeResourceReconciler:
     async def _write_status(self, name: str, resource: Mapping[str, Any], evaluation: Evaluation,
                             strategy: ColocationStrategy, now: float) -> None:
         stored = resource.get("status") or {}
+        memo = self._memo(name)
+        inputs = status_inputs(evaluation)
+        if memo.status_settled(stored, inputs):
+            return  # the same inputs render the same status over the same stored one: no write
         rendered = render_status(evaluation, stored, format_time(now))
         if not status_needs_write(stored, rendered):
+            memo.settle_status(stored, inputs)
             return
         status, body = await self.writer.patch_noderesource_status(name, {"status": merge_patch(stored, rendered)})
         if status == 200 and isinstance(body, dict):
@@ -326,6 +340,8 @@ class NodeResourceReconciler:
         before_agent = previous.agent_ready if previous and previous.judged else True
         before_metrics = previous.metrics_fresh if previous and previous.judged else True
         before_healthy = previous.healthy if previous and previous.judged else True
+        if (before_agent, before_metrics, before_healthy) == (health.agent_ready, health.metrics_fresh, health.healthy):
+            return  # no transition: nothing to count, post or log
         ref = ObjectRef.of({"apiVersion": "v1", "kind": "Node", **node})
         for type_, before, now in (("AgentReady", before_agent, health.agent_ready),
                                    ("MetricsFresh", before_metrics, health.metrics_fresh),
