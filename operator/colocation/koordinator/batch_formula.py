@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from colocation.apimachinery.pods import pod_requests as requests_of
-from colocation.koordinator.amounts import Amount, total
+from colocation.koordinator.amounts import Amount, cpu_and_memory, total
 from colocation.koordinator.classes import LOW_PRIORITY_CLASSES, is_high_priority, priority_of, qos_of
 from colocation.koordinator.slo_strategies import ColocationStrategy
 
@@ -167,18 +167,18 @@ def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any
             peak_cpu += cpu
             peak_memory += memory
             continue
-        usage = Amount.of(resources_of(metric.get("podUsage")))
-        used_cpu += cpu if qos_of(pod) == "LSE" else usage.cpu
-        used_memory += usage.memory
-        peak_cpu += max(cpu, usage.cpu)
-        peak_memory += max(memory, usage.memory)
+        usage_cpu, usage_memory = cpu_and_memory(resources_of(metric.get("podUsage")))
+        used_cpu += cpu if qos_of(pod) == "LSE" else usage_cpu
+        used_memory += usage_memory
+        peak_cpu += cpu if cpu > usage_cpu else usage_cpu
+        peak_memory += memory if memory > usage_memory else usage_memory
     for metric in metrics.values():  # pods gone, not yet known, or no longer running
         if metric.get("priority") not in LOW_PRIORITY_CLASSES:
-            usage = Amount.of(resources_of(metric.get("podUsage")))
-            used_cpu += usage.cpu
-            used_memory += usage.memory
-            peak_cpu += usage.cpu
-            peak_memory += usage.memory
+            usage_cpu, usage_memory = cpu_and_memory(resources_of(metric.get("podUsage")))
+            used_cpu += usage_cpu
+            used_memory += usage_memory
+            peak_cpu += usage_cpu
+            peak_memory += usage_memory
     return _HighPriority(Amount(used_cpu, used_memory), Amount(request_cpu, request_memory),
                          Amount(peak_cpu, peak_memory))
 
@@ -220,7 +220,7 @@ def system_usage(metric: Mapping[str, Any], pod_metrics: list[Any], host_applica
 
 def resources_of(resource_map: Any) -> Mapping[str, Any]:
     """The ResourceList of a NodeMetric ResourceMap ({"resources": {...}})."""
-    if not isinstance(resource_map, Mapping):
+    if type(resource_map) is not dict and not isinstance(resource_map, Mapping):  # dict first: cheaper
         return {}
     return resource_map.get("resources") or {}
 
