@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from colocation.controllers import noderesource_controller
+from colocation.controllers.cluster import slim_node
 from colocation.controllers.configsource import ConfigSource
 from colocation.koordinator.batch_formula import calculate_batch_resources
 from tests.unit.controllers.test_reconciler import Harness, healthy_pass, node, pod
@@ -49,11 +50,19 @@ async def test_a_node_whose_inputs_did_not_change_is_not_computed_again(computat
 
 async def test_a_new_report_a_pod_or_a_node_change_computes_that_node_again(computations: list[str]) -> None:
     h = Harness(["n1", "n2"])
+    whole = node("n1")  # as the API server answers a write: with what the informer does not keep
+    whole["metadata"]["managedFields"] = [{"manager": "kubelet"}]
+    whole["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    h.state.node_event("MODIFIED", whole)
     await healthy_pass(h, "n1", "n2")
     computations.clear()
     h.report("n1", system_cpu="3")
     await h.evaluate()
     assert computations == ["n1"] and h.offered("n1")[0] == "3000"  # 2500m more system usage
+    # The write's own watch event, through the informer's transform, is no change.
+    h.state.node_event("MODIFIED", slim_node({**whole, "status": h.state.nodes["n1"]["status"]}))
+    await h.evaluate()
+    assert computations == ["n1"]
 
     await h.state.pod_event("ADDED", h.state.pod_kept(pod("web", "n2", "koord-prod")))
     await h.evaluate()
