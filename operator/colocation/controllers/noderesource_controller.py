@@ -43,7 +43,7 @@ from colocation.controllers.nodestatus import (
     NO_METRICS,
     Evaluation,
     evicting_condition,
-    offered,
+    node_offer,
     render_status,
     status_inputs,
 )
@@ -237,15 +237,13 @@ class NodeResourceReconciler:
         now = self.wall()
         strategy = self.strategy(name, node)
         computed = self._compute(name, node, strategy, now)
-        evaluation = Evaluation(
-            health=health, computed=computed.values, no_computation_reason=computed.reason,
-            evicting=evicting_condition(due=due, draining=name in plan.draining, waiting=name in plan.waiting,
-                                        zone=decision.zones.get(zone), rate=self.settings.eviction_rate,
-                                        timeout=self.settings.eviction_timeout),
-            grace_period=self.tracker.grace_period, degrade_after=self.tracker.degrade_after,
-            metric_update_time=self._metric_update_time(name), lease_renew_time=self.state.lease_renew_times.get(name),
-            last_node_update=None, generation=(resource or {}).get("metadata", {}).get("generation"), on_node=None)
-        offers = await self._write_node(name, node, evaluation, strategy, resource, now)
+        evicting = evicting_condition(due=due, draining=name in plan.draining, waiting=name in plan.waiting,
+                                      zone=decision.zones.get(zone), rate=self.settings.eviction_rate,
+                                      timeout=self.settings.eviction_timeout)
+        # Read before the write's await, as the status then shows what this evaluation judged.
+        metric_update_time, lease_renew_time = self._metric_update_time(name), self.state.lease_renew_times.get(name)
+        offers = await self._write_node(name, node, node_offer(health, computed.values), health.judged, strategy,
+                                        resource, now)
         if resource is not None:
             last = self._last_node_write(name, resource)
             # The status shows what the Node offers after this evaluation's write, as the write's
@@ -255,8 +253,12 @@ class NodeResourceReconciler:
             # load the thresholds keep off the Node. It moves only as the Node moves beyond the
             # threshold, not with the Node's periodic refresh.
             shown = shown_batch(resource.get("status"), offers, strategy.resource_diff_threshold)
-            evaluation = dataclasses.replace(evaluation, on_node=shown,
-                                             last_node_update=format_time(last) if last else None)
+            evaluation = Evaluation(
+                health=health, computed=computed.values, no_computation_reason=computed.reason, evicting=evicting,
+                grace_period=self.tracker.grace_period, degrade_after=self.tracker.degrade_after,
+                metric_update_time=metric_update_time, lease_renew_time=lease_renew_time,
+                last_node_update=format_time(last) if last else None,
+                generation=resource.get("metadata", {}).get("generation"), on_node=shown)
             await self._write_status(name, resource, evaluation, strategy, now)
         # Events last: while they are posted, the watch may deliver an older copy of the Node.
         await self._post_transitions(name, node, health)
@@ -271,17 +273,18 @@ class NodeResourceReconciler:
         stored = parse_timestamp(((resource or {}).get("status") or {}).get("lastNodeUpdateTime"))
         return stored.timestamp() if stored else None
 
-    async def _write_node(self, name: str, node: Obj, evaluation: Evaluation, strategy: ColocationStrategy,
-                          resource: Mapping[str, Any] | None, now: float) -> Mapping[str, int] | None:
-        """Write the Node if it must be; the batch resources it offers afterwards (None: none).
+    async def _write_node(self, name: str, node: Obj, desired: Mapping[str, int] | None, judged: bool,
+                          strategy: ColocationStrategy, resource: Mapping[str, Any] | None,
+                          now: float) -> Mapping[str, int] | None:
+        """Write the Node if it must offer `desired` (`nodestatus.offered`) and does not; the batch
+        resources it offers afterwards (None: none).
 
         That is the write's answer when it succeeded, else the Node as this evaluation read it: a
         failed write left it as it was. Never `state.nodes` re-read later, which a late watch
         event of an older version may have replaced meanwhile.
         """
         before = self._memo(name).batch_on(node)
-        desired = offered(evaluation)
-        if desired is None and not evaluation.health.judged:
+        if desired is None and not judged:
             return before.values  # startup grace: never remove what we cannot judge yet
         decision = decide_node_write(before, desired, last_write=self._last_node_write(name, resource),
                                      now=now, diff_threshold=strategy.resource_diff_threshold,

@@ -78,7 +78,12 @@ class Evaluation:
 
 def offered(evaluation: Evaluation) -> Mapping[str, int] | None:
     """What the Node should offer: the formula's result while the node is healthy."""
-    return evaluation.computed if evaluation.health.healthy else None
+    return node_offer(evaluation.health, evaluation.computed)
+
+
+def node_offer(health: NodeHealth, computed: Mapping[str, int] | None) -> Mapping[str, int] | None:
+    """`offered`, before the evaluation is complete (the Node is written before its status)."""
+    return computed if health.healthy else None
 
 
 def _health_conditions(evaluation: Evaluation, previous: Mapping[str, Mapping[str, Any]]) -> list[Condition]:
