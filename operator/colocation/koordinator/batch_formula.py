@@ -14,9 +14,10 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from colocation.apimachinery.pods import KEPT_REQUESTS
 from colocation.apimachinery.pods import pod_requests as requests_of
 from colocation.koordinator.amounts import Amount, cpu_and_memory, total
-from colocation.koordinator.classes import LOW_PRIORITY_CLASSES, is_high_priority, priority_of, qos_of
+from colocation.koordinator.classes import KEPT_CLASSES, LOW_PRIORITY_CLASSES, is_high_priority, kept_classes
 from colocation.koordinator.slo_strategies import ColocationStrategy
 
 BATCH_CPU = "kubernetes.io/batch-cpu"
@@ -156,9 +157,12 @@ def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any
             continue  # its metric, if any, stays in `metrics`, as if the pod were gone
         meta = pod.get("metadata") or {}
         metric = metrics.pop((meta.get("namespace"), meta.get("name")), None)
-        if priority_of(pod) in LOW_PRIORITY_CLASSES:
+        classes = pod.get(KEPT_CLASSES)  # a kept pod carries its classes and requests
+        priority, qos = classes if type(classes) is tuple else kept_classes(pod)
+        if priority in LOW_PRIORITY_CLASSES:
             continue
-        cpu, memory = requests_of(pod)
+        requests = pod.get(KEPT_REQUESTS)
+        cpu, memory = requests if type(requests) is tuple else requests_of(pod)
         request_cpu += cpu
         request_memory += memory
         if metric is None:
@@ -168,7 +172,7 @@ def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any
             peak_memory += memory
             continue
         usage_cpu, usage_memory = cpu_and_memory(resources_of(metric.get("podUsage")))
-        used_cpu += cpu if qos_of(pod) == "LSE" else usage_cpu
+        used_cpu += cpu if qos == "LSE" else usage_cpu
         used_memory += usage_memory
         peak_cpu += cpu if cpu > usage_cpu else usage_cpu
         peak_memory += memory if memory > usage_memory else usage_memory
