@@ -206,7 +206,8 @@ def reconciler_micros(nodes: int, per_node: int, *, rounds: int = 6, reporting: 
             reconciler.observe_lease({"metadata": {"name": name},
                                       "spec": {"renewTime": format_time(clocks.wall()), "holderIdentity": name}})
 
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    thresholds = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *thresholds[1:])
     gc.collect()
     gc.freeze()
     profiler = cProfile.Profile()
@@ -229,6 +230,7 @@ def reconciler_micros(nodes: int, per_node: int, *, rounds: int = 6, reporting: 
 
     asyncio.run(run())
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
     if profile:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
     return spent / rounds / nodes * 1e6
