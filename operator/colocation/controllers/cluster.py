@@ -7,8 +7,9 @@ process read, because a cluster of 10,000 nodes has some 300,000 pods, and a rea
 its images, addresses and conditions. Everything runs on one event loop, so there are no locks.
 
 A pod's containers are read only for its requests and its QoS class: both are derived once, when
-the pod arrives, and the containers dropped. What many slim pods have in common (the class labels,
-the phase and QoS class, the requests of a workload's replicas, the priority value) is kept once
+the pod arrives, and the containers dropped; so are its Koordinator priority and QoS classes, which
+every evaluation of its node reads. What many slim pods have in common (the class labels, the
+phase and QoS class, the requests of a workload's replicas, the priority value, the classes) is kept once
 and shared (`SharedParts`): the cached objects are read, never changed, by every reader of this
 state.
 """
@@ -27,7 +28,7 @@ from colocation.apimachinery import pods
 from colocation.apimachinery.objects import Obj
 from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
 from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION
-from colocation.koordinator.classes import PRIORITY_LABEL, QOS_LABEL
+from colocation.koordinator.classes import KEPT_CLASSES, PRIORITY_LABEL, QOS_LABEL, kept_classes
 
 PodKey = tuple[str, str]  # (namespace, name)
 
@@ -63,7 +64,8 @@ class SharedParts:
 def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
     """What the leader keeps of a Pod: the fields priority, QoS and eviction read, its Kubernetes
     QoS class (status.qosClass, computed here when the API has not set it) and its effective
-    requests (`pods.KEPT_REQUESTS`), both derived ONCE from the containers, which are then dropped.
+    requests (`pods.KEPT_REQUESTS`), both derived ONCE from the containers, which are then dropped,
+    and its Koordinator classes (`classes.KEPT_CLASSES`), which every evaluation reads.
     Parts equal to another pod's are that pod's (`shared`): the result is read-only. Idempotent:
     a kept pod keeps itself (its requests and class are read back, not recomputed to zero)."""
     shared = shared if shared is not None else SharedParts(size=0)
@@ -89,8 +91,10 @@ def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
     slim_status: Obj = {key: status[key] for key in ("phase",) if key in status}
     slim_status["qosClass"] = pods.qos_class(pod)
     requests = pods.pod_requests(pod)
+    classes = kept_classes(pod)
     return {"metadata": slim_meta, "spec": slim_spec, "status": shared.mapping("status", slim_status),
-            pods.KEPT_REQUESTS: shared.share(("requests", *requests), requests)}
+            pods.KEPT_REQUESTS: shared.share(("requests", *requests), requests),
+            KEPT_CLASSES: shared.share(("classes", *classes), classes)}
 
 
 def _interned(value: object) -> object:
@@ -130,10 +134,21 @@ def slim_own_object(obj: Mapping[str, Any], shared: SharedParts | None = None) -
     return kept
 
 
+def _same_node(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether two slim copies of a Node say the same but for their resourceVersion: the kubelet
+    rewrites its Node's status every few minutes, and our own writes come back by the watch."""
+    if before.get("status") != after.get("status"):
+        return False
+    meta_before, meta_after = before.get("metadata") or {}, after.get("metadata") or {}
+    return all(meta_before.get(key) == meta_after.get(key) for key in meta_before.keys() | meta_after.keys()
+               if key != "resourceVersion")
+
+
 class ClusterState:
     def __init__(self) -> None:
         self.nodes: dict[str, Obj] = {}
-        self.node_versions: dict[str, int] = {}  # bumped on every change of the node or its pods
+        # Bumped on every change of a node (but for its resourceVersion alone) or of its pods.
+        self.node_versions: dict[str, int] = {}
         self.pods_by_node: dict[str, dict[PodKey, Obj]] = {}
         self._pod_node: dict[PodKey, str] = {}
         self._shared = SharedParts()
@@ -172,11 +187,12 @@ class ClusterState:
             self.node_versions.pop(name, None)
             self.wake.set()
             return
-        new = name not in self.nodes
+        before = self.nodes.get(name)
         self.nodes[name] = node  # slim already (`slim_node`, the Node informer's transform)
         self.deleted_nodes.discard(name)
-        self._bump(name)
-        if new:
+        if before is None or not _same_node(before, node):
+            self._bump(name)
+        if before is None:
             self.wake.set()
 
     # ---- pods (the informer's callbacks) ---------------------------------------------------------

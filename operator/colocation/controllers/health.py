@@ -243,7 +243,7 @@ class NodeHealthTracker:
         key = (health.healthy, health.agent_ready, health.metrics_fresh, health.evict)
         changed = key != record.last_key
         record.last_key = key
-        return dataclasses.replace(health, changed=changed)
+        return dataclasses.replace(health, changed=True) if changed else health  # judged with changed=False
 
     def evaluate_all(self) -> tuple[NodeHealth, ...]:
         """Every tracked node, by name: what the periodic timer and the eviction guard need."""

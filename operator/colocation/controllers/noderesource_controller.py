@@ -28,31 +28,32 @@ import orjson
 from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.tables import parse_timestamp
-from colocation.controllers.cluster import ClusterState
+from colocation.controllers.cluster import ClusterState, slim_node
 from colocation.controllers.conditions import status_needs_write
-from colocation.controllers.config import strategy_for_node
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.disruption import DisruptionGuard, GuardDecision, ZoneState, zone_of
 from colocation.controllers.events import NORMAL, WARNING, ObjectRef
 from colocation.controllers.eviction import EvictionPlan, EvictionPlanner, PodEviction, evictable
 from colocation.controllers.health import NodeHealth, NodeHealthTracker
+from colocation.controllers.node_memo import NodeMemo
 from colocation.controllers.nodestatus import (
     DISABLED,
     METRICS_OUTDATED,
     NO_METRICS,
     Evaluation,
     evicting_condition,
-    offered,
+    node_offer,
     render_status,
+    status_inputs,
 )
-from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch, shown_batch
+from colocation.controllers.nodewrite import decide_node_write, node_status_patch, shown_batch
 from colocation.controllers.settings import ControllerSettings
 from colocation.controllers.writers import NODERESOURCES, KubeWriter, merge_patch, owner_reference
 from colocation.koordinator.batch_formula import calculate_batch_resources
 from colocation.koordinator.mid_formula import calculate_mid_resources
-from colocation.koordinator.slo_strategies import ColocationStrategy, with_node_overrides
-from colocation.nodemetrics.storage_interface import NodeMetricReader
+from colocation.koordinator.slo_strategies import ColocationStrategy
+from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,18 @@ class _Computed:
     reason: str
 
 
+def _update_time(entry: Entry) -> str | None:
+    """The report's status.updateTime as stored (format_time's form), without parsing the body.
+
+    The store keeps it as seconds (`figures.update_time`); 0 also stands for "unreadable", in a
+    body replicated from a leader of another version: that rare one is read from the body.
+    """
+    if entry.figures.update_time:
+        return format_time(entry.figures.update_time)
+    update_time = (orjson.loads(entry.body).get("status") or {}).get("updateTime")
+    return str(update_time) if update_time else None
+
+
 class NodeResourceReconciler:
     def __init__(self, state: ClusterState, tracker: NodeHealthTracker, store: NodeMetricReader,
                  config: ConfigSource, writer: KubeWriter, metrics: ControllerMetrics, settings: ControllerSettings,
@@ -119,10 +132,8 @@ class NodeResourceReconciler:
                                      settings.large_cluster_size_threshold)
         self.planner = EvictionPlanner(time.monotonic, rate=settings.eviction_rate)
         self._metrics: dict[str, tuple[int, str | None]] = {}  # node -> (resourceVersion, its updateTime)
-        # NodeMetrics parsed by this evaluation's observation, dropped at its end: kept between
-        # evaluations, a parsed 30-pod report would hold about 37 KiB per node (BENCHMARKS.md).
-        self._fresh: dict[str, Obj] = {}
         self._computed: dict[str, _Computed] = {}
+        self._memos: dict[str, NodeMemo] = {}
         self._last_write: dict[str, float] = {}  # node -> wall time of our last Node write
         self._previous: dict[str, NodeHealth] = {}
         self._all_down = False
@@ -143,9 +154,8 @@ class NodeResourceReconciler:
                 continue
             cached = self._metrics.get(name)
             if cached is None or cached[0] != entry.resource_version:
-                metric = self._fresh[name] = orjson.loads(entry.body)
-                update_time = (metric.get("status") or {}).get("updateTime")
-                self._metrics[name] = (entry.resource_version, str(update_time) if update_time else None)
+                update_time = _update_time(entry)
+                self._metrics[name] = (entry.resource_version, update_time)
                 # A report is the agent's heartbeat, as of when the store took it in.
                 self.tracker.observe_metric(name, update_time, seen_at=entry.last_seen_monotonic)
 
@@ -157,34 +167,49 @@ class NodeResourceReconciler:
         self.tracker.forget(name)
         self._metrics.pop(name, None)
         self._computed.pop(name, None)
+        self._memos.pop(name, None)
         self._last_write.pop(name, None)
         self._previous.pop(name, None)
 
+    def _memo(self, name: str) -> NodeMemo:
+        memo = self._memos.get(name)
+        if memo is None:
+            memo = self._memos[name] = NodeMemo()
+        return memo
+
     def strategy(self, name: str, node: Mapping[str, Any]) -> ColocationStrategy:
-        labels = (node.get("metadata") or {}).get("labels") or {}
+        labels = (node.get("metadata") or {}).get("labels")
         overrides = (self.state.noderesources.get(name) or {}).get("spec")
-        return with_node_overrides(strategy_for_node(self.config.parsed, labels).colocation, overrides)
+        return self._memo(name).strategy_of(labels, overrides, self.config.parsed)
 
     def _compute(self, name: str, node: Obj, strategy: ColocationStrategy, now: float) -> _Computed:
-        metric = self._metrics.get(name)
-        key = (self.state.node_versions.get(name), metric[0] if metric else None, self.config.generation,
-               strategy, int(now // 30))  # the time bucket lets an old report age out
+        """The formulas' result for the node, computed again only when one of their inputs changed.
+
+        The inputs: the Node and its pods (`node_versions`), the report (its resourceVersion),
+        the strategy, and whether the report has aged out: the formulas read `now` only to compare
+        it with received_at + degradeTimeMinutes (`batch_formula.usable_metric`). The report is
+        parsed only here, on a change, and dropped on return: a parsed 30-pod report is about
+        37 KiB, and the evaluation of every other node awaits writes in between.
+        """
+        entry = self.store.get(name)
+        # Aged by when the leader received it, never by the agent's clock (a skewed one must
+        # neither drop a node's batch resources nor keep them past degradeTimeMinutes).
+        aged = entry is not None and now > entry.received_at + strategy.degrade_time_minutes * 60
+        key = (self.state.node_versions.get(name), entry.resource_version if entry else None,
+               self.config.generation, strategy, aged)
         cached = self._computed.get(name)
         if cached is not None and cached.key == key:
             return cached
-        entry = self.store.get(name) if metric else None
-        # Aged by when the leader received it, never by the agent's clock (a skewed one must
-        # neither drop a node's batch resources nor keep them past degradeTimeMinutes).
         pods = self.state.pods_on(name)
         received_at = entry.received_at if entry else None
-        parsed = self._fresh.get(name) or (orjson.loads(entry.body) if entry else None)
+        parsed = orjson.loads(entry.body) if entry else None
         batch = calculate_batch_resources(node, pods, parsed, strategy, now, received_at=received_at)
         mid = calculate_mid_resources(node, pods, parsed, strategy, now, received_at=received_at)
         # Both drop their result in the same cases; written and removed together (nodewrite).
         values = {**batch, **mid} if batch is not None and mid is not None else None
         reason = ""
         if values is None:
-            reason = DISABLED if not strategy.enable else (NO_METRICS if metric is None else METRICS_OUTDATED)
+            reason = DISABLED if not strategy.enable else (NO_METRICS if entry is None else METRICS_OUTDATED)
         computed = self._computed[name] = _Computed(key, values, reason)
         return computed
 
@@ -193,10 +218,7 @@ class NodeResourceReconciler:
     async def evaluate(self) -> None:
         started = time.perf_counter()
         self.tracker.degrade_after = self.config.parsed.colocation.cluster.degrade_time_minutes * 60.0
-        try:
-            await self._evaluate_observed()
-        finally:
-            self._fresh.clear()
+        await self._evaluate_observed()
         self.metrics.reconcile_duration.observe(time.perf_counter() - started)
 
     async def _evaluate_observed(self) -> None:
@@ -239,15 +261,13 @@ class NodeResourceReconciler:
         now = self.wall()
         strategy = self.strategy(name, node)
         computed = self._compute(name, node, strategy, now)
-        evaluation = Evaluation(
-            health=health, computed=computed.values, no_computation_reason=computed.reason,
-            evicting=evicting_condition(due=due, draining=name in plan.draining, waiting=name in plan.waiting,
-                                        zone=decision.zones.get(zone), rate=self.settings.eviction_rate,
-                                        timeout=self.settings.eviction_timeout),
-            grace_period=self.tracker.grace_period, degrade_after=self.tracker.degrade_after,
-            metric_update_time=self._metric_update_time(name), lease_renew_time=self.state.lease_renew_times.get(name),
-            last_node_update=None, generation=(resource or {}).get("metadata", {}).get("generation"), on_node=None)
-        offers = await self._write_node(name, node, evaluation, strategy, resource, now)
+        evicting = evicting_condition(due=due, draining=name in plan.draining, waiting=name in plan.waiting,
+                                      zone=decision.zones.get(zone), rate=self.settings.eviction_rate,
+                                      timeout=self.settings.eviction_timeout)
+        # Read before the write's await, as the status then shows what this evaluation judged.
+        metric_update_time, lease_renew_time = self._metric_update_time(name), self.state.lease_renew_times.get(name)
+        offers = await self._write_node(name, node, node_offer(health, computed.values), health.judged, strategy,
+                                        resource, now)
         if resource is not None:
             last = self._last_node_write(name, resource)
             # The status shows what the Node offers after this evaluation's write, as the write's
@@ -257,8 +277,12 @@ class NodeResourceReconciler:
             # load the thresholds keep off the Node. It moves only as the Node moves beyond the
             # threshold, not with the Node's periodic refresh.
             shown = shown_batch(resource.get("status"), offers, strategy.resource_diff_threshold)
-            evaluation = dataclasses.replace(evaluation, on_node=shown,
-                                             last_node_update=format_time(last) if last else None)
+            evaluation = Evaluation(
+                health=health, computed=computed.values, no_computation_reason=computed.reason, evicting=evicting,
+                grace_period=self.tracker.grace_period, degrade_after=self.tracker.degrade_after,
+                metric_update_time=metric_update_time, lease_renew_time=lease_renew_time,
+                last_node_update=format_time(last) if last else None,
+                generation=resource.get("metadata", {}).get("generation"), on_node=shown)
             await self._write_status(name, resource, evaluation, strategy, now)
         # Events last: while they are posted, the watch may deliver an older copy of the Node.
         await self._post_transitions(name, node, health)
@@ -273,17 +297,18 @@ class NodeResourceReconciler:
         stored = parse_timestamp(((resource or {}).get("status") or {}).get("lastNodeUpdateTime"))
         return stored.timestamp() if stored else None
 
-    async def _write_node(self, name: str, node: Obj, evaluation: Evaluation, strategy: ColocationStrategy,
-                          resource: Mapping[str, Any] | None, now: float) -> Mapping[str, int] | None:
-        """Write the Node if it must be; the batch resources it offers afterwards (None: none).
+    async def _write_node(self, name: str, node: Obj, desired: Mapping[str, int] | None, judged: bool,
+                          strategy: ColocationStrategy, resource: Mapping[str, Any] | None,
+                          now: float) -> Mapping[str, int] | None:
+        """Write the Node if it must offer `desired` (`nodestatus.offered`) and does not; the batch
+        resources it offers afterwards (None: none).
 
         That is the write's answer when it succeeded, else the Node as this evaluation read it: a
         failed write left it as it was. Never `state.nodes` re-read later, which a late watch
         event of an older version may have replaced meanwhile.
         """
-        before = batch_on_node(node)
-        desired = offered(evaluation)
-        if desired is None and not evaluation.health.judged:
+        before = self._memo(name).batch_on(node)
+        if desired is None and not judged:
             return before.values  # startup grace: never remove what we cannot judge yet
         decision = decide_node_write(before, desired, last_write=self._last_node_write(name, resource),
                                      now=now, diff_threshold=strategy.resource_diff_threshold,
@@ -299,10 +324,12 @@ class NodeResourceReconciler:
                                                              else body})
             return before.values
         self._last_write[name] = now
-        self.state.nodes[name] = body  # what the Node is now; its watch event will say the same
+        # What the Node is now, kept as its watch event will deliver it (the informer's transform):
+        # that event then changes nothing, and the whole Node is not held meanwhile.
+        self.state.nodes[name] = body = slim_node(body)
         log.info("batch resources written", extra={"node": name, "reason": decision.reason,
                                                    "resources": dict(desired) if desired else None})
-        return batch_on_node(body).values
+        return self._memo(name).batch_on(body).values
 
     async def _create_noderesource(self, node: Obj) -> Obj | None:
         name = node["metadata"]["name"]
@@ -318,8 +345,13 @@ class NodeResourceReconciler:
     async def _write_status(self, name: str, resource: Mapping[str, Any], evaluation: Evaluation,
                             strategy: ColocationStrategy, now: float) -> None:
         stored = resource.get("status") or {}
+        memo = self._memo(name)
+        inputs = status_inputs(evaluation)
+        if memo.status_settled(stored, inputs):
+            return  # the same inputs render the same status over the same stored one: no write
         rendered = render_status(evaluation, stored, format_time(now))
         if not status_needs_write(stored, rendered):
+            memo.settle_status(stored, inputs)
             return
         status, body = await self.writer.patch_noderesource_status(name, {"status": merge_patch(stored, rendered)})
         if status == 200 and isinstance(body, dict):
@@ -337,6 +369,8 @@ class NodeResourceReconciler:
         before_agent = previous.agent_ready if previous and previous.judged else True
         before_metrics = previous.metrics_fresh if previous and previous.judged else True
         before_healthy = previous.healthy if previous and previous.judged else True
+        if (before_agent, before_metrics, before_healthy) == (health.agent_ready, health.metrics_fresh, health.healthy):
+            return  # no transition: nothing to count, post or log
         ref = ObjectRef.of({"apiVersion": "v1", "kind": "Node", **node})
         for type_, before, now in (("AgentReady", before_agent, health.agent_ready),
                                    ("MetricsFresh", before_metrics, health.metrics_fresh),

@@ -78,7 +78,12 @@ class Evaluation:
 
 def offered(evaluation: Evaluation) -> Mapping[str, int] | None:
     """What the Node should offer: the formula's result while the node is healthy."""
-    return evaluation.computed if evaluation.health.healthy else None
+    return node_offer(evaluation.health, evaluation.computed)
+
+
+def node_offer(health: NodeHealth, computed: Mapping[str, int] | None) -> Mapping[str, int] | None:
+    """`offered`, before the evaluation is complete (the Node is written before its status)."""
+    return computed if health.healthy else None
 
 
 def _health_conditions(evaluation: Evaluation, previous: Mapping[str, Mapping[str, Any]]) -> list[Condition]:
@@ -145,6 +150,22 @@ def _colocation_condition(evaluation: Evaluation) -> tuple[Condition, str]:
     elif evaluation.on_node is not None:
         text += " (" + NOT_REMOVED + ")"
     return Condition(COLOCATION_READY, False, reason, text), text
+
+
+def status_inputs(evaluation: Evaluation) -> tuple[Any, ...]:
+    """All that `render_status` reads of an evaluation, for the controller to skip rendering again.
+
+    Equal inputs over the same stored status render the same status. `now` dates only a condition
+    whose status differs from the stored one, and such a status is always written; so an
+    evaluation whose rendering needed no write needs none later with equal inputs either. Not
+    read: the health's message and timestamps (conditions name thresholds, not ages), and the
+    formulas' figures beyond whether there are any (the status shows `on_node`).
+    """
+    health = evaluation.health
+    return (health.healthy, health.agent_ready, health.metrics_fresh, health.judged, health.reason,
+            offered(evaluation) is not None, evaluation.no_computation_reason, evaluation.evicting,
+            evaluation.grace_period, evaluation.degrade_after, evaluation.metric_update_time,
+            evaluation.lease_renew_time, evaluation.last_node_update, evaluation.generation, evaluation.on_node)
 
 
 def render_status(evaluation: Evaluation, stored: Mapping[str, Any] | None, now: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Cpu and memory amounts, the two resources the batch formula works on, and what a pod requests."""
+"""Cpu and memory amounts, the two resources the batch formula works on."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from colocation.apimachinery import pods
 from colocation.apimachinery.quantity import byte_value, cpu_millis
 
 
@@ -20,9 +19,7 @@ class Amount:
     @classmethod
     def of(cls, resources: Mapping[str, Any] | None) -> Amount:
         """The cpu and memory of a ResourceList ({"cpu": "2", "memory": "1Gi", ...}); others ignored."""
-        resources = resources or {}
-        cpu, memory = resources.get("cpu"), resources.get("memory")
-        return cls(cpu_millis(cpu) if cpu is not None else 0, byte_value(memory) if memory is not None else 0)
+        return cls(*cpu_and_memory(resources))
 
     def __add__(self, other: Amount) -> Amount:
         return Amount(self.cpu + other.cpu, self.memory + other.memory)
@@ -42,7 +39,10 @@ def total(amounts: Iterable[Amount]) -> Amount:
     return sum(amounts, Amount())
 
 
-def pod_requests(pod: Mapping[str, Any]) -> Amount:
-    """The cpu and memory the scheduler reserves for a pod (Kubernetes' PodRequests)."""
-    cpu, memory = pods.pod_requests(pod)
-    return Amount(cpu, memory)
+def cpu_and_memory(resources: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(cpu millis, memory bytes) of a ResourceList, as `Amount.of` reads it, without building an
+    Amount (a frozen dataclass costs more to build than the two numbers cost to parse)."""
+    if not resources:
+        return 0, 0
+    cpu, memory = resources.get("cpu"), resources.get("memory")
+    return cpu_millis(cpu) if cpu is not None else 0, byte_value(memory) if memory is not None else 0

@@ -12,10 +12,12 @@ import datetime as dt
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from colocation.koordinator.amounts import Amount, pod_requests, total
-from colocation.koordinator.classes import LOW_PRIORITY_CLASSES, is_high_priority, is_high_priority_pod, qos_of
+from colocation.apimachinery.pods import KEPT_REQUESTS
+from colocation.apimachinery.pods import pod_requests as requests_of
+from colocation.koordinator.amounts import Amount, cpu_and_memory, total
+from colocation.koordinator.classes import KEPT_CLASSES, LOW_PRIORITY_CLASSES, is_high_priority, kept_classes
 from colocation.koordinator.slo_strategies import ColocationStrategy
 
 BATCH_CPU = "kubernetes.io/batch-cpu"
@@ -138,40 +140,51 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
     return {BATCH_CPU: max(cpu, 0), BATCH_MEMORY: max(memory, 0)}
 
 
-class _HighPriority:
-    __slots__ = ("max_usage_request", "request", "used")
-
-    def __init__(self) -> None:
-        self.used = Amount()
-        self.request = Amount()
-        self.max_usage_request = Amount()
+class _HighPriority(NamedTuple):
+    used: Amount
+    request: Amount
+    max_usage_request: Amount
 
 
 def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any]) -> _HighPriority:
-    metrics = {(m.get("namespace"), m.get("name")): m for m in pod_metrics if isinstance(m, Mapping)}
-    hp = _HighPriority()
+    # The hottest loop of the leader (every pod of every node whose inputs changed): sums in plain
+    # ints, the pod's classes and requests as a kept pod carries them, no Amount per pod.
+    metrics = {(m.get("namespace"), m.get("name")): m for m in pod_metrics
+               if type(m) is dict or isinstance(m, Mapping)}
+    used_cpu = used_memory = request_cpu = request_memory = peak_cpu = peak_memory = 0
     for pod in pods:
         if (pod.get("status") or {}).get("phase") not in COUNTED_PHASES:
             continue  # its metric, if any, stays in `metrics`, as if the pod were gone
         meta = pod.get("metadata") or {}
         metric = metrics.pop((meta.get("namespace"), meta.get("name")), None)
-        if not is_high_priority_pod(pod):
+        classes = pod.get(KEPT_CLASSES)  # a kept pod carries its classes and requests
+        priority, qos = classes if type(classes) is tuple else kept_classes(pod)
+        if priority in LOW_PRIORITY_CLASSES:
             continue
-        request = pod_requests(pod)
-        hp.request += request
+        requests = pod.get(KEPT_REQUESTS)
+        cpu, memory = requests if type(requests) is tuple else requests_of(pod)
+        request_cpu += cpu
+        request_memory += memory
         if metric is None:
-            hp.used += request
-            hp.max_usage_request += request
+            used_cpu += cpu
+            used_memory += memory
+            peak_cpu += cpu
+            peak_memory += memory
             continue
-        usage = Amount.of(resources_of(metric.get("podUsage")))
-        hp.used += Amount(request.cpu, usage.memory) if qos_of(pod) == "LSE" else usage
-        hp.max_usage_request += request.max(usage)
+        usage_cpu, usage_memory = cpu_and_memory(resources_of(metric.get("podUsage")))
+        used_cpu += cpu if qos == "LSE" else usage_cpu
+        used_memory += usage_memory
+        peak_cpu += cpu if cpu > usage_cpu else usage_cpu
+        peak_memory += memory if memory > usage_memory else usage_memory
     for metric in metrics.values():  # pods gone, not yet known, or no longer running
         if metric.get("priority") not in LOW_PRIORITY_CLASSES:
-            usage = Amount.of(resources_of(metric.get("podUsage")))
-            hp.used += usage
-            hp.max_usage_request += usage
-    return hp
+            usage_cpu, usage_memory = cpu_and_memory(resources_of(metric.get("podUsage")))
+            used_cpu += usage_cpu
+            used_memory += usage_memory
+            peak_cpu += usage_cpu
+            peak_memory += usage_memory
+    return _HighPriority(Amount(used_cpu, used_memory), Amount(request_cpu, request_memory),
+                         Amount(peak_cpu, peak_memory))
 
 
 def node_resources(node: Mapping[str, Any]) -> tuple[Amount, Amount, Mapping[str, Any]]:
@@ -211,7 +224,7 @@ def system_usage(metric: Mapping[str, Any], pod_metrics: list[Any], host_applica
 
 def resources_of(resource_map: Any) -> Mapping[str, Any]:
     """The ResourceList of a NodeMetric ResourceMap ({"resources": {...}})."""
-    if not isinstance(resource_map, Mapping):
+    if type(resource_map) is not dict and not isinstance(resource_map, Mapping):  # dict first: cheaper
         return {}
     return resource_map.get("resources") or {}
 

@@ -35,16 +35,31 @@ _QOS_FROM_KUBE: dict[KubeQoSClass, QoSClass] = {"Guaranteed": "LSR", "Burstable"
 LOW_PRIORITY_CLASSES: tuple[PriorityClass, ...] = ("koord-batch", "koord-free")
 
 
+# In a pod the leader keeps (controllers.cluster.slim_pod): (priority class, QoS class), derived
+# once from its labels, priority and Kubernetes QoS class, which a pod cannot change.
+KEPT_CLASSES = "keptClasses"
+
+
 def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    # Pods are JSON: plain dicts, checked first, as the ABC check costs several times more.
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def _label(pod: Mapping[str, Any], name: str) -> Any:
     return _mapping(_mapping(pod.get("metadata")).get("labels")).get(name)
 
 
+def kept_classes(pod: Mapping[str, Any]) -> tuple[PriorityClass, QoSClass]:
+    """(priority class, QoS class) of a pod, as a kept pod carries them (`KEPT_CLASSES`)."""
+    qos = qos_of(pod)
+    return priority_of(pod, qos), qos
+
+
 def qos_of(pod: Mapping[str, Any]) -> QoSClass:
     """The QoS class of a pod (Kubernetes JSON)."""
+    kept = pod.get(KEPT_CLASSES)
+    if type(kept) is tuple:
+        return kept[1]  # type: ignore[no-any-return]  # only slim_pod writes it
     label = _label(pod, QOS_LABEL)
     if label in QOS_CLASSES:
         return label  # type: ignore[no-any-return]  # narrowed by the membership test
@@ -53,6 +68,9 @@ def qos_of(pod: Mapping[str, Any]) -> QoSClass:
 
 def priority_of(pod: Mapping[str, Any], qos: QoSClass | None = None) -> PriorityClass:
     """The priority class of a pod; `qos`, when the caller has it already, spares computing it again."""
+    kept = pod.get(KEPT_CLASSES)
+    if type(kept) is tuple:
+        return kept[0]  # type: ignore[no-any-return]  # only slim_pod writes it
     label = _label(pod, PRIORITY_LABEL)
     if label in PRIORITY_CLASSES:
         return label  # type: ignore[no-any-return]

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from colocation.koordinator.amounts import Amount, pod_requests, total
+from colocation.apimachinery.pods import pod_requests as requests_of
+from colocation.koordinator.amounts import Amount, total
 
 # The batch formula's readings of a NodeMetric and of the reservation annotation: both formulas
 # must read the same report the same way (what a time, a resource map, the system usage is).
@@ -133,5 +134,10 @@ def _above_mid(priority: object, qos: object) -> bool:
 
 
 def _prod_requests(pods: Iterable[Mapping[str, Any]]) -> Amount:
-    return total(pod_requests(pod) for pod in pods
-                 if (pod.get("status") or {}).get("phase") in COUNTED_PHASES and priority_of(pod) == "koord-prod")
+    cpu = memory = 0  # plain ints: this runs over every pod of every node whose inputs changed
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in COUNTED_PHASES and priority_of(pod) == "koord-prod":
+            pod_cpu, pod_memory = requests_of(pod)
+            cpu += pod_cpu
+            memory += pod_memory
+    return Amount(cpu, memory)

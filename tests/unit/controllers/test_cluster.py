@@ -10,7 +10,13 @@ from colocation.apimachinery.pods import KEPT_REQUESTS
 from colocation.controllers.cluster import ClusterState, SharedParts, slim_node, slim_pod
 from colocation.controllers.eviction import evictable
 from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION, calculate_batch_resources
-from colocation.koordinator.classes import is_evictable_best_effort, is_high_priority_pod, priority_of, qos_of
+from colocation.koordinator.classes import (
+    KEPT_CLASSES,
+    is_evictable_best_effort,
+    is_high_priority_pod,
+    priority_of,
+    qos_of,
+)
 from colocation.koordinator.mid_formula import calculate_mid_resources
 
 
@@ -91,12 +97,13 @@ async def test_replicas_of_a_workload_keep_one_copy_of_what_they_have_in_common(
     (a,), (b, other) = state.pods_on("n1"), state.pods_on("n2")
     assert a["metadata"]["labels"] is b["metadata"]["labels"] and a["status"] is b["status"]
     assert a[KEPT_REQUESTS] is b[KEPT_REQUESTS] and a["spec"]["priority"] is b["spec"]["priority"]
-    # ...and what differs stays its own; the containers are not kept, their requests are.
+    assert a[KEPT_CLASSES] is b[KEPT_CLASSES] == ("koord-batch", "BE")
+    # ...and what differs stays its own; the containers are not kept, their requests and classes are.
     assert other == {"metadata": {"name": "other", "namespace": "team", "uid": "uid-other",
                                   "labels": {"koordinator.sh/qosClass": "LS"}},
                      "spec": {"nodeName": "n2", "priority": 5000},
                      "status": {"phase": "Running", "qosClass": "Burstable"},
-                     KEPT_REQUESTS: (2000, 0)}
+                     KEPT_REQUESTS: (2000, 0), KEPT_CLASSES: ("koord-batch", "LS")}
     assert a["metadata"]["name"] == "web-a" and b["metadata"]["uid"] == "uid-web-b"
     assert a["spec"]["nodeName"] == "n1" and b["spec"]["nodeName"] == "n2"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from colocation.controllers.conditions import Condition, merge_conditions, statu
 from colocation.controllers.disruption import DisruptionGuard
 from colocation.controllers.events import Create, EventRecorder, ObjectRef, Patch
 from colocation.controllers.health import NodeHealth
-from colocation.controllers.nodestatus import Evaluation, evicting_condition, render_status
+from colocation.controllers.nodestatus import Evaluation, evicting_condition, render_status, status_inputs
 from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch, shown_batch
 from colocation.controllers.writers import merge_patch
 
@@ -318,3 +319,38 @@ def test_events_about_namespaced_objects_stay_in_their_namespace() -> None:
 ])
 def test_merge_patch_turns_the_old_document_into_the_new(old: Any, new: Any, patch: Any) -> None:
     assert merge_patch(old, new) == patch
+
+
+def _status_variants() -> list[Evaluation]:
+    """Evaluations that differ from one another in one field each, the health's message included."""
+    base = evaluation(health(), {CPU: 3500, MEMORY: 2**30, **NO_MID}, on_node={CPU: 3500, MEMORY: 2**30, **NO_MID})
+    healths = [health(False, agent=False, reason="AgentSilent"), health(False, agent=False, reason="AgentUnstable"),
+               health(False, metrics=False, reason="MetricsStale"), health(judged=False, reason="StartupGrace"),
+               dataclasses.replace(health(), message="details 14s ago", changed=True)]
+    fields: dict[str, list[Any]] = {
+        "health": healths, "computed": [None, {CPU: 3700, MEMORY: 2**30, **NO_MID}],
+        "no_computation_reason": ["ColocationDisabled", "MetricsOutdated"],
+        "evicting": [Condition("Evicting", True, "EvictingPods", "evicting")], "grace_period": [60.0],
+        "degrade_after": [600.0], "metric_update_time": [None, "2026-01-01T00:00:10Z"],
+        "lease_renew_time": ["2026-01-01T00:00:15Z"], "last_node_update": ["2026-01-01T00:00:20Z"],
+        "generation": [None, 4], "on_node": [None, {CPU: 3000, MEMORY: 2**30, **NO_MID}]}
+    variants = [base]
+    for name, values in fields.items():
+        variants += [dataclasses.replace(base, **{name: value}) for value in values]
+    return variants + [dataclasses.replace(variant, computed=None, no_computation_reason="NoMetrics")
+                       for variant in variants]
+
+
+def test_equal_status_inputs_render_equal_statuses_and_a_status_needing_no_write_needs_none_later() -> None:
+    """What lets the controller skip rendering a node's status: `status_inputs` shows every
+    difference that changes the rendering, and `now` never turns no write into one."""
+    variants = _status_variants()
+    stored_options = [None, *(render_status(variant, None, "T0") for variant in variants[:8])]
+    for stored in stored_options:
+        rendered = [render_status(variant, stored, "T1") for variant in variants]
+        for first, first_rendered in zip(variants, rendered, strict=True):
+            for second, second_rendered in zip(variants, rendered, strict=True):
+                if status_inputs(first) == status_inputs(second):
+                    assert first_rendered == second_rendered
+            if not status_needs_write(stored, first_rendered):
+                assert not status_needs_write(stored, render_status(first, stored, "T2"))
