@@ -16,11 +16,10 @@ removed (the metric store of a fresh leader may still be filling), and nobody is
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -36,6 +35,7 @@ from colocation.controllers.disruption import DisruptionGuard, GuardDecision, Zo
 from colocation.controllers.events import NORMAL, WARNING, ObjectRef
 from colocation.controllers.eviction import EvictionPlan, EvictionPlanner, PodEviction, evictable
 from colocation.controllers.health import NodeHealth, NodeHealthTracker
+from colocation.controllers.loop_turns import gather_in_turns
 from colocation.controllers.node_memo import NodeMemo
 from colocation.controllers.nodestatus import (
     DISABLED,
@@ -70,30 +70,6 @@ def noderesource_body(node: Mapping[str, Any]) -> Obj:
             "metadata": {"name": node["metadata"]["name"], "ownerReferences": [owner_reference(node)],
                          "labels": {"app.kubernetes.io/managed-by": "colocation-operator"}},
             "spec": {}}
-
-
-# Nodes whose reconciliation starts per turn of the event loop. Started all at once, 10,000 nodes'
-# formulas ran in one turn and held the loop for seconds: no report read, no Lease renewed (at 2,500
-# nodes on a busy 2-core machine, long enough for the leader to lose its Lease).
-NODES_PER_TURN = 100
-
-
-async def gather_in_turns(work: Sequence[Coroutine[Any, Any, None]], per_turn: int = NODES_PER_TURN) -> None:
-    """Run `work` concurrently, as `asyncio.gather` does, starting `per_turn` of them per turn of the
-    event loop, so that what arrived meanwhile (reports, watch events, API answers) is read between."""
-    tasks: list[asyncio.Future[None]] = []
-    try:
-        for index, item in enumerate(work, 1):
-            tasks.append(asyncio.ensure_future(item))
-            if index % per_turn == 0:
-                await asyncio.sleep(0)  # one turn: the started ones run, and the loop reads its sockets
-        await asyncio.gather(*tasks)
-    except asyncio.CancelledError:
-        for task in tasks:
-            task.cancel()
-        for unstarted in work[len(tasks):]:
-            unstarted.close()
-        raise
 
 
 @dataclasses.dataclass

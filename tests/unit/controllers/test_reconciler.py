@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 import time
 from collections.abc import Callable
 from typing import Any
 
 import orjson
-import pytest
 from prometheus_client import CollectorRegistry
 
 from colocation.apimachinery.merge_patch import json_merge_patch
@@ -25,7 +23,8 @@ from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.events import ObjectRef
 from colocation.controllers.health import NodeHealthTracker
-from colocation.controllers.noderesource_controller import NODES_PER_TURN, NodeResourceReconciler, gather_in_turns
+from colocation.controllers.loop_turns import NODES_PER_TURN
+from colocation.controllers.noderesource_controller import NodeResourceReconciler
 from colocation.controllers.settings import ControllerSettings
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import validate_report
@@ -594,26 +593,3 @@ async def test_a_long_evaluation_lets_the_event_loop_read_in_between() -> None:
     ticker.cancel()
     assert turns - before >= 1000 // NODES_PER_TURN
     assert all(h.offered(name)[0] == "5500" for name in names)  # every node reconciled all the same
-
-
-async def test_an_evaluation_cancelled_midway_leaves_no_reconciliation_running() -> None:
-    started: list[int] = []
-    two_turns_in = asyncio.Event()
-
-    async def node(index: int) -> None:
-        started.append(index)
-        if len(started) == 200:
-            two_turns_in.set()
-        await asyncio.sleep(0)
-
-    work = [node(index) for index in range(1000)]
-    task = asyncio.create_task(gather_in_turns(work, per_turn=100))
-    await two_turns_in.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    at_cancel = len(started)
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert 200 <= at_cancel < 1000 and len(started) == at_cancel  # nothing started after the cancel
-    assert all(inspect.getcoroutinestate(cr) == inspect.CORO_CLOSED for cr in work)  # none left unawaited
