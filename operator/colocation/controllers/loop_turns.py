@@ -1,8 +1,9 @@
 """Many coroutines run concurrently without holding the event loop: started a batch per turn.
 
-Started all at once, 10,000 nodes' reconciliations ran their formulas in one turn of the loop and
-held it for seconds: no report read, no Lease renewed (at 2,500 simulated nodes on a busy 2-core
-machine, long enough for the leader to lose its Lease).
+Started all at once, a round's reconciliations ran their formulas in one turn of the loop, and
+at 10,000 nodes that is seconds without a report read or the Lease renewed (at 2,500 simulated
+nodes on a loaded 2-core machine the leader lost its Lease in steady state that way, and kept it
+with turns: one sandbox run each).
 """
 
 from __future__ import annotations
