@@ -8,9 +8,10 @@ Reviews (TokenReviews here, SubjectAccessReviews in `delegated_authorization`) a
 reviews share one call, because every report and every read would otherwise cost a round trip to
 kube-apiserver. A review that fails (timeout, kube-apiserver down) is never cached and never lets
 the request through. At most `review_concurrency` TokenReviews are in flight: a new leader whose
-pod cache is still filling reviews every agent's token, thousands at once, and unbounded they
-slowed kube-apiserver until the leader's own Lease renewal timed out (5,000 simulated nodes). A
-request that waits longer than `review_wait` for its turn fails like a review that timed out.
+pod cache is still filling reviews every agent's token, and unbounded that was thousands at once
+(5,000 simulated nodes; the sandbox's API server then took over 3 s to answer, and the leader's
+own Lease renewal timed out). A request that waits longer than `review_wait` for its turn fails
+like a review that timed out.
 
 These clients stay in the API server: the groups it serves only see `Caller` and the
 `Authenticate` callable of `apimachinery.served_apigroups`.
