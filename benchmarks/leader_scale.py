@@ -5,7 +5,7 @@
 On a 2-core machine the defaults are 1,000 and 2,500 nodes: at 5,000 the sandbox's API server (one
 Python process, no priority and fairness) falls behind while a new leader lists 150,000 pods and
 reviews every agent's token, the leader's Lease renewals time out, and leadership moves every
-30-45 s; the 10,000-node figures are extrapolated (`leader_scale_figures.extrapolate`).
+20-45 s; the 10,000-node figures are extrapolated (`leader_scale_figures.extrapolate`).
 
 For each node count, `colocation sandbox` (the builtin API server, 2 operator replicas, controllers
 on) runs N Nodes whose agents report every `report_interval` s (`--max-report-interval`,
