@@ -36,7 +36,8 @@ LOW_PRIORITY_CLASSES: tuple[PriorityClass, ...] = ("koord-batch", "koord-free")
 
 
 # In a pod the leader keeps (controllers.cluster.slim_pod): (priority class, QoS class), derived
-# once from its labels, priority and Kubernetes QoS class, which a pod cannot change.
+# from its labels, priority and Kubernetes QoS class when each of its versions arrives (a label
+# may change; the Pod informer's transform runs on every event), not at every evaluation.
 KEPT_CLASSES = "keptClasses"
 
 
