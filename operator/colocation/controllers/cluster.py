@@ -127,8 +127,8 @@ def slim_own_object(obj: Mapping[str, Any], shared: SharedParts | None = None) -
                               if key in metadata}}
     spec = obj.get("spec")
     if spec is not None:
-        key = ("spec", orjson.dumps(spec, option=orjson.OPT_SORT_KEYS))
-        kept["spec"] = spec if shared is None else shared.share(key, spec)
+        kept["spec"] = spec if shared is None else shared.share(
+            ("spec", orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)), spec)
     if "status" in obj:
         kept["status"] = obj["status"]
     return kept

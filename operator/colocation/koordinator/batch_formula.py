@@ -14,10 +14,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from colocation.apimachinery.pods import KEPT_REQUESTS
 from colocation.apimachinery.pods import pod_requests as requests_of
 from colocation.koordinator.amounts import Amount, cpu_and_memory, total
-from colocation.koordinator.classes import KEPT_CLASSES, LOW_PRIORITY_CLASSES, is_high_priority, kept_classes
+from colocation.koordinator.classes import LOW_PRIORITY_CLASSES, is_high_priority, kept_classes
 from colocation.koordinator.slo_strategies import ColocationStrategy
 
 BATCH_CPU = "kubernetes.io/batch-cpu"
@@ -157,12 +156,10 @@ def _high_priority_pods(pods: Iterable[Mapping[str, Any]], pod_metrics: list[Any
             continue  # its metric, if any, stays in `metrics`, as if the pod were gone
         meta = pod.get("metadata") or {}
         metric = metrics.pop((meta.get("namespace"), meta.get("name")), None)
-        classes = pod.get(KEPT_CLASSES)  # a kept pod carries its classes and requests
-        priority, qos = classes if type(classes) is tuple else kept_classes(pod)
+        priority, qos = kept_classes(pod)  # a kept pod carries its classes and requests
         if priority in LOW_PRIORITY_CLASSES:
             continue
-        requests = pod.get(KEPT_REQUESTS)
-        cpu, memory = requests if type(requests) is tuple else requests_of(pod)
+        cpu, memory = requests_of(pod)
         request_cpu += cpu
         request_memory += memory
         if metric is None:

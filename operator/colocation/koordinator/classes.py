@@ -52,6 +52,9 @@ def _label(pod: Mapping[str, Any], name: str) -> Any:
 
 def kept_classes(pod: Mapping[str, Any]) -> tuple[PriorityClass, QoSClass]:
     """(priority class, QoS class) of a pod, as a kept pod carries them (`KEPT_CLASSES`)."""
+    kept = pod.get(KEPT_CLASSES)
+    if type(kept) is tuple:
+        return kept  # only slim_pod writes it
     qos = qos_of(pod)
     return priority_of(pod, qos), qos
 
