@@ -215,7 +215,7 @@ class NodeAgent:
     def _count_failure(self, resource: str) -> Callable[[str], None]:
         return lambda reason: self.metrics.informer_failures.labels(resource, reason).inc()
 
-    def informers(self) -> list[Informer]:
+    def informers(self) -> list[Informer[Any]]:
         transport = self.kube.transport()
         informers = []
         if self.watch_pods:

@@ -67,14 +67,14 @@ class ProfileCache:
         self.profiles: dict[str, ColocationProfile] = {}
         self.namespace_labels: dict[str, Mapping[str, str]] = {}
         self.priority_classes: dict[str, PriorityClassValue] = {}
-        self._informers: list[Informer] = []
+        self._informers: list[Informer[Any]] = []
 
     @property
     def synced(self) -> bool:
         return bool(self._informers) and all(informer.synced.is_set() for informer in self._informers)
 
     def informers(self, transport: Transport,
-                  on_error: Callable[[str, str], None] | None = None) -> list[Informer]:
+                  on_error: Callable[[str, str], None] | None = None) -> list[Informer[Any]]:
         """The three informers to run (each until cancelled); `on_error(informer, reason)` hears
         of every failed list or watch."""
         self._informers = [
@@ -104,7 +104,7 @@ def _priority_class_entry(obj: Obj) -> PriorityClassValue | None:
 
 
 def _informer(transport: Transport, path: str, into: dict[str, Any], entry: Callable[[Obj], Any],
-              on_error: Callable[[str, str], None] | None) -> Informer:
+              on_error: Callable[[str, str], None] | None) -> Informer[Any]:
     """An informer keeping `into` as name -> entry(object) (objects whose entry is None left out)."""
 
     def put(obj: Obj) -> None:
@@ -158,7 +158,7 @@ class PodMutationWebhook:
         self.metrics = WebhookMetrics(registry, cache)
         self.roll = roll
 
-    def informers(self, transport: Transport) -> list[Informer]:
+    def informers(self, transport: Transport) -> list[Informer[Any]]:
         """The cache's informers, their failures counted."""
         return self.cache.informers(transport, lambda name, reason: self.metrics.informer_failures.labels(
             name, reason).inc())

@@ -122,7 +122,7 @@ class PodDirectory:
         else:
             self._labels[_key(obj)] = _labels(obj)
 
-    def informer(self, transport: Transport) -> Informer:
+    def informer(self, transport: Transport) -> Informer[dict[str, Any]]:
         return Informer(transport, "/api/v1/pods", on_sync=self.on_sync, on_event=self.on_event, name="pods",
                         transform=_kept_of_pod)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -27,6 +27,7 @@ from cachetools import LRUCache
 from colocation.apimachinery import pods
 from colocation.apimachinery.objects import Obj
 from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
+from colocation.controllers.kept_pod import KeptPod, KeptPodMetadata, KeptPodSpec
 from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION
 from colocation.koordinator.classes import KEPT_CLASSES, PRIORITY_LABEL, QOS_LABEL, kept_classes
 
@@ -61,40 +62,39 @@ class SharedParts:
 
 
 
-def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
+def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> KeptPod:
     """What the leader keeps of a Pod: the fields priority, QoS and eviction read, its Kubernetes
     QoS class (status.qosClass, computed here when the API has not set it) and its effective
     requests (`pods.KEPT_REQUESTS`), both derived ONCE from the containers, which are then dropped,
     and its Koordinator classes (`classes.KEPT_CLASSES`), which every evaluation reads.
     Parts equal to another pod's are that pod's (`shared`): the result is read-only. Idempotent:
     a kept pod keeps itself (its requests and class are read back, not recomputed to zero)."""
+    if isinstance(pod, KeptPod):
+        return pod
     shared = shared if shared is not None else SharedParts(size=0)
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     annotations = metadata.get("annotations") or {}
     labels = metadata.get("labels") or {}
-    slim_meta: Obj = {"name": metadata.get("name"),
-                      "namespace": _interned(metadata.get("namespace")),
-                      "uid": metadata.get("uid"),
-                      "labels": shared.mapping("labels", {key: labels[key] for key in _CLASS_LABELS
-                                                          if key in labels})}
-    if MIRROR_POD_ANNOTATION in annotations:
-        slim_meta["annotations"] = {MIRROR_POD_ANNOTATION: annotations[MIRROR_POD_ANNOTATION]}
-    if metadata.get("deletionTimestamp"):
-        slim_meta["deletionTimestamp"] = metadata["deletionTimestamp"]
-    slim_spec: Obj = {"nodeName": _interned(spec.get("nodeName"))}
+    mirror = annotations.get(MIRROR_POD_ANNOTATION)
+    slim_meta = KeptPodMetadata(
+        name=metadata.get("name"), namespace=_interned(metadata.get("namespace")), uid=metadata.get("uid"),
+        labels=shared.mapping("labels", {key: labels[key] for key in _CLASS_LABELS if key in labels}),
+        annotations=None if mirror is None else {MIRROR_POD_ANNOTATION: mirror},
+        deletionTimestamp=metadata.get("deletionTimestamp") or None)
     priority = spec.get("priority")
-    if priority is not None:
+    if type(priority) is int:
         # A class's value (e.g. 9000) repeats across pods: one int object for all of them.
-        slim_spec["priority"] = shared.share(("priority", priority), priority) if type(priority) is int else priority
+        priority = shared.share(("priority", priority), priority)
+    slim_spec = KeptPodSpec(nodeName=_interned(spec.get("nodeName")), priority=priority)
     slim_status: Obj = {key: status[key] for key in ("phase",) if key in status}
     slim_status["qosClass"] = pods.qos_class(pod)
     requests = pods.pod_requests(pod)
     classes = kept_classes(pod)
-    return {"metadata": slim_meta, "spec": slim_spec, "status": shared.mapping("status", slim_status),
-            pods.KEPT_REQUESTS: shared.share(("requests", *requests), requests),
-            KEPT_CLASSES: shared.share(("classes", *classes), classes)}
+    return KeptPod(metadata=slim_meta, spec=slim_spec, status=shared.mapping("status", slim_status),
+                   **{pods.KEPT_REQUESTS: shared.share(("requests", *requests), requests),
+                      KEPT_CLASSES: shared.share(("classes", *classes), classes)})
 
 
 def _interned(value: object) -> object:
@@ -149,7 +149,7 @@ class ClusterState:
         self.nodes: dict[str, Obj] = {}
         # Bumped on every change of a node (but for its resourceVersion alone) or of its pods.
         self.node_versions: dict[str, int] = {}
-        self.pods_by_node: dict[str, dict[PodKey, Obj]] = {}
+        self.pods_by_node: dict[str, dict[PodKey, KeptPod]] = {}
         self._pod_node: dict[PodKey, str] = {}
         self._shared = SharedParts()
         self.pods_synced = asyncio.Event()
@@ -197,28 +197,29 @@ class ClusterState:
 
     # ---- pods (the informer's callbacks) ---------------------------------------------------------
 
-    async def pods_synced_with(self, items: list[Obj], resource_version: str) -> None:
+    async def pods_synced_with(self, items: Sequence[Mapping[str, Any]], resource_version: str) -> None:
         self.pods_by_node = {}
         self._pod_node = {}
         for item in items:
-            self._put_pod(item)  # kept already (`pod_kept`, the informer's transform)
+            self._put_pod(item)
         for node in self.nodes:
             self._bump(node)
         self.pods_synced.set()
 
-    def pod_kept(self, pod: Obj) -> Obj:
+    def pod_kept(self, pod: Obj) -> KeptPod:
         """What this state keeps of a Pod (the Pod informer's transform: applied as pages arrive)."""
         return slim_pod(pod, self._shared)
 
-    async def pod_event(self, type_: str, pod: Obj) -> None:
+    async def pod_event(self, type_: str, pod: Mapping[str, Any]) -> None:
         metadata = pod.get("metadata") or {}
         key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
         if type_ == "DELETED":
             self._drop_pod(key)
         else:
-            self._put_pod(pod)  # kept already (`pod_kept`, the informer's transform)
+            self._put_pod(pod)
 
-    def _put_pod(self, pod: Obj) -> None:
+    def _put_pod(self, whole_or_kept: Mapping[str, Any]) -> None:
+        pod = slim_pod(whole_or_kept, self._shared)  # kept already, as a rule (`pod_kept`, the informer's transform)
         key = (str(pod["metadata"].get("namespace") or ""), str(pod["metadata"].get("name") or ""))
         node = pod["spec"].get("nodeName")
         self._drop_pod(key)
@@ -239,12 +240,12 @@ class ClusterState:
                 del self.pods_by_node[node]
         self._bump(node)
 
-    def pod(self, key: PodKey) -> Obj | None:
+    def pod(self, key: PodKey) -> KeptPod | None:
         """The (slim) pod, if bound and not finished."""
         node = self._pod_node.get(key)
         return None if node is None else (self.pods_by_node.get(node) or {}).get(key)
 
-    def pods_on(self, node: str) -> list[Obj]:
+    def pods_on(self, node: str) -> list[KeptPod]:
         return list((self.pods_by_node.get(node) or {}).values())
 
     # ---- our own objects -----------------------------------------------------------------------

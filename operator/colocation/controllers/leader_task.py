@@ -115,7 +115,7 @@ class Controllers:
                                                 "grace_period": self.settings.node_grace_period,
                                                 "eviction_timeout": self.settings.eviction_timeout})
         transport = kube_transport(self.api)
-        informers = [
+        informers: list[Informer[Any]] = [
             Informer(transport, "/api/v1/pods", on_sync=self.state.pods_synced_with, on_event=self.state.pod_event,
                      options=InformerOptions(field_selector=POD_FIELD_SELECTOR), name="pods",
                      transform=self.state.pod_kept),

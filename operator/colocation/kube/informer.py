@@ -22,7 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar, cast
 
 import orjson
 
@@ -30,6 +30,8 @@ from colocation.apimachinery.objects import Obj
 from colocation.kube.backoff import Backoff
 
 log = logging.getLogger(__name__)
+
+Kept = TypeVar("Kept")  # what the informer hands on of each object: the object, or its `transform`
 
 
 
@@ -82,12 +84,12 @@ def failure_reason(error: BaseException) -> str:
     return "connection"
 
 
-class Informer:
-    def __init__(self, transport: Transport, path: str, *, on_sync: Callable[[list[Obj], str], Awaitable[None]],
-                 on_event: Callable[[str, Obj], Awaitable[None]], options: InformerOptions | None = None,
+class Informer(Generic[Kept]):
+    def __init__(self, transport: Transport, path: str, *, on_sync: Callable[[list[Kept], str], Awaitable[None]],
+                 on_event: Callable[[str, Kept], Awaitable[None]], options: InformerOptions | None = None,
                  backoff: Backoff | None = None, name: str = "",
                  on_error: Callable[[str], None] | None = None,
-                 transform: Callable[[Obj], Obj] | None = None) -> None:
+                 transform: Callable[[Obj], Kept] | None = None) -> None:
         self.transport = transport
         # What to keep of each object, applied as each page and each event arrives (client-go's
         # SetTransform): a list of 300,000 pods is never held whole, only what is kept of them.
@@ -142,7 +144,7 @@ class Informer:
                 await asyncio.sleep(delay)  # backoff before the retry, not synchronisation
 
     async def _list(self) -> None:
-        items: list[Obj] = []
+        items: list[Kept] = []
         token = ""
         while True:
             params = {**self._selectors(), "limit": str(self.options.page_size)}
@@ -158,7 +160,7 @@ class Informer:
                     raise RequestFailed(response.status, body)
             page = orjson.loads(body)
             page_items = page.get("items") or []
-            items.extend(page_items if self.transform is None else map(self.transform, page_items))
+            items.extend(self._kept(item) for item in page_items)
             del page_items
             meta = page.get("metadata") or {}
             token = meta.get("continue") or ""
@@ -169,6 +171,9 @@ class Informer:
         await self.on_sync(items, self.resource_version)
         self.failing = False
         self.synced.set()
+
+    def _kept(self, obj: Obj) -> Kept:
+        return cast(Kept, obj) if self.transform is None else self.transform(obj)  # no transform: Kept is Obj
 
     async def _watch(self) -> None:
         params = {**self._selectors(), "watch": "true", "allowWatchBookmarks": "true",
@@ -192,7 +197,7 @@ class Informer:
             raise RequestFailed(int(obj.get("code") or 500), orjson.dumps(obj))
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if type_ != "BOOKMARK":
-            await self.on_event(str(type_), obj if self.transform is None else self.transform(obj))
+            await self.on_event(str(type_), self._kept(obj))
         if rv:
             self.resource_version = rv
         self.backoff.reset()

@@ -54,7 +54,7 @@ class NodeDirectory:
         if self._on_deleted is not None:
             self._on_deleted(name)
 
-    def informer(self, transport: Transport) -> Informer:
+    def informer(self, transport: Transport) -> Informer[Obj]:
         return Informer(transport, "/api/v1/nodes", on_sync=self.on_sync, on_event=self.on_event, name="nodes")
 
 

@@ -61,7 +61,7 @@ class LeaderFollower:
         self.following: LeaderAddress | None = None
         self.on_applied = on_applied
         self.stream_silence = stream_silence
-        self._informer: Informer | None = None
+        self._informer: Informer[dict[str, Any]] | None = None
         self._transport: Transport | None = None
         self._current_at: float | None = None  # the last moment the copy was known current
 

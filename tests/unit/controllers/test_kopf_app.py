@@ -69,6 +69,12 @@ def test_kopf_posts_no_events_and_watches_only_the_configuration_configmap() -> 
     assert [str(value) for value in settings.watching.field_selectors.values()] == ["metadata.name=colocation-config"]
 
 
+def test_a_per_object_worker_ends_soon_after_its_last_event() -> None:
+    # Kopf's default (5 s) kept a worker per NodeSLO and NodeResource alive through the leader's
+    # startup, when it creates one of each per node: thousands of tasks and queues at once.
+    assert kopf_app.build_settings().queueing.idle_timeout <= 1.0
+
+
 def test_nodes_and_leases_are_not_kopfs() -> None:
     registry = kopf_app.build_registry(Recorder(), lambda: None, "colocation-system")  # type: ignore[arg-type,return-value]
     watched = {handler.selector.any_name for handler in registry._watching.get_all_handlers()

@@ -70,7 +70,7 @@ class Recorder:
 
 
 async def run_until_exhausted(server: FakeServer, recorder: Recorder, errors: list[str] | None = None,
-                              **options: Any) -> Informer:
+                              **options: Any) -> Informer[Any]:
     informer = Informer(server, "/api/v1/nodes", on_sync=recorder.on_sync, on_event=recorder.on_event,
                         options=InformerOptions(**options), backoff=Backoff(initial=0.001, maximum=0.002),
                         on_error=errors.append if errors is not None else None)
@@ -78,7 +78,7 @@ async def run_until_exhausted(server: FakeServer, recorder: Recorder, errors: li
     return informer
 
 
-async def run_informer_until(informer: Informer, event: asyncio.Event) -> None:
+async def run_informer_until(informer: Informer[Any], event: asyncio.Event) -> None:
     """Run the informer until `event` is set (5 s at most), then cancel it."""
     task = asyncio.create_task(informer.run())
     try:

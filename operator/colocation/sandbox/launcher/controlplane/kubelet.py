@@ -137,7 +137,7 @@ class NodeKubelet:
         self.pods: dict[str, RunningPod] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._probe_session: aiohttp.ClientSession | None = None
-        self._informer: Informer | None = None
+        self._informer: Informer[Obj] | None = None
 
     @property
     def state_file(self) -> Path:
