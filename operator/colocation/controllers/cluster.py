@@ -28,6 +28,7 @@ from colocation.apimachinery import pods
 from colocation.apimachinery.objects import Obj
 from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
 from colocation.controllers.kept_pod import KeptPod, KeptPodMetadata, KeptPodSpec
+from colocation.controllers.packed_status import PackedStatus
 from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION
 from colocation.koordinator.classes import KEPT_CLASSES, PRIORITY_LABEL, QOS_LABEL, kept_classes
 
@@ -117,11 +118,13 @@ def slim_node(node: Mapping[str, Any]) -> Obj:
     return {"metadata": slim_meta, "status": slim_status}
 
 
-def slim_own_object(obj: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
+def slim_own_object(obj: Mapping[str, Any], shared: SharedParts | None = None, *,
+                    pack_status: bool = False) -> Obj:
     """What the controllers read of a NodeSLO or a NodeResource: its name, resourceVersion and
     generation, its spec and its status (not its managedFields, ownerReferences or labels). The
     NodeSLOs rendered from one configuration have equal specs, as most NodeResources do (none):
-    one copy of each is kept (`shared`), read-only like the pods'."""
+    one copy of each is kept (`shared`), read-only like the pods'. A NodeResource's status is kept
+    as its JSON (`pack_status`, `packed_status.PackedStatus`)."""
     metadata = obj.get("metadata") or {}
     kept: Obj = {"metadata": {key: metadata[key] for key in ("name", "resourceVersion", "generation")
                               if key in metadata}}
@@ -130,7 +133,9 @@ def slim_own_object(obj: Mapping[str, Any], shared: SharedParts | None = None) -
         kept["spec"] = spec if shared is None else shared.share(
             ("spec", orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)), spec)
     if "status" in obj:
-        kept["status"] = obj["status"]
+        status = obj["status"]
+        packable = pack_status and isinstance(status, Mapping) and not isinstance(status, PackedStatus)
+        kept["status"] = PackedStatus(status) if packable else status
     return kept
 
 
@@ -256,7 +261,7 @@ class ClusterState:
     def noderesource_event(self, type_: str | None, obj: Obj) -> None:
         name = str(obj["metadata"]["name"])
         before = self.noderesources.get(name)
-        _track(self.noderesources, type_, slim_own_object(obj, self._shared))
+        _track(self.noderesources, type_, slim_own_object(obj, self._shared, pack_status=True))
         if type_ != "DELETED" and before is not None and before.get("spec") != obj.get("spec"):
             self.wake.set()  # a new override: apply it now
 

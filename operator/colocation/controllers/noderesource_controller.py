@@ -48,6 +48,7 @@ from colocation.controllers.nodestatus import (
     status_inputs,
 )
 from colocation.controllers.nodewrite import decide_node_write, node_status_patch, shown_batch
+from colocation.controllers.packed_status import unpacked_status
 from colocation.controllers.settings import ControllerSettings
 from colocation.controllers.writers import NODERESOURCES, KubeWriter, merge_patch, owner_reference
 from colocation.koordinator.batch_formula import calculate_batch_resources
@@ -320,14 +321,15 @@ class NodeResourceReconciler:
 
     async def _write_status(self, name: str, resource: Mapping[str, Any], evaluation: Evaluation,
                             strategy: ColocationStrategy, now: float) -> None:
-        stored = resource.get("status") or {}
+        kept = resource.get("status") or {}
         memo = self._memo(name)
         inputs = status_inputs(evaluation)
-        if memo.status_settled(stored, inputs):
+        if memo.status_settled(kept, inputs):
             return  # the same inputs render the same status over the same stored one: no write
+        stored = unpacked_status(kept)
         rendered = render_status(evaluation, stored, format_time(now))
         if not status_needs_write(stored, rendered):
-            memo.settle_status(stored, inputs)
+            memo.settle_status(kept, inputs)
             return
         status, body = await self.writer.patch_noderesource_status(name, {"status": merge_patch(stored, rendered)})
         if status == 200 and isinstance(body, dict):

@@ -25,6 +25,7 @@ from colocation.controllers.events import ObjectRef
 from colocation.controllers.health import NodeHealthTracker
 from colocation.controllers.loop_turns import NODES_PER_TURN
 from colocation.controllers.noderesource_controller import NodeResourceReconciler
+from colocation.controllers.packed_status import unpacked_status
 from colocation.controllers.settings import ControllerSettings
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import validate_report
@@ -69,7 +70,9 @@ class RecordingApi:
 
     async def patch_noderesource_status(self, name: str, patch: dict[str, Any]) -> tuple[int, Any]:
         self.calls.append(("patch noderesource status", name))
-        return 200, json_merge_patch(copy.deepcopy(self.state.noderesources[name]), patch)
+        stored = self.state.noderesources[name]  # as the API server holds it: its status parsed
+        whole = {**copy.deepcopy(stored), "status": dict(unpacked_status(stored.get("status")))}
+        return 200, json_merge_patch(whole, patch)
 
     async def delete_cluster_object(self, plural: str, name: str) -> tuple[int, Any]:
         self.calls.append((f"delete {plural}", name))
