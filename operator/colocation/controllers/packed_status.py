@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from colocation.apimachinery.objects import kept_bytes
+
 # Read at every evaluation of the node (`nodewrite.shown_batch`, the reconciler's last Node write).
 EVERY_EVALUATION = ("batchCPU", "batchMemory", "midCPU", "midMemory", "lastNodeUpdateTime")
 
@@ -26,8 +28,7 @@ class PackedStatus(Mapping[str, Any]):
     _read_often: tuple[Any, ...]
 
     def __init__(self, status: Mapping[str, Any]) -> None:
-        # A copy at its length: orjson's output keeps the capacity its buffer grew to (4 KiB for 1).
-        object.__setattr__(self, "_json", bytes(memoryview(orjson.dumps(status))))
+        object.__setattr__(self, "_json", kept_bytes(orjson.dumps(status)))
         object.__setattr__(self, "_read_often", tuple(status.get(key) for key in EVERY_EVALUATION))
 
     def unpacked(self) -> dict[str, Any]:
