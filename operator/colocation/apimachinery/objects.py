@@ -1,17 +1,29 @@
-"""The one name for a Kubernetes object as decoded JSON, and its encoded form kept at its length."""
+"""The one name for a Kubernetes object as decoded JSON, and its encoded form deflated for keeping."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 Obj = dict[str, Any]  # an object (or list, or Status) as the API's JSON decodes: mutable, untyped
 
 
-def kept_bytes(body: bytes) -> bytes:
-    """`body` in a bytes object of its own length, for keeping.
+# Raw deflate (no header or checksum) at the fastest level: a 6 KB NodeMetric report becomes
+# about 1.3 KB in ~27 µs and comes back in ~10 µs (measured on this project's 2-core machines),
+# against ~19 µs to parse it. The bytes are kept only in this process, so the format is ours.
+_DEFLATE_LEVEL = 1
+_RAW_DEFLATE = -15
 
-    orjson's output keeps the capacity its buffer grew to: a 6.9 KB object it wrote held 10.9 KiB
-    of RSS (measured: 10,000 kept; a standby keeps 10,000 replicated bodies in its watch window),
-    and a 1 KB NodeResource status 4.3 KiB (tracemalloc). A copy is allocated at its length.
+
+def deflated(body: bytes) -> bytes:
+    """`body` compressed, for keeping many of it in memory.
+
+    The result is allocated at its length. orjson's output is not: it keeps the capacity its
+    buffer grew to (a 6.9 KB object it wrote held 10.9 KiB of RSS).
     """
-    return bytes(memoryview(body))
+    return zlib.compress(body, _DEFLATE_LEVEL, _RAW_DEFLATE)
+
+
+def inflated(kept: bytes) -> bytes:
+    """The bytes `deflated` was given."""
+    return zlib.decompress(kept, _RAW_DEFLATE)

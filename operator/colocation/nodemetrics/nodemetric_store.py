@@ -1,7 +1,8 @@
 """The latest NodeMetric of every node, in memory, with Kubernetes list and watch semantics.
 
-Each object is serialized once, when it changes; lists join the stored bytes and every watch
-event is one shared line (`nodemetric_watch_window`), so serving costs no serialization per reader.
+Each object is serialized once, when it changes, and kept deflated (`objects.deflated`: a report
+of 30 pods, ~6 KB, in ~1.3 KB); lists join the inflated bodies and every watch event is one shared
+line (`nodemetric_watch_window`), so serving costs no serialization per reader.
 resourceVersions come from `resource_versions.ResourceVersionClock`, so a warm standby
 replicating the leader's events serves the same objects at the same resourceVersions.
 
@@ -32,7 +33,7 @@ import orjson
 
 from colocation.apimachinery.clock import MonotonicClock, WallClock, format_time
 from colocation.apimachinery.errors import ApiError
-from colocation.apimachinery.objects import kept_bytes
+from colocation.apimachinery.objects import deflated, inflated
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.apimachinery.watch_params import parse_resource_version
 from colocation.apimachinery.watch_queue import Bookmark, encoded_event_line
@@ -84,7 +85,7 @@ class NodeMetricStore:
         (read at scrape time, a pass over the window)."""
         entries = self._entries
         return sum(event.size for event in self._window.events()
-                   if (entry := entries.get(event.name)) is None or entry.body is not event.body)
+                   if (entry := entries.get(event.name)) is None or entry.deflated_body is not event.deflated_body)
 
     @property
     def resource_version(self) -> int:
@@ -117,9 +118,9 @@ class NodeMetricStore:
         received_at = self._wall()
         created = previous.creation_timestamp if previous is not None else format_time(received_at)
         body = _render(report.name, labels, rv, created, report.status_json)
-        entry = Entry(report.name, labels, rv, body, report.figures, created, now, received_at)
+        entry = Entry(report.name, labels, rv, deflated(body), report.figures, created, now, received_at)
         self._store(entry)
-        self._emit_change(entry, previous)
+        self._emit_change(entry, previous, body)
         return entry
 
     def delete(self, name: str) -> Entry | None:
@@ -159,15 +160,16 @@ class NodeMetricStore:
         entry = self._entry_from_body(body)
         previous = self._entries.get(entry.name)
         self._versions.observe(entry.resource_version)
-        if previous is not None and previous.body == body and type_ != DELETED:
+        if previous is not None and previous.deflated_body == entry.deflated_body and type_ != DELETED:
             return  # delivered twice (a resumed replication watch): nothing changed
         if type_ == DELETED:
             if previous is not None:
                 self._unstore(entry.name)
-                self._window.append(Event(entry.resource_version, entry.name, entry.labels, DELETED, body))
+                self._window.append(Event(entry.resource_version, entry.name, entry.labels, DELETED,
+                                          entry.deflated_body), body)
             return
         self._store(entry)
-        self._emit_change(entry, previous)
+        self._emit_change(entry, previous, body)
 
     def replace_all(self, bodies: list[bytes], resource_version: int) -> None:
         """Make the contents those of the leader's list at `resource_version` (after a relist).
@@ -182,7 +184,7 @@ class NodeMetricStore:
         names = {entry.name for entry in incoming}
         for entry in sorted(incoming, key=lambda e: e.resource_version):
             previous = self._entries.get(entry.name)
-            if previous is not None and previous.body == entry.body:
+            if previous is not None and previous.deflated_body == entry.deflated_body:
                 self._entries[entry.name] = dataclasses.replace(previous, last_seen_monotonic=entry.last_seen_monotonic)
                 continue
             self._store(entry)
@@ -217,7 +219,7 @@ class NodeMetricStore:
         entries, rv = self.list(label_selector, name)
         return b"".join((b'{"apiVersion":"', API_VERSION.encode(), b'","kind":"', LIST_KIND.encode(),
                          b'","metadata":{"resourceVersion":"', str(rv).encode(), b'"},"items":[',
-                         b",".join(e.body for e in entries), b"]}"))
+                         b",".join(inflated(e.deflated_body) for e in entries), b"]}"))
 
     def watch(self, resource_version: str, label_selector: LabelSelector | None = None, name: str | None = None,
               send_initial_events: bool | None = None) -> Watcher:
@@ -267,18 +269,20 @@ class NodeMetricStore:
         # The DELETED object is the last state, at the resourceVersion of its deletion.
         self._unstore(entry.name)
         body = _with_resource_version(entry.body, rv)
-        self._window.append(Event(rv, entry.name, entry.labels, DELETED, body))
+        self._window.append(Event(rv, entry.name, entry.labels, DELETED, deflated(body)), body)
 
-    def _emit_change(self, entry: Entry, previous: Entry | None) -> None:
-        rv, name = entry.resource_version, entry.name
-        # The event holds the entry's own body: the window adds nothing for a node's latest change.
+    def _emit_change(self, entry: Entry, previous: Entry | None, body: bytes | None = None) -> None:
+        """Append the event of a change to `entry` (`body`: its inflated body, when at hand)."""
+        rv, name, kept = entry.resource_version, entry.name, entry.deflated_body
+        # The event holds the entry's own bytes: the window adds nothing for a node's latest change.
         if previous is None:
-            self._window.append(Event(rv, name, entry.labels, ADDED, entry.body))
+            event = Event(rv, name, entry.labels, ADDED, kept)
         elif previous.labels == entry.labels:
-            self._window.append(Event(rv, name, entry.labels, MODIFIED, entry.body))
+            event = Event(rv, name, entry.labels, MODIFIED, kept)
         else:
-            self._window.append(Event(rv, name, entry.labels, MODIFIED, entry.body, previous_labels=previous.labels,
-                                      left_body=_with_resource_version(previous.body, rv)))
+            event = Event(rv, name, entry.labels, MODIFIED, kept, previous_labels=previous.labels,
+                          deflated_left_body=deflated(_with_resource_version(previous.body, rv)))
+        self._window.append(event, body)
 
     def _entry_from_body(self, body: bytes) -> Entry:
         obj = orjson.loads(body)
@@ -287,7 +291,7 @@ class NodeMetricStore:
             name=metadata["name"],
             labels=metadata.get("labels") or {},
             resource_version=_resource_version_of(obj),
-            body=kept_bytes(body),
+            deflated_body=deflated(body),
             figures=figures_of(obj),
             creation_timestamp=metadata.get("creationTimestamp") or "",
             last_seen_monotonic=self._monotonic(),
@@ -313,7 +317,7 @@ def _ends_with_status(body: bytes, status_json: bytes) -> bool:
 def _with_resource_version(body: bytes, rv: int) -> bytes:
     obj = orjson.loads(body)
     obj["metadata"]["resourceVersion"] = str(rv)
-    return kept_bytes(orjson.dumps(obj))
+    return orjson.dumps(obj)
 
 
 def _resource_version_of(obj: Mapping[str, Any]) -> int:

@@ -1,8 +1,8 @@
 """Watch events of NodeMetrics: the window of recent events, and their fan-out to open watches.
 
 Every event is serialized once into a line shared by the open watches; the window itself keeps the
-objects' bytes (for a node's latest change, the very bytes the store holds) and serializes again
-only to replay. A watcher filtered by a label selector gets
+objects' bytes, deflated (for a node's latest change, the very bytes the store holds), and
+inflates and serializes again only to replay. A watcher filtered by a label selector gets
 the line as it sees the change (an object leaving its selection is DELETED for it, one entering
 ADDED), as kube-apiserver's watch cache does. The window keeps the last events so that a client
 can resume after a resourceVersion; one older than the window gets 410 Expired. Each watcher is a
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from colocation.apimachinery.objects import Obj
+from colocation.apimachinery.objects import Obj, inflated
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.apimachinery.watch_queue import Bookmark, WatchQueue, bookmark_object, encoded_event_line
 from colocation.nodemetrics.report_schema import API_VERSION, KIND
@@ -33,17 +33,22 @@ DELETED: Final = "DELETED"
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """A change, holding the object's bytes rather than its event line: the body of a node's latest
-    event is the very bytes object the store keeps for the node, so the window adds nothing for it."""
+    """A change, holding the object's deflated bytes rather than its event line: the body of a
+    node's latest event is the very bytes object the store keeps for the node, so the window adds
+    nothing for it."""
 
     resource_version: int
     name: str
     labels: Mapping[str, str]  # of the object after the event (before it, for DELETED)
     type: str  # ADDED, MODIFIED or DELETED: what a watcher that sees the object before and after gets
-    body: bytes
+    deflated_body: bytes  # `objects.deflated`
     # Only when a MODIFIED event changed the labels: the object may leave or enter a selection.
     previous_labels: Mapping[str, str] | None = None
-    left_body: bytes | None = None  # what a watcher it leaves gets DELETED: the previous content
+    deflated_left_body: bytes | None = None  # what a watcher it leaves gets DELETED: the previous content
+
+    @property
+    def body(self) -> bytes:
+        return inflated(self.deflated_body)
 
     @property
     def line(self) -> bytes:
@@ -52,7 +57,7 @@ class Event:
     @property
     def size(self) -> int:
         """Bytes of the objects this event holds."""
-        return len(self.body) + len(self.left_body or b"")
+        return len(self.deflated_body) + len(self.deflated_left_body or b"")
 
 
 def nodemetric_bookmark(resource_version: int, *, initial_events_end: bool = False) -> Obj:
@@ -105,13 +110,15 @@ class EventWindow:
     def events(self) -> Iterable[Event]:
         return iter(self._events)
 
-    def append(self, event: Event) -> None:
+    def append(self, event: Event, body: bytes | None = None) -> None:
+        """Keep `event` and send it to the watchers (`body`: its object inflated, when the caller
+        has it at hand)."""
         if len(self._events) == self._events.maxlen:
             # The oldest event falls out: a client must have seen at least its resourceVersion.
             self.oldest_resumable = max(self.oldest_resumable, self._events[0].resource_version)
         self._events.append(event)
         if self._watchers:
-            line = event.line
+            line = event.line if body is None else encoded_event_line(event.type, body)
             for watcher in list(self._watchers):
                 watcher.deliver(event, line)
 
@@ -147,5 +154,5 @@ def line_for(event: Event, selector: LabelSelector | None, line: bytes) -> bytes
     if was and now:
         return line
     if was:
-        return encoded_event_line(DELETED, event.left_body or event.body)
+        return encoded_event_line(DELETED, inflated(event.deflated_left_body or event.deflated_body))
     return encoded_event_line(ADDED, event.body) if now else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from colocation.apimachinery import human_units
+from colocation.apimachinery.objects import deflated
 from colocation.apiserver.nodemetric_table import COLUMNS, entry_row, object_row
 from colocation.nodemetrics.report_schema import UsageFigures
 from colocation.nodemetrics.storage_interface import Entry
@@ -28,7 +29,8 @@ def test_memory_is_shown_in_mi_below_a_gi_else_in_gi(value: int, shown: str) -> 
 
 
 def test_a_stored_entry_is_a_row_in_human_units_with_both_ages() -> None:
-    entry = Entry("node-a", {"pool": "web"}, 7, b"{}", UsageFigures(1500, 1536 << 20, 3, NOW - 12), CREATED, 0.0, NOW)
+    entry = Entry("node-a", {"pool": "web"}, 7, deflated(b"{}"), UsageFigures(1500, 1536 << 20, 3, NOW - 12), CREATED,
+                  0.0, NOW)
     row = entry_row(entry, NOW)
     assert [c["name"] for c in COLUMNS] == ["Name", "CPU", "Memory", "Pods", "Data Age", "Age"]
     assert row["cells"] == ["node-a", "1.50", "1.50Gi", 3, "12s", "60m"]

@@ -1,4 +1,4 @@
-"""A NodeResource status kept as JSON reads as the status, and takes a third of its memory."""
+"""A NodeResource status kept as deflated JSON reads as the status, and takes a fifth of its memory."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_the_state_keeps_a_noderesource_status_packed_once() -> None:
     assert state.noderesources["n1"]["status"] is kept["status"]
 
 
-def test_2000_statuses_take_a_third_of_their_parsed_memory() -> None:
+def test_2000_statuses_take_a_fifth_of_their_parsed_memory() -> None:
     def held(make: Any) -> float:
         gc.collect()
         tracemalloc.start()
@@ -67,4 +67,4 @@ def test_2000_statuses_take_a_third_of_their_parsed_memory() -> None:
         return size
 
     parsed, packed = held(lambda status: status), held(PackedStatus)
-    assert packed < parsed / 2.5, (parsed, packed)
+    assert packed < parsed / 4, (parsed, packed)  # 3.5 KiB and 0.7 measured
