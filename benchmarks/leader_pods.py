@@ -114,7 +114,7 @@ def evaluation_micros(nodes: int, per_node: int) -> float:
     """µs of process CPU per node for the batch and mid formulas over the kept pods."""
     state = ClusterState()
     _fill(state, sandbox_pods(nodes, per_node))
-    work = [(_node(name), state.pods_on(name)) for name in sorted(state.pods_by_node)]
+    work = [(_node(name), state.pods_on(name)) for name in sorted(state.pods.nodes())]
     metrics = [_metric(pods) for _, pods in work]
     started = time.process_time()
     for (node, pods), metric in zip(work, metrics, strict=True):

@@ -27,10 +27,11 @@ from cachetools import LRUCache
 from colocation.apimachinery import pods
 from colocation.apimachinery.objects import Obj
 from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
-from colocation.controllers.kept_pod import KeptPod, KeptPodMetadata, KeptPodSpec
+from colocation.controllers.kept_pod import KeptPod, PodShape
 from colocation.controllers.packed_status import PackedStatus
+from colocation.controllers.pod_table import PodTable
 from colocation.koordinator.batch_formula import RESERVATION_ANNOTATION
-from colocation.koordinator.classes import KEPT_CLASSES, PRIORITY_LABEL, QOS_LABEL, kept_classes
+from colocation.koordinator.classes import PRIORITY_LABEL, QOS_LABEL, kept_classes
 
 PodKey = tuple[str, str]  # (namespace, name)
 
@@ -68,8 +69,9 @@ def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> KeptP
     QoS class (status.qosClass, computed here when the API has not set it) and its effective
     requests (`pods.KEPT_REQUESTS`), both derived ONCE from the containers, which are then dropped,
     and its Koordinator classes (`classes.KEPT_CLASSES`), which every evaluation reads.
-    Parts equal to another pod's are that pod's (`shared`): the result is read-only. Idempotent:
-    a kept pod keeps itself (its requests and class are read back, not recomputed to zero)."""
+    What it has in common with other pods is one `PodShape` for all of them (`shared`): the result
+    is read-only. Idempotent: a kept pod keeps itself (its requests and class are read back, not
+    recomputed to zero)."""
     if isinstance(pod, KeptPod):
         return pod
     shared = shared if shared is not None else SharedParts(size=0)
@@ -79,28 +81,32 @@ def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> KeptP
     annotations = metadata.get("annotations") or {}
     labels = metadata.get("labels") or {}
     mirror = annotations.get(MIRROR_POD_ANNOTATION)
-    slim_meta = KeptPodMetadata(
-        name=metadata.get("name"), namespace=_interned(metadata.get("namespace")), uid=metadata.get("uid"),
-        labels=shared.mapping("labels", {key: labels[key] for key in _CLASS_LABELS if key in labels}),
-        annotations=None if mirror is None else {MIRROR_POD_ANNOTATION: mirror},
-        deletionTimestamp=metadata.get("deletionTimestamp") or None)
     priority = spec.get("priority")
-    if type(priority) is int:
-        # A class's value (e.g. 9000) repeats across pods: one int object for all of them.
-        priority = shared.share(("priority", priority), priority)
-    slim_spec = KeptPodSpec(nodeName=_interned(spec.get("nodeName")), priority=priority)
     slim_status: Obj = {key: status[key] for key in ("phase",) if key in status}
     slim_status["qosClass"] = pods.qos_class(pod)
-    requests = pods.pod_requests(pod)
-    classes = kept_classes(pod)
-    return KeptPod(metadata=slim_meta, spec=slim_spec, status=shared.mapping("status", slim_status),
-                   **{pods.KEPT_REQUESTS: shared.share(("requests", *requests), requests),
-                      KEPT_CLASSES: shared.share(("classes", *classes), classes)})
+    shape = PodShape(
+        namespace=_interned(metadata.get("namespace")),
+        labels=shared.mapping("labels", {key: labels[key] for key in _CLASS_LABELS if key in labels}),
+        annotations=None if mirror is None else {MIRROR_POD_ANNOTATION: mirror},
+        deletion_timestamp=metadata.get("deletionTimestamp") or None,
+        priority=priority,
+        status=shared.mapping("status", slim_status),
+        requests=pods.pod_requests(pod), classes=kept_classes(pod))
+    shape = shared.share(("shape", *_shape_key(shape)), shape)
+    return KeptPod(metadata.get("name"), metadata.get("uid"), _interned(spec.get("nodeName")), shape)
 
 
-def _interned(value: object) -> object:
-    """Namespaces and node names repeat across pods: one string each."""
-    return sys.intern(value) if isinstance(value, str) else value
+def _shape_key(shape: PodShape) -> tuple[Any, ...]:
+    """What tells one shape from another: its parts, the mappings as their items, a priority that
+    is not an int (kept as the API gave it) as its repr."""
+    return tuple(tuple(sorted(part.items())) if isinstance(part, Mapping)
+                 else repr(part) if field == "priority" and type(part) is not int else part
+                 for field, part in zip(PodShape._fields, shape, strict=True))
+
+
+def _interned(value: object) -> str | None:
+    """Namespaces and node names repeat across pods: one string each (the API gives no other type)."""
+    return sys.intern(value) if isinstance(value, str) else None
 
 
 def slim_node(node: Mapping[str, Any]) -> Obj:
@@ -154,8 +160,7 @@ class ClusterState:
         self.nodes: dict[str, Obj] = {}
         # Bumped on every change of a node (but for its resourceVersion alone) or of its pods.
         self.node_versions: dict[str, int] = {}
-        self.pods_by_node: dict[str, dict[PodKey, KeptPod]] = {}
-        self._pod_node: dict[PodKey, str] = {}
+        self.pods = PodTable()
         self._shared = SharedParts()
         self.pods_synced = asyncio.Event()
         self.nodeslos: dict[str, Obj] = {}
@@ -203,8 +208,7 @@ class ClusterState:
     # ---- pods (the informer's callbacks) ---------------------------------------------------------
 
     async def pods_synced_with(self, items: Sequence[Mapping[str, Any]], resource_version: str) -> None:
-        self.pods_by_node = {}
-        self._pod_node = {}
+        self.pods = PodTable()
         for item in items:
             self._put_pod(item)
         for node in self.nodes:
@@ -216,42 +220,27 @@ class ClusterState:
         return slim_pod(pod, self._shared)
 
     async def pod_event(self, type_: str, pod: Mapping[str, Any]) -> None:
-        metadata = pod.get("metadata") or {}
-        key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
         if type_ == "DELETED":
-            self._drop_pod(key)
+            metadata = pod.get("metadata") or {}
+            self._changed(self.pods.drop(str(metadata.get("namespace") or ""), str(metadata.get("name") or "")))
         else:
             self._put_pod(pod)
 
     def _put_pod(self, whole_or_kept: Mapping[str, Any]) -> None:
         pod = slim_pod(whole_or_kept, self._shared)  # kept already, as a rule (`pod_kept`, the informer's transform)
-        key = (str(pod["metadata"].get("namespace") or ""), str(pod["metadata"].get("name") or ""))
-        node = pod["spec"].get("nodeName")
-        self._drop_pod(key)
-        if not node:
-            return
-        self.pods_by_node.setdefault(node, {})[key] = pod
-        self._pod_node[key] = node
-        self._bump(node)
+        self._changed(self.pods.put(pod))
+        self._changed(pod.node_name)
 
-    def _drop_pod(self, key: PodKey) -> None:
-        node = self._pod_node.pop(key, None)
-        if node is None:
-            return
-        pods = self.pods_by_node.get(node)
-        if pods is not None:
-            pods.pop(key, None)
-            if not pods:
-                del self.pods_by_node[node]
-        self._bump(node)
+    def _changed(self, node: str | None) -> None:
+        if node:
+            self._bump(node)
 
     def pod(self, key: PodKey) -> KeptPod | None:
         """The (slim) pod, if bound and not finished."""
-        node = self._pod_node.get(key)
-        return None if node is None else (self.pods_by_node.get(node) or {}).get(key)
+        return self.pods.get(*key)
 
     def pods_on(self, node: str) -> list[KeptPod]:
-        return list((self.pods_by_node.get(node) or {}).values())
+        return self.pods.on(node)
 
     # ---- our own objects -----------------------------------------------------------------------
 

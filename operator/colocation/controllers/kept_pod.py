@@ -1,42 +1,49 @@
-"""A kept pod's parts as read-only mappings over slots, at about a third of a dict's memory.
+"""A kept pod: one small object holding what is its own, and a shared shape holding the rest.
 
-The leader keeps some 30 pods per node; as three small dicts a pod's metadata, spec and the pod
-itself took 552 bytes (184 each, their key tables included), as these 208. Every reader of
-pods (the formulas, the classes, eviction) reads a pod as a `Mapping` through `.get`, so a kept
-pod reads as the dict `slim_pod` made before: a field it lacks is absent (None is never kept),
-it compares equal to that dict, `dict(pod)` gives it back. A slot is set once, by `slim_pod`.
+The leader keeps some 30 pods per node. What a pod has of its own is its name, its uid and its
+node; what many pods have in common (namespace, class labels, priority, phase and QoS class,
+requests, Koordinator classes, a deletion time, a static pod's marker) is one `PodShape`, kept
+once for all the pods that have it (`cluster.SharedParts`). A `KeptPod` is 64 bytes; as three
+slotted objects it was 208, as three dicts 552.
+
+Every reader of pods (the formulas, the classes, eviction, the token check) reads a pod as a
+`Mapping` through `.get`, so a kept pod reads as the dict `slim_pod` once made: `metadata` and
+`spec` are views made when read, a field the pod lacks is absent (None is never kept), it compares
+equal to that dict and `dict(pod)` gives it back. Nothing kept can be changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar, NamedTuple
 
 from colocation.apimachinery.pods import KEPT_REQUESTS
 from colocation.koordinator.classes import KEPT_CLASSES
 
 
-class SlotMapping(Mapping[str, Any]):
-    """A mapping whose keys are its class's slots; an unset (None) slot is an absent key."""
+class PodShape(NamedTuple):
+    """What a pod may have in common with others: shared, read-only."""
+
+    namespace: str | None
+    labels: Mapping[str, str]  # the class labels only
+    annotations: Mapping[str, str] | None  # the static pod's marker only
+    deletion_timestamp: str | None
+    priority: int | None
+    status: Mapping[str, str]  # phase and qosClass
+    requests: tuple[int, int]
+    classes: tuple[str, str]
+
+
+class _ReadOnlyMapping(Mapping[str, Any]):
+    """A mapping over fixed keys, each read by a function of the object; a None value is absent."""
 
     __slots__ = ()
-    KEYS: ClassVar[frozenset[str]] = frozenset()
-    KEY_ORDER: ClassVar[tuple[str, ...]] = ()
-
-    def __init__(self, **fields: Any) -> None:
-        for key in self.KEY_ORDER:
-            object.__setattr__(self, key, fields.pop(key, None))
-        if fields:
-            raise TypeError(f"{type(self).__name__} has no {', '.join(sorted(fields))}")
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.KEY_ORDER = tuple(cls.__slots__)
-        cls.KEYS = frozenset(cls.KEY_ORDER)
+    READERS: ClassVar[dict[str, Callable[[Any], Any]]] = {}
 
     def get(self, key: str, default: Any = None) -> Any:  # the readers' one access: kept fast
-        if key in self.KEYS:
-            value = getattr(self, key)
+        reader = self.READERS.get(key)
+        if reader is not None:
+            value = reader(self)
             if value is not None:
                 return value
         return default
@@ -48,13 +55,16 @@ class SlotMapping(Mapping[str, Any]):
         return value
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key in self.KEYS and getattr(self, key) is not None
+        return isinstance(key, str) and self.get(key) is not None
 
     def __iter__(self) -> Iterator[str]:
-        return (key for key in self.KEY_ORDER if getattr(self, key) is not None)
+        return (key for key, reader in self.READERS.items() if reader(self) is not None)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:  # `pod.get("metadata") or {}`, in every reader: not a count of the keys
+        return any(reader(self) is not None for reader in self.READERS.values())
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is read-only")
@@ -62,24 +72,85 @@ class SlotMapping(Mapping[str, Any]):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({dict(self)!r})"
 
+
+class KeptPod(_ReadOnlyMapping):
+    """metadata and spec (views, `KeptPodMetadata` and `KeptPodSpec`), status, and the requests
+    and classes derived once (`pods.KEPT_REQUESTS`, `classes.KEPT_CLASSES`)."""
+
+    __slots__ = ("name", "node_name", "shape", "uid")
+    name: str | None
+    uid: str | None
+    node_name: str | None
+    shape: PodShape
+
+    def __init__(self, name: str | None, uid: str | None, node_name: str | None, shape: PodShape) -> None:
+        for key, value in (("name", name), ("uid", uid), ("node_name", node_name), ("shape", shape)):
+            object.__setattr__(self, key, value)
+
+    @property
+    def namespace(self) -> str | None:
+        return self.shape.namespace
+
+    def get(self, key: str, default: Any = None) -> Any:
+        # The formulas' hottest loop reads these of every pod: no look-up of a reader.
+        if key == "status":
+            return self.shape.status
+        if key == "metadata":
+            return KeptPodMetadata(self)
+        if key == KEPT_CLASSES:
+            return self.shape.classes
+        if key == KEPT_REQUESTS:
+            return self.shape.requests
+        return super().get(key, default)
+
     def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle: __setattr__ refuses theirs
-        return _rebuilt, (type(self), tuple(getattr(self, key) for key in self.KEY_ORDER))
+        return KeptPod, (self.name, self.uid, self.node_name, self.shape)
 
 
-def _rebuilt(cls: type[SlotMapping], values: tuple[Any, ...]) -> SlotMapping:
-    return cls(**dict(zip(cls.KEY_ORDER, values, strict=True)))
+class KeptPodMetadata(_ReadOnlyMapping):
+    """A kept pod's metadata, as read."""
+
+    __slots__ = ("_pod",)
+    _pod: KeptPod
+
+    def __init__(self, pod: KeptPod) -> None:
+        object.__setattr__(self, "_pod", pod)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key == "name" or key == "namespace":  # every evaluation, every pod: the pod's metric
+            value = self._pod.name if key == "name" else self._pod.shape.namespace
+            return default if value is None else value
+        return super().get(key, default)
+
+    def __bool__(self) -> bool:
+        return self._pod.name is not None or super().__bool__()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return KeptPodMetadata, (self._pod,)
 
 
-class KeptPodMetadata(SlotMapping):
-    __slots__ = ("annotations", "deletionTimestamp", "labels", "name", "namespace", "uid")
+class KeptPodSpec(_ReadOnlyMapping):
+    """A kept pod's spec, as read."""
+
+    __slots__ = ("_pod",)
+    _pod: KeptPod
+
+    def __init__(self, pod: KeptPod) -> None:
+        object.__setattr__(self, "_pod", pod)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return KeptPodSpec, (self._pod,)
 
 
-class KeptPodSpec(SlotMapping):
-    __slots__ = ("nodeName", "priority")
-
-
-class KeptPod(SlotMapping):
-    """metadata (`KeptPodMetadata`), spec (`KeptPodSpec`), status (a shared dict), and the
-    requests and classes derived once (`pods.KEPT_REQUESTS`, `classes.KEPT_CLASSES`)."""
-
-    __slots__ = ("metadata", "spec", "status", KEPT_REQUESTS, KEPT_CLASSES)
+KeptPod.READERS = {"metadata": KeptPodMetadata, "spec": KeptPodSpec,
+                   "status": lambda pod: pod.shape.status,
+                   KEPT_REQUESTS: lambda pod: pod.shape.requests,
+                   KEPT_CLASSES: lambda pod: pod.shape.classes}
+KeptPodMetadata.READERS = {"annotations": lambda meta: meta._pod.shape.annotations,
+                           "deletionTimestamp": lambda meta: meta._pod.shape.deletion_timestamp,
+                           "labels": lambda meta: meta._pod.shape.labels,
+                           "name": lambda meta: meta._pod.name,
+                           "namespace": lambda meta: meta._pod.shape.namespace,
+                           "uid": lambda meta: meta._pod.uid}
+KeptPodSpec.READERS = {"nodeName": lambda spec: spec._pod.node_name,
+                       "priority": lambda spec: spec._pod.shape.priority}
