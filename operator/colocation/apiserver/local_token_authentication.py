@@ -232,6 +232,6 @@ class LocalTokenAuthenticator:
         deleted = pod.deletion_timestamp
         if deleted is not None and deleted < self._wall_clock() - LEEWAY_SECONDS:
             return rejected("pod deleted")
-        if pods.service_account_uid(bound.namespace, bound.account_name) != bound.caller.uid:
+        if pods.service_account_uid(bound.namespace, bound.account_name) != bound.account_uid:
             return undecided("service account not in the cache")
         return Verdict(Outcome.ACCEPTED, bound)
