@@ -109,17 +109,21 @@ def _interned(value: object) -> str | None:
     return sys.intern(value) if isinstance(value, str) else None
 
 
-def slim_node(node: Mapping[str, Any]) -> Obj:
+def slim_node(node: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
     """The fields of a Node that the controllers read: name, uid, labels (NodeSLO rules, zones),
-    the reservation annotation, and status capacity and allocatable (the formula, the writes)."""
+    the reservation annotation, and status capacity and allocatable (the formula, the writes).
+    The nodes of a pool have equal capacities and allocatables: one copy of each is kept
+    (`shared`), read-only like the pods' parts, and of each label key and value."""
+    shared = shared if shared is not None else SharedParts(size=0)
     metadata = node.get("metadata") or {}
     status = node.get("status") or {}
     annotations = metadata.get("annotations") or {}
     slim_meta: Obj = {key: metadata[key] for key in ("name", "uid", "resourceVersion") if key in metadata}
-    slim_meta["labels"] = dict(metadata.get("labels") or {})
+    slim_meta["labels"] = {_interned(key) or "": _label_value(value, slim_meta.get("name"))
+                           for key, value in (metadata.get("labels") or {}).items()}
     if RESERVATION_ANNOTATION in annotations:
         slim_meta["annotations"] = {RESERVATION_ANNOTATION: annotations[RESERVATION_ANNOTATION]}
-    slim_status = {key: dict(status[key]) for key in ("capacity", "allocatable")
+    slim_status = {key: shared.mapping("resources", dict(status[key])) for key in ("capacity", "allocatable")
                    if isinstance(status.get(key), Mapping)}
     return {"metadata": slim_meta, "status": slim_status}
 
@@ -143,6 +147,14 @@ def slim_own_object(obj: Mapping[str, Any], shared: SharedParts | None = None, *
         packable = pack_status and isinstance(status, Mapping) and not isinstance(status, PackedStatus)
         kept["status"] = PackedStatus(status) if packable else status
     return kept
+
+
+def _label_value(value: object, name: object) -> object:
+    """Most label values repeat across Nodes (os, arch, zone, pool): one string each; the hostname
+    label is the Node's own name."""
+    if value == name:
+        return name
+    return sys.intern(value) if isinstance(value, str) else value
 
 
 def _same_node(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
@@ -214,6 +226,10 @@ class ClusterState:
         for node in self.nodes:
             self._bump(node)
         self.pods_synced.set()
+
+    def node_kept(self, node: Obj) -> Obj:
+        """What this state keeps of a Node (the Node informer's transform, and a patch's answer)."""
+        return slim_node(node, self._shared)
 
     def pod_kept(self, pod: Obj) -> KeptPod:
         """What this state keeps of a Pod (the Pod informer's transform: applied as pages arrive)."""

@@ -78,7 +78,7 @@ REASON_METRICS_STALE: Final = "MetricsStale"
 STREAK_SPACING: Final = 0.125
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class NodeHealth:
     """One evaluation of one node.
 
@@ -100,7 +100,7 @@ class NodeHealth:
     changed: bool = False
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Record:
     """What the tracker knows about one node; all times on the tracker's clock."""
 

@@ -39,7 +39,9 @@ class NodeSLOReconciler:
         self._rendered: dict[str, tuple[Any, ...]] = {}  # what each node was last reconciled from
 
     def _fingerprint(self, name: str, node: Mapping[str, Any]) -> tuple[Any, ...]:
-        labels = tuple(sorted(((node.get("metadata") or {}).get("labels") or {}).items()))
+        # The Node's own labels mapping (never changed: a changed Node is a new object), compared
+        # by content: no copy of every node's labels is kept, none sorted at every evaluation.
+        labels = (node.get("metadata") or {}).get("labels") or {}
         stored = self.state.nodeslos.get(name)
         stored_version = (stored or {}).get("metadata", {}).get("resourceVersion")
         return labels, self.config.generation, stored_version

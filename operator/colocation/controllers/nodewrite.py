@@ -49,7 +49,7 @@ STATUS_FIELDS: Final = {BATCH_CPU: "batchCPU", BATCH_MEMORY: "batchMemory", MID_
                         MID_MEMORY: "midMemory"}
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class NodeBatch:
     """The batch and mid resources a Node offers now, as read from its status."""
 
