@@ -69,9 +69,9 @@ def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> KeptP
     QoS class (status.qosClass, computed here when the API has not set it) and its effective
     requests (`pods.KEPT_REQUESTS`), both derived ONCE from the containers, which are then dropped,
     and its Koordinator classes (`classes.KEPT_CLASSES`), which every evaluation reads.
-    What it has in common with other pods is one `PodShape` for all of them (`shared`): the result
-    is read-only. Idempotent: a kept pod keeps itself (its requests and class are read back, not
-    recomputed to zero)."""
+    What it has in common with other pods is one `PodShape` for all of them, and its requests are
+    those of the pods with equal requests (`shared`): the result is read-only. Idempotent: a kept
+    pod keeps itself (its requests and class are read back, not recomputed to zero)."""
     if isinstance(pod, KeptPod):
         return pod
     shared = shared if shared is not None else SharedParts(size=0)
@@ -90,10 +90,10 @@ def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> KeptP
         annotations=None if mirror is None else {MIRROR_POD_ANNOTATION: mirror},
         deletion_timestamp=metadata.get("deletionTimestamp") or None,
         priority=priority,
-        status=shared.mapping("status", slim_status),
-        requests=pods.pod_requests(pod), classes=kept_classes(pod))
-    shape = shared.share(("shape", *_shape_key(shape)), shape)
-    return KeptPod(metadata.get("name"), metadata.get("uid"), _interned(spec.get("nodeName")), shape)
+        status=shared.mapping("status", slim_status), classes=kept_classes(pod))
+    requests = pods.pod_requests(pod)
+    return KeptPod(metadata.get("name"), metadata.get("uid"), _interned(spec.get("nodeName")),
+                   shared.share(("requests", *requests), requests), shared.share(("shape", *_shape_key(shape)), shape))
 
 
 def _shape_key(shape: PodShape) -> tuple[Any, ...]:

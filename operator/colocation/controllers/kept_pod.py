@@ -1,10 +1,11 @@
 """A kept pod: one small object holding what is its own, and a shared shape holding the rest.
 
-The leader keeps some 30 pods per node. What a pod has of its own is its name, its uid and its
-node; what many pods have in common (namespace, class labels, priority, phase and QoS class,
-requests, Koordinator classes, a deletion time, a static pod's marker) is one `PodShape`, kept
-once for all the pods that have it (`cluster.SharedParts`). A `KeptPod` is 64 bytes; as three
-slotted objects it was 208, as three dicts 552.
+The leader keeps some 30 pods per node. What a pod has of its own is its name, its uid, its
+node and its requests (the requests are shared too, by the pods that have them equal: a
+workload's replicas); what many pods have in common (namespace, class labels, priority, phase
+and QoS class, Koordinator classes, a deletion time, a static pod's marker) is one `PodShape`,
+kept once for all the pods that have it (`cluster.SharedParts`). A `KeptPod` is 80 bytes; as
+three slotted objects it was 208, as three dicts 552.
 
 Every reader of pods (the formulas, the classes, eviction, the token check) reads a pod as a
 `Mapping` through `.get`, so a kept pod reads as the dict `slim_pod` once made: `metadata` and
@@ -30,7 +31,6 @@ class PodShape(NamedTuple):
     deletion_timestamp: str | None
     priority: int | None
     status: Mapping[str, str]  # phase and qosClass
-    requests: tuple[int, int]
     classes: tuple[str, str]
 
 
@@ -77,14 +77,17 @@ class KeptPod(_ReadOnlyMapping):
     """metadata and spec (views, `KeptPodMetadata` and `KeptPodSpec`), status, and the requests
     and classes derived once (`pods.KEPT_REQUESTS`, `classes.KEPT_CLASSES`)."""
 
-    __slots__ = ("name", "node_name", "shape", "uid")
+    __slots__ = ("name", "node_name", "requests", "shape", "uid")
     name: str | None
     uid: str | None
     node_name: str | None
+    requests: tuple[int, int]
     shape: PodShape
 
-    def __init__(self, name: str | None, uid: str | None, node_name: str | None, shape: PodShape) -> None:
-        for key, value in (("name", name), ("uid", uid), ("node_name", node_name), ("shape", shape)):
+    def __init__(self, name: str | None, uid: str | None, node_name: str | None, requests: tuple[int, int],
+                 shape: PodShape) -> None:
+        for key, value in (("name", name), ("uid", uid), ("node_name", node_name), ("requests", requests),
+                           ("shape", shape)):
             object.__setattr__(self, key, value)
 
     @property
@@ -100,11 +103,11 @@ class KeptPod(_ReadOnlyMapping):
         if key == KEPT_CLASSES:
             return self.shape.classes
         if key == KEPT_REQUESTS:
-            return self.shape.requests
+            return self.requests
         return super().get(key, default)
 
     def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle: __setattr__ refuses theirs
-        return KeptPod, (self.name, self.uid, self.node_name, self.shape)
+        return KeptPod, (self.name, self.uid, self.node_name, self.requests, self.shape)
 
 
 class KeptPodMetadata(_ReadOnlyMapping):
@@ -144,7 +147,7 @@ class KeptPodSpec(_ReadOnlyMapping):
 
 KeptPod.READERS = {"metadata": KeptPodMetadata, "spec": KeptPodSpec,
                    "status": lambda pod: pod.shape.status,
-                   KEPT_REQUESTS: lambda pod: pod.shape.requests,
+                   KEPT_REQUESTS: lambda pod: pod.requests,
                    KEPT_CLASSES: lambda pod: pod.shape.classes}
 KeptPodMetadata.READERS = {"annotations": lambda meta: meta._pod.shape.annotations,
                            "deletionTimestamp": lambda meta: meta._pod.shape.deletion_timestamp,
