@@ -59,6 +59,10 @@ class SharedParts:
             self._parts[key] = kept = part
         return kept
 
+    def __len__(self) -> int:
+        """How many parts are kept for sharing."""
+        return 0 if self._parts is None else len(self._parts)
+
     def mapping(self, kind: str, mapping: Obj) -> Obj:
         return self.share((kind, *sorted(mapping.items())), mapping)
 
@@ -91,9 +95,12 @@ def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> KeptP
         deletion_timestamp=metadata.get("deletionTimestamp") or None,
         priority=priority,
         status=shared.mapping("status", slim_status), classes=kept_classes(pod))
+    if shape.deletion_timestamp is None and shape.annotations is None:
+        # A deletion time or a static pod's marker is the pod's own: its shape is not shared.
+        shape = shared.share(("shape", *_shape_key(shape)), shape)
     requests = pods.pod_requests(pod)
     return KeptPod(metadata.get("name"), metadata.get("uid"), _interned(spec.get("nodeName")),
-                   shared.share(("requests", *requests), requests), shared.share(("shape", *_shape_key(shape)), shape))
+                   shared.share(("requests", *requests), requests), shape)
 
 
 def _shape_key(shape: PodShape) -> tuple[Any, ...]:
@@ -109,12 +116,12 @@ def _interned(value: object) -> str | None:
     return sys.intern(value) if isinstance(value, str) else None
 
 
-def slim_node(node: Mapping[str, Any], shared: SharedParts | None = None) -> Obj:
+def slim_node(node: Mapping[str, Any]) -> Obj:
     """The fields of a Node that the controllers read: name, uid, labels (NodeSLO rules, zones),
     the reservation annotation, and status capacity and allocatable (the formula, the writes).
-    The nodes of a pool have equal capacities and allocatables: one copy of each is kept
-    (`shared`), read-only like the pods' parts, and of each label key and value."""
-    shared = shared if shared is not None else SharedParts(size=0)
+    The names and most values of labels and resources repeat across Nodes: one string each. (Not
+    one mapping for equal capacities or allocatables: ours, the batch resources, differ by node
+    and change at every write.)"""
     metadata = node.get("metadata") or {}
     status = node.get("status") or {}
     annotations = metadata.get("annotations") or {}
@@ -123,8 +130,8 @@ def slim_node(node: Mapping[str, Any], shared: SharedParts | None = None) -> Obj
                            for key, value in (metadata.get("labels") or {}).items()}
     if RESERVATION_ANNOTATION in annotations:
         slim_meta["annotations"] = {RESERVATION_ANNOTATION: annotations[RESERVATION_ANNOTATION]}
-    slim_status = {key: shared.mapping("resources", dict(status[key])) for key in ("capacity", "allocatable")
-                   if isinstance(status.get(key), Mapping)}
+    slim_status = {key: {_interned(name) or "": _interned_value(amount) for name, amount in status[key].items()}
+                   for key in ("capacity", "allocatable") if isinstance(status.get(key), Mapping)}
     return {"metadata": slim_meta, "status": slim_status}
 
 
@@ -152,8 +159,10 @@ def slim_own_object(obj: Mapping[str, Any], shared: SharedParts | None = None, *
 def _label_value(value: object, name: object) -> object:
     """Most label values repeat across Nodes (os, arch, zone, pool): one string each; the hostname
     label is the Node's own name."""
-    if value == name:
-        return name
+    return name if value == name else _interned_value(value)
+
+
+def _interned_value(value: object) -> object:
     return sys.intern(value) if isinstance(value, str) else value
 
 
@@ -173,7 +182,7 @@ class ClusterState:
         # Bumped on every change of a node (but for its resourceVersion alone) or of its pods.
         self.node_versions: dict[str, int] = {}
         self.pods = PodTable()
-        self._shared = SharedParts()
+        self.shared_parts = SharedParts()  # read-only to all but this state
         self.pods_synced = asyncio.Event()
         self.nodeslos: dict[str, Obj] = {}
         self.noderesources: dict[str, Obj] = {}
@@ -229,11 +238,11 @@ class ClusterState:
 
     def node_kept(self, node: Obj) -> Obj:
         """What this state keeps of a Node (the Node informer's transform, and a patch's answer)."""
-        return slim_node(node, self._shared)
+        return slim_node(node)
 
     def pod_kept(self, pod: Obj) -> KeptPod:
         """What this state keeps of a Pod (the Pod informer's transform: applied as pages arrive)."""
-        return slim_pod(pod, self._shared)
+        return slim_pod(pod, self.shared_parts)
 
     async def pod_event(self, type_: str, pod: Mapping[str, Any]) -> None:
         if type_ == "DELETED":
@@ -243,7 +252,8 @@ class ClusterState:
             self._put_pod(pod)
 
     def _put_pod(self, whole_or_kept: Mapping[str, Any]) -> None:
-        pod = slim_pod(whole_or_kept, self._shared)  # kept already, as a rule (`pod_kept`, the informer's transform)
+        # Kept already, as a rule (`pod_kept`, the informer's transform).
+        pod = slim_pod(whole_or_kept, self.shared_parts)
         self._changed(self.pods.put(pod))
         self._changed(pod.node_name)
 
@@ -261,12 +271,12 @@ class ClusterState:
     # ---- our own objects -----------------------------------------------------------------------
 
     def nodeslo_event(self, type_: str | None, obj: Obj) -> None:
-        _track(self.nodeslos, type_, slim_own_object(obj, self._shared))
+        _track(self.nodeslos, type_, slim_own_object(obj, self.shared_parts))
 
     def noderesource_event(self, type_: str | None, obj: Obj) -> None:
         name = str(obj["metadata"]["name"])
         before = self.noderesources.get(name)
-        _track(self.noderesources, type_, slim_own_object(obj, self._shared, pack_status=True))
+        _track(self.noderesources, type_, slim_own_object(obj, self.shared_parts, pack_status=True))
         if type_ != "DELETED" and before is not None and before.get("spec") != obj.get("spec"):
             self.wake.set()  # a new override: apply it now
 

@@ -11,6 +11,7 @@ import pytest
 
 from colocation.apimachinery.pods import KEPT_REQUESTS
 from colocation.controllers.cluster import ClusterState, slim_pod
+from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
 from colocation.controllers.kept_pod import KeptPod, KeptPodMetadata, KeptPodSpec
 from colocation.koordinator.classes import KEPT_CLASSES
 
@@ -74,3 +75,20 @@ async def test_the_leader_keeps_a_pod_in_about_250_bytes() -> None:
     finally:
         tracemalloc.stop()
     assert per_pod < 300, per_pod  # 247 measured
+
+
+def test_replicas_share_one_shape_and_what_is_a_pods_own_is_not_shared() -> None:
+    state = ClusterState()
+    one, two = (state.pod_kept(_pod(f"web-{index}")) for index in range(2))
+    assert one.shape is two.shape and one.requests is two.requests
+    # A deletion time, or a static pod's marker, is one pod's: never kept for other pods.
+    kept_for_sharing = len(state.shared_parts)
+    terminating = [state.pod_kept(_pod(f"web-{index}", deletionTimestamp=f"2026-11-27T00:00:{index:02d}Z"))
+                   for index in range(50)]
+    static = [state.pod_kept(_pod(f"proxy-{index}", annotations={MIRROR_POD_ANNOTATION: f"hash-{index}"}))
+              for index in range(50)]
+    assert len({id(pod.shape) for pod in terminating + static}) == 100
+    assert len(state.shared_parts) == kept_for_sharing
+    assert terminating[7]["metadata"]["deletionTimestamp"] == "2026-11-27T00:00:07Z"
+    assert static[7]["metadata"]["annotations"] == {MIRROR_POD_ANNOTATION: "hash-7"}
+    assert state.pod_kept(_pod("web-9")).shape is one.shape  # still shared
