@@ -1,8 +1,11 @@
-"""The one name for a Kubernetes object as decoded JSON, and its encoded form deflated for keeping."""
+"""The one name for a Kubernetes object as decoded JSON, and the forms its parts are kept in: its
+encoded form deflated, its string mappings interned."""
 
 from __future__ import annotations
 
+import sys
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 Obj = dict[str, Any]  # an object (or list, or Status) as the API's JSON decodes: mutable, untyped
@@ -27,3 +30,15 @@ def deflated(body: bytes) -> bytes:
 def inflated(kept: bytes) -> bytes:
     """The bytes `deflated` was given."""
     return zlib.decompress(kept, _RAW_DEFLATE)
+
+
+def interned_strings(mapping: Mapping[str, Any], own: str | None = None) -> dict[str, Any]:
+    """A copy of `mapping` whose string keys and values are one object each process-wide
+    (`sys.intern`): the labels and resources of thousands of Nodes repeat the same few. A value
+    equal to `own` (the object's name, as the hostname label is) is `own` itself."""
+    return {_interned(key): own if own is not None and value == own else _interned(value)
+            for key, value in mapping.items()}
+
+
+def _interned(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value

@@ -9,6 +9,7 @@ Reviews are sent and read as plain JSON (`call_json`), not as generated model ob
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -68,8 +69,10 @@ def token_review_result(status: Mapping[str, Any], audiences: Iterable[str] = ()
     if wanted and granted and not set(wanted) & set(granted):
         return TokenReviewResult(False, None, f"token audiences {list(granted)} do not include {list(wanted)}")
     user = status.get("user") or {}
-    caller = Caller(str(user.get("username") or ""), str(user.get("uid") or ""), tuple(user.get("groups") or ()),
-                    {key: tuple(values or ()) for key, values in (user.get("extra") or {}).items()})
+    # Cached for every node's token at a leader's start: what the agents' users share is one string.
+    caller = Caller(sys.intern(str(user.get("username") or "")), sys.intern(str(user.get("uid") or "")),
+                    tuple(sys.intern(str(group)) for group in user.get("groups") or ()),
+                    {sys.intern(str(key)): tuple(values or ()) for key, values in (user.get("extra") or {}).items()})
     if not caller.username:
         return TokenReviewResult(False, None, "the token review named no user")
     return TokenReviewResult(True, caller)

@@ -25,7 +25,7 @@ import orjson
 from cachetools import LRUCache
 
 from colocation.apimachinery import pods
-from colocation.apimachinery.objects import Obj
+from colocation.apimachinery.objects import Obj, interned_strings
 from colocation.controllers.eviction import MIRROR_POD_ANNOTATION
 from colocation.controllers.kept_pod import KeptPod, PodShape
 from colocation.controllers.packed_status import PackedStatus
@@ -126,12 +126,12 @@ def slim_node(node: Mapping[str, Any]) -> Obj:
     status = node.get("status") or {}
     annotations = metadata.get("annotations") or {}
     slim_meta: Obj = {key: metadata[key] for key in ("name", "uid", "resourceVersion") if key in metadata}
-    slim_meta["labels"] = {_interned(key) or "": _label_value(value, slim_meta.get("name"))
-                           for key, value in (metadata.get("labels") or {}).items()}
+    name = slim_meta.get("name")
+    slim_meta["labels"] = interned_strings(metadata.get("labels") or {}, name if isinstance(name, str) else None)
     if RESERVATION_ANNOTATION in annotations:
         slim_meta["annotations"] = {RESERVATION_ANNOTATION: annotations[RESERVATION_ANNOTATION]}
-    slim_status = {key: {_interned(name) or "": _interned_value(amount) for name, amount in status[key].items()}
-                   for key in ("capacity", "allocatable") if isinstance(status.get(key), Mapping)}
+    slim_status = {key: interned_strings(status[key]) for key in ("capacity", "allocatable")
+                   if isinstance(status.get(key), Mapping)}
     return {"metadata": slim_meta, "status": slim_status}
 
 
@@ -154,16 +154,6 @@ def slim_own_object(obj: Mapping[str, Any], shared: SharedParts | None = None, *
         packable = pack_status and isinstance(status, Mapping) and not isinstance(status, PackedStatus)
         kept["status"] = PackedStatus(status) if packable else status
     return kept
-
-
-def _label_value(value: object, name: object) -> object:
-    """Most label values repeat across Nodes (os, arch, zone, pool): one string each; the hostname
-    label is the Node's own name."""
-    return name if value == name else _interned_value(value)
-
-
-def _interned_value(value: object) -> object:
-    return sys.intern(value) if isinstance(value, str) else value
 
 
 def _same_node(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from colocation.apimachinery.objects import Obj
+from colocation.apimachinery.objects import Obj, interned_strings
 from colocation.kube import permissions
 from colocation.kube.informer import Informer, Transport
 
@@ -59,4 +59,6 @@ class NodeDirectory:
 
 
 def _labels(node: Obj) -> Mapping[str, str]:
-    return MappingProxyType(dict((node.get("metadata") or {}).get("labels") or {}))
+    metadata = node.get("metadata") or {}
+    name = metadata.get("name")
+    return MappingProxyType(interned_strings(metadata.get("labels") or {}, name if isinstance(name, str) else None))
