@@ -64,6 +64,7 @@ BATCH_WRITES = "colocation_batch_resource_writes_total"
 NODES_HELD = "colocation_nodemetric_nodes"
 WINDOW_BYTES = "colocation_nodemetric_watch_window_bytes"
 WINDOW_EVENTS = "colocation_nodemetric_watch_window_events"
+CONNECTION_PROBES = 200  # idle TLS connections opened to the leader to measure what one costs
 GAUGES = (NODES_HELD, WINDOW_BYTES, WINDOW_EVENTS)
 # The agent flags that make every node report every interval, changed or not, from one sample per
 # report: the leader gets the same reports as from agents sampling every second (their default), and
@@ -182,6 +183,7 @@ async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
                   leader_rss=processes.rss_bytes(leader.pid), standby_rss=processes.rss_bytes(standby.pid),
                   leader_window_bytes=int(metrics_after[WINDOW_BYTES]),
                   leader_window_events=int(metrics_after[WINDOW_EVENTS]),
+                  leader_connections=processes.served_connections(leader.pid),
                   reports=delta[REPORTS], evaluations=delta[EVALUATIONS], evaluation_seconds=delta[EVALUATION_SECONDS],
                   batch_writes=delta[BATCH_WRITES], agent_problems=problems, agent_checks=checks)
 
@@ -347,6 +349,12 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str]) -> SizeResult:
             f"RSS {window.leader_rss / 2**20:,.0f} MiB; standby {window.standby_cores:.2f} cores; "
             f"{window.report_rate:,.0f} reports/s, {window.evaluation_rate:.2f} evaluations/s; "
             f"agents {window.agents_cores:.2f} cores; problems: {window.saturation() or 'none'}")
+        leader_pid = (await _roles(cluster))[0].pid
+        opened, window.connection_bytes = await probes.idle_connections_cost(
+            CONNECTION_PROBES, lambda: processes.rss_bytes(leader_pid),
+            lambda: processes.served_connections(leader_pid))
+        say(f"leader scale [{nodes:,} nodes]: {window.leader_connections:,} agents' connections on the leader; "
+            f"{opened:,} idle ones more added {window.connection_bytes / 1024:,.0f} KiB of RSS each")
         if config.profile_seconds > 0:  # at every count: it splits the leader's CPU (leader_scale_figures)
             await _profile(config, cluster, result)
         say(f"leader scale [{nodes:,} nodes]: {window.us_per_report:,.0f} µs per report, "

@@ -54,6 +54,11 @@ class Window:
     evaluation_share: float = math.nan  # of the leader's py-spy samples, in the evaluations; NaN: no profile
     agents_busiest_cpu: float = math.nan  # the busiest of those processes; NaN: `agents_cpu` is one process
     machine_cores: int = 0  # the machine's cores (0: not known)
+    # The agents' TLS connections the leader held at the window's end (the load client opens up to 33
+    # per 500 simulated nodes; a real agent holds one), and what one idle connection added to the
+    # leader's RSS when the benchmark opened CONNECTION_PROBES more right after the window (NaN: not measured).
+    leader_connections: int = 0
+    connection_bytes: float = math.nan
 
     @property
     def evaluation_cpu(self) -> float:
@@ -253,6 +258,15 @@ def memory_fit(results: Sequence[SizeResult], *, with_window: bool = False) -> t
                 for r in results if r.window is not None])
 
 
+def cache_memory_fit(results: Sequence[SizeResult]) -> tuple[float, float] | None:
+    """`memory_fit` less the agents' connections: each size's connections at the window's end times
+    what one connection was measured to cost at that size. None without two sizes so measured."""
+    points = [(r.window.nodes, r.window.leader_rss - r.window.leader_window_bytes
+               - r.window.leader_connections * r.window.connection_bytes)
+              for r in results if r.window is not None and not math.isnan(r.window.connection_bytes)]
+    return fit(points) if len(points) >= 2 else None
+
+
 def cpu_fit(results: Sequence[SizeResult]) -> tuple[float, float] | None:
     """(fixed cores, cores per node) of the leader over the node counts measured."""
     return fit([(r.window.nodes, r.window.leader_cores) for r in results if r.window is not None])
@@ -269,16 +283,27 @@ def verdicts(results: Sequence[SizeResult]) -> list[tuple[str, str, str]]:
     measured = [r for r in results if r.window is not None]
     saturated = [r.nodes for r in measured if r.saturation()]
     lines: list[tuple[str, str, str]] = []
-    memory = memory_fit(measured)
-    target = f"≤ {RSS_PER_NODE_TARGET / 1024:.0f} KiB of leader RSS per node"
+    memory, caches = memory_fit(measured), cache_memory_fit(measured)
+    target = (f"≤ {RSS_PER_NODE_TARGET / 1024:.0f} KiB of leader RSS per node (NodeMetrics, pod and node caches "
+              "together)")
     if memory is None:
         lines.append((target, "needs two node counts", INCONCLUSIVE))
     else:
         largest_window = max((r.window for r in measured if r.window is not None), key=lambda w: w.nodes)
-        lines.append((target, f"{memory[1] / 1024:,.1f} KiB per node (fixed {memory[0] / 2**20:,.0f} MiB, plus the "
-                              f"watch window's {largest_window.leader_window_bytes / 2**20:,.1f} MiB of "
-                              f"{largest_window.leader_window_events:,} events)",
-                      INCONCLUSIVE if saturated else _verdict(memory[1] <= RSS_PER_NODE_TARGET, False)))
+        window = (f"the watch window's {largest_window.leader_window_bytes / 2**20:,.1f} MiB of "
+                  f"{largest_window.leader_window_events:,} events")
+        whole = f"{memory[1] / 1024:,.1f} KiB per node (fixed {memory[0] / 2**20:,.0f} MiB, plus {window})"
+        if caches is None:
+            lines.append((target, whole + "; the agents' connections not measured",
+                          INCONCLUSIVE if saturated else _verdict(memory[1] <= RSS_PER_NODE_TARGET, False)))
+        else:
+            connections = ", ".join(f"{r.window.leader_connections:,} at {r.window.nodes:,} nodes"
+                                    for r in measured if r.window is not None)
+            cost = max(r.window.connection_bytes for r in measured if r.window is not None)
+            lines.append((target, f"{caches[1] / 1024:,.1f} KiB per node without the agents' connections (fixed "
+                                  f"{caches[0] / 2**20:,.0f} MiB, plus {window}); {whole} with them ({connections}; "
+                                  f"at most {cost / 1024:,.0f} KiB each, measured)",
+                          INCONCLUSIVE if saturated else _verdict(caches[1] <= RSS_PER_NODE_TARGET, False)))
     target = (f"≤ {CORES_TARGET:g} leader cores at {EXTRAPOLATE_NODES:,} nodes reporting every "
               f"{EXTRAPOLATE_INTERVAL:g} s")
     if not measured:

@@ -18,15 +18,16 @@ import base64
 import contextlib
 import datetime as dt
 import itertools
+import math
 import ssl
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
 import orjson
 
 from benchmarks.client import JSON, Client, Request
-from benchmarks.cp_cluster import BATCH_CPU, LEADER_LEASE, NODEMETRICS
+from benchmarks.cp_cluster import BATCH_CPU, LEADER_LEASE, NODEMETRICS, wait_until
 from benchmarks.failover_probes import FAILURES, agent_token, report
 from colocation.kube import permissions
 
@@ -155,6 +156,32 @@ class ProbeNodes:
 
         await asyncio.gather(*(sender(index) for index in range(concurrency)))
         return counts[0], counts[1]
+
+    async def idle_connections_cost(self, count: int, rss: Callable[[], int], served: Callable[[], int],
+                                    timeout: float = 30.0) -> tuple[int, float]:
+        """Open `count` kept-alive TLS connections to the leader (one GET /healthz each, as an agent's
+        connection idles between reports): (connections the leader gained, RSS bytes it grew by per
+        connection, NaN if it gained none). The connections are closed before this returns."""
+        target = await self.target.get()
+        if target is None:
+            return 0, math.nan
+        endpoint, context = target
+        before, served_before = rss(), served()
+        connector = aiohttp.TCPConnector(limit=count, ssl=context, keepalive_timeout=timeout * 2)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)) as idle:
+            async def one() -> None:
+                async with idle.get(f"{endpoint}/healthz") as response:
+                    await response.read()
+
+            with contextlib.suppress(*FAILURES):
+                await asyncio.gather(*(one() for _ in range(count)))
+            async def all_served() -> bool:
+                return served() - served_before >= count
+
+            with contextlib.suppress(TimeoutError):  # fewer than asked: it measures those it got
+                await wait_until(all_served, timeout, 0.1, "the leader holding the idle connections")
+            gained, grown = served() - served_before, rss() - before
+        return gained, (grown / gained if gained > 0 else math.nan)
 
     async def _renew(self, name: str) -> None:
         patch = orjson.dumps({"spec": {"renewTime": _now()}})

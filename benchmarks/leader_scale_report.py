@@ -12,7 +12,7 @@ import orjson
 
 from benchmarks import leader_scale, machine, plotting
 from benchmarks.client import say
-from benchmarks.leader_scale import ScaleConfig, ScaleReport
+from benchmarks.leader_scale import CONNECTION_PROBES, ScaleConfig, ScaleReport
 from benchmarks.leader_scale_figures import (
     AGENTS_SATURATED,
     EXTRAPOLATE_INTERVAL,
@@ -23,6 +23,7 @@ from benchmarks.leader_scale_figures import (
     ReportBurst,
     SizeResult,
     Window,
+    cache_memory_fit,
     cpu_fit,
     extrapolate,
     memory_fit,
@@ -111,7 +112,8 @@ def _f(value: float, digits: int = 2) -> str:
 
 def _window_rows(results: list[SizeResult]) -> list[list[str]]:
     return [[f"{w.nodes:,}", _f(w.leader_cores), _f(w.standby_cores), size(w.leader_rss),
-             f"{size(w.leader_window_bytes)} ({w.leader_window_events:,})", size(w.standby_rss),
+             f"{size(w.leader_window_bytes)} ({w.leader_window_events:,})", f"{w.leader_connections:,}",
+             "n/a" if math.isnan(w.connection_bytes) else size(int(w.connection_bytes)), size(w.standby_rss),
              f"{w.report_rate:,.0f} ({w.reports / w.expected_reports:.0%} of due)", _f(w.us_per_report, 0),
              _f(w.us_per_report_all_in, 0), f"{w.evaluation_rate:.2f}", _f(w.us_per_node_evaluation, 1),
              _f(w.us_per_node_evaluation_wall, 1), _f(w.evaluation_share * 100, 0),
@@ -198,7 +200,7 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
               f"cores, ≥ {REPORTS_BEHIND:.0%} of the due reports accepted, the agents' self-check clean)."]
     lines += ["", "### Steady state", "",
               table(["Nodes", "Leader cores", "Standby cores", "Leader RSS", "Its watch window (events)",
-                     "Standby RSS", "Reports/s",
+                     "Agents' connections on the leader", "RSS per idle connection", "Standby RSS", "Reports/s",
                      "µs/report", "µs/report, all in", "Evaluations/s", "µs CPU per node evaluation",
                      "µs wall per node evaluation", "Evaluations' % of the profile", "Node patches",
                      f"Cores at {EXTRAPOLATE_NODES:,} nodes (window's µs/report)",
@@ -213,6 +215,15 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
                      "cluster's size, so it is a fixed cost once full, and it fills more slowly the fewer nodes "
                      f"report). With the window counted: {raw[0] / 2**20:,.0f} MiB + {raw[1] / 1024:,.1f} KiB x "
                      "nodes.  ")
+        caches = cache_memory_fit(results)
+        if caches is not None:
+            lines.append(f"Without the agents' connections: {caches[0] / 2**20:,.0f} MiB + {caches[1] / 1024:,.1f} "
+                         "KiB x nodes + the window (the same fit, of the RSS less the window and less the "
+                         "connections the leader held at the window's end, each at what one idle connection added "
+                         f"to its RSS when the benchmark opened {CONNECTION_PROBES} more right after the window: "
+                         "an agent keeps one TLS connection to the leader, and the load client opens up to 33 per "
+                         "process of 500 simulated nodes, so their number grows with its processes, not the "
+                         "nodes; docs/install.md sizes them apart).  ")
     if cpu is not None:
         lines.append(f"Leader CPU = {cpu[0]:.3f} + {cpu[1] * 1000:.3f} x nodes / 1,000 cores, which gives "
                      f"{cpu[0] + cpu[1] * EXTRAPOLATE_NODES:.2f} cores at {EXTRAPOLATE_NODES:,} nodes.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -28,6 +29,34 @@ def rss_bytes(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024  # reported in kB
     raise RuntimeError(f"no {field} for process {pid}")
+
+
+def served_connections(pid: int) -> int:
+    """Established TCP connections a process accepted (its end on a port it listens on), from
+    /proc/PID/fd and /proc/PID/net/tcp{,6}."""
+    sockets = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                sockets.add(target[len("socket:["):-1])
+    listening: set[str] = set()
+    established: list[str] = []
+    for table in ("tcp", "tcp6"):
+        path = Path(f"/proc/{pid}/net/{table}")
+        for line in path.read_text().splitlines()[1:] if path.exists() else ():
+            fields = line.split()
+            if fields[9] not in sockets:
+                continue
+            port = fields[1].rsplit(":", 1)[1]
+            if fields[3] == _TCP_LISTEN:
+                listening.add(port)
+            elif fields[3] == _TCP_ESTABLISHED:
+                established.append(port)
+    return sum(1 for port in established if port in listening)
+
+
+_TCP_ESTABLISHED, _TCP_LISTEN = "01", "0A"  # the st column of /proc/net/tcp
 
 
 def cpu_seconds(pid: int) -> float:
