@@ -158,8 +158,9 @@ def render(report: ConnectionReport, where: machine.Machine, command: str) -> st
              "stays open, as an agent's does between reports; the bytes per connection are the server's VmRSS "
              f"after them less before, over {c.connections:,}. {c.runs} runs per setting, alternating: asyncio's "
              "own TLS read buffer (256 KiB per connection, zero-filled when it opens) and the operator's (16 KiB, "
-             "`colocation.apiserver.tls_read_buffer`). The leader-scale suite does not include this cost: its "
-             "simulated agents send their reports over a shared pool of connections.", "",
+             "`colocation.apiserver.tls_read_buffer`). The leader-scale suite counts its agents' connections "
+             "apart (its simulated agents share up to 33 per process of 500 nodes) and measures their cost on "
+             "its own leader.", "",
              table(["Setting", "KiB per connection, min", "median", "max",
                     f"At {EXTRAPOLATE_NODES:,} agents (median)"], rows), "",
              f"The operator's setting saves {saved / 1024:,.1f} KiB per connection (medians), "

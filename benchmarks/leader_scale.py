@@ -353,7 +353,7 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str]) -> SizeResult:
         opened, window.connection_bytes = await probes.idle_connections_cost(
             CONNECTION_PROBES, lambda: processes.rss_bytes(leader_pid),
             lambda: processes.served_connections(leader_pid))
-        say(f"leader scale [{nodes:,} nodes]: {window.leader_connections:,} agents' connections on the leader; "
+        say(f"leader scale [{nodes:,} nodes]: {window.leader_connections:,} connections served by the leader; "
             f"{opened:,} idle ones more added {window.connection_bytes / 1024:,.0f} KiB of RSS each")
         if config.profile_seconds > 0:  # at every count: it splits the leader's CPU (leader_scale_figures)
             await _profile(config, cluster, result)

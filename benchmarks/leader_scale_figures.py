@@ -54,9 +54,10 @@ class Window:
     evaluation_share: float = math.nan  # of the leader's py-spy samples, in the evaluations; NaN: no profile
     agents_busiest_cpu: float = math.nan  # the busiest of those processes; NaN: `agents_cpu` is one process
     machine_cores: int = 0  # the machine's cores (0: not known)
-    # The agents' TLS connections the leader held at the window's end (the load client opens up to 33
-    # per 500 simulated nodes; a real agent holds one), and what one idle connection added to the
-    # leader's RSS when the benchmark opened CONNECTION_PROBES more right after the window (NaN: not measured).
+    # The TLS connections the leader served at the window's end (the agents': the load client opens up
+    # to 33 per 500 simulated nodes, a real agent holds one; and the benchmark's own few), and what one
+    # idle connection added to the leader's RSS when the benchmark opened CONNECTION_PROBES more right
+    # after the window (NaN: not measured).
     leader_connections: int = 0
     connection_bytes: float = math.nan
 
@@ -259,7 +260,7 @@ def memory_fit(results: Sequence[SizeResult], *, with_window: bool = False) -> t
 
 
 def cache_memory_fit(results: Sequence[SizeResult]) -> tuple[float, float] | None:
-    """`memory_fit` less the agents' connections: each size's connections at the window's end times
+    """`memory_fit` less the connections the leader serves: each size's at the window's end times
     what one connection was measured to cost at that size. None without two sizes so measured."""
     points = [(r.window.nodes, r.window.leader_rss - r.window.leader_window_bytes
                - r.window.leader_connections * r.window.connection_bytes)
@@ -294,13 +295,13 @@ def verdicts(results: Sequence[SizeResult]) -> list[tuple[str, str, str]]:
                   f"{largest_window.leader_window_events:,} events")
         whole = f"{memory[1] / 1024:,.1f} KiB per node (fixed {memory[0] / 2**20:,.0f} MiB, plus {window})"
         if caches is None:
-            lines.append((target, whole + "; the agents' connections not measured",
+            lines.append((target, whole + "; the connections it serves not measured",
                           INCONCLUSIVE if saturated else _verdict(memory[1] <= RSS_PER_NODE_TARGET, False)))
         else:
             connections = ", ".join(f"{r.window.leader_connections:,} at {r.window.nodes:,} nodes"
                                     for r in measured if r.window is not None)
             cost = max(r.window.connection_bytes for r in measured if r.window is not None)
-            lines.append((target, f"{caches[1] / 1024:,.1f} KiB per node without the agents' connections (fixed "
+            lines.append((target, f"{caches[1] / 1024:,.1f} KiB per node without the connections it serves (fixed "
                                   f"{caches[0] / 2**20:,.0f} MiB, plus {window}); {whole} with them ({connections}; "
                                   f"at most {cost / 1024:,.0f} KiB each, measured)",
                           INCONCLUSIVE if saturated else _verdict(caches[1] <= RSS_PER_NODE_TARGET, False)))

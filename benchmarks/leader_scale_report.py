@@ -200,7 +200,7 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
               f"cores, ≥ {REPORTS_BEHIND:.0%} of the due reports accepted, the agents' self-check clean)."]
     lines += ["", "### Steady state", "",
               table(["Nodes", "Leader cores", "Standby cores", "Leader RSS", "Its watch window (events)",
-                     "Agents' connections on the leader", "RSS per idle connection", "Standby RSS", "Reports/s",
+                     "Connections the leader served", "RSS per idle connection", "Standby RSS", "Reports/s",
                      "µs/report", "µs/report, all in", "Evaluations/s", "µs CPU per node evaluation",
                      "µs wall per node evaluation", "Evaluations' % of the profile", "Node patches",
                      f"Cores at {EXTRAPOLATE_NODES:,} nodes (window's µs/report)",
@@ -217,13 +217,13 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
                      "nodes.  ")
         caches = cache_memory_fit(results)
         if caches is not None:
-            lines.append(f"Without the agents' connections: {caches[0] / 2**20:,.0f} MiB + {caches[1] / 1024:,.1f} "
+            lines.append(f"Without the connections it serves: {caches[0] / 2**20:,.0f} MiB + {caches[1] / 1024:,.1f} "
                          "KiB x nodes + the window (the same fit, of the RSS less the window and less the "
                          "connections the leader held at the window's end, each at what one idle connection added "
                          f"to its RSS when the benchmark opened {CONNECTION_PROBES} more right after the window: "
-                         "an agent keeps one TLS connection to the leader, and the load client opens up to 33 per "
-                         "process of 500 simulated nodes, so their number grows with its processes, not the "
-                         "nodes; docs/install.md sizes them apart).  ")
+                         "most are the agents': an agent keeps one TLS connection to the leader, and the load client "
+                         "opens up to 33 per process of 500 simulated nodes, so their number grows with its "
+                         "processes, not the nodes; docs/install.md sizes them apart).  ")
     if cpu is not None:
         lines.append(f"Leader CPU = {cpu[0]:.3f} + {cpu[1] * 1000:.3f} x nodes / 1,000 cores, which gives "
                      f"{cpu[0] + cpu[1] * EXTRAPOLATE_NODES:.2f} cores at {EXTRAPOLATE_NODES:,} nodes.")

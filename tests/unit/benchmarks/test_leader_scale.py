@@ -32,7 +32,7 @@ def window(nodes: int, *, leader_cpu: float = 6.0, rss: int = 0, reports: float 
            problems: list[str] | None = None, window_events: int = 0, connections: int = 0,
            connection_bytes: float = math.nan) -> Window:
     """A 60 s window of `nodes` nodes reporting every 10 s: 6 reports per node unless told. The leader's
-    RSS is 100 MiB + 30 KiB per node + its watch window's events + its agents' connections, unless told."""
+    RSS is 100 MiB + 30 KiB per node + its watch window's events + the connections it serves, unless told."""
     held = window_events * WINDOW_EVENT
     held_by_connections = 0 if math.isnan(connection_bytes) else int(connections * connection_bytes)
     return Window(nodes=nodes, seconds=60.0, report_interval=10.0, leader_cpu=leader_cpu, standby_cpu=1.2,
@@ -114,7 +114,7 @@ def test_a_watch_window_still_filling_at_the_smaller_count_is_not_counted_per_no
     _, with_window = memory_fit(results, with_window=True) or (0.0, 0.0)
     assert with_window == pytest.approx(30 * 1024 + 7000 * WINDOW_EVENT / 750)
     assert verdicts(results)[0][1] == ("30.0 KiB per node (fixed 100 MiB, plus the watch window's 57.2 MiB of "
-                                       "10,000 events); the agents' connections not measured")
+                                       "10,000 events); the connections it serves not measured")
 
 
 def test_the_agents_connections_are_counted_apart_from_the_caches() -> None:
@@ -127,7 +127,7 @@ def test_the_agents_connections_are_counted_apart_from_the_caches() -> None:
     assert caches == pytest.approx(30 * 1024) and fixed == pytest.approx(100 << 20)
     target, figure, verdict = verdicts(results)[0]
     assert (target, verdict) == ("≤ 40 KiB of leader RSS per node (NodeMetrics, pod and node caches together)", MET)
-    assert figure == ("30.0 KiB per node without the agents' connections (fixed 100 MiB, plus the watch window's "
+    assert figure == ("30.0 KiB per node without the connections it serves (fixed 100 MiB, plus the watch window's "
                       "0.0 MiB of 0 events); 34.0 KiB per node (fixed 100 MiB, plus the watch window's 0.0 MiB of 0 "
                       "events) with them (50 at 1,000 nodes, 250 at 5,000 nodes; at most 80 KiB each, measured)")
     # One size without the measurement: no fit without the connections, the verdict on the whole RSS.
@@ -138,7 +138,7 @@ def test_verdicts_follow_the_numbers() -> None:
     met = verdicts([result(996), result(4996, leader_cpu=40.0)])
     assert [v for _, _, v in met] == [MET, MISSED, MET]  # 30 KiB/node; 1.33 cores at 10,000; 12 s
     assert met[0][1] == ("30.0 KiB per node (fixed 100 MiB, plus the watch window's 0.0 MiB of 0 events); the "
-                         "agents' connections not measured")
+                         "connections it serves not measured")
     assert met[1][1] == "1.33 cores (from 4,996 nodes, the window's µs per report)"
     fat = verdicts([result(996), result(4996, rss=(100 << 20) + 5000 * 50 * 1024, converged=math.nan)])
     assert [v for _, _, v in fat] == [MISSED, MET, MISSED]
@@ -165,7 +165,7 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     assert section.startswith("## Leader at scale: 996, 4,996 nodes, every node reporting every 10 s")
     assert "Open files limit (`ulimit -n`): 20,000." in section
     assert ("- ≤ 40 KiB of leader RSS per node (NodeMetrics, pod and node caches together): 30.0 KiB per node "
-            "(fixed 100 MiB, plus the watch window's 0.0 MiB of 0 events); the agents' connections not measured: "
+            "(fixed 100 MiB, plus the watch window's 0.0 MiB of 0 events); the connections it serves not measured: "
             "**met**") in section
     assert "| 5,000 | 0.10 | 0.02 |" in section
     assert "| 5,000 | 30 | 1,100 | 100 | 30,000 (2 failed) | 0.90 | 0.10 | 0.35 | 250 |" in section
