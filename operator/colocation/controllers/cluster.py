@@ -226,10 +226,6 @@ class ClusterState:
             self._bump(node)
         self.pods_synced.set()
 
-    def node_kept(self, node: Obj) -> Obj:
-        """What this state keeps of a Node (the Node informer's transform, and a patch's answer)."""
-        return slim_node(node)
-
     def pod_kept(self, pod: Obj) -> KeptPod:
         """What this state keeps of a Pod (the Pod informer's transform: applied as pages arrive)."""
         return slim_pod(pod, self.shared_parts)

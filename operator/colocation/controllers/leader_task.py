@@ -26,7 +26,7 @@ from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
 from colocation.controllers import kopf_app
-from colocation.controllers.cluster import ClusterState
+from colocation.controllers.cluster import ClusterState, slim_node
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.events import EventRecorder
@@ -120,7 +120,7 @@ class Controllers:
                      options=InformerOptions(field_selector=POD_FIELD_SELECTOR), name="pods",
                      transform=self.state.pod_kept),
             Informer(transport, "/api/v1/nodes", on_sync=self.state.nodes_synced_with,
-                     on_event=self.state.node_changed, name="nodes", transform=self.state.node_kept),
+                     on_event=self.state.node_changed, name="nodes", transform=slim_node),
             Informer(transport, AGENT_LEASES_PATH, on_sync=self.on_leases_listed, on_event=self.on_lease,
                      name="agent leases"),
             # The agents' ServiceAccounts: a report's token is accepted locally only while its account exists.

@@ -27,7 +27,7 @@ import orjson
 from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.tables import parse_timestamp
-from colocation.controllers.cluster import ClusterState
+from colocation.controllers.cluster import ClusterState, slim_node
 from colocation.controllers.conditions import status_needs_write
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
@@ -303,7 +303,7 @@ class NodeResourceReconciler:
         self._last_write[name] = now
         # What the Node is now, kept as its watch event will deliver it (the informer's transform):
         # that event then changes nothing, and the whole Node is not held meanwhile.
-        self.state.nodes[name] = body = self.state.node_kept(body)
+        self.state.nodes[name] = body = slim_node(body)
         log.info("batch resources written", extra={"node": name, "reason": decision.reason,
                                                    "resources": dict(desired) if desired else None})
         return self._memo(name).batch_on(body).values

@@ -50,9 +50,8 @@ def test_a_node_keeps_only_what_the_controllers_read() -> None:
 
 
 def test_nodes_keep_one_copy_of_the_strings_they_have_in_common() -> None:
-    state = ClusterState()
     # Each Node parsed on its own, as the informer's pages and events deliver them.
-    one, two = (state.node_kept(orjson.loads(orjson.dumps(real_node(name, zone="a", host=name))))
+    one, two = (slim_node(orjson.loads(orjson.dumps(real_node(name, zone="a", host=name))))
                 for name in ("n1", "n2"))
     assert one["status"] == two["status"]
     assert [(key, value) for key, value in one["status"]["capacity"].items()] == \
@@ -75,7 +74,7 @@ def test_the_leader_keeps_a_node_in_about_one_and_a_half_kilobytes() -> None:
     try:
         before = tracemalloc.get_traced_memory()[0]
         for payload in payloads:
-            state.node_event("ADDED", state.node_kept(orjson.loads(payload)))
+            state.node_event("ADDED", slim_node(orjson.loads(payload)))
         gc.collect()
         per_node = (tracemalloc.get_traced_memory()[0] - before) / len(payloads)
     finally:

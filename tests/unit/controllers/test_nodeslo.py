@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from colocation.controllers.cluster import ClusterState
+from colocation.controllers.cluster import ClusterState, slim_node
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.nodeslo import NodeSLOReconciler
 
@@ -39,14 +39,14 @@ async def test_a_node_is_rendered_again_only_when_its_labels_change() -> None:
     config = ConfigSource("colocation-system", api.event)
     config.loaded = True
     reconciler = NodeSLOReconciler(state, config, api)  # type: ignore[arg-type]
-    state.node_event("ADDED", state.node_kept(_node("n1", pool="web")))
+    state.node_event("ADDED", slim_node(_node("n1", pool="web")))
     assert reconciler.pending() == ["n1"]
     await reconciler.reconcile("n1")
     assert api.calls == [("create", "n1")] and reconciler.pending() == []
     # The kubelet's status update: a new copy of the Node, its labels equal.
-    state.node_event("MODIFIED", state.node_kept(copy.deepcopy(_node("n1", pool="web"))))
+    state.node_event("MODIFIED", slim_node(copy.deepcopy(_node("n1", pool="web"))))
     assert reconciler.pending() == []
-    state.node_event("MODIFIED", state.node_kept(_node("n1", pool="batch")))
+    state.node_event("MODIFIED", slim_node(_node("n1", pool="batch")))
     assert reconciler.pending() == ["n1"]
     await reconciler.reconcile("n1")  # the same spec for either pool: nothing written, settled
     assert api.calls == [("create", "n1")] and reconciler.pending() == []
