@@ -445,12 +445,18 @@ async def get_from_replica(replica: dict[str, Any], path: str, token: str) -> tu
 
 
 async def put_as_client_go(client: Kube, path: str, body: Any) -> tuple[int, Any, int]:
-    """A PUT retried as client-go retries it: on 503 with Retry-After, up to 10 times. A 503 that is
-    not a Status is kube-apiserver's own "service unavailable" (the aggregator found the APIService
+    """A PUT retried as client-go retries it (`as_client_go`)."""
+    return await as_client_go(client, "PUT", path, body)
+
+
+async def as_client_go(client: Kube, method: str, path: str, body: Any = None, *,
+                       params: dict[str, str] | None = None) -> tuple[int, Any, int]:
+    """A request retried as client-go retries it: on 503 with Retry-After, up to 10 times. A 503 that
+    is not a Status is kube-apiserver's own "service unavailable" (the aggregator found the APIService
     unavailable for a moment, as a loaded machine makes it): retried after a jittered backoff, as
-    the agents retry a failed report."""
+    the agents retry a failed report. (status, answer, attempts)"""
     for attempt in range(1, 11):
-        status, answer = await client.request("PUT", path, body)
+        status, answer = await client.request(method, path, body, params=params)
         if status == 503 and not isinstance(answer, dict):
             await asyncio.sleep(random.uniform(0.5, 1.0))  # the client's own backoff
             continue

@@ -35,6 +35,7 @@ from tests.e2e.kube import (
     TIME_FACTOR,
     Kube,
     WatchRefused,
+    as_client_go,
     bound_token,
     get_from_replica,
     put_as_client_go,
@@ -169,11 +170,11 @@ async def test_reports_appear_through_the_apiservice_with_node_labels(admin: Kub
     _, endpoint, context = await leader(admin)
     status, stored = await put_direct(endpoint, context, node, report(node), token)
     assert status == 200, stored
-    status, got = await admin.request("GET", f"{BASE}/{node}")
+    status, got, _ = await as_client_go(admin, "GET", f"{BASE}/{node}")
     assert status == 200, got
     assert got["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "1500m"
     pool = got["metadata"]["labels"]["pool"]
-    status, listed = await admin.request("GET", BASE, params={"labelSelector": f"pool={pool}"})
+    status, listed, _ = await as_client_go(admin, "GET", BASE, params={"labelSelector": f"pool={pool}"})
     assert [item["metadata"]["name"] for item in listed["items"]] == [node]
 
     output = kubectl_here.run("get", "nodemetrics", node).stdout
