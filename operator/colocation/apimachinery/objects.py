@@ -32,11 +32,12 @@ def inflated(kept: bytes) -> bytes:
     return zlib.decompress(kept, _RAW_DEFLATE)
 
 
-def interned_strings(mapping: Mapping[str, Any], own: str | None = None) -> dict[str, Any]:
+def interned_strings(mapping: Mapping[str, Any], own: object = None) -> dict[str, Any]:
     """A copy of `mapping` whose string keys and values are one object each process-wide
     (`sys.intern`): the labels and resources of thousands of Nodes repeat the same few. A value
-    equal to `own` (the object's name, as the hostname label is) is `own` itself."""
-    return {_interned(key): own if own is not None and value == own else _interned(value)
+    equal to the string `own` (the object's name, as the hostname label is) is `own` itself."""
+    own_name = own if type(own) is str else None
+    return {_interned(key): own_name if own_name is not None and value == own_name else _interned(value)
             for key, value in mapping.items()}
 
 

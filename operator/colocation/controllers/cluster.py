@@ -126,8 +126,7 @@ def slim_node(node: Mapping[str, Any]) -> Obj:
     status = node.get("status") or {}
     annotations = metadata.get("annotations") or {}
     slim_meta: Obj = {key: metadata[key] for key in ("name", "uid", "resourceVersion") if key in metadata}
-    name = slim_meta.get("name")
-    slim_meta["labels"] = interned_strings(metadata.get("labels") or {}, name if isinstance(name, str) else None)
+    slim_meta["labels"] = interned_strings(metadata.get("labels") or {}, slim_meta.get("name"))
     if RESERVATION_ANNOTATION in annotations:
         slim_meta["annotations"] = {RESERVATION_ANNOTATION: annotations[RESERVATION_ANNOTATION]}
     slim_status = {key: interned_strings(status[key]) for key in ("capacity", "allocatable")

@@ -110,14 +110,23 @@ class KeptPod(_ReadOnlyMapping):
         return KeptPod, (self.name, self.uid, self.node_name, self.requests, self.shape)
 
 
-class KeptPodMetadata(_ReadOnlyMapping):
-    """A kept pod's metadata, as read."""
+class _PodView(_ReadOnlyMapping):
+    """A part of a kept pod (its metadata, its spec), made when read: it holds only the pod."""
 
     __slots__ = ("_pod",)
     _pod: KeptPod
 
     def __init__(self, pod: KeptPod) -> None:
         object.__setattr__(self, "_pod", pod)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self._pod,)
+
+
+class KeptPodMetadata(_PodView):
+    """A kept pod's metadata, as read."""
+
+    __slots__ = ()
 
     def get(self, key: str, default: Any = None) -> Any:
         if key == "name" or key == "namespace":  # every evaluation, every pod: the pod's metric
@@ -128,21 +137,11 @@ class KeptPodMetadata(_ReadOnlyMapping):
     def __bool__(self) -> bool:
         return self._pod.name is not None or super().__bool__()
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return KeptPodMetadata, (self._pod,)
 
-
-class KeptPodSpec(_ReadOnlyMapping):
+class KeptPodSpec(_PodView):
     """A kept pod's spec, as read."""
 
-    __slots__ = ("_pod",)
-    _pod: KeptPod
-
-    def __init__(self, pod: KeptPod) -> None:
-        object.__setattr__(self, "_pod", pod)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return KeptPodSpec, (self._pod,)
+    __slots__ = ()
 
 
 KeptPod.READERS = {"metadata": KeptPodMetadata, "spec": KeptPodSpec,

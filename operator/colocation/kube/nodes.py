@@ -60,5 +60,4 @@ class NodeDirectory:
 
 def _labels(node: Obj) -> Mapping[str, str]:
     metadata = node.get("metadata") or {}
-    name = metadata.get("name")
-    return MappingProxyType(interned_strings(metadata.get("labels") or {}, name if isinstance(name, str) else None))
+    return MappingProxyType(interned_strings(metadata.get("labels") or {}, metadata.get("name")))
