@@ -11,11 +11,16 @@ from typing import Any
 Obj = dict[str, Any]  # an object (or list, or Status) as the API's JSON decodes: mutable, untyped
 
 
-# Raw deflate (no header or checksum) at the fastest level: a 6 KB NodeMetric report becomes
-# about 1.3 KB in ~27 µs and comes back in ~10 µs (measured on this project's 2-core machines),
-# against ~19 µs to parse it. The bytes are kept only in this process, so the format is ours.
+# Raw deflate (no header or checksum) at the fastest level, with an 8 KiB window and a small hash
+# table. zlib.compress's own state (a 32 KiB window, memLevel 8) is some 270 KiB that each call
+# allocates and clears: for a 5 KB NodeMetric report that took ~54 µs, against ~17 µs for these
+# (measured on this project's 2-core machines), and a report's repeats lie within its last few
+# KiB, so it comes out the same size (~0.9 KB). Inflating takes any raw window, up to 32 KiB. The
+# bytes are kept only in this process, so the format is ours.
 _DEFLATE_LEVEL = 1
-_RAW_DEFLATE = -15
+_DEFLATE_WINDOW_BITS = -13
+_DEFLATE_MEMORY_LEVEL = 5
+_RAW_INFLATE = -15
 
 
 def deflated(body: bytes) -> bytes:
@@ -24,12 +29,13 @@ def deflated(body: bytes) -> bytes:
     The result is allocated at its length. orjson's output is not: it keeps the capacity its
     buffer grew to (a 6.9 KB object it wrote held 10.9 KiB of RSS).
     """
-    return zlib.compress(body, _DEFLATE_LEVEL, _RAW_DEFLATE)
+    compressor = zlib.compressobj(_DEFLATE_LEVEL, zlib.DEFLATED, _DEFLATE_WINDOW_BITS, _DEFLATE_MEMORY_LEVEL)
+    return compressor.compress(body) + compressor.flush()
 
 
 def inflated(kept: bytes) -> bytes:
     """The bytes `deflated` was given."""
-    return zlib.decompress(kept, _RAW_DEFLATE)
+    return zlib.decompress(kept, _RAW_INFLATE)
 
 
 def interned_strings(mapping: Mapping[str, Any], own: object = None) -> dict[str, Any]:

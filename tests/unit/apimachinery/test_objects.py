@@ -14,6 +14,13 @@ def test_deflated_bytes_come_back_whole_and_smaller() -> None:
     assert inflated(deflated(b"")) == b""
 
 
+def test_bodies_longer_than_the_deflate_window_come_back_whole() -> None:
+    """The window is 8 KiB: a list of 10,000 nodes' objects repeats itself from much further back."""
+    item = orjson.dumps({"name": "node", "pods": [f"pod-{index}" for index in range(1_000)]})
+    body = b"[" + b",".join(item.replace(b"node", f"node-{index}".encode()) for index in range(50)) + b"]"
+    assert len(body) > 400_000 and inflated(deflated(body)) == body
+
+
 def test_interned_mappings_share_their_strings_and_the_objects_own_name() -> None:
     name_one, name_two = (orjson.loads(orjson.dumps(name)) for name in ("node-1", "node-2"))
     one = interned_strings(orjson.loads(b'{"zone": "a", "hostname": "node-1", "count": 3}'), name_one)
