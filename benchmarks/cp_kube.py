@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import signal
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -526,20 +525,12 @@ def _written(writer: NodeMetricWriter, nodes: int) -> Any:
 async def run(config: KubeCostConfig) -> KubeCostReport:
     started = time.monotonic()
     report = KubeCostReport(config)
-    # SIGTERM/SIGINT cancel the run, so the sandbox being measured is stopped (its `finally`), never orphaned.
-    loop, task = asyncio.get_running_loop(), asyncio.current_task()
-    assert task is not None
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
+    with processes.cancelled_by_signals():
         for name in config.clusters:
             try:
                 report.runs[name] = await run_cluster(name, config)
             except (RuntimeError, OSError, aiohttp.ClientError, TimeoutError) as exc:
                 say(f"control plane (kube) {name}: failed: {exc}")
                 report.runs[name] = ClusterRun(name, config.nodes, problems=[f"the run failed: {exc}"])
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
     report.seconds = time.monotonic() - started
     return report

@@ -1,6 +1,6 @@
 """Leader at scale: does the leader replica keep up with 1,000 / 5,000 / 10,000 nodes reporting every 10 s?
 
-    python -m benchmarks.run --suite leader-scale --scale-nodes 1000,2500 [--scale-window 60 ...]
+    python -m benchmarks.run --suite leader-scale --scale-nodes 1000,2500 --scale-kube-nodes 1000 [...]
 
 On a 2-core machine the defaults are 1,000 and 2,500 nodes: at 5,000 the sandbox's API server (one
 Python process, no priority and fairness) falls behind while a new leader lists 150,000 pods and
@@ -8,14 +8,16 @@ reviews every agent's token, the leader's Lease renewals time out, and leadershi
 20-45 s; the 10,000-node figures are extrapolated (`leader_scale_figures.extrapolate`).
 
 For each node count, `colocation sandbox` (the builtin API server, 2 operator replicas, controllers
-on) runs N Nodes whose agents report every `report_interval` s (`--max-report-interval`,
+on; for `--scale-kube-nodes` the same with `--apiserver kube`: kube-apiserver, etcd, kwok's Nodes)
+runs N Nodes whose agents report every `report_interval` s (`--max-report-interval`,
 `--report-change-threshold=0`, as `colocation agent --help` names them today), plus a few probe
 Nodes of this client (leader_scale_probes). Then:
 
 1. steady state: every node served by the leader and judged (startup grace over), one report
    interval more; then a window: CPU (utime + stime) of the leader, the standby, the simulated
-   agents' process and the sandbox API server, the leader's RSS and standby's at its end, the
-   leader's accepted reports and evaluations (its /metrics), the agents' self-check;
+   agents' process and the control plane (the sandbox's processes but the replicas and agents),
+   the leader's RSS and standby's at its end, the leader's accepted reports and evaluations (its
+   /metrics), the agents' self-check;
 2. py-spy samples the leader for `profile_seconds`: where its CPU goes, and the evaluations' share of it;
 3. latency: probe reports that move batch resources, timed to the Node patch;
 4. failover: the leader SIGKILLed (the sandbox restarts it), timed until the new leader serves every
@@ -44,8 +46,10 @@ from benchmarks.cp_cluster import NODEMETRICS, Cluster, Replica, wait_until
 from benchmarks.cp_kube_metrics import parse, total
 from benchmarks.failover_probes import FAILURES, reader_token
 from benchmarks.leader_scale_figures import (
+    BUILTIN,
     EXTRAPOLATE_INTERVAL,
     EXTRAPOLATE_NODES,
+    KUBE,
     Convergence,
     ReportBurst,
     SizeResult,
@@ -78,6 +82,7 @@ AGENT_FLAGS = (("--max-report-interval", "{interval:g}"), ("--report-change-thre
 @dataclass(frozen=True)
 class ScaleConfig:
     sizes: tuple[int, ...] = (1000, 2500)
+    kube_sizes: tuple[int, ...] = (1000,)  # node counts run again on the real control plane (kwok nodes)
     pods_per_node: int = 30
     window: float = 60.0
     report_interval: float = 10.0
@@ -151,6 +156,14 @@ async def _steady(cluster: Cluster, count: int, timeout: float = 300.0) -> None:
     await wait_until(ready, timeout, 0.5, f"a leader and a standby holding {count:,} nodes")
 
 
+def _control_plane_pids(cluster: Cluster) -> list[int]:
+    """The sandbox process and everything under it but the operator replicas and the agents: the builtin
+    API server, or kube-apiserver, etcd, kwok, the controller manager and scheduler."""
+    measured_apart = {r.pid for r in cluster.replicas()} | set(cluster.agent_pids(simulated=True)) \
+        | set(cluster.agent_pids(simulated=False))
+    return sorted({cluster.server.pid} | processes.descendants(cluster.server.pid) - measured_apart)
+
+
 def _cpu(pid: int) -> float:
     try:
         return processes.cpu_seconds(pid)
@@ -161,7 +174,8 @@ def _cpu(pid: int) -> float:
 async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
     leader, standby, _ = await _roles(cluster)
     agents = cluster.agent_pids(simulated=True)  # one process per 500 simulated nodes
-    pids = (leader.pid, standby.pid, cluster.server.pid, *agents)
+    control_plane = _control_plane_pids(cluster)
+    pids = (leader.pid, standby.pid, *agents, *control_plane)
     checks_before = await selfcheck.read_sandbox(cluster.state_dir)
     metrics_before = await _metrics(cluster, leader)
     cpu_before = [_cpu(pid) for pid in pids]
@@ -171,6 +185,7 @@ async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
         f"leader scale [{nodes:,} nodes]: window {elapsed:.0f}/{config.window:.0f} s, leader "
         f"{(_cpu(leader.pid) - cpu_before[0]) / (loop.time() - started):.2f} cores"))
     cpu = [_cpu(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+    agents_cpu = cpu[2:2 + len(agents)]
     seconds = loop.time() - started
     metrics_after = await _metrics(cluster, leader)
     checks, problems = selfcheck.sandbox_verdict(checks_before, await selfcheck.read_sandbox(cluster.state_dir))
@@ -178,8 +193,8 @@ async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
         raise RuntimeError("the leader changed during the window")
     delta = {name: metrics_after[name] - metrics_before[name] for name in metrics_after}
     return Window(nodes=nodes, seconds=seconds, report_interval=config.report_interval, leader_cpu=cpu[0],
-                  standby_cpu=cpu[1], agents_cpu=sum(cpu[3:]), agents_busiest_cpu=max(cpu[3:], default=0.0),
-                  machine_cores=os.cpu_count() or 0, sandbox_cpu=cpu[2],
+                  standby_cpu=cpu[1], agents_cpu=sum(agents_cpu), agents_busiest_cpu=max(agents_cpu, default=0.0),
+                  machine_cores=os.cpu_count() or 0, sandbox_cpu=sum(cpu[2 + len(agents):]),
                   leader_rss=processes.rss_bytes(leader.pid), standby_rss=processes.rss_bytes(standby.pid),
                   leader_window_bytes=int(metrics_after[WINDOW_BYTES]),
                   leader_window_events=int(metrics_after[WINDOW_EVENTS]),
@@ -211,8 +226,8 @@ async def _burst(config: ScaleConfig, cluster: Cluster, probes: ProbeNodes, wind
 
 async def _profile(config: ScaleConfig, cluster: Cluster, result: SizeResult) -> None:
     leader, _, _ = await _roles(cluster)
-    out = profile_path(result.nodes)
-    say(f"leader scale [{result.nodes:,} nodes]: py-spy on the leader (pid {leader.pid}) for "
+    out = profile_path(result.nodes, result.apiserver)
+    say(f"leader scale [{result.label} nodes]: py-spy on the leader (pid {leader.pid}) for "
         f"{config.profile_seconds:.0f} s")
     try:
         recorder = await ingest_profile.record(leader.pid, config.profile_seconds, out)
@@ -232,9 +247,9 @@ async def _profile(config: ScaleConfig, cluster: Cluster, result: SizeResult) ->
         result.window.evaluation_share = dict(result.profile_shares)[EVALUATION]
 
 
-def profile_path(nodes: int) -> Path:
+def profile_path(nodes: int, apiserver: str = BUILTIN) -> Path:
     """Where py-spy's raw samples of the leader at `nodes` (sandbox) nodes are kept."""
-    return PLOTS / f"leader_scale_profile_{nodes}.txt"
+    return PLOTS / ("leader_scale_profile_" + ("" if apiserver == BUILTIN else f"{apiserver}_") + f"{nodes}.txt")
 
 
 # (label, substrings of frames): the share of samples with any frame matching any of them, one row at a time.
@@ -313,7 +328,7 @@ async def _kill(config: ScaleConfig, cluster: Cluster, names: list[str], result:
                        "" if "converged" in marks else f"gave up after {config.kill_timeout:.0f} s; "
                                                        f"{len(stale)} nodes not re-reported")
     result.kills.append(kill)
-    say(f"leader scale [{result.nodes:,} nodes]: kill {index + 1}: Lease moved {kill.lease_moved:.1f} s, first "
+    say(f"leader scale [{result.label} nodes]: kill {index + 1}: Lease moved {kill.lease_moved:.1f} s, first "
         f"evaluation {kill.first_evaluation:.1f} s, every node re-reported {kill.all_reported:.1f} s, "
         f"converged {kill.converged:.1f} s{'; ' + kill.note if kill.note else ''}")
 
@@ -322,14 +337,15 @@ async def _settled(freshness: Freshness, names: list[str]) -> bool:
     return not [name for name in names if name not in freshness.times]
 
 
-async def _size(config: ScaleConfig, nodes: int, args: list[str]) -> SizeResult:
-    result = SizeResult(nodes, config.probes)
-    say(f"leader scale [{nodes:,} nodes]: starting the sandbox ({config.pods_per_node} pods per node, 2 operators, "
-        f"agents {' '.join(args)})")
+async def _size(config: ScaleConfig, nodes: int, args: list[str], apiserver: str = BUILTIN) -> SizeResult:
+    result = SizeResult(nodes, config.probes, apiserver=apiserver)
+    say(f"leader scale [{result.label} nodes]: starting the sandbox ({config.pods_per_node} pods per node, "
+        f"2 operators, agents {' '.join(args)})")
     started = time.perf_counter()
-    cluster = await cp_cluster.start(config.state_dir / f"leader-scale-{nodes}", nodes=nodes,
+    where = ("--apiserver", KUBE) if apiserver == KUBE else ()
+    cluster = await cp_cluster.start(config.state_dir / f"leader-scale-{apiserver}-{nodes}", nodes=nodes,
                                      pods_per_node=config.pods_per_node, agent_args=tuple(args),
-                                     extra=(f"--max-container-restart-period={config.max_restart_period:g}",),
+                                     extra=(f"--max-container-restart-period={config.max_restart_period:g}", *where),
                                      start_timeout=1800.0)
     probes = ProbeNodes(cluster.client, config.probes, config.report_interval)
     try:
@@ -338,14 +354,14 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str]) -> SizeResult:
         await probes.create(template)
         total_nodes = nodes + config.probes
         waited = await wait_until(lambda: cluster.complete(total_nodes), 1800.0, 2.0, "every node reporting")
-        say(f"leader scale [{nodes:,} nodes]: the leader serves all {total_nodes:,} nodes after {waited:.0f} s")
+        say(f"leader scale [{result.label} nodes]: the leader serves all {total_nodes:,} nodes after {waited:.0f} s")
         await wait_until(lambda: _judged(cluster), 600.0, 2.0, "every node judged (startup grace over)")
         if not await probes.ready(120.0):
             result.failures.append(f"the probe Nodes got no batch resources: {probes.batch}")
         await asyncio.sleep(config.report_interval)  # one report round past the start-up burst
         result.setup_seconds = time.perf_counter() - started
         result.window = window = await _window(config, cluster, total_nodes)
-        say(f"leader scale [{nodes:,} nodes]: leader {window.leader_cores:.2f} cores, "
+        say(f"leader scale [{result.label} nodes]: leader {window.leader_cores:.2f} cores, "
             f"RSS {window.leader_rss / 2**20:,.0f} MiB; standby {window.standby_cores:.2f} cores; "
             f"{window.report_rate:,.0f} reports/s, {window.evaluation_rate:.2f} evaluations/s; "
             f"agents {window.agents_cores:.2f} cores; problems: {window.saturation() or 'none'}")
@@ -353,32 +369,33 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str]) -> SizeResult:
         opened, window.connection_bytes = await probes.idle_connections_cost(
             CONNECTION_PROBES, lambda: processes.rss_bytes(leader_pid),
             lambda: processes.served_connections(leader_pid))
-        say(f"leader scale [{nodes:,} nodes]: {window.leader_connections:,} connections served by the leader; "
+        say(f"leader scale [{result.label} nodes]: {window.leader_connections:,} connections served by the leader; "
             f"{opened:,} idle ones more added {window.connection_bytes / 1024:,.0f} KiB of RSS each")
         if config.profile_seconds > 0:  # at every count: it splits the leader's CPU (leader_scale_figures)
             await _profile(config, cluster, result)
-        say(f"leader scale [{nodes:,} nodes]: {window.us_per_report:,.0f} µs per report, "
+        say(f"leader scale [{result.label} nodes]: {window.us_per_report:,.0f} µs per report, "
             f"{window.us_per_node_evaluation:.1f} µs per node evaluation (evaluations: "
             f"{window.evaluation_share:.0%} of the profile), {extrapolate(window):.2f} cores at 10,000 nodes")
         if config.burst_seconds > 0:
-            say(f"leader scale [{nodes:,} nodes]: {config.burst_seconds:g} s of probe reports at 10,000 nodes' rate")
+            say(f"leader scale [{result.label} nodes]: {config.burst_seconds:g} s of probe reports at "
+                "10,000 nodes' rate")
             result.burst = burst = await _burst(config, cluster, probes, window)
-            say(f"leader scale [{nodes:,} nodes]: burst of {burst.rate:,.0f} reports/s (client "
+            say(f"leader scale [{result.label} nodes]: burst of {burst.rate:,.0f} reports/s (client "
                 f"{burst.client_cores:.2f} cores, {burst.failed} failed): leader {burst.leader_cores:.2f} cores, "
                 f"{burst.us_per_report:,.0f} µs per extra report; "
                 f"{extrapolate(window, burst=burst):.2f} cores at 10,000 nodes")
-        say(f"leader scale [{nodes:,} nodes]: {config.latency_samples} latency samples on {config.probes} probes")
+        say(f"leader scale [{result.label} nodes]: {config.latency_samples} latency samples on {config.probes} probes")
         result.latencies, result.latency_failures = await probes.latencies(config.latency_samples,
                                                                            config.latency_timeout)
-        say(f"leader scale [{nodes:,} nodes]: report to Node patch p50 {result.latency.p50:.2f} s, "
+        say(f"leader scale [{result.label} nodes]: report to Node patch p50 {result.latency.p50:.2f} s, "
             f"p99 {result.latency.p99:.2f} s, {len(result.latency_failures)} failed")
         names = sorted(set((await cluster.served_metrics(cluster.replica_client((await _roles(cluster))[0]))) or ())
                        - set(probes.names))
         for index in range(config.kills):
             await _kill(config, cluster, names, result, index)
-    except (TimeoutError, RuntimeError, *FAILURES) as error:
+    except (TimeoutError, RuntimeError, OSError, *FAILURES) as error:  # OSError: a process gone from /proc
         result.failures.append(repr(error))
-        say(f"leader scale [{nodes:,} nodes]: failed: {error!r}")
+        say(f"leader scale [{result.label} nodes]: failed: {error!r}")
     finally:
         await probes.close()
         await cluster.close()
@@ -395,9 +412,10 @@ async def run(config: ScaleConfig) -> ScaleReport:
         report.fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if missing:
         say(f"leader scale: `colocation agent --help` has no {', '.join(missing)}: left out")
-    for nodes in config.sizes:
-        report.results.append(await _size(config, nodes, args))
-        report.load.append(os.getloadavg())
+    with processes.cancelled_by_signals():
+        for apiserver, nodes in [*((BUILTIN, n) for n in config.sizes), *((KUBE, n) for n in config.kube_sizes)]:
+            report.results.append(await _size(config, nodes, args, apiserver))
+            report.load.append(os.getloadavg())
     report.seconds = time.perf_counter() - started
     say(f"leader scale: done in {report.seconds / 60:,.1f} min")
     return report
@@ -409,7 +427,11 @@ def sizes(text: str) -> tuple[int, ...]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     c = ScaleConfig()
-    p.add_argument("--scale-nodes", type=sizes, default=c.sizes, help="Node counts, comma-separated.")
+    p.add_argument("--scale-nodes", type=sizes, default=c.sizes,
+                   help="Node counts on the builtin API server, comma-separated.")
+    p.add_argument("--scale-kube-nodes", type=sizes, default=c.kube_sizes,
+                   help="Node counts on the real control plane (`--apiserver kube`, kwok nodes), comma-separated; "
+                        "\"\": none.")
     p.add_argument("--scale-pods-per-node", type=int, default=c.pods_per_node)
     p.add_argument("--scale-window", type=float, default=c.window, help="Seconds of steady state counted.")
     p.add_argument("--scale-report-interval", type=float, default=c.report_interval,
@@ -425,7 +447,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace, state_dir: Path) -> ScaleConfig:
-    return ScaleConfig(sizes=args.scale_nodes, pods_per_node=args.scale_pods_per_node, window=args.scale_window,
+    return ScaleConfig(sizes=args.scale_nodes, kube_sizes=args.scale_kube_nodes,
+                       pods_per_node=args.scale_pods_per_node, window=args.scale_window,
                        report_interval=args.scale_report_interval, probes=args.scale_probes,
                        latency_samples=args.scale_latency_samples, kills=args.scale_kills,
                        profile_seconds=args.scale_profile_seconds, burst_seconds=args.scale_burst_seconds,

@@ -28,6 +28,7 @@ MACHINE_SATURATED = 0.95  # share of the machine's cores the measured processes 
 REPORTS_BEHIND = 0.9  # accepted reports below this share of those due: the agents fell behind
 
 MET, MISSED, INCONCLUSIVE = "met", "missed", "inconclusive"
+BUILTIN, KUBE = "builtin", "kube"  # the sandbox's API server; the real control plane (`--apiserver kube`)
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Window:
     leader_cpu: float
     standby_cpu: float
     agents_cpu: float  # the simulated agents' processes together (the load client; one per 500 nodes)
-    sandbox_cpu: float  # the sandbox API server process
+    sandbox_cpu: float  # the control plane: the sandbox's processes but the replicas and the agents
     leader_rss: int
     standby_rss: int
     leader_window_bytes: int  # what only the NodeMetric watch window keeps (its gauge) at the window's end
@@ -86,7 +87,7 @@ class Window:
 
     @property
     def measured_cores(self) -> float:
-        """The leader, the standby, the simulated agents and the sandbox API server together."""
+        """The leader, the standby, the simulated agents and the control plane together."""
         return self.leader_cores + self.standby_cores + self.agents_cores + self.sandbox_cores
 
     @property
@@ -241,6 +242,7 @@ class SizeResult:
     burst: ReportBurst | None = None
     setup_seconds: float = 0.0
     failures: list[str] = field(default_factory=list)  # what could not be measured, and why
+    apiserver: str = BUILTIN
 
     @property
     def latency(self) -> Latency:
@@ -248,6 +250,17 @@ class SizeResult:
 
     def saturation(self) -> list[str]:
         return self.window.saturation() if self.window is not None else []
+
+    @property
+    def label(self) -> str:
+        """Its Nodes, the probes' included, and the real control plane's mark: "1,004", "1,004 (kube)"."""
+        return f"{self.nodes + self.probes:,}" + (f" ({KUBE})" if self.apiserver == KUBE else "")
+
+
+def fitted(results: Sequence[SizeResult]) -> list[SizeResult]:
+    """The results the memory and CPU verdicts are computed from: a window on the builtin API server (one
+    control plane for every count) that the load client did not hold down."""
+    return [r for r in results if r.window is not None and r.apiserver == BUILTIN and not r.saturation()]
 
 
 def memory_fit(results: Sequence[SizeResult], *, with_window: bool = False) -> tuple[float, float] | None:
@@ -281,14 +294,14 @@ def _verdict(ok: bool, saturated: bool) -> str:
 
 def verdicts(results: Sequence[SizeResult]) -> list[tuple[str, str, str]]:
     """(target, figure, met / missed / inconclusive) for each target, from the numbers."""
-    measured = [r for r in results if r.window is not None]
-    saturated = [r.nodes for r in measured if r.saturation()]
+    measured = fitted(results)
+    left_out = [r for r in results if r.window is not None and r.apiserver == BUILTIN and r.saturation()]
     lines: list[tuple[str, str, str]] = []
     memory, caches = memory_fit(measured), cache_memory_fit(measured)
     target = (f"≤ {RSS_PER_NODE_TARGET / 1024:.0f} KiB of leader RSS per node (NodeMetrics, pod and node caches "
               "together)")
     if memory is None:
-        lines.append((target, "needs two node counts", INCONCLUSIVE))
+        lines.append((target, "needs two node counts the load client kept up with", INCONCLUSIVE))
     else:
         largest_window = max((r.window for r in measured if r.window is not None), key=lambda w: w.nodes)
         window = (f"the watch window's {largest_window.leader_window_bytes / 2**20:,.1f} MiB of "
@@ -296,7 +309,7 @@ def verdicts(results: Sequence[SizeResult]) -> list[tuple[str, str, str]]:
         whole = f"{memory[1] / 1024:,.1f} KiB per node (fixed {memory[0] / 2**20:,.0f} MiB, plus {window})"
         if caches is None:
             lines.append((target, whole + "; the connections it serves not measured",
-                          INCONCLUSIVE if saturated else _verdict(memory[1] <= RSS_PER_NODE_TARGET, False)))
+                          _verdict(memory[1] <= RSS_PER_NODE_TARGET, False)))
         else:
             connections = ", ".join(f"{r.window.leader_connections:,} at {r.window.nodes:,} nodes"
                                     for r in measured if r.window is not None)
@@ -304,11 +317,11 @@ def verdicts(results: Sequence[SizeResult]) -> list[tuple[str, str, str]]:
             lines.append((target, f"{caches[1] / 1024:,.1f} KiB per node without the connections it serves (fixed "
                                   f"{caches[0] / 2**20:,.0f} MiB, plus {window}); {whole} with them ({connections}; "
                                   f"at most {cost / 1024:,.0f} KiB each, measured)",
-                          INCONCLUSIVE if saturated else _verdict(caches[1] <= RSS_PER_NODE_TARGET, False)))
+                          _verdict(caches[1] <= RSS_PER_NODE_TARGET, False)))
     target = (f"≤ {CORES_TARGET:g} leader cores at {EXTRAPOLATE_NODES:,} nodes reporting every "
               f"{EXTRAPOLATE_INTERVAL:g} s")
     if not measured:
-        lines.append((target, "no window measured", INCONCLUSIVE))
+        lines.append((target, "no window the load client kept up with", INCONCLUSIVE))
     else:
         largest = max(measured, key=lambda r: r.nodes)
         assert largest.window is not None
@@ -316,20 +329,23 @@ def verdicts(results: Sequence[SizeResult]) -> list[tuple[str, str, str]]:
         burst = largest.burst
         basis = (f"{burst.us_per_report:,.0f} µs per report at {burst.rate:,.0f} reports/s"
                  if burst is not None and not math.isnan(burst.us_per_report) else "the window's µs per report")
-        lines.append((target, f"{cores:.2f} cores (from {largest.nodes:,} nodes, {basis})",
-                      INCONCLUSIVE if math.isnan(cores) else _verdict(cores <= CORES_TARGET,
-                                                                        bool(largest.saturation()))))
+        lines.append((target, f"{cores:.2f} cores (from {largest.label} nodes, {basis})",
+                      INCONCLUSIVE if math.isnan(cores) else _verdict(cores <= CORES_TARGET, False)))
+    if left_out:
+        lines = [(target, figure + "; left out: " + ", ".join(f"{r.label} nodes" for r in left_out)
+                  + " (the load client was held down)", verdict) for target, figure, verdict in lines]
     kills = [k for r in results for k in r.kills]
+    loaded = any(r.saturation() for r in results if r.kills)
     target = f"≤ {CONVERGENCE_TARGET:g} s from SIGKILL to a new leader with every node re-reported and evaluated"
     if not kills:
         lines.append((target, "no kill measured", INCONCLUSIVE))
     else:
         done = [k.converged for k in kills if not math.isnan(k.converged)]
-        loaded = any(k.nodes in saturated for k in kills)
         figure = f"max {max(done):.1f} s" if done else "none converged"
         if len(done) < len(kills):
             figure += f"; {len(kills) - len(done)} of {len(kills)} kills not converged before the timeout"
         else:
             figure += f" of {len(kills)} kills"
+        figure += " (" + ", ".join(f"{len(r.kills)} at {r.label} nodes" for r in results if r.kills) + ")"
         lines.append((target, figure, _verdict(len(done) == len(kills) and max(done) <= CONVERGENCE_TARGET, loaded)))
     return lines

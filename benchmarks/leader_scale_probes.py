@@ -32,19 +32,23 @@ from benchmarks.failover_probes import FAILURES, agent_token, report
 from colocation.kube import permissions
 
 PROBE_LABEL = "colocation.dev/leader-probe"
+KWOK = "kwok.x-k8s.io/"  # the annotations by which kwok manages a Node
 LOW, HIGH = 1000, 8000  # the probes' reported CPU usage (node and system), millicores
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{permissions.NODE_LEASE_NAMESPACE}/leases"
 STREAM = aiohttp.ClientTimeout(total=None, sock_read=None)
 
 
 def probe_node(template: dict[str, Any], name: str) -> dict[str, Any]:
-    """A Node like `template` (a simulated one), named `name`, without batch resources."""
+    """A Node like `template` (a simulated one), named `name`, without batch resources. On the real
+    control plane kwok keeps it Ready as it does the template (its annotation), as no kubelet does."""
     status = template.get("status") or {}
     resources = {key: {k: v for k, v in (status.get(key) or {}).items() if not k.startswith("kubernetes.io/batch")}
                  for key in ("capacity", "allocatable")}
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    kwok = {k: v for k, v in annotations.items() if k.startswith(KWOK)}
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                                  PROBE_LABEL: "true"}},
+                                                  PROBE_LABEL: "true"}, **({"annotations": kwok} if kwok else {})},
             "spec": {}, "status": {**resources, "conditions": status.get("conditions") or [],
                                    "nodeInfo": status.get("nodeInfo") or {}}}
 

@@ -15,6 +15,7 @@ from benchmarks.client import say
 from benchmarks.leader_scale import CONNECTION_PROBES, ScaleConfig, ScaleReport
 from benchmarks.leader_scale_figures import (
     AGENTS_SATURATED,
+    BUILTIN,
     EXTRAPOLATE_INTERVAL,
     EXTRAPOLATE_NODES,
     MACHINE_SATURATED,
@@ -26,6 +27,7 @@ from benchmarks.leader_scale_figures import (
     cache_memory_fit,
     cpu_fit,
     extrapolate,
+    fitted,
     memory_fit,
     verdicts,
 )
@@ -79,8 +81,9 @@ def save_raw(report: ScaleReport, path: Path = RAW, where: Machine | None = None
 
 
 def plot(report: ScaleReport, path: Path) -> Path | None:
-    measured = [r.window for r in report.results if r.window is not None]
-    if not measured:
+    measured = [r.window for r in report.results if r.window is not None and r.apiserver == BUILTIN]
+    kube = [r.window for r in report.results if r.window is not None and r.apiserver != BUILTIN]
+    if not measured and not kube:
         return None
     plt = plotting.pyplot()
     fig, (cpu, rss) = plt.subplots(1, 2, figsize=(10, 4))
@@ -88,17 +91,21 @@ def plot(report: ScaleReport, path: Path) -> Path | None:
     cpu.plot(nodes, [w.leader_cores for w in measured], "o-", label="leader")
     cpu.plot(nodes, [w.standby_cores for w in measured], "s--", label="standby")
     cpu.plot(nodes, [w.agents_cores for w in measured], "^:", label="simulated agents (load client)")
+    if kube:
+        cpu.plot([w.nodes for w in kube], [w.leader_cores for w in kube], "D", label="leader, real control plane")
     cpu.set_xlabel("nodes")
     cpu.set_ylabel("cores")
     cpu.set_title(f"CPU, every node reporting every {report.config.report_interval:g} s")
     cpu.legend()
     rss.plot(nodes, [w.leader_rss / 2**20 for w in measured], "o-", label="leader")
     rss.plot(nodes, [w.standby_rss / 2**20 for w in measured], "s--", label="standby")
-    fitted = memory_fit(report.results)
-    if fitted is not None:
+    if kube:
+        rss.plot([w.nodes for w in kube], [w.leader_rss / 2**20 for w in kube], "D", label="leader, real control plane")
+    line = memory_fit(fitted(report.results))
+    if line is not None:
         ends = [0, max(nodes)]
-        rss.plot(ends, [(fitted[0] + fitted[1] * n) / 2**20 for n in ends], ":",
-                 label=f"fit: {fitted[1] / 1024:.1f} KiB/node")
+        rss.plot(ends, [(line[0] + line[1] * n) / 2**20 for n in ends], ":",
+                 label=f"fit: {line[1] / 1024:.1f} KiB/node")
     rss.set_xlabel("nodes")
     rss.set_ylabel("MiB")
     rss.set_title("RSS")
@@ -111,7 +118,7 @@ def _f(value: float, digits: int = 2) -> str:
 
 
 def _window_rows(results: list[SizeResult]) -> list[list[str]]:
-    return [[f"{w.nodes:,}", _f(w.leader_cores), _f(w.standby_cores), size(w.leader_rss),
+    return [[r.label, _f(w.leader_cores), _f(w.standby_cores), size(w.leader_rss),
              f"{size(w.leader_window_bytes)} ({w.leader_window_events:,})", f"{w.leader_connections:,}",
              "n/a" if math.isnan(w.connection_bytes) else size(int(w.connection_bytes)), size(w.standby_rss),
              f"{w.report_rate:,.0f} ({w.reports / w.expected_reports:.0%} of due)", _f(w.us_per_report, 0),
@@ -123,19 +130,19 @@ def _window_rows(results: list[SizeResult]) -> list[list[str]]:
 
 
 def _burst_rows(results: list[SizeResult]) -> list[list[str]]:
-    return [[f"{r.nodes + r.probes:,}", _f(b.seconds, 0), f"{b.rate:,.0f}", f"{b.baseline_rate:,.0f}",
+    return [[r.label, _f(b.seconds, 0), f"{b.rate:,.0f}", f"{b.baseline_rate:,.0f}",
              f"{b.probe_reports:,} ({b.failed:,} failed)", _f(b.client_cores), _f(b.baseline_cores),
              _f(b.leader_cores), _f(b.us_per_report, 0)]
             for r in results if (b := r.burst) is not None]
 
 
 def _latency_rows(results: list[SizeResult]) -> list[list[str]]:
-    return [[f"{r.nodes + r.probes:,}", str(r.latency.count), _f(r.latency.p50), _f(r.latency.p99), _f(r.latency.max),
+    return [[r.label, str(r.latency.count), _f(r.latency.p50), _f(r.latency.p99), _f(r.latency.max),
              str(len(r.latency_failures))] for r in results if r.latencies or r.latency_failures]
 
 
 def _kill_rows(results: list[SizeResult]) -> list[list[str]]:
-    return [[f"{r.nodes + r.probes:,}", str(k.index + 1), _f(k.lease_moved, 1), _f(k.first_evaluation, 1),
+    return [[r.label, str(k.index + 1), _f(k.lease_moved, 1), _f(k.first_evaluation, 1),
              _f(k.all_reported, 1), _f(k.converged, 1), k.note or "—"] for r in results for k in r.kills]
 
 
@@ -145,29 +152,49 @@ def _profile_lines(results: list[SizeResult]) -> list[str]:
     if not profiled:
         return []
     largest = profiled[-1]
-    header = ["Samples with a frame of", *(f"{r.nodes + r.probes:,} nodes" for r in profiled)]
+    header = ["Samples with a frame of", *(f"{r.label} nodes" for r in profiled)]
     rows = [[label, *(f"{dict(r.profile_shares).get(label, 0.0):.1%}" for r in profiled)]
             for label, _ in leader_scale.PROFILE_MARKERS]
     lines = ["", "### Where the leader's CPU goes (py-spy, right after each window)", "",
              f"{', '.join(f'{r.profile_samples:,}' for r in profiled)} samples (100 Hz, of running code only); a "
              "sample counts in every row it matches:", "", table(header, rows), "",
-             f"Innermost frames (own time) at {largest.nodes + largest.probes:,} nodes, top 12:", "",
+             f"Innermost frames (own time) at {largest.label} nodes, top 12:", "",
              table(["Function", "Share"], [[f"`{frame}`", f"{share:.1%}"] for frame, share in largest.profile])]
     for r in profiled:
         kopf = [share for _, share in r.profile_shares[:3]]  # PROFILE_MARKERS: Kopf, its kwargs, Node and Lease events
-        lines += ["", f"Kopf's per-event handling at {r.nodes + r.probes:,} nodes: {kopf[0]:.1%} of the samples have "
+        lines += ["", f"Kopf's per-event handling at {r.label} nodes: {kopf[0]:.1%} of the samples have "
                       f"a Kopf frame, {kopf[1]:.1%} building the handler's kwargs; our Node and Lease event "
                       f"handling (informers of our own, not Kopf's) {kopf[2]:.1%}."]
     return lines
 
 
+def _real_control_plane_lines(results: list[SizeResult], memory: tuple[float, float] | None,
+                              cpu: tuple[float, float] | None) -> list[str]:
+    """Each real control plane's window beside what the builtin API server's fits give at its count."""
+    lines = []
+    for r in results:
+        if r.apiserver == BUILTIN or (w := r.window) is None:
+            continue
+        rss = f"leader RSS {size(w.leader_rss)}"
+        if memory is not None:
+            rss += f" (the fit above gives {size(int(memory[0] + memory[1] * w.nodes + w.leader_window_bytes))})"
+        cores = f"leader {_f(w.leader_cores)} cores"
+        if cpu is not None:
+            cores += f" (the fit above gives {cpu[0] + cpu[1] * w.nodes:.2f})"
+        lines.append(f"On the real control plane, {r.label} nodes: {rss}, {cores}, {_f(w.us_per_report, 0)} µs per "
+                     f"report; its control plane {_f(w.sandbox_cores)} cores.  ")
+    return ["", *lines] if lines else []
+
+
 def render(report: ScaleReport, machine: Machine, command: str) -> str:
     c = report.config
     results = report.results
-    counts = ", ".join(f"{r.nodes:,}" for r in results)
-    cpu = cpu_fit(results)
-    memory = memory_fit(results)
-    lines = [f"## Leader at scale: {counts} nodes, every node reporting every {c.report_interval:g} s", "",
+    builtin, kube = ([r for r in results if (r.apiserver == BUILTIN) == on_builtin] for on_builtin in (True, False))
+    counts = ", ".join(f"{r.nodes:,}" for r in builtin) + " nodes" + (
+        f" (and {', '.join(f'{r.nodes:,}' for r in kube)} on the real control plane)" if kube else "")
+    cpu = cpu_fit(fitted(results))
+    memory = memory_fit(fitted(results))
+    lines = [f"## Leader at scale: {counts}, every node reporting every {c.report_interval:g} s", "",
              *run_lines(command, machine, report.seconds,
                         f"Open files limit (`ulimit -n`): {report.fd_limit:,}."), "",
              f"`colocation sandbox` (builtin API server, 2 operator replicas, controllers on) with N Nodes of "
@@ -190,11 +217,18 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
              "report at "
              "what it added to the leader's CPU there, plus the rest of the window's CPU (neither its reports at "
              "that cost nor its evaluations) as it was.", "",
+             "Rows marked (kube) ran the same on the real control plane: `colocation sandbox --apiserver kube` "
+             "(kube-apiserver, etcd, kube-controller-manager and kube-scheduler built from the upstream modules, "
+             "kwok's Nodes). Control plane cores are the sandbox's processes but the replicas and the agents: "
+             "there, those and the sandbox's own (its kubelet for the replicas' and agents' pods); on the builtin "
+             "API server, the sandbox process. The memory and CPU verdicts are computed from the builtin API "
+             "server's node counts the load client kept up with (one control plane for every count); the "
+             "failover verdict from every kill.", "",
              "### Verdicts", ""]
     lines += [f"- {target}: {figure}: **{verdict}**" for target, figure, verdict in verdicts(results)]
-    saturated = [f"{r.nodes:,} nodes: {'; '.join(r.saturation())}" for r in results if r.saturation()]
-    lines += ["", ("The load client fell behind or was saturated (figures there are inconclusive): "
-                   + " | ".join(saturated)) if saturated else
+    saturated = [f"{r.label} nodes: {'; '.join(r.saturation())}" for r in results if r.saturation()]
+    lines += ["", ("The load client fell behind or was saturated (figures there are inconclusive, and left out of "
+                   "the memory and CPU verdicts): " + " | ".join(saturated)) if saturated else
               f"The load client kept up at every node count (each simulated agents' process below "
               f"{AGENTS_SATURATED:g} cores, the measured processes below {MACHINE_SATURATED:.0%} of the machine's "
               f"cores, ≥ {REPORTS_BEHIND:.0%} of the due reports accepted, the agents' self-check clean)."]
@@ -204,7 +238,8 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
                      "µs/report", "µs/report, all in", "Evaluations/s", "µs CPU per node evaluation",
                      "µs wall per node evaluation", "Evaluations' % of the profile", "Node patches",
                      f"Cores at {EXTRAPOLATE_NODES:,} nodes (window's µs/report)",
-                     f"Cores at {EXTRAPOLATE_NODES:,} nodes (burst's µs/report)", "Agents cores", "Sandbox API cores"],
+                     f"Cores at {EXTRAPOLATE_NODES:,} nodes (burst's µs/report)", "Agents cores",
+                     "Control plane cores"],
                     _window_rows(results)), ""]
     if memory is not None:
         raw = memory_fit(results, with_window=True) or memory
@@ -227,6 +262,7 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
     if cpu is not None:
         lines.append(f"Leader CPU = {cpu[0]:.3f} + {cpu[1] * 1000:.3f} x nodes / 1,000 cores, which gives "
                      f"{cpu[0] + cpu[1] * EXTRAPOLATE_NODES:.2f} cores at {EXTRAPOLATE_NODES:,} nodes.")
+    lines += _real_control_plane_lines(results, memory, cpu)
     if any(r.burst is not None for r in results):
         lines += ["", "### Report burst: the leader's CPU per report at 10,000 nodes' rate", "",
                   f"Right after the profile, the {c.probes} probes send reports for {c.burst_seconds:g} s at the rate "
@@ -253,8 +289,8 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
               table(["Nodes", "Kill", "Lease moved", "First evaluation", "Every node re-reported", "Converged",
                      "Note"], _kill_rows(results))]
     lines += _profile_lines(results)
-    failures = [f"{r.nodes:,} nodes: {failure}" for r in results for failure in r.failures]
-    failures += [f"{r.nodes:,} nodes: {why}" for r in results for why in r.latency_failures[:3]]
+    failures = [f"{r.label} nodes: {failure}" for r in results for failure in r.failures]
+    failures += [f"{r.label} nodes: {why}" for r in results for why in r.latency_failures[:3]]
     if failures:
         lines += ["", "Not measured or failed:", "", *[f"- {failure}" for failure in failures]]
     lines += ["", f"Load averages after each node count: "
@@ -270,7 +306,7 @@ def rerender(output: Path, command: str, raw: Path = RAW, plot_path: Path = lead
     saved = orjson.loads(raw.read_bytes())
     report = from_json(saved)
     for result in report.results:
-        profile = leader_scale.profile_path(result.nodes)
+        profile = leader_scale.profile_path(result.nodes, result.apiserver)
         if result.profile_samples and profile.exists():
             result.profile_shares = leader_scale.profile_shares(profile.read_text())
     plot(report, plot_path)

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,11 +60,44 @@ def served_connections(pid: int) -> int:
 _TCP_ESTABLISHED, _TCP_LISTEN = "01", "0A"  # the st column of /proc/net/tcp
 
 
+def descendants(pid: int) -> set[int]:
+    """The processes under `pid` (children, theirs, ...), from the parent of each in /proc/*/stat."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            raw = stat.read_text()
+            parent = int(raw[raw.rindex(")") + 2:].split()[1])  # ppid, after the state field
+            children.setdefault(parent, []).append(int(stat.parent.name))
+    found: set[int] = set()
+    pending = [pid]
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return found
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far, from /proc/PID/stat."""
     raw = Path(f"/proc/{pid}/stat").read_text()
     fields = raw[raw.rindex(")") + 2:].split()  # the command name may contain spaces
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14 and 15)
+
+
+@contextlib.contextmanager
+def cancelled_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT cancel the current task while inside: the servers it started are stopped
+    (its `finally`), never orphaned. Call it from inside a running task."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
 
 
 @dataclass

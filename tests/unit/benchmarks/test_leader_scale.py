@@ -11,6 +11,7 @@ import pytest
 from benchmarks import leader_scale, leader_scale_report, machine
 from benchmarks.leader_scale_figures import (
     INCONCLUSIVE,
+    KUBE,
     MET,
     MISSED,
     Convergence,
@@ -139,13 +140,32 @@ def test_verdicts_follow_the_numbers() -> None:
     assert [v for _, _, v in met] == [MET, MISSED, MET]  # 30 KiB/node; 1.33 cores at 10,000; 12 s
     assert met[0][1] == ("30.0 KiB per node (fixed 100 MiB, plus the watch window's 0.0 MiB of 0 events); the "
                          "connections it serves not measured")
-    assert met[1][1] == "1.33 cores (from 4,996 nodes, the window's µs per report)"
+    assert met[1][1] == "1.33 cores (from 5,000 nodes, the window's µs per report)"
     fat = verdicts([result(996), result(4996, rss=(100 << 20) + 5000 * 50 * 1024, converged=math.nan)])
     assert [v for _, _, v in fat] == [MISSED, MET, MISSED]
-    assert fat[2][1] == "max 12.0 s; 1 of 2 kills not converged before the timeout"
-    busy = verdicts([result(996), result(4996, leader_cpu=40.0, agents_cpu=60.0, converged=45.0)])
-    assert [v for _, _, v in busy] == [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
+    assert fat[2][1] == ("max 12.0 s; 1 of 2 kills not converged before the timeout (1 at 1,000 nodes, "
+                         "1 at 5,000 nodes)")
+    # A count where the load client was held down is left out of the memory and CPU verdicts, which
+    # the others decide; a slow failover there is inconclusive.
+    busy = verdicts([result(996), result(1996, rss=(100 << 20) + 2000 * 30 * 1024),
+                     result(4996, leader_cpu=40.0, agents_cpu=60.0, converged=45.0)])
+    assert [v for _, _, v in busy] == [MET, MET, INCONCLUSIVE]
+    assert busy[0][1].endswith("; left out: 5,000 nodes (the load client was held down)")
+    assert busy[1][1].startswith("0.50 cores (from 2,000 nodes")
+    alone = verdicts([result(996), result(4996, leader_cpu=40.0, agents_cpu=60.0)])
+    assert alone[0][2] == INCONCLUSIVE  # one count left: no line through it
     assert [v for _, _, v in verdicts([SizeResult(1000)])] == [INCONCLUSIVE] * 3
+
+
+def test_the_real_control_plane_counts_for_the_failover_but_not_the_fits() -> None:
+    kube = result(996, rss=(900 << 20), leader_cpu=50.0, converged=31.0)
+    kube.apiserver = KUBE
+    both = verdicts([result(996), result(4996), kube])
+    assert [v for _, _, v in both] == [MET, MET, MISSED]  # the fits are the builtin's; the kube kill took 31 s
+    assert both[2][1] == "max 31.0 s of 3 kills (1 at 1,000 nodes, 1 at 5,000 nodes, 1 at 1,000 (kube) nodes)"
+    assert kube.label == "1,000 (kube)"
+    assert leader_scale.profile_path(1000, KUBE).name == "leader_scale_profile_kube_1000.txt"
+    assert leader_scale.profile_path(1000).name == "leader_scale_profile_1000.txt"
 
 
 def report_of(results: list[SizeResult]) -> leader_scale.ScaleReport:
@@ -169,13 +189,14 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
             "**met**") in section
     assert "| 5,000 | 0.10 | 0.02 |" in section
     assert "| 5,000 | 30 | 1,100 | 100 | 30,000 (2 failed) | 0.90 | 0.10 | 0.35 | 250 |" in section
-    assert "cores (from 4,996 nodes, 250 µs per report at 1,100 reports/s): **" in section
+    assert "cores (from 5,000 nodes, 250 µs per report at 1,100 reports/s): **" in section
     assert "| 5,000 | 3 | 3.00 | 4.50 | 4.50 | 1 |" in section  # latency: samples, p50, p99, max, failed
     assert "| 1,000 | 1 | 1.0 | 1.5 | 10.0 | 12.0 | — |" in section
     assert "Kopf's per-event handling at 5,000 nodes: 10.0% of the samples have a Kopf frame" in section
     assert "| Samples with a frame of | 5,000 nodes |" in section
     assert "The load client kept up at every node count" in section
-    assert "- 4,996 nodes: leader-probe-0: the report was answered 503" in section
+    assert "- 5,000 nodes: leader-probe-0: the report was answered 503" in section
+    assert "On the real control plane," not in section
 
     again = leader_scale_report.from_json(orjson.loads(orjson.dumps(leader_scale_report.to_json(report))))
     assert leader_scale_report.render(again, machine.describe(), "x") == \
@@ -186,6 +207,17 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     assert "<!-- leader-scale:begin -->\n## Leader at scale: 996, 4,996 nodes" in (tmp_path / "B.md").read_text()
     assert leader_scale_report.plot(report, tmp_path / "plot.png") is not None
     assert (tmp_path / "plot.png").read_bytes().startswith(b"\x89PNG")
+
+    kube = result(996, rss=(150 << 20))
+    kube.apiserver = KUBE
+    report.results.append(kube)
+    section = leader_scale_report.render(report, machine.describe(), "x")
+    assert section.startswith("## Leader at scale: 996, 4,996 nodes (and 996 on the real control plane), every")
+    assert "| 1,000 (kube) | 0.10 | 0.02 | 150.0 MiB |" in section
+    assert ("On the real control plane, 1,000 (kube) nodes: leader RSS 150.0 MiB (the fit above gives 129.3 MiB), "
+            "leader 0.10 cores (the fit above gives 0.10), 800 µs per report; its control plane 0.05 cores.") in section
+    again = leader_scale_report.from_json(orjson.loads(orjson.dumps(leader_scale_report.to_json(report))))
+    assert again.results[-1].apiserver == KUBE
 
 
 def test_profile_shares_count_each_sample_once_per_marker() -> None:
@@ -211,6 +243,10 @@ def test_probe_nodes_copy_a_simulated_node_without_its_batch_resources() -> None
     node = probe_node(template, "leader-probe-0")
     assert node["status"]["capacity"] == {"cpu": "16"} and node["status"]["allocatable"] == {"cpu": "15580m"}
     assert node["metadata"]["labels"]["colocation.dev/leader-probe"] == "true"
+    assert "annotations" not in node["metadata"]
+    # On the real control plane: kwok keeps the probe Ready as it does the template; nothing else is copied.
+    template["metadata"] = {"annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}}
+    assert probe_node(template, "leader-probe-0")["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"}
     assert batch_cpu(node) is None and batch_cpu(template) is None
     assert batch_cpu({"status": {"allocatable": {"kubernetes.io/batch-cpu": "5420"}}}) == 5420
     body = orjson.loads(probe_report("leader-probe-0", HIGH))
