@@ -13,11 +13,11 @@ runs N Nodes whose agents report every `report_interval` s (`--max-report-interv
 `--report-change-threshold=0`, as `colocation agent --help` names them today), plus a few probe
 Nodes of this client (leader_scale_probes). Then:
 
-1. steady state: every node served by the leader and judged (startup grace over), one report
-   interval more; then a window: CPU (utime + stime) of the leader, the standby, the simulated
-   agents' process and the control plane (the sandbox's processes but the replicas and agents),
-   the leader's RSS and standby's at its end, the leader's accepted reports and evaluations (its
-   /metrics), the agents' self-check;
+1. steady state: every node served by the leader, judged (startup grace over) and given batch
+   resources, one report interval more; then a window: CPU (utime + stime) of the leader, the
+   standby, the simulated agents' process and the control plane (the sandbox's processes but the
+   replicas and agents), the leader's RSS and standby's at its end, the leader's accepted reports
+   and evaluations (its /metrics), the agents' self-check;
 2. py-spy samples the leader for `profile_seconds`: where its CPU goes, and the evaluations' share of it;
 3. latency: probe reports that move batch resources, timed to the Node patch;
 4. failover: the leader SIGKILLed (the sandbox restarts it), timed until the new leader serves every
@@ -32,6 +32,7 @@ import contextlib
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -333,6 +334,13 @@ async def _kill(config: ScaleConfig, cluster: Cluster, names: list[str], result:
         f"converged {kill.converged:.1f} s{'; ' + kill.note if kill.note else ''}")
 
 
+async def _batched(cluster: Cluster, count: int) -> bool:
+    try:
+        return len(await cluster.nodes_with_batch()) >= count
+    except FAILURES:
+        return False
+
+
 async def _settled(freshness: Freshness, names: list[str]) -> bool:
     return not [name for name in names if name not in freshness.times]
 
@@ -343,7 +351,9 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str], apiserver: str
         f"2 operators, agents {' '.join(args)})")
     started = time.perf_counter()
     where = ("--apiserver", KUBE) if apiserver == KUBE else ()
-    cluster = await cp_cluster.start(config.state_dir / f"leader-scale-{apiserver}-{nodes}", nodes=nodes,
+    state_dir = config.state_dir / f"leader-scale-{apiserver}-{nodes}"
+    shutil.rmtree(state_dir, ignore_errors=True)  # a fresh etcd each time: the real one keeps its data there
+    cluster = await cp_cluster.start(state_dir, nodes=nodes,
                                      pods_per_node=config.pods_per_node, agent_args=tuple(args),
                                      extra=(f"--max-container-restart-period={config.max_restart_period:g}", *where),
                                      start_timeout=1800.0)
@@ -356,6 +366,10 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str], apiserver: str
         waited = await wait_until(lambda: cluster.complete(total_nodes), 1800.0, 2.0, "every node reporting")
         say(f"leader scale [{result.label} nodes]: the leader serves all {total_nodes:,} nodes after {waited:.0f} s")
         await wait_until(lambda: _judged(cluster), 600.0, 2.0, "every node judged (startup grace over)")
+        # The leader's first batch writes take minutes on the real control plane (16 in flight, each
+        # a Node patch, a NodeResource status and an Event): a window before they end counts them.
+        waited = await wait_until(lambda: _batched(cluster, total_nodes), 900.0, 5.0, "every Node with batch resources")
+        say(f"leader scale [{result.label} nodes]: every Node has batch resources after {waited:.0f} s more")
         if not await probes.ready(120.0):
             result.failures.append(f"the probe Nodes got no batch resources: {probes.batch}")
         await asyncio.sleep(config.report_interval)  # one report round past the start-up burst

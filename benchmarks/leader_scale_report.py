@@ -190,8 +190,9 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
     c = report.config
     results = report.results
     builtin, kube = ([r for r in results if (r.apiserver == BUILTIN) == on_builtin] for on_builtin in (True, False))
-    counts = ", ".join(f"{r.nodes:,}" for r in builtin) + " nodes" + (
-        f" (and {', '.join(f'{r.nodes:,}' for r in kube)} on the real control plane)" if kube else "")
+    on_kube = f"{', '.join(f'{r.nodes:,}' for r in kube)} on the real control plane"
+    counts = (f"{', '.join(f'{r.nodes:,}' for r in builtin)} nodes" + (f" (and {on_kube})" if kube else "")
+              if builtin else f"{on_kube}")
     cpu = cpu_fit(fitted(results))
     memory = memory_fit(fitted(results))
     lines = [f"## Leader at scale: {counts}, every node reporting every {c.report_interval:g} s", "",
@@ -202,7 +203,8 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
              + (f" (not in `colocation agent --help`, left out: {', '.join(report.missing_flags)})"
                 if report.missing_flags else "")
              + f", plus {c.probes} probe Nodes of the benchmark's own. A {c.window:g} s window of steady state "
-             "(every node served and judged, one report round after that) per node count. CPU is utime + stime "
+             "(every node served, judged and given batch resources, one report round after that) per node count. "
+             "CPU is utime + stime "
              "from /proc over the window; RSS (VmRSS) at its end. Reports and evaluations are the leader's own "
              "counters (`colocation_nodemetric_reports_accepted_total`, `colocation_reconcile_duration_seconds`). "
              "The evaluations' CPU is the leader's CPU x their share of a py-spy profile of the leader taken right "
