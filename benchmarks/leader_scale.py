@@ -408,8 +408,12 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str], apiserver: str
         for index in range(config.kills):
             await _kill(config, cluster, names, result, index)
     except (TimeoutError, RuntimeError, OSError, *FAILURES) as error:  # OSError: a process gone from /proc
-        result.failures.append(repr(error))
-        say(f"leader scale [{result.label} nodes]: failed: {error!r}")
+        why = repr(error)
+        # A leader that loses its Lease exits and its pod restarts it: the count says whether leadership moved.
+        with contextlib.suppress(OSError, ValueError):
+            why += f"; the operator replicas had restarted {sum(r.restarts for r in cluster.replicas())} times"
+        result.failures.append(why)
+        say(f"leader scale [{result.label} nodes]: failed: {why}")
     finally:
         await probes.close()
         await cluster.close()

@@ -244,7 +244,7 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
                      "Control plane cores"],
                     _window_rows(results)), ""]
     if memory is not None:
-        raw = memory_fit(results, with_window=True) or memory
+        raw = memory_fit(fitted(results), with_window=True) or memory
         lines.append(f"Leader RSS = {memory[0] / 2**20:,.0f} MiB + {memory[1] / 1024:,.1f} KiB x nodes + the "
                      "NodeMetric watch window (least squares over the node counts, of the RSS less what only the "
                      "window keeps, "
@@ -252,7 +252,7 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
                      "cluster's size, so it is a fixed cost once full, and it fills more slowly the fewer nodes "
                      f"report). With the window counted: {raw[0] / 2**20:,.0f} MiB + {raw[1] / 1024:,.1f} KiB x "
                      "nodes.  ")
-        caches = cache_memory_fit(results)
+        caches = cache_memory_fit(fitted(results))
         if caches is not None:
             lines.append(f"Without the connections it serves: {caches[0] / 2**20:,.0f} MiB + {caches[1] / 1024:,.1f} "
                          "KiB x nodes + the window (the same fit, of the RSS less the window and less the "

@@ -50,6 +50,7 @@ from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT
 from colocation.kube.nodes import NodeDirectory
 from colocation.kube.transport import kube_transport
 from colocation.manager.api_assembly import assemble_api, delegated_auth
+from colocation.manager.heap_trim import HeapTrimmer, libc_malloc_trim
 from colocation.manager.leader_versions import LeaderVersions
 from colocation.manager.operator_config import OperatorConfig
 from colocation.manager.serving_tls import KubeCaObjects, ServingFiles, ServingTls
@@ -309,6 +310,8 @@ class OperatorProcess:
                       for informer in served.pod_webhook.informers(kube_transport(api))]
             if served.custom_metrics is not None:
                 tasks += self._custom_metrics_tasks(served.custom_metrics, token)
+            if (trim := libc_malloc_trim()) is not None:
+                tasks.append(asyncio.create_task(HeapTrimmer(trim, self.metrics.registry).run(self.stop)))
             try:
                 await self.stop.wait()
             finally:

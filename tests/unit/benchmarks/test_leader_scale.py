@@ -214,6 +214,8 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     section = leader_scale_report.render(report, machine.describe(), "x")
     assert section.startswith("## Leader at scale: 996, 4,996 nodes (and 996 on the real control plane), every")
     assert "| 1,000 (kube) | 0.10 | 0.02 | 150.0 MiB |" in section
+    assert "Leader RSS = 100 MiB + 30.0 KiB x nodes" in section  # the fits leave the real control plane out
+    assert "With the window counted: 100 MiB + 30.0 KiB x nodes." in section
     assert ("On the real control plane, 1,000 (kube) nodes: leader RSS 150.0 MiB (the fit above gives 129.3 MiB), "
             "leader 0.10 cores (the fit above gives 0.10), 800 µs per report; its control plane 0.05 cores.") in section
     again = leader_scale_report.from_json(orjson.loads(orjson.dumps(leader_scale_report.to_json(report))))
