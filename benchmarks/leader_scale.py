@@ -195,7 +195,7 @@ async def _window(config: ScaleConfig, cluster: Cluster, nodes: int) -> Window:
     delta = {name: metrics_after[name] - metrics_before[name] for name in metrics_after}
     return Window(nodes=nodes, seconds=seconds, report_interval=config.report_interval, leader_cpu=cpu[0],
                   standby_cpu=cpu[1], agents_cpu=sum(agents_cpu), agents_busiest_cpu=max(agents_cpu, default=0.0),
-                  machine_cores=os.cpu_count() or 0, sandbox_cpu=sum(cpu[2 + len(agents):]),
+                  machine_cores=os.cpu_count() or 0, control_plane_cpu=sum(cpu[2 + len(agents):]),
                   leader_rss=processes.rss_bytes(leader.pid), standby_rss=processes.rss_bytes(standby.pid),
                   leader_window_bytes=int(metrics_after[WINDOW_BYTES]),
                   leader_window_events=int(metrics_after[WINDOW_EVENTS]),

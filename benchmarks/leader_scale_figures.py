@@ -41,7 +41,7 @@ class Window:
     leader_cpu: float
     standby_cpu: float
     agents_cpu: float  # the simulated agents' processes together (the load client; one per 500 nodes)
-    sandbox_cpu: float  # the control plane: the sandbox's processes but the replicas and the agents
+    control_plane_cpu: float  # the control plane: the sandbox's processes but the replicas and the agents
     leader_rss: int
     standby_rss: int
     leader_window_bytes: int  # what only the NodeMetric watch window keeps (its gauge) at the window's end
@@ -88,11 +88,11 @@ class Window:
     @property
     def measured_cores(self) -> float:
         """The leader, the standby, the simulated agents and the control plane together."""
-        return self.leader_cores + self.standby_cores + self.agents_cores + self.sandbox_cores
+        return self.leader_cores + self.standby_cores + self.agents_cores + self.control_plane_cores
 
     @property
-    def sandbox_cores(self) -> float:
-        return self.sandbox_cpu / self.seconds
+    def control_plane_cores(self) -> float:
+        return self.control_plane_cpu / self.seconds
 
     @property
     def expected_reports(self) -> float:

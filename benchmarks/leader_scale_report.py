@@ -65,7 +65,10 @@ def from_json(raw: dict[str, Any]) -> ScaleReport:
         kills = [Convergence(**{k: _nan(v) for k, v in kill.items()}) for kill in values.pop("kills")]
         for key in ("profile", "profile_shares"):
             values[key] = [tuple(item) for item in values[key]]
-        # Samples saved before the window's gauge existed: nothing is taken off their RSS.
+        # Samples saved before the window's gauge existed: nothing is taken off their RSS. The control
+        # plane's CPU was saved as the sandbox's before it counted kube-apiserver and the rest.
+        if window is not None and "sandbox_cpu" in window:
+            window["control_plane_cpu"] = window.pop("sandbox_cpu")
         measured = None if window is None else Window(**{"leader_window_bytes": 0, "leader_window_events": 0,
                                                          **{k: _nan(v) for k, v in window.items()}})
         return SizeResult(**values, window=measured, kills=kills,
@@ -125,7 +128,7 @@ def _window_rows(results: list[SizeResult]) -> list[list[str]]:
              _f(w.us_per_report_all_in, 0), f"{w.evaluation_rate:.2f}", _f(w.us_per_node_evaluation, 1),
              _f(w.us_per_node_evaluation_wall, 1), _f(w.evaluation_share * 100, 0),
              f"{w.batch_writes:,.0f}", _f(extrapolate(w)), _f(extrapolate(w, burst=r.burst)), _f(w.agents_cores),
-             _f(w.sandbox_cores)]
+             _f(w.control_plane_cores)]
             for r in results if (w := r.window) is not None]
 
 
@@ -182,7 +185,7 @@ def _real_control_plane_lines(results: list[SizeResult], memory: tuple[float, fl
         if cpu is not None:
             cores += f" (the fit above gives {cpu[0] + cpu[1] * w.nodes:.2f})"
         lines.append(f"On the real control plane, {r.label} nodes: {rss}, {cores}, {_f(w.us_per_report, 0)} µs per "
-                     f"report; its control plane {_f(w.sandbox_cores)} cores.  ")
+                     f"report; its control plane {_f(w.control_plane_cores)} cores.  ")
     return ["", *lines] if lines else []
 
 

@@ -37,7 +37,7 @@ def window(nodes: int, *, leader_cpu: float = 6.0, rss: int = 0, reports: float 
     held = window_events * WINDOW_EVENT
     held_by_connections = 0 if math.isnan(connection_bytes) else int(connections * connection_bytes)
     return Window(nodes=nodes, seconds=60.0, report_interval=10.0, leader_cpu=leader_cpu, standby_cpu=1.2,
-                  agents_cpu=agents_cpu, sandbox_cpu=3.0,
+                  agents_cpu=agents_cpu, control_plane_cpu=3.0,
                   leader_rss=rss or (100 << 20) + nodes * 30 * 1024 + held + held_by_connections,
                   leader_window_bytes=held, leader_window_events=window_events, standby_rss=90 << 20,
                   reports=reports or nodes * 6.0, evaluations=12.0, evaluation_seconds=1.2, batch_writes=5.0,
