@@ -2,10 +2,13 @@
 
     python -m benchmarks.run --suite leader-scale --scale-nodes 1000,2500 --scale-kube-nodes 1000 [...]
 
-On a 2-core machine the defaults are 1,000 and 2,500 nodes: at 5,000 the sandbox's API server (one
-Python process, no priority and fairness) falls behind while a new leader lists 150,000 pods and
-reviews every agent's token, the leader's Lease renewals time out, and leadership moves every
-20-45 s; the 10,000-node figures are extrapolated (`leader_scale_figures.extrapolate`).
+On a 2-core machine the defaults are 1,000 and 2,500 nodes, and 1,000 on the real control plane: at
+5,000 the simulated agents alone take about 1.3 cores, the sandbox's API server (one Python process,
+no priority and fairness) falls behind, the leader's Lease renewals time out, and leadership moves
+every one to five minutes, each new leader listing 150,000 pods again (2026-11-27, two runs: no
+steady state; once not every node judged in 10 minutes, once not every Node with batch resources
+in 15 minutes, the replicas restarted 7 times); the 10,000-node figures are extrapolated
+(`leader_scale_figures.extrapolate`).
 
 For each node count, `colocation sandbox` (the builtin API server, 2 operator replicas, controllers
 on; for `--scale-kube-nodes` the same with `--apiserver kube`: kube-apiserver, etcd, kwok's Nodes)

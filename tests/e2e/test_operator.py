@@ -267,6 +267,18 @@ async def test_reports_from_new_nodes_cost_no_authorization_review(admin: Kube) 
     assert reviews_after - reviews_before <= 1, (reviews_before, reviews_after)
 
 
+async def test_the_leader_gives_its_heaps_free_pages_back_once_a_minute(admin: Kube) -> None:
+    """glibc keeps pages freed below blocks in use in the RSS; every replica calls malloc_trim once
+    a minute and counts it (the RSS given back may be 0 on a small cluster)."""
+    _, endpoint, context = await leader(admin)
+
+    async def trimmed() -> bool:
+        return await _leader_sample(endpoint, context, "colocation_heap_trims_total") >= 1
+
+    await wait_for(trimmed, timeout=90, interval=1.0)  # one interval after the process started, at most
+    assert await _leader_sample(endpoint, context, "colocation_heap_trim_seconds_total") < 5.0
+
+
 async def test_an_agent_may_write_only_its_own_nodes_lease(admin: Kube, real_cluster: bool) -> None:
     """manifests/agent-lease-policy.yaml: RBAC grants the agents every Lease of the namespace; the
     ValidatingAdmissionPolicy holds each to the node its token is bound to."""
