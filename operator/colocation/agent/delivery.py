@@ -13,7 +13,6 @@ knows what to send again — the latest report, or the samples still held.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,6 +21,7 @@ import orjson
 
 from colocation.agent.kubeapi import KubeApi
 from colocation.agent.leader_locator import Leader, LeaderLocator
+from colocation.apimachinery.event_wait import wait_set
 from colocation.apimachinery.tables import metadata_only_accept
 
 # PUT `path` with `body` to the leader within `timeout`: (status, decoded body).
@@ -146,6 +146,5 @@ async def run_checks(check: Callable[[], Awaitable[float]], wake: asyncio.Event)
     while True:
         delay = await check()
         if not wake.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), delay)
+            await wait_set(wake, delay)
         wake.clear()

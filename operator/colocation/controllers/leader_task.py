@@ -25,6 +25,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
+from colocation.apimachinery.event_wait import wait_set
 from colocation.controllers import kopf_app
 from colocation.controllers.cluster import ClusterState, slim_node
 from colocation.controllers.configsource import ConfigSource
@@ -173,8 +174,7 @@ class Controllers:
                 await self._evaluate()
             except Exception:  # one failed evaluation must not stop the next one
                 log.exception("evaluation failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.state.wake.wait(), max(interval - (time.monotonic() - started), 0))
+            await wait_set(self.state.wake, max(interval - (time.monotonic() - started), 0))
             # A burst of changes (nodes joining) evaluates at most this often.
             await asyncio.sleep(max(min(interval, MIN_SPACING) - (time.monotonic() - started), 0))
 

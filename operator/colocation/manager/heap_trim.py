@@ -14,7 +14,6 @@ Where the C library has no `malloc_trim` (musl), nothing is done.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import logging
 import os
@@ -22,6 +21,8 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter
+
+from colocation.apimachinery.event_wait import wait_set
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,5 @@ class HeapTrimmer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Trim every `interval` seconds until `stop` is set."""
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval)
-            if not stop.is_set():
-                self.trim_once()
+        while not await wait_set(stop, self.interval):
+            self.trim_once()

@@ -29,6 +29,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from colocation.apimachinery.event_wait import wait_set
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, RequestHeaderConfig
 from colocation.apiserver.eviction_routes import EvictionRequestsUpload
@@ -109,8 +110,7 @@ async def _retry(what: str, attempt: Callable[[], Awaitable[Any]], stop: asyncio
         except Exception as error:  # keep trying until the API answers; the log says why
             delay = backoff.next_delay()
             log.warning(f"{what} failed, retrying", extra={"error": str(error), "retry_in": round(delay, 2)})
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+            await wait_set(stop, delay)
     return None
 
 
@@ -331,8 +331,7 @@ class OperatorProcess:
                     following = asyncio.create_task(self._follow_while_draining(follower))
                     # Endpoints drop a replica only once they see it not ready: closing at once would
                     # leave the aggregator dialing a closed port meanwhile.
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.stop_now.wait(), config.shutdown_delay)
+                    await wait_set(self.stop_now, config.shutdown_delay)
                     following.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await following

@@ -14,7 +14,6 @@ every webhook of the pod webhook's MutatingWebhookConfiguration that calls that 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import ssl
@@ -26,6 +25,7 @@ from kubernetes_asyncio.client import AdmissionregistrationV1Api, ApiClient, Api
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from colocation.apimachinery import certificates
+from colocation.apimachinery.event_wait import wait_set
 from colocation.apimachinery.objects import Obj
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
@@ -209,8 +209,7 @@ class ServingFiles(_ServedCertificate):
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval)  # the polling period
+            await wait_set(stop, self.interval)  # the polling period
             try:
                 self.reload()
             except (OSError, ValueError, ssl.SSLError) as error:  # a renewal half written: next time
@@ -342,5 +341,4 @@ class ServingTls(_ServedCertificate):
                 delay = backoff.next_delay()
                 log.warning("serving TLS sync failed, retrying", extra={"error": str(error),
                                                                        "retry_in": round(delay, 2)})
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+            await wait_set(stop, delay)

@@ -11,7 +11,6 @@ Available. SIGINT/SIGTERM stops everything started, last first, and removes the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import orjson
 import yaml
 
 from colocation.agent.synthetic import SIMULATED_LABEL
+from colocation.apimachinery.event_wait import wait_set
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.sandbox.launcher.child_processes import (
@@ -227,8 +227,7 @@ class KubeSandbox:
         assert self.plane is not None
         while not stop.is_set():
             self.plane.check_running()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 2.0)
+            await wait_set(stop, 2.0)
 
     async def stop(self) -> None:
         await terminate(self.simulated_agents, SIMULATED_AGENT_STOP_GRACE)
