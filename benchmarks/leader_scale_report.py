@@ -150,11 +150,12 @@ def _kill_rows(results: list[SizeResult]) -> list[list[str]]:
 
 
 def _profile_lines(results: list[SizeResult]) -> list[str]:
-    """The shares of the profiles side by side; the innermost frames of the largest node count's."""
+    """The shares of the profiles side by side; the innermost frames of the largest node count's on the
+    builtin API server (the verdicts' basis), else of the largest."""
     profiled = [r for r in results if r.profile_samples]
     if not profiled:
         return []
-    largest = profiled[-1]
+    largest = max(profiled, key=lambda r: (r.apiserver == BUILTIN, r.nodes))
     header = ["Samples with a frame of", *(f"{r.label} nodes" for r in profiled)]
     rows = [[label, *(f"{dict(r.profile_shares).get(label, 0.0):.1%}" for r in profiled)]
             for label, _ in leader_scale.PROFILE_MARKERS]

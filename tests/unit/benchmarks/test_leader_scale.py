@@ -210,8 +210,13 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
 
     kube = result(996, rss=(150 << 20))
     kube.apiserver = KUBE
+    kube.profile_samples, kube.profile = 1000, [("serve (nodemetric_routes.py:240)", 0.3)]
+    kube.profile_shares = large.profile_shares
     report.results.append(kube)
     section = leader_scale_report.render(report, machine.describe(), "x")
+    # The innermost frames shown are the largest builtin count's, the verdicts' basis, not the kube row's.
+    assert "Innermost frames (own time) at 5,000 nodes, top 12:" in section
+    assert "| Samples with a frame of | 5,000 nodes | 1,000 (kube) nodes |" in section
     assert section.startswith("## Leader at scale: 996, 4,996 nodes (and 996 on the real control plane), every")
     assert "| 1,000 (kube) | 0.10 | 0.02 | 150.0 MiB |" in section
     assert "Leader RSS = 100 MiB + 30.0 KiB x nodes" in section  # the fits leave the real control plane out
