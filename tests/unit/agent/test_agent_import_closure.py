@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from colocation.apimachinery import certificates
-from colocation.sandbox.launcher.child_processes import free_port
+from colocation.sandbox.launcher.port_claims import free_port
 from tests.timing import TIME_FACTOR
 
 AGENT_IMPORTS = ("colocation.cli", "colocation.agent.runtime")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import resource
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from colocation.agent.simulated import (
     socket_budget,
     start_delays,
 )
+from colocation.sandbox.launcher.port_claims import free_port
 from tests.timing import TIME_FACTOR
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/colocation-node-lease/leases"
@@ -137,12 +137,6 @@ def kubeconfig(tmp_path: Path, server: str) -> Path:
         "current-context": "sim", "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
         "clusters": [{"name": "sim", "cluster": {"server": server}}], "users": [{"name": "sim", "user": {}}]}))
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def metrics_of(port: int) -> selfcheck.AgentHealth:

@@ -1,4 +1,4 @@
-"""What every launcher does with its children: ports, tokens, starting, restarting, stopping, listing.
+"""What every launcher does with its children: tokens, starting, restarting, stopping, listing.
 
 Operator replicas and node agents of the builtin sandbox, and the control-plane processes and
 pods of the real one, all come and go through these.
@@ -12,7 +12,6 @@ import ctypes
 import logging
 import os
 import signal
-import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,12 +25,6 @@ from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 TOKEN_SECONDS = 7 * 24 * 3600
 STOP_GRACE_SECONDS = 10.0
 PR_SET_PDEATHSIG = 1
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def die_with_parent() -> None:

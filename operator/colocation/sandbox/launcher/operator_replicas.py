@@ -25,10 +25,10 @@ from colocation.sandbox.launcher.child_processes import (
     TOKEN_SECONDS,
     ChildProcess,
     Supervisor,
-    free_port,
     write_state,
 )
 from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
+from colocation.sandbox.launcher.port_claims import free_port
 from colocation.sandbox.server.api_aggregator import LOCAL_ENDPOINTS_ANNOTATION
 
 log = logging.getLogger(__name__)

@@ -40,10 +40,10 @@ from colocation.sandbox.launcher.child_processes import (
     TOKEN_SECONDS,
     ChildProcess,
     Supervisor,
-    free_port,
     write_state,
 )
 from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
+from colocation.sandbox.launcher.port_claims import free_port
 from colocation.sandbox.server.admission import new_namespace
 
 log = logging.getLogger(__name__)

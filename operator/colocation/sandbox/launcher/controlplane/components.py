@@ -21,10 +21,11 @@ from pathlib import Path
 
 import aiohttp
 
-from colocation.sandbox.launcher.child_processes import die_with_parent, free_port, terminate
+from colocation.sandbox.launcher.child_processes import die_with_parent, terminate
 from colocation.sandbox.launcher.controlplane import pki
 from colocation.sandbox.launcher.controlplane.binaries import Binaries
 from colocation.sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
+from colocation.sandbox.launcher.port_claims import free_port
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,6 @@ from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.sandbox.launcher.child_processes import (
     die_with_parent,
-    free_port,
     start_logged,
     terminate,
     write_state,
@@ -40,6 +39,7 @@ from colocation.sandbox.launcher.controlplane.kubelet import NodeKubelet
 from colocation.sandbox.launcher.controlplane.podnetwork import PodNetwork
 from colocation.sandbox.launcher.controlplane.restclient import RestClient, client_for
 from colocation.sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
+from colocation.sandbox.launcher.port_claims import free_port
 from colocation.sandbox.launcher.project_install import load_crds, project_root, render_manifests
 from colocation.sandbox.launcher.sandbox_nodes import machine_capacity, machine_node_name, simulation_groups
 
