@@ -519,7 +519,8 @@ async def test_a_silent_agent_loses_batch_resources_then_batch_pods_then_recover
         assert shown_batch(resource) == (None, None)  # what the Node offers: nothing
         assert condition(resource, "AgentReady") == "False"
         assert condition(resource, "ColocationReady") == "False"
-        assert await events(admin, "default", node, "ColocationAgentNotReady")
+        # Posted just after the status is written: it may follow the status by a moment.
+        await wait_for(lambda: events(admin, "default", node, "ColocationAgentNotReady"), timeout=5)
 
         async def evicted() -> bool:
             return not await pod_exists(admin, namespace, "batch") and not await pod_exists(admin, namespace, "free")
@@ -539,7 +540,7 @@ async def test_a_silent_agent_loses_batch_resources_then_batch_pods_then_recover
     await wait_for(lambda: healthy(admin, node), timeout=10)
     resource = await wait_for(lambda: shows_what_the_node_offers(admin, node), timeout=5)
     assert condition(resource, "Evicting") == "False"
-    assert await events(admin, "default", node, "ColocationRecovered")
+    await wait_for(lambda: events(admin, "default", node, "ColocationRecovered"), timeout=5)
 
 
 async def test_reports_are_the_agents_heartbeat_and_their_leases_are_left_alone(
