@@ -13,6 +13,7 @@ other suite starting sandboxes beside it. So a port handed out here:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -52,22 +53,18 @@ def pickable_ports(ephemeral: tuple[int, int]) -> list[range]:
 
 
 def claim(claims_dir: Path, port: int, now: float) -> bool:
-    """Create `port`'s claim file; False while another claim on it is younger than CLAIM_SECONDS."""
-    claims_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create `port`'s claim file in `claims_dir`; False while another claim on it is younger than
+    CLAIM_SECONDS."""
     path = claims_dir / str(port)
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        return True
-    except FileExistsError:
-        pass
-    try:
+    with contextlib.suppress(FileNotFoundError):
         if now - path.stat().st_mtime < CLAIM_SECONDS:
             return False
         path.unlink()  # a stale claim: its child has bound the port long ago, or never will
+    try:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        return True
-    except (FileExistsError, FileNotFoundError):
-        return False  # another picker took it over first
+    except FileExistsError:
+        return False  # another picker claimed it first
+    return True
 
 
 def binds(host: str, port: int) -> bool:
@@ -85,6 +82,7 @@ def free_port(host: str = "127.0.0.1", *, claims_dir: Path | None = None,
     """A port on `host` that nothing listens on, that the kernel will not hand out, and that no
     other caller of this function gets for CLAIM_SECONDS."""
     claims = claims_dir or default_claims_dir()
+    claims.mkdir(mode=0o700, parents=True, exist_ok=True)
     spans = pickable_ports(ephemeral or ephemeral_range())
     pick = rng or random.SystemRandom()
     if spans:
@@ -101,4 +99,4 @@ def free_port(host: str = "127.0.0.1", *, claims_dir: Path | None = None,
             port = int(probe.getsockname()[1])
         if claim(claims, port, clock()):
             return port
-    raise RuntimeError(f"no free port on {host} after {2 * PICK_ATTEMPTS} tries; claims in {claims}")
+    raise RuntimeError(f"no free port on {host}: every one tried is in use or claimed in {claims}")
