@@ -47,8 +47,11 @@ typecheck: $(STAMP)  ## mypy, strict on the package, the tests and the benchmark
 	$(BIN)/mypy
 	$(BIN)/mypy tests benchmarks
 
-unit: $(STAMP)  ## unit tests only
-	$(BIN)/pytest tests/unit -n $(UNIT_JOBS) $(PYTEST_ARGS)
+# The timed pipelines (tests that start processes and judge their timing) run alone, after the
+# parallel run: an xdist worker beside them would take the cores they time.
+unit: $(STAMP)  ## unit tests only: in parallel, then the timed pipelines alone
+	$(BIN)/pytest tests/unit -n $(UNIT_JOBS) -m "not timed_pipeline" $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit -m timed_pipeline $(PYTEST_ARGS)
 
 COLOCATION_FUZZ_EXAMPLES ?= 5000
 fuzz: $(STAMP)  ## the report-path and read-path fuzz tests with a long budget (COLOCATION_FUZZ_EXAMPLES)
@@ -72,8 +75,7 @@ e2e-kube: $(STAMP) kubectl-ready  ## e2e tests against the real control plane (`
 	@if command -v go >/dev/null; then $(BIN)/pytest tests/e2e --apiserver kube $(PYTEST_ARGS); \
 	else echo "skip: e2e against the real control plane: Go 1.26 is not installed, so it cannot be built"; fi
 
-test: lint typecheck kubectl-ready chart  ## everything CI runs: lint, types, unit, e2e on the sandbox and on the real control plane
-	$(BIN)/pytest tests/unit -n $(UNIT_JOBS) $(PYTEST_ARGS)
+test: lint typecheck kubectl-ready chart unit  ## everything CI runs: lint, types, unit, e2e on the sandbox and on the real control plane
 	BIN=$(BIN) scripts/e2e-both.sh $(PYTEST_ARGS)
 
 helm:  ## build helm 4 from its Go module (cached in ~/.cache/colocation; cold: about 4 minutes)

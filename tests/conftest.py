@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Our machines are shared and noisy: generation speed is not what these properties test.
@@ -11,3 +12,14 @@ settings.register_profile("default", deadline=None, suppress_health_check=[Healt
 # CI explores the same examples on every run, so a red run can be reproduced.
 settings.register_profile("ci", parent=settings.get_profile("default"), derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A timed pipeline never shares the cores with another test process unawares: under xdist it
+    is skipped with a line that says so (`make unit` runs these alone, after the parallel run)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    skip = pytest.mark.skip(reason="a timed pipeline runs alone: `make unit` runs it after the parallel run")
+    for item in items:
+        if item.get_closest_marker("timed_pipeline") is not None:
+            item.add_marker(skip)

@@ -144,6 +144,7 @@ async def metrics_of(port: int) -> selfcheck.AgentHealth:
         return await selfcheck.read_health(session, f"http://127.0.0.1:{port}/metrics")
 
 
+@pytest.mark.timed_pipeline
 async def test_nodes_are_heard_and_informers_synced_with_far_more_watches_than_request_slots(
         api_server: tuple[FakeApiServer, str], tmp_path: Path) -> None:
     server, url = api_server

@@ -56,6 +56,7 @@ def test_replace_section_keeps_other_benchmarks() -> None:
     assert second.count(begin) == 1 and second.count(end) == 1
 
 
+@pytest.mark.timed_pipeline
 async def test_tiny_run_measures_every_phase(tmp_path: Path) -> None:
     config = sandbox_capacity.CapacityConfig(
         nodes=5, pods_per_node=3, namespaces=2, concurrency=4, watchers=2, watch_updates=10, list_repeats=1,

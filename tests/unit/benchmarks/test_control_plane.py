@@ -61,6 +61,7 @@ def test_rows_are_per_node_per_minute_and_split_by_path() -> None:
     assert report.total("NodeMetric CRD").requests == 1.0
 
 
+@pytest.mark.timed_pipeline
 async def test_a_tiny_control_plane_run_counts_both_paths(tmp_path: Path) -> None:
     etcd = "run" if shutil.which("etcd") else "skip"
     report = await control_plane.run(ControlPlaneConfig(nodes=3, pods_per_node=2, window=6.0, etcd=etcd,

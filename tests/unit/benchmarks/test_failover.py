@@ -6,12 +6,14 @@ import math
 from pathlib import Path
 
 import orjson
+import pytest
 
 from benchmarks import cp_plots, failover_report, machine, operator_failover
 from benchmarks.failover_staleness import StalenessConfig
 from benchmarks.markdown import replace_section
 
 
+@pytest.mark.timed_pipeline
 async def test_a_tiny_failover_and_staleness_run_reports_every_kill(tmp_path: Path) -> None:
     config = operator_failover.FailoverConfig(
         nodes=3, pods_per_node=2, targets=("builtin",), replica_counts=(2,), kills=1, state_dir=tmp_path,

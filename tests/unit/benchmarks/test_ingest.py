@@ -64,6 +64,7 @@ def test_the_section_is_replaced_and_other_sections_are_kept(tmp_path: Path) -> 
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.timed_pipeline
 async def test_a_tiny_run_reports_every_phase(tmp_path: Path) -> None:
     config = operator_ingest.IngestConfig(sizes=(12,), pods_per_node=30, concurrency=4, ingest_seconds=1.0,
                                           read_seconds=1.0, watchers=2, profile="never", state_dir=tmp_path)
