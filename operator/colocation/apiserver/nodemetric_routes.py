@@ -3,9 +3,12 @@
 Reads are served by every replica from its copy (a standby's copy follows the leader), so the
 informers of other components keep working through a failover. Writes (agent reports) are
 accepted by the leader only; a standby answers 503 with a Status naming the leader and a
-Retry-After of 1 s (client-go then sends it again, and the Service may reach the leader). Other stages
-may take agent writes to further subresources of nodemetrics (custom metric samples) through an
-`AgentUpload`: the same checks apply, and the API server does not learn what they hold.
+Retry-After of 1 s (client-go then sends it again, and the Service may reach the leader). A report
+whose updateTime the store replaced by the receipt time (more than `MAX_UPDATE_TIME_AHEAD` ahead)
+is answered with a `Warning` header saying so, as kube-apiserver sends warnings (client-go logs
+them). Other stages may take agent writes to further subresources of nodemetrics (custom metric
+samples) through an `AgentUpload`: the same checks apply, and the API server does not learn what
+they hold.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import orjson
 from aiohttp import web
 
 from colocation.apimachinery import discovery_documents as legacy
+from colocation.apimachinery.clock import format_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.objects import Obj
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
@@ -52,11 +56,12 @@ from colocation.nodemetrics.report_schema import (
     COLLECTION_PATH,
     GROUP,
     KIND,
+    MAX_UPDATE_TIME_AHEAD,
     RESOURCE,
     VERSION,
     validate_report,
 )
-from colocation.nodemetrics.storage_interface import Entry, NodeMetricServing
+from colocation.nodemetrics.storage_interface import Entry, NodeMetricServing, update_time_ahead
 
 GROUP_VERSION = f"{GROUP}/{VERSION}"
 # How long a read waits for a resourceVersion ahead of this replica: the watch cache's blockTimeout.
@@ -243,10 +248,13 @@ class NodeMetricGroup:
         metadata_version = wants_metadata_only(request.headers.get("Accept", ""))  # a 406 stores nothing
         entry = self.store.put(report, self.node_labels(node) or {})
         self.metrics.reports_accepted.inc()
+        ahead = update_time_ahead(report, entry)
+        headers = {"Warning": update_time_warning(ahead, entry.figures.update_time)} if ahead else None
         if metadata_version is not None:
             # The agents ask for this: the object they sent back is half a report's bytes to encrypt.
-            return web.Response(body=_partial_metadata(entry, metadata_version), content_type="application/json")
-        return web.Response(body=entry.body, content_type="application/json")
+            return web.Response(body=_partial_metadata(entry, metadata_version), content_type="application/json",
+                                headers=headers)
+        return web.Response(body=entry.body, content_type="application/json", headers=headers)
 
     def _upload_handler(self, upload: AgentUpload[Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handler(request: web.Request) -> web.Response:
@@ -295,6 +303,18 @@ class NodeMetricGroup:
         if content_type not in ("application/json", ""):
             raise ApiError.unsupported_media_type(content_type)
         return await request.read()  # client_max_size turns a longer body into 413
+
+
+def update_time_warning(ahead: float, stored: float) -> str:
+    """The Warning header for a report whose updateTime, `ahead` seconds after `stored`, was stored as `stored`."""
+    return warning_header(f"status.updateTime was {ahead:.0f} s ahead of the server's clock (more than "
+                          f"{MAX_UPDATE_TIME_AHEAD:.0f} s): stored as the time the report was received, "
+                          f"{format_time(stored)}")
+
+
+def warning_header(text: str) -> str:
+    """A `Warning` header value as kube-apiserver writes one: code 299, no agent, the text quoted."""
+    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _partial_metadata(entry: Entry, version: str) -> bytes:

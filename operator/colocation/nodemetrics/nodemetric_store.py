@@ -14,8 +14,9 @@ Each entry carries when the leader took its content in (`Entry.received_at`, the
 clock; on a standby, the leader's clock as its resourceVersion carries it, since a write's
 version is at least the leader's wall clock in microseconds, so a copy relisted after a
 failover does not look fresh): readers order and age reports by it, never by the agent's
-`updateTime`, which is stored and served as sent (in its canonical form) and may be any time
-from 1970 to 9999.
+`updateTime`. That is stored and served as sent (in its canonical form), from 1970 on, unless it
+is more than `MAX_UPDATE_TIME_AHEAD` ahead of the receipt time, which then replaces it
+(`ValidatedReport.as_received`): no object claims a later time than its receipt plus that bound.
 
 Pure; both clocks are injected. Single-threaded: call it from the loop.
 """
@@ -48,7 +49,7 @@ from colocation.nodemetrics.nodemetric_watch_window import (
 )
 from colocation.nodemetrics.report_schema import API_VERSION, KIND, LIST_KIND, ValidatedReport, figures_of
 from colocation.nodemetrics.resource_versions import MICROSECONDS, ResourceVersionClock
-from colocation.nodemetrics.storage_interface import Entry
+from colocation.nodemetrics.storage_interface import Entry, update_time_ahead
 
 _STATUS_KEY = b',"status":'
 _OBJECT_HEAD = b'{"apiVersion":"' + API_VERSION.encode() + b'","kind":"' + KIND.encode() + b'","metadata":'
@@ -64,6 +65,8 @@ class NodeMetricStore:
         self._names: list[str] = []  # sorted: lists come out in name order without sorting
         self._versions = ResourceVersionClock(clock_wall)
         self._window = EventWindow(self._versions, size=window, watcher_queue=watcher_queue)
+        # Called for each report stored with its receipt time as updateTime (`StorageMetrics.track`).
+        self.on_update_time_replaced: Callable[[], object] = _nothing
 
     # -- figures for metrics --------------------------------------------------------------------
 
@@ -106,21 +109,31 @@ class NodeMetricStore:
     # -- writes ---------------------------------------------------------------------------------
 
     def put(self, report: ValidatedReport, labels: Mapping[str, str]) -> Entry:
-        """Store a node's report; an unchanged report only refreshes the node's freshness."""
+        """Store a node's report; an unchanged report only refreshes the node's freshness.
+
+        An updateTime more than MAX_UPDATE_TIME_AHEAD ahead of the receipt time is replaced by it
+        (`update_time_ahead` tells the caller). The same report sent again is unchanged, even then:
+        its updateTime stays the first receipt's, so a stuck agent's repeats do not look new.
+        """
         now = self._monotonic()
+        received_at = self._wall()
         labels = dict(labels)
         previous = self._entries.get(report.name)
-        if previous is not None and previous.labels == labels and _ends_with_status(previous.body, report.status_json):
+        stored = report.as_received(received_at)
+        if previous is not None and previous.labels == labels and (
+                _ends_with_status(previous.body, stored.status_json) or _sent_again(previous, report)):
             entry = dataclasses.replace(previous, last_seen_monotonic=now)
             self._entries[report.name] = entry
-            return entry
-        rv = self._versions.next()
-        received_at = self._wall()
-        created = previous.creation_timestamp if previous is not None else format_time(received_at)
-        body = _render(report.name, labels, rv, created, report.status_json)
-        entry = Entry(report.name, labels, rv, deflated(body), report.figures, created, now, received_at)
-        self._store(entry)
-        self._emit_change(entry, previous, body)
+        else:
+            rv = self._versions.next()
+            created = previous.creation_timestamp if previous is not None else format_time(received_at)
+            body = _render(report.name, labels, rv, created, stored.status_json)
+            sent = report.figures.update_time if stored is not report else None
+            entry = Entry(report.name, labels, rv, deflated(body), stored.figures, created, now, received_at, sent)
+            self._store(entry)
+            self._emit_change(entry, previous, body)
+        if update_time_ahead(report, entry):
+            self.on_update_time_replaced()
         return entry
 
     def delete(self, name: str) -> Entry | None:
@@ -297,6 +310,16 @@ class NodeMetricStore:
             last_seen_monotonic=self._monotonic(),
             received_at=min(self._wall(), _resource_version_of(obj) / MICROSECONDS),
         )
+
+
+def _nothing() -> None:
+    pass
+
+
+def _sent_again(previous: Entry, report: ValidatedReport) -> bool:
+    """Whether `report` is the one `previous` holds with a receipt time as its updateTime, sent again."""
+    return (previous.update_time_sent == report.figures.update_time
+            and _ends_with_status(previous.body, report.with_update_time(previous.figures.update_time).status_json))
 
 
 def _render(name: str, labels: Mapping[str, str], rv: int, created: str, status_json: bytes) -> bytes:

@@ -17,10 +17,16 @@ controllers, custom metrics, standbys, Go clients): quantities at most 922337203
 (their milli-value fits an int64), durations within Go's, `updateTime` RFC 3339 between 1970
 and 9999 (stored in UTC, whole seconds; the value is the agent's clock, shown, never used to
 order or expire anything), `recentUsage.windowSeconds` a JSON integer in 1..60, and the counts below.
+
+An updateTime more than `MAX_UPDATE_TIME_AHEAD` ahead of the leader's clock when the report
+arrives is not refused but stored as the receipt time (`ValidatedReport.as_received`): clients
+such as Koordinator's expire a NodeMetric some minutes after its updateTime, and a clock set
+far ahead would otherwise keep its node fresh for them forever.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 from collections.abc import Callable, Mapping
@@ -41,7 +47,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError, SchemaValidator
 from typing_extensions import TypedDict  # pydantic needs typing_extensions' TypedDict on 3.11
 
-from colocation.apimachinery.clock import parse_time
+from colocation.apimachinery.clock import format_time, parse_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.fielderrors import FieldErrorStyle, decoded_object, go_quote
 from colocation.apimachinery.fieldtypes import (
@@ -76,6 +82,9 @@ MAX_PODS = 1_000
 MAX_AGGREGATIONS = 16  # aggregatedNodeUsages: one per duration
 MAX_RESOURCES = 64  # names in one resource map
 MAX_RECENT_WINDOW_SECONDS = 60  # agents use 10 s; metrics-server's scrape interval is at most a minute
+# How far ahead of the leader's clock a report's updateTime may be and still be stored as sent:
+# five minutes, the skew hosts are commonly allowed (Kerberos); NTP keeps nodes within milliseconds.
+MAX_UPDATE_TIME_AHEAD = 300.0
 
 # The schema is TypedDicts validated by one pydantic-core validator: the result is plain dicts in
 # schema order with unknown keys dropped, which orjson writes as the canonical body. BaseModel
@@ -247,7 +256,7 @@ class UsageFigures:
     cpu_millis: int  # status.nodeMetric.nodeUsage cpu
     memory_bytes: int  # status.nodeMetric.nodeUsage memory
     pod_count: int
-    update_time: float  # status.updateTime, seconds since the epoch: the agent's clock, for display
+    update_time: float  # status.updateTime, seconds since the epoch: the agent's clock or a receipt time, for display
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +275,22 @@ class ValidatedReport:
         """The canonical object as a dict (parses `status_json`: not for the ingest path)."""
         return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": self.name},
                 "status": orjson.loads(self.status_json)}
+
+    def as_received(self, received_at: float) -> ValidatedReport:
+        """The report to store when it arrives at `received_at` (the leader's wall clock): itself,
+        or, when its updateTime is more than MAX_UPDATE_TIME_AHEAD ahead of `received_at`, itself
+        with `received_at` as its updateTime. Nothing stored then claims a later time than that."""
+        if self.figures.update_time - received_at <= MAX_UPDATE_TIME_AHEAD:
+            return self
+        return self.with_update_time(received_at)
+
+    def with_update_time(self, at: float) -> ValidatedReport:
+        """The report with `at` (seconds since the epoch) as its updateTime, in whole seconds as stored."""
+        text = format_time(at)
+        status = orjson.loads(self.status_json)
+        status["updateTime"] = text  # in place: the keys keep their order
+        return ValidatedReport(self.name, orjson.dumps(status),
+                               dataclasses.replace(self.figures, update_time=_seconds(text)))
 
 
 def validate_report(raw: bytes, node: str) -> ValidatedReport:

@@ -35,6 +35,10 @@ class Entry:
     # When this replica took in this content (a changed report, or the leader's event), on its
     # own wall clock. What orders reports and ages history, never the agent's updateTime.
     received_at: float
+    # The updateTime the agent sent, when it was more than MAX_UPDATE_TIME_AHEAD ahead of
+    # `received_at` and the object carries `received_at` instead; None when it carries the agent's
+    # (and on a standby, which copies the leader's objects).
+    update_time_sent: float | None = None
 
     @property
     def body(self) -> bytes:
@@ -67,7 +71,8 @@ class NodeMetricServing(NodeMetricReader, Protocol):
         ApiError for a bad resourceVersion."""
 
     def put(self, report: ValidatedReport, labels: Mapping[str, str]) -> Entry:
-        """Store a node's report, with the Node's labels."""
+        """Store a node's report, with the Node's labels; an updateTime too far ahead of the receipt
+        time is replaced by it (`ValidatedReport.as_received`, `update_time_ahead`)."""
 
 
 class ReplicaTarget(Protocol):
@@ -83,3 +88,9 @@ class ReplicaTarget(Protocol):
 
     def replace_all(self, bodies: builtins.list[bytes], resource_version: int) -> None:
         """Make the contents those of the leader's list at `resource_version`."""
+
+
+def update_time_ahead(report: ValidatedReport, entry: Entry) -> float:
+    """Seconds by which the updateTime `report` was sent with is later than the one `entry`, what
+    storing it gave, carries: more than 0 only when the store replaced it by a receipt time."""
+    return max(0.0, report.figures.update_time - entry.figures.update_time)

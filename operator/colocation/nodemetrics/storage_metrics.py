@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.report_schema import MAX_UPDATE_TIME_AHEAD
 
 
 class StorageMetrics:
@@ -22,6 +23,10 @@ class StorageMetrics:
                                "Nodes dropped after being silent for the metric TTL.", registry=r)
         self.deleted = Counter("colocation_nodemetric_deleted_nodes_total",
                                "Nodes dropped because their Node was deleted.", registry=r)
+        self.update_time_replaced = Counter(
+            "colocation_nodemetric_update_time_replaced_total",
+            f"Reports whose status.updateTime was more than {MAX_UPDATE_TIME_AHEAD:.0f} s ahead of the leader's "
+            "clock, stored with the time they were received instead.", registry=r)
         self.replication_events = Counter("colocation_standby_replicated_events_total",
                                           "NodeMetric events a standby applied from the leader's watch.",
                                           registry=r)
@@ -29,7 +34,9 @@ class StorageMetrics:
                                            "Full relists a standby made of the leader's NodeMetrics.", registry=r)
 
     def track(self, store: NodeMetricStore) -> None:
-        """Read the store's sizes at scrape time instead of updating gauges on every change."""
+        """Read the store's sizes at scrape time instead of updating gauges on every change, and
+        count the updateTimes it replaces."""
+        store.on_update_time_replaced = self.update_time_replaced.inc
         self.nodes.set_function(lambda: store.node_count)
         self.watchers.set_function(lambda: store.watcher_count)
         self.window_events.set_function(lambda: store.window_events)

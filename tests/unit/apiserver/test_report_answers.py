@@ -1,4 +1,5 @@
-"""What a report's PUT answers: the stored object, or only its metadata when the writer asks."""
+"""What a report's PUT answers: the stored object, or only its metadata when the writer asks; a
+Warning header when the updateTime was stored as the receipt time (issue 34)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, TokenReviewResult
 from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec
 from colocation.apiserver.generic_apiserver import AggregatedApiServer
-from colocation.apiserver.nodemetric_routes import NodeMetricGroup
+from colocation.apiserver.nodemetric_routes import NodeMetricGroup, update_time_warning, warning_header
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.report_schema import MAX_UPDATE_TIME_AHEAD
+from tests.unit.nodemetrics.test_nodemetric_store import T0, Clock
 
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
 AGENT = Caller("system:serviceaccount:colocation-system:colocation-agent",
@@ -27,6 +30,7 @@ NODES = {"node-1": {"pool": "batch"}}
 class Leader:
     is_leader = True
     leader_identity = "operator-0"
+    leader_endpoint = ""
 
 
 async def review(token: str) -> TokenReviewResult:
@@ -38,11 +42,16 @@ async def may(spec: SubjectAccessSpec) -> bool:
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[TestClient[Any, Any]]:
+def clock() -> Clock:
+    return Clock()  # at T0, the reports' updateTime
+
+
+@pytest.fixture
+async def client(clock: Clock) -> AsyncIterator[TestClient[Any, Any]]:
     metrics = ServerMetrics()
     authorizer = DelegatingAuthorizer(may)
-    group = NodeMetricGroup(NodeMetricStore(lambda: 1e9, lambda: 100.0), authorizer, Leader(),
-                            NODES.__contains__, NODES.get, metrics)
+    group = NodeMetricGroup(NodeMetricStore(clock.wall, clock.monotonic), authorizer, Leader(),
+                            NODES.__contains__, NODES.get, metrics, wall=clock.wall)
     api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, Leader(), metrics, [group])
     test_client: TestClient[Any, Any] = TestClient(TestServer(api.application()))
     await test_client.start_server()
@@ -50,18 +59,25 @@ async def client() -> AsyncIterator[TestClient[Any, Any]]:
     await test_client.close()
 
 
-def report(cpu: str) -> bytes:
+def report(cpu: str, update_time: str = "2026-11-22T10:00:00Z") -> bytes:
     return orjson.dumps({"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric",
                          "metadata": {"name": "node-1"},
-                         "status": {"updateTime": "2026-11-22T10:00:00Z",
+                         "status": {"updateTime": update_time,
                                     "nodeMetric": {"nodeUsage": {"resources": {"cpu": cpu, "memory": "1Gi"}}}}})
 
 
-async def put(client: TestClient[Any, Any], cpu: str, accept: str) -> tuple[int, Any]:
-    async with client.put(f"{BASE}/node-1/status", data=report(cpu),
+async def put_answer(client: TestClient[Any, Any], cpu: str, accept: str,
+                     update_time: str = "2026-11-22T10:00:00Z") -> tuple[int, Any, str | None]:
+    """The status, the body and the Warning header of a report's PUT."""
+    async with client.put(f"{BASE}/node-1/status", data=report(cpu, update_time),
                           headers={"Authorization": "Bearer agent", "Content-Type": "application/json",
                                    "Accept": accept}) as response:
-        return response.status, await response.json()
+        return response.status, await response.json(), response.headers.get("Warning")
+
+
+async def put(client: TestClient[Any, Any], cpu: str, accept: str) -> tuple[int, Any]:
+    status, answer, _ = await put_answer(client, cpu, accept)
+    return status, answer
 
 
 async def stored(client: TestClient[Any, Any]) -> Any:
@@ -89,3 +105,46 @@ async def test_an_answer_nobody_can_serve_is_406_and_stores_nothing(client: Test
     status, answer = await put(client, "5", "application/json;as=Table;g=meta.k8s.io;v=v1")
     assert status == 406 and answer["kind"] == "Status" and answer["reason"] == "NotAcceptable"
     assert (await stored(client))["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "1"
+
+
+# ---- an updateTime from the future (issue 34) -------------------------------------------------------
+
+FAR_AHEAD = 253_402_300_799 - int(T0)  # 9999-12-31T23:59:59Z, seen at T0
+
+
+async def test_an_update_time_far_ahead_is_served_as_the_receipt_time_with_a_warning(
+        client: TestClient[Any, Any], clock: Clock) -> None:
+    status, answer, warning = await put_answer(client, "2", "application/json", "9999-12-31T23:59:59Z")
+    assert status == 200 and answer == await stored(client)
+    assert answer["status"]["updateTime"] == "2026-11-22T10:00:00Z"  # T0, when the report arrived
+    assert warning == (f'299 - "status.updateTime was {FAR_AHEAD} s ahead of the server\'s clock (more than 300 s): '
+                       'stored as the time the report was received, 2026-11-22T10:00:00Z"')
+    async with client.get(BASE, headers={"Authorization": "Bearer agent"}) as response:
+        [item] = (await response.json())["items"]
+    assert item["status"]["updateTime"] == "2026-11-22T10:00:00Z"
+    # The metadata-only answer the agents ask for carries the warning too.
+    clock.wall_time += 10
+    status, answer, warning = await put_answer(client, "3", metadata_only_accept(), "9999-12-31T23:59:59Z")
+    assert status == 200 and answer["kind"] == "PartialObjectMetadata"
+    assert warning is not None and warning.startswith(f'299 - "status.updateTime was {FAR_AHEAD - 10} s ahead')
+    assert (await stored(client))["status"]["updateTime"] == "2026-11-22T10:00:10Z"
+
+
+@pytest.mark.parametrize(("sent", "served"), [
+    ("2026-11-22T10:05:00Z", "2026-11-22T10:05:00Z"),  # T0 + 300 s, just under the bound: as sent
+    ("2026-11-22T10:05:01Z", "2026-11-22T10:00:00Z"),  # T0 + 301 s, just over: the receipt time
+])
+async def test_the_bound_is_judged_on_the_servers_clock(client: TestClient[Any, Any], sent: str, served: str) -> None:
+    assert MAX_UPDATE_TIME_AHEAD == 300
+    status, answer, warning = await put_answer(client, "2", "application/json", sent)
+    assert status == 200 and answer["status"]["updateTime"] == served
+    assert (await stored(client))["status"]["updateTime"] == served
+    assert (warning is None) == (served == sent)
+
+
+def test_the_warning_is_written_as_kube_apiserver_writes_one() -> None:
+    assert update_time_warning(3601, T0) == (
+        '299 - "status.updateTime was 3601 s ahead of the server\'s clock (more than 300 s): '
+        'stored as the time the report was received, 2026-11-22T10:00:00Z"')
+    # As k8s.io/apimachinery's util/net.NewWarningHeader quotes the text: only " and \ are escaped.
+    assert warning_header('a "b" \\ c') == '299 - "a \\"b\\" \\\\ c"'

@@ -146,16 +146,20 @@ async def test_a_refused_quantity_is_a_422_counted_as_rejected_and_stores_nothin
 
 # ---- updateTime -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("sent", "stored"), [
-    ("1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z"),
-    ("9999-12-31T23:59:59Z", "9999-12-31T23:59:59Z"),  # a clock far ahead is not refused
-    ("9999-12-31T23:59:59.999999999Z", "9999-12-31T23:59:59Z"),
-    ("2027-01-15T09:59:50.5+02:00", "2027-01-15T07:59:50Z"),
-    ("2027-01-15T07:59:50-00:30", "2027-01-15T08:29:50Z"),
+@pytest.mark.parametrize(("sent", "canonical", "stored"), [
+    ("1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z"),
+    # A clock far ahead is not refused; the store keeps the receipt time instead (test_receipt_time).
+    ("9999-12-31T23:59:59Z", "9999-12-31T23:59:59Z", "2027-01-15T08:00:00Z"),
+    ("9999-12-31T23:59:59.999999999Z", "9999-12-31T23:59:59Z", "2027-01-15T08:00:00Z"),
+    ("2027-01-15T09:59:50.5+02:00", "2027-01-15T07:59:50Z", "2027-01-15T07:59:50Z"),
+    ("2027-01-15T07:29:50-00:30", "2027-01-15T07:59:50Z", "2027-01-15T07:59:50Z"),
 ])
-def test_update_time_is_stored_as_rfc3339_utc_and_read_back_by_a_standby(sent: str, stored: str) -> None:
+def test_update_time_is_stored_as_rfc3339_utc_and_read_back_by_a_standby(sent: str, canonical: str,
+                                                                          stored: str) -> None:
+    report = validate_report(orjson.dumps(report_body(updateTime=sent)), "node-1")
+    assert orjson.loads(report.status_json)["updateTime"] == canonical
     leader = NodeMetricStore(lambda: NOW, lambda: 100.0)
-    entry = leader.put(validate_report(orjson.dumps(report_body(updateTime=sent)), "node-1"), {})
+    entry = leader.put(report, {})
     assert orjson.loads(entry.body)["status"]["updateTime"] == stored
     standby = NodeMetricStore(lambda: NOW, lambda: 100.0)
     standby.apply_event("ADDED", entry.body)
@@ -274,6 +278,7 @@ AGENT = Caller("system:serviceaccount:colocation-system:colocation-agent",
 class Leader:
     is_leader = True
     leader_identity = "me"
+    leader_endpoint = ""
 
 
 async def review(token: str) -> TokenReviewResult:

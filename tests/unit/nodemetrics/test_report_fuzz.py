@@ -6,6 +6,8 @@ stores something every reader can use. For each generated body:
 - a refusal changes nothing: the list, the resourceVersion, the standby's copy;
 - an accepted report raises the resourceVersion (or, unchanged, keeps it), replicates to a
   standby with the same figures, stores an RFC 3339 updateTime, leaves the other node alone,
+  is served by both with an updateTime no later than its receipt + MAX_UPDATE_TIME_AHEAD (the
+  one sent, or, when that is later, the receipt time: issue 34),
   and every consumer reads it: the resource metrics view and objects, the built-in custom
   metrics (values, history, the namespace-wide query), the batch formula, the table, health;
 - afterwards a sane report is recorded in the history at its receipt time (no hostile
@@ -26,7 +28,7 @@ import orjson
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from colocation.apimachinery.clock import RFC3339_PATTERN
+from colocation.apimachinery.clock import RFC3339_PATTERN, format_time, parse_time
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.fieldtypes import MAX_QUANTITY
 from colocation.apimachinery.quantity import parse_quantity
@@ -46,6 +48,7 @@ from colocation.nodemetrics.report_schema import (
     MAX_HOST_APPLICATIONS,
     MAX_PODS,
     MAX_RESOURCES,
+    MAX_UPDATE_TIME_AHEAD,
     validate_report,
 )
 from colocation.nodemetrics.resource_metrics_view import ResourceMetricsView
@@ -137,7 +140,9 @@ times = mostly(
     st.one_of(st.datetimes(min_value=dt.datetime(1970, 1, 2), max_value=dt.datetime(9999, 12, 30),
                            timezones=zones).map(dt.datetime.isoformat),
               st.sampled_from(["9999-12-31T23:59:59Z", "9999-12-31T23:59:59.999999999Z", "1970-01-01T00:00:00Z",
-                               "2027-01-15T08:00:00Z", "2027-01-15T08:00:00.123+02:00"])),
+                               "2027-01-15T08:00:00Z", "2027-01-15T08:00:00.123+02:00"]),
+              # Around the bound of how far ahead of the receipt time (NOW + 1 to 3 s) it is kept.
+              st.integers(-5, 5).map(lambda offset: format_time(NOW + MAX_UPDATE_TIME_AHEAD + offset))),
     st.one_of(st.datetimes(min_value=dt.datetime(1, 1, 1), timezones=zones).map(dt.datetime.isoformat),
               st.sampled_from(["0001-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "2027-01-15T08:00:00", "2027-01-15",
                                "garbage", "9999-12-31T23:59:59-01:00", "2027-02-30T00:00:00Z", "2027-01-15T07:59:60Z",
@@ -267,6 +272,20 @@ def assert_refusal(error: ApiError) -> None:
         assert causes and all(cause["field"].startswith("status") and cause["message"] for cause in causes), causes
 
 
+def assert_update_time_bounded(replicas: Replicas, raw: bytes, entry: Entry, *, changed: bool) -> None:
+    """No copy serves an updateTime later than the receipt time + the bound; a changed report's is
+    the one sent, or the receipt time when that is later."""
+    latest = replicas.now + MAX_UPDATE_TIME_AHEAD
+    for store in (replicas.leader, replicas.standby):
+        for item in orjson.loads(store.list_body())["items"]:
+            assert parse_time(item["status"]["updateTime"]) <= latest, item["status"]["updateTime"]
+    sent = validate_report(raw, NODE).figures.update_time
+    if sent > latest:
+        event("updateTime replaced by the receipt time")
+    if changed:
+        assert entry.figures.update_time == (sent if sent <= latest else float(int(replicas.now)))
+
+
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
 @given(st.lists(bodies, min_size=1, max_size=3))
@@ -291,6 +310,7 @@ def test_no_report_fails_a_reader_and_a_refused_one_changes_nothing(hostile_bodi
         copied = replicas.standby.get(NODE)
         assert copied is not None and (copied.body, copied.figures) == (entry.body, entry.figures)
         assert re.fullmatch(RFC3339_PATTERN, orjson.loads(entry.body)["status"]["updateTime"])
+        assert_update_time_bounded(replicas, raw, entry, changed=entry.resource_version > before[1])
         assert replicas.leader.get(OTHER) == other
         consume(replicas, entry)
 
