@@ -238,7 +238,9 @@ class LeaderElector:
         self.acquire_after = acquire_after
         # Jitter only shortens waits: a leader renews at least every retry period.
         self._period = Backoff(retry_period, retry_period, factor=1.0, jitter=0.2, rng=rng)
-        self._errors = Backoff(retry_period, max(retry_period, lease_duration / 2), factor=2.0, jitter=0.2, rng=rng)
+        # A failed call is tried again within a retry period at the latest, as client-go does: a
+        # standby then takes a lease that expired during an API outage within one period of its end.
+        self._errors = Backoff(retry_period / 4, retry_period, factor=2.0, jitter=0.2, rng=rng)
         self._log = {"lease": f"{namespace}/{name}", "identity": identity}
 
     # -- what the rest of the process reads (also for Prometheus gauges) --
@@ -276,6 +278,14 @@ class LeaderElector:
     def leader_identity(self) -> str:
         """The holder last observed ("" for none or not yet known)."""
         return self._state.holder
+
+    @property
+    def leader_endpoint(self) -> str:
+        """Where the holder last observed serves, as it published it ("" for none or not known)."""
+        observed = self._state.observed
+        if observed is None or not observed.holder_identity:
+            return ""
+        return observed.annotations.get(LEADER_ENDPOINT_ANNOTATION, "").rstrip("/")
 
     @property
     def observed_record(self) -> LeaderElectionRecord | None:

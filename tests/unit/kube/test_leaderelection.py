@@ -349,6 +349,28 @@ async def test_a_released_lease_is_taken_on_the_next_attempt(time: FakeTime) -> 
     assert leases.lease is not None and leases.lease["spec"]["leaseTransitions"] == 6
 
 
+async def test_after_an_api_outage_longer_than_the_lease_a_standby_leads_within_a_retry_period(
+        time: FakeTime) -> None:
+    leases = FakeLeases(time, lease("a"))  # seen by the standby from 1000 on, renewed no more
+    outage_starts, outage_ends = 1005.0, 1065.0  # a minute without an API server: the lease expires meanwhile
+    real_get = leases.get
+
+    async def get(timeout: float) -> dict[str, Any] | None:
+        if outage_starts <= time.now < outage_ends:
+            leases.timeouts.append((time.now, timeout))
+            raise LeaseError(503, "the API server is down")
+        return await real_get(timeout)
+
+    leases.get = get  # type: ignore[method-assign]
+    b = Candidate(leases, time, "b")
+    await until(lambda: b.elector.is_leader)
+    await b.stop()
+    started = b.when("started")
+    assert started is not None and outage_ends <= started <= outage_ends + 2.0  # retry period 2 s
+    during = [at for at, _ in leases.timeouts if outage_starts <= at < outage_ends]
+    assert len(during) <= 60 / 0.5 + 1  # retried with backoff (0.5 s at first), not in a busy loop
+
+
 async def test_a_leader_that_cannot_renew_stops_within_the_renew_deadline(time: FakeTime) -> None:
     leases = FakeLeases(time)
     a = Candidate(leases, time, "a")
