@@ -208,6 +208,10 @@ async def _leader_sample(endpoint: str, context: ssl.SSLContext, name: str, **la
                if sample.name == name and labels.items() <= sample.labels.items())
 
 
+async def _evaluated(endpoint: str, context: ssl.SSLContext) -> bool:
+    return await _leader_sample(endpoint, context, "colocation_reconcile_duration_seconds_count") >= 1
+
+
 async def _locally_accepted(endpoint: str, context: ssl.SSLContext) -> float:
     """The leader's count of tokens it accepted without kube-apiserver."""
     return await _leader_sample(endpoint, context, "colocation_token_authentications_total",
@@ -479,6 +483,34 @@ async def test_a_standby_refuses_reports_and_names_the_leader(admin: Kube, opera
     status, answer = await wait_for(refused_naming_the_leader, timeout=10, interval=0.2)
     assert status == 503, answer
     assert answer["reason"] == "ServiceUnavailable" and identity in answer["message"]
+    # ... and where it serves, so that an agent goes there without reading the Lease.
+    _, endpoint, _ = await leader(admin)
+    [cause] = answer["details"]["causes"]
+    assert cause["reason"] == "Leader" and cause["message"] == endpoint and cause["field"].startswith(identity)
+
+
+async def test_the_leader_publishes_its_standbys_and_they_are_warm(
+        admin: Kube, operator_sandbox: tuple[Path, Path]) -> None:
+    identity, _, context = await leader(admin)
+    expected = {address(r) for r in replicas(operator_sandbox[1])}
+
+    async def published() -> dict[str, str] | None:
+        _, lease = await admin.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/"
+                                              "colocation-operator")
+        listed = json.loads((lease["metadata"].get("annotations") or {}).get(
+            "colocation.dev/replica-endpoints") or "{}")
+        return listed if set(listed.values()) == expected else None
+
+    # Agents that lose the leader ask these replicas, not kube-apiserver, who leads now.
+    listed = await wait_for(published, timeout=20 * TIME_FACTOR, interval=0.2)
+    assert len(listed) == 2 and any(name.startswith(identity) for name in listed)
+    standby = next(r for r in replicas(operator_sandbox[1]) if r["identity"] != identity)
+
+    async def warm() -> bool:  # its informers listed and its configuration read, before it leads
+        return await _leader_sample(address(standby), context, "colocation_controllers_warm") == 1
+
+    await wait_for(warm, timeout=30 * TIME_FACTOR, interval=0.2)
+    assert await _leader_sample(address(standby), context, "colocation_reconcile_duration_seconds_count") == 0
 
 
 async def _complete(kube: Kube, nodes: set[str]) -> bool:
@@ -556,6 +588,9 @@ async def test_failover_keeps_serving_reads_and_watches(
         _, endpoint, context = await leader(admin)
         assert (await put_direct(endpoint, context, node, report(node, cpu="2"), token))[0] == 200
         accepted = time.monotonic() - started
+        # The standby was warm: as leader it evaluates every node at once, not after listing them.
+        await wait_for(lambda: _evaluated(endpoint, context), timeout=5 * TIME_FACTOR, interval=0.05)
+        evaluated = time.monotonic() - started
         # The watch opened before the failover: it either carries on (served by the standby) or
         # ends, and is then resumed from the last resourceVersion it saw, on whichever replica.
         seen_rv, modified = list_rv, None
@@ -586,9 +621,11 @@ async def test_failover_keeps_serving_reads_and_watches(
     await wait_for(lambda: _reads_after(reader, 5), timeout=10)
     reading.cancel()
     record_property(f"failover_{how}_report_accepted_seconds", round(accepted, 3))
+    record_property(f"failover_{how}_first_evaluation_seconds", round(evaluated, 3))
     record_property(f"failover_{how}_list_retries", reader.retries)
     record_property(f"failover_{how}_watch_resumes", rewatches)
-    print(f"failover after {how}: a report accepted by the new leader {accepted:.2f}s after the signal; "
+    print(f"failover after {how}: a report accepted by the new leader {accepted:.2f}s and its first evaluation "
+          f"finished {evaluated:.2f}s after the signal; "
           f"{reader.lists} lists through the APIService, {reader.retries} retried once")
     assert reader.failures == []
     assert reader.versions == sorted(reader.versions), "a list's resourceVersion went backwards"

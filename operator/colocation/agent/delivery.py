@@ -2,9 +2,14 @@
 
 Delivery goes straight to the leader (endpoint and CA from the leader Lease), else through
 kube-apiserver's aggregation layer, which routes to whichever replica is ready (the leader):
-- a 503 from a standby means the Lease moved on: read it again and retry the new leader;
-- a leader that cannot be reached (refused, timed out) or that cannot authenticate us (a
-  kubeconfig with a client certificate has no token to show it) → kube-apiserver;
+- a 503 from a standby names the leader and its endpoint: the agent sends it there at once;
+- a leader that cannot be reached (refused, timed out): the agent asks the other replicas the
+  leader published (a standby names the leader, the new leader accepts), with no request to
+  kube-apiserver; only when none of them takes it does it read the Lease again and send the PUT
+  through kube-apiserver, and after such a try fails, not again before a backoff with jitter
+  (`apiserver_backoff`): during an outage the replicas are asked often, kube-apiserver is not;
+- a leader that cannot authenticate us (a kubeconfig with a client certificate has no token to
+  show it) → kube-apiserver;
 - any other refusal is final for this request.
 Retrying a failed request later (with backoff and jitter) is the caller's business: each caller
 knows what to send again — the latest report, or the samples still held.
@@ -13,6 +18,8 @@ knows what to send again — the latest report, or the samples still held.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +30,8 @@ from colocation.agent.kubeapi import KubeApi
 from colocation.agent.leader_locator import Leader, LeaderLocator
 from colocation.apimachinery.event_wait import wait_set
 from colocation.apimachinery.tables import metadata_only_accept
+from colocation.kube.backoff import Backoff
+from colocation.kube.lease_record import LEADER_CAUSE
 
 # PUT `path` with `body` to the leader within `timeout`: (status, decoded body).
 DirectPut = Callable[[Leader, str, bytes, float], Awaitable[tuple[int, Any]]]
@@ -34,12 +43,19 @@ FailureCounter = Callable[[str], None]
 # Accept): nobody reads the object back, and it would be as many bytes again to encrypt. The other
 # writes (samples, eviction requests) are answered as before: their answers say what was done.
 _ACCEPT = metadata_only_accept()
+# Replicas one request tries at most: the leader, the one a standby names, the others published.
+MAX_REPLICA_TRIES = 4
 
 
 class DeliveryFailed(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(f"{reason}: {message}")
         self.reason = reason
+
+    @property
+    def transient(self) -> bool:
+        """No leader was reached (none, or none reachable), as opposed to a refusal of the request."""
+        return self.reason in ("unavailable", "timeout", "unreachable")
 
 
 def session_put(session: aiohttp.ClientSession, token: Callable[[], str]) -> DirectPut:
@@ -64,6 +80,18 @@ def _http_reason(status: int) -> str:
     return "unavailable" if status == 503 else f"http-{status}"
 
 
+def named_leader(answer: Any) -> tuple[str, str] | None:
+    """(identity, endpoint) of the leader a standby's 503 names (`LEADER_CAUSE`), if it does."""
+    details = answer.get("details") if isinstance(answer, dict) else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    for cause in causes if isinstance(causes, list) else ():
+        if isinstance(cause, dict) and cause.get("reason") == LEADER_CAUSE:
+            identity, endpoint = str(cause.get("field") or ""), str(cause.get("message") or "").rstrip("/")
+            if identity and endpoint.startswith("https://"):
+                return identity, endpoint
+    return None
+
+
 def _message(body: Any) -> str:
     return str(body.get("message", "")) if isinstance(body, dict) else str(body or "")[:200]
 
@@ -72,12 +100,22 @@ class Delivery:
     """One node's way to the leader; `slots` (shared by simulated agents) bounds requests in flight."""
 
     def __init__(self, kube: KubeApi, locator: LeaderLocator, direct: DirectPut, *, timeout: float,
-                 slots: asyncio.Semaphore | None = None) -> None:
+                 slots: asyncio.Semaphore | None = None, apiserver_backoff: Backoff | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.locator = locator
         self.direct = direct
         self.timeout = timeout
         self.slots = slots
+        self._apiserver_backoff = apiserver_backoff or Backoff(1.0, 30.0, jitter=0.5)
+        self._apiserver_after = -math.inf  # monotonic: kube-apiserver is not asked again before then
+        self._clock = clock
+
+    @property
+    def replicas_known(self) -> bool:
+        """Whether a failed request can be sent again to the replicas, without kube-apiserver."""
+        leader = self.locator.leader
+        return leader is not None and leader.reachable
 
     async def put(self, path: str, body: bytes, failed: FailureCounter) -> tuple[str, str | None]:
         """PUT `body` to `path`: to the leader if possible, else through kube-apiserver.
@@ -90,49 +128,80 @@ class Delivery:
 
     async def exchange(self, path: str, body: bytes, failed: FailureCounter) -> tuple[str, str | None, Any]:
         """`put`, also returning the decoded answer (for writes whose answer says what was done)."""
-        skip_direct = False
-        for _ in range(3):  # leader, a new leader after a 503, kube-apiserver
-            leader = self.locator.leader
-            if leader is None or not leader.reachable or skip_direct:
-                return await self._through_apiserver(path, body, failed)
+        leader = self.locator.leader
+        if leader is not None and leader.reachable:
+            answer = await self._to_replicas(leader, path, body, failed)
+            if answer is not None:
+                return answer
+            if self._clock() < self._apiserver_after:
+                raise DeliveryFailed("unavailable", "no replica took it, and kube-apiserver is not asked again yet")
+            # The Lease may name a leader no replica knows of yet.
+            if await self.locator.refresh() and (new := self.locator.leader) != leader and new is not None \
+                    and new.reachable and (answer := await self._to_replicas(new, path, body, failed)) is not None:
+                return answer
+        elif self._clock() < self._apiserver_after:
+            raise DeliveryFailed("unavailable", "kube-apiserver is not asked again yet")
+        return await self._through_apiserver(path, body, failed)
+
+    async def _to_replicas(self, leader: Leader, path: str, body: bytes,
+                           failed: FailureCounter) -> tuple[str, str | None, Any] | None:
+        """PUT to the leader; if it cannot be reached, to the leader a standby names, or to the
+        other replicas in turn. None: none took it (or the leader refused our credentials)."""
+        queue, tried = [leader, *leader.others()], set[str]()
+        while queue and len(tried) < MAX_REPLICA_TRIES:
+            target = queue.pop(0)
+            if target.endpoint in tried:
+                continue
+            tried.add(target.endpoint)
             try:
-                status, answer = await self._limited(self.direct(leader, path, body, self.timeout))
+                status, answer = await self._limited(self.direct(target, path, body, self.timeout))
             except TimeoutError:
                 failed("leader-timeout")
+                continue
             except (aiohttp.ClientError, OSError):
                 failed("leader-unreachable")
-            else:
-                if 200 <= status < 300:
-                    self.locator.confirm(leader)
-                    return "leader", leader.identity, answer
-                if status == 401:  # no token the leader accepts (a client certificate, say)
-                    failed("leader-unauthorized")
-                    skip_direct = True
-                    continue
-                if status != 503:
-                    failed(_http_reason(status))
-                    raise DeliveryFailed(_http_reason(status), _message(answer))
-                failed("standby")
-            # Unreachable, or a standby answered: the Lease may name someone else by now.
-            await self.locator.refresh()
-            if self.locator.leader == leader:
-                skip_direct = True
-        return await self._through_apiserver(path, body, failed)
+                continue
+            if 200 <= status < 300:  # only the leader accepts
+                if target == self.locator.leader:
+                    self.locator.confirm(target)
+                else:
+                    self.locator.adopt(target)
+                return "leader", target.identity, answer
+            if status == 401:  # no token the leader accepts (a client certificate, say)
+                failed("leader-unauthorized")
+                return None
+            if status != 503:
+                failed(_http_reason(status))
+                raise DeliveryFailed(_http_reason(status), _message(answer))
+            failed("standby")
+            named = named_leader(answer)
+            if named is not None and named[1] not in tried:
+                queue.insert(0, target.at(*named))
+        return None
 
     async def _through_apiserver(self, path: str, body: bytes, failed: FailureCounter) -> tuple[str, str | None, Any]:
         try:
             status, answer = await self._limited(self.kube.request("PUT", path, body=body, timeout=self.timeout))
         except TimeoutError as error:
             failed("timeout")
+            self._apiserver_failed()
             raise DeliveryFailed("timeout", "no answer from kube-apiserver") from error
         except Exception as error:  # the connection failed
             failed("unreachable")
+            self._apiserver_failed()
             raise DeliveryFailed("unreachable", str(error) or type(error).__name__) from error
         if 200 <= status < 300:
+            self._apiserver_backoff.reset()
+            self._apiserver_after = -math.inf
             leader = self.locator.leader
             return "apiserver", leader.identity if leader is not None else None, answer
         failed(_http_reason(status))
+        if status in (429, 503) or status >= 500:
+            self._apiserver_failed()
         raise DeliveryFailed(_http_reason(status), _message(answer))
+
+    def _apiserver_failed(self) -> None:
+        self._apiserver_after = self._clock() + self._apiserver_backoff.next_delay()
 
     async def _limited(self, request: Awaitable[tuple[int, Any]]) -> tuple[int, Any]:
         if self.slots is None:

@@ -1,16 +1,16 @@
 """Where the leader is: its report endpoint and CA bundle, read from the leader Lease.
 
-The leader publishes `colocation.dev/leader-endpoint` and `colocation.dev/leader-ca` on Lease
-colocation-operator (see colocation.kube.leaderelection). Agents may only `get` that Lease by
-name (a watch would need a wider grant), so the locator reads it periodically, with jitter so
-that thousands of agents do not ask in step, and at once when a report says the leader moved (a
-503 from a standby, a refused connection). A report the leader accepted proves it still leads
-(standbys answer 503), so it counts as a read: agents report at least every heartbeat interval
-(10 s, colocation.agent.report), so in steady state they never poll; the API server sees a GET
-from an agent when it starts and when a report fails (a failover), not once per interval.
-Concurrent requests for a fresh read share one GET, and reads closer together than
-`min_refresh_gap` reuse the last answer: a storm of failing reports costs the API server one
-request, not one per report.
+The leader publishes `colocation.dev/leader-endpoint`, `colocation.dev/leader-ca` and the
+endpoints of the replicas that follow it (`colocation.dev/replica-endpoints`) on Lease
+colocation-operator (see colocation.kube.lease_record). Agents may only `get` that Lease by name (a
+watch would need a wider grant), so the locator reads it when the agent starts, then only when
+no request was accepted for a while (with jitter, so that thousands of agents do not ask in
+step) or when a report found no leader among the replicas. A report the leader accepted proves it
+still leads (standbys answer 503), so it counts as a read: agents report at least every heartbeat
+interval (10 s, colocation.agent.report), so in steady state they never poll. In a failover the
+replicas themselves name the new leader (`adopt`, colocation.agent.delivery), so the API server
+sees no request from an agent either. Concurrent requests for a fresh read share one GET, and
+reads closer together than `min_refresh_gap` reuse the last answer.
 """
 
 from __future__ import annotations
@@ -23,13 +23,19 @@ import random
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from colocation.agent.kubeapi import KubeApi
 from colocation.apimachinery.trust import trusting
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
-from colocation.kube.lease_record import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElectionRecord
+from colocation.kube.lease_record import (
+    LEADER_CA_ANNOTATION,
+    LEADER_ENDPOINT_ANNOTATION,
+    REPLICAS_ANNOTATION,
+    LeaderElectionRecord,
+    parse_replicas,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,23 +47,42 @@ _GET_LEADER_LEASE = permissions.declared(permissions.AGENT_API_CALLS, permission
 
 @dataclass(frozen=True)
 class Leader:
-    """The current leader as the Lease names it; `endpoint` is "" when it published no address."""
+    """The current leader as the Lease names it; `endpoint` is "" when it published no address.
+
+    `replicas` (identity, endpoint) are the replicas that followed it when it last published them:
+    whom to ask when it cannot be reached. They do not make another leader (not compared).
+    """
 
     identity: str
     endpoint: str = ""  # https://HOST:PORT
     ca_pem: bytes = b""
+    replicas: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def reachable(self) -> bool:
         return bool(self.identity and self.endpoint and self.ca_pem)
 
-    @functools.cached_property
+    @property
     def ssl_context(self) -> ssl.SSLContext:
-        context = trusting(self.ca_pem)
-        # The certificate names the Service; agents dial the address the leader advertised.
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_REQUIRED
-        return context
+        return _verifying(self.ca_pem)
+
+    def at(self, identity: str, endpoint: str) -> Leader:
+        """Another replica of the same operator: the same CA, the same replicas to ask."""
+        return Leader(identity, endpoint, self.ca_pem, self.replicas)
+
+    def others(self) -> list[Leader]:
+        """The other replicas, to ask who leads when this one cannot be reached."""
+        return [self.at(identity, endpoint) for identity, endpoint in self.replicas if endpoint != self.endpoint]
+
+
+@functools.lru_cache(maxsize=8)
+def _verifying(ca_pem: bytes) -> ssl.SSLContext:
+    """One context per CA bundle, shared by every replica it verifies (and so their pooled connections)."""
+    context = trusting(ca_pem)
+    # The certificate names the Service; agents dial the address the leader advertised.
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def leader_from_lease(lease: dict[str, object]) -> Leader | None:
@@ -72,7 +97,8 @@ def leader_from_lease(lease: dict[str, object]) -> Leader | None:
         ca_pem = b""
     if not endpoint.startswith("https://") or not ca_pem:
         return Leader(record.holder_identity)  # known, but only reachable through kube-apiserver
-    return Leader(record.holder_identity, endpoint, ca_pem)
+    replicas = tuple(parse_replicas(record.annotations.get(REPLICAS_ANNOTATION, "")).items())
+    return Leader(record.holder_identity, endpoint, ca_pem, replicas)
 
 
 class LeaderLocator:
@@ -108,6 +134,13 @@ class LeaderLocator:
         if leader == self.leader:
             self._last_read = self._clock()
 
+    def adopt(self, leader: Leader) -> None:
+        """A replica named `leader`, or `leader` accepted a request as only the leader does: as good
+        as reading the Lease. (A replica's word is trusted as far as its certificate is: every
+        endpoint is verified against the CA the Lease published.)"""
+        self._set(leader)
+        self._last_read = self._clock()
+
     async def refresh(self) -> bool:
         """Read the Lease now (or share a read in flight or just made); True if it was read."""
         if self._inflight is None:
@@ -141,6 +174,8 @@ class LeaderLocator:
 
     def _set(self, leader: Leader | None) -> None:
         if leader == self.leader:
+            if leader is not None and leader.replicas:
+                self.leader = leader  # the same leader; the replicas beside it may have changed
             return
         log.info("leader changed", extra={"leader": leader.identity if leader else "<none>",
                                           "endpoint": leader.endpoint if leader else ""})

@@ -18,7 +18,9 @@ Every `report_interval` it takes the latest state (never a queue of old ones) an
   started empty, so it gets the full report at once, without waiting for the next check.
 
 Delivery (colocation.agent.delivery) goes straight to the leader, else through kube-apiserver.
-A failed report is retried with exponential backoff and jitter, each time with the latest state.
+A failed report is retried with exponential backoff and jitter, each time with the latest state;
+while no leader is found but the replicas can be asked directly, every `replica_retry_maximum`
+(2 s) at most.
 """
 
 from __future__ import annotations
@@ -120,6 +122,10 @@ class ReportOptions:
     request_timeout: float = 5.0
     retry_initial: float = 1.0
     retry_maximum: float = 30.0
+    # While the replicas can be asked without kube-apiserver (colocation.agent.delivery), a report
+    # that found no leader is tried again this often at most: a new leader hears from every agent
+    # within about this long of taking over, even after a long outage.
+    replica_retry_maximum: float = 2.0
 
 
 class Reporter:
@@ -147,6 +153,8 @@ class Reporter:
         self._pending: str | None = None  # the trigger of a report that failed and is being retried
         self._backoff = Backoff(min(self.options.retry_initial, self.options.retry_maximum),
                                 self.options.retry_maximum, jitter=0.5, rng=rng)
+        self._replica_backoff = Backoff(min(self.options.retry_initial, self.options.replica_retry_maximum),
+                                        self.options.replica_retry_maximum, jitter=0.5, rng=rng)
         self._wake = asyncio.Event()
         self.locator.subscribe(self._leader_changed)
 
@@ -195,11 +203,14 @@ class Reporter:
         except DeliveryFailed as failure:
             self._pending = trigger
             delay = self._backoff.next_delay()
+            if failure.transient and self.delivery.replicas_known:
+                delay = min(delay, self._replica_backoff.next_delay())
             log.warning("report failed, retrying", extra={"node": self.node, "error": str(failure),
                                                           "trigger": trigger, "retry_in": round(delay, 2)})
             return delay
         self._pending = None
         self._backoff.reset()
+        self._replica_backoff.reset()
         if self.last_sent is not None and leader is not None and leader != self.delivered_to:
             # The first full report a new leader gets is the re-send, even when a retry that
             # found the new leader on its way delivered it before the change was noticed.

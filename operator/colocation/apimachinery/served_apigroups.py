@@ -49,6 +49,10 @@ class Leadership(Protocol):
     @property
     def leader_identity(self) -> str | None: ...
 
+    @property
+    def leader_endpoint(self) -> str:
+        """Where the leader serves as it published it ("" when unknown)."""
+
 
 @dataclass(frozen=True)
 class OpenApiDocuments:

@@ -13,6 +13,7 @@ they hold.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -50,6 +51,8 @@ from colocation.apiserver import nodemetric_openapi, nodemetric_table
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authorization import check_node_rule
 from colocation.apiserver.generic_apiserver import MAX_REPORT_BYTES
+from colocation.apiserver.replica_followers import ReplicaFollowers
+from colocation.kube.lease_record import LEADER_CAUSE, REPLICA_HEADER
 from colocation.nodemetrics.consistent_reads import reach_by_clock
 from colocation.nodemetrics.report_schema import (
     BASE_PATH,
@@ -71,6 +74,8 @@ TOO_LARGE_WAIT = 3.0
 ReadBarrier = Callable[[int], Awaitable[None]]
 _Validated = TypeVar("_Validated")
 _NO_EXTRA = Extra()  # shared: an Extra is immutable, and making one per report costs
+# Only operator replicas may follow the leader's sample feed: that grant tells a replica's feed apart.
+FOLLOWED_FEED = "samplebatches"
 
 
 class AgentUpload(Protocol[_Validated]):
@@ -110,8 +115,9 @@ class NodeMetricGroup:
                  known_node: Callable[[str], bool], node_labels: Callable[[str], Mapping[str, str] | None],
                  metrics: ServerMetrics, options: ApiOptions | None = None, *, wall: Callable[[], float] = time.time,
                  uploads: Sequence[AgentUpload[Any]] = (),
-                 read_barrier: ReadBarrier | None = None) -> None:
+                 read_barrier: ReadBarrier | None = None, followers: ReplicaFollowers | None = None) -> None:
         self.store = store
+        self.followers = followers
         self.read_barrier = read_barrier
         self.authorizer = authorizer
         self.leadership = leadership
@@ -152,10 +158,11 @@ class NodeMetricGroup:
 
     # ---- reads ---------------------------------------------------------------------------------
 
-    async def _authorize_read(self, request: web.Request, verb: str, name: str = "") -> None:
+    async def _authorize_read(self, request: web.Request, verb: str, name: str = "") -> Caller:
         request[VERB] = verb
         caller = await self._caller(request)
         await self.authorizer.authorize(caller, verb, RESOURCE, name=name)
+        return caller
 
     async def _get(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -217,7 +224,7 @@ class NodeMetricGroup:
         return web.Response(body=self.store.list_body(labels, name), content_type="application/json")
 
     async def _watch(self, request: web.Request) -> web.StreamResponse:
-        await self._authorize_read(request, "watch")
+        caller = await self._authorize_read(request, "watch")
         table_version = wants_table(request.headers.get("Accept", ""))
         options = ListOptions.from_query(request.query, watch=True)
         labels, name = self._selection(options)
@@ -230,7 +237,20 @@ class NodeMetricGroup:
             # store's version and it, and every later change takes a version above it.
             resume_after = str(self.store.resource_version)
         watcher = self.store.watch(resume_after, labels, name, options.send_initial_events)
-        return await self.serving.serve(request, options, watcher, encoder)
+        with await self._follower(request, caller):
+            return await self.serving.serve(request, options, watcher, encoder)
+
+    async def _follower(self, request: web.Request, caller: Caller) -> contextlib.AbstractContextManager[None]:
+        """A standby's feed counts it among the replicas the leader publishes while it is open
+        (`replica_followers`); a replica is a caller allowed to follow the leader's sample feed."""
+        announced = request.headers.get(REPLICA_HEADER)
+        if announced is None or self.followers is None or not self.leadership.is_leader:
+            return contextlib.nullcontext()
+        try:
+            await self.authorizer.authorize(caller, "watch", FOLLOWED_FEED, api_group=GROUP)
+        except ApiError:
+            return contextlib.nullcontext()
+        return self.followers.following(announced)
 
     def _table_events(self, version: str, include: str) -> TableEvents[bytes]:
         def table(objects: list[Obj], headers: bool) -> Obj:
@@ -273,12 +293,8 @@ class NodeMetricGroup:
         request[VERB] = "update"
         node = request.match_info["name"]
         if not self.leadership.is_leader:
-            leader = self.leadership.leader_identity or "unknown"
             rejected.labels("not-leader").inc()
-            # Through kube-apiserver a write may reach any ready replica: Retry-After makes client-go
-            # send it again, and the Service spreads the retries until one reaches the leader.
-            raise ApiError.service_unavailable(f"this replica is a standby; send reports to the leader ({leader})",
-                                               retry_after=1)
+            raise standby_refusal(self.leadership)
         try:
             caller = await self._caller(request)
             # One review per ServiceAccount, not one per node: the write is authorized for the
@@ -303,6 +319,22 @@ class NodeMetricGroup:
         if content_type not in ("application/json", ""):
             raise ApiError.unsupported_media_type(content_type)
         return await request.read()  # client_max_size turns a longer body into 413
+
+
+def standby_refusal(leadership: Leadership) -> ApiError:
+    """A standby's answer to an agent's write: 503, naming the leader and where it serves.
+
+    Through kube-apiserver a write may reach any ready replica: Retry-After makes client-go send
+    it again, and the Service spreads the retries until one reaches the leader. An agent that
+    dialed the standby itself goes straight to the endpoint the Status names (`LEADER_CAUSE`).
+    """
+    leader = leadership.leader_identity or "unknown"
+    error = ApiError.service_unavailable(f"this replica is a standby; send reports to the leader ({leader})",
+                                         retry_after=1)
+    if leadership.leader_identity and leadership.leader_endpoint:
+        error.details["causes"] = [{"reason": LEADER_CAUSE, "field": leadership.leader_identity,
+                                    "message": leadership.leader_endpoint}]
+    return error
 
 
 def update_time_warning(ahead: float, stored: float) -> str:

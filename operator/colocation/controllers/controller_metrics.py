@@ -31,8 +31,12 @@ class ControllerMetrics:
             ["resource", "operation", "result"], registry=r)
         self.fenced_calls = Counter(
             "colocation_fenced_api_calls_total",
-            "API calls of the controllers not sent because this replica's leadership had ended (the renew "
-            "deadline passed without a renewal).", registry=r)
+            "API calls of the controllers not sent because this replica did not lead (a standby, or a leader "
+            "whose renew deadline passed without a renewal).", registry=r)
+        self.warm = Gauge(
+            "colocation_controllers_warm",
+            "1 once the controllers' configuration is read and their Pod informer has listed every pod: this "
+            "replica evaluates every node the moment it leads.", registry=r)
         self.reconcile_duration = Histogram(
             "colocation_reconcile_duration_seconds",
             "Duration of one evaluation of every node (health, batch resources, writes).",

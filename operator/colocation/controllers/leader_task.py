@@ -1,4 +1,4 @@
-"""The controllers as one leader-only task: the Node, Lease and Pod informers, Kopf's watches and the evaluation loop.
+"""The controllers, on every replica: the Node, Lease and Pod informers, Kopf's watches and the evaluation loop.
 
 Nodes and the agents' Leases are followed by informers of our own (`colocation.kube.informer`),
 not by Kopf: their handlers only store the object, and Kopf's per-event machinery (a cause, its
@@ -6,11 +6,13 @@ keyword arguments, throttling and a per-object worker for every event) cost a qu
 leader's CPU at 1,000 nodes while our handlers took under 1 % (BENCHMARKS.md, "Leader at
 scale"). Kopf keeps what it is for: our own resources and the ConfigMap.
 
-`Controllers.run()` is started when the process becomes leader and runs until the process stops
-(a leader that loses its Lease exits). It reads the ConfigMap once before anything else, so the
-first rendering of NodeSLOs uses the real configuration and not the defaults; it evaluates once
-the Pod informer has listed every pod, so the first batch figures count every high-priority pod.
-If Kopf or the loop fail, `run()` raises: the process stops, and a standby takes over.
+Standbys are warm: `Controllers.run()` starts with the process on every replica, so the
+informers, Kopf's watches and the configuration are current before a replica leads. Only the
+evaluation loop, which writes, waits for `promote()`; it then evaluates every node at once. The
+handlers write nothing, and every write is fenced by the election (`writers`), so a standby
+sends none. The configuration is read once before the first evaluation, and the first
+evaluation waits until the Pod informer has listed every pod. If Kopf or the loop fail, `run()`
+raises: the process stops, and a standby takes over.
 """
 
 from __future__ import annotations
@@ -82,6 +84,14 @@ class Controllers:
         self.resources = NodeResourceReconciler(self.state, self.tracker, store, self.config, self.writer,
                                                 self.metrics, settings)
         self._kopf_stop = asyncio.Event()
+        self._leading = asyncio.Event()
+
+    def promote(self) -> None:
+        """This replica leads from now on: the health tracker's startup grace begins, and the loop
+        evaluates every node at once."""
+        self.tracker.became_leader()
+        self._leading.set()
+        self.state.wake.set()
 
     # ---- the agents' Leases (an informer's callbacks) ---------------------------------------------
 
@@ -166,6 +176,8 @@ class Controllers:
     async def _loop(self) -> None:
         await self._load_config()
         await self.state.pods_synced.wait()
+        self.metrics.warm.set(1)
+        await self._leading.wait()
         interval = self.settings.evaluation_interval
         while True:
             self.state.wake.clear()

@@ -5,9 +5,10 @@ send a dict as a JSON patch otherwise). Each call is bounded by `timeout`; a fai
 as (status, body), never raised, so one node's trouble never stops the evaluation of the others.
 Transport errors and timeouts come back as status 0.
 
-Fencing: with a `write_budget` (the leader election's), a call is not sent once leadership is
-over (budget 0: status 0, counted as fenced), and its timeout never exceeds the budget, so no
-request of an old leader can still be in flight when a successor may start writing.
+Fencing: with a `write_budget` (the leader election's), a write is not sent unless this replica
+leads (budget 0: status 0, counted as fenced), and its timeout never exceeds the budget, so no
+request of an old leader can still be in flight when a successor may start writing. Reads are
+not fenced: a warm standby reads before it leads.
 """
 
 from __future__ import annotations
@@ -94,10 +95,10 @@ class KubeWriter:
         self._slots = asyncio.Semaphore(concurrency)
 
     async def _call(self, what: permissions.ApiCall, fn: Callable[..., Awaitable[Any]], *args: Any,
-                    **kwargs: Any) -> Result:
+                    fenced: bool = True, **kwargs: Any) -> Result:
         async with self._slots:
             timeout = self.timeout
-            if self.write_budget is not None:
+            if fenced and self.write_budget is not None:
                 timeout = min(timeout, self.write_budget())  # read after the wait for a slot
                 if timeout <= 0:
                     self.metrics.fenced_calls.inc()
@@ -125,7 +126,8 @@ class KubeWriter:
 
     async def get_cluster_object(self, plural: str, name: str) -> Result:
         call = _GET_NODESLO if plural == NODESLOS else _GET_NODERESOURCE
-        return await self._call(call, self.custom.get_cluster_custom_object, GROUP, VERSION, plural, name)
+        return await self._call(call, self.custom.get_cluster_custom_object, GROUP, VERSION, plural, name,
+                                fenced=False)
 
     async def patch_nodeslo(self, name: str, patch: Mapping[str, Any]) -> Result:
         result = await self._call(_PATCH_NODESLO, self.custom.patch_cluster_custom_object, GROUP, VERSION,
@@ -152,7 +154,8 @@ class KubeWriter:
     # ---- the ConfigMap -------------------------------------------------------------------------
 
     async def get_config_map(self, namespace: str, name: str) -> Result:
-        return await self._call(_GET_CONFIG, self.core.read_namespaced_config_map, name, namespace)
+        # A read: a warm standby reads the configuration before it leads.
+        return await self._call(_GET_CONFIG, self.core.read_namespaced_config_map, name, namespace, fenced=False)
 
     # ---- evictions -----------------------------------------------------------------------------
 

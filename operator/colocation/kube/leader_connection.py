@@ -14,7 +14,7 @@ import base64
 import contextlib
 import functools
 import ssl
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,11 +53,11 @@ class LeaderAddress:
         return context
 
     def transport(self, session: aiohttp.ClientSession, token: Callable[[], str], *,
-                  stream_silence: float | None = None) -> Transport:
+                  stream_silence: float | None = None, headers: Mapping[str, str] | None = None) -> Transport:
         """GETs to this leader with our bearer token (read at every request: it is rotated);
-        `stream_silence` as `https_transport`'s."""
+        `stream_silence` and `headers` as `https_transport`'s."""
         return https_transport(session, lambda: self.endpoint, lambda: self.ssl_context, token,
-                               stream_silence=stream_silence)
+                               stream_silence=stream_silence, headers=headers)
 
 
 async def follow_leader(leader: Callable[[], LeaderAddress | None],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
@@ -18,6 +19,14 @@ from colocation.apimachinery.clock import format_micro_time, parse_micro_time
 # The annotations a leader publishes on its Lease so agents reach it without kube-apiserver.
 LEADER_ENDPOINT_ANNOTATION = "colocation.dev/leader-endpoint"  # https://IP:PORT
 LEADER_CA_ANNOTATION = "colocation.dev/leader-ca"  # base64 of the PEM CA bundle of its serving certificate
+# The replicas that follow the leader, as JSON {identity: "https://IP:PORT"}: an agent that cannot
+# reach the leader asks them, not kube-apiserver, who leads now (a standby's 503 names it).
+REPLICAS_ANNOTATION = "colocation.dev/replica-endpoints"
+# The header a standby's feed requests carry, "IDENTITY https://IP:PORT": how the leader learns them.
+REPLICA_HEADER = "Colocation-Replica"
+# The Status cause a standby's 503 carries: reason LEADER_CAUSE, field the identity, message the endpoint.
+LEADER_CAUSE = "Leader"
+MAX_REPLICAS = 8  # replicas published at most (a Deployment runs 2 or 3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +82,32 @@ class LeaderElectionRecord:
                 spec[key] = format_micro_time(moment)
         body.update(metadata=metadata, spec=spec)
         return body
+
+
+def replicas_annotation(replicas: Mapping[str, str]) -> str:
+    """The value of REPLICAS_ANNOTATION: the replicas sorted by identity, at most MAX_REPLICAS."""
+    return json.dumps(dict(sorted(replicas.items())[:MAX_REPLICAS]), separators=(",", ":"))
+
+
+def parse_replicas(text: str) -> dict[str, str]:
+    """REPLICAS_ANNOTATION read back: only https endpoints, at most MAX_REPLICAS; {} for anything else."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    replicas = {str(k): v.rstrip("/") for k, v in value.items() if isinstance(v, str) and v.startswith("https://")}
+    return dict(list(replicas.items())[:MAX_REPLICAS])
+
+
+def parse_replica_header(text: str) -> tuple[str, str] | None:
+    """REPLICA_HEADER read back: (identity, endpoint), or None when malformed."""
+    identity, _, endpoint = text.strip().partition(" ")
+    endpoint = endpoint.strip().rstrip("/")
+    if not identity or not endpoint.startswith("https://") or " " in endpoint or len(text) > 512:
+        return None
+    return identity, endpoint
 
 
 def _int(value: object) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -56,19 +56,20 @@ def kube_transport(api_client: Any) -> Transport:
 
 def https_transport(session: aiohttp.ClientSession, base_url: Callable[[], str],
                     ssl_context: Callable[[], ssl.SSLContext], token: Callable[[], str], *,
-                    stream_silence: float | None = None) -> Transport:
+                    stream_silence: float | None = None, headers: Mapping[str, str] | None = None) -> Transport:
     """GETs straight to an HTTPS server (the leader), with a bearer token; all three may change.
-    An empty token sends none (the TLS context then carries a client certificate).
+    An empty token sends none (the TLS context then carries a client certificate). `headers` go
+    with every request.
 
     `stream_silence`: seconds without a byte after which a watch is dead, for a server known to
     send bookmarks at least that often (default: its watch timeout plus a margin)."""
 
     @contextlib.asynccontextmanager
     async def open_(path: str, params: dict[str, str], stream: bool) -> AsyncIterator[_Adapter]:
-        headers = {"Accept": "application/json"}
+        sent = {**(headers or {}), "Accept": "application/json"}
         if bearer := token():
-            headers["Authorization"] = f"Bearer {bearer}"
-        async with session.get(base_url() + path, params=params, headers=headers, ssl=ssl_context(),
+            sent["Authorization"] = f"Bearer {bearer}"
+        async with session.get(base_url() + path, params=params, headers=sent, ssl=ssl_context(),
                                timeout=_timeout(stream, params, stream_silence)) as response:
             yield _Adapter(response)
 

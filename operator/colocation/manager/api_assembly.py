@@ -26,6 +26,7 @@ from colocation.apiserver.kube_reviewers import kube_issuer_fetcher, kube_subjec
 from colocation.apiserver.local_token_authentication import IssuerKeys, LocalTokenAuthenticator
 from colocation.apiserver.nodemetric_routes import ApiOptions, NodeMetricGroup
 from colocation.apiserver.pod_mutation_webhook import PodMutationWebhook, ProfileCache
+from colocation.apiserver.replica_followers import ReplicaFollowers
 from colocation.apiserver.resource_metrics_routes import PodDirectory, ResourceMetricsApi
 from colocation.custommetrics.builtin_metrics import BuiltinMetrics
 from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
@@ -77,7 +78,8 @@ class ServedApis:
 def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDirectory,
                  authenticator: DelegatingAuthenticator, authorizer: DelegatingAuthorizer,
                  request_header: Callable[[], RequestHeaderConfig | None], leadership: Leadership,
-                 metrics: ServerMetrics, read_barrier: Callable[[int], Awaitable[None]] | None = None) -> ServedApis:
+                 metrics: ServerMetrics, read_barrier: Callable[[int], Awaitable[None]] | None = None,
+                 followers: ReplicaFollowers | None = None) -> ServedApis:
     pods = PodDirectory() if config.serve_resource_metrics or config.serve_custom_metrics else None
     view = ResourceMetricsView(store)
     extra: list[ApiGroup] = []
@@ -92,7 +94,7 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
     uploads.append(evictions)
     nodemetric = NodeMetricGroup(store, authorizer, leadership, nodes.__contains__, nodes.labels, metrics,
                                  ApiOptions(bookmark_interval=config.bookmark_interval), uploads=uploads,
-                                 read_barrier=read_barrier)
+                                 read_barrier=read_barrier, followers=followers)
     pod_webhook = PodMutationWebhook(ProfileCache(), metrics.registry)
     server = AggregatedApiServer(authenticator, authorizer, request_header, leadership, metrics,
                                  [nodemetric, *extra, pod_webhook])

@@ -1,13 +1,14 @@
 """`colocation operator`: one asyncio process with the leader elector, the HTTPS API and its loops.
 
-Every replica serves the NodeMetric API and follows the Node list. The leader accepts reports,
-drops silent nodes, and runs the controllers (Kopf inside, `colocation.controllers.leader_task`); each
-standby follows the leader's watch and sample feed to keep full copies. This is where the stages meet: the store
-(`colocation.nodemetrics`), the API server and the groups it serves (`api_assembly`), the
-controllers and custom metrics; none of them imports another. Losing the lease ends the process with a
-non-zero status, so it restarts as a standby with nothing stale in memory; SIGTERM releases the
-lease first so a standby takes over within about one retry period, and a process whose pod
-restarted frees the lease of its dead predecessor at once (`kube.leaderelection`).
+Every replica serves the NodeMetric API, follows the Node list and runs the controllers' watches
+(Kopf inside, `colocation.controllers.leader_task`): a standby is warm, so a new leader acts at
+once. The leader accepts reports, drops silent nodes, and evaluates and writes; each standby
+follows the leader's watch and sample feed to keep full copies. This is where the stages meet:
+the store (`colocation.nodemetrics`), the API server and the groups it serves (`api_assembly`),
+the controllers and custom metrics; none of them imports another. Losing the lease ends the
+process with a non-zero status, so it restarts as a standby with nothing stale in memory; SIGTERM
+releases the lease first so a standby takes over within about one retry period, and a process
+whose pod restarted frees the lease of its dead predecessor at once (`kube.leaderelection`).
 
 Every replica with a current copy is ready, so reads never wait for a failover. Every write the
 leader makes to kube-apiserver is fenced by the election's write budget (`controllers.writers`).
@@ -35,6 +36,7 @@ from colocation.apiserver.delegated_authentication import DelegatingAuthenticato
 from colocation.apiserver.eviction_routes import EvictionRequestsUpload
 from colocation.apiserver.generic_apiserver import ApiRunner
 from colocation.apiserver.kube_reviewers import load_request_header_config
+from colocation.apiserver.replica_followers import ReplicaFollowers
 from colocation.apiserver.tls_read_buffer import bound_tls_read_buffers
 
 # Imported at start, not on promotion: importing Kopf takes the event loop for about a second,
@@ -48,6 +50,7 @@ from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client, bound_unacknowledged_sends
 from colocation.kube.leader_connection import LeaderAddress
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElector
+from colocation.kube.lease_record import REPLICAS_ANNOTATION, replicas_annotation
 from colocation.kube.nodes import NodeDirectory
 from colocation.kube.transport import kube_transport
 from colocation.manager.api_assembly import assemble_api, delegated_auth
@@ -123,6 +126,7 @@ class OperatorProcess:
         self.storage_metrics.track(self.store)
         self.leadership_metrics = LeadershipMetrics(self.metrics.registry)
         self.nodes = NodeDirectory(on_deleted=self._node_deleted)
+        self.followers = ReplicaFollowers()  # the standbys following this replica while it leads
         self.stop = asyncio.Event()
         self.stop_now = asyncio.Event()  # a second SIGTERM or SIGINT: no drain
         self.lost_leadership = False
@@ -136,6 +140,7 @@ class OperatorProcess:
         self.elector: LeaderElector | None = None
         self._leader_tasks: list[asyncio.Task[Any]] = []
         self.api: Any = None  # the ApiClient, while run() holds it
+        self.controllers: Controllers | None = None  # with controllers enabled, from the start on every replica
         self.authenticator: DelegatingAuthenticator | None = None
         self.controllers_failed = False
         self.custom_metrics: CustomMetricsApi | None = None
@@ -167,8 +172,8 @@ class OperatorProcess:
                 self._dropped_deleted(name)
         self._leader_tasks.append(asyncio.create_task(
             expire_silent_nodes(self.store, self.storage_metrics, self.config.expiry_interval)))
-        if self.config.controllers.enabled and self.api is not None:
-            self._leader_tasks.append(asyncio.create_task(self._run_controllers()))
+        if self.controllers is not None:
+            self.controllers.promote()
 
     def _stopped_leading(self) -> None:
         log.error("lost the leader lease; exiting to restart as a standby", extra={"identity": self.config.identity})
@@ -185,10 +190,17 @@ class OperatorProcess:
         """The PEM CAs that verify this replica's serving certificate (both during a CA rotation)."""
         return self.tls.bundle if self.tls is not None else b""
 
+    @property
+    def endpoint(self) -> str:
+        """Where this replica serves, as agents and other replicas dial it."""
+        return f"https://{self.config.advertise_address}:{self.config.port}"
+
     def _annotations(self) -> dict[str, str]:
-        endpoint = f"https://{self.config.advertise_address}:{self.config.port}"
-        return {LEADER_ENDPOINT_ANNOTATION: endpoint,
-                LEADER_CA_ANNOTATION: base64.b64encode(self.ca_bundle).decode()}
+        """What the leader publishes on its Lease (`kube.lease_record`): where it and its standbys serve."""
+        replicas = {**self.followers.endpoints(), self.config.identity: self.endpoint}
+        return {LEADER_ENDPOINT_ANNOTATION: self.endpoint,
+                LEADER_CA_ANNOTATION: base64.b64encode(self.ca_bundle).decode(),
+                REPLICAS_ANNOTATION: replicas_annotation(replicas)}
 
     def _leader_address(self) -> LeaderAddress | None:
         if self.draining:
@@ -202,17 +214,22 @@ class OperatorProcess:
 
     # ---- loops ---------------------------------------------------------------------------------
 
-    async def _run_controllers(self) -> None:
-        """The leader-only controllers (Kopf inside); their failure stops the process, a standby takes over."""
-        controllers = Controllers(self.api, self.store, self.config.controllers, namespace=self.config.namespace,
+    def _warm_controllers(self, api: Any) -> Controllers:
+        """The controllers of this replica, warm from the start; they write only once it leads."""
+        assert self.elector is not None
+        controllers = Controllers(api, self.store, self.config.controllers, namespace=self.config.namespace,
                                   identity=self.config.identity, registry=self.metrics.registry,
-                                  write_budget=self.elector.write_budget if self.elector is not None else None)
+                                  write_budget=self.elector.write_budget)
         if self.authenticator is not None and self.authenticator.local is not None:
-            # Bound tokens are checked locally from now on, once the Pod informer has listed the pods.
+            # Bound tokens are checked locally once the Pod informer has listed the pods.
             self.authenticator.local.pods = ClusterStatePods(controllers.state, self.config.namespace)
         if self.evictions is not None:  # agents' eviction requests are judged against the same pods
             self.evictions.handler = EvictionRequestHandler(controllers.state, controllers.writer,
                                                             self.metrics.registry)
+        return controllers
+
+    async def _run_controllers(self, controllers: Controllers) -> None:
+        """The controllers (Kopf inside); their failure stops the process, and a standby takes over."""
         try:
             await controllers.run(self._install_signal_handlers)
         except Exception:
@@ -278,14 +295,16 @@ class OperatorProcess:
             elector = self.elector
             follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics,
                                       on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration,
-                                      stream_silence=FEED_SILENCE_BOOKMARKS * config.bookmark_interval)
+                                      stream_silence=FEED_SILENCE_BOOKMARKS * config.bookmark_interval,
+                                      announce=f"{config.identity} {self.endpoint}")
             reads = ConsistentReads(lambda: elector.is_leader,
                                     LeaderVersions(follower, elector.current_record, config.identity),
                                     lambda: self.store.replicated_version, ConsistentReadMetrics(self.metrics.registry),
                                     timeout=CONSISTENT_READ_TIMEOUT)
             follower.on_applied = reads.advanced
             served = assemble_api(config, self.store, self.nodes, authenticator, authorizer,
-                                  lambda: self.request_header, elector, self.metrics, read_barrier=reads.wait)
+                                  lambda: self.request_header, elector, self.metrics, read_barrier=reads.wait,
+                                  followers=self.followers)
             self.custom_metrics = served.custom_metrics
             self.evictions = served.evictions
             runner = ApiRunner(served.server.application(), access_log=None, handle_signals=False,
@@ -296,6 +315,8 @@ class OperatorProcess:
             log.info("serving", extra={"address": f"https://{config.bind_address}:{config.port}",
                                        "identity": config.identity})
             served.server.ready_check = lambda: self._ready(follower)
+            if config.controllers.enabled:  # before the election starts: a replica that leads promotes them
+                self.controllers = self._warm_controllers(api)
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
                      asyncio.create_task(elector.run()),
                      asyncio.create_task(self._follow_while_standby(follower))]
@@ -310,6 +331,8 @@ class OperatorProcess:
                       for informer in served.pod_webhook.informers(kube_transport(api))]
             if served.custom_metrics is not None:
                 tasks += self._custom_metrics_tasks(served.custom_metrics, token)
+            if self.controllers is not None:
+                tasks.append(asyncio.create_task(self._run_controllers(self.controllers)))
             if (trim := libc_malloc_trim()) is not None:
                 tasks.append(asyncio.create_task(HeapTrimmer(trim, self.metrics.registry).run(self.stop)))
             try:

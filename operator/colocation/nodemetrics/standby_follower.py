@@ -20,6 +20,7 @@ import orjson
 
 from colocation.kube.informer import Informer, Transport
 from colocation.kube.leader_connection import LeaderAddress, follow_leader
+from colocation.kube.lease_record import REPLICA_HEADER
 from colocation.nodemetrics.report_schema import COLLECTION_PATH
 from colocation.nodemetrics.storage_interface import ReplicaTarget
 from colocation.nodemetrics.storage_metrics import StorageMetrics
@@ -49,8 +50,9 @@ class LeaderFollower:
                  on_unreachable: Callable[[], None] = lambda: None, stale_after: float = 30.0,
                  clock: Callable[[], float] = time.monotonic,
                  on_applied: Callable[[], Awaitable[None]] | None = None,
-                 stream_silence: float | None = None) -> None:
+                 stream_silence: float | None = None, announce: str | None = None) -> None:
         self.store = store
+        self.announce = announce  # "IDENTITY ENDPOINT": the leader publishes it for agents (REPLICA_HEADER)
         self.leader = leader
         self.token = token
         self.metrics = metrics
@@ -84,7 +86,9 @@ class LeaderFollower:
         self.following = None
 
     async def _follow(self, session: aiohttp.ClientSession, address: LeaderAddress) -> None:
-        transport = self._transport = address.transport(session, self.token, stream_silence=self.stream_silence)
+        headers = {REPLICA_HEADER: self.announce} if self.announce else None
+        transport = self._transport = address.transport(session, self.token, stream_silence=self.stream_silence,
+                                                         headers=headers)
         self.following = address
         log.info("following the leader's NodeMetrics", extra={"leader": address.identity,
                                                               "endpoint": address.endpoint})

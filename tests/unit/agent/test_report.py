@@ -2,8 +2,10 @@
 
 Fakes stand in for kube-apiserver (the leader Lease, the aggregated path) and for the leader's
 own endpoint; the clock is a number the test moves. Expectations: reports go straight to the
-leader named on the Lease; a standby's 503 sends the agent back to the Lease; an unreachable
-leader is bypassed through kube-apiserver; a leader change gets the full report at once.
+leader named on the Lease; a standby's 503 sends the agent to the leader it names, or back to the
+Lease; an unreachable leader is replaced by the replica that leads now, else bypassed through
+kube-apiserver, which is asked less often than the replicas; a leader change gets the full report
+at once.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from colocation.agent.leader_locator import Leader, LeaderLocator, leader_from_l
 from colocation.agent.report import Reporter, ReportOptions, Snapshot, moved, report_trigger
 from colocation.kube.backoff import Backoff
 from colocation.kube.informer import Transport
-from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION
+from colocation.kube.lease_record import (
+    LEADER_CA_ANNOTATION,
+    LEADER_CAUSE,
+    LEADER_ENDPOINT_ANNOTATION,
+    REPLICAS_ANNOTATION,
+    replicas_annotation,
+)
 
 REPORT_PATH = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics/node-a/status"
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/colocation-system/leases/colocation-operator"
@@ -98,9 +106,15 @@ def test_the_trigger_of_a_report() -> None:
 
 # ---- fakes -------------------------------------------------------------------------------------------
 
-def lease(holder: str, port: int | None) -> dict[str, Any]:
-    annotations = {LEADER_ENDPOINT_ANNOTATION: f"https://10.0.0.{port}:8443", LEADER_CA_ANNOTATION: CA} \
+def endpoint(port: int) -> str:
+    return f"https://10.0.0.{port}:8443"
+
+
+def lease(holder: str, port: int | None, replicas: dict[str, int] | None = None) -> dict[str, Any]:
+    annotations = {LEADER_ENDPOINT_ANNOTATION: endpoint(port), LEADER_CA_ANNOTATION: CA} \
         if port is not None else {}
+    if replicas is not None:
+        annotations[REPLICAS_ANNOTATION] = replicas_annotation({name: endpoint(p) for name, p in replicas.items()})
     return {"metadata": {"name": "colocation-operator", "annotations": annotations},
             "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}}
 
@@ -138,17 +152,24 @@ class FakeLeaders:
 
     def __init__(self) -> None:
         self.status: dict[str, int] = {}
+        self.names: dict[str, tuple[str, str]] = {}  # endpoint -> the leader its 503 names
         self.sent: list[tuple[str, bytes]] = []
+        self.attempts: list[str] = []  # every endpoint dialed, refused or not
 
     async def put(self, leader: Leader, path: str, body: bytes, timeout: float) -> tuple[int, Any]:
         assert path == REPORT_PATH and timeout > 0
+        self.attempts.append(leader.endpoint)
         status = self.status.get(leader.endpoint, 200)
         if status == 0:
             raise ConnectionRefusedError("refused")
         self.sent.append((leader.identity, body))
         if status == 503:
-            return 503, {"kind": "Status", "code": 503, "reason": "ServiceUnavailable",
-                         "message": "this replica is a standby; send reports to the leader (op-1_b)"}
+            refusal: dict[str, Any] = {"kind": "Status", "code": 503, "reason": "ServiceUnavailable",
+                                       "message": "this replica is a standby; send reports to the leader (op-1_b)"}
+            if leader.endpoint in self.names:
+                identity, named = self.names[leader.endpoint]
+                refusal["details"] = {"causes": [{"reason": LEADER_CAUSE, "field": identity, "message": named}]}
+            return 503, refusal
         return status, {}
 
 
@@ -160,7 +181,8 @@ class Setup:
         self.metrics = AgentMetrics()
         self.locator = LeaderLocator(self.kube, poll_interval=10.0, min_refresh_gap=0.0, clock=lambda: self.now)
         self.current = body()
-        self.delivery = Delivery(self.kube, self.locator, self.leaders.put, timeout=5.0)
+        self.delivery = Delivery(self.kube, self.locator, self.leaders.put, timeout=5.0, clock=lambda: self.now,
+                                 apiserver_backoff=Backoff(1.0, 30.0, jitter=0.5, rng=random.Random(3)))
         self.reporter = Reporter("node-a", self.delivery, lambda: Snapshot.of(self.current), options=ReportOptions(),
                                  metrics=self.metrics, clock=lambda: self.now, rng=random.Random(7))
 
@@ -275,22 +297,76 @@ async def test_without_a_leader_reports_go_through_kube_apiserver(setup: Setup) 
 
 
 async def test_failures_back_off_exponentially_and_retry_with_the_latest_state(setup: Setup) -> None:
-    setup.leaders.status["https://10.0.0.1:8443"] = 0
+    setup.kube.lease = lease("op-0_a", None)  # no address published: kube-apiserver is the only way
     setup.kube.report_status = 503  # the aggregation layer has no ready endpoint either
-    delays = [await setup.reporter.check() for _ in range(7)]
+    delays = []
+    for _ in range(7):
+        delays.append(await setup.reporter.check())
+        setup.now += delays[-1]
     # Nominal 1, 2, 4, 8, 16, 30, 30 s with up to 50 % jitter taken off.
     for delay, nominal in zip(delays, (1, 2, 4, 8, 16, 30, 30), strict=True):
         assert nominal / 2 <= delay <= nominal
-    assert setup.failed("unavailable") == 7
-    setup.leaders.status.clear()
+    # kube-apiserver was asked once per backoff of its own at most (1, 2, 4, ... s, jittered too).
+    assert 5 <= setup.failed("unavailable") == setup.kube.calls.count(("PUT", REPORT_PATH)) <= 7
+    setup.kube.lease = lease("op-0_a", 1)
+    await setup.locator.refresh()
     setup.current = body(cpu="1900m")
     assert 9.6 <= await setup.reporter.check() <= 10.0  # back to the normal interval
     _, sent = setup.leaders.sent[-1]
     assert b'"cpu":"1900m"' in sent  # the latest state, not the one that failed first
     assert setup.sent("leader", "initial") == 1  # still the reason it was first due
-    setup.leaders.status["https://10.0.0.1:8443"] = 0
+    setup.leaders.status[endpoint(1)] = 0
     setup.now += 60
     assert await setup.reporter.check() <= 1.0  # the backoff started over
+
+
+async def test_an_unreachable_leader_is_replaced_by_the_replica_that_leads_now(setup: Setup) -> None:
+    setup.kube.lease = lease("op-0_a", 1, replicas={"op-0_a": 1, "op-1_b": 2})
+    await setup.reporter.check()
+    setup.leaders.status[endpoint(1)] = 0  # the leader died; its standby op-1_b took over
+    calls = len(setup.kube.calls)
+    setup.now += 10
+    await setup.reporter.check()
+    assert setup.leaders.attempts[-2:] == [endpoint(1), endpoint(2)]
+    assert setup.reporter.delivered_to == "op-1_b" and setup.sent("leader", "leader-changed") == 1
+    assert setup.locator.leader is not None and setup.locator.leader.endpoint == endpoint(2)
+    assert len(setup.kube.calls) == calls  # neither the Lease nor kube-apiserver was asked
+
+
+async def test_a_standby_names_the_leader_and_the_report_goes_there_at_once(setup: Setup) -> None:
+    setup.kube.lease = lease("op-0_a", 1, replicas={"op-0_a": 1, "op-1_b": 2})
+    await setup.reporter.check()
+    # op-0 restarted as a standby; op-2, a replica the Lease did not list yet, leads.
+    setup.leaders.status[endpoint(1)] = 503
+    setup.leaders.names[endpoint(1)] = ("op-2_c", endpoint(3))
+    calls = len(setup.kube.calls)
+    setup.now += 10
+    await setup.reporter.check()
+    assert setup.leaders.attempts[-2:] == [endpoint(1), endpoint(3)]
+    assert setup.reporter.delivered_to == "op-2_c" and setup.failed("standby") == 1
+    assert len(setup.kube.calls) == calls
+
+
+async def test_while_no_replica_leads_they_are_asked_every_two_seconds_and_kube_apiserver_less_often(
+        setup: Setup) -> None:
+    setup.kube.lease = lease("op-0_a", 1, replicas={"op-0_a": 1, "op-1_b": 2})
+    await setup.reporter.check()
+    setup.leaders.status.update({endpoint(1): 0, endpoint(2): 503})  # a control-plane outage: nobody leads
+    setup.leaders.names[endpoint(2)] = ("op-0_a", endpoint(1))
+    setup.kube.report_status = 0  # kube-apiserver does not answer
+    setup.now += 10
+    started, delays = setup.now, []
+    while setup.now - started < 60:
+        delays.append(await setup.reporter.check())
+        setup.now += delays[-1]
+    assert all(0.5 <= delay <= 2.0 for delay in delays), delays
+    assert len(delays) >= 30
+    # kube-apiserver: at 0, ~1, ~3, ~7, ~15, ~31 s, its own backoff (1 s doubling to 30 s, jittered).
+    puts = setup.kube.calls.count(("PUT", REPORT_PATH))
+    assert 4 <= puts <= 8 and setup.kube.calls.count(("GET", LEASE_PATH)) <= puts + 1
+    setup.leaders.status[endpoint(2)] = 200  # op-1_b leads
+    setup.now += await setup.reporter.check()
+    assert setup.reporter.delivered_to == "op-1_b"
 
 
 async def test_a_refused_report_is_not_sent_elsewhere(setup: Setup) -> None:

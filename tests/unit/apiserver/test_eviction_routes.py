@@ -36,6 +36,7 @@ NODES: dict[str, dict[str, str]] = {"node-1": {}, "node-2": {}}
 class Leader:
     is_leader = True
     leader_identity = "operator-0"
+    leader_endpoint = ""
 
 
 async def review(token: str) -> TokenReviewResult:

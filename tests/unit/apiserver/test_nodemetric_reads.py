@@ -4,6 +4,7 @@ serves them (apimachinery.watch_params and watch_stream), Tables included."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,8 +18,11 @@ from colocation.apiserver.delegated_authentication import DelegatingAuthenticato
 from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec
 from colocation.apiserver.generic_apiserver import AggregatedApiServer
 from colocation.apiserver.nodemetric_routes import ApiOptions, NodeMetricGroup
+from colocation.apiserver.replica_followers import ReplicaFollowers
+from colocation.kube.lease_record import MAX_REPLICAS, REPLICA_HEADER
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import COLLECTION_PATH, validate_report
+from tests.unit.custommetrics.test_sample_follower import until
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -28,6 +32,7 @@ ADMIN = Caller("admin", groups=("system:masters",))
 class Leader:
     is_leader = True
     leader_identity = "me"
+    leader_endpoint = ""
 
 
 async def review(token: str) -> TokenReviewResult:
@@ -160,6 +165,7 @@ async def test_tables_carry_the_object_as_include_object_asks(client: TestClient
 class Standby:
     is_leader = False
     leader_identity = "operator-0_1a2b3c4d"
+    leader_endpoint = ""
 
 
 async def test_a_standby_serves_reads_and_sends_writes_back_with_retry_after(store: NodeMetricStore) -> None:
@@ -176,9 +182,54 @@ async def test_a_standby_serves_reads_and_sends_writes_back_with_retry_after(sto
         answer = await written.json()
         assert written.status == 503 and written.headers["Retry-After"] == "1"
         assert answer["reason"] == "ServiceUnavailable" and "operator-0_1a2b3c4d" in answer["message"]
-        assert answer["details"] == {"retryAfterSeconds": 1}
+        assert answer["details"] == {"retryAfterSeconds": 1}  # where the leader serves is not known yet
+        standby.leader_endpoint = "https://10.0.0.7:8443"
+        named = await (await client.put(f"{COLLECTION_PATH}/node-a/status", data=report("node-a", cpu="2"))).json()
+        # An agent that dialed the standby goes straight to the leader the Status names.
+        assert named["details"] == {"retryAfterSeconds": 1, "causes": [
+            {"reason": "Leader", "field": "operator-0_1a2b3c4d", "message": "https://10.0.0.7:8443"}]}
     entry = store.get("node-a")
     assert entry is not None and b'"cpu":"1500m"' in entry.body  # nothing written
+
+
+async def test_the_leader_publishes_the_replicas_whose_feeds_are_open_and_only_theirs(store: NodeMetricStore) -> None:
+    async def replicas_only(spec: SubjectAccessSpec) -> bool:  # only replicas may follow the sample feed
+        return spec.resource != "samplebatches" or spec.user == "system:serviceaccount:ns:operator"
+
+    async def two_users(token: str) -> TokenReviewResult:
+        name = "system:serviceaccount:ns:operator" if token == "replica" else "reader"
+        return TokenReviewResult(True, Caller(name, groups=("system:authenticated",)))
+
+    authorizer, metrics, leader, followers = DelegatingAuthorizer(replicas_only), ServerMetrics(), Leader(), \
+        ReplicaFollowers()
+    group = NodeMetricGroup(store, authorizer, leader, lambda node: True, lambda node: {}, metrics,
+                            ApiOptions(bookmark_interval=0.05), wall=lambda: NOW, followers=followers)
+    api = AggregatedApiServer(DelegatingAuthenticator(two_users), authorizer, lambda: None, leader, metrics, [group])
+    async with TestClient(TestServer(api.application())) as client:
+        watch = {"watch": "1", "allowWatchBookmarks": "true"}
+        announce = {REPLICA_HEADER: "operator-1_b https://10.0.0.8:8443"}
+        async with client.get(COLLECTION_PATH, params=watch,
+                              headers={"Authorization": "Bearer reader", **announce}) as response:
+            await next_event(response)
+            assert followers.endpoints() == {}  # a reader's word is not taken
+        async with client.get(COLLECTION_PATH, params=watch,
+                              headers={"Authorization": "Bearer replica", **announce}) as response:
+            await next_event(response)
+            assert followers.endpoints() == {"operator-1_b": "https://10.0.0.8:8443"}
+        await until(lambda: followers.endpoints() == {}, timeout=5)  # gone with its feed
+
+
+def test_replica_followers_are_counted_per_open_feed_bounded_and_well_formed() -> None:
+    followers = ReplicaFollowers()
+    with followers.following("op-1 https://10.0.0.8:8443"), followers.following("op-1 https://10.0.0.8:8443/"):
+        with followers.following("op-2 http://10.0.0.9:80"), followers.following("no-endpoint"):
+            assert followers.endpoints() == {"op-1": "https://10.0.0.8:8443"}  # plain HTTP and nonsense ignored
+        assert followers.endpoints() == {"op-1": "https://10.0.0.8:8443"}
+    assert followers.endpoints() == {}
+    with contextlib.ExitStack() as stack:
+        for i in range(MAX_REPLICAS + 3):
+            stack.enter_context(followers.following(f"op-{i} https://10.0.0.{i}:8443"))
+        assert len(followers.endpoints()) == MAX_REPLICAS
 
 
 async def test_reads_that_want_the_most_recent_data_pass_the_read_barrier(store: NodeMetricStore) -> None:

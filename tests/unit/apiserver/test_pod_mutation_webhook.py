@@ -69,6 +69,7 @@ async def refuse(spec: SubjectAccessSpec) -> bool:
 class Leader:
     is_leader = True
     leader_identity = "operator-0"
+    leader_endpoint = ""
 
 
 @pytest.fixture

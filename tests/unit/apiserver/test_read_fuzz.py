@@ -68,6 +68,7 @@ _accept = st.one_of(st.none(), st.none(), st.sampled_from([
 class Standby:
     is_leader = False
     leader_identity = "operator-0_1a2b3c4d"
+    leader_endpoint = ""
 
 
 async def no_leader() -> int | None:

@@ -163,6 +163,7 @@ CALLERS = {ADMIN: Caller("admin", groups=("system:masters",)), VIEWER: Caller("v
 class Leader:
     is_leader = True
     leader_identity = "me"
+    leader_endpoint = ""
 
 
 class Authorizations:

@@ -48,6 +48,7 @@ SAMPLES = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{}/samples"
 class Leader:
     is_leader = True
     leader_identity = "operator-0"
+    leader_endpoint = ""
 
 
 class Authorizations:
