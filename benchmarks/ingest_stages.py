@@ -97,6 +97,7 @@ class _Pods:
 class _Leader:
     is_leader = True
     leader_identity = "bench"
+    leader_endpoint = ""
 
 
 class _Request(dict[str, Any]):

@@ -23,8 +23,15 @@ Nodes of this client (leader_scale_probes). Then:
    and evaluations (its /metrics), the agents' self-check;
 2. py-spy samples the leader for `profile_seconds`: where its CPU goes, and the evaluations' share of it;
 3. latency: probe reports that move batch resources, timed to the Node patch;
-4. failover: the leader SIGKILLed (the sandbox restarts it), timed until the new leader serves every
-   node's NodeMetric with an updateTime from after the kill and an evaluation finished after that.
+4. failover: the leader SIGKILLed (the sandbox restarts it), timed to the new leader's first finished
+   evaluation of every node (the verdict's figure: its `colocation_reconcile_duration_seconds_count`,
+   polled every `failover_poll` s), and on, for information, until it serves every node's NodeMetric
+   with an updateTime from after the kill and an evaluation finished after that; one more kill with
+   py-spy on the standby (where the new leader's time goes), left out of the verdicts;
+5. the leader gone without a restart: SIGSTOPped (it neither renews nor releases its Lease: the
+   standby waits for it to expire), timed to the new leader's first finished evaluation, then
+   SIGCONTed (it finds it lost the Lease and exits; the sandbox starts it again, and the next stop
+   waits for a ready standby holding every node).
 """
 
 from __future__ import annotations
@@ -40,13 +47,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from benchmarks import cp_cluster, ingest_profile, processes
 from benchmarks.client import Request, say, sit_out
 from benchmarks.control_plane import _judged
-from benchmarks.cp_cluster import NODEMETRICS, Cluster, Replica, wait_until
+from benchmarks.cp_cluster import LEADER_LEASE, NODEMETRICS, Cluster, Replica, wait_until
 from benchmarks.cp_kube_metrics import parse, total
 from benchmarks.failover_probes import FAILURES, reader_token
 from benchmarks.leader_scale_figures import (
@@ -57,6 +66,7 @@ from benchmarks.leader_scale_figures import (
     Convergence,
     ReportBurst,
     SizeResult,
+    Takeover,
     Window,
     extrapolate,
 )
@@ -64,6 +74,7 @@ from benchmarks.leader_scale_probes import Freshness, ProbeNodes
 from colocation.agent import selfcheck
 
 SUITE = "leader-scale"
+_T = TypeVar("_T")
 PLOTS = Path(__file__).resolve().parent / "plots"
 REPORTS = "colocation_nodemetric_reports_accepted_total"
 EVALUATIONS = "colocation_reconcile_duration_seconds_count"
@@ -93,8 +104,15 @@ class ScaleConfig:
     probes: int = 4
     latency_samples: int = 24
     latency_timeout: float = 30.0
-    kills: int = 3
+    kills: int = 5
     kill_timeout: float = 180.0
+    # How often a failover polls the Lease and the new leader's evaluation count: the first finished
+    # evaluation is seen at most this late (plus a request's round trip), and each poll is one GET
+    # /metrics on the new leader and one GET of the Lease.
+    failover_poll: float = 0.05
+    failover_profile_seconds: float = 5.0  # py-spy on the standby across one more kill; 0: none
+    stops: int = 2  # SIGSTOPs of the leader per node count (gone without a restart); 0: none
+    stop_timeout: float = 60.0  # beyond the Lease's duration
     # The sandbox restarts a replica that exits again within 10 minutes after 10 s, 20 s, ... (the kubelet's
     # crashLoopBackOff); a leader killed twice would then hold its Lease until it expires (15 s): measured
     # is the failover, so restarts are immediate, as in the failover suite.
@@ -291,50 +309,204 @@ def profile_shares(raw: str) -> list[tuple[str, float]]:
     return [(label, n / samples) for label, n in counts.items()] if samples else []
 
 
-async def _kill(config: ScaleConfig, cluster: Cluster, names: list[str], result: SizeResult, index: int) -> None:
+async def _evaluations(cluster: Cluster, replica: Replica) -> tuple[float, float] | None:
+    """(count, summed seconds) of the evaluations of every node `replica` finished; None: no answer.
+    The count moves when an evaluation returns (`NodeResourceReconciler.evaluate` observes its duration
+    then), and a standby's evaluation loop waits for its promotion, so a standby's stays at 0."""
+    with contextlib.suppress(*FAILURES, RuntimeError):
+        metrics = await _metrics(cluster, replica)
+        return metrics[EVALUATIONS], metrics[EVALUATION_SECONDS]
+    return None
+
+
+async def _holder(cluster: Cluster) -> str | None:
+    with contextlib.suppress(*FAILURES, RuntimeError):
+        return await cluster.leader()
+    return None
+
+
+@dataclass
+class Seen:
+    """What the polls of one failover saw, in seconds from the signal."""
+
+    marks: dict[str, float] = field(default_factory=dict)  # "lease", "evaluation"
+    leader: Replica | None = None  # the new leader
+    after: float = math.nan  # when the last poll that saw no evaluation of the new leader was sent
+    evaluation_seconds: float = math.nan  # the first evaluation's own duration (sum / count when seen)
+    gone: bool = False  # `alive` said no before an evaluation was seen
+
+
+async def _until_evaluated(config: ScaleConfig, cluster: Cluster, holder: str, standby: Replica,
+                           baseline: float, started: float, timeout: float,
+                           alive: Callable[[], bool] = lambda: True) -> Seen:
+    """Poll, every `failover_poll` s from `started` (the signal), the Lease and the standby's evaluation
+    count (and the count of whichever other replica the Lease names, should it win) until the new
+    leader's count passes `baseline` (the standby's before the signal): its first finished evaluation."""
+    loop = asyncio.get_running_loop()
+    seen = Seen()
+    zero: dict[int, float] = {}  # pid → when the last poll that saw its count at the baseline was sent
+
+    async def answered(request: Awaitable[_T]) -> tuple[_T, float]:
+        """The answer and when it came, in seconds from the signal."""
+        answer = await request
+        return answer, loop.time() - started
+
+    due = started
+    while loop.time() - started < timeout:
+        if not alive():
+            seen.gone = True
+            break
+        due = max(due + config.failover_poll, loop.time())
+        await asyncio.sleep(due - loop.time())  # polling the system under test at its pace
+        sent = loop.time() - started
+        (current, leased), (counts, arrived) = await asyncio.gather(answered(_holder(cluster)),
+                                                                    answered(_evaluations(cluster, standby)))
+        target = standby
+        new = cluster.replica_of(current) if current and current != holder else None
+        if new is not None:
+            seen.marks.setdefault("lease", leased)
+            if new.identity != standby.identity or new.pid != standby.pid:  # the restarted one won
+                target, sent = new, loop.time() - started
+                counts, arrived = await answered(_evaluations(cluster, new))
+        if counts is None:
+            continue
+        count, seconds = counts
+        if count > (baseline if target is standby else 0):
+            seen.marks["evaluation"] = arrived
+            seen.leader, seen.after = target, zero.get(target.pid, math.nan)
+            seen.evaluation_seconds = seconds / count
+            break
+        zero[target.pid] = sent
+    return seen
+
+
+async def _kill(config: ScaleConfig, cluster: Cluster, names: list[str], result: SizeResult, index: int,
+                profile: bool = False) -> None:
+    """One SIGKILL of the leader; with `profile`, py-spy samples the standby across it (not counted)."""
     await _steady(cluster, len(names))
     leader, standby, holder = await _roles(cluster)
+    baseline = await _evaluations(cluster, standby)
+    if baseline is None:
+        raise RuntimeError(f"the standby {standby.identity} does not answer GET /metrics")
     freshness = Freshness(cluster.replica_client(standby))
     watch = asyncio.create_task(freshness.run())
     loop = asyncio.get_running_loop()
-    marks: dict[str, float] = {}
+    seen = Seen()
     stale: list[str] = names
+    recorder: asyncio.subprocess.Process | None = None
+    out = failover_profile_path(result.nodes, result.apiserver)
     try:
         await wait_until(lambda: _settled(freshness, names), 120.0, 0.2, "the standby's NodeMetric watch listing")
+        if profile:
+            try:
+                recorder = await ingest_profile.record(standby.pid, config.failover_profile_seconds, out)
+            except (FileNotFoundError, OSError) as error:
+                result.failures.append(f"no failover profile: {error!r}")
+                return
+            await asyncio.sleep(1.0)  # py-spy attaching; it then samples a second or so of the standby idling
         await asyncio.sleep(1.05 - time.time() % 1)  # just after a whole second: updateTime has whole seconds
         killed_at = float(int(time.time()))
         started = loop.time()
         os.kill(leader.pid, signal.SIGKILL)
+        seen = await _until_evaluated(config, cluster, holder, standby, baseline[0], started, config.kill_timeout)
+        marks, new = seen.marks, seen.leader
         reported_evaluations = math.inf
-        while "converged" not in marks and loop.time() - started < config.kill_timeout:
-            await asyncio.sleep(0.25)  # polling the system under test
-            now = loop.time() - started
+        # For information: every node re-reported, and an evaluation after that (polled less often).
+        while new is not None and "converged" not in marks and loop.time() - started < config.kill_timeout:
             with contextlib.suppress(*FAILURES, RuntimeError):
-                current = await cluster.leader()
-                new = cluster.replica_of(current) if current and current != holder else None
-                if new is None:
-                    continue
-                marks.setdefault("lease", now)
                 evaluations = (await _metrics(cluster, new))[EVALUATIONS]
-                if evaluations >= 1:
-                    marks.setdefault("evaluation", now)
+                now = loop.time() - started
                 stale = freshness.stale(names, killed_at)
                 if not stale and "reported" not in marks:
                     marks["reported"], reported_evaluations = now, evaluations
                 if evaluations > reported_evaluations:
                     marks["converged"] = now
+            await asyncio.sleep(0.25)  # polling the system under test
     finally:
         watch.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watch
+        if recorder is not None:
+            await recorder.wait()
+    marks = seen.marks
+    note = "" if "converged" in marks else (f"gave up after {config.kill_timeout:.0f} s; {len(stale)} nodes not "
+                                            "re-reported" if "evaluation" in marks else
+                                            f"no evaluation within {config.kill_timeout:.0f} s")
+    if profile:
+        note = "profiled (py-spy on the new leader), not in the verdicts" + (f"; {note}" if note else "")
     kill = Convergence(result.nodes, index, marks.get("lease", math.nan), marks.get("evaluation", math.nan),
-                       marks.get("reported", math.nan), marks.get("converged", math.nan), len(stale),
-                       "" if "converged" in marks else f"gave up after {config.kill_timeout:.0f} s; "
-                                                       f"{len(stale)} nodes not re-reported")
+                       marks.get("reported", math.nan), marks.get("converged", math.nan), len(stale), note,
+                       evaluation_after=seen.after, evaluation_seconds=seen.evaluation_seconds, profiled=profile)
     result.kills.append(kill)
-    say(f"leader scale [{result.label} nodes]: kill {index + 1}: Lease moved {kill.lease_moved:.1f} s, first "
-        f"evaluation {kill.first_evaluation:.1f} s, every node re-reported {kill.all_reported:.1f} s, "
+    say(f"leader scale [{result.label} nodes]: kill {index + 1}{' (profiled)' if profile else ''}: Lease moved "
+        f"{kill.lease_moved:.2f} s, first evaluation {kill.first_evaluation:.2f} s (after {kill.evaluation_after:.2f} "
+        f"s; it took {kill.evaluation_seconds:.2f} s), every node re-reported {kill.all_reported:.1f} s, "
         f"converged {kill.converged:.1f} s{'; ' + kill.note if kill.note else ''}")
+    if profile:
+        _failover_profile(out, result)
+
+
+def _failover_profile(out: Path, result: SizeResult) -> None:
+    raw = out.read_text() if out.exists() else ""
+    samples, _, hottest = ingest_profile.summarize(raw)
+    if not samples:
+        result.failures.append("no failover profile: py-spy wrote no samples (ptrace permission?)")
+        return
+    result.failover_profile_samples, result.failover_profile = samples, hottest
+    result.failover_profile_shares = profile_shares(raw)
+
+
+def failover_profile_path(nodes: int, apiserver: str = BUILTIN) -> Path:
+    """Where py-spy's raw samples of the new leader across the profiled kill at `nodes` nodes are kept."""
+    return PLOTS / ("leader_scale_failover_profile_" + ("" if apiserver == BUILTIN else f"{apiserver}_")
+                    + f"{nodes}.txt")
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in /proc (T: stopped), "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+async def _stop(config: ScaleConfig, cluster: Cluster, names: list[str], result: SizeResult, index: int) -> None:
+    """The leader gone without a restart: SIGSTOPped until the new leader's first finished evaluation,
+    then SIGCONTed; it finds it lost the Lease and exits, and the sandbox starts it again."""
+    await _steady(cluster, len(names))
+    leader, standby, holder = await _roles(cluster)
+    baseline = await _evaluations(cluster, standby)
+    if baseline is None:
+        raise RuntimeError(f"the standby {standby.identity} does not answer GET /metrics")
+    lease = await cluster.client.json(Request("GET", LEADER_LEASE))
+    duration = float((lease.get("spec") or {}).get("leaseDurationSeconds") or math.nan)
+    timeout = (duration if math.isfinite(duration) else 15.0) + config.stop_timeout
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    os.kill(leader.pid, signal.SIGSTOP)
+    try:
+        for _ in range(100):  # the signal is delivered asynchronously: until /proc shows it stopped
+            if _state(leader.pid) == "T":
+                break
+            await asyncio.sleep(0.01)
+        seen = await _until_evaluated(config, cluster, holder, standby, baseline[0], started, timeout,
+                                      alive=lambda: _state(leader.pid) == "T")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(leader.pid, signal.SIGCONT)
+    void = (f"the stopped leader (pid {leader.pid}) was gone or running again before the takeover (a liveness "
+            "probe?)" if seen.gone else "")
+    stop = Takeover(result.nodes, index, duration, seen.marks.get("lease", math.nan),
+                    seen.marks.get("evaluation", math.nan), seen.after, seen.evaluation_seconds, void)
+    result.stops.append(stop)
+    say(f"leader scale [{result.label} nodes]: stop {index + 1}: Lease ({duration:g} s) moved {stop.lease_moved:.2f} "
+        f"s, first evaluation {stop.first_evaluation:.2f} s (after {stop.evaluation_after:.2f} s; it took "
+        f"{stop.evaluation_seconds:.2f} s; bound {stop.bound:g} s){'; ' + void if void else ''}")
+    if "lease" in seen.marks:  # it finds it lost the Lease and exits; the sandbox starts it again
+        async def restarted() -> bool:
+            return any(r.identity == leader.identity and r.pid != leader.pid for r in cluster.replicas())
+
+        await wait_until(restarted, 120.0, 0.5, f"the stopped leader {leader.identity} restarted after SIGCONT")
 
 
 async def _batched(cluster: Cluster, count: int) -> bool:
@@ -410,6 +582,10 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str], apiserver: str
                        - set(probes.names))
         for index in range(config.kills):
             await _kill(config, cluster, names, result, index)
+        if config.failover_profile_seconds > 0:
+            await _kill(config, cluster, names, result, config.kills, profile=True)
+        for index in range(config.stops):
+            await _stop(config, cluster, names, result, index)
     except (TimeoutError, RuntimeError, OSError, *FAILURES) as error:  # OSError: a process gone from /proc
         why = repr(error)
         # A leader that loses its Lease exits and its pod restarts it: the count says whether leadership moved.
@@ -460,6 +636,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale-probes", type=int, default=c.probes, help="Probe Nodes for the latency samples.")
     p.add_argument("--scale-latency-samples", type=int, default=c.latency_samples)
     p.add_argument("--scale-kills", type=int, default=c.kills, help="SIGKILLs of the leader per node count.")
+    p.add_argument("--scale-stops", type=int, default=c.stops,
+                   help="SIGSTOPs of the leader per node count (gone without a restart: the standby waits for the "
+                        "Lease to expire); 0: none.")
+    p.add_argument("--scale-failover-poll", type=float, default=c.failover_poll,
+                   help="Seconds between a failover's polls of the Lease and the new leader's evaluation count.")
+    p.add_argument("--scale-failover-profile-seconds", type=float, default=c.failover_profile_seconds,
+                   help="py-spy on the standby across one more SIGKILL per node count (not counted); 0: none.")
     p.add_argument("--scale-profile-seconds", type=float, default=c.profile_seconds,
                    help="py-spy of the leader after each window (it splits the leader's CPU); 0: none.")
     p.add_argument("--scale-burst-seconds", type=float, default=c.burst_seconds,
@@ -472,5 +655,7 @@ def config_from(args: argparse.Namespace, state_dir: Path) -> ScaleConfig:
                        pods_per_node=args.scale_pods_per_node, window=args.scale_window,
                        report_interval=args.scale_report_interval, probes=args.scale_probes,
                        latency_samples=args.scale_latency_samples, kills=args.scale_kills,
+                       stops=args.scale_stops, failover_poll=args.scale_failover_poll,
+                       failover_profile_seconds=args.scale_failover_profile_seconds,
                        profile_seconds=args.scale_profile_seconds, burst_seconds=args.scale_burst_seconds,
                        state_dir=state_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +16,30 @@ from benchmarks.client import say
 from benchmarks.leader_scale import CONNECTION_PROBES, ScaleConfig, ScaleReport
 from benchmarks.leader_scale_figures import (
     AGENTS_SATURATED,
+    BEFORE_COMMIT,
+    BEFORE_LEADER,
+    BEFORE_LEADER_CACHES,
+    BEFORE_STANDBY_RSS,
     BUILTIN,
     EXTRAPOLATE_INTERVAL,
     EXTRAPOLATE_NODES,
+    FAILOVER_GROWTH,
+    FAILOVER_TARGET,
     MACHINE_SATURATED,
     REPORTS_BEHIND,
+    TAKEOVER_MARGIN,
     Convergence,
     ReportBurst,
     SizeResult,
+    Takeover,
     Window,
+    before_standby_fit,
     cache_memory_fit,
     cpu_fit,
     extrapolate,
     fitted,
     memory_fit,
+    standby_memory_fit,
     verdicts,
 )
 from benchmarks.machine import Machine
@@ -63,15 +74,18 @@ def from_json(raw: dict[str, Any]) -> ScaleReport:
         window = values.pop("window")
         burst = values.pop("burst", None)  # saved before the burst existed: none
         kills = [Convergence(**{k: _nan(v) for k, v in kill.items()}) for kill in values.pop("kills")]
-        for key in ("profile", "profile_shares"):
-            values[key] = [tuple(item) for item in values[key]]
+        # Saved before the leader was stopped without a restart, or the failover profiled: none.
+        stops = [Takeover(**{k: _nan(v) for k, v in stop.items()}) for stop in values.pop("stops", [])]
+        for key in ("profile", "profile_shares", "failover_profile", "failover_profile_shares"):
+            if key in values:
+                values[key] = [tuple(item) for item in values[key]]
         # Samples saved before the window's gauge existed: nothing is taken off their RSS. The control
         # plane's CPU was saved as the sandbox's before it counted kube-apiserver and the rest.
         if window is not None and "sandbox_cpu" in window:
             window["control_plane_cpu"] = window.pop("sandbox_cpu")
         measured = None if window is None else Window(**{"leader_window_bytes": 0, "leader_window_events": 0,
                                                          **{k: _nan(v) for k, v in window.items()}})
-        return SizeResult(**values, window=measured, kills=kills,
+        return SizeResult(**values, window=measured, kills=kills, stops=stops,
                           burst=None if burst is None else ReportBurst(**{k: _nan(v) for k, v in burst.items()}))
 
     return ScaleReport(config, raw["agentArgs"], raw["missingFlags"], [result(r) for r in raw["results"]],
@@ -145,8 +159,173 @@ def _latency_rows(results: list[SizeResult]) -> list[list[str]]:
 
 
 def _kill_rows(results: list[SizeResult]) -> list[list[str]]:
-    return [[r.label, str(k.index + 1), _f(k.lease_moved, 1), _f(k.first_evaluation, 1),
-             _f(k.all_reported, 1), _f(k.converged, 1), k.note or "—"] for r in results for k in r.kills]
+    return [[r.label, str(k.index + 1), _f(k.lease_moved), _f(k.first_evaluation), _f(k.evaluation_after),
+             _f(k.evaluation_seconds), _f(k.all_reported, 1), _f(k.converged, 1), k.note or "—"]
+            for r in results for k in r.kills]
+
+
+def _median(values: list[float]) -> float:
+    """The median, a missing figure (NaN: not reached before the timeout) counting as the latest."""
+    finite = [v for v in values if not math.isnan(v)]
+    if not values:
+        return math.nan
+    if len(finite) * 2 <= len(values):  # the median is a missing one
+        return math.nan
+    return statistics.median([math.inf if math.isnan(v) else v for v in values])
+
+
+def _spread(values: list[float]) -> str:
+    """min / median / max, NaN (not reached) counting as the latest."""
+    if not values:
+        return "n/a"
+    late = [math.inf if math.isnan(v) else v for v in values]
+    return " / ".join("never" if math.isinf(v) else f"{v:.2f}" for v in (min(late), statistics.median(late), max(late)))
+
+
+def _failover_rows(results: list[SizeResult]) -> list[list[str]]:
+    """The node counts side by side: the counted kills' figures."""
+    rows = []
+    for r in results:
+        if not (kills := r.counted_kills):
+            continue
+        rows.append([r.label, str(len(kills)), _spread([k.first_evaluation for k in kills]),
+                     _f(_median([k.evaluation_seconds for k in kills])), _f(_median([k.lease_moved for k in kills])),
+                     _f(_median([k.all_reported for k in kills]), 1), _f(_median([k.converged for k in kills]), 1),
+                     _f(max((k.resolution for k in kills if not math.isnan(k.resolution)), default=math.nan))])
+    return rows
+
+
+def _stop_rows(results: list[SizeResult]) -> list[list[str]]:
+    return [[r.label, str(t.index + 1), _f(t.lease_duration, 0), _f(t.bound, 0), _f(t.lease_moved),
+             _f(t.first_evaluation), _f(t.evaluation_after), _f(t.evaluation_seconds),
+             "within" if t.within else ("not counted: " + t.void if t.void else "over")]
+            for r in results for t in r.stops]
+
+
+def _resolution(results: list[SizeResult]) -> float:
+    spans = [k.resolution for r in results for k in r.kills] + [t.resolution for r in results for t in r.stops]
+    spans = [span for span in spans if not math.isnan(span)]
+    return max(spans, default=math.nan)
+
+
+def _failover_lines(report: ScaleReport) -> list[str]:
+    c, results = report.config, report.results
+    poll = (f"polled every {c.failover_poll:g} s (one GET of the Lease and one GET /metrics of the standby, "
+            "together)")
+    resolution = _resolution(results)
+    late = ("" if math.isnan(resolution) else
+            f"; over this run's kills and stops that is at most {resolution:.2f} s (the column \"finished after\")")
+    lines = ["", "### Failover: from a SIGKILL of the leader to the new leader's first finished evaluation", "",
+             f"The leader is sent SIGKILL {c.kills} times per node count (the sandbox starts it again at once, as a "
+             "standby; each kill waits for a ready standby holding every node's NodeMetric). Seconds from the "
+             "signal: the Lease naming the new holder; the new leader's first finished evaluation of every node "
+             "(the verdict's figure): its `colocation_reconcile_duration_seconds_count` above what it was before "
+             "the kill, which moves only when an evaluation of every node returns (its duration is observed "
+             "then) and stays at 0 on a standby (its evaluation loop waits for its promotion), "
+             f"{poll}. The figure is when the poll that saw it was answered; the evaluation finished after the "
+             f"last poll that did not see it was sent, so the figure is late by at most their difference{late}. "
+             "\"Its duration\" is that evaluation's own (the histogram's sum). Then, for information (polled every "
+             "0.25 s): every node's NodeMetric on the new leader with an updateTime from after the kill (a watch on "
+             "it, whole seconds; the standby's copy is current, so the first evaluation needs none of them), and "
+             "an evaluation finished after that (converged).", "",
+             f"Rules: every kill ≤ {FAILOVER_TARGET:g} s at every node count, on the builtin API server and on the "
+             f"real control plane; it does not grow with the node count: on each control plane, the median at its "
+             f"largest count ≤ the median at its smallest + {FAILOVER_GROWTH:g} s (a kill without an evaluation "
+             "before the timeout counts as the latest). A miss at a count whose window had the load client held "
+             "down is inconclusive." + (" One more kill per count, with py-spy on the standby, is shown but not "
+                                        "counted (py-spy takes CPU on the same cores)."
+                                        if any(k.profiled for r in results for k in r.kills) else ""), "",
+             table(["Nodes", "Kills", "First evaluation, min / median / max s", "Its duration, median s",
+                    "Lease moved, median s", "Every node re-reported, median s", "Converged, median s",
+                    "Poll resolution, max s"], _failover_rows(results))]
+    over_lines = []
+    for r in results:
+        over = [k for k in r.counted_kills if not k.first_evaluation <= FAILOVER_TARGET]
+        if over:
+            over_lines.append(
+                f"Over {FAILOVER_TARGET:g} s at {r.label} nodes: {len(over)} of {len(r.counted_kills)} kills; there "
+                f"the Lease moved at {_f(_median([k.lease_moved for k in over]))} s and the first evaluation itself "
+                f"took {_f(_median([k.evaluation_seconds for k in over]))} s (medians)"
+                + ("; where its time went: the profile below." if r.failover_profile_samples else
+                   "; no profile of the failover at this count.")
+                + (" The load client was held down there." if r.saturation() else "") + "  ")
+    lines += ["", *over_lines] if over_lines else []
+    lines += ["", "Every kill:", "",
+              table(["Nodes", "Kill", "Lease moved", "First evaluation", "Finished after", "Its duration",
+                     "Every node re-reported", "Converged", "Note"], _kill_rows(results))]
+    if any(r.stops for r in results) or c.stops:
+        lines += ["", "### Leader gone without a restart: from a SIGSTOP of the leader to the new leader's first "
+                      "finished evaluation", "",
+                  f"The leader is sent SIGSTOP {c.stops} times per node count: it neither renews nor releases its "
+                  "Lease, so the standby takes the Lease only once it has expired (its leaseDurationSeconds, read "
+                  "from the Lease before each stop, is the operator's `--lease-duration`, 15 s by default). Timed as "
+                  "the kills, from the SIGSTOP; once the new leader has evaluated, the stopped one gets SIGCONT, "
+                  "finds it lost the Lease and exits, and the sandbox starts it again; the next stop waits for it "
+                  "to be a ready standby holding every node. A stop whose process ended or ran again before the "
+                  f"takeover is not counted. Rule: every stop ≤ the Lease's duration + {TAKEOVER_MARGIN:g} s.", "",
+                  table(["Nodes", "Stop", "Lease duration s", "Bound s", "Lease moved", "First evaluation",
+                         "Finished after", "Its duration", "Within"], _stop_rows(results))]
+    return lines
+
+
+def _failover_profile_lines(report: ScaleReport) -> list[str]:
+    profiled = [r for r in report.results if r.failover_profile_samples]
+    if not profiled:
+        return []
+    largest = max(profiled, key=lambda r: (r.apiserver == BUILTIN, r.nodes))
+    header = ["Samples with a frame of", *(f"{r.label} nodes" for r in profiled)]
+    rows = [[label, *(f"{dict(r.failover_profile_shares).get(label, 0.0):.1%}" for r in profiled)]
+            for label, _ in leader_scale.PROFILE_MARKERS]
+    return ["", "### Where the new leader's time goes as it takes over (py-spy, one more kill per count)", "",
+            f"py-spy sampled the standby for {report.config.failover_profile_seconds:g} s (100 Hz, running code "
+            "only), from about two seconds before one more SIGKILL of the leader, through its promotion, its first "
+            "evaluation and the agents' reports moving to it: "
+            f"{', '.join(f'{r.failover_profile_samples:,}' for r in profiled)} samples; a sample counts in every row "
+            "it matches:", "", table(header, rows), "",
+            f"Innermost frames (own time) at {largest.label} nodes, top 12:", "",
+            table(["Function", "Share"], [[f"`{frame}`", f"{share:.1%}"] for frame, share in largest.failover_profile])]
+
+
+def _memory_lines(results: list[SizeResult]) -> list[str]:
+    """The leader's and the standby's RSS per node, now and before the standbys were warm."""
+    measured = fitted(results)
+    caches, whole, standby = cache_memory_fit(measured), memory_fit(measured), standby_memory_fit(measured)
+    before_standby = before_standby_fit()
+    points = " and ".join(f"{size(rss)} at {nodes:,} nodes" for nodes, rss in BEFORE_STANDBY_RSS)
+
+    def kib(line: tuple[float, float] | None) -> str:
+        return "n/a" if line is None else f"{line[1] / 1024:,.1f} KiB"
+
+    def mib(line: tuple[float, float] | None) -> str:
+        return "n/a" if line is None else f"{line[0] / 2**20:,.0f} MiB"
+
+    def change(now: tuple[float, float] | None, before: tuple[float, float], per_node: bool = True) -> str:
+        if now is None:
+            return "n/a"
+        return (f"{(now[1] - before[1]) / 1024:+,.1f} KiB" if per_node else f"{(now[0] - before[0]) / 2**20:+,.0f} MiB")
+
+    rows = [["Leader RSS per node, without the connections it serves", kib(BEFORE_LEADER_CACHES), kib(caches),
+             change(caches, BEFORE_LEADER_CACHES)],
+            ["its fixed part", mib(BEFORE_LEADER_CACHES), mib(caches), change(caches, BEFORE_LEADER_CACHES, False)],
+            ["Leader RSS per node, with them", kib(BEFORE_LEADER), kib(whole), change(whole, BEFORE_LEADER)],
+            ["Standby RSS per node", kib(before_standby), kib(standby), change(standby, before_standby)],
+            ["its fixed part", mib(before_standby), mib(standby), change(standby, before_standby, False)]]
+    for r in results:
+        if r.apiserver != BUILTIN or (w := r.window) is None:
+            continue
+        then = before_standby[0] + before_standby[1] * w.nodes
+        rows.append([f"Standby RSS at {r.label} nodes", size(then), size(w.standby_rss),
+                     f"{(w.standby_rss - then) / 2**20:+,.1f} MiB ({w.standby_rss / then - 1:+.0%})"])
+    return ["", f"### Memory per node: before (commit {BEFORE_COMMIT}) and now", "",
+            f"Before (commit {BEFORE_COMMIT}, whose BENCHMARKS.md holds that run, the standbys cold: their "
+            "controllers, informers and Kopf watches started on promotion): the leader "
+            f"{BEFORE_LEADER_CACHES[1] / 1024:.1f} KiB per node without the connections it serves (fixed "
+            f"{BEFORE_LEADER_CACHES[0] / 2**20:.0f} MiB), {BEFORE_LEADER[1] / 1024:.1f} KiB with them (fixed "
+            f"{BEFORE_LEADER[0] / 2**20:.0f} MiB); the standby {points}, so "
+            f"{before_standby[1] / 1024:.1f} KiB per node (fixed {before_standby[0] / 2**20:.1f} MiB, the line through "
+            "those two). Now: the same fits over this run's builtin node counts the load client kept up with "
+            "(the standby's of its whole RSS); the standby's RSS at each count against that earlier line.", "",
+            table(["", f"Before (commit {BEFORE_COMMIT})", "Now", "Change"], rows)]
 
 
 def _profile_lines(results: list[SizeResult]) -> list[str]:
@@ -229,7 +408,7 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
              "there, those and the sandbox's own (its kubelet for the replicas' and agents' pods); on the builtin "
              "API server, the sandbox process. The memory and CPU verdicts are computed from the builtin API "
              "server's node counts the load client kept up with (one control plane for every count); the "
-             "failover verdict from every kill.", "",
+             "failover verdicts from every kill and every stop, on both.", "",
              "### Verdicts", ""]
     lines += [f"- {target}: {figure}: **{verdict}**" for target, figure, verdict in verdicts(results)]
     saturated = [f"{r.label} nodes: {'; '.join(r.saturation())}" for r in results if r.saturation()]
@@ -265,10 +444,15 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
                          "most are the agents': an agent keeps one TLS connection to the leader, and the load client "
                          "opens up to 33 per process of 500 simulated nodes, so their number grows with its "
                          "processes, not the nodes; docs/install.md sizes them apart).  ")
+    standby = standby_memory_fit(fitted(results))
+    if standby is not None:
+        lines.append(f"Standby RSS = {standby[0] / 2**20:,.0f} MiB + {standby[1] / 1024:,.1f} KiB x nodes (the same "
+                     "least squares, of its whole RSS).  ")
     if cpu is not None:
         lines.append(f"Leader CPU = {cpu[0]:.3f} + {cpu[1] * 1000:.3f} x nodes / 1,000 cores, which gives "
                      f"{cpu[0] + cpu[1] * EXTRAPOLATE_NODES:.2f} cores at {EXTRAPOLATE_NODES:,} nodes.")
     lines += _real_control_plane_lines(results, memory, cpu)
+    lines += _memory_lines(results)
     if any(r.burst is not None for r in results):
         lines += ["", "### Report burst: the leader's CPU per report at 10,000 nodes' rate", "",
                   f"Right after the profile, the {c.probes} probes send reports for {c.burst_seconds:g} s at the rate "
@@ -286,15 +470,10 @@ def render(report: ScaleReport, machine: Machine, command: str) -> str:
               "A probe node's report switches its CPU usage between 1 and 8 cores; timed from just before the PUT to "
               "the leader until a watch of the probe Nodes shows `kubernetes.io/batch-cpu` moved the right way "
               "(the evaluation loop runs every 5 s, so that is most of it).", "",
-              table(["Nodes", "Samples", "p50 s", "p99 s", "max s", "Failed"], _latency_rows(results)), "",
-              "### Failover: convergence after a SIGKILL of the leader", "",
-              "Seconds from the SIGKILL (the sandbox restarts the process; the standby takes the Lease): the Lease "
-              "naming the new holder, its first finished evaluation, every node's NodeMetric on it with an "
-              "updateTime from after the kill (a watch on it, whole seconds), and an evaluation finished after "
-              "that (converged).", "",
-              table(["Nodes", "Kill", "Lease moved", "First evaluation", "Every node re-reported", "Converged",
-                     "Note"], _kill_rows(results))]
+              table(["Nodes", "Samples", "p50 s", "p99 s", "max s", "Failed"], _latency_rows(results))]
+    lines += _failover_lines(report)
     lines += _profile_lines(results)
+    lines += _failover_profile_lines(report)
     failures = [f"{r.label} nodes: {failure}" for r in results for failure in r.failures]
     failures += [f"{r.label} nodes: {why}" for r in results for why in r.latency_failures[:3]]
     if failures:

@@ -17,11 +17,14 @@ from benchmarks.leader_scale_figures import (
     Convergence,
     ReportBurst,
     SizeResult,
+    Takeover,
     Window,
+    before_standby_fit,
     cache_memory_fit,
     extrapolate,
     fit,
     memory_fit,
+    standby_memory_fit,
     verdicts,
 )
 from benchmarks.leader_scale_probes import HIGH, Freshness, batch_cpu, parse_time, probe_node, probe_report
@@ -44,9 +47,28 @@ def window(nodes: int, *, leader_cpu: float = 6.0, rss: int = 0, reports: float 
                   agent_problems=problems or [], leader_connections=connections, connection_bytes=connection_bytes)
 
 
-def result(nodes: int, converged: float = 12.0, **kwargs: object) -> SizeResult:
+def result(nodes: int, converged: float = 12.0, first_evaluation: float = 1.5, **kwargs: object) -> SizeResult:
     return SizeResult(nodes, 4, window(nodes + 4, **kwargs),  # type: ignore[arg-type]
-                      latencies=[2.0, 3.0, 4.5], kills=[Convergence(nodes, 0, 1.0, 1.5, 10.0, converged)])
+                      latencies=[2.0, 3.0, 4.5], kills=[Convergence(nodes, 0, 1.0, first_evaluation, 10.0, converged)])
+
+
+def killed(nodes: int, firsts: list[float], **kwargs: object) -> SizeResult:
+    """A count whose kills' first evaluations took `firsts` (each polled 0.05 s after the last poll without it)."""
+    r = result(nodes, **kwargs)  # type: ignore[arg-type]
+    r.kills = [Convergence(nodes, i, 0.5, first, 9.0, 10.0, evaluation_after=first - 0.05, evaluation_seconds=0.4)
+               for i, first in enumerate(firsts)]
+    return r
+
+
+def stopped(r: SizeResult, firsts: list[float], lease: float = 15.0, void: str = "") -> SizeResult:
+    r.stops = [Takeover(r.nodes, i, lease, first - 1.0, first, first - 0.05, 0.4, void)
+               for i, first in enumerate(firsts)]
+    return r
+
+
+def failover(results: list[SizeResult]) -> list[str]:
+    """The three failover verdicts: SIGKILL within 3 s, no growth with the nodes, SIGSTOP within the Lease + 2 s."""
+    return [v for _, _, v in verdicts(results)[2:]]
 
 
 def test_a_line_through_two_points_and_none_through_one() -> None:
@@ -137,32 +159,120 @@ def test_the_agents_connections_are_counted_apart_from_the_caches() -> None:
 
 def test_verdicts_follow_the_numbers() -> None:
     met = verdicts([result(996), result(4996, leader_cpu=40.0)])
-    assert [v for _, _, v in met] == [MET, MISSED, MET]  # 30 KiB/node; 1.33 cores at 10,000; 12 s
+    # 30 KiB/node; 1.33 cores at 10,000; 1.5 s from each kill, the same at both counts; no stop measured
+    assert [v for _, _, v in met] == [MET, MISSED, MET, MET, INCONCLUSIVE]
     assert met[0][1] == ("30.0 KiB per node (fixed 100 MiB, plus the watch window's 0.0 MiB of 0 events); the "
                          "connections it serves not measured")
     assert met[1][1] == "1.33 cores (from 5,000 nodes, the window's µs per report)"
-    fat = verdicts([result(996), result(4996, rss=(100 << 20) + 5000 * 50 * 1024, converged=math.nan)])
-    assert [v for _, _, v in fat] == [MISSED, MET, MISSED]
-    assert fat[2][1] == ("max 12.0 s; 1 of 2 kills not converged before the timeout (1 at 1,000 nodes, "
-                         "1 at 5,000 nodes)")
+    assert met[2][1] == ("max 1.50 s of 2 kills (1 at 1,000 nodes: median 1.50 s, max 1.50 s, 1 at 5,000 nodes: "
+                         "median 1.50 s, max 1.50 s)")
+    assert met[3][1] == "1.50 s at 1,000 nodes, 1.50 s at 5,000 nodes (+0.00 s)"
+    assert met[4][1] == "no stop measured"
+    # Convergence (every node re-reported, evaluated again) is information now: 45 s of it misses nothing.
+    assert failover([result(996, converged=45.0), result(4996, converged=math.nan)])[:2] == [MET, MET]
+    fat = verdicts([result(996), result(4996, rss=(100 << 20) + 5000 * 50 * 1024, first_evaluation=math.nan)])
+    assert [v for _, _, v in fat] == [MISSED, MET, MISSED, MISSED, INCONCLUSIVE]
+    assert fat[2][1] == ("max 1.50 s of 2 kills; 1 without an evaluation before the timeout (1 at 1,000 nodes: "
+                         "median 1.50 s, max 1.50 s, 1 at 5,000 nodes: median never, max never)")
+    assert fat[3][1] == "1.50 s at 1,000 nodes, never at 5,000 nodes"
     # A count where the load client was held down is left out of the memory and CPU verdicts, which
     # the others decide; a slow failover there is inconclusive.
     busy = verdicts([result(996), result(1996, rss=(100 << 20) + 2000 * 30 * 1024),
-                     result(4996, leader_cpu=40.0, agents_cpu=60.0, converged=45.0)])
-    assert [v for _, _, v in busy] == [MET, MET, INCONCLUSIVE]
+                     result(4996, leader_cpu=40.0, agents_cpu=60.0, first_evaluation=4.5)])
+    assert [v for _, _, v in busy] == [MET, MET, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
     assert busy[0][1].endswith("; left out: 5,000 nodes (the load client was held down)")
     assert busy[1][1].startswith("0.50 cores (from 2,000 nodes")
     alone = verdicts([result(996), result(4996, leader_cpu=40.0, agents_cpu=60.0)])
     assert alone[0][2] == INCONCLUSIVE  # one count left: no line through it
-    assert [v for _, _, v in verdicts([SizeResult(1000)])] == [INCONCLUSIVE] * 3
+    assert [v for _, _, v in verdicts([SizeResult(1000)])] == [INCONCLUSIVE] * 5
+
+
+def test_every_kill_at_every_count_must_reach_a_first_evaluation_within_three_seconds() -> None:
+    assert failover([killed(996, [1.0, 2.0, 3.0, 2.5, 1.1]), killed(2496, [2.0] * 5)])[0] == MET  # 3.0 s is in
+    assert failover([killed(996, [1.0, 2.0, 3.01, 2.5, 1.1]), killed(2496, [2.0] * 5)])[0] == MISSED  # one kill
+    assert failover([killed(996, [1.0] * 5), killed(2496, [1.0, 1.0, 1.0, 1.0, math.nan])])[0] == MISSED
+    # The kube count is judged as the builtin ones are.
+    kube = killed(996, [1.0, 3.2])
+    kube.apiserver = KUBE
+    assert failover([killed(996, [1.0]), kube])[0] == MISSED
+    # The profiled kill (py-spy on the new leader) is shown but not counted.
+    profiled = killed(996, [1.0, 1.2])
+    profiled.kills.append(Convergence(996, 2, 0.5, 7.0, 9.0, 10.0, profiled=True))
+    assert failover([profiled])[0] == MET
+    assert [k.index for k in profiled.counted_kills] == [0, 1] and profiled.failover_median == pytest.approx(1.1)
+    # A miss only at a count whose load client was held down is inconclusive; one elsewhere too is a miss.
+    held = killed(2496, [4.0], agents_cpu=60.0)
+    assert failover([killed(996, [1.0]), held])[0] == INCONCLUSIVE
+    assert failover([killed(996, [3.5]), held])[0] == MISSED
+    assert failover([SizeResult(1000)])[0] == INCONCLUSIVE  # no kill
+
+
+def test_the_failover_must_not_grow_with_the_node_count() -> None:
+    # The medians (1.0 and 2.0 s: two slow kills of five move neither) at the smallest and largest counts.
+    small, large = killed(996, [1.0, 1.0, 1.0, 2.9, 2.9]), killed(4996, [2.0, 2.0, 2.0, 0.1, 0.1])
+    middle = killed(2496, [2.9] * 5)  # the counts between are not compared
+    assert failover([small, middle, large])[1] == MET
+    assert verdicts([small, middle, large])[3][1] == "1.00 s at 1,000 nodes, 2.00 s at 5,000 nodes (+1.00 s)"
+    assert failover([small, killed(4996, [2.01] * 5)])[1] == MISSED
+    assert failover([killed(4996, [1.0] * 3), killed(996, [2.5] * 3)])[1] == MET  # by node count, not by order
+    # A kill that never evaluated counts as the latest: in the majority it makes the median.
+    assert failover([killed(996, [1.0] * 3), killed(4996, [1.0, math.nan, math.nan])])[1] == MISSED
+    assert failover([killed(996, [1.0] * 3), killed(4996, [1.0, 1.0, math.nan])])[1] == MET
+    # Each control plane against itself: a builtin count and a kube count are not compared.
+    kube = killed(4996, [2.9] * 3)
+    kube.apiserver = KUBE
+    assert failover([killed(996, [1.0] * 3), kube])[1] == INCONCLUSIVE
+    assert verdicts([killed(996, [1.0] * 3), kube])[3][1] == "needs kills at two node counts on one control plane"
+    kube_small = killed(996, [0.5] * 3)
+    kube_small.apiserver = KUBE
+    assert failover([killed(996, [1.0] * 3), killed(4996, [1.1] * 3), kube_small, kube])[1] == MISSED
+    assert verdicts([killed(996, [1.0] * 3), killed(4996, [1.1] * 3), kube_small, kube])[3][1] == (
+        "1.00 s at 1,000 nodes, 1.10 s at 5,000 nodes (+0.10 s); 0.50 s at 1,000 (kube) nodes, 2.90 s at "
+        "5,000 (kube) nodes (+2.40 s)")
+    # Grown where an end had the load client held down: inconclusive.
+    assert failover([small, killed(4996, [3.5] * 5, agents_cpu=60.0)])[1] == INCONCLUSIVE
+
+
+def test_a_leader_gone_without_a_restart_is_replaced_within_the_lease_and_two_seconds() -> None:
+    assert failover([stopped(killed(996, [1.0]), [16.0, 17.0])])[2] == MET  # a 15 s Lease: 17 s
+    assert failover([stopped(killed(996, [1.0]), [16.0, 17.1])])[2] == MISSED
+    assert failover([stopped(killed(996, [1.0]), [12.5], lease=10.0)])[2] == MISSED  # the bound is the sample's Lease
+    assert failover([stopped(killed(996, [1.0]), [11.9], lease=10.0)])[2] == MET
+    assert failover([stopped(killed(996, [1.0]), [15.0]), stopped(killed(2496, [1.0]), [math.nan])])[2] == MISSED
+    figure = verdicts([stopped(killed(996, [1.0]), [16.0, 16.5]), stopped(killed(2496, [1.0]), [15.5])])[4][1]
+    assert figure == ("max 16.50 s of 3 stops, against 17 s (the Lease's 15 s + 2 s) (2 at 1,000 nodes: max 16.50 s, "
+                      "1 at 2,500 nodes: max 15.50 s)")
+    # A stop whose process died (or ran) before the takeover shows nothing: alone, inconclusive.
+    void = stopped(killed(996, [1.0]), [3.0], void="the stopped leader was gone")
+    assert failover([void])[2] == INCONCLUSIVE and not void.stops[0].within
+    assert "1 not counted: the stopped leader was gone" in verdicts([void])[4][1]
+    assert failover([void, stopped(killed(2496, [1.0]), [18.0])])[2] == MISSED
+    assert failover([void, stopped(killed(2496, [1.0]), [16.0])])[2] == INCONCLUSIVE
+    assert failover([stopped(killed(996, [1.0], agents_cpu=60.0), [18.0])])[2] == INCONCLUSIVE  # held down
+    t = Takeover(996, 0, 15.0, 14.0, 16.2, 16.1)
+    assert t.bound == 17.0 and t.within and t.resolution == pytest.approx(0.1)
+    assert not Takeover(996, 0, 15.0, math.nan, math.nan).within
+
+
+def test_the_standby_memory_per_node_and_the_figures_before() -> None:
+    a, b = result(996), result(2496)
+    assert a.window is not None and b.window is not None
+    a.window.standby_rss, b.window.standby_rss = (150 << 20) + 1000 * 20 * 1024, (150 << 20) + 2500 * 20 * 1024
+    fixed, per_node = standby_memory_fit([a, b]) or (0.0, 0.0)
+    assert per_node == pytest.approx(20 * 1024) and fixed == pytest.approx(150 << 20)
+    # Before (commit ffa7290): 132.9 MiB at 1,004 nodes, 137.0 MiB at 2,504.
+    fixed, per_node = before_standby_fit()
+    assert per_node == pytest.approx(4.1 * 2**20 / 1500) and fixed == pytest.approx((132.9 - 1004 * 4.1 / 1500) * 2**20)
 
 
 def test_the_real_control_plane_counts_for_the_failover_but_not_the_fits() -> None:
-    kube = result(996, rss=(900 << 20), leader_cpu=50.0, converged=31.0)
+    kube = result(996, rss=(900 << 20), leader_cpu=50.0, first_evaluation=3.1)
     kube.apiserver = KUBE
     both = verdicts([result(996), result(4996), kube])
-    assert [v for _, _, v in both] == [MET, MET, MISSED]  # the fits are the builtin's; the kube kill took 31 s
-    assert both[2][1] == "max 31.0 s of 3 kills (1 at 1,000 nodes, 1 at 5,000 nodes, 1 at 1,000 (kube) nodes)"
+    # The fits are the builtin's; the kube kill took 3.1 s; one kube count: compared with none.
+    assert [v for _, _, v in both] == [MET, MET, MISSED, MET, INCONCLUSIVE]
+    assert both[2][1] == ("max 3.10 s of 3 kills (1 at 1,000 nodes: median 1.50 s, max 1.50 s, 1 at 5,000 nodes: "
+                          "median 1.50 s, max 1.50 s, 1 at 1,000 (kube) nodes: median 3.10 s, max 3.10 s)")
     assert kube.label == "1,000 (kube)"
     assert leader_scale.profile_path(1000, KUBE).name == "leader_scale_profile_kube_1000.txt"
     assert leader_scale.profile_path(1000).name == "leader_scale_profile_1000.txt"
@@ -191,7 +301,8 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     assert "| 5,000 | 30 | 1,100 | 100 | 30,000 (2 failed) | 0.90 | 0.10 | 0.35 | 250 |" in section
     assert "cores (from 5,000 nodes, 250 µs per report at 1,100 reports/s): **" in section
     assert "| 5,000 | 3 | 3.00 | 4.50 | 4.50 | 1 |" in section  # latency: samples, p50, p99, max, failed
-    assert "| 1,000 | 1 | 1.0 | 1.5 | 10.0 | 12.0 | — |" in section
+    # Every kill: Lease moved, first evaluation, the poll before it, its duration, re-reported, converged.
+    assert "| 1,000 | 1 | 1.00 | 1.50 | n/a | n/a | 10.0 | 12.0 | — |" in section
     assert "Kopf's per-event handling at 5,000 nodes: 10.0% of the samples have a Kopf frame" in section
     assert "| Samples with a frame of | 5,000 nodes |" in section
     assert "The load client kept up at every node count" in section
@@ -201,6 +312,20 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     again = leader_scale_report.from_json(orjson.loads(orjson.dumps(leader_scale_report.to_json(report))))
     assert leader_scale_report.render(again, machine.describe(), "x") == \
         leader_scale_report.render(report, machine.describe(), "x")
+    # A file saved before the stops, the failover profile and the first evaluation's poll bounds loads too.
+    old = orjson.loads(orjson.dumps(leader_scale_report.to_json(report)))
+    for key in ("kills", "stops", "failover_poll", "failover_profile_seconds", "stop_timeout"):
+        old["config"].pop(key, None)
+    for saved in old["results"]:
+        for key in ("stops", "failover_profile", "failover_profile_shares", "failover_profile_samples"):
+            del saved[key]
+        for kill in saved["kills"]:
+            for key in ("evaluation_after", "evaluation_seconds", "profiled"):
+                del kill[key]
+    loaded = leader_scale_report.from_json(old)
+    assert loaded.results[0].stops == [] and loaded.results[0].kills[0].first_evaluation == 1.5
+    assert math.isnan(loaded.results[0].kills[0].evaluation_after) and not loaded.results[0].kills[0].profiled
+    assert loaded.config.kills == 5 and loaded.config.stops == 2
     leader_scale_report.save_raw(report, tmp_path / "raw.json", machine.describe())
     assert len(orjson.loads((tmp_path / "raw.json").read_bytes())["results"]) == 2
     leader_scale_report.rerender(tmp_path / "B.md", "again", tmp_path / "raw.json", tmp_path / "again.png")
@@ -225,6 +350,48 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
             "leader 0.10 cores (the fit above gives 0.10), 800 µs per report; its control plane 0.05 cores.") in section
     again = leader_scale_report.from_json(orjson.loads(orjson.dumps(leader_scale_report.to_json(report))))
     assert again.results[-1].apiserver == KUBE
+
+
+def test_the_section_shows_the_failover_side_by_side_the_stops_and_the_memory_before() -> None:
+    small = stopped(killed(996, [1.0, 1.2, 1.4, 1.1, 1.3]), [15.5, 16.0])
+    large = stopped(killed(2496, [1.5, 3.5, 1.7, 1.6, 1.8]), [17.5, math.nan], void="")
+    large.kills.append(Convergence(2496, 5, 0.5, 4.0, 9.0, 10.0, note="profiled (py-spy on the new leader), not in "
+                                   "the verdicts", profiled=True))
+    large.failover_profile_samples, large.failover_profile = 250, [("evaluate (noderesource_controller.py:160)", 0.4)]
+    large.failover_profile_shares = [(label, 0.3) for label, _ in leader_scale.PROFILE_MARKERS]
+    assert small.window is not None and large.window is not None
+    small.window.standby_rss, large.window.standby_rss = 140 << 20, (140 << 20) + 1500 * 10 * 1024
+    section = leader_scale_report.render(report_of([small, large]), machine.describe(), "x")
+    assert ("- ≤ 3 s from a SIGKILL of the leader (restarted) to the new leader's first finished evaluation of every "
+            "node, every kill at every node count: max 3.50 s of 10 kills (5 at 1,000 nodes: median 1.20 s, max "
+            "1.40 s, 5 at 2,500 nodes: median 1.70 s, max 3.50 s): **missed**") in section
+    assert ("- the failover does not grow with the node count: on each control plane, the median first evaluation at "
+            "its largest node count ≤ the median at its smallest + 1 s: 1.20 s at 1,000 nodes, 1.70 s at 2,500 nodes "
+            "(+0.50 s): **met**") in section
+    assert ("- ≤ the Lease's duration + 2 s from a SIGSTOP of the leader (gone without a restart) to the new leader's "
+            "first finished evaluation, every stop at every node count: max 17.50 s of 4 stops, against 17 s (the "
+            "Lease's 15 s + 2 s); 1 without an evaluation before the timeout (2 at 1,000 nodes: max 16.00 s, 2 at "
+            "2,500 nodes: max never): **missed**") in section
+    # The counts side by side: kills, min / median / max, its duration, Lease, re-reported, converged, resolution.
+    assert "| 1,000 | 5 | 1.00 / 1.20 / 1.40 | 0.40 | 0.50 | 9.0 | 10.0 | 0.05 |" in section
+    assert "| 2,500 | 5 | 1.50 / 1.70 / 3.50 | 0.40 | 0.50 | 9.0 | 10.0 | 0.05 |" in section
+    assert "polled every 0.05 s" in section and "that is at most 0.05 s" in section
+    assert ("Over 3 s at 2,500 nodes: 1 of 5 kills; there the Lease moved at 0.50 s and the first evaluation itself "
+            "took 0.40 s (medians); where its time went: the profile below.") in section
+    assert "| 2,500 | 6 | 0.50 | 4.00 | n/a | n/a | 9.0 | 10.0 | profiled (py-spy on the new leader), not in the " \
+           "verdicts |" in section
+    assert "| 1,000 | 2 | 15 | 17 | 15.00 | 16.00 | 15.95 | 0.40 | within |" in section
+    assert "| 2,500 | 1 | 15 | 17 | 16.50 | 17.50 | 17.45 | 0.40 | over |" in section
+    assert "| 2,500 | 2 | 15 | 17 | n/a | n/a | n/a | 0.40 | over |" in section
+    assert "### Where the new leader's time goes as it takes over (py-spy, one more kill per count)" in section
+    assert "| `evaluate (noderesource_controller.py:160)` | 40.0% |" in section
+    # The standby's RSS per node now and before (commit ffa7290: 132.9 and 137.0 MiB at 1,004 and 2,504 nodes).
+    assert "Standby RSS = 130 MiB + 10.0 KiB x nodes (the same least squares, of its whole RSS)." in section
+    assert "### Memory per node: before (commit ffa7290) and now" in section
+    assert "so 2.8 KiB per node (fixed 130.2 MiB, the line through those two)" in section
+    assert "| Standby RSS per node | 2.8 KiB | 10.0 KiB | +7.2 KiB |" in section
+    assert "| Leader RSS per node, with them | 40.5 KiB | 30.0 KiB | -10.5 KiB |" in section
+    assert "| Standby RSS at 1,000 nodes | 132.9 MiB | 140.0 MiB | +7.1 MiB (+5%) |" in section
 
 
 def test_profile_shares_count_each_sample_once_per_marker() -> None:
