@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import yaml
 
 from colocation.sandbox.launcher.builtin_sandbox import Sandbox
+from colocation.sandbox.launcher.child_processes import run
 from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
 from colocation.sandbox.server.admission import admit
 
@@ -48,8 +48,7 @@ def render_manifests(root: Path, timeout: float = 60.0, *, components: tuple[str
                 "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [base],
                 "components": [f"{base}/components/{name}" for name in components]}))
             target = Path(overlay)
-        result = subprocess.run([kubectl, "kustomize", str(target)], capture_output=True, text=True,
-                                timeout=timeout, check=False)
+        result = run([kubectl, "kustomize", str(target)], timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"kubectl kustomize manifests/ failed: {result.stderr.strip()}")
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]

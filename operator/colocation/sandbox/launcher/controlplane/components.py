@@ -21,7 +21,7 @@ from pathlib import Path
 
 import aiohttp
 
-from colocation.sandbox.launcher.child_processes import die_with_parent, terminate
+from colocation.sandbox.launcher.child_processes import start_logged, terminate
 from colocation.sandbox.launcher.controlplane import pki
 from colocation.sandbox.launcher.controlplane.binaries import Binaries
 from colocation.sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
@@ -89,10 +89,9 @@ class Component:
     process: asyncio.subprocess.Process | None = field(default=None, repr=False)
 
     async def start(self) -> None:
-        with open(self.log_path, "ab") as log_file:  # noqa: ASYNC230  (opening a local log file is instant)
-            self.process = await asyncio.create_subprocess_exec(
-                *self.command, stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                start_new_session=True, preexec_fn=die_with_parent)
+        # A session of its own: a terminal's Ctrl-C reaches the sandbox only, which stops the
+        # components in order; the sandbox's death still ends it (child_processes).
+        self.process = await start_logged(self.command, self.log_path, {}, start_new_session=True)
         log.info("control-plane component started", extra={"component": self.name, "pid": self.process.pid})
 
     def check_running(self) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from colocation.apimachinery.event_wait import wait_set
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.sandbox.launcher.child_processes import (
-    die_with_parent,
+    run,
     start_logged,
     terminate,
     write_state,
@@ -69,8 +68,8 @@ class KubeSandboxConfig:
 
 
 def kubectl(binaries: Binaries, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
-    result = subprocess.run([binaries.kubectl, "--kubeconfig", str(kubeconfig), *args], input=stdin,
-                            capture_output=True, text=True, timeout=KUBECTL_TIMEOUT_SECONDS, check=False)
+    result = run([binaries.kubectl, "--kubeconfig", str(kubeconfig), *args], input=stdin,
+                 timeout=KUBECTL_TIMEOUT_SECONDS)
     if result.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
     return result.stdout
@@ -195,8 +194,7 @@ class KubeSandbox:
                        "--simulated-nodes", str(nodes_file), "--metrics-bind-address", "127.0.0.1",
                        "--metrics-port", str(port), "--operator-namespace", permissions.OPERATOR_NAMESPACE,
                        *self.config.agent_args]
-            process = await start_logged(command, log_path, {"POD_NAMESPACE": permissions.OPERATOR_NAMESPACE},
-                                         preexec_fn=die_with_parent)
+            process = await start_logged(command, log_path, {"POD_NAMESPACE": permissions.OPERATOR_NAMESPACE})
             self.simulated_agents.append(process)
             self._simulated_states.append({"nodes": [s.node for s in group], "simulated": True, "host": "127.0.0.1",
                                            "metricsPort": port, "pid": process.pid, "restarts": 0,

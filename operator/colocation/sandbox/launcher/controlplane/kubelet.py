@@ -44,7 +44,6 @@ from colocation.kube.informer import Informer, InformerOptions
 from colocation.sandbox.launcher.child_processes import (
     STOP_AT_ONCE,
     TOKEN_SECONDS,
-    die_with_parent,
     start_logged,
     terminate,
     write_state,
@@ -292,7 +291,7 @@ class NodeKubelet:
         kubeconfig = running.kubeconfig = await self._token_kubeconfig(pod)
         env = self._environment(running, pod)
         command = self._command(running, env, kubeconfig)
-        running.process = await start_logged(command, running.log_path, env, preexec_fn=die_with_parent)
+        running.process = await start_logged(command, running.log_path, env)
         running.crash_loop.started()
         running.started_at = _now()
         # Without a readiness probe a running container is ready (after every restart too).

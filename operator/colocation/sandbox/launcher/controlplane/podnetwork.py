@@ -17,10 +17,11 @@ import ipaddress
 import logging
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 
 import orjson
+
+from colocation.sandbox.launcher.child_processes import run
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,7 @@ class PodNetworkUnavailable(RuntimeError):
 
 
 def _ip(*args: str, check: bool = True) -> str:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS,
-                            check=False)
+    result = run(["ip", *args], timeout=COMMAND_TIMEOUT_SECONDS)
     if check and result.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {result.stderr.strip()}")
     return result.stdout
@@ -47,8 +47,7 @@ def check_available() -> None:
     if shutil.which("ip") is None:
         raise PodNetworkUnavailable("the real control plane needs iproute2 (`ip`) for pod network namespaces")
     probe = f"{PREFIX}probe{os.getpid():x}"
-    result = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True,
-                            timeout=COMMAND_TIMEOUT_SECONDS, check=False)
+    result = run(["ip", "netns", "add", probe], timeout=COMMAND_TIMEOUT_SECONDS)
     if result.returncode != 0:
         raise PodNetworkUnavailable("the real control plane needs CAP_NET_ADMIN to create pod network "
                                     f"namespaces ({result.stderr.strip() or 'ip netns add failed'})")
