@@ -487,5 +487,35 @@ class LeaderElector:
         return False
 
 
+    async def release_after_loss(self, give_up_after: float) -> bool:
+        """After leadership ended because the lease could not be renewed: give the lease up as soon
+        as the API answers again, if it still names us. Whether we released it.
+
+        A renewal sent just before kube-apiserver or etcd stalled can land when they come back, and
+        then names us for another lease duration, which a standby would have to wait out. We stopped
+        writing at the renew deadline (`is_leader`, `write_budget`), so releasing it then is as safe
+        as releasing at shutdown. Tried with backoff (at most a retry period apart) for
+        `give_up_after` seconds; never raises for API errors.
+        """
+        self._leading = False
+        backoff = Backoff(self.retry_period / 4, self.retry_period, jitter=0.2)
+        deadline = self._clock() + give_up_after
+        while self._clock() < deadline:
+            try:
+                lease = await self._leases.get(self.call_timeout)
+            except _TRANSIENT as error:
+                logger.info("leader election: the lease cannot be read to release it yet: %s", error,
+                            extra=self._log)
+            else:
+                if lease is None:
+                    return False
+                self._read(lease)
+                if not self._state.holds:
+                    return False  # another replica holds it, or nobody does
+                if await self.release():
+                    return True
+            await self._sleep(min(backoff.next_delay(), max(0.0, deadline - self._clock())))
+        return False
+
 def _ago(now: float, then: float | None) -> str:
     return "never" if then is None else f"{now - then:.1f}"

@@ -75,6 +75,9 @@ SERVICE_NAME = "colocation-operator"
 CONSISTENT_READ_TIMEOUT = 3.0
 # A standby drops its feed from the leader after this many bookmark intervals without a byte.
 FEED_SILENCE_BOOKMARKS = 3
+# A leader that could not renew (kube-apiserver or etcd stalled) gives its lease up once the API
+# answers again, for at most this long, before it exits (`LeaderElector.release_after_loss`).
+LOST_LEASE_RELEASE_SECONDS = 300.0
 DRAIN_LEASE_POLL = 0.25  # seconds between reads of the Lease while a stopping replica looks for its successor
 
 
@@ -343,6 +346,8 @@ class OperatorProcess:
                 for task in tasks + self._leader_tasks:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
+                if self.lost_leadership and await self._release_lost_lease(elector):
+                    log.info("released the lease it could not renew", extra={"identity": config.identity})
                 if not self.lost_leadership and await elector.release():
                     log.info("released the leader lease", extra={"identity": config.identity})
                     # Not the leader from here on, though the process drains a while longer: a
@@ -363,6 +368,17 @@ class OperatorProcess:
         if self.controllers_failed:
             return EXIT_CONTROLLERS_FAILED
         return EXIT_LOST_LEADERSHIP if self.lost_leadership else 0
+
+    async def _release_lost_lease(self, elector: LeaderElector) -> bool:
+        """`release_after_loss`, cut short by a second SIGTERM or SIGINT."""
+        releasing = asyncio.create_task(elector.release_after_loss(LOST_LEASE_RELEASE_SECONDS))
+        stopping = asyncio.create_task(self.stop_now.wait())
+        try:
+            await asyncio.wait({releasing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (releasing, stopping):
+                task.cancel()
+        return releasing.done() and not releasing.cancelled() and releasing.result()
 
     async def _follow_while_draining(self, follower: LeaderFollower) -> None:
         """A stopping replica still serves reads: it follows whoever takes the Lease after it, as a

@@ -349,26 +349,65 @@ async def test_a_released_lease_is_taken_on_the_next_attempt(time: FakeTime) -> 
     assert leases.lease is not None and leases.lease["spec"]["leaseTransitions"] == 6
 
 
+def outage(leases: FakeLeases, time: FakeTime, ends: float, landing: Callable[[], None] = lambda: None) -> None:
+    """Every Lease call fails until `ends`; `landing` runs once, when the API answers again."""
+    get, replace, landed = leases.get, leases.replace, list[float]()
+
+    async def failing_get(timeout: float) -> dict[str, Any] | None:
+        if time.now < ends:
+            leases.timeouts.append((time.now, timeout))
+            raise LeaseError(503, "the API server is down")
+        if not landed:
+            landed.append(time.now)
+            landing()
+        return await get(timeout)
+
+    async def failing_replace(body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if time.now < ends:
+            raise LeaseError(503, "the API server is down")
+        return await replace(body, timeout)
+
+    leases.get = failing_get  # type: ignore[method-assign]
+    leases.replace = failing_replace  # type: ignore[method-assign]
+
+
 async def test_after_an_api_outage_longer_than_the_lease_a_standby_leads_within_a_retry_period(
         time: FakeTime) -> None:
     leases = FakeLeases(time, lease("a"))  # seen by the standby from 1000 on, renewed no more
     outage_starts, outage_ends = 1005.0, 1065.0  # a minute without an API server: the lease expires meanwhile
-    real_get = leases.get
-
-    async def get(timeout: float) -> dict[str, Any] | None:
-        if outage_starts <= time.now < outage_ends:
-            leases.timeouts.append((time.now, timeout))
-            raise LeaseError(503, "the API server is down")
-        return await real_get(timeout)
-
-    leases.get = get  # type: ignore[method-assign]
     b = Candidate(leases, time, "b")
+    await until(lambda: time.now >= outage_starts)
+    outage(leases, time, outage_ends)
     await until(lambda: b.elector.is_leader)
     await b.stop()
     started = b.when("started")
     assert started is not None and outage_ends <= started <= outage_ends + 2.0  # retry period 2 s
     during = [at for at, _ in leases.timeouts if outage_starts <= at < outage_ends]
     assert len(during) <= 60 / 0.5 + 1  # retried with backoff (0.5 s at first), not in a busy loop
+
+
+async def test_a_leader_that_lost_its_lease_to_an_outage_releases_it_when_the_api_returns(time: FakeTime) -> None:
+    leases = FakeLeases(time)
+    a = Candidate(leases, time, "a")
+    await until(lambda: len(leases.puts) >= 2)
+    ends = time.now + 40
+    # A renewal sent just before the API stalled lands when it returns: it names "a" for 15 s more.
+    outage(leases, time, ends, lambda: leases.write_spec(renewTime="2026-11-22T02:00:00.000000Z"))
+    await asyncio.wait_for(a.task, timeout=10)  # leadership ended at the renew deadline
+    assert await a.elector.release_after_loss(300)
+    assert ends <= time.now <= ends + 2.0  # within a retry period of the API's return
+    assert leases.lease is not None and leases.lease["spec"]["holderIdentity"] == ""  # a standby takes it at once
+
+
+async def test_a_lost_lease_another_replica_took_is_left_alone(time: FakeTime) -> None:
+    leases = FakeLeases(time)
+    a = Candidate(leases, time, "a")
+    await until(lambda: len(leases.puts) >= 2)
+    outage(leases, time, time.now + 40, lambda: leases.write_spec(holderIdentity="b"))
+    await asyncio.wait_for(a.task, timeout=10)
+    puts = len(leases.puts)
+    assert not await a.elector.release_after_loss(300)
+    assert len(leases.puts) == puts and leases.lease is not None and leases.lease["spec"]["holderIdentity"] == "b"
 
 
 async def test_a_leader_that_cannot_renew_stops_within_the_renew_deadline(time: FakeTime) -> None:
