@@ -49,8 +49,14 @@ class FakeApi:
         self.statuses: list[Obj] = []
         self.deleted: list[str] = []
         self.changed = asyncio.Condition()
+        self.silent = False  # stalled: every call times out, as a SIGSTOPped kube-apiserver's
+        self.tokens = 0
 
     async def request(self, method: str, path: str, body: Any = None, **_options: Any) -> tuple[int, Any]:
+        if self.silent:
+            async with self.changed:
+                self.changed.notify_all()  # a call was made: whoever waits looks again
+            raise TimeoutError
         if method == "PATCH" and path.endswith("/status"):
             self.statuses.append(body["status"])
         elif method == "DELETE":
@@ -61,6 +67,9 @@ class FakeApi:
 
     async def must(self, method: str, path: str, body: Any = None, **_options: Any) -> Any:
         assert path.endswith("/token"), f"unexpected call {method} {path}"
+        if self.silent:
+            raise TimeoutError
+        self.tokens += 1
         return {"status": {"token": "a-token"}}
 
     async def close(self) -> None:
@@ -213,3 +222,30 @@ async def test_a_finished_pod_is_removed_once_deleted(node: Node) -> None:
         await asyncio.wait_for(node.api.changed.wait_for(lambda: bool(node.api.deleted)), WAIT_SECONDS)
     assert node.api.deleted == ["/api/v1/namespaces/default/pods/colocation-cleanup-x7k2p"]
     assert node.kubelet.pods == {}
+
+
+async def test_a_container_restarts_while_kube_apiserver_does_not_answer(node: Node) -> None:
+    await node.kubelet._on_event("ADDED", job_pod("Always"))
+    first = await node.started(1)
+    node.api.silent = True  # its status cannot be written, nor a new token asked for
+    first.exit(3)
+    second = await node.started(2)  # restarted all the same, with the token it had
+    assert second.returncode is None and node.api.tokens == 1
+
+
+async def test_a_ready_condition_someone_else_changed_is_put_back(node: Node) -> None:
+    pod = job_pod("Always")
+    await node.kubelet._on_event("ADDED", pod)
+    await node.started(1)
+    await node.api.status_where(lambda s: conditions_of(s)["Ready"] == ("True", None))
+    written = len(node.api.statuses)
+    # The node lifecycle controller marked the pod not ready while the node was not heard.
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+    await node.kubelet._on_event("MODIFIED", pod)
+    async with node.api.changed:
+        await asyncio.wait_for(node.api.changed.wait_for(lambda: len(node.api.statuses) > written), WAIT_SECONDS)
+    status = node.api.statuses[-1]
+    assert conditions_of(status)["Ready"] == ("True", None)
+    pod["status"] = status  # as the API server now shows it: nothing more to put back
+    await node.kubelet._on_event("MODIFIED", pod)
+    assert len(node.api.statuses) == written + 1

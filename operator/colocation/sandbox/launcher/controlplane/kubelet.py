@@ -225,6 +225,11 @@ class NodeKubelet:
             return
         if running is None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             await self._admit(pod, key)
+        elif running is not None and running.finished is None and _shown_ready(pod) != _ready_now(running):
+            # Someone else changed it: the node lifecycle controller marks a node's pods not ready
+            # while the node is not heard (a stalled kube-apiserver). The kubelet's status manager
+            # puts its own view back; so does this.
+            self._spawn_task(self._write_status(running, pod))
 
     def _spawn_task(self, coroutine: Any) -> None:
         task = asyncio.create_task(coroutine)
@@ -288,7 +293,9 @@ class NodeKubelet:
                 *self.extra_args.get(subcommand, ())]
 
     async def _start_container(self, running: RunningPod, pod: Obj) -> None:
-        kubeconfig = running.kubeconfig = await self._token_kubeconfig(pod)
+        # A restart keeps its token (a week's), as the kubelet keeps a projected token's file: a
+        # container restarts while kube-apiserver does not answer, as it does under a real kubelet.
+        kubeconfig = running.kubeconfig = running.kubeconfig or await self._token_kubeconfig(pod)
         env = self._environment(running, pod)
         command = self._command(running, env, kubeconfig)
         running.process = await start_logged(command, running.log_path, env)
@@ -394,17 +401,21 @@ class NodeKubelet:
 
     async def _write_status(self, running: RunningPod, pod: Obj) -> None:
         now = _now()
-        alive = not running.runs_process or (running.process is not None and running.process.returncode is None)
         container = running.container
-        report = ContainerReport(name=container["name"], image=container.get("image", ""), alive=alive,
+        report = ContainerReport(name=container["name"], image=container.get("image", ""), alive=_alive(running),
                                  ready=running.ready, restarts=running.restarts, started_at=running.started_at,
                                  last_exit=running.last_exit, finished=running.finished)
         status = pod_status(report, host_ip=self.network.gateway, pod_ip=running.address,
                             start_time=running.started_at or now, now=now)
         namespace, name = running.key.split("/", 1)
-        code, answer = await self.client.request(
-            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": status},
-            content_type="application/merge-patch+json")
+        try:
+            code, answer = await self.client.request(
+                "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": status},
+                content_type="application/merge-patch+json")
+        except (aiohttp.ClientError, TimeoutError) as error:  # kube-apiserver does not answer: the pod goes on
+            log.warning("pod status update failed",
+                        extra={"pod": running.key, "error": str(error) or type(error).__name__})
+            return
         if code != 200 and code != 404:
             log.warning("pod status update failed",
                         extra={"pod": running.key, "code": code, "answer": str(answer)[:200]})
@@ -458,3 +469,18 @@ class NodeKubelet:
         if self._probe_session is not None:
             await self._probe_session.close()
         await self.client.close()
+
+
+def _alive(running: RunningPod) -> bool:
+    return not running.runs_process or (running.process is not None and running.process.returncode is None)
+
+
+def _ready_now(running: RunningPod) -> bool:
+    """Whether the pod is ready as this kubelet sees it (what `_write_status` reports)."""
+    return running.ready and _alive(running) and running.finished is None
+
+
+def _shown_ready(pod: Obj) -> bool:
+    """Whether the pod's status on the API server says Ready."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or ())
