@@ -94,11 +94,16 @@ class ElectionState:
         state = self.observe(record, now)
         return dataclasses.replace(state, renewed_at=sent_at if record.holder_identity == self.identity else None)
 
+    @property
+    def expires_at(self) -> float:
+        """When the observed lease runs out on our clock: its last observed change plus its duration."""
+        if self.observed is None:
+            return -math.inf
+        return self.observed_at + self.observed.lease_duration_seconds
+
     def expired(self, now: float) -> bool:
         """Whether the observed lease has run out, judged on our clock from its last observed change."""
-        if self.observed is None:
-            return True
-        return self.observed_at + self.observed.lease_duration_seconds < now
+        return self.expires_at < now
 
     def leads(self, now: float, renew_deadline: float) -> bool:
         """Whether we may act as the leader: we hold the lease and renewed it within the deadline."""
@@ -166,6 +171,8 @@ def default_identity() -> str:
 
 
 # What a round can fail with and still be retried: the API or the network, never a bug.
+# A standby reads an expiring Lease this long after it could have run out (`expired` is strict).
+EXPIRY_MARGIN = 0.01
 _TRANSIENT = (LeaseError, ApiException, TimeoutError, aiohttp.ClientError, OSError)
 
 
@@ -241,6 +248,7 @@ class LeaderElector:
         # A failed call is tried again within a retry period at the latest, as client-go does: a
         # standby then takes a lease that expired during an API outage within one period of its end.
         self._errors = Backoff(retry_period / 4, retry_period, factor=2.0, jitter=0.2, rng=rng)
+        self._standby_period = Backoff(retry_period / 2, retry_period / 2, factor=1.0, jitter=0.2, rng=rng)
         self._log = {"lease": f"{namespace}/{name}", "identity": identity}
 
     # -- what the rest of the process reads (also for Prometheus gauges) --
@@ -348,9 +356,15 @@ class LeaderElector:
         if failed:
             return self._errors.next_delay()
         self._errors.reset()
+        # A standby reads the Lease every half retry period: it sees the last renewal of a leader that
+        # stopped at most that late, so it takes over at most that long after the lease ran out.
+        delay = self._standby_period.next_delay()
         if now < self._suspect_until:
-            return min(self._period.next_delay(), self.suspect_period)
-        return self._period.next_delay()
+            delay = min(delay, self.suspect_period)
+        if self._state.holder and not self._state.expired(now):
+            # ... and reads it again the moment it could expire, not on the next tick after.
+            delay = min(delay, self._state.expires_at - now + EXPIRY_MARGIN)
+        return delay
 
     async def _pause(self, delay: float) -> None:
         if delay > 0 and not self._wake.is_set():

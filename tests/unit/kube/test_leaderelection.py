@@ -317,10 +317,30 @@ async def test_a_standby_takes_over_a_silent_lease_after_expiry_on_its_own_clock
     await until(lambda: b.elector.is_leader)
     await b.stop()
     started = b.when("started")
-    assert started is not None and 1015.0 < started <= 1015.0 + 2.0  # lease 15 s, then within a retry period
+    assert started is not None and 1015.0 < started <= 1015.1  # lease 15 s, read again the moment it runs out
     assert leases.lease is not None and leases.lease["spec"]["leaseTransitions"] == 3
     assert [e[:2] for e in b.events] == [("leader", "a"), ("leader", "b"), ("started", "b")]
     assert b.elector.transitions_seen == 1
+
+
+async def test_a_leader_that_stops_renewing_is_replaced_within_half_a_retry_period_of_the_lease(
+        time: FakeTime) -> None:
+    leases = FakeLeases(time, lease("a"))
+    stopped_at = 1031.3  # the leader renews every 2 s, then stops dead (SIGSTOP)
+    last = [time.now]
+
+    def holder_renews() -> None:
+        while last[0] + 2 <= min(time.now, stopped_at):
+            last[0] += 2
+            leases.write_spec(renewTime=format_micro_time(datetime.fromtimestamp(T0.timestamp() + last[0], UTC)))
+
+    leases.before_get = holder_renews
+    b = Candidate(leases, time, "b")
+    await until(lambda: b.elector.is_leader)
+    await b.stop()
+    started = b.when("started")
+    # Seen at most half a retry period after it was written, the last renewal expires 15 s later.
+    assert started is not None and last[0] + 15 < started <= last[0] + 15 + 1.0 + 0.1
 
 
 async def test_a_standby_never_takes_a_lease_that_keeps_being_renewed(time: FakeTime) -> None:
