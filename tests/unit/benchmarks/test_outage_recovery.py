@@ -171,7 +171,6 @@ def test_the_suite_is_run_when_named_with_its_flags() -> None:
     assert (defaults.nodes, defaults.components, defaults.freeze_seconds) == (100, ("kube-apiserver", "etcd"), 45.0)
 
 
-@pytest.mark.timed_pipeline
 def test_the_components_are_found_among_the_sandboxs_descendants_by_program_and_state_dir(tmp_path: Path) -> None:
     bin_dir, state, other = tmp_path / "bin", tmp_path / "state", tmp_path / "state-other"
     bin_dir.mkdir()
