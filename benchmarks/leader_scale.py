@@ -81,6 +81,8 @@ EVALUATIONS = "colocation_reconcile_duration_seconds_count"
 EVALUATION_SECONDS = "colocation_reconcile_duration_seconds_sum"
 BATCH_WRITES = "colocation_batch_resource_writes_total"
 NODES_HELD = "colocation_nodemetric_nodes"
+# 1 once a replica's controllers have read the configuration and listed every pod: a takeover is warm.
+WARM = "colocation_controllers_warm"
 WINDOW_BYTES = "colocation_nodemetric_watch_window_bytes"
 WINDOW_EVENTS = "colocation_nodemetric_watch_window_events"
 CONNECTION_PROBES = 200  # idle TLS connections opened to the leader to measure what one costs
@@ -148,7 +150,7 @@ async def _metrics(cluster: Cluster, replica: Replica) -> dict[str, float]:
     status, body = await cluster.replica_client(replica).send(Request("GET", "/metrics", accept="text/plain"))
     if status != 200:
         raise RuntimeError(f"GET /metrics of {replica.identity}: {status}")
-    names = (REPORTS, EVALUATIONS, EVALUATION_SECONDS, BATCH_WRITES, *GAUGES)
+    names = (REPORTS, EVALUATIONS, EVALUATION_SECONDS, BATCH_WRITES, WARM, *GAUGES)
     samples = parse(body.decode(), names)
     return {name: total(samples, name) for name in names}
 
@@ -163,13 +165,15 @@ async def _roles(cluster: Cluster) -> tuple[Replica, Replica, str]:
 
 
 async def _steady(cluster: Cluster, count: int, timeout: float = 300.0) -> None:
-    """A leader and a standby, both alive and ready, each holding at least `count` nodes' NodeMetrics."""
+    """A leader and a standby, both alive and ready, each holding at least `count` nodes' NodeMetrics, and
+    the standby warm (a replica restarted by the last kill lists every pod again before it is)."""
     async def ready() -> bool:
         try:
             leader, standby, _ = await _roles(cluster)
             for replica in (leader, standby):
                 status, _ = await cluster.replica_client(replica).send(Request("GET", "/readyz"))
-                if status != 200 or (await _metrics(cluster, replica))[NODES_HELD] < count:
+                figures = await _metrics(cluster, replica)
+                if status != 200 or figures[NODES_HELD] < count or figures.get(WARM, 0) < 1:
                     return False
         except (*FAILURES, RuntimeError):
             return False
