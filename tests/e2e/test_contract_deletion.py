@@ -93,8 +93,12 @@ async def test_deleting_a_namespace_removes_its_contents(kube: Kube) -> None:
     assert (status, body["reason"]) == (403, "Forbidden")
     assert "being terminated" in body["message"]
 
-    lingering = await get(kube, cm_path(name, "lingering"))
-    assert lingering["metadata"]["deletionTimestamp"]
+    async def lingering_deleted() -> bool:
+        # The namespace controller deletes every object of the namespace; which one first is not defined.
+        lingering = await get(kube, cm_path(name, "lingering"))
+        return bool((lingering.get("metadata") or {}).get("deletionTimestamp"))
+
+    await wait_for(lingering_deleted, timeout=60)
     status, body = await kube.request("PATCH", cm_path(name, "lingering"), {"metadata": {"finalizers": None}},
                                       content_type=MERGE)
     assert status in (200, 404), body  # 404: it went while we looked
