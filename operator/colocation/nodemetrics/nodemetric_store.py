@@ -52,6 +52,9 @@ from colocation.nodemetrics.resource_versions import MICROSECONDS, ResourceVersi
 from colocation.nodemetrics.storage_interface import Entry, update_time_ahead
 
 _STATUS_KEY = b',"status":'
+# `window_bytes` is a pass over the whole window: a scrape reuses a figure at most this old
+# (seconds), so frequent scrapes cost the leader nothing more.
+WINDOW_BYTES_MAX_AGE = 1.0
 _OBJECT_HEAD = b'{"apiVersion":"' + API_VERSION.encode() + b'","kind":"' + KIND.encode() + b'","metadata":'
 
 
@@ -67,6 +70,7 @@ class NodeMetricStore:
         self._window = EventWindow(self._versions, size=window, watcher_queue=watcher_queue)
         # Called for each report stored with its receipt time as updateTime (`StorageMetrics.track`).
         self.on_update_time_replaced: Callable[[], object] = _nothing
+        self._window_bytes: tuple[float, int] | None = None  # (when counted, the figure)
 
     # -- figures for metrics --------------------------------------------------------------------
 
@@ -85,10 +89,15 @@ class NodeMetricStore:
     @property
     def window_bytes(self) -> int:
         """Bytes of the objects only the watch window keeps: not the ones that are a node's latest
-        (read at scrape time, a pass over the window)."""
-        entries = self._entries
-        return sum(event.size for event in self._window.events()
-                   if (entry := entries.get(event.name)) is None or entry.deflated_body is not event.deflated_body)
+        (a pass over the window, at most every `WINDOW_BYTES_MAX_AGE` seconds)."""
+        now = self._monotonic()
+        if self._window_bytes is None or now - self._window_bytes[0] >= WINDOW_BYTES_MAX_AGE:
+            entries = self._entries
+            counted = sum(event.size for event in self._window.events()
+                          if (entry := entries.get(event.name)) is None
+                          or entry.deflated_body is not event.deflated_body)
+            self._window_bytes = (now, counted)
+        return self._window_bytes[1]
 
     @property
     def resource_version(self) -> int:

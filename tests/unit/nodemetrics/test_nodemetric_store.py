@@ -256,6 +256,16 @@ def test_the_window_counts_its_events_and_the_bytes_only_it_keeps(store: NodeMet
     assert store.window_bytes == sum(len(entry.deflated_body) for entry in entries[2:5])
 
 
+def test_the_window_bytes_are_counted_again_only_once_they_are_a_second_old(
+        store: NodeMetricStore, clock: Clock) -> None:
+    first = store.put(report("a", cpu="1"), {})
+    assert store.window_bytes == 0  # the only event holds the stored object itself
+    store.put(report("a", cpu="2"), {})
+    assert store.window_bytes == 0  # a scrape within the second gets the figure counted before
+    clock.monotonic_time += 1.0
+    assert store.window_bytes == len(first.deflated_body)
+
+
 def test_a_new_store_cannot_replay_what_came_before_it(clock: Clock) -> None:
     store = NodeMetricStore(clock.wall, clock.monotonic)
     assert store.resource_version == RV0  # an empty store lists at the time it started
