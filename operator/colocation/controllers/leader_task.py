@@ -7,8 +7,9 @@ leader's CPU at 1,000 nodes while our handlers took under 1 % (BENCHMARKS.md, "L
 scale"). Kopf keeps what it is for: our own resources and the ConfigMap.
 
 Standbys are warm: `Controllers.run()` starts with the process on every replica, so the
-informers, Kopf's watches and the configuration are current before a replica leads. Only the
-evaluation loop, which writes, waits for `promote()`; it then evaluates every node at once. The
+informers, Kopf's watches and the configuration are current before a replica leads, and the
+formulas' results are computed again every `PREPARE_EVERY` seconds. Only the evaluation, which
+writes, waits for `promote()`; it then evaluates every node at once. The
 handlers write nothing, and every write is fenced by the election (`writers`), so a standby
 sends none. The configuration is read once before the first evaluation, and the first
 evaluation waits until the Pod informer has listed every pod. If Kopf or the loop fail, `run()`
@@ -62,6 +63,9 @@ AGENT_LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{permissions.NODE_
 # Bound pods that have not finished: the only ones the formula and the exit process look at.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 MIN_SPACING = 0.5  # seconds between two evaluations, however many changes wake the loop
+# Seconds between a standby's passes over the formulas (`NodeResourceReconciler.prepare`): a new
+# leader's first evaluation computes at most this much of the reports again.
+PREPARE_EVERY = 1.0
 
 
 class Controllers:
@@ -177,7 +181,12 @@ class Controllers:
         await self._load_config()
         await self.state.pods_synced.wait()
         self.metrics.warm.set(1)
-        await self._leading.wait()
+        while not self._leading.is_set():
+            try:
+                await self.resources.prepare()
+            except Exception:  # a failed pass leaves work to the first evaluation; the next one tries again
+                log.exception("preparing the evaluation failed")
+            await wait_set(self._leading, PREPARE_EVERY)
         interval = self.settings.evaluation_interval
         while True:
             self.state.wake.clear()

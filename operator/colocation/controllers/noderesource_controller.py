@@ -10,12 +10,16 @@ while the node is unhealthy; the NodeResource status is rewritten when what it s
 (`nodestatus`, `conditions.status_needs_write`). Across nodes: the guard decides each zone's
 eviction rate (`disruption`), the planner which pods go now. Health transitions post Events and count.
 
+A standby keeps the formulas' results current (`prepare()`), so that a new leader's first
+evaluation computes only the nodes whose inputs changed since its last pass.
+
 During the startup grace no node is judged: batch resources are added or updated but never
 removed (the metric store of a fresh leader may still be filling), and nobody is evicted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -35,7 +39,7 @@ from colocation.controllers.disruption import DisruptionGuard, GuardDecision, Zo
 from colocation.controllers.events import NORMAL, WARNING, ObjectRef
 from colocation.controllers.eviction import EvictionPlan, EvictionPlanner, PodEviction, evictable
 from colocation.controllers.health import NodeHealth, NodeHealthTracker
-from colocation.controllers.loop_turns import gather_in_turns
+from colocation.controllers.loop_turns import NODES_PER_TURN, gather_in_turns
 from colocation.controllers.node_memo import NodeMemo
 from colocation.controllers.nodestatus import (
     DISABLED,
@@ -189,6 +193,24 @@ class NodeResourceReconciler:
             reason = DISABLED if not strategy.enable else (NO_METRICS if entry is None else METRICS_OUTDATED)
         computed = self._computed[name] = _Computed(key, values, reason)
         return computed
+
+    # ---- on a standby ---------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Compute the formulas for every node whose inputs changed, as an evaluation would, and
+        nothing more: no judgement, no write. A standby does this between its passes, so a new
+        leader's first evaluation finds most results computed (`_compute` keeps them)."""
+        for name in self._computed.keys() - self.state.nodes.keys():
+            del self._computed[name]
+        for name in self._memos.keys() - self.state.nodes.keys():
+            del self._memos[name]
+        now = self.wall()
+        for index, name in enumerate(list(self.state.nodes), 1):
+            node = self.state.nodes.get(name)  # gone while this pass yielded: nothing to do
+            if node is not None:
+                self._compute(name, node, self.strategy(name, node), now)
+            if index % NODES_PER_TURN == 0:
+                await asyncio.sleep(0)  # one turn: the standby goes on reading its feeds
 
     # ---- one evaluation ------------------------------------------------------------------------
 

@@ -75,6 +75,27 @@ async def test_a_new_report_a_pod_or_a_node_change_computes_that_node_again(comp
     assert computations == ["n1", "n2", "n1"] and h.offered("n1")[0] == "4200"  # 40 % of 12 cpus kept back, 3 used
 
 
+async def test_a_standby_computes_ahead_and_writes_nothing_so_its_first_evaluation_computes_only_what_changed(
+        computations: list[str]) -> None:
+    h = Harness(["n1", "n2", "n3"])
+    for name in ("n1", "n2", "n3"):
+        h.report(name)
+    await h.reconciler.prepare()
+    assert sorted(computations) == ["n1", "n2", "n3"] and h.api.calls == [] and h.api.events == []
+    h.report("n2", system_cpu="2")
+    await h.reconciler.prepare()
+    assert computations[3:] == ["n2"]  # only the new report
+    h.state.node_event("DELETED", h.state.nodes["n1"])
+    for _ in range(5):  # past the startup grace, the agents renewing their Leases
+        h.renew("n2", "n3")
+        h.advance(10)
+    h.report("n3", system_cpu="3")
+    computations.clear()
+    await h.evaluate()  # promoted: the first evaluation
+    assert computations == ["n3"]  # the only report since the standby's last pass
+    assert h.offered("n2")[0] == "4000" and h.offered("n3")[0] == "3000"  # 10 cpus x 60 % - system usage
+
+
 async def test_a_report_ages_out_at_degrade_time_after_it_was_received_not_later() -> None:
     """The node stays healthy (its Lease is renewed, the cluster's degradeTimeMinutes is 15), but
     its own strategy ages its report out after one minute: its batch resources go at once."""
