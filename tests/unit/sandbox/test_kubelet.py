@@ -249,3 +249,12 @@ async def test_a_ready_condition_someone_else_changed_is_put_back(node: Node) ->
     pod["status"] = status  # as the API server now shows it: nothing more to put back
     await node.kubelet._on_event("MODIFIED", pod)
     assert len(node.api.statuses) == written + 1
+
+
+def test_each_probe_runs_on_its_own_period() -> None:
+    # The operator's probes: readiness every 2 s, liveness every 10 s (manifests/operator.yaml).
+    periods = {"readiness": 2.0, "liveness": 10.0}
+    due = dict(periods)
+    rounds = [kubelet_module.next_probes(due, periods) for _ in range(6)]
+    assert rounds == [(2.0, {"readiness"}), (4.0, {"readiness"}), (6.0, {"readiness"}), (8.0, {"readiness"}),
+                      (10.0, {"readiness", "liveness"}), (12.0, {"readiness"})]

@@ -29,7 +29,7 @@ import re
 import signal
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,16 @@ PROBE_TIMEOUT_FLOOR = 1.0
 
 def _now() -> str:
     return format_time(time.time())
+
+
+def next_probes(due: dict[str, float], periods: Mapping[str, float]) -> tuple[float, set[str]]:
+    """When the next probes run and which ones: the earliest of `due` (each probe's next time),
+    which then moves on by that probe's own period."""
+    at = min(due.values())
+    now_due = {name for name, when in due.items() if when <= at}
+    for name in now_due:
+        due[name] = at + periods[name]
+    return at, now_due
 
 
 @dataclass
@@ -345,19 +355,27 @@ class NodeKubelet:
     async def _probe_loop(self, running: RunningPod, pod: Obj) -> None:
         container = running.container
         readiness, liveness = container.get("readinessProbe"), container.get("livenessProbe")
-        period = float((readiness or liveness or {}).get("periodSeconds", 10))
+        # Each probe on its own period, as the kubelet runs them (a stopped process fails its
+        # liveness probe only after periodSeconds x failureThreshold, not at the readiness pace).
+        periods = {name: float(probe.get("periodSeconds", 10))
+                   for name, probe in (("readiness", readiness), ("liveness", liveness)) if probe}
+        if not periods:
+            return
+        started = time.monotonic()
+        due = {name: started + period for name, period in periods.items()}
         ready_failures = live_failures = 0
         ever_live = False
         probed: asyncio.subprocess.Process | None = None
         while not running.stopping:
-            await asyncio.sleep(period)  # the probe period
+            at, now_due = next_probes(due, periods)
+            await asyncio.sleep(max(at - time.monotonic(), 0))  # the probe period
             if running.process is None or running.process.returncode is not None:
                 continue
             if running.process is not probed:
                 # A new container (restarted after it exited): as the kubelet runs its startup probe
                 # again, its liveness counts only once it has answered; the last one's does not carry over.
                 probed, live_failures, ever_live = running.process, 0, False
-            if readiness:
+            if readiness and "readiness" in now_due:
                 if await self._probe(running, readiness):
                     ready_failures = 0
                     ready = True
@@ -367,7 +385,7 @@ class NodeKubelet:
                 if ready != running.ready:
                     running.ready = ready
                     await self._write_status(running, pod)
-            if liveness:
+            if liveness and "liveness" in now_due:
                 if await self._probe(running, liveness):
                     live_failures, ever_live = 0, True
                 elif ever_live:
