@@ -1,9 +1,11 @@
 # syntax=docker/dockerfile:1
-# The colocation image: one console script, `colocation operator|agent|sandbox`.
+# The colocation image: one console script, `colocation operator|agent|cleanup`. The sandbox
+# (sandbox/, the colocation-sandbox distribution) is a test harness: not in the build context, the
+# wheel or the image, so `colocation sandbox` here says it is not installed.
 #
 # Two stages: the builder fetches every dependency as a wheel, each checked against the sha256 in
-# requirements/image.txt (pip-compile --generate-hashes from pyproject.toml; docs/install.md,
-# "The container image", says how to refresh it), and builds the project's own wheel with the
+# requirements/image.txt (pip-compile --generate-hashes from pyproject.toml; docs/development.md,
+# "The image locks", says how to refresh it), and builds the project's own wheel with the
 # build backend pinned the same way (requirements/build.txt). The final stage installs exactly the
 # locked set with --no-index and --require-hashes, so the image never reaches a package index and
 # holds nothing that was not pinned; it runs as a numeric non-root user, with no build tools.

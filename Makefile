@@ -28,22 +28,25 @@ CHART := charts/colocation
 help:  ## show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# The product and the sandbox (sandbox/: its own distribution, colocation-sandbox, which adds
+# `colocation sandbox`), both editable, in one resolve: the sandbox's requirement on `colocation` is
+# the checkout, never a package index's.
+$(STAMP): pyproject.toml sandbox/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,bench]' -e ./sandbox
 	touch $(STAMP)
 
-venv: $(STAMP)  ## create .venv with the package and its test tools
+venv: $(STAMP)  ## create .venv with the package, the sandbox and their test tools
 
 run: $(STAMP)  ## run the sandbox (API server + project installed); Ctrl-C stops it
 	$(BIN)/colocation sandbox --state-dir $(SANDBOX_DIR) --log-format text
 
 lint: $(STAMP)  ## ruff, and import-linter's layer contracts (pyproject.toml)
-	$(BIN)/ruff check operator tests benchmarks
+	$(BIN)/ruff check operator sandbox tests benchmarks
 	cd operator && $(abspath $(BIN))/lint-imports --config ../pyproject.toml --no-cache
 
-typecheck: $(STAMP)  ## mypy, strict on the package, the tests and the benchmarks
+typecheck: $(STAMP)  ## mypy, strict on the package, the sandbox, the tests and the benchmarks
 	$(BIN)/mypy
 	$(BIN)/mypy tests benchmarks
 

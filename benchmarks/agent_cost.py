@@ -46,7 +46,7 @@ from benchmarks.client import Client, Request, say, sit_out
 from benchmarks.cp_cluster import wait_until
 from benchmarks.cp_kube_metrics import parse, total
 from benchmarks.failover_probes import agent_token
-from colocation.sandbox.launcher.port_claims import free_port
+from colocation_sandbox.launcher.port_claims import free_port
 
 SUITE = "agent-cost"
 NAMESPACE = "colocation-system"

@@ -19,7 +19,7 @@ import orjson
 from aiohttp import web
 
 from colocation.apimachinery import certificates
-from colocation.sandbox.server.request_bodies import MAX_BODY_BYTES
+from colocation_sandbox.server.request_bodies import MAX_BODY_BYTES
 
 HOST = "127.0.0.1"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from colocation.sandbox.launcher.port_claims import free_port
+from colocation_sandbox.launcher.port_claims import free_port
 
 INSTALL_HINT = "apt-get install -y etcd-server"
 

@@ -47,9 +47,9 @@ from benchmarks.cp_kube_metrics import (
 from benchmarks.nodemetric_store import report_body
 from colocation.agent import selfcheck
 from colocation.kube import permissions
-from colocation.sandbox.launcher import child_processes
-from colocation.sandbox.launcher.controlplane import fakenodes
-from colocation.sandbox.launcher.controlplane.restclient import RestClient, client_for
+from colocation_sandbox.launcher import child_processes
+from colocation_sandbox.launcher.controlplane import fakenodes
+from colocation_sandbox.launcher.controlplane.restclient import RestClient, client_for
 
 SUITE = "control-plane-kube"
 CLUSTERS = ("base", "ours", "crd", "crd-30", "crd-10")

@@ -36,7 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks import plotting, processes, promql
 from benchmarks.client import say
 from colocation.apimachinery.quantity import parse_quantity
-from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARD = REPO / "manifests" / "components" / "monitoring" / "dashboard.json"

@@ -13,13 +13,16 @@ from pathlib import Path
 
 import benchmarks
 import colocation
+import colocation_sandbox
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def python_path() -> str:
-    """PYTHONPATH for children: wherever this process found colocation and benchmarks."""
-    roots = [str(Path(colocation.__file__).resolve().parents[1]), str(Path(benchmarks.__file__).resolve().parents[1])]
+    """PYTHONPATH for children: wherever this process found colocation, the sandbox and benchmarks."""
+    roots = [str(Path(colocation.__file__).resolve().parents[1]),
+             str(Path(colocation_sandbox.__file__).resolve().parents[1]),
+             str(Path(benchmarks.__file__).resolve().parents[1])]
     inherited = os.environ.get("PYTHONPATH", "")
     return os.pathsep.join(dict.fromkeys([*roots, *filter(None, inherited.split(os.pathsep))]))
 

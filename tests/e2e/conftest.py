@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.kube import Kube, fresh_namespace, start_sandbox_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """The real control plane needs CAP_NET_ADMIN (pod network namespaces): without it, one line."""
     if apiserver_kind(session.config) != "kube":
         return
-    from colocation.sandbox.launcher.controlplane.podnetwork import PodNetworkUnavailable, check_available
+    from colocation_sandbox.launcher.controlplane.podnetwork import PodNetworkUnavailable, check_available
 
     try:
         check_available()

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from colocation.sandbox.launcher.port_claims import free_port
+from colocation_sandbox.launcher.port_claims import free_port
 from tests.e2e.kube import Kube, create, ensure_crd, is_gone, pod_manifest, wait_for
 from tests.e2e.test_agent_suppress import (
     CONTROLLERS,

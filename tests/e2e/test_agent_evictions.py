@@ -37,8 +37,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from colocation.sandbox.launcher.controlplane.components import KWOK_NODE_ANNOTATION
-from colocation.sandbox.launcher.port_claims import free_port
+from colocation_sandbox.launcher.controlplane.components import KWOK_NODE_ANNOTATION
+from colocation_sandbox.launcher.port_claims import free_port
 from tests.e2e.conftest import apiserver_kind, sandbox_kind_args
 from tests.e2e.kube import (
     Kube,

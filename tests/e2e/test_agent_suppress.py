@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from colocation.sandbox.launcher.port_claims import free_port
+from colocation_sandbox.launcher.port_claims import free_port
 from tests.e2e.kube import TIME_FACTOR, Kube, ensure_crd, scrape_samples, wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from colocation.sandbox.launcher.port_claims import free_port
+from colocation_sandbox.launcher.port_claims import free_port
 from tests.e2e.kube import TIME_FACTOR, Kube, ensure_crd, wait_for
 from tests.e2e.test_agent_suppress import NODESLOS, REPO, exported_value, node_event_reasons
 

@@ -31,7 +31,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from colocation.agent import selfcheck
-from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import (
     TIME_FACTOR,

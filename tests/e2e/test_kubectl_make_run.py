@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, apiserver_kind
 from tests.e2e.kube import TIME_FACTOR, start_sandbox_process
 from tests.e2e.test_kubectl_cluster import eventually

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from colocation.apimachinery.quantity import cpu_millis
-from colocation.sandbox.launcher.controlplane.components import KWOK_NODE_ANNOTATION
-from colocation.sandbox.launcher.port_claims import free_port
+from colocation_sandbox.launcher.controlplane.components import KWOK_NODE_ANNOTATION
+from colocation_sandbox.launcher.port_claims import free_port
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import (
     Kube,

@@ -29,7 +29,7 @@ import orjson
 import pytest
 
 from colocation.kube.permissions import METRICS_GROUP, NODE_LEASE_NAMESPACE
-from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import (
     TIME_FACTOR,

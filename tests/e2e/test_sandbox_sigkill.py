@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from colocation.sandbox.launcher.controlplane.binaries import BinariesMissing, locate
-from colocation.sandbox.launcher.controlplane.podnetwork import remove_leftovers
+from colocation_sandbox.launcher.controlplane.binaries import BinariesMissing, locate
+from colocation_sandbox.launcher.controlplane.podnetwork import remove_leftovers
 from tests.e2e.conftest import apiserver_kind
 from tests.unit.sandbox.process_tree import (
     Proc,

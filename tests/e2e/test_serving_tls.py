@@ -24,7 +24,7 @@ from cryptography import x509
 from colocation.apimachinery import certificates
 from colocation.kube.permissions import CA_SECRET_NAME, OPERATOR_NAMESPACE
 from colocation.manager.serving_ca import GENERATION_ANNOTATION
-from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import Kube, start_sandbox_process, wait_for
 

@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
-from colocation.cli import main
+from colocation.cli import COMMANDS_GROUP, PluginGroup, main
 
 SHARED_FLAGS = ("--kubeconfig", "--log-level", "--log-format")
 
@@ -66,3 +67,46 @@ def test_the_package_does_not_shadow_the_standard_library_operator_module() -> N
 
     assert Path(operator.__file__).parent.name.startswith("python3"), operator.__file__
     assert operator.itemgetter(1)([0, 7]) == 7
+
+
+NOT_INSTALLED = "colocation sandbox: not installed; pip install -e ./sandbox (make venv does it)"
+# `colocation` as its console script runs it, with importlib.metadata finding no plugin at all.
+WITHOUT_PLUGINS = """import importlib.metadata, sys
+importlib.metadata.entry_points = lambda **selection: importlib.metadata.EntryPoints(())
+from colocation.cli import main
+sys.argv[0] = "colocation"
+main()
+"""
+
+
+def test_the_sandbox_joins_through_its_entry_point() -> None:
+    """colocation-sandbox (sandbox/pyproject.toml) registers `sandbox` in the group the command line reads."""
+    from importlib import metadata
+
+    from colocation_sandbox.launcher.sandbox_cli import sandbox_command
+
+    entries = {entry.name: entry for entry in metadata.entry_points(group=COMMANDS_GROUP)}
+    assert entries["sandbox"].value == "colocation_sandbox.launcher.sandbox_cli:sandbox_command"
+    assert main.get_command(click.Context(main), "sandbox") is sandbox_command
+    result = subprocess.run([sys.executable, "-m", "colocation", "sandbox", "--help"], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0 and "--state-dir" in result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("args", [["sandbox"], ["sandbox", "--state-dir", ".sandbox", "--log-format", "text"],
+                                  ["sandbox", "--help"]])
+def test_without_the_sandbox_installed_it_says_so_in_one_line(args: list[str]) -> None:
+    group = PluginGroup("colocation", discover=dict)
+    result = CliRunner().invoke(group, args)
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [NOT_INSTALLED]
+
+
+def test_without_the_sandbox_installed_the_console_script_says_so_in_one_line() -> None:
+    result = subprocess.run([sys.executable, "-c", WITHOUT_PLUGINS, "sandbox", "--state-dir", ".sandbox"],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [NOT_INSTALLED] and result.stdout == ""
+    listed = subprocess.run([sys.executable, "-c", WITHOUT_PLUGINS, "--help"], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert listed.returncode == 0 and "sandbox   Not installed: pip install -e ./sandbox" in listed.stdout

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from colocation.apimachinery import certificates
-from colocation.sandbox.launcher.port_claims import free_port
+from colocation_sandbox.launcher.port_claims import free_port
 from tests.timing import TIME_FACTOR
 
 AGENT_IMPORTS = ("colocation.cli", "colocation.agent.runtime")
@@ -31,7 +31,7 @@ AGENT_IMPORTS = ("colocation.cli", "colocation.agent.runtime")
 FORBIDDEN_PACKAGES = {"cryptography", "kopf", "matplotlib", "numpy", "kubernetes", "kubernetes_asyncio"}
 # The operator's and the sandbox's code (the CLI's own thin command modules excepted: they import lazily).
 FORBIDDEN_PREFIXES = ("colocation.controllers", "colocation.apiserver", "colocation.custommetrics",
-                      "colocation.sandbox.server", "colocation.sandbox.launcher.controlplane",
+                      "colocation_sandbox.server", "colocation_sandbox.launcher.controlplane",
                       "colocation.apimachinery.certificates", "colocation.manager.", "colocation.kube.client",
                       "colocation.kube.leaderelection")
 ALLOWED = {"colocation.manager.operator_command", "colocation.manager.cleanup_command"}

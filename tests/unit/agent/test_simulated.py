@@ -33,7 +33,7 @@ from colocation.agent.simulated import (
     socket_budget,
     start_delays,
 )
-from colocation.sandbox.launcher.port_claims import free_port
+from colocation_sandbox.launcher.port_claims import free_port
 from tests.timing import TIME_FACTOR
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/colocation-node-lease/leases"

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import control_plane, cp_plots, cp_protobuf, cp_report, machine
 from benchmarks.control_plane import AGENT_USER, OPERATOR_USER, ControlPlaneConfig, ControlPlaneReport
-from colocation.sandbox.server import protobuf
+from colocation_sandbox.server import protobuf
 
 
 def test_object_meta_encodes_as_the_sandbox_decodes_kubernetes_protobuf() -> None:

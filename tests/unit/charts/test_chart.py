@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
-from colocation.sandbox.launcher.project_install import render_manifests
+from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation_sandbox.launcher.project_install import render_manifests
 from tests.unit.charts.helm_chart import CHART, REPO, helm, render, set_args
 
 # Labels Helm adds and kustomize does not; every other label must be the same.

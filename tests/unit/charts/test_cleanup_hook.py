@@ -15,8 +15,8 @@ from colocation.apimachinery.userinfo import UserInfo
 from colocation.cli import main
 from colocation.kube import permissions
 from colocation.kube.permissions import CLEANUP_API_CALLS, CLEANUP_CUSTOM_RESOURCE_CALLS, ApiCall
-from colocation.sandbox.server.rbac_authorizer import RbacAuthorizer, RequestAttributes
-from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
+from colocation_sandbox.server.rbac_authorizer import RbacAuthorizer, RequestAttributes
+from colocation_sandbox.server.rbac_bootstrap import bootstrap_policy
 from tests.unit.charts.helm_chart import render
 
 NAME = "colocation-cleanup"

@@ -11,7 +11,7 @@ import yaml
 
 from colocation.controllers.config import ParsedConfig, parse_config, strategy_for_node
 from colocation.koordinator.slo_strategies import ColocationStrategy, render_nodeslo_spec, with_node_overrides
-from colocation.sandbox.server.crd_schema import prune, validate
+from colocation_sandbox.server.crd_schema import prune, validate
 
 ROOT = Path(__file__).resolve().parents[3]
 

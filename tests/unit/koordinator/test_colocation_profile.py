@@ -19,7 +19,7 @@ from colocation.koordinator.colocation_profile import (
     parse_profile,
     profile_patch,
 )
-from colocation.sandbox.server.patches import json_patch as apply_json_patch
+from colocation_sandbox.server.patches import json_patch as apply_json_patch
 
 CLASSES = {"koord-batch": PriorityClassValue(5500, "Never"), "koord-prod": PriorityClassValue(9500),
            "koord-mid": PriorityClassValue(7500)}

@@ -10,10 +10,10 @@ import pytest
 
 from colocation.apimachinery.userinfo import UserInfo
 from colocation.kube import permissions
-from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
-from colocation.sandbox.launcher.project_install import project_root, render_manifests
-from colocation.sandbox.server.rbac_authorizer import RbacAuthorizer, RequestAttributes
-from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
+from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation_sandbox.launcher.project_install import project_root, render_manifests
+from colocation_sandbox.server.rbac_authorizer import RbacAuthorizer, RequestAttributes
+from colocation_sandbox.server.rbac_bootstrap import bootstrap_policy
 
 READABLE = ((permissions.SLO_GROUP, "nodeslos"), (permissions.SLO_GROUP, "noderesources"),
             (permissions.METRICS_GROUP, "nodemetrics"))

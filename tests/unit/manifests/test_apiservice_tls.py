@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from colocation.kube import permissions
-from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
-from colocation.sandbox.launcher.project_install import render_manifests
+from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation_sandbox.launcher.project_install import render_manifests
 
 REPO = Path(__file__).resolve().parents[3]
 COMPONENTS = tuple(sorted(p.name for p in (REPO / "manifests" / "components").iterdir() if p.is_dir()))

@@ -11,7 +11,7 @@ import pytest
 
 from colocation.kube import permissions
 from colocation.manager.operator_command import operator_command
-from colocation.sandbox.launcher.project_install import render_manifests
+from colocation_sandbox.launcher.project_install import render_manifests
 from tests.unit.manifests.test_manifests import KUBECTL, KUBERNETES_VERSIONS, REPO, find, operator_args
 
 # cert-manager's listed last, as its kustomization says: it annotates the others' APIServices too.

@@ -12,9 +12,9 @@ import pytest
 
 from colocation.kube import permissions
 from colocation.kube.permissions import ApiCall
-from colocation.sandbox.launcher.project_install import render_manifests
-from colocation.sandbox.server.rbac_authorizer import RbacAuthorizer
-from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
+from colocation_sandbox.launcher.project_install import render_manifests
+from colocation_sandbox.server.rbac_authorizer import RbacAuthorizer
+from colocation_sandbox.server.rbac_bootstrap import bootstrap_policy
 from tests.unit.manifests.test_manifests import (
     KUBECTL,
     KUBERNETES_VERSIONS,

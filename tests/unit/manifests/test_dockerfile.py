@@ -125,3 +125,11 @@ def test_the_final_stage_has_no_build_tools() -> None:
 def test_the_build_context_includes_the_locks() -> None:
     allowed = {line[1:] for line in (REPO / ".dockerignore").read_text().splitlines() if line.startswith("!")}
     assert {"requirements/image.txt", "requirements/build.txt"} <= allowed
+
+
+def test_the_image_holds_no_sandbox() -> None:
+    """The sandbox (sandbox/, colocation-sandbox) is a test harness: outside the build context and the lock."""
+    allowed = {line[1:] for line in (REPO / ".dockerignore").read_text().splitlines() if line.startswith("!")}
+    assert not any(path.startswith("sandbox") for path in allowed)
+    assert "colocation-sandbox" not in lock(IMAGE_LOCK)
+    assert not any(i.upper().startswith(("COPY ", "ADD ")) and "sandbox" in i for stage in stages() for i in stage)

@@ -22,9 +22,9 @@ from colocation.apimachinery.userinfo import NODE_NAME_EXTRA, UserInfo
 from colocation.koordinator.slo_strategies import CPUBurstStrategy, ResourceThresholdStrategy, Strategy, SystemStrategy
 from colocation.kube import permissions
 from colocation.kube.permissions import AGENT_API_CALLS, OPERATOR_API_CALLS, OPERATOR_NON_RESOURCE_CALLS, ApiCall
-from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
-from colocation.sandbox.server.rbac_authorizer import RbacAuthorizer, RequestAttributes
-from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
+from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation_sandbox.server.rbac_authorizer import RbacAuthorizer, RequestAttributes
+from colocation_sandbox.server.rbac_bootstrap import bootstrap_policy
 
 REPO = Path(__file__).resolve().parents[3]
 KUBECTL = kubectl_binary()  # the one hack/kube/build.sh built, else the PATH's
@@ -512,7 +512,7 @@ def with_resource_metrics() -> list[dict[str, Any]]:
     """manifests/ with components/resource-metrics, through an overlay as docs/install.md shows."""
     if KUBECTL is None:
         pytest.skip("no kubectl (neither built by hack/kube/build.sh nor on the PATH): manifests/ cannot be rendered")
-    from colocation.sandbox.launcher.project_install import render_manifests
+    from colocation_sandbox.launcher.project_install import render_manifests
 
     return render_manifests(REPO, components=("resource-metrics",))
 
@@ -568,7 +568,7 @@ def with_enforcement() -> list[dict[str, Any]]:
     """manifests/ with components/enforcement, through an overlay as docs/install.md shows."""
     if KUBECTL is None:
         pytest.skip("no kubectl (neither built by hack/kube/build.sh nor on the PATH): manifests/ cannot be rendered")
-    from colocation.sandbox.launcher.project_install import render_manifests
+    from colocation_sandbox.launcher.project_install import render_manifests
 
     return render_manifests(REPO, components=("enforcement",))
 

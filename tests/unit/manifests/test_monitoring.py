@@ -21,7 +21,7 @@ from colocation.kube import permissions
 from colocation.manager.operator_process import SERVICE_NAME, LeadershipMetrics
 from colocation.manager.serving_ca import BUNDLE_KEY
 from colocation.nodemetrics.storage_metrics import StorageMetrics
-from colocation.sandbox.launcher.project_install import render_manifests
+from colocation_sandbox.launcher.project_install import render_manifests
 from tests.unit.manifests.test_manifests import KUBECTL, KUBERNETES_VERSIONS, REPO, find
 
 COMPONENT = REPO / "manifests" / "components" / "monitoring"

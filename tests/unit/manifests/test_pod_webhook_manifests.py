@@ -10,7 +10,7 @@ import pytest
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.apiserver.pod_mutation_webhook import WEBHOOK_PATH
 from colocation.kube import permissions
-from colocation.sandbox.launcher.project_install import render_manifests
+from colocation_sandbox.launcher.project_install import render_manifests
 from tests.unit.manifests.test_manifests import (
     KUBECTL,
     REPO,

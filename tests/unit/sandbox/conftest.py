@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from colocation.apimachinery import certificates
-from colocation.sandbox.server.api_aggregator import Aggregator
-from colocation.sandbox.server.api_core import ApiCore
-from colocation.sandbox.server.api_server import ApiServer
+from colocation_sandbox.server.api_aggregator import Aggregator
+from colocation_sandbox.server.api_core import ApiCore
+from colocation_sandbox.server.api_server import ApiServer
 
 
 @pytest.fixture

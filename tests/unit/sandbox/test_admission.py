@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from colocation.sandbox.server.admission import admit
-from colocation.sandbox.server.resource_types import BUILTIN_TYPES
+from colocation_sandbox.server.admission import admit
+from colocation_sandbox.server.resource_types import BUILTIN_TYPES
 
 PODS = next(rt for rt in BUILTIN_TYPES if rt.group == "" and rt.resource == "pods")
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from colocation.apimachinery import certificates
-from colocation.sandbox.server.api_aggregator import Aggregator
+from colocation_sandbox.server.api_aggregator import Aggregator
 from tests.unit.sandbox.conftest import register_things
 
 SERVICE_DNS = "things.default.svc"

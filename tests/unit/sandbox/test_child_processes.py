@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from colocation.sandbox.launcher.child_processes import ChildProcess, Supervisor
-from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
+from colocation_sandbox.launcher.child_processes import ChildProcess, Supervisor
+from colocation_sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 from tests.timing import TIME_FACTOR
 
 FALSE = shutil.which("false")

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from colocation.sandbox.launcher.child_processes import exec_keeps_death_signal, start_logged
+from colocation_sandbox.launcher.child_processes import exec_keeps_death_signal, start_logged
 from tests.unit.sandbox.process_tree import (
     Proc,
     alive,
@@ -46,7 +46,7 @@ time.sleep(3600)
 # worker thread, as the real control plane's launcher runs kubectl; then it waits to be killed.
 LAUNCHER = """
 import asyncio, sys
-from colocation.sandbox.launcher.child_processes import run, start_logged
+from colocation_sandbox.launcher.child_processes import run, start_logged
 stubborn, folder = sys.argv[1], sys.argv[2]
 async def main():
     await start_logged(["env", sys.executable, "-c", stubborn, folder + "/logged"], folder + "/logged.log", {})

@@ -13,16 +13,16 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from colocation.sandbox.launcher.controlplane import kwokstages, pki
-from colocation.sandbox.launcher.controlplane.binaries import kubectl_binary
-from colocation.sandbox.launcher.controlplane.components import audit_flags
-from colocation.sandbox.launcher.controlplane.container_spec import (
+from colocation_sandbox.launcher.controlplane import kwokstages, pki
+from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
+from colocation_sandbox.launcher.controlplane.components import audit_flags
+from colocation_sandbox.launcher.controlplane.container_spec import (
     container_command,
     container_environment,
     expand_variables,
 )
-from colocation.sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig, _project_objects
-from colocation.sandbox.launcher.controlplane.podnetwork import SUPERNET, free_subnet, owner_pid
+from colocation_sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig, _project_objects
+from colocation_sandbox.launcher.controlplane.podnetwork import SUPERNET, free_subnet, owner_pid
 
 REPO = Path(__file__).resolve().parents[3]
 

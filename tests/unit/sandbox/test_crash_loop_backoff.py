@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from colocation.sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
+from colocation_sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 
 
 class Clock:

@@ -14,13 +14,13 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from colocation.apimachinery import certificates
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.server import api_discovery as discovery
-from colocation.sandbox.server.api_aggregator import Aggregator
-from colocation.sandbox.server.api_core import ApiCore
-from colocation.sandbox.server.api_discovery import Served
-from colocation.sandbox.server.api_server import ApiServer
-from colocation.sandbox.server.builtin_controllers import Controllers
-from colocation.sandbox.server.resource_types import Registry
+from colocation_sandbox.server import api_discovery as discovery
+from colocation_sandbox.server.api_aggregator import Aggregator
+from colocation_sandbox.server.api_core import ApiCore
+from colocation_sandbox.server.api_discovery import Served
+from colocation_sandbox.server.api_server import ApiServer
+from colocation_sandbox.server.builtin_controllers import Controllers
+from colocation_sandbox.server.resource_types import Registry
 from tests.unit.sandbox.conftest import register_things
 
 V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"

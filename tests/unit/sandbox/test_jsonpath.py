@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from colocation.sandbox.server.jsonpath import evaluate_jsonpath, parse_jsonpath
+from colocation_sandbox.server.jsonpath import evaluate_jsonpath, parse_jsonpath
 
 OBJ = {
     "metadata": {"name": "x", "labels": {"app.kubernetes.io/name": "agent", "a/b": "slash", "app": "plain"}},

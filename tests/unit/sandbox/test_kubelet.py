@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from colocation.apimachinery.objects import Obj
-from colocation.sandbox.launcher.controlplane import kubelet as kubelet_module
-from colocation.sandbox.launcher.controlplane import pki
-from colocation.sandbox.launcher.controlplane.kubelet import NodeKubelet
+from colocation_sandbox.launcher.controlplane import kubelet as kubelet_module
+from colocation_sandbox.launcher.controlplane import pki
+from colocation_sandbox.launcher.controlplane.kubelet import NodeKubelet
 
 WAIT_SECONDS = 10.0
 

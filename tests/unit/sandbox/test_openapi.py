@@ -7,14 +7,14 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from colocation.sandbox.server.openapi_documents import (
+from colocation_sandbox.server.openapi_documents import (
     definition_name,
     group_version_path,
     openapi_v2,
     openapi_v3_group_version,
     openapi_v3_root,
 )
-from colocation.sandbox.server.resource_types import Registry, ResourceType
+from colocation_sandbox.server.resource_types import Registry, ResourceType
 
 NODESLO_SCHEMA = {
     "type": "object",

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.server.patches import (
+from colocation_sandbox.server.patches import (
     create_merge_patch,
     json_merge_patch,
     json_patch,

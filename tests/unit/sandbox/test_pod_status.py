@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from colocation.sandbox.launcher.controlplane.pod_status import (
+from colocation_sandbox.launcher.controlplane.pod_status import (
     ContainerReport,
     container_exit_code,
     pod_phase,

@@ -7,7 +7,7 @@ import random
 import socket
 from pathlib import Path
 
-from colocation.sandbox.launcher.port_claims import (
+from colocation_sandbox.launcher.port_claims import (
     CLAIM_SECONDS,
     LOWEST_PORT,
     binds,

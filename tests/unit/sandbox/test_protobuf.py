@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.server import protobuf
+from colocation_sandbox.server import protobuf
 
 FIXTURES = Path(__file__).parent / "fixtures" / "protobuf"
 

@@ -9,15 +9,15 @@ from multidict import CIMultiDict
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.userinfo import UserInfo
-from colocation.sandbox.server.access_reviews import (
+from colocation_sandbox.server.access_reviews import (
     Impersonation,
     impersonate,
     self_subject_access_review,
     self_subject_rules_review,
     subject_access_review,
 )
-from colocation.sandbox.server.rbac_authorizer import Decision, RbacAuthorizer, RequestAttributes, forbidden_error
-from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
+from colocation_sandbox.server.rbac_authorizer import Decision, RbacAuthorizer, RequestAttributes, forbidden_error
+from colocation_sandbox.server.rbac_bootstrap import bootstrap_policy
 
 Obj = dict[str, Any]
 PLURALS = {"Role": "roles", "RoleBinding": "rolebindings", "ClusterRole": "clusterroles",

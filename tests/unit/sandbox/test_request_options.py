@@ -6,7 +6,7 @@ import pytest
 from multidict import MultiDict
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.server.request_options import check_delete_options, check_write_options
+from colocation_sandbox.server.request_options import check_delete_options, check_write_options
 
 
 def _refusal(kind: str, query: dict[str, str] | list[tuple[str, str]], patch_type: str = "") -> ApiError:

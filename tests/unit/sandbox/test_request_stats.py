@@ -10,8 +10,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from multidict import CIMultiDict
 
-from colocation.sandbox.server.api_server import ApiServer
-from colocation.sandbox.server.request_stats import request_key, request_size
+from colocation_sandbox.server.api_server import ApiServer
+from colocation_sandbox.server.request_stats import request_key, request_size
 
 ADMIN = "sandbox-admin"
 

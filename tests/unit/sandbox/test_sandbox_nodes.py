@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from colocation.sandbox.launcher.sandbox_nodes import SIMULATED_NODES_PER_PROCESS, simulation_groups
+from colocation_sandbox.launcher.sandbox_nodes import SIMULATED_NODES_PER_PROCESS, simulation_groups
 
 
 def test_each_process_simulates_at_most_its_share_and_every_node_once() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from colocation.apimachinery.errors import ApiError
-from colocation.sandbox.server.crd_schema import (
+from colocation_sandbox.server.crd_schema import (
     apply_defaults,
     prune,
     ratchet,
@@ -15,7 +15,7 @@ from colocation.sandbox.server.crd_schema import (
     validate,
     validation_causes,
 )
-from colocation.sandbox.server.structural_schema import check_structural
+from colocation_sandbox.server.structural_schema import check_structural
 
 
 def _spec(**properties: Any) -> dict[str, Any]:

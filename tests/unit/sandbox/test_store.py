@@ -8,10 +8,10 @@ import pytest
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import FieldSelector, LabelSelector
-from colocation.sandbox.server.builtin_controllers import Controllers
-from colocation.sandbox.server.object_store import Store
-from colocation.sandbox.server.object_watch_window import WatchFilter
-from colocation.sandbox.server.resource_types import Registry, ResourceType
+from colocation_sandbox.server.builtin_controllers import Controllers
+from colocation_sandbox.server.object_store import Store
+from colocation_sandbox.server.object_watch_window import WatchFilter
+from colocation_sandbox.server.resource_types import Registry, ResourceType
 
 Obj = dict[str, Any]
 EVERYTHING = WatchFilter()

@@ -9,8 +9,8 @@ import pytest
 
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.tables import human_duration, metadata_only_accept, wants_metadata_only, wants_table
-from colocation.sandbox.server.resource_types import BUILTIN_TYPES, PrinterColumn, ResourceType
-from colocation.sandbox.server.server_side_tables import partial_object_metadata, to_table
+from colocation_sandbox.server.resource_types import BUILTIN_TYPES, PrinterColumn, ResourceType
+from colocation_sandbox.server.server_side_tables import partial_object_metadata, to_table
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 KUBECTL_ACCEPT = (

@@ -11,7 +11,7 @@ import pytest
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.jws import parse_jws, public_keys, signature_valid
 from colocation.apimachinery.userinfo import UserInfo
-from colocation.sandbox.server.token_authority import TokenAuthority
+from colocation_sandbox.server.token_authority import TokenAuthority
 
 T0 = 1_800_000_000.0
 POD = {"kind": "Pod",
@@ -195,8 +195,8 @@ def test_token_review_of_garbage_reports_an_error(authority: TokenAuthority) -> 
 async def test_issuer_discovery_is_served_to_service_accounts_as_kube_apiserver_does() -> None:
     from aiohttp.test_utils import TestClient, TestServer
 
-    from colocation.sandbox.server.api_server import ApiServer
-    from colocation.sandbox.server.rbac_bootstrap import bootstrap_policy
+    from colocation_sandbox.server.api_server import ApiServer
+    from colocation_sandbox.server.rbac_bootstrap import bootstrap_policy
 
     api = ApiServer()
     api.store.create(api.rt("", "namespaces"), {"metadata": {"name": "kube-system"}})

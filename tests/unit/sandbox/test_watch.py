@@ -13,11 +13,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.apimachinery.watch_queue import Bookmark
-from colocation.sandbox.server.api_server import ApiServer
-from colocation.sandbox.server.builtin_controllers import Controllers
-from colocation.sandbox.server.object_store import Store
-from colocation.sandbox.server.object_watch_window import QueueItem, Watcher, WatchFilter
-from colocation.sandbox.server.resource_types import Registry, ResourceType
+from colocation_sandbox.server.api_server import ApiServer
+from colocation_sandbox.server.builtin_controllers import Controllers
+from colocation_sandbox.server.object_store import Store
+from colocation_sandbox.server.object_watch_window import QueueItem, Watcher, WatchFilter
+from colocation_sandbox.server.resource_types import Registry, ResourceType
 
 
 @pytest.fixture

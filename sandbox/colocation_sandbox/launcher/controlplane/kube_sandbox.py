@@ -1,0 +1,249 @@
+"""`colocation sandbox --apiserver kube`: the real control plane, the project installed, its processes.
+
+The order is a cluster's: network and certificates, etcd, kube-apiserver, the controller manager,
+the scheduler and kwok; then (unless --api-only) crds/ and manifests/ applied with kubectl as a
+user applies them; this machine's node with its kubelet, which runs the operator replicas and
+this node's agent from the pods the Deployment and the DaemonSet create; the simulated nodes and
+their agents. `ready: kubeconfig=PATH` is printed once every APIService of the project is
+Available. SIGINT/SIGTERM stops everything started, last first, and removes the pod network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from colocation.agent.synthetic import SIMULATED_LABEL
+from colocation.apimachinery.event_wait import wait_set
+from colocation.kube import permissions
+from colocation.kube.backoff import Backoff
+from colocation_sandbox.launcher.child_processes import (
+    run,
+    start_logged,
+    terminate,
+    write_state,
+)
+from colocation_sandbox.launcher.controlplane import fakenodes, kwokstages, pki
+from colocation_sandbox.launcher.controlplane.binaries import Binaries, locate
+from colocation_sandbox.launcher.controlplane.components import ClusterSettings, ControlPlane
+from colocation_sandbox.launcher.controlplane.kubelet import NodeKubelet
+from colocation_sandbox.launcher.controlplane.podnetwork import PodNetwork
+from colocation_sandbox.launcher.controlplane.restclient import RestClient, client_for
+from colocation_sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
+from colocation_sandbox.launcher.port_claims import free_port
+from colocation_sandbox.launcher.project_install import load_crds, project_root, render_manifests
+from colocation_sandbox.launcher.sandbox_nodes import machine_capacity, machine_node_name, simulation_groups
+
+log = logging.getLogger(__name__)
+
+SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service's ClusterIP: a SAN of the serving certificate
+AVAILABLE_TIMEOUT_SECONDS = 300.0
+KUBECTL_TIMEOUT_SECONDS = 120.0
+SIMULATED_AGENT_STOP_GRACE = 10.0
+
+
+@dataclass(frozen=True)
+class KubeSandboxConfig:
+    state_dir: Path
+    kubeconfig_out: Path | None = None
+    port: int = 0
+    api_only: bool = False
+    operators: int = 2
+    operator_args: tuple[str, ...] = ()
+    components: tuple[str, ...] = ()
+    nodes: int = 3
+    pods_per_node: int = 10
+    agents: bool = True
+    agent_args: tuple[str, ...] = ()
+    audit_log: Path | None = None  # kube-apiserver's audit log of writes (components.AUDIT_POLICY)
+    max_restart_period: float = 300.0  # the kubelet's crashLoopBackOff.maxContainerRestartPeriod
+
+
+def kubectl(binaries: Binaries, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
+    result = run([binaries.kubectl, "--kubeconfig", str(kubeconfig), *args], input=stdin,
+                 timeout=KUBECTL_TIMEOUT_SECONDS)
+    if result.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def _project_objects(root: Path, config: KubeSandboxConfig, kubectl_path: str) -> list[dict[str, Any]]:
+    """manifests/ rendered with the chosen components, with the operator replicas the flag asks for."""
+    objects = []
+    for obj in render_manifests(root, components=config.components, kubectl=kubectl_path):
+        if obj["kind"] == "APIService" and config.operators == 0:
+            continue  # no replica to serve it: an unavailable APIService breaks discovery for everyone
+        if obj["kind"] == "Deployment" and obj["metadata"]["name"] == "colocation-operator":
+            obj = {**obj, "spec": {**obj["spec"], "replicas": config.operators}}
+        objects.append(obj)
+    return objects
+
+
+async def _wait(what: str, probe: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    backoff = Backoff(initial=0.2, maximum=2.0, jitter=0.3)
+    while not await probe():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not within {timeout:.0f} s")
+        await asyncio.sleep(backoff.next_delay())  # polling the cluster, with backoff
+
+
+class KubeSandbox:
+    def __init__(self, config: KubeSandboxConfig) -> None:
+        self.config = config
+        self.network: PodNetwork | None = None
+        self.plane: ControlPlane | None = None
+        self.client: RestClient | None = None
+        self.kubelet: NodeKubelet | None = None
+        self.simulated_agents: list[asyncio.subprocess.Process] = []
+        self._simulated_states: list[dict[str, Any]] = []
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.config.kubeconfig_out or self.config.state_dir / "kubeconfig"
+
+    async def start(self) -> None:
+        config = self.config
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        binaries = await asyncio.to_thread(locate)
+        self.network = network = await asyncio.to_thread(PodNetwork.create)
+        pki_ = pki.create(config.state_dir / "pki", apiserver_ips=(network.gateway, SERVICE_IP))
+        settings = ClusterSettings(network.gateway, config.port or free_port(network.gateway),
+                                   kwok_stages=kwokstages.write(config.state_dir / "kwok-stages.yaml"),
+                                   audit_log=config.audit_log.resolve() if config.audit_log else None)
+        self.plane = ControlPlane(binaries, pki_, config.state_dir, settings)
+        await self.plane.start(node_ip=network.gateway)
+        (config.state_dir / "controlplane.json").write_bytes(orjson.dumps({  # where benchmarks scrape metrics
+            "server": self.plane.server, "etcdMetrics": f"http://127.0.0.1:{self.plane.etcd_metrics_port}/metrics"}))
+        admin = pki_.client("admin", pki.ADMIN_USER, ("system:masters",))
+        write_kubeconfig(self.kubeconfig_path, kubeconfig_document(
+            self.plane.server, pki_.ca.cert_pem, name="colocation-kube", user=pki.ADMIN_USER, client=admin))
+        self.client = client_for(self.plane.server, pki_.directory, "admin")
+        await _wait("the default ServiceAccount", self._default_service_account, AVAILABLE_TIMEOUT_SECONDS)
+        if not config.api_only:
+            await self._install(binaries)
+            await self._start_nodes(pki_)
+            await _wait("the project's APIServices Available", self._apiservices_available,
+                        AVAILABLE_TIMEOUT_SECONDS)
+            if config.nodes > 0 and config.agents:
+                await _wait("this node's agent running", self._node_agent_running, AVAILABLE_TIMEOUT_SECONDS)
+            self._write_agents_state()
+
+    async def _default_service_account(self) -> bool:
+        assert self.client is not None
+        status, _ = await self.client.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")
+        return status == 200
+
+    async def _install(self, binaries: Binaries) -> None:
+        root = project_root()
+        if root is None:
+            raise RuntimeError("cannot find the project's crds/ and manifests/ (run from a source checkout, "
+                               "or use --api-only)")
+        kubeconfig = self.kubeconfig_path
+        crds = load_crds(root)
+        await asyncio.to_thread(kubectl, binaries, kubeconfig, "apply", "--server-side", "-f", "-",
+                                stdin=yaml.safe_dump_all(crds))
+        await asyncio.to_thread(kubectl, binaries, kubeconfig, "wait", "--for=condition=Established",
+                                "--timeout=60s", *(f"crd/{crd['metadata']['name']}" for crd in crds))
+        objects = _project_objects(root, self.config, binaries.kubectl)
+        await asyncio.to_thread(kubectl, binaries, kubeconfig, "apply", "-f", "-",
+                                stdin=yaml.safe_dump_all(objects))
+        log.info("project installed with kubectl", extra={"crds": len(crds), "objects": len(objects)})
+
+    async def _start_nodes(self, pki_: pki.Pki) -> None:
+        assert self.network is not None and self.plane is not None and self.client is not None
+        config = self.config
+        name = machine_node_name()
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                  SIMULATED_LABEL: "false"}
+        self.kubelet = NodeKubelet(name=name, server=self.plane.server, pki_=pki_, network=self.network,
+                                   state_dir=config.state_dir, capacity=machine_capacity(), labels=labels,
+                                   extra_args={"operator": config.operator_args, "agent": config.agent_args},
+                                   run_agents=config.nodes > 0 and config.agents, on_state=self._write_agents_state,
+                                   max_restart_period=config.max_restart_period)
+        await self.kubelet.start()
+        specs = fakenodes.simulated_specs(config.nodes, config.pods_per_node)
+        if specs:
+            await fakenodes.create_nodes(self.client, specs)
+        if specs and config.agents:
+            specs = await fakenodes.agent_tokens(self.client, specs, timeout=AVAILABLE_TIMEOUT_SECONDS)
+            await self._start_simulated_agents(pki_, specs)
+
+    async def _start_simulated_agents(self, pki_: pki.Pki, specs: list[Any]) -> None:
+        assert self.plane is not None
+        state = self.config.state_dir
+        # The kubeconfig gives the server and its CA; each simulated agent uses its own token.
+        kubeconfig = write_kubeconfig(state / "simulated-agents.kubeconfig", kubeconfig_document(
+            self.plane.server, pki_.ca.cert_pem, name="colocation-kube", user="simulated-agents",
+            token=specs[0].token, namespace=permissions.OPERATOR_NAMESPACE))
+        for index, group in enumerate(simulation_groups(specs)):
+            nodes_file = state / f"simulated-nodes-{index}.json"
+            nodes_file.write_bytes(orjson.dumps([spec.to_json() for spec in group], option=orjson.OPT_INDENT_2))
+            nodes_file.chmod(0o600)  # it holds tokens
+            port = free_port()
+            log_path = state / "logs" / f"agents-simulated-{index}.log"
+            command = [sys.executable, "-m", "colocation", "agent", "--kubeconfig", str(kubeconfig),
+                       "--simulated-nodes", str(nodes_file), "--metrics-bind-address", "127.0.0.1",
+                       "--metrics-port", str(port), "--operator-namespace", permissions.OPERATOR_NAMESPACE,
+                       *self.config.agent_args]
+            process = await start_logged(command, log_path, {"POD_NAMESPACE": permissions.OPERATOR_NAMESPACE})
+            self.simulated_agents.append(process)
+            self._simulated_states.append({"nodes": [s.node for s in group], "simulated": True, "host": "127.0.0.1",
+                                           "metricsPort": port, "pid": process.pid, "restarts": 0,
+                                           "log": str(log_path)})
+            log.info("simulated agents started", extra={"nodes": len(group), "pid": process.pid})
+        self._write_agents_state()
+
+    async def _node_agent_running(self) -> bool:
+        return self.kubelet is not None and bool(self.kubelet.agent_processes)
+
+    async def _apiservices_available(self) -> bool:
+        assert self.client is not None
+        listed = await self.client.must("GET", "/apis/apiregistration.k8s.io/v1/apiservices",
+                                        params={"labelSelector": "app.kubernetes.io/part-of=colocation"})
+        return all(any(c.get("type") == "Available" and c.get("status") == "True"
+                       for c in (item.get("status") or {}).get("conditions") or ())
+                   for item in listed["items"])
+
+    def _write_agents_state(self) -> None:
+        """STATE_DIR/agents.json as the builtin sandbox writes it: this node's agent (as the kubelet
+        runs it now) and the simulated agents' processes."""
+        entries = list(self.kubelet.agent_processes) if self.kubelet is not None else []
+        entries.extend(self._simulated_states)
+        write_state(self.config.state_dir / "agents.json", entries)
+
+    async def watch_health(self, stop: asyncio.Event) -> None:
+        """Until `stop`: fail loudly if a control-plane component dies (nothing restarts them)."""
+        assert self.plane is not None
+        while not stop.is_set():
+            self.plane.check_running()
+            await wait_set(stop, 2.0)
+
+    async def stop(self) -> None:
+        await terminate(self.simulated_agents, SIMULATED_AGENT_STOP_GRACE)
+        if self.kubelet is not None:
+            await self.kubelet.stop()
+        if self.client is not None:
+            await self.client.close()
+        if self.plane is not None:
+            await self.plane.stop()
+        if self.network is not None:
+            await asyncio.to_thread(self.network.teardown)
+
+
+async def serve_kube_sandbox(config: KubeSandboxConfig, stop: asyncio.Event) -> None:
+    sandbox = KubeSandbox(config)
+    try:
+        await sandbox.start()
+        print(f"ready: kubeconfig={sandbox.kubeconfig_path}", flush=True)
+        await sandbox.watch_health(stop)
+    finally:
+        await sandbox.stop()
