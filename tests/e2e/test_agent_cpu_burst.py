@@ -5,7 +5,7 @@ one judge. In the scratch cgroup v1 subtrees of tests/e2e/test_agent_suppress.py
 LS pod a container cgroup with the quotas the kubelet writes for a limit of 0.1 cpu (10000 µs of a
 100000 µs period, on the pod and the container: throttled even on a busy machine), runs a process
 burning a cpu in it, and runs
-CPU burst's rounds (colocation.agent.cpu_burster, policy auto) on that tree: the kernel must take
+CPU burst's rounds (colocation.agent.strategies.cpu_burst.cpu_burster, policy auto) on that tree: the kernel must take
 every write (a cfs burst capped at the quota, a quota raised parents first), the container's quota
 must grow from the throttling the kernel counts in its cpu.stat, and with the policy back to none
 the kubelet's quotas and no burst must be back. The NodeSLO and the sample are given directly (the
@@ -21,11 +21,11 @@ import uuid
 import pytest
 
 from colocation.agent.agent_metrics import AgentMetrics
-from colocation.agent.batch_cgroups import ContainerResources, PodResources
 from colocation.agent.cgroup_writer import CgroupWriter
 from colocation.agent.collector import Sample
-from colocation.agent.cpu_burst import BurstConfig, BurstPod, BurstStrategy
-from colocation.agent.cpu_burster import CpuBurster
+from colocation.agent.strategies.batch_cgroups.batch_cgroups import ContainerResources, PodResources
+from colocation.agent.strategies.cpu_burst.cpu_burst import BurstConfig, BurstPod, BurstStrategy
+from colocation.agent.strategies.cpu_burst.cpu_burster import CpuBurster
 from tests.e2e.kube import wait_for
 from tests.e2e.test_agent_suppress import (
     CONTROLLERS,

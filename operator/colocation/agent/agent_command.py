@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL
+from colocation.agent.strategies.registry import STRATEGIES
+from colocation.agent.strategies.strategy import with_flags
 from colocation.clicommon import common_options
 from colocation.kube import permissions
 
@@ -77,34 +80,7 @@ DEFAULT_METRICS_PORT = 9464
 @click.option("--simulation-concurrency", type=click.IntRange(min=1), default=32, show_default=True,
               help="With --simulated-nodes: reports (and, separately, Lease renewals) in flight at once, each "
                    "over a pool of as many connections; every node's pod watch has a connection of its own.")
-@click.option("--cpu-suppress-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Seconds between two rounds of CPU suppress (NodeSLO resourceUsedThresholdWithBE, when it "
-                   "enables it): the best-effort pods' CFS quota or cpuset recomputed from the latest sample "
-                   "and written to their cgroups; 0 turns CPU suppress off (nothing read or written).")
-@click.option("--batch-cgroups-interval", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="Seconds between two rounds of batch cgroups: the CFS quota, cpu shares and memory limit of "
-                   "every best-effort pod naming kubernetes.io/batch-cpu or batch-memory written to its and its "
-                   "containers' cgroups, a value written by someone else put back, undone when the pod no "
-                   "longer names them; 0 turns it off.")
-@click.option("--memory-evict-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Seconds between two rounds of memory eviction (NodeSLO resourceUsedThresholdWithBE, when it "
-                   "enables it): above memoryEvictThresholdPercent of the Node's memory, the agent asks the "
-                   "leader to evict best-effort pods until usage is under memoryEvictLowerPercent; 0 turns it off.")
-@click.option("--cpu-evict-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Seconds between two rounds of cpu eviction (NodeSLO resourceUsedThresholdWithBE with "
-                   "cpuEvictBESatisfactionLowerPercent and UpperPercent): when best-effort pods get too little of "
-                   "the batch cpu they request, the agent asks the leader to evict some; 0 turns it off.")
-@click.option("--cpu-burst-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Seconds between two rounds of CPU burst (NodeSLO cpuBurstStrategy, or a pod's "
-                   "koordinator.sh/cpuBurst annotation, when its policy is not none): LS pods with a CPU limit get "
-                   "a cfs burst and a CFS quota raised while throttled; 0 turns it off.")
-@click.option("--system-settings", is_flag=True, envvar="COLOCATION_SYSTEM_SETTINGS", show_envvar=True,
-              help="Write the NodeSLO's systemStrategy to the node's kernel: vm.min_free_kbytes (minFreeKbytesFactor "
-                   "per 10000 of MemTotal) and vm.watermark_scale_factor under --proc-root/sys, the values found "
-                   "written back when the NodeSLO no longer gives them (Koordinator's SystemConfig feature gate). "
-                   "Off by default; needs a writable /proc/sys.")
-@click.option("--system-settings-interval", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
-              help="With --system-settings: seconds between two rounds (a value someone else wrote is put back).")
+@with_flags(STRATEGIES)
 @click.option("--dry-run-enforcement", is_flag=True, envvar="COLOCATION_DRY_RUN_ENFORCEMENT", show_envvar=True,
               help="Compute, log and export what enforcement would write or evict, but write no cgroup file, "
                    "ask for no eviction and post no Event (the default install sets it: its cgroup mount is "
@@ -123,10 +99,8 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
                   heartbeat_interval: float | None, lease_registration_interval: float, operator_namespace: str,
                   scrape_interval: float,
                   scrape_timeout: float | None, scrape_concurrency: int, max_series_per_pod: int,
-                  simulated_nodes: Path | None, simulation_concurrency: int, cpu_suppress_interval: float,
-                  batch_cgroups_interval: float, memory_evict_interval: float, cpu_evict_interval: float,
-                  cpu_burst_interval: float, system_settings: bool, system_settings_interval: float,
-                  dry_run_enforcement: bool, restore_on_exit: bool, prediction_cold_start: float) -> None:
+                  simulated_nodes: Path | None, simulation_concurrency: int, dry_run_enforcement: bool,
+                  restore_on_exit: bool, prediction_cold_start: float, **strategy_flags: Any) -> None:
     """Run the node agent: collect usage, report it to the leader (each report is also its
     heartbeat; a Lease is the registration and the fallback), and scrape annotated pods for custom
     metrics.
@@ -135,7 +109,7 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
     """
     import asyncio
 
-    from colocation.agent.cpu_suppressor import EnforcementOptions
+    from colocation.agent.enforcement import EnforcementOptions
     from colocation.agent.peak_predictor import PredictorOptions
     from colocation.agent.report import ReportOptions
     from colocation.agent.runtime import AgentConfig, NodeAgentOptions, StartupError, run_agent
@@ -160,9 +134,6 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
         lease_registration_interval=lease_registration_interval,
         scrape=ScrapeOptions(interval=scrape_interval, timeout=scrape_timeout, concurrency=scrape_concurrency,
                              max_series_per_pod=max_series_per_pod),
-        cpu_suppress_interval=cpu_suppress_interval or 1.0, batch_cgroups_interval=batch_cgroups_interval or 5.0,
-        memory_evict_interval=memory_evict_interval or 1.0, cpu_evict_interval=cpu_evict_interval or 1.0,
-        cpu_burst_interval=cpu_burst_interval or 1.0,
         prediction=PredictorOptions(cold_start=prediction_cold_start))
     if simulated_nodes is not None:
         from colocation.agent.simulated import SimulationConfig, load_simulated_nodes, run_simulation
@@ -184,15 +155,10 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
     config = AgentConfig(node_name=node_name, kubeconfig=kubeconfig, proc_root=proc_root, cgroup_root=cgroup_root,
                          node=options, metrics_bind_address=metrics_bind_address, metrics_port=metrics_port,
                          operator_namespace=operator_namespace, leader_poll_interval=leader_poll_interval,
-                         enforcement=EnforcementOptions(cpu_suppress=cpu_suppress_interval > 0,
-                                                        batch_cgroups=batch_cgroups_interval > 0,
-                                                        memory_evict=memory_evict_interval > 0,
-                                                        cpu_evict=cpu_evict_interval > 0,
-                                                        cpu_burst=cpu_burst_interval > 0,
-                                                        collect_interval=collect_interval,
-                                                        dry_run=dry_run_enforcement, restore_on_exit=restore_on_exit,
-                                                        system_settings=system_settings,
-                                                        system_settings_interval=system_settings_interval))
+                         enforcement=EnforcementOptions(
+                             strategies=tuple(strategy.options_from(strategy_flags) for strategy in STRATEGIES),
+                             collect_interval=collect_interval, dry_run=dry_run_enforcement,
+                             restore_on_exit=restore_on_exit))
     try:
         code = asyncio.run(run_agent(config))
     except KubeConfigError as error:

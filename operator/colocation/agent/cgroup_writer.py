@@ -8,12 +8,14 @@ kubelet `--cgroup-root`. Files:
     v1  cpu/<tier>/cpu.cfs_quota_us, cpu.cfs_period_us     cpuset/<tier>/.../cpuset.cpus
     v2  <tier>/cpu.max ("max 100000", "50000 100000")      <tier>/.../cpuset.cpus
 
-and, for batch pods (colocation.agent.batch_cgroup_reconciler), in any pod or container cgroup:
+and, for batch pods (colocation.agent.strategies.batch_cgroups.batch_cgroup_reconciler), in any pod
+or container cgroup:
 
     v1  cpu/.../cpu.cfs_quota_us, cpu.shares              memory/.../memory.limit_in_bytes (-1)
     v2  .../cpu.max, cpu.weight (from shares, as the kubelet converts them), memory.max ("max")
 
-and, for CPU burst of LS pods (colocation.agent.cpu_burster), their pod and container cgroups:
+and, for CPU burst of LS pods (colocation.agent.strategies.cpu_burst.cpu_burster), their pod and
+container cgroups:
 
     v1  cpu/.../cpu.cfs_quota_us, cpu.cfs_burst_us        v2  .../cpu.max, cpu.max.burst
 
@@ -32,9 +34,9 @@ from pathlib import Path
 from typing import Literal
 
 from colocation.agent import cgroups
-from colocation.agent.batch_cgroups import shares_to_weight
-from colocation.agent.cpu_suppress import UNLIMITED_QUOTA
 from colocation.agent.cpuset import format_cpuset, parse_cpuset
+from colocation.agent.strategies.batch_cgroups.batch_cgroups import shares_to_weight
+from colocation.agent.strategies.cpu_suppress.cpu_suppress import UNLIMITED_QUOTA
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +150,7 @@ class CgroupWriter:
                                f"{'max' if quota_us < 0 else quota_us} {period_us}")
         return self._write("cfs_quota", directory / "cpu.cfs_quota_us", str(quota_us))
 
-    # ---- CFS burst (colocation.agent.cpu_burster) ----------------------------------------------------
+    # ---- CFS burst (colocation.agent.strategies.cpu_burst.cpu_burster) ----------------------------------
 
     def read_cfs_burst(self, directory: Path) -> int | None:
         """v1 cpu.cfs_burst_us, v2 cpu.max.burst (µs); None where the kernel has none (before 5.14)."""

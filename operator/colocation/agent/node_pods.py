@@ -3,34 +3,47 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
-from colocation.agent.batch_cgroups import PodResources, pod_resources
 from colocation.agent.classify import PodInfo, classify
-from colocation.agent.cpu_burst import BurstPod, burst_pod
 from colocation.agent.scrape import ScrapeTarget, scrape_target
 
 log = logging.getLogger(__name__)
 
 _TERMINAL_PHASES = ("Succeeded", "Failed")
 
+V = TypeVar("V")
+
+
+class PodView(Generic[V]):
+    """The node's pods one strategy keeps (colocation.agent.strategies), by UID: what `parse` makes
+    of each pod that is neither deleted nor finished (None: not kept)."""
+
+    def __init__(self, name: str, parse: Callable[[Mapping[str, Any]], V | None]) -> None:
+        self.name = name
+        self.parse = parse
+        self.by_uid: dict[str, V] = {}
+
 
 class NodePods:
     """The node's pods (from its watch, or a fixed list), classified, by UID and by name; and
-    those annotated for scraping, by name; with `keep_batch`, those naming batch resources, by UID;
-    with `keep_burst`, those that may burst (CPU burst), by UID."""
+    those annotated for scraping, by name; and, for each of `views`, the pods it keeps, by UID."""
 
-    def __init__(self, keep_batch: bool = False, keep_burst: bool = False) -> None:
-        self.keep_batch = keep_batch
-        self.keep_burst = keep_burst
-        self.burst: dict[str, BurstPod] = {}
+    def __init__(self, views: Sequence[PodView[Any]] = ()) -> None:
+        self.views = tuple(views)
         self.by_uid: dict[str, PodInfo] = {}
         self.by_name: dict[tuple[str, str], PodInfo] = {}
         self.scrape_targets: dict[tuple[str, str], ScrapeTarget] = {}
-        self.batch: dict[str, PodResources] = {}
+
+    def kept(self, name: str) -> Mapping[str, Any]:
+        """The pods the view `name` keeps, by UID (none without such a view)."""
+        return next((view.by_uid for view in self.views if view.name == name), {})
 
     async def on_sync(self, items: list[dict[str, Any]], resource_version: str = "") -> None:
-        self.by_uid, self.by_name, self.scrape_targets, self.batch, self.burst = {}, {}, {}, {}, {}
+        self.by_uid, self.by_name, self.scrape_targets = {}, {}, {}
+        for view in self.views:
+            view.by_uid = {}
         for item in items:
             await self.on_event("ADDED", item)
 
@@ -40,17 +53,15 @@ class NodePods:
         old = self.by_name.pop(key, None)
         if old is not None:
             self.by_uid.pop(old.uid, None)
-            self.batch.pop(old.uid, None)
-            self.burst.pop(old.uid, None)
+            for view in self.views:
+                view.by_uid.pop(old.uid, None)
         self.scrape_targets.pop(key, None)
         if type_ == "DELETED" or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
             return
-        resources = pod_resources(pod) if self.keep_batch else None
-        if resources is not None and resources.uid:
-            self.batch[resources.uid] = resources
-        bursting = burst_pod(pod) if self.keep_burst else None
-        if bursting is not None and bursting.resources.uid:
-            self.burst[bursting.resources.uid] = bursting
+        for view in self.views:
+            kept = view.parse(pod)
+            if kept is not None and uid:
+                view.by_uid[uid] = kept
         target = scrape_target(pod)
         if target is not None:  # scraped whether or not the pod can be classified
             self.scrape_targets[key] = target

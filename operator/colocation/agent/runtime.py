@@ -6,10 +6,8 @@ another: collection runs on its own clock and only appends to the aggregator; th
 the aggregator's current windows when it checks (the latest state, never a backlog); the
 heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.agent.samples)
 are two more tasks: one takes samples every scrape interval, one sends them. On a real node,
-enforcement (colocation.agent.enforcement) adds one task per enforcer: CPU suppress every suppress
-interval on the latest sample, batch cgroups every few seconds on the pods the watch last saw,
-memory and cpu eviction each every its interval on the latest sample, CPU burst every burst
-interval on both.
+enforcement (colocation.agent.enforcement) adds a task per NodeSLO strategy: a round every its
+interval on the latest sample and the pods the watch last saw (colocation.agent.strategies).
 
 The heartbeat may have a client of its own (`heartbeat_kube`), as the kubelet has for its node
 Lease, so renewals never wait behind other traffic; simulated agents use that (see
@@ -38,9 +36,8 @@ from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.aggregate import Aggregator, Usage
 from colocation.agent.api_connection import agent_api
 from colocation.agent.collector import Collector, RealCollector, Sample
-from colocation.agent.cpu_suppressor import EnforcementOptions
 from colocation.agent.delivery import Delivery, DirectPut, session_put
-from colocation.agent.enforcement import NodeEnforcement, node_enforcement
+from colocation.agent.enforcement import EnforcementOptions, NodeEnforcement, node_enforcement
 from colocation.agent.heartbeat import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_REGISTRATION_INTERVAL,
@@ -53,11 +50,11 @@ from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
 from colocation.agent.node_pods import NodePods
 from colocation.agent.nodemetric import node_metric_from, prod_pods_of, prod_requests
 from colocation.agent.peak_predictor import PredictorOptions, ProdPeakPredictor
-from colocation.agent.pressure_evictor import PressureEviction
 from colocation.agent.psi_metrics import PsiMetrics
 from colocation.agent.report import Reporter, ReportOptions, Snapshot
 from colocation.agent.samples import CustomMetrics, SampleBuffer, SampleSender, SampleSource, SendOptions
 from colocation.agent.scrape import PodScraper, ScrapeOptions
+from colocation.agent.strategies.strategy import NodeStrategy, Round
 from colocation.koordinator.collect_policy import CollectPolicy, collect_policy
 from colocation.kube import permissions
 from colocation.kube.informer import Informer, InformerOptions
@@ -77,11 +74,6 @@ class NodeAgentOptions:
     heartbeat_interval: float | None = None  # reports (else Lease renewals); default: a quarter of the duration
     lease_registration_interval: float = DEFAULT_REGISTRATION_INTERVAL
     scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
-    cpu_suppress_interval: float = 1.0  # seconds between two rounds of CPU suppress (when enforced)
-    batch_cgroups_interval: float = 5.0  # seconds between two rounds of batch cgroups (when enforced)
-    memory_evict_interval: float = 1.0  # seconds between two rounds of memory eviction (when enforced)
-    cpu_evict_interval: float = 1.0  # seconds between two rounds of cpu eviction (when enforced)
-    cpu_burst_interval: float = 1.0  # seconds between two rounds of CPU burst (when enforced)
     prediction: PredictorOptions = field(default_factory=PredictorOptions)  # prod pods' peak (Mid-tier)
 
     @property
@@ -105,8 +97,7 @@ class NodeAgent:
         self.watch_pods = watch_pods
         self.follow_nodeslo = follow_nodeslo
         self.enforcement = enforcement or NodeEnforcement(node)
-        self.pods = NodePods(keep_batch=self.enforcement.batch_cgroups is not None,
-                                 keep_burst=self.enforcement.burster is not None)
+        self.pods = NodePods(self.enforcement.pod_views())
         self.policy = CollectPolicy()
         self.aggregator = Aggregator(self.policy.aggregate_duration_seconds, self.policy.durations,
                                      sample_interval_seconds=self.options.collect_interval)
@@ -149,20 +140,10 @@ class NodeAgent:
         self.last_sample_at = time.monotonic()
         self.last_sample = sample
 
-    def suppress_once(self) -> None:
-        """One round of CPU suppress on the latest sample (none older than two collections)."""
-        self.enforcement.suppress_once(None if self._stale() else self.last_sample, self.pods.by_uid)
-
-    def batch_cgroups_once(self) -> None:
-        self.enforcement.batch_cgroups_once(self.pods.batch)
-
-    def burst_once(self) -> None:
-        """One round of CPU burst on the pods the watch last saw and the latest sample."""
-        self.enforcement.burst_once(None if self._stale() else self.last_sample, self.pods.burst, self.pods.by_uid)
-
-    def evict_once(self, eviction: PressureEviction) -> None:
-        """One round of one eviction on the latest sample (none older than two collections)."""
-        self.enforcement.evict_once(eviction, None if self._stale() else self.last_sample, self.pods.by_uid)
+    def run_once(self, strategy: NodeStrategy) -> None:
+        """One round of a strategy on the latest sample (none older than two collections) and the pods
+        the watch last saw."""
+        self.enforcement.run_once(strategy, Round(None if self._stale() else self.last_sample, self.pods.by_uid))
 
     def _stale(self) -> bool:
         return self.last_sample_at is None or \
@@ -247,21 +228,9 @@ class NodeAgent:
         tasks += [asyncio.create_task(informer.run(), name=informer.name) for informer in self.watches]
         if self.custom_metrics is not None:
             tasks.append(asyncio.create_task(self.custom_metrics.run(), name=f"custom-metrics@{self.node}"))
-        if self.enforcement.suppressor is not None:
-            tasks.append(asyncio.create_task(self._every(self.options.cpu_suppress_interval, self.suppress_once,
-                                                         "cpu suppress failed"), name=f"cpu-suppress@{self.node}"))
-        if self.enforcement.batch_cgroups is not None:
-            tasks.append(asyncio.create_task(self._every(self.options.batch_cgroups_interval, self.batch_cgroups_once,
-                                                         "batch cgroups failed"), name=f"batch-cgroups@{self.node}"))
-        if self.enforcement.burster is not None:
-            tasks.append(asyncio.create_task(self._every(self.options.cpu_burst_interval, self.burst_once,
-                                                         "cpu burst failed"), name=f"cpu-burst@{self.node}"))
-        for eviction in self.enforcement.evictions:
-            interval = self.options.memory_evict_interval if eviction.strategy.reason == "MemoryPressure" \
-                else self.options.cpu_evict_interval
-            tasks.append(asyncio.create_task(self._every(interval, functools.partial(self.evict_once, eviction),
-                                                         "eviction failed"),
-                                             name=f"evict-{eviction.strategy.reason}@{self.node}"))
+        tasks += [asyncio.create_task(self._every(strategy.interval, functools.partial(self.run_once, strategy),
+                                                  strategy.failure), name=f"{strategy.name}@{self.node}")
+                  for strategy in self.enforcement.strategies if strategy.interval is not None]
         tasks += [asyncio.create_task(coroutine, name=f"{name}@{self.node}")
                   for name, coroutine in self.enforcement.background()]
         try:

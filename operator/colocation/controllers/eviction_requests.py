@@ -1,7 +1,7 @@
 """Agents' eviction requests, on the leader: check every pod, then evict through the Eviction API.
 
-An agent that finds its node short of memory (colocation.agent.memory_evict), or its best-effort
-pods short of the cpu they request (colocation.agent.cpu_evict), names best-effort pods of its
+An agent that finds its node short of memory (colocation.agent.strategies.memory_evict), or its best-effort
+pods short of the cpu they request (colocation.agent.strategies.cpu_evict), names best-effort pods of its
 node in `PUT …/nodemetrics/{node}/evictions`; the API server has already held the token to that
 node (the node rule, as for reports). Here each pod is judged against the leader's
 pod cache (`ClusterState`, the Pod informer):

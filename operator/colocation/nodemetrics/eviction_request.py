@@ -1,6 +1,6 @@
 """The body of `PUT …/nodemetrics/{node}/evictions`: an agent asks the leader to evict pods of its node.
 
-The agent decides *which* best-effort pods must go (memory eviction, colocation.agent.memory_evict);
+The agent decides *which* best-effort pods must go (memory eviction, colocation.agent.strategies.memory_evict);
 the leader checks and evicts them (colocation.controllers.eviction_requests), because an agent's
 token must not be able to evict pods of other nodes. A PUT states what the node wants evicted
 now: sending the same request twice is harmless (a pod already terminating is answered so).

@@ -7,19 +7,24 @@ from pathlib import Path
 from typing import Any
 
 from colocation.agent.agent_metrics import AgentMetrics
-from colocation.agent.batch_cgroup_reconciler import BatchCgroupReconciler
 from colocation.agent.cgroup_writer import CgroupWriter
 from colocation.agent.collector import PodSample, Sample
-from colocation.agent.cpu_burster import CpuBurster
-from colocation.agent.cpu_suppressor import CpuSuppressor
 from colocation.agent.enforcement import NodeEnforcement
 from colocation.agent.leader_locator import LeaderLocator
 from colocation.agent.peak_predictor import PredictorOptions
 from colocation.agent.runtime import NodeAgent, NodeAgentOptions, track_agents
+from colocation.agent.strategies.batch_cgroups.batch_cgroup_reconciler import (
+    BatchCgroupReconciler,
+    BatchCgroupsEnforcer,
+)
+from colocation.agent.strategies.cpu_burst.cpu_burster import CpuBurstEnforcer, CpuBurster
+from colocation.agent.strategies.cpu_suppress.cpu_suppress import BestEffortLimit
+from colocation.agent.strategies.cpu_suppress.cpu_suppressor import CpuSuppressEnforcer, CpuSuppressor
+from colocation.agent.strategies.strategy import NodeStrategy
 from colocation.apimachinery.quantity import byte_value, cpu_millis
-from tests.unit.agent import test_batch_cgroup_reconciler as batch
-from tests.unit.agent import test_cpu_burster as burst
-from tests.unit.agent.test_cpu_suppressor import TREES, build, sample
+from tests.unit.agent.strategies.batch_cgroups import test_batch_cgroup_reconciler as batch
+from tests.unit.agent.strategies.cpu_burst import test_cpu_burster as burst
+from tests.unit.agent.strategies.cpu_suppress.test_cpu_suppressor import TREES, build, sample
 
 TREE = TREES["v1-cgroupfs"]
 NODESLO = {"metadata": {"name": "node-a"},
@@ -45,18 +50,28 @@ class FixedCollector:
 
 
 def agent_on(root: Path, *, batch_cgroups: bool = False, cpu_burst: bool = False) -> NodeAgent:
-    metrics = AgentMetrics()
+    metrics, limit = AgentMetrics(), BestEffortLimit()
     suppressor = CpuSuppressor(CgroupWriter(root), metrics, node="node-a", cpus=lambda: 8)
-    reconciler = BatchCgroupReconciler(CgroupWriter(root), metrics, node="node-a") if batch_cgroups else None
-    burster = CpuBurster(CgroupWriter(root), metrics, node="node-a", cpus=lambda: 8) if cpu_burst else None
+    strategies: list[NodeStrategy] = [CpuSuppressEnforcer(suppressor, interval=1.0, limit=limit)]
+    if batch_cgroups:
+        reconciler = BatchCgroupReconciler(CgroupWriter(root), metrics, node="node-a")
+        strategies.append(BatchCgroupsEnforcer(reconciler, interval=5.0, limit=limit))
+    if cpu_burst:
+        burster = CpuBurster(CgroupWriter(root), metrics, node="node-a", cpus=lambda: 8)
+        strategies.append(CpuBurstEnforcer(burster, interval=1.0))
 
     async def no_put(*args: Any) -> tuple[int, Any]:
         raise AssertionError("no report expected")
 
     return NodeAgent("node-a", NoKube(), FixedCollector(), locator=LeaderLocator(NoKube()), direct=no_put,
-                     metrics=metrics,
-                     enforcement=NodeEnforcement("node-a", suppressor=suppressor, batch_cgroups=reconciler,
-                                                 burster=burster))
+                     metrics=metrics, enforcement=NodeEnforcement("node-a", strategies))
+
+
+def once(agent: NodeAgent, name: str) -> None:
+    """One round of the agent's strategy `name`."""
+    strategy = agent.enforcement.find(name)
+    assert strategy is not None
+    agent.run_once(strategy)
 
 
 async def test_suppression_waits_for_the_nodeslo_then_follows_it(tmp_path: Path) -> None:
@@ -64,15 +79,15 @@ async def test_suppression_waits_for_the_nodeslo_then_follows_it(tmp_path: Path)
     build(root, TREE)
     agent = agent_on(root)
     agent.collect_once()
-    agent.suppress_once()
+    once(agent, "cpu-suppress")
     assert TREE.quota(root) == "-1"  # NodeSLO not listed yet: a restarting agent must not undo anything
 
     await agent._nodeslo_sync([NODESLO], "1")
-    agent.suppress_once()
+    once(agent, "cpu-suppress")
     assert TREE.quota(root) == "220000"
 
     await agent._nodeslo_event("DELETED", NODESLO)
-    agent.suppress_once()
+    once(agent, "cpu-suppress")
     assert TREE.quota(root) == "-1"
 
 
@@ -81,12 +96,12 @@ async def test_a_stale_sample_neither_tightens_nor_loosens(tmp_path: Path) -> No
     build(root, TREE)
     agent = agent_on(root)
     await agent._nodeslo_sync([NODESLO], "1")
-    agent.suppress_once()  # no sample yet
+    once(agent, "cpu-suppress")  # no sample yet
     assert TREE.quota(root) == "-1"
     agent.collect_once()
     assert agent.last_sample_at is not None
     agent.last_sample_at -= 60  # collection stalled a minute ago
-    agent.suppress_once()
+    once(agent, "cpu-suppress")
     assert TREE.quota(root) == "-1"
 
 
@@ -104,26 +119,26 @@ async def test_batch_cgroups_follow_the_pod_watch_once_the_nodeslo_is_listed(tmp
     batch.build(root, tree)
     agent = agent_on(root, batch_cgroups=True)
     await agent.pods.on_sync([BATCH_POD], "1")
-    agent.batch_cgroups_once()
+    once(agent, "batch-cgroups")
     assert tree.values(root) == [batch.KUBELET[1]] * 2  # NodeSLO not listed yet: it may unset the quotas
 
     await agent._nodeslo_sync([], "1")
-    agent.batch_cgroups_once()
+    once(agent, "batch-cgroups")
     assert tree.values(root) == batch.BATCH[1]
 
     await agent._nodeslo_event("ADDED", NODESLO)  # CPU suppress by the tier's quota: pods' quotas unset
-    agent.batch_cgroups_once()
+    once(agent, "batch-cgroups")
     assert [quota for quota, _, _ in tree.values(root)] == ["-1", "-1"]
 
     await agent.pods.on_event("DELETED", BATCH_POD)
-    agent.batch_cgroups_once()
+    once(agent, "batch-cgroups")
     assert tree.values(root) == [batch.KUBELET[1]] * 2
 
 
 async def test_pods_are_kept_for_batch_cgroups_only_when_the_agent_writes_them(tmp_path: Path) -> None:
     agent = agent_on(tmp_path)
     await agent.pods.on_sync([BATCH_POD], "1")
-    assert agent.pods.batch == {}
+    assert agent.pods.kept("batch-cgroups") == {}
     assert batch.BATCH_UID in agent.pods.by_uid
 
 
@@ -144,23 +159,23 @@ async def test_cpu_burst_follows_the_pod_watch_and_the_nodeslo_once_listed(tmp_p
     burst.build(root, tree)
     agent = agent_on(root, cpu_burst=True)
     await agent.pods.on_sync([LS_POD], "1")
-    agent.burst_once()
+    once(agent, "cpu-burst")
     assert tree.values(root) == burst.KUBELET  # NodeSLO not listed yet
 
     await agent._nodeslo_sync([BURST_NODESLO], "1")
-    agent.burst_once()
+    once(agent, "cpu-burst")
     assert tree.values(root) == [(150_000, 150_000), (100_000, 100_000), (50_000, 50_000)]
 
     await agent.pods.on_event("DELETED", LS_POD)
-    agent.burst_once()
+    once(agent, "cpu-burst")
     assert tree.values(root) == burst.KUBELET
 
 
 async def test_pods_are_kept_for_cpu_burst_only_when_the_agent_writes_them(tmp_path: Path) -> None:
     await (without := agent_on(tmp_path)).pods.on_sync([LS_POD], "1")
     await (with_burst := agent_on(tmp_path, cpu_burst=True)).pods.on_sync([LS_POD, BATCH_POD], "1")
-    assert without.pods.burst == {}
-    assert list(with_burst.pods.burst) == [burst.LS_UID]  # the BE pod never bursts
+    assert without.pods.kept("cpu-burst") == {}
+    assert list(with_burst.pods.kept("cpu-burst")) == [burst.LS_UID]  # the BE pod never bursts
 
 
 PROD_POD = {

@@ -11,8 +11,8 @@ import pytest
 from benchmarks import agent_cost_host, agent_cost_report, machine
 from benchmarks.agent_cost import CostConfig, CostReport, CostWindow
 from benchmarks.agent_cost_host import CPUS, FakeHost, node_pods
-from colocation.agent import cpu_suppress
 from colocation.agent.collector import RealCollector
+from colocation.agent.strategies.cpu_suppress import cpu_suppress
 
 MIB = 2**20
 

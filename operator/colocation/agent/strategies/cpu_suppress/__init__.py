@@ -1,0 +1,1 @@
+"""CPU suppress: best-effort pods held to what latency-sensitive ones leave (NodeSLO resourceUsedThresholdWithBE)."""

@@ -1,0 +1,1 @@
+"""System settings: the NodeSLO's systemStrategy written to /proc/sys/vm (only with --system-settings)."""
