@@ -129,6 +129,10 @@ class NodeMetricGroup:
                                     min_request_timeout=self.options.min_request_timeout)
         self.wall = wall
         self.uploads = tuple(uploads)
+        # Awaited before a leader takes an agent's write in (set by the manager): a new leader's
+        # first evaluation runs before the agents' reports, which all come at once after a
+        # failover, would stretch it (`Controllers.first_evaluation_done`).
+        self.before_agent_write: Callable[[], Awaitable[None]] | None = None
         self._authenticate: Authenticate | None = None
 
     # ---- what the API server serves for the group ----------------------------------------------
@@ -292,9 +296,10 @@ class NodeMetricGroup:
         """
         request[VERB] = "update"
         node = request.match_info["name"]
-        if not self.leadership.is_leader:
-            rejected.labels("not-leader").inc()
-            raise standby_refusal(self.leadership)
+        self._refuse_unless_leader(rejected)
+        if self.before_agent_write is not None:
+            await self.before_agent_write()
+            self._refuse_unless_leader(rejected)  # the Lease may have been lost meanwhile
         try:
             caller = await self._caller(request)
             # One review per ServiceAccount, not one per node: the write is authorized for the
@@ -311,6 +316,11 @@ class NodeMetricGroup:
             rejected.labels(error.reason or str(error.code)).inc()
             raise
         return node, validated
+
+    def _refuse_unless_leader(self, rejected: Any) -> None:
+        if not self.leadership.is_leader:
+            rejected.labels("not-leader").inc()
+            raise standby_refusal(self.leadership)
 
     async def _read_body(self, request: web.Request) -> bytes:
         if request.content_length is not None and request.content_length > MAX_REPORT_BYTES:

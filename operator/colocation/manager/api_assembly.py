@@ -73,6 +73,7 @@ class ServedApis:
     custom_metrics: CustomMetricsApi | None  # its housekeeping and a standby's follower run beside it
     evictions: EvictionRequestsUpload  # the leader's controllers take its requests (`handler`) once they run
     pod_webhook: PodMutationWebhook  # every replica runs its cache's informers
+    nodemetric: NodeMetricGroup  # the controllers hold the agents' writes back while a new leader evaluates
 
 
 def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDirectory,
@@ -98,7 +99,7 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
     pod_webhook = PodMutationWebhook(ProfileCache(), metrics.registry)
     server = AggregatedApiServer(authenticator, authorizer, request_header, leadership, metrics,
                                  [nodemetric, *extra, pod_webhook])
-    return ServedApis(server, pods, custom_metrics, evictions, pod_webhook)
+    return ServedApis(server, pods, custom_metrics, evictions, pod_webhook, nodemetric)
 
 
 def _custom_metrics_api(config: OperatorConfig, store: NodeMetricStore, view: ResourceMetricsView,

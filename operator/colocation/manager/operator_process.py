@@ -36,6 +36,7 @@ from colocation.apiserver.delegated_authentication import DelegatingAuthenticato
 from colocation.apiserver.eviction_routes import EvictionRequestsUpload
 from colocation.apiserver.generic_apiserver import ApiRunner
 from colocation.apiserver.kube_reviewers import load_request_header_config
+from colocation.apiserver.nodemetric_routes import NodeMetricGroup
 from colocation.apiserver.replica_followers import ReplicaFollowers
 from colocation.apiserver.tls_read_buffer import bound_tls_read_buffers
 
@@ -148,6 +149,7 @@ class OperatorProcess:
         self.controllers_failed = False
         self.custom_metrics: CustomMetricsApi | None = None
         self.evictions: EvictionRequestsUpload | None = None
+        self.nodemetric: NodeMetricGroup | None = None
         self.draining = False  # stopping: not ready, still serving until the server closes
         self._drain_leader: LeaderAddress | None = None  # who took the Lease after us, while draining
         # With --serve-custom-metrics: a standby's copy of the samples; `.synced` while it holds the
@@ -226,6 +228,8 @@ class OperatorProcess:
         if self.authenticator is not None and self.authenticator.local is not None:
             # Bound tokens are checked locally once the Pod informer has listed the pods.
             self.authenticator.local.pods = ClusterStatePods(controllers.state, self.config.namespace)
+        if self.nodemetric is not None:  # a new leader evaluates before it takes the agents' writes in
+            self.nodemetric.before_agent_write = controllers.first_evaluation_done
         if self.evictions is not None:  # agents' eviction requests are judged against the same pods
             self.evictions.handler = EvictionRequestHandler(controllers.state, controllers.writer,
                                                             self.metrics.registry)
@@ -310,6 +314,7 @@ class OperatorProcess:
                                   followers=self.followers)
             self.custom_metrics = served.custom_metrics
             self.evictions = served.evictions
+            self.nodemetric = served.nodemetric
             runner = ApiRunner(served.server.application(), access_log=None, handle_signals=False,
                                shutdown_timeout=2.0)
             await runner.setup()

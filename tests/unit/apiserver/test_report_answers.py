@@ -3,6 +3,7 @@ Warning header when the updateTime was stored as the receipt time (issue 34)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -148,3 +149,41 @@ def test_the_warning_is_written_as_kube_apiserver_writes_one() -> None:
         'stored as the time the report was received, 2026-11-22T10:00:00Z"')
     # As k8s.io/apimachinery's util/net.NewWarningHeader quotes the text: only " and \ are escaped.
     assert warning_header('a "b" \\ c') == '299 - "a \\"b\\" \\\\ c"'
+
+
+# ---- a new leader evaluates before it takes the agents' writes in --------------------------------
+
+async def test_a_report_waits_for_the_hold_and_a_replica_that_lost_the_lease_meanwhile_refuses_it(
+        clock: Clock) -> None:
+    leader = Leader()
+    metrics = ServerMetrics()
+    authorizer = DelegatingAuthorizer(may)
+    store = NodeMetricStore(clock.wall, clock.monotonic)
+    group = NodeMetricGroup(store, authorizer, leader, NODES.__contains__, NODES.get, metrics, wall=clock.wall)
+    arrived, released = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        arrived.set()
+        await released.wait()
+
+    group.before_agent_write = hold
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leader, metrics, [group])
+    async with TestClient(TestServer(api.application())) as client:
+        answer = asyncio.create_task(put(client, "2", "application/json"))
+        await asyncio.wait_for(arrived.wait(), 10)
+        assert store.node_count == 0 and not answer.done()  # held: nothing stored yet
+        released.set()
+        assert (await answer)[0] == 200 and store.node_count == 1
+        entry = store.get("node-1")
+        assert entry is not None
+        version = entry.resource_version
+        arrived.clear()
+        released.clear()
+        refused = asyncio.create_task(put(client, "3", "application/json"))
+        await asyncio.wait_for(arrived.wait(), 10)
+        leader.is_leader = False  # the Lease lost while the write waited
+        released.set()
+        status, body = await refused
+        assert status == 503 and body["kind"] == "Status"
+        entry = store.get("node-1")
+        assert entry is not None and entry.resource_version == version  # nothing stored

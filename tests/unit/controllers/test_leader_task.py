@@ -1,0 +1,72 @@
+"""The controllers' loop on a standby and on promotion: formulas computed ahead, nothing evaluated
+before the Lease, the first evaluation at once, the agents' writes held for it (boundedly)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from colocation.controllers import leader_task
+from colocation.controllers.leader_task import Controllers
+from colocation.controllers.settings import ControllerSettings
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+
+WAIT = 10.0
+
+
+def controllers() -> Controllers:
+    # No API calls happen here: the configuration read and the evaluation are replaced below.
+    return Controllers(object(), NodeMetricStore(time.time, time.monotonic), ControllerSettings(),  # type: ignore[arg-type]
+                       namespace="colocation-system", identity="operator-0", registry=CollectorRegistry())
+
+
+async def test_a_standby_prepares_and_evaluates_only_once_promoted_and_writes_wait_for_that(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    c = controllers()
+    prepared, evaluations = asyncio.Event(), asyncio.Event()
+    evaluating = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def loaded() -> None:
+        c.config.loaded = True
+
+    async def prepare() -> None:
+        prepared.set()
+
+    async def evaluate() -> None:
+        evaluating.set()
+        await finish.wait()
+        evaluations.set()
+
+    monkeypatch.setattr(c, "_load_config", loaded)
+    monkeypatch.setattr(c.resources, "prepare", prepare)
+    monkeypatch.setattr(c, "_evaluate", evaluate)
+    c.state.pods_synced.set()
+    loop = asyncio.create_task(c._loop())
+    try:
+        await asyncio.wait_for(prepared.wait(), WAIT)
+        assert not evaluating.is_set() and c.metrics.warm._value.get() == 1
+        c.promote()
+        await asyncio.wait_for(evaluating.wait(), WAIT)
+        held = asyncio.create_task(c.first_evaluation_done())
+        await asyncio.sleep(0)
+        assert not held.done()  # an agent's write waits while the first evaluation runs...
+        finish.set()
+        await asyncio.wait_for(held, WAIT)  # ...and goes on once it has finished
+        assert evaluations.is_set()
+        await asyncio.wait_for(c.first_evaluation_done(), WAIT)  # later writes do not wait
+    finally:
+        loop.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await loop
+
+
+async def test_writes_wait_for_a_first_evaluation_no_longer_than_the_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(leader_task, "FIRST_EVALUATION_HOLD", 0.2)
+    c = controllers()
+    started = time.monotonic()
+    await asyncio.wait_for(c.first_evaluation_done(), WAIT)  # never promoted: the hold runs out
+    assert time.monotonic() - started >= 0.2
