@@ -1,6 +1,6 @@
 # colocation: set up and run everything from a fresh clone.
 #   make run    the sandbox: an in-memory Kubernetes API with the project installed
-#   make test   lint, type-check, helm lint the chart, and every test: unit, e2e against the sandbox, and e2e against the
+#   make test   lint, type-check, build the docs, helm lint the chart, and every test: unit, e2e against the sandbox, and e2e against the
 #               real control plane (built from Go modules by `make kube`; skipped, with a line
 #               that says so, where Go is missing)
 SHELL := /bin/bash
@@ -23,7 +23,7 @@ KUBE_BUILD := hack/kube/build.sh
 HELM_BUILD := hack/helm/build.sh
 CHART := charts/colocation
 
-.PHONY: help venv run test lint typecheck unit fuzz e2e e2e-kube kube kubectl-ready helm chart bench e2e-kind clean
+.PHONY: help venv run test lint typecheck docs unit fuzz e2e e2e-kube kube kubectl-ready helm chart bench e2e-kind clean
 
 help:  ## show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -49,6 +49,10 @@ lint: $(STAMP)  ## ruff, and import-linter's layer contracts (pyproject.toml)
 typecheck: $(STAMP)  ## mypy, strict on the package, the sandbox, the tests and the benchmarks
 	$(BIN)/mypy
 	$(BIN)/mypy tests benchmarks
+
+# mkdocs.yml: strict, so a link to a missing page or heading anchor in docs/ fails the build.
+docs: $(STAMP)  ## build the docs site strictly (mkdocs build --strict) into site/
+	$(BIN)/mkdocs build --strict
 
 # The timed pipelines (tests that start processes and judge their timing) run alone, after the
 # parallel run: an xdist worker beside them would take the cores they time.
@@ -78,7 +82,7 @@ e2e-kube: $(STAMP) kubectl-ready  ## e2e tests against the real control plane (`
 	@if command -v go >/dev/null; then $(BIN)/pytest tests/e2e --apiserver kube $(PYTEST_ARGS); \
 	else echo "skip: e2e against the real control plane: Go 1.26 is not installed, so it cannot be built"; fi
 
-test: lint typecheck kubectl-ready chart unit  ## everything CI runs: lint, types, unit, e2e on the sandbox and on the real control plane
+test: lint typecheck docs kubectl-ready chart unit  ## everything CI runs: lint, types, docs, unit, e2e on the sandbox and on the real control plane
 	BIN=$(BIN) scripts/e2e-both.sh $(PYTEST_ARGS)
 
 helm:  ## build helm 4 from its Go module (cached in ~/.cache/colocation; cold: about 4 minutes)
@@ -101,5 +105,5 @@ bench: $(STAMP)  ## benchmarks; writes BENCHMARKS.md
 e2e-kind: $(STAMP)  ## e2e against a kind cluster (needs Docker and kind)
 	scripts/e2e-kind.sh
 
-clean:  ## remove the virtualenv and sandbox state
-	rm -rf $(VENV) $(SANDBOX_DIR) .pytest_cache .mypy_cache .ruff_cache
+clean:  ## remove the virtualenv, the sandbox state and the docs site
+	rm -rf $(VENV) $(SANDBOX_DIR) site .pytest_cache .mypy_cache .ruff_cache

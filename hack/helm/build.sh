@@ -3,7 +3,7 @@
 # way hack/kube/build.sh caches the control plane. Prints progress on stderr and the binary's path
 # on the last line of stdout. A warm cache returns at once: the stamp is a hash of this script.
 # `--check` builds nothing and exits 1 when helm is not built. Cold, on 2 shared cores: see
-# docs/install.md ("Helm chart"); `make helm` times it.
+# docs/install.md ("Install with Helm"); `make helm` times it.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 HELM_VERSION=v4.3.1

@@ -5,7 +5,7 @@
 #   kwok    (sigs.k8s.io/kwok, its own module: the staging replaces here would override its dependencies)
 # Prints progress on stderr and the binaries' directory on the last line of stdout. A warm cache
 # returns at once: the stamp is a hash of every input. `--check` builds nothing and exits 1 when
-# the binaries are not built. Cold, on 2 cores: about 10 minutes (README.md, "The real control plane").
+# the binaries are not built. Cold, on 2 cores: about 10 minutes (docs/development.md, "The real control plane").
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 KUBE_VERSION=v1.36.3

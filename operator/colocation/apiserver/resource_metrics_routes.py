@@ -8,7 +8,7 @@ no watch, `creationTimestamp` the time of the request, names in sort order.
 
 The usage served is the agents' short-window `recentUsage` (10 s) with its window, falling back to
 Koordinator's `nodeUsage` / `podUsage` (300 s) for reports without it. Where our data is not
-metrics-server's, the choices are `nodemetrics.resource_metrics_view`'s (docs/install.md repeats
+metrics-server's, the choices are `nodemetrics.resource_metrics_view`'s (docs/metrics-apis.md repeats
 them), and:
 - PodMetrics: agents measure pods, not containers, so each pod has one container entry named
   "pod" holding the whole pod's usage; `kubectl top pod` and the HPA sum containers, so totals

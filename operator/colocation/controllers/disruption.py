@@ -33,7 +33,7 @@ One difference from upstream, on purpose: a zone whose rate is 0 stops *all* its
 nodes already draining included (upstream only stops tainting new nodes there); the controller
 releases them, and they queue for a token again once the zone recovers.
 
-Thresholds (constructor parameters; README "The exit process"):
+Thresholds (constructor parameters; docs/controllers.md, "The exit process"):
 - `unhealthy_zone_threshold` = 0.55, `min_unhealthy` = 2 (--unhealthy-zone-threshold, --unhealthy-zone-min-nodes);
 - `eviction_rate` = 0.1 nodes/s (--eviction-rate, upstream --node-eviction-rate);
 - `secondary_eviction_rate` = 0.01 nodes/s (--secondary-eviction-rate, as upstream's);

@@ -1,6 +1,6 @@
 """The body of `PUT …/nodemetrics/{node}/samples`: a MetricSampleBatch, validated in pydantic-core.
 
-The wire contract is the agents' (see the README, "Custom and external metrics"): Prometheus
+The wire contract is the agents' (docs/metrics-apis.md): Prometheus
 metric and label names, finite values, unix-second timestamps oldest first, at most 20,000 series
 of 1..120 samples, and optionally `sentTime`, the agent's clock when it sent the batch: the
 leader then moves the samples onto its own clock by the difference (`series_store`), so an agent

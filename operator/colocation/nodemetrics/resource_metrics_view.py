@@ -3,7 +3,7 @@
 The resource metrics API (metrics.k8s.io) and the built-in custom metrics both read the figures
 this way: `usage` and `window` are Koordinator's (`nodeUsage`, `podUsage`), which custom metrics
 use; `served()` and `served_pod()` are what metrics.k8s.io serves. Where our data is not
-metrics-server's, these are the choices (docs/install.md repeats them):
+metrics-server's, these are the choices (docs/metrics-apis.md repeats them):
 - `timestamp` is the report's `status.updateTime`: the agent's clock when it averaged the
   samples, the end of the window.
 - Served usage is the short-window `recentUsage` (our extension of the report: the last 10 s of
