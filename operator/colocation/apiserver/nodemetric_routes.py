@@ -129,10 +129,11 @@ class NodeMetricGroup:
                                     min_request_timeout=self.options.min_request_timeout)
         self.wall = wall
         self.uploads = tuple(uploads)
-        # Awaited before a leader takes an agent's write in (set by the manager): a new leader's
-        # first evaluation runs before the agents' reports, which all come at once after a
-        # failover, would stretch it (`Controllers.first_evaluation_done`).
-        self.before_agent_write: Callable[[], Awaitable[None]] | None = None
+        # Awaited before a leader takes an agent's write in or serves a standby's feed (set by the
+        # manager): a new leader's first evaluation runs before the agents' reports, which all come
+        # at once after a failover, and the copy a restarted standby lists would stretch it
+        # (`Controllers.first_evaluation_done`).
+        self.first_evaluation_hold: Callable[[], Awaitable[None]] | None = None
         self._authenticate: Authenticate | None = None
 
     # ---- what the API server serves for the group ----------------------------------------------
@@ -212,6 +213,8 @@ class NodeMetricGroup:
         return labels, name
 
     async def _list_or_watch(self, request: web.Request) -> web.StreamResponse:
+        if REPLICA_HEADER in request.headers and self.first_evaluation_hold is not None and self.leadership.is_leader:
+            await self.first_evaluation_hold()  # a standby's feed: after a new leader's first evaluation
         if query_flag(request.query, "watch"):
             return await self._watch(request)
         await self._authorize_read(request, "list")
@@ -297,8 +300,8 @@ class NodeMetricGroup:
         request[VERB] = "update"
         node = request.match_info["name"]
         self._refuse_unless_leader(rejected)
-        if self.before_agent_write is not None:
-            await self.before_agent_write()
+        if self.first_evaluation_hold is not None:
+            await self.first_evaluation_hold()
             self._refuse_unless_leader(rejected)  # the Lease may have been lost meanwhile
         try:
             caller = await self._caller(request)

@@ -102,9 +102,10 @@ class Controllers:
 
     async def first_evaluation_done(self) -> None:
         """Return once this leader's first evaluation has finished, or after FIRST_EVALUATION_HOLD
-        seconds at most. After a failover every agent reports at once; taken in first, their
-        reports stretched the first evaluation (1.7-2.2 s at 2,500 nodes, BENCHMARKS.md), which the
-        formulas computed on the standby make a fraction of that."""
+        seconds at most. After a failover every agent reports at once, and a restarted replica
+        lists every NodeMetric from the new leader; served first, they stretched the first
+        evaluation (1.7-2.2 s at 2,500 nodes, BENCHMARKS.md), which the formulas computed on the
+        standby make a fraction of that."""
         if self._first_evaluation.is_set():
             return
         with contextlib.suppress(TimeoutError):

@@ -228,8 +228,8 @@ class OperatorProcess:
         if self.authenticator is not None and self.authenticator.local is not None:
             # Bound tokens are checked locally once the Pod informer has listed the pods.
             self.authenticator.local.pods = ClusterStatePods(controllers.state, self.config.namespace)
-        if self.nodemetric is not None:  # a new leader evaluates before it takes the agents' writes in
-            self.nodemetric.before_agent_write = controllers.first_evaluation_done
+        if self.nodemetric is not None:  # a new leader evaluates before agents' writes and standbys' feeds
+            self.nodemetric.first_evaluation_hold = controllers.first_evaluation_done
         if self.evictions is not None:  # agents' eviction requests are judged against the same pods
             self.evictions.handler = EvictionRequestHandler(controllers.state, controllers.writer,
                                                             self.metrics.registry)

@@ -18,6 +18,7 @@ from colocation.apiserver.delegated_authentication import DelegatingAuthenticato
 from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec
 from colocation.apiserver.generic_apiserver import AggregatedApiServer
 from colocation.apiserver.nodemetric_routes import NodeMetricGroup, update_time_warning, warning_header
+from colocation.kube.lease_record import REPLICA_HEADER
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import MAX_UPDATE_TIME_AHEAD
 from tests.unit.nodemetrics.test_nodemetric_store import T0, Clock
@@ -166,7 +167,7 @@ async def test_a_report_waits_for_the_hold_and_a_replica_that_lost_the_lease_mea
         arrived.set()
         await released.wait()
 
-    group.before_agent_write = hold
+    group.first_evaluation_hold = hold
     api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leader, metrics, [group])
     async with TestClient(TestServer(api.application())) as client:
         answer = asyncio.create_task(put(client, "2", "application/json"))
@@ -187,3 +188,29 @@ async def test_a_report_waits_for_the_hold_and_a_replica_that_lost_the_lease_mea
         assert status == 503 and body["kind"] == "Status"
         entry = store.get("node-1")
         assert entry is not None and entry.resource_version == version  # nothing stored
+
+
+async def test_a_standbys_feed_waits_for_the_hold_and_other_reads_do_not(clock: Clock) -> None:
+    metrics = ServerMetrics()
+    authorizer = DelegatingAuthorizer(may)
+    group = NodeMetricGroup(NodeMetricStore(clock.wall, clock.monotonic), authorizer, Leader(), NODES.__contains__,
+                            NODES.get, metrics, wall=clock.wall)
+    arrived, released = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        arrived.set()
+        await released.wait()
+
+    group.first_evaluation_hold = hold
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, Leader(), metrics, [group])
+    async with TestClient(TestServer(api.application())) as client:
+        async def list_status(headers: dict[str, str]) -> int:
+            async with client.get(BASE, headers={"Authorization": "Bearer agent", **headers}) as response:
+                return response.status
+
+        assert await list_status({}) == 200 and not arrived.is_set()  # a reader's list: served at once
+        feed = asyncio.create_task(list_status({REPLICA_HEADER: "operator-1 https://10.0.0.2:6443"}))
+        await asyncio.wait_for(arrived.wait(), 10)
+        assert not feed.done()
+        released.set()
+        assert await feed == 200
