@@ -32,20 +32,22 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import yaml
 from aiohttp import web
+from pydantic import ConfigDict, Field
 
 from benchmarks import cp_cluster, processes
 from benchmarks.agent_cost_host import CPUS, MEMORY, FakeHost, NodePod, node_pods, pod_manifest, running_status
 from benchmarks.client import Client, Request, say, sit_out
-from benchmarks.cp_cluster import wait_until
 from benchmarks.cp_kube_metrics import parse, total
 from benchmarks.failover_probes import agent_token
+from benchmarks.machine import Machine
+from benchmarks.polling import eventually_async
+from benchmarks.results import Record
 from colocation_sandbox.launcher.port_claims import free_port
 
 SUITE = "agent-cost"
@@ -69,26 +71,26 @@ EXPOSITION = "".join(f"app_requests_total{{handler=\"h{n}\"}} {n * 7}\napp_laten
                      for n in range(5))
 
 
-@dataclass(frozen=True)
-class CostConfig:
+class CostConfig(Record):
+    model_config = ConfigDict(frozen=True)
+
     pods: int = 110  # the agent's pod included
     windows: int = 5
     window: float = 60.0  # x 5: past the agent's 300 s aggregation window, whose rings then stop growing
     warmup: float = 10.0
     import_runs: int = 5
     collect_interval: float = 1.0  # the agent's default (--collect-interval): samples due per second
-    state_dir: Path = Path(".bench")
+    state_dir: Path = Field(default=Path(".bench"), exclude=True)  # this run's scratch space: not saved
 
 
-@dataclass
-class CostWindow:
+class CostWindow(Record):
     """One measured window: the agent's CPU seconds, its memory at the end, its counters' deltas."""
 
     seconds: float
     cpu_seconds: float
     rss: int
     hwm: int
-    counters: dict[str, float] = field(default_factory=dict)
+    counters: dict[str, float] = Field(default_factory=dict)
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)  # os.getloadavg() at the end
 
     @property
@@ -96,19 +98,21 @@ class CostWindow:
         return self.cpu_seconds / self.seconds if self.seconds else 0.0
 
 
-@dataclass
-class CostReport:
+class CostReport(Record):
+    """What benchmarks/plots/agent_cost.json holds."""
+
     config: CostConfig
-    agent_args: list[str] = field(default_factory=list)
-    import_rss: list[int] = field(default_factory=list)  # bytes, one per fresh interpreter
+    agent_args: list[str] = Field(default_factory=list)
+    import_rss: list[int] = Field(default_factory=list)  # bytes, one per fresh interpreter
     import_modules: int = 0
-    windows: list[CostWindow] = field(default_factory=list)
-    gauges: dict[str, float] = field(default_factory=dict)  # at the end of the last window
-    written: dict[str, int] = field(default_factory=dict)  # cgroup files the agent changed, per name
+    windows: list[CostWindow] = Field(default_factory=list)
+    gauges: dict[str, float] = Field(default_factory=dict)  # at the end of the last window
+    written: dict[str, int] = Field(default_factory=dict)  # cgroup files the agent changed, per name
     load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
     machine_busy: float = 0.0  # cores busy machine-wide over the windows (/proc/stat), the agent's included
-    failures: list[str] = field(default_factory=list)
+    failures: list[str] = Field(default_factory=list)
     seconds: float = 0.0
+    machine: Machine | None = None  # where it ran, described before the run
 
 
 def import_rss(runs: int) -> tuple[list[int], int]:
@@ -235,8 +239,10 @@ async def _windows(config: CostConfig, report: CostReport, pid: int, session: ai
         await sit_out(config.window, started, config.window, _progress(config, index, pid, cpu_before))
         cpu, seconds = processes.cpu_seconds(pid) - cpu_before, time.monotonic() - started
         after = await _scrape(session, port)
-        report.windows.append(CostWindow(seconds, cpu, processes.rss_bytes(pid), processes.rss_bytes(pid, "VmHWM"),
-                                         {name: after[name] - before[name] for name in COUNTERS}, os.getloadavg()))
+        report.windows.append(CostWindow(seconds=seconds, cpu_seconds=cpu, rss=processes.rss_bytes(pid),
+                                         hwm=processes.rss_bytes(pid, "VmHWM"),
+                                         counters={name: after[name] - before[name] for name in COUNTERS},
+                                         load=os.getloadavg()))
         report.gauges = {name: after[name] for name in GAUGES}
     busy_after = _busy_ticks()
     ticks = os.sysconf("SC_CLK_TCK")
@@ -255,7 +261,7 @@ async def _tick(host: FakeHost) -> None:
 
 async def run(config: CostConfig) -> CostReport:
     started = time.perf_counter()
-    report = CostReport(config, load_before=os.getloadavg())
+    report = CostReport(config=config, load_before=os.getloadavg())
     say(f"agent cost: RSS after importing {', '.join(AGENT_IMPORTS)} in {config.import_runs} fresh interpreters")
     report.import_rss, report.import_modules = import_rss(config.import_runs)
     work = config.state_dir / "agent-cost"
@@ -280,8 +286,10 @@ async def run(config: CostConfig) -> CostReport:
         async with _agent(["--kubeconfig", str(kubeconfig), *report.agent_args], work / "agent.log") as agent, \
                 aiohttp.ClientSession() as session:
             best_effort = sum(pod.qos == "BE" for pod in pods)
-            waited = await wait_until(lambda: _enforcing(session, port, best_effort), 180.0, 1.0,
-                                      "the agent reporting, suppressing, limiting batch pods and sending samples")
+            polled = time.monotonic()
+            await eventually_async(lambda: _enforcing(session, port, best_effort), 180.0, interval=1.0,
+                                   message="the agent reporting, suppressing, limiting batch pods and sending samples")
+            waited = time.monotonic() - polled
             say(f"agent cost: the agent enforces after {waited:.0f} s; {config.warmup:g} s of warm-up")
             await asyncio.sleep(config.warmup)  # the measured steady state starts after the start-up work
             await _windows(config, report, agent.pid, session, port)

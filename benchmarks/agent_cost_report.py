@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from benchmarks import machine
 from benchmarks.agent_cost import CostConfig, CostReport, CostWindow, run
@@ -143,25 +139,8 @@ def render(report: CostReport, where: Machine, command: str) -> str:
     return "\n".join(lines)
 
 
-def to_json(report: CostReport, where: Machine | None = None) -> dict[str, Any]:
-    raw = dataclasses.asdict(report)
-    raw["config"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in raw["config"].items() if k != "state_dir"}
-    raw["machine"] = None if where is None else dataclasses.asdict(where)
-    return raw
-
-
-def from_json(raw: dict[str, Any]) -> CostReport:
-    values = {k: v for k, v in raw.items() if k != "machine"}
-    values["config"] = CostConfig(**values["config"])
-    values["windows"] = [CostWindow(**{**w, "load": tuple(w["load"])}) for w in values["windows"]]
-    for key in ("load_before",):
-        values[key] = tuple(values[key])
-    return CostReport(**values)
-
-
 def save_raw(report: CostReport, path: Path = RAW, where: Machine | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(to_json(report, where), option=orjson.OPT_INDENT_2))
+    report.model_copy(update={"machine": where}).to_file(path)
 
 
 def run_suite(config: CostConfig, output: Path, command: str) -> CostReport:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from benchmarks import processes
 from colocation.apimachinery import certificates
 from colocation_sandbox.server.request_bodies import MAX_BODY_BYTES
 
@@ -67,13 +67,11 @@ async def serve_until_stopped(app: web.Application, state_dir: Path, name: str, 
     await web.SockSite(runner, sock, ssl_context=certificates.ssl_server_context(serving, client_ca_pem)).start()
     print(f"ready: url=https://{HOST}:{sock.getsockname()[1]} ca={ca_path}", flush=True)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    with processes.on_stop_signals(stop.set):
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
 
 
 async def serve(state_dir: Path) -> None:

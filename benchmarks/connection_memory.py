@@ -18,15 +18,15 @@ import asyncio
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import aiohttp
-import orjson
+from pydantic import ConfigDict, Field
 
 from benchmarks import machine, processes
 from benchmarks.client import say
 from benchmarks.markdown import run_lines, table, write_section
+from benchmarks.results import CamelRecord, Record
 from benchmarks.stats import percentile, size
 from colocation.apimachinery import certificates
 
@@ -38,24 +38,27 @@ SETTLE_SECONDS = 1.0  # after the last answer, before RSS is read: the connectio
 EXTRAPOLATE_NODES = 10_000
 
 
-@dataclass(frozen=True)
-class ConnectionConfig:
+class ConnectionConfig(Record):
+    model_config = ConfigDict(frozen=True)
+
     connections: int = 1000
     runs: int = 5
     state_dir: Path = Path(".bench")
 
 
-@dataclass
-class ConnectionReport:
+class ConnectionReport(CamelRecord):
+    """What benchmarks/plots/connection_memory.json holds."""
+
     config: ConnectionConfig
-    per_connection: dict[str, list[float]] = field(default_factory=dict)  # setting -> bytes, one per run
+    per_connection: dict[str, list[float]] = Field(default_factory=dict)  # setting -> bytes, one per run
     seconds: float = 0.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--connections", type=int, default=ConnectionConfig.connections,
+    defaults = ConnectionConfig()
+    p.add_argument("--connections", type=int, default=defaults.connections,
                    help="connection-memory: kept-alive TLS connections per run")
-    p.add_argument("--connection-runs", type=int, default=ConnectionConfig.runs,
+    p.add_argument("--connection-runs", type=int, default=defaults.runs,
                    help="connection-memory: runs per TLS read buffer setting")
 
 
@@ -123,7 +126,7 @@ async def _one_run(config: ConnectionConfig, cert_dir: Path, ca_pem: bytes, boun
 
 
 async def run(config: ConnectionConfig) -> ConnectionReport:
-    report = ConnectionReport(config, {setting: [] for setting in SETTINGS})
+    report = ConnectionReport(config=config, per_connection={setting: [] for setting in SETTINGS})
     started = time.monotonic()
     cert_dir = config.state_dir / "connection-certs"
     cert_dir.mkdir(parents=True, exist_ok=True)
@@ -172,10 +175,7 @@ def render(report: ConnectionReport, where: machine.Machine, command: str) -> st
 def run_suite(config: ConnectionConfig, output: Path, command: str) -> ConnectionReport:
     say(f"connection memory: {config.connections:,} connections, {config.runs} runs per setting")
     report = asyncio.run(run(config))
-    RAW.parent.mkdir(parents=True, exist_ok=True)
-    RAW.write_bytes(orjson.dumps({"config": {**asdict(config), "state_dir": str(config.state_dir)},
-                                  "perConnection": report.per_connection, "seconds": report.seconds},
-                                 option=orjson.OPT_INDENT_2))
+    report.to_file(RAW)
     write_section(output, SUITE, render(report, machine.describe(), command))
     say(f"wrote the {SUITE} section of {output} and {RAW}")
     return report

@@ -35,8 +35,9 @@ import yaml
 
 from benchmarks import cp_cluster, cp_etcd, cp_protobuf
 from benchmarks.client import JSON, Client, Request, say, sit_out
-from benchmarks.cp_cluster import NODEMETRICS, Cluster, wait_until
+from benchmarks.cp_cluster import NODEMETRICS, Cluster
 from benchmarks.cp_etcd import EtcdFigures
+from benchmarks.polling import eventually_async
 from colocation.agent import selfcheck
 from colocation.kube import permissions
 
@@ -315,7 +316,7 @@ async def _window(cluster: Cluster, config: ControlPlaneConfig, report: ControlP
                               orjson.dumps(koordinator_crd())))
     for path, obj in koordlet_rbac():
         await client.json(Request("POST", path, orjson.dumps(obj)))
-    await wait_until(lambda: _served(client), 30.0, 0.2, "the NodeMetric CRD being served")
+    await eventually_async(lambda: _served(client), 30.0, interval=0.2, message="the NodeMetric CRD being served")
     leader = cluster.replica_of(await cluster.leader())
     assert leader is not None
     mirror = Mirror(cluster, agent_tokens(cluster.state_dir))
@@ -375,11 +376,16 @@ async def run(config: ControlPlaneConfig) -> ControlPlaneReport:
     cluster = await cp_cluster.start(config.state_dir / "control-plane", nodes=config.nodes,
                                      pods_per_node=config.pods_per_node)
     try:
-        waited = await wait_until(lambda: _complete(cluster), 300.0, 1.0, "every node reporting")
+        polled = time.monotonic()
+        await eventually_async(lambda: _complete(cluster), 300.0, interval=1.0, message="every node reporting")
+        waited = time.monotonic() - polled
         say(f"control plane: all {config.nodes:,} nodes reported after {waited:.0f} s")
         # The window measures the steady state: the leader's startup grace ends with one status write
         # per node (the health conditions leave Unknown), a cost of each election, not of each minute.
-        waited = await wait_until(lambda: _judged(cluster), 300.0, 1.0, "every node past the startup grace")
+        polled = time.monotonic()
+        await eventually_async(lambda: _judged(cluster), 300.0, interval=1.0,
+                               message="every node past the startup grace")
+        waited = time.monotonic() - polled
         say(f"control plane: every node judged (startup grace over) after {waited:.0f} s more")
         mirror = await _window(cluster, config, report)
         leases = (await cluster.client.json(Request(

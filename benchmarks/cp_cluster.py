@@ -8,9 +8,7 @@ replicas' and agents' processes, the NodeMetrics a replica serves, the Nodes' ba
 
 from __future__ import annotations
 
-import asyncio
 import ssl
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,14 +154,3 @@ async def start(state_dir: Path, *, nodes: int, pods_per_node: int, operators: i
         endpoint = CertEndpoint(endpoint.url, endpoint.ca_pem, "", str(pki / "admin.crt"), str(pki / "admin.key"))
     return Cluster(server, state_dir, nodes, Client(endpoint, concurrency=8, timeout=30.0))
 
-
-async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float, interval: float = 0.5,
-                     what: str = "condition") -> float:
-    """Poll `check` until true; the seconds it took. TimeoutError (naming `what`) after `timeout`."""
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    while not await check():
-        if loop.time() - started > timeout:
-            raise TimeoutError(f"{what}: not reached within {timeout:.0f} s")
-        await asyncio.sleep(interval)  # polling the system under test, not synchronising with it
-    return loop.time() - started

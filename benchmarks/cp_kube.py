@@ -23,13 +23,13 @@ import contextlib
 import shutil
 import ssl
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
+from pydantic import ConfigDict, Field, SerializationInfo, TypeAdapter, field_serializer, field_validator
 
 from benchmarks import processes
 from benchmarks.client import say, sit_out
@@ -45,6 +45,8 @@ from benchmarks.cp_kube_metrics import (
     traffic,
 )
 from benchmarks.nodemetric_store import report_body
+from benchmarks.polling import NotReached, eventually_async
+from benchmarks.results import CamelRecord
 from colocation.agent import selfcheck
 from colocation.kube import permissions
 from colocation_sandbox.launcher import child_processes
@@ -59,28 +61,29 @@ NODE_RESOURCES = "/apis/slo.colocation.dev/v1alpha1/noderesources"
 JSON = "application/json"
 
 
-@dataclass(frozen=True)
-class KubeCostConfig:
+class KubeCostConfig(CamelRecord):
+    model_config = ConfigDict(frozen=True)
+
     nodes: int = 1000
     pods_per_node: int = 10
     window: float = 120.0
     report_interval: float = 60.0  # koordlet's default NodeMetric report interval
-    state_dir: Path = Path(".bench")
     clusters: tuple[str, ...] = CLUSTERS
-    start_timeout: float = 3600.0
-    warmup_timeout: float = 900.0
-    settle: float = 30.0  # seconds waited after the steady state is reached, before the window
+    # How this run went about it, not what it measured: not saved.
+    state_dir: Path = Field(default=Path(".bench"), exclude=True)
+    start_timeout: float = Field(default=3600.0, exclude=True)
+    warmup_timeout: float = Field(default=900.0, exclude=True)
+    settle: float = Field(default=30.0, exclude=True)  # seconds waited after the steady state, before the window
 
 
-@dataclass
-class HeartbeatCheck:
+class HeartbeatCheck(CamelRecord):
     """Was every agent heard during the window, and is every node's Lease registered and unexpired?"""
 
     expected: int = 0
     reported: int = 0  # nodes whose NodeMetric has a newer updateTime after the window than before
     registered: int = 0  # Leases in colocation-node-lease
-    not_reported: list[str] = field(default_factory=list)
-    expired: list[str] = field(default_factory=list)  # renewTime + leaseDurationSeconds before the window's end
+    not_reported: list[str] = Field(default_factory=list)
+    expired: list[str] = Field(default_factory=list)  # renewTime + leaseDurationSeconds before the window's end
 
     @property
     def ok(self) -> bool:
@@ -96,78 +99,50 @@ class HeartbeatCheck:
         return ", ".join(parts)
 
 
-@dataclass
-class ClusterRun:
+ApiserverKey = tuple[str, str, str]  # (group, resource, verb)
+_TRAFFIC = TypeAdapter(Traffic)
+
+
+class ClusterRun(CamelRecord):
     name: str
     nodes: int
     window_seconds: float = 0.0
-    apiserver: dict[tuple[str, str, str], Traffic] = field(default_factory=dict)  # the window's delta
-    etcd: EtcdWindow = field(default_factory=EtcdWindow)
     startup_seconds: float = 0.0
     warmup_seconds: float = 0.0
+    # The window's delta; saved as a list of rows, each its (group, resource, verb) and its Traffic.
+    apiserver: dict[ApiserverKey, Traffic] = Field(default_factory=dict)
+    etcd: EtcdWindow = Field(default_factory=EtcdWindow)
     heard: HeartbeatCheck | None = None  # ours only
     crd_writes: int = 0  # crd only: status PUTs in the window
     crd_errors: int = 0
     crd_first_error: str = ""
     crd_object_bytes: float = 0.0  # mean NodeMetric body PUT
     node_object_bytes: float = 0.0  # ours only: mean Node in protobuf, what etcd stores per Node write
-    problems: list[str] = field(default_factory=list)
-    agent_checks: dict[str, str] = field(default_factory=dict)  # ours only: selfcheck summary by agent process
+    problems: list[str] = Field(default_factory=list)
+    agent_checks: dict[str, str] = Field(default_factory=dict)  # ours only: selfcheck summary by agent process
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "nodes": self.nodes, "windowSeconds": self.window_seconds,
-                "startupSeconds": self.startup_seconds, "warmupSeconds": self.warmup_seconds,
-                "apiserver": [{"group": g, "resource": r, "verb": v, "requests": t.requests,
-                               "requestBytes": t.request_bytes, "responseBytes": t.response_bytes,
-                               "watchBytes": t.watch_bytes, "watchEvents": t.watch_events}
-                              for (g, r, v), t in sorted(self.apiserver.items())],
-                "etcd": {"puts": self.etcd.puts, "putBytes": self.etcd.put_bytes, "walBytes": self.etcd.wal_bytes,
-                         "dbGrowth": self.etcd.db_growth, "dbInUseGrowth": self.etcd.db_in_use_growth},
-                "heard": None if self.heard is None else {
-                    "expected": self.heard.expected, "reported": self.heard.reported,
-                    "registered": self.heard.registered, "notReported": self.heard.not_reported,
-                    "expired": self.heard.expired},
-                "crdWrites": self.crd_writes, "crdErrors": self.crd_errors, "crdFirstError": self.crd_first_error,
-                "crdObjectBytes": self.crd_object_bytes, "nodeObjectBytes": self.node_object_bytes,
-                "problems": self.problems,
-                "agentChecks": self.agent_checks}
+    @field_serializer("apiserver")
+    def _apiserver_rows(self, apiserver: dict[ApiserverKey, Traffic], info: SerializationInfo) -> list[dict[str, Any]]:
+        return [{"group": group, "resource": resource, "verb": verb,
+                 **_TRAFFIC.dump_python(traffic, mode="json" if info.mode_is_json() else "python",
+                                          by_alias=bool(info.by_alias))}
+                for (group, resource, verb), traffic in sorted(apiserver.items())]
 
-
-def _run_from_json(raw: dict[str, Any]) -> ClusterRun:
-    heard = raw.get("heard")
-    etcd = raw["etcd"]
-    return ClusterRun(
-        raw["name"], raw["nodes"], raw["windowSeconds"],
-        {(r["group"], r["resource"], r["verb"]): Traffic(r["requests"], r["requestBytes"], r["responseBytes"],
-                                                         r["watchBytes"], r["watchEvents"]) for r in raw["apiserver"]},
-        EtcdWindow(etcd["puts"], etcd["putBytes"], etcd["walBytes"], etcd["dbGrowth"], etcd["dbInUseGrowth"]),
-        raw["startupSeconds"], raw["warmupSeconds"],
-        None if heard is None else HeartbeatCheck(heard["expected"], heard["reported"], heard["registered"],
-                                                  heard["notReported"], heard["expired"]),
-        raw["crdWrites"], raw["crdErrors"], raw["crdFirstError"], raw["crdObjectBytes"],
-        raw.get("nodeObjectBytes", 0.0), raw["problems"], raw.get("agentChecks", {}))
-
-
-@dataclass
-class KubeCostReport:
-    config: KubeCostConfig
-    runs: dict[str, ClusterRun] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        c = self.config
-        return {"config": {"nodes": c.nodes, "podsPerNode": c.pods_per_node, "window": c.window,
-                           "reportInterval": c.report_interval, "clusters": list(c.clusters)},
-                "seconds": self.seconds, "runs": {name: run.to_json() for name, run in self.runs.items()}}
-
+    @field_validator("apiserver", mode="before")
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> KubeCostReport:
-        """The report as `to_json` saved it (to render the section again without running the clusters)."""
-        c = raw["config"]
-        config = KubeCostConfig(nodes=c["nodes"], pods_per_node=c["podsPerNode"], window=c["window"],
-                                report_interval=c["reportInterval"],
-                                clusters=tuple(c.get("clusters") or ("base", "ours", "crd")))
-        return cls(config, {name: _run_from_json(run) for name, run in raw["runs"].items()}, raw["seconds"])
+    def _apiserver_from_rows(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        keys = ("group", "resource", "verb")
+        return {tuple(row[k] for k in keys): {k: v for k, v in row.items() if k not in keys} for row in value}
+
+
+class KubeCostReport(CamelRecord):
+    """What benchmarks/plots/control_plane_kube*.json holds; rendered again from it without running."""
+
+    config: KubeCostConfig
+    seconds: float = 0.0
+    runs: dict[str, ClusterRun] = Field(default_factory=dict)
 
 
 # ---- scraping ------------------------------------------------------------------------------------
@@ -213,15 +188,6 @@ class Scraper:
             if response.status != 200:
                 raise RuntimeError(f"GET {path}: {response.status}")
             return len(body)
-
-
-async def wait_until(what: str, probe: Any, timeout: float, interval: float = 2.0) -> float:
-    started = time.monotonic()
-    while not await probe():
-        if time.monotonic() - started > timeout:
-            raise RuntimeError(f"{what}: not within {timeout:.0f} s")
-        await asyncio.sleep(interval)  # polling the cluster for the steady state
-    return time.monotonic() - started
 
 
 # ---- the steady states -----------------------------------------------------------------------------
@@ -367,7 +333,7 @@ async def _crd_setup(scraper: Scraper, config: KubeCostConfig) -> dict[str, str]
         status, _ = await rest.request("GET", KOORD_PATH, params={"limit": "1"})
         return status == 200
 
-    await wait_until("the NodeMetric CRD being served", served, 120.0, 0.5)
+    await eventually_async(served, 120.0, interval=0.5, message="the NodeMetric CRD being served")
     nodes = {n["metadata"]["name"] for n in (await scraper.get("/api/v1/nodes"))["items"]}
     namespace = permissions.OPERATOR_NAMESPACE
 
@@ -379,8 +345,8 @@ async def _crd_setup(scraper: Scraper, config: KubeCostConfig) -> dict[str, str]
     async def every_node() -> bool:
         return len(await agent_pods()) >= len(nodes)
 
-    with contextlib.suppress(RuntimeError):  # this machine's node may have none without agents
-        await wait_until("an agent pod on every node", every_node, 120.0)
+    with contextlib.suppress(NotReached, RuntimeError):  # this machine's node may have none without agents
+        await eventually_async(every_node, 120.0, interval=2.0, message="an agent pod on every node")
     tokens: dict[str, str] = {}
     slots = asyncio.Semaphore(16)
 
@@ -428,7 +394,7 @@ async def _window(scraper: Scraper, run: ClusterRun, config: KubeCostConfig, lab
 async def run_cluster(name: str, config: KubeCostConfig) -> ClusterRun:
     label = f"control plane (kube) {name}"
     state_dir = config.state_dir / f"cp-kube-{name}"
-    run = ClusterRun(name, config.nodes)
+    run = ClusterRun(name=name, nodes=config.nodes)
     shutil.rmtree(state_dir, ignore_errors=True)  # a fresh etcd each time
     say(f"{label}: starting {config.nodes:,} nodes x {config.pods_per_node} pods")
     started = time.monotonic()
@@ -442,12 +408,13 @@ async def run_cluster(name: str, config: KubeCostConfig) -> ClusterRun:
     writer: NodeMetricWriter | None = None
     try:
         started = time.monotonic()
-        await wait_until("every pod past Pending", lambda: _pods_settled(scraper), config.warmup_timeout)
+        await eventually_async(lambda: _pods_settled(scraper), config.warmup_timeout, interval=2.0,
+                               message="every pod past Pending")
         if name == "ours":
             try:
-                await wait_until("every agent's Lease and every node judged",
-                                 lambda: _agents_steady(scraper, config.nodes), config.warmup_timeout)
-            except RuntimeError as exc:  # measured all the same (raw numbers), but no figures stated
+                await eventually_async(lambda: _agents_steady(scraper, config.nodes), config.warmup_timeout,
+                                       interval=2.0, message="every agent's Lease and every node judged")
+            except (NotReached, RuntimeError) as exc:  # measured all the same (raw numbers), but no figures stated
                 run.problems.append(f"no steady state: {exc}")
         if name.startswith("crd"):
             interval = crd_interval(name, config)
@@ -460,7 +427,8 @@ async def run_cluster(name: str, config: KubeCostConfig) -> ClusterRun:
             await asyncio.wait_for(watching.wait(), 60.0)
             background.append(asyncio.create_task(writer.run(stop)))
             # Steady state: every CR written once by the periodic writer.
-            await wait_until("every NodeMetric written once", _written(writer, len(tokens)), interval * 3, 1.0)
+            await eventually_async(_written(writer, len(tokens)), interval * 3, interval=1.0,
+                                   message="every NodeMetric written once")
         await asyncio.sleep(config.settle)  # controllers and kwok finish reacting to the last changes
         run.warmup_seconds = time.monotonic() - started
         say(f"{label}: steady after {run.warmup_seconds:,.0f} s; counting for {config.window:.0f} s")
@@ -524,13 +492,13 @@ def _written(writer: NodeMetricWriter, nodes: int) -> Any:
 
 async def run(config: KubeCostConfig) -> KubeCostReport:
     started = time.monotonic()
-    report = KubeCostReport(config)
-    with processes.cancelled_by_signals():
+    report = KubeCostReport(config=config)
+    with processes.on_stop_signals():
         for name in config.clusters:
             try:
                 report.runs[name] = await run_cluster(name, config)
             except (RuntimeError, OSError, aiohttp.ClientError, TimeoutError) as exc:
                 say(f"control plane (kube) {name}: failed: {exc}")
-                report.runs[name] = ClusterRun(name, config.nodes, problems=[f"the run failed: {exc}"])
+                report.runs[name] = ClusterRun(name=name, nodes=config.nodes, problems=[f"the run failed: {exc}"])
     report.seconds = time.monotonic() - started
     return report

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic.dataclasses import dataclass
+
+from benchmarks.results import CAMEL_CASE
 
 Labels = tuple[tuple[str, str], ...]
 Samples = dict[tuple[str, Labels], float]
@@ -49,9 +51,10 @@ def total(samples: Samples, name: str) -> float:
     return sum(value for (metric, _), value in samples.items() if metric == name)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CAMEL_CASE)
 class Traffic:
-    """Requests and bytes of one (group, resource, verb) over a window (or per node per minute)."""
+    """Requests and bytes of one (group, resource, verb) over a window (or per node per minute); a
+    pydantic dataclass, saved in the suite's JSON (benchmarks/plots/control_plane_kube*.json)."""
 
     requests: float = 0.0
     request_bytes: float = 0.0
@@ -147,9 +150,10 @@ def sum_traffic(rows: Iterable[Traffic]) -> Traffic:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CAMEL_CASE)
 class EtcdWindow:
-    """etcd over a window: puts, bytes put, WAL bytes, database size growth (total and in use)."""
+    """etcd over a window: puts, bytes put, WAL bytes, database size growth (total and in use); saved as
+    Traffic is."""
 
     puts: float = 0.0
     put_bytes: float = 0.0

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import orjson
-
 from benchmarks.cp_kube import OURS_AGENT_ARGS, KubeCostReport, crd_interval
 from benchmarks.cp_kube_metrics import (
     WATCH_EVENT_VERB,
@@ -39,8 +37,7 @@ def write(path: Path, section: str) -> None:
 
 
 def save_raw(report: KubeCostReport, path: Path = RAW) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2))
+    report.to_file(path)
 
 
 def problems(report: KubeCostReport) -> list[str]:
@@ -352,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import machine
 
     args = sys.argv[1:] if argv is None else argv
-    report = KubeCostReport.from_json(orjson.loads(RAW.read_bytes()))
+    report = KubeCostReport.from_file(RAW)
     output = Path(args[1]) if len(args) > 1 else RAW.parents[2] / "BENCHMARKS.md"
     write(output, render(report, machine.describe(), args[0]))
     return 0

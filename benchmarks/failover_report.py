@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
-from typing import Any
 
-import orjson
-
-from benchmarks.failover_staleness import StalenessFigures
 from benchmarks.machine import Machine
 from benchmarks.markdown import run_lines, table, write_section
-from benchmarks.operator_failover import LEASE, FailoverConfig, FailoverReport, Kill
-from benchmarks.stats import Latency, percentile, ratio
+from benchmarks.operator_failover import LEASE, FailoverReport, Kill
+from benchmarks.stats import percentile, ratio
 
 SECTION = "operator-failover"
 RAW = Path(__file__).resolve().parent / "plots" / "failover_kills.json"
@@ -25,23 +20,8 @@ def write(path: Path, section: str) -> None:
     write_section(path, SECTION, section)
 
 
-def to_json(report: FailoverReport) -> dict[str, Any]:
-    c = report.config
-    return {"config": {"nodes": c.nodes, "podsPerNode": c.pods_per_node, "targets": list(c.targets),
-                       "replicaCounts": list(c.replica_counts), "kills": c.kills, "lease": LEASE,
-                       "maxRestartPeriod": c.max_restart_period},
-            "seconds": report.seconds, "loadAverages": report.load, "failures": report.failures,
-            "agentProblems": report.agent_problems, "agentChecks": report.agent_checks, "outside": report.outside,
-            "kills": [dataclasses.asdict(k) for k in report.kills],
-            "staleness": None if report.staleness is None else {
-                "grace": report.staleness.grace, "evaluationInterval": report.staleness.evaluation_interval,
-                "oneAgent": report.staleness.one_agent,
-                "simulated": report.staleness.simulated_samples, "simulatedNodes": report.staleness.simulated_nodes}}
-
-
 def save_raw(report: FailoverReport, path: Path = RAW) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(to_json(report), option=orjson.OPT_INDENT_2))
+    report.to_file(path)
 
 
 def _s(value: float) -> str:
@@ -53,25 +33,6 @@ def _spread(values: list[float]) -> str:
     if not values:
         return "n/a"
     return " / ".join(_s(v) for v in (min(values), percentile(values, 0.5), percentile(values, 0.9), max(values)))
-
-
-def from_json(raw: dict[str, Any]) -> FailoverReport:
-    """The report as `save_raw` saved it (to render the section again without killing anything)."""
-    c = raw["config"]
-    config = FailoverConfig(nodes=c["nodes"], pods_per_node=c["podsPerNode"], targets=tuple(c["targets"]),
-                            replica_counts=tuple(c["replicaCounts"]), kills=c["kills"],
-                            max_restart_period=c.get("maxRestartPeriod", 300.0))
-    names = {f.name for f in dataclasses.fields(Kill)}
-    def kill(saved: dict[str, Any]) -> Kill:
-        values: dict[str, Any] = {k: math.nan if v is None else v for k, v in saved.items() if k in names}
-        return Kill(**values)
-
-    kills = [kill(saved) for saved in raw["kills"]]
-    stale = raw.get("staleness")
-    return FailoverReport(config, kills, None if stale is None else StalenessFigures(
-        stale["grace"], stale.get("evaluationInterval", 0.5), stale["oneAgent"], Latency.of(stale["simulated"]),
-        stale["simulatedNodes"], len(stale["simulated"]), stale["simulated"]), raw["failures"], raw["agentProblems"],
-        raw.get("agentChecks", {}), raw["outside"], [tuple(load) for load in raw["loadAverages"]], raw["seconds"])
 
 
 def withheld(report: FailoverReport) -> set[str]:

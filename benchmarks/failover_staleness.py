@@ -13,14 +13,17 @@ import asyncio
 import contextlib
 import os
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+from pydantic import ConfigDict, Field
 
 from benchmarks import cp_cluster
 from benchmarks.client import Request, say
-from benchmarks.cp_cluster import Cluster, wait_until
+from benchmarks.cp_cluster import Cluster
+from benchmarks.polling import eventually_async
+from benchmarks.results import CamelRecord
 from benchmarks.stats import Latency
 
 
@@ -34,15 +37,27 @@ class StalenessConfig:
     state_dir: Path = Path(".bench")
 
 
-@dataclass(frozen=True)
-class StalenessFigures:
+class StalenessFigures(CamelRecord):
+    """Saved in benchmarks/plots/failover_kills.json, the simulated nodes' samples as `simulated`."""
+
+    model_config = ConfigDict(frozen=True)
+
     grace: float
-    evaluation_interval: float
+    evaluation_interval: float = 0.5
     one_agent: list[float]  # the real agent: seconds from SIGSTOP to its batch resources removed
-    all_simulated: Latency  # every simulated node when their process is stopped
+    # Every simulated node when their process is stopped: seconds to its batch resources removed,
+    # for those whose went within the wait.
+    simulated_samples: list[float] = Field(default_factory=list, alias="simulated")
     simulated_nodes: int
-    removed: int  # simulated nodes whose batch resources went within the wait
-    simulated_samples: list[float] = field(default_factory=list)
+
+    @property
+    def all_simulated(self) -> Latency:
+        return Latency.of(self.simulated_samples)
+
+    @property
+    def removed(self) -> int:
+        """Simulated nodes whose batch resources went within the wait."""
+        return len(self.simulated_samples)
 
 
 async def _batch_removed_times(cluster: Cluster, names: set[str], rv: str, t0: float,
@@ -68,7 +83,8 @@ async def _batch_removed_times(cluster: Cluster, names: set[str], rv: str, t0: f
 
 async def _stop_and_time(cluster: Cluster, pid: int, names: set[str], timeout: float) -> dict[str, float]:
     loop = asyncio.get_running_loop()
-    await wait_until(lambda: _has_batch(cluster, names), 120.0, 0.5, "batch resources on the nodes to stop")
+    await eventually_async(lambda: _has_batch(cluster, names), 120.0, interval=0.5,
+                           message="batch resources on the nodes to stop")
     listed = await cluster.client.json(Request("GET", "/api/v1/nodes?limit=1"))
     t0 = loop.time()
     os.kill(pid, signal.SIGSTOP)
@@ -100,8 +116,8 @@ async def _staleness(cluster: Cluster, config: StalenessConfig) -> StalenessFigu
     latency = Latency.of(list(removed.values()))
     say(f"staleness: {len(removed):,}/{len(simulated):,} simulated nodes lost their batch resources; p50 "
         f"{latency.p50:.2f} s, max {latency.max:.2f} s (grace {config.grace:g} s)")
-    return StalenessFigures(config.grace, config.evaluation_interval, one, latency, len(simulated), len(removed),
-                            sorted(removed.values()))
+    return StalenessFigures(grace=config.grace, evaluation_interval=config.evaluation_interval, one_agent=one,
+                            simulated_samples=sorted(removed.values()), simulated_nodes=len(simulated))
 
 
 async def run(config: StalenessConfig) -> StalenessFigures:
@@ -113,7 +129,7 @@ async def run(config: StalenessConfig) -> StalenessFigures:
                                      pods_per_node=config.pods_per_node, operators=2, operator_args=operator_args,
                                      agent_args=agent_args)
     try:
-        await wait_until(cluster.complete, 300.0, 1.0, "every node reporting")
+        await eventually_async(cluster.complete, 300.0, interval=1.0, message="every node reporting")
         return await _staleness(cluster, config)
     finally:
         await cluster.close()

@@ -55,7 +55,7 @@ from typing import TypeVar
 from benchmarks import cp_cluster, ingest_profile, processes
 from benchmarks.client import Request, say, sit_out
 from benchmarks.control_plane import _judged
-from benchmarks.cp_cluster import LEADER_LEASE, NODEMETRICS, Cluster, Replica, wait_until
+from benchmarks.cp_cluster import LEADER_LEASE, NODEMETRICS, Cluster, Replica
 from benchmarks.cp_kube_metrics import parse, total
 from benchmarks.failover_probes import FAILURES, reader_token
 from benchmarks.leader_scale_figures import (
@@ -71,6 +71,7 @@ from benchmarks.leader_scale_figures import (
     extrapolate,
 )
 from benchmarks.leader_scale_probes import Freshness, ProbeNodes
+from benchmarks.polling import eventually_async
 from colocation.agent import selfcheck
 
 SUITE = "leader-scale"
@@ -179,7 +180,7 @@ async def _steady(cluster: Cluster, count: int, timeout: float = 300.0) -> None:
             return False
         return True
 
-    await wait_until(ready, timeout, 0.5, f"a leader and a standby holding {count:,} nodes")
+    await eventually_async(ready, timeout, interval=0.5, message=f"a leader and a standby holding {count:,} nodes")
 
 
 def _control_plane_pids(cluster: Cluster) -> list[int]:
@@ -400,7 +401,8 @@ async def _kill(config: ScaleConfig, cluster: Cluster, names: list[str], result:
     recorder: asyncio.subprocess.Process | None = None
     out = failover_profile_path(result.nodes, result.apiserver)
     try:
-        await wait_until(lambda: _settled(freshness, names), 120.0, 0.2, "the standby's NodeMetric watch listing")
+        await eventually_async(lambda: _settled(freshness, names), 120.0, interval=0.2,
+                               message="the standby's NodeMetric watch listing")
         if profile:
             try:
                 recorder = await ingest_profile.record(standby.pid, config.failover_profile_seconds, out)
@@ -510,7 +512,8 @@ async def _stop(config: ScaleConfig, cluster: Cluster, names: list[str], result:
         async def restarted() -> bool:
             return any(r.identity == leader.identity and r.pid != leader.pid for r in cluster.replicas())
 
-        await wait_until(restarted, 120.0, 0.5, f"the stopped leader {leader.identity} restarted after SIGCONT")
+        await eventually_async(restarted, 120.0, interval=0.5,
+                               message=f"the stopped leader {leader.identity} restarted after SIGCONT")
 
 
 async def _batched(cluster: Cluster, count: int) -> bool:
@@ -542,12 +545,19 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str], apiserver: str
         template = await cluster.client.json(Request("GET", "/api/v1/nodes/sim-node-1"))
         await probes.create(template)
         total_nodes = nodes + config.probes
-        waited = await wait_until(lambda: cluster.complete(total_nodes), 1800.0, 2.0, "every node reporting")
+        polled = time.monotonic()
+        await eventually_async(lambda: cluster.complete(total_nodes), 1800.0, interval=2.0,
+                               message="every node reporting")
+        waited = time.monotonic() - polled
         say(f"leader scale [{result.label} nodes]: the leader serves all {total_nodes:,} nodes after {waited:.0f} s")
-        await wait_until(lambda: _judged(cluster), 600.0, 2.0, "every node judged (startup grace over)")
+        await eventually_async(lambda: _judged(cluster), 600.0, interval=2.0,
+                               message="every node judged (startup grace over)")
         # The leader's first batch writes take minutes on the real control plane (16 in flight, each
         # a Node patch, a NodeResource status and an Event): a window before they end counts them.
-        waited = await wait_until(lambda: _batched(cluster, total_nodes), 900.0, 5.0, "every Node with batch resources")
+        polled = time.monotonic()
+        await eventually_async(lambda: _batched(cluster, total_nodes), 900.0, interval=5.0,
+                               message="every Node with batch resources")
+        waited = time.monotonic() - polled
         say(f"leader scale [{result.label} nodes]: every Node has batch resources after {waited:.0f} s more")
         if not await probes.ready(120.0):
             result.failures.append(f"the probe Nodes got no batch resources: {probes.batch}")
@@ -613,7 +623,7 @@ async def run(config: ScaleConfig) -> ScaleReport:
         report.fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if missing:
         say(f"leader scale: `colocation agent --help` has no {', '.join(missing)}: left out")
-    with processes.cancelled_by_signals():
+    with processes.on_stop_signals():
         for apiserver, nodes in [*((BUILTIN, n) for n in config.sizes), *((KUBE, n) for n in config.kube_sizes)]:
             report.results.append(await _size(config, nodes, args, apiserver))
             report.load.append(os.getloadavg())

@@ -27,8 +27,9 @@ import aiohttp
 import orjson
 
 from benchmarks.client import JSON, Client, Request
-from benchmarks.cp_cluster import BATCH_CPU, LEADER_LEASE, NODEMETRICS, wait_until
+from benchmarks.cp_cluster import BATCH_CPU, LEADER_LEASE, NODEMETRICS
 from benchmarks.failover_probes import FAILURES, agent_token, report
+from benchmarks.polling import eventually_async
 from colocation.kube import permissions
 
 PROBE_LABEL = "colocation.dev/leader-probe"
@@ -183,7 +184,8 @@ class ProbeNodes:
                 return served() - served_before >= count
 
             with contextlib.suppress(TimeoutError):  # fewer than asked: it measures those it got
-                await wait_until(all_served, timeout, 0.1, "the leader holding the idle connections")
+                await eventually_async(all_served, timeout, interval=0.1,
+                                       message="the leader holding the idle connections")
             gained, grown = served() - served_before, rss() - before
         return gained, (grown / gained if gained > 0 else math.nan)
 

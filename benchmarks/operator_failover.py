@@ -30,10 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
+from pydantic import ConfigDict, Field
+from pydantic import dataclasses as pydantic_dataclasses
 
 from benchmarks import cp_cluster, failover_staleness
 from benchmarks.client import Client, Request, say
-from benchmarks.cp_cluster import NODEMETRICS, Cluster, Replica, wait_until
+from benchmarks.cp_cluster import NODEMETRICS, Cluster, Replica
 from benchmarks.failover_probes import (
     FAILURES,
     REPORTER_NODE,
@@ -47,6 +49,8 @@ from benchmarks.failover_probes import (
     stop,
 )
 from benchmarks.failover_staleness import StalenessConfig, StalenessFigures
+from benchmarks.polling import eventually_async
+from benchmarks.results import CamelRecord, NanFloat
 from colocation.agent import selfcheck
 
 TARGETS = ("builtin", "kube")
@@ -55,8 +59,9 @@ DISCOVERY = ("/apis", "/apis/metrics.colocation.dev/v1alpha1")
 LEASE = "15 s / 10 s / 2 s"  # the operator's defaults (duration / renew deadline / retry period)
 
 
-@dataclass(frozen=True)
-class FailoverConfig:
+class FailoverConfig(CamelRecord):
+    model_config = ConfigDict(frozen=True)
+
     nodes: int = 100
     pods_per_node: int = 5
     targets: tuple[str, ...] = TARGETS
@@ -66,22 +71,25 @@ class FailoverConfig:
     # kubelet's default (300 s) a replica killed again within 10 minutes waits 10 s, 20 s, ... to
     # restart, and ten kills of two or three replicas would measure the back-off, not the failover.
     max_restart_period: float = 1.0
-    staleness: StalenessConfig = field(default_factory=StalenessConfig)  # its own sandbox; 0 repetitions: none
-    state_dir: Path = Path(".bench")
+    lease: str = LEASE  # saved with the figures: the Lease timings they were measured with
+    # How this run went about it, not what it measured: not saved.
+    staleness: StalenessConfig = Field(default_factory=StalenessConfig, exclude=True)  # 0 repetitions: none
+    state_dir: Path = Field(default=Path(".bench"), exclude=True)
 
 
-@dataclass
+@pydantic_dataclasses.dataclass(config=ConfigDict(extra="forbid"))
 class Kill:
-    """One SIGKILL of the leader; times in seconds from the signal."""
+    """One SIGKILL of the leader; times in seconds from the signal. A pydantic dataclass: saved, with
+    these names, in benchmarks/plots/failover_kills.json (NaN, a time not measured, as null)."""
 
     target: str
     replicas: int
     index: int
-    lease_moved: float  # the Lease naming another holder
-    first_read: float  # first successful read after one failed; 0 when none failed
-    first_report: float  # first report accepted by the new leader
-    complete: float  # the new leader serving every NodeMetric (its own list)
-    recovered: float  # steady state again: every replica ready with a complete copy
+    lease_moved: NanFloat  # the Lease naming another holder
+    first_read: NanFloat  # first successful read after one failed; 0 when none failed
+    first_report: NanFloat  # first report accepted by the new leader
+    complete: NanFloat  # the new leader serving every NodeMetric (its own list)
+    recovered: NanFloat  # steady state again: every replica ready with a complete copy
     restarts: int = 0  # the killed replica's restarts before this kill: > 0, its pod restarts it after a back-off
     reads: int = 0  # lists and gets through the APIService in the window
     read_retries: int = 0
@@ -105,17 +113,19 @@ def setting_name(target: str, replicas: int) -> str:
     return f"{'sandbox' if target == 'builtin' else 'real control plane'}, {replicas} replicas"
 
 
-@dataclass
-class FailoverReport:
+class FailoverReport(CamelRecord):
+    """What benchmarks/plots/failover_kills.json holds; rendered again from it without killing anything."""
+
     config: FailoverConfig
-    kills: list[Kill] = field(default_factory=list)
-    staleness: StalenessFigures | None = None
-    failures: list[str] = field(default_factory=list)  # settings that could not start or finish, and why
-    agent_problems: list[str] = field(default_factory=list)  # heartbeats or informers that failed meanwhile
-    agent_checks: dict[str, str] = field(default_factory=dict)  # selfcheck summary by setting and process
-    outside: list[str] = field(default_factory=list)  # failures of the clients between the kill windows
-    load: list[tuple[float, float, float]] = field(default_factory=list)  # os.getloadavg() at each setting's end
     seconds: float = 0.0
+    # os.getloadavg() at each setting's end
+    load: list[tuple[float, float, float]] = Field(default_factory=list, alias="loadAverages")
+    failures: list[str] = Field(default_factory=list)  # settings that could not start or finish, and why
+    agent_problems: list[str] = Field(default_factory=list)  # heartbeats or informers that failed meanwhile
+    agent_checks: dict[str, str] = Field(default_factory=dict)  # selfcheck summary by setting and process
+    outside: list[str] = Field(default_factory=list)  # failures of the clients between the kill windows
+    kills: list[Kill] = Field(default_factory=list)
+    staleness: StalenessFigures | None = None
 
 
 def _alive(pid: int) -> bool:
@@ -173,7 +183,7 @@ async def _steady(cluster: Cluster, operators: int, expected: set[str], timeout:
         return endpoints >= operators
 
     try:
-        await wait_until(ready, timeout, 0.25, "steady state")
+        await eventually_async(ready, timeout, interval=0.25, message="steady state")
     except TimeoutError:
         raise TimeoutError(f"no steady state within {timeout:.0f} s (last: {'; '.join(seen)})") from None
     return state["leader"]
@@ -245,13 +255,14 @@ async def _kill(cluster: Cluster, probes: Probes, operators: int, expected: set[
             marks["report"] = min(accepted) - t0
         return {"lease", "complete", "report"} <= set(marks)
 
-    await wait_until(moved, 60.0, 0.05, "a new leader taking reports and serving every node")
+    await eventually_async(moved, 60.0, interval=0.05, message="a new leader taking reports and serving every node")
     await _steady(cluster, operators, expected)
     recovered = loop.time() - t0
     # The watch delivers what was accepted until now (nothing lost across the failover).
     wanted = probes.reporter.accepted
     try:
-        await wait_until(_caught_up(probes.watcher, wanted, expected), 10.0, 0.1, "the watch catching up")
+        await eventually_async(_caught_up(probes.watcher, wanted, expected), 10.0, interval=0.1,
+                               message="the watch catching up")
     except TimeoutError:
         probes.watcher.outcomes.append(WatchEvent(
             loop.time(), f"lost: the watch did not deliver report {wanted} within 10 s "
@@ -294,7 +305,8 @@ async def _run_setting(config: FailoverConfig, target: str, operators: int, repo
         cluster.replica_token = await reader_token(cluster.client)
         reporter = Reporter(client, await agent_token(cluster.client))
         tasks = [asyncio.create_task(reporter.run())]
-        await wait_until(lambda: cluster.complete(config.nodes + 1), 300.0, 1.0, "every node reporting")
+        await eventually_async(lambda: cluster.complete(config.nodes + 1), 300.0, interval=1.0,
+                               message="every node reporting")
         leader = await cluster.leader_replica()
         assert leader is not None
         expected = set(await cluster.served_metrics(cluster.replica_client(leader)) or ())
@@ -335,7 +347,7 @@ async def _run_setting(config: FailoverConfig, target: str, operators: int, repo
 
 async def run(config: FailoverConfig) -> FailoverReport:
     started = time.perf_counter()
-    report = FailoverReport(config)
+    report = FailoverReport(config=config)
     for target in config.targets:
         for operators in config.replica_counts:
             await _run_setting(config, target, operators, report)

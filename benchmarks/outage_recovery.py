@@ -43,7 +43,7 @@ import orjson
 
 from benchmarks import cp_cluster, machine, processes
 from benchmarks.client import JSON, Client, Request, say
-from benchmarks.cp_cluster import BATCH_CPU, NODEMETRICS, Cluster, wait_until
+from benchmarks.cp_cluster import BATCH_CPU, NODEMETRICS, Cluster
 from benchmarks.failover_probes import FAILURES, reader_token
 from benchmarks.outage_recovery_report import (
     RAW,
@@ -58,6 +58,7 @@ from benchmarks.outage_recovery_report import (
     save_raw,
     write,
 )
+from benchmarks.polling import eventually_async
 from colocation.agent import selfcheck
 from colocation.apimachinery.clock import parse_whole_seconds
 
@@ -217,7 +218,8 @@ async def _steady(cluster: Cluster, observer: Observer, names: set[str], simulat
         fresh = observer.fresh_nodes(names, int(time.time() - 1.5 * HEARTBEAT))
         return fresh == names and observer.offering(simulated) == simulated
 
-    await wait_until(ready, timeout, 1.0, "the steady state (a leader, a ready standby, fresh data, batch resources)")
+    await eventually_async(ready, timeout, interval=1.0,
+                           message="the steady state (a leader, a ready standby, fresh data, batch resources)")
 
 
 async def _freeze(config: OutageConfig, cluster: Cluster, observer: Observer, component: str, names: set[str],
@@ -265,7 +267,10 @@ async def _freeze(config: OutageConfig, cluster: Cluster, observer: Observer, co
         return observer.fresh_nodes(names, thaw_second) == names and observer.offering(offered) == offered
 
     try:
-        took = await wait_until(recovered, config.recovery_timeout, 0.1, "every node fresh, every Node with batch")
+        polled = loop.time()
+        await eventually_async(recovered, config.recovery_timeout, interval=0.1,
+                               message="every node fresh, every Node with batch")
+        took = loop.time() - polled
         say(f"outage recovery [{component}]: thawed; every node fresh and every Node with batch resources after "
             f"{took:.1f} s (as polled); {config.settle_seconds:g} s more")
     except TimeoutError as error:
@@ -296,7 +301,7 @@ async def _freeze(config: OutageConfig, cluster: Cluster, observer: Observer, co
 async def run(config: OutageConfig, operators: int = 2) -> OutageReport:
     report = OutageReport(config)
     started = time.perf_counter()
-    with processes.cancelled_by_signals():
+    with processes.on_stop_signals():
         for component in config.components:
             report.freezes.append(await _run_component(config, component, operators))
     report.seconds = time.perf_counter() - started
@@ -325,10 +330,13 @@ async def _run_component(config: OutageConfig, component: str, operators: int) -
     names: set[str] = set()
     try:
         cluster.replica_token = await reader_token(cluster.client)  # replicas take tokens, not the admin's cert
-        waited = await wait_until(lambda: cluster.complete(), 1800.0, 2.0, "every node reporting")
+        polled = time.monotonic()
+        await eventually_async(lambda: cluster.complete(), 1800.0, interval=2.0, message="every node reporting")
+        waited = time.monotonic() - polled
         names = {item["metadata"]["name"] for item in (await _read(cluster, NODEMETRICS))["items"]}
         simulated = {name for name in names if name.startswith("sim-node-")}
-        await wait_until(lambda: _offering(observer, simulated), 900.0, 2.0, "every Node with batch resources")
+        await eventually_async(lambda: _offering(observer, simulated), 900.0, interval=2.0,
+                               message="every Node with batch resources")
         setup = time.perf_counter() - started
         say(f"outage recovery [{component}]: {len(names):,} nodes reporting after {waited:.0f} s; every simulated "
             f"Node with batch resources after {setup:.0f} s")

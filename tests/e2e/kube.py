@@ -25,7 +25,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.timing import TIME_FACTOR as TIME_FACTOR  # every wait_for deadline is multiplied by it (re-exported)
+from tests.timing import TIME_FACTOR as TIME_FACTOR  # every deadline is multiplied by it (re-exported)
+from tests.timing import eventually_async
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
@@ -162,21 +163,6 @@ async def fresh_namespace(kube: Kube) -> AsyncIterator[str]:
         yield name
     finally:
         await kube.request("DELETE", f"/api/v1/namespaces/{name}")
-
-
-
-
-async def wait_for(predicate: Any, timeout: float = 10, interval: float = 0.05) -> Any:
-    """Poll an async predicate until it returns something truthy; fail after `timeout` seconds
-    (times TIME_FACTOR)."""
-    deadline = time.monotonic() + timeout * TIME_FACTOR
-    while True:
-        result = await predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout * TIME_FACTOR:.0f}s (last: {result!r})")
-        await asyncio.sleep(interval)
 
 
 @contextlib.contextmanager
@@ -375,7 +361,7 @@ async def install_crd(kube: Kube, widgets: Widgets, timeout: float = 30) -> dict
         crd = await get(kube, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{widgets.crd_name}")
         return crd if condition(crd, "Established") == "True" else None
 
-    crd: dict[str, Any] = await wait_for(established, timeout)
+    crd: dict[str, Any] = await eventually_async(established, timeout)
     return crd
 
 
@@ -391,7 +377,7 @@ async def ensure_crd(kube: Kube, crd: dict[str, Any], timeout: float = 30) -> No
         conditions = (body.get("status") or {}).get("conditions") or [] if status == 200 else []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-    await wait_for(established, timeout=timeout)
+    await eventually_async(established, timeout=timeout)
 
 
 def token_client(kubeconfig: Path, token: str | None) -> Kube:

@@ -11,7 +11,6 @@ reports in the X-Kubernetes-PF-* response headers.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,8 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
-from tests.e2e.kube import TIME_FACTOR, start_sandbox_process, token_client
+from tests.e2e.kube import start_sandbox_process, token_client
+from tests.timing import eventually
 
 pytestmark = pytest.mark.kubectl
 
@@ -52,9 +52,8 @@ def can_i(kubectl: Kubectl, user: str, verb: str, resource: str) -> bool:
 
 def until_allowed(kubectl: Kubectl, user: str, verb: str, resource: str) -> None:
     """kube-controller-manager folds our rules into view and edit shortly after they are created."""
-    deadline = time.monotonic() + 30 * TIME_FACTOR
-    while not can_i(kubectl, user, verb, resource):
-        assert time.monotonic() < deadline, f"{user} still may not {verb} {resource}"
+    eventually(lambda: can_i(kubectl, user, verb, resource), 30, interval=0,  # each call runs kubectl
+               message=f"{user} still may not {verb} {resource}")
 
 
 @pytest.mark.parametrize("role", ["view", "edit"])

@@ -22,8 +22,9 @@ import pytest
 
 from colocation.agent import selfcheck
 from tests.e2e.conftest import sandbox_kind_args
-from tests.e2e.kube import Kube, scrape_samples, start_agent_process, start_sandbox_process, wait_for
+from tests.e2e.kube import Kube, scrape_samples, start_agent_process, start_sandbox_process
 from tests.e2e.test_operator import LEASE_ARGS, leader, make_node, replicas
+from tests.timing import eventually_async
 
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
 NODESLOS = "/apis/slo.colocation.dev/v1alpha1/nodeslos"
@@ -130,7 +131,7 @@ async def test_the_real_agent_reports_the_cpu_and_memory_proc_shows(admin: Kube,
             metric = await node_metric(admin, node)
             return metric if metric is not None and update_time(metric) >= started + 7 else None
 
-        metric = await wait_for(fresh_report, timeout=30, interval=0.2)
+        metric = await eventually_async(fresh_report, timeout=30, interval=0.2)
         reported_at = update_time(metric)  # whole seconds: the report was built within [t, t + 1)
         window = [sample for sample in history if reported_at - 5 <= sample[0] <= reported_at + 1]
         (_, busy0, total0, _), (_, busy1, total1, _) = window[0], window[-1]
@@ -161,7 +162,7 @@ async def test_the_real_agent_reports_the_cpu_and_memory_proc_shows(admin: Kube,
 async def test_simulated_nodes_report_their_pods(admin: Kube, agent_sandbox: tuple[Path, Path]) -> None:
     agents = json.loads((agent_sandbox[1] / "agents.json").read_text())
     simulated = next(agent for agent in agents if agent["simulated"])["nodes"][0]
-    metric = await wait_for(lambda: node_metric(admin, simulated), timeout=30, interval=0.2)
+    metric = await eventually_async(lambda: node_metric(admin, simulated), timeout=30, interval=0.2)
     status, pods = await admin.request("GET", "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={simulated}"})
     assert status == 200
     on_node = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods["items"]
@@ -183,7 +184,7 @@ async def test_every_agent_process_says_its_nodes_are_heard_and_its_informers_sy
                    for h in healths.values())
         return healths if done else None
 
-    healths = await wait_for(settled, timeout=30, interval=0.2)
+    healths = await eventually_async(settled, timeout=30, interval=0.2)
     for name, health in healths.items():
         assert health.nodes == 1, (name, health)
         assert health.oldest_heartbeat_age < 40, (name, health)  # within the default grace period
@@ -195,7 +196,7 @@ async def test_a_leader_failover_makes_the_agent_report_again_at_once(admin: Kub
     agent = real_agent(state)
     node = agent["nodes"][0]
     await admin.request("DELETE", f"{NODESLOS}/{node}")  # back to a 60 s maximum report interval
-    await wait_for(lambda: node_metric(admin, node), timeout=30, interval=0.2)
+    await eventually_async(lambda: node_metric(admin, node), timeout=30, interval=0.2)
     old, _, _ = await leader(admin)
     before = total(await scrape(agent), "colocation_agent_reports_sent_total",
                    trigger="leader-changed")
@@ -207,14 +208,14 @@ async def test_a_leader_failover_makes_the_agent_report_again_at_once(admin: Kub
         identity, endpoint, _ = await leader(admin)
         return identity if identity and identity != old and endpoint else None
 
-    await wait_for(new_leader, timeout=10, interval=0.05)
+    await eventually_async(new_leader, timeout=10, interval=0.05)
     promoted = time.monotonic()
 
     async def re_sent() -> bool:
         samples = await scrape(agent)
         return total(samples, "colocation_agent_reports_sent_total", trigger="leader-changed") > before
 
-    await wait_for(re_sent, timeout=10, interval=0.05)
+    await eventually_async(re_sent, timeout=10, interval=0.05)
     print(f"agent re-sent its report {time.monotonic() - promoted:.2f}s after the new leader was elected")
 
     async def fresh() -> dict[str, Any] | None:
@@ -222,7 +223,7 @@ async def test_a_leader_failover_makes_the_agent_report_again_at_once(admin: Kub
         return metric if metric is not None and update_time(metric) >= int(killed_at) else None
 
     # Far sooner than the 60 s maximum interval: the re-send, not a periodic report, brought it.
-    await wait_for(fresh, timeout=5, interval=0.05)
+    await eventually_async(fresh, timeout=5, interval=0.05)
 
 
 async def test_a_stopped_agents_lease_stops_being_renewed_and_expires(admin: Kube, agent_sandbox: tuple[Path, Path],
@@ -240,7 +241,7 @@ async def test_a_stopped_agents_lease_stops_being_renewed_and_expires(admin: Kub
             renewals.add(lease["spec"]["renewTime"])
             return lease if len(renewals) >= 2 else None
 
-        lease = await wait_for(renewed_twice, timeout=15, interval=0.1)
+        lease = await eventually_async(renewed_twice, timeout=15, interval=0.1)
     finally:
         agent.kill()
         await agent.wait()
@@ -256,4 +257,4 @@ async def test_a_stopped_agents_lease_stops_being_renewed_and_expires(admin: Kub
         assert lease["spec"]["renewTime"] == last["spec"]["renewTime"], "renewed after the agent stopped"
         return bool(time.time() > last_renewal + lease["spec"]["leaseDurationSeconds"])
 
-    await wait_for(expired, timeout=10, interval=0.2)
+    await eventually_async(expired, timeout=10, interval=0.2)

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from colocation_sandbox.launcher.port_claims import free_port
-from tests.e2e.kube import Kube, create, ensure_crd, is_gone, pod_manifest, wait_for
+from tests.e2e.kube import Kube, create, ensure_crd, is_gone, pod_manifest
 from tests.e2e.test_agent_suppress import (
     CONTROLLERS,
     REPO,
@@ -34,6 +34,7 @@ from tests.e2e.test_agent_suppress import (
     process_in,
     scratch,  # noqa: F401  (the fixture)
 )
+from tests.timing import eventually_async
 
 CONTAINER_ID = uuid.uuid4().hex  # as a runtime names it
 LIMIT = 0.5  # cpus: batch-cpu "500"
@@ -102,14 +103,14 @@ async def test_batch_limits_reach_the_pods_cgroups_and_hold_a_real_burner(kube: 
                 async def limited() -> bool:
                     return cgroups.values() == [(50_000, 512, MEMORY_LIMIT)] * 2
 
-                await wait_for(limited, timeout=20)
+                await eventually_async(limited, timeout=20)
                 assert cgroups.read("cpu", cgroups.pod, "cpu.cfs_period_us") == 100_000
 
                 async def held_to_half_a_cpu() -> float | None:
                     used = await cgroups.cpus_used()
                     return used if abs(used - LIMIT) <= TOLERANCE * LIMIT else None
 
-                await wait_for(held_to_half_a_cpu, timeout=20)
+                await eventually_async(held_to_half_a_cpu, timeout=20)
                 assert await exported_value(port, "colocation_agent_batch_pods_managed") == 1
 
                 status, body = await kube.request("DELETE", pod_path, params={"gracePeriodSeconds": "0"})
@@ -118,13 +119,13 @@ async def test_batch_limits_reach_the_pods_cgroups_and_hold_a_real_burner(kube: 
                 async def undone() -> bool:
                     return cgroups.values() == [(-1, 2, V1_UNLIMITED_MEMORY)] * 2
 
-                await wait_for(undone, timeout=20)
+                await eventually_async(undone, timeout=20)
 
                 async def free_again() -> float | None:
                     used = await cgroups.cpus_used()
                     return used if used > LIMIT * (1 + TOLERANCE) else None  # above what the quota allowed
 
-                await wait_for(free_again, timeout=20)
+                await eventually_async(free_again, timeout=20)
                 assert await exported_value(port, "colocation_agent_batch_pods_managed") == 0
     finally:
         if not await is_gone(kube, pod_path):

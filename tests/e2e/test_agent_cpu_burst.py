@@ -26,7 +26,6 @@ from colocation.agent.collector import Sample
 from colocation.agent.strategies.batch_cgroups.batch_cgroups import ContainerResources, PodResources
 from colocation.agent.strategies.cpu_burst.cpu_burst import BurstConfig, BurstPod, BurstStrategy
 from colocation.agent.strategies.cpu_burst.cpu_burster import CpuBurster
-from tests.e2e.kube import wait_for
 from tests.e2e.test_agent_suppress import (
     CONTROLLERS,
     LS_POD,
@@ -35,6 +34,7 @@ from tests.e2e.test_agent_suppress import (
     process_in,
     scratch,  # noqa: F401  (the fixture)
 )
+from tests.timing import eventually_async
 
 CONTAINER_ID = uuid.uuid4().hex
 CONTAINER = f"{LS_POD}/{CONTAINER_ID}"
@@ -83,7 +83,7 @@ async def test_the_kernel_takes_cpu_bursts_writes_and_a_throttled_burner_gets_mo
             now = values(scratch)
             return now if now[1][0] >= 2 * LIMIT_QUOTA else None
 
-        pod, container = await wait_for(raised, timeout=20, interval=0.3)
+        pod, container = await eventually_async(raised, timeout=20, interval=0.3)
         assert LIMIT_QUOTA < container[0] <= CEILING and container[1] == container[0]
         assert pod == container  # one container: the pod's quota and burst are its
         assert failed() == 0

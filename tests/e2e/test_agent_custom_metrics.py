@@ -22,8 +22,9 @@ from aiohttp import web
 
 from colocation.apimachinery.quantity import parse_quantity
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
-from tests.e2e.kube import Kube, start_sandbox_process, wait_for
+from tests.e2e.kube import Kube, start_sandbox_process
 from tests.e2e.test_agent import real_agent, scrape, total
+from tests.timing import eventually_async
 
 AGENT_ARGS = ["--agent-arg=--scrape-interval=0.5", "--agent-arg=--report-interval=0.5",
               "--agent-arg=--leader-poll-interval=0.3"]
@@ -123,7 +124,7 @@ async def test_an_annotated_pods_metrics_flow_through_the_agent_into_the_metrics
         answer = get_raw(kubectl, by_name)
         return answer if values(answer) == [value] else None
 
-    answer = await wait_for(lambda: shows(Decimal("3.5")), timeout=60, interval=0.5)
+    answer = await eventually_async(lambda: shows(Decimal("3.5")), timeout=60, interval=0.5)
     [item] = answer["items"]
     assert item["describedObject"] == {"kind": "Pod", "namespace": namespace, "name": "orders-0", "apiVersion": "/v1"}
     assert item["metric"]["name"] == METRIC
@@ -132,7 +133,7 @@ async def test_an_annotated_pods_metrics_flow_through_the_agent_into_the_metrics
     assert external is not None and {"queue": "high"} in [i["metricLabels"] for i in external["items"]]
 
     served.value = 7.25
-    await wait_for(lambda: shows(Decimal("7.25")), timeout=30, interval=0.5)
+    await eventually_async(lambda: shows(Decimal("7.25")), timeout=30, interval=0.5)
     counters = await scrape(agent)
     assert total(counters, "colocation_agent_scrapes_total", result="ok") >= 2
     assert total(counters, "colocation_agent_custom_metric_samples_dropped_total", reason="non-finite") >= 1
@@ -147,7 +148,7 @@ async def test_a_pod_annotated_without_a_port_is_logged_and_counted_not_scraped(
         counters = await agent_counters(agent)
         return total(counters, "colocation_agent_scrapes_total", result="invalid-annotation") >= 2
 
-    await wait_for(counted, timeout=30, interval=0.3)
+    await eventually_async(counted, timeout=30, interval=0.3)
     problems = [line for line in log_lines(Path(agent["log"])) if line.get("msg") == "cannot scrape pod" and
                 line.get("pod") == f"{namespace}/no-port"]
     assert len(problems) == 1 and "colocation.dev/port is missing" in problems[0]["error"]
@@ -168,5 +169,5 @@ async def test_simulated_pods_expose_custom_metrics(kube: Kube, kubectl: Kubectl
     async def rate() -> list[Decimal]:
         return values(get_raw(kubectl, path))
 
-    [first] = await wait_for(rate, timeout=60, interval=0.5)
+    [first] = await eventually_async(rate, timeout=60, interval=0.5)
     assert first > 0

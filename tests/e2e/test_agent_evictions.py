@@ -50,8 +50,8 @@ from tests.e2e.kube import (
     scrape_samples,
     start_agent_process,
     start_sandbox_process,
-    wait_for,
 )
+from tests.timing import eventually_async
 from tests.unit.agent.test_collector import Machine
 
 GI = 2**30
@@ -161,13 +161,13 @@ async def rounds_after(port: int, rounds: float, reason: str = "MemoryPressure")
         value = await agent_value(port, ROUNDS, reason=reason)
         return None if value is None else (value,)
 
-    (start,) = await wait_for(served, timeout=30, interval=0.5)
+    (start,) = await eventually_async(served, timeout=30, interval=0.5)
 
     async def done() -> bool:
         value = await agent_value(port, ROUNDS, reason=reason)
         return value is not None and value >= start + rounds
 
-    await wait_for(done, timeout=rounds + 30, interval=0.5)
+    await eventually_async(done, timeout=rounds + 30, interval=0.5)
 
 
 async def start_agent(kubeconfig: Path, token: str, node: str, machine: Machine, work: Path,
@@ -218,15 +218,15 @@ async def test_memory_pressure_evicts_exactly_the_expected_best_effort_pods(
                 status = (await get(admin, f"{PDBS.format(namespace)}/keep-guarded")).get("status") or {}
                 return status.get("currentHealthy") == 1 and status.get("disruptionsAllowed") == 0
 
-            await wait_for(budget_holds, timeout=30)
+            await eventually_async(budget_holds, timeout=30)
             port = free_port()
             process = await start_agent(evict_sandbox, token, node, machine, tmp_path, port)
-            await wait_for(lambda: enforced(admin, node), timeout=30)
+            await eventually_async(lambda: enforced(admin, node), timeout=30)
             await rounds_after(port, 2)  # the agent follows the NodeSLO and measures: at 50 %, nothing goes
 
             # 78 %: 1.8 GiB to release, the largest best-effort pod (2 GiB) covers it.
             use(machine, 78)
-            await wait_for(lambda: leaving(admin, namespace, "be-big"), timeout=30, interval=0.2)
+            await eventually_async(lambda: leaving(admin, namespace, "be-big"), timeout=30, interval=0.2)
             use(machine, 58)
             await removed_as_a_kubelet_would(admin, machine, namespace, "be-big", paths["be-big"])
             await rounds_after(port, 6)
@@ -239,7 +239,7 @@ async def test_memory_pressure_evicts_exactly_the_expected_best_effort_pods(
 
             # 75 %: "be-guarded" is first, its budget forbids it; "be-mid" goes instead.
             use(machine, 75)
-            await wait_for(lambda: leaving(admin, namespace, "be-mid"), timeout=40, interval=0.2)
+            await eventually_async(lambda: leaving(admin, namespace, "be-mid"), timeout=40, interval=0.2)
             use(machine, 65)
             await removed_as_a_kubelet_would(admin, machine, namespace, "be-mid", paths["be-mid"])
             assert (await agent_value(port, EVICTIONS, reason="MemoryPressure", result="deferred") or 0) >= 1
@@ -294,10 +294,10 @@ async def test_starved_best_effort_pods_lose_the_one_whose_requests_bring_the_re
             load = asyncio.create_task(cpu.run())
             port = free_port()
             process = await start_agent(evict_sandbox, token, node, machine, tmp_path, port)
-            await wait_for(lambda: enforced(admin, node), timeout=30)
+            await eventually_async(lambda: enforced(admin, node), timeout=30)
 
             # 4 cpus for 10 requested: 40 %; back to 60 %: 2 cpus of requests, "be-mid" (1000m of 2000m used).
-            await wait_for(lambda: leaving(admin, namespace, "be-mid"), timeout=60, interval=0.2)
+            await eventually_async(lambda: leaving(admin, namespace, "be-mid"), timeout=60, interval=0.2)
             cpu.stop_pod("be-mid")
             await admin.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/be-mid", {"gracePeriodSeconds": 0})
             await rounds_after(port, 25, reason="CPUSatisfaction")  # past the 20 s cool-down

@@ -30,7 +30,8 @@ import pytest
 import yaml
 
 from colocation_sandbox.launcher.port_claims import free_port
-from tests.e2e.kube import TIME_FACTOR, Kube, ensure_crd, scrape_samples, wait_for
+from tests.e2e.kube import TIME_FACTOR, Kube, ensure_crd, scrape_samples
+from tests.timing import eventually_async
 
 REPO = Path(__file__).resolve().parents[2]
 CGROUP = Path("/sys/fs/cgroup")
@@ -184,7 +185,7 @@ async def test_cpu_suppress_holds_a_real_burner_to_the_quota_it_writes(kube: Kub
                 async def burning() -> bool:
                     return scratch.be_usage_ns() > 0
 
-                await wait_for(burning, timeout=10)
+                await eventually_async(burning, timeout=10)
                 unsuppressed = await cpu_of_be(scratch)
                 assert scratch.quota()[0] == -1
 
@@ -201,7 +202,7 @@ async def test_cpu_suppress_holds_a_real_burner_to_the_quota_it_writes(kube: Kub
                     allowed = quota / period
                     return (used, allowed) if abs(used - allowed) <= TOLERANCE * allowed else None
 
-                used, allowed = await wait_for(held_to_quota, timeout=20)
+                used, allowed = await eventually_async(held_to_quota, timeout=20)
                 assert allowed == pytest.approx(floor), (used, allowed)  # the floor: what this test set up
                 assert unsuppressed > allowed * (1 + TOLERANCE), (unsuppressed, used, allowed)
                 assert await exported_millicores(port) == allowed * 1000
@@ -214,19 +215,19 @@ async def test_cpu_suppress_holds_a_real_burner_to_the_quota_it_writes(kube: Kub
                     used = await cpu_of_be(scratch)
                     return used if used > allowed * (1 + 2 * TOLERANCE) else None
 
-                await wait_for(free_again, timeout=20)
+                await eventually_async(free_again, timeout=20)
                 assert await exported_millicores(port) == -1
                 async def told() -> bool:
                     return {"CPUSuppressStarted", "CPUSuppressStopped"} <= set(await node_event_reasons(kube, node))
 
-                await wait_for(told, timeout=10)
+                await eventually_async(told, timeout=10)
 
                 # Suppressed again, then the agent stops: --restore-on-exit leaves no quota behind.
                 await set_suppression(kube, node, True)
                 async def suppressed() -> bool:
                     return scratch.quota()[0] > 0
 
-                await wait_for(suppressed, timeout=20)
+                await eventually_async(suppressed, timeout=20)
                 agent.terminate()
                 assert await asyncio.wait_for(agent.wait(), timeout=30 * TIME_FACTOR) == 0
                 assert scratch.quota()[0] == -1

@@ -20,8 +20,9 @@ from typing import Any
 import yaml
 
 from colocation_sandbox.launcher.port_claims import free_port
-from tests.e2e.kube import TIME_FACTOR, Kube, ensure_crd, wait_for
+from tests.e2e.kube import TIME_FACTOR, Kube, ensure_crd
 from tests.e2e.test_agent_suppress import NODESLOS, REPO, exported_value, node_event_reasons
+from tests.timing import eventually_async
 
 MEMORY_KIB = 64 << 20
 FOUND = (67584, 10)  # what the kernel had: min_free_kbytes, watermark_scale_factor
@@ -69,19 +70,19 @@ async def test_a_real_agent_writes_restores_and_defends_the_nodeslos_system_sett
         async def applied() -> bool:
             return settings(vm) == WANTED
 
-        await wait_for(applied, timeout=20)
+        await eventually_async(applied, timeout=20)
 
         async def told() -> bool:
             return "SystemSettingsApplied" in await node_event_reasons(kube, node)
 
-        await wait_for(told, timeout=10)
+        await eventually_async(told, timeout=10)
         (vm / "watermark_scale_factor").write_text("20\n")  # an administrator's sysctl -w
-        await wait_for(applied, timeout=10)
+        await eventually_async(applied, timeout=10)
 
         async def psi_exported() -> float | None:
             return await exported_value(port, "colocation_agent_psi_stall_ratio")
 
-        assert await wait_for(psi_exported, timeout=10) == 0.125  # cpu some avg10, the first series
+        assert await eventually_async(psi_exported, timeout=10) == 0.125  # cpu some avg10, the first series
         agent.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(agent.wait(), 15 * TIME_FACTOR) == 0
         assert settings(vm) == FOUND

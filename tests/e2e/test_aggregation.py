@@ -18,7 +18,8 @@ import pytest
 from aiohttp import web
 
 from colocation.apimachinery import certificates
-from tests.e2e.kube import Kube, wait_for
+from tests.e2e.kube import Kube
+from tests.timing import eventually_async
 
 pytestmark = pytest.mark.sandbox_only(
     reason="the extension server is on loopback, registered with the sandbox's local-endpoints annotation")
@@ -117,7 +118,7 @@ async def test_apiservice_routes_to_extension_with_front_proxy_identity(
         async def is_available() -> bool:
             return await _available(kube, name) == "True"
 
-        await wait_for(is_available, timeout=15)
+        await eventually_async(is_available, timeout=15)
 
         status, groups = await kube.request("GET", "/apis")
         assert GROUP in [g["name"] for g in groups["groups"]]
@@ -144,7 +145,7 @@ async def test_apiservice_routes_to_extension_with_front_proxy_identity(
         async def is_unavailable() -> bool:
             return await _available(kube, name) == "False"
 
-        await wait_for(is_unavailable, timeout=15)
+        await eventually_async(is_unavailable, timeout=15)
         status, body = await kube.request("GET", f"/apis/{GROUP}/v1/things")
         assert status == 503, body
     finally:

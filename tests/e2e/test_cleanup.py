@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import apiserver_kind, sandbox_kind_args
-from tests.e2e.kube import TIME_FACTOR, Kube, get, start_sandbox_process, wait_for
+from tests.e2e.kube import TIME_FACTOR, Kube, get, start_sandbox_process
+from tests.timing import eventually_async
 
 NS = "colocation-system"
 KEYS = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory", "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory")
@@ -95,7 +96,7 @@ async def stop_on_the_real_control_plane(admin: Kube) -> None:
         names = [pod["metadata"]["name"] for pod in pods]
         return not [name for name in names if name.startswith(("colocation-operator", "colocation-agent"))]
 
-    await wait_for(no_pods, timeout=60)
+    await eventually_async(no_pods, timeout=60)
 
 
 async def test_cleanup_refuses_while_the_operator_leads_then_leaves_nothing_behind(
@@ -107,7 +108,7 @@ async def test_cleanup_refuses_while_the_operator_leads_then_leaves_nothing_behi
         agents = {node for agent in processes(state, "agents") for node in agent["nodes"]}
         return offering if agents and all(offering.get(node) == sorted(KEYS) for node in agents) else None
 
-    await wait_for(every_node_offers, timeout=60)
+    await eventually_async(every_node_offers, timeout=60)
     slos = (await get(admin, "/apis/slo.colocation.dev/v1alpha1/nodeslos"))["items"]
     assert slos
 

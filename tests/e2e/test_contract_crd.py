@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kube import Kube, Widgets, condition, create, get, is_gone, wait_for
+from tests.e2e.kube import Kube, Widgets, condition, create, get, is_gone
+from tests.timing import eventually_async
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -126,7 +127,7 @@ async def test_updates_ratchet_over_what_a_stricter_schema_now_refuses(kube: Kub
             "probe", {"image": "nginx", "replicas": 8}), params={"dryRun": "All"})
         return status == 422
 
-    await wait_for(stricter, timeout=30)
+    await eventually_async(stricter, timeout=30)
     # What an update leaves as it was is not held against it (CRDValidationRatcheting) ...
     status, body = await kube.request("PATCH", widgets.path(namespace, "old"), {"spec": {"image": "busybox"}},
                                       content_type="application/merge-patch+json")
@@ -192,7 +193,7 @@ async def test_deleting_the_crd_removes_the_resource_and_its_objects(kube: Kube,
         status, _ = await kube.request("GET", widgets.path(namespace, "w"))
         return crd_gone and status == 404
 
-    await wait_for(unserved, timeout=60)
+    await eventually_async(unserved, timeout=60)
     status, _ = await kube.request("GET", f"/apis/{widgets.group}/v1")
     assert status == 404
     groups = await get(kube, "/apis")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from tests.e2e.kube import Kube, configmap, create, events_until, get, is_gone, wait_for
+from tests.e2e.kube import Kube, configmap, create, events_until, get, is_gone
+from tests.timing import eventually_async
 
 MERGE = "application/merge-patch+json"
 FINALIZER = "example.com/hold"
@@ -88,7 +89,7 @@ async def test_deleting_a_namespace_removes_its_contents(kube: Kube) -> None:
         ns = await get(kube, f"/api/v1/namespaces/{name}")
         return (ns.get("status") or {}).get("phase") == "Terminating" and await is_gone(kube, cm_path(name, "content"))
 
-    await wait_for(terminating, timeout=60)
+    await eventually_async(terminating, timeout=60)
     status, body = await kube.request("POST", cm_path(name), configmap("latecomer"))
     assert (status, body["reason"]) == (403, "Forbidden")
     assert "being terminated" in body["message"]
@@ -98,7 +99,7 @@ async def test_deleting_a_namespace_removes_its_contents(kube: Kube) -> None:
         lingering = await get(kube, cm_path(name, "lingering"))
         return bool((lingering.get("metadata") or {}).get("deletionTimestamp"))
 
-    await wait_for(lingering_deleted, timeout=60)
+    await eventually_async(lingering_deleted, timeout=60)
     status, body = await kube.request("PATCH", cm_path(name, "lingering"), {"metadata": {"finalizers": None}},
                                       content_type=MERGE)
     assert status in (200, 404), body  # 404: it went while we looked
@@ -106,7 +107,7 @@ async def test_deleting_a_namespace_removes_its_contents(kube: Kube) -> None:
     async def namespace_gone() -> bool:
         return await is_gone(kube, f"/api/v1/namespaces/{name}")
 
-    await wait_for(namespace_gone, timeout=60)
+    await eventually_async(namespace_gone, timeout=60)
 
 
 def owned_by(owner: dict[str, Any]) -> list[dict[str, Any]]:
@@ -124,7 +125,7 @@ async def test_deleting_an_owner_removes_its_dependents(kube: Kube, namespace: s
     async def dependent_gone() -> bool:
         return await is_gone(kube, cm_path(namespace, "dependent"))
 
-    await wait_for(dependent_gone, timeout=30)
+    await eventually_async(dependent_gone, timeout=30)
     assert not await is_gone(kube, cm_path(namespace, "independent"))
 
 
@@ -138,4 +139,4 @@ async def test_orphaning_deletion_keeps_dependents_and_drops_the_reference(kube:
         return await is_gone(kube, cm_path(namespace, "owner")) and not (
             await get(kube, cm_path(namespace, "dependent")))["metadata"].get("ownerReferences")
 
-    await wait_for(released, timeout=30)
+    await eventually_async(released, timeout=30)

@@ -19,7 +19,8 @@ import pytest
 from multidict import CIMultiDictProxy
 
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
-from tests.e2e.kube import Kube, Widgets, start_sandbox_process, wait_for
+from tests.e2e.kube import Kube, Widgets, start_sandbox_process
+from tests.timing import eventually_async
 
 V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
@@ -139,7 +140,7 @@ async def test_a_crd_is_listed_with_its_verbs_scope_and_subresources(kube: Kube,
     async def listed() -> dict[str, Any] | None:
         return groups(await aggregated(kube)).get(widgets.group)
 
-    group = await wait_for(listed, timeout=30)
+    group = await eventually_async(listed, timeout=30)
     assert [(v["version"], v["freshness"]) for v in group["versions"]] == [("v1", "Current")]
     kind = {"group": widgets.group, "version": "v1", "kind": "Widget"}
     assert resource(group, "v1", "widgets") == {
@@ -172,7 +173,7 @@ async def test_an_apiservice_whose_backend_does_not_answer_is_stale(
     async def listed() -> dict[str, Any] | None:
         return groups(await aggregated(kube)).get(group)
 
-    entry = await wait_for(listed, timeout=30)
+    entry = await eventually_async(listed, timeout=30)
     assert entry["versions"] == [{"version": "v1", "freshness": "Stale"}]
     assert list(groups(await aggregated(kube)))[-1] == group  # the lowest group priority
     status, legacy = await kube.request("GET", "/apis")
@@ -201,7 +202,7 @@ async def test_the_project_apis_are_listed_and_kubectl_reads_them(project: Path,
                         for v in listed.get(name, {}).get("versions", [{"freshness": "missing"}])]
             return listed if all(v["freshness"] == "Current" for v in versions) else None
 
-        listed = await wait_for(current, timeout=180, interval=0.5)
+        listed = await eventually_async(current, timeout=180, interval=0.5)
     # An aggregated version with no resources is there, with no resources list.
     assert listed["external.metrics.k8s.io"]["versions"] == [{"version": "v1beta1", "freshness": "Current"}]
     assert [v["version"] for v in listed["custom.metrics.k8s.io"]["versions"]] == ["v1beta2", "v1beta1"]

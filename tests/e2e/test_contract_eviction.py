@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.e2e.kube import Kube, create, get, is_gone, make_pod_ready, pod_manifest, wait_for
+from tests.e2e.kube import Kube, create, get, is_gone, make_pod_ready, pod_manifest
+from tests.timing import eventually_async
 
 PDBS = "/apis/policy/v1/namespaces/{}/poddisruptionbudgets"
 
@@ -38,7 +39,7 @@ async def test_eviction_without_a_budget_deletes_the_pod(kube: Kube, namespace: 
     async def gone() -> bool:
         return await is_gone(kube, f"/api/v1/namespaces/{namespace}/pods/free")
 
-    await wait_for(gone, timeout=30)
+    await eventually_async(gone, timeout=30)
 
 
 async def test_eviction_of_a_missing_pod_is_not_found(kube: Kube, namespace: str) -> None:
@@ -51,7 +52,7 @@ async def test_budget_refuses_then_allows_eviction(kube: Kube, namespace: str) -
     await create(kube, PDBS.format(namespace), {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep-one"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
-    await wait_for(lambda: budget_allows(kube, namespace, "keep-one", 0), timeout=30)
+    await eventually_async(lambda: budget_allows(kube, namespace, "keep-one", 0), timeout=30)
 
     status, body = await evict(kube, namespace, "first")
     assert (status, body["reason"]) == (429, "TooManyRequests")
@@ -61,15 +62,15 @@ async def test_budget_refuses_then_allows_eviction(kube: Kube, namespace: str) -
     assert not pod["metadata"].get("deletionTimestamp")
 
     await ready_pod(kube, namespace, "second")
-    await wait_for(lambda: budget_allows(kube, namespace, "keep-one", 1), timeout=30)
+    await eventually_async(lambda: budget_allows(kube, namespace, "keep-one", 1), timeout=30)
     status, body = await evict(kube, namespace, "first")
     assert status == 201, body
 
     async def first_gone() -> bool:
         return await is_gone(kube, f"/api/v1/namespaces/{namespace}/pods/first")
 
-    await wait_for(first_gone, timeout=30)
-    await wait_for(lambda: budget_allows(kube, namespace, "keep-one", 0), timeout=30)
+    await eventually_async(first_gone, timeout=30)
+    await eventually_async(lambda: budget_allows(kube, namespace, "keep-one", 0), timeout=30)
     status, body = await evict(kube, namespace, "second")
     assert (status, body["reason"]) == (429, "TooManyRequests")
 
@@ -87,6 +88,6 @@ async def test_budget_status_counts_healthy_pods(kube: Kube, namespace: str) -> 
         status = (await get(kube, f"{PDBS.format(namespace)}/half")).get("status") or {}
         return status if status.get("expectedPods") == 3 else None
 
-    status = await wait_for(counted, timeout=30)
+    status = await eventually_async(counted, timeout=30)
     # 3 pods expected (the unready one too), 2 healthy, 1 must stay: 1 may go.
     assert (status["currentHealthy"], status["desiredHealthy"], status["disruptionsAllowed"]) == (2, 1, 1)

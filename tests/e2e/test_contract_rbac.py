@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kube import Kube, create, pod_manifest, wait_for
+from tests.e2e.kube import Kube, create, pod_manifest
+from tests.timing import eventually_async
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 REVIEWS = "/apis/authorization.k8s.io/v1"
@@ -84,7 +85,7 @@ async def test_role_binding_grants_in_its_namespace_only(kube: Kube, as_user: As
                      {"metadata": {"name": "cm-reader"}, "rules": reader_rules()})
         await create(kube, f"{RBAC}/namespaces/{namespace}/rolebindings",
                      binding("cm-reader", "Role", "cm-reader", namespace, "reader"))
-        await wait_for(lambda: allowed(client, here), timeout=30)
+        await eventually_async(lambda: allowed(client, here), timeout=30)
         assert not await allowed(client, there)
         status, body = await client.request("POST", here, {"metadata": {"name": "x"}})
         assert (status, body["reason"]) == (403, "Forbidden")  # the role grants reading, not writing
@@ -101,7 +102,7 @@ async def test_a_namespace_itself_is_in_its_own_namespace_for_rbac(kube: Kube, a
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]})
     await create(kube, f"{RBAC}/namespaces/{namespace}/rolebindings",
                  binding("ns-reader", "Role", "ns-reader", namespace, "looker"))
-    await wait_for(lambda: allowed(client, f"/api/v1/namespaces/{namespace}"), timeout=30)
+    await eventually_async(lambda: allowed(client, f"/api/v1/namespaces/{namespace}"), timeout=30)
     status, body = await client.request("GET", "/api/v1/namespaces/default")
     assert status == 403
     assert body["message"] == (f'namespaces "default" is forbidden: User "{requester}" cannot get resource '
@@ -117,7 +118,7 @@ async def test_cluster_role_bound_by_a_role_binding_grants_in_that_namespace_onl
     client = await as_user(token)
     await create(kube, f"{RBAC}/namespaces/{namespace}/rolebindings",
                  binding("reads", "ClusterRole", role, namespace, "reader"))
-    await wait_for(lambda: allowed(client, f"/api/v1/namespaces/{namespace}/configmaps"), timeout=30)
+    await eventually_async(lambda: allowed(client, f"/api/v1/namespaces/{namespace}/configmaps"), timeout=30)
     assert not await allowed(client, "/api/v1/namespaces/default/configmaps")
     assert not await allowed(client, "/api/v1/configmaps")  # across all namespaces is cluster scope
 
@@ -141,7 +142,7 @@ async def test_self_subject_access_review_answers_for_the_caller(kube: Kube, as_
     async def granted() -> bool:
         return (await answer())["allowed"] is True
 
-    await wait_for(granted, timeout=30)
+    await eventually_async(granted, timeout=30)
 
 
 async def test_token_review_of_a_pod_bound_token_names_the_pod_and_node(kube: Kube, namespace: str) -> None:
@@ -189,7 +190,7 @@ async def test_a_token_dies_with_its_pod_or_its_service_account(kube: Kube, name
 
     async def refused() -> bool:
         return not await authenticated()
-    await wait_for(refused, timeout=30)
+    await eventually_async(refused, timeout=30)
 
 
 async def test_token_review_of_garbage_is_unauthenticated(kube: Kube) -> None:
@@ -229,7 +230,7 @@ async def test_impersonation_needs_the_impersonate_verb(kube: Kube, as_user: AsU
                                             headers={"Impersonate-User": target})
         return body if status == 201 else None
 
-    body = await wait_for(impersonated, timeout=30)
+    body = await eventually_async(impersonated, timeout=30)
     assert body["status"]["userInfo"]["username"] == target
     assert "system:authenticated" in body["status"]["userInfo"]["groups"]
     status, body = await client.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", review,
@@ -264,7 +265,7 @@ async def test_constrained_impersonation_allows_only_the_granted_requests(kube: 
                                             headers={"Impersonate-User": target, "Impersonate-Group": "e2e-team"})
         return body if status == 201 else None
 
-    body = await wait_for(impersonated, timeout=30)
+    body = await eventually_async(impersonated, timeout=30)
     assert body["status"]["userInfo"]["username"] == target
     assert body["status"]["userInfo"]["groups"] == ["e2e-team", "system:authenticated"]  # user-info may: groups
     status, body = await client.request("GET", f"/api/v1/namespaces/{namespace}/configmaps",

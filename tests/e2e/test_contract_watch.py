@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.kube import TIME_FACTOR, Kube, configmap, create, event_names, events_until, get, next_event, wait_for
+from tests.e2e.kube import TIME_FACTOR, Kube, configmap, create, event_names, events_until, get, next_event
+from tests.timing import eventually_async
 
 MERGE = "application/merge-patch+json"
 
@@ -67,13 +68,13 @@ async def test_every_namespace_gets_the_cluster_ca_from_the_root_ca_publisher(ku
         status, body = await kube.request("GET", cm_path(namespace, "kube-root-ca.crt"))
         return body if status == 200 else None
 
-    root_ca = await wait_for(published, timeout=30)
+    root_ca = await eventually_async(published, timeout=30)
     assert root_ca["data"] == {"ca.crt": cluster_ca}
     assert root_ca["metadata"]["annotations"]["kubernetes.io/description"].startswith("Contains a CA bundle")
 
     status, _ = await kube.request("DELETE", cm_path(namespace, "kube-root-ca.crt"))
     assert status == 200
-    assert (await wait_for(published, timeout=30))["data"] == {"ca.crt": cluster_ca}  # put back
+    assert (await eventually_async(published, timeout=30))["data"] == {"ca.crt": cluster_ca}  # put back
 
     async def reset() -> bool:
         return (await get(kube, cm_path(namespace, "kube-root-ca.crt"))).get("data") == {"ca.crt": cluster_ca}
@@ -81,7 +82,7 @@ async def test_every_namespace_gets_the_cluster_ca_from_the_root_ca_publisher(ku
     status, _ = await kube.request("PATCH", cm_path(namespace, "kube-root-ca.crt"), {"data": {"ca.crt": "mine"}},
                                    content_type=MERGE)
     assert status == 200
-    await wait_for(reset, timeout=30)
+    await eventually_async(reset, timeout=30)
 
 
 async def test_watch_resumes_after_the_given_resource_version(kube: Kube, namespace: str) -> None:
@@ -111,7 +112,7 @@ async def test_watch_from_a_compacted_resource_version_is_expired_in_stream(kube
             assert event is not None
             return event, await next_event(events)
 
-    event, after = await wait_for(expired, timeout=300, interval=1)
+    event, after = await eventually_async(expired, timeout=300, interval=1)
     assert event["type"] == "ERROR"
     assert (event["object"]["kind"], event["object"]["code"], event["object"]["reason"]) == ("Status", 410, "Expired")
     assert after is None  # the server ends the stream after the error

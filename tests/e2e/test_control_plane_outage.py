@@ -50,7 +50,8 @@ import pytest
 
 from colocation.apimachinery.clock import parse_whole_seconds
 from tests.e2e.conftest import apiserver_kind
-from tests.e2e.kube import TIME_FACTOR, Kube, WatchRefused, as_client_go, start_sandbox_process, wait_for
+from tests.e2e.kube import TIME_FACTOR, Kube, WatchRefused, as_client_go, start_sandbox_process
+from tests.timing import eventually_async
 
 NS = "colocation-system"
 NODEMETRICS = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
@@ -65,7 +66,7 @@ FREEZE = 3 * LEASE_DURATION  # seconds each component stays stopped: the issue's
 BOUND = 5.0  # issue 34: every node's data fresh again within 5 s of the thaw (times TIME_FACTOR here)
 GRACE = (BOUND + 3) * TIME_FACTOR  # --node-grace-period: longer than the bound, shorter than the default 40 s
 EVICTION_TIMEOUT = 3 * TIME_FACTOR
-RECOVERY_TIMEOUT = 60  # wait_for's seconds (times TIME_FACTOR): a recovery slower than that stops the test
+RECOVERY_TIMEOUT = 60  # eventually_async's seconds (times TIME_FACTOR): a recovery slower than that stops the test
 SANDBOX_ARGS = [
     "--apiserver", "kube", "--operators", str(OPERATORS), "--nodes", str(NODES), "--pods-per-node", "3",
     "--no-serve-custom-metrics",
@@ -246,7 +247,7 @@ async def eviction_events(kube: Kube) -> dict[str, str] | None:
 
 
 async def answered(call: Awaitable[Any]) -> tuple[Any] | None:
-    """(what `call` returned) unless it returned None: wait_for waits for an answer, even an empty one."""
+    """(what `call` returned) unless it returned None: eventually_async waits for an answer, even an empty one."""
     result = await call
     return None if result is None else (result,)
 
@@ -272,7 +273,7 @@ async def steady(kube: Kube, state: Path, nodes: list[str], simulated: list[str]
 async def freeze_and_recover(kube: Kube, state: Path, program: str, nodes: list[str], simulated: list[str],
                              watch: BatchWatch) -> Outcome:
     outcome = Outcome(program)
-    before: Snapshot = await wait_for(lambda: steady(kube, state, nodes, simulated), timeout=60, interval=0.5)
+    before: Snapshot = await eventually_async(lambda: steady(kube, state, nodes, simulated), timeout=60, interval=0.5)
     outcome.holder_before = before.holder
     removed_before = len(watch.removed)
     pid = component_pid(state, program)
@@ -301,8 +302,8 @@ async def freeze_and_recover(kube: Kube, state: Path, program: str, nodes: list[
         return not math.isnan(outcome.batch)
 
     try:  # each polled on its own: a read of NodeMetrics retried through the aggregator delays no read of Nodes
-        await asyncio.gather(wait_for(fresh, timeout=RECOVERY_TIMEOUT, interval=0.1),
-                             wait_for(batch, timeout=RECOVERY_TIMEOUT, interval=0.1))
+        await asyncio.gather(eventually_async(fresh, timeout=RECOVERY_TIMEOUT, interval=0.1),
+                             eventually_async(batch, timeout=RECOVERY_TIMEOUT, interval=0.1))
     except AssertionError:
         raise AssertionError(f"{program}: no recovery within {RECOVERY_TIMEOUT * TIME_FACTOR:.0f} s of the thaw: "
                              f"{outcome.figures()}") from None
@@ -316,7 +317,7 @@ async def freeze_and_recover(kube: Kube, state: Path, program: str, nodes: list[
         listed = await nodemetrics(kube)
         if listed is not None:
             versions.append(listed[0])
-    outcome.holder_after = await wait_for(lambda: leader(kube), timeout=10)
+    outcome.holder_after = await eventually_async(lambda: leader(kube), timeout=10)
 
     bound = BOUND * TIME_FACTOR
     if not outcome.fresh <= bound:
@@ -324,11 +325,11 @@ async def freeze_and_recover(kube: Kube, state: Path, program: str, nodes: list[
     if not outcome.batch <= bound:
         outcome.failures.append(f"batch resources on every Node only {outcome.batch:.1f} s after the thaw "
                                 f"(bound {bound:g} s)")
-    (pods,) = await wait_for(lambda: answered(pods_on(kube, simulated)), timeout=10)
+    (pods,) = await eventually_async(lambda: answered(pods_on(kube, simulated)), timeout=10)
     gone = {uid: name for uid, name in before.pods.items() if uid not in pods}
     if gone:
         outcome.failures.append(f"pods deleted: {sorted(gone.values())}")
-    (events,) = await wait_for(lambda: answered(eviction_events(kube)), timeout=10)
+    (events,) = await eventually_async(lambda: answered(eviction_events(kube)), timeout=10)
     evictions = {uid: what for uid, what in events.items() if uid not in before.eviction_events}
     if evictions:
         outcome.failures.append(f"eviction Events: {sorted(evictions.values())}")
@@ -353,7 +354,7 @@ async def outage(state: Path, program: str) -> Outcome:
                 listed = await nodemetrics(admin)
                 return sorted(listed[1]) if listed is not None and len(listed[1]) >= NODES else None
 
-            nodes = await wait_for(every_node_reported, timeout=60)
+            nodes = await eventually_async(every_node_reported, timeout=60)
             watch = BatchWatch(admin, simulated)
             watching = asyncio.create_task(watch.run())
             try:

@@ -14,6 +14,7 @@ import asyncio
 import base64
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -40,8 +41,8 @@ from tests.e2e.kube import (
     fresh_namespace,
     start_agent_process,
     start_sandbox_process,
-    wait_for,
 )
+from tests.timing import eventually_async
 
 NS = "colocation-system"
 LEASE_NS = "colocation-node-lease"
@@ -217,13 +218,13 @@ async def test_batch_resources_appear_on_every_node_with_their_nodeslo(
     state = controller_sandbox[1]
     nodes = [real_node(state)[0], simulated_node(state)[0]]
     for node in nodes:
-        obj = await wait_for(lambda node=node: offered(admin, node), timeout=30)
+        obj = await eventually_async(functools.partial(offered, admin, node), timeout=30)
         cpu, memory = batch_of(obj)
         assert cpu is not None and memory is not None and int(cpu) >= 0 and int(memory) >= 0
         # Kopf keeps no state on the objects it watches: no annotation, no finalizer.
         assert not [key for key in obj["metadata"].get("annotations") or {} if "kopf" in key]
         assert not obj["metadata"].get("finalizers")
-        slo = await wait_for(lambda node=node: get(admin, f"{NODESLOS}/{node}"), timeout=10)
+        slo = await eventually_async(functools.partial(get, admin, f"{NODESLOS}/{node}"), timeout=10)
         assert slo["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
         assert slo["spec"]["metricCollectPolicy"]["reportIntervalSeconds"] == 60
     # A simulated node has room to spare: it offers batch cpu.
@@ -237,7 +238,7 @@ async def test_batch_resources_appear_on_every_node_with_their_nodeslo(
         millis = mid_values(obj)[0] if obj is not None and reclaimable else 0
         return millis or None
 
-    await wait_for(mid_cpu, timeout=30)
+    await eventually_async(mid_cpu, timeout=30)
 
     rows = kubectl_here.run("get", "noderesources", *nodes).stdout.splitlines()
     assert rows[0].split() == ["NAME", "BATCH-CPU", "BATCH-MEMORY", "MID-CPU", "MID-MEMORY", "HEALTHY", "AGE"]
@@ -257,7 +258,7 @@ async def test_batch_resources_appear_on_every_node_with_their_nodeslo(
 
 async def leader_metrics(kube: Kube) -> str:
     """The leader's /metrics, as text."""
-    endpoint, context = await wait_for(lambda: _leader(kube), timeout=10)
+    endpoint, context = await eventually_async(lambda: _leader(kube), timeout=10)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, session.get(
             f"{endpoint}/metrics", ssl=context) as response:
         return await response.text()
@@ -343,7 +344,7 @@ class FakeAgent:
         if prod_reclaimable is not None:
             body["status"]["prodReclaimableMetric"] = {"resource": {"resources": {
                 "cpu": prod_reclaimable[0], "memory": prod_reclaimable[1]}}}
-        endpoint, context = await wait_for(lambda: _leader(self.kube), timeout=10)
+        endpoint, context = await eventually_async(lambda: _leader(self.kube), timeout=10)
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"}
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, session.put(
                 f"{endpoint}/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{self.node}/status",
@@ -381,7 +382,7 @@ async def placed_daemonset(kube: Kube, node: str, real_cluster: bool) -> tuple[i
         requests = await daemonset_requests(kube, node)
         return requests if requests[0] > 0 else None
 
-    return await wait_for(scheduled, timeout=30) if real_cluster else (0, 0)
+    return await eventually_async(scheduled, timeout=30) if real_cluster else (0, 0)
 
 
 async def test_the_node_follows_load_only_beyond_the_threshold_and_its_objects_go_with_it(
@@ -398,14 +399,14 @@ async def test_the_node_follows_load_only_beyond_the_threshold_and_its_objects_g
             return str(millis - pod_cpu)
 
         await agent.report(system_cpu="500m")
-        node = await wait_for(lambda: offered(admin, agent.node), timeout=15)
+        node = await eventually_async(lambda: offered(admin, agent.node), timeout=15)
         assert batch_of(node) == (cpu(5500), memory)
 
         async def status_cpu(value: int) -> bool:
             resource = await get(admin, f"{NODERESOURCES}/{agent.node}")
             return bool(resource and (resource.get("status") or {}).get("batchCPU") == value)
 
-        await wait_for(lambda: status_cpu(int(cpu(5500))), timeout=10)
+        await eventually_async(lambda: status_cpu(int(cpu(5500))), timeout=10)
 
         # 5200m: 5.5 % less, within resourceDiffThreshold (10 %): after two evaluations neither the Node
         # nor its NodeResource was written (their status shows what the Node offers).
@@ -415,7 +416,7 @@ async def test_the_node_follows_load_only_beyond_the_threshold_and_its_objects_g
         async def evaluated_twice_more() -> bool:
             return await leader_evaluations(admin) >= evaluations + 2
 
-        await wait_for(evaluated_twice_more, timeout=10)
+        await eventually_async(evaluated_twice_more, timeout=10)
         node = await get(admin, f"/api/v1/nodes/{agent.node}") or {}
         assert batch_of(node) == batch_of(node, "capacity") == (cpu(5500), memory)
         assert await status_cpu(int(cpu(5500)))
@@ -427,8 +428,8 @@ async def test_the_node_follows_load_only_beyond_the_threshold_and_its_objects_g
             obj = await get(admin, f"/api/v1/nodes/{agent.node}")
             return bool(obj and batch_of(obj) == batch_of(obj, "capacity") == (value, memory))
 
-        await wait_for(lambda: node_cpu(cpu(4500)), timeout=10)
-        await wait_for(lambda: status_cpu(int(cpu(4500))), timeout=10)
+        await eventually_async(lambda: node_cpu(cpu(4500)), timeout=10)
+        await eventually_async(lambda: status_cpu(int(cpu(4500))), timeout=10)
         resource = await get(admin, f"{NODERESOURCES}/{agent.node}") or {}
         assert condition(resource, "ColocationReady") == "True"
         assert resource["metadata"]["ownerReferences"][0]["name"] == agent.node
@@ -438,8 +439,8 @@ async def test_the_node_follows_load_only_beyond_the_threshold_and_its_objects_g
     async def gone(path: str) -> bool:
         return await get(admin, path) is None
 
-    await wait_for(lambda: gone(f"{NODESLOS}/{agent.node}"), timeout=10)
-    await wait_for(lambda: gone(f"{NODERESOURCES}/{agent.node}"), timeout=10)
+    await eventually_async(lambda: gone(f"{NODESLOS}/{agent.node}"), timeout=10)
+    await eventually_async(lambda: gone(f"{NODERESOURCES}/{agent.node}"), timeout=10)
 
 
 # ---- Mid-tier resources ----------------------------------------------------------------------------
@@ -458,14 +459,14 @@ async def test_a_node_gets_mid_resources_from_its_reports_and_loses_them_when_co
             obj = await offered(admin, agent.node)
             return obj if obj is not None and mid_values(obj) == expected else None
 
-        await wait_for(lambda: offers_mid((2000, 2**30)), timeout=15)
+        await eventually_async(lambda: offers_mid((2000, 2**30)), timeout=15)
 
         async def shown(expected: tuple[int | None, int | None]) -> dict[str, Any] | None:
             resource = await get(admin, f"{NODERESOURCES}/{agent.node}") or {}
             status = resource.get("status") or {}
             return resource if (status.get("midCPU"), status.get("midMemory")) == expected else None
 
-        resource = await wait_for(lambda: shown((2000, 2**30)), timeout=10)
+        resource = await eventually_async(lambda: shown((2000, 2**30)), timeout=10)
         assert resource["status"]["display"]["midCPU"] == "2.00"
         assert resource["status"]["display"]["midMemory"] == "1.00Gi"
 
@@ -474,8 +475,8 @@ async def test_a_node_gets_mid_resources_from_its_reports_and_loses_them_when_co
                                            {"spec": {"disableColocation": True}},
                                            content_type="application/merge-patch+json")
         assert status == 200, body
-        await wait_for(lambda: withdrawn(admin, agent.node), timeout=10)
-        resource = await wait_for(lambda: shown((None, None)), timeout=10)
+        await eventually_async(lambda: withdrawn(admin, agent.node), timeout=10)
+        resource = await eventually_async(lambda: shown((None, None)), timeout=10)
         assert condition(resource, "ColocationReady") == "False"
     finally:
         await agent.stop()
@@ -487,8 +488,8 @@ async def test_a_silent_agent_loses_batch_resources_then_batch_pods_then_recover
         admin: Kube, workloads: str, controller_sandbox: tuple[Path, Path]) -> None:
     namespace = workloads
     node, pid = real_node(controller_sandbox[1])
-    await wait_for(lambda: offered(admin, node), timeout=30)
-    await wait_for(lambda: healthy(admin, node), timeout=10)
+    await eventually_async(lambda: offered(admin, node), timeout=30)
+    await eventually_async(lambda: healthy(admin, node), timeout=10)
     batch = await create_pod(admin, namespace, pod("batch", node, "koord-batch"))
     free = await create_pod(admin, namespace, pod("free", node, "koord-free"))
     await create_pod(admin, namespace, pod("prod", node, "koord-prod"))
@@ -508,24 +509,24 @@ async def test_a_silent_agent_loses_batch_resources_then_batch_pods_then_recover
 
     with frozen(pid):
         stopped = time.monotonic()
-        await wait_for(lambda: withdrawn(admin, node), timeout=GRACE + 5)
+        await eventually_async(lambda: withdrawn(admin, node), timeout=GRACE + 5)
         assert time.monotonic() - stopped <= GRACE + 5 * TIME_FACTOR
 
         async def unhealthy() -> dict[str, Any] | None:
             resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
             return resource if (resource.get("status") or {}).get("healthy") is False else None
 
-        resource = await wait_for(unhealthy, timeout=2)  # written in the same evaluation, just after the Node
+        resource = await eventually_async(unhealthy, timeout=2)  # written in the same evaluation, just after the Node
         assert shown_batch(resource) == (None, None)  # what the Node offers: nothing
         assert condition(resource, "AgentReady") == "False"
         assert condition(resource, "ColocationReady") == "False"
         # Posted just after the status is written: it may follow the status by a moment.
-        await wait_for(lambda: events(admin, "default", node, "ColocationAgentNotReady"), timeout=5)
+        await eventually_async(lambda: events(admin, "default", node, "ColocationAgentNotReady"), timeout=5)
 
         async def evicted() -> bool:
             return not await pod_exists(admin, namespace, "batch") and not await pod_exists(admin, namespace, "free")
 
-        await wait_for(evicted, timeout=EVICTION_TIMEOUT + 10)
+        await eventually_async(evicted, timeout=EVICTION_TIMEOUT + 10)
         assert time.monotonic() - stopped > EVICTION_TIMEOUT  # not before the timeout
         assert await pod_exists(admin, namespace, "prod")
         assert await pod_exists(admin, namespace, "protected")  # 429 from its budget: retried later, not forced
@@ -533,14 +534,14 @@ async def test_a_silent_agent_loses_batch_resources_then_batch_pods_then_recover
         assert condition(resource, "Evicting") == "True"
         assert shown_batch(resource) == (None, None) and await withdrawn(admin, node)
         # Posted once the eviction is answered: the pod may be gone a moment before its Event exists.
-        await wait_for(lambda: events(admin, namespace, "batch", "ColocationEvicted"), timeout=5)
+        await eventually_async(lambda: events(admin, namespace, "batch", "ColocationEvicted"), timeout=5)
         assert batch["metadata"]["uid"] and free["metadata"]["uid"]
 
-    await wait_for(lambda: offered(admin, node), timeout=10)
-    await wait_for(lambda: healthy(admin, node), timeout=10)
-    resource = await wait_for(lambda: shows_what_the_node_offers(admin, node), timeout=5)
+    await eventually_async(lambda: offered(admin, node), timeout=10)
+    await eventually_async(lambda: healthy(admin, node), timeout=10)
+    resource = await eventually_async(lambda: shows_what_the_node_offers(admin, node), timeout=5)
     assert condition(resource, "Evicting") == "False"
-    await wait_for(lambda: events(admin, "default", node, "ColocationRecovered"), timeout=5)
+    await eventually_async(lambda: events(admin, "default", node, "ColocationRecovered"), timeout=5)
 
 
 async def test_reports_are_the_agents_heartbeat_and_their_leases_are_left_alone(
@@ -548,7 +549,7 @@ async def test_reports_are_the_agents_heartbeat_and_their_leases_are_left_alone(
     state = controller_sandbox[1]
     nodes = [node for agent in agents(state) for node in agent["nodes"]]
     for node in nodes:
-        await wait_for(lambda node=node: healthy(admin, node), timeout=30)
+        await eventually_async(functools.partial(healthy, admin, node), timeout=30)
     before = await selfcheck.read_sandbox(state)
     leases_before = {node: (await get(admin, f"{NODE_LEASES}/{node}") or {}).get("spec", {}) for node in nodes}
     assert all(spec.get("renewTime") for spec in leases_before.values()), leases_before  # registered
@@ -558,7 +559,8 @@ async def test_reports_are_the_agents_heartbeat_and_their_leases_are_left_alone(
         grown = all(now[name].reports - before[name].reports >= 10 * now[name].nodes for name in before)
         return now if grown else None
 
-    after = await wait_for(reported_ten_times, timeout=30)  # one report a second per node (--heartbeat-interval)
+    # One report a second per node (--heartbeat-interval).
+    after = await eventually_async(reported_ten_times, timeout=30)
     reports = sum(after[name].reports - before[name].reports for name in before)
     renewals = sum(after[name].renewals - before[name].renewals for name in before)
     # While the leader accepts reports, a Lease is renewed only to register (every 10 minutes);
@@ -591,7 +593,7 @@ async def test_an_agent_whose_reports_are_refused_stays_ready_through_its_lease(
             resource = await get(admin, f"{NODERESOURCES}/{node}")
             return resource if resource and condition(resource, "AgentReady") == "True" else None
 
-        await wait_for(agent_ready, timeout=30)
+        await eventually_async(agent_ready, timeout=30)
         assert await node_metric_absent(admin, node)  # nothing it reported was taken
         # Several grace periods on, it is still judged alive: the Lease carries its heartbeat.
         deadline = time.monotonic() + 3 * GRACE
@@ -609,7 +611,7 @@ async def test_an_agent_whose_reports_are_refused_stays_ready_through_its_lease(
         resource = await get(admin, f"{NODERESOURCES}/{node}") or {}
         return condition(resource, "AgentReady") == "False"
 
-    await wait_for(silent, timeout=GRACE + 5)
+    await eventually_async(silent, timeout=GRACE + 5)
     await admin.request("DELETE", f"/api/v1/nodes/{node}")
 
 
@@ -701,7 +703,7 @@ async def test_every_agent_silent_at_once_evicts_nothing(
     (real, real_pid), (simulated, simulated_pid) = real_node(controller_sandbox[1]), \
         simulated_node(controller_sandbox[1])
     for node in (real, simulated):
-        await wait_for(lambda node=node: healthy(admin, node), timeout=15)
+        await eventually_async(functools.partial(healthy, admin, node), timeout=15)
         await create_pod(admin, namespace, pod(f"batch-{node}", node, "koord-batch"))
 
     async def held_back(node: str) -> bool:
@@ -711,8 +713,8 @@ async def test_every_agent_silent_at_once_evicts_nothing(
         # Both are past the eviction timeout, and the guard holds the exit process back: every
         # zone (the one of nodes without a zone label, or zone-a and zone-b) is down.
         for node in (real, simulated):
-            await wait_for(lambda node=node: held_back(node), timeout=GRACE + EVICTION_TIMEOUT + 10)
-            await wait_for(lambda node=node: withdrawn(admin, node), timeout=1)
+            await eventually_async(functools.partial(held_back, node), timeout=GRACE + EVICTION_TIMEOUT + 10)
+            await eventually_async(functools.partial(withdrawn, admin, node), timeout=1)
             assert shown_batch(await get(admin, f"{NODERESOURCES}/{node}") or {}) == (None, None)
         for zone in set(zones.values()) or {""}:
             assert await zone_in_state(admin, zone, "FullDisruption")
@@ -720,7 +722,7 @@ async def test_every_agent_silent_at_once_evicts_nothing(
             assert await pod_exists(admin, namespace, f"batch-{node}")
 
     for node in (real, simulated):
-        await wait_for(lambda node=node: offered(admin, node), timeout=15)
+        await eventually_async(functools.partial(offered, admin, node), timeout=15)
         assert await pod_exists(admin, namespace, f"batch-{node}")
 
 
@@ -729,23 +731,23 @@ async def test_a_zone_down_whole_is_evicted_while_the_other_zone_is_up(
     namespace = workloads
     (real, _), (simulated, simulated_pid) = real_node(controller_sandbox[1]), simulated_node(controller_sandbox[1])
     for node in (real, simulated):
-        await wait_for(lambda node=node: healthy(admin, node), timeout=15)
+        await eventually_async(functools.partial(healthy, admin, node), timeout=15)
         await create_pod(admin, namespace, pod(f"batch-{node}", node, "koord-batch"))
 
     with frozen(simulated_pid):
         # zone-b is fully disrupted, zone-a is not: zone-b is evicted at the normal rate.
-        await wait_for(lambda: zone_in_state(admin, two_zones[simulated], "FullDisruption"), timeout=GRACE + 10)
+        await eventually_async(lambda: zone_in_state(admin, two_zones[simulated], "FullDisruption"), timeout=GRACE + 10)
         assert await zone_in_state(admin, two_zones[real], "Normal")
 
         async def evicted() -> bool:
             return not await pod_exists(admin, namespace, f"batch-{simulated}")
 
-        await wait_for(evicted, timeout=GRACE + EVICTION_TIMEOUT + 10)
+        await eventually_async(evicted, timeout=GRACE + EVICTION_TIMEOUT + 10)
         assert await evicting_reason(admin, simulated) == ("True", "EvictingPods")
         assert await pod_exists(admin, namespace, f"batch-{real}")
 
-    await wait_for(lambda: offered(admin, simulated), timeout=15)
-    await wait_for(lambda: zone_in_state(admin, two_zones[simulated], "Normal"), timeout=10)
+    await eventually_async(lambda: offered(admin, simulated), timeout=15)
+    await eventually_async(lambda: zone_in_state(admin, two_zones[simulated], "Normal"), timeout=10)
 
 
 # ---- the configuration ---------------------------------------------------------------------------
@@ -769,12 +771,13 @@ async def test_configmap_edits_rerender_every_nodeslo_and_invalid_values_keep_th
         status, body = await admin.request("PATCH", path, {"data": {"colocation-config": json.dumps(colocation)}},
                                            content_type="application/merge-patch+json")
         assert status == 200, body
-        await wait_for(lambda: report_interval_everywhere(30), timeout=10)
+        await eventually_async(lambda: report_interval_everywhere(30), timeout=10)
 
         status, body = await admin.request("PATCH", path, {"data": {"cpu-burst-config": '{"clusterStrategy": '}},
                                            content_type="application/merge-patch+json")
         assert status == 200, body
-        warnings = await wait_for(lambda: events(admin, NS, "colocation-config", "InvalidConfiguration"), timeout=10)
+        warnings = await eventually_async(lambda: events(admin, NS, "colocation-config", "InvalidConfiguration"),
+                                          timeout=10)
         assert warnings[0]["type"] == "Warning"
         assert warnings[0]["message"].startswith("cpu-burst-config: invalid JSON")
         assert warnings[0]["reportingComponent"] == "colocation-operator"
@@ -786,7 +789,7 @@ async def test_configmap_edits_rerender_every_nodeslo_and_invalid_values_keep_th
         status, body = await admin.request("PATCH", path, {"data": original["data"]},
                                            content_type="application/merge-patch+json")
         assert status == 200, body
-    await wait_for(lambda: report_interval_everywhere(60), timeout=10)
+    await eventually_async(lambda: report_interval_everywhere(60), timeout=10)
 
 
 async def test_one_configmap_key_turns_colocation_off_on_every_node_at_once(
@@ -795,7 +798,7 @@ async def test_one_configmap_key_turns_colocation_off_on_every_node_at_once(
     removes batch and mid resources from every Node at the next evaluation; true offers them again."""
     nodes = [real_node(controller_sandbox[1])[0], simulated_node(controller_sandbox[1])[0]]
     for node in nodes:
-        await wait_for(lambda node=node: offered(admin, node), timeout=30)
+        await eventually_async(functools.partial(offered, admin, node), timeout=30)
     path = f"/api/v1/namespaces/{NS}/configmaps/colocation-config"
     original = await get(admin, path) or {}
     colocation = json.loads(original["data"]["colocation-config"])
@@ -813,10 +816,10 @@ async def test_one_configmap_key_turns_colocation_off_on_every_node_at_once(
         status, body = await admin.request("PATCH", path, {"data": {"colocation-config": json.dumps(colocation)}},
                                            content_type="application/merge-patch+json")
         assert status == 200, body
-        await wait_for(nothing_offered, timeout=10)
+        await eventually_async(nothing_offered, timeout=10)
     finally:
         status, body = await admin.request("PATCH", path, {"data": original["data"]},
                                            content_type="application/merge-patch+json")
         assert status == 200, body
     for node in nodes:
-        await wait_for(lambda node=node: offered(admin, node), timeout=30)
+        await eventually_async(functools.partial(offered, admin, node), timeout=30)

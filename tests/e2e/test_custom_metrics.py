@@ -9,6 +9,7 @@ would ask. The last test reads a standby directly, then kills the leader.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -31,10 +32,10 @@ from tests.e2e.kube import (
     pod_manifest,
     put_as_client_go,
     start_sandbox_process,
-    wait_for,
 )
 from tests.e2e.test_operator import LEASE_ARGS, leader, put_direct, replicas
 from tests.e2e.test_resource_metrics import make_node, report, send
+from tests.timing import eventually_async
 
 RETENTION = 12  # seconds: long enough for a test's reads, short enough to watch series expire
 CUSTOM = "/apis/custom.metrics.k8s.io/v1beta2"
@@ -69,7 +70,7 @@ async def _available(kube: Kube, name: str) -> bool:
 async def admin(sandbox: Path) -> AsyncIterator[Kube]:
     async with Kube.from_kubeconfig(sandbox) as kube:
         for name in APISERVICES:
-            await wait_for(lambda name=name: _available(kube, name), timeout=30)
+            await eventually_async(functools.partial(_available, kube, name), timeout=30)
         yield kube
 
 
@@ -97,7 +98,7 @@ def batch(node: str, *series: tuple[str, dict[str, str], str | None, list[tuple[
 async def put_samples(admin: Kube, node: str, token: str, body: Any) -> tuple[int, Any]:
     """Straight to the leader the Lease names, as an agent sends them (through kube-apiserver, a
     standby may get them first and answer 503 with Retry-After: see test_samples_through_the_aggregator)."""
-    _, endpoint, context = await wait_for(lambda: _leader_endpoint(admin), timeout=20, interval=0.1)
+    _, endpoint, context = await eventually_async(lambda: _leader_endpoint(admin), timeout=20, interval=0.1)
     return await put_direct(endpoint, context, node, body, token, subresource="samples")
 
 
@@ -148,7 +149,7 @@ async def seen_pods(admin: Kube, web: dict[str, str], metric: str, count: int) -
                 return False
         return True
 
-    await wait_for(found, timeout=15)
+    await eventually_async(found, timeout=15)
 
 
 async def test_an_hpa_request_over_a_label_selector_returns_the_selected_pods(
@@ -258,7 +259,7 @@ async def test_retention_drops_old_series(admin: Kube, kubectl: Kubectl, web: di
         status, listed = await admin.request("GET", f"{CUSTOM}/namespaces/{namespace}/pods/*/short_lived")
         return status == 200 and [i["describedObject"]["name"] for i in listed["items"]] == ["web-1"]
 
-    await wait_for(expired, timeout=RETENTION)
+    await eventually_async(expired, timeout=RETENTION)
     gone = kubectl.run("get", "--raw", f"{CUSTOM}/namespaces/{namespace}/pods/web-0/short_lived", check=False)
     assert gone.returncode != 0 and "NotFound" in gone.stderr
 
@@ -288,10 +289,10 @@ async def test_a_standby_serves_the_samples_and_the_new_leader_keeps_them_after_
     # The standby answers from its own copy: the scraped samples from the leader's feed, the
     # built-ins' history from its own sampling of the NodeMetric it replicated.
     samples = f"{CUSTOM}/namespaces/{namespace}/pods/web-0/failover_rps"
-    assert await wait_for(lambda: _value(standby, samples, token=reader), timeout=20, interval=0.1) == "6500m"
+    assert await eventually_async(lambda: _value(standby, samples, token=reader), timeout=20, interval=0.1) == "6500m"
     assert await _value(standby, f"{samples}_agg_avg", reader) == "5250m"
     history = f"{CUSTOM}/namespaces/{namespace}/pods/web-0/cpu_usage_agg_max"
-    assert await wait_for(lambda: _value(standby, history, token=reader), timeout=10, interval=0.1) == "250m"
+    assert await eventually_async(lambda: _value(standby, history, token=reader), timeout=10, interval=0.1) == "250m"
     status, external = await get_from_replica(standby, f"{EXTERNAL}/namespaces/{namespace}/failover_rps", reader)
     assert status == 200 and [i["value"] for i in external["items"]] == ["6500m"]
 
@@ -300,11 +301,11 @@ async def test_a_standby_serves_the_samples_and_the_new_leader_keeps_them_after_
     async def led_by_standby() -> bool:
         return bool((await leader(admin))[0] == standby["identity"])
 
-    await wait_for(led_by_standby, timeout=15, interval=0.05)
+    await eventually_async(led_by_standby, timeout=15, interval=0.05)
     assert await _value(standby, samples, reader) == "6500m"  # now the leader, it kept what it had copied
 
     async def served_through_the_aggregator() -> bool:
         status, listed = await admin.request("GET", samples)
         return status == 200 and [i["value"] for i in listed["items"]] == ["6500m"]
 
-    await wait_for(served_through_the_aggregator, timeout=30, interval=0.1)  # the endpoints follow readiness
+    await eventually_async(served_through_the_aggregator, timeout=30, interval=0.1)  # the endpoints follow readiness

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from tests.e2e.kopf_example import HANDLERS, widget_crd
-from tests.e2e.kube import Kube, ensure_crd, wait_for
+from tests.e2e.kube import Kube, ensure_crd
+from tests.timing import eventually_async
 
 WIDGETS = "/apis/e2e.colocation.dev/v1/namespaces/{ns}/widgets"
 RESIZE = "resize_widget/spec.size"
@@ -84,14 +85,15 @@ async def test_kopf_operator_handles_a_widget_lifecycle(kube: Kube, namespace: s
         widget = await _widget(kube, namespace, name)
         return widget if widget and (widget.get("status") or {}).get("create_widget") else None
 
-    widget = await wait_for(created, timeout=30)
+    widget = await eventually_async(created, timeout=30)
     assert widget["status"]["create_widget"] == {"size": 3, "area": 9}
     assert widget["status"]["phase"] == "Ready"
     assert KOPF_FINALIZER in widget["metadata"]["finalizers"]
     # Kopf remembers what it handled (its diff base) in an annotation, written with a merge patch.
     last_handled = yaml.safe_load(widget["metadata"]["annotations"]["kopf.zalando.org/last-handled-configuration"])
     assert last_handled["spec"] == {"size": 3}
-    assert (await wait_for(lambda: _has(kube, namespace, name, "Created")))["Created"] == f"widget {name} has size 3"
+    assert (await eventually_async(lambda: _has(kube, namespace, name, "Created")))["Created"] == \
+        f"widget {name} has size 3"
 
     # Update: a change of spec.size runs the field handler with the old and new values; a field
     # handler's id (its status key) is the function's name with the field as a suffix.
@@ -103,11 +105,11 @@ async def test_kopf_operator_handles_a_widget_lifecycle(kube: Kube, namespace: s
         widget = await _widget(kube, namespace, name)
         return widget if widget and (widget.get("status") or {}).get(RESIZE) else None
 
-    widget = await wait_for(resized, timeout=15)
+    widget = await eventually_async(resized, timeout=15)
     assert widget["status"][RESIZE] == {"size": 5, "previous": 3}
     assert widget["status"]["phase"] == "Resized"
     assert widget["status"]["create_widget"] == {"size": 3, "area": 9}
-    events = await wait_for(lambda: _has(kube, namespace, name, "Resized"), timeout=10)
+    events = await eventually_async(lambda: _has(kube, namespace, name, "Resized"), timeout=10)
     assert events["Resized"] == "from 3 to 5"
 
     # The timer keeps counting in the status.
@@ -117,7 +119,7 @@ async def test_kopf_operator_handles_a_widget_lifecycle(kube: Kube, namespace: s
         widget = await _widget(kube, namespace, name)
         return bool(widget) and int(widget["status"].get("ticks", 0)) >= ticks + 2  # type: ignore[index]
 
-    await wait_for(advanced, timeout=15)
+    await eventually_async(advanced, timeout=15)
 
     # Delete: the object stays (finalizer) until the delete handler ran and Kopf released it.
     status, body = await kube.request("DELETE", f"{widgets}/{name}")
@@ -127,8 +129,8 @@ async def test_kopf_operator_handles_a_widget_lifecycle(kube: Kube, namespace: s
     async def gone() -> bool:
         return await _widget(kube, namespace, name) is None
 
-    await wait_for(gone, timeout=15)
-    events = await wait_for(lambda: _has(kube, namespace, name, "Deleting"), timeout=10)
+    await eventually_async(gone, timeout=15)
+    events = await eventually_async(lambda: _has(kube, namespace, name, "Deleting"), timeout=10)
     assert events["Deleting"] == f"widget {name} is going away"
 
     assert operator.stop() == 0, operator.output()

@@ -10,8 +10,7 @@ the project serves through the aggregation layer, with kubectl only.
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -21,6 +20,7 @@ import yaml
 from tests.e2e.conftest import REPO, Kubectl, sandbox_kind_args
 from tests.e2e.kube import start_sandbox_process
 from tests.e2e.test_kubectl_scenario import applied, table
+from tests.timing import eventually
 
 pytestmark = pytest.mark.kubectl
 
@@ -41,16 +41,6 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 @pytest.fixture
 def user_kubectl(kubectl: Kubectl, cluster: Path) -> Kubectl:
     return Kubectl(kubectl.binary, cluster, kubectl.cache_dir)
-
-
-def eventually(check: Callable[[], object], timeout: float) -> object:
-    """Call `check` until it returns something truthy (kubectl runs in between; no sleep needed)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            assert result, f"not within {timeout:.0f} s"
-            return result
 
 
 def overlay(tmp_path: Path) -> Path:
@@ -88,7 +78,8 @@ def test_install_then_read_every_api_through_the_aggregator(user_kubectl: Kubect
         header, rows = table(kubectl.run("get", "nodemetrics").stdout)
         return rows if header[:3] == ["NAME", "CPU", "MEMORY"] and {r[0] for r in rows} == nodes else None
 
-    eventually(nodemetrics, 90)
+    # No sleep between the calls (interval=0): each runs kubectl, which takes its own time.
+    eventually(nodemetrics, 90, interval=0, message="every node's NodeMetric listed")
 
     def top() -> list[list[str]] | None:
         result = kubectl.run("top", "nodes", check=False)
@@ -97,8 +88,8 @@ def test_install_then_read_every_api_through_the_aggregator(user_kubectl: Kubect
         header, rows = table(result.stdout)
         return rows if header[:1] == ["NAME"] and {r[0] for r in rows} == nodes else None
 
-    rows = eventually(top, 90)
-    assert all(row[1].endswith("m") for row in rows), rows  # type: ignore[attr-defined]
+    rows = eventually(top, 90, interval=0, message="kubectl top nodes")
+    assert all(row[1].endswith("m") for row in rows), rows
 
     raw = orjson.loads(kubectl.run("get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2/nodes/*/cpu_usage").stdout)
     assert raw["kind"] == "MetricValueList"

@@ -17,9 +17,9 @@ import pytest
 
 from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, apiserver_kind
-from tests.e2e.kube import TIME_FACTOR, start_sandbox_process
-from tests.e2e.test_kubectl_cluster import eventually
+from tests.e2e.kube import start_sandbox_process
 from tests.e2e.test_kubectl_scenario import table
+from tests.timing import eventually
 
 pytestmark = pytest.mark.kubectl
 
@@ -51,7 +51,8 @@ def test_kubectl_top_works_on_make_run_without_a_flag(kubectl_run: Kubectl, make
                              "jsonpath={.status.conditions[?(@.type=='Available')].status}", check=False)
         return result.returncode == 0 and result.stdout == "True"
 
-    eventually(available, 60 * TIME_FACTOR)  # registered by default, and its replicas ready
+    # Registered by default, and its replicas ready (interval=0: each call runs kubectl).
+    eventually(available, 60, interval=0, message="the metrics.k8s.io APIService Available")
 
     def top_nodes() -> list[list[str]] | None:
         result = kubectl.run("top", "nodes", check=False)
@@ -64,7 +65,7 @@ def test_kubectl_top_works_on_make_run_without_a_flag(kubectl_run: Kubectl, make
         return rows if all(re.fullmatch(r"\d+m?", row[1]) and row[3].endswith(("Mi", "Ki", "Gi")) for row in rows) \
             else None
 
-    eventually(top_nodes, 90 * TIME_FACTOR)
+    eventually(top_nodes, 90, interval=0, message="kubectl top nodes")
 
     def top_pods() -> list[list[str]] | None:
         result = kubectl.run("top", "pods", "-A", check=False)
@@ -75,7 +76,7 @@ def test_kubectl_top_works_on_make_run_without_a_flag(kubectl_run: Kubectl, make
             return None
         return rows if rows and all(re.fullmatch(r"\d+m?", row[2]) for row in rows) else None
 
-    eventually(top_pods, 90 * TIME_FACTOR)
+    eventually(top_pods, 90, interval=0, message="kubectl top pods -A")
 
 
 def test_make_run_pods_are_ready_with_an_address_of_their_node(kubectl_run: Kubectl) -> None:

@@ -31,8 +31,8 @@ from tests.e2e.kube import (
     node_agent_token,
     start_agent_process,
     start_sandbox_process,
-    wait_for,
 )
+from tests.timing import eventually_async
 from tests.unit.agent.test_collector import Machine
 
 NS = "colocation-system"
@@ -124,15 +124,15 @@ async def test_kubectl_top_nodes_follows_a_load_step_within_30_seconds(
             value = await top_cpu(kubectl, node)
             return value if near(value, expected) else None
 
-        await wait_for(lambda: shows(BEFORE), timeout=60, interval=1)
+        await eventually_async(lambda: shows(BEFORE), timeout=60, interval=1)
         cpu.step_wanted = True
 
         async def stepped() -> bool:
             return cpu.stepped_at is not None
 
-        await wait_for(stepped, timeout=IDLE_BEFORE_STEP + 10, interval=0.2)
+        await eventually_async(stepped, timeout=IDLE_BEFORE_STEP + 10, interval=0.2)
         assert cpu.stepped_at is not None
-        await wait_for(lambda: shows(AFTER), timeout=30, interval=1)
+        await eventually_async(lambda: shows(AFTER), timeout=30, interval=1)
         followed_in = time.monotonic() - cpu.stepped_at
 
         # The 300 s average still lags: at least 40 s of 1 core against at most 30 s x TIME_FACTOR

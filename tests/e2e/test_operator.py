@@ -42,8 +42,8 @@ from tests.e2e.kube import (
     scrape_samples,
     start_sandbox_process,
     token_client,
-    wait_for,
 )
+from tests.timing import eventually_async
 
 NS = "colocation-system"
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
@@ -66,7 +66,7 @@ def operator_sandbox(request: pytest.FixtureRequest,
 @pytest.fixture
 async def admin(operator_sandbox: tuple[Path, Path]) -> AsyncIterator[Kube]:
     async with Kube.from_kubeconfig(operator_sandbox[0]) as kube:
-        await wait_for(lambda: _available(kube), timeout=30)
+        await eventually_async(lambda: _available(kube), timeout=30)
         yield kube
 
 
@@ -225,7 +225,7 @@ async def _until_accepted_locally(endpoint: str, context: ssl.SSLContext, node: 
         before = await _locally_accepted(endpoint, context)
         status, _ = await put_direct(endpoint, context, node, report(node), token)
         return status == 200 and await _locally_accepted(endpoint, context) > before
-    await wait_for(accepted_locally, timeout=30, interval=0.2)
+    await eventually_async(accepted_locally, timeout=30, interval=0.2)
 
 
 async def _token_reviews(admin: Kube, request: pytest.FixtureRequest) -> int:
@@ -265,7 +265,7 @@ async def test_reports_from_new_nodes_cost_no_authorization_review(admin: Kube) 
     # account's answer is cached for minutes, so it can expire at most once during the test.
     reviews_before = await report_reviews()
     for node, token in nodes:
-        await wait_for(accepted(node, token), timeout=30, interval=0.2)
+        await eventually_async(accepted(node, token), timeout=30, interval=0.2)
     reviews_after = await report_reviews()
     assert reviews_after >= 1  # the counter counts: some report of this account was reviewed
     assert reviews_after - reviews_before <= 1, (reviews_before, reviews_after)
@@ -279,7 +279,7 @@ async def test_the_leader_gives_its_heaps_free_pages_back_once_a_minute(admin: K
     async def trimmed() -> bool:
         return await _leader_sample(endpoint, context, "colocation_heap_trims_total") >= 1
 
-    await wait_for(trimmed, timeout=90, interval=1.0)  # one interval after the process started, at most
+    await eventually_async(trimmed, timeout=90, interval=1.0)  # one interval after the process started, at most
     assert await _leader_sample(endpoint, context, "colocation_heap_trim_seconds_total") < 5.0
 
 
@@ -345,11 +345,11 @@ async def test_a_token_of_a_replaced_pod_is_refused(admin: Kube) -> None:
 
     async def recreated() -> bool:
         return (await admin.request("POST", f"/api/v1/namespaces/{NS}/pods", replacement))[0] == 201
-    await wait_for(recreated, timeout=30, interval=0.2)  # once the old pod is gone from the API
+    await eventually_async(recreated, timeout=30, interval=0.2)  # once the old pod is gone from the API
 
     async def refused() -> bool:
         return (await put_direct(endpoint, context, node, report(node), token))[0] == 401
-    await wait_for(refused, timeout=30, interval=0.2)
+    await eventually_async(refused, timeout=30, interval=0.2)
     assert (await put_direct(endpoint, context, node, report(node), await _pod_token(admin, node)))[0] == 200
 
 
@@ -398,7 +398,7 @@ async def test_a_token_of_a_deleted_service_account_is_refused(admin: Kube) -> N
 
         async def refused() -> bool:
             return (await put_direct(endpoint, context, node, report(node), token))[0] == 401
-        await wait_for(refused, timeout=30, interval=0.2)
+        await eventually_async(refused, timeout=30, interval=0.2)
     finally:
         await admin.request("DELETE", binding)
 
@@ -414,7 +414,7 @@ async def test_a_deleted_nodes_nodemetric_goes_at_once(admin: Kube) -> None:
 
     async def gone() -> bool:
         return (await admin.request("GET", f"{BASE}/{node}"))[0] == 404
-    await wait_for(gone, timeout=10, interval=0.1)
+    await eventually_async(gone, timeout=10, interval=0.1)
     # An agent that still reports for it cannot bring it back: the Node is unknown (404), or, where
     # the pod garbage collector already deleted the agent's pod, its pod-bound token is void (401).
     assert (await put_direct(endpoint, context, node, report(node), token))[0] in (401, 404)
@@ -480,7 +480,7 @@ async def test_a_standby_refuses_reports_and_names_the_leader(admin: Kube, opera
         status, answer = await put_direct(address(standby), unverified, node, report(node), token)
         return (status, answer) if status != 503 or identity in answer["message"] else None
 
-    status, answer = await wait_for(refused_naming_the_leader, timeout=10, interval=0.2)
+    status, answer = await eventually_async(refused_naming_the_leader, timeout=10, interval=0.2)
     assert status == 503, answer
     assert answer["reason"] == "ServiceUnavailable" and identity in answer["message"]
     # ... and where it serves, so that an agent goes there without reading the Lease.
@@ -502,14 +502,14 @@ async def test_the_leader_publishes_its_standbys_and_they_are_warm(
         return listed if set(listed.values()) == expected else None
 
     # Agents that lose the leader ask these replicas, not kube-apiserver, who leads now.
-    listed = await wait_for(published, timeout=20 * TIME_FACTOR, interval=0.2)
+    listed = await eventually_async(published, timeout=20 * TIME_FACTOR, interval=0.2)
     assert len(listed) == 2 and any(name.startswith(identity) for name in listed)
     standby = next(r for r in replicas(operator_sandbox[1]) if r["identity"] != identity)
 
     async def warm() -> bool:  # its informers listed and its configuration read, before it leads
         return await _leader_sample(address(standby), context, "colocation_controllers_warm") == 1
 
-    await wait_for(warm, timeout=30 * TIME_FACTOR, interval=0.2)
+    await eventually_async(warm, timeout=30 * TIME_FACTOR, interval=0.2)
     assert await _leader_sample(address(standby), context, "colocation_reconcile_duration_seconds_count") == 0
 
 
@@ -568,8 +568,8 @@ async def test_failover_keeps_serving_reads_and_watches(
     old = next(r for r in replicas(operator_sandbox[1]) if r["identity"] == identity)
     # Both replicas serve complete data and are behind the Service before the failover (a replica
     # restarted by an earlier test may still be catching up).
-    await wait_for(lambda: _standby_complete(reader_token, standby, set(nodes)), timeout=40, interval=0.1)
-    await wait_for(lambda: _ready_endpoints(admin, 2), timeout=30, interval=0.1)
+    await eventually_async(lambda: _standby_complete(reader_token, standby, set(nodes)), timeout=40, interval=0.1)
+    await eventually_async(lambda: _ready_endpoints(admin, 2), timeout=30, interval=0.1)
 
     logged_before = _log_size(old["log"])
     reader = Reader(admin, set(nodes))
@@ -578,7 +578,7 @@ async def test_failover_keeps_serving_reads_and_watches(
         old_endpoint, old_context = endpoint, context
         os.kill(old["pid"], signal.SIGKILL if how == "kill" else signal.SIGTERM)
         started = time.monotonic()
-        await wait_for(lambda: _led_by(admin, standby["identity"]), timeout=20, interval=0.02)
+        await eventually_async(lambda: _led_by(admin, standby["identity"]), timeout=20, interval=0.02)
         if how == "terminate":
             # Draining after it released the Lease, the old replica still answers for a few
             # seconds (unless a loaded machine let them pass): it must not count as a leader.
@@ -589,7 +589,7 @@ async def test_failover_keeps_serving_reads_and_watches(
         assert (await put_direct(endpoint, context, node, report(node, cpu="2"), token))[0] == 200
         accepted = time.monotonic() - started
         # The standby was warm: as leader it evaluates every node at once, not after listing them.
-        await wait_for(lambda: _evaluated(endpoint, context), timeout=5 * TIME_FACTOR, interval=0.05)
+        await eventually_async(lambda: _evaluated(endpoint, context), timeout=5 * TIME_FACTOR, interval=0.05)
         evaluated = time.monotonic() - started
         # The watch opened before the failover: it either carries on (served by the standby) or
         # ends, and is then resumed from the last resourceVersion it saw, on whichever replica.
@@ -618,7 +618,7 @@ async def test_failover_keeps_serving_reads_and_watches(
             assert refused.status == 503, refused
             await asyncio.sleep(random.uniform(0.2, 0.4))  # the client's retry backoff
     assert modified["object"]["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "2"
-    await wait_for(lambda: _reads_after(reader, 5), timeout=10)
+    await eventually_async(lambda: _reads_after(reader, 5), timeout=10)
     reading.cancel()
     record_property(f"failover_{how}_report_accepted_seconds", round(accepted, 3))
     record_property(f"failover_{how}_first_evaluation_seconds", round(evaluated, 3))

@@ -30,8 +30,9 @@ import pytest
 
 from colocation.apimachinery.clock import parse_micro_time
 from tests.e2e.conftest import apiserver_kind
-from tests.e2e.kube import TIME_FACTOR, Kube, start_sandbox_process, wait_for
+from tests.e2e.kube import TIME_FACTOR, Kube, start_sandbox_process
 from tests.e2e.test_operator import NS, leader, make_node, put_direct, replicas, report
+from tests.timing import eventually_async
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6, 4, 1  # lease duration - renew deadline > 0: the write budget
 OPERATOR_ARGS = [f"--lease-duration={LEASE_DURATION}", f"--renew-deadline={RENEW_DEADLINE}",
@@ -114,24 +115,24 @@ async def test_a_cut_off_leader_stops_writing_before_the_new_leader_starts(
         admin: Kube, partition_sandbox: tuple[Path, Path, Path], record_property: Any) -> None:
     _, state, audit = partition_sandbox
     node, token = await make_node(admin)
-    old, endpoint, context = await wait_for(lambda: _leader_known(admin), timeout=30)
+    old, endpoint, context = await eventually_async(lambda: _leader_known(admin), timeout=30)
     standby = next(r["identity"] for r in replicas(state) if r["identity"] != old)
     old_log = Path(next(r["log"] for r in replicas(state) if r["identity"] == old))
     assert (await put_direct(endpoint, context, node, report(node), token))[0] == 200
     # The old leader's writes are attributed to its pod before the cut: Lease renewals at least,
     # and the controllers' patches of the simulated nodes.
-    await wait_for(lambda: _writes_by(audit, old, "noderesources"), timeout=30)
+    await eventually_async(lambda: _writes_by(audit, old, "noderesources"), timeout=30)
     netns = pod_netns(state, old)
 
     ip("-n", netns, "link", "set", "eth0", "down")
     cut_wall, cut = dt.datetime.now(tz=dt.UTC), time.monotonic()
     try:
-        _, endpoint, context = await wait_for(lambda: _accepting(admin, standby, node, token),
+        _, endpoint, context = await eventually_async(lambda: _accepting(admin, standby, node, token),
                                               timeout=LEASE_DURATION + 2, interval=0.05)
         accepted = time.monotonic() - cut
         # Cut for longer than the lease duration, whatever the new leader's speed.
-        await wait_for(lambda: _after(cut, LEASE_DURATION + 1), timeout=LEASE_DURATION + 2, interval=0.1)
-        lost = await wait_for(lambda: _lost(old_log), timeout=10)
+        await eventually_async(lambda: _after(cut, LEASE_DURATION + 1), timeout=LEASE_DURATION + 2, interval=0.1)
+        lost = await eventually_async(lambda: _lost(old_log), timeout=10)
     finally:
         ip("-n", netns, "link", "set", "eth0", "up")
         ip("-n", netns, "route", "replace", "default", "via", gateway(state))  # went with the link
@@ -142,12 +143,12 @@ async def test_a_cut_off_leader_stops_writing_before_the_new_leader_starts(
 
     # After healing, the old pod's replica is a standby that follows the new leader: its first
     # process exited with code 3 (lost the lease) and the pod restarted it.
-    await wait_for(lambda: _restarted_with(admin, old, 3), timeout=30)
-    await wait_for(lambda: _standby_following(old_log, standby), timeout=30)
+    await eventually_async(lambda: _restarted_with(admin, old, 3), timeout=30)
+    await eventually_async(lambda: _standby_following(old_log, standby), timeout=30)
     # Give anything the old pod still had queued time to land, as far as the test can tell: the
     # new leader's Lease renewals (one per retry period) keep arriving meanwhile. Not its status
     # writes: those happen only when what a status says changes.
-    await wait_for(lambda: _writes_by(audit, standby, "leases", after=acquired, count=3), timeout=30)
+    await eventually_async(lambda: _writes_by(audit, standby, "leases", after=acquired, count=3), timeout=30)
 
     log = writes(audit)
     by_old = [w for w in log if w["pod"] == old]

@@ -25,7 +25,8 @@ import pytest
 from colocation.apiserver.pod_mutation_webhook import WEBHOOK_PATH
 from colocation.kube.permissions import POD_WEBHOOK_CONFIGURATION
 from tests.e2e.conftest import apiserver_kind, sandbox_kind_args
-from tests.e2e.kube import Kube, create, fresh_namespace, get, pod_manifest, start_sandbox_process, wait_for
+from tests.e2e.kube import Kube, create, fresh_namespace, get, pod_manifest, start_sandbox_process
+from tests.timing import eventually_async
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 PROFILES = "/apis/slo.colocation.dev/v1alpha1/clustercolocationprofiles"
@@ -49,7 +50,7 @@ def webhook_sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
 @pytest.fixture
 async def admin(webhook_sandbox: Path) -> AsyncIterator[Kube]:
     async with Kube.from_kubeconfig(webhook_sandbox) as kube:
-        await wait_for(lambda: _webhook_trusts_the_operator(kube), timeout=60)
+        await eventually_async(lambda: _webhook_trusts_the_operator(kube), timeout=60)
         yield kube
 
 
@@ -119,7 +120,7 @@ async def test_a_pod_a_profile_picks_is_created_as_a_batch_pod(admin: Kube, batc
         pod = await _created(admin, namespace, "probe", dry_run=True)
         return pod is not None and pod["spec"].get("priorityClassName") == priority_class
 
-    await wait_for(mutated_dry_run, timeout=30)
+    await eventually_async(mutated_dry_run, timeout=30)
     pod = await _created(admin, namespace, "etl")
     assert pod is not None
     spec, labels = pod["spec"], pod["metadata"]["labels"]
@@ -157,7 +158,7 @@ async def test_a_profile_copies_suffixes_and_patches_what_it_picks(admin: Kube, 
             return pod is not None and pod["spec"].get("priorityClassName") == priority_class and \
                 "patched" in pod["metadata"]["labels"]
 
-        await wait_for(both_applied, timeout=30)
+        await eventually_async(both_applied, timeout=30)
         pod = await _created(admin, namespace, "etl")
         assert pod is not None
         assert pod["metadata"]["labels"] == {"app": "etl-batch", "example.com/workload": "etl", "patched": "yes",
@@ -186,8 +187,8 @@ async def test_a_pod_no_profile_picks_is_created_as_it_was_sent(admin: Kube, bat
         pod = await _created(admin, picked, "probe", dry_run=True)
         return pod is not None and pod["spec"].get("priorityClassName") == priority_class
 
-    await wait_for(profile_seen, timeout=30)  # the replicas know the profile: what follows is its choice
-    pod = await wait_for(lambda: _created(admin, elsewhere, "web"), timeout=30)
+    await eventually_async(profile_seen, timeout=30)  # the replicas know the profile: what follows is its choice
+    pod = await eventually_async(lambda: _created(admin, elsewhere, "web"), timeout=30)
     assert "priorityClassName" not in pod["spec"] and "koordinator.sh/qosClass" not in pod["metadata"]["labels"]
     assert pod["spec"]["schedulerName"] != BATCH_SCHEDULER
     assert pod["spec"]["containers"][0]["resources"] == RESOURCES
@@ -215,13 +216,13 @@ async def test_a_webhook_nobody_answers_never_blocks_pod_creation(admin: Kube, n
                                                params={"dryRun": "All"})
             return status >= 500 and "failed calling webhook" in str(body)
 
-        await wait_for(refused_by_the_dead_webhook, timeout=30)
+        await eventually_async(refused_by_the_dead_webhook, timeout=30)
         status, body = await admin.request("PATCH", f"{WEBHOOKS}/{name}", [
             {"op": "replace", "path": "/webhooks/0/failurePolicy", "value": ours["failurePolicy"]}],
                                            content_type="application/json-patch+json")
         assert status == 200, body
         assert ours["failurePolicy"] == "Ignore"
-        pod = await wait_for(lambda: _created(admin, namespace, "created"), timeout=30)
+        pod = await eventually_async(lambda: _created(admin, namespace, "created"), timeout=30)
         assert pod["metadata"]["name"] == "created"
     finally:
         await admin.request("DELETE", f"{WEBHOOKS}/{name}")

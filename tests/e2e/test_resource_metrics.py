@@ -24,8 +24,8 @@ from tests.e2e.kube import (
     pod_manifest,
     put_as_client_go,
     start_sandbox_process,
-    wait_for,
 )
+from tests.timing import eventually_async
 
 NS = "colocation-system"
 METRICS = "/apis/metrics.k8s.io/v1beta1"
@@ -44,7 +44,7 @@ def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 @pytest.fixture
 async def admin(sandbox: Path) -> AsyncIterator[Kube]:
     async with Kube.from_kubeconfig(sandbox) as kube:
-        await wait_for(lambda: _available(kube, "v1beta1.metrics.k8s.io"), timeout=30)
+        await eventually_async(lambda: _available(kube, "v1beta1.metrics.k8s.io"), timeout=30)
         yield kube
 
 
@@ -119,7 +119,7 @@ async def test_kubectl_top_node_and_pod_print_the_reported_usage(admin: Kube, to
         status, listed = await admin.request("GET", f"{METRICS}/namespaces/{namespace}/pods")
         return status == 200 and len(listed["items"]) == 3
 
-    await wait_for(pods_served, timeout=15)  # the operator's Pod informer has seen the pods
+    await eventually_async(pods_served, timeout=15)  # the operator's Pod informer has seen the pods
 
     # 1500m of 4 cores is 37 % (kubectl truncates), 2Gi of 8Gi is 25 %; 500m of 2 is 25 %, 1Gi of 4Gi 25 %.
     header, *nodes = rows(top.run("top", "node", "-l", f"pool={pool}").stdout)
@@ -159,4 +159,4 @@ async def test_reading_metrics_needs_rbac_on_metrics_k8s_io(admin: Kube) -> None
             status, _ = await reader.request("GET", f"{METRICS}/nodes")
             return status == 200
 
-        await wait_for(allowed, timeout=30, interval=0.5)
+        await eventually_async(allowed, timeout=30, interval=0.5)

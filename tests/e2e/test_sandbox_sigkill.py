@@ -22,6 +22,7 @@ import pytest
 from colocation_sandbox.launcher.controlplane.binaries import BinariesMissing, locate
 from colocation_sandbox.launcher.controlplane.podnetwork import remove_leftovers
 from tests.e2e.conftest import apiserver_kind
+from tests.timing import eventually
 from tests.unit.sandbox.process_tree import (
     Proc,
     alive,
@@ -31,7 +32,6 @@ from tests.unit.sandbox.process_tree import (
     listeners,
     proc,
     sandbox_process,
-    until,
     until_none,
 )
 
@@ -75,7 +75,7 @@ def test_a_killed_real_control_plane_sandbox_leaves_no_process_and_no_port(
                 os.kill(sandbox.pid, signal.SIGKILL)
             else:
                 os.kill(sandbox.pid, signal.SIGTERM)
-                until(lambda: not all(alive(process) for process in processes), 60, "the sandbox stopping")
+                eventually(lambda: not all(alive(process) for process in processes), 60, message="the sandbox stopping")
                 os.killpg(sandbox.pid, signal.SIGKILL)
             sandbox.wait()
             until_none(lambda: [process for process in processes if alive(process)], 10,

@@ -26,7 +26,8 @@ from colocation.kube.permissions import CA_SECRET_NAME, OPERATOR_NAMESPACE
 from colocation.manager.serving_ca import GENERATION_ANNOTATION
 from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
-from tests.e2e.kube import Kube, start_sandbox_process, wait_for
+from tests.e2e.kube import Kube, start_sandbox_process
+from tests.timing import eventually_async
 
 APISERVICE = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha1.metrics.colocation.dev"
 NODEMETRICS = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
@@ -50,7 +51,7 @@ def tls_sandbox(request: pytest.FixtureRequest,
 @pytest.fixture
 async def admin(tls_sandbox: tuple[Path, Path]) -> AsyncIterator[Kube]:
     async with Kube.from_kubeconfig(tls_sandbox[0]) as kube:
-        await wait_for(lambda: _condition(kube), timeout=60)
+        await eventually_async(lambda: _condition(kube), timeout=60)
         yield kube
 
 
@@ -132,11 +133,11 @@ async def test_reads_never_fail_across_certificate_and_ca_rotations(admin: Kube,
             fresh = [ca for ca in trusted if ca not in first]
             return fresh[0] if fresh and len(trusted) == 2 else None
 
-        ca = await wait_for(new_ca, timeout=60, interval=0.5)
+        ca = await eventually_async(new_ca, timeout=60, interval=0.5)
         # ...every replica moves to a certificate it signed...
-        await wait_for(lambda: _all_issued_by(tls_sandbox[1], ca.subject), timeout=30, interval=0.5)
+        await eventually_async(lambda: _all_issued_by(tls_sandbox[1], ca.subject), timeout=30, interval=0.5)
         # ...and once the old CA expired, the bundle holds the new one alone.
-        await wait_for(lambda: _only(admin, ca), timeout=60, interval=0.5)
+        await eventually_async(lambda: _only(admin, ca), timeout=60, interval=0.5)
         assert not reader.done(), reader
     finally:
         done.set()
@@ -163,7 +164,7 @@ async def test_a_wrong_ca_bundle_makes_the_apiservice_unavailable(admin: Kube) -
     status, body = await admin.request("PATCH", APISERVICE, patch, content_type="application/merge-patch+json")
     assert status == 200, body
     try:
-        refused = await wait_for(lambda: _condition(admin, "False"), timeout=30)
+        refused = await eventually_async(lambda: _condition(admin, "False"), timeout=30)
         assert "certificate" in refused["message"] or "x509" in refused["message"], refused
         status, body = await admin.request("GET", NODEMETRICS)
         assert status == 503, body
@@ -171,7 +172,7 @@ async def test_a_wrong_ca_bundle_makes_the_apiservice_unavailable(admin: Kube) -
         status, body = await admin.request("PATCH", APISERVICE, {"metadata": {"annotations": {
             GENERATION_ANNOTATION: None}}}, content_type="application/merge-patch+json")
         assert status == 200, body
-    await wait_for(lambda: _condition(admin), timeout=60, interval=0.5)
+    await eventually_async(lambda: _condition(admin), timeout=60, interval=0.5)
     bundle, _ = await _secret_bundle(admin)
     assert base64.b64decode((await _apiservice(admin))["spec"]["caBundle"]) == bundle
 

@@ -14,22 +14,13 @@ import pytest
 
 from colocation.agent import cgroups, procfs
 from colocation.agent.collector import HostApplication, RealCollector, Sample
+from tests.clock import FakeClock
 
 KB = 1024
 MI = 2**20
 GI = 2**30
 UID_A = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
 UID_B = "6fa459ea-ee8a-3ca4-894e-db77e160355e"
-
-
-class Clock:
-    """A monotonic clock the test moves."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Machine:
@@ -46,7 +37,7 @@ class Machine:
         else:
             (self.cgroup / "cpu,cpuacct").mkdir()
             (self.cgroup / "memory").mkdir()
-        self.clock = Clock()
+        self.clock = FakeClock(1000.0)
         self.cpu(busy=1000)
         self.memory(total=8 * GI, free=1 * GI, available=5 * GI, inactive_file=2 * GI)
 
@@ -282,7 +273,7 @@ def test_counter_reset_of_a_pod_gives_no_rate(machine: Machine) -> None:
 
 def test_unreadable_proc_files_are_counted_and_flagged(tmp_path: Path) -> None:
     (tmp_path / "proc").mkdir()
-    collector = RealCollector(tmp_path / "proc", tmp_path / "nothing", clock=Clock())
+    collector = RealCollector(tmp_path / "proc", tmp_path / "nothing", clock=FakeClock(1000.0))
     sample = collector.sample(5.0)
     assert not sample.node_cpu_measured and not sample.node_memory_measured
     assert sample.read_errors == 2

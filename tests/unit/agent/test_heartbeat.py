@@ -17,6 +17,7 @@ import pytest
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.heartbeat import HeartbeatError, NodeHeartbeat
 from colocation.kube.informer import Transport
+from tests.clock import FakeClock
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/colocation-node-lease/leases"
 MICRO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
@@ -181,7 +182,7 @@ async def test_the_loop_renews_every_interval_and_retries_sooner_after_a_failure
         if len(delays) == 3:
             raise KeyboardInterrupt  # stop the loop
 
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     beat = heartbeat(api, sleep=sleep, clock=clock)
     with pytest.raises(KeyboardInterrupt):
         await beat.run()
@@ -189,14 +190,6 @@ async def test_the_loop_renews_every_interval_and_retries_sooner_after_a_failure
     assert 9.6 <= renewed <= 10  # 4 % jitter, never longer than the interval
     assert after_failure < 1
     assert 9.6 <= recovered <= 10
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class NoJitter(random.Random):
@@ -234,7 +227,7 @@ def sleeper(clock: FakeClock, delays: list[float], count: int) -> Any:
 
 
 async def test_renewals_start_at_a_fixed_rate_however_long_one_takes() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     api = SlowLeaseApi(clock, latency=1.0)
     delays: list[float] = []
     beat = heartbeat(api, clock=clock, sleep=sleeper(clock, delays, 3), rng=NoJitter())
@@ -246,7 +239,7 @@ async def test_renewals_start_at_a_fixed_rate_however_long_one_takes() -> None:
 
 
 async def test_a_renewal_after_the_interval_and_its_grace_is_late_and_the_lease_overdue_meanwhile() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     api = FakeLeaseApi()
     metrics = AgentMetrics()
     delays: list[float] = []
@@ -293,7 +286,7 @@ async def test_a_failure_without_a_message_is_described_by_its_type() -> None:
 
 
 async def test_the_renew_time_is_stamped_once_the_request_has_its_slot_and_lateness_counts_from_it() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     metrics = AgentMetrics()
 
     class SlowSlots:
@@ -339,7 +332,7 @@ class Reports:
 
 
 async def test_while_reports_are_accepted_the_lease_is_renewed_only_as_a_registration() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     api, metrics, reports = FakeLeaseApi(), AgentMetrics(), Reports(clock)
     delays: list[float] = []
     sleep = sleeper(clock, delays, 70)
@@ -365,7 +358,7 @@ async def test_while_reports_are_accepted_the_lease_is_renewed_only_as_a_registr
 
 
 async def test_without_accepted_reports_the_lease_carries_the_heartbeat_every_interval() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     api, metrics, reports = FakeLeaseApi(), AgentMetrics(), Reports(clock)
     reports.accepted_at = clock.now
     delays: list[float] = []
@@ -380,7 +373,7 @@ async def test_without_accepted_reports_the_lease_carries_the_heartbeat_every_in
 
 
 async def test_an_accepted_report_is_a_heartbeat_and_a_late_one_is_counted() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     metrics = AgentMetrics()
     beat = heartbeat(FakeLeaseApi(), clock=clock, metrics=metrics, reports=lambda: 0.0)
     beat.started_at = clock.now
@@ -400,7 +393,7 @@ def test_a_registration_interval_shorter_than_the_heartbeat_is_refused() -> None
 
 
 async def test_before_the_first_report_the_silence_counts_from_the_start() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     api, metrics = FakeLeaseApi(), AgentMetrics()
     beat = heartbeat(api, clock=clock, sleep=sleeper(clock, [], 3), rng=NoJitter(), metrics=metrics,
                      reports=lambda: float("inf"))
@@ -410,7 +403,7 @@ async def test_before_the_first_report_the_silence_counts_from_the_start() -> No
 
 
 async def test_when_reports_flow_again_the_lease_registers_at_once() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     api, metrics, reports = FakeLeaseApi(), AgentMetrics(), Reports(clock)
     reports.accepted_at = clock.now
     delays: list[float] = []

@@ -21,6 +21,7 @@ from colocation.apiserver.delegated_authentication import (
 )
 from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, SubjectAccessSpec, check_node_rule
 from colocation.apiserver.kube_reviewers import subject_access_review_body, token_review_result
+from tests.clock import FakeClock
 
 AGENT = Caller("system:serviceaccount:colocation-system:colocation-agent", "sa-uid",
                ("system:serviceaccounts", "system:serviceaccounts:colocation-system", "system:authenticated"),
@@ -31,14 +32,6 @@ READER = Caller("alice", groups=("devs", "system:authenticated"))
 FRONT_PROXY = RequestHeaderConfig(request_header_ca_pem="-----BEGIN CERTIFICATE-----\n...",
                                   allowed_names=("front-proxy-client",))
 PROXY_CERT = ("front-proxy-client", ())
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FakeTokenReviewer:
@@ -80,7 +73,7 @@ class FakeSubjectAccessReviewer:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1000.0)
 
 
 @pytest.fixture

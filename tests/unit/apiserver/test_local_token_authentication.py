@@ -31,7 +31,8 @@ from colocation.apiserver.local_token_authentication import (
     LocalTokenAuthenticator,
 )
 from colocation.apiserver.service_account_jwt import check_claims
-from tests.unit.apiserver.test_apiserver_auth import FakeClock, FakeTokenReviewer
+from tests.clock import FakeClock
+from tests.unit.apiserver.test_apiserver_auth import FakeTokenReviewer
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 NS = "colocation-system"
@@ -113,7 +114,7 @@ def setup() -> Setup:
     issuer = Issuer()
     pods = Pods({(NS, "agent-x7k2p"): BoundPod(POD_UID, "node-3")})
     reviewer = FakeTokenReviewer({})
-    clock, wall = FakeClock(), FakeClock()
+    clock, wall = FakeClock(1000.0), FakeClock(1000.0)  # two clocks: the test moves each on its own
     wall.now = T0
     keys = IssuerKeys(issuer.fetch, clock=clock)
     local = LocalTokenAuthenticator(keys, wall_clock=wall)

@@ -22,7 +22,7 @@ from colocation.apiserver.replica_followers import ReplicaFollowers
 from colocation.kube.lease_record import MAX_REPLICAS, REPLICA_HEADER
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import COLLECTION_PATH, validate_report
-from tests.unit.custommetrics.test_sample_follower import until
+from tests.timing import eventually_async
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -216,7 +216,7 @@ async def test_the_leader_publishes_the_replicas_whose_feeds_are_open_and_only_t
                               headers={"Authorization": "Bearer replica", **announce}) as response:
             await next_event(response)
             assert followers.endpoints() == {"operator-1_b": "https://10.0.0.8:8443"}
-        await until(lambda: followers.endpoints() == {}, timeout=5)  # gone with its feed
+        await eventually_async(lambda: followers.endpoints() == {}, timeout=5, interval=0.01)  # gone with its feed
 
 
 def test_replica_followers_are_counted_per_open_feed_bounded_and_well_formed() -> None:

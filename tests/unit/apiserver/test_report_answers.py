@@ -21,7 +21,8 @@ from colocation.apiserver.nodemetric_routes import NodeMetricGroup, update_time_
 from colocation.kube.lease_record import REPLICA_HEADER
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import MAX_UPDATE_TIME_AHEAD
-from tests.unit.nodemetrics.test_nodemetric_store import T0, Clock
+from tests.clock import FakeClock
+from tests.unit.nodemetrics.test_nodemetric_store import T0
 
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
 AGENT = Caller("system:serviceaccount:colocation-system:colocation-agent",
@@ -44,12 +45,12 @@ async def may(spec: SubjectAccessSpec) -> bool:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()  # at T0, the reports' updateTime
+def clock() -> FakeClock:
+    return FakeClock(100.0, wall=T0)  # at T0, the reports' updateTime
 
 
 @pytest.fixture
-async def client(clock: Clock) -> AsyncIterator[TestClient[Any, Any]]:
+async def client(clock: FakeClock) -> AsyncIterator[TestClient[Any, Any]]:
     metrics = ServerMetrics()
     authorizer = DelegatingAuthorizer(may)
     group = NodeMetricGroup(NodeMetricStore(clock.wall, clock.monotonic), authorizer, Leader(),
@@ -115,7 +116,7 @@ FAR_AHEAD = 253_402_300_799 - int(T0)  # 9999-12-31T23:59:59Z, seen at T0
 
 
 async def test_an_update_time_far_ahead_is_served_as_the_receipt_time_with_a_warning(
-        client: TestClient[Any, Any], clock: Clock) -> None:
+        client: TestClient[Any, Any], clock: FakeClock) -> None:
     status, answer, warning = await put_answer(client, "2", "application/json", "9999-12-31T23:59:59Z")
     assert status == 200 and answer == await stored(client)
     assert answer["status"]["updateTime"] == "2026-11-22T10:00:00Z"  # T0, when the report arrived
@@ -125,7 +126,7 @@ async def test_an_update_time_far_ahead_is_served_as_the_receipt_time_with_a_war
         [item] = (await response.json())["items"]
     assert item["status"]["updateTime"] == "2026-11-22T10:00:00Z"
     # The metadata-only answer the agents ask for carries the warning too.
-    clock.wall_time += 10
+    clock.wall_now += 10
     status, answer, warning = await put_answer(client, "3", metadata_only_accept(), "9999-12-31T23:59:59Z")
     assert status == 200 and answer["kind"] == "PartialObjectMetadata"
     assert warning is not None and warning.startswith(f'299 - "status.updateTime was {FAR_AHEAD - 10} s ahead')
@@ -155,7 +156,7 @@ def test_the_warning_is_written_as_kube_apiserver_writes_one() -> None:
 # ---- a new leader evaluates before it takes the agents' writes in --------------------------------
 
 async def test_a_report_waits_for_the_hold_and_a_replica_that_lost_the_lease_meanwhile_refuses_it(
-        clock: Clock) -> None:
+        clock: FakeClock) -> None:
     leader = Leader()
     metrics = ServerMetrics()
     authorizer = DelegatingAuthorizer(may)
@@ -190,7 +191,7 @@ async def test_a_report_waits_for_the_hold_and_a_replica_that_lost_the_lease_mea
         assert entry is not None and entry.resource_version == version  # nothing stored
 
 
-async def test_a_standbys_feed_waits_for_the_hold_and_other_reads_do_not(clock: Clock) -> None:
+async def test_a_standbys_feed_waits_for_the_hold_and_other_reads_do_not(clock: FakeClock) -> None:
     metrics = ServerMetrics()
     authorizer = DelegatingAuthorizer(may)
     group = NodeMetricGroup(NodeMetricStore(clock.wall, clock.monotonic), authorizer, Leader(), NODES.__contains__,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import orjson
 import pytest
 
 from benchmarks import agent_cost_host, agent_cost_report, machine
@@ -13,16 +12,9 @@ from benchmarks.agent_cost import CostConfig, CostReport, CostWindow
 from benchmarks.agent_cost_host import CPUS, FakeHost, node_pods
 from colocation.agent.collector import RealCollector
 from colocation.agent.strategies.cpu_suppress import cpu_suppress
+from tests.clock import FakeClock
 
 MIB = 2**20
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def host(tmp_path: Path) -> FakeHost:
@@ -39,7 +31,7 @@ def test_the_node_has_best_effort_latency_sensitive_and_scraped_pods() -> None:
 def test_the_agent_measures_the_fake_node_as_designed_and_suppress_stays_off_a_cpu_edge(tmp_path: Path) -> None:
     """Node 300m + 65 x 20m + 44 x 10m = 2,040m; BE pods may use 65 % of 8 cpus less the rest (740m): 4,460m,
     i.e. 5 cpus, and still 5 with the rest off by half either way (the fake counters move in steps)."""
-    fake, clock = host(tmp_path), Clock()
+    fake, clock = host(tmp_path), FakeClock(100.0)
     collector = RealCollector(fake.proc, fake.cgroup, clock=clock)
     collector.sample(1.0)
     clock.now += 2.0
@@ -79,8 +71,8 @@ def window(cpu_percent: float, *, hwm_mib: float = 80.0, samples: float = 20.0) 
 
 
 def report(windows: list[CostWindow], **kwargs: object) -> CostReport:
-    return CostReport(CostConfig(), agent_args=["--node-name", "n"], import_rss=[70 * MIB] * 5,
-                      import_modules=1400, windows=windows, **kwargs)  # type: ignore[arg-type]
+    return CostReport(config=CostConfig(), agent_args=["--node-name", "n"], import_rss=[70 * MIB] * 5,
+                      import_modules=1400, windows=windows, **kwargs)
 
 
 def verdict_of(r: CostReport) -> dict[str, str]:
@@ -124,7 +116,7 @@ def test_the_section_says_what_was_measured_and_renders_again_from_the_raw_json(
     assert "1.40 of 2 cores busy machine-wide" in text
     raw = tmp_path / "agent_cost.json"
     agent_cost_report.save_raw(r, raw, where)
-    again = agent_cost_report.from_json(orjson.loads(raw.read_bytes()))
+    again = CostReport.from_file(raw)
     assert agent_cost_report.render(again, where, "python -m benchmarks.run --suite agent-cost") == text
 
 

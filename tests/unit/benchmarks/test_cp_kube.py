@@ -7,8 +7,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-import orjson
-
 from benchmarks import cp_kube_report
 from benchmarks.cp_kube import ClusterRun, HeartbeatCheck, KubeCostConfig, KubeCostReport, check_heard, crd_interval
 from benchmarks.cp_kube_metrics import (
@@ -131,21 +129,22 @@ def test_each_crd_cluster_has_its_report_interval() -> None:
 
 def _report(problem: str = "") -> KubeCostReport:
     config = KubeCostConfig(nodes=10, window=60.0, clusters=("base", "ours", "crd", "crd-10"))
-    report = KubeCostReport(config)
+    report = KubeCostReport(config=config)
     shared = {("coordination.k8s.io", "leases", "update"): Traffic(requests=60, request_bytes=6000)}
-    report.runs["base"] = ClusterRun("base", 10, 60.0, dict(shared), EtcdWindow(puts=60, wal_bytes=60000))
-    report.runs["ours"] = ClusterRun("ours", 10, 60.0, {
+    report.runs["base"] = ClusterRun(name="base", nodes=10, window_seconds=60.0, apiserver=dict(shared),
+                                     etcd=EtcdWindow(puts=60, wal_bytes=60000))
+    report.runs["ours"] = ClusterRun(name="ours", nodes=10, window_seconds=60.0, apiserver={
         **shared, ("slo.colocation.dev", "noderesources", "update"): Traffic(requests=10, request_bytes=20000),
         ("", "pods", WATCH_EVENT_VERB): Traffic(watch_bytes=50000, watch_events=100),
-    }, EtcdWindow(puts=70, wal_bytes=80000), heard=HeartbeatCheck(expected=10, reported=10, registered=10))
-    report.runs["crd"] = ClusterRun("crd", 10, 60.0, {
+    }, etcd=EtcdWindow(puts=70, wal_bytes=80000), heard=HeartbeatCheck(expected=10, reported=10, registered=10))
+    report.runs["crd"] = ClusterRun(name="crd", nodes=10, window_seconds=60.0, apiserver={
         **shared, ("slo.koordinator.sh", "nodemetrics", "update"): Traffic(requests=10, request_bytes=80000,
                                                                            response_bytes=80000),
-    }, EtcdWindow(puts=70, wal_bytes=140000), crd_writes=10, crd_object_bytes=8000)
-    report.runs["crd-10"] = ClusterRun("crd-10", 10, 60.0, {
+    }, etcd=EtcdWindow(puts=70, wal_bytes=140000), crd_writes=10, crd_object_bytes=8000)
+    report.runs["crd-10"] = ClusterRun(name="crd-10", nodes=10, window_seconds=60.0, apiserver={
         **shared, ("slo.koordinator.sh", "nodemetrics", "update"): Traffic(requests=60, request_bytes=480000,
                                                                            response_bytes=480000),
-    }, EtcdWindow(puts=120, wal_bytes=540000), crd_writes=60, crd_object_bytes=8000)
+    }, etcd=EtcdWindow(puts=120, wal_bytes=540000), crd_writes=60, crd_object_bytes=8000)
     if problem:
         report.runs["ours"].problems.append(problem)
     return report
@@ -195,7 +194,7 @@ def test_the_section_refuses_figures_when_the_agents_misbehaved(tmp_path: Path) 
 def test_the_raw_numbers_render_the_same_section_again(tmp_path: Path) -> None:
     report = _report()
     cp_kube_report.save_raw(report, tmp_path / "raw.json")
-    again = KubeCostReport.from_json(orjson.loads((tmp_path / "raw.json").read_bytes()))
+    again = KubeCostReport.from_file(tmp_path / "raw.json")
     assert again.runs["ours"].apiserver == report.runs["ours"].apiserver
     assert again.runs["crd"].etcd == report.runs["crd"].etcd and again.config.nodes == 10
     assert again.config.clusters == report.config.clusters and again.runs["ours"].heard == report.runs["ours"].heard

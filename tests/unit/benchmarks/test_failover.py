@@ -50,7 +50,7 @@ def test_verdicts_follow_the_numbers() -> None:
     kills = [operator_failover.Kill("kube", 3, i, 1.0, 0.0, 2.0 + i / 10, 1.5, 8.0, reads=20, discovery=20)
              for i in range(10)]
     kills[3].read_failures, kills[3].read_retries, kills[4].rv_monotonic = 1, 1, False
-    report = operator_failover.FailoverReport(config, kills)
+    report = operator_failover.FailoverReport(config=config, kills=kills)
     [line] = failover_report.verdicts(report)
     assert line.startswith("real control plane, 3 replicas: ≤ 3 s from SIGKILL to the first accepted report, "
                            "every kill (a killed replica restarted within 1 s; max 2.90 s): **met**")
@@ -58,7 +58,7 @@ def test_verdicts_follow_the_numbers() -> None:
     assert "the lists' resourceVersion never decreased: **missed**" in line
     assert "0 failed discovery calls (0 failed, 0 retried, of 200): **met**" in line
 
-    again = failover_report.from_json(orjson.loads(orjson.dumps(failover_report.to_json(report))))
+    again = operator_failover.FailoverReport.model_validate(orjson.loads(orjson.dumps(report.document())))
     assert failover_report.verdicts(again) == [line]
     again.agent_problems = ["real control plane, 3 replicas: agent-vm: 1 Lease renewals were late"]
     assert failover_report.withheld(again) == {"real control plane, 3 replicas"} and not failover_report.verdicts(again)

@@ -10,8 +10,8 @@ from aiohttp import web
 
 from benchmarks import processes
 from benchmarks.client import Client
-from benchmarks.cp_cluster import wait_until
 from benchmarks.leader_scale_probes import ProbeNodes
+from tests.timing import eventually_async
 
 
 async def test_a_process_serves_the_connections_it_accepted_not_those_it_opened() -> None:
@@ -54,7 +54,7 @@ async def test_idle_connections_to_the_leader_are_opened_counted_and_closed() ->
             20, lambda: next(grown), lambda: processes.served_connections(os.getpid()), timeout=10.0)
         assert opened == 20 and per_connection == 1000 / 20
         # Closed when it returns: the server sees every one go.
-        await wait_until(lambda: _served_now(served), 10.0, 0.05, "the idle connections closed")
+        await eventually_async(lambda: _served_now(served), 10.0, interval=0.05, message="the idle connections closed")
     finally:
         await probes.close()
         await runner.cleanup()

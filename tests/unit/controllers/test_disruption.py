@@ -17,7 +17,8 @@ from colocation.controllers.disruption import (
 )
 from colocation.controllers.eviction import EvictionPlanner
 from colocation.controllers.health import NodeHealth, NodeHealthTracker
-from tests.unit.controllers.test_eviction import START, FakeClock, batch
+from tests.clock import FakeClock
+from tests.unit.controllers.test_eviction import START, batch
 
 
 def health(node: str, healthy: bool, judged: bool = True) -> NodeHealth:
@@ -133,7 +134,7 @@ def test_a_nodes_zone_comes_from_its_topology_labels() -> None:
 # --- With the planner ------------------------------------------------------------------------------
 
 def test_each_zone_has_its_own_token_bucket() -> None:
-    clock = FakeClock()
+    clock = FakeClock(START)
     planner = EvictionPlanner(clock)
     due = {node: [batch(f"{node}-job", node)] for node in ("a-1", "a-2", "b-1")}
     zones = {"a-1": "a", "a-2": "a", "b-1": "b"}
@@ -146,7 +147,7 @@ def test_each_zone_has_its_own_token_bucket() -> None:
 
 
 def test_a_slowed_zone_admits_a_node_every_hundred_seconds() -> None:
-    clock = FakeClock()
+    clock = FakeClock(START)
     planner = EvictionPlanner(clock)
     due = {f"n-{i}": [batch(f"job-{i}", f"n-{i}")] for i in range(3)}
     zones = dict.fromkeys(due, "big")
@@ -160,7 +161,7 @@ def test_a_slowed_zone_admits_a_node_every_hundred_seconds() -> None:
 
 
 def test_a_stopped_zone_releases_its_nodes_and_resumes_with_an_empty_bucket() -> None:
-    clock = FakeClock()
+    clock = FakeClock(START)
     planner = EvictionPlanner(clock)
     due = {"a-1": [batch("job", "a-1")]}
     zones = {"a-1": "a"}
@@ -178,7 +179,7 @@ def test_a_stopped_zone_releases_its_nodes_and_resumes_with_an_empty_bucket() ->
 
 
 def test_every_agent_going_silent_together_evicts_nothing() -> None:
-    clock = FakeClock()
+    clock = FakeClock(START)
     tracker = NodeHealthTracker(clock)
     zones = {f"node-{i}": "a" if i < 2 else "b" for i in range(4)}
     for second in range(0, 101, 10):

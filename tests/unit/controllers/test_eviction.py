@@ -8,16 +8,9 @@ import pytest
 
 from colocation.controllers.eviction import EvictionPlanner, evictable
 from colocation.kube.backoff import Backoff
+from tests.clock import FakeClock
 
 START = 5000.0
-
-
-class FakeClock:
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def pod(name: str, *, node: str = "node-a", labels: dict[str, str] | None = None, priority: int | None = None,
@@ -60,7 +53,7 @@ def test_only_batch_and_free_pods_are_evicted() -> None:
         pod("system-qos", labels={"koordinator.sh/qosClass": "SYSTEM"}),
         pod("be-qos-label", labels={"koordinator.sh/qosClass": "BE"}, requests={"cpu": "1"}),
     ]
-    planner = EvictionPlanner(FakeClock())
+    planner = EvictionPlanner(FakeClock(START))
 
     plan = planner.plan({"node-a": pods})
 
@@ -79,7 +72,7 @@ def test_terminating_terminated_and_mirror_pods_are_skipped() -> None:
     assert not evictable(batch("failed", phase="Failed"))
     assert not evictable(batch("static", annotations={"kubernetes.io/config.mirror": "abc"}))
 
-    plan = EvictionPlanner(FakeClock()).plan({"node-a": [
+    plan = EvictionPlanner(FakeClock(START)).plan({"node-a": [
         batch("running"), batch("terminating", deletionTimestamp="2026-11-22T10:00:00Z"), batch("failed",
                                                                                                phase="Failed")]})
     assert [e.name for e in plan.evictions] == ["running"]
@@ -109,7 +102,7 @@ def test_two_nodes_due_at_once_are_drained_ten_seconds_apart(start: float) -> No
 
 
 def test_a_draining_node_needs_no_new_token_for_pods_that_appear_later() -> None:
-    clock = FakeClock()
+    clock = FakeClock(START)
     planner = EvictionPlanner(clock)
     planner.plan({"node-a": [batch("a1")]})
     clock.now = START + 1
@@ -120,7 +113,7 @@ def test_a_draining_node_needs_no_new_token_for_pods_that_appear_later() -> None
 
 
 def test_a_node_no_longer_due_is_released_and_queues_again_later() -> None:
-    clock = FakeClock()
+    clock = FakeClock(START)
     planner = EvictionPlanner(clock)
     assert planner.plan({"node-a": [batch("a1")]}).draining == ("node-a",)
     clock.now = START + 2
@@ -134,7 +127,7 @@ def test_a_node_no_longer_due_is_released_and_queues_again_later() -> None:
 
 
 def test_burst_and_rate_are_configurable() -> None:
-    clock = FakeClock()
+    clock = FakeClock(START)
     planner = EvictionPlanner(clock, rate=1.0, burst=2)
     due = {f"node-{c}": [batch(c, f"node-{c}")] for c in "abcd"}
     assert planner.plan(due).draining == ("node-a", "node-b")
@@ -149,7 +142,7 @@ def test_burst_and_rate_are_configurable() -> None:
 # --- Retries ---------------------------------------------------------------------------------------
 
 def test_a_pod_already_offered_is_not_offered_again_before_the_retry_interval() -> None:
-    clock = FakeClock()
+    clock = FakeClock(START)
     planner = EvictionPlanner(clock, retry_interval=30.0)
     due = {"node-a": [batch("a1")]}
     assert len(planner.plan(due).evictions) == 1
@@ -162,7 +155,7 @@ def test_a_pod_already_offered_is_not_offered_again_before_the_retry_interval() 
 
 
 def test_a_deferred_eviction_backs_off_exponentially() -> None:
-    clock = FakeClock()
+    clock = FakeClock(START)
     planner = EvictionPlanner(clock, backoff=lambda: Backoff(initial=5.0, maximum=60.0, jitter=0.0))
     due = {"node-a": [batch("a1")]}
     (eviction,) = planner.plan(due).evictions
@@ -181,7 +174,7 @@ def test_a_deferred_eviction_backs_off_exponentially() -> None:
 
 
 def test_a_pod_gone_and_back_starts_with_a_fresh_backoff() -> None:
-    clock = FakeClock()
+    clock = FakeClock(START)
     planner = EvictionPlanner(clock, backoff=lambda: Backoff(initial=5.0, maximum=60.0, jitter=0.0))
     (eviction,) = planner.plan({"node-a": [batch("a1")]}).evictions
     planner.deferred(eviction)

@@ -17,20 +17,9 @@ from colocation.controllers.health import (
     REASON_STARTUP,
     NodeHealthTracker,
 )
+from tests.clock import FakeClock
 
 START = 1000.0  # monotonic clocks start anywhere; nothing may assume 0
-
-
-class FakeClock:
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def to(self, moment: float) -> None:
-        assert moment >= self.now, "a monotonic clock never goes back"
-        self.now = moment
 
 
 class Agent:
@@ -70,7 +59,7 @@ def steady(clock: FakeClock, agents: list[Agent], until: float, every: float = 1
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(START)
 
 
 @pytest.fixture

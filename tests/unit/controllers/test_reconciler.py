@@ -29,17 +29,10 @@ from colocation.controllers.packed_status import unpacked_status
 from colocation.controllers.settings import ControllerSettings
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import validate_report
+from tests.clock import FakeClock
 
 CPU, MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
 WALL = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class RecordingApi:
@@ -105,8 +98,8 @@ def pod(name: str, node_name: str, priority: str) -> dict[str, Any]:
 
 class Harness:
     def __init__(self, nodes: list[str], **settings: Any) -> None:
-        self.monotonic = Clock(5000.0)
-        self.wall = Clock(WALL)
+        self.clock = FakeClock(5000.0, wall=WALL)
+        self.monotonic, self.wall = self.clock.monotonic, self.clock.wall
         self.settings = ControllerSettings(**{"node_grace_period": 40.0, "eviction_timeout": 300.0,
                                               "eviction_rate": 100.0, **settings})
         self.state = ClusterState()
@@ -134,7 +127,7 @@ class Harness:
 
     def report(self, name: str, system_cpu: str = "500m", agent_clock_skew: float = 0.0) -> None:
         usage = {"resources": {"cpu": system_cpu, "memory": "1Gi"}}
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall.now + agent_clock_skew))
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall() + agent_clock_skew))
         raw = orjson.dumps({"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric",
                             "metadata": {"name": name},
                             "status": {"updateTime": stamp, "nodeMetric": {"nodeUsage": usage, "systemUsage": usage},
@@ -142,8 +135,7 @@ class Harness:
         self.store.put(validate_report(raw, name), {})
 
     def advance(self, seconds: float) -> None:
-        self.monotonic.now += seconds
-        self.wall.now += seconds
+        self.clock.advance(seconds)
 
     async def evaluate(self) -> None:
         await self.reconciler.evaluate()

@@ -124,5 +124,5 @@ async def test_the_status_shows_the_reports_update_time_as_the_agent_wrote_it() 
     h.renew("n1")
     h.report("n1", system_cpu="2", agent_clock_skew=-3600.0)  # a new figure: the status is written
     await h.evaluate()
-    written = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.wall.now - 3600.0))
+    written = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.wall() - 3600.0))
     assert h.resource_status("n1")["metricUpdateTime"] == written

@@ -19,7 +19,7 @@ GI = 2**30
 def report(h: Harness, name: str, reclaimable: tuple[str, str] | None) -> None:
     """A report of 500m / 1Gi used, prod pods predicted to leave `reclaimable` of their requests."""
     usage = {"resources": {"cpu": "500m", "memory": "1Gi"}}
-    status: dict[str, Any] = {"updateTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.wall.now)),
+    status: dict[str, Any] = {"updateTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.wall())),
                               "nodeMetric": {"nodeUsage": usage, "systemUsage": usage}, "podsMetric": []}
     if reclaimable is not None:
         status["prodReclaimableMetric"] = {"resource": {"resources": {"cpu": reclaimable[0],

@@ -8,14 +8,7 @@ from colocation.apimachinery.selectors import LabelSelector
 from colocation.custommetrics.sample_batches import IncomingSeries, ValidatedBatch
 from colocation.custommetrics.series_store import NODES, PODS, SeriesKey, SeriesStore
 from colocation.custommetrics.suffix_aggregations import nearest_rank, parse_metric_name, reduce
-
-
-class Clock:
-    def __init__(self, now: float = 10_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock import FakeClock
 
 
 def pod_series(pod: str, samples: list[tuple[float, float]], metric: str = "rps", namespace: str = "ns",
@@ -35,7 +28,7 @@ def values(store: SeriesStore, pod: str, metric: str = "rps") -> list[float]:
 
 
 def test_samples_are_kept_for_the_retention_then_collected_with_their_series() -> None:
-    clock = Clock()
+    clock = FakeClock(10_000.0)
     store = SeriesStore(clock, retention_seconds=60)
     assert ingest(store, pod_series("a", [(9_950.0, 1.0), (9_990.0, 2.0)]),
                   pod_series("b", [(9_945.0, 5.0)])) == {"accepted": 3, "new": 2}
@@ -50,7 +43,7 @@ def test_samples_are_kept_for_the_retention_then_collected_with_their_series() -
 
 
 def test_old_future_and_out_of_order_samples_are_dropped_and_counted() -> None:
-    store = SeriesStore(Clock(), retention_seconds=60, future_tolerance_seconds=30)
+    store = SeriesStore(FakeClock(10_000.0), retention_seconds=60, future_tolerance_seconds=30)
     ingest(store, pod_series("a", [(9_990.0, 1.0)]))
     counts = ingest(store, pod_series("a", [(9_900.0, 9.0), (9_980.0, 9.0), (9_990.0, 1.5), (10_031.0, 9.0),
                                             (9_995.0, 2.0)]))
@@ -62,7 +55,7 @@ def test_old_future_and_out_of_order_samples_are_dropped_and_counted() -> None:
 def test_an_agent_clock_off_by_any_amount_has_its_samples_moved_onto_ours(skew: float) -> None:
     """With sentTime, a batch's times are put on our clock by the difference: nothing is dropped
     as too old or in the future, and the next batch is not held back as out of order."""
-    clock = Clock()
+    clock = FakeClock(10_000.0)
     store = SeriesStore(clock, retention_seconds=60, future_tolerance_seconds=30)
     for second in (0.0, 5.0):
         clock.now = 10_000.0 + second
@@ -75,20 +68,20 @@ def test_an_agent_clock_off_by_any_amount_has_its_samples_moved_onto_ours(skew: 
 
 
 def test_an_agent_clock_within_the_tolerance_keeps_its_sample_times() -> None:
-    store = SeriesStore(Clock(), retention_seconds=60)
+    store = SeriesStore(FakeClock(10_000.0), retention_seconds=60)
     store.ingest(ValidatedBatch("node-1", (pod_series("a", [(9_999.0, 1.0)]),), sent_at=9_999.5))
     [kept] = store.series_of("rps", PODS, "ns", "a")
     assert list(kept.timestamps) == [9_999.0]
 
 
 def test_a_series_with_nothing_kept_is_not_created() -> None:
-    store = SeriesStore(Clock(), retention_seconds=60)
+    store = SeriesStore(FakeClock(10_000.0), retention_seconds=60)
     assert ingest(store, pod_series("a", [(1.0, 1.0)])) == {"accepted": 0, "new": 0, "too-old": 1}
     assert len(store) == 0 and store.metrics() == set()
 
 
 def test_bounds_on_series_and_samples_per_series() -> None:
-    store = SeriesStore(Clock(), retention_seconds=600, max_series=2, max_samples_per_series=3)
+    store = SeriesStore(FakeClock(10_000.0), retention_seconds=600, max_series=2, max_samples_per_series=3)
     counts = ingest(store, pod_series("a", [(9_990.0 + i, float(i)) for i in range(5)]),
                     pod_series("b", [(9_990.0, 1.0)]), pod_series("c", [(9_990.0, 1.0), (9_991.0, 2.0)]))
     assert counts == {"accepted": 6, "new": 2, "series-limit": 2}
@@ -97,7 +90,7 @@ def test_bounds_on_series_and_samples_per_series() -> None:
 
 
 def test_node_series_and_the_metric_label_index() -> None:
-    store = SeriesStore(Clock(), retention_seconds=600)
+    store = SeriesStore(FakeClock(10_000.0), retention_seconds=600)
     ingest(store, pod_series("a", [(9_990.0, 1.0)], method="GET", code="200"),
            pod_series("a", [(9_990.0, 2.0)], method="POST", code="200"),
            pod_series("b", [(9_990.0, 3.0)], method="GET", code="500"),
@@ -120,7 +113,7 @@ def test_node_series_and_the_metric_label_index() -> None:
 
 
 def test_the_record_of_builtin_history_respects_retention_and_bounds() -> None:
-    store = SeriesStore(Clock(), retention_seconds=60, max_series=1)
+    store = SeriesStore(FakeClock(10_000.0), retention_seconds=60, max_series=1)
     key = SeriesKey("cpu_usage", PODS, "ns", "a", ())
     assert store.record(key, 9_990.0, 0.5) and store.record(key, 9_990.0, 0.6)  # a repeat replaces
     assert not store.record(key, 9_000.0, 1.0)  # too old

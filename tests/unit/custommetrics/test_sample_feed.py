@@ -20,15 +20,10 @@ from colocation.custommetrics.sample_feed import LINE_BYTES, FeedCursor, SampleF
 from colocation.custommetrics.sample_follower import FeedError, SampleFollower
 from colocation.custommetrics.series_metrics import StoreMetrics
 from colocation.custommetrics.series_store import PODS, SeriesKey, SeriesSamples, SeriesStore
+from tests.clock import FakeClock
 
 NOW = 1_800_000_000.0
 Samples = list[tuple[float, float]]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-        self.monotonic = 100.0
 
 
 def pod_series(metric: str, pod: str, samples: Samples, labels: dict[str, str] | None = None) -> IncomingSeries:
@@ -47,10 +42,10 @@ def contents(store: SeriesStore) -> dict[SeriesKey, Samples]:
 class Leader:
     """A leader's store and feed, ingesting as `CustomMetricsApi.ingest` does."""
 
-    def __init__(self, clock: Clock, **feed: Any) -> None:
+    def __init__(self, clock: FakeClock, **feed: Any) -> None:
         self.clock = clock
-        self.store = SeriesStore(lambda: clock.now, retention_seconds=600)
-        self.feed = SampleFeed(self.store, monotonic=lambda: clock.monotonic, **feed)
+        self.store = SeriesStore(clock.wall, retention_seconds=600)
+        self.feed = SampleFeed(self.store, monotonic=clock.monotonic, **feed)
         self.kept: list[SeriesSamples] = []
 
     def ingest(self, *series: IncomingSeries) -> None:
@@ -72,17 +67,17 @@ def delivered(events: list[dict[str, Any]], type_: str) -> list[tuple[SeriesKey,
             for s in e["object"]["series"] for t, v in zip(s["timestamps"], s["values"], strict=True)]
 
 
-def follower(clock: Clock) -> SampleFollower:
-    store = SeriesStore(lambda: clock.now, retention_seconds=600)
+def follower(clock: FakeClock) -> SampleFollower:
+    store = SeriesStore(clock.wall, retention_seconds=600)
     return SampleFollower(store, lambda: None, lambda: "", StoreMetrics(CollectorRegistry(), store.__len__))
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(100.0, wall=NOW)
 
 
-def test_ingest_says_which_samples_it_kept_a_slice_of_each_series(clock: Clock) -> None:
+def test_ingest_says_which_samples_it_kept_a_slice_of_each_series(clock: FakeClock) -> None:
     leader = Leader(clock)
     leader.ingest(pod_series("rps", "web-1", [(NOW - 10, 1.0)]))
     leader.kept.clear()
@@ -95,7 +90,7 @@ def test_ingest_says_which_samples_it_kept_a_slice_of_each_series(clock: Clock) 
     assert contents(leader.store) == {key("rps", "web-1"): [(NOW - 10, 2.0), (NOW - 5, 3.0)]}
 
 
-def test_a_follower_gets_a_snapshot_then_every_later_batch_once(clock: Clock) -> None:
+def test_a_follower_gets_a_snapshot_then_every_later_batch_once(clock: FakeClock) -> None:
     leader = Leader(clock)
     leader.ingest(pod_series("rps", "web-1", [(NOW - 30, 1.0), (NOW - 20, 2.0)], {"method": "GET"}),
                   pod_series("rps", "web-2", [(NOW - 30, 5.0)]))
@@ -130,12 +125,12 @@ def test_a_follower_gets_a_snapshot_then_every_later_batch_once(clock: Clock) ->
     assert not cursor.pending and cursor.bookmark() == {"seq": leader.feed.seq}
 
 
-def test_what_expires_before_the_snapshot_is_read_is_left_out(clock: Clock) -> None:
+def test_what_expires_before_the_snapshot_is_read_is_left_out(clock: FakeClock) -> None:
     leader = Leader(clock)
     leader.ingest(pod_series("rps", "web-1", [(NOW - 590, 1.0), (NOW - 100, 2.0)]),
                   pod_series("rps", "web-2", [(NOW - 595, 3.0)]))
     cursor = leader.feed.open()
-    clock.now += 20
+    clock.wall_now += 20
     leader.store.collect_garbage()
     events = drain(cursor)
     assert delivered(events, "SERIES") == [(key("rps", "web-1"), NOW - 100, 2.0)]
@@ -145,7 +140,7 @@ def test_what_expires_before_the_snapshot_is_read_is_left_out(clock: Clock) -> N
     assert contents(standby.series) == contents(leader.store)
 
 
-def test_a_follower_that_falls_behind_is_dropped_with_410_and_comes_back_to_a_snapshot(clock: Clock) -> None:
+def test_a_follower_that_falls_behind_is_dropped_with_410_and_comes_back_to_a_snapshot(clock: FakeClock) -> None:
     dropped: list[int] = []
     leader = Leader(clock, max_bytes=4096, on_dropped=lambda: dropped.append(1))
     leader.ingest(pod_series("rps", "web-1", [(NOW - 100, 1.0)]))
@@ -173,7 +168,7 @@ def test_a_follower_that_falls_behind_is_dropped_with_410_and_comes_back_to_a_sn
     assert contents(standby.series) == contents(leader.store)
 
 
-def test_a_follower_resumes_where_it_stopped_and_another_epoch_gets_a_snapshot(clock: Clock) -> None:
+def test_a_follower_resumes_where_it_stopped_and_another_epoch_gets_a_snapshot(clock: FakeClock) -> None:
     leader = Leader(clock)
     leader.ingest(pod_series("rps", "web-1", [(NOW - 100, 1.0)]))
     first = leader.feed.open()
@@ -191,7 +186,7 @@ def test_a_follower_resumes_where_it_stopped_and_another_epoch_gets_a_snapshot(c
     assert drain(leader.feed.open(leader.feed.epoch, seq + 100))[0]["type"] == "SNAPSHOT"
 
 
-def test_the_feed_is_bounded_and_holds_nothing_while_nobody_follows(clock: Clock) -> None:
+def test_the_feed_is_bounded_and_holds_nothing_while_nobody_follows(clock: FakeClock) -> None:
     leader = Leader(clock, max_bytes=100_000, max_lines=5, linger_seconds=60)
     for second in range(3):
         leader.ingest(pod_series("rps", "web-1", [(NOW - 100 + second, 1.0)]))
@@ -203,15 +198,15 @@ def test_the_feed_is_bounded_and_holds_nothing_while_nobody_follows(clock: Clock
         assert leader.feed.seq - leader.feed.first + 1 <= 5
     assert 0 < leader.feed.held_bytes <= 100_000
     cursor.stop()
-    clock.monotonic += 59  # a follower that just lost its connection comes back and resumes
+    clock.now += 59  # a follower that just lost its connection comes back and resumes
     leader.ingest(pod_series("rps", "web-1", [(NOW - 20, 1.0)]))
     assert leader.feed.held_bytes > 0
-    clock.monotonic += 2
+    clock.now += 2
     leader.ingest(pod_series("rps", "web-1", [(NOW - 10, 1.0)]))
     assert leader.feed.held_bytes == 0 and leader.feed.first == leader.feed.seq + 1
 
 
-def test_a_large_batch_is_split_into_consecutive_lines(clock: Clock) -> None:
+def test_a_large_batch_is_split_into_consecutive_lines(clock: FakeClock) -> None:
     leader = Leader(clock)
     cursor = leader.feed.open()
     drain(cursor)
@@ -229,7 +224,7 @@ def test_a_large_batch_is_split_into_consecutive_lines(clock: Clock) -> None:
     assert contents(standby.series) == contents(leader.store) and len(standby.series) == 300
 
 
-def test_a_gap_in_the_batches_is_a_broken_stream(clock: Clock) -> None:
+def test_a_gap_in_the_batches_is_a_broken_stream(clock: FakeClock) -> None:
     standby = follower(clock)
     standby.apply({"type": "SNAPSHOT", "object": {"epoch": "e", "seq": 7}})
     standby.apply({"type": "SYNCED", "object": {"epoch": "e", "seq": 7}})
@@ -238,7 +233,7 @@ def test_a_gap_in_the_batches_is_a_broken_stream(clock: Clock) -> None:
     assert error.value.reason == "protocol" and standby.seq is None  # the next stream starts from a snapshot
 
 
-async def test_waiting_ends_when_a_batch_is_appended(clock: Clock) -> None:
+async def test_waiting_ends_when_a_batch_is_appended(clock: FakeClock) -> None:
     leader = Leader(clock)
     cursor = leader.feed.open()
     drain(cursor)

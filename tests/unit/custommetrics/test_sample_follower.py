@@ -30,6 +30,7 @@ from colocation.custommetrics.series_metrics import StoreMetrics
 from colocation.custommetrics.series_store import SeriesStore
 from colocation.kube.backoff import Backoff
 from colocation.kube.leader_connection import LeaderAddress
+from tests.timing import eventually_async
 from tests.unit.custommetrics.test_custom_metrics_api import (
     ADMIN,
     CUSTOM,
@@ -108,13 +109,6 @@ def follower_into(store: SeriesStore, leader: Callable[[], LeaderAddress | None]
     return follower
 
 
-async def until(condition: Callable[[], object], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)  # polling interval of a condition with a deadline
-
-
 def counted(follower: SampleFollower, name: str, **labels: str) -> float:
     return REGISTRIES[id(follower)].get_sample_value(f"colocation_custom_metrics_replica_{name}_total", labels) or 0.0
 
@@ -140,12 +134,12 @@ async def test_a_standby_copies_the_leaders_samples_then_follows_and_answers_rea
     leader.ingest(WEB_REQUESTS)
     follower = follower_into(standby.harness.series, lambda: leader.address)
     running(follower)
-    await until(lambda: follower.synced)
+    await eventually_async(lambda: follower.synced, interval=0.01)
     assert contents(standby.harness.series) == contents(leader.harness.series) and len(standby.harness.series) == 6
 
     leader.ingest(later(1, 20.0))
     leader.ingest(later(2, 30.0))
-    await until(lambda: follower.seq == leader.feed.seq)
+    await eventually_async(lambda: follower.seq == leader.feed.seq, interval=0.01)
     assert contents(standby.harness.series) == contents(leader.harness.series)
     assert leader.feed.followers == 1 and follower.synced
     assert counted(follower, "snapshots") == 1
@@ -164,12 +158,13 @@ async def test_a_standby_that_falls_behind_starts_again_from_a_snapshot(replicas
     leader.ingest(WEB_REQUESTS)
     follower = follower_into(SeriesStore(lambda: NOW, retention_seconds=600), lambda: leader.address)
     running(follower)
-    await until(lambda: follower.synced)
+    await eventually_async(lambda: follower.synced, interval=0.01)
     for second in range(60):  # at once, without letting the stream run: the feed forgets its place
         leader.ingest(later(second, float(second)))
     assert leader.feed.held_bytes <= 4096
 
-    await until(lambda: counted(follower, "snapshots") == 2 and follower.seq == leader.feed.seq)
+    await eventually_async(lambda: counted(follower, "snapshots") == 2 and follower.seq == leader.feed.seq,
+                           interval=0.01)
     assert contents(follower.series) == contents(leader.harness.series)
     assert dropped == [1] and counted(follower, "failures", reason="expired") == 1
 
@@ -181,15 +176,15 @@ async def test_another_leader_means_a_snapshot_of_its_copy(replicas: Any, runnin
     leading: list[LeaderAddress | None] = [first.address]
     follower = follower_into(SeriesStore(lambda: NOW, retention_seconds=600), lambda: leading[0])
     running(follower)
-    await until(lambda: follower.synced)
+    await eventually_async(lambda: follower.synced, interval=0.01)
     first_epoch = follower.epoch
 
     leading[0] = second.address
-    await until(lambda: follower.synced and follower.epoch == second.feed.epoch)
+    await eventually_async(lambda: follower.synced and follower.epoch == second.feed.epoch, interval=0.01)
     assert first_epoch == first.feed.epoch != second.feed.epoch
     assert contents(follower.series) == contents(second.harness.series)
     leading[0] = None  # nobody leads: not following
-    await until(lambda: not follower.synced)
+    await eventually_async(lambda: not follower.synced, interval=0.01)
 
 
 async def test_the_feed_is_authorized_and_served_by_the_leader_only(replicas: Any, running: Any) -> None:
@@ -201,7 +196,7 @@ async def test_the_feed_is_authorized_and_served_by_the_leader_only(replicas: An
     assert (status, bad["reason"]) == (400, "BadRequest")
     intruder = follower_into(SeriesStore(lambda: NOW, retention_seconds=600), lambda: leader.address, token=VIEWER)
     running(intruder)
-    await until(lambda: counted(intruder, "failures", reason="http-403") >= 2)
+    await eventually_async(lambda: counted(intruder, "failures", reason="http-403") >= 2, interval=0.01)
     assert not intruder.synced
     asked = {(s.user, s.verb, s.api_group, s.resource) for s in leader.harness.authorizations.asked}
     assert ("system:serviceaccount:colocation-system:colocation-operator", "watch", "metrics.colocation.dev",
@@ -227,7 +222,7 @@ async def test_a_standby_that_stops_reading_is_cut_off_and_the_leader_holds_no_m
     writer.write(f"GET {FEED_PATH}?allowWatchBookmarks=true HTTP/1.1\r\nHost: leader\r\n"
                  f"Authorization: Bearer {OPERATOR}\r\n\r\n".encode())
     await writer.drain()
-    await until(lambda: leader.feed.followers == 1)
+    await eventually_async(lambda: leader.feed.followers == 1, interval=0.01)
 
     labels = {f"l{index}": "v" * 1000 for index in range(30)}  # ~30 KiB a series
     deadline = time.monotonic() + 20

@@ -9,6 +9,7 @@ import base64
 import copy
 import datetime as dt
 import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from colocation.apimachinery.objects import Obj
 from colocation.kube import permissions
 from colocation.manager.serving_ca import CaPolicy
 from colocation.manager.serving_tls import ServingFiles, ServingTls, TlsSyncFailed
+from tests.clock import FakeClock
 
 S = dt.timedelta(seconds=1)
 POLICY = CaPolicy(ca_validity=100 * S, serving_validity=20 * S, renew_fraction=0.6, propagation=5 * S)
@@ -102,18 +104,14 @@ class FakeApi:
         return True
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = dt.datetime.now(dt.UTC).replace(microsecond=0)  # certificates count whole seconds
-
-    def __call__(self) -> dt.datetime:
-        return self.now
+def whole_second_clock() -> FakeClock:
+    return FakeClock(wall=float(int(time.time())))  # certificates count whole seconds
 
 
-def replica(api: FakeApi, clock: Clock, registry: CollectorRegistry | None = None) -> ServingTls:
+def replica(api: FakeApi, clock: FakeClock, registry: CollectorRegistry | None = None) -> ServingTls:
     return ServingTls(api, POLICY, namespace=NS, service_name=SERVICE, dns_names=(DNS,), ip_addresses=("127.0.0.1",),
                       registry=registry or CollectorRegistry(), apiservices=(OURS, FOREIGN, "v1beta1.not.installed"),
-                      clock=clock)
+                      clock=clock.utc)
 
 
 @pytest.fixture
@@ -136,7 +134,7 @@ def verifies(bundle: bytes, cert: certificates.CertKey) -> bool:
 
 
 async def test_two_replicas_agree_on_one_ca_and_patch_only_our_apiservice(api: FakeApi) -> None:
-    clock = Clock()
+    clock = whole_second_clock()
     first, second = replica(api, clock), replica(api, clock)
     await asyncio.gather(first.sync(), second.sync())
     assert first.bundle == second.bundle != b""
@@ -150,40 +148,40 @@ async def test_two_replicas_agree_on_one_ca_and_patch_only_our_apiservice(api: F
 
 
 async def test_a_ca_rotation_keeps_both_cas_trusted_until_every_replica_moved(api: FakeApi) -> None:
-    clock = Clock()
+    clock = whole_second_clock()
     first, second = replica(api, clock), replica(api, clock)
     await first.sync()
     await second.sync()
     old_bundle, old_cert = first.bundle, second.cert
     assert old_cert is not None
-    clock.now += 60 * S  # the CA's renewal point: the first replica to look replaces it
+    clock.advance(60)  # the CA's renewal point: the first replica to look replaces it
     await first.sync()
     rotated = base64.b64decode(api.apiservices[OURS]["spec"]["caBundle"])
     assert rotated == first.bundle != old_bundle and len(certificates.pem_certificates(rotated)) == 2
     assert verifies(rotated, old_cert)  # the second replica's certificate still verifies
     await second.sync()
     assert second.bundle == rotated
-    clock.now += 5 * S  # the new CA has propagated: both move to it
+    clock.advance(5)  # the new CA has propagated: both move to it
     await first.sync()
     await second.sync()
     assert first.cert is not None and second.cert is not None
     new_ca = certificates.pem_certificates(rotated)[1]
     assert first.cert.certificate.issuer == second.cert.certificate.issuer == new_ca.subject
-    clock.now += 40 * S  # the old CA expired: it leaves the bundle, and the APIService's
+    clock.advance(40)  # the old CA expired: it leaves the bundle, and the APIService's
     await first.sync()
     assert certificates.pem_certificates(base64.b64decode(api.apiservices[OURS]["spec"]["caBundle"])) == [new_ca]
 
 
 async def test_a_conflicting_patch_is_read_again_and_retried(api: FakeApi) -> None:
     api.conflicts_left = 2
-    tls = replica(api, Clock())
+    tls = replica(api, whole_second_clock())
     await tls.sync()
     assert base64.b64decode(api.apiservices[OURS]["spec"]["caBundle"]) == tls.bundle
 
 
 async def test_a_refused_apiservice_fails_the_round_but_never_the_certificate(api: FakeApi) -> None:
     api.forbidden = True
-    tls = replica(api, Clock())
+    tls = replica(api, whole_second_clock())
     await tls.prepare()  # what the operator waits for before it serves
     assert tls.cert is not None and verifies(tls.bundle, tls.cert)
     with pytest.raises(TlsSyncFailed, match="403"):
@@ -196,12 +194,12 @@ async def test_a_refused_apiservice_fails_the_round_but_never_the_certificate(ap
 async def test_a_broken_secret_fails_the_round_with_its_reason(api: FakeApi) -> None:
     api.secret = {"metadata": {"name": permissions.CA_SECRET_NAME, "resourceVersion": "1"}, "data": {}}
     with pytest.raises(ValueError, match=r"no ca\.crt"):
-        await replica(api, Clock()).sync()
+        await replica(api, whole_second_clock()).sync()
 
 
 @pytest.fixture
-async def served(api: FakeApi) -> AsyncIterator[tuple[ServingTls, Clock, int]]:
-    clock = Clock()
+async def served(api: FakeApi) -> AsyncIterator[tuple[ServingTls, FakeClock, int]]:
+    clock = whole_second_clock()
     tls = replica(api, clock)
     await tls.sync()
     server = await _start_server(tls)
@@ -239,21 +237,21 @@ def _der(cert: certificates.CertKey | None) -> bytes:
     return cert.certificate.public_bytes(Encoding.DER)
 
 
-async def test_a_renewed_certificate_is_served_without_a_restart(served: tuple[ServingTls, Clock, int]) -> None:
+async def test_a_renewed_certificate_is_served_without_a_restart(served: tuple[ServingTls, FakeClock, int]) -> None:
     tls, clock, port = served
     before = tls.cert
     assert await _served_certificate(tls.bundle, port) == _der(before)
-    clock.now += 12 * S
+    clock.advance(12)
     due = await tls.sync()
-    assert tls.cert != before and due == clock.now + 12 * S
+    assert tls.cert != before and due == clock.utc() + 12 * S
     assert await _served_certificate(tls.bundle, port) == _der(tls.cert)
 
 
 async def test_metrics_count_rotations_and_give_the_expiry(api: FakeApi) -> None:
-    registry, clock = CollectorRegistry(), Clock()
+    registry, clock = CollectorRegistry(), whole_second_clock()
     tls = replica(api, clock, registry)
     await tls.sync()
-    clock.now += 12 * S
+    clock.advance(12)
     await tls.sync()
     assert tls.cert is not None
     sample: Any = registry.get_sample_value
@@ -293,7 +291,7 @@ async def test_the_pod_webhooks_configuration_trusts_the_bundle_across_a_ca_rota
     name = permissions.POD_WEBHOOK_CONFIGURATION
     api.webhook_configurations[name] = {"metadata": {"name": name, "resourceVersion": "0"}, "webhooks": [
         {"name": "pods", "clientConfig": {"service": {"namespace": NS, "name": SERVICE, "path": "/mutate-pods"}}}]}
-    clock = Clock()
+    clock = whole_second_clock()
     one = replica(api, clock)
     await one.sync()
 
@@ -302,6 +300,6 @@ async def test_the_pod_webhooks_configuration_trusts_the_bundle_across_a_ca_rota
 
     assert trusted() == one.bundle != b""
     first_bundle = one.bundle
-    clock.now += POLICY.ca_validity * POLICY.renew_fraction
+    clock.advance((POLICY.ca_validity * POLICY.renew_fraction).total_seconds())
     await one.sync()
     assert one.bundle != first_bundle and trusted() == one.bundle

@@ -16,20 +16,10 @@ from colocation.apimachinery.watch_queue import Bookmark, event_line
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.nodemetric_watch_window import Watcher
 from colocation.nodemetrics.report_schema import ValidatedReport, validate_report
+from tests.clock import FakeClock
 
 T0 = 1_795_341_600.0  # 2026-11-22T10:00:00Z
 RV0 = 1_795_341_600_000_000  # the same instant in microseconds: the first resourceVersion
-
-
-class Clock:
-    def __init__(self, wall: float = T0, monotonic: float = 100.0) -> None:
-        self.wall_time, self.monotonic_time = wall, monotonic
-
-    def wall(self) -> float:
-        return self.wall_time
-
-    def monotonic(self) -> float:
-        return self.monotonic_time
 
 
 def report(node: str, cpu: str = "1", update_time: str = "2026-11-22T10:00:00Z") -> ValidatedReport:
@@ -41,22 +31,22 @@ def report(node: str, cpu: str = "1", update_time: str = "2026-11-22T10:00:00Z")
     return validate_report(orjson.dumps(body), node)
 
 
-def make_store(clock: Clock, **options: Any) -> NodeMetricStore:
+def make_store(clock: FakeClock, **options: Any) -> NodeMetricStore:
     # Started a second before "now": its first change is then exactly the clock's microseconds
     # (a change at the very instant a store starts is one more than the store's own version).
-    clock.wall_time -= 1
+    clock.wall_now -= 1
     store = NodeMetricStore(clock.wall, clock.monotonic, **options)
-    clock.wall_time += 1
+    clock.wall_now += 1
     return store
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(100.0, wall=T0)
 
 
 @pytest.fixture
-def store(clock: Clock) -> NodeMetricStore:
+def store(clock: FakeClock) -> NodeMetricStore:
     return make_store(clock, window=5, watcher_queue=10)
 
 
@@ -105,29 +95,29 @@ def test_a_report_is_stored_as_a_complete_object(store: NodeMetricStore) -> None
     assert store.node_count == 1
 
 
-def test_resource_versions_follow_the_clock_and_always_grow(store: NodeMetricStore, clock: Clock) -> None:
+def test_resource_versions_follow_the_clock_and_always_grow(store: NodeMetricStore, clock: FakeClock) -> None:
     first = store.put(report("a"), {}).resource_version
     second = store.put(report("b"), {}).resource_version  # same microsecond: one more
-    clock.wall_time -= 30  # the wall clock stepped back
+    clock.wall_now -= 30  # the wall clock stepped back
     third = store.put(report("c"), {}).resource_version
-    clock.wall_time += 60
+    clock.wall_now += 60
     fourth = store.put(report("d"), {}).resource_version
     assert (first, second, third) == (RV0, RV0 + 1, RV0 + 2)
     assert fourth == RV0 + 30_000_000
 
 
 def test_an_unchanged_report_refreshes_the_node_without_a_new_version(store: NodeMetricStore,
-                                                                clock: Clock) -> None:
+                                                                clock: FakeClock) -> None:
     first = store.put(report("node-1"), {"pool": "prod"})
     watcher = store.watch(str(first.resource_version))
-    clock.monotonic_time += 30
+    clock.now += 30
     again = store.put(report("node-1"), {"pool": "prod"})
     assert again.resource_version == first.resource_version and again.deflated_body is first.deflated_body
     assert again.last_seen_monotonic == first.last_seen_monotonic + 30
     assert store.resource_version == first.resource_version
     assert drain(watcher) == []
     creation = orjson.loads(first.body)["metadata"]["creationTimestamp"]
-    clock.wall_time += 10
+    clock.wall_now += 10
     changed = store.put(report("node-1", update_time="2026-11-22T10:00:10Z"), {"pool": "prod"})
     assert changed.resource_version == RV0 + 10_000_000
     assert orjson.loads(changed.body)["metadata"]["creationTimestamp"] == creation  # kept across updates
@@ -137,16 +127,16 @@ def test_an_unchanged_report_refreshes_the_node_without_a_new_version(store: Nod
                               ("MODIFIED", "node-1", str(relabelled.resource_version))]
 
 
-def test_resource_versions_stay_above_a_previous_process_after_a_restart(clock: Clock) -> None:
+def test_resource_versions_stay_above_a_previous_process_after_a_restart(clock: FakeClock) -> None:
     old = make_store(clock)
     last = [old.put(report(f"n{i}"), {}).resource_version for i in range(3)][-1]
     assert last == RV0 + 2  # three changes in one microsecond ran ahead of the clock
-    clock.wall_time -= 0.5  # the new process starts on a clock that went back a little
+    clock.wall_now -= 0.5  # the new process starts on a clock that went back a little
     new = make_store(clock)
     with pytest.raises(ApiError) as caught:  # an informer resuming from what it saw waits...
         new.watch(str(last))
     assert caught.value.code == 504 and new.resource_version < last  # ...and moved nothing
-    clock.wall_time = last / 1_000_000 + 0.001  # once the clock has passed it, it resumes...
+    clock.wall_now = last / 1_000_000 + 0.001  # once the clock has passed it, it resumes...
     watcher = new.watch(str(last))
     assert drain(watcher) == []
     entry = new.put(report("n0"), {})  # ...and what follows comes after it
@@ -154,8 +144,8 @@ def test_resource_versions_stay_above_a_previous_process_after_a_restart(clock: 
     assert drain(watcher) == [("ADDED", "n0", str(entry.resource_version))]
 
 
-def test_a_standby_continues_above_what_the_leader_had(clock: Clock) -> None:
-    clock.wall_time -= 5  # the standby's clock is behind the leader's
+def test_a_standby_continues_above_what_the_leader_had(clock: FakeClock) -> None:
+    clock.wall_now -= 5  # the standby's clock is behind the leader's
     standby = make_store(clock)
     standby.observe_resource_version(RV0 + 41)
     assert standby.put(report("n"), {}).resource_version == RV0 + 42
@@ -226,7 +216,7 @@ def test_a_watch_without_initial_events_starts_at_the_most_recent_change(store: 
     assert drain(watcher) == [("ADDED", "b", str(RV0 + 1))]
 
 
-def test_a_watch_resumes_after_the_resource_version_given(store: NodeMetricStore, clock: Clock) -> None:
+def test_a_watch_resumes_after_the_resource_version_given(store: NodeMetricStore, clock: FakeClock) -> None:
     store.put(report("a"), {})
     seen = store.put(report("b"), {}).resource_version
     store.put(report("a", cpu="2"), {})
@@ -257,16 +247,16 @@ def test_the_window_counts_its_events_and_the_bytes_only_it_keeps(store: NodeMet
 
 
 def test_the_window_bytes_are_counted_again_only_once_they_are_a_second_old(
-        store: NodeMetricStore, clock: Clock) -> None:
+        store: NodeMetricStore, clock: FakeClock) -> None:
     first = store.put(report("a", cpu="1"), {})
     assert store.window_bytes == 0  # the only event holds the stored object itself
     store.put(report("a", cpu="2"), {})
     assert store.window_bytes == 0  # a scrape within the second gets the figure counted before
-    clock.monotonic_time += 1.0
+    clock.now += 1.0
     assert store.window_bytes == len(first.deflated_body)
 
 
-def test_a_new_store_cannot_replay_what_came_before_it(clock: Clock) -> None:
+def test_a_new_store_cannot_replay_what_came_before_it(clock: FakeClock) -> None:
     store = NodeMetricStore(clock.wall, clock.monotonic)
     assert store.resource_version == RV0  # an empty store lists at the time it started
     watcher = store.watch(str(RV0 - 1))
@@ -341,7 +331,7 @@ def test_a_watch_of_one_name_sees_only_that_object(store: NodeMetricStore) -> No
     assert drain(replayed) == [("MODIFIED", "a", str(RV0 + 2))]
 
 
-def test_a_watcher_that_falls_behind_is_closed_and_dropped(clock: Clock) -> None:
+def test_a_watcher_that_falls_behind_is_closed_and_dropped(clock: FakeClock) -> None:
     store = make_store(clock, watcher_queue=2)
     slow = store.watch("", send_initial_events=False)
     fast = store.watch("", send_initial_events=False)
@@ -392,20 +382,20 @@ def test_a_bookmark_is_only_offered_when_nothing_is_pending(store: NodeMetricSto
 # Expiry and deletion.
 
 
-def test_a_node_silent_for_the_ttl_is_deleted(clock: Clock) -> None:
+def test_a_node_silent_for_the_ttl_is_deleted(clock: FakeClock) -> None:
     store = make_store(clock, ttl_seconds=600)
     store.put(report("quiet"), {})
     store.put(report("chatty"), {})
     watcher = store.watch("", send_initial_events=False)
-    clock.monotonic_time += 599
+    clock.now += 599
     store.put(report("chatty"), {})  # unchanged, but it counts as news from the node
     assert store.expire() == []
-    clock.monotonic_time += 1
-    clock.wall_time += 600  # the wall clock only names the new resourceVersion
+    clock.now += 1
+    clock.wall_now += 600  # the wall clock only names the new resourceVersion
     assert store.expire() == ["quiet"]
     assert [e.name for e in store.list()[0]] == ["chatty"]
     assert drain(watcher) == [("DELETED", "quiet", str(RV0 + 600_000_000))]
-    clock.monotonic_time += 599
+    clock.now += 599
     assert store.expire() == ["chatty"]
 
 
@@ -438,11 +428,11 @@ def replicate(leader_watch: Watcher, standby: NodeMetricStore) -> None:
         standby.apply_event(event["type"], orjson.dumps(event["object"]))
 
 
-def test_a_standby_serves_what_the_leader_serves(clock: Clock) -> None:
+def test_a_standby_serves_what_the_leader_serves(clock: FakeClock) -> None:
     leader = make_store(clock)
     leader.put(report("a"), {"pool": "prod"})
     leader.put(report("b"), {"pool": "batch"})
-    clock.wall_time += 1
+    clock.wall_now += 1
     standby = make_store(clock)  # started later: its own clock is ahead of the leader's data
     entries, rv = leader.list()
     standby.replace_all([e.body for e in entries], rv)
@@ -479,7 +469,7 @@ def _bytes_kept_by(action: Callable[[], object]) -> int:
         tracemalloc.stop()
 
 
-def test_the_leader_and_a_standby_keep_reports_deflated_and_serve_them_whole(clock: Clock) -> None:
+def test_the_leader_and_a_standby_keep_reports_deflated_and_serve_them_whole(clock: FakeClock) -> None:
     """10,000 nodes' latest reports and a window of 10,000 events would hold some 100 MB of JSON as
     it is. The leader keeps what it renders, and a standby what it replicates (orjson's output,
     whose buffer keeps the capacity it grew to), deflated, at a fraction of that."""
@@ -515,7 +505,7 @@ def test_the_leader_and_a_standby_keep_reports_deflated_and_serve_them_whole(clo
         [orjson.loads(entry.body) for entry in leader.list()[0]] == objects
 
 
-def test_a_watch_resumes_on_the_promoted_standby_without_loss(clock: Clock) -> None:
+def test_a_watch_resumes_on_the_promoted_standby_without_loss(clock: FakeClock) -> None:
     leader = make_store(clock)
     standby = make_store(clock)
     standby.replace_all([], leader.resource_version)
@@ -529,7 +519,7 @@ def test_a_watch_resumes_on_the_promoted_standby_without_loss(clock: Clock) -> N
     assert drain(resumed) == [("ADDED", "b", str(RV0 + 1))]
 
 
-def test_a_relist_emits_the_difference(clock: Clock) -> None:
+def test_a_relist_emits_the_difference(clock: FakeClock) -> None:
     leader = make_store(clock)
     standby = make_store(clock)
     for name in ("a", "b", "c"):
@@ -546,7 +536,7 @@ def test_a_relist_emits_the_difference(clock: Clock) -> None:
     assert standby.list_body() == leader.list_body()
 
 
-def test_a_standby_ignores_an_event_delivered_twice(clock: Clock) -> None:
+def test_a_standby_ignores_an_event_delivered_twice(clock: FakeClock) -> None:
     leader = make_store(clock)
     standby = make_store(clock)
     standby.replace_all([], leader.resource_version)
@@ -561,17 +551,17 @@ def test_a_standby_ignores_an_event_delivered_twice(clock: Clock) -> None:
         standby.apply_event("ERROR", b"{}")
 
 
-def test_a_list_without_a_resource_version_does_not_move_the_store_back(clock: Clock) -> None:
+def test_a_list_without_a_resource_version_does_not_move_the_store_back(clock: FakeClock) -> None:
     standby = make_store(clock)
     before = standby.resource_version
     standby.replace_all([], 0)
     assert standby.resource_version == before
 
 
-def test_a_new_copy_claims_no_data_until_it_is_given_some(clock: Clock) -> None:
+def test_a_new_copy_claims_no_data_until_it_is_given_some(clock: FakeClock) -> None:
     leader = make_store(clock)
     leader.put(report("a"), {})
-    clock.wall_time += 2
+    clock.wall_now += 2
     standby = make_store(clock)  # its clock-seeded resourceVersion is past all the leader's data...
     entries, rv = leader.list()
     assert standby.resource_version > rv

@@ -15,20 +15,21 @@ from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import MAX_UPDATE_TIME_AHEAD, ValidatedReport, validate_report
 from colocation.nodemetrics.storage_interface import Entry, update_time_ahead
 from colocation.nodemetrics.storage_metrics import StorageMetrics
-from tests.unit.nodemetrics.test_nodemetric_store import T0, Clock
+from tests.clock import FakeClock
+from tests.unit.nodemetrics.test_nodemetric_store import T0
 from tests.unit.nodemetrics.test_report_bounds import NOW, report_body
 
 REPLACED = "colocation_nodemetric_update_time_replaced_total"
 
 
 def test_a_stored_report_records_when_the_leader_received_it_on_every_replica() -> None:
-    clock = [NOW]
-    leader, standby, relisted = (NodeMetricStore(lambda: clock[0], lambda: 100.0) for _ in range(3))
+    clock = FakeClock(100.0, wall=NOW)
+    leader, standby, relisted = (NodeMetricStore(clock.wall, lambda: 100.0) for _ in range(3))
     first = leader.put(validate_report(orjson.dumps(report_body(updateTime="9999-12-31T23:59:59Z")), "node-1"), {})
-    clock[0] += 5
+    clock.wall_now += 5
     unchanged = leader.put(validate_report(orjson.dumps(report_body(updateTime="9999-12-31T23:59:59Z")), "node-1"), {})
     standby.apply_event("ADDED", first.body)
-    clock[0] += 600  # e.g. a standby that relists after a failover, ten minutes on
+    clock.wall_now += 600  # e.g. a standby that relists after a failover, ten minutes on
     relisted.replace_all([first.body], first.resource_version)
     assert (first.received_at, unchanged.received_at) == (NOW, NOW)  # the content was received at NOW
     # A copy carries the leader's receipt (its resourceVersion is the leader's wall clock in
@@ -57,8 +58,8 @@ def counted(registry: CollectorRegistry) -> float | None:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(100.0, wall=T0)
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def registry() -> CollectorRegistry:
 
 
 @pytest.fixture
-def store(clock: Clock, registry: CollectorRegistry) -> NodeMetricStore:
+def store(clock: FakeClock, registry: CollectorRegistry) -> NodeMetricStore:
     store = NodeMetricStore(clock.wall, clock.monotonic)
     StorageMetrics(registry).track(store)
     return store
@@ -83,9 +84,9 @@ def store(clock: Clock, registry: CollectorRegistry) -> NodeMetricStore:
     (T0, "9999-12-31T23:59:59.999999999Z", T0),
 ])
 def test_an_update_time_more_than_the_bound_ahead_is_stored_as_the_receipt_time(
-        clock: Clock, store: NodeMetricStore, registry: CollectorRegistry, received: float, sent: float | str,
+        clock: FakeClock, store: NodeMetricStore, registry: CollectorRegistry, received: float, sent: float | str,
         stored: float) -> None:
-    clock.wall_time = received
+    clock.wall_now = received
     sent_report = report(sent)
     entry = store.put(sent_report, {})
     assert served_update_time(entry) == served_update_time(store.get("node-1")) == format_time(stored)
@@ -111,40 +112,40 @@ def test_the_rule_is_pure_the_report_itself_within_the_bound_else_a_copy_at_the_
 
 
 def test_the_same_report_sent_again_keeps_the_first_receipt_time(
-        clock: Clock, store: NodeMetricStore, registry: CollectorRegistry) -> None:
+        clock: FakeClock, store: NodeMetricStore, registry: CollectorRegistry) -> None:
     """A stuck agent resending one snapshot must not look as if it reported anew (health judges
     freshness by a new updateTime); an agent whose clock ticks does report anew."""
     far = T0 + 3600
     first = store.put(report(far), {})
-    clock.wall_time += 10
+    clock.wall_now += 10
     again = store.put(report(far), {})
     assert (again.resource_version, served_update_time(again), again.received_at) == (
         first.resource_version, format_time(T0), T0)
     assert update_time_ahead(report(far), again) == 3600  # still ahead: answered with a warning, counted
-    clock.wall_time += 10
+    clock.wall_now += 10
     ticked = store.put(report(far + 20), {})  # the same usage, the agent's clock 20 s on
     assert ticked.resource_version > first.resource_version
     assert (served_update_time(ticked), ticked.received_at) == (format_time(T0 + 20), T0 + 20)
-    clock.wall_time += 10
+    clock.wall_now += 10
     changed = store.put(report(far + 30, cpu="2"), {})
     assert served_update_time(changed) == format_time(T0 + 30)
     assert counted(registry) == 4
 
 
 def test_a_report_identical_once_its_update_time_is_replaced_is_no_change(
-        clock: Clock, store: NodeMetricStore) -> None:
-    clock.wall_time = T0 + 0.25
+        clock: FakeClock, store: NodeMetricStore) -> None:
+    clock.wall_now = T0 + 0.25
     first = store.put(report(T0), {})  # the agent's clock is right
-    clock.wall_time = T0 + 0.5
+    clock.wall_now = T0 + 0.5
     jumped = store.put(report(T0 + 3600), {})  # then jumps, within the same second
     assert (jumped.resource_version, served_update_time(jumped)) == (first.resource_version, format_time(T0))
     assert update_time_ahead(report(T0 + 3600), jumped) == 3600
 
 
-def test_standbys_serve_the_receipt_time_the_leader_stored(clock: Clock) -> None:
+def test_standbys_serve_the_receipt_time_the_leader_stored(clock: FakeClock) -> None:
     leader = NodeMetricStore(clock.wall, clock.monotonic)
     entry = leader.put(report("9999-12-31T23:59:59Z"), {"pool": "web"})
-    clock.wall_time += 600  # the standbys' clocks, or their time of copying, do not matter
+    clock.wall_now += 600  # the standbys' clocks, or their time of copying, do not matter
     # As the follower hands them over: parsed, then written again.
     copied = orjson.dumps(orjson.loads(entry.body))
     following, relisted = NodeMetricStore(clock.wall, clock.monotonic), NodeMetricStore(clock.wall, clock.monotonic)

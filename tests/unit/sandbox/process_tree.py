@@ -12,15 +12,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
-from tests.timing import TIME_FACTOR
-
-T = TypeVar("T")
+from tests.timing import NotReached, eventually
 
 
 @dataclass(frozen=True)
@@ -139,28 +135,19 @@ def bindable(listener: Listener) -> bool:
     return True
 
 
-def until(condition: Callable[[], T], timeout: float, what: str) -> T:
-    """Poll `condition` until it returns something truthy; fail after `timeout` seconds times TIME_FACTOR."""
-    deadline = time.monotonic() + timeout * TIME_FACTOR
-    while True:
-        result = condition()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what}: not within {timeout * TIME_FACTOR:.0f} s (last: {result!r})"
-        time.sleep(0.05)  # polling the condition, with the deadline above
-
-
 def until_none(left: Callable[[], Sequence[object]], timeout: float, what: str) -> None:
-    """Poll `left` until it returns nothing; fail after `timeout` seconds times TIME_FACTOR, naming
-    what it returned last."""
-    deadline = time.monotonic() + timeout * TIME_FACTOR
-    while True:
+    """`eventually` `left` returns nothing; the failure lists what it returned last."""
+    remaining: Sequence[object] = ()
+
+    def gone() -> bool:
+        nonlocal remaining
         remaining = left()
-        if not remaining:
-            return
-        assert time.monotonic() < deadline, \
-            f"{what}: not within {timeout * TIME_FACTOR:.0f} s; left:\n" + "\n".join(map(str, remaining))
-        time.sleep(0.05)  # polling the condition, with the deadline above
+        return not remaining
+
+    try:
+        eventually(gone, timeout, message=what)
+    except NotReached as failed:
+        raise NotReached(f"{failed}; left:\n" + "\n".join(map(str, remaining))) from None
 
 
 def kill_survivors(processes: Sequence[Proc]) -> None:
@@ -198,7 +185,7 @@ def sandbox_process(state_dir: Path, args: Sequence[str],
             assert process.poll() is None, f"the sandbox exited ({process.returncode}):\n{log_path.read_text()[-4000:]}"
             return None
 
-        kubeconfig = until(ready, timeout, "the sandbox ready")
+        kubeconfig = eventually(ready, timeout, message="the sandbox ready")
         assert kubeconfig is not None
         yield process, kubeconfig
     finally:

@@ -15,20 +15,10 @@ import pytest
 
 from colocation_sandbox.launcher.child_processes import ChildProcess, Supervisor
 from colocation_sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
+from tests.clock import FakeClock
 from tests.timing import TIME_FACTOR
 
 FALSE = shutil.which("false")
-
-
-class SteppingClock:
-    """Each reading is `step` seconds after the one before: every run of the child lasts `step`."""
-
-    def __init__(self, step: float) -> None:
-        self.now, self.step = 0.0, step
-
-    def __call__(self) -> float:
-        self.now += self.step
-        return self.now
 
 
 async def restarts_of(child: ChildProcess, count: int, timeout: float) -> float:
@@ -44,7 +34,7 @@ async def test_a_child_that_ran_long_enough_before_each_exit_is_restarted_at_onc
         tmp_path: Path) -> None:
     # The back-off reads its clock as the child starts and as it exits: every run lasts 700 s by
     # that clock, beyond the 10 minutes that reset the back-off, so no restart waits.
-    clock = SteppingClock(700.0)
+    clock = FakeClock(0.0, tick=700.0)  # each reading 700 s after the one before
     supervisor = Supervisor("child", logging.getLogger(__name__), functools.partial(CrashLoopBackOff, clock),
                             on_restart=lambda: None)
     child = ChildProcess([str(FALSE)], {}, str(tmp_path / "child.log"))
@@ -58,7 +48,7 @@ async def test_a_child_that_ran_long_enough_before_each_exit_is_restarted_at_onc
 @pytest.mark.skipif(FALSE is None, reason="no `false` on the PATH")
 async def test_a_child_that_keeps_crashing_waits_longer_each_time(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    clock = SteppingClock(0.001)
+    clock = FakeClock(0.0, tick=0.001)
     backoff = functools.partial(CrashLoopBackOff, clock, initial=0.05, maximum=0.2)
     supervisor = Supervisor("child", logging.getLogger(__name__), backoff, on_restart=lambda: None)
     child = ChildProcess([str(FALSE)], {}, str(tmp_path / "child.log"))

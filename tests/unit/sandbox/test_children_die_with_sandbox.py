@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from colocation_sandbox.launcher.child_processes import exec_keeps_death_signal, start_logged
+from tests.timing import eventually
 from tests.unit.sandbox.process_tree import (
     Proc,
     alive,
@@ -29,7 +30,6 @@ from tests.unit.sandbox.process_tree import (
     listeners,
     proc,
     sandbox_process,
-    until,
     until_none,
 )
 
@@ -62,8 +62,8 @@ def test_a_launchers_children_die_with_it_even_ignoring_sigterm(tmp_path: Path) 
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     children: list[Proc] = []
     try:
-        until(lambda: (tmp_path / "logged").exists() and (tmp_path / "run").exists(), 30,
-              "both children ignoring SIGTERM")
+        eventually(lambda: (tmp_path / "logged").exists() and (tmp_path / "run").exists(), 30,
+                   message="both children ignoring SIGTERM")
         children = descendants(launcher.pid)
         assert sorted(Path(child.command.split()[-1]).name for child in children) == ["logged", "run"], children
         launcher.kill()
@@ -112,7 +112,7 @@ def test_a_sigkilled_builtin_sandbox_leaves_no_process_and_no_port(tmp_path: Pat
                 return recorded <= {listener.owner.pid for listener in found} and \
                     ports <= {listener.port for listener in found}
 
-            until(listening, 60, "every replica and agent listening")  # each one's port is in use now
+            eventually(listening, 60, message="every replica and agent listening")  # each one's port is in use now
             root = proc(sandbox.pid)
             assert root is not None
             processes = [root, *descendants(sandbox.pid)]

@@ -12,22 +12,16 @@ from colocation_sandbox.server.builtin_controllers import Controllers
 from colocation_sandbox.server.object_store import Store
 from colocation_sandbox.server.object_watch_window import WatchFilter
 from colocation_sandbox.server.resource_types import Registry, ResourceType
+from tests.clock import FakeClock
 
 Obj = dict[str, Any]
+WALL = 1_700_000_000.0
 EVERYTHING = WatchFilter()
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
 def store() -> Store:
-    store = Store(Registry(), clock=FakeClock(), window=50)
+    store = Store(Registry(), clock=FakeClock(WALL).wall, window=50)
     Controllers(store)
     store.create(rt(store, "", "namespaces"), {"metadata": {"name": "default"}})
     return store
@@ -53,10 +47,10 @@ def test_every_write_gets_a_larger_resource_version_across_resources(store: Stor
 
 
 def test_resource_versions_continue_above_the_clock_after_a_restart() -> None:
-    clock = FakeClock()
-    before = Store(Registry(), clock=clock)
-    clock.now += 1
-    after = Store(Registry(), clock=clock)
+    clock = FakeClock(WALL)
+    before = Store(Registry(), clock=clock.wall)
+    clock.advance(1)
+    after = Store(Registry(), clock=clock.wall)
     assert after.resource_version > before.resource_version
 
 

@@ -12,6 +12,7 @@ from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.jws import parse_jws, public_keys, signature_valid
 from colocation.apimachinery.userinfo import UserInfo
 from colocation_sandbox.server.token_authority import TokenAuthority
+from tests.clock import FakeClock
 
 T0 = 1_800_000_000.0
 POD = {"kind": "Pod",
@@ -20,22 +21,14 @@ POD = {"kind": "Pod",
 NODE = {"kind": "Node", "metadata": {"name": "node-3", "uid": "node-uid-3"}}
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(T0)
 
 
 @pytest.fixture
 def authority(clock: FakeClock) -> TokenAuthority:
-    return TokenAuthority(clock)
+    return TokenAuthority(clock.wall)
 
 
 def claims_of(token: str) -> dict[str, Any]:
@@ -140,9 +133,9 @@ def test_unbound_and_unscheduled_tokens_carry_no_node(authority: TokenAuthority)
 
 def test_tokens_expire(authority: TokenAuthority, clock: FakeClock) -> None:
     token, expires = authority.issue_service_account_token("ns", "agent", "u", expiration_seconds=600)
-    clock.now = expires - 1
+    clock.wall_now = expires - 1
     assert authority.authenticate(token) is not None
-    clock.now = expires
+    clock.wall_now = expires
     assert authority.authenticate(token) is None
     status = authority.token_review({"token": token})
     assert status["authenticated"] is False

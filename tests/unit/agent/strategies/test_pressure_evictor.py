@@ -21,6 +21,7 @@ from colocation.agent.strategies.memory_evict.memory_evict import MemoryEvictor
 from colocation.agent.strategies.pressure_evictor import EvictionMetrics, PressureEviction, PressureEvictionEnforcer
 from colocation.agent.strategies.strategy import Round
 from colocation.kube.backoff import Backoff
+from tests.clock import FakeClock
 
 GI = 2**30
 NODESLO = {"spec": {"resourceUsedThresholdWithBE": {"enable": True, "memoryEvictThresholdPercent": 70}}}
@@ -59,15 +60,8 @@ class FakeLeader:
             for p in request["pods"]]}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def eviction(leader: FakeLeader, clock: Clock, *, dry_run: bool = False) -> tuple[PressureEviction, CollectorRegistry]:
+def eviction(leader: FakeLeader, clock: FakeClock, *,
+             dry_run: bool = False) -> tuple[PressureEviction, CollectorRegistry]:
     registry = CollectorRegistry()
     evictor = MemoryEvictor(clock, capacity=lambda: 10 * GI, cool_down=4.0,
                             backoff=lambda: Backoff(5.0, 60.0, jitter=0.0))
@@ -80,7 +74,7 @@ def counted(registry: CollectorRegistry, result: str) -> float:
 
 
 async def test_over_the_threshold_the_agent_asks_the_leader_for_the_best_effort_pods_in_order() -> None:
-    leader, clock = FakeLeader(), Clock()
+    leader, clock = FakeLeader(), FakeClock(0.0)
     memory, registry = eviction(leader, clock)
     enforcer = PressureEvictionEnforcer("memory-evict", memory, interval=1.0)
     enforcement = NodeEnforcement("node-1", [enforcer])
@@ -97,7 +91,7 @@ async def test_over_the_threshold_the_agent_asks_the_leader_for_the_best_effort_
 
 
 async def test_a_deferred_pod_is_asked_for_again_only_after_its_backoff() -> None:
-    leader, clock = FakeLeader(), Clock()
+    leader, clock = FakeLeader(), FakeClock(0.0)
     leader.outcomes["big"] = "deferred"
     memory, registry = eviction(leader, clock)
     memory.nodeslo_changed(NODESLO)
@@ -114,7 +108,7 @@ async def test_a_deferred_pod_is_asked_for_again_only_after_its_backoff() -> Non
 
 
 async def test_a_request_that_fails_whole_frees_its_pods_and_is_counted() -> None:
-    leader, clock = FakeLeader(), Clock()
+    leader, clock = FakeLeader(), FakeClock(0.0)
     leader.failure = DeliveryFailed("unreachable", "no route")
     memory, registry = eviction(leader, clock)
     memory.nodeslo_changed(NODESLO)
@@ -131,7 +125,7 @@ async def test_a_request_that_fails_whole_frees_its_pods_and_is_counted() -> Non
 
 
 async def test_dry_run_decides_and_counts_but_sends_nothing() -> None:
-    leader, clock = FakeLeader(), Clock()
+    leader, clock = FakeLeader(), FakeClock(0.0)
     memory, registry = eviction(leader, clock, dry_run=True)
     memory.nodeslo_changed(NODESLO)
     memory.step(sample(9 * GI, big=3 * GI), PODS)
@@ -141,7 +135,7 @@ async def test_dry_run_decides_and_counts_but_sends_nothing() -> None:
 
 
 async def test_under_the_threshold_or_disabled_nothing_is_asked() -> None:
-    leader, clock = FakeLeader(), Clock()
+    leader, clock = FakeLeader(), FakeClock(0.0)
     memory, _ = eviction(leader, clock)
     memory.step(sample(9 * GI, big=3 * GI), PODS)  # the default policy: off
     memory.nodeslo_changed(NODESLO)

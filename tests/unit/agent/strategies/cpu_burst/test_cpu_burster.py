@@ -28,6 +28,7 @@ from colocation.agent.strategies.batch_cgroups.batch_cgroups import ContainerRes
 from colocation.agent.strategies.cpu_burst.cpu_burst import BurstConfig, BurstPod, BurstStrategy
 from colocation.agent.strategies.cpu_burst.cpu_burster import EVENT_INTERVAL, REREAD_INTERVAL, CpuBurster
 from colocation.kube.backoff import Backoff
+from tests.clock import FakeClock
 from tests.unit.agent.strategies.batch_cgroups.test_batch_cgroup_reconciler import make_root
 from tests.unit.agent.strategies.cpu_suppress.test_cpu_suppressor import FakeKube
 
@@ -110,20 +111,12 @@ def build(root: Path, tree: Tree) -> None:
             tree.burst_file(path).write_text("0\n")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class Harness:
     def __init__(self, root: Path, tree: Tree, *, dry_run: bool = False, kernel_checks: bool = True) -> None:
         self.root, self.tree = root, tree
         self.metrics = AgentMetrics()
         self.kube = FakeKube()
-        self.clock = Clock()
+        self.clock = FakeClock(1000.0)
         self.events = NodeEvents(self.kube, "node-a", wall=lambda: 1.7e9,  # type: ignore[arg-type]
                                  backoff=lambda: Backoff(jitter=0.0))
         self.writer = CgroupWriter(root, dry_run=dry_run, on_write=lambda resource, result:

@@ -19,6 +19,7 @@ from colocation.agent.strategies.cpu_evict.cpu_evict import (
 )
 from colocation.agent.strategies.eviction_followup import Candidate
 from colocation.kube.backoff import Backoff
+from tests.clock import FakeClock
 
 POLICY = CpuEvictPolicy(enabled=True, lower_percent=40, upper_percent=60)
 
@@ -84,15 +85,7 @@ def test_order_is_lowest_priority_then_largest_usage_per_request() -> None:
 
 # ---- rounds --------------------------------------------------------------------------------------
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def evictor(clock: Clock, limit: int = 3000) -> CpuEvictor:
+def evictor(clock: FakeClock, limit: int = 3000) -> CpuEvictor:
     cpu = CpuEvictor(clock, collect_interval=1.0, real_limit=lambda: limit, cool_down=20.0,
                      backoff=lambda: Backoff(5.0, 60.0, jitter=0.0))
     cpu.nodeslo_changed(nodeslo(cpuEvictBESatisfactionLowerPercent=40, cpuEvictBESatisfactionUpperPercent=60,
@@ -112,7 +105,7 @@ def sample(**cpu: int) -> Sample:
 
 
 def test_starved_best_effort_pods_are_asked_for_after_the_first_cool_down() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     cpu = evictor(clock)
     busy = sample(big=1500, mid=800, small=600, web=1900)  # BE 2900m of a 3000m limit, 10 cpus requested
     for _ in range(19):  # the first 20 s: koordlet's cool time runs from the start
@@ -130,7 +123,7 @@ def test_starved_best_effort_pods_are_asked_for_after_the_first_cool_down() -> N
     assert cpu.decide(busy, PODS) is None  # the cool-down after a round that asked
 
 def test_a_short_history_is_not_enough() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     cpu = evictor(clock)
     clock.now = 100.0  # long after the start's cool-down
     assert cpu.decide(sample(big=1500, mid=800, small=600), PODS) is None  # 1 sample of a 10 s window: under a third
@@ -143,7 +136,7 @@ def test_a_short_history_is_not_enough() -> None:
 
 
 def test_pods_that_use_little_of_their_limit_are_not_starved_and_stay() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     cpu = evictor(clock)
     for _ in range(30):
         clock.now += 1
@@ -151,7 +144,7 @@ def test_pods_that_use_little_of_their_limit_are_not_starved_and_stay() -> None:
 
 
 def test_the_suppress_budget_is_the_limit_and_a_generous_one_evicts_nothing() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     cpu = evictor(clock, limit=4500)  # 45 % of the 10 cpus requested: above the lower percent
     for _ in range(30):
         clock.now += 1
@@ -159,7 +152,7 @@ def test_the_suppress_budget_is_the_limit_and_a_generous_one_evicts_nothing() ->
 
 
 def test_with_evict_by_allocatable_the_nodes_batch_cpu_is_the_limit() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     cpu = CpuEvictor(clock, collect_interval=1.0, real_limit=lambda: 10_000, batch_allocatable=lambda: 2000)
     cpu.nodeslo_changed(nodeslo(cpuEvictBESatisfactionLowerPercent=40, cpuEvictBESatisfactionUpperPercent=60,
                                 cpuEvictPolicy="evictByAllocatable"))

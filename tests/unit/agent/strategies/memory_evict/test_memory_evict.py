@@ -16,6 +16,7 @@ from colocation.agent.strategies.memory_evict.memory_evict import (
     memory_to_release,
 )
 from colocation.kube.backoff import Backoff
+from tests.clock import FakeClock
 
 GI = 2**30
 ON = MemoryEvictPolicy(enabled=True, threshold_percent=70, lower_percent=68)
@@ -108,20 +109,12 @@ def test_only_labelled_best_effort_pods_of_low_priority_are_candidates() -> None
 
 # ---- rate limit and follow-up ------------------------------------------------------------------------
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def no_jitter() -> Backoff:
     return Backoff(initial=5.0, maximum=60.0, factor=2.0, jitter=0.0)
 
 
 def test_no_round_within_the_cool_down_after_one_that_asked() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     evictor = MemoryEvictor(clock, cool_down=4.0, backoff=no_jitter)
     pods = [pod("a", 5000, 2 * GI), pod("b", 5000, GI), pod("c", 5000, GI // 2)]
     first = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)  # release 0.7 GiB: "a"
@@ -135,7 +128,7 @@ def test_no_round_within_the_cool_down_after_one_that_asked() -> None:
 
 
 def test_pods_asked_for_count_as_being_released_until_they_are_gone_or_the_wait_is_over() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     evictor = MemoryEvictor(clock, cool_down=1.0, pending_seconds=30.0, backoff=no_jitter)
     pods = [pod("a", 5000, 2 * GI), pod("b", 5000, GI)]
     first = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)  # release 7 % = 0.7 GiB: "a" covers it
@@ -149,7 +142,7 @@ def test_pods_asked_for_count_as_being_released_until_they_are_gone_or_the_wait_
 
 
 def test_a_deferred_pod_is_held_back_with_backoff_and_the_next_one_is_taken() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     evictor = MemoryEvictor(clock, cool_down=1.0, backoff=no_jitter)
     pods = [pod("guarded", 3000, 2 * GI), pod("other", 5000, GI)]
     first = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)
@@ -166,7 +159,7 @@ def test_a_deferred_pod_is_held_back_with_backoff_and_the_next_one_is_taken() ->
 
 
 def test_a_request_that_did_not_get_through_frees_its_pods_for_a_later_round() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     evictor = MemoryEvictor(clock, cool_down=1.0, backoff=no_jitter)
     pods = [pod("a", 5000, 2 * GI)]
     assert evictor.round(ON, 10 * GI, 8 * GI, pods) is not None

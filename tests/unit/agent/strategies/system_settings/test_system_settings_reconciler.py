@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from colocation.agent.strategies.memory_evict.memory_evict_strategy import Memor
 from colocation.agent.strategies.system_settings.system_settings_reconciler import SysctlFiles, SystemSettingsReconciler
 from colocation.agent.strategies.system_settings.system_settings_strategy import SystemSettingsOptions
 from colocation.kube.backoff import Backoff
+from tests.timing import eventually_async
 from tests.unit.agent.strategies.cpu_suppress.test_cpu_suppressor import FakeKube  # records the Events posted
 
 GiB = 1 << 30
@@ -150,13 +149,6 @@ async def test_a_failing_write_is_counted_every_time_and_logged_once(tmp_path: P
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == ["cannot write system setting"]
 
 
-async def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)  # polling interval of a condition with a deadline
-
-
 async def test_the_loop_acts_only_once_ready(tmp_path: Path) -> None:
     vm = build(tmp_path)
     harness = Harness(tmp_path)
@@ -172,10 +164,11 @@ async def test_the_loop_acts_only_once_ready(tmp_path: Path) -> None:
 
     task = asyncio.create_task(harness.reconciler.run(ready))
     try:
-        await _until(lambda: len(asked) >= 3)  # three rounds before the NodeSLO is listed: nothing written
+        # Three rounds before the NodeSLO is listed: nothing written.
+        await eventually_async(lambda: len(asked) >= 3, interval=0.01)
         assert values(vm) == (KERNEL_MIN_FREE, KERNEL_WATERMARK)
         listed = True
-        await _until(lambda: values(vm) == (671_088, 150))
+        await eventually_async(lambda: values(vm) == (671_088, 150), interval=0.01)
         assert harness.writes("ok") == 2
     finally:
         task.cancel()
@@ -192,7 +185,7 @@ async def test_the_agents_enforcement_runs_the_loop_and_restores_at_exit(tmp_pat
     tasks = [asyncio.create_task(coroutine) for _, coroutine in enforcement.background()]
     try:
         enforcement.nodeslo_changed(RECOMMENDED, listed=True)
-        await _until(lambda: values(vm) == (671_088, 150))
+        await eventually_async(lambda: values(vm) == (671_088, 150), interval=0.01)
     finally:
         for task in tasks:
             task.cancel()
