@@ -66,7 +66,8 @@ MIN_SPACING = 0.5  # seconds between two evaluations, however many changes wake 
 # Seconds between a standby's passes over the formulas (`NodeResourceReconciler.prepare`): a new
 # leader's first evaluation computes at most this much of the reports again.
 PREPARE_EVERY = 1.0
-# Seconds an agent's write may wait for a new leader's first evaluation (`first_evaluation_done`).
+# Seconds an agent's write or a standby's feed may wait for a new leader's first evaluation
+# (`first_evaluation_done`).
 FIRST_EVALUATION_HOLD = 2.0
 
 
@@ -92,6 +93,7 @@ class Controllers:
         self._kopf_stop = asyncio.Event()
         self._leading = asyncio.Event()
         self._first_evaluation = asyncio.Event()
+        self._warm = False  # the configuration read and every pod listed: the first evaluation can run
 
     def promote(self) -> None:
         """This replica leads from now on: the health tracker's startup grace begins, and the loop
@@ -105,8 +107,9 @@ class Controllers:
         seconds at most. After a failover every agent reports at once, and a restarted replica
         lists every NodeMetric from the new leader; served first, they stretched the first
         evaluation (1.7-2.2 s at 2,500 nodes, BENCHMARKS.md), which the formulas computed on the
-        standby make a fraction of that."""
-        if self._first_evaluation.is_set():
+        standby make a fraction of that. A replica that leads before it is warm (the first leader of
+        a new install) holds nothing: its first evaluation waits for every pod to be listed."""
+        if self._first_evaluation.is_set() or not self._warm:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._first_evaluation.wait(), FIRST_EVALUATION_HOLD)
@@ -195,6 +198,7 @@ class Controllers:
         await self._load_config()
         await self.state.pods_synced.wait()
         self.metrics.warm.set(1)
+        self._warm = True
         while not self._leading.is_set():
             try:
                 await self.resources.prepare()
