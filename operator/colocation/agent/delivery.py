@@ -54,8 +54,11 @@ class DeliveryFailed(Exception):
 
     @property
     def transient(self) -> bool:
-        """No leader was reached (none, or none reachable), as opposed to a refusal of the request."""
-        return self.reason in ("unavailable", "timeout", "unreachable")
+        """No leader was reached (none, or none reachable), or it failed (a 5xx, a 429), as opposed
+        to a refusal of the request. A leader whose checks time out while kube-apiserver is down
+        answers 5xx: counted as a refusal, that pushed an agent's retry toward 30 s, past the thaw."""
+        return (self.reason in ("unavailable", "timeout", "unreachable", "http-429")
+                or self.reason.startswith("http-5"))
 
 
 def session_put(session: aiohttp.ClientSession, token: Callable[[], str]) -> DirectPut:
