@@ -189,9 +189,9 @@ EOF
 }
 
 operator_rolled_out() {
-    # Not `kubectl rollout status`: only the leader replica is Ready by design, so the
-    # Deployment never reports all replicas available. Rolled out = the controller saw the
-    # current spec, every replica runs it, no old replica is left, and a leader is Ready.
+    # Rolled out = the controller saw the current spec, every replica runs it, no old replica is
+    # left, and at least one replica is Ready. Ready means the leader, or a standby whose copy
+    # of the leader's data is current (docs/operator.md#consistency-across-replicas).
     # Absent status fields print as empty strings; "|" keeps them in their places.
     local fields generation observed desired current updated ready
     fields="$(kubectl get -n "$NAMESPACE" "$OPERATOR" -o jsonpath='{.metadata.generation}|{.status.observedGeneration}|{.spec.replicas}|{.status.replicas}|{.status.updatedReplicas}|{.status.readyReplicas}')" \

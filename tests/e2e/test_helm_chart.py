@@ -147,9 +147,10 @@ def test_helm_install_upgrade_and_uninstall(helm_path: str, cluster: Path, kubec
     helm.run("upgrade", RELEASE, str(CHART), "--reuse-values", "--set", "features.resourceMetrics=true",
              timeout=300)
     objects = installed(render(helm_path, {"features.resourceMetrics": True}, namespace=RELEASE_NAMESPACE))
-    # The rollout is over once only new pods are left (`kubectl rollout status` never returns for
-    # this Deployment: only the leader is Ready, docs/install.md); until then a read may still land
-    # on an old replica, which does not serve metrics.k8s.io, or on a stopping one.
+    # The rollout is over once only new pods are left (both counts below are 2); until then a read
+    # may still land on an old replica, which does not serve metrics.k8s.io, or on a stopping one.
+    # Every replica with a current copy of the leader's data is Ready, the standbys too
+    # (docs/operator.md#consistency-across-replicas).
     for field in ("updatedReplicas", "replicas"):
         kubectl.run("wait", f"--for=jsonpath={{.status.{field}}}=2", "deployment/colocation-operator",
                     "-n", "colocation-system", f"--timeout={int(180 * TIME_FACTOR)}s", timeout=200 * TIME_FACTOR)

@@ -1,32 +1,13 @@
 """Time windows over samples, the way koordlet aggregates before it reports.
 
-- `node_usage` / `pod_usages` / `system_usage_avg`: the average over the last
-  `window_seconds` (koordlet's metricCollectPolicy.aggregateDurationSeconds, default 300).
-- `aggregated`: for each duration of nodeAggregatePolicy (default 5m, 10m, 30m), the avg, p50,
-  p90, p95 and p99 of node cpu and memory over the last `d` seconds, leaving out a duration whose
-  samples span less than half of it (koordlet's cold-start rule: a 30-minute p99 from two
-  minutes of data would be a lie).
+`node_usage`, `pod_usages` and `system_usage_avg` average the last `window_seconds`;
+`aggregated` gives avg, p50, p90, p95 and p99 (nearest rank) of node cpu and memory for each
+duration of the policy that the samples span at least half of; `recent` averages the last
+`recent_seconds` with the window they really span. Windows are of the samples' wall-clock times,
+(now - d, now]; a clock that steps back starts the history over. Unmeasured cpu values are left
+out. Memory is bounded: `max_samples` for the node, and per pod what the longest window needs.
 
-Percentiles are nearest-rank: the p-th percentile of n sorted values is the value at rank
-ceil(p·n/100) (1-based); so p50 of [1, 2, 3, 4] is 2 and p99 of 10 values is the largest.
-(koordlet takes rank floor(p·n), which is one lower whenever p·n is not whole.)
-
-Time is the samples' wall-clock timestamps; the window of `d` seconds at `now` is (now - d, now].
-A sample older than the newest one means the wall clock stepped back: the history no longer
-lines up with `now`, so it is dropped and aggregation starts over.
-
-cpu values a collector could not measure (a first reading, a counter reset) are left out of cpu
-statistics; a pod with no measured cpu in the window is left out of `pod_usages` (the operator
-then counts its request, the safe side).
-
-`recent`: the node's and each pod's average over the last `recent_seconds` (10 by default, at
-most 15; not a Koordinator field) with the window those samples really span: what
-metrics.k8s.io serves, as metrics-server serves usage over its last scrape interval, so that
-`kubectl top` and an HPA follow a load step in seconds instead of over the 300 s average.
-
-Memory is bounded explicitly: the node ring holds at most `max_samples` entries, each pod ring
-at most what the longer of `window_seconds` and `recent_seconds` needs at
-`sample_interval_seconds`, and pods not seen within it are forgotten.
+Why, and how it differs from koordlet: docs/agent.md#collection
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """How the real agent reaches kube-apiserver: straight over aiohttp when it can, else kubernetes-asyncio.
 
-kubernetes-asyncio imports every model and API class of its generated client at once, about
-40 MiB resident: as much as the rest of the agent. The agent uses none of them (it sends and reads
-plain JSON), only the client's configuration loading. So where the configuration is plain, the
-agent connects itself:
+In a pod (KUBERNETES_SERVICE_HOST/PORT, the ServiceAccount's ca.crt and token, read again when
+the kubelet rotates it), or with a kubeconfig whose current context has only an https server, its
+CA and a bearer token, the agent connects itself. Any other configuration goes through
+kubernetes-asyncio, with its messages: what worked still works, the same way.
 
-- in a pod (the DaemonSet): KUBERNETES_SERVICE_HOST/PORT, the service account's ca.crt, and its
-  token, read again whenever the kubelet rotates the file (kubernetes-asyncio re-reads it every
-  minute);
-- a kubeconfig whose current context names an https server, its CA (data or file) and a bearer
-  token, and nothing else.
-
-Anything else (exec plugins, auth providers, client certificates, a proxy in the environment,
-several files in KUBECONFIG, a kubeconfig that does not parse or does not exist...) goes through
-kubernetes-asyncio exactly as before, with its messages: what worked still works, the same way.
+Why: docs/agent.md#reaching-kube-apiserver
 """
 
 from __future__ import annotations

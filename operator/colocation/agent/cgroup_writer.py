@@ -1,27 +1,13 @@
-"""The agent's only writes to the node: cgroup files of the best-effort tier, batch pods and bursting pods.
+"""The agent's cgroup writes: files of the best-effort tier, of batch pods and of bursting pods.
 
-Where the files are depends on the cgroup version and the kubelet's driver; the tier directory
-is found like the collector finds pods (colocation.agent.cgroups): `kubepods/besteffort`
-(cgroupfs) or `kubepods.slice/kubepods-besteffort.slice` (systemd), possibly nested under a
-kubelet `--cgroup-root`. Files:
+It finds the best-effort tier as the collector finds pods (colocation.agent.cgroups), and reads
+and writes the cpu quota, period, shares or weight, burst, cpuset and memory limit in the
+spelling of cgroup v1 or v2. Every write first reads the file and writes only a different
+value, so nothing is written while nothing changes, and a value someone else wrote is put back
+on the next round. With `dry_run` nothing is written; each write that would have happened is
+counted as `dry-run`.
 
-    v1  cpu/<tier>/cpu.cfs_quota_us, cpu.cfs_period_us     cpuset/<tier>/.../cpuset.cpus
-    v2  <tier>/cpu.max ("max 100000", "50000 100000")      <tier>/.../cpuset.cpus
-
-and, for batch pods (colocation.agent.strategies.batch_cgroups.batch_cgroup_reconciler), in any pod
-or container cgroup:
-
-    v1  cpu/.../cpu.cfs_quota_us, cpu.shares              memory/.../memory.limit_in_bytes (-1)
-    v2  .../cpu.max, cpu.weight (from shares, as the kubelet converts them), memory.max ("max")
-
-and, for CPU burst of LS pods (colocation.agent.strategies.cpu_burst.cpu_burster), their pod and
-container cgroups:
-
-    v1  cpu/.../cpu.cfs_quota_us, cpu.cfs_burst_us        v2  .../cpu.max, cpu.max.burst
-
-Every write first reads the file and writes only a different value, so nothing is written while
-nothing changes, and a value someone else wrote is put back on the next round. With `dry_run`
-nothing is ever written; each write that would have happened is counted as `dry-run`.
+The files each strategy writes: docs/agent.md#strategies
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Pods and their counters from the kubepods cgroup hierarchy (cgroup v2, and v1).
 
-Where kubelet puts a pod depends on its cgroup driver and the pod's QoS class:
+Where the kubelet puts a pod depends on its cgroup driver and the pod's QoS class:
 
     systemd:   kubepods.slice/kubepods-pod<uid_>.slice                                (Guaranteed)
                kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice
                kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid_>.slice
     cgroupfs:  kubepods/pod<uid>, kubepods/burstable/pod<uid>, kubepods/besteffort/pod<uid>
 
-(systemd unit names cannot hold '-' inside a component, so the UID's dashes become '_'.) With
-cgroup v2 these are under the unified root; with v1 the same relative paths exist once per
-controller (`cpuacct/…`, `memory/…`). A kubelet started with `--cgroup-root=/kubelet` (kind)
-nests the whole tree under `kubelet.slice/kubelet-kubepods.slice` or `kubelet/kubepods`.
-
-Pod memory follows koordlet: memory.stat's LRU lists (anon + unevictable, plus page cache per
-policy), not memory.current, which also holds kernel memory the node-level figure accounts for.
+On cgroup v1 the same paths exist once per controller. A kubelet `--cgroup-root` nests the tree.
+Pod memory comes from memory.stat's LRU lists, as koordlet reads it (why: docs/agent.md#collection).
 """
 
 from __future__ import annotations

@@ -4,13 +4,11 @@
 so the same code measures a host (`/proc`, `/sys/fs/cgroup`), a container with host mounts, or a
 fixture tree in a test.
 
-Rates come from counter deltas between two calls, timed on the injected monotonic clock (a wall
-clock that jumps would turn into absurd rates). So a value has no rate on its first reading: the
-first sample of the node, and of each pod, reports cpu 0 with `cpu_measured=False`, and the
-aggregator leaves such values out. A counter that goes backwards (reboot, cgroup recreated under
-the same name, 64-bit wrap) is treated the same way: no rate this time, the new reading becomes
-the base. Rates are also capped at the node's cpu count, so a glitch never reports more cpu than
-the machine has.
+Rates come from counter deltas between two calls, timed on the injected monotonic clock. A first
+reading, or a counter that went backwards, reports cpu 0 with `cpu_measured=False` and becomes
+the new base. Rates are capped at the node's cpu count.
+
+Why: docs/agent.md#collection
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """How an agent's PUTs reach the leader: NodeMetric reports and custom metric sample batches alike.
 
-Delivery goes straight to the leader (endpoint and CA from the leader Lease), else through
-kube-apiserver's aggregation layer, which routes to whichever replica is ready (the leader):
-- a 503 from a standby names the leader and its endpoint: the agent sends it there at once;
-- a leader that cannot be reached (refused, timed out): the agent asks the other replicas the
-  leader published (a standby names the leader, the new leader accepts), with no request to
-  kube-apiserver; only when none of them takes it does it read the Lease again and send the PUT
-  through kube-apiserver, and after such a try fails, not again before a backoff with jitter
-  (`apiserver_backoff`): during an outage the replicas are asked often, kube-apiserver is not;
-- a leader that cannot authenticate us (a kubeconfig with a client certificate has no token to
-  show it) → kube-apiserver;
-- any other refusal is final for this request.
-Retrying a failed request later (with backoff and jitter) is the caller's business: each caller
-knows what to send again — the latest report, or the samples still held.
+A PUT goes straight to the leader (endpoint and CA from the leader Lease). A standby's 503 names
+the leader, and the PUT goes there at once. A leader that cannot be reached makes the agent ask
+the other replicas the leader published; only when none takes it does it read the Lease again
+and send the PUT through kube-apiserver (which may route it to any ready replica), and after
+such a try fails, not again before `apiserver_backoff`. A leader that refuses our credentials
+(401) sends it through kube-apiserver; any other refusal is final. Retrying later is the
+caller's business: the latest report, or the samples still held.
+
+Why: docs/operator.md#how-agents-find-a-new-leader
 """
 
 from __future__ import annotations

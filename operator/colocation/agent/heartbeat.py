@@ -1,39 +1,13 @@
-"""The agent's heartbeat: its reports to the leader, and Lease NODE in colocation-node-lease as the fallback.
+"""The agent's heartbeat: its accepted reports, and Lease NODE in colocation-node-lease as the fallback.
 
-The leader holds every agent's last report in memory and replicates it to the standbys: an
-accepted report is the cheapest sign of life there is (it costs the API server nothing), so the
-reporter sends one at least every heartbeat interval (`renew_interval`, 10 s) and tells this
-module (`heard`). The Lease is renewed only
-- once when the agent starts, and then every `registration_interval` (10 minutes) while reports
-  are accepted: a registration, so the Lease says which agents exist and when they last
-  started or checked in, for a fraction of the writes (`leaseDurationSeconds` then covers the
-  registration interval too, so the Lease never looks expired between two registrations);
-- every heartbeat interval while no report was accepted for `fallback_after` (1.5 intervals): the
-  leader cannot be reached (or refuses the reports), and the operator's watch of the Leases
-  still sees the agent alive; `leaseDurationSeconds` is then the lease duration (40 s). Once
-  reports are accepted again, the next tick registers again, so a live agent's Lease never
-  shows the short duration run out.
-Without a report source (`reports=None`) the Lease is the only heartbeat and is renewed every
-interval, as the kubelet renews its own.
+The reporter calls `heard` when the leader accepts a report. The Lease is renewed at start and
+every `registration_interval` while reports are accepted, and every heartbeat interval once
+none was accepted for `fallback_after`. Without a report source (`reports=None`) the Lease is
+renewed every interval, as the kubelet renews its own. A heartbeat (an accepted report or a
+renewal) is late when it lands more than the interval plus a tenth after the one before;
+`age()` and `overdue()` feed the self-check metrics.
 
-How the Lease is written follows the kubelet's node lease controller (KEP "Efficient Node Heartbeats"):
-- the Lease is named after the node, holderIdentity is the node name, and it carries an
-  ownerReference to its Node (no controller, no blockOwnerDeletion), so it goes when the Node
-  goes; the reference is added as soon as the Node is found;
-- a renewal is a PUT of the Lease as last written, with the cached resourceVersion: one request
-  per period when nothing else touches it. A 409 Conflict means someone else wrote it: read it
-  again and retry. A 404 means it was deleted: create it again;
-- every request has a timeout shorter than the renew interval, and the loop is a task of its own,
-  so neither a slow API server nor a slow report delays the next heartbeat by more than that.
-
-The loop ticks at a fixed rate (each tick one period after the start of the last successful one,
-the period jittered shorter by up to 4 %), so a slow renewal does not push the next one back,
-and renews when a renewal is due. The renewTime is stamped once the request has its slot
-(simulated agents share a bounded number), just before it is sent, so waiting for a slot does
-not age it. Lateness is what the leader sees: a heartbeat (an accepted report, or a renewal) is
-late when it lands more than the heartbeat interval plus a tenth of it after the one before
-(the first: after the loop started), and `age()` is how old the last one is now; `overdue()`
-says it is late right now. Both feed the agent's self-check metrics.
+Why, and how the Lease is written: docs/agent.md#reporting-and-the-heartbeat
 """
 
 from __future__ import annotations

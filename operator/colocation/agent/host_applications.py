@@ -1,22 +1,13 @@
 """Host applications: NodeSLO `spec.hostApplications` → the cgroups the collector measures.
 
-A host application is a process outside Kubernetes (a daemon, an agent of another system) that
-runs in a cgroup of its own. Listed in the NodeSLO (Koordinator's HostApplicationSpec: name,
-priority, qos, cgroupPath {base, parentDir, relativePath}), the agent measures its cgroup, reports
-it in NodeMetric `hostApplicationMetric` and leaves it out of `systemUsage` (as koordlet does).
+A host application is a process outside Kubernetes in a cgroup of its own. For each one its
+NodeSLO lists, this finds the cgroup as koordlet places it, relative to each controller's root;
+the agent measures it, reports it in `hostApplicationMetric` and leaves it out of
+`systemUsage`. An entry that cannot be used (a bad or repeated name, a path with `..`, an
+unknown base, beyond 256 entries) is left out with a one-line reason for the caller to log. A
+priority or qos class that is not Koordinator's is dropped, not the application.
 
-Where its cgroup is, relative to each controller's root, as koordlet places it:
-
-- without `cgroupPath`: `host-latency-sensitive/<name>` for qos LSE, LSR and LS,
-  `host-best-effort/<name>` for BE, `<name>` otherwise;
-- with it: the base (`CgroupRoot`, the default: the root; `Kubepods`, `KubepodsBurstable`,
-  `KubepodsBesteffort`: the kubelet's directory of that QoS class, in the cgroupfs or the systemd
-  spelling, whichever exists on the node), then `parentDir`, then `relativePath`.
-
-An entry that cannot be used is left out with a one-line reason (the caller logs it): a name that
-is empty, longer than 253 characters or repeated, a path with `..`, a base that is none of the
-four, or entries beyond 256 (the most a NodeMetric may report). A priority or qos class that is
-not Koordinator's is dropped (reported without it), not the application.
+Where the cgroups are, and how they are measured: docs/agent.md#host-applications
 """
 
 from __future__ import annotations

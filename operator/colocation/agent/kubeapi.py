@@ -1,15 +1,11 @@
 """How an agent reaches kube-apiserver: one small interface, two ways to back it.
 
-The real agent connects straight over aiohttp with its pod's service account or a plain token
-kubeconfig, else through a kubernetes-asyncio ApiClient (client certificates, exec plugins: whatever
-the kubeconfig says); colocation.agent.api_connection chooses. Simulated agents, many per process,
-each have a token of their own but share aiohttp sessions, so a thousand of them cost a thousand
-tokens, not a thousand pools. Their informers (list, then a watch that holds its connection for
-minutes) may use a session of their own, `watch_session`: a watch parked in the pool that
-requests use would leave them waiting for a free connection.
+Straight over aiohttp, or through a kubernetes-asyncio ApiClient; colocation.agent.api_connection
+chooses. Simulated agents have a token each but share aiohttp sessions; their informers may use
+a session of their own (`watch_session`). Bodies are plain JSON, as the API server writes them;
+every request carries a timeout its caller chose.
 
-Bodies are plain JSON, sent and received exactly as the API server writes them; every request
-carries a timeout chosen by the caller.
+Why: docs/agent.md#reaching-kube-apiserver
 """
 
 from __future__ import annotations

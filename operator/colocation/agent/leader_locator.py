@@ -1,16 +1,13 @@
 """Where the leader is: its report endpoint and CA bundle, read from the leader Lease.
 
-The leader publishes `colocation.dev/leader-endpoint`, `colocation.dev/leader-ca` and the
-endpoints of the replicas that follow it (`colocation.dev/replica-endpoints`) on Lease
-colocation-operator (see colocation.kube.lease_record). Agents may only `get` that Lease by name (a
-watch would need a wider grant), so the locator reads it when the agent starts, then only when
-no request was accepted for a while (with jitter, so that thousands of agents do not ask in
-step) or when a report found no leader among the replicas. A report the leader accepted proves it
-still leads (standbys answer 503), so it counts as a read: agents report at least every heartbeat
-interval (10 s, colocation.agent.report), so in steady state they never poll. In a failover the
-replicas themselves name the new leader (`adopt`, colocation.agent.delivery), so the API server
-sees no request from an agent either. Concurrent requests for a fresh read share one GET, and
-reads closer together than `min_refresh_gap` reuse the last answer.
+The leader publishes `colocation.dev/leader-endpoint`, `colocation.dev/leader-ca` and
+`colocation.dev/replica-endpoints` on Lease colocation-operator (colocation.kube.lease_record).
+The locator reads it at start, then only when no request was accepted for a while (jittered) or
+when no replica took a report; an accepted report counts as a read (`confirm`), and a replica
+that took one becomes the leader (`adopt`). Concurrent requests for a fresh read share one GET,
+and reads closer together than `min_refresh_gap` reuse the last answer.
+
+Why: docs/operator.md#how-agents-find-a-new-leader
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """The NodeMetric an agent reports, built from the aggregator's figures and the node's pods.
 
-The shape is the one the leader validates (colocation.nodemetrics.report_schema): Koordinator's
-NodeMetric status, quantities in canonical text ("2500m", "1536Mi"). Pure functions: the
-reporter calls them with the latest state, tests with hand-made figures.
+The shape is the one the leader validates (colocation.nodemetrics.report_schema), quantities in
+canonical text ("2500m", "1536Mi"). Pure functions. Pods are matched to their usage by UID, else
+by namespace and name (the synthetic collector knows pods by name). A cgroup of an unknown pod,
+and a known pod without usage, are left out: the leader counts the latter's request instead.
+`recentUsage` is our short-window extension; `prodReclaimableMetric` comes from the peak
+predictor and is left out while it has no history.
 
-Pods are matched to their usage by UID (the cgroup names it), else by namespace and name (the
-synthetic collector knows pods by name; a sandbox assigns its own UIDs). A cgroup whose pod the
-agent does not know is left out: a report names every pod it lists. A known pod without usage
-is left out too: the leader counts its request instead.
-
-`nodeMetric.recentUsage` ({resources, windowSeconds}) and `podsMetric[].recentUsage` ({resources})
-are our extension, not Koordinator's: usage over the aggregator's short window (10 s; the
-pods' window is the node's), which metrics.k8s.io serves so that `kubectl top` follows load within
-seconds. `nodeUsage` and `podUsage` stay Koordinator's averages over aggregateDurationSeconds.
-
-`prodReclaimableMetric` is what the peak predictor (colocation.agent.peak_predictor) says prod
-pods requested but will not use; it is left out while the predictor has no history.
+The short window: docs/agent.md#the-short-window
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """How much prod pods requested but will not use: a decaying-histogram peak predictor. Pure.
 
-Mid-tier resources (colocation.koordinator.mid_formula) are built on the NodeMetric's
-`prodReclaimableMetric`, which the agent computes here, the way koordlet's prediction does it in
-outline (our own, smaller model):
+The NodeMetric's `prodReclaimableMetric`, on which Mid-tier resources are built, comes from
+here: koordlet's prediction in outline, in a smaller model of our own. `ProdPeakPredictor` puts
+the prod pods' total usage into one `DecayingHistogram` each for cpu and memory; the predicted
+peak is a high percentile plus a margin, and a pod younger than the cold start counts its whole
+request. Reclaimable is Σ prod requests minus the peak, floored at 0; None before a first
+measured sample. Nothing is checkpointed. Memory is bounded; time is the caller's.
 
-- Every sample, the total usage of the node's prod pods (priority koord-prod) goes into two
-  histograms, cpu and memory. A sample's weight doubles every half-life (cpu 12 h, memory 24 h by
-  default), so recent samples count more and a load that went away fades out.
-- The predicted peak is the 95th percentile of cpu and the 98th of memory (the upper bound of
-  the bucket the percentile falls in: never below the true percentile of what was seen), plus a
-  safety margin (10 %).
-- A prod pod the predictor has seen for less than the cold-start period (1 h) has no history of
-  its own: its whole request counts as peak, so it reclaims nothing yet. After an agent restart
-  every pod starts cold again (nothing is checkpointed).
-- prod reclaimable = Σ prod requests - predicted peak, floored at 0; None before a first sample
-  with measured cpu and memory.
-
-Memory is bounded: the histograms have a fixed number of buckets (cpu 25m to 1024 cores, memory
-5Mi to 2Ti, each bucket 5 % wider than the last), and the cold-start clock keeps one entry per
-prod pod of the latest sample. Time is the caller's (the samples' wall clock), never read here.
+The model and its numbers: docs/architecture.md#mid-tier-resources
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The node's pressure stall information (PSI) as Prometheus metrics of the agent's /metrics.
 
-The collector reads /proc/pressure/{cpu,memory,io} with every sample (colocation.agent.procfs).
-Koordinator's NodeMetric has no field for PSI, so the agent does not put it in its reports; it
-exports the latest sample's values instead, read at scrape time:
-
-- `colocation_agent_psi_stall_ratio{resource, kind, window}`: the share of time (0..1) some or all
-  (`kind` some / full) non-idle tasks stalled on `resource`, averaged by the kernel over `window`
-  10s, 60s or 300s;
-- `colocation_agent_psi_stall_seconds_total{resource, kind}`: the kernel's cumulative stall time.
-
-A kernel without PSI (or booted with psi=0) gives no series; so does cpu `full` before Linux 5.13.
+The collector reads /proc/pressure/{cpu,memory,io} with every sample; Koordinator's NodeMetric
+has no field for it, so the latest values are exported at scrape time instead:
+`colocation_agent_psi_stall_ratio{resource, kind, window}` (the share of time, 0..1, some or all
+non-idle tasks stalled, over the kernel's 10s, 60s or 300s) and
+`colocation_agent_psi_stall_seconds_total{resource, kind}`. A kernel without PSI gives no series;
+nor does cpu `full` before Linux 5.13.
 """
 
 from __future__ import annotations

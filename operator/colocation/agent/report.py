@@ -1,26 +1,14 @@
 """The reporter: decides when a NodeMetric report is due, and delivers it to the leader.
 
-Every `report_interval` it takes the latest state (never a queue of old ones) and sends it when
-- nothing was accepted yet (`initial`),
-- the set of pods in the report changed (`pods-changed`),
-- a usage (the node's or a pod's, cpu or memory, over Koordinator's window or the short
-  `recentUsage` one) moved by more than `change_threshold` of its previous value
-  (`usage-changed`); the previous value counts as at least 1 core or 1 GiB, so an idle pod
-  going from 2m to 5m of cpu is not a 150 % move. A load step moves the short window's figure
-  within seconds, so it is reported at the next check, not when the 300 s average catches up,
-- `max_interval` passed since the last accepted report (`max-interval`),
-- `heartbeat_interval` (10 s, shorter than `max_interval`) passed since the last accepted report
-  was sent (`heartbeat`): an accepted report is the agent's heartbeat (colocation.agent.heartbeat),
-  and costs the API server nothing, since it goes to the leader; the check before it is
-  scheduled for the moment it falls due, jittered earlier by up to 4 % so that the next report
-  lands within the interval however long the last one took, or
-- the leader changed since the last accepted report (`leader-changed`): a new leader may have
-  started empty, so it gets the full report at once, without waiting for the next check.
+Every `report_interval` it takes the latest state and sends it when nothing was accepted yet,
+the pod set changed, a usage moved by more than `change_threshold` (of at least 1 core or
+1 GiB), `max_interval` passed, or `heartbeat_interval` passed since the last accepted report was
+sent; and at once when the leader changes. Delivery (colocation.agent.delivery) goes straight to
+the leader, else through kube-apiserver. A failed report is retried with backoff and jitter,
+each time with the latest state; while the replicas can be asked directly, at most every
+`replica_retry_maximum`.
 
-Delivery (colocation.agent.delivery) goes straight to the leader, else through kube-apiserver.
-A failed report is retried with exponential backoff and jitter, each time with the latest state;
-while no leader is found but the replicas can be asked directly, every `replica_retry_maximum`
-(2 s) at most.
+The triggers, and why: docs/agent.md#reporting-and-the-heartbeat
 """
 
 from __future__ import annotations

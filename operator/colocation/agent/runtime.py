@@ -1,17 +1,13 @@
 """`colocation agent`: one node's collect, aggregate, report and heartbeat stages, as asyncio tasks.
 
-`NodeAgent` is one node, whatever measures it: the real collector here, the synthetic one in
-simulated agents (colocation.agent.simulated). Its stages are separate tasks so none waits for
-another: collection runs on its own clock and only appends to the aggregator; the reporter reads
-the aggregator's current windows when it checks (the latest state, never a backlog); the
-heartbeat renews the Lease whatever the reports do. Custom metrics (colocation.agent.samples)
-are two more tasks: one takes samples every scrape interval, one sends them. On a real node,
-enforcement (colocation.agent.enforcement) adds a task per NodeSLO strategy: a round every its
-interval on the latest sample and the pods the watch last saw (colocation.agent.strategies).
+`NodeAgent` is one node, measured by the real collector or the synthetic one. Its stages are
+separate tasks, so none waits for another: collection only appends to the aggregator, the
+reporter reads the latest windows when it checks, and the heartbeat renews the Lease whatever
+the reports do. Custom metrics add a task that takes samples and one that sends them. On a real
+node, enforcement adds a task per NodeSLO strategy (colocation.agent.strategies). The heartbeat
+may have a client of its own (`heartbeat_kube`), as simulated agents use.
 
-The heartbeat may have a client of its own (`heartbeat_kube`), as the kubelet has for its node
-Lease, so renewals never wait behind other traffic; simulated agents use that (see
-colocation.agent.simulated).
+More: docs/agent.md
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """Custom metric samples on their way to the leader: the bounded buffer, the batches, the sender.
 
-Every scrape interval the agent takes custom metric samples (colocation.agent.scrape for real
-pods, colocation.agent.synthetic for simulated ones), adds them to a `SampleBuffer` and nudges
-the `SampleSender`, which PUTs everything held as MetricSampleBatch bodies to
-`/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{node}/samples` over the same `Delivery` as
-NodeMetric reports: the leader directly, else kube-apiserver. The leader appends them to its
-in-memory series store, the source of the custom and external metrics APIs.
+Every scrape interval the agent adds its samples (from `scrape`, or `synthetic` for simulated
+nodes) to a `SampleBuffer`, and the `SampleSender` PUTs all it holds as MetricSampleBatch bodies
+to `nodemetrics/{node}/samples` over the reports' `Delivery`. A failed batch's samples go back
+into the buffer, ahead of newer ones, and are retried with backoff and jitter. The buffer keeps
+the newest `max_samples_per_series` per series and at most `max_series` series (the rest dropped
+and counted); bodies stay below 1 MiB. A batch refused as invalid is dropped. A leader change
+wakes the sender at once.
 
-A failed batch is not lost: its samples go back into the buffer, ahead of newer ones, and are
-retried with exponential backoff and jitter; new samples keep arriving meanwhile. What stays
-bounded whatever the leader does:
-- samples per series: the newest `max_samples_per_series` (120: ten minutes at 5 s, the leader's
-  retention and the contract's maximum per series), older ones dropped (`buffer-full`);
-- series held per node: `max_series` (the contract's 20,000 per batch); new series beyond it are
-  dropped (`node-series-limit`);
-- bytes per request: bodies are split below 1 MiB, the leader's limit.
-A batch the leader refuses as invalid (400, 413, 422) is dropped rather than retried: sending it
-again cannot succeed, and it would hold back every sample behind it. A leader change wakes the
-sender at once, backoff or not, so held samples reach the new leader promptly.
+The limits, and why: docs/metrics-apis.md#scraping-pods
 """
 
 from __future__ import annotations

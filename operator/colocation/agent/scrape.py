@@ -1,28 +1,13 @@
 """Scraping the node's annotated pods for custom metrics (Prometheus text format).
 
-A pod opts in with annotations (values are strings, as annotations always are):
+Every scrape interval the agent fetches `SCHEME://<status.podIP>:PORT/PATH` of each running pod
+on its node that opts in with the `colocation.dev/*` annotations, a few at a time, each within a
+timeout and at most `max_body_bytes`. A pod with wrong annotations is not scraped, logged once
+and counted every round. prometheus_client parses the text; each sample keeps its name and
+labels. Repeated, non-finite and over-the-limit samples are dropped and counted by reason.
+Nothing about one pod stops the others or the agent.
 
-| annotation | value | default |
-| --- | --- | --- |
-| `colocation.dev/scrape` | `"true"` to be scraped | not scraped |
-| `colocation.dev/port` | the container port serving metrics, 1-65535 | required |
-| `colocation.dev/path` | the HTTP path, starting with `/` | `/metrics` |
-| `colocation.dev/scheme` | `http` or `https` (certificates are not verified: pods serve their own) | `http` |
-
-The agent fetches `SCHEME://<status.podIP>:PORT/PATH` of every such running pod on its node
-every scrape interval, with a timeout shorter than the interval, a few at a time, and reads at
-most `max_body_bytes`. A pod whose annotations are wrong (no port, a port that is not a number in
-range, an unknown scheme, a path without `/`) is not scraped: the agent logs why once per pod
-and per annotation change, and counts every round it skips it
-(`colocation_agent_scrapes_total{result="invalid-annotation"}`); a pod without an IP yet counts
-as `no-address`. Nothing about one pod stops the others or the agent.
-
-Parsing is prometheus_client's. Every sample keeps its name and labels (a histogram gives its
-`_bucket` series with `le`, `_sum` and `_count`); its timestamp is the exposition's when given,
-else the time of the scrape. A sample whose exposition timestamp did not move since the last
-scrape is the same sample again and is skipped (`repeated`). Non-finite values are dropped
-(`non-finite`), and a pod keeps at most `max_series_per_pod` series per scrape, in exposition
-order (`series-limit`).
+The annotations and the rules: docs/metrics-apis.md#scraping-pods
 """
 
 from __future__ import annotations

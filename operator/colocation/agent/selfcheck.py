@@ -1,22 +1,13 @@
 """Did an agent process behave like its real agents would? The check to pass before reporting figures.
 
-Every agent process (the real agent, and the one that runs the simulated nodes) serves metrics
-that say whether its nodes did their part (colocation.agent.agent_metrics). A run passes when, between
-a read before the measured window and one after it:
+Between a read of every agent process's metrics before a window and one after it, a run passes
+when no heartbeat was late and none is overdue at the end (a node never heard is overdue), every
+informer is synced and none failed, no warning or error was logged, and no process restarted
+(its counters did not go back). `python -m colocation.agent.selfcheck --state-dir SANDBOX_STATE
+--window 120` checks a running sandbox and exits 1 on any problem; benchmarks call
+`read_sandbox` before and after their window and `problems` on the two.
 
-- no heartbeat was late (`colocation_agent_heartbeats_late_total` did not grow) and none is
-  overdue at the end (`colocation_agent_heartbeats_overdue` is 0): no node went longer than the
-  heartbeat interval plus a tenth without an accepted report or a Lease renewal, whether a
-  heartbeat ended that stretch (counted late) or it is still going at the end (overdue; a node
-  never heard is overdue too, which also holds for a window shorter than the interval);
-- every informer is synced at the end and none failed meanwhile (`colocation_agent_informers_synced`
-  equals `colocation_agent_informers`; `colocation_agent_informer_failures_total` did not grow);
-- the agents logged no warning or error (`colocation_agent_errors_total` did not grow);
-- the process is the same one (its counters did not go back: it was not restarted).
-
-`python -m colocation.agent.selfcheck --state-dir SANDBOX_STATE --window 120` watches every agent
-process of a running `colocation sandbox` for that long, prints what it saw and exits 1 on any
-problem; benchmarks call `read_sandbox` before and after their window and `problems` on the two.
+The metrics it reads: docs/agent.md#self-check
 """
 
 from __future__ import annotations

@@ -1,35 +1,13 @@
 """Many simulated agents in one process: synthetic load, the real reporter and heartbeat.
 
-Each simulated node has a token of its own (bound to a pod on that node, so the leader's node
-rule holds for it as for a real agent), but all of them share one leader locator (one read of the
-leader Lease per interval for the whole process, not one per node) and three connection pools:
+Each node has its own token and pod watch; the process shares one leader locator and bounded
+pools for Lease renewals and for reports and sample batches, so heartbeats never wait behind
+other traffic. `socket_budget` says how many open files that takes; the process raises its
+limit to it or refuses to start. The nodes start spread over one heartbeat interval. Simulated
+agents watch their pods but not their NodeSLO. `custom_metrics=False` (or a scrape interval of
+0) sends no custom metrics.
 
-- watches: one connection for each node's pod informer (its list, then its watch), as each real
-  agent has its own. A watch holds its connection for minutes, so it must never share a bounded
-  pool with requests: with more watches than slots, nothing else gets a connection (issue 13:
-  190 of 201 Leases went unrenewed behind 200 parked pod watches);
-- Lease renewals: `concurrency` connections and as many renewals in flight, like the kubelet's
-  heartbeat client of its own, so heartbeats never queue behind reports;
-- reports and sample batches (to the leader, or through kube-apiserver) and the leader Lease
-  reads: `concurrency` requests in flight, so a failover that makes every node report at the
-  same moment queues here instead of piling on the new leader.
-
-So the process holds about one socket per node plus twice `concurrency`: `socket_budget` says
-how many, and the simulation raises its open-files limit to that (or refuses to start). The
-nodes start evenly spread over one renew interval, as a DaemonSet's pods do not all start at one
-instant: neither the first lists nor the heartbeats come in one burst, and the API server sees
-as many renewals every second, not all of them at once every interval.
-
-Like real agents, simulated ones watch their pods (the synthetic collector names them; the watch
-says which of them the cluster really has on the node) but not their NodeSLO: they use the
-default collection policy. Every scrape interval each simulated node sends the custom metrics
-of its pods that carry the scrape annotation (synthetic series, not fetched over HTTP) through
-the same sample sender as a real agent; `custom_metrics=False` (or a scrape interval of 0) turns
-that off, which load tests of NodeMetric reports alone want: it is one more PUT per node per
-scrape interval.
-
-The nodes file is JSON: `[{"node": NAME, "token": TOKEN, "seed": 0, "profile": "steady",
-"pods": 10, "cpuMillis": 16000, "memoryBytes": 68719476736}, ...]`; only node and token are required.
+Why the pools, and the nodes file's format: docs/agent.md#simulated-agents
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Plausible load for simulated nodes: pods with realistic names and priorities, and their usage.
 
-A `SyntheticCollector` stands in for `RealCollector` on a node that does not exist. Its pods
-look like a colocated cluster's: DaemonSet pods (`kube-proxy-x7k2p`), Deployment pods
-(`checkout-7d9f8b6c5d-q2w4e`), StatefulSet pods (`redis-0`), and batch work (Spark executors,
-CronJob pods) that asks for `kubernetes.io/batch-cpu` / `batch-memory` and so is BestEffort to
-Kubernetes, as Koordinator's batch pods are. Priorities mix prod, mid, batch and free.
+A `SyntheticCollector` stands in for `RealCollector` on a node that does not exist. It is
+deterministic: the same seed, node and time give the same pods and samples. Each pod's usage
+follows a profile (steady, diurnal, spiky), and so do its custom metrics. `adopt()` takes the
+pods as the API server created them, so samples carry the cluster's UIDs.
 
-Deterministic: pods depend only on (seed, node name, pods_per_node), and each sample only on
-those and `now` (noise comes from hashing, not from a generator whose state depends on how often
-it was called), so two runs, or two processes, agree on every number.
-
-Profiles shape each pod's usage around its base (a share of its request):
-- steady: small noise (±5 % cpu, ±1 % memory);
-- diurnal: a sinusoid over `period_seconds` (default a day; tests shorten it) between 10 % and
-  100 % of the peak, each pod with its own phase offset of up to 1/24 of the period (an hour of a day);
-- spiky: steady, plus bursts of 3-5x cpu lasting `burst_seconds`, in ~5 % of bursts windows.
-
-The API server assigns its own UIDs when the pods are created: `adopt()` takes the created pods
-so that samples carry the UIDs the cluster knows.
-
-Pods also expose custom metrics, as a real workload would to Prometheus (and carry the scrape
-annotations of colocation.agent.scrape, though nothing listens): serving pods (prod, mid)
-`http_requests_per_second{method="GET"|"POST"}`, batch and free pods `work_queue_depth`, both
-following the pod's cpu level, so they move with the profile.
+The pods, the profiles and the metrics: docs/agent.md#simulated-agents
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Pod arithmetic every component agrees on: effective requests and the Kubernetes QoS class.
 
-Both follow Kubernetes (k8s.io/component-helpers resource.PodRequests, and the QoS helper
-GetPodQOS), on pod JSON as it comes from the API or from a hand-written fixture:
-
-- A container's request for a resource defaults to its limit (the API server's defaulting), so
-  a pod written with limits only is read as the cluster would store it.
-- Effective requests: Σ regular containers + Σ sidecars (init containers with restartPolicy
-  Always), or the largest init-phase need if that is more, where an init container needs its
-  own requests plus the sidecars started before it; plus spec.overhead. Pod-level
-  spec.resources.requests, where set, replace the container sum for that resource.
-- QoS: BestEffort when no container has a cpu or memory request or limit; Guaranteed when every
-  container has cpu and memory limits and the summed requests equal the summed limits;
-  Burstable otherwise. status.qosClass, when the API has set it, is authoritative.
-
-A pod as the leader keeps it (controllers.cluster.slim_pod) has no containers: its effective
-requests, computed once from them, are under the key `KEPT_REQUESTS`, and `pod_requests` returns them.
+Both follow Kubernetes (k8s.io/component-helpers resource.PodRequests, and GetPodQOS), on pod
+JSON from the API or a hand-written fixture. A request defaults to its limit, as the API server
+defaults it. Effective requests count sidecars, the largest init-phase need, `spec.overhead`
+and pod-level `spec.resources`, as upstream does. `status.qosClass`, when set, is authoritative.
+A pod as the leader keeps it (`controllers.cluster.slim_pod`) has no containers: its effective
+requests are under `KEPT_REQUESTS`, and `pod_requests` returns them.
 """
 
 from __future__ import annotations

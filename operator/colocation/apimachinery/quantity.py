@@ -1,18 +1,11 @@
 """Kubernetes resource quantities ("2500m", "1Gi", "1.5e3"): parsing, integer views, canonical text.
 
-The syntax and the arithmetic follow k8s.io/apimachinery's resource.Quantity:
-
-    <quantity> ::= <sign>? <number> <suffix>?
-    <number>   ::= <digits> | <digits> "." <digits>? | "." <digits>
-    <suffix>   ::= n u m k M G T P E           (decimal SI)
-                 | Ki Mi Gi Ti Pi Ei           (binary SI)
-                 | e<signed integer> | E<signed integer>   (decimal exponent)
-
-Like upstream, a parsed value is rounded up (away from zero) to a whole nano unit, and its
-magnitude is capped at 2^63-1 units. Upstream leaves `1e100` uncapped but then overflows int64
-in MilliValue(); we cap every format, so a hostile `1e999999999` costs nothing to handle.
-Bodies we validate refuse what the cap would change instead (`fieldtypes.Quantity`: at most
-`MAX_MILLI_VALUE` milli-units, so MilliValue() is exact).
+The syntax and the arithmetic follow k8s.io/apimachinery's resource.Quantity: a sign, a number
+(digits, with an optional fraction) and a suffix (n u m k M G T P E, Ki Mi Gi Ti Pi Ei, or a
+decimal exponent e<n> / E<n>). A parsed value is rounded up (away from zero) to a whole nano unit
+and capped at 2^63-1 units, in every format (upstream leaves `1e100` uncapped), so a hostile
+`1e999999999` costs nothing. Validated bodies refuse what the cap would change
+(`fieldtypes.Quantity`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """One watcher's events on their way to its client: a backlog fixed when the watch began, then a
 bounded queue of live events.
 
-The backlog (current objects as ADDED, or events replayed from a store's window, and possibly the
-BOOKMARK that ends the initial events) does not count against the bound, as kube-apiserver's watch
-cache sends its initial events before it reads the watcher's input buffer: a watch of more objects
-than the bound starts fine. Its items may be rendered lazily from a snapshot.
+The backlog (the initial events, possibly rendered lazily from a snapshot) does not count against
+the bound, so a watch of more objects than the bound starts fine. A client that stops reading
+fills the live queue, and the watcher is then closed without an error; the client resumes from
+the last resourceVersion it saw. Items are what a server's encoder turns into lines, so an event
+shared by every watcher is encoded once (`event_line`, `encoded_event_line`). Single-threaded.
 
-The live queue is bounded: a client that stops reading fills it, and the watcher is then closed
-without an error, as the watch cache forgets an unresponsive watcher. The client resumes from the
-last resourceVersion it saw, as after any dropped connection, and gets 410 only if that is gone.
-
-Items are whatever a server's encoder turns into watch lines (pre-encoded lines, or objects), so
-that an event shared by every watcher is encoded once; a store makes such lines with `event_line`
-or, from the JSON it keeps, `encoded_event_line`. Single-threaded: call it from the loop.
+Why, as kube-apiserver's watch cache: docs/architecture.md#the-nodemetric-store
 """
 
 from __future__ import annotations

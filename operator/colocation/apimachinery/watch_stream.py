@@ -1,19 +1,13 @@
 """Serving a watch over HTTP, as kube-apiserver's WatchServer and watch cache do, for every server.
 
-A 200 with `Content-Type: application/json`, chunked, one JSON event per line:
-- the source's items as they come, what queued up meanwhile in one write;
-- with `allowWatchBookmarks`, a BOOKMARK at the source's resourceVersion roughly every interval
-  and once more two seconds before the watch times out (so that a client resumes from as recent a
-  version as possible), but only while nothing is pending: a bookmark claims the client has seen
-  everything up to its resourceVersion. Without it, no BOOKMARK at all, not even the one ending
-  the initial events of a sendInitialEvents watch;
-- the stream ends at timeoutSeconds; when the source ends with an error (410 Expired), after an
-  ERROR event carrying its Status (never turned into a Table); when it ends without one (a client
-  too slow, a restart), silently, and the client resumes from the last resourceVersion it saw.
-The source is stopped however the stream ends, including when the client goes away.
+A 200, chunked, one JSON event per line, what queued up meanwhile in one write. With
+`allowWatchBookmarks`, a BOOKMARK about every interval and once more 2 s before the timeout, only
+while nothing is pending; without it, no BOOKMARK at all. The stream ends at timeoutSeconds, after
+an ERROR event when the source fails (410 Expired), else silently. The source is stopped however
+the stream ends. Lines are the encoder's: shared JSON lines (`JsonEvents`) or one-row Tables
+(`TableEvents`).
 
-What goes on the wire is the encoder's: pre-encoded lines shared by every watcher (`JsonEvents`),
-or Tables of one row for `Accept: …;as=Table` (`TableEvents`).
+Why: docs/architecture.md#the-nodemetric-store
 """
 
 from __future__ import annotations

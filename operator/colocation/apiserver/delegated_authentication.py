@@ -1,20 +1,13 @@
 """Who is calling, delegated to kube-apiserver as aggregated API servers do it.
 
-A front-proxy client certificate (kube-apiserver forwarding a request it already authenticated)
-makes the `X-Remote-*` headers the identity; otherwise a bearer token is checked locally when it is
-a bound ServiceAccount token the leader can judge (`local_token_authentication`: the issuer's keys
-and the pod cache), else with a TokenReview.
-Reviews (TokenReviews here, SubjectAccessReviews in `delegated_authorization`) are cached and concurrent identical
-reviews share one call, because every report and every read would otherwise cost a round trip to
-kube-apiserver. A review that fails (timeout, kube-apiserver down) is never cached and never lets
-the request through. At most `review_concurrency` TokenReviews are in flight: a new leader whose
-pod cache is still filling reviews every agent's token, and unbounded that was thousands at once
-(5,000 simulated nodes; the sandbox's API server then took over 3 s to answer, and the leader's
-own Lease renewal timed out). A request that waits longer than `review_wait` for its turn fails
-like a review that timed out.
+A front-proxy client certificate makes the `X-Remote-*` headers the identity; otherwise a bearer
+token is checked locally when the leader can judge it (`local_token_authentication`), else by a
+TokenReview. TokenReviews are cached, identical ones in flight share one call, and a failed one
+is never cached and never lets a request through. At most `review_concurrency` are in flight; a
+request that waits longer than `review_wait` for its turn fails as a review that timed out. The
+groups served only see `Caller` and the `Authenticate` callable of `apimachinery.served_apigroups`.
 
-These clients stay in the API server: the groups it serves only see `Caller` and the
-`Authenticate` callable of `apimachinery.served_apigroups`.
+Why: docs/operator.md#who-may-report
 """
 
 from __future__ import annotations

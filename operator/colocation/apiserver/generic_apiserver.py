@@ -1,16 +1,13 @@
 """The HTTP shell of the operator's aggregated API: it serves whichever API groups are registered into it.
 
 What every group shares is here: errors answered as Status (never a dropped connection), the
-request latency histogram by verb, authentication (front proxy, else TokenReview), discovery
-(/apis and each group's APIGroup and APIResourceLists), OpenAPI, health, readiness and /metrics.
-A group brings its own routes and authorizes its own requests (`served_apigroups.ApiGroup`).
-Readiness is the manager's `ready_check` (by default leadership): in the operator, the leader and
-every standby holding a current copy are ready, so kube-apiserver reads from any of them.
+request latency histogram by verb, authentication, discovery, OpenAPI, health, readiness and
+/metrics. A group brings its own routes and authorizes its own requests
+(`served_apigroups.ApiGroup`). Readiness is the manager's `ready_check` (by default leadership).
+Under `ApiRunner`, a request aiohttp's parser refuses is answered with a Status too: 431 for a
+request line or header over its limits, as kube-apiserver answers, 400 for the rest.
 
-A request aiohttp's parser refuses before any handler runs (a request line or header over its
-8,190-byte limits, too many headers, malformed HTTP) is answered with a Status too, when the
-server runs under `ApiRunner`: 431 for what is too large (as Go's net/http, hence kube-apiserver,
-answers a request whose line and headers are over its limit), 400 for the rest.
+Who is ready: docs/operator.md#consistency-across-replicas
 """
 
 from __future__ import annotations

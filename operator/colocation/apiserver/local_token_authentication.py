@@ -1,28 +1,14 @@
 """Bound ServiceAccount tokens authenticated on the spot, so that a report costs no TokenReview.
 
-kube-apiserver publishes its issuer (`/.well-known/openid-configuration`) and the public keys that
-sign ServiceAccount tokens (`/openid/v1/jwks`). With them, a token bound to a pod and a node is
-checked here (`service_account_jwt`); what TokenReview adds is revocation: kube-apiserver refuses a
-bound token once its pod is gone or was replaced (another uid), or has been terminating for over a
-minute, and once its ServiceAccount is gone or was replaced. Here that is a look-up in the
-leader's pod and ServiceAccount caches (`PodLookup`), made on every request.
+The signature and claims are checked against the issuer's published keys (`IssuerKeys`,
+`service_account_jwt`); revocation is a look-up in the leader's pod and ServiceAccount caches
+(`PodLookup`) on every request. The rule is to agree with TokenReview: REJECTED only for what
+kube-apiserver refuses too, UNDECIDED (the caller sends a TokenReview) for any token this check
+cannot judge. Keys are fetched at start, every `refresh_interval`, and at once for an unknown
+`kid` (at most once per `min_refresh_interval`); the known keys stay in use while a fetch
+fails, and concurrent requests share one fetch.
 
-The rule is to agree with TokenReview. A token this check does not cover is left UNDECIDED for the
-caller to send to TokenReview: no pod cache yet (a standby, or before the first list), a token
-that is not a JWT, another issuer, a `kid` unknown even after fetching the keys again, a token
-not bound to a pod and a node, a pod the cache does not hold (it lists only bound pods that
-have not finished, and kube-apiserver still accepts a finished pod's token), or a ServiceAccount
-the cache does not hold with the token's uid (it follows only the operator's namespace, where the
-agents run; and a missing or other uid may be the cache lagging a re-created account, so
-kube-apiserver decides: it refuses a deleted or replaced account's tokens). REJECTED is only
-what kube-apiserver refuses too: a bad signature, expired or not yet valid, another audience,
-a pod with another uid, on another node, or terminating for longer than the leeway.
-
-Keys are fetched at start, every `refresh_interval` (jittered) after that, and at once when a
-token names an unknown `kid` (at most once per `min_refresh_interval`); a failed fetch is retried
-with backoff and jitter, and the keys already known stay in use meanwhile. A request that needs
-a fetch (an unknown kid, or no keys yet) waits for it, bounded by the fetch's timeouts; concurrent
-requests share one fetch.
+The cases, and why: docs/operator.md#who-may-report
 """
 
 from __future__ import annotations

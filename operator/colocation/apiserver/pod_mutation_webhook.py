@@ -1,22 +1,13 @@
 """The pod mutating admission webhook of ClusterColocationProfiles, served by every replica.
 
-kube-apiserver POSTs an AdmissionReview (admission.k8s.io/v1) to `WEBHOOK_PATH` for every pod
-created in a namespace the MutatingWebhookConfiguration selects; the answer allows it, with the
-JSON patch `koordinator.colocation_profile` computes from the profiles, namespace labels and
-PriorityClasses this replica follows (`ProfileCache`: three informers, no leader needed). The
-webhook is stateless, so any replica answers.
+kube-apiserver POSTs an AdmissionReview (admission.k8s.io/v1) to `WEBHOOK_PATH` for each new pod;
+the answer allows it, with the JSON patch `koordinator.colocation_profile` computes from what
+this replica's `ProfileCache` follows (profiles, namespace labels, PriorityClasses). Anything but
+a pod's CREATE is allowed unchanged. A pod that cannot be read, or profiles not listed yet, is
+allowed unchanged with a warning; a missing PriorityClass is denied (403). A body that is no
+AdmissionReview gets 400 with a Status.
 
-What it answers, beyond the patch:
-- not a CREATE of a pod (or its subresource): allowed, unchanged;
-- a pod that cannot be read, or profiles not yet listed: allowed unchanged, with a warning that
-  says why (kubectl prints it), so that a young replica never blocks pod creation;
-- a profile naming a PriorityClass that does not exist: denied (403), as kube-apiserver denies
-  a pod that names one itself;
-- a profile whose `patch` cannot be applied safely, or a label, annotation or node selector
-  entry the profiles would set that kube-apiserver would refuse: allowed without that part, with
-  a warning naming it (kubectl prints it);
-- a body that is no AdmissionReview: 400 with a Status saying what is wrong (kube-apiserver then
-  applies the configuration's failurePolicy, Ignore in our manifests).
+The answers, and why: docs/operator.md#the-pod-webhook-clustercolocationprofile
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """`metrics.k8s.io/v1beta1` from the NodeMetric store: `kubectl top` and the HPA without metrics-server.
 
-Opt-in (`colocation operator --serve-resource-metrics`, with the APIService of the kustomize
-component manifests/components/resource-metrics). The objects have the shapes of k8s.io/metrics
-as metrics-server serves them: NodeMetrics and PodMetrics with `timestamp`, `window` and `usage`
-(cpu and memory only), lists with empty list metadata and items without kind, get and list but
-no watch, `creationTimestamp` the time of the request, names in sort order.
+Opt-in (`colocation operator --serve-resource-metrics`). The objects have the shapes
+metrics-server serves: NodeMetrics and PodMetrics with `timestamp`, `window` and `usage` (cpu and
+memory only), lists with empty list metadata and items without kind, get and list but no watch,
+`creationTimestamp` the time of the request, names in sort order. The figures are
+`nodemetrics.resource_metrics_view`'s. Each pod has one container entry, "pod", holding the whole
+pod's usage. Only pods that exist are served, with their labels.
 
-The usage served is the agents' short-window `recentUsage` (10 s) with its window, falling back to
-Koordinator's `nodeUsage` / `podUsage` (300 s) for reports without it. Where our data is not
-metrics-server's, the choices are `nodemetrics.resource_metrics_view`'s (docs/metrics-apis.md repeats
-them), and:
-- PodMetrics: agents measure pods, not containers, so each pod has one container entry named
-  "pod" holding the whole pod's usage; `kubectl top pod` and the HPA sum containers, so totals
-  are right (a ContainerResource metric for a named container finds nothing).
-- Only pods that exist are served (the Pod informer, as metrics-server's pod lister), with the
-  Pod's labels, so label selectors work for the HPA.
+Where this differs from metrics-server, and why: docs/metrics-apis.md#serving-kubectl-top
 """
 
 from __future__ import annotations

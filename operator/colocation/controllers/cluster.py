@@ -1,17 +1,12 @@
 """What the leader knows of the cluster: the objects its watches delivered, in memory.
 
-The Node, Lease and Pod informers and Kopf's event handlers (`kopf_app`, for our own objects and
-the ConfigMap) write here; the reconciler reads. Each writer keeps only what the controllers use:
-pods and Nodes are slimmed to the fields the batch formula, the NodeSLO rendering and the exit
-process read, because a cluster of 10,000 nodes has some 300,000 pods, and a real Node carries
-its images, addresses and conditions. Everything runs on one event loop, so there are no locks.
+The Node, Lease and Pod informers and Kopf's event handlers (`kopf_app`) write here; the
+reconciler reads. Pods and Nodes are slimmed to the fields the controllers read: a pod's
+requests, QoS class and Koordinator classes are derived once, when it arrives, and its
+containers dropped. What many pods have in common is kept once and shared (`SharedParts`); the
+kept objects are read, never changed. Everything runs on one event loop, so there are no locks.
 
-A pod's containers are read only for its requests and its QoS class: both are derived once, when
-the pod arrives, and the containers dropped; so are its Koordinator priority and QoS classes, which
-every evaluation of its node reads. What many slim pods have in common (the class labels, the
-phase and QoS class, the requests of a workload's replicas, the priority value, the classes) is kept once
-and shared (`SharedParts`): the cached objects are read, never changed, by every reader of this
-state.
+Why: docs/architecture.md#what-an-evaluation-costs
 """
 
 from __future__ import annotations

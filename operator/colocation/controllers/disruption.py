@@ -1,43 +1,12 @@
 """The mass-failure guard: how fast each zone's unhealthy nodes may be evicted. Pure.
 
-When many nodes fail at once, the fault is more likely ours (the operator is partitioned from the
-agents, the apiserver is struggling) or the zone's (a network or power failure the workloads
-cannot escape by being evicted) than the nodes', and evicting would turn an outage into the
-workloads'. kube-controller-manager's node lifecycle controller answers this per zone
-(`handleDisruption`, `ComputeZoneState`, `setLimiterInZone`); so do we, in our own terms.
+As kube-controller-manager's node lifecycle controller (`ComputeZoneState`, `setLimiterInZone`):
+each zone (`zone_of`) is Normal, PartialDisruption or FullDisruption by its nodes' health, and
+gets an eviction rate by that state. A zone whose rate is 0 stops all its evictions, nodes
+already draining included. During the startup grace every zone's rate is 0.
 
-Zones: a node's zone is its `topology.kubernetes.io/zone` label (else the deprecated
-`failure-domain.beta.kubernetes.io/zone`), prefixed with its region (`topology.kubernetes.io/region`,
-else the beta label) as `region/zone` when it has one, as upstream keys zones by both; nodes
-with neither label form one zone, the empty name.
-
-A zone's state, from its nodes' health:
-- **FullDisruption**: every node of the zone is unhealthy;
-- **PartialDisruption**: more than `min_unhealthy` nodes *and* more than `unhealthy_zone_threshold`
-  of the zone's nodes are unhealthy. Both comparisons are strict ("more than 55 %"); upstream
-  uses `>=` for the fraction (and a fixed 2 for the count), which only differs at an exact ratio
-  such as 11 of 20;
-- **Normal** otherwise.
-
-Its eviction rate (nodes per second, one token bucket per zone in `EvictionPlanner`):
-- Normal: `eviction_rate`;
-- PartialDisruption: `secondary_eviction_rate` if the zone has more than
-  `large_cluster_size_threshold` nodes, else 0 (a small zone stops);
-- FullDisruption: `eviction_rate` while some zone is not fully disrupted (that zone is down, the
-  others show the operator still hears from agents), but 0 for every zone when all are: then the
-  fault is most likely ours.
-- During the startup grace every zone's rate is 0 (a node not yet judged cannot be judged
-  healthy either).
-
-One difference from upstream, on purpose: a zone whose rate is 0 stops *all* its evictions,
-nodes already draining included (upstream only stops tainting new nodes there); the controller
-releases them, and they queue for a token again once the zone recovers.
-
-Thresholds (constructor parameters; docs/controllers.md, "The exit process"):
-- `unhealthy_zone_threshold` = 0.55, `min_unhealthy` = 2 (--unhealthy-zone-threshold, --unhealthy-zone-min-nodes);
-- `eviction_rate` = 0.1 nodes/s (--eviction-rate, upstream --node-eviction-rate);
-- `secondary_eviction_rate` = 0.01 nodes/s (--secondary-eviction-rate, as upstream's);
-- `large_cluster_size_threshold` = 50 nodes (--large-cluster-size-threshold, as upstream's).
+The states, the rates and where we differ from upstream: docs/controllers.md#the-exit-process
+Why: docs/architecture.md#node-health-and-the-exit-process
 """
 
 from __future__ import annotations

@@ -1,33 +1,13 @@
 """The exit process: which pods to evict from unhealthy nodes, and when. Pure, on an injected clock.
 
-A decision only; the controller's I/O shell calls the Eviction API
-(`POST pods/{name}/eviction`, so PodDisruptionBudgets are respected) with what it returns. How
-fast each zone may evict (the mass-failure guard) is `colocation.controllers.disruption`'s.
+A decision only: the controller sends what `EvictionPlanner` returns to the Eviction API, so
+PodDisruptionBudgets decide. Each zone has a token bucket over nodes, at the rate the
+mass-failure guard gives it (`colocation.controllers.disruption`). A node that gets a token has
+every evictable pod offered while it stays due: batch and free pods, never terminating,
+finished or mirror pods. A pod offered is not offered again for `retry_interval`; one handed
+back with `deferred` is offered again after a backoff.
 
-`EvictionPlanner` — rate limiting and pod choice. A token bucket over *nodes* per zone, like
-upstream's pod evictor per zone: a zone's `rate` nodes per second with `burst` tokens (a new
-zone's bucket starts full); a node due for eviction waits in its zone's first-come queue until it
-gets a token, and from then on, for as long as it stays due, every evictable pod on it is offered
-(pods appearing later included). A zone whose rate changes keeps the tokens it had (a stopped
-zone has none, so it starts empty when it resumes, as upstream's limiter swap does). A node that
-is no longer due (it recovered, was deleted, or its zone's rate is 0) is released: should it
-become due again it queues for a new token. Evictable pods are the batch and free ones
-(`colocation.koordinator.classes.priority_of`: label, else priority band, else QoS), never prod or
-mid; never a pod already terminating (`metadata.deletionTimestamp`) or terminated (phase
-Succeeded or Failed), nor a mirror pod (a static pod: the kubelet owns it, eviction is refused).
-
-A pod offered once is not offered again for `retry_interval`, so a plan made before the informer
-has seen the eviction land does not repeat it. A pod whose eviction was refused for now (429:
-a PodDisruptionBudget allows no disruption; or any transient error) is handed back with
-`deferred(eviction)` and offered again after an exponential backoff.
-
-Thresholds (constructor parameters; docs/architecture.md, Node health and the exit process):
-
-- `EvictionPlanner.rate` = 0.1 nodes/s (one node every 10 s): every zone's rate unless `plan` is given others.
-- `EvictionPlanner.burst` = 1 node.
-- `EvictionPlanner.retry_interval` = 30.0 s: before offering again a pod already offered.
-- `EvictionPlanner.backoff`: after `deferred`, 5 s doubling up to 60 s (kubectl drain retries a
-  PDB-blocked eviction every 5 s).
+Why, and the defaults: docs/architecture.md#node-health-and-the-exit-process
 """
 
 from __future__ import annotations

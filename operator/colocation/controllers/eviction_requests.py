@@ -1,24 +1,13 @@
 """Agents' eviction requests, on the leader: check every pod, then evict through the Eviction API.
 
-An agent that finds its node short of memory (colocation.agent.strategies.memory_evict), or its best-effort
-pods short of the cpu they request (colocation.agent.strategies.cpu_evict), names best-effort pods of its
-node in `PUT …/nodemetrics/{node}/evictions`; the API server has already held the token to that
-node (the node rule, as for reports). Here each pod is judged against the leader's
-pod cache (`ClusterState`, the Pod informer):
+The API server has already held the agent's token to its node. Here `judge` (pure) checks each
+pod against the leader's Pod informer: a pod on another node, not an evictable best-effort pod,
+or a mirror pod refuses the whole request (403, nothing evicted); a pod not in the cache, or of
+another UID, is `gone`; a terminating one `terminating`. `EvictionRequestHandler` evicts the
+others through the Eviction API with the UID as precondition, posts a Warning Event on each pod
+evicted, and counts each outcome in `colocation_node_pressure_evictions_total`.
 
-- on another node, or not an evictable best-effort pod (`classes.is_evictable_best_effort`:
-  labelled BE and of batch or free priority), or a mirror pod → the whole request is refused
-  with 403 and nothing is evicted: an agent asking for that is wrong or compromised;
-- not in the cache, or another pod of that name (another UID) → `gone`;
-- already terminating → `terminating`;
-- else evicted with `POST pods/{name}/eviction` (the UID as precondition, so a replacement of
-  the same name is never hit; PodDisruptionBudgets decide): 201 → `evicted`, with a Warning Event
-  on the pod (reason EvictPodByMemoryPressure or EvictPodByBECPUSatisfaction); 429 (a budget allows no disruption now) →
-  `deferred`, the agent asks again later with backoff; 404/409 → `gone`; anything else →
-  `failed`.
-
-`judge` is pure; `EvictionRequestHandler` is the I/O around it. Every pod's outcome is counted in
-`colocation_node_pressure_evictions_total{reason,result}` (result `refused` for the pods of a 403).
+The outcomes, and why the leader evicts: docs/agent.md#memory-eviction
 """
 
 from __future__ import annotations

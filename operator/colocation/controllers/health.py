@@ -1,62 +1,13 @@
 """Node health: is a node's agent alive, and are its metrics fresh? Pure, on an injected clock.
 
-Each node has two signals, judged independently:
+AgentReady: a report arrived (`observe_metric`) or the agent's Lease was renewed
+(`observe_lease`) within `grace_period`. MetricsFresh: a new `updateTime` was seen within
+`degrade_after`. A node is healthy when both hold. Both are judged by when this replica saw the
+change, on its monotonic clock, never by the values. An unhealthy node is healthy again after
+`recovery_renewals` on-time heartbeats in a row. No node is judged during `startup_grace` after
+`became_leader`. `NodeHealth.evict` turns true `eviction_timeout` after a node became unhealthy.
 
-- **AgentReady**, from the agent's heartbeats: its NodeMetric reports, which the leader already
-  holds in memory (agents report at least every 10 s; `observe_metric`, with the moment the store
-  received the report), and the renewals of its Lease (`colocation-node-lease/<node>`), which the
-  agent renews only rarely, as a registration, and every 10 s as a fallback while no report of
-  its is accepted (`observe_lease`). Either one is a sign of life. Freshness is judged the way
-  client-go and the node lifecycle controller judge it: by the moment, on *our own monotonic
-  clock*, a report arrived or `spec.renewTime` was seen to change. The values of `renewTime` and
-  `updateTime` are never compared with our clock, so an agent whose wall clock is off by an hour
-  is neither dead nor immortal because of it. Re-reading the same renewTime or updateTime (a
-  relist, a resync, an edit of the labels) is no sign of life. A Lease released by its holder
-  (`holderIdentity: ""`) is not a renewal either.
-- **MetricsFresh**, from the NodeMetric's `status.updateTime`, judged the same way: by the moment
-  the leader observed a *new* updateTime, not by the value. The value is the agent's wall clock;
-  comparing it with ours would turn clock skew into false staleness (an agent 20 minutes behind
-  would never get batch resources) or false freshness. Observation time is also what the leader
-  can vouch for: NodeMetric lives in the leader's memory and agents re-report on a leader change,
-  so a leader that just started has observed every metric it serves. The cost: after a
-  failover, a metric that was already stale gets a new `degrade_after` from the first
-  observation; the heartbeats, judged within a grace period, cover a dead agent long before that.
-
-A node is **healthy** when both hold. Unhealthy means: remove its batch resources at once; unhealthy
-for longer than `eviction_timeout` means: evict its batch and free pods (`NodeHealth.evict`; the
-mass-failure guard per zone is in `colocation.controllers.disruption`, the rate limit in
-`colocation.controllers.eviction`).
-
-Hysteresis (flapping agents). A node goes unhealthy only after a full grace period without a
-heartbeat. Once unhealthy, one heartbeat is not enough to trust it again: it is healthy again
-only after `recovery_renewals` (2) heartbeats in a row, each less than a grace period after the
-one before (and at least an eighth of it: a report and a renewal moments apart are one sign). An
-agent heard late every time (every 45 s with a 40 s grace period) therefore keeps the node
-unhealthy instead of flipping it every 45 s, and its eviction timer keeps running from the first
-miss. An agent that really came back reports every 10 s and is trusted again 10 s after its
-first report. Metric freshness needs no hysteresis: one report per `degrade_after` suffices.
-
-Startup. No node is judged before `startup_grace` has passed since the tracker became leader
-(`became_leader`, called by the constructor too): the informers may not have delivered everything
-yet, and a lease that looks old may just be one we have not seen change. Every node is judged
-from the moment we started watching it, never from its renewTime: a node first seen now (or
-whose agent has not reported yet) has a full grace period to show a heartbeat. A report that
-arrived before this replica became leader (it followed the leader's store as a standby) counts
-from the moment it became leader: a node silent since before a failover is judged unhealthy one
-grace period after the takeover, not earlier.
-
-Timing is exact, whatever the evaluation period: a node whose last heartbeat was observed at `t`
-is unhealthy from `t + grace_period` (not before; `<=` is still alive, as upstream's `After`),
-and asks for eviction after `unhealthy_since + eviction_timeout`.
-
-Thresholds (constructor parameters; docs/architecture.md, Node health and the exit process):
-
-- `grace_period` = 40.0 s: an agent silent (no report, no Lease renewal) longer than this is unhealthy.
-- `eviction_timeout` = 300.0 s: unhealthy longer than this → evict batch and free pods.
-- `degrade_after` = 900.0 s: `degradeTimeMinutes` (15) in seconds; no new metric for longer → unhealthy.
-- `startup_grace` = `grace_period`: no judgement this long after becoming leader.
-- `recovery_renewals` = 2: consecutive on-time heartbeats that make an unhealthy node healthy
-  again (1 disables the hysteresis).
+Why: docs/controllers.md#node-health
 """
 
 from __future__ import annotations

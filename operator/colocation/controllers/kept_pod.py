@@ -1,16 +1,13 @@
 """A kept pod: one small object holding what is its own, and a shared shape holding the rest.
 
-The leader keeps some 30 pods per node. What a pod has of its own is its name, its uid, its
-node and its requests (the requests are shared too, by the pods that have them equal: a
-workload's replicas); what many pods have in common (namespace, class labels, priority, phase
-and QoS class, Koordinator classes, a deletion time, a static pod's marker) is one `PodShape`,
-kept once for all the pods that have it (`cluster.SharedParts`). A `KeptPod` is 80 bytes; as
-three slotted objects it was 208, as three dicts 552.
+A `KeptPod` holds its name, uid, node and requests (equal requests shared); what many pods have
+in common (namespace, class labels, priority, phase and QoS class, Koordinator classes, a
+deletion time, a static pod's marker) is one `PodShape`, kept once (`cluster.SharedParts`). It
+reads as the `Mapping` `slim_pod` once made: `metadata` and `spec` are views made when read, a
+field the pod lacks is absent, it compares equal to that dict and `dict(pod)` gives it back.
+Nothing kept can be changed.
 
-Every reader of pods (the formulas, the classes, eviction, the token check) reads a pod as a
-`Mapping` through `.get`, so a kept pod reads as the dict `slim_pod` once made: `metadata` and
-`spec` are views made when read, a field the pod lacks is absent (None is never kept), it compares
-equal to that dict and `dict(pod)` gives it back. Nothing kept can be changed.
+Why, and what it saves: docs/architecture.md#what-an-evaluation-costs
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
-"""Kopf, embedded in the operator process on the leader: what it watches and how it connects.
+"""Kopf, embedded in the operator process on every replica: what it watches and how it connects.
 
-Kopf runs in namespaced mode over the operator's namespace (the ConfigMap), and watches the
-cluster-scoped NodeSLOs and NodeResources once each (Kopf serves cluster-scoped resources
-whatever its namespaces). Not cluster-wide: it would then need to read every ConfigMap. Nodes,
-the agents' Leases and Pods, whose events only fill memory and come by the thousand, are
-followed by informers of our own instead (`colocation.kube.informer`, see `leader_task`).
+Kopf runs namespaced over the operator's namespace (the ConfigMap) and watches the
+cluster-scoped NodeSLOs and NodeResources. Only `@kopf.on.event` handlers, so Kopf writes no
+annotation or finalizer anywhere; its own Events are off. It is started with `spawn_tasks` (the
+first half of `kopf.operator`; `run_kopf` is the second), so that the process's own SIGINT and
+SIGTERM handlers are put back: the process, not Kopf, decides when to stop.
 
-Only `@kopf.on.event` handlers: they keep no state on the objects, so Kopf never writes
-annotations or finalizers to Nodes (or anything else); nothing is persisted, the leader
-rebuilds its view from the initial listing. Kopf's own Kubernetes Events are off (we post ours,
-deduplicated, with reportingComponent colocation-operator).
-
-Kopf is started with `spawn_tasks` (the first half of `kopf.operator`) so that the process's
-own SIGINT/SIGTERM handlers can be put back once Kopf has installed its own: the process, not
-Kopf, decides when to stop (releasing the leader Lease first); see `run_kopf` for the second half.
+Why: docs/controllers.md
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """The controllers, on every replica: the Node, Lease and Pod informers, Kopf's watches and the evaluation loop.
 
-Nodes and the agents' Leases are followed by informers of our own (`colocation.kube.informer`),
-not by Kopf: their handlers only store the object, and Kopf's per-event machinery (a cause, its
-keyword arguments, throttling and a per-object worker for every event) cost a quarter of the
-leader's CPU at 1,000 nodes while our handlers took under 1 % (BENCHMARKS.md, "Leader at
-scale"). Kopf keeps what it is for: our own resources and the ConfigMap.
+Nodes, the agents' Leases and Pods are followed by informers of our own
+(`colocation.kube.informer`); Kopf watches our own resources and the ConfigMap. `Controllers.run()`
+starts with the process on every replica, and a standby computes the formulas again every
+`PREPARE_EVERY` seconds. Only the evaluation, which writes, waits for `promote()`, and then
+evaluates every node at once; the first evaluation also waits until every pod is listed.
+Handlers write nothing, and every write is fenced by the election (`writers`). If Kopf or the
+loop fails, `run()` raises and the process stops.
 
-Standbys are warm: `Controllers.run()` starts with the process on every replica, so the
-informers, Kopf's watches and the configuration are current before a replica leads, and the
-formulas' results are computed again every `PREPARE_EVERY` seconds. Only the evaluation, which
-writes, waits for `promote()`; it then evaluates every node at once. The
-handlers write nothing, and every write is fenced by the election (`writers`), so a standby
-sends none. The configuration is read once before the first evaluation, and the first
-evaluation waits until the Pod informer has listed every pod. If Kopf or the loop fail, `run()`
-raises: the process stops, and a standby takes over.
+Why: docs/controllers.md and docs/operator.md#warm-standbys
 """
 
 from __future__ import annotations

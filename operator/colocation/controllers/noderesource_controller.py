@@ -1,20 +1,13 @@
 """One evaluation of every node: health, batch resources, Node and NodeResource writes, evictions.
 
-`NodeResourceReconciler.evaluate()` runs on a timer (and sooner when a node appears or the
-configuration changes), so a node that falls silent degrades on time without any event.
+`NodeResourceReconciler.evaluate()` runs on a timer, and sooner when a node appears or the
+configuration changes. Per node: the health tracker judges it; the formulas run on the Node, its
+pods and its NodeMetric; the Node is patched when `decide_node_write` says so; the NodeResource
+status is written when what it says changed. Across nodes: the guard gives each zone's eviction
+rate (`disruption`), the planner which pods go now. On a standby, `prepare()` keeps the formulas'
+results current. During the startup grace no node is judged and nobody is evicted.
 
-Per node: the tracker judges its agent's heartbeats (reports, Lease renewals) and metrics; the
-batch and Mid-tier formulas run on the Node, its pods and its NodeMetric (read from the operator's
-in-memory store, never over HTTP); the Node is patched when `decide_node_write` says so, with nothing
-while the node is unhealthy; the NodeResource status is rewritten when what it says changed
-(`nodestatus`, `conditions.status_needs_write`). Across nodes: the guard decides each zone's
-eviction rate (`disruption`), the planner which pods go now. Health transitions post Events and count.
-
-A standby keeps the formulas' results current (`prepare()`), so that a new leader's first
-evaluation computes only the nodes whose inputs changed since its last pass.
-
-During the startup grace no node is judged: batch resources are added or updated but never
-removed (the metric store of a fresh leader may still be filling), and nobody is evicted.
+Why on a timer, and what it costs: docs/architecture.md#what-an-evaluation-costs
 """
 
 from __future__ import annotations

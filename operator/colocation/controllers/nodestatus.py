@@ -1,19 +1,13 @@
 """A NodeResource's status from one evaluation of its node. Pure.
 
-Messages are stable: they name the cause and the threshold, never an age, so an unchanged
-situation renders an unchanged status and costs no write. Ages go into Events, which are posted
-once per transition.
+Messages name the cause and the threshold, never an age, so an unchanged situation renders an
+unchanged status. Only the volatile timestamps (`conditions.VOLATILE_STATUS_FIELDS`) move with
+every report, and they are written only along with a real change. The batch and mid figures and
+the ColocationReady message show what the Node offers (`Evaluation.on_node`, held by
+`nodewrite.shown_batch`), never the formulas' latest figures; absent when the Node offers
+nothing. A node whose removal failed shows what its Node still offers, and says so.
 
-Nothing in the status moves with every report except the volatile timestamps
-(`conditions.VOLATILE_STATUS_FIELDS`), which are written only along with a real change. In
-particular `batchCPU`, `batchMemory`, `midCPU`, `midMemory` and the ColocationReady message show
-what the Node offers (`Evaluation.on_node`, held by `controllers.nodewrite.shown_batch` while the
-Node's figures stay within `resourceDiffThreshold` of them), never the formulas' latest figures:
-those move with every report, the Node only beyond `resourceDiffThreshold` or once per
-`updateTimeThresholdSeconds`.
-When the Node offers nothing (batch resources removed from an unhealthy node, or not yet
-written), they are absent; a node whose removal failed shows what its Node still offers, and
-its message says so.
+Why: docs/architecture.md#what-the-leader-writes-and-when
 """
 
 from __future__ import annotations

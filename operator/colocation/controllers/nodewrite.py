@@ -1,22 +1,13 @@
 """When to write batch and Mid-tier resources to a Node, and the patch that writes them. Pure.
 
-They live in `node.status.capacity` and `node.status.allocatable` (both, with the same values,
-as Koordinator writes them): `kubernetes.io/batch-cpu` and `kubernetes.io/mid-cpu` in
-milli-cores, `kubernetes.io/batch-memory` and `kubernetes.io/mid-memory` in bytes, each a plain
-integer quantity ("3500", "8589934592"). The four are written and removed together: both
-formulas drop their result in the same cases (colocation disabled, no fresh metric), and an
-unhealthy node loses both (the exit process).
+The four values (`kubernetes.io/batch-cpu` and `mid-cpu` in milli-cores, `batch-memory` and
+`mid-memory` in bytes, plain integers) go in both `status.capacity` and `status.allocatable`, as
+Koordinator writes them, and are written and removed together. `decide_node_write` applies
+Koordinator's rules (`resourceDiffThreshold`, `updateTimeThresholdSeconds`, a repair of an
+inconsistent Node); `node_status_patch` is the merge patch; `shown_batch` is what the
+NodeResource status shows. A value equal to the Node's is never written.
 
-A Node is written (Koordinator's rules; docs/architecture.md, Koordinator's model), judging the
-four values alike:
-- when the resources appear (the Node lacks one of them) or must disappear (the Node has one);
-- when a value moved, relative to what the Node offers now, by more than `resourceDiffThreshold`
-  (strictly: |new - old| > old * threshold, Koordinator's rule; from 0, any change is one);
-- when the last write is older than `updateTimeThresholdSeconds` and a value differs at all,
-  so small drifts reach the scheduler eventually;
-- when the Node is inconsistent (capacity and allocatable disagree, or only one has a key): a
-  kubelet or a person edited it, and the next write repairs it.
-A value equal to the Node's is never written: the patch would change nothing.
+The rules: docs/architecture.md#what-the-leader-writes-and-when
 """
 
 from __future__ import annotations

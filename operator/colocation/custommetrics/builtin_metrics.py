@@ -1,19 +1,14 @@
 """Built-in metrics of every Pod and Node, from the NodeMetric reports every replica already holds.
 
-- `cpu_usage` (cores) and `memory_usage` (bytes): the latest report's nodeUsage / podUsage.
-- Node `cpu_usage_p90`, `cpu_usage_p99`, `memory_usage_p90`, `memory_usage_p99`: the agent's own
-  percentiles (`aggregatedNodeUsages`, the shortest duration, which is the window served).
-- Pod p90/p99, and every `_agg_*` of `cpu_usage`/`memory_usage`: over a history of the reports.
+`cpu_usage` and `memory_usage` come from the latest report; a node's p90 and p99 are the agent's
+own percentiles; a pod's, and every `_agg_*`, come from a history of the reports. Nothing is done
+when a report arrives: the latest figures are read when asked, and `sample_history`, called by
+every replica on its own timer, records the nodes whose report changed, at the time this replica
+received it (`Entry.received_at`), never at its `updateTime`. A quantity that cannot be read is
+left out, never an error.
 
-Nothing is done when a report arrives: the ingest path is benchmarked (thousands of reports a
-second) and custom metrics are read far less often. The latest figures are read from the store's
-entries when asked (bodies parsed once per resourceVersion, by ResourceMetricsView), and the
-history is sampled by `sample_history`, which every replica calls on its own timer (a standby
-from its copy of the NodeMetrics, so a promoted one has the history already): it visits only the
-nodes whose report changed since the previous call, and records their figures at the time this
-replica received the report (`Entry.received_at`), not at its updateTime: an agent's clock
-orders nothing, so one set to the year 9999 cannot hold its series nor keep it from expiring.
-A quantity that cannot be read (not one an accepted report carries) is left out, never an error.
+The metrics, and why by receipt time: docs/metrics-apis.md#what-is-served and
+docs/operator.md#the-nodemetric-api
 """
 
 from __future__ import annotations

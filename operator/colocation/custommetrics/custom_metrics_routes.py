@@ -4,12 +4,10 @@ Paths and authorization follow custom-metrics-apiserver: `…/namespaces/NS/pods
 `get pods/METRIC` on NAME, `…/pods/*/METRIC` is `list pods/METRIC`, root-scoped `…/nodes/NAME/METRIC`
 likewise, and `external…/namespaces/NS/METRIC` is `list METRIC`; all by SubjectAccessReview.
 
-Every replica answers from its own memory. Samples go to the leader, which keeps what it accepted
-in a replication feed (`sample_feed`) served here to standbys (`watch samplebatches`, leader
-only); each standby applies it to its copy (`sample_follower`), and every replica samples the
-built-ins' history from its own NodeMetric copy. So a standby answers reads as the leader does,
-give or take the moment a batch takes to reach it, and a promoted standby serves what the old
-leader had accepted.
+Every replica answers from its own memory. The leader also serves its feed of samples to the
+standbys here (`watch samplebatches`, `sample_feed`).
+
+How standbys keep up: docs/metrics-apis.md#standbys
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """The leader's replication feed of custom metric samples, and the stream a standby reads it as.
 
-Every batch the leader accepts is stored (`series_store`) and what was kept of it is appended
-here, encoded once, for every standby. A standby (`sample_follower`) opens
-`GET /apis/metrics.colocation.dev/v1alpha1/samplebatches?allowWatchBookmarks=true` (verb `watch`
-on `samplebatches` of that group, by SubjectAccessReview; leader only) and reads a watch-like
-stream, one JSON event a line, served by `apimachinery.watch_stream` as every watch is:
+What the leader keeps of each accepted batch is appended here, encoded once, for every standby.
+A standby (`sample_follower`) watches `samplebatches` (leader only) and gets a snapshot, or a
+resume point, then every batch; one that falls behind the oldest line held gets 410 and starts
+again from a snapshot. The feed is bounded by `max_bytes` and `max_lines`, and kept only while
+someone follows or did within `linger_seconds`. Appending never waits for a follower.
+Single-threaded (the event loop).
 
-    {"type":"SNAPSHOT","object":{"epoch":E,"seq":S}}    what follows, up to SYNCED, is the state after S:
-    {"type":"SERIES","object":{"series":[SERIES,…]}}    replace everything with it
-    {"type":"SYNCED","object":{"epoch":E,"seq":S}}
-    {"type":"RESUME","object":{"epoch":E,"seq":N}}      instead of the three: asked with epoch=E&after=N
-                                                        and N is still held, the follower's copy stands
-    {"type":"BATCH","object":{"seq":n,"series":[…]}}    kept of an accepted batch; n is the previous + 1
-    {"type":"BOOKMARK","object":{"seq":n}}              nothing new for HEARTBEAT_SECONDS
-    {"type":"ERROR","object":Status 410}                the follower fell behind: start again, no `after`
-    SERIES = {"metric","resource":"pods"|"nodes","namespace","name","labels":{…},"timestamps":[…],"values":[…]}
-
-The epoch is new in every process, so a follower of a previous leader starts from a snapshot; a
-sequence number counts the lines of batches. A snapshot costs no copy of the samples: the newest
-sample of each series is marked when it starts and the series are read as the stream goes
-(`SeriesStore.snapshot_of`), and lines of batches accepted meanwhile wait in the feed.
-
-Bounds. The feed holds at most `max_bytes` (32 MiB) and `max_lines` of encoded lines, and only
-while someone follows (or did within `linger_seconds`, so that a reconnecting standby resumes);
-a line holds about 64 KiB of series at most (a larger batch takes several). A standby that falls
-behind the oldest line held is dropped with the 410 and comes back for a snapshot; one that
-stops reading is cut off by the watch serving's write timeout. Followers never slow the leader:
-appending does not wait for anybody. Single-threaded (the event loop).
+The wire format, and why: docs/metrics-apis.md#standbys
 """
 
 from __future__ import annotations

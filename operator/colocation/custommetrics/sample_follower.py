@@ -1,17 +1,13 @@
 """A standby's copy of the custom metric samples: it follows the leader's replication feed.
 
-Beside the NodeMetric copy (`nodemetrics.standby_follower`), against the same leader address
-and with the same TLS and token (`kube.leader_connection`), a standby reads the stream of
-`sample_feed` and applies it to its own `SeriesStore`: a snapshot is assembled aside and then
-replaces the copy whole (so the copy it had keeps serving meanwhile), and batches are applied as
-they come. It reconnects with backoff and jitter after a failure, resuming where it stopped when
-the leader still holds what followed, else from a snapshot; every line is read within
-`read_timeout` (the leader sends a heartbeat every few seconds). Another leader means another
-epoch, hence a snapshot of its copy.
+It reads `sample_feed`'s stream from the leader (as `nodemetrics.standby_follower` does, over
+`kube.leader_connection`) into its own `SeriesStore`. A snapshot is built aside and then replaces
+the copy whole, so the old copy serves meanwhile. After a failure it reconnects with backoff and
+jitter, and resumes where it stopped if the leader still holds that, else takes a snapshot. Each
+line must arrive within `read_timeout`. `synced` is true from a snapshot applied (or a resume
+confirmed) until the stream fails or the leader changes; the stream's normal end keeps it.
 
-`synced` is true while the copy is the current leader's: from its snapshot applied (or a resume
-confirmed) until the stream fails or the leader changes. The stream's end at its timeout, after
-which the follower resumes at once, keeps it.
+The feed: docs/metrics-apis.md#standbys
 """
 
 from __future__ import annotations

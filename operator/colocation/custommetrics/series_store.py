@@ -1,27 +1,14 @@
 """The series store: recent samples of every custom metric series, with the indexes queries need.
 
-A series is one metric of one object (a Pod, or a Node) with one set of sample labels. Its samples
-live in two `array('d')` (timestamps, values: 16 bytes a sample, against about 100 for a tuple of
-floats) kept in timestamp order and bounded by count; samples older than the retention are cut
-off by `collect_garbage`, and a series left without samples goes with its index entries. Reads cut
-at the retention too, so a sweep that has not run yet never shows an expired sample.
+A series is one metric of one object (a Pod or a Node) with one set of sample labels; its samples
+are kept in timestamp order in two `array('d')`. Samples older than the retention are never read
+and are dropped by `collect_garbage`. A batch's samples are moved by its `sentTime`'s offset
+from our clock (`clock_offset`). A new series beyond `max_series` is refused; a series beyond
+`max_samples_per_series` drops its oldest. `ingest` says what it kept, for standbys to `apply`;
+`snapshot_marks` and `snapshot_of` read a snapshot without copying the samples. Pure: the wall
+clock is injected; single-threaded (the event loop).
 
-Times are ours: a batch that says when the agent sent it (`sentTime`) has its samples moved by
-the difference between that and when we received it (`clock_offset`), so a skewed agent clock
-neither drops its samples as too old or in the future nor holds a series back.
-
-Bounds: `max_series` (a new series beyond it is refused and counted, existing ones carry on)
-and `max_samples_per_series` (the oldest sample makes room). Indexes: (metric, resource,
-namespace) → object name → series, for by-name and by-selector queries, and
-(metric, resource, label name, label value) → series, for `metricLabelSelector` equalities.
-
-Replication (`sample_feed`, `sample_follower`): `ingest` says which samples of a batch it kept
-(a slice of each series: the batch is sorted and a series only grows newer); a standby `apply`s
-them. A snapshot is the newest sample of every series when it is taken (`snapshot_marks`), read
-later series by series (`snapshot_of`), so that it costs no copy of the samples: what was added
-after the mark is left out (it follows as batches) and what expired meanwhile is gone on both sides.
-
-Pure: the wall clock is injected; single-threaded (the event loop).
+Why: docs/metrics-apis.md#uploads and docs/metrics-apis.md#standbys
 """
 
 from __future__ import annotations

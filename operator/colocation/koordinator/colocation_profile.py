@@ -1,28 +1,14 @@
 """ClusterColocationProfile: which new pods a profile picks, and what it changes in them (pure).
 
-A profile picks a pod when its `namespaceSelector` matches the labels of the pod's namespace and
-its `selector` the pod's labels (a missing or empty selector matches everything). Every profile
-that picks a pod applies, in the order of their names, so that on a field two profiles both set
-the later name wins; one with a `probability` below 100 % applies to that share of the pods only.
-A profile changes a pod in Koordinator's order: its labels and annotations; `labelKeysMapping`
-and `annotationKeysMapping` (the key named by each value gets the value of the key it is mapped
-from, "" when the pod has none; all mappings read the keys as they were before any was written);
-`labelSuffixes` (appended to the values of labels the pod has); the scheduler; the Koordinator
-QoS label; the priority class (with the class's value and preemption policy, as the Priority
-admission plugin would have set them had the pod named that class itself); the Koordinator
-sub-priority label; last its `patch` (colocation.koordinator.profile_pod_patch: what it may set).
-A patch that cannot be applied safely is left out with a warning, as is any label, annotation or
-node selector entry kube-apiserver would refuse: profiles never make a pod's creation fail, but
-for a PriorityClass that does not exist.
+Every profile whose selectors pick a pod applies, in the order of their names, each changing the
+pod in Koordinator's order, its `patch` last (`profile_pod_patch`). Then a picked pod that is
+batch or mid asks for the matching extended resources instead of cpu and memory, unless a
+profile carries `SKIP_RESOURCES_ANNOTATION`. A part that kube-apiserver would refuse is left out
+with a warning: profiles never make a pod's creation fail, except by naming a PriorityClass that
+does not exist (`MutationRefused`). `mutate_pod` applies them; `profile_patch` gives the JSON
+patch (RFC 6902) against the pod as received. This is Koordinator's pod mutating webhook.
 
-Then, unless a picked profile carries the annotation `SKIP_RESOURCES_ANNOTATION`, a picked pod
-whose Koordinator priority class is now batch or mid (made so or already so, even when its
-probability left every profile out) asks for the matching extended resources instead
-of cpu and memory (`kubernetes.io/batch-cpu` in millicores, `kubernetes.io/batch-memory` as
-given), in its containers, init containers and overhead; an extended limit without a request gets
-a request of the same amount. This is the behaviour of Koordinator's pod mutating webhook.
-
-The result is a JSON patch (RFC 6902) against the pod as the webhook received it.
+The fields and their order: docs/operator.md#the-pod-webhook-clustercolocationprofile
 """
 
 from __future__ import annotations

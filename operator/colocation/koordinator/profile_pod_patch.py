@@ -1,20 +1,12 @@
 """A ClusterColocationProfile's `patch`, and the check of what profiles did to a pod (pure).
 
-Koordinator applies a profile's `patch` to the pod as a strategic merge patch, after the
-profile's other fields. We accept the part of it that a webhook can set on a pod being created
-without undoing what kube-apiserver's own admission did before it, with strategic-merge meaning:
+`parse_pod_patch` accepts the fields a webhook can set on a new pod without undoing
+kube-apiserver's own admission: labels, annotations and node selector (merged key by key; null
+removes), tolerations (replaced) and the scheduler's name. Any other field, or a toleration
+kube-apiserver would refuse, is a `PatchInvalid`. `invalid_changes` undoes any label, annotation
+or node selector change kube-apiserver would refuse, so profiles never make a pod's creation fail.
 
-- `metadata.labels`, `metadata.annotations`, `spec.nodeSelector`: merged key by key; a null
-  value removes the key;
-- `spec.tolerations`: replaces the pod's list (strategic merge has no merge key for it);
-  kube-apiserver runs its own admission plugins again after a webhook changed a pod, so its
-  default not-ready / unreachable tolerations come back if the list lacks them;
-- `spec.schedulerName`: replaced.
-
-Any other field is a `PatchInvalid`, as are tolerations kube-apiserver would refuse; the CRD's
-schema refuses most of them first. `invalid_changes` then undoes label, annotation and node
-selector changes kube-apiserver would refuse (mappings and suffixes can make those from valid
-profiles), so that profiles never make a pod's creation fail.
+The fields, and why only these: docs/operator.md#the-pod-webhook-clustercolocationprofile
 """
 
 from __future__ import annotations

@@ -2,14 +2,9 @@
 
 The nominal delay starts at `initial` and is multiplied by `factor` after every attempt, up to
 `maximum`. The delay returned is drawn uniformly from `[nominal * (1 - jitter), nominal]`:
-
-- `jitter=1.0` is "full jitter" (anywhere between 0 and the nominal delay),
-- `jitter=0.5` is "equal jitter" (at least half of the nominal delay),
-- `jitter=0.0` is no jitter at all (deterministic, for tests and fixed periods).
-
-Jitter only ever shortens the delay, so `maximum` is a true upper bound: a caller that must act
-before a deadline (a leader renewing its Lease) can rely on it. The spread keeps many clients
-that failed together (every agent when the leader restarts) from retrying in lock-step.
+`jitter=1.0` is full jitter, `0.5` equal jitter, `0.0` none (deterministic). Jitter only ever
+shortens the delay, so `maximum` is a true upper bound that a caller with a deadline (a leader
+renewing its Lease) can rely on, and clients that failed together do not retry in step.
 """
 
 from __future__ import annotations

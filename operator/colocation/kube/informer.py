@@ -1,18 +1,13 @@
 """List-then-watch of one collection, as client-go's reflector does it, over any HTTP transport.
 
-The informer lists (in pages), hands the full state to `on_sync`, then watches from the list's
-resourceVersion and hands every change to `on_event`. A dropped connection resumes the watch
-from the last resourceVersion seen (bookmarks included); a 410 Expired relists. Every request
-has a timeout, every retry waits with backoff and jitter, and events are handled inline: a slow
-handler slows the stream (TCP back-pressure) instead of growing a queue.
-
-The transport is a function, so the same informer follows kube-apiserver (through
-kubernetes-asyncio's ApiClient) and the leader's NodeMetric API (direct HTTPS) alike.
-
-`synced` is set by the first complete list; `failing` says the last list or watch attempt failed
-and the informer is waiting to retry (its view may be stale meanwhile). Every failure is logged
-with its type (a client-side timeout has no message of its own) and passed to `on_error` with a
-short reason, for counting.
+It lists in pages, hands the full state to `on_sync`, then watches from the list's
+resourceVersion and hands every change to `on_event`. A dropped connection resumes from the last
+resourceVersion seen (bookmarks included); a 410 Expired relists. Every request has a timeout,
+every retry waits with backoff and jitter, and events are handled inline, so a slow handler slows
+the stream instead of growing a queue. The transport is a function: the same informer follows
+kube-apiserver and the leader's NodeMetric API. `synced` is set by the first complete list;
+`failing` says the last attempt failed and a retry is pending. Each failure is logged with its
+type and passed to `on_error` with a short reason.
 """
 
 from __future__ import annotations

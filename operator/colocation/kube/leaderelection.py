@@ -1,29 +1,14 @@
 """Leader election on a coordination.k8s.io/v1 Lease, with client-go's semantics.
 
 The pure core (`ElectionState`, over colocation.kube.lease_record's `LeaderElectionRecord`) decides;
-`LeaderElector` does the I/O (through a `leases.LeaseStore`).
+`LeaderElector` does the I/O (through a `leases.LeaseStore`). Expiry is judged on this replica's
+monotonic clock, from when it saw the record change; every update is a PUT with the
+resourceVersion last read. A leader stops leading once it has not renewed within the renew
+deadline: `is_leader` is judged when asked, and `write_budget()` bounds each write so that it
+lands before a successor may start. A process whose pod restarted frees its dead predecessor's
+lease at once; `suspect_leader()` makes a standby read the Lease more often.
 
-Expiry is judged the way client-go judges it, never by comparing clocks across machines: a
-replica remembers the record it last saw and the moment, on its own monotonic clock, it saw
-that record change. Another holder's lease is expired only when that moment plus the lease
-duration has passed. The `renewTime` written in the Lease is for humans and tools; a holder
-whose wall clock is an hour off neither loses nor keeps the lease because of it.
-
-Writes are optimistic: every update is a PUT carrying the resourceVersion last read, so two
-replicas that both think the lease expired cannot both take it; the loser gets 409 Conflict.
-
-A leader that cannot renew within the renew deadline (counted from the moment it sent its last
-successful renewal, so before any other replica can have seen that renewal) stops leading. As
-the renew deadline is shorter than the lease duration, it stops before anyone else can take
-over: there is never a moment with two leaders, provided clocks run at the same rate.
-`is_leader` is judged at the moment it is asked, and `write_budget()` bounds every write of the
-leader so that it lands before a successor may start (see the operator's fencing, docs/architecture.md).
-
-Two things shorten a crash's failover without weakening that rule. A process whose pod restarted
-(the kubelet runs one container process per pod, so the holder named after our pod with another
-suffix is dead) frees its predecessor's lease at once and leaves it to a warm standby for a retry
-period. And a standby that finds the leader unreachable (`suspect_leader()`) reads the Lease
-every eighth of a retry period until the lease could have expired, so it sees that release at once.
+Why: docs/operator.md#failover and docs/operator.md#fencing
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
 """Every Kubernetes API call the operator and the agent make, declared as data.
 
-This module is the single source of truth for the RBAC in `manifests/`: the unit test
-`tests/unit/test_manifests.py` proves that the rendered Roles and bindings allow every call
-declared here for the right ServiceAccount, and grant nothing that no call declared here uses.
-The clients (leader election, the NodeMetric API server, the controllers, the agent) import
-these constants and look their calls up with `declared()` at import time, so a client that
-starts making a new call fails loudly until the call is declared here — and then the manifest
-test fails until the RBAC grants it. The declaration cannot silently drift from the code.
+This module is the single source of truth for the RBAC in `manifests/`:
+`tests/unit/manifests/test_manifests.py` fails if the Roles and bindings allow less than the
+calls declared here, for the right ServiceAccount, or anything more. The clients look their
+calls up with `declared()` at import time, so a new call fails loudly until it is declared here,
+and then the manifest test fails until the RBAC grants it. Namespaces are the ones the manifests
+install into; installing elsewhere means changing both together.
 
-Namespaces are the ones the manifests install into. Installing elsewhere means changing them
-here and in `manifests/` together.
+The permissions, and why each: docs/install.md#permissions
 """
 
 from __future__ import annotations

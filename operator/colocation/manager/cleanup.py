@@ -1,15 +1,13 @@
 """`colocation cleanup`'s I/O: strip every Node of batch and mid resources and delete our Leases.
 
-The run repeats passes until one finds nothing left to do, so that what reappears meanwhile (an
-agent still renewing its node Lease, a leader that wrote once more while stopping) is caught, and
-it ends with an error when the deadline passes first. A pass lists each collection in pages
-(`limit`/`continue`), sends one page's writes at once with at most `concurrency` in flight, and
-retries a call that got no answer, 429 or 5xx with backoff and jitter. Before the first pass and
-between passes the leader Lease is read: while an operator leads (`cleanup_rules.leader_hold`) the
-run waits up to `wait_for_leader` seconds, then refuses, unless `force`. An operator can also
-stop without a Lease to show it (helm deletes its namespace, and the Lease with it, while the pod
-terminates); its writes end within its renew deadline, so with `settle` a clean pass counts only
-once another pass that much later is clean too.
+The run repeats passes until one finds nothing left to do, and fails when the deadline passes
+first. A pass lists each collection in pages, sends a page's writes with at most `concurrency`
+in flight, and retries a call that got no answer, 429 or 5xx with backoff and jitter. Before
+each pass the leader Lease is read: while an operator leads (`cleanup_rules.leader_hold`) the run
+waits up to `wait_for_leader` seconds, then refuses, unless `force`. With `settle`, a clean pass
+counts only once another pass that much later is clean too.
+
+Why: docs/install.md#uninstall
 """
 
 from __future__ import annotations

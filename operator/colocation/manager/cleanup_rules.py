@@ -1,16 +1,12 @@
 """What `colocation cleanup` removes and when it may run. Pure: the clock is passed in.
 
-A Node is patched only if it offers any batch or mid resource, with the very patch the leader
-sends when colocation is switched off (`controllers.nodewrite.node_status_patch(None)`): the
-four keys set to null in both `capacity` and `allocatable`, nothing else touched.
+A Node is patched only if it offers any batch or mid resource, with the patch the leader sends
+when colocation is off (`controllers.nodewrite.node_status_patch(None)`): the four keys set to
+null in `capacity` and `allocatable`, nothing else touched. An operator leads while the leader
+Lease names a holder whose `renewTime` is less than `leaseDurationSeconds` plus
+`CLOCK_SKEW_ALLOWANCE` ago (the `renewTime` is the leader's clock, `now` is ours).
 
-A running leader would write the resources back at its next evaluation, so cleanup must not run
-while one holds the leader Lease. Whether one does is judged from the Lease alone: it names a
-holder and its `renewTime` is less than `leaseDurationSeconds` ago. A leader that stops gracefully
-frees the Lease (no holder), and a dead one stops renewing, so either way the Lease says so within
-one lease duration. The `renewTime` is the leader's wall clock and `now` is ours: a leader whose
-clock runs ahead looks alive for longer (cleanup waits), one whose clock runs behind looks dead
-sooner by that skew — why a margin of `CLOCK_SKEW_ALLOWANCE` is added.
+Why cleanup waits for the leader: docs/install.md#uninstall
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """What a standby's consistent read waits for: the resourceVersion of whoever leads now.
 
-The followed leader is asked first (`LeaderFollower.leader_version`). When it cannot be asked
-(dead, cut off, or a failover under way), the Lease, read fresh from kube-apiserver, decides:
-- it names another holder than the one followed: that holder is asked directly;
-- it names this replica: it leads now, and its store is what the leader serves (None: no wait);
-- it names nobody or the leader followed: no replica accepted anything newer, except that each
-  standby may have missed the last events the dead leader sent. So the read waits, polling the
-  Lease, for a new holder to appear (a restarted pod frees the lease within about a second) and
-  then asks it; only if none appears within `new_leader_wait` is the copy served as it is (None):
-  a read's resourceVersion could then trail another replica's by those last events, which is
-  the price of answering at all while the lease runs out.
-The Lease reads are shared: every read waiting at the same moment uses the same one.
+The followed leader is asked first. When it cannot be asked, a fresh read of the Lease decides:
+another holder is asked directly; this replica as holder means no wait (None); no holder, or the
+leader followed, means polling the Lease for up to `new_leader_wait` for a new holder to ask,
+then None (the copy is served as it is). Reads waiting at the same moment share one Lease read.
+
+Why: docs/operator.md#consistency-across-replicas
 """
 
 from __future__ import annotations

@@ -1,17 +1,14 @@
 """`colocation operator`: one asyncio process with the leader elector, the HTTPS API and its loops.
 
-Every replica serves the NodeMetric API, follows the Node list and runs the controllers' watches
-(Kopf inside, `colocation.controllers.leader_task`): a standby is warm, so a new leader acts at
-once. The leader accepts reports, drops silent nodes, and evaluates and writes; each standby
-follows the leader's watch and sample feed to keep full copies. This is where the stages meet:
-the store (`colocation.nodemetrics`), the API server and the groups it serves (`api_assembly`),
-the controllers and custom metrics; none of them imports another. Losing the lease ends the
-process with a non-zero status, so it restarts as a standby with nothing stale in memory; SIGTERM
-releases the lease first so a standby takes over within about one retry period, and a process
-whose pod restarted frees the lease of its dead predecessor at once (`kube.leaderelection`).
+Every replica serves the NodeMetric API and runs the controllers' watches
+(`colocation.controllers.leader_task`), so a new leader acts at once. The leader accepts reports,
+drops silent nodes, and evaluates and writes; each standby follows the leader's watch and sample
+feed. Here the stages meet: the store, the API server and its groups (`api_assembly`), the
+controllers and custom metrics; none of them imports another. Losing the lease ends the process
+(exit 3); SIGTERM releases the lease first. Every replica with a current copy is ready. Every
+write to kube-apiserver is fenced by the election's write budget (`controllers.writers`).
 
-Every replica with a current copy is ready, so reads never wait for a failover. Every write the
-leader makes to kube-apiserver is fenced by the election's write budget (`controllers.writers`).
+Why: docs/operator.md#failover and docs/operator.md#warm-standbys
 """
 
 from __future__ import annotations

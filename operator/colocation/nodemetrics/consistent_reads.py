@@ -1,30 +1,14 @@
 """Consistent reads on a standby: a get or list without a resourceVersion sees what the leader had.
 
-Kubernetes serves a get or list that names no resourceVersion from the most recent state (with
-ConsistentListFromCache, kube-apiserver asks etcd for its current revision and waits for its
-cache to reach it). A standby's copy trails the leader by the time an event takes to arrive, so a
-client whose reads the Service spreads over replicas could read its own write back as missing, or
-see a list's resourceVersion go down between two reads. The same rule fixes both: before such a
-read, a standby asks the leader for its current resourceVersion (a list that selects no object:
-just the number) and waits until its copy has applied that much.
+Before such a read, a standby asks the leader its current resourceVersion (`leader_version`; the
+Lease decides when the leader cannot be asked) and waits until its copy has applied that much
+(`applied_version`: the replicated version, 0 before the first copy, never its own clock). A copy
+that does not get there within `timeout`, or cannot tell, answers 503 with Retry-After. A read
+naming a resourceVersion ahead waits for it: on a standby for the copy, on the leader for its
+clock; past `timeout` it gets 504 "Too large resource version". A read never moves the store's
+resourceVersion.
 
-Only the leader accepts writes, and a new leader holds the Lease before it accepts any, so when
-the leader cannot be asked, the Lease decides (`manager.leader_versions`): another holder is
-asked; while it names nobody or the dead leader, the read waits a little for a new holder, and
-then is served from the copy (availability first: this is a failover). A copy that does not
-reach a known leader's resourceVersion within `timeout`, or a standby that cannot tell within it
-(the Lease unreadable, the asking slow), does not serve the read: it gets 503 with Retry-After,
-and the client asks again. So does a copy that holds nothing from a leader yet (a replica just
-started): its own resourceVersion begins at its wall clock, ahead of every version a leader issued
-before, so `applied_version` is the replicated one (`NodeMetricStore.replicated_version`, 0 until
-the first copy), never the clock.
-
-A read that names a resourceVersion ahead of the copy (a client that saw it on the leader, or on
-a previous leader) waits, as kube-apiserver's watch cache waits for its cache to catch up: on a
-standby until the copy has applied that much, on the leader until its clock has passed it
-(`resource_versions`: the state is then the same). Neither waits longer than `timeout`; the read
-then gets 504 "Too large resource version" with Retry-After. The wait changes nothing: a read
-never moves the store's resourceVersion.
+Why: docs/operator.md#consistency-across-replicas
 """
 
 from __future__ import annotations

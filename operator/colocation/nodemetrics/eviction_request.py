@@ -1,18 +1,14 @@
 """The body of `PUT …/nodemetrics/{node}/evictions`: an agent asks the leader to evict pods of its node.
 
-The agent decides *which* best-effort pods must go (memory eviction, colocation.agent.strategies.memory_evict);
-the leader checks and evicts them (colocation.controllers.eviction_requests), because an agent's
-token must not be able to evict pods of other nodes. A PUT states what the node wants evicted
-now: sending the same request twice is harmless (a pod already terminating is answered so).
-
     {"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "EvictionRequest", "node": NODE,
      "reason": "MemoryPressure" | "CPUSatisfaction", "message": "why, for the pods' Events",
      "pods": [{"namespace": NS, "name": NAME, "uid": UID}, ...]}
 
-At most `MAX_PODS` pods, each once, each with its UID (the leader evicts that pod and no other of
-the same name). A bad body is refused whole with a Kubernetes Status (400 when it is not an
-EvictionRequest for this node, 422 with one cause per bad field). The answer is an
-EvictionResult with one entry per pod (`PodOutcome`).
+At most `MAX_PODS` pods, each once, each with its UID. A bad body is refused whole with a
+Status: 400 when it is not an EvictionRequest for this node, 422 with one cause per bad field.
+The answer is an EvictionResult with one entry per pod (`PodOutcome`).
+
+Why the leader evicts: docs/architecture.md#memory-eviction-the-agent-asks-the-leader-evicts
 """
 
 from __future__ import annotations

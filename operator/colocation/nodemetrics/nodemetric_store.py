@@ -1,24 +1,14 @@
 """The latest NodeMetric of every node, in memory, with Kubernetes list and watch semantics.
 
-Each object is serialized once, when it changes, and kept deflated (`objects.deflated`: a report
-of 30 pods, ~6 KB, in ~1.3 KB); lists join the inflated bodies and every watch event is one shared
-line (`nodemetric_watch_window`), so serving costs no serialization per reader.
-resourceVersions come from `resource_versions.ResourceVersionClock`, so a warm standby
-replicating the leader's events serves the same objects at the same resourceVersions.
+Each object is serialized once, when it changes, and kept deflated; lists join the stored bodies
+and every watch event is one shared line (`nodemetric_watch_window`). resourceVersions come from
+`resource_versions.ResourceVersionClock`, so a standby serves the leader's objects at the
+leader's resourceVersions. Watches follow kube-apiserver's watch cache: "" or "0" starts with the
+current objects as ADDED; a version inside the event window resumes after it; an older one gets
+410 Expired. Each entry keeps when the leader took it in (`Entry.received_at`): readers order and
+age reports by it, never by `updateTime`. Pure; both clocks are injected. Single-threaded.
 
-Watch semantics follow kube-apiserver's watch cache: "" or "0" starts with the current objects
-as ADDED events; a resourceVersion inside the event window resumes after it; an older one gets
-410 Expired. See docs/architecture.md, "The NodeMetric store".
-
-Each entry carries when the leader took its content in (`Entry.received_at`, the injected wall
-clock; on a standby, the leader's clock as its resourceVersion carries it, since a write's
-version is at least the leader's wall clock in microseconds, so a copy relisted after a
-failover does not look fresh): readers order and age reports by it, never by the agent's
-`updateTime`. That is stored and served as sent (in its canonical form), from 1970 on, unless it
-is more than `MAX_UPDATE_TIME_AHEAD` ahead of the receipt time, which then replaces it
-(`ValidatedReport.as_received`): no object claims a later time than its receipt plus that bound.
-
-Pure; both clocks are injected. Single-threaded: call it from the loop.
+Why: docs/architecture.md#the-nodemetric-store
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Watch events of NodeMetrics: the window of recent events, and their fan-out to open watches.
 
-Every event is serialized once into a line shared by the open watches; the window itself keeps the
-objects' bytes, deflated (for a node's latest change, the very bytes the store holds), and
-inflates and serializes again only to replay. A watcher filtered by a label selector gets
-the line as it sees the change (an object leaving its selection is DELETED for it, one entering
-ADDED), as kube-apiserver's watch cache does. The window keeps the last events so that a client
-can resume after a resourceVersion; one older than the window gets 410 Expired. Each watcher is a
-`WatchQueue` of lines: what the watch starts with is its backlog, live events go to its bounded
-queue, and a reader that falls behind is closed (without an error: it resumes from the last
-resourceVersion it read, as after any dropped connection).
+Every event is serialized once into a line shared by the open watches. The window keeps the last
+events' objects deflated (a node's latest shares the store's bytes), so that a client can resume
+after a resourceVersion; an older one gets 410 Expired. A watch with a label selector sees an
+object leave as DELETED and enter as ADDED. Each watcher is a `WatchQueue` of lines; a reader
+that falls behind is closed without an error. Serving the lines over HTTP is the API server's.
 
-Serving the lines over HTTP is the API server's; nothing here knows of it.
+Why: docs/architecture.md#the-nodemetric-store
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
 """The NodeMetric object an agent reports: its schema, and the validation of a report's body.
 
-The shape is Koordinator's NodeMetric (slo.koordinator.sh), served as metrics.colocation.dev,
-plus one extension of ours: `recentUsage` in `nodeMetric` ({resources, windowSeconds}) and in
-each `podsMetric[]` ({resources}), usage over the agent's short window (metrics.k8s.io serves it;
-see `resource_metrics_view`). Koordinator has no field of that name, so its clients ignore it.
-Unknown fields are accepted and dropped, so what is stored is canonical: only the fields below,
-in this order. Validation runs in pydantic-core, first with the common shape's validator (what
-agents send: no nulls, quantities as plain numbers with a suffix), where Python runs only for the
-updateTime, each duration (both cached per text) and the pods' uniqueness; a body it refuses is
-validated again by the whole schema, which drops nulls, reads any quantity form and words the
-errors. Both store the same bytes. The field types (names, quantities, durations, times) are
-`apimachinery.fieldtypes`, shared with other bodies.
+The shape is Koordinator's NodeMetric, served as metrics.colocation.dev, plus our `recentUsage`
+(the agent's short window; Koordinator's clients ignore it). Unknown fields are dropped, so what
+is stored is canonical: only the fields below, in this order. Every field is bounded. A fast
+validator takes the common shape; a body it refuses goes through the whole schema, which stores
+the same bytes and words the errors. An `updateTime` more than `MAX_UPDATE_TIME_AHEAD` ahead of
+the leader's clock is stored as the receipt time (`ValidatedReport.as_received`).
 
-Every field is bounded, so that whatever is accepted is read back by every consumer (the
-controllers, custom metrics, standbys, Go clients): quantities at most 9223372036854775807m
-(their milli-value fits an int64), durations within Go's, `updateTime` RFC 3339 between 1970
-and 9999 (stored in UTC, whole seconds; the value is the agent's clock, shown, never used to
-order or expire anything), `recentUsage.windowSeconds` a JSON integer in 1..60, and the counts below.
-
-An updateTime more than `MAX_UPDATE_TIME_AHEAD` ahead of the leader's clock when the report
-arrives is not refused but stored as the receipt time (`ValidatedReport.as_received`): clients
-such as Koordinator's expire a NodeMetric some minutes after its updateTime, and a clock set
-far ahead would otherwise keep its node fresh for them forever.
+The bounds, and why: docs/operator.md#the-nodemetric-api, docs/architecture.md#the-nodemetric-store
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """The stored NodeMetrics read as resource metrics: cpu and memory usage per node and per pod, with a window.
 
-The resource metrics API (metrics.k8s.io) and the built-in custom metrics both read the figures
-this way: `usage` and `window` are Koordinator's (`nodeUsage`, `podUsage`), which custom metrics
-use; `served()` and `served_pod()` are what metrics.k8s.io serves. Where our data is not
-metrics-server's, these are the choices (docs/metrics-apis.md repeats them):
-- `timestamp` is the report's `status.updateTime`: the agent's clock when it averaged the
-  samples, the end of the window.
-- Served usage is the short-window `recentUsage` (our extension of the report: the last 10 s of
-  the agent's 1 s samples) with `window` its `windowSeconds`, as metrics-server serves usage over
-  its last scrape interval. A pod without `recentUsage` in such a report, and every figure of a
-  report without it (an older agent), falls back to Koordinator's figure and window below.
-- Koordinator's `window`: an agent's `nodeUsage` is an average over its aggregation duration,
-  which the report does not carry; the shortest `aggregatedNodeUsages[].duration` stands for it
-  (5m0s with the default policy), and 10s (a report interval) when the report has none.
-- A pod reported by two nodes (it moved) has the figures of the report received last (by this
-  replica's clock: the agents' updateTimes are not comparable).
+metrics.k8s.io and the built-in custom metrics both read the figures here. `usage` and `window`
+are Koordinator's (`nodeUsage`, `podUsage`), which custom metrics use; `served()` and
+`served_pod()` are what metrics.k8s.io serves: the short-window `recentUsage` with its window,
+else Koordinator's figure. A pod reported by two nodes has the figures of the report this replica
+received last. Stored bodies are parsed when read, and the result kept per resourceVersion.
 
-Reading usage is rare next to ingesting reports, so stored bodies are parsed on demand and the
-result is cached per entry resourceVersion.
+The choices where our data is not metrics-server's: docs/metrics-apis.md#serving-kubectl-top
 """
 
 from __future__ import annotations

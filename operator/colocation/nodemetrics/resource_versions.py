@@ -1,15 +1,12 @@
 """The resourceVersions of NodeMetrics: a counter seeded by the wall clock, shared with the leader.
 
 Each change takes `max(current + 1, wall-clock microseconds)`, so versions keep growing across
-restarts and failovers without anything persisted; a standby observes the leader's versions, so
-after a promotion it continues above them (docs/architecture.md, "The NodeMetric store").
+restarts and failovers with nothing persisted; a standby observes the leader's versions and,
+once promoted, continues above them. Only writes move the counter, never reads. Every version
+between `current` and the wall clock names the state at `current`; a version beyond the wall
+clock is reached only as time passes.
 
-Only writes (and, on a standby, the leader's writes it applies) move the counter; a read never
-does. Since the next change takes at least the wall clock, every version between `current` and
-the wall clock names the same state as `current`: the store has reached it, and a client that
-saw it (on a previous leader, whose versions came from its own clock) resumes from `current`
-without missing anything. A version beyond the wall clock is reached only as time passes; the
-reader waits briefly for it or gets kube-apiserver's 504 "Too large resource version".
+Why: docs/architecture.md#the-nodemetric-store
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """What every launcher does with its children: tokens, starting, restarting, stopping, listing.
 
 Operator replicas and node agents of the builtin sandbox, and the control-plane processes and
-pods of the real one, all come and go through these.
+pods of the real one, all come and go through these. Every child is started here (`start_logged`,
+or `run` for a command waited for) with PR_SET_PDEATHSIG=SIGKILL, so it ends with the sandbox,
+however the sandbox ends; a program that would lose that signal at exec is refused
+(`exec_keeps_death_signal`). The sandbox's own stop is SIGTERM, then SIGKILL after a grace
+period (`terminate`).
 
-Every child ends with the sandbox, however the sandbox ends, SIGKILL included. Each is started
-here (`start_logged`; `run` for a command waited for), never elsewhere, with PR_SET_PDEATHSIG=SIGKILL
-set in the forked child before exec: the kernel signals it when the thread that forked it exits (the
-event loop's for `start_logged`, where asyncio forks; the waiting caller's for `run`). A process
-group is no substitute: its owner's SIGKILL reaches nobody else, and the control plane runs in
-sessions of its own (so a terminal's Ctrl-C reaches the sandbox only, which stops it in order).
-
-Why SIGKILL and not SIGTERM: a sandbox that is gone has nobody left to escalate a graceful shutdown
-that hangs. With SIGTERM, kube-apiserver and etcd were both signalled at once; kube-apiserver's
-shutdown then waited on the etcd that had just exited, for minutes, holding its port with parent 1.
-(It did not happen every time: a dying sandbox's threads exit one by one, each passing the child to
-the next and signalling it again, and a second SIGTERM makes kube-apiserver exit at once.) The
-sandbox's own stop is unchanged: SIGTERM first, SIGKILL after a grace period (`terminate`).
-
-No child spawns a grandchild (`ip netns exec` execs its command in its own process), and
-PR_SET_PDEATHSIG survives execve unless the exec changes credentials (set-user-ID, set-group-ID,
-file capabilities: `exec_keeps_death_signal`); such a program is refused here.
+Why: docs/development.md#the-sandbox
 """
 
 from __future__ import annotations

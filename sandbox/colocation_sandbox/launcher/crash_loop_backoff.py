@@ -1,19 +1,12 @@
 """The kubelet's CrashLoopBackOff, for every process a sandbox keeps running. Pure, on an injected clock.
 
-The kubelet (pkg/kubelet, `flowcontrol.Backoff` with a hard-coded expiry) restarts a container
-that exited:
+As the kubelet's `flowcontrol.Backoff`: the first restart at once, then after `initial`, twice as
+long after each further exit, never longer than `maximum` (a maximum under `initial` is the
+first delay too), without jitter. All is forgotten once the process ran longer than
+`reset_after` before it exited. `child_processes.Supervisor` and `controlplane.kubelet` both
+restart by this object.
 
-- the first time at once: it has no back-off entry for the container yet;
-- after that, once `initial` (10 s) has passed since the exit, then twice as long after each
-  further exit, never longer than `maximum` (300 s, `crashLoopBackOff.maxContainerRestartPeriod`;
-  a maximum under 10 s is the initial delay too), with no jitter;
-- and forgets all of it when the container ran for more than `reset_after` (10 minutes) before
-  it exited: that exit restarts at once again, and the next waits `initial`.
-
-The reset depends on how long the container ran, not on how long ago it last crashed: a
-container that crashes after a minute, waits, and crashes after a minute again keeps doubling.
-The operator replicas and node agents of the builtin sandbox (`child_processes.Supervisor`) and
-the pods of the real one's kubelet (`controlplane.kubelet`) all restart by this one object.
+The defaults: docs/development.md#the-sandbox
 """
 
 from __future__ import annotations

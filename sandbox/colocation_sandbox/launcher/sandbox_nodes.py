@@ -1,15 +1,13 @@
 """`--nodes N`: Nodes, their pods, and their agents, run the way the DaemonSet in manifests/ runs them.
 
-Node 0 is this machine: its capacity is this machine's, and a real `colocation agent` process
-measures it from /proc and /sys/fs/cgroup (label `colocation.dev/simulated: "false"`). The
-others are simulated (`"true"`): each gets the pods its synthetic collector describes, and agent
-processes run their agents with synthetic load, one process per `SIMULATED_NODES_PER_PROCESS`
-nodes (`simulation_groups`).
+Node 0 is this machine, measured by a real `colocation agent` (label `colocation.dev/simulated:
+"false"`). The others are simulated (`"true"`), with their synthetic pods, one agent process per
+`SIMULATED_NODES_PER_PROCESS` nodes (`simulation_groups`). Every agent has a token of
+ServiceAccount colocation-agent bound to its own pod on its node, so the leader's node rule and
+the agents' RBAC apply. Agent processes that exit restart after the kubelet's back-off
+(`crash_loop_backoff`). `STATE_DIR/agents.json` lists them.
 
-Every agent authenticates as in a cluster: with a token for ServiceAccount colocation-agent bound
-to its own agent pod on its node, so the leader's node rule (a report for node X only from a pod
-on node X) and the manifests' agent RBAC apply to it. Agent processes that exit are started again
-after the kubelet's back-off (`crash_loop_backoff`). `STATE_DIR/agents.json` lists them (nodes, pid, metrics port, log).
+More: docs/development.md#the-sandbox
 """
 
 from __future__ import annotations

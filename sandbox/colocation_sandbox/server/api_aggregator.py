@@ -1,20 +1,13 @@
 """API aggregation: APIServices routed to their Service's ready endpoints, as kube-aggregator does.
 
-The sandbox forwards /apis/{group}/{version}/... over HTTPS with the front-proxy client
-certificate and the caller's identity in X-Remote-User / X-Remote-Group / X-Remote-Extra-*
-headers (published in kube-system/extension-apiserver-authentication). It has no kubelet and no
-pod network, so the endpoints of locally run servers are registered on their Service with the
-annotation `sandbox.colocation.dev/local-endpoints: "127.0.0.1:8443,127.0.0.1:8444"`; a prober
-checks each address's /readyz, like the endpoints controller checks readiness, and keeps the
-Service's Endpoints (ready and not-ready addresses) current. The availability controller sets
-each APIService's Available condition from a discovery request to its backend.
+Requests go over HTTPS with the front-proxy client certificate and the caller in `X-Remote-*`
+headers. The endpoints of locally run servers come from their Service's annotation
+`LOCAL_ENDPOINTS_ANNOTATION`; a prober checks each one's /readyz and keeps the Service's
+Endpoints current. Each APIService's Available condition comes from a discovery request to its
+backend. Each backend's discovery is kept for aggregated discovery, and shows "Stale" while the
+backend does not answer.
 
-Like kube-aggregator's discovery manager, the aggregator also keeps each backend's discovery for
-aggregated discovery (/apis as an APIGroupDiscoveryList): it asks the backend's /apis for the
-aggregated form, falls back to /apis/{group}/{version}, and keeps what it got for a minute. A
-backend that fails to answer (within 5 s) shows its version "Stale" with no resources, and is asked
-again after 0.5 s, 1 s, 2 s, ... up to a minute; a change to its APIService or to its ready
-endpoints has it asked again at once.
+How, and the timings: docs/development.md#inside-the-builtin-api-server
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Discovery documents: /api, /apis, /apis/{group} and the resource lists of each group version.
 
-Two forms, as kube-apiserver serves them. The legacy one (APIVersions, APIGroupList, APIGroup,
-APIResourceList) takes a request per group version. The aggregated one (apidiscovery.k8s.io/v2
-APIGroupDiscoveryList, asked for with `Accept: application/json;g=apidiscovery.k8s.io;v=v2;
-as=APIGroupDiscoveryList`) answers /api or /apis in one document, with every group version's
-resources and, for aggregated APIServices, whether its backend answered the last time it was
-asked ("freshness": "Current" or "Stale"). kubectl since 1.30 reads the aggregated form.
+Both forms kube-apiserver serves: the legacy one (APIVersions, APIGroupList, APIGroup,
+APIResourceList) and the aggregated one (apidiscovery.k8s.io/v2 APIGroupDiscoveryList, one
+document for /api or /apis, with each aggregated version's "freshness"). Groups and versions are
+ordered as kube-apiserver orders them.
 
-Groups and versions are ordered as kube-apiserver orders them: by the priorities of the
-APIServices behind them (built-in groups have fixed ones, CRD groups 1000/100, aggregated groups
-their spec's groupPriorityMinimum/versionPriority), then by name and Kubernetes version order.
+The order: docs/development.md#inside-the-builtin-api-server
 """
 
 from __future__ import annotations

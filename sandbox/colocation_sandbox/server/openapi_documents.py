@@ -1,15 +1,10 @@
 """Minimal OpenAPI documents: enough for kubectl to trust the server with field validation.
 
-`kubectl apply`/`create` (default `--validate=strict`) read `/openapi/v3`, then the document of the
-object's group-version, and look for a PATCH operation tagged with the object's
-`x-kubernetes-group-version-kind` whose parameters include `fieldValidation`. Found: kubectl sends
-`?fieldValidation=Strict` and leaves validation to the server. Otherwise it validates client-side
-against the schemas, which these permissive documents could not do well.
+Each kind's PATCH operation (tagged `x-kubernetes-group-version-kind`) takes `fieldValidation`,
+so kubectl leaves validation to the server. It does not list
+`application/strategic-merge-patch+json`, so kubectl builds patches from its compiled-in types.
 
-PATCH operations deliberately do not list `application/strategic-merge-patch+json`: kubectl would
-then compute client-side-apply patches from these (permissive) schemas. Without it, kubectl builds
-strategic merge patches from its compiled-in types, as with a server whose OpenAPI is unavailable,
-and Obj merge patches for custom resources, exactly as it does for real CRDs.
+Why: docs/development.md#inside-the-builtin-api-server
 """
 
 from __future__ import annotations

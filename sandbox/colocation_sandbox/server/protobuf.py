@@ -1,33 +1,13 @@
 """Decoding the Kubernetes protobuf bodies that client-go's typed clients send.
 
-kubectl's typed clientset (``create namespace|configmap|secret|serviceaccount|deployment|role|...``,
-``create token``, ``auth can-i``, ``auth whoami``) writes ``application/vnd.kubernetes.protobuf``.
-The sandbox stores JSON, so a body is turned into exactly the object the same client would have sent
-as JSON: the JSON field names, Go's ``omitempty`` rules, ``metav1.Time`` as RFC 3339, quantities as
-strings, ``[]byte`` as base64.
+A body (the magic ``k8s\\x00``, then a ``runtime.Unknown`` envelope holding the typed message)
+becomes exactly the JSON the same client would have sent: JSON field names, Go's ``omitempty``
+rules, times as RFC 3339, quantities as strings, ``[]byte`` as base64. ``MESSAGES`` holds the
+field numbers of the ``generated.proto`` files kubectl 1.32 was built with. A field a message
+has outside the table is accepted only with Go's zero value; any other value is refused, never
+dropped.
 
-The body is the 4-byte magic ``k8s\\x00`` followed by a ``runtime.Unknown`` envelope whose ``typeMeta``
-names the kind and whose ``raw`` holds the typed message. Field numbers in the table below are those
-of the ``generated.proto`` files kubectl 1.32 was built with (k8s.io/api and k8s.io/apimachinery).
-
-Go's generated marshallers write every non-pointer field, set or not, so presence on the wire says
-nothing for those; the table therefore records, per field, what the JSON tag would do:
-
-* ``opt``: ``omitempty`` on a value: dropped when it is the zero value;
-* ``ptr``: a pointer: written (and emitted) only when set, even to a zero value;
-* ``req``: no ``omitempty``: always emitted, ``null`` for an unset list, map or pointer.
-
-Nested structs are emitted whenever present, as ``encoding/json`` does (``"status": {}``).
-
-Messages are covered in full except these, whose fields outside the table are understood only when
-they carry Go's zero value (what the marshaller writes for a field the client never set); any other
-value is rejected, never dropped:
-
-* ``core/v1 PodSpec``: volumes, ephemeralContainers, securityContext, affinity, tolerations,
-  hostAliases, dnsConfig, readinessGates, overhead, topologySpreadConstraints, os, schedulingGates,
-  resourceClaims, resources;
-* ``core/v1 Container``: resizePolicy, volumeMounts, volumeDevices, livenessProbe, readinessProbe,
-  startupProbe, lifecycle, securityContext.
+Why: docs/development.md#inside-the-builtin-api-server
 """
 
 from __future__ import annotations

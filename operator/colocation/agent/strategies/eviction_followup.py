@@ -1,18 +1,12 @@
 """What eviction by node pressure remembers between rounds, whatever the pressure (memory, cpu). Pure.
 
-The agent only asks; the leader evicts (colocation.agent.strategies.pressure_evictor). So between
-rounds it keeps, on an injected monotonic clock:
+The agent only asks; the leader evicts. So between rounds it keeps, on an injected monotonic
+clock: a cool-down after a round that asked; the pods answered evicted or terminating, not asked
+for again for `pending_seconds` and counted as already being released; and the pods the leader
+could not evict, left out for a backoff (at least what the leader suggests) so the next pod in
+the order may go instead. A pod no longer among the candidates is forgotten.
 
-- a cool-down: no round for `cool_down` seconds after one that asked for pods (koordlet's
-  evict cool time: 4 s for memory, 20 s for cpu);
-- the pods asked for and answered evicted or terminating: not asked for again for
-  `pending_seconds` (30 s), and what they free counts as already being released meanwhile, so
-  that the next rounds do not pick more pods for what is on its way out;
-- the pods the leader could not evict (deferred: a PodDisruptionBudget forbids it now; failed;
-  gone): left out for a backoff (5 s doubling to 60 s, with jitter; at least what the leader
-  suggests), so the next pod in the order may be taken instead.
-
-The state is bounded by the node's pods: a pod no longer among the candidates is forgotten.
+The timings: docs/agent.md#memory-eviction
 """
 
 from __future__ import annotations

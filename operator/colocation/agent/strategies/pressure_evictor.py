@@ -1,22 +1,14 @@
 """Eviction by node pressure, the loop's step: from a sample and the NodeSLO to a request to the leader.
 
-A strategy (memory eviction: colocation.agent.strategies.memory_evict.memory_evict; cpu eviction:
-colocation.agent.strategies.cpu_evict.cpu_evict) decides each round (`PressureEviction.step`,
-every `--memory-evict-interval` / `--cpu-evict-interval`, 1 s like koordlet) from the latest
-sample and the node's pods. The agent
-does not evict: it asks the leader with `PUT …/nodemetrics/{node}/evictions` (the same way,
-checks and fallbacks as its reports: colocation.agent.delivery), and the leader checks each pod
-and evicts it through the Eviction API (colocation.controllers.eviction_requests). So an agent's
-token never holds the right to evict pods, on its node or any other.
+Each round (`PressureEviction.step`) a strategy (`memory_evict`, `cpu_evict`) picks pods from the
+latest sample and the node's pods; the agent asks the leader to evict them with
+`PUT …/nodemetrics/{node}/evictions` (through `colocation.agent.delivery`, as reports go). One
+request per strategy is in flight at a time. Pods not evicted are held back by
+`eviction_followup`; a request that fails whole frees its pods. With `dry_run` a round is logged
+and counted, and nothing is sent. Each round that asks is logged (`eviction round`) and each
+pod's outcome counted.
 
-One request per strategy is in flight at a time; while it is, its rounds are skipped. The leader
-answers per pod; a pod deferred (a PodDisruptionBudget allows no disruption now) or not evicted
-for another reason is held back with backoff (colocation.agent.strategies.eviction_followup). A
-request that fails whole (leader and kube-apiserver unreachable, refused) frees its pods for a later round.
-With `dry_run` (--dry-run-enforcement) a round is logged and counted but nothing is sent.
-
-Every round that asks writes one structured log line (`eviction round`, with the strategy's
-figures); every pod's outcome is counted in `colocation_agent_evictions_total{reason,result}`.
+Why the leader evicts: docs/architecture.md#memory-eviction-the-agent-asks-the-leader-evicts
 """
 
 from __future__ import annotations

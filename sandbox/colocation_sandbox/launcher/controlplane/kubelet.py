@@ -1,23 +1,13 @@
 """The launcher's node: this machine, with a small kubelet that runs the pods bound to it as processes.
 
-kwok fakes its nodes' pods whatever runs behind them; the operator's pods must be real, and their
-readiness must be what the process says, or the Service's endpoints keep a dead leader. So the
-node of this machine is not kwok's: this kubelet registers it (with the machine's capacity),
-renews its Lease in kube-node-lease, and for every pod the scheduler or a DaemonSet binds to it:
+It registers the node (with the machine's capacity) and renews its Lease. Each pod bound to it
+gets a network namespace and address (`podnetwork`) and a token bound to the pod in a
+kubeconfig; pods of image `colocation:*` run their container's command as a process. Readiness
+probes set the pod's Ready condition; containers restart as the pod's restartPolicy says, with
+CrashLoopBackOff; deletion stops them within the grace period. It authenticates as
+`system:node:NAME`, so the Node authorizer and NodeRestriction apply to it.
 
-- gives it a network namespace and an address (`podnetwork`), as a CNI plugin would;
-- asks for a token of the pod's ServiceAccount bound to the pod (TokenRequest), as the projected
-  service-account volume does, and hands it over in a kubeconfig (`--kubeconfig`);
-- runs the container's own command and args from the pod spec (image `colocation:*` only; any other
-  pod gets an address and runs nothing), with `$(VAR)` and the downward-API env resolved and every
-  hostPath mount read from its host path;
-- mirrors the readiness probe into the pod's Ready condition, restarts a container that exits as
-  its pod's restartPolicy says (with CrashLoopBackOff) or that fails its liveness probe, marks the
-  pod Succeeded or Failed once it will not start again (`pod_status`; a Job's pod, which then stays
-  until deleted), and on deletion stops it within the grace period, then removes the pod, as the
-  kubelet does.
-
-It authenticates as `system:node:NAME`, so the Node authorizer and NodeRestriction apply to it.
+What it does, and why not kwok: docs/development.md#the-real-control-plane
 """
 
 from __future__ import annotations

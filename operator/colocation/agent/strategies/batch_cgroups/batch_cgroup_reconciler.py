@@ -1,24 +1,13 @@
 """Batch resources into cgroups, the loop's step: the node's batch pods' values written to their cgroups.
 
-Each round (`BatchCgroupReconciler.step`, every `--batch-cgroups-interval`) takes the node's pods
-as the agent's pod watch last saw them (no API call of its own) and, for each pod the rules of
-colocation.agent.strategies.batch_cgroups.batch_cgroups give values to, writes them on the pod's
-cgroup and on each of its containers' cgroups that names a batch resource:
+Each round (`BatchCgroupReconciler.step`) takes the node's pods as the agent's pod watch last saw
+them and writes what `batch_cgroups` gives each one on its pod cgroup and its containers'
+cgroups, only where a file differs, in an order cgroup v1 accepts. A pod that stops qualifying,
+and every pod written to when the agent exits with `--restore-on-exit`, gets `kubelet_settings`
+back. Pods never written are never touched. Changes and undos are logged; a failing write is
+logged once per run of failures.
 
-- the pod's cgroup is where the kubelet puts it for its Kubernetes QoS class and UID, under any
-  of the kubepods roots colocation.agent.cgroups knows (cgroupfs or systemd names, nested or not);
-- a container's cgroup is the pod cgroup's child named after the container's runtime id (from
-  the pod's status): `<id>` or `crio-<id>` (cgroupfs), `<runtime>-<id>.scope` (systemd);
-- a file is written only when it says something else (colocation.agent.cgroup_writer), so a value
-  someone else wrote is put back on the next round and nothing is written while nothing changes;
-- CFS quotas that loosen are written from the pod down and quotas that tighten from the
-  containers up: cgroup v1 refuses a child a larger quota than its parent's.
-
-A pod that stops qualifying (its batch resources gone, or the pod deleted) gets back what the
-kubelet writes (colocation.agent.strategies.batch_cgroups.batch_cgroups.kubelet_settings) on the
-cgroups that are still there; so does every pod written to when the agent exits with --restore-on-exit. Pods never given
-batch values are never touched. A structured log line says when a pod's values change and when
-they are undone; a failing write is logged once per run of failures and counted every time.
+Where the cgroups are, and the order: docs/agent.md#batch-resources-into-cgroups
 """
 
 from __future__ import annotations

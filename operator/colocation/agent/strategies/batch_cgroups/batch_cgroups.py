@@ -1,29 +1,13 @@
 """Batch resources into cgroups, the arithmetic: from a pod's spec to its cgroups' values. Pure.
 
-The kubelet knows nothing of `kubernetes.io/batch-cpu` and `kubernetes.io/batch-memory`: a pod
-that asks only for those is BestEffort to it, its cgroups unlimited. koordlet's BatchResource
-hook fills the gap, and so does the agent, by the same rules:
+The kubelet knows nothing of `kubernetes.io/batch-cpu` and `kubernetes.io/batch-memory`, so a
+pod that asks only for them gets unlimited cgroups. As koordlet's BatchResource hook,
+`batch_settings` gives a BE pod's cgroup and its containers that name a batch resource the cpu
+shares, CFS quota and memory limit those resources call for (every quota unlimited while CPU
+suppress holds the tier by `cfsQuota`). `kubelet_settings` is what the kubelet would write from
+the pod's native resources: what undoing puts back.
 
-- only pods of Koordinator's BE class (the `koordinator.sh/qosClass` label, or, unlabelled,
-  Kubernetes' BestEffort class) in which some container names a batch resource; a container that
-  names none is neither counted nor written (the kubelet's values stay);
-- quantities in Koordinator's units: batch-cpu in milli-cores ("500" is half a cpu), batch-memory
-  in bytes, each rounded up to a whole unit as Quantity.Value() does;
-- each container: cpu.shares from its batch-cpu request (2 without one: the kubelet's floor,
-  request * 1024 / 1000 otherwise, at most 262144); a CFS quota from its batch-cpu limit (limit
-  / 1000 * the cgroup's period, at least 1000 µs; unlimited without one); a memory limit from its
-  batch-memory limit (unlimited without one);
-- the pod: shares from the sum of its containers' batch-cpu requests; a quota and a memory limit
-  from the sums of their limits, unlimited as soon as one counted container has none;
-- init containers: their own cgroups get their own values (koordlet reconciles them too); the
-  pod's values count only the regular containers, as koordlet does (the kubelet would take the
-  largest init container's if larger);
-- while CPU suppress runs with the cfsQuota policy, every quota is unlimited instead: the
-  best-effort tier's quota bounds them, and a v1 child may not have a larger quota than its parent.
-
-Undoing (the pod no longer has batch resources, or the agent exits with --restore-on-exit) puts
-back what the kubelet itself writes from the pod's native cpu and memory resources, which is all
-unlimited (shares 2) for the usual batch pod.
+The rules and units: docs/agent.md#batch-resources-into-cgroups
 """
 
 from __future__ import annotations

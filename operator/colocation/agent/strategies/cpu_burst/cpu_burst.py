@@ -1,36 +1,14 @@
 """CPU burst for latency-sensitive pods (NodeSLO cpuBurstStrategy), the arithmetic. Pure.
 
-koordlet's CPUBurst strategy lets a pod with a CPU limit go past it for a while, in two ways the
-NodeSLO's `policy` picks (`auto`: both; `cpuBurstOnly`, `cfsQuotaBurstOnly`: one; `none`: neither,
-the default, so nothing is written unless the NodeSLO or the pod asks):
+As koordlet's CPUBurst strategy, for pods whose class (`qos_of`) is neither LSR, LSE nor BE, and
+only their containers with a cpu limit. cfs burst gives each such container a burst from its
+limit, capped at its quota. Quota burst grows a throttled container's CFS quota and shrinks it
+while the node's share pool is overloaded, never below the quota of its limit nor above
+`cfsQuotaBurstPercent` of it. The NodeSLO's `policy` picks which (`none`, the default, writes
+nothing); the pod's annotation `koordinator.sh/cpuBurst` overrides the node's fields. `plan_pod`
+says what to write.
 
-- cfs burst: the kernel lets a cgroup bank quota it did not use and spend it later, up to its
-  burst (v1 `cpu.cfs_burst_us`, v2 `cpu.max.burst`, kernel 5.14 and later). Each container with a
-  CPU limit gets limit x cpuBurstPercent of the 100 ms base period (default 1000 %: ten times its
-  limit), the pod the sum of its containers'. The kernel refuses a burst larger than the cgroup's
-  quota, so the value is capped at the quota it has then.
-- quota burst: the container's CFS quota itself grows while the container is throttled, by a
-  fifth per round (x 1.2), and shrinks by a fifth (x 0.8) when the node's share pool is
-  overloaded, never below the quota of its limit (the kubelet's) nor above cfsQuotaBurstPercent
-  of it (default 300 %). Without quota burst the quota goes back to the kubelet's. The pod's
-  quota moves by the same amount as its containers' together, so it never holds them back.
-- the share pool is the cpu that LS pods share: the node's cpus less what LSE and LSR pods
-  request, used by everything but LSE, LSR and BE pods (system usage included, to be safe). At or
-  above sharePoolThresholdPercent (default 50) the node is overloaded and every quota burst
-  shrinks; within 90 % of it no quota grows; with no fresh usage none grows either.
-- cfsQuotaBurstPeriodSeconds (default -1: unlimited) bounds how long a container may stay above
-  its limit: a token bucket of period x (cfsQuotaBurstPercent - 100) tokens, spent by the
-  percentage of its limit used above 100 each second and refilled by the percentage left unused
-  below 60; once empty, the container's quota shrinks whatever else holds. A bucket starts between
-  empty and half full (at random, as koordlet's, so that containers do not all stop together) and
-  is forgotten after two periods without a round.
-
-Which pods: those whose class (colocation.koordinator.classes.qos_of) is neither LSR, LSE nor BE,
-with a CPU limit on some regular container; other pods and containers without a limit are never
-touched. An unlabelled Guaranteed pod counts as LSR here, as everywhere in the agent (koordlet,
-reading only the label, would burst it). A pod may carry its own configuration in the annotation
-`koordinator.sh/cpuBurst` (JSON: policy, cpuBurstPercent, cfsQuotaBurstPercent,
-cfsQuotaBurstPeriodSeconds), each valid field over the node's.
+The rules and koordlet's numbers: docs/agent.md#cpu-burst
 """
 
 from __future__ import annotations

@@ -1,35 +1,14 @@
 """CPU burst, the loop's step: the node's LS pods' cfs burst and CFS quotas written to their cgroups.
 
-Each round (`CpuBurster.step`, every `--cpu-burst-interval`, 1 s like koordlet) takes the NodeSLO's
-cpuBurstStrategy, the latest sample (the share pool's usage) and the node's pods as the pod watch
-last saw them, and for each pod that may burst (colocation.agent.strategies.cpu_burst.cpu_burst)
-whose configuration (the node's, or its own annotation) turns burst on:
+Each round (`CpuBurster.step`) reads each bursting container's throttling (and usage, for the
+token bucket), asks `cpu_burst.plan_pod` what to write, and writes only what differs, in an
+order the kernel accepts. Quotas and bursts are read from the files every `reread_interval`;
+between reads a round takes them as last read or written. A pod whose burst turns off, every
+pod at exit with `--restore-on-exit`, and a pod first seen with burst off get the kubelet's
+quotas and no burst back. Changes are logged; an Event on the Node says when a pod starts
+bursting.
 
-- reads each of its containers with a CPU limit (the pod cgroup's child named after the runtime's
-  id, as batch cgroups finds it): the quota, and, for quota burst, cpu.stat's nr_throttled,
-  compared with the previous round's to tell whether it was throttled since; with
-  cfsQuotaBurstPeriodSeconds, its usage too (v2 cpu.stat usage_usec, v1 cpuacct.usage), which
-  feeds its token bucket;
-- writes what colocation.agent.strategies.cpu_burst.cpu_burst.plan_pod makes of that, only what
-  differs: bursts that shrink first, then quotas that loosen from the pod down, quotas that tighten from the
-  containers up (v1 refuses a child a larger quota than its parent's), bursts that grow last
-  (the kernel refuses a burst larger than the quota).
-
-The quotas and bursts (and where each pod's cgroups are) are read from the files once every
-`reread_interval` (REREAD_INTERVAL, 5 s, as often as batch cgroups reconcile); in between, a round
-takes them as last read or written, and only cpu.stat is read every round. So a value someone
-else wrote is put back within `reread_interval` plus a round, and a round at 110 pods costs a
-read per container (none without quota burst) instead of five per pod. A file whose write
-failed, or was only counted in dry run, is read again the next round (so it is counted every
-round, as before); a pod undone is read afresh.
-
-A pod whose burst turns off (policy none, the pod gone from the watch) gets the kubelet's quotas
-and no burst back, once; so does every pod at exit with --restore-on-exit, and every pod that may
-burst the first time a round sees it with burst off (what a previous agent left is undone; nothing
-is written where nothing differs). A structured log line says when a pod's values change and when
-they are undone; an Event on the Node when a pod starts bursting (its cfs burst set, or its quota
-raised above its limit), at most once per pod and kind every five minutes, none in dry run. A
-failing write is logged once per run of failures and counted every time.
+The write order, the timings and the Events: docs/agent.md#cpu-burst
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
 """CPU eviction, the decisions: which best-effort pods must go when they get too little of the cpu they asked for. Pure.
 
-As Koordinator's koordlet (its BECPUEvict strategy, by BE cpu satisfaction), driven by the
-NodeSLO's `resourceUsedThresholdWithBE` with `enable: true` and both
-`cpuEvictBESatisfactionLowerPercent` (in (0, 60]) and `cpuEvictBESatisfactionUpperPercent` (in
-(0, 100), not below the lower) set; otherwise off (a set but invalid pair is logged as the
-policy's problem). Every round the agent records the best-effort (BE) pods' cpu:
+As koordlet's BECPUEvict strategy, when the NodeSLO's `resourceUsedThresholdWithBE` enables it
+with a valid pair of satisfaction percents. Each round records the best-effort pods' cpu usage,
+batch-cpu requests and limit (`BeCpuHistory`). When they use most of their limit and their
+satisfaction (limit / request) is at or below the lower percent, over the window and in the
+latest sample, `release_by_satisfaction` says how much batch-cpu to release; pods go in
+`cpu_eviction_order` until their requests cover it. Cool-down and follow-up are
+`eviction_followup`'s.
 
-- usage: the BE pods' usage in the sample (BE as CPU suppress counts it,
-  colocation.agent.strategies.cpu_suppress.cpu_suppress);
-- request: the sum of the BE pods' `kubernetes.io/batch-cpu` requests;
-- limit: what BE pods may use now: the CPU suppress budget in force (quota or cpuset), else the
-  node's cpus; with `cpuEvictPolicy: evictByAllocatable`, the Node's allocatable batch-cpu.
-
-Over the window (`cpuEvictTimeWindowSeconds`, at least one collect interval; at least a third of
-it covered by samples), when BE pods use at least `cpuEvictBEUsageThresholdPercent` (90) of their
-limit (or the limit is under one cpu) and their satisfaction, limit / request, is at or below the
-lower percent:
-
-    cpu to release = request * (upperPercent / 100 - limit / request)   (milli-cpus of requests)
-
-and the same from the latest sample, if its request or limit differ from the averages: the
-smaller of the two is released. Pods (labelled BE, batch or free priority, as for memory
-eviction) go lowest `spec.priority` first, then the largest usage / request, until their
-batch-cpu requests cover it. A round that asked is followed by 20 s without rounds (koordlet's
-cpu evict cool time), and so are the first 20 s after start, as in koordlet; pods asked for and
-pods refused are followed up as for memory eviction (colocation.agent.strategies.eviction_followup).
+The rules and koordlet's numbers: docs/agent.md#cpu-eviction
 """
 
 from __future__ import annotations

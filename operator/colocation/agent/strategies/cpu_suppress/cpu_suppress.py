@@ -1,29 +1,13 @@
 """CPU suppress, the arithmetic: how much cpu best-effort pods may use right now. Pure.
 
-Koordinator's koordlet holds best-effort (BE) pods back so that the node's usage stays under
-`cpuSuppressThresholdPercent` of its capacity whatever they do:
+As koordlet: best-effort (BE) pods may use what keeps the node under
+`cpuSuppressThresholdPercent` of its capacity, after the other pods' and the system's usage
+(`be_budget_millis`; the system usage is at least what the node reserves). The budget becomes
+the best-effort tier's CFS quota (`target_cfs_quota`) or its number of cpus
+(`target_cpuset_size`), with koordlet's floors and damping: it shrinks at once and grows a
+little per round. `is_best_effort` says which pods count as BE.
 
-    BE budget = capacity * cpuSuppressThresholdPercent / 100 - non-BE pods' usage - system usage
-    system usage = max(node usage - all pods' usage - host applications' usage, 0)
-
-raised to `cpuSuppressMinPercent` of the capacity when that is set. The budget becomes either the
-CFS quota of the best-effort parent cgroup (`cfsQuota`) or the number of cpus in the best-effort
-cpusets (`cpuset`), each with koordlet's floors and damping:
-
-- quota: at least 2000 µs per period; a change smaller than 1 % of the node (in quota units) is
-  not written; once a quota is set it grows by at most 10 % of the node per round (it shrinks at
-  once: latency-sensitive pods come first);
-- cpuset: at least 2 cpus (rounded up from the budget); it grows by at most a tenth of the node's
-  cpus (rounded up) per round.
-
-A pod counts as BE when Koordinator's QoS says BE or Kubernetes' QoS class is BestEffort (as
-koordlet's filter does); a pod the agent cannot match to an API object counts as BE only when its
-cgroup sits in the best-effort tier, since that tier is exactly Kubernetes' BestEffort class.
-Host applications count as non-BE, unless, as in koordlet, one is of QoS BE and its cgroup sits
-in the best-effort tier (`KubepodsBesteffort`): its usage is then BE's, not subtracted from the
-budget (it stays out of the system usage either way). As in koordlet, the system usage is at
-least what the node reserves: the kubelet's reservation (capacity - allocatable) or the
-`node.koordinator.sh/reservation` annotation, whichever is larger.
+The formula, the floors and why: docs/agent.md#cpu-suppress
 """
 
 from __future__ import annotations

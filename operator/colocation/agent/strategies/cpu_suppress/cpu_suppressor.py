@@ -1,21 +1,14 @@
 """CPU suppress, the loop's step: from a sample and the NodeSLO to the best-effort cgroups.
 
-Each round (`CpuSuppressor.step`, every `--cpu-suppress-interval`, 1 s like koordlet) takes the
-latest sample, computes the BE budget (colocation.agent.strategies.cpu_suppress.cpu_suppress) and
-applies it by the NodeSLO's policy, undoing the other policy (koordlet does the same, so switching
-policies leaves nothing behind):
+Each round (`CpuSuppressor.step`) computes the BE budget (`cpu_suppress`) from the latest sample
+and applies it by the NodeSLO's policy, undoing the other, as koordlet does: `cfsQuota` on the
+best-effort tier; `cpuset` on the tier, its pods and their containers (cpus chosen by
+colocation.agent.cpuset; widened from the tier down, then narrowed from the containers up).
+Suppression off, or the NodeSLO gone, restores both: quota -1 and the tier parent's cpus, once
+per change and again at start. Changes of the value in force are logged; an Event on the Node
+says when suppression starts and stops.
 
-- `cfsQuota`: the quota of the best-effort parent cgroup; its children keep theirs.
-- `cpuset`: the cpus chosen as koordlet does (colocation.agent.cpuset) on the tier, its pods and
-  their containers. A child's cpus must stay within its parent's, so the new set is written in two
-  passes: first the union of the old and the new from the tier down, then the new from the
-  containers up.
-
-Suppression disabled (or the NodeSLO gone) restores both: quota -1 and the full cpuset (the cpus
-of the tier's parent, as the kubelet set them). Restoring is done once per transition, and again
-at start, where it writes only what differs from the unlimited values. A structured log line is
-written whenever the value in force changes; an Event on the Node when suppression starts and
-when it stops. A failing write is logged once per run of failures and counted every time.
+The policies, and what is restored: docs/agent.md#cpu-suppress
 """
 
 from __future__ import annotations

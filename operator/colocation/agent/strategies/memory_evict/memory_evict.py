@@ -1,26 +1,13 @@
 """Memory eviction, the decisions: which best-effort pods must go when the node runs short of memory. Pure.
 
-As Koordinator's koordlet (its memoryEvict strategy), driven by the NodeSLO's
-`resourceUsedThresholdWithBE`: when `enable` is true and the node's memory usage, in whole
-percent of its capacity (the Node's status.capacity.memory), is at or above
-`memoryEvictThresholdPercent` (default 70), best-effort pods are evicted until
+As koordlet's memoryEvict strategy, when the NodeSLO's `resourceUsedThresholdWithBE` enables it:
+once the node's memory usage reaches `memoryEvictThresholdPercent` of its capacity,
+`memory_to_release` says how much to free to get down to `memoryEvictLowerPercent`, and pods go
+in `memory_eviction_order` (evictable best-effort pods only: lowest priority, then the largest
+usage; unmeasured pods last, by name descending) until their usage covers it. Pods asked for
+and pods refused are followed up by `eviction_followup`, since the agent only asks.
 
-    memory to release = capacity * (usage percent - memoryEvictLowerPercent) / 100
-
-is covered by the usage of the pods chosen. `memoryEvictLowerPercent` defaults to the threshold
-minus 2; a lower percent that is not below the threshold turns eviction off (koordlet skips the
-round and says why), and so does a negative threshold.
-
-The pods that may go are those `classes.is_evictable_best_effort` accepts (labelled BE, batch or
-free priority: never a prod, mid or LS pod), in koordlet's order: lowest `spec.priority` first,
-then the largest memory usage; pods with no usage measured last (by name, descending, as koordlet).
-
-What is not koordlet's, because the agent only asks and the leader evicts: pods already asked for
-count as being released, and pods the leader could not evict are held back with backoff
-(colocation.agent.strategies.eviction_followup).
-
-Rate: a round at most every `--memory-evict-interval` (1 s, koordlet's default), and none for
-`cool_down` seconds (4 s, koordlet's memory evict cool time) after a round that asked for pods.
+The rules and koordlet's numbers: docs/agent.md#memory-eviction
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """System settings, the pure part: NodeSLO `systemStrategy` and the node's memory → kernel settings.
 
-Koordinator's koordlet (its SystemConfig feature, off by default) writes two memory-reclaim
-settings from the NodeSLO, and so does the agent when started with --system-settings:
+As koordlet's SystemConfig feature, `desired_settings` gives `vm.min_free_kbytes` (from
+`minFreeKbytesFactor` and MemTotal) and `vm.watermark_scale_factor`, each only within koordlet's
+bounds. A field that is absent, not an integer, or out of bounds gives no setting for its key,
+with a one-line reason for the caller to log; the other key is unaffected.
 
-- `vm.min_free_kbytes` = total memory in KiB * `minFreeKbytesFactor` / 10000 (integer arithmetic,
-  KiB rounded down first). koordlet writes it only within 10 MiB..10 GiB (in KiB): outside, the
-  setting is skipped, not clamped, so a factor meant for a large node does nothing on a tiny one.
-- `vm.watermark_scale_factor` = `watermarkScaleFactor`, written only within 10..400.
-
-A field that is absent, not an integer, or out of its bounds gives no setting for its key and a
-one-line reason (the caller logs it); the other key is unaffected. The node's memory is
-/proc/meminfo's MemTotal, the figure the kubelet reports as the Node's memory capacity.
-
-Not applied, on purpose: `memcgReapBackGround` (a sysfs switch of Alibaba Cloud Linux kernels
-only), `totalNetworkBandwidth` (not a kernel setting) and koordlet's newer group-identity and
-sched-features fields (absent from our NodeSLO).
+The formulas, the bounds and what is not applied: docs/agent.md#system-settings
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """System settings, the loop: NodeSLO `systemStrategy` written to /proc/sys/vm under --proc-root.
 
-Only with --system-settings (Koordinator's koordlet has the same behind its SystemConfig feature
-gate, off by default): our NodeSLO always carries `systemStrategy` with the ConfigMap's defaults,
-so its presence cannot be the switch. Each round (every --system-settings-interval seconds, once
-the NodeSLO has been listed) computes the wanted values
-(colocation.agent.strategies.system_settings.system_settings) and, per key:
+Only with `--system-settings`. Each round writes the wanted values
+(`system_settings.desired_settings`) where the file differs, keeping each key's original the
+first time it sees it; a key the NodeSLO no longer gives gets its original back. At exit with
+`--restore-on-exit` every original goes back. Originals live in memory only. In dry run nothing
+is written and no Event posted. Writes are counted by key and result; an Event on the Node says
+when values are applied and restored; a failing read or write is logged once per run.
 
-- the first time the agent sees a key it keeps what the file says (the original);
-- the file already says the wanted value: nothing is written;
-- it says something else: the value is written; once written, a difference is someone else's
-  write, and is put back;
-- the NodeSLO no longer gives the key (deleted, field gone, or a value out of bounds): the
-  original is written back, and the key forgotten.
-
-At exit with --restore-on-exit every original is written back. Originals live in memory only: an
-agent restarted without --restore-on-exit finds its own values and cannot restore what was
-there before it. With --dry-run-enforcement nothing is written and no Event posted; what would
-be written is logged and counted. Every write is counted by key and result
-(colocation_agent_sysctl_writes_total); an Event on the Node says when values are applied and
-when they are restored; a failing read or write is logged once per run of failures.
+Why a flag and not the NodeSLO: docs/agent.md#system-settings
 """
 
 from __future__ import annotations
