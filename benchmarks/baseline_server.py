@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from benchmarks import processes
 from colocation.apimachinery import certificates
+from colocation.apimachinery.stop_signals import on_stop_signals
 from colocation_sandbox.server.request_bodies import MAX_BODY_BYTES
 
 HOST = "127.0.0.1"
@@ -67,7 +67,7 @@ async def serve_until_stopped(app: web.Application, state_dir: Path, name: str, 
     await web.SockSite(runner, sock, ssl_context=certificates.ssl_server_context(serving, client_ca_pem)).start()
     print(f"ready: url=https://{HOST}:{sock.getsockname()[1]} ca={ca_path}", flush=True)
     stop = asyncio.Event()
-    with processes.on_stop_signals(stop.set):
+    with on_stop_signals(stop.set):
         try:
             await stop.wait()
         finally:

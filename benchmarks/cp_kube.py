@@ -48,6 +48,7 @@ from benchmarks.nodemetric_store import report_body
 from benchmarks.polling import NotReached, eventually_async
 from benchmarks.results import CamelRecord
 from colocation.agent import selfcheck
+from colocation.apimachinery.stop_signals import on_stop_signals
 from colocation.kube import permissions
 from colocation_sandbox.launcher import child_processes
 from colocation_sandbox.launcher.controlplane import fakenodes
@@ -493,7 +494,7 @@ def _written(writer: NodeMetricWriter, nodes: int) -> Any:
 async def run(config: KubeCostConfig) -> KubeCostReport:
     started = time.monotonic()
     report = KubeCostReport(config=config)
-    with processes.on_stop_signals():
+    with on_stop_signals():
         for name in config.clusters:
             try:
                 report.runs[name] = await run_cluster(name, config)

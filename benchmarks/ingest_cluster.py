@@ -10,7 +10,6 @@ carries a real Node's labels.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import orjson
 
 from benchmarks import processes, workload
 from benchmarks.client import Client, Endpoint, Request, say
+from benchmarks.polling import eventually_async
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION
 from colocation.kube.permissions import AGENT_SERVICE_ACCOUNT, LEADER_LEASE_NAME, OPERATOR_NAMESPACE
 
@@ -65,24 +65,22 @@ async def start(state_dir: Path, operator_args: list[str], *, concurrency: int =
 
 async def _leader(admin: Client, timeout: float = 60.0) -> Endpoint:
     """The leader's endpoint and CA from the Lease annotations, once it answers /readyz."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
+    async def serving_leader() -> Endpoint | None:
         status, body = await admin.send(Request("GET", LEASE_PATH))
         annotations = (orjson.loads(body)["metadata"].get("annotations") or {}) if status == 200 else {}
-        if LEADER_ENDPOINT_ANNOTATION in annotations and LEADER_CA_ANNOTATION in annotations:
-            leader = Endpoint(annotations[LEADER_ENDPOINT_ANNOTATION],
-                              base64.b64decode(annotations[LEADER_CA_ANNOTATION]), admin.endpoint.token)
-            probe = Client(leader, concurrency=1, timeout=5.0)
-            try:
-                if (await probe.send(Request("GET", "/readyz")))[0] == 200:
-                    return leader
-            except OSError:
-                pass
-            finally:
-                await probe.close()
-        await asyncio.sleep(0.25)
-    raise RuntimeError(f"no operator leader served within {timeout:.0f} s")
+        if LEADER_ENDPOINT_ANNOTATION not in annotations or LEADER_CA_ANNOTATION not in annotations:
+            return None
+        leader = Endpoint(annotations[LEADER_ENDPOINT_ANNOTATION],
+                          base64.b64decode(annotations[LEADER_CA_ANNOTATION]), admin.endpoint.token)
+        probe = Client(leader, concurrency=1, timeout=5.0)
+        try:
+            return leader if (await probe.send(Request("GET", "/readyz")))[0] == 200 else None
+        except OSError:
+            return None
+        finally:
+            await probe.close()
+
+    return await eventually_async(serving_leader, timeout, interval=0.25, message="an operator leader serving")
 
 
 # ---- nodes and their agents' credentials -----------------------------------------------------

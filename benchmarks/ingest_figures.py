@@ -3,18 +3,22 @@
 A run replaces the sizes it measured and keeps the others with the command and date they were
 measured by, so the 20,000-node figures (run by hand: they take longer than `make bench` may)
 stay in BENCHMARKS.md next to those of the default run, each labelled with its own command.
+The figures are pydantic dataclasses, saved under these names (`SizeReports`; NaN as null). Here
+too: the in-process stage timings of benchmarks.ingest_stages, kept per run label in
+benchmarks/ingest_stages.json (`StageRuns`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
-from typing import Any
+
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass
 
 from benchmarks.ingest_load import IngestResult
+from benchmarks.results import KeyedRecords, NanFloat, Record
 from benchmarks.stats import Latency
 
 TARGET_RATE = 3000.0  # reports/s on one core
@@ -25,23 +29,24 @@ TARGET_BYTES_PER_NODE = 40 * 1024
 CLIENT_BOUND = 0.85
 INCONCLUSIVE = None  # a verdict of targets_met(): neither met nor missed
 METRICS_SERVER_BYTES_PER_NODE = 2 * 1024 * 1024  # metrics-server's sizing guidance
+SAVED = ConfigDict(extra="forbid")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SAVED)
 class PhaseFigures:
     name: str
     count: int
-    seconds: float
-    rate: float
+    seconds: NanFloat
+    rate: NanFloat
     latency: Latency
     errors: int
     first_error: str
-    server_cpu_per_report: float  # seconds of the server process's CPU per report
-    server_busy: float  # server CPU / wall time (1.0: one core)
-    client_busy: float
-    apiserver_cpu_per_report: float = 0.0  # the sandbox's CPU (TokenReviews, SubjectAccessReviews)
+    server_cpu_per_report: NanFloat  # seconds of the server process's CPU per report
+    server_busy: NanFloat  # server CPU / wall time (1.0: one core)
+    client_busy: NanFloat
+    apiserver_cpu_per_report: NanFloat = 0.0  # the sandbox's CPU (TokenReviews, SubjectAccessReviews)
     # The kernel's part of server_cpu_per_report (system time; NaN when not measured).
-    server_system_cpu_per_report: float = math.nan
+    server_system_cpu_per_report: NanFloat = math.nan
 
     @classmethod
     def of(cls, result: IngestResult, server_cpu: float, apiserver_cpu: float = 0.0, *,
@@ -57,7 +62,7 @@ class PhaseFigures:
         return 1 / self.server_cpu_per_report if self.server_cpu_per_report else 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SAVED)
 class MemoryFigures:
     """RSS of the leader (bytes) at each step; per node figures divide by the node count."""
 
@@ -85,7 +90,7 @@ class MemoryFigures:
         return max(self.nodes - self.warm_nodes, 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SAVED)
 class ReadSummary:
     name: str
     request: str
@@ -94,20 +99,20 @@ class ReadSummary:
     errors: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SAVED)
 class WatchSummary:
     watchers: int
     events: int
     delay: Latency
-    received_share: float
+    received_share: NanFloat
     complete_watchers: int
 
 
-@dataclass
+@dataclass(config=SAVED)
 class SizeReport:
     nodes: int
     pods_per_node: int
-    body_bytes: float
+    body_bytes: NanFloat
     command: str = ""
     date: str = ""
     machine: str = ""
@@ -146,40 +151,41 @@ class SizeReport:
         return met
 
 
-# ---- persistence ---------------------------------------------------------------------------------
-
-def _latency(raw: dict[str, Any]) -> Latency:
-    return Latency(**raw)
+class SizeReports(KeyedRecords[int, SizeReport]):
+    """What benchmarks/ingest_results.json (and ingest_before.json) hold: the figures of each cluster size."""
 
 
-def _phase(raw: dict[str, Any] | None) -> PhaseFigures | None:
-    return None if raw is None else PhaseFigures(**{**raw, "latency": _latency(raw["latency"])})
+class StageTimings(Record):
+    """One stage's µs per report in each repeat, and their min / median / p90 / max."""
+
+    samples_us: list[float]
+    min: float
+    median: float
+    p90: float
+    max: float
 
 
-def _read(raw: dict[str, Any]) -> ReadSummary:
-    return ReadSummary(**{**raw, "latency": _latency(raw["latency"])})
+class StageRun(Record):
+    """One run of benchmarks.ingest_stages: what it measured, on what, and each stage's timings."""
+
+    label: str  # e.g. "before" (an older commit's code), "after" (this checkout)
+    date: str
+    commit: str
+    python: str
+    nodes: int
+    pods: int
+    repeats: int
+    load_average: str  # as the run began and ended: the machine may be shared
+    stages: dict[str, StageTimings]
 
 
-def from_json(raw: dict[str, Any]) -> SizeReport:
-    report = SizeReport(**{k: v for k, v in raw.items() if k in {f.name for f in dataclasses.fields(SizeReport)}})
-    for name in ("load", "ingest", "baseline", "read_ingest"):
-        setattr(report, name, _phase(raw.get(name)))
-    report.memory = MemoryFigures(**raw["memory"]) if raw.get("memory") else None
-    report.reads = [_read(r) for r in raw.get("reads", [])]
-    report.baseline_reads = [_read(r) for r in raw.get("baseline_reads", [])]
-    watch = raw.get("watch")
-    report.watch = WatchSummary(**{**watch, "delay": _latency(watch["delay"])}) if watch else None
-    report.profile = [(str(a), float(b)) for a, b in raw.get("profile", [])]
-    report.hottest = [(str(a), float(b)) for a, b in raw.get("hottest", [])]
-    return report
+class StageRuns(KeyedRecords[str, StageRun]):
+    """What benchmarks/ingest_stages.json holds: each run under its label."""
 
 
 def load_all(path: Path) -> dict[int, SizeReport]:
-    if not path.exists():
-        return {}
-    return {int(key): from_json(value) for key, value in json.loads(path.read_text()).items()}
+    return SizeReports.from_file(path).root if path.exists() else {}
 
 
 def save_all(path: Path, reports: dict[int, SizeReport]) -> None:
-    document = {str(nodes): dataclasses.asdict(reports[nodes]) for nodes in sorted(reports)}
-    path.write_text(json.dumps(document, indent=1, allow_nan=True) + "\n")
+    SizeReports({nodes: reports[nodes] for nodes in sorted(reports)}).to_file(path)

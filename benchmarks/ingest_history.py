@@ -11,13 +11,11 @@ results; nothing is typed in by hand.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
 
-from benchmarks.ingest_figures import TARGET_RATE, SizeReport, load_all
+from benchmarks.ingest_figures import TARGET_RATE, SizeReport, StageRun, StageRuns, StageTimings, load_all
 from benchmarks.markdown import table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,8 +27,8 @@ def load_before(path: Path = BEFORE) -> dict[int, SizeReport]:
     return load_all(path)
 
 
-def load_stages(path: Path = STAGES) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.exists() else {}
+def load_stages(path: Path = STAGES) -> dict[str, StageRun]:
+    return StageRuns.from_file(path).root if path.exists() else {}
 
 
 def _us(seconds: float) -> str:
@@ -97,27 +95,31 @@ def remaining(before: dict[int, SizeReport], after: dict[int, SizeReport]) -> li
     return notes
 
 
-def stage_rows(stages: dict[str, Any]) -> list[list[str]]:
-    before, after = stages.get("before", {}).get("stages", {}), stages.get("after", {}).get("stages", {})
+def _stages_of(stages: dict[str, StageRun], label: str) -> dict[str, StageTimings]:
+    return stages[label].stages if label in stages else {}
+
+
+def stage_rows(stages: dict[str, StageRun]) -> list[list[str]]:
+    before, after = _stages_of(stages, "before"), _stages_of(stages, "after")
     rows = []
     for name in after or before:
         b, a = before.get(name), after.get(name)
 
-        def figures(run: dict[str, float] | None) -> str:
-            return "n/a" if run is None else " / ".join(f"{run[k]:.1f}" for k in ("min", "median", "p90", "max"))
+        def figures(run: StageTimings | None) -> str:
+            return "n/a" if run is None else " / ".join(f"{v:.1f}" for v in (run.min, run.median, run.p90, run.max))
 
-        change = (f"{a['min'] / b['min'] - 1:+.0%} / {a['median'] / b['median'] - 1:+.0%}"
-                  if a and b and b["min"] and b["median"] else "n/a")
+        change = (f"{a.min / b.min - 1:+.0%} / {a.median / b.median - 1:+.0%}"
+                  if a is not None and b is not None and b.min and b.median else "n/a")
         rows.append([name, figures(b), figures(a), change])
     return rows
 
 
-def _run_line(label: str, run: dict[str, Any]) -> str:
-    return (f"{label}: commit {run['commit']}, {run['date']}, Python {run['python']}, {run['nodes']:,} nodes x "
-            f"{run['pods']} pods, {run['repeats']} repeats, load average {run['load_average']}")
+def _run_line(label: str, run: StageRun) -> str:
+    return (f"{label}: commit {run.commit}, {run.date}, Python {run.python}, {run.nodes:,} nodes x "
+            f"{run.pods} pods, {run.repeats} repeats, load average {run.load_average}")
 
 
-def section(before: dict[int, SizeReport], after: dict[int, SizeReport], stages: dict[str, Any]) -> list[str]:
+def section(before: dict[int, SizeReport], after: dict[int, SizeReport], stages: dict[str, StageRun]) -> list[str]:
     """The "before and after" part of the ingest section ([] when there is nothing to compare)."""
     parts: list[str] = []
     rows = cpu_rows(before, after)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 from benchmarks import ingest_history
 from benchmarks.ingest_figures import (
@@ -17,6 +16,7 @@ from benchmarks.ingest_figures import (
     PhaseFigures,
     ReadSummary,
     SizeReport,
+    StageRun,
 )
 from benchmarks.markdown import table, write_section
 from benchmarks.plotting import pyplot, save
@@ -220,7 +220,7 @@ def proposals(reports: list[SizeReport]) -> list[str]:
 
 
 def render(reports_by_size: dict[int, SizeReport], plots: list[Path], base: Path,
-           before: dict[int, SizeReport] | None = None, stages: dict[str, Any] | None = None) -> str:
+           before: dict[int, SizeReport] | None = None, stages: dict[str, StageRun] | None = None) -> str:
     reports = [reports_by_size[n] for n in sorted(reports_by_size)]
     runs = table(["nodes", "command", "date", "machine", "load average (shared machine)"],
                   [[f"{r.nodes:,}", f"`{r.command}`", r.date, r.machine, r.load_average or "not recorded"]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import platform
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from benchmarks import workload
+from benchmarks.ingest_figures import StageRun, StageRuns, StageTimings
 from benchmarks.ingest_reports import Reports
 from benchmarks.stats import percentile
 from colocation.apimachinery.jws import jwk, sign_es256
@@ -148,13 +148,14 @@ class Bench:
         self.authenticator = DelegatingAuthenticator(no_token_review, local=self.local, metrics=self.metrics,
                                                      cache_ttl=120.0)
         self.authorizer = DelegatingAuthorizer(allow, allowed_ttl=300.0, metrics=self.metrics)
-        self.store = NodeMetricStore(time.time, time.monotonic)
-        self.watched_store = NodeMetricStore(time.time, time.monotonic, watcher_queue=nodes + 1)
+        self.store = NodeMetricStore(clock_wall=time.time, clock_monotonic=time.monotonic)
+        self.watched_store = NodeMetricStore(clock_wall=time.time, clock_monotonic=time.monotonic,
+                                             watcher_queue=nodes + 1)
         self.watchers = [self.watched_store.watch("", send_initial_events=False) for _ in range(WATCHERS)]
-        self.group = NodeMetricGroup(self.store, self.authorizer, _Leader(), self.labels.__contains__,
-                                     self.labels.get, self.metrics)
-        self.server = AggregatedApiServer(self.authenticator, self.authorizer, lambda: None, _Leader(), self.metrics,
-                                          [self.group])
+        self.group = NodeMetricGroup(self.store, self.authorizer, _Leader(), known_node=self.labels.__contains__,
+                                     node_labels=self.labels.get, metrics=self.metrics)
+        self.server = AggregatedApiServer(self.authenticator, self.authorizer, lambda: None, leadership=_Leader(),
+                                          metrics=self.metrics, groups=[self.group])
         self.server.application()  # the group learns how to authenticate
         self.callers: list[Caller] = []
         self.prepare: Callable[[], None] = lambda: None
@@ -180,8 +181,8 @@ class Bench:
 
         async def authorize(i: int) -> None:
             caller = self.callers[i]
-            await self.authorizer.authorize(Caller(caller.username, caller.uid, caller.groups, _NO_EXTRA), "update",
-                                            RESOURCE, subresource="status")
+            await self.authorizer.authorize(Caller(username=caller.username, uid=caller.uid, groups=caller.groups,
+                                                   extra=_NO_EXTRA), "update", RESOURCE, subresource="status")
             check_node_rule(caller, names[i])
 
         reports: list[ValidatedReport] = []
@@ -223,8 +224,8 @@ class Bench:
         await self.local.keys.refresh()
         self.callers = [await self.authenticator.authenticate(h, None, None) for h in self.headers]
         for name, caller in zip(self.names, self.callers, strict=True):
-            await self.authorizer.authorize(Caller(caller.username, caller.uid, caller.groups), "update", RESOURCE,
-                                            subresource="status")
+            await self.authorizer.authorize(Caller(username=caller.username, uid=caller.uid, groups=caller.groups),
+                                            "update", RESOURCE, subresource="status")
             check_node_rule(caller, name)
 
 
@@ -262,9 +263,9 @@ async def measure(nodes: int, pods: int, repeats: int) -> dict[str, list[float]]
     return samples
 
 
-def summary(samples: list[float]) -> dict[str, float]:
-    return {"min": min(samples), "median": percentile(samples, 0.5), "p90": percentile(samples, 0.9),
-            "max": max(samples)}
+def summary(samples: list[float]) -> StageTimings:
+    return StageTimings(samples_us=samples, min=min(samples), median=percentile(samples, 0.5),
+                        p90=percentile(samples, 0.9), max=max(samples))
 
 
 def _commit() -> str:
@@ -286,16 +287,16 @@ def load_average() -> str:
         return "n/a"
 
 
-def run(nodes: int, pods: int, repeats: int, label: str, results: Path, commit: str | None = None) -> dict[str, Any]:
+def run(nodes: int, pods: int, repeats: int, label: str, results: Path, commit: str | None = None) -> StageRun:
+    """Time every stage, and keep the run under `label` in `results` (beside the runs of other labels)."""
     load_before = load_average()
     samples = asyncio.run(measure(nodes, pods, repeats))
-    record = {"label": label, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "commit": commit or _commit(), "python": platform.python_version(), "nodes": nodes, "pods": pods,
-              "repeats": repeats, "load_average": f"{load_before} before, {load_average()} after",
-              "stages": {name: {"samples_us": values, **summary(values)} for name, values in samples.items()}}
-    stored = json.loads(results.read_text()) if results.exists() else {}
-    stored[label] = record
-    results.write_text(json.dumps(stored, indent=1) + "\n")
+    record = StageRun(label=label, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                      commit=commit or _commit(), python=platform.python_version(), nodes=nodes, pods=pods,
+                      repeats=repeats, load_average=f"{load_before} before, {load_average()} after",
+                      stages={name: summary(values) for name, values in samples.items()})
+    kept = StageRuns.from_file(results).root if results.exists() else {}
+    StageRuns({**kept, label: record}).to_file(results)
     return record
 
 
@@ -312,9 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 5:
         p.error("--repeats must be at least 5")
     record = run(args.nodes, args.pods_per_node, args.repeats, args.label, args.results, args.commit)
-    for name, figures in record["stages"].items():
-        print(f"{name:45s} min {figures['min']:7.1f}  median {figures['median']:7.1f}  "
-              f"p90 {figures['p90']:7.1f}  max {figures['max']:7.1f} µs/report")
+    for name, figures in record.stages.items():
+        print(f"{name:45s} min {figures.min:7.1f}  median {figures.median:7.1f}  "
+              f"p90 {figures.p90:7.1f}  max {figures.max:7.1f} µs/report")
     return 0
 
 

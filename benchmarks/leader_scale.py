@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from pydantic import ConfigDict, Field
+
 from benchmarks import cp_cluster, ingest_profile, processes
 from benchmarks.client import Request, say, sit_out
 from benchmarks.control_plane import _judged
@@ -71,8 +73,11 @@ from benchmarks.leader_scale_figures import (
     extrapolate,
 )
 from benchmarks.leader_scale_probes import Freshness, ProbeNodes
+from benchmarks.machine import Machine
 from benchmarks.polling import eventually_async
+from benchmarks.results import Record
 from colocation.agent import selfcheck
+from colocation.apimachinery.stop_signals import on_stop_signals
 
 SUITE = "leader-scale"
 _T = TypeVar("_T")
@@ -97,8 +102,9 @@ AGENT_FLAGS = (("--max-report-interval", "{interval:g}"), ("--report-change-thre
                ("--collect-interval", "{interval:g}"))
 
 
-@dataclass(frozen=True)
-class ScaleConfig:
+class ScaleConfig(Record):
+    model_config = ConfigDict(frozen=True)
+
     sizes: tuple[int, ...] = (1000, 2500)
     kube_sizes: tuple[int, ...] = (1000,)  # node counts run again on the real control plane (kwok nodes)
     pods_per_node: int = 30
@@ -123,18 +129,23 @@ class ScaleConfig:
     profile_seconds: float = 20.0  # at every node count, right after the window; 0: no profile
     burst_seconds: float = 30.0  # probe reports at 10,000 nodes' rate, after the profile; 0: no burst
     burst_concurrency: int = 16  # probe reports in flight at once during the burst
-    state_dir: Path = Path(".bench")
+    state_dir: Path = Field(default=Path(".bench"), exclude=True)  # this run's scratch space: not saved
 
 
-@dataclass
-class ScaleReport:
+class ScaleReport(Record):
+    """What benchmarks/plots/leader_scale.json holds; rendered again from it without running anything."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
     config: ScaleConfig
-    agent_args: list[str] = field(default_factory=list)
-    missing_flags: list[str] = field(default_factory=list)
-    results: list[SizeResult] = field(default_factory=list)
-    fd_limit: int = 0
-    load: list[tuple[float, float, float]] = field(default_factory=list)  # os.getloadavg() after each size
+    agent_args: list[str] = Field(default_factory=list, alias="agentArgs")
+    missing_flags: list[str] = Field(default_factory=list, alias="missingFlags")
+    fd_limit: int = Field(default=0, alias="fdLimit")
+    # os.getloadavg() after each size
+    load: list[tuple[float, float, float]] = Field(default_factory=list, alias="loadAverages")
     seconds: float = 0.0
+    results: list[SizeResult] = Field(default_factory=list)
+    machine: Machine | None = None  # where it ran, described before the run
 
 
 def agent_args(interval: float) -> tuple[list[str], list[str]]:
@@ -616,14 +627,14 @@ async def _size(config: ScaleConfig, nodes: int, args: list[str], apiserver: str
 async def run(config: ScaleConfig) -> ScaleReport:
     started = time.perf_counter()
     args, missing = agent_args(config.report_interval)
-    report = ScaleReport(config, args, missing)
+    report = ScaleReport(config=config, agent_args=args, missing_flags=missing)
     with contextlib.suppress(OSError, ValueError):
         import resource
 
         report.fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if missing:
         say(f"leader scale: `colocation agent --help` has no {', '.join(missing)}: left out")
-    with processes.on_stop_signals():
+    with on_stop_signals():
         for apiserver, nodes in [*((BUILTIN, n) for n in config.sizes), *((KUBE, n) for n in config.kube_sizes)]:
             report.results.append(await _size(config, nodes, args, apiserver))
             report.load.append(os.getloadavg())

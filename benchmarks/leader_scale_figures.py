@@ -15,8 +15,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
+from typing import Any
 
+from pydantic import ConfigDict, model_validator
+from pydantic.dataclasses import dataclass
+
+from benchmarks.results import NanFloat
 from benchmarks.stats import Latency
 
 RSS_PER_NODE_TARGET = 40 * 1024  # bytes of leader RSS per node
@@ -46,38 +51,53 @@ BEFORE_STANDBY_RSS = ((1004, 132.9 * 2**20), (2504, 137.0 * 2**20))  # (nodes, t
 
 MET, MISSED, INCONCLUSIVE = "met", "missed", "inconclusive"
 BUILTIN, KUBE = "builtin", "kube"  # the sandbox's API server; the real control plane (`--apiserver kube`)
+# The figures below are pydantic dataclasses, saved in benchmarks/plots/leader_scale.json (leader_scale.ScaleReport)
+# under these names; a float not measured (NaN) is saved as null.
+SAVED = ConfigDict(extra="forbid")
 
 
-@dataclass
+@dataclass(config=SAVED)
 class Window:
     """One steady-state window at one node count; CPU in seconds over `seconds`, RSS in bytes at its end."""
 
     nodes: int  # every Node that reports: the sandbox's and the probes
-    seconds: float
-    report_interval: float
-    leader_cpu: float
-    standby_cpu: float
-    agents_cpu: float  # the simulated agents' processes together (the load client; one per 500 nodes)
-    control_plane_cpu: float  # the control plane: the sandbox's processes but the replicas and the agents
+    seconds: NanFloat
+    report_interval: NanFloat
+    leader_cpu: NanFloat
+    standby_cpu: NanFloat
+    agents_cpu: NanFloat  # the simulated agents' processes together (the load client; one per 500 nodes)
+    control_plane_cpu: NanFloat  # the control plane: the sandbox's processes but the replicas and the agents
     leader_rss: int
     standby_rss: int
     leader_window_bytes: int  # what only the NodeMetric watch window keeps (its gauge) at the window's end
     leader_window_events: int
-    reports: float  # accepted by the leader in the window
-    evaluations: float  # evaluations of every node the leader's controllers finished in the window
-    evaluation_seconds: float  # their summed duration
-    batch_writes: float  # Node patches of batch resources in the window
+    reports: NanFloat  # accepted by the leader in the window
+    evaluations: NanFloat  # evaluations of every node the leader's controllers finished in the window
+    evaluation_seconds: NanFloat  # their summed duration
+    batch_writes: NanFloat  # Node patches of batch resources in the window
     agent_problems: list[str] = field(default_factory=list)  # the agents' self-check over the window
     agent_checks: dict[str, str] = field(default_factory=dict)
-    evaluation_share: float = math.nan  # of the leader's py-spy samples, in the evaluations; NaN: no profile
-    agents_busiest_cpu: float = math.nan  # the busiest of those processes; NaN: `agents_cpu` is one process
+    evaluation_share: NanFloat = math.nan  # of the leader's py-spy samples, in the evaluations; NaN: no profile
+    agents_busiest_cpu: NanFloat = math.nan  # the busiest of those processes; NaN: `agents_cpu` is one process
     machine_cores: int = 0  # the machine's cores (0: not known)
     # The TLS connections the leader served at the window's end (the agents': the load client opens up
     # to 33 per 500 simulated nodes, a real agent holds one; and the benchmark's own few), and what one
     # idle connection added to the leader's RSS when the benchmark opened CONNECTION_PROBES more right
     # after the window (NaN: not measured).
     leader_connections: int = 0
-    connection_bytes: float = math.nan
+    connection_bytes: NanFloat = math.nan
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_saved_before(cls, saved: Any) -> Any:
+        """A window saved before the watch window's gauge (nothing is taken off its RSS), or before the
+        control plane's CPU counted kube-apiserver and the rest (it was the sandbox's, `sandbox_cpu`)."""
+        if not isinstance(saved, dict):  # constructed in code, not loaded
+            return saved
+        saved = {"leader_window_bytes": 0, "leader_window_events": 0, **saved}
+        if "sandbox_cpu" in saved:
+            saved["control_plane_cpu"] = saved.pop("sandbox_cpu")
+        return saved
 
     @property
     def evaluation_cpu(self) -> float:
@@ -163,7 +183,7 @@ class Window:
         return found + [f"agent self-check: {problem}" for problem in self.agent_problems]
 
 
-@dataclass
+@dataclass(config=SAVED)
 class ReportBurst:
     """Reports for the probes (a simulated node's status, each one a change) sent for a while after the
     window, the agents going on as before, at the rate that brings the leader's to that of 10,000
@@ -171,14 +191,14 @@ class ReportBurst:
     window itself each report is one of ~100 a second, and also carries the event loop's wake-up for
     it, which a busier loop shares between many."""
 
-    seconds: float
-    leader_cpu: float  # s of CPU over the burst
-    reports: float  # accepted by the leader over the burst (the agents' and the probes')
+    seconds: NanFloat
+    leader_cpu: NanFloat  # s of CPU over the burst
+    reports: NanFloat  # accepted by the leader over the burst (the agents' and the probes')
     probe_reports: int  # of them, sent by the probes
     failed: int  # probe reports not accepted
-    client_cpu: float  # s of CPU of this benchmark's process (the probes' client) over the burst
-    baseline_cores: float  # the leader's cores in the window before
-    baseline_rate: float  # its accepted reports per second in the window before
+    client_cpu: NanFloat  # s of CPU of this benchmark's process (the probes' client) over the burst
+    baseline_cores: NanFloat  # the leader's cores in the window before
+    baseline_rate: NanFloat  # its accepted reports per second in the window before
 
     @property
     def rate(self) -> float:
@@ -229,7 +249,7 @@ def fit(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
     return mean_y - slope * mean_x, slope
 
 
-@dataclass
+@dataclass(config=SAVED)
 class Convergence:
     """One SIGKILL of the leader; seconds from the signal (NaN: not within the timeout).
 
@@ -239,14 +259,14 @@ class Convergence:
 
     nodes: int
     index: int
-    lease_moved: float  # the Lease naming another holder
-    first_evaluation: float  # the new leader's first finished evaluation (the verdict's figure)
-    all_reported: float  # the new leader serving every node's NodeMetric with an updateTime from after the kill
-    converged: float  # an evaluation finished after that
+    lease_moved: NanFloat  # the Lease naming another holder
+    first_evaluation: NanFloat  # the new leader's first finished evaluation (the verdict's figure)
+    all_reported: NanFloat  # the new leader serving every node's NodeMetric with an updateTime from after the kill
+    converged: NanFloat  # an evaluation finished after that
     stale: int = 0  # nodes not re-reported when it gave up
     note: str = ""
-    evaluation_after: float = math.nan  # the last poll that saw no evaluation was sent then (NaN: not saved)
-    evaluation_seconds: float = math.nan  # the first evaluation's own duration (its histogram's sum / count)
+    evaluation_after: NanFloat = math.nan  # the last poll that saw no evaluation was sent then (NaN: not saved)
+    evaluation_seconds: NanFloat = math.nan  # the first evaluation's own duration (its histogram's sum / count)
     profiled: bool = False  # py-spy sampled the new leader across it: shown, left out of the verdicts
 
     @property
@@ -255,7 +275,7 @@ class Convergence:
         return self.first_evaluation - self.evaluation_after
 
 
-@dataclass
+@dataclass(config=SAVED)
 class Takeover:
     """One stop of the leader without a restart: SIGSTOP (it neither renews nor releases its Lease, so
     the standby waits for the Lease to expire), SIGCONT once the new leader has evaluated (it then finds
@@ -264,11 +284,11 @@ class Takeover:
 
     nodes: int
     index: int
-    lease_duration: float  # the Lease's leaseDurationSeconds when the leader was stopped (the operator's flag)
-    lease_moved: float
-    first_evaluation: float  # the new leader's first finished evaluation (the verdict's figure)
-    evaluation_after: float = math.nan  # as in Convergence
-    evaluation_seconds: float = math.nan
+    lease_duration: NanFloat  # the Lease's leaseDurationSeconds when the leader was stopped (the operator's flag)
+    lease_moved: NanFloat
+    first_evaluation: NanFloat  # the new leader's first finished evaluation (the verdict's figure)
+    evaluation_after: NanFloat = math.nan  # as in Convergence
+    evaluation_seconds: NanFloat = math.nan
     void: str = ""  # why the sample does not count ("": it does), e.g. the stopped process died before the takeover
 
     @property
@@ -284,7 +304,7 @@ class Takeover:
         return not self.void and self.first_evaluation <= self.bound  # NaN compares False
 
 
-@dataclass
+@dataclass(config=SAVED)
 class SizeResult:
     """Everything measured at one node count."""
 

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 import statistics
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from benchmarks import leader_scale, machine, plotting
 from benchmarks.client import say
@@ -28,11 +24,7 @@ from benchmarks.leader_scale_figures import (
     MACHINE_SATURATED,
     REPORTS_BEHIND,
     TAKEOVER_MARGIN,
-    Convergence,
-    ReportBurst,
     SizeResult,
-    Takeover,
-    Window,
     before_standby_fit,
     cache_memory_fit,
     cpu_fit,
@@ -51,50 +43,8 @@ RAW = leader_scale.PLOTS / "leader_scale.json"
 PLOT = "leader_scale.png"
 
 
-def to_json(report: ScaleReport, where: Machine | None = None) -> dict[str, Any]:
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(report.config).items()
-              if k != "state_dir"}
-    return {"config": config, "agentArgs": report.agent_args, "missingFlags": report.missing_flags,
-            "fdLimit": report.fd_limit, "loadAverages": report.load, "seconds": report.seconds,
-            "results": [dataclasses.asdict(r) for r in report.results],
-            "machine": None if where is None else dataclasses.asdict(where)}
-
-
-def _nan(value: Any) -> Any:
-    return math.nan if value is None else value
-
-
-def from_json(raw: dict[str, Any]) -> ScaleReport:
-    """The report as `save_raw` saved it (to render the section again without running anything)."""
-    saved: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["config"].items()}
-    config = ScaleConfig(**saved)
-
-    def result(saved: dict[str, Any]) -> SizeResult:
-        values = dict(saved)
-        window = values.pop("window")
-        burst = values.pop("burst", None)  # saved before the burst existed: none
-        kills = [Convergence(**{k: _nan(v) for k, v in kill.items()}) for kill in values.pop("kills")]
-        # Saved before the leader was stopped without a restart, or the failover profiled: none.
-        stops = [Takeover(**{k: _nan(v) for k, v in stop.items()}) for stop in values.pop("stops", [])]
-        for key in ("profile", "profile_shares", "failover_profile", "failover_profile_shares"):
-            if key in values:
-                values[key] = [tuple(item) for item in values[key]]
-        # Samples saved before the window's gauge existed: nothing is taken off their RSS. The control
-        # plane's CPU was saved as the sandbox's before it counted kube-apiserver and the rest.
-        if window is not None and "sandbox_cpu" in window:
-            window["control_plane_cpu"] = window.pop("sandbox_cpu")
-        measured = None if window is None else Window(**{"leader_window_bytes": 0, "leader_window_events": 0,
-                                                         **{k: _nan(v) for k, v in window.items()}})
-        return SizeResult(**values, window=measured, kills=kills, stops=stops,
-                          burst=None if burst is None else ReportBurst(**{k: _nan(v) for k, v in burst.items()}))
-
-    return ScaleReport(config, raw["agentArgs"], raw["missingFlags"], [result(r) for r in raw["results"]],
-                       raw["fdLimit"], [tuple(load) for load in raw["loadAverages"]], raw["seconds"])
-
-
 def save_raw(report: ScaleReport, path: Path = RAW, where: Machine | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(to_json(report, where), option=orjson.OPT_INDENT_2))
+    report.model_copy(update={"machine": where}).to_file(path)
 
 
 def plot(report: ScaleReport, path: Path) -> Path | None:
@@ -488,14 +438,13 @@ def rerender(output: Path, command: str, raw: Path = RAW, plot_path: Path = lead
     """Write the section again from the saved samples (`command`: the run's), the profiles' shares counted
     again from their raw files (for new rows of leader_scale.PROFILE_MARKERS); the evaluations' share, and
     so the CPU split, stays the one the run measured; the machine and date are the run's when saved."""
-    saved = orjson.loads(raw.read_bytes())
-    report = from_json(saved)
+    report = ScaleReport.from_file(raw)
     for result in report.results:
         profile = leader_scale.profile_path(result.nodes, result.apiserver)
         if result.profile_samples and profile.exists():
             result.profile_shares = leader_scale.profile_shares(profile.read_text())
     plot(report, plot_path)
-    where = Machine(**saved["machine"]) if saved.get("machine") else machine.describe()
+    where = report.machine or machine.describe()
     write_section(output, SECTION, render(report, where, command))
 
 

@@ -61,6 +61,7 @@ from benchmarks.outage_recovery_report import (
 from benchmarks.polling import eventually_async
 from colocation.agent import selfcheck
 from colocation.apimachinery.clock import parse_whole_seconds
+from colocation.apimachinery.stop_signals import on_stop_signals
 
 __all__ = ["SUITE", "OutageConfig", "add_arguments", "config_from", "run", "run_suite"]
 
@@ -299,9 +300,9 @@ async def _freeze(config: OutageConfig, cluster: Cluster, observer: Observer, co
 
 
 async def run(config: OutageConfig, operators: int = 2) -> OutageReport:
-    report = OutageReport(config)
+    report = OutageReport(config=config)
     started = time.perf_counter()
-    with processes.on_stop_signals():
+    with on_stop_signals():
         for component in config.components:
             report.freezes.append(await _run_component(config, component, operators))
     report.seconds = time.perf_counter() - started

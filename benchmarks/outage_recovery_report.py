@@ -10,14 +10,16 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-import orjson
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic.dataclasses import dataclass
 
 from benchmarks.machine import Machine
 from benchmarks.markdown import run_lines, table, write_section
+from benchmarks.results import NanFloat, Record
 from benchmarks.stats import percentile
 from colocation.agent import selfcheck
 
@@ -31,6 +33,9 @@ LAG_LIMIT = 1.0  # seconds: an agent process whose event loop was this late fell
 Reports = Sequence[tuple[float, int]]
 # (arrival, whether the Node offers batch resources) of one Node, as the watch delivered them.
 Offers = Sequence[tuple[float, bool]]
+# Saved beside what was measured, for whoever reads the file; computed again from it when loaded.
+FREEZE_FIGURES = ("allFresh", "allBatch", "verdict", "misses")
+REPORT_FIGURES = ("verdict",)
 
 
 def fresh_after(reports: Reports, thawed: float, thaw_second: int) -> float:
@@ -59,15 +64,21 @@ def removals(offers: Offers, start: float, end: float) -> list[float]:
             if before and not now and start <= arrival <= end]
 
 
-@dataclass
+def _without(figures: Sequence[str], saved: Any) -> Any:
+    """The saved document less the figures computed from the rest (any other input as it is)."""
+    return {k: v for k, v in saved.items() if k not in figures} if isinstance(saved, dict) else saved
+
+
+@dataclass(config=ConfigDict(extra="forbid"))
 class Freeze:
-    """One component stopped (SIGSTOP) and continued (SIGCONT), and what followed."""
+    """One component stopped (SIGSTOP) and continued (SIGCONT), and what followed. A pydantic dataclass,
+    saved in benchmarks/plots/outage_recovery.json with its figures and verdict (NaN as null)."""
 
     component: str  # kube-apiserver or etcd
     nodes: int  # NodeMetrics expected (every node's)
-    seconds: float = math.nan  # how long it was stopped
-    fresh: dict[str, float] = field(default_factory=dict)  # node -> seconds from the thaw to a fresh NodeMetric
-    batch: dict[str, float] = field(default_factory=dict)  # Node -> seconds from the thaw to batch for good
+    seconds: NanFloat = math.nan  # how long it was stopped
+    fresh: dict[str, NanFloat] = field(default_factory=dict)  # node -> seconds from the thaw to a fresh NodeMetric
+    batch: dict[str, NanFloat] = field(default_factory=dict)  # Node -> seconds from the thaw to batch for good
     removed: list[tuple[str, float]] = field(default_factory=list)  # (Node, seconds from the thaw) batch went
     evictions: list[str] = field(default_factory=list)  # new eviction Events: "reason: namespace/pod"
     pods_deleted: list[str] = field(default_factory=list)  # namespace/name of pods on simulated nodes gone
@@ -78,7 +89,17 @@ class Freeze:
     agent_checks: dict[str, str] = field(default_factory=dict)  # selfcheck summary by agent process
     agent_problems: list[str] = field(default_factory=list)  # unrelated to the freeze: inconclusive
     failure: str = ""  # why it could not be measured
-    setup_seconds: float = math.nan  # from the sandbox's start to every simulated Node with batch resources
+    setup_seconds: NanFloat = math.nan  # from the sandbox's start to every simulated Node with batch resources
+
+    @model_serializer(mode="wrap")
+    def _with_figures(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {**handler(self), "allFresh": self.all_fresh, "allBatch": self.all_batch, "verdict": self.verdict,
+                "misses": self.misses()}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _measured_only(cls, saved: Any) -> Any:
+        return _without(FREEZE_FIGURES, saved)
 
     @property
     def all_fresh(self) -> float:
@@ -128,8 +149,9 @@ class Freeze:
                     and self.resource_version_after < self.resource_version_before)
 
 
-@dataclass(frozen=True)
-class OutageConfig:
+class OutageConfig(Record):
+    model_config = ConfigDict(frozen=True)
+
     nodes: int = 100  # the real control plane holds about 1,000 on 2 cores
     pods_per_node: int = 10
     components: tuple[str, ...] = ("kube-apiserver", "etcd")
@@ -144,11 +166,22 @@ class OutageConfig:
     state_dir: Path = Path(".bench")
 
 
-@dataclass
-class OutageReport:
+class OutageReport(Record):
+    """What benchmarks/plots/outage_recovery.json holds, with its verdict."""
+
     config: OutageConfig
-    freezes: list[Freeze] = field(default_factory=list)
+    machine: str = ""  # where it ran (Machine.describe()), described before the run
     seconds: float = 0.0
+    freezes: list[Freeze] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _with_verdict(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {**handler(self), "verdict": self.verdict}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _measured_only(cls, saved: Any) -> Any:
+        return _without(REPORT_FIGURES, saved)
 
     @property
     def verdict(self) -> str:
@@ -264,17 +297,8 @@ def verdict_cell(verdict: str) -> str:
     return f"**{verdict}**" if verdict == MISSED else verdict
 
 
-def to_json(report: OutageReport, where: Machine | None = None) -> dict[str, Any]:
-    config = {**asdict(report.config), "state_dir": str(report.config.state_dir)}
-    return {"config": config, "machine": where.describe() if where is not None else "",
-            "verdict": report.verdict, "seconds": report.seconds,
-            "freezes": [{**asdict(f), "allFresh": f.all_fresh, "allBatch": f.all_batch, "verdict": f.verdict,
-                         "misses": f.misses()} for f in report.freezes]}
-
-
 def save_raw(report: OutageReport, path: Path = RAW, where: Machine | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(to_json(report, where), option=orjson.OPT_INDENT_2))
+    report.model_copy(update={"machine": where.describe() if where is not None else ""}).to_file(path)
 
 
 def write(output: Path, report: OutageReport, where: Machine, command: str) -> None:

@@ -7,7 +7,6 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,28 +85,6 @@ def cpu_seconds(pid: int) -> float:
     raw = Path(f"/proc/{pid}/stat").read_text()
     fields = raw[raw.rindex(")") + 2:].split()  # the command name may contain spaces
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14 and 15)
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-@contextlib.contextmanager
-def on_stop_signals(action: Callable[[], object] | None = None) -> Iterator[None]:
-    """While inside, SIGTERM and SIGINT call `action` from the running loop; without one they cancel
-    the task that entered, so that the servers it started are stopped (its `finally`), never
-    orphaned. The loop's handlers go on the way out. Call it from inside a running task."""
-    loop = asyncio.get_running_loop()
-    if action is None:
-        task = asyncio.current_task()
-        assert task is not None
-        action = task.cancel
-    for sig in STOP_SIGNALS:
-        loop.add_signal_handler(sig, action)
-    try:
-        yield
-    finally:
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
 
 
 @dataclass

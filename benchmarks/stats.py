@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from benchmarks.results import NanFloat
+
 
 def percentile(samples: Sequence[float], fraction: float) -> float:
     """The nearest-rank percentile (what latency SLOs are stated in); NaN for no samples."""
@@ -18,12 +20,12 @@ def percentile(samples: Sequence[float], fraction: float) -> float:
 
 @dataclass(frozen=True)
 class Latency:
-    """Seconds: count, p50, p99, max."""
+    """Seconds: count, p50, p99, max (NaN without samples: null where saved in a benchmark's figures)."""
 
     count: int
-    p50: float
-    p99: float
-    max: float
+    p50: NanFloat
+    p99: NanFloat
+    max: NanFloat
 
     @classmethod
     def of(cls, samples: Sequence[float]) -> Latency:

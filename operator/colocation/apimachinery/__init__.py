@@ -2,6 +2,7 @@
 and watch parameters, discovery documents, and the one way a watch is served.
 
 Below every other layer: it imports nothing else from colocation. Pure code apart from
-watch_stream (aiohttp) and watch_queue (asyncio); the sandbox, the operator's aggregated API and the
-controllers build on it.
+watch_stream (aiohttp), watch_queue and event_wait (asyncio), and stop_signals, the one way a
+process (the operator, the agent, the sandbox, a benchmark) stops on SIGTERM or SIGINT; the sandbox,
+the operator's aggregated API and the controllers build on it.
 """

@@ -14,18 +14,20 @@ from benchmarks.stats import Latency
 
 def test_every_stage_is_timed_each_repeat_and_kept_with_its_label(tmp_path: Path) -> None:
     results = tmp_path / "stages.json"
-    results.write_text(json.dumps({"before": {"label": "before", "stages": {}}}))
+    results.write_text(json.dumps({"before": {"label": "before", "date": "2026-11-25 18:20 UTC", "commit": "440a805",
+                                              "python": "3.11.7", "nodes": 4, "pods": 30, "repeats": 5,
+                                              "load_average": "n/a", "stages": {}}}))
     record = ingest_stages.run(nodes=4, pods=30, repeats=5, label="after", results=results, commit="abc1234")
 
-    stages = record["stages"]
+    stages = record.stages
     assert list(stages) == ["parse and validate", "authentication (cache hit)",
                             "authorization (cache hit) and node rule", "store: put and event, no watcher",
                             "store: put and event, 2 watchers", "request metrics",
                             "whole: middleware and report handler"]
     for figures in stages.values():
-        samples = figures["samples_us"]
+        samples = figures.samples_us
         assert len(samples) == 5 and all(sample > 0 for sample in samples)
-        assert figures["min"] <= figures["median"] <= figures["p90"] <= figures["max"]
+        assert figures.min <= figures.median <= figures.p90 <= figures.max
     kept = json.loads(results.read_text())
     assert set(kept) == {"before", "after"} and kept["after"]["commit"] == "abc1234"
 

@@ -280,8 +280,10 @@ def test_the_real_control_plane_counts_for_the_failover_but_not_the_fits() -> No
 
 def report_of(results: list[SizeResult]) -> leader_scale.ScaleReport:
     config = leader_scale.ScaleConfig(sizes=tuple(r.nodes for r in results), window=60.0)
-    return leader_scale.ScaleReport(config, ["--max-report-interval=10", "--report-change-threshold=0"], [], results,
-                                    20000, [(1.0, 1.5, 2.0)], 600.0)
+    return leader_scale.ScaleReport(config=config,
+                                    agent_args=["--max-report-interval=10", "--report-change-threshold=0"],
+                                    missing_flags=[], results=results, fd_limit=20000, load=[(1.0, 1.5, 2.0)],
+                                    seconds=600.0)
 
 
 def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) -> None:
@@ -309,11 +311,11 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     assert "- 5,000 nodes: leader-probe-0: the report was answered 503" in section
     assert "On the real control plane," not in section
 
-    again = leader_scale_report.from_json(orjson.loads(orjson.dumps(leader_scale_report.to_json(report))))
+    again = leader_scale.ScaleReport.model_validate_json(orjson.dumps(report.document()))
     assert leader_scale_report.render(again, machine.describe(), "x") == \
         leader_scale_report.render(report, machine.describe(), "x")
     # A file saved before the stops, the failover profile and the first evaluation's poll bounds loads too.
-    old = orjson.loads(orjson.dumps(leader_scale_report.to_json(report)))
+    old = orjson.loads(orjson.dumps(report.document()))
     for key in ("kills", "stops", "failover_poll", "failover_profile_seconds", "stop_timeout"):
         old["config"].pop(key, None)
     for saved in old["results"]:
@@ -322,7 +324,7 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
         for kill in saved["kills"]:
             for key in ("evaluation_after", "evaluation_seconds", "profiled"):
                 del kill[key]
-    loaded = leader_scale_report.from_json(old)
+    loaded = leader_scale.ScaleReport.model_validate(old)
     assert loaded.results[0].stops == [] and loaded.results[0].kills[0].first_evaluation == 1.5
     assert math.isnan(loaded.results[0].kills[0].evaluation_after) and not loaded.results[0].kills[0].profiled
     assert loaded.config.kills == 5 and loaded.config.stops == 2
@@ -348,7 +350,7 @@ def test_the_section_states_the_run_the_tables_and_the_verdicts(tmp_path: Path) 
     assert "With the window counted: 100 MiB + 30.0 KiB x nodes." in section
     assert ("On the real control plane, 1,000 (kube) nodes: leader RSS 150.0 MiB (the fit above gives 129.3 MiB), "
             "leader 0.10 cores (the fit above gives 0.10), 800 µs per report; its control plane 0.05 cores.") in section
-    again = leader_scale_report.from_json(orjson.loads(orjson.dumps(leader_scale_report.to_json(report))))
+    again = leader_scale.ScaleReport.model_validate_json(orjson.dumps(report.document()))
     assert again.results[-1].apiserver == KUBE
 
 

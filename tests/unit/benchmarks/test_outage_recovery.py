@@ -6,7 +6,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -28,6 +27,7 @@ from benchmarks.outage_recovery_report import (
     save_raw,
 )
 from colocation.agent.selfcheck import AgentHealth
+from tests.timing import eventually
 
 THAWED, THAW_SECOND = 100.0, 1_700_000_000  # the loop's clock at the thaw, and the whole second before it
 WHERE = machine.Machine("Test CPU", 2, 8 << 30, "3.11.7", "6.1", "3.13.0", "abc1234", "2026-01-01 00:00 UTC")
@@ -93,12 +93,13 @@ def test_a_node_never_fresh_or_missing_misses_the_target() -> None:
 def test_problems_the_freeze_does_not_explain_make_it_inconclusive() -> None:
     assert freeze(fresh=30.0, agent_problems=["simulated agent: restarted"]).verdict == INCONCLUSIVE
     assert freeze(failure="TimeoutError()").verdict == INCONCLUSIVE
-    both = OutageReport(OutageConfig(), [freeze(), freeze("etcd")])
+    both = OutageReport(config=OutageConfig(), freezes=[freeze(), freeze("etcd")])
     assert both.verdict == MET
-    assert OutageReport(OutageConfig(), [freeze(), freeze("etcd", fresh=9.0)]).verdict == MISSED
-    assert OutageReport(OutageConfig(), [freeze(), freeze("etcd", agent_problems=["x"])]).verdict == INCONCLUSIVE
-    assert OutageReport(OutageConfig(), [freeze()]).verdict == INCONCLUSIVE  # etcd not measured
-    assert OutageReport(OutageConfig(), []).verdict == INCONCLUSIVE
+    assert OutageReport(config=OutageConfig(), freezes=[freeze(), freeze("etcd", fresh=9.0)]).verdict == MISSED
+    assert OutageReport(config=OutageConfig(),
+                        freezes=[freeze(), freeze("etcd", agent_problems=["x"])]).verdict == INCONCLUSIVE
+    assert OutageReport(config=OutageConfig(), freezes=[freeze()]).verdict == INCONCLUSIVE  # etcd not measured
+    assert OutageReport(config=OutageConfig(), freezes=[]).verdict == INCONCLUSIVE
 
 
 def health(**kwargs: object) -> AgentHealth:
@@ -129,7 +130,8 @@ def test_what_the_freeze_causes_is_no_problem_but_a_restart_or_a_lagging_loop_is
 
 def test_the_section_shows_each_freeze_and_the_verdict(tmp_path: Path) -> None:
     removed = freeze("etcd", fresh=12.0, batch=3.0, removed=[("n2", 2.5)])
-    report = OutageReport(OutageConfig(nodes=100), [freeze(fresh=4.0, setup_seconds=95.0), removed], seconds=480.0)
+    report = OutageReport(config=OutageConfig(nodes=100), freezes=[freeze(fresh=4.0, setup_seconds=95.0), removed],
+                          seconds=480.0)
     text = render(report, WHERE, "python -m benchmarks.run --suite outage-recovery")
     assert text.startswith("## Control-plane outages: recovery after kube-apiserver or etcd is frozen\n")
     assert "Command: `python -m benchmarks.run --suite outage-recovery`" in text
@@ -152,7 +154,7 @@ def test_the_section_shows_each_freeze_and_the_verdict(tmp_path: Path) -> None:
     raw = tmp_path / "outage_recovery.json"
     never = freeze()
     never.fresh["n0"] = math.nan
-    save_raw(OutageReport(OutageConfig(), [never]), raw, WHERE)
+    save_raw(OutageReport(config=OutageConfig(), freezes=[never]), raw, WHERE)
     saved = orjson.loads(raw.read_bytes())
     assert saved["verdict"] == MISSED and saved["machine"].startswith("Test CPU")
     assert saved["freezes"][0]["fresh"]["n0"] is None and saved["freezes"][0]["allFresh"] is None
@@ -188,10 +190,9 @@ def test_the_components_are_found_among_the_sandboxs_descendants_by_program_and_
             return None
 
     try:
-        deadline = time.monotonic() + 10
         # A child's command line is its program's once it has exec'd it.
-        while (found("etcd") is None or found("kube-apiserver") is None) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: found("etcd") is not None and found("kube-apiserver") is not None, 10,
+                   message="the children running their programs")
         assert found("etcd") == children[0].pid
         assert found("kube-apiserver") == children[2].pid
         with pytest.raises(RuntimeError, match="kwok of the sandbox"):
