@@ -44,14 +44,16 @@ def report_object(node: str, index: int, pods: int) -> dict[str, object]:
     for pod in sample.pods:
         key = (pod.namespace or "", pod.name or "")
         labels = classes[key]
-        info = PodInfo(pod.uid, key[0], key[1], labels[PRIORITY_LABEL], labels[QOS_LABEL], 0, 0)
+        info = PodInfo(uid=pod.uid, namespace=key[0], name=key[1], priority=labels[PRIORITY_LABEL],
+                       qos=labels[QOS_LABEL], cpu_request_millis=0, memory_request_bytes=0)
         pod_usages.append(PodUsage(info, Usage(pod.cpu_millis, pod.memory_bytes)))
     node_usage = Usage(sample.node_cpu_millis, sample.node_memory_bytes)
     pods_cpu = sum(p.cpu_millis for p in sample.pods)
     pods_memory = sum(p.memory_bytes for p in sample.pods)
     system = Usage(max(node_usage.cpu_millis - pods_cpu, 0), max(node_usage.memory_bytes - pods_memory, 0))
-    aggregated = [AggregatedUsage(duration, avg=node_usage, p50=node_usage, p90=_scaled(node_usage, 1.1),
-                                  p95=_scaled(node_usage, 1.15), p99=_scaled(node_usage, 1.3))
+    aggregated = [AggregatedUsage(duration_seconds=duration, avg=node_usage, p50=node_usage,
+                                  p90=_scaled(node_usage, 1.1), p95=_scaled(node_usage, 1.15),
+                                  p99=_scaled(node_usage, 1.3))
                   for duration in DEFAULT_DURATIONS]
     return build_node_metric(node, update_time=_EPOCH, node_usage=node_usage, system_usage=system,
                              aggregated=aggregated, pods=pod_usages)

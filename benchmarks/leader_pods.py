@@ -118,8 +118,8 @@ def evaluation_micros(nodes: int, per_node: int) -> float:
     metrics = [_metric(pods) for _, pods in work]
     started = time.process_time()
     for (node, pods), metric in zip(work, metrics, strict=True):
-        calculate_batch_resources(node, pods, metric, {"enable": True}, _NOW, received_at=_NOW)
-        calculate_mid_resources(node, pods, metric, {"enable": True}, _NOW, received_at=_NOW)
+        calculate_batch_resources(node, pods, metric, strategy={"enable": True}, now=_NOW, received_at=_NOW)
+        calculate_mid_resources(node, pods, metric, strategy={"enable": True}, now=_NOW, received_at=_NOW)
     return (time.process_time() - started) / len(work) * 1e6
 
 
@@ -182,14 +182,15 @@ def reconciler_micros(nodes: int, per_node: int, *, rounds: int = 6, reporting: 
     clocks = _Time()
     state = ClusterState()
     settings = ControllerSettings(node_grace_period=40.0, eviction_timeout=300.0, eviction_rate=100.0)
-    store = NodeMetricStore(clocks.wall, clocks.monotonic)
+    store = NodeMetricStore(clock_wall=clocks.wall, clock_monotonic=clocks.monotonic)
     tracker = NodeHealthTracker(clocks.monotonic, grace_period=settings.node_grace_period,
                                 eviction_timeout=settings.eviction_timeout)
     writer = _LocalWriter(state)
     config = ConfigSource("colocation-system", writer.event)
     config.loaded = True
-    reconciler = NodeResourceReconciler(state, tracker, store, config, writer,  # type: ignore[arg-type]
-                                        ControllerMetrics(CollectorRegistry()), settings, wall=clocks.wall)
+    reconciler = NodeResourceReconciler(state, tracker, store, config=config, writer=writer,  # type: ignore[arg-type]
+                                        metrics=ControllerMetrics(CollectorRegistry()), settings=settings,
+                                        wall=clocks.wall)
     names = [f"node-{index:05d}" for index in range(nodes)]
     pods: dict[str, list[dict[str, Any]]] = {}
     for name in names:

@@ -71,7 +71,8 @@ def bytes_per_node(nodes: int, pods: int, window: int, reports_per_node: int) ->
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     clock = itertools.count()
-    store = NodeMetricStore(lambda: _EPOCH + next(clock) / 1000, time.monotonic, window=window)
+    store = NodeMetricStore(clock_wall=lambda: _EPOCH + next(clock) / 1000, clock_monotonic=time.monotonic,
+                            window=window)
     for sequence in range(reports_per_node):
         for n in range(nodes):
             store.put(reports[n][sequence], {**labels, "kubernetes.io/hostname": f"node-{n:05d}"})
@@ -95,7 +96,7 @@ def main() -> None:
     validate_rate = rate(lambda i: validate_report(bodies[i % 1000], f"node-{i % 1000:05d}"), args.seconds)
     print(f"validate:        {validate_rate:8,.0f} reports/s")
 
-    store = NodeMetricStore(time.time, time.monotonic)
+    store = NodeMetricStore(clock_wall=time.time, clock_monotonic=time.monotonic)
     # Ten distinct reports per node, so every put is a change (a new version and a watch event).
     changing = [report_body(f"node-{n % 100:05d}", args.pods, n) for n in range(1000)]
 

@@ -38,9 +38,9 @@ from tests.timing import eventually_async
 
 CONTAINER_ID = uuid.uuid4().hex
 CONTAINER = f"{LS_POD}/{CONTAINER_ID}"
-POD = BurstPod(PodResources(LS_UID, "web", "front", "LS", "Burstable", (
-    ContainerResources("main", CONTAINER_ID, cpu_request=100, cpu_limit=100),)))
-AUTO = BurstStrategy(BurstConfig("auto", cfs_quota_burst_percent=300))
+POD = BurstPod(PodResources(uid=LS_UID, namespace="web", name="front", qos="LS", kube_qos="Burstable", containers=(
+    ContainerResources(name="main", container_id=CONTAINER_ID, cpu_request=100, cpu_limit=100),)))
+AUTO = BurstStrategy(BurstConfig(policy="auto", cfs_quota_burst_percent=300))
 LIMIT_QUOTA, CEILING = 10_000, 30_000
 
 
@@ -75,11 +75,11 @@ async def test_the_kernel_takes_cpu_bursts_writes_and_a_throttled_burner_gets_mo
                    for resource in ("cfs_quota", "cfs_burst"))
 
     with process_in(scratch, CONTAINER, "while True: pass"):
-        burster.step(AUTO, {LS_UID: POD}, idle, {})
+        burster.step(AUTO, {LS_UID: POD}, idle, infos={})
         assert values(scratch) == [(LIMIT_QUOTA, LIMIT_QUOTA)] * 2  # 1000 % of the limit, capped at the quota
 
         async def raised() -> list[tuple[int, int]] | None:
-            burster.step(AUTO, {LS_UID: POD}, idle, {})  # a round, every 0.3 s: the agent's, sped up
+            burster.step(AUTO, {LS_UID: POD}, idle, infos={})  # a round, every 0.3 s: the agent's, sped up
             now = values(scratch)
             return now if now[1][0] >= 2 * LIMIT_QUOTA else None
 
@@ -88,6 +88,6 @@ async def test_the_kernel_takes_cpu_bursts_writes_and_a_throttled_burner_gets_mo
         assert pod == container  # one container: the pod's quota and burst are its
         assert failed() == 0
 
-        burster.step(BurstStrategy(), {LS_UID: POD}, idle, {})
+        burster.step(BurstStrategy(), {LS_UID: POD}, idle, infos={})
         assert values(scratch) == [(LIMIT_QUOTA, 0)] * 2
         assert failed() == 0

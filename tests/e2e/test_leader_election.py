@@ -55,7 +55,7 @@ class Replica:
 
         self.api = await api_client(self.kubeconfig)
         self.elector = LeaderElector(
-            self.api, self.namespace, LEASE, self.identity, lease_duration=LEASE_DURATION,
+            self.api, self.namespace, LEASE, identity=self.identity, lease_duration=LEASE_DURATION,
             renew_deadline=RENEW_DEADLINE, retry_period=RETRY_PERIOD,
             annotations_provider=lambda: {LEADER_ENDPOINT_ANNOTATION: f"https://10.0.0.1:{8443}",
                                           LEADER_CA_ANNOTATION: f"Q0Et{self.identity}"},

@@ -53,13 +53,16 @@ def test_no_docstring_cites_a_design_document_outside_the_repository() -> None:
 # Folders of tests/unit for what lives beside the package: the benchmarks' code, the manifests,
 # the Helm chart and the docs.
 OUTSIDE_THE_PACKAGE = ("benchmarks", "manifests", "charts", "docs")
+# Top-level tests of both packages as a whole, not of one module.
+WHOLE_PACKAGE_TESTS = (Path(__file__).name, "test_keyword_only.py")
 
 
 def test_unit_tests_mirror_the_package() -> None:
     """Each folder of tests/unit is a package of colocation (tests/unit/sandbox/...: of colocation_sandbox);
     at the top only tests of top-level modules."""
     unit = ROOT / "tests" / "unit"
-    top_level = sorted(p.stem.removeprefix("test_") for p in unit.glob("test_*.py") if p.name != Path(__file__).name)
+    top_level = sorted(p.stem.removeprefix("test_") for p in unit.glob("test_*.py")
+                       if p.name not in WHOLE_PACKAGE_TESTS)
     assert [name for name in top_level if not (PACKAGE / f"{name}.py").is_file()] == []
     for folder in (p for p in unit.rglob("*") if p.is_dir()):
         relative = folder.relative_to(unit)

@@ -92,7 +92,7 @@ DEFAULT_METRICS_PORT = 9464
               help="Seconds a prod pod is observed before the peak predictor reclaims any of its request for "
                    "Mid-tier resources (NodeMetric prodReclaimableMetric); until then its request counts as peak.")
 @common_options
-def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Path, cgroup_root: Path,
+def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Path, *, cgroup_root: Path,
                   collect_interval: float, report_interval: float, report_change_threshold: float,
                   max_report_interval: float, report_timeout: float, leader_poll_interval: float,
                   metrics_bind_address: str, metrics_port: int, lease_namespace: str, lease_duration: int,
@@ -144,8 +144,10 @@ def agent_command(kubeconfig: Path | None, node_name: str | None, proc_root: Pat
             nodes = tuple(load_simulated_nodes(simulated_nodes))
         except (ValueError, KeyError, TypeError) as error:
             raise click.BadParameter(str(error), param_hint="--simulated-nodes") from None
-        simulation = SimulationConfig(nodes, kubeconfig, options, metrics_bind_address, metrics_port,
-                                      operator_namespace, leader_poll_interval, simulation_concurrency)
+        simulation = SimulationConfig(nodes=nodes, kubeconfig=kubeconfig, node=options,
+                                      metrics_bind_address=metrics_bind_address, metrics_port=metrics_port,
+                                      operator_namespace=operator_namespace, leader_poll_interval=leader_poll_interval,
+                                      concurrency=simulation_concurrency)
         try:
             sys.exit(asyncio.run(run_simulation(simulation)))
         except StartupError as error:

@@ -33,7 +33,7 @@ class Usage:
     memory_bytes: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AggregatedUsage:
     """Node usage statistics over the last `duration_seconds`."""
 
@@ -91,7 +91,7 @@ def _average(values: Sequence[int]) -> int:
     return round(sum(values) / len(values))
 
 
-def _newest(ring: deque[_P], since: float, now: float) -> list[_P]:
+def _newest(ring: deque[_P], *, since: float, now: float) -> list[_P]:
     """The points of `ring` (oldest first) in (since, now], newest first; reads only those from the end."""
     found: list[_P] = []
     for point in reversed(ring):
@@ -253,13 +253,13 @@ class Aggregator:
         """
         at = self._now(now)
         since = at - self.recent_seconds
-        points = _newest(self._node, since, at)
+        points = _newest(self._node, since=since, now=at)
         node = self._average_usage([p[_CPU] for p in points], [p[_MEMORY] for p in points])
         if node is None:
             return None
         pods: dict[str, Usage] = {}
         for uid, ring in self._pods.items():
-            pod_points = _newest(ring, since, at)
+            pod_points = _newest(ring, since=since, now=at)
             usage = self._average_usage([p[_CPU] for p in pod_points], [p[_MEMORY] for p in pod_points])
             if usage is not None:
                 pods[uid] = usage

@@ -145,5 +145,5 @@ async def agent_api(kubeconfig: Path | None) -> AsyncIterator[KubeApi]:
     # Requests and watches in pools of their own: a watch holds its connection for minutes.
     async with aiohttp.ClientSession() as requests, aiohttp.ClientSession() as watches:
         log.info("reaching the API server directly", extra={"server": direct.server})
-        yield SessionKube(requests, direct.server, trusting(direct.ca_pem), direct.token, watch_session=watches)
+        yield SessionKube(requests, direct.server, trusting(direct.ca_pem), token=direct.token, watch_session=watches)
 

@@ -38,7 +38,7 @@ class CfsQuota:
     period_us: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WriteOutcome:
     path: Path
     value: str
@@ -232,14 +232,14 @@ class CgroupWriter:
 
     def _write(self, resource: str, path: Path, value: str) -> WriteOutcome:
         if self.dry_run:
-            outcome = WriteOutcome(path, value, "dry-run")
+            outcome = WriteOutcome(path=path, value=value, result="dry-run")
         else:
             try:
                 with open(path, "w") as file:  # one write(2): cgroup files take a value per write
                     file.write(value)
-                outcome = WriteOutcome(path, value, "ok")
+                outcome = WriteOutcome(path=path, value=value, result="ok")
             except OSError as error:
-                outcome = WriteOutcome(path, value, "failed", error.strerror or str(error))
+                outcome = WriteOutcome(path=path, value=value, result="failed", error=error.strerror or str(error))
                 self.last_failure = outcome
         self.on_write(resource, outcome.result)
         log.debug("cgroup write", extra={"path": str(path), "value": value, "result": outcome.result})

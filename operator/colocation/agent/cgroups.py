@@ -89,9 +89,10 @@ def discover_pods(layout: CgroupLayout) -> tuple[dict[str, PodCgroup], int]:
                 grandchildren, failed = _subdirectories(top / child)
                 errors += failed
                 for grandchild in grandchildren:
-                    _add_pod(pods, grandchild, f"{root}/{child}/{grandchild}", tier.group(1))  # type: ignore[arg-type]
+                    _add_pod(pods, grandchild, f"{root}/{child}/{grandchild}",
+                             tier=tier.group(1))  # type: ignore[arg-type]
             else:
-                _add_pod(pods, child, f"{root}/{child}", "guaranteed")
+                _add_pod(pods, child, f"{root}/{child}", tier="guaranteed")
     return pods, errors
 
 
@@ -123,7 +124,7 @@ def subdirectories(path: Path) -> list[str]:
     return _subdirectories(path)[0]
 
 
-def _add_pod(pods: dict[str, PodCgroup], name: str, path: str, tier: QoSTier) -> None:
+def _add_pod(pods: dict[str, PodCgroup], name: str, path: str, *, tier: QoSTier) -> None:
     uid = pod_uid_from_dir(name)
     if uid is not None:
         pods[uid] = PodCgroup(uid=uid, path=path, qos_tier=tier)

@@ -20,7 +20,7 @@ from colocation.koordinator.classes import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PodInfo:
     uid: str
     namespace: str

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PodSample:
     """One pod's usage in one sample. The real collector knows pods only by UID (from the cgroup
     name); namespace and name are filled by collectors that know them (the synthetic one)."""
@@ -47,7 +47,7 @@ class PodSample:
     cpu_measured: bool = True  # False on the pod's first reading or after its counter reset
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostApplicationSample:
     name: str
     cpu_millis: int
@@ -62,7 +62,7 @@ def _no_psi() -> Mapping[str, Pressure]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sample:
     """Everything one collection saw. Immutable: the aggregator and the reporter share it."""
 
@@ -143,7 +143,7 @@ class RealCollector:
             found, failed = cgroups.discover_pods(layout)
             errors += failed
             for uid, pod in sorted(found.items()):
-                reading = self._cgroup_rate(layout, ("pod", uid), pod.path, at, seen)
+                reading = self._cgroup_rate(layout, ("pod", uid), pod.path, at=at, seen=seen)
                 if reading is None:
                     errors += 1
                     continue
@@ -152,7 +152,7 @@ class RealCollector:
                                       cpu_measured=measured))
             for app in self.host_applications:
                 path = resolve_cgroup_path(app, layout.cpu_root)
-                reading = None if path is None else self._cgroup_rate(layout, ("app", app.name), path, at, seen)
+                reading = None if path is None else self._cgroup_rate(layout, ("app", app.name), path, at=at, seen=seen)
                 if path is None or reading is None:
                     errors += 1
                     continue
@@ -183,7 +183,7 @@ class RealCollector:
         seconds = busy_ticks / self._ticks - previous[0] / self._ticks
         return self._rate(seconds, at - previous[1])
 
-    def _cgroup_rate(self, layout: cgroups.CgroupLayout, key: tuple[str, str], path: str, at: float,
+    def _cgroup_rate(self, layout: cgroups.CgroupLayout, key: tuple[str, str], path: str, *, at: float,
                      seen: set[tuple[str, str]]) -> tuple[int, int, bool] | None:
         """(cpu millis, memory bytes, cpu measured), or None when a counter could not be read."""
         seen.add(key)  # still there, even if unreadable this time: keep its previous reading

@@ -17,7 +17,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -29,8 +29,13 @@ from colocation.apimachinery.tables import metadata_only_accept
 from colocation.kube.backoff import Backoff
 from colocation.kube.lease_record import LEADER_CAUSE
 
-# PUT `path` with `body` to the leader within `timeout`: (status, decoded body).
-DirectPut = Callable[[Leader, str, bytes, float], Awaitable[tuple[int, Any]]]
+
+class DirectPut(Protocol):
+    """PUT `path` with `body` to the leader within `timeout`: (status, decoded body)."""
+
+    def __call__(self, leader: Leader, path: str, body: bytes, *, timeout: float) -> Awaitable[tuple[int, Any]]: ...
+
+
 # Counts one failed attempt by reason (each caller has its own metric).
 FailureCounter = Callable[[str], None]
 
@@ -60,7 +65,7 @@ class DeliveryFailed(Exception):
 def session_put(session: aiohttp.ClientSession, token: Callable[[], str]) -> DirectPut:
     """Direct PUTs over a shared aiohttp session, authenticated with the agent's bearer token."""
 
-    async def put(leader: Leader, path: str, body: bytes, timeout: float) -> tuple[int, Any]:
+    async def put(leader: Leader, path: str, body: bytes, *, timeout: float) -> tuple[int, Any]:
         headers = {"Content-Type": "application/json", "Accept": _ACCEPT}
         if bearer := token():
             headers["Authorization"] = f"Bearer {bearer}"
@@ -129,21 +134,22 @@ class Delivery:
         """`put`, also returning the decoded answer (for writes whose answer says what was done)."""
         leader = self.locator.leader
         if leader is not None and leader.reachable:
-            answer = await self._to_replicas(leader, path, body, failed)
+            answer = await self._to_replicas(leader, path, body, failed=failed)
             if answer is not None:
                 return answer
             if self._clock() < self._apiserver_after:
                 raise DeliveryFailed("unavailable", "no replica took it, and kube-apiserver is not asked again yet")
             # The Lease may name a leader no replica knows of yet.
             if await self.locator.refresh() and (new := self.locator.leader) != leader and new is not None \
-                    and new.reachable and (answer := await self._to_replicas(new, path, body, failed)) is not None:
+                    and new.reachable \
+                    and (answer := await self._to_replicas(new, path, body, failed=failed)) is not None:
                 return answer
         elif self._clock() < self._apiserver_after:
             raise DeliveryFailed("unavailable", "kube-apiserver is not asked again yet")
         return await self._through_apiserver(path, body, failed)
 
     async def _to_replicas(self, leader: Leader, path: str, body: bytes,
-                           failed: FailureCounter) -> tuple[str, str | None, Any] | None:
+                           *, failed: FailureCounter) -> tuple[str, str | None, Any] | None:
         """PUT to the leader; if it cannot be reached, to the leader a standby names, or to the
         other replicas in turn. None: none took it (or the leader refused our credentials)."""
         queue, tried = [leader, *leader.others()], set[str]()
@@ -153,7 +159,7 @@ class Delivery:
                 continue
             tried.add(target.endpoint)
             try:
-                status, answer = await self._limited(self.direct(target, path, body, self.timeout))
+                status, answer = await self._limited(self.direct(target, path, body, timeout=self.timeout))
             except TimeoutError:
                 failed("leader-timeout")
                 continue

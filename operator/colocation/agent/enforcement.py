@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 OptionsT = TypeVar("OptionsT", bound="DataclassInstance")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EnforcementOptions:
     """Enforcement on this node: each strategy's options (a strategy whose options are not in
     `strategies` has its defaults, its flags'); with `dry_run` computed, logged and exported but
@@ -98,8 +98,8 @@ class NodeEnforcement:
             await strategy.restore(timeout)
 
 
-def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, options: EnforcementOptions, kube: KubeApi,
-                     metrics: AgentMetrics, *, cpus: Callable[[], int], timeout: float,
+def node_enforcement(node: str, cgroup_root: Path, proc_root: Path, *, options: EnforcementOptions, kube: KubeApi,
+                     metrics: AgentMetrics, cpus: Callable[[], int], timeout: float,
                      strategies: Sequence[AgentStrategy[Any]] = STRATEGIES) -> NodeEnforcement:
     """A real node's strategies, those `options` turn on."""
     host = StrategyHost(node, cgroup_root=cgroup_root, proc_root=proc_root, kube=kube, metrics=metrics, cpus=cpus,

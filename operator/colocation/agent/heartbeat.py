@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 
 for _verb in ("get", "create", "update"):
     permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(
-        "coordination.k8s.io", "leases", _verb, permissions.NODE_LEASE_NAMESPACE))
-permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall("", "nodes", "get", None))
+        group="coordination.k8s.io", resource="leases", verb=_verb, namespace=permissions.NODE_LEASE_NAMESPACE))
+permissions.declared(permissions.AGENT_API_CALLS,
+                     permissions.ApiCall(group="", resource="nodes", verb="get", namespace=None))
 
 DEFAULT_LEASE_DURATION = 40
 DEFAULT_REGISTRATION_INTERVAL = 600.0

@@ -34,7 +34,7 @@ _TIERS: Mapping[CgroupBase, str] = {"Kubepods": "", "KubepodsBurstable": "bursta
 _MAX_NAME = 253
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostApplication:
     """A non-containerized application whose cgroup the agent measures (NodeSLO hostApplications)."""
 
@@ -59,7 +59,7 @@ def host_applications_of(nodeslo: Mapping[str, Any] | None) -> tuple[tuple[HostA
         if len(apps) == MAX_HOST_APPLICATIONS:
             problems.append(f"hostApplications beyond the first {MAX_HOST_APPLICATIONS} are ignored")
             break
-        app = _application(entry, f"hostApplications[{index}]", {app.name for app in apps}, problems)
+        app = _application(entry, f"hostApplications[{index}]", {app.name for app in apps}, problems=problems)
         if app is not None:
             apps.append(app)
     return tuple(apps), problems
@@ -78,7 +78,7 @@ def follow_host_applications(current: Sequence[HostApplication], nodeslo: Mappin
     return apps
 
 
-def _application(entry: Any, where: str, taken: set[str], problems: list[str]) -> HostApplication | None:
+def _application(entry: Any, where: str, taken: set[str], *, problems: list[str]) -> HostApplication | None:
     if not isinstance(entry, Mapping):
         problems.append(f"{where} is not an object")
         return None

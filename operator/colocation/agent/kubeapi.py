@@ -91,7 +91,7 @@ class SessionKube:
     """KubeApi over an aiohttp session with a token of its own (simulated agents; the real one, directly)."""
 
     def __init__(self, session: aiohttp.ClientSession, server: str, ssl_context: ssl.SSLContext,
-                 token: Callable[[], str], *, watch_session: aiohttp.ClientSession | None = None) -> None:
+                 *, token: Callable[[], str], watch_session: aiohttp.ClientSession | None = None) -> None:
         self.session = session
         self.watch_session = watch_session or session
         self.server = server.rstrip("/")
@@ -99,7 +99,7 @@ class SessionKube:
         self._token = token
 
     def transport(self) -> Transport:
-        return https_transport(self.watch_session, lambda: self.server, lambda: self.ssl_context, self._token)
+        return https_transport(self.watch_session, lambda: self.server, lambda: self.ssl_context, token=self._token)
 
     def bearer_token(self) -> str:
         return self._token()

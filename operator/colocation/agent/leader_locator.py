@@ -39,10 +39,11 @@ log = logging.getLogger(__name__)
 DEFAULT_POLL_INTERVAL = 30.0
 
 _GET_LEADER_LEASE = permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(
-    "coordination.k8s.io", "leases", "get", permissions.OPERATOR_NAMESPACE, name=permissions.LEADER_LEASE_NAME))
+    group="coordination.k8s.io", resource="leases", verb="get", namespace=permissions.OPERATOR_NAMESPACE,
+    name=permissions.LEADER_LEASE_NAME))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Leader:
     """The current leader as the Lease names it; `endpoint` is "" when it published no address.
 
@@ -65,7 +66,7 @@ class Leader:
 
     def at(self, identity: str, endpoint: str) -> Leader:
         """Another replica of the same operator: the same CA, the same replicas to ask."""
-        return Leader(identity, endpoint, self.ca_pem, self.replicas)
+        return Leader(identity=identity, endpoint=endpoint, ca_pem=self.ca_pem, replicas=self.replicas)
 
     def others(self) -> list[Leader]:
         """The other replicas, to ask who leads when this one cannot be reached."""
@@ -93,9 +94,9 @@ def leader_from_lease(lease: dict[str, object]) -> Leader | None:
     except ValueError:
         ca_pem = b""
     if not endpoint.startswith("https://") or not ca_pem:
-        return Leader(record.holder_identity)  # known, but only reachable through kube-apiserver
+        return Leader(identity=record.holder_identity)  # known, but only reachable through kube-apiserver
     replicas = tuple(parse_replicas(record.annotations.get(REPLICAS_ANNOTATION, "")).items())
-    return Leader(record.holder_identity, endpoint, ca_pem, replicas)
+    return Leader(identity=record.holder_identity, endpoint=endpoint, ca_pem=ca_pem, replicas=replicas)
 
 
 class LeaderLocator:

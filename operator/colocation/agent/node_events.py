@@ -27,8 +27,9 @@ log = logging.getLogger(__name__)
 
 EVENT_NAMESPACE = "default"
 REPORTING_COMPONENT = "colocation-agent"
-_EVENTS = permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall("", "events", "create",
-                                                                               EVENT_NAMESPACE))
+_EVENTS = permissions.declared(permissions.AGENT_API_CALLS,
+                               permissions.ApiCall(group="", resource="events", verb="create",
+                                                   namespace=EVENT_NAMESPACE))
 _ATTEMPTS = 4
 
 
@@ -39,7 +40,7 @@ class NodeEvent:
     message: str
 
 
-def event_body(node: str, event: NodeEvent, at: float, instance: str) -> dict[str, Any]:
+def event_body(node: str, event: NodeEvent, at: float, *, instance: str) -> dict[str, Any]:
     stamp = format_time(at)
     return {
         "apiVersion": "v1", "kind": "Event",
@@ -86,7 +87,7 @@ class NodeEvents:
             pass
 
     async def send(self, event: NodeEvent, attempts: int = _ATTEMPTS) -> bool:
-        body = event_body(self.node, event, self._wall(), f"{REPORTING_COMPONENT}-{self.node}")
+        body = event_body(self.node, event, self._wall(), instance=f"{REPORTING_COMPONENT}-{self.node}")
         path = f"/api/v1/namespaces/{_EVENTS.namespace}/events"
         backoff = self._backoff()
         for attempt in range(attempts):

@@ -100,7 +100,7 @@ def _pod_metric(pod: PodUsage) -> dict[str, Any]:
 
 
 def match_pods(usages: Mapping[str, Usage], by_uid: Mapping[str, PodInfo],
-               by_name: Mapping[tuple[str, str], PodInfo], latest: Sample | None) -> list[PodUsage]:
+               by_name: Mapping[tuple[str, str], PodInfo], *, latest: Sample | None) -> list[PodUsage]:
     """Pair each measured pod (UID → usage) with what the API says about it; unknown ones are dropped."""
     names = {pod.uid: (pod.namespace, pod.name) for pod in (latest.pods if latest else ())
              if pod.namespace and pod.name}
@@ -134,7 +134,7 @@ def prod_requests(by_name: Mapping[tuple[str, str], PodInfo]) -> dict[ProdPodKey
             for key, info in by_name.items() if info.priority == "koord-prod"}
 
 
-def node_metric_from(aggregator: Aggregator, node: str, now: float, by_uid: Mapping[str, PodInfo],
+def node_metric_from(aggregator: Aggregator, node: str, now: float, *, by_uid: Mapping[str, PodInfo],
                      by_name: Mapping[tuple[str, str], PodInfo],
                      prod_reclaimable: Usage | None = None) -> dict[str, Any] | None:
     """The report from the aggregator's current windows; None while there is nothing to report."""
@@ -142,11 +142,11 @@ def node_metric_from(aggregator: Aggregator, node: str, now: float, by_uid: Mapp
     if node_usage is None:
         return None
     latest = aggregator.latest()
-    pods = match_pods(aggregator.pod_usages(now), by_uid, by_name, latest)
+    pods = match_pods(aggregator.pod_usages(now), by_uid, by_name, latest=latest)
     recent = aggregator.recent(now)
     if recent is not None:
         recent_by_name = {(pod.info.namespace, pod.info.name): pod.usage
-                          for pod in match_pods(recent.pods, by_uid, by_name, latest)}
+                          for pod in match_pods(recent.pods, by_uid, by_name, latest=latest)}
         pods = [PodUsage(pod.info, pod.usage, recent_by_name.get((pod.info.namespace, pod.info.name)))
                 for pod in pods]
     return build_node_metric(node, update_time=now, node_usage=node_usage,

@@ -98,7 +98,7 @@ class DecayingHistogram:
         return self.bounds[-1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PredictorOptions:
     cpu_half_life: float = 12 * 3600.0
     memory_half_life: float = 24 * 3600.0

@@ -18,7 +18,7 @@ from colocation.koordinator.slo_strategies import MemoryCollectPolicy
 PSI_RESOURCES = ("cpu", "memory", "io")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PressureStat:
     """One line of /proc/pressure/<resource>: the share of time (percent) tasks stalled."""
 
@@ -44,7 +44,7 @@ class CpuTimes:
     cpus: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MemInfo:
     """The /proc/meminfo fields the memory policies need, in bytes."""
 

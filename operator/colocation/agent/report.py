@@ -34,7 +34,7 @@ from colocation.kube.backoff import Backoff
 log = logging.getLogger(__name__)
 
 _REPORT = permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(
-    permissions.METRICS_GROUP, "nodemetrics", "update", None, subresource="status"))
+    group=permissions.METRICS_GROUP, resource="nodemetrics", verb="update", namespace=None, subresource="status"))
 
 # A move is judged against at least this much of each resource (see the module docstring).
 CHANGE_FLOORS: Mapping[str, int] = {"cpu": 1000, "memory": 1 << 30}
@@ -101,7 +101,7 @@ def report_trigger(last: Snapshot | None, current: Snapshot, *, since_last: floa
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReportOptions:
     report_interval: float = 10.0
     change_threshold: float = 0.10

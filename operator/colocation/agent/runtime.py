@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -51,6 +50,7 @@ from colocation.agent.report import Reporter, ReportOptions, Snapshot
 from colocation.agent.samples import CustomMetrics, SampleBuffer, SampleSender, SampleSource, SendOptions
 from colocation.agent.scrape import PodScraper, ScrapeOptions
 from colocation.agent.strategies.strategy import NodeStrategy, Round
+from colocation.apimachinery.stop_signals import install_stop_signal_handlers
 from colocation.koordinator.collect_policy import CollectPolicy, collect_policy
 from colocation.kube import permissions
 from colocation.kube.informer import Informer, InformerOptions
@@ -59,9 +59,10 @@ log = logging.getLogger(__name__)
 
 for _resource, _group in (("pods", ""), ("nodeslos", permissions.SLO_GROUP)):
     for _verb in ("list", "watch"):
-        permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(_group, _resource, _verb, None))
+        permissions.declared(permissions.AGENT_API_CALLS,
+                             permissions.ApiCall(group=_group, resource=_resource, verb=_verb, namespace=None))
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeAgentOptions:
     collect_interval: float = 1.0
     report: ReportOptions = field(default_factory=ReportOptions)
@@ -163,7 +164,8 @@ class NodeAgent:
     def snapshot(self) -> Snapshot | None:
         now = self._wall()
         reclaimable = self.prod_reclaimable = self.predictor.reclaimable(now, prod_requests(self.pods.by_name))
-        body = node_metric_from(self.aggregator, self.node, now, self.pods.by_uid, self.pods.by_name, reclaimable)
+        body = node_metric_from(self.aggregator, self.node, now, by_uid=self.pods.by_uid, by_name=self.pods.by_name,
+                                prod_reclaimable=reclaimable)
         return Snapshot.of(body) if body is not None else None
 
     def apply_policy(self, policy: CollectPolicy) -> None:
@@ -280,7 +282,7 @@ class StartupError(Exception):
 
 
 async def serve_metrics(metrics: AgentMetrics, healthy: Callable[[], bool], host: str,
-                        port: int) -> web.AppRunner | None:
+                        *, port: int) -> web.AppRunner | None:
     """Plain HTTP /healthz and /metrics (port 0: none)."""
     if not port:
         return None
@@ -305,7 +307,7 @@ async def serve_metrics(metrics: AgentMetrics, healthy: Callable[[], bool], host
     return runner
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AgentConfig:
     node_name: str
     kubeconfig: Path | None = None
@@ -334,15 +336,9 @@ async def run_until(stop: asyncio.Event, *coroutines: Any) -> None:
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
 
 
-def install_signal_handlers(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-
-
 async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> int:
     stop = stop or asyncio.Event()
-    install_signal_handlers(stop)
+    install_stop_signal_handlers(stop.set)
     metrics = AgentMetrics()
     scrape = config.node.scrape
     async with agent_api(config.kubeconfig) as kube, aiohttp.ClientSession() as session, \
@@ -351,18 +347,19 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> i
                                 timeout=config.node.report.request_timeout)
         locator.subscribe(lambda leader: metrics.leader_changes.inc())
         collector = RealCollector(config.proc_root, config.cgroup_root)
-        enforcement = node_enforcement(config.node_name, config.cgroup_root, config.proc_root, config.enforcement,
-                                       kube, metrics, cpus=lambda: collector.cpu_count,
+        enforcement = node_enforcement(config.node_name, config.cgroup_root, config.proc_root,
+                                       options=config.enforcement, kube=kube, metrics=metrics,
+                                       cpus=lambda: collector.cpu_count,
                                        timeout=config.node.report.request_timeout)
         agent = NodeAgent(config.node_name, kube, collector, locator=locator,
                           direct=session_put(session, kube.bearer_token), metrics=metrics, options=config.node,
                           enforcement=enforcement,
                           sample_source=lambda pods: PodScraper(
-                              scrape_session, lambda: pods.scrape_targets.values(), scrape, metrics,
+                              scrape_session, lambda: pods.scrape_targets.values(), scrape, metrics=metrics,
                               node=config.node_name).scrape_all)
         lag = track_agents(metrics, [agent])
         PsiMetrics(lambda: agent.last_sample.psi if agent.last_sample else {}).register(metrics.registry)
-        runner = await serve_metrics(metrics, agent.healthy, config.metrics_bind_address, config.metrics_port)
+        runner = await serve_metrics(metrics, agent.healthy, config.metrics_bind_address, port=config.metrics_port)
         log.info("agent started", extra={"node": config.node_name, "proc_root": str(config.proc_root),
                                          "cgroup_root": str(config.cgroup_root),
                                          "scrape_interval": scrape.interval or "off",

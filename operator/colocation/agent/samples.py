@@ -36,7 +36,7 @@ from colocation.kube.backoff import Backoff
 log = logging.getLogger(__name__)
 
 _SAMPLES = permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(
-    permissions.METRICS_GROUP, "nodemetrics", "update", None, subresource="samples"))
+    group=permissions.METRICS_GROUP, resource="nodemetrics", verb="update", namespace=None, subresource="samples"))
 
 API_VERSION = f"{permissions.METRICS_GROUP}/v1alpha1"
 MAX_SAMPLES_PER_SERIES = 120
@@ -173,7 +173,7 @@ def batch_bodies(node: str, held: Mapping[SeriesKey, Sequence[tuple[float, float
     return bodies
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SendOptions:
     interval: float = 5.0  # the scrape interval: a batch follows every scrape
     request_timeout: float = 5.0

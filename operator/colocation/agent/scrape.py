@@ -38,7 +38,7 @@ DEFAULT_PATH = "/metrics"
 _ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScrapeOptions:
     interval: float = 5.0  # 0: no custom metrics
     timeout: float = 3.0
@@ -47,7 +47,7 @@ class ScrapeOptions:
     max_body_bytes: int = 1 << 20  # parsing is pure Python: about 0.4 s of cpu per MiB
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScrapeTarget:
     """An annotated pod: where to scrape it, or `problem` saying why it cannot be."""
 
@@ -90,7 +90,8 @@ def scrape_target(pod: Mapping[str, Any]) -> ScrapeTarget | None:
         problem = f"annotation {SCHEME_ANNOTATION}={scheme!r} is neither http nor https"
     elif not path.startswith("/"):
         problem = f"annotation {PATH_ANNOTATION}={path!r} does not start with /"
-    return ScrapeTarget(namespace, name, pod_ip, port if not problem else 0, path, scheme, problem)
+    return ScrapeTarget(namespace=namespace, name=name, pod_ip=pod_ip, port=port if not problem else 0, path=path,
+                        scheme=scheme, problem=problem)
 
 
 class ScrapeError(Exception):
@@ -106,7 +107,7 @@ class Parsed:
     stamped: dict[SeriesKey, float]  # the exposition's own timestamps, to compare with the next scrape's
 
 
-def parse_exposition(text: str, pod: tuple[str, str] | None, scraped_at: float, max_series: int,
+def parse_exposition(text: str, pod: tuple[str, str] | None, scraped_at: float, *, max_series: int,
                      stamped_before: Mapping[SeriesKey, float] | None = None) -> Parsed:
     """The samples of a Prometheus text exposition; ScrapeError("bad-exposition") if it is not one.
 
@@ -146,7 +147,7 @@ class PodScraper:
     """Scrapes the targets `targets()` names, all in one round; the source of a real agent's samples."""
 
     def __init__(self, session: aiohttp.ClientSession, targets: Callable[[], Iterable[ScrapeTarget]],
-                 options: ScrapeOptions, metrics: AgentMetrics, *, node: str = "",
+                 options: ScrapeOptions, *, metrics: AgentMetrics, node: str = "",
                  wall: Callable[[], float] = time.time) -> None:
         self.session = session
         self.targets = targets
@@ -226,7 +227,8 @@ class PodScraper:
         # Parsing is cpu work proportional to the body: off the event loop, so reports and the
         # heartbeat are not held up by a large exposition.
         return await asyncio.to_thread(parse_exposition, text, target.pod, scraped_at,
-                                       self.options.max_series_per_pod, self._stamped.get(target.pod))
+                                       max_series=self.options.max_series_per_pod,
+                                       stamped_before=self._stamped.get(target.pod))
 
     async def _read(self, response: aiohttp.ClientResponse, target: ScrapeTarget) -> bytes:
         limit = self.options.max_body_bytes

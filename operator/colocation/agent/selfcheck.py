@@ -25,7 +25,7 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AgentHealth:
     """What one read of an agent process's /metrics says about its nodes."""
 

@@ -37,13 +37,13 @@ from colocation.agent.runtime import (
     NodeAgent,
     NodeAgentOptions,
     StartupError,
-    install_signal_handlers,
     run_until,
     serve_metrics,
     track_agents,
 )
 from colocation.agent.samples import MetricSample, SampleSource
 from colocation.agent.synthetic import PROFILES, Profile, SyntheticCollector
+from colocation.apimachinery.stop_signals import install_stop_signal_handlers
 from colocation.kube import permissions
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ DEFAULT_CONCURRENCY = 32
 _FILE_MARGIN = 64
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimulatedNode:
     node: str
     token: str
@@ -69,9 +69,10 @@ class SimulatedNode:
         profile = entry.get("profile", "steady")
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r} for node {entry.get('node')!r}; one of {PROFILES}")
-        return cls(str(entry["node"]), str(entry["token"]), int(entry.get("seed", 0)), cast(Profile, profile),
-                   int(entry.get("pods", 10)), int(entry.get("cpuMillis", 16_000)),
-                   int(entry.get("memoryBytes", 64 * 2**30)))
+        return cls(node=str(entry["node"]), token=str(entry["token"]), seed=int(entry.get("seed", 0)),
+                   profile=cast(Profile, profile), pods=int(entry.get("pods", 10)),
+                   cpu_millis=int(entry.get("cpuMillis", 16_000)),
+                   memory_bytes=int(entry.get("memoryBytes", 64 * 2**30)))
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "token": self.token, "seed": self.seed, "profile": self.profile,
@@ -104,7 +105,7 @@ def cluster_of(kubeconfig: Path) -> tuple[str, ssl.SSLContext]:
     return str(cluster["server"]), tls
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimulationConfig:
     nodes: tuple[SimulatedNode, ...]
     kubeconfig: Path
@@ -158,7 +159,7 @@ def start_delays(nodes: int, renew_interval: float) -> list[float]:
 
 async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = None) -> int:
     stop = stop or asyncio.Event()
-    install_signal_handlers(stop)
+    install_stop_signal_handlers(stop.set)
     if not config.nodes:
         log.warning("no simulated nodes to run")
         return 0
@@ -174,20 +175,20 @@ async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = 
         report_slots = asyncio.Semaphore(config.concurrency)
         lease_slots = asyncio.Semaphore(config.concurrency)
         first = config.nodes[0]
-        locator = LeaderLocator(SessionKube(requests, server, tls, _constant(first.token)),
+        locator = LeaderLocator(SessionKube(requests, server, tls, token=_constant(first.token)),
                                 config.operator_namespace, poll_interval=config.leader_poll_interval,
                                 timeout=config.node.report.request_timeout)
         locator.subscribe(lambda leader: metrics.leader_changes.inc())  # once per process, not per node
         agents: list[NodeAgent] = []
         for spec in config.nodes:
             token = _constant(spec.token)
-            kube = SessionKube(requests, server, tls, token, watch_session=watches)
+            kube = SessionKube(requests, server, tls, token=token, watch_session=watches)
             collector = spec.collector()
             agent = NodeAgent(spec.node, kube, collector, locator=locator,
                               direct=session_put(requests, kube.bearer_token), metrics=metrics,
                               options=config.node, follow_nodeslo=False,
                               report_slots=report_slots, lease_slots=lease_slots,
-                              heartbeat_kube=SessionKube(leases, server, tls, token),
+                              heartbeat_kube=SessionKube(leases, server, tls, token=token),
                               sample_source=synthetic_source(collector) if config.custom_metrics else None)
             agents.append(agent)
         # The agents live as long as the process: leave them out of the garbage collector's full
@@ -197,7 +198,7 @@ async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = 
         assert watch_count <= len(config.nodes), "one informer per simulated node: the watch pool has one slot each"
         lag = track_agents(metrics, agents)
         runner = await serve_metrics(metrics, lambda: all(agent.healthy() for agent in agents),
-                                     config.metrics_bind_address, config.metrics_port)
+                                     config.metrics_bind_address, port=config.metrics_port)
         delays = start_delays(len(agents), config.node.heartbeat_every)
         log.info("simulated agents started", extra={
             "nodes": len(agents), "sockets": sockets, "open_files_limit": open_files,

@@ -46,7 +46,7 @@ _SCRAPE_ANNOTATIONS = {SCRAPE_ANNOTATION: "true", PORT_ANNOTATION: "8080", PATH_
 _GET_SHARE = 0.8  # of a serving pod's requests
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Workload:
     app: str
     namespace: str
@@ -59,50 +59,61 @@ class _Workload:
 
 
 _DAEMONSETS = (
-    _Workload("kube-proxy", "kube-system", "DaemonSet", "koord-prod", "SYSTEM", 100, 128 * _MI,
-              "registry.k8s.io/kube-proxy:v1.32.0"),
-    _Workload("node-exporter", "monitoring", "DaemonSet", "koord-prod", "LS", 100, 64 * _MI,
-              "quay.io/prometheus/node-exporter:v1.8.2"),
-    _Workload("fluent-bit", "logging", "DaemonSet", "koord-prod", "LS", 100, 128 * _MI,
-              "cr.fluentbit.io/fluent/fluent-bit:3.1"),
+    _Workload(app="kube-proxy", namespace="kube-system", kind="DaemonSet", priority="koord-prod", qos="SYSTEM",
+              cpu_millis=100, memory_bytes=128 * _MI, image="registry.k8s.io/kube-proxy:v1.32.0"),
+    _Workload(app="node-exporter", namespace="monitoring", kind="DaemonSet", priority="koord-prod", qos="LS",
+              cpu_millis=100, memory_bytes=64 * _MI, image="quay.io/prometheus/node-exporter:v1.8.2"),
+    _Workload(app="fluent-bit", namespace="logging", kind="DaemonSet", priority="koord-prod", qos="LS", cpu_millis=100,
+              memory_bytes=128 * _MI, image="cr.fluentbit.io/fluent/fluent-bit:3.1"),
 )
 _WORKLOADS: dict[PriorityClass, tuple[_Workload, ...]] = {
     "koord-prod": (
-        _Workload("frontend", "shop", "Deployment", "koord-prod", "LS", 500, 512 * _MI, "shop/frontend:2.14.1"),
-        _Workload("checkout", "shop", "Deployment", "koord-prod", "LS", 1000, 1 * _GI, "shop/checkout:2.14.1"),
-        _Workload("cart", "shop", "Deployment", "koord-prod", "LS", 250, 256 * _MI, "shop/cart:2.14.1"),
-        _Workload("catalog", "shop", "Deployment", "koord-prod", "LS", 500, 768 * _MI, "shop/catalog:2.14.1"),
-        _Workload("search-api", "search", "Deployment", "koord-prod", "LSR", 2000, 4 * _GI, "search/api:5.3.0"),
-        _Workload("payments", "payments", "Deployment", "koord-prod", "LSR", 1000, 2 * _GI, "payments/core:9.0.2"),
-        _Workload("auth", "identity", "Deployment", "koord-prod", "LS", 250, 256 * _MI, "identity/auth:1.22.0"),
-        _Workload("redis", "shop", "StatefulSet", "koord-prod", "LSR", 1000, 4 * _GI, "redis:7.4"),
-        _Workload("ingress-nginx-controller", "ingress-nginx", "Deployment", "koord-prod", "LS", 500, 512 * _MI,
-                  "registry.k8s.io/ingress-nginx/controller:v1.11.2"),
+        _Workload(app="frontend", namespace="shop", kind="Deployment", priority="koord-prod", qos="LS", cpu_millis=500,
+                  memory_bytes=512 * _MI, image="shop/frontend:2.14.1"),
+        _Workload(app="checkout", namespace="shop", kind="Deployment", priority="koord-prod", qos="LS", cpu_millis=1000,
+                  memory_bytes=1 * _GI, image="shop/checkout:2.14.1"),
+        _Workload(app="cart", namespace="shop", kind="Deployment", priority="koord-prod", qos="LS", cpu_millis=250,
+                  memory_bytes=256 * _MI, image="shop/cart:2.14.1"),
+        _Workload(app="catalog", namespace="shop", kind="Deployment", priority="koord-prod", qos="LS", cpu_millis=500,
+                  memory_bytes=768 * _MI, image="shop/catalog:2.14.1"),
+        _Workload(app="search-api", namespace="search", kind="Deployment", priority="koord-prod", qos="LSR",
+                  cpu_millis=2000, memory_bytes=4 * _GI, image="search/api:5.3.0"),
+        _Workload(app="payments", namespace="payments", kind="Deployment", priority="koord-prod", qos="LSR",
+                  cpu_millis=1000, memory_bytes=2 * _GI, image="payments/core:9.0.2"),
+        _Workload(app="auth", namespace="identity", kind="Deployment", priority="koord-prod", qos="LS", cpu_millis=250,
+                  memory_bytes=256 * _MI, image="identity/auth:1.22.0"),
+        _Workload(app="redis", namespace="shop", kind="StatefulSet", priority="koord-prod", qos="LSR", cpu_millis=1000,
+                  memory_bytes=4 * _GI, image="redis:7.4"),
+        _Workload(app="ingress-nginx-controller", namespace="ingress-nginx", kind="Deployment", priority="koord-prod",
+                  qos="LS", cpu_millis=500, memory_bytes=512 * _MI,
+                  image="registry.k8s.io/ingress-nginx/controller:v1.11.2"),
     ),
     "koord-mid": (
-        _Workload("log-aggregator", "observability", "Deployment", "koord-mid", "LS", 500, 1 * _GI,
-                  "grafana/loki:3.2.0"),
-        _Workload("metrics-ingester", "observability", "StatefulSet", "koord-mid", "LS", 1000, 2 * _GI,
-                  "victoriametrics/vminsert:v1.104.0"),
+        _Workload(app="log-aggregator", namespace="observability", kind="Deployment", priority="koord-mid", qos="LS",
+                  cpu_millis=500, memory_bytes=1 * _GI, image="grafana/loki:3.2.0"),
+        _Workload(app="metrics-ingester", namespace="observability", kind="StatefulSet", priority="koord-mid", qos="LS",
+                  cpu_millis=1000, memory_bytes=2 * _GI, image="victoriametrics/vminsert:v1.104.0"),
     ),
     "koord-batch": (
-        _Workload("spark-etl", "analytics", "SparkExecutor", "koord-batch", "BE", 2000, 4 * _GI,
-                  "apache/spark:3.5.3"),
-        _Workload("nightly-report", "analytics", "CronJob", "koord-batch", "BE", 1000, 2 * _GI,
-                  "analytics/reports:2024.11"),
-        _Workload("train-resnet", "ml", "SparkExecutor", "koord-batch", "BE", 4000, 8 * _GI,
-                  "ml/trainer:0.9.4"),
+        _Workload(app="spark-etl", namespace="analytics", kind="SparkExecutor", priority="koord-batch", qos="BE",
+                  cpu_millis=2000, memory_bytes=4 * _GI, image="apache/spark:3.5.3"),
+        _Workload(app="nightly-report", namespace="analytics", kind="CronJob", priority="koord-batch", qos="BE",
+                  cpu_millis=1000, memory_bytes=2 * _GI, image="analytics/reports:2024.11"),
+        _Workload(app="train-resnet", namespace="ml", kind="SparkExecutor", priority="koord-batch", qos="BE",
+                  cpu_millis=4000, memory_bytes=8 * _GI, image="ml/trainer:0.9.4"),
     ),
     "koord-free": (
-        _Workload("backfill", "analytics", "CronJob", "koord-free", "BE", 1000, 1 * _GI, "analytics/backfill:1.0.3"),
-        _Workload("fuzzer", "security", "Deployment", "koord-free", "BE", 1000, 512 * _MI, "security/fuzzer:0.4.0"),
+        _Workload(app="backfill", namespace="analytics", kind="CronJob", priority="koord-free", qos="BE",
+                  cpu_millis=1000, memory_bytes=1 * _GI, image="analytics/backfill:1.0.3"),
+        _Workload(app="fuzzer", namespace="security", kind="Deployment", priority="koord-free", qos="BE",
+                  cpu_millis=1000, memory_bytes=512 * _MI, image="security/fuzzer:0.4.0"),
     ),
 }
 _MIX: tuple[tuple[PriorityClass, int], ...] = (
     ("koord-prod", 45), ("koord-mid", 10), ("koord-batch", 35), ("koord-free", 10))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _SimulatedPod:
     index: int
     uid: str
@@ -187,7 +198,7 @@ class SyntheticCollector:
             scale = scales[self._is_hp(workload)]
             workload = replace(workload, cpu_millis=max(10, round(workload.cpu_millis * scale / 10) * 10),
                                memory_bytes=max(16 * _MI, round(workload.memory_bytes * scale / _MI) * _MI))
-            name = self._pod_name(rng, workload, families, names)
+            name = self._pod_name(rng, workload, families, taken=names)
             names.add(name)
             hp = self._is_hp(workload)
             pods.append(_SimulatedPod(
@@ -203,7 +214,7 @@ class SyntheticCollector:
         return is_high_priority(workload.priority)
 
     @staticmethod
-    def _pod_name(rng: random.Random, workload: _Workload, families: dict[str, str], taken: set[str]) -> str:
+    def _pod_name(rng: random.Random, workload: _Workload, families: dict[str, str], *, taken: set[str]) -> str:
         """A name as the workload's controller would make it; pods of one Deployment share their
         ReplicaSet's template hash, executors of one Spark application its id."""
         def suffix(length: int) -> str:

@@ -76,7 +76,7 @@ def _key_usage(*, certificate_authority: bool) -> x509.KeyUsage:
 
 
 def _validity(builder: x509.CertificateBuilder, days: int, now: dt.datetime | None,
-              not_after: dt.datetime | None) -> x509.CertificateBuilder:
+              *, not_after: dt.datetime | None) -> x509.CertificateBuilder:
     start = now if now is not None else dt.datetime.now(dt.UTC)
     end = not_after if not_after is not None else start + dt.timedelta(days=days)
     if end <= start:
@@ -95,7 +95,7 @@ def new_ca(common_name: str, *, days: int = 365, now: dt.datetime | None = None,
     name = _name(common_name)
     public = key.public_key()
     builder = (
-        _validity(x509.CertificateBuilder(), days, now, not_after)
+        _validity(x509.CertificateBuilder(), days, now, not_after=not_after)
         .subject_name(name).issuer_name(name).public_key(public)
         .serial_number(x509.random_serial_number())
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
@@ -125,7 +125,7 @@ def issue_certificate(
     usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + \
         ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
     builder = (
-        _validity(x509.CertificateBuilder(), days, now, not_after)
+        _validity(x509.CertificateBuilder(), days, now, not_after=not_after)
         .subject_name(_name(common_name, organizations)).issuer_name(ca_cert.subject)
         .public_key(key.public_key()).serial_number(x509.random_serial_number())
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)

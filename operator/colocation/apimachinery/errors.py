@@ -57,13 +57,13 @@ class ApiError(Exception):
                    _details(group, resource, name))
 
     @classmethod
-    def conflict(cls, group: str, resource: str, name: str, why: str) -> ApiError:
+    def conflict(cls, group: str, resource: str, name: str, *, why: str) -> ApiError:
         qualified = f"{resource}.{group}" if group else resource
         return cls(409, "Conflict", f'Operation cannot be fulfilled on {qualified} "{name}": {why}',
                    _details(group, resource, name))
 
     @classmethod
-    def invalid(cls, group: str, kind: str, name: str, causes: list[Cause]) -> ApiError:
+    def invalid(cls, group: str, kind: str, name: str, *, causes: list[Cause]) -> ApiError:
         """422 Invalid as apimachinery's NewInvalid words it: one cause plainly, several (told once
         each) in brackets; an empty name or group is left out of the details."""
         qualified = f"{kind}.{group}" if group else kind
@@ -82,8 +82,8 @@ class ApiError(Exception):
         return cls(401, "Unauthorized", message)
 
     @classmethod
-    def forbidden(cls, user: str, verb: str, resource: str = "", group: str = "", name: str = "",
-                  namespace: str = "", why: str = "", *, subresource: str = "", path: str = "") -> ApiError:
+    def forbidden(cls, user: str, verb: str, resource: str = "", *, group: str = "", name: str = "",
+                  namespace: str = "", why: str = "", subresource: str = "", path: str = "") -> ApiError:
         """A denied request, worded as kube-apiserver words it (`path` for non-resource requests)."""
         if path:
             message, details = f'forbidden: User "{user}" cannot {verb} path "{path}"', {}

@@ -68,7 +68,7 @@ def public_keys(jwks: Any) -> dict[str, PublicKey]:
     return keys
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Jws:
     """A compact JWS split and decoded, its signature not yet checked."""
 
@@ -91,7 +91,8 @@ def parse_jws(token: str) -> Jws | None:
         return None
     if not isinstance(header, dict) or not isinstance(claims, dict):
         return None
-    return Jws(header, claims, f"{parts[0]}.{parts[1]}".encode("ascii"), signature)
+    return Jws(header=header, claims=claims, signing_input=f"{parts[0]}.{parts[1]}".encode("ascii"),
+               signature=signature)
 
 
 def signature_valid(jws: Jws, key: PublicKey) -> bool:

@@ -34,7 +34,7 @@ Document = Callable[[], Mapping[str, Any]]
 
 
 class Authorizer(Protocol):
-    async def authorize(self, caller: Caller, verb: str, resource: str, subresource: str = "", name: str = "",
+    async def authorize(self, caller: Caller, verb: str, resource: str, *, subresource: str = "", name: str = "",
                         api_group: str = ..., namespace: str = "") -> None:
         """Return if allowed, else raise ApiError 403."""
 

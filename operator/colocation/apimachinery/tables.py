@@ -139,7 +139,7 @@ def parse_timestamp(value: Any) -> datetime | None:
         return None
 
 
-def age(timestamp: Any, now: datetime) -> str:
+def age(*, timestamp: Any, now: datetime) -> str:
     """Time since a timestamp, as printers show it; `<unknown>` when there is none."""
     at = parse_timestamp(timestamp)
     if at is None:

@@ -43,7 +43,7 @@ class Extra(Mapping[str, tuple[str, ...]]):
         return f"Extra({self._items!r})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UserInfo:
     """Who is calling, as the authenticator saw it (user.Info upstream)."""
 

@@ -92,7 +92,7 @@ def name_selector(fields: FieldSelector | None, name: str) -> FieldSelector:
     return fields
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ListOptions:
     """What a list or watch asked for. `send_initial_events` is None when the client did not say."""
 
@@ -125,7 +125,7 @@ class ListOptions:
         )
         causes = options._watch_causes() if options.watch else options._list_causes()
         if causes:
-            raise ApiError.invalid(META_GROUP, "ListOptions", "", causes)
+            raise ApiError.invalid(META_GROUP, "ListOptions", "", causes=causes)
         return options
 
     def _list_causes(self) -> list[Cause]:

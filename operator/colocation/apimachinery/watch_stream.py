@@ -106,7 +106,7 @@ class _ClientStuck(Exception):
     """The watch timed out while waiting for the client to read what was written."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WatchServing:
     """How a server serves its watches; one per server, `serve` once per watch request.
 
@@ -126,7 +126,7 @@ class WatchServing:
     random: Callable[[], float] = field(default=_random.random, repr=False)
 
     async def serve(self, request: web.Request, options: ListOptions, source: WatchSource[T],
-                    encoder: EventEncoder[T]) -> web.StreamResponse:
+                    *, encoder: EventEncoder[T]) -> web.StreamResponse:
         """Stream `source` to the client; errors before this (400, 410 at start, 422) are the
         caller's to raise. Returns once the stream has ended, the source stopped."""
         response = web.StreamResponse(headers=WATCH_HEADERS)
@@ -135,7 +135,8 @@ class WatchServing:
         deadline = loop.time() + options.watch_seconds(self.min_request_timeout, self.random)
         try:
             await response.prepare(request)
-            await self._stream(request, response, options.allow_watch_bookmarks, source, encoder, deadline)
+            await self._stream(request, response, options.allow_watch_bookmarks, source=source, encoder=encoder,
+                               deadline=deadline)
         except ConnectionResetError:
             if not response.prepared:
                 raise
@@ -145,15 +146,15 @@ class WatchServing:
             source.stop()
         return response
 
-    def _next_bookmark(self, now: float, deadline: float) -> float | None:
+    def _next_bookmark(self, *, now: float, deadline: float) -> float | None:
         # As the watch cache's nextBookmarkTime: every interval, and shortly before the timeout.
         at = min(now + self.bookmark_interval, deadline - self.bookmark_before_timeout)
         return at if at >= now else None
 
     async def _stream(self, request: web.Request, response: web.StreamResponse, bookmarks: bool,
-                      source: WatchSource[T], encoder: EventEncoder[T], deadline: float) -> None:
+                      *, source: WatchSource[T], encoder: EventEncoder[T], deadline: float) -> None:
         loop = asyncio.get_running_loop()
-        next_bookmark = self._next_bookmark(loop.time(), deadline) if bookmarks else None
+        next_bookmark = self._next_bookmark(now=loop.time(), deadline=deadline) if bookmarks else None
         while (now := loop.time()) < deadline:
             items = source.take(self.batch)
             if items:
@@ -161,18 +162,18 @@ class WatchServing:
                     (encoder.bookmark(item.object) if bookmarks else b"") if isinstance(item, Bookmark)
                     else encoder.event(item) for item in items)
                 if data:
-                    await self._write(request, response, data, deadline)
+                    await self._write(request, response, data, deadline=deadline)
                 await asyncio.sleep(0)  # other streams' turn before this one's next batch
                 continue
             if source.ended:
                 if source.error is not None:
-                    await self._write(request, response, event_line("ERROR", source.error), deadline)
+                    await self._write(request, response, event_line("ERROR", source.error), deadline=deadline)
                 return
             if next_bookmark is not None and now >= next_bookmark:
                 obj = source.bookmark()
                 if obj is not None:
-                    await self._write(request, response, encoder.bookmark(obj), deadline)
-                next_bookmark = self._next_bookmark(loop.time(), deadline)
+                    await self._write(request, response, encoder.bookmark(obj), deadline=deadline)
+                next_bookmark = self._next_bookmark(now=loop.time(), deadline=deadline)
                 continue
             if request.transport is None or request.transport.is_closing():
                 return
@@ -180,7 +181,7 @@ class WatchServing:
                        next_bookmark if next_bookmark is not None else math.inf)
             await source.wait(wake - now)
 
-    async def _write(self, request: web.Request, response: web.StreamResponse, data: bytes, deadline: float) -> None:
+    async def _write(self, request: web.Request, response: web.StreamResponse, data: bytes, *, deadline: float) -> None:
         try:
             async with asyncio.timeout_at(min(deadline, asyncio.get_running_loop().time() + self.write_timeout)):
                 await response.write(data)

@@ -74,7 +74,7 @@ def _json_list(data: Mapping[str, str], key: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in parsed if item.strip())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RequestHeaderConfig:
     """How to trust a front proxy (kube-system/extension-apiserver-authentication).
 
@@ -137,7 +137,7 @@ def front_proxy_caller(headers: Mapping[str, str], config: RequestHeaderConfig) 
         for name, value in pairs:
             if name.startswith(prefix) and len(name) > len(prefix):
                 extra.setdefault(_unescape_extra_key(name[len(prefix):]), []).append(value)
-    return Caller(username, uid, tuple(groups), Extra(extra))
+    return Caller(username=username, uid=uid, groups=tuple(groups), extra=Extra(extra))
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -155,7 +155,7 @@ def _with_authenticated_group(caller: Caller) -> Caller:
     # Every authenticated caller is in system:authenticated, whatever its source says (upstream adds it).
     if AUTHENTICATED in caller.groups:
         return caller
-    return Caller(caller.username, caller.uid, (*caller.groups, AUTHENTICATED), caller.extra)
+    return Caller(username=caller.username, uid=caller.uid, groups=(*caller.groups, AUTHENTICATED), extra=caller.extra)
 
 
 # ---- review caching -----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 NODE_METRICS = "nodemetrics"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SubjectAccessSpec:
     """The question a SubjectAccessReview asks; a request for a path when `path` is set."""
 
@@ -43,7 +43,7 @@ class SubjectAccessSpec:
     @classmethod
     def of(cls, caller: Caller, verb: str, **attributes: str) -> SubjectAccessSpec:
         extra = caller.extra if isinstance(caller.extra, Extra) else Extra(caller.extra)
-        return cls(caller.username, caller.uid, caller.groups, extra, verb, **attributes)
+        return cls(user=caller.username, uid=caller.uid, groups=caller.groups, extra=extra, verb=verb, **attributes)
 
 
 # SubjectAccessSpec's fields, the extra as its items: what a decision is cached under.
@@ -58,8 +58,8 @@ class _Decision:
 
 def forbidden(spec: SubjectAccessSpec, reason: str = "") -> ApiError:
     """403 worded as kube-apiserver words it (the reason after a colon)."""
-    return ApiError.forbidden(spec.user, spec.verb, spec.resource, spec.api_group, spec.name, spec.namespace,
-                              reason, subresource=spec.subresource, path=spec.path)
+    return ApiError.forbidden(spec.user, spec.verb, spec.resource, group=spec.api_group, name=spec.name,
+                              namespace=spec.namespace, why=reason, subresource=spec.subresource, path=spec.path)
 
 
 SubjectAccessReviewer = Callable[[SubjectAccessSpec], Awaitable[bool | tuple[bool, str]]]
@@ -83,19 +83,20 @@ class DelegatingAuthorizer(CountsReviews):
             ttl_of=lambda decision: allowed_ttl if decision.allowed else denied_ttl)
         self.reviews_failed = 0
 
-    async def authorize(self, caller: Caller, verb: str, resource: str, subresource: str = "", name: str = "",
+    async def authorize(self, caller: Caller, verb: str, resource: str, *, subresource: str = "", name: str = "",
                         api_group: str = METRICS_GROUP, namespace: str = "") -> None:
         """Return if allowed, else raise ApiError 403."""
-        await self._decide(caller, verb, api_group, resource, subresource, name, namespace, "")
+        await self._decide(caller, verb, api_group, resource=resource, subresource=subresource, name=name,
+                           namespace=namespace, path="")
 
     async def authorize_path(self, caller: Caller, verb: str, path: str) -> None:
         """The same for a non-resource URL (/metrics, /openapi/v2, ...)."""
         if any(path == allowed or (allowed.endswith("*") and path.startswith(allowed[:-1]))
                for allowed in self._always_allow_paths):
             return
-        await self._decide(caller, verb, "", "", "", "", "", path)
+        await self._decide(caller, verb, "", resource="", subresource="", name="", namespace="", path=path)
 
-    async def _decide(self, caller: Caller, verb: str, api_group: str, resource: str, subresource: str, name: str,
+    async def _decide(self, caller: Caller, verb: str, api_group: str, *, resource: str, subresource: str, name: str,
                       namespace: str, path: str) -> None:
         if self._always_allow_groups.intersection(caller.groups):
             return

@@ -49,7 +49,7 @@ _UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/metrics"}
 
 class AggregatedApiServer:
     def __init__(self, authenticator: DelegatingAuthenticator, authorizer: Authorizer,
-                 request_header: Callable[[], RequestHeaderConfig | None], leadership: Leadership,
+                 request_header: Callable[[], RequestHeaderConfig | None], *, leadership: Leadership,
                  metrics: ServerMetrics, groups: Sequence[ApiGroup]) -> None:
         self.authenticator = authenticator
         self.authorizer = authorizer

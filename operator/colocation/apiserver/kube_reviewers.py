@@ -40,11 +40,14 @@ REVIEW_TIMEOUT = 3.0
 JWKS_MEDIA_TYPE = "application/jwk-set+json"
 
 # Looked up at import, so the RBAC test in tests/unit/test_manifests.py covers these calls.
-_TOKEN_REVIEW = declared(OPERATOR_API_CALLS, ApiCall("authentication.k8s.io", "tokenreviews", "create", None))
+_TOKEN_REVIEW = declared(OPERATOR_API_CALLS,
+                         ApiCall(group="authentication.k8s.io", resource="tokenreviews", verb="create", namespace=None))
 _SUBJECT_ACCESS_REVIEW = declared(
-    OPERATOR_API_CALLS, ApiCall("authorization.k8s.io", "subjectaccessreviews", "create", None))
+    OPERATOR_API_CALLS,
+    ApiCall(group="authorization.k8s.io", resource="subjectaccessreviews", verb="create", namespace=None))
 _READ_AUTHENTICATION_CONFIG = declared(OPERATOR_API_CALLS, ApiCall(
-    "", "configmaps", "get", AUTHENTICATION_CONFIG_NAMESPACE, name=AUTHENTICATION_CONFIG_MAP))
+    group="", resource="configmaps", verb="get", namespace=AUTHENTICATION_CONFIG_NAMESPACE,
+    name=AUTHENTICATION_CONFIG_MAP))
 _ISSUER_DISCOVERY = declared(OPERATOR_NON_RESOURCE_CALLS, NonResourceCall("/.well-known/openid-configuration"))
 _ISSUER_KEYS = declared(OPERATOR_NON_RESOURCE_CALLS, NonResourceCall("/openid/v1/jwks"))
 
@@ -70,15 +73,16 @@ def token_review_result(status: Mapping[str, Any], audiences: Iterable[str] = ()
         return TokenReviewResult(False, None, f"token audiences {list(granted)} do not include {list(wanted)}")
     user = status.get("user") or {}
     # Cached for every node's token at a leader's start: what the agents' users share is one string.
-    caller = Caller(sys.intern(str(user.get("username") or "")), sys.intern(str(user.get("uid") or "")),
-                    tuple(sys.intern(str(group)) for group in user.get("groups") or ()),
-                    {sys.intern(str(key)): tuple(values or ()) for key, values in (user.get("extra") or {}).items()})
+    caller = Caller(username=sys.intern(str(user.get("username") or "")), uid=sys.intern(str(user.get("uid") or "")),
+                    groups=tuple(sys.intern(str(group)) for group in user.get("groups") or ()),
+                    extra={sys.intern(str(key)): tuple(values or ()) for key,
+                           values in (user.get("extra") or {}).items()})
     if not caller.username:
         return TokenReviewResult(False, None, "the token review named no user")
     return TokenReviewResult(True, caller)
 
 
-async def _create_review(create: Any, body: dict[str, Any], kind: str, timeout: float) -> Mapping[str, Any]:
+async def _create_review(create: Any, body: dict[str, Any], kind: str, *, timeout: float) -> Mapping[str, Any]:
     """POST a review as plain JSON and return its status: the generated models would build and
     sanitize an object tree for every review, which is most of a review's cost on the leader."""
     try:
@@ -100,7 +104,7 @@ def kube_token_reviewer(api_client: Any, *, audiences: Iterable[str] = (),
     async def review(token: str) -> TokenReviewResult:
         spec: dict[str, Any] = {"token": token, **({"audiences": list(wanted)} if wanted else {})}
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
-        return token_review_result(await _create_review(create, body, "TokenReview", timeout), wanted)
+        return token_review_result(await _create_review(create, body, "TokenReview", timeout=timeout), wanted)
 
     return review
 
@@ -127,7 +131,7 @@ def kube_subject_access_reviewer(api_client: Any, *, timeout: float = REVIEW_TIM
     create = kube.AuthorizationV1Api(api_client).create_subject_access_review
 
     async def review(spec: SubjectAccessSpec) -> bool | tuple[bool, str]:
-        status = await _create_review(create, subject_access_review_body(spec), "SubjectAccessReview", timeout)
+        status = await _create_review(create, subject_access_review_body(spec), "SubjectAccessReview", timeout=timeout)
         return bool(status.get("allowed")), str(status.get("reason") or "")
 
     return review

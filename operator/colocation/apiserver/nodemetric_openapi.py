@@ -40,7 +40,7 @@ def _schemas(target: str) -> dict[str, Any]:
     return definitions
 
 
-def _operation(verb: str, kind: str, target: str, action: str) -> dict[str, Any]:
+def _operation(verb: str, kind: str, target: str, *, action: str) -> dict[str, Any]:
     ref = {"$ref": target + _PREFIX + kind}
     return {"operationId": f"{verb}MetricsColocationDevV1alpha1NodeMetric", "tags": ["metricsColocationDev_v1alpha1"],
             "x-kubernetes-action": action, "x-kubernetes-group-version-kind": _GVK[0],
@@ -50,10 +50,10 @@ def _operation(verb: str, kind: str, target: str, action: str) -> dict[str, Any]
 
 def _paths(target: str) -> dict[str, Any]:
     return {
-        COLLECTION_PATH: {"get": _operation("list", LIST_KIND, target, "list")},
-        COLLECTION_PATH + "/{name}": {"get": _operation("read", KIND, target, "get")},
-        COLLECTION_PATH + "/{name}/status": {"get": _operation("readStatus", KIND, target, "get"),
-                                             "put": _operation("replaceStatus", KIND, target, "put")},
+        COLLECTION_PATH: {"get": _operation("list", LIST_KIND, target, action="list")},
+        COLLECTION_PATH + "/{name}": {"get": _operation("read", KIND, target, action="get")},
+        COLLECTION_PATH + "/{name}/status": {"get": _operation("readStatus", KIND, target, action="get"),
+                                             "put": _operation("replaceStatus", KIND, target, action="put")},
     }
 
 

@@ -112,8 +112,8 @@ def api_resource_list() -> dict[str, Any]:
 
 class NodeMetricGroup:
     def __init__(self, store: NodeMetricServing, authorizer: Authorizer, leadership: Leadership,
-                 known_node: Callable[[str], bool], node_labels: Callable[[str], Mapping[str, str] | None],
-                 metrics: ServerMetrics, options: ApiOptions | None = None, *, wall: Callable[[], float] = time.time,
+                 *, known_node: Callable[[str], bool], node_labels: Callable[[str], Mapping[str, str] | None],
+                 metrics: ServerMetrics, options: ApiOptions | None = None, wall: Callable[[], float] = time.time,
                  uploads: Sequence[AgentUpload[Any]] = (),
                  read_barrier: ReadBarrier | None = None, followers: ReplicaFollowers | None = None) -> None:
         self.store = store
@@ -178,7 +178,7 @@ class NodeMetricGroup:
         if entry is None:
             raise ApiError.not_found(GROUP, RESOURCE, name)
         if table_version:
-            row = nodemetric_table.entry_row(entry, self.wall(), include_object(request.query), table_version)
+            row = nodemetric_table.entry_row(entry, self.wall(), include_object(request.query), version=table_version)
             return json_response(nodemetric_table.table([row], entry.resource_version, table_version))
         return web.Response(body=entry.body, content_type="application/json")
 
@@ -198,7 +198,7 @@ class NodeMetricGroup:
             if self.read_barrier is not None:
                 await self.read_barrier(since)
             else:
-                await reach_by_clock(since, lambda: self.store.resource_version, self.wall, TOO_LARGE_WAIT)
+                await reach_by_clock(since, lambda: self.store.resource_version, self.wall, timeout=TOO_LARGE_WAIT)
         return since
 
     @staticmethod
@@ -226,7 +226,7 @@ class NodeMetricGroup:
         if table_version:
             entries, rv = self.store.list(labels, name)
             include, now = include_object(request.query), self.wall()
-            rows = [nodemetric_table.entry_row(entry, now, include, table_version) for entry in entries]
+            rows = [nodemetric_table.entry_row(entry, now, include, version=table_version) for entry in entries]
             return json_response(nodemetric_table.table(rows, rv, table_version))
         return web.Response(body=self.store.list_body(labels, name), content_type="application/json")
 
@@ -243,9 +243,9 @@ class NodeMetricGroup:
             # Reached by the clock (a client of a previous leader): nothing happened here between the
             # store's version and it, and every later change takes a version above it.
             resume_after = str(self.store.resource_version)
-        watcher = self.store.watch(resume_after, labels, name, options.send_initial_events)
+        watcher = self.store.watch(resume_after, labels, name, send_initial_events=options.send_initial_events)
         with await self._follower(request, caller):
-            return await self.serving.serve(request, options, watcher, encoder)
+            return await self.serving.serve(request, options, watcher, encoder=encoder)
 
     async def _follower(self, request: web.Request, caller: Caller) -> contextlib.AbstractContextManager[None]:
         """A standby's feed counts it among the replicas the leader publishes while it is open
@@ -262,7 +262,7 @@ class NodeMetricGroup:
     def _table_events(self, version: str, include: str) -> TableEvents[bytes]:
         def table(objects: list[Obj], headers: bool) -> Obj:
             now = self.wall()
-            rows = [nodemetric_table.object_row(obj, now, include, version) for obj in objects]
+            rows = [nodemetric_table.object_row(obj, now, include, version=version) for obj in objects]
             return nodemetric_table.table(rows, objects[0]["metadata"]["resourceVersion"], version,
                                           include_headers=headers)
 
@@ -271,7 +271,8 @@ class NodeMetricGroup:
     # ---- writes --------------------------------------------------------------------------------
 
     async def _report(self, request: web.Request) -> web.Response:
-        node, report = await self._from_agent(request, "status", validate_report, self.metrics.reports_rejected)
+        node, report = await self._from_agent(request, "status", validate_report,
+                                              rejected=self.metrics.reports_rejected)
         metadata_version = wants_metadata_only(request.headers.get("Accept", ""))  # a 406 stores nothing
         entry = self.store.put(report, self.node_labels(node) or {})
         self.metrics.reports_accepted.inc()
@@ -285,14 +286,15 @@ class NodeMetricGroup:
 
     def _upload_handler(self, upload: AgentUpload[Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handler(request: web.Request) -> web.Response:
-            _, validated = await self._from_agent(request, upload.subresource, upload.validate, upload.rejected)
+            _, validated = await self._from_agent(request, upload.subresource, upload.validate,
+                                                  rejected=upload.rejected)
             answer = upload.accept(validated)
             return json_response(await answer if inspect.isawaitable(answer) else answer)
 
         return handler
 
     async def _from_agent(self, request: web.Request, subresource: str, validate: Callable[[bytes, str], _Validated],
-                          rejected: Any) -> tuple[str, _Validated]:
+                          *, rejected: Any) -> tuple[str, _Validated]:
         """An agent's write to nodemetrics/{node}/SUBRESOURCE: leader only, authorized, from that node, valid.
 
         `rejected` counts refusals by reason (a prometheus_client Counter with one label).
@@ -308,7 +310,7 @@ class NodeMetricGroup:
             # One review per ServiceAccount, not one per node: the write is authorized for the
             # collection and without the token's per-pod extras (RBAC reads neither), and the node
             # rule then holds each token to its own node.
-            agent = Caller(caller.username, caller.uid, caller.groups, _NO_EXTRA)
+            agent = Caller(username=caller.username, uid=caller.uid, groups=caller.groups, extra=_NO_EXTRA)
             await self.authorizer.authorize(agent, "update", RESOURCE, subresource=subresource)
             check_node_rule(caller, node)
             raw = await self._read_body(request)

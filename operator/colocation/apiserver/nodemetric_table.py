@@ -44,23 +44,23 @@ def table(rows: Iterable[Obj], resource_version: int | str, version: str = "v1",
             "columnDefinitions": COLUMNS if include_headers else None, "rows": list(rows)}
 
 
-def entry_row(entry: Entry, now: float, include_object: str = "Metadata", version: str = "v1") -> Obj:
+def entry_row(entry: Entry, now: float, include_object: str = "Metadata", *, version: str = "v1") -> Obj:
     metadata: Obj = {"name": entry.name, "resourceVersion": str(entry.resource_version),
                      "creationTimestamp": entry.creation_timestamp}
     if entry.labels:
         metadata["labels"] = dict(entry.labels)
-    return _row(_cells(entry.name, entry.figures, entry.creation_timestamp, now), metadata,
-                lambda: orjson.loads(entry.body), include_object, version)
+    return _row(_cells(entry.name, entry.figures, entry.creation_timestamp, now=now), metadata,
+                lambda: orjson.loads(entry.body), include_object=include_object, version=version)
 
 
-def object_row(obj: Obj, now: float, include_object: str = "Metadata", version: str = "v1") -> Obj:
+def object_row(obj: Obj, now: float, include_object: str = "Metadata", *, version: str = "v1") -> Obj:
     metadata = obj.get("metadata") or {}
     figures = figures_of(obj) if "status" in obj else None
-    return _row(_cells(metadata.get("name", ""), figures, metadata.get("creationTimestamp"), now), metadata,
-                lambda: obj, include_object, version)
+    return _row(_cells(metadata.get("name", ""), figures, metadata.get("creationTimestamp"), now=now), metadata,
+                lambda: obj, include_object=include_object, version=version)
 
 
-def _cells(name: str, figures: UsageFigures | None, created: object, now: float) -> list[Any]:
+def _cells(name: str, figures: UsageFigures | None, created: object, *, now: float) -> list[Any]:
     created_at = parse_timestamp(created)
     age = human_duration(now - created_at.timestamp()) if created_at else None
     if figures is None:
@@ -69,7 +69,7 @@ def _cells(name: str, figures: UsageFigures | None, created: object, now: float)
             figures.pod_count, human_duration(now - figures.update_time), age]
 
 
-def _row(cells: list[Any], metadata: Mapping[str, Any], whole: Callable[[], Obj], include_object: str,
+def _row(cells: list[Any], metadata: Mapping[str, Any], whole: Callable[[], Obj], *, include_object: str,
          version: str) -> Obj:
     """A row with the object as includeObject asks: all of it, its metadata (the default) or none."""
     if include_object == "Object":

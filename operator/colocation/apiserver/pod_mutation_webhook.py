@@ -44,11 +44,14 @@ WEBHOOK_PATH = "/mutate-pods"
 REVIEW_VERSION = "admission.k8s.io/v1"
 
 # What the cache lists and watches, declared (permissions) so that the RBAC grants exactly it.
-_PROFILES = permissions.declared(OPERATOR_API_CALLS, ApiCall(permissions.SLO_GROUP, "clustercolocationprofiles",
-                                                             "watch", None))
-_NAMESPACES = permissions.declared(OPERATOR_API_CALLS, ApiCall("", "namespaces", "watch", None))
-_PRIORITY_CLASSES = permissions.declared(OPERATOR_API_CALLS, ApiCall("scheduling.k8s.io", "priorityclasses",
-                                                                     "watch", None))
+_PROFILES = permissions.declared(OPERATOR_API_CALLS,
+                                 ApiCall(group=permissions.SLO_GROUP, resource="clustercolocationprofiles",
+                                         verb="watch", namespace=None))
+_NAMESPACES = permissions.declared(OPERATOR_API_CALLS,
+                                   ApiCall(group="", resource="namespaces", verb="watch", namespace=None))
+_PRIORITY_CLASSES = permissions.declared(OPERATOR_API_CALLS,
+                                         ApiCall(group="scheduling.k8s.io", resource="priorityclasses", verb="watch",
+                                                 namespace=None))
 
 
 class ProfileCache:
@@ -70,11 +73,11 @@ class ProfileCache:
         of every failed list or watch."""
         self._informers = [
             _informer(transport, f"/apis/{_PROFILES.group}/v1alpha1/{_PROFILES.resource}", self.profiles,
-                      _profile_entry, on_error),
+                      entry=_profile_entry, on_error=on_error),
             _informer(transport, f"/api/v1/{_NAMESPACES.resource}", self.namespace_labels,
-                      lambda obj: dict((obj.get("metadata") or {}).get("labels") or {}), on_error),
+                      entry=lambda obj: dict((obj.get("metadata") or {}).get("labels") or {}), on_error=on_error),
             _informer(transport, f"/apis/{_PRIORITY_CLASSES.group}/v1/{_PRIORITY_CLASSES.resource}",
-                      self.priority_classes, _priority_class_entry, on_error),
+                      self.priority_classes, entry=_priority_class_entry, on_error=on_error),
         ]
         return self._informers
 
@@ -94,7 +97,7 @@ def _priority_class_entry(obj: Obj) -> PriorityClassValue | None:
     return PriorityClassValue(value, obj.get("preemptionPolicy"))
 
 
-def _informer(transport: Transport, path: str, into: dict[str, Any], entry: Callable[[Obj], Any],
+def _informer(transport: Transport, path: str, into: dict[str, Any], *, entry: Callable[[Obj], Any],
               on_error: Callable[[str, str], None] | None) -> Informer[Any]:
     """An informer keeping `into` as name -> entry(object) (objects whose entry is None left out)."""
 
@@ -205,17 +208,17 @@ class PodMutationWebhook:
         if labels is None:
             warnings.append(f"namespace {namespace!r} is not known to this replica yet: its labels taken as none")
         try:
-            mutation = mutate_pod(self.cache.profiles.values(), labels or {}, pod, self.cache.priority_classes,
-                                  self.roll)
+            mutation = mutate_pod(self.cache.profiles.values(), labels or {}, pod,
+                                  priority_classes=self.cache.priority_classes, roll=self.roll)
         except MutationRefused as error:
             self.metrics.reviews.labels("denied").inc()
             log.info("pod creation denied", extra={"namespace": namespace, "reason": str(error)})
             return {"allowed": False, "status": {"status": "Failure", "code": 403, "reason": "Forbidden",
                                                  "message": str(error)}}
-        return self._allowed(mutation, namespace, pod, warnings)
+        return self._allowed(mutation, namespace, pod, warnings=warnings)
 
     def _allowed(self, mutation: Mutation, namespace: str, pod: dict[str, Any],
-                 warnings: list[str]) -> dict[str, Any]:
+                 *, warnings: list[str]) -> dict[str, Any]:
         response: dict[str, Any] = {"allowed": True}
         metadata = pod.get("metadata") or {}
         if mutation.warnings:

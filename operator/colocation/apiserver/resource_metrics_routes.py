@@ -44,8 +44,10 @@ NODES = "nodes"
 PODS = "pods"
 POD_CONTAINER_NAME = "pod"
 
-_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "pods", "list", None))
-_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "pods", "watch", None))
+_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
+                                  permissions.ApiCall(group="", resource="pods", verb="list", namespace=None))
+_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
+                                   permissions.ApiCall(group="", resource="pods", verb="watch", namespace=None))
 
 
 # ---- discovery ---------------------------------------------------------------------------------
@@ -70,7 +72,7 @@ def node_metrics(node: NodeUsage, created: str) -> dict[str, Any]:
     return {"metadata": metadata, "timestamp": node.timestamp, "window": window, "usage": dict(usage)}
 
 
-def pod_metrics(node: NodeUsage, pod: PodUsage, labels: Mapping[str, str], created: str) -> dict[str, Any]:
+def pod_metrics(node: NodeUsage, pod: PodUsage, labels: Mapping[str, str], *, created: str) -> dict[str, Any]:
     """A PodMetrics item: the pod's usage as one container named POD_CONTAINER_NAME."""
     metadata: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace, "creationTimestamp": created}
     if labels:
@@ -169,7 +171,7 @@ class ResourceMetricsApi:
         router.add_get(f"{BASE_PATH}/namespaces/{{namespace}}/{PODS}", self._list_pods)
         router.add_get(f"{BASE_PATH}/namespaces/{{namespace}}/{PODS}/{{name}}", self._get_pod)
 
-    async def _authorize(self, request: web.Request, verb: str, resource: str, name: str = "",
+    async def _authorize(self, request: web.Request, verb: str, resource: str, *, name: str = "",
                          namespace: str = "") -> None:
         request[VERB] = verb
         caller = await self._caller(request)
@@ -214,7 +216,7 @@ class ResourceMetricsApi:
             labels = self.pod_labels.labels(pod_namespace, pod_name)
             if labels is None or (selector is not None and not selector.matches(labels)):
                 continue
-            item = pod_metrics(node, pod, labels, created)
+            item = pod_metrics(node, pod, labels, created=created)
             if fields.matches(item):
                 items.append(item)
         return json_response(as_list("PodMetrics", items))
@@ -227,7 +229,7 @@ class ResourceMetricsApi:
         if found is None or labels is None:
             # metrics-server names the pod with its namespace in this one message.
             raise ApiError.not_found(GROUP, PODS, f"{namespace}/{name}")
-        return json_response(as_object("PodMetrics", pod_metrics(*found, labels, self._created())))
+        return json_response(as_object("PodMetrics", pod_metrics(*found, labels, created=self._created())))
 
 
 def _selectors(options: ListOptions) -> tuple[LabelSelector | None, FieldSelector]:

@@ -45,7 +45,7 @@ class Outcome(enum.Enum):
     UNDECIDED = "undecided"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BoundToken:
     """A token whose signature and claims checked out: who it stands for and what it is bound to.
 
@@ -69,8 +69,8 @@ class BoundToken:
                  NODE_NAME_EXTRA: (self.node_name,), NODE_UID_EXTRA: (self.node_uid,)}
         if self.token_id:
             extra[CREDENTIAL_ID_EXTRA] = (f"JTI={self.token_id}",)
-        return Caller(service_account_username(self.namespace, self.account_name), self.account_uid,
-                      _groups(self.namespace), Extra(extra))
+        return Caller(username=service_account_username(self.namespace, self.account_name), uid=self.account_uid,
+                      groups=_groups(self.namespace), extra=Extra(extra))
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,9 @@ def check_claims(claims: Mapping[str, Any], *, issuer: str, audiences: Iterable[
     jti = claims.get("jti")
     # Kept for every node's token: what all the agents' tokens have in common is one object.
     return Verdict(Outcome.ACCEPTED, BoundToken(
-        sys.intern(namespace), sys.intern(account["name"]), sys.intern(account["uid"]), pod["name"], pod["uid"],
-        node["name"], node["uid"], expires, jti if isinstance(jti, str) else ""))
+        namespace=sys.intern(namespace), account_name=sys.intern(account["name"]),
+        account_uid=sys.intern(account["uid"]), pod_name=pod["name"], pod_uid=pod["uid"],
+        node_name=node["name"], node_uid=node["uid"], expires=expires, token_id=jti if isinstance(jti, str) else ""))
 
 
 @functools.lru_cache(maxsize=64)

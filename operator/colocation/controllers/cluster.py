@@ -95,7 +95,7 @@ def slim_pod(pod: Mapping[str, Any], shared: SharedParts | None = None) -> KeptP
         shape = shared.share(("shape", *_shape_key(shape)), shape)
     requests = pods.pod_requests(pod)
     return KeptPod(metadata.get("name"), metadata.get("uid"), _interned(spec.get("nodeName")),
-                   shared.share(("requests", *requests), requests), shape)
+                   requests=shared.share(("requests", *requests), requests), shape=shape)
 
 
 def _shape_key(shape: PodShape) -> tuple[Any, ...]:

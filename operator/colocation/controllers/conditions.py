@@ -25,7 +25,7 @@ CONDITION_TYPES: Final = (AGENT_READY, METRICS_FRESH, COLOCATION_READY, EVICTING
 VOLATILE_STATUS_FIELDS: Final = frozenset({"leaseRenewTime", "metricUpdateTime", "lastNodeUpdateTime"})
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Condition:
     type: str
     status: bool | None  # None: Unknown

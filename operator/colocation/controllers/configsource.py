@@ -10,8 +10,8 @@ key that becomes valid again gets a Normal event. A deleted ConfigMap means the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from collections.abc import Awaitable, Mapping
+from typing import Any, Final, Protocol
 
 from colocation.controllers.config import CONFIG_MAP_NAME, ParsedConfig, parse_config
 from colocation.controllers.events import NORMAL, WARNING, EventType, ObjectRef
@@ -21,7 +21,11 @@ log = logging.getLogger(__name__)
 REASON_INVALID: Final = "InvalidConfiguration"
 REASON_APPLIED: Final = "ConfigurationApplied"
 
-PostEvent = Callable[[ObjectRef, EventType, str, str], Awaitable[None]]
+
+class PostEvent(Protocol):
+    """Posts an Event on an object (`KubeWriter.event`)."""
+
+    def __call__(self, ref: ObjectRef, type_: EventType, reason: str, *, message: str) -> Awaitable[None]: ...
 
 
 class ConfigSource:
@@ -63,7 +67,7 @@ class ConfigSource:
             if self._errors.get(key) != error:
                 kept = "keeping its last good value" if key in parsed.keys else "using the defaults"
                 log.warning("invalid configuration", extra={"key": key, "error": error})
-                await self._post_event(ref, WARNING, REASON_INVALID, f"{error} ({kept})")
+                await self._post_event(ref, WARNING, REASON_INVALID, message=f"{error} ({kept})")
         for key in sorted(set(self._errors) - set(parsed.errors)):
-            await self._post_event(ref, NORMAL, REASON_APPLIED, f"{key}: valid again, applied")
+            await self._post_event(ref, NORMAL, REASON_APPLIED, message=f"{key}: valid again, applied")
         self._errors = dict(parsed.errors)

@@ -46,7 +46,7 @@ def zone_display(zone: str) -> str:
     return f"zone {zone!r}" if zone else "the nodes without a zone label"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ZoneDecision:
     zone: str
     nodes: int
@@ -81,7 +81,7 @@ class GuardDecision:
         return "; ".join(self.zones[name].message for name in sorted(self.zones)) or "no nodes"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class DisruptionGuard:
     unhealthy_zone_threshold: float = 0.55
     min_unhealthy: int = 2
@@ -115,30 +115,34 @@ class DisruptionGuard:
             startup = startup or not health.judged
         states = {zone: self.zone_state(nodes, unhealthy) for zone, (nodes, unhealthy) in counts.items()}
         all_down = bool(states) and all(state == FULL_DISRUPTION for state in states.values())
-        zones = {zone: self._zone(zone, nodes, unhealthy, states[zone], startup=startup, all_down=all_down)
+        zones = {zone: self._zone(zone, nodes, unhealthy, state=states[zone], startup=startup, all_down=all_down)
                  for zone, (nodes, unhealthy) in counts.items()}
         return GuardDecision(zones, startup, all_down and not startup)
 
-    def _zone(self, zone: str, nodes: int, unhealthy: int, state: ZoneState, *, startup: bool,
+    def _zone(self, zone: str, nodes: int, unhealthy: int, *, state: ZoneState, startup: bool,
               all_down: bool) -> ZoneDecision:
         counts = f"{zone_display(zone)}: {unhealthy} of {nodes} nodes unhealthy"
         if startup:
-            return ZoneDecision(zone, nodes, unhealthy, state, 0.0, HELD_STARTUP,
-                                f"{counts}, no evictions during the startup grace")
+            return ZoneDecision(zone=zone, nodes=nodes, unhealthy=unhealthy, state=state, rate=0.0, held=HELD_STARTUP,
+                                message=f"{counts}, no evictions during the startup grace")
         if all_down:
-            return ZoneDecision(zone, nodes, unhealthy, state, 0.0, HELD_ALL_ZONES_DOWN,
-                                f"{counts}, every zone fully disrupted: more likely our fault than theirs, "
-                                "no evictions")
+            return ZoneDecision(zone=zone, nodes=nodes, unhealthy=unhealthy, state=state, rate=0.0,
+                                held=HELD_ALL_ZONES_DOWN,
+                                message=f"{counts}, every zone fully disrupted: more likely our fault than theirs, "
+                                        "no evictions")
         if state == PARTIAL_DISRUPTION:
             if nodes > self.large_cluster_size_threshold and self.secondary_eviction_rate > 0:
-                return ZoneDecision(zone, nodes, unhealthy, state, self.secondary_eviction_rate, None,
-                                    f"{counts}, partially disrupted: slowed to {self.secondary_eviction_rate:g} "
-                                    "nodes/s (--secondary-eviction-rate)")
+                return ZoneDecision(zone=zone, nodes=nodes, unhealthy=unhealthy, state=state,
+                                    rate=self.secondary_eviction_rate, held=None,
+                                    message=f"{counts}, partially disrupted: slowed to "
+                                            f"{self.secondary_eviction_rate:g} nodes/s (--secondary-eviction-rate)")
             why = (f"a zone of at most {self.large_cluster_size_threshold} nodes"
                    if nodes <= self.large_cluster_size_threshold else "--secondary-eviction-rate is 0")
-            return ZoneDecision(zone, nodes, unhealthy, state, 0.0, HELD_PARTIAL_DISRUPTION,
-                                f"{counts}, partially disrupted (more than {self.unhealthy_zone_threshold:.0%} and "
-                                f"more than {self.min_unhealthy}), {why}: no evictions")
+            return ZoneDecision(zone=zone, nodes=nodes, unhealthy=unhealthy, state=state, rate=0.0,
+                                held=HELD_PARTIAL_DISRUPTION,
+                                message=f"{counts}, partially disrupted (more than "
+                                        f"{self.unhealthy_zone_threshold:.0%} and more than {self.min_unhealthy}), "
+                                        f"{why}: no evictions")
         note = ", fully disrupted while other zones are not" if state == FULL_DISRUPTION else ""
-        return ZoneDecision(zone, nodes, unhealthy, state, self.eviction_rate, None,
-                            f"{counts}{note}: {self.eviction_rate:g} nodes/s (--eviction-rate)")
+        return ZoneDecision(zone=zone, nodes=nodes, unhealthy=unhealthy, state=state, rate=self.eviction_rate,
+                            held=None, message=f"{counts}{note}: {self.eviction_rate:g} nodes/s (--eviction-rate)")

@@ -25,7 +25,7 @@ _MESSAGE_LIMIT = 1024  # events.k8s.io's note limit; core/v1 allows more, nobody
 EventType = Literal["Normal", "Warning"]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ObjectRef:
     """The involvedObject of an Event."""
 
@@ -38,8 +38,9 @@ class ObjectRef:
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> ObjectRef:
         metadata = obj.get("metadata") or {}
-        return cls(str(obj.get("apiVersion") or "v1"), str(obj.get("kind") or ""), str(metadata.get("name") or ""),
-                   str(metadata.get("namespace") or ""), str(metadata.get("uid") or ""))
+        return cls(api_version=str(obj.get("apiVersion") or "v1"), kind=str(obj.get("kind") or ""),
+                   name=str(metadata.get("name") or ""), namespace=str(metadata.get("namespace") or ""),
+                   uid=str(metadata.get("uid") or ""))
 
     @property
     def event_namespace(self) -> str:
@@ -60,7 +61,7 @@ class Create:
     body: dict[str, Any]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Patch:
     namespace: str
     name: str
@@ -87,7 +88,7 @@ class EventRecorder:
         self._series: OrderedDict[tuple[Any, ...], _Series] = OrderedDict()
         self._sequence = 0
 
-    def record(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> Create | Patch:
+    def record(self, ref: ObjectRef, type_: EventType, reason: str, *, message: str) -> Create | Patch:
         now = self._wall()
         message = message if len(message) <= _MESSAGE_LIMIT else message[:_MESSAGE_LIMIT - 1] + "…"
         key = (ref, type_, reason, message)
@@ -96,8 +97,8 @@ class EventRecorder:
             series.count += 1
             series.last_seen = now
             self._series.move_to_end(key)
-            return Patch(ref.event_namespace, series.name, {"count": series.count, "lastTimestamp": format_time(now)},
-                         key)
+            return Patch(namespace=ref.event_namespace, name=series.name,
+                         body={"count": series.count, "lastTimestamp": format_time(now)}, key=key)
         name = self._name(ref, now)
         self._series[key] = _Series(name, 1, now)
         self._series.move_to_end(key)

@@ -41,7 +41,7 @@ def evictable(pod: Mapping[str, Any]) -> bool:
     return not is_high_priority(priority_of(pod))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PodEviction:
     """One eviction to make: `uid` goes into the Eviction's preconditions when known."""
 
@@ -58,13 +58,14 @@ class PodEviction:
 
 def _pod_eviction(node: str, pod: Mapping[str, Any]) -> PodEviction:
     metadata = _mapping(pod.get("metadata"))
-    return PodEviction(node, str(metadata.get("namespace") or "default"), str(metadata.get("name") or ""),
-                       str(metadata.get("uid") or ""), priority_of(pod))
+    return PodEviction(node=node, namespace=str(metadata.get("namespace") or "default"),
+                       name=str(metadata.get("name") or ""), uid=str(metadata.get("uid") or ""),
+                       priority=priority_of(pod))
 
 
 # --- The planner -----------------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class EvictionPlan:
     evictions: tuple[PodEviction, ...]  # to make now, by node then namespace/name
     draining: tuple[str, ...]  # nodes holding a token: their evictable pods are being evicted
@@ -77,7 +78,7 @@ def _default_backoff() -> Backoff:
     return Backoff(initial=5.0, maximum=60.0, factor=2.0, jitter=0.2)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class _Bucket:
     """One zone's token bucket and its queue of due nodes, first come first."""
 
@@ -165,8 +166,8 @@ class EvictionPlanner:
         held_until += [at for bucket in self._buckets.values() if (at := bucket.next_token_at()) is not None]
         evictions.sort(key=lambda e: (e.node, e.namespace, e.name))
         waiting = [node for zone in sorted(self._buckets) for node in self._buckets[zone].queue]
-        return EvictionPlan(tuple(evictions), tuple(sorted(self._draining)), tuple(started), tuple(waiting),
-                            min(held_until, default=None))
+        return EvictionPlan(evictions=tuple(evictions), draining=tuple(sorted(self._draining)), started=tuple(started),
+                            waiting=tuple(waiting), next_plan_at=min(held_until, default=None))
 
     def deferred(self, eviction: PodEviction) -> float:
         """The eviction was refused for now (429 from a PodDisruptionBudget, a 5xx): retry later.
@@ -187,7 +188,8 @@ class EvictionPlanner:
             rate = rates.get(zone, self.rate)
             bucket = self._buckets.get(zone)
             if bucket is None:
-                bucket = self._buckets[zone] = _Bucket(rate, float(self.burst) if rate > 0 else 0.0, now)
+                bucket = self._buckets[zone] = _Bucket(rate=rate, tokens=float(self.burst) if rate > 0 else 0.0,
+                                                       refilled_at=now)
             else:
                 bucket.refill(now, rate, self.burst)
             if zone not in due_zones and bucket.tokens >= self.burst - 1e-9:

@@ -61,7 +61,7 @@ class PodWriter(Protocol):
 
     async def evict(self, namespace: str, name: str, uid: str) -> tuple[int, Any]: ...
 
-    async def event(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None: ...
+    async def event(self, ref: ObjectRef, type_: EventType, reason: str, *, message: str) -> None: ...
 
 
 class EvictionRequestHandler:
@@ -100,20 +100,22 @@ class EvictionRequestHandler:
 
     async def _act(self, request: EvictionRequest, pod: PodToEvict, verdict: Verdict) -> PodOutcome:
         if verdict == "gone":
-            return PodOutcome(pod, "gone", "no such pod on the node (deleted, finished, or another pod of the name)")
+            return PodOutcome(pod=pod, outcome="gone",
+                              message="no such pod on the node (deleted, finished, or another pod of the name)")
         if verdict == "terminating":
-            return PodOutcome(pod, "terminating")
+            return PodOutcome(pod=pod, outcome="terminating")
         status, body = await self.writer.evict(pod.namespace, pod.name, pod.uid)
         if status in (200, 201):
             message = f"evicted at the request of the agent of node {request.node}: {request.message}"
-            await self.writer.event(ObjectRef("v1", "Pod", pod.name, pod.namespace, pod.uid), WARNING,
-                                    EVENT_REASONS[request.reason], message)
-            return PodOutcome(pod, "evicted")
+            await self.writer.event(ObjectRef(api_version="v1", kind="Pod", name=pod.name, namespace=pod.namespace,
+                                              uid=pod.uid), WARNING, EVENT_REASONS[request.reason], message=message)
+            return PodOutcome(pod=pod, outcome="evicted")
         if status == 429:
-            return PodOutcome(pod, "deferred", _message(body) or "the eviction is not allowed now")
+            return PodOutcome(pod=pod, outcome="deferred", message=_message(body) or "the eviction is not allowed now")
         if status in (404, 409):
-            return PodOutcome(pod, "gone", _message(body))
-        return PodOutcome(pod, "failed", _message(body) or f"the Eviction API answered {status or 'nothing'}")
+            return PodOutcome(pod=pod, outcome="gone", message=_message(body))
+        return PodOutcome(pod=pod, outcome="failed",
+                          message=_message(body) or f"the Eviction API answered {status or 'nothing'}")
 
 
 def _message(body: Any) -> str:

@@ -29,7 +29,7 @@ REASON_METRICS_STALE: Final = "MetricsStale"
 STREAK_SPACING: Final = 0.125
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NodeHealth:
     """One evaluation of one node.
 
@@ -51,7 +51,7 @@ class NodeHealth:
     changed: bool = False
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(slots=True, kw_only=True)
 class _Record:
     """What the tracker knows about one node; all times on the tracker's clock."""
 
@@ -137,10 +137,10 @@ class NodeHealthTracker:
         record.renew_time = renew_time
         if holder == "":
             return False  # released: the agent said goodbye, which is no sign of life
-        self._heartbeat(record, now, now)
+        self._heartbeat(record, at=now, now=now)
         return True
 
-    def observe_metric(self, node: str, update_time: str | None, seen_at: float | None = None) -> bool:
+    def observe_metric(self, node: str, *, update_time: str | None, seen_at: float | None = None) -> bool:
         """Record the node's NodeMetric `status.updateTime`; True if it is new.
 
         A new report is also the agent's heartbeat. `seen_at` is when the store received it (our
@@ -155,10 +155,10 @@ class NodeHealthTracker:
         record.update_time = update_time
         record.metric_seen = max(record.metric_seen, at)
         record.metric_ever_seen = True
-        self._heartbeat(record, at, now)
+        self._heartbeat(record, at=at, now=now)
         return True
 
-    def _heartbeat(self, record: _Record, at: float, now: float) -> None:
+    def _heartbeat(self, record: _Record, *, at: float, now: float) -> None:
         """A sign of life observed at `at` (never before what is already known: see `_restart`)."""
         at = max(at, record.alive_seen)
         self._settle(record, now)
@@ -262,8 +262,9 @@ class NodeHealthTracker:
     def _judge(self, node: str, record: _Record, now: float) -> NodeHealth:
         if self.in_startup_grace(now):
             left = self._judging_from() - now
-            return NodeHealth(node, True, True, True, False, None, False, REASON_STARTUP,
-                              f"became leader recently: nodes are judged in {human_duration(left)}")
+            return NodeHealth(node=node, healthy=True, agent_ready=True, metrics_fresh=True, judged=False,
+                              unhealthy_since=None, evict=False, reason=REASON_STARTUP,
+                              message=f"became leader recently: nodes are judged in {human_duration(left)}")
         agent_ready, _ = self._alive_state(record, now)
         metrics_fresh, _ = self._metric_state(record, now)
         problems: list[str] = []
@@ -277,15 +278,18 @@ class NodeHealthTracker:
             else:
                 reason = REASON_AGENT_SILENT
                 problems.append(self._silence("no report and no Lease renewal from the agent", record.ever_alive,
-                                              now - record.alive_seen, self.grace_period, "grace period"))
+                                              now - record.alive_seen, limit=self.grace_period,
+                                              limit_name="grace period"))
         if not metrics_fresh:
             reason = REASON_METRICS_STALE if agent_ready else reason
             problems.append(self._silence("no new NodeMetric report", record.metric_ever_seen,
-                                          now - record.metric_seen, self.degrade_after, "degradeTimeMinutes"))
+                                          now - record.metric_seen, limit=self.degrade_after,
+                                          limit_name="degradeTimeMinutes"))
         if not problems:
-            return NodeHealth(node, True, True, True, True, None, False, REASON_READY,
-                              f"agent heard {human_duration(now - record.alive_seen)} ago, "
-                              f"metrics reported {human_duration(now - record.metric_seen)} ago")
+            return NodeHealth(node=node, healthy=True, agent_ready=True, metrics_fresh=True, judged=True,
+                              unhealthy_since=None, evict=False, reason=REASON_READY,
+                              message=f"agent heard {human_duration(now - record.alive_seen)} ago, "
+                                      f"metrics reported {human_duration(now - record.metric_seen)} ago")
         since = record.unhealthy_since
         if since is None:  # cannot happen after _settle; kept total for the type checker
             since = now
@@ -294,10 +298,11 @@ class NodeHealthTracker:
         if evict:
             problems.append(f"unhealthy for {human_duration(unhealthy_for)}, longer than the eviction timeout "
                             f"{human_duration(self.eviction_timeout)}: batch and free pods are to be evicted")
-        return NodeHealth(node, False, agent_ready, metrics_fresh, True, since, evict, reason, "; ".join(problems))
+        return NodeHealth(node=node, healthy=False, agent_ready=agent_ready, metrics_fresh=metrics_fresh, judged=True,
+                          unhealthy_since=since, evict=evict, reason=reason, message="; ".join(problems))
 
     @staticmethod
-    def _silence(what: str, ever: bool, age: float, limit: float, limit_name: str) -> str:
+    def _silence(what: str, ever: bool, age: float, *, limit: float, limit_name: str) -> str:
         during = (f"for {human_duration(age)}" if ever
                   else f"in the {human_duration(age)} since the leader began watching")
         return f"{what} {during} ({limit_name} {human_duration(limit)})"

@@ -81,7 +81,7 @@ class KeptPod(_ReadOnlyMapping):
     requests: tuple[int, int]
     shape: PodShape
 
-    def __init__(self, name: str | None, uid: str | None, node_name: str | None, requests: tuple[int, int],
+    def __init__(self, name: str | None, uid: str | None, node_name: str | None, *, requests: tuple[int, int],
                  shape: PodShape) -> None:
         for key, value in (("name", name), ("uid", uid), ("node_name", node_name), ("requests", requests),
                            ("shape", shape)):
@@ -104,7 +104,13 @@ class KeptPod(_ReadOnlyMapping):
         return super().get(key, default)
 
     def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle: __setattr__ refuses theirs
-        return KeptPod, (self.name, self.uid, self.node_name, self.requests, self.shape)
+        return _rebuilt, ((self.name, self.uid, self.node_name, self.requests, self.shape),)
+
+
+def _rebuilt(fields: tuple[str | None, str | None, str | None, tuple[int, int], PodShape]) -> KeptPod:
+    """A copied or unpickled KeptPod (pickle passes the arguments by position)."""
+    name, uid, node_name, requests, shape = fields
+    return KeptPod(name, uid, node_name, requests=requests, shape=shape)
 
 
 class _PodView(_ReadOnlyMapping):

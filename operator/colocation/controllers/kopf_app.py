@@ -34,11 +34,13 @@ CREDENTIALS_LIFETIME = dt.timedelta(minutes=5)
 STOP_TIMEOUT = 1.0
 
 _OP = permissions.OPERATOR_API_CALLS
-for _call in (permissions.ApiCall(permissions.SLO_GROUP, "nodeslos", "watch", None),
-              permissions.ApiCall(permissions.SLO_GROUP, "noderesources", "watch", None),
-              permissions.ApiCall("", "configmaps", "watch", permissions.OPERATOR_NAMESPACE),
-              permissions.ApiCall("", "namespaces", "watch", None),
-              permissions.ApiCall("apiextensions.k8s.io", "customresourcedefinitions", "watch", None)):
+for _call in (permissions.ApiCall(group=permissions.SLO_GROUP, resource="nodeslos", verb="watch", namespace=None),
+              permissions.ApiCall(group=permissions.SLO_GROUP, resource="noderesources", verb="watch", namespace=None),
+              permissions.ApiCall(group="", resource="configmaps", verb="watch",
+                                  namespace=permissions.OPERATOR_NAMESPACE),
+              permissions.ApiCall(group="", resource="namespaces", verb="watch", namespace=None),
+              permissions.ApiCall(group="apiextensions.k8s.io", resource="customresourcedefinitions", verb="watch",
+                                  namespace=None)):
     permissions.declared(_OP, _call)
 
 
@@ -123,7 +125,7 @@ def build_settings(config_map_name: str = CONFIG_MAP_NAME) -> kopf.OperatorSetti
 
 
 async def run_kopf(registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, stop_flag: asyncio.Event,
-                   namespaces: Collection[str], restore_signals: Callable[[], None] | None) -> None:
+                   *, namespaces: Collection[str], restore_signals: Callable[[], None] | None) -> None:
     """Run Kopf until cancelled; return or raise only if Kopf fails (the caller treats that as fatal).
 
     Not `kopf.run_tasks`: at its end it cancels, as "hung", every task of the event loop created

@@ -42,18 +42,22 @@ from colocation.nodemetrics.storage_interface import NodeMetricReader
 
 log = logging.getLogger(__name__)
 
-_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "pods", "list", None))
-_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "pods", "watch", None))
-_LIST_NODES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "nodes", "list", None))
-_WATCH_NODES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "nodes", "watch", None))
+_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
+                                  permissions.ApiCall(group="", resource="pods", verb="list", namespace=None))
+_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
+                                   permissions.ApiCall(group="", resource="pods", verb="watch", namespace=None))
+_LIST_NODES = permissions.declared(permissions.OPERATOR_API_CALLS,
+                                   permissions.ApiCall(group="", resource="nodes", verb="list", namespace=None))
+_WATCH_NODES = permissions.declared(permissions.OPERATOR_API_CALLS,
+                                    permissions.ApiCall(group="", resource="nodes", verb="watch", namespace=None))
 _LIST_LEASES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall(
-    "coordination.k8s.io", "leases", "list", permissions.NODE_LEASE_NAMESPACE))
+    group="coordination.k8s.io", resource="leases", verb="list", namespace=permissions.NODE_LEASE_NAMESPACE))
 _WATCH_LEASES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall(
-    "coordination.k8s.io", "leases", "watch", permissions.NODE_LEASE_NAMESPACE))
+    group="coordination.k8s.io", resource="leases", verb="watch", namespace=permissions.NODE_LEASE_NAMESPACE))
 _LIST_ACCOUNTS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall(
-    "", "serviceaccounts", "list", permissions.OPERATOR_NAMESPACE))
+    group="", resource="serviceaccounts", verb="list", namespace=permissions.OPERATOR_NAMESPACE))
 _WATCH_ACCOUNTS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall(
-    "", "serviceaccounts", "watch", permissions.OPERATOR_NAMESPACE))
+    group="", resource="serviceaccounts", verb="watch", namespace=permissions.OPERATOR_NAMESPACE))
 AGENT_LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{permissions.NODE_LEASE_NAMESPACE}/leases"
 # Bound pods that have not finished: the only ones the formula and the exit process look at.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -83,8 +87,8 @@ class Controllers:
             degrade_after=self.config.parsed.colocation.cluster.degrade_time_minutes * 60.0,
             startup_grace=settings.startup_grace, recovery_renewals=settings.recovery_renewals)
         self.nodeslos = NodeSLOReconciler(self.state, self.config, self.writer)
-        self.resources = NodeResourceReconciler(self.state, self.tracker, store, self.config, self.writer,
-                                                self.metrics, settings)
+        self.resources = NodeResourceReconciler(self.state, self.tracker, store, config=self.config, writer=self.writer,
+                                                metrics=self.metrics, settings=settings)
         self._kopf_stop = asyncio.Event()
         self._leading = asyncio.Event()
         self._first_evaluation = asyncio.Event()
@@ -161,7 +165,8 @@ class Controllers:
         registry = kopf_app.build_registry(self, lambda: kopf_app.connection_info(self.api.configuration),
                                            self.namespace)
         tasks.append(asyncio.create_task(kopf_app.run_kopf(registry, kopf_app.build_settings(), self._kopf_stop,
-                                                           [self.namespace], restore_signals), name="kopf"))
+                                                           namespaces=[self.namespace],
+                                                           restore_signals=restore_signals), name="kopf"))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:

@@ -18,7 +18,7 @@ from colocation.controllers.nodewrite import NodeBatch, batch_on_node
 from colocation.koordinator.slo_strategies import ColocationStrategy, with_node_overrides
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(slots=True, kw_only=True)
 class NodeMemo:
     strategy_from: tuple[Any, ...] = ()  # (node labels, NodeResource spec, parsed configuration)
     strategy: ColocationStrategy | None = None

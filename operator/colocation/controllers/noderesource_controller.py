@@ -91,8 +91,8 @@ def _update_time(entry: Entry) -> str | None:
 
 class NodeResourceReconciler:
     def __init__(self, state: ClusterState, tracker: NodeHealthTracker, store: NodeMetricReader,
-                 config: ConfigSource, writer: KubeWriter, metrics: ControllerMetrics, settings: ControllerSettings,
-                 *, wall: Callable[[], float] = time.time) -> None:
+                 *, config: ConfigSource, writer: KubeWriter, metrics: ControllerMetrics, settings: ControllerSettings,
+                 wall: Callable[[], float] = time.time) -> None:
         self.state = state
         self.tracker = tracker
         self.store = store
@@ -101,9 +101,11 @@ class NodeResourceReconciler:
         self.metrics = metrics
         self.settings = settings
         self.wall = wall
-        self.guard = DisruptionGuard(settings.unhealthy_zone_threshold, settings.unhealthy_zone_min_nodes,
-                                     settings.eviction_rate, settings.secondary_eviction_rate,
-                                     settings.large_cluster_size_threshold)
+        self.guard = DisruptionGuard(unhealthy_zone_threshold=settings.unhealthy_zone_threshold,
+                                     min_unhealthy=settings.unhealthy_zone_min_nodes,
+                                     eviction_rate=settings.eviction_rate,
+                                     secondary_eviction_rate=settings.secondary_eviction_rate,
+                                     large_cluster_size_threshold=settings.large_cluster_size_threshold)
         self.planner = EvictionPlanner(time.monotonic, rate=settings.eviction_rate)
         self._metrics: dict[str, tuple[int, str | None]] = {}  # node -> (resourceVersion, its updateTime)
         self._computed: dict[str, _Computed] = {}
@@ -131,7 +133,7 @@ class NodeResourceReconciler:
                 update_time = _update_time(entry)
                 self._metrics[name] = (entry.resource_version, update_time)
                 # A report is the agent's heartbeat, as of when the store took it in.
-                self.tracker.observe_metric(name, update_time, seen_at=entry.last_seen_monotonic)
+                self.tracker.observe_metric(name, update_time=update_time, seen_at=entry.last_seen_monotonic)
 
     def observe_lease(self, lease: Mapping[str, Any]) -> None:
         spec = lease.get("spec") or {}
@@ -156,7 +158,7 @@ class NodeResourceReconciler:
         overrides = (self.state.noderesources.get(name) or {}).get("spec")
         return self._memo(name).strategy_of(labels, overrides, self.config.parsed)
 
-    def _compute(self, name: str, node: Obj, strategy: ColocationStrategy, now: float) -> _Computed:
+    def _compute(self, name: str, node: Obj, strategy: ColocationStrategy, *, now: float) -> _Computed:
         """The formulas' result for the node, computed again only when one of their inputs changed.
 
         The inputs: the Node and its pods (`node_versions`), the report (its resourceVersion),
@@ -177,8 +179,8 @@ class NodeResourceReconciler:
         pods = self.state.pods_on(name)
         received_at = entry.received_at if entry else None
         parsed = orjson.loads(entry.body) if entry else None
-        batch = calculate_batch_resources(node, pods, parsed, strategy, now, received_at=received_at)
-        mid = calculate_mid_resources(node, pods, parsed, strategy, now, received_at=received_at)
+        batch = calculate_batch_resources(node, pods, parsed, strategy=strategy, now=now, received_at=received_at)
+        mid = calculate_mid_resources(node, pods, parsed, strategy=strategy, now=now, received_at=received_at)
         # Both drop their result in the same cases; written and removed together (nodewrite).
         values = {**batch, **mid} if batch is not None and mid is not None else None
         reason = ""
@@ -201,7 +203,7 @@ class NodeResourceReconciler:
         for index, name in enumerate(list(self.state.nodes), 1):
             node = self.state.nodes.get(name)  # gone while this pass yielded: nothing to do
             if node is not None:
-                self._compute(name, node, self.strategy(name, node), now)
+                self._compute(name, node, self.strategy(name, node), now=now)
             if index % NODES_PER_TURN == 0:
                 await asyncio.sleep(0)  # one turn: the standby goes on reading its feeds
 
@@ -231,7 +233,7 @@ class NodeResourceReconciler:
         self.metrics.evictions_allowed.set(1 if decision.allowed else 0)
         self.metrics.observe_zones(decision.zones)
 
-        work = [self._reconcile(name, healths[name], decision, zones[name], plan, name in due)
+        work = [self._reconcile(name, healths[name], decision, zone=zones[name], plan=plan, due=name in due)
                 for name in sorted(healths) if name in self.state.nodes]
         work += [self._evict(eviction) for eviction in plan.evictions]
         work += [self._started_draining(name, healths[name]) for name in plan.started if name in healths]
@@ -244,7 +246,7 @@ class NodeResourceReconciler:
             log.info("exit process", extra={"allowed": decision.allowed, "all_zones_down": decision.all_down,
                                             "detail": decision.summary})
 
-    async def _reconcile(self, name: str, health: NodeHealth, decision: GuardDecision, zone: str,
+    async def _reconcile(self, name: str, health: NodeHealth, decision: GuardDecision, *, zone: str,
                          plan: EvictionPlan, due: bool) -> None:
         node = self.state.nodes[name]
         resource = self.state.noderesources.get(name)
@@ -252,14 +254,14 @@ class NodeResourceReconciler:
             resource = await self._create_noderesource(node)
         now = self.wall()
         strategy = self.strategy(name, node)
-        computed = self._compute(name, node, strategy, now)
+        computed = self._compute(name, node, strategy, now=now)
         evicting = evicting_condition(due=due, draining=name in plan.draining, waiting=name in plan.waiting,
                                       zone=decision.zones.get(zone), rate=self.settings.eviction_rate,
                                       timeout=self.settings.eviction_timeout)
         # Read before the write's await, as the status then shows what this evaluation judged.
         metric_update_time, lease_renew_time = self._metric_update_time(name), self.state.lease_renew_times.get(name)
-        offers = await self._write_node(name, node, node_offer(health, computed.values), health.judged, strategy,
-                                        resource, now)
+        offers = await self._write_node(name, node, node_offer(health, computed.values), judged=health.judged,
+                                        strategy=strategy, resource=resource, now=now)
         if resource is not None:
             last = self._last_node_write(name, resource)
             # The status shows what the Node offers after this evaluation's write, as the write's
@@ -275,7 +277,7 @@ class NodeResourceReconciler:
                 metric_update_time=metric_update_time, lease_renew_time=lease_renew_time,
                 last_node_update=format_time(last) if last else None,
                 generation=resource.get("metadata", {}).get("generation"), on_node=shown)
-            await self._write_status(name, resource, evaluation, strategy, now)
+            await self._write_status(name, resource, evaluation, strategy=strategy, now=now)
         # Events last: while they are posted, the watch may deliver an older copy of the Node.
         await self._post_transitions(name, node, health)
 
@@ -289,7 +291,7 @@ class NodeResourceReconciler:
         stored = parse_timestamp(((resource or {}).get("status") or {}).get("lastNodeUpdateTime"))
         return stored.timestamp() if stored else None
 
-    async def _write_node(self, name: str, node: Obj, desired: Mapping[str, int] | None, judged: bool,
+    async def _write_node(self, name: str, node: Obj, desired: Mapping[str, int] | None, *, judged: bool,
                           strategy: ColocationStrategy, resource: Mapping[str, Any] | None,
                           now: float) -> Mapping[str, int] | None:
         """Write the Node if it must offer `desired` (`nodestatus.offered`) and does not; the batch
@@ -335,7 +337,7 @@ class NodeResourceReconciler:
         return None
 
     async def _write_status(self, name: str, resource: Mapping[str, Any], evaluation: Evaluation,
-                            strategy: ColocationStrategy, now: float) -> None:
+                            *, strategy: ColocationStrategy, now: float) -> None:
         kept = resource.get("status") or {}
         memo = self._memo(name)
         inputs = status_inputs(evaluation)
@@ -371,12 +373,14 @@ class NodeResourceReconciler:
             if before != now:
                 self.metrics.health_transitions.labels(type_, str(now)).inc()
         if before_agent and not health.agent_ready:
-            await self.writer.event(ref, WARNING, REASON_AGENT_NOT_READY, f"{health.message}: batch resources removed")
+            await self.writer.event(ref, WARNING, REASON_AGENT_NOT_READY,
+                                    message=f"{health.message}: batch resources removed")
         if before_metrics and not health.metrics_fresh:
-            await self.writer.event(ref, WARNING, REASON_METRICS_STALE, f"{health.message}: batch resources removed")
+            await self.writer.event(ref, WARNING, REASON_METRICS_STALE,
+                                    message=f"{health.message}: batch resources removed")
         if not before_healthy and health.healthy:
             await self.writer.event(ref, NORMAL, REASON_RECOVERED,
-                                    "the agent's Lease and metrics are fresh again: batch resources restored")
+                                    message="the agent's Lease and metrics are fresh again: batch resources restored")
         if before_healthy != health.healthy:
             log.info("node health changed", extra={"node": name, "healthy": health.healthy, "reason": health.reason,
                                                    "detail": health.message})
@@ -388,18 +392,19 @@ class NodeResourceReconciler:
         count = sum(1 for pod in self.state.pods_on(name) if evictable(pod))
         log.warning("evicting batch and free pods", extra={"node": name, "pods": count, "detail": health.message})
         await self.writer.event(ObjectRef.of({"apiVersion": "v1", "kind": "Node", **node}), WARNING,
-                                REASON_EVICTING, f"{health.message} (batch and free pods on the node: {count})")
+                                REASON_EVICTING, message=f"{health.message} (batch and free pods on the node: {count})")
 
     async def _evict(self, eviction: PodEviction) -> None:
         status, body = await self.writer.evict(eviction.namespace, eviction.name, eviction.uid)
-        pod = ObjectRef("v1", "Pod", eviction.name, eviction.namespace, eviction.uid)
+        pod = ObjectRef(api_version="v1", kind="Pod", name=eviction.name, namespace=eviction.namespace,
+                        uid=eviction.uid)
         if 200 <= status < 300:
             self.metrics.evictions.labels("evicted").inc()
             log.info("pod evicted", extra={"node": eviction.node, "pod": f"{eviction.namespace}/{eviction.name}",
                                            "priority": eviction.priority})
             await self.writer.event(pod, NORMAL, REASON_EVICTED,
-                                    f"evicted: node {eviction.node} has been unhealthy for longer than the eviction "
-                                    f"timeout and this pod is {eviction.priority}")
+                                    message=f"evicted: node {eviction.node} has been unhealthy for longer than the "
+                                            f"eviction timeout and this pod is {eviction.priority}")
         elif status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)
             self.metrics.evictions.labels("gone").inc()
         else:

@@ -53,7 +53,7 @@ EVICTING_PODS: Final = "EvictingPods"
 NOT_REMOVED: Final = "not yet removed from the Node: the write failed and is retried"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Evaluation:
     """Everything one evaluation found about a node."""
 
@@ -89,28 +89,31 @@ def _health_conditions(evaluation: Evaluation, previous: Mapping[str, Mapping[st
             old = previous.get(type_)
             if old is not None:
                 status = {"True": True, "False": False}.get(str(old.get("status")))
-                kept.append(Condition(type_, status, str(old.get("reason") or health_reasons.REASON_STARTUP),
-                                      str(old.get("message") or "")))
+                kept.append(Condition(type=type_, status=status,
+                                      reason=str(old.get("reason") or health_reasons.REASON_STARTUP),
+                                      message=str(old.get("message") or "")))
             else:
-                kept.append(Condition(type_, None, health_reasons.REASON_STARTUP,
-                                      "the operator became leader recently; nodes are judged after a grace period"))
+                kept.append(Condition(type=type_, status=None, reason=health_reasons.REASON_STARTUP,
+                                      message="the operator became leader recently; nodes are judged after a grace "
+                                              "period"))
         return kept
     grace = human_duration(evaluation.grace_period)
     if health.agent_ready:
-        agent = Condition(AGENT_READY, True, "AgentHeard",
-                          f"the agent reports (or renews its Lease) within the grace period {grace}")
+        agent = Condition(type=AGENT_READY, status=True, reason="AgentHeard",
+                          message=f"the agent reports (or renews its Lease) within the grace period {grace}")
     elif health.reason == health_reasons.REASON_AGENT_UNSTABLE:
-        agent = Condition(AGENT_READY, False, health_reasons.REASON_AGENT_UNSTABLE,
-                          "the agent is heard again, but not yet steadily")
+        agent = Condition(type=AGENT_READY, status=False, reason=health_reasons.REASON_AGENT_UNSTABLE,
+                          message="the agent is heard again, but not yet steadily")
     else:
-        agent = Condition(AGENT_READY, False, health_reasons.REASON_AGENT_SILENT,
-                          f"no report and no Lease renewal from the agent within the grace period {grace}")
+        agent = Condition(type=AGENT_READY, status=False, reason=health_reasons.REASON_AGENT_SILENT,
+                          message=f"no report and no Lease renewal from the agent within the grace period {grace}")
     degrade = human_duration(evaluation.degrade_after)
     if health.metrics_fresh:
-        metrics = Condition(METRICS_FRESH, True, "MetricsReported", f"a new NodeMetric report came within {degrade}")
+        metrics = Condition(type=METRICS_FRESH, status=True, reason="MetricsReported",
+                            message=f"a new NodeMetric report came within {degrade}")
     else:
-        metrics = Condition(METRICS_FRESH, False, health_reasons.REASON_METRICS_STALE,
-                            f"no new NodeMetric report for longer than degradeTimeMinutes ({degrade})")
+        metrics = Condition(type=METRICS_FRESH, status=False, reason=health_reasons.REASON_METRICS_STALE,
+                            message=f"no new NodeMetric report for longer than degradeTimeMinutes ({degrade})")
     return [agent, metrics]
 
 
@@ -125,14 +128,14 @@ def _colocation_condition(evaluation: Evaluation) -> tuple[Condition, str]:
         values = evaluation.on_node
         if values is None:
             text = "batch resources computed, not yet written to the Node"
-            return Condition(COLOCATION_READY, False, PENDING, text), text
+            return Condition(type=COLOCATION_READY, status=False, reason=PENDING, message=text), text
         text = (f"offering batch cpu {format_millis(values[BATCH_CPU])} and "
                 f"memory {format_bytes(values[BATCH_MEMORY])}, mid cpu {format_millis(values[MID_CPU])} "
                 f"and memory {format_bytes(values[MID_MEMORY])}")
-        return Condition(COLOCATION_READY, True, OFFERED, text), text
+        return Condition(type=COLOCATION_READY, status=True, reason=OFFERED, message=text), text
     if not health.healthy:
         text = f"the node is unhealthy: {_removal(evaluation)}"
-        return Condition(COLOCATION_READY, False, UNHEALTHY, text), text
+        return Condition(type=COLOCATION_READY, status=False, reason=UNHEALTHY, message=text), text
     reason = evaluation.no_computation_reason or NO_METRICS
     text = {
         DISABLED: "colocation is disabled for this node: no batch resources",
@@ -143,7 +146,7 @@ def _colocation_condition(evaluation: Evaluation) -> tuple[Condition, str]:
         text += " (kept as they are on the Node until the startup grace ends)"
     elif evaluation.on_node is not None:
         text += " (" + NOT_REMOVED + ")"
-    return Condition(COLOCATION_READY, False, reason, text), text
+    return Condition(type=COLOCATION_READY, status=False, reason=reason, message=text), text
 
 
 def status_inputs(evaluation: Evaluation) -> tuple[Any, ...]:
@@ -201,17 +204,19 @@ def evicting_condition(*, due: bool, draining: bool, waiting: bool, zone: ZoneDe
                        timeout: float) -> Condition:
     """The Evicting condition of a node, from the exit process's view of it and of its zone."""
     if draining:
-        return Condition(EVICTING, True, EVICTING_PODS,
-                         f"unhealthy for longer than the eviction timeout {human_duration(timeout)}: "
-                         "evicting its batch and free pods")
+        return Condition(type=EVICTING, status=True, reason=EVICTING_PODS,
+                         message=f"unhealthy for longer than the eviction timeout {human_duration(timeout)}: "
+                                 "evicting its batch and free pods")
     if not due:
-        return Condition(EVICTING, False, NOT_DUE, "no eviction: the node is healthy or within the eviction timeout")
+        return Condition(type=EVICTING, status=False, reason=NOT_DUE,
+                         message="no eviction: the node is healthy or within the eviction timeout")
     if rate <= 0:
-        return Condition(EVICTING, False, EVICTIONS_DISABLED, "evictions are disabled (--eviction-rate=0)")
+        return Condition(type=EVICTING, status=False, reason=EVICTIONS_DISABLED,
+                         message="evictions are disabled (--eviction-rate=0)")
     if zone is not None and zone.held:
-        return Condition(EVICTING, False, zone.held, f"evictions held back: {zone.message}")
+        return Condition(type=EVICTING, status=False, reason=zone.held, message=f"evictions held back: {zone.message}")
     if waiting:
         slowed = zone is not None and zone.state == PARTIAL_DISRUPTION
-        return Condition(EVICTING, False, SECONDARY_RATE_LIMITED if slowed else RATE_LIMITED,
-                         "due for eviction, waiting for its turn" + (f" ({zone.message})" if zone else ""))
-    return Condition(EVICTING, False, NOT_DUE, "due for eviction")
+        return Condition(type=EVICTING, status=False, reason=SECONDARY_RATE_LIMITED if slowed else RATE_LIMITED,
+                         message="due for eviction, waiting for its turn" + (f" ({zone.message})" if zone else ""))
+    return Condition(type=EVICTING, status=False, reason=NOT_DUE, message="due for eviction")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ControllerSettings:
     enabled: bool = True
     # Every node is judged and its batch resources recomputed this often, events or not.

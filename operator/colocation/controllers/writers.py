@@ -37,9 +37,10 @@ NODERESOURCES: Final = "noderesources"
 _OP = permissions.OPERATOR_API_CALLS
 
 
-def _declare(group: str, resource: str, verb: str, namespace: str | None = None, subresource: str = "",
+def _declare(group: str, resource: str, verb: str, *, namespace: str | None = None, subresource: str = "",
              name: str = "") -> permissions.ApiCall:
-    return permissions.declared(_OP, permissions.ApiCall(group, resource, verb, namespace, subresource, name))
+    return permissions.declared(_OP, permissions.ApiCall(group=group, resource=resource, verb=verb, namespace=namespace,
+                                                         subresource=subresource, name=name))
 
 
 _PATCH_NODE_STATUS = _declare("", "nodes", "patch", subresource="status")
@@ -54,7 +55,7 @@ _PATCH_NODERESOURCE_STATUS = _declare(GROUP, NODERESOURCES, "patch", subresource
 _EVICT = _declare("", "pods", "create", subresource="eviction")
 _CREATE_EVENT = _declare("", "events", "create")
 _PATCH_EVENT = _declare("", "events", "patch")
-_GET_CONFIG = _declare("", "configmaps", "get", permissions.OPERATOR_NAMESPACE)
+_GET_CONFIG = _declare("", "configmaps", "get", namespace=permissions.OPERATOR_NAMESPACE)
 
 Result = tuple[int, Any]
 
@@ -170,8 +171,8 @@ class KubeWriter:
 
     # ---- events --------------------------------------------------------------------------------
 
-    async def event(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None:
-        action = self.recorder.record(ref, type_, reason, message)
+    async def event(self, ref: ObjectRef, type_: EventType, reason: str, *, message: str) -> None:
+        action = self.recorder.record(ref, type_, reason, message=message)
         if isinstance(action, Patch):
             status, _ = await self._call(_PATCH_EVENT, self.core.patch_namespaced_event, action.name,
                                          action.namespace, action.body, _content_type=MERGE_PATCH)
@@ -179,7 +180,7 @@ class KubeWriter:
                 self._count("events", "patch", status)
                 return
             self.recorder.forget(action.key)  # expired meanwhile (events live an hour): post it anew
-            action = self.recorder.record(ref, type_, reason, message)
+            action = self.recorder.record(ref, type_, reason, message=message)
         assert isinstance(action, Create)
         status, body = await self._call(_CREATE_EVENT, self.core.create_namespaced_event, action.namespace,
                                         action.body)

@@ -96,7 +96,8 @@ class BuiltinMetrics:
         if percentile:
             return self._percentiles(entry).get((resource, percentile))
         if metric.aggregated:
-            return self._from_history(SeriesKey(metric.base, NODES, "", name, ()), metric.aggregation)
+            return self._from_history(SeriesKey(metric=metric.base, resource=NODES, namespace="", name=name, labels=()),
+                                      metric.aggregation)
         figures = entry.figures
         value = figures.cpu_millis / 1000 if resource == "cpu" else float(figures.memory_bytes)
         return Point(value, figures.update_time)
@@ -108,14 +109,15 @@ class BuiltinMetrics:
         resource, percentile = _split(metric)
         if percentile or metric.aggregated:
             base = f"{metric.base.rpartition('_')[0]}" if percentile else metric.base
-            return self._from_history(SeriesKey(base, PODS, namespace, name, ()), percentile or metric.aggregation)
+            return self._from_history(SeriesKey(metric=base, resource=PODS, namespace=namespace, name=name, labels=()),
+                                      percentile or metric.aggregation)
         node, pod = found
         quantity = pod.usage.get(resource)
         amount = _amount(resource, quantity) if quantity is not None else None
         return Point(amount, _epoch(node.timestamp)) if amount is not None else None
 
     def _from_history(self, key: SeriesKey, aggregation: str) -> Point | None:
-        series = self.history.series_of(key.metric, key.resource, key.namespace, key.name)
+        series = self.history.series_of(key.metric, key.resource, key.namespace, name=key.name)
         if not series:
             return None
         timestamps, values = series[0].window(self.history.oldest_kept())
@@ -159,12 +161,15 @@ class BuiltinMetrics:
         # skewed one would put the sample out of order with other nodes' or beyond the retention.
         at, recorded = entry.received_at, 0
         samples: list[tuple[SeriesKey, float]] = [
-            (SeriesKey(CPU_USAGE, NODES, "", entry.name, ()), entry.figures.cpu_millis / 1000),
-            (SeriesKey(MEMORY_USAGE, NODES, "", entry.name, ()), float(entry.figures.memory_bytes))]
+            (SeriesKey(metric=CPU_USAGE, resource=NODES, namespace="", name=entry.name, labels=()),
+             entry.figures.cpu_millis / 1000),
+            (SeriesKey(metric=MEMORY_USAGE, resource=NODES, namespace="", name=entry.name, labels=()),
+             float(entry.figures.memory_bytes))]
         for pod in usage.pods:
             for metric, resource in _RESOURCE_OF.items():
                 if resource in pod.usage and (amount := _amount(resource, pod.usage[resource])) is not None:
-                    samples.append((SeriesKey(metric, PODS, pod.namespace, pod.name, ()), amount))
+                    samples.append((SeriesKey(metric=metric, resource=PODS, namespace=pod.namespace, name=pod.name,
+                                              labels=()), amount))
         for key, value in samples:
             recorded += self.history.record(key, at, value)
         return recorded

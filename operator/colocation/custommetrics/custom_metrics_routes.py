@@ -66,7 +66,7 @@ def _selector(request: web.Request, parameter: str) -> LabelSelector | None:
 
 class CustomMetricsApi:
     def __init__(self, series: SeriesStore, builtins: BuiltinMetrics, query: MetricsQuery,
-                 authorizer: Authorizer, leadership: Leadership, metrics: StoreMetrics,
+                 *, authorizer: Authorizer, leadership: Leadership, metrics: StoreMetrics,
                  feed: SampleFeed | None = None) -> None:
         self.series = series
         self.feed = feed if feed is not None else SampleFeed(series, on_dropped=metrics.feed_dropped.inc)
@@ -158,7 +158,8 @@ class CustomMetricsApi:
                                             name="" if name == "*" else name, api_group=CUSTOM_GROUP,
                                             namespace=namespace)
             selector, metric_selector = _selector(request, "labelSelector"), _selector(request, "metricLabelSelector")
-            values = self.query.custom(resource, namespace, name, metric, selector, metric_selector)
+            values = self.query.custom(resource, namespace, name, metric_name=metric, selector=selector,
+                                       metric_selector=metric_selector)
             return json_response(metric_value_list(version, values, metric_selector))
 
         return handler
@@ -194,7 +195,7 @@ class CustomMetricsApi:
         except ValueError:
             raise ApiError.bad_request(f"invalid after {after!r}: not a sequence number") from None
         cursor = self.feed.open(request.query.get("epoch", ""), seq)
-        return await self.feed_serving.serve(request, options, cursor, pre_encoded())
+        return await self.feed_serving.serve(request, options, cursor, encoder=pre_encoded())
 
 
 def _success(batch: ValidatedBatch, result: IngestResult) -> dict[str, Any]:

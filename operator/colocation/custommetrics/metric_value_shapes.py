@@ -26,7 +26,7 @@ _KIND_OF = {"pods": "Pod", "nodes": "Node"}
 _MAX_MILLIS = 2**63 - 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MetricValue:
     """One answer: a value of a metric for one object (custom) or one series (external)."""
 

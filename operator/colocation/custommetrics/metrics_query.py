@@ -57,7 +57,7 @@ def combine(series: Iterable[Series], oldest: float, aggregation: str) -> Point 
 
 class MetricsQuery:
     def __init__(self, series: SeriesStore, builtins: BuiltinMetrics, pods: PodLabels,
-                 node_labels: Callable[[str], Mapping[str, str] | None]) -> None:
+                 *, node_labels: Callable[[str], Mapping[str, str] | None]) -> None:
         self.series = series
         self.builtins = builtins
         self.pods = pods
@@ -65,7 +65,7 @@ class MetricsQuery:
 
     # -- custom.metrics.k8s.io ------------------------------------------------------------------
 
-    def custom(self, resource: str, namespace: str, name: str, metric_name: str,
+    def custom(self, resource: str, namespace: str, name: str, *, metric_name: str,
                selector: LabelSelector | None, metric_selector: LabelSelector | None) -> list[MetricValue]:
         """Values for one object (`name`) or every object matching `selector` (name "*")."""
         if resource not in (PODS, NODES):
@@ -73,10 +73,11 @@ class MetricsQuery:
         metric = parse_metric_name(metric_name)
         if name != ALL_OBJECTS:
             labels = self._labels(resource, namespace, name)
-            point = self._point(resource, namespace, name, metric, metric_selector) if labels is not None else None
+            point = self._point(resource, namespace, name, metric=metric,
+                                metric_selector=metric_selector) if labels is not None else None
             if point is None:
                 raise metric_not_found_for(resource, metric_name, name)
-            return [self._value(resource, namespace, name, metric, point)]
+            return [self._value(resource, namespace, name, metric=metric, point=point)]
         builtin = is_builtin(metric)
         if not builtin and (metric.base not in {m for r, m in self.series.metrics() if r == resource}):
             raise metric_not_found(resource, metric_name)
@@ -88,28 +89,28 @@ class MetricsQuery:
             labels = self._labels(resource, namespace, candidate)
             if labels is None or (selector is not None and not selector.matches(labels)):
                 continue
-            point = self._point(resource, namespace, candidate, metric, metric_selector)
+            point = self._point(resource, namespace, candidate, metric=metric, metric_selector=metric_selector)
             if point is not None:
-                values.append(self._value(resource, namespace, candidate, metric, point))
+                values.append(self._value(resource, namespace, candidate, metric=metric, point=point))
         return values
 
     def _labels(self, resource: str, namespace: str, name: str) -> Mapping[str, str] | None:
         return self.pods.labels(namespace, name) if resource == PODS else self.node_labels(name)
 
-    def _point(self, resource: str, namespace: str, name: str, metric: MetricRequest,
+    def _point(self, resource: str, namespace: str, name: str, *, metric: MetricRequest,
                metric_selector: LabelSelector | None) -> Point | None:
         if is_builtin(metric):
             if metric_selector is not None and not metric_selector.matches({}):
                 return None  # built-in metrics have no labels
             return self.builtins.pod_value(namespace, name, metric) if resource == PODS \
                 else self.builtins.node_value(name, metric)
-        series = self.series.series_of(metric.base, resource, namespace, name, metric_selector)
+        series = self.series.series_of(metric.base, resource, namespace, name=name, metric_selector=metric_selector)
         return combine(series, self.series.oldest_kept(), metric.aggregation)
 
     @staticmethod
-    def _value(resource: str, namespace: str, name: str, metric: MetricRequest, point: Point) -> MetricValue:
-        return MetricValue(resource, namespace, name, metric.name, point.timestamp, point.window_seconds,
-                           point.value)
+    def _value(resource: str, namespace: str, name: str, *, metric: MetricRequest, point: Point) -> MetricValue:
+        return MetricValue(resource=resource, namespace=namespace, name=name, metric=metric.name,
+                           timestamp=point.timestamp, window_seconds=point.window_seconds, value=point.value)
 
     def custom_metrics(self) -> set[tuple[str, str]]:
         """(resource, metric) pairs for discovery: the built-ins and every metric held."""
@@ -123,11 +124,12 @@ class MetricsQuery:
         metric = parse_metric_name(metric_name)
         oldest = self.series.oldest_kept()
         values = []
-        for series in self.series.series_in(metric.base, PODS, namespace, selector):
+        for series in self.series.series_in(metric.base, PODS, namespace, metric_selector=selector):
             point = combine((series,), oldest, metric.aggregation)
             if point is not None:
-                values.append(MetricValue(PODS, namespace, series.key.name, metric.name, point.timestamp,
-                                          point.window_seconds, point.value, series.labels))
+                values.append(MetricValue(resource=PODS, namespace=namespace, name=series.key.name, metric=metric.name,
+                                          timestamp=point.timestamp, window_seconds=point.window_seconds,
+                                          value=point.value, labels=series.labels))
         values.sort(key=lambda value: (sorted((value.labels or {}).items()), value.name))
         return values
 

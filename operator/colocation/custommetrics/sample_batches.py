@@ -83,7 +83,7 @@ class MetricSampleBatch(BaseModel):
     series: Annotated[list[SeriesBody], Field(max_length=MAX_SERIES)]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class IncomingSeries:
     """One series of an accepted batch, as the store takes it."""
 
@@ -112,7 +112,7 @@ def validate_batch(raw: bytes, node: str) -> ValidatedBatch:
         model = MetricSampleBatch.model_validate_json(raw)
     except ValidationError as exc:
         raise _rejection(raw, node, exc) from None
-    _check_identity(model.api_version, model.kind, model.node, node)
+    _check_identity(model.api_version, model.kind, model.node, node=node)
     incoming: list[IncomingSeries] = []
     seen: dict[tuple[str, tuple[tuple[str, str], ...], str, str], int] = {}
     duplicates: list[Cause] = []
@@ -125,15 +125,15 @@ def validate_batch(raw: bytes, node: str) -> ValidatedBatch:
                                     f"series[{seen[identity]}]", "FieldValueDuplicate"))
             continue
         seen[identity] = index
-        incoming.append(IncomingSeries(body.metric, labels, namespace, pod,
-                                       tuple(s.timestamp for s in body.samples),
-                                       tuple(s.value for s in body.samples)))
+        incoming.append(IncomingSeries(metric=body.metric, labels=labels, namespace=namespace, pod=pod,
+                                       timestamps=tuple(s.timestamp for s in body.samples),
+                                       values=tuple(s.value for s in body.samples)))
     if duplicates:
-        raise ApiError.invalid(GROUP, KIND, node, duplicates)
+        raise ApiError.invalid(GROUP, KIND, node, causes=duplicates)
     return ValidatedBatch(node, tuple(incoming), model.sent_time)
 
 
-def _check_identity(api_version: object, kind: object, batch_node: object, node: str) -> None:
+def _check_identity(api_version: object, kind: object, batch_node: object, *, node: str) -> None:
     if api_version != API_VERSION or kind != KIND:
         raise ApiError.bad_request(f"the object provided is unrecognized (must be of type {KIND} in "
                                    f"{API_VERSION}): got kind {show(kind)} in version {show(api_version)}")
@@ -144,8 +144,8 @@ def _check_identity(api_version: object, kind: object, batch_node: object, node:
 def _rejection(raw: bytes, node: str, exc: ValidationError) -> ApiError:
     """Decoding and identity errors first (400), then every invalid field (422), as reports are judged."""
     document = decoded_object(raw, KIND, exc)
-    _check_identity(document.get("apiVersion"), document.get("kind"), document.get("node"), node)
-    return ApiError.invalid(GROUP, KIND, node, FIELD_ERRORS.causes(exc))
+    _check_identity(document.get("apiVersion"), document.get("kind"), document.get("node"), node=node)
+    return ApiError.invalid(GROUP, KIND, node, causes=FIELD_ERRORS.causes(exc))
 
 
 FIELD_ERRORS = FieldErrorStyle(map_fields=(("labels",),), pattern_messages=_PATTERN_MESSAGES)

@@ -33,7 +33,7 @@ RESOURCE = "samplebatches"
 FEED_PATH = f"/apis/{API_VERSION}/{RESOURCE}"
 # What a standby's follower asks and the leader authorizes (a resource of ours, never stored).
 WATCH_SAMPLE_BATCHES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall(
-    GROUP, RESOURCE, "watch", None))
+    group=GROUP, resource=RESOURCE, verb="watch", namespace=None))
 HEARTBEAT_SECONDS = 5.0
 LINE_BYTES = 64 * 1024  # aiohttp reads lines of up to 128 KiB; one series is at most about 56 KiB
 
@@ -59,7 +59,8 @@ def decode_series(obj: Mapping[str, Any]) -> SeriesSamples:
     """A SERIES of the stream; ValueError if it is not one."""
     try:
         labels = tuple(sorted((str(name), str(value)) for name, value in obj["labels"].items()))
-        key = SeriesKey(str(obj["metric"]), str(obj["resource"]), str(obj["namespace"]), str(obj["name"]), labels)
+        key = SeriesKey(metric=str(obj["metric"]), resource=str(obj["resource"]), namespace=str(obj["namespace"]),
+                        name=str(obj["name"]), labels=labels)
         timestamps, values = array("d", obj["timestamps"]), array("d", obj["values"])
     except (KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"not a series: {error!r}") from None

@@ -49,7 +49,7 @@ class FeedError(Exception):
 
 class SampleFollower:
     def __init__(self, series: SeriesStore, leader: Callable[[], LeaderAddress | None], token: Callable[[], str],
-                 metrics: StoreMetrics, *, poll_interval: float = 0.5,
+                 *, metrics: StoreMetrics, poll_interval: float = 0.5,
                  read_timeout: float = 4 * HEARTBEAT_SECONDS, watch_seconds: int = 300,
                  backoff: Backoff | None = None) -> None:
         self.series = series

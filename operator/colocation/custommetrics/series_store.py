@@ -40,7 +40,7 @@ CLOCK_SKEW_TOLERANCE = 2.0
 Labels = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SeriesKey:
     metric: str
     resource: str  # PODS or NODES
@@ -102,7 +102,7 @@ class Series:
         return self.timestamps[first:], self.values[first:]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class IngestResult:
     accepted: int = 0
     new_series: int = 0
@@ -110,7 +110,7 @@ class IngestResult:
     kept: list[SeriesSamples] = field(default_factory=list)  # the accepted samples, for standbys
 
 
-def clock_offset(sent_at: float | None, received_at: float) -> float:
+def clock_offset(*, sent_at: float | None, received_at: float) -> float:
     """Seconds to add to an agent's sample times to put them on our clock: the difference between
     when we received the batch and the agent's clock when it sent it, when that is more than
     network delay and jitter could make it (CLOCK_SKEW_TOLERANCE); else 0, and the times stay as
@@ -151,12 +151,13 @@ class SeriesStore:
         now = self._wall()
         oldest, newest = now - self.retention, now + self._future_tolerance
         result = IngestResult()
-        shift = clock_offset(batch.sent_at, now)
+        shift = clock_offset(sent_at=batch.sent_at, received_at=now)
         for incoming in batch.series:
             if shift:
                 incoming = dataclasses.replace(incoming, timestamps=tuple(t + shift for t in incoming.timestamps))
             resource, name = (PODS, incoming.pod) if incoming.pod else (NODES, batch.node)
-            key = SeriesKey(incoming.metric, resource, incoming.namespace, name, incoming.labels)
+            key = SeriesKey(metric=incoming.metric, resource=resource, namespace=incoming.namespace, name=name,
+                            labels=incoming.labels)
             series = self._series.get(key)
             if series is None:
                 if len(self._series) >= self.max_series:
@@ -278,14 +279,14 @@ class SeriesStore:
     def namespaces(self, metric: str, resource: str) -> set[str]:
         return {namespace for m, r, namespace in self._by_object if m == metric and r == resource}
 
-    def series_of(self, metric: str, resource: str, namespace: str, name: str,
+    def series_of(self, metric: str, resource: str, namespace: str, *, name: str,
                   metric_selector: LabelSelector | None = None) -> list[Series]:
         """The series of one object with samples in the retention, matching the metric label selector."""
         keys = self._by_object.get((metric, resource, namespace), {}).get(name, ())
         return self._live(keys, metric_selector)
 
     def series_in(self, metric: str, resource: str, namespace: str,
-                  metric_selector: LabelSelector | None = None) -> list[Series]:
+                  *, metric_selector: LabelSelector | None = None) -> list[Series]:
         """Every series of a metric in a namespace (all nodes for NODES), oldest sample in retention."""
         objects = self._by_object.get((metric, resource, namespace), {})
         candidates = self._label_candidates(metric, resource, metric_selector)

@@ -28,8 +28,8 @@ COUNTED_PHASES = frozenset({"Running", "Pending", None, ""})
 
 def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
                               node_metric: Mapping[str, Any] | None,
-                              strategy: Mapping[str, Any] | ColocationStrategy,
-                              now: float, *, received_at: float | None = None) -> dict[str, int] | None:
+                              *, strategy: Mapping[str, Any] | ColocationStrategy, now: float,
+                              received_at: float | None = None) -> dict[str, int] | None:
     """The batch resources of a node, or None when they must be removed from it.
 
     Arguments, all plain JSON as the API returns it:
@@ -108,7 +108,7 @@ def calculate_batch_resources(node: Mapping[str, Any], pods: Iterable[Mapping[st
       overhead (Kubernetes' PodRequests); a container limit without a request counts as the
       request (API defaulting).
     """
-    usable = usable_metric(node_metric, strategy, now, received_at)
+    usable = usable_metric(node_metric, strategy, now=now, received_at=received_at)
     if usable is None:
         return None
     colocation, status, metric = usable
@@ -192,7 +192,7 @@ def node_resources(node: Mapping[str, Any]) -> tuple[Amount, Amount, Mapping[str
 
 
 def usable_metric(node_metric: Mapping[str, Any] | None, strategy: Mapping[str, Any] | ColocationStrategy,
-                  now: float, received_at: float | None) -> tuple[ColocationStrategy, Mapping[str, Any],
+                  *, now: float, received_at: float | None) -> tuple[ColocationStrategy, Mapping[str, Any],
                                                                   Mapping[str, Any]] | None:
     """(the strategy, the report's status, its nodeMetric), or None when the formulas offer
     nothing: colocation disabled, no metric, no updateTime or nodeMetric, or older than

@@ -32,7 +32,7 @@ DEFAULT_DURATIONS: tuple[int, ...] = tuple(
 DEFAULT_MEMORY_POLICY: MemoryCollectPolicy = _DEFAULTS.metric_memory_collect_policy
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CollectPolicy:
     aggregate_duration_seconds: int = DEFAULT_AGGREGATE_SECONDS
     report_interval_seconds: int | None = None  # None: the agent's --max-report-interval
@@ -60,7 +60,8 @@ def collect_policy(nodeslo: Mapping[str, Any] | None) -> CollectPolicy:
         durations = tuple(sorted(set(parsed))) or durations
     memory = spec.get("nodeMemoryCollectPolicy")
     memory_policy = cast(MemoryCollectPolicy, memory) if memory in MEMORY_COLLECT_POLICIES else defaults.memory_policy
-    return CollectPolicy(window, report, durations, memory_policy)
+    return CollectPolicy(aggregate_duration_seconds=window, report_interval_seconds=report, durations=durations,
+                         memory_policy=memory_policy)
 
 
 def _positive_int(value: Any) -> int | None:

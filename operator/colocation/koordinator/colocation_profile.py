@@ -54,7 +54,7 @@ class PriorityClassValue:
     preemption_policy: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ColocationProfile:
     name: str
     namespace_selector: LabelSelector = field(default_factory=LabelSelector)
@@ -142,7 +142,7 @@ def _percent(value: Any, fail: Callable[[str, str], ProfileInvalid]) -> int:
 
 
 def mutate_pod(profiles: Iterable[ColocationProfile], namespace_labels: Mapping[str, str], pod: Mapping[str, Any],
-               priority_classes: Mapping[str, PriorityClassValue], roll: Callable[[], int]) -> Mutation:
+               *, priority_classes: Mapping[str, PriorityClassValue], roll: Callable[[], int]) -> Mutation:
     """The patch that applies every profile picking `pod` to it. `roll()` draws a number in
     0..99 for each profile with a probability below 100 (the profile applies when it is below)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}

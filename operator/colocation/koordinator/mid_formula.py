@@ -36,8 +36,8 @@ MID_MEMORY = "kubernetes.io/mid-memory"
 
 def calculate_mid_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
                             node_metric: Mapping[str, Any] | None,
-                            strategy: Mapping[str, Any] | ColocationStrategy,
-                            now: float, *, received_at: float | None = None) -> dict[str, int] | None:
+                            *, strategy: Mapping[str, Any] | ColocationStrategy, now: float,
+                            received_at: float | None = None) -> dict[str, int] | None:
     """The Mid-tier resources of a node, or None when they must be removed from it.
 
     Arguments are those of `calculate_batch_resources` (plain JSON as the API returns it), and
@@ -81,7 +81,7 @@ def calculate_mid_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str,
     in Koordinator, they are still removed in the cases above: a node without a fresh metric
     gets none.
     """
-    usable = usable_metric(node_metric, strategy, now, received_at)
+    usable = usable_metric(node_metric, strategy, now=now, received_at=received_at)
     if usable is None:
         return None
     colocation, status, metric = usable
@@ -102,14 +102,16 @@ def calculate_mid_resources(node: Mapping[str, Any], pods: Iterable[Mapping[str,
 
     reclaimable = Amount.of(resources_of((status.get("prodReclaimableMetric") or {}).get("resource")))
     unused = _node_unused(capacity, resources_of(metric.get("nodeUsage")))
-    cpu = _mid_amount(reclaimable.cpu, unused.cpu, unallocated.cpu, colocation.mid_unallocated_percent,
-                capacity.cpu, colocation.mid_cpu_threshold_percent)
-    memory = _mid_amount(reclaimable.memory, unused.memory, unallocated.memory, colocation.mid_unallocated_percent,
-                   capacity.memory, colocation.mid_memory_threshold_percent)
+    cpu = _mid_amount(reclaimable.cpu, unused.cpu, unallocated.cpu,
+                      unallocated_percent=colocation.mid_unallocated_percent, capacity=capacity.cpu,
+                      threshold_percent=colocation.mid_cpu_threshold_percent)
+    memory = _mid_amount(reclaimable.memory, unused.memory, unallocated.memory,
+                         unallocated_percent=colocation.mid_unallocated_percent, capacity=capacity.memory,
+                         threshold_percent=colocation.mid_memory_threshold_percent)
     return {MID_CPU: cpu, MID_MEMORY: memory}
 
 
-def _mid_amount(reclaimable: int, unused: int, unallocated: int, unallocated_percent: int, capacity: int,
+def _mid_amount(reclaimable: int, unused: int, unallocated: int, *, unallocated_percent: int, capacity: int,
           threshold_percent: int) -> int:
     offered = max(min(reclaimable, unused), 0) + _share(unallocated, unallocated_percent)
     return min(offered, _share(capacity, threshold_percent))

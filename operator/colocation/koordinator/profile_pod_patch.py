@@ -29,7 +29,7 @@ class PatchInvalid(ValueError):
     """A patch this module cannot apply safely; the message names the field from `patch`."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PodPatch:
     labels: Mapping[str, str | None] = field(default_factory=dict)
     annotations: Mapping[str, str | None] = field(default_factory=dict)

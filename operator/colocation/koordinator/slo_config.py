@@ -69,7 +69,7 @@ def parse_key(model: type[S], text: str) -> KeyConfig[S]:
         entries = []
     if not isinstance(entries, list):
         raise ConfigError(f"nodeStrategies: must be a list, not {_json_type(entries)}")
-    rules = tuple(_node_rule(model, cluster_json, entry, f"nodeStrategies[{index}]")
+    rules = tuple(_node_rule(model, cluster_json, entry, path=f"nodeStrategies[{index}]")
                   for index, entry in enumerate(entries))
     return KeyConfig(cluster, rules)
 
@@ -91,7 +91,7 @@ def parse_applications_key(model: type[S], text: str) -> KeyConfig[S]:
     for index, entry in enumerate(entries):
         if isinstance(entry, dict):
             entry = {**entry, "applications": entry.get("applications") or []}
-        rules.append(_node_rule(model, {}, entry, f"nodeConfigs[{index}]"))
+        rules.append(_node_rule(model, {}, entry, path=f"nodeConfigs[{index}]"))
     return KeyConfig(cluster, tuple(rules))
 
 
@@ -108,7 +108,7 @@ def _document(text: str, fields: set[str], shape: str) -> dict[str, Any]:
     return document
 
 
-def _node_rule(model: type[S], cluster_json: dict[str, Any], entry: Any, path: str) -> NodeRule[S]:
+def _node_rule(model: type[S], cluster_json: dict[str, Any], entry: Any, *, path: str) -> NodeRule[S]:
     if not isinstance(entry, dict):
         raise ConfigError(f"{path}: must be an object, not {_json_type(entry)}")
     fields = dict(entry)

@@ -194,7 +194,7 @@ STRATEGY_MODELS: dict[str, type[Strategy]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeStrategies:
     """The effective strategies of one node, one per ConfigMap key."""
 

@@ -18,6 +18,7 @@ class Backoff:
         initial: float = 0.2,
         maximum: float = 10.0,
         factor: float = 2.0,
+        *,
         jitter: float = 0.2,
         rng: random.Random | None = None,
     ) -> None:

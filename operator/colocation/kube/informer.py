@@ -54,7 +54,7 @@ class RequestFailed(Exception):
         self.status = status
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InformerOptions:
     page_size: int = 500
     watch_timeout_seconds: int = 300  # the server ends the watch after this; we then resume

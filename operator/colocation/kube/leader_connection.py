@@ -56,13 +56,13 @@ class LeaderAddress:
                   stream_silence: float | None = None, headers: Mapping[str, str] | None = None) -> Transport:
         """GETs to this leader with our bearer token (read at every request: it is rotated);
         `stream_silence` and `headers` as `https_transport`'s."""
-        return https_transport(session, lambda: self.endpoint, lambda: self.ssl_context, token,
+        return https_transport(session, lambda: self.endpoint, lambda: self.ssl_context, token=token,
                                stream_silence=stream_silence, headers=headers)
 
 
 async def follow_leader(leader: Callable[[], LeaderAddress | None],
                         follow: Callable[[aiohttp.ClientSession, LeaderAddress], Coroutine[Any, Any, None]],
-                        poll_interval: float, on_stop: Callable[[], None] = lambda: None) -> None:
+                        poll_interval: float, *, on_stop: Callable[[], None] = lambda: None) -> None:
     """Run `follow` against whoever leads, until cancelled; a new leader gets a new `follow`.
 
     `leader()` is polled every `poll_interval` (it reads the elector's last observation, no

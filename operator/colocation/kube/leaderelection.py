@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 # --- The record and the pure decisions -------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ElectionState:
     """What one candidate knows; every method is pure and returns a new state or a decision.
 
@@ -74,7 +74,7 @@ class ElectionState:
             renewed_at=self.renewed_at if record.holder_identity == self.identity else None,
             transitions_seen=self.transitions_seen + changed_holder)
 
-    def wrote(self, record: LeaderElectionRecord, sent_at: float, now: float) -> ElectionState:
+    def wrote(self, record: LeaderElectionRecord, *, sent_at: float, now: float) -> ElectionState:
         """Remember a record we wrote successfully (sent at `sent_at`, answered at `now`)."""
         state = self.observe(record, now)
         return dataclasses.replace(state, renewed_at=sent_at if record.holder_identity == self.identity else None)
@@ -90,11 +90,11 @@ class ElectionState:
         """Whether the observed lease has run out, judged on our clock from its last observed change."""
         return self.expires_at < now
 
-    def leads(self, now: float, renew_deadline: float) -> bool:
+    def leads(self, *, now: float, renew_deadline: float) -> bool:
         """Whether we may act as the leader: we hold the lease and renewed it within the deadline."""
         return self.holds and self.renewed_at is not None and now - self.renewed_at < renew_deadline
 
-    def next_record(self, now: float, wall: datetime, lease_duration_seconds: int,
+    def next_record(self, *, now: float, wall: datetime, lease_duration_seconds: int,
                     annotations: Mapping[str, str]) -> LeaderElectionRecord | None:
         """The record to write to renew or acquire the observed lease; None while another holds it.
 
@@ -102,14 +102,15 @@ class ElectionState:
         """
         observed = self.observed
         if observed is None:
-            return initial_record(self.identity, wall, lease_duration_seconds, annotations)
+            return initial_record(self.identity, wall, lease_duration_seconds, annotations=annotations)
         merged = {**observed.annotations, **annotations}
         if observed.holder_identity == self.identity:
             return dataclasses.replace(observed, lease_duration_seconds=lease_duration_seconds, renew_time=wall,
                                        annotations=merged)
         if observed.holder_identity and not self.expired(now):
             return None
-        return LeaderElectionRecord(self.identity, lease_duration_seconds, acquire_time=wall, renew_time=wall,
+        return LeaderElectionRecord(holder_identity=self.identity, lease_duration_seconds=lease_duration_seconds,
+                                    acquire_time=wall, renew_time=wall,
                                     leader_transitions=observed.leader_transitions + 1, annotations=merged)
 
     def release_record(self, wall: datetime, unpublish: frozenset[str] = frozenset()) -> LeaderElectionRecord | None:
@@ -121,7 +122,7 @@ class ElectionState:
             return None
         return _freed(self.observed, wall, unpublish)
 
-    def predecessor_release_record(self, now: float, wall: datetime, is_predecessor: Callable[[str], bool],
+    def predecessor_release_record(self, *, now: float, wall: datetime, is_predecessor: Callable[[str], bool],
                                    unpublish: frozenset[str] = frozenset()) -> LeaderElectionRecord | None:
         """The record that frees a lease still held by a dead predecessor of ours; None otherwise.
 
@@ -139,14 +140,15 @@ class ElectionState:
 
 def _freed(observed: LeaderElectionRecord, wall: datetime, unpublish: frozenset[str]) -> LeaderElectionRecord:
     kept = {k: v for k, v in observed.annotations.items() if k not in unpublish}
-    return LeaderElectionRecord("", 1, acquire_time=wall, renew_time=wall,
+    return LeaderElectionRecord(holder_identity="", lease_duration_seconds=1, acquire_time=wall, renew_time=wall,
                                 leader_transitions=observed.leader_transitions, annotations=kept)
 
 
 def initial_record(identity: str, wall: datetime, lease_duration_seconds: int,
-                   annotations: Mapping[str, str]) -> LeaderElectionRecord:
+                   *, annotations: Mapping[str, str]) -> LeaderElectionRecord:
     """The record that creates the Lease: we hold it, nobody held it before."""
-    return LeaderElectionRecord(identity, lease_duration_seconds, acquire_time=wall, renew_time=wall,
+    return LeaderElectionRecord(holder_identity=identity, lease_duration_seconds=lease_duration_seconds,
+                                acquire_time=wall, renew_time=wall,
                                 leader_transitions=0, annotations=annotations)
 
 
@@ -178,8 +180,8 @@ class LeaderElector:
         api: ApiClient | None,
         namespace: str,
         name: str,
-        identity: str,
         *,
+        identity: str,
         lease_duration: float = 15,
         renew_deadline: float = 10,
         retry_period: float = 2,
@@ -217,7 +219,7 @@ class LeaderElector:
         self._on_new_leader = on_new_leader
         self._is_predecessor = is_predecessor
         self._clock, self._wall, self._sleep = clock, wall, sleep
-        self._state = ElectionState(identity)
+        self._state = ElectionState(identity=identity)
         self._lease: dict[str, Any] | None = None  # the Lease as last read or written
         self._published: frozenset[str] = frozenset()
         self._leading = False
@@ -242,7 +244,7 @@ class LeaderElector:
     def is_leader(self) -> bool:
         """Whether we may act as the leader now: judged at the moment of asking, so a leader stops
         accepting writes the instant its renew deadline passes, not at its next round."""
-        return self._leading and self._state.leads(self._clock(), self.renew_deadline)
+        return self._leading and self._state.leads(now=self._clock(), renew_deadline=self.renew_deadline)
 
     def write_budget(self) -> float:
         """Seconds a write sent now may take to land: 0 unless leading.
@@ -320,7 +322,7 @@ class LeaderElector:
                 logger.log(level, "leader election: lease call failed: %s", error, extra=self._log)
             self._report_leader()
             now = self._clock()
-            leads = self._state.leads(now, self.renew_deadline)
+            leads = self._state.leads(now=now, renew_deadline=self.renew_deadline)
             if leads and not self._leading:
                 self._leading = True
                 logger.info("leader election: started leading", extra=self._log)
@@ -371,8 +373,9 @@ class LeaderElector:
     async def _try_acquire_or_renew(self) -> None:
         if self._leading and self._lease is not None:
             # Fast path: assume the lease is as we last wrote it; a 409 says otherwise.
-            renewal = self._state.next_record(self._clock(), self._now(), self.lease_duration_seconds,
-                                              self._annotations())
+            renewal = self._state.next_record(now=self._clock(), wall=self._now(),
+                                              lease_duration_seconds=self.lease_duration_seconds,
+                                              annotations=self._annotations())
             assert renewal is not None  # we hold the lease, so there is always a renewal to write
             try:
                 await self._write(renewal)
@@ -381,7 +384,8 @@ class LeaderElector:
                 logger.info("leader election: renewal conflicted, re-reading: %s", error, extra=self._log)
         lease = await self._leases.get(self._timeout())
         if lease is None:
-            first = initial_record(self.identity, self._now(), self.lease_duration_seconds, self._annotations())
+            first = initial_record(self.identity, self._now(), self.lease_duration_seconds,
+                                   annotations=self._annotations())
             sent_at = self._clock()
             created = await self._leases.create(first.to_lease(self.namespace, self.name), self._timeout())
             self._remember(created, sent_at)
@@ -392,7 +396,9 @@ class LeaderElector:
             return
         if not self._state.holder and self._clock() < self.acquire_after:
             return  # a warm standby takes a lease we freed before this cold process does
-        record = self._state.next_record(self._clock(), self._now(), self.lease_duration_seconds, annotations)
+        record = self._state.next_record(now=self._clock(), wall=self._now(),
+                                         lease_duration_seconds=self.lease_duration_seconds,
+                                         annotations=annotations)
         if record is not None:
             await self._write(record)
 
@@ -400,7 +406,9 @@ class LeaderElector:
         """Free the observed lease if our pod's previous process holds it; whether we did."""
         # Whatever it published as leader goes too, so agents stop dialing its address.
         unpublish = frozenset(annotations) | {LEADER_ENDPOINT_ANNOTATION, LEADER_CA_ANNOTATION}
-        freed = self._state.predecessor_release_record(self._clock(), self._now(), self._is_predecessor, unpublish)
+        freed = self._state.predecessor_release_record(now=self._clock(), wall=self._now(),
+                                                       is_predecessor=self._is_predecessor,
+                                                       unpublish=unpublish)
         if freed is None:
             return False
         predecessor = self._state.holder
@@ -436,7 +444,7 @@ class LeaderElector:
 
     def _remember(self, lease: dict[str, Any], sent_at: float) -> None:
         self._lease = lease
-        self._state = self._state.wrote(LeaderElectionRecord.from_lease(lease), sent_at, self._clock())
+        self._state = self._state.wrote(LeaderElectionRecord.from_lease(lease), sent_at=sent_at, now=self._clock())
 
     def _annotations(self) -> dict[str, str]:
         published = dict(self._annotations_provider())

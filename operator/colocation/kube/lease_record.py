@@ -29,7 +29,7 @@ LEADER_CAUSE = "Leader"
 MAX_REPLICAS = 8  # replicas published at most (a Deployment runs 2 or 3)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LeaderElectionRecord:
     """The Lease's spec in leader-election terms, plus its annotations (what the leader publishes)."""
 

@@ -11,9 +11,9 @@ from colocation.kube.client import call_json
 from colocation.kube.permissions import OPERATOR_API_CALLS, ApiCall
 
 # The calls made here, on the operator's own Lease (see colocation.kube.permissions).
-_LEASES = ("coordination.k8s.io", "leases")
 for _verb, _name in (("get", permissions.LEADER_LEASE_NAME), ("create", ""), ("update", permissions.LEADER_LEASE_NAME)):
-    permissions.declared(OPERATOR_API_CALLS, ApiCall(*_LEASES, _verb, permissions.OPERATOR_NAMESPACE, name=_name))
+    permissions.declared(OPERATOR_API_CALLS, ApiCall(group="coordination.k8s.io", resource="leases", verb=_verb,
+                                                     namespace=permissions.OPERATOR_NAMESPACE, name=_name))
 
 
 class LeaseError(Exception):

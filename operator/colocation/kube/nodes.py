@@ -9,8 +9,10 @@ from colocation.apimachinery.objects import Obj, interned_strings
 from colocation.kube import permissions
 from colocation.kube.informer import Informer, Transport
 
-_LIST_NODES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "nodes", "list", None))
-_WATCH_NODES = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall("", "nodes", "watch", None))
+_LIST_NODES = permissions.declared(permissions.OPERATOR_API_CALLS,
+                                   permissions.ApiCall(group="", resource="nodes", verb="list", namespace=None))
+_WATCH_NODES = permissions.declared(permissions.OPERATOR_API_CALLS,
+                                    permissions.ApiCall(group="", resource="nodes", verb="watch", namespace=None))
 
 
 class NodeDirectory:

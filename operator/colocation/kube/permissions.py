@@ -42,7 +42,7 @@ SLO_GROUP = "slo.colocation.dev"
 METRICS_GROUP = "metrics.colocation.dev"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ApiCall:
     """One kind of request, in the terms RBAC authorizes it.
 
@@ -79,11 +79,13 @@ def _calls(
     group: str,
     resource: str,
     verbs: Iterable[str],
+    *,
     namespace: str | None,
     subresource: str = "",
     name: str = "",
 ) -> tuple[ApiCall, ...]:
-    return tuple(ApiCall(group, resource, verb, namespace, subresource, name) for verb in verbs)
+    return tuple(ApiCall(group=group, resource=resource, verb=verb, namespace=namespace, subresource=subresource,
+                         name=name) for verb in verbs)
 
 
 _READ = ("get", "list", "watch")
@@ -92,54 +94,54 @@ _OWN = ("get", "list", "watch", "create", "update", "patch", "delete")
 
 OPERATOR_API_CALLS: tuple[ApiCall, ...] = (
     # Leader election on Lease colocation-operator (create has no name in RBAC terms).
-    *_calls("coordination.k8s.io", "leases", ("create",), OPERATOR_NAMESPACE),
-    *_calls("coordination.k8s.io", "leases", ("get", "update"), OPERATOR_NAMESPACE, name=LEADER_LEASE_NAME),
+    *_calls("coordination.k8s.io", "leases", ("create",), namespace=OPERATOR_NAMESPACE),
+    *_calls("coordination.k8s.io", "leases", ("get", "update"), namespace=OPERATOR_NAMESPACE, name=LEADER_LEASE_NAME),
     # Node heartbeats written by the agents.
-    *_calls("coordination.k8s.io", "leases", _READ, NODE_LEASE_NAMESPACE),
+    *_calls("coordination.k8s.io", "leases", _READ, namespace=NODE_LEASE_NAMESPACE),
     # Batch resources live in node.status.capacity/allocatable.
-    *_calls("", "nodes", _READ, None),
-    *_calls("", "nodes", _WRITE_STATUS, None, subresource="status"),
+    *_calls("", "nodes", _READ, namespace=None),
+    *_calls("", "nodes", _WRITE_STATUS, namespace=None, subresource="status"),
     # Priority classification of pods, and the exit process.
-    *_calls("", "pods", _READ, None),
-    *_calls("", "pods", ("create",), None, subresource="eviction"),
-    *_calls("policy", "poddisruptionbudgets", _READ, None),
+    *_calls("", "pods", _READ, namespace=None),
+    *_calls("", "pods", ("create",), namespace=None, subresource="eviction"),
+    *_calls("policy", "poddisruptionbudgets", _READ, namespace=None),
     # The cluster configuration.
-    *_calls("", "configmaps", _READ, OPERATOR_NAMESPACE),
+    *_calls("", "configmaps", _READ, namespace=OPERATOR_NAMESPACE),
     # The agents' ServiceAccounts: a token is accepted without TokenReview only while its account exists.
-    *_calls("", "serviceaccounts", ("list", "watch"), OPERATOR_NAMESPACE),
+    *_calls("", "serviceaccounts", ("list", "watch"), namespace=OPERATOR_NAMESPACE),
     # Events about nodes (namespace default), pods (theirs) and the ConfigMap: any namespace.
-    *_calls("", "events", ("create", "patch"), None),
-    *_calls("events.k8s.io", "events", ("create", "patch"), None),
-    *_calls(SLO_GROUP, "nodeslos", _OWN, None),
-    *_calls(SLO_GROUP, "nodeslos", _WRITE_STATUS, None, subresource="status"),
-    *_calls(SLO_GROUP, "noderesources", _OWN, None),
-    *_calls(SLO_GROUP, "noderesources", _WRITE_STATUS, None, subresource="status"),
+    *_calls("", "events", ("create", "patch"), namespace=None),
+    *_calls("events.k8s.io", "events", ("create", "patch"), namespace=None),
+    *_calls(SLO_GROUP, "nodeslos", _OWN, namespace=None),
+    *_calls(SLO_GROUP, "nodeslos", _WRITE_STATUS, namespace=None, subresource="status"),
+    *_calls(SLO_GROUP, "noderesources", _OWN, namespace=None),
+    *_calls(SLO_GROUP, "noderesources", _WRITE_STATUS, namespace=None, subresource="status"),
     # A standby follows the leader's NodeMetric watch (warm standby); the leader authorizes it
     # by SubjectAccessReview like any other reader.
-    *_calls(METRICS_GROUP, "nodemetrics", _READ, None),
+    *_calls(METRICS_GROUP, "nodemetrics", _READ, namespace=None),
     # ...and, with custom metrics, the leader's feed of the samples it accepted (a resource of the
     # operator's own API, never stored: custommetrics.sample_feed).
-    ApiCall(METRICS_GROUP, "samplebatches", "watch", None),
+    ApiCall(group=METRICS_GROUP, resource="samplebatches", verb="watch", namespace=None),
     # Kopf scans CRDs to resolve resources, and lists namespaces when given namespace patterns.
-    *_calls("apiextensions.k8s.io", "customresourcedefinitions", _READ, None),
-    *_calls("", "namespaces", ("list", "watch"), None),
+    *_calls("apiextensions.k8s.io", "customresourcedefinitions", _READ, namespace=None),
+    *_calls("", "namespaces", ("list", "watch"), namespace=None),
     # The pod webhook, on every replica: the profiles, namespaces' labels (above) and the values of
     # PriorityClasses it sets, followed by informers; its configuration's caBundle patched by name.
-    *_calls(SLO_GROUP, "clustercolocationprofiles", ("list", "watch"), None),
-    *_calls("scheduling.k8s.io", "priorityclasses", ("list", "watch"), None),
-    *_calls("admissionregistration.k8s.io", "mutatingwebhookconfigurations", ("get", "patch"), None,
+    *_calls(SLO_GROUP, "clustercolocationprofiles", ("list", "watch"), namespace=None),
+    *_calls("scheduling.k8s.io", "priorityclasses", ("list", "watch"), namespace=None),
+    *_calls("admissionregistration.k8s.io", "mutatingwebhookconfigurations", ("get", "patch"), namespace=None,
             name=POD_WEBHOOK_CONFIGURATION),
     # The serving CA: created by the first replica (a create cannot be limited to one name),
     # then read and rotated by name; the APIServices' caBundle patched by name.
-    *_calls("", "secrets", ("create",), OPERATOR_NAMESPACE),
-    *_calls("", "secrets", ("get", "update"), OPERATOR_NAMESPACE, name=CA_SECRET_NAME),
+    *_calls("", "secrets", ("create",), namespace=OPERATOR_NAMESPACE),
+    *_calls("", "secrets", ("get", "update"), namespace=OPERATOR_NAMESPACE, name=CA_SECRET_NAME),
     *(call for name in OPERATOR_APISERVICES
-      for call in _calls("apiregistration.k8s.io", "apiservices", ("get", "patch"), None, name=name)),
+      for call in _calls("apiregistration.k8s.io", "apiservices", ("get", "patch"), namespace=None, name=name)),
     # Delegated authentication and authorization of the aggregated API server: granted by
     # binding the bootstrap roles system:auth-delegator and extension-apiserver-authentication-reader.
-    *_calls("authentication.k8s.io", "tokenreviews", ("create",), None),
-    *_calls("authorization.k8s.io", "subjectaccessreviews", ("create",), None),
-    *_calls("", "configmaps", _READ, AUTHENTICATION_CONFIG_NAMESPACE, name=AUTHENTICATION_CONFIG_MAP),
+    *_calls("authentication.k8s.io", "tokenreviews", ("create",), namespace=None),
+    *_calls("authorization.k8s.io", "subjectaccessreviews", ("create",), namespace=None),
+    *_calls("", "configmaps", _READ, namespace=AUTHENTICATION_CONFIG_NAMESPACE, name=AUTHENTICATION_CONFIG_MAP),
 )
 
 # The issuer and keys of ServiceAccount tokens, to authenticate agents' bound tokens without a
@@ -153,26 +155,26 @@ OPERATOR_NON_RESOURCE_CALLS: tuple[NonResourceCall, ...] = (
 
 AGENT_API_CALLS: tuple[ApiCall, ...] = (
     # Heartbeat: Lease <node> (its name is the node's, unknown before the pod is scheduled).
-    *_calls("coordination.k8s.io", "leases", ("get", "create", "update"), NODE_LEASE_NAMESPACE),
+    *_calls("coordination.k8s.io", "leases", ("get", "create", "update"), namespace=NODE_LEASE_NAMESPACE),
     # The leader's report endpoint and CA bundle are annotations on its Lease.
-    *_calls("coordination.k8s.io", "leases", ("get",), OPERATOR_NAMESPACE, name=LEADER_LEASE_NAME),
+    *_calls("coordination.k8s.io", "leases", ("get",), namespace=OPERATOR_NAMESPACE, name=LEADER_LEASE_NAME),
     # Its Node (uid for the Lease's ownerReference, labels) and its pods (fieldSelector
     # spec.nodeName, which RBAC cannot narrow).
-    *_calls("", "nodes", _READ, None),
-    *_calls("", "pods", _READ, None),
+    *_calls("", "nodes", _READ, namespace=None),
+    *_calls("", "pods", _READ, namespace=None),
     # Its collection policy.
-    *_calls(SLO_GROUP, "nodeslos", _READ, None),
+    *_calls(SLO_GROUP, "nodeslos", _READ, namespace=None),
     # Reports: PUT .../nodemetrics/{node}/status; RBAC calls every PUT "update", even one that
     # creates. The leader accepts a report only from a token bound to a pod on that node.
-    ApiCall(METRICS_GROUP, "nodemetrics", "update", None, subresource="status"),
+    ApiCall(group=METRICS_GROUP, resource="nodemetrics", verb="update", namespace=None, subresource="status"),
     # Custom metric samples scraped from annotated pods: PUT .../nodemetrics/{node}/samples, the
     # same node rule as reports.
-    ApiCall(METRICS_GROUP, "nodemetrics", "update", None, subresource="samples"),
+    ApiCall(group=METRICS_GROUP, resource="nodemetrics", verb="update", namespace=None, subresource="samples"),
     # Memory eviction: PUT .../nodemetrics/{node}/evictions asks the leader to evict best-effort
     # pods of that node (the same node rule); the agent itself may evict nothing.
-    ApiCall(METRICS_GROUP, "nodemetrics", "update", None, subresource="evictions"),
+    ApiCall(group=METRICS_GROUP, resource="nodemetrics", verb="update", namespace=None, subresource="evictions"),
     # Events on its Node when an enforcement strategy starts or stops (node events live in default).
-    ApiCall("", "events", "create", "default"),
+    ApiCall(group="", resource="events", verb="create", namespace="default"),
 )
 
 # `colocation cleanup` (manager.cleanup), run by a person or the chart's post-delete hook Job after
@@ -181,15 +183,15 @@ AGENT_API_CALLS: tuple[ApiCall, ...] = (
 # the chart's namespaces, where no Role can be created any more (docs/install.md, "Uninstall").
 CLEANUP_SERVICE_ACCOUNT = "colocation-cleanup"
 CLEANUP_API_CALLS: tuple[ApiCall, ...] = (
-    ApiCall("", "nodes", "list", None),
-    ApiCall("", "nodes", "patch", None, subresource="status"),
-    *_calls("coordination.k8s.io", "leases", ("list", "delete"), NODE_LEASE_NAMESPACE),
-    *_calls("coordination.k8s.io", "leases", ("get", "delete"), OPERATOR_NAMESPACE, name=LEADER_LEASE_NAME),
+    ApiCall(group="", resource="nodes", verb="list", namespace=None),
+    ApiCall(group="", resource="nodes", verb="patch", namespace=None, subresource="status"),
+    *_calls("coordination.k8s.io", "leases", ("list", "delete"), namespace=NODE_LEASE_NAMESPACE),
+    *_calls("coordination.k8s.io", "leases", ("get", "delete"), namespace=OPERATOR_NAMESPACE, name=LEADER_LEASE_NAME),
 )
 # ...and with --delete-custom-resources, every NodeSLO and NodeResource (their CRDs outlive a release).
 CLEANUP_CUSTOM_RESOURCE_CALLS: tuple[ApiCall, ...] = (
-    *_calls(SLO_GROUP, "nodeslos", ("list", "delete"), None),
-    *_calls(SLO_GROUP, "noderesources", ("list", "delete"), None),
+    *_calls(SLO_GROUP, "nodeslos", ("list", "delete"), namespace=None),
+    *_calls(SLO_GROUP, "noderesources", ("list", "delete"), namespace=None),
 )
 
 # The roles the operator is bound to that Kubernetes itself defines; they grant more than the

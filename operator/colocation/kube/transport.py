@@ -55,7 +55,7 @@ def kube_transport(api_client: Any) -> Transport:
 
 
 def https_transport(session: aiohttp.ClientSession, base_url: Callable[[], str],
-                    ssl_context: Callable[[], ssl.SSLContext], token: Callable[[], str], *,
+                    ssl_context: Callable[[], ssl.SSLContext], *, token: Callable[[], str],
                     stream_silence: float | None = None, headers: Mapping[str, str] | None = None) -> Transport:
     """GETs straight to an HTTPS server (the leader), with a bearer token; all three may change.
     An empty token sends none (the TLS context then carries a client certificate). `headers` go

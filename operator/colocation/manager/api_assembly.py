@@ -66,7 +66,7 @@ def delegated_auth(api: Any, audiences: tuple[str, ...] = (),
     return authenticator, authorizer
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServedApis:
     server: AggregatedApiServer
     pods: PodDirectory | None  # its informer must run while the metric APIs are served
@@ -77,7 +77,7 @@ class ServedApis:
 
 
 def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDirectory,
-                 authenticator: DelegatingAuthenticator, authorizer: DelegatingAuthorizer,
+                 *, authenticator: DelegatingAuthenticator, authorizer: DelegatingAuthorizer,
                  request_header: Callable[[], RequestHeaderConfig | None], leadership: Leadership,
                  metrics: ServerMetrics, read_barrier: Callable[[int], Awaitable[None]] | None = None,
                  followers: ReplicaFollowers | None = None) -> ServedApis:
@@ -88,22 +88,25 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
         extra.append(ResourceMetricsApi(view, authorizer, pods))
     custom_metrics = None
     if pods is not None and config.serve_custom_metrics:
-        custom_metrics = _custom_metrics_api(config, store, view, pods, nodes, authorizer, leadership, metrics)
+        custom_metrics = _custom_metrics_api(config, store, view, pods=pods, nodes=nodes, authorizer=authorizer,
+                                             leadership=leadership, metrics=metrics)
         extra.append(custom_metrics)
     evictions = EvictionRequestsUpload(metrics.registry)
     uploads: list[Any] = [custom_metrics.samples_upload()] if custom_metrics is not None else []
     uploads.append(evictions)
-    nodemetric = NodeMetricGroup(store, authorizer, leadership, nodes.__contains__, nodes.labels, metrics,
-                                 ApiOptions(bookmark_interval=config.bookmark_interval), uploads=uploads,
+    nodemetric = NodeMetricGroup(store, authorizer, leadership, known_node=nodes.__contains__, node_labels=nodes.labels,
+                                 metrics=metrics, options=ApiOptions(bookmark_interval=config.bookmark_interval),
+                                 uploads=uploads,
                                  read_barrier=read_barrier, followers=followers)
     pod_webhook = PodMutationWebhook(ProfileCache(), metrics.registry)
-    server = AggregatedApiServer(authenticator, authorizer, request_header, leadership, metrics,
-                                 [nodemetric, *extra, pod_webhook])
-    return ServedApis(server, pods, custom_metrics, evictions, pod_webhook, nodemetric)
+    server = AggregatedApiServer(authenticator, authorizer, request_header, leadership=leadership, metrics=metrics,
+                                 groups=[nodemetric, *extra, pod_webhook])
+    return ServedApis(server=server, pods=pods, custom_metrics=custom_metrics, evictions=evictions,
+                      pod_webhook=pod_webhook, nodemetric=nodemetric)
 
 
 def _custom_metrics_api(config: OperatorConfig, store: NodeMetricStore, view: ResourceMetricsView,
-                        pods: PodDirectory, nodes: NodeDirectory, authorizer: DelegatingAuthorizer,
+                        *, pods: PodDirectory, nodes: NodeDirectory, authorizer: DelegatingAuthorizer,
                         leadership: Leadership, metrics: ServerMetrics) -> CustomMetricsApi:
     series = SeriesStore(time.time, retention_seconds=config.custom_metrics_retention,
                          max_series=config.custom_metrics_max_series)
@@ -111,6 +114,6 @@ def _custom_metrics_api(config: OperatorConfig, store: NodeMetricStore, view: Re
     history = SeriesStore(time.time, retention_seconds=config.custom_metrics_retention,
                           max_series=config.custom_metrics_max_series)
     builtins = BuiltinMetrics(store, view, history)
-    query = MetricsQuery(series, builtins, pods, nodes.labels)
-    return CustomMetricsApi(series, builtins, query, authorizer, leadership,
-                            StoreMetrics(metrics.registry, series.__len__))
+    query = MetricsQuery(series, builtins, pods, node_labels=nodes.labels)
+    return CustomMetricsApi(series, builtins, query, authorizer=authorizer, leadership=leadership,
+                            metrics=StoreMetrics(metrics.registry, series.__len__))

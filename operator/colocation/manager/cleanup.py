@@ -36,29 +36,31 @@ Result = tuple[int, Any]
 _ALL = permissions.CLEANUP_API_CALLS + permissions.CLEANUP_CUSTOM_RESOURCE_CALLS
 
 
-def _declare(group: str, resource: str, verb: str, namespace: str | None, subresource: str = "",
+def _declare(group: str, resource: str, verb: str, *, namespace: str | None, subresource: str = "",
              name: str = "") -> permissions.ApiCall:
-    return permissions.declared(_ALL, permissions.ApiCall(group, resource, verb, namespace, subresource, name))
+    return permissions.declared(_ALL, permissions.ApiCall(group=group, resource=resource, verb=verb,
+                                                          namespace=namespace, subresource=subresource, name=name))
 
 
 _LEASES = ("coordination.k8s.io", "leases")
-_LIST_NODES = _declare("", "nodes", "list", None)
-_PATCH_NODE_STATUS = _declare("", "nodes", "patch", None, subresource="status")
-_LIST_NODE_LEASES = _declare(*_LEASES, "list", permissions.NODE_LEASE_NAMESPACE)
-_DELETE_NODE_LEASE = _declare(*_LEASES, "delete", permissions.NODE_LEASE_NAMESPACE)
-_GET_LEADER_LEASE = _declare(*_LEASES, "get", permissions.OPERATOR_NAMESPACE, name=permissions.LEADER_LEASE_NAME)
-_DELETE_LEADER_LEASE = _declare(*_LEASES, "delete", permissions.OPERATOR_NAMESPACE,
+_LIST_NODES = _declare("", "nodes", "list", namespace=None)
+_PATCH_NODE_STATUS = _declare("", "nodes", "patch", namespace=None, subresource="status")
+_LIST_NODE_LEASES = _declare(*_LEASES, "list", namespace=permissions.NODE_LEASE_NAMESPACE)
+_DELETE_NODE_LEASE = _declare(*_LEASES, "delete", namespace=permissions.NODE_LEASE_NAMESPACE)
+_GET_LEADER_LEASE = _declare(*_LEASES, "get", namespace=permissions.OPERATOR_NAMESPACE,
+                             name=permissions.LEADER_LEASE_NAME)
+_DELETE_LEADER_LEASE = _declare(*_LEASES, "delete", namespace=permissions.OPERATOR_NAMESPACE,
                                 name=permissions.LEADER_LEASE_NAME)
 for _plural in (NODESLOS, NODERESOURCES):
-    _declare(GROUP, _plural, "list", None)
-    _declare(GROUP, _plural, "delete", None)
+    _declare(GROUP, _plural, "list", namespace=None)
+    _declare(GROUP, _plural, "delete", namespace=None)
 
 
 class CleanupError(Exception):
     """Cleanup could not finish; the message is one line, fit for the CLI."""
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CleanupOptions:
     timeout: float = 300.0  # seconds for the whole run
     call_timeout: float = 10.0  # seconds for one API call
@@ -185,8 +187,8 @@ class Cleanup:
 
     async def _delete_every(self, plural: str) -> int:
         deleted = 0
-        listing = _declare(GROUP, plural, "list", None)
-        deleting = _declare(GROUP, plural, "delete", None)
+        listing = _declare(GROUP, plural, "list", namespace=None)
+        deleting = _declare(GROUP, plural, "delete", namespace=None)
         async for page in self._pages(f"list {plural}", listing, self.custom.list_cluster_custom_object,
                                       GROUP, VERSION, plural):
             await asyncio.gather(*(self._write(f"delete {plural} {name}", deleting,

@@ -29,7 +29,7 @@ from colocation.clicommon import common_options
 @click.option("--page-size", type=click.IntRange(1, 5000), default=250, help="Objects per list request.")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=16, help="API calls in flight at most.")
 @common_options
-def cleanup_command(kubeconfig: Path | None, wait_for_leader: float, settle: float, force: bool,
+def cleanup_command(kubeconfig: Path | None, wait_for_leader: float, settle: float, *, force: bool,
                     delete_custom_resources: bool, timeout: float, request_timeout: float, page_size: int,
                     concurrency: int) -> None:
     """Remove what colocation leaves on the cluster once the operator is stopped: kubernetes.io/batch-cpu,

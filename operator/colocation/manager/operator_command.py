@@ -122,7 +122,7 @@ def _check_serving_files(cert_file: Path, key_file: Path) -> None:
 @click.option("--controllers/--no-controllers", default=True, show_default=True,
               help="Run the controllers (NodeSLO, NodeResource, node health) on the leader.")
 @common_options
-def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, bind_address: str, port: int,
+def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, *, bind_address: str, port: int,
                      advertise_address: str, tls_cert_file: Path | None, tls_key_file: Path | None,
                      tls_ca_file: Path | None, serving_cert_validity: float, ca_validity: float,
                      cert_renew_fraction: float,

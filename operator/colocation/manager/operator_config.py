@@ -10,7 +10,7 @@ from colocation.controllers.settings import ControllerSettings
 from colocation.manager.serving_ca import CaPolicy
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OperatorConfig:
     kubeconfig: Path | None
     namespace: str

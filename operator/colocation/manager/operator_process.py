@@ -18,7 +18,6 @@ import base64
 import contextlib
 import gc
 import logging
-import signal
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -28,6 +27,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from colocation.apimachinery.event_wait import wait_set
+from colocation.apimachinery.stop_signals import install_stop_signal_handlers
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator, RequestHeaderConfig
 from colocation.apiserver.eviction_routes import EvictionRequestsUpload
@@ -122,7 +122,8 @@ class OperatorProcess:
     def __init__(self, config: OperatorConfig) -> None:
         self.config = config
         self.metrics = ServerMetrics()
-        self.store = NodeMetricStore(time.time, time.monotonic, ttl_seconds=config.metric_ttl)
+        self.store = NodeMetricStore(clock_wall=time.time, clock_monotonic=time.monotonic,
+                                     ttl_seconds=config.metric_ttl)
         self.storage_metrics = StorageMetrics(self.metrics.registry)
         self.storage_metrics.track(self.store)
         self.leadership_metrics = LeadershipMetrics(self.metrics.registry)
@@ -137,7 +138,7 @@ class OperatorProcess:
         self.tls: ServingTls | ServingFiles | None = None
         if config.tls_cert_file and config.tls_key_file:
             self.tls = ServingFiles(config.tls_cert_file, config.tls_key_file, config.tls_ca_file,
-                                    self.metrics.registry)
+                                    registry=self.metrics.registry)
         self.elector: LeaderElector | None = None
         self._leader_tasks: list[asyncio.Task[Any]] = []
         self.api: Any = None  # the ApiClient, while run() holds it
@@ -242,9 +243,8 @@ class OperatorProcess:
             self.stop.set()
 
     def _install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._on_stop_signal)
+        """At the start, and again once Kopf has put its own handlers in their place."""
+        install_stop_signal_handlers(self._on_stop_signal)
 
     def _on_stop_signal(self) -> None:
         """The first SIGTERM or SIGINT stops the replica gracefully (the Lease released, then the
@@ -290,24 +290,26 @@ class OperatorProcess:
             authenticator, authorizer = delegated_auth(api, config.service_account_audiences, self.metrics)
             self.authenticator = authenticator
             self.elector = LeaderElector(
-                api, config.namespace, permissions.LEADER_LEASE_NAME, config.identity,
+                api, config.namespace, permissions.LEADER_LEASE_NAME, identity=config.identity,
                 lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
                 retry_period=config.retry_period, annotations_provider=self._annotations,
                 on_started_leading=self._started_leading, on_stopped_leading=self._stopped_leading,
                 on_new_leader=self._new_leader, is_predecessor=config.is_predecessor,
                 acquire_after=config.acquire_after)
             elector = self.elector
-            follower = LeaderFollower(self.store, self._leader_address, lambda: token, self.storage_metrics,
+            follower = LeaderFollower(self.store, self._leader_address, lambda: token, metrics=self.storage_metrics,
                                       on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration,
                                       stream_silence=FEED_SILENCE_BOOKMARKS * config.bookmark_interval,
                                       announce=f"{config.identity} {self.endpoint}")
             reads = ConsistentReads(lambda: elector.is_leader,
                                     LeaderVersions(follower, elector.current_record, config.identity),
-                                    lambda: self.store.replicated_version, ConsistentReadMetrics(self.metrics.registry),
+                                    lambda: self.store.replicated_version,
+                                    metrics=ConsistentReadMetrics(self.metrics.registry),
                                     timeout=CONSISTENT_READ_TIMEOUT)
             follower.on_applied = reads.advanced
-            served = assemble_api(config, self.store, self.nodes, authenticator, authorizer,
-                                  lambda: self.request_header, elector, self.metrics, read_barrier=reads.wait,
+            served = assemble_api(config, self.store, self.nodes, authenticator=authenticator, authorizer=authorizer,
+                                  request_header=lambda: self.request_header, leadership=elector, metrics=self.metrics,
+                                  read_barrier=reads.wait,
                                   followers=self.followers)
             self.custom_metrics = served.custom_metrics
             self.evictions = served.evictions
@@ -409,7 +411,7 @@ class OperatorProcess:
         """Every replica keeps its own samples: housekeeping on its own timer (the built-ins' history
         comes from its NodeMetric copy), and while standby, the leader's feed."""
         self.sample_follower = SampleFollower(custom_metrics.series, self._leader_address, lambda: token,
-                                              custom_metrics.metrics)
+                                              metrics=custom_metrics.metrics)
         # Expired samples are also cut at read time; the sweep frees their memory.
         sweep = min(10.0, max(0.5, self.config.custom_metrics_retention / 10))
         return [asyncio.create_task(custom_metrics.maintain_forever(sweep)),

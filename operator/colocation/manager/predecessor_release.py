@@ -39,7 +39,7 @@ def release_dead_predecessor(config: OperatorConfig) -> OperatorConfig:
 
 async def _free(config: OperatorConfig) -> float:
     async with await api_client(config.kubeconfig) as api:
-        elector = LeaderElector(api, config.namespace, permissions.LEADER_LEASE_NAME, config.identity,
+        elector = LeaderElector(api, config.namespace, permissions.LEADER_LEASE_NAME, identity=config.identity,
                                 lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
                                 retry_period=config.retry_period, is_predecessor=config.is_predecessor)
         freed = await elector.free_dead_predecessor()

@@ -31,7 +31,7 @@ BUNDLE_KEY = "ca-bundle.crt"  # written for people and other clients; the replic
 MIN_RENEWAL_INTERVAL = dt.timedelta(seconds=1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CaPolicy:
     """How long certificates live and when they are replaced."""
 
@@ -53,7 +53,7 @@ class CaPolicy:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CaState:
     """What the CA Secret holds."""
 
@@ -82,21 +82,22 @@ def _renew_point(cert: x509.Certificate, fraction: float) -> dt.datetime:
 
 
 def rotate_ca(state: CaState | None, now: dt.datetime, policy: CaPolicy,
-              make_ca: Callable[[dt.datetime, dt.datetime], certificates.CertKey]) -> CaState | None:
+              *, make_ca: Callable[[dt.datetime, dt.datetime], certificates.CertKey]) -> CaState | None:
     """The Secret's next content, or None while it stays as it is.
 
     A missing CA is made; a CA past its renewal point is replaced (it stays as the previous CA
     until it expires); an expired previous CA is dropped. `make_ca(now, not_after)` makes a CA.
     """
     if state is None:
-        return CaState(make_ca(now, now + policy.ca_validity), now)
+        return CaState(current=make_ca(now, now + policy.ca_validity), published_at=now)
     current = state.current.certificate
     if now >= _renew_point(current, policy.renew_fraction) or now >= current.not_valid_after_utc:
-        return CaState(make_ca(now, now + policy.ca_validity), now, previous=state.current, uid=state.uid,
+        return CaState(current=make_ca(now, now + policy.ca_validity), published_at=now, previous=state.current,
+                       uid=state.uid,
                        revision=state.revision + 1, resource_version=state.resource_version)
     if state.previous is not None and now >= state.previous.certificate.not_valid_after_utc:
-        return CaState(state.current, state.published_at, None, state.uid, state.revision + 1,
-                       state.resource_version)
+        return CaState(current=state.current, published_at=state.published_at, previous=None, uid=state.uid,
+                       revision=state.revision + 1, resource_version=state.resource_version)
     return None
 
 
@@ -114,7 +115,7 @@ def serving_not_after(signer: certificates.CertKey, now: dt.datetime, policy: Ca
 
 
 def serving_renewal_due(serving: certificates.CertKey, signer: certificates.CertKey, now: dt.datetime,
-                        policy: CaPolicy) -> bool:
+                        *, policy: CaPolicy) -> bool:
     """Whether to replace the serving certificate now: past its renewal point, or signed by a CA
     other than the one that signs now (after a CA rotation has propagated)."""
     cert = serving.certificate
@@ -125,7 +126,7 @@ def serving_renewal_due(serving: certificates.CertKey, signer: certificates.Cert
 
 
 def next_check(state: CaState, serving: certificates.CertKey, now: dt.datetime,
-               policy: CaPolicy) -> dt.datetime | None:
+               *, policy: CaPolicy) -> dt.datetime | None:
     """The earliest time after `now` anything may be due: the serving certificate's or the CA's
     renewal point, the end of a new CA's propagation, the previous CA's expiry; None if nothing is."""
     times = [max(_renew_point(serving.certificate, policy.renew_fraction),
@@ -182,8 +183,8 @@ def state_from_secret(secret: Obj) -> CaState:
         raise ValueError(f"Secret {CA_SECRET_NAME}: bad annotations {GENERATION_ANNOTATION}={revision_text!r}, "
                          f"{PUBLISHED_ANNOTATION}={annotations.get(PUBLISHED_ANNOTATION)!r}")
     revision = int(revision_text)
-    return CaState(current, published, pair(_PREVIOUS), str(metadata.get("uid", "")), revision,
-                   str(metadata.get("resourceVersion", "")))
+    return CaState(current=current, published_at=published, previous=pair(_PREVIOUS), uid=str(metadata.get("uid", "")),
+                   revision=revision, resource_version=str(metadata.get("resourceVersion", "")))
 
 
 # ---- the APIServices ----------------------------------------------------------------------------

@@ -40,12 +40,14 @@ CALL_TIMEOUT = 10.0  # seconds for each request to kube-apiserver
 RESYNC = dt.timedelta(seconds=60)  # look again this often even when nothing is due: another replica may rotate
 WRITE_ATTEMPTS = 5  # conflicting writes of the Secret in a row before a round gives up (and is retried)
 
-_CREATE_SECRET = permissions.declared(OPERATOR_API_CALLS, ApiCall("", "secrets", "create",
-                                                                  permissions.OPERATOR_NAMESPACE))
-_READ_SECRET = permissions.declared(OPERATOR_API_CALLS, ApiCall("", "secrets", "get", permissions.OPERATOR_NAMESPACE,
+_CREATE_SECRET = permissions.declared(OPERATOR_API_CALLS, ApiCall(group="", resource="secrets", verb="create",
+                                                                  namespace=permissions.OPERATOR_NAMESPACE))
+_READ_SECRET = permissions.declared(OPERATOR_API_CALLS, ApiCall(group="", resource="secrets", verb="get",
+                                                                namespace=permissions.OPERATOR_NAMESPACE,
                                                                 name=permissions.CA_SECRET_NAME))
 _REPLACE_SECRET = permissions.declared(OPERATOR_API_CALLS, ApiCall(
-    "", "secrets", "update", permissions.OPERATOR_NAMESPACE, name=permissions.CA_SECRET_NAME))
+    group="", resource="secrets", verb="update", namespace=permissions.OPERATOR_NAMESPACE,
+    name=permissions.CA_SECRET_NAME))
 
 
 class TlsSyncFailed(Exception):
@@ -98,28 +100,32 @@ class KubeCaObjects:
         return _answer(f"update Secret {_REPLACE_SECRET.name}", status, answer, absent=409)
 
     async def read_apiservice(self, name: str) -> Obj | None:
-        permissions.declared(OPERATOR_API_CALLS, ApiCall("apiregistration.k8s.io", "apiservices", "get", None,
+        permissions.declared(OPERATOR_API_CALLS,
+                             ApiCall(group="apiregistration.k8s.io", resource="apiservices", verb="get", namespace=None,
                                                          name=name))
         status, body = await call_json(self._registration.read_api_service, name, timeout=CALL_TIMEOUT)
         return _answer(f"get APIService {name}", status, body, absent=404)
 
     async def patch_apiservice(self, name: str, patch: Obj) -> bool:
-        permissions.declared(OPERATOR_API_CALLS, ApiCall("apiregistration.k8s.io", "apiservices", "patch", None,
+        permissions.declared(OPERATOR_API_CALLS, ApiCall(group="apiregistration.k8s.io", resource="apiservices",
+                                                         verb="patch", namespace=None,
                                                          name=name))
         status, body = await call_json(self._registration.patch_api_service, name, patch,
                                        _content_type="application/merge-patch+json", timeout=CALL_TIMEOUT)
         return _answer(f"patch APIService {name}", status, body, absent=409) is not None
 
     async def read_webhook_configuration(self, name: str) -> Obj | None:
-        permissions.declared(OPERATOR_API_CALLS, ApiCall("admissionregistration.k8s.io",
-                                                         "mutatingwebhookconfigurations", "get", None, name=name))
+        permissions.declared(OPERATOR_API_CALLS,
+                             ApiCall(group="admissionregistration.k8s.io", resource="mutatingwebhookconfigurations",
+                                     verb="get", namespace=None, name=name))
         status, body = await call_json(self._admission.read_mutating_webhook_configuration, name,
                                        timeout=CALL_TIMEOUT)
         return _answer(f"get MutatingWebhookConfiguration {name}", status, body, absent=404)
 
     async def patch_webhook_configuration(self, name: str, patch: Obj) -> bool:
-        permissions.declared(OPERATOR_API_CALLS, ApiCall("admissionregistration.k8s.io",
-                                                         "mutatingwebhookconfigurations", "patch", None, name=name))
+        permissions.declared(OPERATOR_API_CALLS,
+                             ApiCall(group="admissionregistration.k8s.io", resource="mutatingwebhookconfigurations",
+                                     verb="patch", namespace=None, name=name))
         status, body = await call_json(self._admission.patch_mutating_webhook_configuration, name, patch,
                                        _content_type="application/merge-patch+json", timeout=CALL_TIMEOUT)
         return _answer(f"patch MutatingWebhookConfiguration {name}", status, body, absent=409) is not None
@@ -179,7 +185,7 @@ class ServingFiles(_ServedCertificate):
     """A serving certificate from files that another tool renews (cert-manager's Secret, mounted):
     read again every `interval` seconds and served from then on when they changed."""
 
-    def __init__(self, cert_file: Path, key_file: Path, ca_file: Path | None, registry: CollectorRegistry,
+    def __init__(self, cert_file: Path, key_file: Path, ca_file: Path | None, *, registry: CollectorRegistry,
                  interval: float = 10.0) -> None:
         super().__init__(registry)
         self.paths = (cert_file, key_file, ca_file)
@@ -249,7 +255,7 @@ class ServingTls(_ServedCertificate):
         state = await self._current_ca()
         now = self.clock()
         signer = serving_ca.signing_ca(state, now, self.policy)
-        if self.cert is None or serving_ca.serving_renewal_due(self.cert, signer, now, self.policy):
+        if self.cert is None or serving_ca.serving_renewal_due(self.cert, signer, now, policy=self.policy):
             self._issue(signer, now)
         return state, now
 
@@ -259,18 +265,20 @@ class ServingTls(_ServedCertificate):
         state, now = await self.prepare()
         assert self.cert is not None
         await self._patch_bundles("APIService", self.apiservices, self.objects.read_apiservice,
-                                  self.objects.patch_apiservice, serving_ca.apiservice_patch, state)
+                                  patch_object=self.objects.patch_apiservice, make_patch=serving_ca.apiservice_patch,
+                                  state=state)
         await self._patch_bundles("MutatingWebhookConfiguration", self.webhook_configurations,
-                                  self.objects.read_webhook_configuration, self.objects.patch_webhook_configuration,
-                                  serving_ca.webhook_configuration_patch, state)
-        return serving_ca.next_check(state, self.cert, now, self.policy)
+                                  self.objects.read_webhook_configuration,
+                                  patch_object=self.objects.patch_webhook_configuration,
+                                  make_patch=serving_ca.webhook_configuration_patch, state=state)
+        return serving_ca.next_check(state, self.cert, now, policy=self.policy)
 
     async def _current_ca(self) -> CaState:
         for _ in range(WRITE_ATTEMPTS):
             secret = await self.objects.read_secret()
             state = serving_ca.state_from_secret(secret) if secret is not None else None
             now = self.clock()
-            wanted = serving_ca.rotate_ca(state, now, self.policy, self._make_ca)
+            wanted = serving_ca.rotate_ca(state, now, self.policy, make_ca=self._make_ca)
             if wanted is None:
                 assert state is not None
                 return self._adopt(state)
@@ -309,7 +317,7 @@ class ServingTls(_ServedCertificate):
                                                       "issuer": signer.certificate.subject.rfc4514_string()})
 
     async def _patch_bundles(self, kind: str, names: Iterable[str], read: Callable[[str], Awaitable[Obj | None]],
-                             patch_object: Callable[[str, Obj], Awaitable[bool]],
+                             *, patch_object: Callable[[str, Obj], Awaitable[bool]],
                              make_patch: Callable[[Obj, CaState, tuple[str, str]], Obj | None],
                              state: CaState) -> None:
         """Each object of `names` that exists made to trust `state`'s bundle, retried on conflicts."""

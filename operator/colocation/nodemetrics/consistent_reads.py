@@ -44,7 +44,7 @@ class ConsistentReadMetrics:
 
 
 async def reach_by_clock(resource_version: int, current: Callable[[], int], wall: WallClock,
-                         timeout: float) -> None:
+                         *, timeout: float) -> None:
     """Return once a store that issues its own versions (the leader) has reached `resource_version`:
     at once if its clock has passed it, after waiting if it will within `timeout`; else 504."""
     wait = seconds_until_reached(resource_version, current(), wall())
@@ -59,7 +59,7 @@ class ConsistentReads:
     resourceVersion its clock has not passed; on a standby it waits for its copy."""
 
     def __init__(self, leads: Callable[[], bool], leader_version: Callable[[], Awaitable[int | None]],
-                 applied_version: Callable[[], int], metrics: ConsistentReadMetrics, *, timeout: float = 2.0,
+                 applied_version: Callable[[], int], *, metrics: ConsistentReadMetrics, timeout: float = 2.0,
                  wall: WallClock = time.time) -> None:
         self.leads = leads
         self.wall = wall
@@ -118,7 +118,7 @@ class ConsistentReads:
 
     async def _reach(self, resource_version: int) -> None:
         if self.leads():
-            await reach_by_clock(resource_version, self.applied_version, self.wall, self.timeout)
+            await reach_by_clock(resource_version, self.applied_version, self.wall, timeout=self.timeout)
             return
         try:
             async with asyncio.timeout(self.timeout), self._advanced:

@@ -69,7 +69,7 @@ class PodToEvict:
     uid: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EvictionRequest:
     node: str
     reason: EvictionReason
@@ -83,7 +83,7 @@ class EvictionRequest:
                 "pods": [{"namespace": p.namespace, "name": p.name, "uid": p.uid} for p in self.pods]}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodOutcome:
     pod: PodToEvict
     outcome: Outcome
@@ -126,9 +126,9 @@ def validate_eviction_request(raw: bytes, node: str) -> EvictionRequest:
         model = EvictionRequestBody.model_validate_json(raw)
     except ValidationError as exc:
         document = decoded_object(raw, KIND, exc)
-        _check_identity(document.get("apiVersion"), document.get("kind"), document.get("node"), node)
-        raise ApiError.invalid(GROUP, KIND, node, _FIELD_ERRORS.causes(exc)) from None
-    _check_identity(model.api_version, model.kind, model.node, node)
+        _check_identity(document.get("apiVersion"), document.get("kind"), document.get("node"), node=node)
+        raise ApiError.invalid(GROUP, KIND, node, causes=_FIELD_ERRORS.causes(exc)) from None
+    _check_identity(model.api_version, model.kind, model.node, node=node)
     seen: dict[tuple[str, str], int] = {}
     duplicates: list[Cause] = []
     for index, pod in enumerate(model.pods):
@@ -138,12 +138,12 @@ def validate_eviction_request(raw: bytes, node: str) -> EvictionRequest:
                                     "FieldValueDuplicate"))
         seen.setdefault(key, index)
     if duplicates:
-        raise ApiError.invalid(GROUP, KIND, node, duplicates)
-    return EvictionRequest(node, model.reason, model.message,
-                           tuple(PodToEvict(p.namespace, p.name, p.uid) for p in model.pods))
+        raise ApiError.invalid(GROUP, KIND, node, causes=duplicates)
+    return EvictionRequest(node=node, reason=model.reason, message=model.message,
+                           pods=tuple(PodToEvict(p.namespace, p.name, p.uid) for p in model.pods))
 
 
-def _check_identity(api_version: object, kind: object, request_node: object, node: str) -> None:
+def _check_identity(api_version: object, kind: object, request_node: object, *, node: str) -> None:
     if api_version != API_VERSION or kind != KIND:
         raise ApiError.bad_request(f"the object provided is unrecognized (must be of type {KIND} in "
                                    f"{API_VERSION}): got kind {show(kind)} in version {show(api_version)}")

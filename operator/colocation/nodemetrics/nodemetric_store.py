@@ -49,7 +49,7 @@ _OBJECT_HEAD = b'{"apiVersion":"' + API_VERSION.encode() + b'","kind":"' + KIND.
 
 
 class NodeMetricStore:
-    def __init__(self, clock_wall: WallClock, clock_monotonic: MonotonicClock, *, ttl_seconds: float = 600.0,
+    def __init__(self, *, clock_wall: WallClock, clock_monotonic: MonotonicClock, ttl_seconds: float = 600.0,
                  window: int = 10_000, watcher_queue: int = 1_000) -> None:
         self._wall = clock_wall
         self._monotonic = clock_monotonic
@@ -126,9 +126,11 @@ class NodeMetricStore:
         else:
             rv = self._versions.next()
             created = previous.creation_timestamp if previous is not None else format_time(received_at)
-            body = _render(report.name, labels, rv, created, stored.status_json)
+            body = _render(report.name, labels, rv, created=created, status_json=stored.status_json)
             sent = report.figures.update_time if stored is not report else None
-            entry = Entry(report.name, labels, rv, deflated(body), stored.figures, created, now, received_at, sent)
+            entry = Entry(name=report.name, labels=labels, resource_version=rv, deflated_body=deflated(body),
+                          figures=stored.figures, creation_timestamp=created, last_seen_monotonic=now,
+                          received_at=received_at, update_time_sent=sent)
             self._store(entry)
             self._emit_change(entry, previous, body)
         if update_time_ahead(report, entry):
@@ -177,8 +179,8 @@ class NodeMetricStore:
         if type_ == DELETED:
             if previous is not None:
                 self._unstore(entry.name)
-                self._window.append(Event(entry.resource_version, entry.name, entry.labels, DELETED,
-                                          entry.deflated_body), body)
+                self._window.append(Event(resource_version=entry.resource_version, name=entry.name, labels=entry.labels,
+                                          type=DELETED, deflated_body=entry.deflated_body), body)
             return
         self._store(entry)
         self._emit_change(entry, previous, body)
@@ -234,7 +236,7 @@ class NodeMetricStore:
                          b",".join(inflated(e.deflated_body) for e in entries), b"]}"))
 
     def watch(self, resource_version: str, label_selector: LabelSelector | None = None, name: str | None = None,
-              send_initial_events: bool | None = None) -> Watcher:
+              *, send_initial_events: bool | None = None) -> Watcher:
         """Start a watch, as kube-apiserver's watch cache does for these parameters.
 
         `send_initial_events` is None when the client did not set it: then "" and "0" start with
@@ -262,7 +264,7 @@ class NodeMetricStore:
             return expired
         elif since:
             backlog = self._window.replay(since, selector, name)
-        watcher = Watcher(self._window, selector, name, backlog)
+        watcher = Watcher(self._window, selector, name, backlog=backlog)
         self._window.attach(watcher)
         return watcher
 
@@ -281,18 +283,20 @@ class NodeMetricStore:
         # The DELETED object is the last state, at the resourceVersion of its deletion.
         self._unstore(entry.name)
         body = _with_resource_version(entry.body, rv)
-        self._window.append(Event(rv, entry.name, entry.labels, DELETED, deflated(body)), body)
+        self._window.append(Event(resource_version=rv, name=entry.name, labels=entry.labels, type=DELETED,
+                                  deflated_body=deflated(body)), body)
 
     def _emit_change(self, entry: Entry, previous: Entry | None, body: bytes | None = None) -> None:
         """Append the event of a change to `entry` (`body`: its inflated body, when at hand)."""
         rv, name, kept = entry.resource_version, entry.name, entry.deflated_body
         # The event holds the entry's own bytes: the window adds nothing for a node's latest change.
         if previous is None:
-            event = Event(rv, name, entry.labels, ADDED, kept)
+            event = Event(resource_version=rv, name=name, labels=entry.labels, type=ADDED, deflated_body=kept)
         elif previous.labels == entry.labels:
-            event = Event(rv, name, entry.labels, MODIFIED, kept)
+            event = Event(resource_version=rv, name=name, labels=entry.labels, type=MODIFIED, deflated_body=kept)
         else:
-            event = Event(rv, name, entry.labels, MODIFIED, kept, previous_labels=previous.labels,
+            event = Event(resource_version=rv, name=name, labels=entry.labels, type=MODIFIED, deflated_body=kept,
+                          previous_labels=previous.labels,
                           deflated_left_body=deflated(_with_resource_version(previous.body, rv)))
         self._window.append(event, body)
 
@@ -321,7 +325,7 @@ def _sent_again(previous: Entry, report: ValidatedReport) -> bool:
             and _ends_with_status(previous.body, report.with_update_time(previous.figures.update_time).status_json))
 
 
-def _render(name: str, labels: Mapping[str, str], rv: int, created: str, status_json: bytes) -> bytes:
+def _render(name: str, labels: Mapping[str, str], rv: int, *, created: str, status_json: bytes) -> bytes:
     metadata: dict[str, Any] = {"name": name, "resourceVersion": str(rv), "creationTimestamp": created}
     if labels:
         metadata["labels"] = labels

@@ -27,7 +27,7 @@ MODIFIED: Final = "MODIFIED"
 DELETED: Final = "DELETED"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
     """A change, holding the object's deflated bytes rather than its event line: the body of a
     node's latest event is the very bytes object the store keeps for the node, so the window adds
@@ -64,7 +64,7 @@ class Watcher(WatchQueue[bytes]):
     """One watch stream: lines of JSON, one event each, the backlog's first."""
 
     def __init__(self, window: EventWindow, selector: LabelSelector | None, name: str | None,
-                 backlog: Iterable[bytes | Bookmark] = ()) -> None:
+                 *, backlog: Iterable[bytes | Bookmark] = ()) -> None:
         self.selector = selector
         self.name = name
         self._window = window

@@ -235,7 +235,7 @@ def _parsed(raw: bytes) -> dict[str, Any]:
 # A validated report.
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UsageFigures:
     """The few numbers the API and the controllers read without parsing the object again."""
 
@@ -285,7 +285,8 @@ def validate_report(raw: bytes, node: str) -> ValidatedReport:
         report = _parsed(raw)
     except ValidationError as exc:
         raise _rejection(raw, node, exc) from None
-    _check_identity(report.get("apiVersion", API_VERSION), report.get("kind", KIND), report["metadata"]["name"], node)
+    _check_identity(report.get("apiVersion", API_VERSION), report.get("kind", KIND), report["metadata"]["name"],
+                    node=node)
     status: dict[str, Any] = report["status"]
     usage = status["nodeMetric"]["nodeUsage"].get("resources") or {}
     update_time = _seconds(status["updateTime"])
@@ -338,7 +339,7 @@ def _time_or_zero(value: Any) -> float:
         return 0.0
 
 
-def _check_identity(api_version: Any, kind: Any, name: Any, node: str) -> None:
+def _check_identity(api_version: Any, kind: Any, name: Any, *, node: str) -> None:
     if api_version != API_VERSION or kind != KIND:
         version = api_version.rpartition("/")[2] if isinstance(api_version, str) else api_version
         raise ApiError.bad_request(
@@ -354,8 +355,8 @@ def _rejection(raw: bytes, node: str, exc: ValidationError) -> ApiError:
     document = decoded_object(raw, KIND, exc)
     metadata = document.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
-    _check_identity(document.get("apiVersion", API_VERSION), document.get("kind", KIND), name or "", node)
-    return ApiError.invalid(GROUP, KIND, node, FIELD_ERRORS.causes(exc))
+    _check_identity(document.get("apiVersion", API_VERSION), document.get("kind", KIND), name or "", node=node)
+    return ApiError.invalid(GROUP, KIND, node, causes=FIELD_ERRORS.causes(exc))
 
 
 FIELD_ERRORS = FieldErrorStyle(

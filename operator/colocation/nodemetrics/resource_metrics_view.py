@@ -26,7 +26,7 @@ FALLBACK_WINDOW = "10s"
 SERVED_RESOURCES = ("cpu", "memory")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodUsage:
     namespace: str
     name: str
@@ -34,7 +34,7 @@ class PodUsage:
     recent: Mapping[str, str] | None = None  # recentUsage, when reported
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeUsage:
     name: str
     labels: Mapping[str, str]
@@ -80,12 +80,12 @@ def node_usage_of(obj: Mapping[str, Any]) -> NodeUsage:
     metadata, status = obj["metadata"], obj.get("status") or {}
     node_metric = status.get("nodeMetric") or {}
     recent, recent_window = _recent(node_metric)
-    pods = tuple(PodUsage(pod["namespace"], pod["name"], _served(pod.get("podUsage")),
-                          _served(pod["recentUsage"]) if recent is not None and pod.get("recentUsage") else None)
+    pods = tuple(PodUsage(namespace=pod["namespace"], name=pod["name"], usage=_served(pod.get("podUsage")),
+                          recent=_served(pod["recentUsage"]) if recent is not None and pod.get("recentUsage") else None)
                  for pod in status.get("podsMetric") or ())
-    return NodeUsage(metadata["name"], MappingProxyType(dict(metadata.get("labels") or {})),
-                     str(status.get("updateTime") or ""), report_window(node_metric),
-                     _served(node_metric.get("nodeUsage")), pods, recent, recent_window)
+    return NodeUsage(name=metadata["name"], labels=MappingProxyType(dict(metadata.get("labels") or {})),
+                     timestamp=str(status.get("updateTime") or ""), window=report_window(node_metric),
+                     usage=_served(node_metric.get("nodeUsage")), pods=pods, recent=recent, recent_window=recent_window)
 
 
 class ResourceMetricsView:

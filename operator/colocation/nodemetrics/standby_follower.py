@@ -46,7 +46,7 @@ class LeaderFollower:
     """
 
     def __init__(self, store: ReplicaTarget, leader: Callable[[], LeaderAddress | None],
-                 token: Callable[[], str], metrics: StorageMetrics, *, poll_interval: float = 0.5,
+                 token: Callable[[], str], *, metrics: StorageMetrics, poll_interval: float = 0.5,
                  on_unreachable: Callable[[], None] = lambda: None, stale_after: float = 30.0,
                  clock: Callable[[], float] = time.monotonic,
                  on_applied: Callable[[], Awaitable[None]] | None = None,

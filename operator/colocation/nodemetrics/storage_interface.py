@@ -20,7 +20,7 @@ from colocation.apimachinery.watch_queue import WatchQueue
 from colocation.nodemetrics.report_schema import UsageFigures, ValidatedReport
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Entry:
     """One node's stored NodeMetric: its serialized body, deflated (a 6 KB report of 30 pods is kept
     in about 1.3 KB), and what is read without parsing it."""
@@ -66,7 +66,7 @@ class NodeMetricServing(NodeMetricReader, Protocol):
         """A NodeMetricList, assembled from the stored bodies."""
 
     def watch(self, resource_version: str, label_selector: LabelSelector | None = None, name: str | None = None,
-              send_initial_events: bool | None = None) -> WatchQueue[bytes]:
+              *, send_initial_events: bool | None = None) -> WatchQueue[bytes]:
         """A watch as kube-apiserver starts one for these parameters, its items lines of JSON;
         ApiError for a bad resourceVersion."""
 

@@ -25,7 +25,7 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 ADMIN_USER = "sandbox-admin"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SandboxConfig:
     host: str = "127.0.0.1"
     port: int = 0  # 0: any free port

@@ -140,7 +140,7 @@ async def start_logged(command: Sequence[str], log_path: str | Path, env: Mappin
             env={**os.environ, "PYTHONUNBUFFERED": "1", **env}, **options)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ChildProcess:
     """A process kept running: how it starts, and what has become of it."""
 
@@ -157,7 +157,7 @@ class Supervisor:
     (`CrashLoopBackOff`, one per child, from `backoff`); stops them all together."""
 
     def __init__(self, what: str, logger: logging.Logger, backoff: Callable[[], CrashLoopBackOff],
-                 on_restart: Callable[[], None],
+                 *, on_restart: Callable[[], None],
                  on_exit: Callable[[ChildProcess], None] = lambda child: None,
                  stop_signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> None:
         self._what = what

@@ -34,7 +34,7 @@ from colocation_sandbox.server.api_aggregator import LOCAL_ENDPOINTS_ANNOTATION
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Replica:
     identity: str  # the pod name; each process holds the Lease as POD_NAME_SUFFIX
     port: int
@@ -55,7 +55,8 @@ class OperatorReplicas:
         self.replicas: list[Replica] = []
         # The kubelet's CrashLoopBackOff: tests see the restart timing a cluster would give them.
         restarts = functools.partial(CrashLoopBackOff, maximum=sandbox.config.max_restart_period)
-        self._supervisor = Supervisor("operator replica", log, restarts, self._write_state, on_exit=self._exited,
+        self._supervisor = Supervisor("operator replica", log, restarts, on_restart=self._write_state,
+                                      on_exit=self._exited,
                                       stop_signals=STOP_AT_ONCE)
         self._probes: set[asyncio.Task[None]] = set()
 
@@ -80,7 +81,7 @@ class OperatorReplicas:
                            for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")],
             "containerStatuses": [{"name": "operator", "image": "colocation:sandbox", "imageID": "", "ready": True,
                                    "started": True, "restartCount": 0, "state": {"running": {"startedAt": now}}}]}}
-        return api.store.update(api.rt("", "pods"), self.namespace, name, ready, subresource="status")
+        return api.store.update(api.rt("", "pods"), self.namespace, name, obj=ready, subresource="status")
 
     def _prepare(self, index: int) -> Replica:
         api = self.sandbox.api
@@ -97,8 +98,9 @@ class OperatorReplicas:
         command = [sys.executable, "-m", "colocation", "operator", "--kubeconfig", str(kubeconfig),
                    "--namespace", self.namespace, "--bind-address", "127.0.0.1",
                    "--port", str(port), "--advertise-address", "127.0.0.1", *self.extra_args]
-        child = ChildProcess(command, {"POD_NAME": name, "POD_NAMESPACE": self.namespace}, str(state / f"{name}.log"))
-        return Replica(name, port, str(kubeconfig), child)
+        child = ChildProcess(command=command, env={"POD_NAME": name, "POD_NAMESPACE": self.namespace},
+                             log=str(state / f"{name}.log"))
+        return Replica(identity=name, port=port, kubeconfig=str(kubeconfig), child=child)
 
     def _register_endpoints(self) -> None:
         api = self.sandbox.api
@@ -107,7 +109,7 @@ class OperatorReplicas:
         annotations = {**(service["metadata"].get("annotations") or {}),
                        LOCAL_ENDPOINTS_ANNOTATION: ",".join(f"127.0.0.1:{r.port}" for r in self.replicas)}
         api.store.update(services, self.namespace, "colocation-operator",
-                         {**service, "metadata": {**service["metadata"], "annotations": annotations}})
+                         obj={**service, "metadata": {**service["metadata"], "annotations": annotations}})
 
     async def start(self) -> None:
         self.replicas = [self._prepare(i) for i in range(self.count)]

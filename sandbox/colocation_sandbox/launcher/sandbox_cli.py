@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 from pathlib import Path
 
 import click
 
+from colocation.apimachinery.stop_signals import install_stop_signal_handlers
 from colocation.clicommon import common_options
 
 
@@ -66,7 +66,7 @@ from colocation.clicommon import common_options
               help="With --apiserver kube: kube-apiserver writes an audit log of every write (create, update, "
                    "patch, delete; Metadata level, with the user and its pod) to this file. Off by default.")
 @common_options
-def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, host: str, port: int, state_dir: Path,
+def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
                     probe_interval: float, operators: int, operator_args: tuple[str, ...],
                     serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
@@ -103,9 +103,7 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, hos
 
     async def main() -> None:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        install_stop_signal_handlers(stop.set)
         sandbox = Sandbox(config)
         replicas = 0 if api_only else operators
         components = _components(serve_resource_metrics, serve_custom_metrics)
@@ -115,8 +113,8 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, hos
 
             install_project(sandbox, with_apiservice=replicas > 0, components=components)
         try:
-            await serve_forever(sandbox, stop, replicas, extra_args, 0 if api_only else nodes, agent_args,
-                                pods_per_node, run_agents=agents)
+            await serve_forever(sandbox, stop, replicas, operator_args=extra_args, nodes=0 if api_only else nodes,
+                                agent_args=agent_args, pods_per_node=pods_per_node, run_agents=agents)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
@@ -139,9 +137,7 @@ def _run_kube(**options: object) -> None:
 
     async def main() -> None:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        install_stop_signal_handlers(stop.set)
         await serve_kube_sandbox(config, stop)
 
     try:

@@ -69,7 +69,7 @@ def machine_capacity() -> tuple[int, int]:
     return (os.cpu_count() or 1) * 1000, memory or 2**30
 
 
-def machine_node(name: str, cpu_millis: int, memory_bytes: int, now: str) -> dict[str, Any]:
+def machine_node(name: str, cpu_millis: int, memory_bytes: int, *, now: str) -> dict[str, Any]:
     """The Node of this machine, with what the kubelet keeps back by default (100Mi hard eviction)."""
     reserved = _REAL_RESERVED
     capacity = {"cpu": format_millis(cpu_millis), "memory": format_bytes(memory_bytes), "pods": str(MAX_PODS)}
@@ -123,7 +123,7 @@ def simulation_groups(specs: Sequence[SpecT]) -> list[list[SpecT]]:
     return [list(specs[index::processes]) for index in range(processes)]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AgentProcess:
     nodes: list[str]
     simulated: bool
@@ -137,7 +137,7 @@ class AgentProcess:
 
 class SandboxNodes:
     def __init__(self, sandbox: Sandbox, count: int, agent_args: tuple[str, ...] = (),
-                 pods_per_node: int = DEFAULT_PODS_PER_NODE, *, run_agents: bool = True) -> None:
+                 *, pods_per_node: int = DEFAULT_PODS_PER_NODE, run_agents: bool = True) -> None:
         self.sandbox = sandbox
         self.count = count
         self.agent_args = agent_args
@@ -149,7 +149,7 @@ class SandboxNodes:
         self._pods_on: dict[str, int] = {}  # node -> pods given an address so far
         # The kubelet's CrashLoopBackOff, as for the DaemonSet's pods (and --max-container-restart-period).
         restarts = functools.partial(CrashLoopBackOff, maximum=sandbox.config.max_restart_period)
-        self._supervisor = Supervisor("agent", log, restarts, self._write_state)
+        self._supervisor = Supervisor("agent", log, restarts, on_restart=self._write_state)
 
     @property
     def state_dir(self) -> Path:
@@ -220,7 +220,8 @@ class SandboxNodes:
         return token
 
     def _simulated(self, index: int, token: str) -> SimulatedNode:
-        return SimulatedNode(f"sim-node-{index}", token, seed=index, profile=PROFILES[(index - 1) % len(PROFILES)],
+        return SimulatedNode(node=f"sim-node-{index}", token=token, seed=index,
+                             profile=PROFILES[(index - 1) % len(PROFILES)],
                              pods=self.pods_per_node)
 
     def create_nodes(self) -> tuple[tuple[str, str] | None, list[SimulatedNode]]:
@@ -233,7 +234,7 @@ class SandboxNodes:
             if index == 0:
                 name = machine_node_name()
                 cpu, memory = machine_capacity()
-                self._create("nodes", _with_pod_cidr(machine_node(name, cpu, memory, now), index))
+                self._create("nodes", _with_pod_cidr(machine_node(name, cpu, memory, now=now), index))
                 self._node_index[name] = index
                 real = (name, self._agent_pod_and_token(name))
                 continue
@@ -275,12 +276,12 @@ class SandboxNodes:
             node, token = real
             kubeconfig = self.sandbox.write_kubeconfig(self.state_dir / f"agent-{node}.kubeconfig", token=token)
             port = free_port()
-            self.agents.append(AgentProcess([node], False, port, ChildProcess(
+            self.agents.append(AgentProcess(nodes=[node], simulated=False, metrics_port=port, child=ChildProcess(
                 # It measures this machine, but its cgroups are not the sandbox's to throttle.
-                [*python, "--kubeconfig", str(kubeconfig), "--node-name", node, "--proc-root", "/proc",
-                 "--cgroup-root", "/sys/fs/cgroup", "--dry-run-enforcement", *self._common_args(port),
-                 *self.agent_args],
-                env, str(self.state_dir / f"agent-{node}.log"))))
+                command=[*python, "--kubeconfig", str(kubeconfig), "--node-name", node, "--proc-root", "/proc",
+                         "--cgroup-root", "/sys/fs/cgroup", "--dry-run-enforcement", *self._common_args(port),
+                         *self.agent_args],
+                env=env, log=str(self.state_dir / f"agent-{node}.log"))))
         if simulated:
             # The kubeconfig gives the server and its CA; each simulated agent uses its own token.
             kubeconfig = self.sandbox.write_kubeconfig(self.state_dir / "simulated-agents.kubeconfig",
@@ -290,10 +291,11 @@ class SandboxNodes:
             nodes_file.write_bytes(orjson.dumps([spec.to_json() for spec in group], option=orjson.OPT_INDENT_2))
             nodes_file.chmod(0o600)  # it holds tokens
             port = free_port()
-            self.agents.append(AgentProcess([spec.node for spec in group], True, port, ChildProcess(
-                [*python, "--kubeconfig", str(kubeconfig), "--simulated-nodes", str(nodes_file),
-                 *self._common_args(port), *self.agent_args],
-                env, str(self.state_dir / f"agents-simulated-{index}.log"))))
+            self.agents.append(AgentProcess(nodes=[spec.node for spec in group], simulated=True, metrics_port=port,
+                                            child=ChildProcess(
+                command=[*python, "--kubeconfig", str(kubeconfig), "--simulated-nodes", str(nodes_file),
+                         *self._common_args(port), *self.agent_args],
+                env=env, log=str(self.state_dir / f"agents-simulated-{index}.log"))))
         for agent in self.agents:
             await self._supervisor.start(agent.child, nodes=len(agent.nodes), simulated=agent.simulated,
                                          metrics_port=agent.metrics_port)

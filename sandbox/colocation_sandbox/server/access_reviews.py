@@ -60,7 +60,7 @@ _REMEMBERED_REQUESTERS = 10_000
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WantedUser:
     """What the Impersonate-* headers ask for, as they were sent."""
 
@@ -84,7 +84,7 @@ def wanted_user(headers: Mapping[str, str]) -> WantedUser | None:
     for key, value in pairs:
         if key.startswith(IMPERSONATE_EXTRA_PREFIX):
             extra.setdefault(urllib.parse.unquote(key[len(IMPERSONATE_EXTRA_PREFIX):]), []).append(value)
-    wanted = WantedUser(name, uid, groups, tuple((k, tuple(v)) for k, v in extra.items()))
+    wanted = WantedUser(name=name, uid=uid, groups=groups, extra=tuple((k, tuple(v)) for k, v in extra.items()))
     if not name and (uid or groups or extra):
         raise ApiError.bad_request(f"requested {_go_default_info(wanted)} without impersonating a user name")
     return wanted if name else None
@@ -133,7 +133,7 @@ class Impersonation:
         first_denial: ApiError | None = None
         for index in order:
             try:
-                acting = self._mode(_MODES[index], wanted, requester, request)
+                acting = self._mode(_MODES[index], wanted, requester, request=request)
             except ApiError as denial:
                 first_denial = first_denial or denial
                 continue
@@ -150,7 +150,7 @@ class Impersonation:
             self._last_mode.popitem(last=False)
 
     def _mode(self, mode: str, wanted: WantedUser, requester: UserInfo,
-              request: RequestAttributes) -> UserInfo | None:
+              *, request: RequestAttributes) -> UserInfo | None:
         node = _node_name(wanted.name)
         account = split_service_account(wanted.name)
         applies = {
@@ -260,7 +260,7 @@ def _extra_problem(extra: tuple[tuple[str, tuple[str, ...]], ...]) -> str | None
 
 
 def impersonate(requester: UserInfo, headers: Mapping[str, str], authorize: Authorize,
-                request: RequestAttributes) -> UserInfo:
+                *, request: RequestAttributes) -> UserInfo:
     """One impersonation check with no memory of earlier ones (see Impersonation)."""
     return Impersonation(authorize)(requester, headers, request)
 
@@ -271,13 +271,13 @@ def _review_attributes(kind: str, spec: Mapping[str, Any], user: UserInfo) -> Re
     resource: Mapping[str, Any] | None = spec.get("resourceAttributes")
     non_resource: Mapping[str, Any] | None = spec.get("nonResourceAttributes")
     if resource is not None and non_resource is not None:
-        raise ApiError.invalid(AUTHORIZATION_GROUP, kind, "", [Cause(
+        raise ApiError.invalid(AUTHORIZATION_GROUP, kind, "", causes=[Cause(
             "spec.nonResourceAttributes", "cannot be specified in combination with resourceAttributes")])
     if non_resource is not None:
         return RequestAttributes(user=user, verb=non_resource.get("verb", ""), resource_request=False,
                                  path=non_resource.get("path", ""))
     if resource is None:
-        raise ApiError.invalid(AUTHORIZATION_GROUP, kind, "", [Cause(
+        raise ApiError.invalid(AUTHORIZATION_GROUP, kind, "", causes=[Cause(
             "spec.resourceAttributes",
             "exactly one of nonResourceAttributes or resourceAttributes must be specified")])
     return RequestAttributes(
@@ -297,11 +297,11 @@ def subject_access_review(spec: Mapping[str, Any], authorizer: Authorize, *,
     """The status of a SubjectAccessReview; with `namespace`, of a LocalSubjectAccessReview there."""
     kind = "SubjectAccessReview" if namespace is None else "LocalSubjectAccessReview"
     if not spec.get("user") and not spec.get("groups"):
-        raise ApiError.invalid(AUTHORIZATION_GROUP, kind, "", [
+        raise ApiError.invalid(AUTHORIZATION_GROUP, kind, "", causes=[
             Cause("spec.user", 'Invalid value: "": at least one of user or group must be specified')])
     if namespace is not None:
         if spec.get("nonResourceAttributes") is not None:
-            raise ApiError.invalid(AUTHORIZATION_GROUP, kind, "", [
+            raise ApiError.invalid(AUTHORIZATION_GROUP, kind, "", causes=[
                 Cause("spec.nonResourceAttributes", "disallowed on this kind of request")])
         if (spec.get("resourceAttributes") or {}).get("namespace", "") != namespace:
             raise ApiError.bad_request(f"spec.resourceAttributes.namespace must match namespace: {namespace}")

@@ -52,19 +52,19 @@ def admit(rt: ResourceType, obj: Obj, field_validation: str, *, status_write: bo
         if dropped and field_validation == "Warn":
             warnings.extend(f'unknown field "{f}"' for f in dropped)
         obj = crd_schema.apply_defaults(pruned, rt.schema)
-        causes = custom_resource_causes(rt, obj, status_write, old)
+        causes = custom_resource_causes(rt, obj, status_write, old=old)
         if causes:
-            raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes)
+            raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes=causes)
     else:
         obj = _builtin_defaults(rt, obj, creating)
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             causes = crd_causes(obj)
             if causes:
-                raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes)
+                raise ApiError.invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes=causes)
     return obj, warnings
 
 
-def custom_resource_causes(rt: ResourceType, obj: Obj, status_write: bool, old: Obj | None = None) -> list[Cause]:
+def custom_resource_causes(rt: ResourceType, obj: Obj, status_write: bool, *, old: Obj | None = None) -> list[Cause]:
     assert rt.schema is not None
     causes: list[Cause] = []
     if status_write:
@@ -132,14 +132,14 @@ def _check_type_meta(rt: ResourceType, obj: Obj) -> None:
         if values is None:
             continue
         if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
-            raise ApiError.invalid(rt.group, rt.kind, (metadata or {}).get("name", ""), [
+            raise ApiError.invalid(rt.group, rt.kind, (metadata or {}).get("name", ""), causes=[
                 Cause(f"metadata.{field}", "Invalid value: values must be strings", "FieldValueTypeInvalid")])
     causes = [Cause("metadata.labels", f'Invalid value: "{text}": {error}')
               for key, value in ((metadata or {}).get("labels") or {}).items()
               for text, errors in ((key, label_key_errors(key)), (value, label_value_errors(value)))
               for error in errors]
     if causes:
-        raise ApiError.invalid(rt.group, rt.kind, (metadata or {}).get("name", ""), causes)
+        raise ApiError.invalid(rt.group, rt.kind, (metadata or {}).get("name", ""), causes=causes)
 
 
 def new_namespace(name: str) -> Obj:

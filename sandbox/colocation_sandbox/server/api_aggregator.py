@@ -48,7 +48,7 @@ DISCOVERY_RETRY = (0.5, 60.0)  # first and longest wait before asking a failing 
 AGGREGATED_ACCEPT = ",".join(f"application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
                              for v in ("v2", "v2beta1"))
 # Who the aggregator is when it asks backends for discovery and availability.
-AGGREGATOR_USER = UserInfo("system:kube-aggregator", groups=("system:masters",))
+AGGREGATOR_USER = UserInfo(username="system:kube-aggregator", groups=("system:masters",))
 # Hop-by-hop and identity headers never forwarded to a backend.
 _DROPPED_REQUEST_HEADERS = frozenset({"authorization", "host", "connection", "keep-alive", "transfer-encoding",
                                       "content-length", "upgrade", "te", "trailer", "proxy-authorization"})
@@ -95,7 +95,7 @@ def parse_local_endpoints(value: str) -> list[tuple[str, int]]:
     return endpoints
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Discovered:
     """A backend's discovery of one APIService's group version, as last fetched."""
 
@@ -144,9 +144,10 @@ class Aggregator:
             if spec.get("service") and spec.get("group") and spec.get("version"):
                 fetched = self._discovered.get(obj["metadata"]["name"])
                 served.append(api_discovery.Served(
-                    spec["group"], spec["version"], int(spec.get("groupPriorityMinimum") or 0),
-                    int(spec.get("versionPriority") or 0), api_discovery.AGGREGATOR,
-                    fetched.document if fetched is not None else None))
+                    group=spec["group"], version=spec["version"],
+                    group_priority=int(spec.get("groupPriorityMinimum") or 0),
+                    version_priority=int(spec.get("versionPriority") or 0), source=api_discovery.AGGREGATOR,
+                    document=fetched.document if fetched is not None else None))
         return served
 
     def _ready_addresses(self, apiservice: Obj) -> list[tuple[str, int]]:
@@ -288,7 +289,7 @@ class Aggregator:
             key = self._discovery_key(apiservice)
             fetched = self._discovered.get(name)
             if fetched is None or fetched.key != key or now >= fetched.due:
-                due.append(self._discover(name, apiservice, key, fetched))
+                due.append(self._discover(name, apiservice, key, previous=fetched))
         await asyncio.gather(*due)
 
     def _discovery_key(self, apiservice: Obj) -> tuple[str, tuple[tuple[str, int], ...]]:
@@ -299,7 +300,7 @@ class Aggregator:
         return (apiservice["metadata"].get("resourceVersion", ""), addresses)
 
     async def _discover(self, name: str, apiservice: Obj, key: tuple[str, tuple[tuple[str, int], ...]],
-                        previous: _Discovered | None) -> None:
+                        *, previous: _Discovered | None) -> None:
         version = apiservice["spec"]["version"]
         try:
             document, etag = await self._fetch_discovery(apiservice, previous)
@@ -309,10 +310,11 @@ class Aggregator:
             first, longest = DISCOVERY_RETRY
             log.debug("aggregated discovery failed", extra={"apiservice": name, "error": str(exc)})
             self._discovered[name] = _Discovered(
-                key, api_discovery.version_document(version, [], "Stale"), "",
-                time.monotonic() + min(first * 2 ** (failures - 1), longest), failures)
+                key=key, document=api_discovery.version_document(version, [], "Stale"), etag="",
+                due=time.monotonic() + min(first * 2 ** (failures - 1), longest), failures=failures)
             return
-        self._discovered[name] = _Discovered(key, document, etag, time.monotonic() + DISCOVERY_REFRESH, 0)
+        self._discovered[name] = _Discovered(key=key, document=document, etag=etag,
+                                             due=time.monotonic() + DISCOVERY_REFRESH, failures=0)
 
     async def _fetch_discovery(self, apiservice: Obj, previous: _Discovered | None) -> tuple[Obj, str]:
         """The backend's APIVersionDiscovery for the APIService's group version, and its ETag."""
@@ -366,7 +368,7 @@ class Aggregator:
         if current is None:
             self.api.store.create(rt, wanted)
         elif current.get("subsets") != subsets:
-            self.api.store.update(rt, meta["namespace"], meta["name"], {**current, "subsets": subsets},
+            self.api.store.update(rt, meta["namespace"], meta["name"], obj={**current, "subsets": subsets},
                                   check_rv=False)
 
     def endpoint_gone(self, host: str, port: int) -> None:
@@ -378,7 +380,7 @@ class Aggregator:
             changed = [_not_ready_if(subset, host, port) for subset in subsets]
             if changed != subsets:
                 meta = endpoints["metadata"]
-                self.api.store.update(rt, meta["namespace"], meta["name"], {**endpoints, "subsets": changed},
+                self.api.store.update(rt, meta["namespace"], meta["name"], obj={**endpoints, "subsets": changed},
                                       check_rv=False)
 
     async def _ready(self, host: str, port: int) -> bool:
@@ -408,7 +410,7 @@ class Aggregator:
                      if not current or current.get("status") != status else current["lastTransitionTime"]}
         rt = self.api.rt("apiregistration.k8s.io", "apiservices")
         self.api.store.update(rt, "", apiservice["metadata"]["name"],
-                              {**apiservice, "status": {"conditions": [condition]}}, subresource="status",
+                              obj={**apiservice, "status": {"conditions": [condition]}}, subresource="status",
                               check_rv=False)
 
     async def _probe_apiservice(self, apiservice: Obj) -> tuple[str, str, str]:

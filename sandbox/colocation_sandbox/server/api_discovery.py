@@ -60,7 +60,7 @@ CUSTOM_VERBS = ("delete", "deletecollection", "get", "list", "patch", "create", 
 _SUBRESOURCE_VERBS = ["get", "patch", "update"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Served:
     """One group version /apis lists, with the priorities of the APIService behind it."""
 
@@ -269,8 +269,9 @@ def registry_served(registry: Registry, *, documents: bool = False) -> list[Serv
             custom = any(is_custom(rt) for rt in types)
             group_priority, version_priority = CRD_PRIORITY if custom else BUILTIN_PRIORITIES.get(
                 (group, version), DEFAULT_PRIORITY)
-            served.append(Served(group, version, group_priority, version_priority, CRD if custom else BUILTIN,
-                                 _registry_version_document(types, version) if documents else None))
+            served.append(Served(group=group, version=version, group_priority=group_priority,
+                                 version_priority=version_priority, source=CRD if custom else BUILTIN,
+                                 document=_registry_version_document(types, version) if documents else None))
     return served
 
 
@@ -304,7 +305,7 @@ _SERVED_MEDIA_TYPES = ("application/json", "application/yaml", "application/vnd.
 _NOT_ACCEPTABLE = "only the following media types are accepted: " + ", ".join(_SERVED_MEDIA_TYPES)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MediaRange:
     type: str
     subtype: str
@@ -347,7 +348,7 @@ def media_ranges(header: str) -> list[MediaRange]:
                     quality = 0.0
             else:
                 options[key.strip()] = value.strip()
-        ranges.append(MediaRange(type_.strip(), subtype.strip(), quality, options))
+        ranges.append(MediaRange(type=type_.strip(), subtype=subtype.strip(), quality=quality, params=options))
     return sorted(ranges, key=lambda r: (-r.quality, r.type == "*", r.subtype == "*"))
 
 

@@ -29,7 +29,7 @@ from colocation_sandbox.server.verbs import Verbs, json_response
 
 log = logging.getLogger(__name__)
 
-ANONYMOUS = UserInfo("system:anonymous", groups=("system:unauthenticated",))
+ANONYMOUS = UserInfo(username="system:anonymous", groups=("system:unauthenticated",))
 _RBAC_RESOURCES = frozenset({"roles", "rolebindings", "clusterroles", "clusterrolebindings"})
 _HEALTH_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
 _DISCOVERY_DEPTH = {"api": 2, "apis": 3}  # /api/{version}, /apis/{group}/{version}
@@ -115,14 +115,15 @@ class ApiServer:
     def _attributes(request: web.Request, user: UserInfo, target: Target | None) -> RequestAttributes:
         """What the request does, as the authorizer sees it (before impersonation: as `user`)."""
         if target is None:
-            return RequestAttributes(user, request.method.lower() if request.method != "HEAD" else "get",
+            return RequestAttributes(user=user, verb=request.method.lower() if request.method != "HEAD" else "get",
                                      resource_request=False, path=request.path.rstrip("/") or "/")
         verb = verb_for(request.method, target, query_flag(request.query, "watch"))
         # RequestInfo: /api/v1/namespaces/NAME (and its status, finalize) is in namespace NAME, so a
         # RoleBinding there can grant access to the namespace itself.
         namespace = target.name if (target.group, target.resource) == ("", "namespaces") else target.namespace
-        return RequestAttributes(user, verb, True, target.group, target.resource, target.subresource,
-                                 target.name, namespace)
+        return RequestAttributes(user=user, verb=verb, resource_request=True, api_group=target.group,
+                                 resource=target.resource, subresource=target.subresource, name=target.name,
+                                 namespace=namespace)
 
     def authenticate(self, request: web.Request) -> UserInfo:
         header = request.headers.get("Authorization", "")
@@ -248,16 +249,16 @@ class ApiServer:
         if verb not in rt.verbs and not target.subresource:
             raise ApiError.method_not_allowed(f"{verb} is not supported on {rt.group_resource}")
         self.authorize(attrs)
-        return await self._dispatch(request, user, rt, target, verb)
+        return await self._dispatch(request, user, rt, target=target, verb=verb)
 
-    async def _dispatch(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target,
+    async def _dispatch(self, request: web.Request, user: UserInfo, rt: ResourceType, *, target: Target,
                         verb: str) -> web.StreamResponse:
         ns, name, sub = target.namespace, target.name, target.subresource
         if verb == "watch":
-            return await self.verbs.watch(request, rt, ns, name)
+            return await self.verbs.watch(request, rt, ns, name=name)
         special = self.special.handler(rt, sub, verb)
         if special is not None:
-            return await special(request, user, rt, target)
+            return await special(request, user, rt, target=target)
         if sub == "finalize" and verb == "update":
             pass  # namespaces/finalize: PUT only, spec.finalizers and everything but the status
         elif sub and sub != "status":
@@ -265,7 +266,7 @@ class ApiServer:
         if rt.virtual:
             raise ApiError.method_not_allowed(f"{verb} is not supported on {rt.group_resource}")
         if verb == "get":
-            return self.verbs.get(request, rt, ns, name)
+            return self.verbs.get(request, rt, ns, name=name)
         if verb == "list":
             return self.verbs.list_collection(request, rt, ns)
         raw = await request.read()
@@ -273,12 +274,13 @@ class ApiServer:
         if verb == "create":
             if name or sub:
                 raise ApiError.method_not_allowed("POST is only allowed on a collection")
-            return self.verbs.create(request, rt, ns, request_bodies.decode_object(raw, content_type))
+            return self.verbs.create(request, rt, ns, body=request_bodies.decode_object(raw, content_type))
         if verb == "update":
-            return self.verbs.update(request, rt, ns, name, sub, request_bodies.decode_object(raw, content_type))
+            return self.verbs.update(request, rt, ns, name=name, subresource=sub,
+                                     body=request_bodies.decode_object(raw, content_type))
         if verb == "patch":
-            return self.verbs.patch(request, rt, ns, name, sub, raw)
+            return self.verbs.patch(request, rt, ns, name=name, subresource=sub, raw=raw)
         options = request_bodies.decode_object(raw, content_type) if raw.strip() else {}
         if verb == "delete":
-            return self.verbs.delete(request, rt, ns, name, options)
+            return self.verbs.delete(request, rt, ns, name=name, body=options)
         return self.verbs.delete_collection(request, rt, ns)

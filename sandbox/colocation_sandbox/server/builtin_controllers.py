@@ -33,8 +33,9 @@ def crd_resource_types(crd: Obj) -> list[ResourceType]:
             continue
         subresources = version.get("subresources") or {}
         columns = tuple(
-            PrinterColumn(c["name"], c.get("type", "string"), c.get("jsonPath", ""), c.get("description", ""),
-                          int(c.get("priority", 0)), c.get("format", ""))
+            PrinterColumn(name=c["name"], type=c.get("type", "string"), json_path=c.get("jsonPath", ""),
+                          description=c.get("description", ""), priority=int(c.get("priority", 0)),
+                          format=c.get("format", ""))
             for c in version.get("additionalPrinterColumns") or ())
         schema = (version.get("schema") or {}).get("openAPIV3Schema") or {
             "type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -125,7 +126,7 @@ class Controllers:
         old_status = crd.get("status") or {}
         if old_status.get("conditions") and old_status.get("acceptedNames") == status["acceptedNames"]:
             status["conditions"] = old_status["conditions"]
-        self.store.update(self.rt(*CRD_KEY), "", crd["metadata"]["name"], {**crd, "status": status},
+        self.store.update(self.rt(*CRD_KEY), "", crd["metadata"]["name"], obj={**crd, "status": status},
                           subresource="status", check_rv=False)
 
     # ---- namespaces ---------------------------------------------------------------------------
@@ -142,7 +143,7 @@ class Controllers:
         if change.type == "MODIFIED" and ns["metadata"].get("deletionTimestamp"):
             if (ns.get("status") or {}).get("phase") != "Terminating":
                 self.store.update(self.rt("", "namespaces"), "", name,
-                                  {**ns, "status": {**(ns.get("status") or {}), "phase": "Terminating"}},
+                                  obj={**ns, "status": {**(ns.get("status") or {}), "phase": "Terminating"}},
                                   subresource="status", check_rv=False)
                 self._empty_namespace(name)
             self._maybe_finish_namespace(name)
@@ -166,7 +167,7 @@ class Controllers:
         annotations = current["metadata"].get("annotations") or {}
         if current.get("data") == data and annotations.get(DESCRIPTION_ANNOTATION):
             return
-        self.store.update(cm_rt, namespace, ROOT_CA_CONFIGMAP, {
+        self.store.update(cm_rt, namespace, ROOT_CA_CONFIGMAP, obj={
             **current, "data": data, "metadata": {
                 **current["metadata"], "annotations": {**annotations, DESCRIPTION_ANNOTATION: ROOT_CA_DESCRIPTION}}})
 
@@ -190,7 +191,7 @@ class Controllers:
             if next(self.store.objects(rt, namespace), None) is not None:
                 return
         spec = {**(ns.get("spec") or {}), "finalizers": []}
-        self.store.update(ns_rt, "", namespace, {**ns, "spec": spec}, subresource="finalize", check_rv=False)
+        self.store.update(ns_rt, "", namespace, obj={**ns, "spec": spec}, subresource="finalize", check_rv=False)
 
     # ---- workloads ----------------------------------------------------------------------------
 
@@ -217,7 +218,7 @@ class Controllers:
                       "currentNumberScheduled": count, "numberReady": count, "updatedNumberScheduled": count,
                       "numberAvailable": count, "numberMisscheduled": 0}
         if {k: v for k, v in (obj.get("status") or {}).items()} != status:
-            self.store.update(rt, meta.get("namespace", ""), meta["name"], {**obj, "status": status},
+            self.store.update(rt, meta.get("namespace", ""), meta["name"], obj={**obj, "status": status},
                               subresource="status", check_rv=False)
 
     def _conditions(self, obj: Obj, wanted: list[tuple[str, str, str]]) -> list[Obj]:
@@ -239,7 +240,7 @@ class Controllers:
         status = budget_status(budget, pods, format_time(self.store.clock()))
         if budget.get("status") != status:
             self.store.update(self.rt("policy", "poddisruptionbudgets"), meta["namespace"], meta["name"],
-                              {**budget, "status": status}, subresource="status", check_rv=False)
+                              obj={**budget, "status": status}, subresource="status", check_rv=False)
 
     def _pod_changed(self, change: Change) -> None:
         """Recount the budgets that select the pod (before or after the change), and only those:

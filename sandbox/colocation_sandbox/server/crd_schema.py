@@ -87,7 +87,7 @@ def _required(path: str, detail: str = "") -> Cause:
     return Cause(_field(path), "Required value" + (f": {detail}" if detail else ""), "FieldValueRequired")
 
 
-def _invalid(path: str, value: Any, detail: str, reason: str = "FieldValueInvalid") -> Cause:
+def _invalid(path: str, value: Any, detail: str, *, reason: str = "FieldValueInvalid") -> Cause:
     return Cause(_field(path), f"Invalid value: {_render(value)}: {detail}", reason)
 
 
@@ -103,11 +103,11 @@ def _duplicate(path: str, value: Any) -> Cause:
 # --------------------------------------------------------------------------------------------
 # Validation.
 
-def validate(obj: Mapping[str, Any], schema: Schema, group: str, kind: str, name: str) -> None:
+def validate(obj: Mapping[str, Any], schema: Schema, group: str, *, kind: str, name: str) -> None:
     """Raise 422 Invalid, with one cause per violation, unless `obj` satisfies `schema`."""
     causes = validation_causes(obj, schema)
     if causes:
-        raise ApiError.invalid(group, kind, name, causes)
+        raise ApiError.invalid(group, kind, name, causes=causes)
 
 
 def validation_causes(obj: Any, schema: Schema, under: str = "") -> list[Cause]:
@@ -182,7 +182,7 @@ def _validate(value: Any, schema: Schema, path: str) -> list[Cause]:
 
 def _type_cause(path: str, types: list[str], actual: str) -> Cause:
     detail = f"{path} in body must be of type {','.join(types)}: {quote(actual)}"
-    return _invalid(path, actual, detail, "FieldValueTypeInvalid")
+    return _invalid(path, actual, detail, reason="FieldValueTypeInvalid")
 
 
 def _junctor_causes(value: Any, schema: Schema, path: str) -> list[Cause]:
@@ -233,7 +233,7 @@ def _string_causes(value: str, schema: Schema, path: str) -> list[Cause]:
     fmt = schema.get("format", "")
     if fmt in _FORMATS and not _FORMATS[fmt](value):
         detail = f"{path} in body must be of type {fmt}: {quote(value)}"
-        causes.append(_invalid(path, value, detail, "FieldValueTypeInvalid"))
+        causes.append(_invalid(path, value, detail, reason="FieldValueTypeInvalid"))
     return causes
 
 
@@ -598,7 +598,7 @@ def _prune(value: Any, schema: Schema | None) -> Any:
 _DROP = object()
 
 
-def _prune_field(key: str, value: Any, schema: Schema, preserving: bool = False) -> Any:
+def _prune_field(key: str, value: Any, schema: Schema, *, preserving: bool = False) -> Any:
     if schema.get(EMBEDDED):
         if key in ("apiVersion", "kind"):
             return copy.deepcopy(value)

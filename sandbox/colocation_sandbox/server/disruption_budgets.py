@@ -36,7 +36,7 @@ def _scaled(value: Any, total: int, field: str) -> int:
         return value
     if isinstance(value, str) and value.endswith("%") and value[:-1].isdigit():
         return math.ceil(int(value[:-1]) * total / 100)
-    raise ApiError.invalid("policy", "PodDisruptionBudget", "", [Cause(
+    raise ApiError.invalid("policy", "PodDisruptionBudget", "", causes=[Cause(
         f"spec.{field}", f"Invalid value: {value!r}: must be an integer or a percentage")])
 
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from colocation.apimachinery.errors import ApiError
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FaultRule:
     path: re.Pattern[str]  # matched (search) against the request path
     methods: frozenset[str] = frozenset()  # empty: every method
@@ -37,8 +37,8 @@ class FaultRule:
         code = int(body.get("code", 0))
         if code and not 400 <= code <= 599:
             raise ApiError.bad_request("fault code must be an HTTP error status (400-599)")
-        return cls(pattern, frozenset(m.upper() for m in body.get("methods") or ()), code,
-                   int(body.get("count", 1)), float(body.get("delay", 0.0)))
+        return cls(path=pattern, methods=frozenset(m.upper() for m in body.get("methods") or ()), code=code,
+                   count=int(body.get("count", 1)), delay=float(body.get("delay", 0.0)))
 
     def matches(self, method: str, path: str) -> bool:
         return (not self.methods or method in self.methods) and bool(self.path.search(path))

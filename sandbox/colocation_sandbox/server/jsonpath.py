@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Step:
     kind: str  # "field" | "index" | "all" | "filter"
     name: str = ""
@@ -51,7 +51,7 @@ def parse_jsonpath(text: str) -> list[Step]:
             if name == "*":
                 raise ValueError("wildcards are not supported")
             if name:
-                steps.append(Step("field", name=name))
+                steps.append(Step(kind="field", name=name))
         elif char == "[":
             end = text.find("]", i) if not text.startswith("[?(", i) else text.find(")]", i) + 1
             if end <= i:
@@ -67,13 +67,13 @@ def _parse_bracket(inner: str) -> list[Step]:
     if inner.startswith("'") and inner.endswith("'") and len(inner) >= 2:
         return parse_jsonpath("." + inner[1:-1])
     if inner in ("*", ":"):
-        return [Step("all")]
+        return [Step(kind="all")]
     if re.fullmatch(r"-?\d+", inner):
-        return [Step("index", index=int(inner))]
+        return [Step(kind="index", index=int(inner))]
     match = _FILTER.match(inner)
     if match:
         path, operator, literal = match.groups()
-        return [Step("filter", filter_path=tuple(parse_jsonpath(path)), operator=operator,
+        return [Step(kind="filter", filter_path=tuple(parse_jsonpath(path)), operator=operator,
                       operand=_literal(literal.strip()))]
     raise ValueError(f"invalid array index {inner}")
 

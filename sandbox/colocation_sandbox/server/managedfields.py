@@ -57,7 +57,7 @@ class _Schema:
         return ("k", _canonical({k: v for k, v in values.items() if v is not None}))
 
 
-def server_side_apply(live: dict[str, Any] | None, applied: dict[str, Any], manager: str, force: bool,
+def server_side_apply(live: dict[str, Any] | None, applied: dict[str, Any], manager: str, *, force: bool,
                       group: str, kind: str, now: str, ignored_fields: Iterable[str] = ()) -> dict[str, Any]:
     """Merge an applied configuration into the live object and record `manager` as its owner.
 
@@ -78,7 +78,7 @@ def server_side_apply(live: dict[str, Any] | None, applied: dict[str, Any], mana
     others = [e for e in entries if e is not mine]
     last_set: FieldSet = mine["set"] if mine else set()
 
-    merged = _merge(copy.deepcopy(live) if live is not None else {}, config, "", schema)
+    merged = _merge(copy.deepcopy(live) if live is not None else {}, config, "", schema=schema)
     owned = new_set.union(*(e["set"] for e in others))
     merged = _prune(merged, last_set - owned, owned)
 
@@ -100,7 +100,7 @@ def server_side_apply(live: dict[str, Any] | None, applied: dict[str, Any], mana
 
 
 def managed_fields_for_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str,
-                              operation: str, api_version: str, now: str,
+                              *, operation: str, api_version: str, now: str,
                               group: str = "", kind: str = "") -> list[dict[str, Any]]:
     """The managedFields of `new` after a create, update or non-apply patch by `manager`.
 
@@ -116,7 +116,7 @@ def managed_fields_for_update(old: dict[str, Any] | None, new: dict[str, Any], m
     if old is None:
         added = _collect(new, schema)
     else:
-        _diff(old, new, (), "", schema, added)
+        _diff(old, new, (), schema_path="", schema=schema, added=added)
     added = _strip(added)
     identity = (manager, operation, api_version)
     mine = next((e for e in entries if (e["manager"], e["operation"], e.get("apiVersion")) == identity
@@ -136,7 +136,7 @@ def managed_fields_for_update(old: dict[str, Any] | None, new: dict[str, Any], m
 
 # --- field sets ---------------------------------------------------------------------------------------
 
-def _collect(value: Any, schema: _Schema, path: FieldPath = (), schema_path: str = "") -> FieldSet:
+def _collect(value: Any, schema: _Schema, path: FieldPath = (), *, schema_path: str = "") -> FieldSet:
     """The fields an applied configuration sets: its leaves, its list items and its empty maps."""
     out: FieldSet = set()
     if isinstance(value, dict) and schema_path in schema.atomic_maps:
@@ -146,7 +146,7 @@ def _collect(value: Any, schema: _Schema, path: FieldPath = (), schema_path: str
             child_path = (*path, ("f", key))
             if child is None or child == {}:
                 out.add(child_path)
-            out |= _collect(child, schema, child_path, _join(schema_path, key))
+            out |= _collect(child, schema, child_path, schema_path=_join(schema_path, key))
     elif isinstance(value, list):
         keys = schema.list_keys(schema_path)
         if keys is None:
@@ -156,27 +156,27 @@ def _collect(value: Any, schema: _Schema, path: FieldPath = (), schema_path: str
                 item_path = (*path, schema.element(item, keys, schema_path))
                 out.add(item_path)
                 if keys:
-                    out |= _collect(item, schema, item_path, schema_path)
+                    out |= _collect(item, schema, item_path, schema_path=schema_path)
     elif path:
         out.add(path)
     return out
 
 
-def _everything(value: Any, schema: _Schema, path: FieldPath, schema_path: str) -> FieldSet:
+def _everything(value: Any, schema: _Schema, path: FieldPath, *, schema_path: str) -> FieldSet:
     """A value that appears: itself, and every field and item inside it."""
-    leaves = _collect(value, schema, path, schema_path)
+    leaves = _collect(value, schema, path, schema_path=schema_path)
     return {path} | leaves | {p[:n] for p in leaves for n in range(len(path) + 1, len(p))}
 
 
-def _diff(old: Any, new: Any, path: FieldPath, schema_path: str, schema: _Schema, added: FieldSet) -> None:
+def _diff(old: Any, new: Any, path: FieldPath, *, schema_path: str, schema: _Schema, added: FieldSet) -> None:
     """Add to `added` the paths that appear or change from `old` to `new`."""
     if isinstance(old, dict) and isinstance(new, dict):
         for key, value in new.items():
             child_path, child_schema = (*path, ("f", key)), _join(schema_path, key)
             if key in old:
-                _diff(old[key], value, child_path, child_schema, schema, added)
+                _diff(old[key], value, child_path, schema_path=child_schema, schema=schema, added=added)
             else:
-                added.update(_everything(value, schema, child_path, child_schema))
+                added.update(_everything(value, schema, child_path, schema_path=child_schema))
         return
     keys = schema.list_keys(schema_path) if isinstance(old, list) and isinstance(new, list) else None
     if keys is not None:
@@ -184,9 +184,9 @@ def _diff(old: Any, new: Any, path: FieldPath, schema_path: str, schema: _Schema
         after = {schema.element(item, keys, schema_path): item for item in new}
         for element, item in after.items():
             if element not in before:
-                added.update(_everything(item, schema, (*path, element), schema_path))
+                added.update(_everything(item, schema, (*path, element), schema_path=schema_path))
             elif keys:
-                _diff(before[element], item, (*path, element), schema_path, schema, added)
+                _diff(before[element], item, (*path, element), schema_path=schema_path, schema=schema, added=added)
     elif not _equal(old, new):
         added.add(path)
 
@@ -267,14 +267,14 @@ def _prune(obj: dict[str, Any], doomed: FieldSet, owned: FieldSet) -> dict[str, 
     return obj
 
 
-def _merge(live: Any, config: Any, schema_path: str, schema: _Schema) -> Any:
+def _merge(live: Any, config: Any, schema_path: str, *, schema: _Schema) -> Any:
     if isinstance(live, dict) and isinstance(config, dict) and schema_path not in schema.atomic_maps:
         out = dict(live)
         for key, value in config.items():
             if value is None:
                 out.pop(key, None)
             else:
-                out[key] = _merge(out.get(key, _MISSING), value, _join(schema_path, key), schema)
+                out[key] = _merge(out.get(key, _MISSING), value, _join(schema_path, key), schema=schema)
         return out
     keys = schema.list_keys(schema_path) if isinstance(live, list) and isinstance(config, list) else None
     if keys is None:
@@ -299,7 +299,7 @@ def _merge(live: Any, config: Any, schema_path: str, schema: _Schema) -> Any:
             done.add(next_element)
             before = live_items.get(next_element, _MISSING)
             merged.append(_without_nulls(item) if before is _MISSING or not keys
-                          else _merge(before, item, schema_path, schema))
+                          else _merge(before, item, schema_path, schema=schema))
             if next_element == element:
                 break
     return merged

@@ -45,7 +45,7 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-.")
 _GENERATE_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # upstream's: no vowels, no confusables
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Change:
     """One committed change, handed to listeners (the sandbox's built-in controllers)."""
 
@@ -60,16 +60,16 @@ Listener = Callable[[Change], None]
 
 def validate_name(rt: ResourceType, name: str) -> None:
     if not name:
-        raise ApiError.invalid(rt.group, rt.kind, name, [Cause("metadata.name", "Required value",
-                                                                  "FieldValueRequired")])
+        raise ApiError.invalid(rt.group, rt.kind, name,
+                               causes=[Cause("metadata.name", "Required value", "FieldValueRequired")])
     if rt.group == "rbac.authorization.k8s.io":
         # RBAC objects only need to be valid path segments ("system:auth-delegator" is fine).
         if name in (".", "..") or "/" in name or "%" in name:
-            raise ApiError.invalid(rt.group, rt.kind, name, [Cause(
+            raise ApiError.invalid(rt.group, rt.kind, name, causes=[Cause(
                 "metadata.name", f'Invalid value: "{name}": may not contain \'/\' or \'%\'')])
         return
     if len(name) > 253 or not set(name) <= _NAME_CHARS or not name[0].isalnum() or not name[-1].isalnum():
-        raise ApiError.invalid(rt.group, rt.kind, name, [Cause(
+        raise ApiError.invalid(rt.group, rt.kind, name, causes=[Cause(
             "metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower '
             "case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")])
 
@@ -229,10 +229,10 @@ class Store:
             window = self._windows[rt.storage_key] = EventWindow(self.window_size, self._first_rv)
         return window
 
-    def _commit(self, rt: ResourceType, type_: str, old: Obj | None, new: Obj, rv: int) -> None:
+    def _commit(self, rt: ResourceType, type_: str, old: Obj | None, *, new: Obj, rv: int) -> None:
         self._index_owners(rt, old, new if type_ != "DELETED" else None)
-        self.window(rt).append(rv, type_, old, new)
-        change = Change(rt, type_, old, new)
+        self.window(rt).append(rv, type_, old, new=new)
+        change = Change(rt=rt, type=type_, old=old, new=new)
         for listener in self._listeners:
             listener(change)
 
@@ -346,10 +346,10 @@ class Store:
         rv = self._next_rv()
         meta["resourceVersion"] = str(rv)
         bucket[(namespace, name)] = new
-        self._commit(rt, "ADDED", None, new, rv)
+        self._commit(rt, "ADDED", None, new=new, rv=rv)
         return new
 
-    def update(self, rt: ResourceType, namespace: str, name: str, obj: Obj, *, subresource: str = "",
+    def update(self, rt: ResourceType, namespace: str, name: str, *, obj: Obj, subresource: str = "",
                check_rv: bool = True, dry_run: bool = False) -> Obj:
         """Replace an object (PUT semantics). The caller has already applied any patch to `obj`."""
         old = self.get(rt, namespace, name)
@@ -360,12 +360,12 @@ class Store:
                                        f"on the URL ({name})")
         wanted_rv = meta.get("resourceVersion")
         if check_rv and wanted_rv and wanted_rv != old_meta["resourceVersion"]:
-            raise ApiError.conflict(rt.group, rt.resource, name, "the object has been modified; please apply "
+            raise ApiError.conflict(rt.group, rt.resource, name, why="the object has been modified; please apply "
                                     "your changes to the latest version and try again")
         if meta.get("uid") and meta["uid"] != old_meta["uid"]:
-            raise ApiError.conflict(rt.group, rt.resource, name, f'Precondition failed: UID in precondition: '
+            raise ApiError.conflict(rt.group, rt.resource, name, why=f'Precondition failed: UID in precondition: '
                                     f'{meta["uid"]}, UID in object meta: {old_meta["uid"]}')
-        new = self._merge_update(rt, old, obj, meta, subresource)
+        new = self._merge_update(rt, old, obj, meta=meta, subresource=subresource)
         if _without_rv(new) == _without_rv(old):
             return old  # a no-op write changes nothing, not even the resourceVersion
         if dry_run:
@@ -377,16 +377,16 @@ class Store:
             rv = self._next_rv()
             del self._bucket(rt)[(namespace if rt.namespaced else "", name)]
             gone = {**old, "metadata": {**old_meta, "resourceVersion": str(rv)}}
-            self._commit(rt, "DELETED", old, gone, rv)
+            self._commit(rt, "DELETED", old, new=gone, rv=rv)
             self._collect_dependents(gone)
             return new
         rv = self._next_rv()
         new["metadata"]["resourceVersion"] = str(rv)
         self._bucket(rt)[(namespace if rt.namespaced else "", name)] = new
-        self._commit(rt, "MODIFIED", old, new, rv)
+        self._commit(rt, "MODIFIED", old, new=new, rv=rv)
         return new
 
-    def _merge_update(self, rt: ResourceType, old: Obj, obj: Obj, meta: dict[str, Any],
+    def _merge_update(self, rt: ResourceType, old: Obj, obj: Obj, *, meta: dict[str, Any],
                       subresource: str) -> Obj:
         old_meta = old["metadata"]
         # Fields the server owns are never taken from the request.
@@ -398,7 +398,7 @@ class Store:
             # Once deleting, finalizers may only be removed, never added.
             old_finalizers = set(old_meta.get("finalizers") or ())
             if set(meta.get("finalizers") or ()) - old_finalizers:
-                raise ApiError.invalid(rt.group, rt.kind, old_meta["name"], [Cause(
+                raise ApiError.invalid(rt.group, rt.kind, old_meta["name"], causes=[Cause(
                     "metadata.finalizers", "Forbidden: no new finalizers can be added if the object is being "
                     "deleted", "FieldValueForbidden")])
         has_status = "status" in rt.subresources
@@ -451,11 +451,11 @@ class Store:
         meta = old["metadata"]
         pre = preconditions or {}
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
-            raise ApiError.conflict(rt.group, rt.resource, name, f"Precondition failed: ResourceVersion in "
+            raise ApiError.conflict(rt.group, rt.resource, name, why=f"Precondition failed: ResourceVersion in "
                                     f"precondition: {pre['resourceVersion']}, ResourceVersion in object meta: "
                                     f"{meta['resourceVersion']}")
         if pre.get("uid") and pre["uid"] != meta["uid"]:
-            raise ApiError.conflict(rt.group, rt.resource, name, f"Precondition failed: UID in precondition: "
+            raise ApiError.conflict(rt.group, rt.resource, name, why=f"Precondition failed: UID in precondition: "
                                     f"{pre['uid']}, UID in object meta: {meta['uid']}")
         if dry_run:
             return old, not pending_finalizers(rt, old)
@@ -467,12 +467,12 @@ class Store:
             new = {**old, "metadata": {**meta, "deletionTimestamp": format_time(self.clock()),
                                         "deletionGracePeriodSeconds": 0, "resourceVersion": str(rv)}}
             self._bucket(rt)[key] = new
-            self._commit(rt, "MODIFIED", old, new, rv)
+            self._commit(rt, "MODIFIED", old, new=new, rv=rv)
             return new, False
         rv = self._next_rv()
         del self._bucket(rt)[key]
         gone = {**old, "metadata": {**meta, "resourceVersion": str(rv)}}
-        self._commit(rt, "DELETED", old, gone, rv)
+        self._commit(rt, "DELETED", old, new=gone, rv=rv)
         if orphan:
             self._orphan_dependents(gone)
         else:
@@ -491,7 +491,7 @@ class Store:
             refs = [ref for ref in obj["metadata"].get("ownerReferences") or () if ref.get("uid") != uid]
             if refs:
                 meta["ownerReferences"] = refs
-            self.update(rt, namespace, name, {**obj, "metadata": meta}, check_rv=False)
+            self.update(rt, namespace, name, obj={**obj, "metadata": meta}, check_rv=False)
 
     def _collect_dependents(self, owner: Obj) -> None:
         """Background cascading deletion, as the garbage collector does it."""

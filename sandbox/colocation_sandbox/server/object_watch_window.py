@@ -41,7 +41,7 @@ class WatchFilter:
         return self.fields is None or self.fields.matches(obj)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Event:
     rv: int
     type: str
@@ -115,10 +115,10 @@ class EventWindow:
         self.oldest_resumable = start_rv
         self.watchers: set[Watcher] = set()
 
-    def append(self, rv: int, type_: str, old: Obj | None, new: Obj) -> None:
+    def append(self, rv: int, type_: str, old: Obj | None, *, new: Obj) -> None:
         if self.events.maxlen is not None and len(self.events) == self.events.maxlen:
             self.oldest_resumable = self.events[0].rv
-        event = Event(rv, type_, old, new)
+        event = Event(rv=rv, type=type_, old=old, new=new)
         self.events.append(event)
         for watcher in list(self.watchers):
             watcher.deliver(event)

@@ -50,7 +50,7 @@ def _gvk(group: str, version: str, kind: str) -> Obj:
     return {"group": group, "version": version, "kind": kind}
 
 
-def _param(name: str, description: str, kind: str = "string", where: str = _QUERY) -> Obj:
+def _param(name: str, description: str, kind: str = "string", *, where: str = _QUERY) -> Obj:
     param: Obj = {"name": name, "in": where, "description": description, "schema": {"type": kind}}
     if where == "path":
         param["required"] = True
@@ -140,25 +140,25 @@ def _paths_for(rt: ResourceType) -> tuple[dict[str, Obj], set[tuple[str, str, st
     scope_params = [namespace_param] if rt.namespaced else []
     paths: dict[str, Obj] = {}
 
-    def add(path: str, method: str, operation: Obj, path_params: list[Obj]) -> None:
+    def add(path: str, method: str, operation: Obj, *, path_params: list[Obj]) -> None:
         entry = paths.setdefault(path, {"parameters": path_params})
         entry[method] = operation
 
     if "list" in verbs:
         kinds.add((rt.group, rt.version, rt.list_kind))
         add(collection, "get", _operation("list", f"list{camel}{scope}{rt.kind}", gvk, params=_LIST_PARAMS,
-                                          response=own_list), scope_params)
+                                          response=own_list), path_params=scope_params)
         if rt.namespaced:
             add(f"{prefix}/{rt.resource}", "get",
                 _operation("list", f"list{camel}{rt.kind}ForAllNamespaces", gvk, params=_LIST_PARAMS,
-                           response=own_list), [])
+                           response=own_list), path_params=[])
     if "create" in verbs:
         add(collection, "post", _operation("post", f"create{camel}{scope}{rt.kind}", gvk, body=own,
-                                           params=_WRITE_PARAMS, response=own), scope_params)
+                                           params=_WRITE_PARAMS, response=own), path_params=scope_params)
     if "deletecollection" in verbs:
         add(collection, "delete", _operation(
             "deletecollection", f"deleteCollection{camel}{scope}{rt.kind}", gvk,
-            params=(*_DELETE_PARAMS, *_LIST_PARAMS), response=f"{_META}.Status"), scope_params)
+            params=(*_DELETE_PARAMS, *_LIST_PARAMS), response=f"{_META}.Status"), path_params=scope_params)
     item_params = [name_param, *scope_params]
     item_operations = (("get", "get", "read", ()), ("update", "put", "replace", _WRITE_PARAMS),
                        ("patch", "patch", "patch", (*_WRITE_PARAMS, _FORCE)),
@@ -168,7 +168,7 @@ def _paths_for(rt: ResourceType) -> tuple[dict[str, Obj], set[tuple[str, str, st
             action = "put" if method == "put" else verb
             add(item, method, _operation(action, f"{id_verb}{camel}{scope}{rt.kind}", gvk, params=params,
                                          body=own if method == "put" else "", response=own,
-                                         patch=method == "patch"), item_params)
+                                         patch=method == "patch"), path_params=item_params)
 
     for subresource in sorted(rt.subresources):
         own_gvk = (rt.group, rt.version, rt.kind)
@@ -181,24 +181,25 @@ def _paths_for(rt: ResourceType) -> tuple[dict[str, Obj], set[tuple[str, str, st
         if subresource in ("eviction", "binding", "token"):
             add(path, "post", _operation("post", f"create{camel}{scope}{rt.kind}{suffix}", sub_gvk,
                                          body=sub_schema, params=_WRITE_PARAMS, response=sub_schema),
-                item_params)
+                path_params=item_params)
             continue
         if subresource == "finalize":
             add(path, "put", _operation("put", f"replace{camel}{scope}{rt.kind}{suffix}", sub_gvk,
                                         body=sub_schema, params=_WRITE_PARAMS, response=sub_schema),
-                item_params)
+                path_params=item_params)
             continue
         add(path, "get", _operation("get", f"read{camel}{scope}{rt.kind}{suffix}", sub_gvk,
-                                    response=sub_schema), item_params)
+                                    response=sub_schema), path_params=item_params)
         add(path, "put", _operation("put", f"replace{camel}{scope}{rt.kind}{suffix}", sub_gvk,
-                                    body=sub_schema, params=_WRITE_PARAMS, response=sub_schema), item_params)
+                                    body=sub_schema, params=_WRITE_PARAMS, response=sub_schema),
+            path_params=item_params)
         add(path, "patch", _operation("patch", f"patch{camel}{scope}{rt.kind}{suffix}", sub_gvk,
                                       params=(*_WRITE_PARAMS, _FORCE), response=sub_schema, patch=True),
-            item_params)
+            path_params=item_params)
     return paths, kinds
 
 
-def _schema_for(registry: Registry, group: str, version: str, kind: str) -> Obj:
+def _schema_for(registry: Registry, group: str, version: str, *, kind: str) -> Obj:
     rt = registry.by_kind(f"{group}/{version}" if group else version, kind)
     schema: Obj
     if rt is not None and rt.schema is not None:
@@ -230,7 +231,8 @@ def openapi_v3_group_version(registry: Registry, group: str, version: str, *,
         rt_paths, rt_kinds = _paths_for(rt)
         paths.update(rt_paths)
         kinds |= rt_kinds
-    schemas = {definition_name(*gvk): _schema_for(registry, *gvk) for gvk in sorted(kinds)}
+    schemas = {definition_name(group, version, kind): _schema_for(registry, group, version, kind=kind)
+               for group, version, kind in sorted(kinds)}
     schemas.update(_META_SCHEMAS)
     return {
         "openapi": "3.0.0",
@@ -279,8 +281,8 @@ def openapi_v2(registry: Registry, *, server_version: str = "v1.32.0") -> Obj:
         for path, item in rt_paths.items():
             paths[path] = {key: [_swagger_param(p) for p in value] if key == "parameters"
                            else _to_swagger(value) for key, value in item.items()}
-        for gvk in kinds:
-            definitions[definition_name(*gvk)] = _schema_for(registry, *gvk)
+        for group, version, kind in kinds:
+            definitions[definition_name(group, version, kind)] = _schema_for(registry, group, version, kind=kind)
     definitions.update(_META_SCHEMAS)
     return {
         "swagger": "2.0",

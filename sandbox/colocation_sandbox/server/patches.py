@@ -76,13 +76,13 @@ def _apply_operation(doc: Any, operation: Any, number: int) -> Any:
         raise _unprocessable(f"Unexpected kind: {op}")
     path = _string_member(operation, "path", op)
     if op == "add":
-        return _add(doc, path, copy.deepcopy(_value_member(operation, op)), op)
+        return _add(doc, path, copy.deepcopy(_value_member(operation, op)), op=op)
     if op == "remove":
         doc, _ = _remove(doc, path, op)
         return doc
     if op == "replace":
         doc, _ = _remove(doc, path, op)
-        return _add(doc, path, copy.deepcopy(_value_member(operation, op)), op)
+        return _add(doc, path, copy.deepcopy(_value_member(operation, op)), op=op)
     if op == "test":
         expected = _value_member(operation, op)
         actual = _get(doc, path, op)
@@ -95,8 +95,8 @@ def _apply_operation(doc: Any, operation: Any, number: int) -> Any:
         if path != source and path.startswith(source + "/"):
             raise _unprocessable(f"move operation cannot move {source} into its own child {path}")
         doc, value = _remove(doc, source, op)
-        return _add(doc, path, value, op)
-    return _add(doc, path, copy.deepcopy(_get(doc, source, op)), op)  # copy
+        return _add(doc, path, value, op=op)
+    return _add(doc, path, copy.deepcopy(_get(doc, source, op)), op=op)  # copy
 
 
 def _string_member(operation: dict[str, Any], member: str, op: str) -> str:
@@ -119,7 +119,7 @@ def _tokens(pointer: str) -> list[str]:
     return [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]] if pointer else []
 
 
-def _index(container: list[Any], token: str, pointer: str, op: str, *, appending: bool) -> int:
+def _index(container: list[Any], token: str, pointer: str, *, op: str, appending: bool) -> int:
     if token == "-" and appending:
         return len(container)
     if not token.isdigit() or (len(token) > 1 and token[0] == "0"):
@@ -138,7 +138,7 @@ def _parent(doc: Any, pointer: str, op: str) -> tuple[Any, str]:
         if isinstance(node, dict) and token in node:
             node = node[token]
         elif isinstance(node, list):
-            node = node[_index(node, token, here, op, appending=False)]
+            node = node[_index(node, token, here, op=op, appending=False)]
         else:
             raise _unprocessable(f"{op} operation does not apply: doc is missing path: {pointer!r}")
     return node, tokens[-1]
@@ -151,18 +151,18 @@ def _get(doc: Any, pointer: str, op: str) -> Any:
     if isinstance(node, dict) and last in node:
         return node[last]
     if isinstance(node, list):
-        return node[_index(node, last, pointer, op, appending=False)]
+        return node[_index(node, last, pointer, op=op, appending=False)]
     raise _unprocessable(f"{op} operation does not apply: doc is missing path: {pointer!r}")
 
 
-def _add(doc: Any, pointer: str, value: Any, op: str) -> Any:
+def _add(doc: Any, pointer: str, value: Any, *, op: str) -> Any:
     if not pointer:
         return value
     node, last = _parent(doc, pointer, op)
     if isinstance(node, dict):
         node[last] = value
     elif isinstance(node, list):
-        node.insert(_index(node, last, pointer, op, appending=True), value)
+        node.insert(_index(node, last, pointer, op=op, appending=True), value)
     else:
         raise _unprocessable(f"{op} operation does not apply: doc is missing path: {pointer!r}")
     return doc
@@ -175,7 +175,7 @@ def _remove(doc: Any, pointer: str, op: str) -> tuple[Any, Any]:
     if isinstance(node, dict) and last in node:
         return doc, node.pop(last)
     if isinstance(node, list):
-        return doc, node.pop(_index(node, last, pointer, op, appending=False))
+        return doc, node.pop(_index(node, last, pointer, op=op, appending=False))
     raise _unprocessable(f"{op} operation does not apply: doc is missing key: {pointer}")
 
 

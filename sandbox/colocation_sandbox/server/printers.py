@@ -17,7 +17,7 @@ from colocation.apimachinery.tables import age, human_duration, parse_timestamp
 Cell = str | int | float | bool | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Column:
     name: str
     type: str = "string"
@@ -34,9 +34,9 @@ NAME_DOC = ("Name must be unique within a namespace (or the cluster, for cluster
             "it identifies the object and cannot be updated.")
 CREATED_DOC = ("CreationTimestamp is when the server created this object, in RFC 3339 form and UTC; "
                "set by the system, read-only.")
-NAME_COLUMN = Column("Name", format="name", description=NAME_DOC)
-AGE_COLUMN = Column("Age", description=CREATED_DOC)
-CREATED_AT_COLUMN = Column("Created At", type="date", description=CREATED_DOC)
+NAME_COLUMN = Column(name="Name", format="name", description=NAME_DOC)
+AGE_COLUMN = Column(name="Age", description=CREATED_DOC)
+CREATED_AT_COLUMN = Column(name="Created At", type="date", description=CREATED_DOC)
 
 RowFunction = Callable[[Obj, datetime], tuple[list[Cell], list[Obj]]]
 Printer = tuple[tuple[Column, ...], RowFunction]
@@ -52,10 +52,10 @@ def _name(obj: Obj) -> str:
 
 
 def _age(obj: Obj, now: datetime) -> str:
-    return age(_meta(obj).get("creationTimestamp"), now)
+    return age(timestamp=_meta(obj).get("creationTimestamp"), now=now)
 
 
-def _since(at: datetime | None, now: datetime) -> str:
+def _since(*, at: datetime | None, now: datetime) -> str:
     return "<unknown>" if at is None else human_duration((now - at).total_seconds())
 
 
@@ -189,7 +189,7 @@ def _pod_row(pod: Obj, now: datetime) -> Row:
 
     restarts_text = str(restarts)
     if restarts and last_restart is not None:
-        restarts_text = f"{restarts} ({_since(last_restart, now)} ago)"
+        restarts_text = f"{restarts} ({_since(at=last_restart, now=now)} ago)"
     pod_ips = status.get("podIPs") or ([{"ip": status["podIP"]}] if status.get("podIP") else [])
     gates = spec.get("readinessGates") or []
     gates_text = "<none>"
@@ -268,7 +268,7 @@ def _service_row(service: Obj, now: datetime) -> Row:
     ], []
 
 
-def _more(items: list[str], count: int, limit: int = 3, empty: str = "") -> str:
+def _more(items: list[str], count: int, limit: int = 3, *, empty: str = "") -> str:
     text = ",".join(items[:limit])
     if count > limit:
         return f"{text} + {count - limit} more..."
@@ -320,13 +320,13 @@ def _core_event(event: Obj) -> Obj:
 def _event_row(raw: Obj, now: datetime) -> Row:
     event = _core_event(raw)
     first_at = parse_timestamp(event.get("firstTimestamp"))
-    first = _since(first_at or parse_timestamp(event.get("eventTime")), now)
+    first = _since(at=first_at or parse_timestamp(event.get("eventTime")), now=now)
     last_at = parse_timestamp(event.get("lastTimestamp"))
-    last = first if last_at is None else _since(last_at, now)
+    last = first if last_at is None else _since(at=last_at, now=now)
     count = event.get("count") or 0
     series = event.get("series")
     if series is not None:
-        last = _since(parse_timestamp(series.get("lastObservedTime")), now)
+        last = _since(at=parse_timestamp(series.get("lastObservedTime")), now=now)
         count = series.get("count", 0)
     elif count == 0:
         count = 1  # singleton events of the new API carry no count
@@ -421,8 +421,8 @@ def _simple(*cells: Callable[[Obj], Cell]) -> RowFunction:
     return lambda obj, now: ([_name(obj), *(cell(obj) for cell in cells), _age(obj, now)], [])
 
 
-def _c(name: str, description: str, priority: int = 0, kind: str = "string") -> Column:
-    return Column(name, kind, description, priority)
+def _c(name: str, description: str, priority: int = 0, *, kind: str = "string") -> Column:
+    return Column(name=name, type=kind, description=description, priority=priority)
 
 
 _CONTAINERS = _c("Containers", "Names of each container in the template.", 1)
@@ -437,7 +437,7 @@ _EVENT_COLUMNS = (
     _c("Message", "A human-readable description of this event."),
     _c("First Seen", "Time when this event was first recorded.", 1),
     _c("Count", "The number of times this event has occurred.", 1),
-    Column("Name", "string", NAME_DOC, 1, "name"),
+    Column(name="Name", type="string", description=NAME_DOC, priority=1, format="name"),
 )
 _BINDING_COLUMNS = (
     NAME_COLUMN, _c("Role", "The role this binding grants."), AGE_COLUMN,

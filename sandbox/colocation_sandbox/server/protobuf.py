@@ -32,10 +32,15 @@ STRING, BYTES, INT, BOOL = "string", "bytes", "int", "bool"
 TIME, QUANTITY, INT_OR_STRING, FIELDS_V1, EXTRA_VALUE = "time", "quantity", "int-or-string", "fields-v1", \
     "extra-value"
 
+# Go's marshallers write every non-pointer field, set or not, so the wire says nothing of
+# presence; each field records what its JSON tag does instead. OPT: `omitempty`, dropped when
+# zero. PTR: a pointer, emitted only when set, even to zero. REQ: no `omitempty`, always emitted
+# (null for an unset list, map or pointer). Nested structs are emitted whenever present, as
+# encoding/json does ("status": {}).
 OPT, PTR, REQ = "omitempty", "pointer", "required"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Field:
     json: str
     kind: str = STRING  # a scalar kind above, or the name of a message in MESSAGES
@@ -46,27 +51,27 @@ class Field:
 
 
 def opt(json: str, kind: str = STRING) -> Field:
-    return Field(json, kind)
+    return Field(json=json, kind=kind)
 
 
 def ptr(json: str, kind: str = STRING) -> Field:
-    return Field(json, kind, PTR)
+    return Field(json=json, kind=kind, presence=PTR)
 
 
 def req(json: str, kind: str = STRING) -> Field:
-    return Field(json, kind, REQ)
+    return Field(json=json, kind=kind, presence=REQ)
 
 
 def many(json: str, kind: str = STRING, presence: str = OPT) -> Field:
-    return Field(json, kind, presence, repeated=True)
+    return Field(json=json, kind=kind, presence=presence, repeated=True)
 
 
 def mapping(json: str, value_kind: str = STRING) -> Field:
-    return Field(json, map_of=value_kind)
+    return Field(json=json, map_of=value_kind)
 
 
 def inline(message: str) -> Field:
-    return Field("", message, inline=True)
+    return Field(json="", kind=message, inline=True)
 
 
 META = "meta.ObjectMeta"
@@ -368,14 +373,15 @@ def _message(data: bytes, name: str) -> dict[str, Any]:
                 raise Malformed(f"field {number} of {name} is not understood by the sandbox")
             continue
         if field.map_of is not None:
-            key, item = _map_entry(_expect(value, wire, _LENGTH_DELIMITED, name, field), field.map_of, name, field)
+            key, item = _map_entry(_expect(value, wire, _LENGTH_DELIMITED, name=name, field=field), field.map_of, name,
+                                   field=field)
             found.setdefault(number, {})[key] = item
         elif field.repeated and wire == _LENGTH_DELIMITED and field.kind in (INT, BOOL):
-            found.setdefault(number, []).extend(_packed(_expect(value, wire, wire, name, field), field.kind))
+            found.setdefault(number, []).extend(_packed(_expect(value, wire, wire, name=name, field=field), field.kind))
         elif field.repeated:
-            found.setdefault(number, []).append(_value(value, wire, field.kind, name, field))
+            found.setdefault(number, []).append(_value(value, wire, field.kind, name=name, field=field))
         else:
-            found[number] = _value(value, wire, field.kind, name, field)  # the last one wins, as in Go
+            found[number] = _value(value, wire, field.kind, name=name, field=field)  # the last one wins, as in Go
     out: dict[str, Any] = {}
     for number, field in schema.items():
         if field.inline:
@@ -398,19 +404,19 @@ def _omitted(field: Field, value: Any) -> bool:
     return field.repeated or field.map_of is not None or field.kind in _ZEROS or field.kind == BYTES
 
 
-def _expect(value: int | bytes, wire: int, expected: int, name: str, field: Field) -> Any:
+def _expect(value: int | bytes, wire: int, expected: int, *, name: str, field: Field) -> Any:
     if wire != expected:
         raise Malformed(f"{name}.{field.json or field.kind} has wire type {wire}, expected {expected}")
     return value
 
 
-def _value(value: int | bytes, wire: int, kind: str, name: str, field: Field) -> Any:
+def _value(value: int | bytes, wire: int, kind: str, *, name: str, field: Field) -> Any:
     if kind == INT:
-        number = _expect(value, wire, _VARINT, name, field)
+        number = _expect(value, wire, _VARINT, name=name, field=field)
         return number - (1 << 64) if number >= 1 << 63 else number  # int32 and int64 are two's complement
     if kind == BOOL:
-        return bool(_expect(value, wire, _VARINT, name, field))
-    data = _expect(value, wire, _LENGTH_DELIMITED, name, field)
+        return bool(_expect(value, wire, _VARINT, name=name, field=field))
+    data = _expect(value, wire, _LENGTH_DELIMITED, name=name, field=field)
     if kind == STRING:
         return _text(data)
     if kind == BYTES:
@@ -430,18 +436,18 @@ def _packed(data: bytes, kind: str) -> list[Any]:
     return values
 
 
-def _map_entry(data: bytes, value_kind: str, name: str, field: Field) -> tuple[str, Any]:
+def _map_entry(data: bytes, value_kind: str, name: str, *, field: Field) -> tuple[str, Any]:
     """A map<string, X> entry is a message {1: key, 2: value}; either may be left out when empty."""
     key, item = "", None
     for number, wire, value in _fields(data):
         if number == 1:
-            key = _text(_expect(value, wire, _LENGTH_DELIMITED, name, field))
+            key = _text(_expect(value, wire, _LENGTH_DELIMITED, name=name, field=field))
         elif number == 2:
-            item = _value(value, wire, value_kind, name, field)
+            item = _value(value, wire, value_kind, name=name, field=field)
         else:
             raise Malformed(f"an entry of {name}.{field.json} has an unexpected field {number}")
     if item is None:
-        item = _value(b"", _LENGTH_DELIMITED, value_kind, name, field)
+        item = _value(b"", _LENGTH_DELIMITED, value_kind, name=name, field=field)
     return key, item
 
 

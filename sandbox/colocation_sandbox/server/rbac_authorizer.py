@@ -28,7 +28,7 @@ AUTHORIZATION_GROUP = "authorization.k8s.io"
 _DECISION_CACHE_LIMIT = 20_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RequestAttributes:
     """What a request does, as the authorizer sees it (authorizer.Attributes upstream)."""
 
@@ -55,14 +55,14 @@ ObjectSource = Callable[[str], Iterable[Mapping[str, Any]]]
 
 def forbidden_error(attrs: RequestAttributes, reason: str = "") -> ApiError:
     """The 403 a real API server answers for a denied request, with its exact wording."""
-    return ApiError.forbidden(attrs.user.username, attrs.verb, attrs.resource, attrs.api_group, attrs.name,
-                              attrs.namespace, reason, subresource=attrs.subresource,
+    return ApiError.forbidden(attrs.user.username, attrs.verb, attrs.resource, group=attrs.api_group, name=attrs.name,
+                              namespace=attrs.namespace, why=reason, subresource=attrs.subresource,
                               path="" if attrs.resource_request else attrs.path)
 
 
 # --- Compiled policy -------------------------------------------------------------------------------
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class _Rule:
     verbs: frozenset[str]
     api_groups: frozenset[str]
@@ -104,7 +104,7 @@ class _Rule:
         return attrs.resource in self.resources
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class _Binding:
     order: int
     kind: str  # ClusterRoleBinding | RoleBinding
@@ -162,7 +162,7 @@ class _BindingIndex:
             yield binding, subject
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Policy:
     cluster_roles: dict[str, tuple[_Rule, ...]]
     roles: dict[tuple[str, str], tuple[_Rule, ...]]
@@ -258,14 +258,16 @@ def _compile(objects: ObjectSource) -> _Policy:
         for obj in objects(plural):
             metadata, role_ref = obj.get("metadata", {}), obj.get("roleRef") or {}
             namespace = metadata.get("namespace", "") if kind == "RoleBinding" else ""
-            binding = _Binding(order, kind, metadata.get("name", ""), namespace, role_ref.get("kind", ""),
-                               role_ref.get("name", ""), tuple(obj.get("subjects") or ()))
+            binding = _Binding(order=order, kind=kind, name=metadata.get("name", ""), namespace=namespace,
+                               role_kind=role_ref.get("kind", ""), role_name=role_ref.get("name", ""),
+                               subjects=tuple(obj.get("subjects") or ()))
             order += 1
             if kind == "ClusterRoleBinding":
                 cluster_bindings.add(binding)
             else:
                 namespace_bindings.setdefault(namespace, _BindingIndex()).add(binding)
-    return _Policy(cluster_roles, roles, cluster_bindings, namespace_bindings)
+    return _Policy(cluster_roles=cluster_roles, roles=roles, cluster_bindings=cluster_bindings,
+                   namespace_bindings=namespace_bindings)
 
 
 _ALL_RESOURCES = {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}

@@ -23,7 +23,7 @@ _BOOTSTRAP_ANNOTATIONS = {"rbac.authorization.kubernetes.io/autoupdate": "true"}
 
 
 def _rule(verbs: Iterable[str], groups: Iterable[str], resources: Iterable[str],
-          names: Iterable[str] = ()) -> dict[str, Any]:
+          *, names: Iterable[str] = ()) -> dict[str, Any]:
     rule: dict[str, Any] = {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
     if names:
         rule["resourceNames"] = list(names)

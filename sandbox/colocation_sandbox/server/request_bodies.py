@@ -73,13 +73,13 @@ def decode_patch(raw: bytes, content_type: str, rt: ResourceType) -> tuple[str, 
     return kind, value
 
 
-def apply_patch(kind: str, current: dict[str, Any], body: Any, rt: ResourceType) -> dict[str, Any]:
+def apply_patch(kind: str, current: dict[str, Any], body: Any, *, rt: ResourceType) -> dict[str, Any]:
     if kind == MERGE_PATCH:
         result = patches.json_merge_patch(current, body)
     elif kind == JSON_PATCH:
         result = patches.json_patch(current, body)
     elif kind == STRATEGIC_PATCH:
-        result = patches.strategic_merge_patch(current, body, rt.group, rt.kind)
+        result = patches.strategic_merge_patch(current, body, rt.group, kind=rt.kind)
     else:
         raise ApiError.internal(f"patch type {kind} is applied elsewhere")
     if not isinstance(result, dict):

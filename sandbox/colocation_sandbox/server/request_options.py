@@ -35,7 +35,7 @@ def check_write_options(kind: str, query: Any, *, patch_type: str = "") -> None:
     if validation not in _FIELD_VALIDATIONS:
         causes.append(_not_supported("fieldValidation", _quote(validation), _FIELD_VALIDATIONS))
     if causes:
-        raise ApiError.invalid(META_GROUP, kind, "", causes)
+        raise ApiError.invalid(META_GROUP, kind, "", causes=causes)
 
 
 def check_delete_options(options: Mapping[str, Any], dry_run: list[str]) -> None:
@@ -49,7 +49,7 @@ def check_delete_options(options: Mapping[str, Any], dry_run: list[str]) -> None
         causes.append(_not_supported("propagationPolicy", _quote(policy), (*_PROPAGATION_POLICIES, "nil")))
     causes += _dry_run_causes(dry_run)
     if causes:
-        raise ApiError.invalid(META_GROUP, "DeleteOptions", "", causes)
+        raise ApiError.invalid(META_GROUP, "DeleteOptions", "", causes=causes)
 
 
 def _field_manager_causes(manager: str) -> list[Cause]:

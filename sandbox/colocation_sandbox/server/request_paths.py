@@ -8,7 +8,7 @@ from colocation.apimachinery.errors import ApiError
 from colocation_sandbox.server.resource_types import Registry, ResourceType
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Target:
     """A request for a resource: /api/v1/namespaces/ns/pods/name/status and the like."""
 
@@ -45,7 +45,8 @@ def parse_target(path: str) -> Target | None:
     resource = rest[0]
     name = rest[1] if len(rest) > 1 else ""
     subresource = "/".join(rest[2:])
-    return Target(group, version, resource, namespace, name, subresource, watch)
+    return Target(group=group, version=version, resource=resource, namespace=namespace, name=name,
+                  subresource=subresource, legacy_watch=watch)
 
 
 def verb_for(method: str, target: Target, watch_param: bool) -> str:

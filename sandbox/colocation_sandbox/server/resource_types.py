@@ -9,7 +9,7 @@ from typing import Any
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PrinterColumn:
     """A column of `kubectl get`, as in a CRD's additionalPrinterColumns."""
 
@@ -21,7 +21,7 @@ class PrinterColumn:
     format: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ResourceType:
     group: str  # "" for the core group
     version: str
@@ -63,73 +63,85 @@ class ResourceType:
         return (self.group, self.resource)
 
 
-def _rt(group: str, version: str, resource: str, kind: str, namespaced: bool, **kw: Any) -> ResourceType:
+def _rt(group: str, version: str, resource: str, *, kind: str, namespaced: bool, **kw: Any) -> ResourceType:
     singular = kw.pop("singular", kind.lower())
-    return ResourceType(group, version, resource, kind, namespaced, singular=singular, **kw)
+    return ResourceType(group=group, version=version, resource=resource, kind=kind, namespaced=namespaced,
+                        singular=singular, **kw)
 
 
 _STATUS = frozenset({"status"})
 _CREATE_ONLY = ("create",)
 
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
-    _rt("", "v1", "namespaces", "Namespace", False, short_names=("ns",), subresources=_STATUS | {"finalize"},
+    _rt("", "v1", "namespaces", kind="Namespace", namespaced=False, short_names=("ns",),
+        subresources=_STATUS | {"finalize"},
         verbs=("create", "delete", "get", "list", "patch", "update", "watch")),
-    _rt("", "v1", "nodes", "Node", False, short_names=("no",), subresources=_STATUS),
-    _rt("", "v1", "pods", "Pod", True, short_names=("po",), categories=("all",),
+    _rt("", "v1", "nodes", kind="Node", namespaced=False, short_names=("no",), subresources=_STATUS),
+    _rt("", "v1", "pods", kind="Pod", namespaced=True, short_names=("po",), categories=("all",),
         subresources=_STATUS | {"eviction", "binding"}, tracks_generation=True),
-    _rt("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
-    _rt("", "v1", "secrets", "Secret", True),
-    _rt("", "v1", "services", "Service", True, short_names=("svc",), categories=("all",), subresources=_STATUS),
-    _rt("", "v1", "endpoints", "Endpoints", True, short_names=("ep",), singular="endpoints"),
-    _rt("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",), subresources=frozenset({"token"})),
-    _rt("", "v1", "events", "Event", True, short_names=("ev",)),
-    _rt("", "v1", "resourcequotas", "ResourceQuota", True, short_names=("quota",), subresources=_STATUS),
-    _rt("", "v1", "limitranges", "LimitRange", True, short_names=("limits",)),
-    _rt("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, short_names=("pc",)),
-    _rt("apps", "v1", "replicasets", "ReplicaSet", True, short_names=("rs",), categories=("all",),
-        subresources=_STATUS | {"scale"}, tracks_generation=True),
-    _rt("apps", "v1", "statefulsets", "StatefulSet", True, short_names=("sts",), categories=("all",),
-        subresources=_STATUS | {"scale"}, tracks_generation=True),
-    _rt("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
-    _rt("events.k8s.io", "v1", "events", "Event", True, short_names=("ev",)),
-    _rt("coordination.k8s.io", "v1", "leases", "Lease", True),
-    _rt("apps", "v1", "deployments", "Deployment", True, short_names=("deploy",), categories=("all",),
-        subresources=_STATUS | {"scale"}, tracks_generation=True),
-    _rt("apps", "v1", "daemonsets", "DaemonSet", True, short_names=("ds",), categories=("all",),
-        subresources=_STATUS, tracks_generation=True),
-    _rt("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",),
-        subresources=_STATUS, tracks_generation=True),
-    _rt("apiregistration.k8s.io", "v1", "apiservices", "APIService", False, categories=("api-extensions",),
+    _rt("", "v1", "configmaps", kind="ConfigMap", namespaced=True, short_names=("cm",)),
+    _rt("", "v1", "secrets", kind="Secret", namespaced=True),
+    _rt("", "v1", "services", kind="Service", namespaced=True, short_names=("svc",), categories=("all",),
         subresources=_STATUS),
-    _rt("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
+    _rt("", "v1", "endpoints", kind="Endpoints", namespaced=True, short_names=("ep",), singular="endpoints"),
+    _rt("", "v1", "serviceaccounts", kind="ServiceAccount", namespaced=True, short_names=("sa",),
+        subresources=frozenset({"token"})),
+    _rt("", "v1", "events", kind="Event", namespaced=True, short_names=("ev",)),
+    _rt("", "v1", "resourcequotas", kind="ResourceQuota", namespaced=True, short_names=("quota",),
+        subresources=_STATUS),
+    _rt("", "v1", "limitranges", kind="LimitRange", namespaced=True, short_names=("limits",)),
+    _rt("scheduling.k8s.io", "v1", "priorityclasses", kind="PriorityClass", namespaced=False, short_names=("pc",)),
+    _rt("apps", "v1", "replicasets", kind="ReplicaSet", namespaced=True, short_names=("rs",), categories=("all",),
+        subresources=_STATUS | {"scale"}, tracks_generation=True),
+    _rt("apps", "v1", "statefulsets", kind="StatefulSet", namespaced=True, short_names=("sts",), categories=("all",),
+        subresources=_STATUS | {"scale"}, tracks_generation=True),
+    _rt("discovery.k8s.io", "v1", "endpointslices", kind="EndpointSlice", namespaced=True),
+    _rt("events.k8s.io", "v1", "events", kind="Event", namespaced=True, short_names=("ev",)),
+    _rt("coordination.k8s.io", "v1", "leases", kind="Lease", namespaced=True),
+    _rt("apps", "v1", "deployments", kind="Deployment", namespaced=True, short_names=("deploy",), categories=("all",),
+        subresources=_STATUS | {"scale"}, tracks_generation=True),
+    _rt("apps", "v1", "daemonsets", kind="DaemonSet", namespaced=True, short_names=("ds",), categories=("all",),
+        subresources=_STATUS, tracks_generation=True),
+    _rt("policy", "v1", "poddisruptionbudgets", kind="PodDisruptionBudget", namespaced=True, short_names=("pdb",),
+        subresources=_STATUS, tracks_generation=True),
+    _rt("apiregistration.k8s.io", "v1", "apiservices", kind="APIService", namespaced=False,
+        categories=("api-extensions",),
+        subresources=_STATUS),
+    _rt("apiextensions.k8s.io", "v1", "customresourcedefinitions", kind="CustomResourceDefinition", namespaced=False,
         short_names=("crd", "crds"), categories=("api-extensions",), subresources=_STATUS, tracks_generation=True),
     # Stored and served, not evaluated: the sandbox runs no CEL (docs/install.md says which
     # policies the install has and that only a real kube-apiserver enforces them).
-    _rt("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False,
+    _rt("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", kind="ValidatingAdmissionPolicy",
+        namespaced=False,
         categories=("api-extensions",), subresources=_STATUS, tracks_generation=True),
     _rt("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
-        "ValidatingAdmissionPolicyBinding", False, categories=("api-extensions",), tracks_generation=True),
+        kind="ValidatingAdmissionPolicyBinding", namespaced=False, categories=("api-extensions",),
+        tracks_generation=True),
     # Stored and served, never called: the sandbox runs no admission webhooks (manifests/webhook.yaml).
-    _rt("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration",
-        False, categories=("api-extensions",), tracks_generation=True),
+    _rt("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", kind="MutatingWebhookConfiguration",
+        namespaced=False, categories=("api-extensions",), tracks_generation=True),
     # Stored and served, not used: the sandbox has no priority and fairness (manifests/flowcontrol.yaml).
-    _rt("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", "FlowSchema", False, subresources=_STATUS),
-    _rt("flowcontrol.apiserver.k8s.io", "v1", "prioritylevelconfigurations", "PriorityLevelConfiguration", False,
+    _rt("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", kind="FlowSchema", namespaced=False, subresources=_STATUS),
+    _rt("flowcontrol.apiserver.k8s.io", "v1", "prioritylevelconfigurations", kind="PriorityLevelConfiguration",
+        namespaced=False,
         subresources=_STATUS),
-    _rt("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
-    _rt("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
-    _rt("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
-    _rt("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
-    _rt("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", False, verbs=_CREATE_ONLY, virtual=True),
-    _rt("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", False, verbs=_CREATE_ONLY,
+    _rt("rbac.authorization.k8s.io", "v1", "roles", kind="Role", namespaced=True),
+    _rt("rbac.authorization.k8s.io", "v1", "rolebindings", kind="RoleBinding", namespaced=True),
+    _rt("rbac.authorization.k8s.io", "v1", "clusterroles", kind="ClusterRole", namespaced=False),
+    _rt("rbac.authorization.k8s.io", "v1", "clusterrolebindings", kind="ClusterRoleBinding", namespaced=False),
+    _rt("authentication.k8s.io", "v1", "tokenreviews", kind="TokenReview", namespaced=False, verbs=_CREATE_ONLY,
         virtual=True),
-    _rt("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False, verbs=_CREATE_ONLY,
+    _rt("authentication.k8s.io", "v1", "selfsubjectreviews", kind="SelfSubjectReview", namespaced=False,
+        verbs=_CREATE_ONLY,
         virtual=True),
-    _rt("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
+    _rt("authorization.k8s.io", "v1", "subjectaccessreviews", kind="SubjectAccessReview", namespaced=False,
+        verbs=_CREATE_ONLY,
+        virtual=True),
+    _rt("authorization.k8s.io", "v1", "selfsubjectaccessreviews", kind="SelfSubjectAccessReview", namespaced=False,
         verbs=_CREATE_ONLY, virtual=True),
-    _rt("authorization.k8s.io", "v1", "localsubjectaccessreviews", "LocalSubjectAccessReview", True,
+    _rt("authorization.k8s.io", "v1", "localsubjectaccessreviews", kind="LocalSubjectAccessReview", namespaced=True,
         verbs=_CREATE_ONLY, virtual=True),
-    _rt("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False,
+    _rt("authorization.k8s.io", "v1", "selfsubjectrulesreviews", kind="SelfSubjectRulesReview", namespaced=False,
         verbs=_CREATE_ONLY, virtual=True),
 )
 

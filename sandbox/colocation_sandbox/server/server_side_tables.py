@@ -96,7 +96,8 @@ DEFAULT_CONVERTOR_RESOURCES = frozenset({
 
 # --- Custom resources: additionalPrinterColumns ---------------------------------------------------
 
-DEFAULT_CRD_COLUMNS = (PrinterColumn("Age", "date", ".metadata.creationTimestamp", description=CREATED_DOC),)
+DEFAULT_CRD_COLUMNS = (PrinterColumn(name="Age", type="date", json_path=".metadata.creationTimestamp",
+                                     description=CREATED_DOC),)
 
 
 def custom_resource_printer(printer_columns: Iterable[PrinterColumn]) -> Printer:
@@ -111,7 +112,8 @@ def custom_resource_printer(printer_columns: Iterable[PrinterColumn]) -> Printer
             break  # upstream keeps the columns parsed so far and drops the rest
         description = spec.description or f"Custom resource definition column (in JSONPath format): " \
                                           f"{spec.json_path}"
-        columns.append(Column(spec.name, spec.type, description, spec.priority, spec.format))
+        columns.append(Column(name=spec.name, type=spec.type, description=description, priority=spec.priority,
+                              format=spec.format))
         paths.append(steps)
     typed = list(zip(columns[1:], paths, strict=True))
 

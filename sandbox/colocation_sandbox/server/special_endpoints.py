@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -23,7 +23,13 @@ from colocation_sandbox.server.request_paths import Target
 from colocation_sandbox.server.resource_types import ResourceType
 from colocation_sandbox.server.verbs import json_response
 
-Handler = Callable[[web.Request, UserInfo, ResourceType, Target], Awaitable[web.StreamResponse]]
+
+class Handler(Protocol):
+    """An endpoint: the request, its user, the resource type and the target (its namespace, name and
+    subresource)."""
+
+    def __call__(self, request: web.Request, user: UserInfo, rt: ResourceType, *,
+                 target: Target) -> Awaitable[web.StreamResponse]: ...
 
 
 def _user_json(user: UserInfo) -> dict[str, Any]:
@@ -64,21 +70,21 @@ class SpecialEndpoints:
 
     # ---- authentication and authorization reviews ---------------------------------------------
 
-    async def token_review(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
+    async def token_review(self, request: web.Request, user: UserInfo, rt: ResourceType, *, target: Target) \
             -> web.StreamResponse:
         body = await self._body(request)
         spec = body.get("spec") or {}
         if not spec.get("token"):
-            raise ApiError.invalid(rt.group, rt.kind, "", [_cause("spec.token", "Required value")])
+            raise ApiError.invalid(rt.group, rt.kind, "", causes=[_cause("spec.token", "Required value")])
         return self._review(rt, body, self.api.tokens.token_review(spec))
 
     async def self_subject_review(self, request: web.Request, user: UserInfo, rt: ResourceType,
-                                  target: Target) -> web.StreamResponse:
+                                  *, target: Target) -> web.StreamResponse:
         body = await self._body(request)
         return self._review(rt, body, {"userInfo": _user_json(user)})
 
     async def subject_access_review(self, request: web.Request, user: UserInfo, rt: ResourceType,
-                                    target: Target) -> web.StreamResponse:
+                                    *, target: Target) -> web.StreamResponse:
         body = await self._body(request)
         spec = dict(body.get("spec") or {})
         if rt.resource == "localsubjectaccessreviews":
@@ -87,19 +93,19 @@ class SpecialEndpoints:
                 raise ApiError.bad_request("spec.resourceAttributes.namespace must match the request namespace")
             spec["resourceAttributes"] = {**attrs, "namespace": target.namespace}
         if not spec.get("user") and not spec.get("groups"):
-            raise ApiError.invalid(rt.group, rt.kind, "", [_cause(
+            raise ApiError.invalid(rt.group, rt.kind, "", causes=[_cause(
                 "spec.user", "Invalid value: \"\": at least one of user or group must be specified")])
         return self._review(rt, body, subject_access_review(spec, self.api.rbac))
 
     async def self_subject_access_review(self, request: web.Request, user: UserInfo, rt: ResourceType,
-                                         target: Target) -> web.StreamResponse:
+                                         *, target: Target) -> web.StreamResponse:
         body = await self._body(request)
         spec = {**(body.get("spec") or {}), "user": user.username, "groups": list(user.groups),
                 "uid": user.uid, "extra": {k: list(v) for k, v in dict(user.extra).items()}}
         return self._review(rt, body, subject_access_review(spec, self.api.rbac))
 
     async def self_subject_rules_review(self, request: web.Request, user: UserInfo, rt: ResourceType,
-                                        target: Target) -> web.StreamResponse:
+                                        *, target: Target) -> web.StreamResponse:
         body = await self._body(request)
         namespace = (body.get("spec") or {}).get("namespace", "")
         resource_rules, non_resource_rules = self.api.rbac.rules_for(user, namespace)
@@ -108,14 +114,14 @@ class SpecialEndpoints:
 
     # ---- subresources -------------------------------------------------------------------------
 
-    async def token_request(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
+    async def token_request(self, request: web.Request, user: UserInfo, rt: ResourceType, *, target: Target) \
             -> web.StreamResponse:
         body = await self._body(request)
         sa = self.api.store.get(rt, target.namespace, target.name)
         spec = body.get("spec") or {}
         expiration = int(spec.get("expirationSeconds") or 3600)
         if expiration < 600:
-            raise ApiError.invalid("authentication.k8s.io", "TokenRequest", target.name, [_cause(
+            raise ApiError.invalid("authentication.k8s.io", "TokenRequest", target.name, causes=[_cause(
                 "spec.expirationSeconds", "Invalid value: may not specify a duration less than 10 minutes")])
         bound: Obj | None = None
         node: Obj | None = None
@@ -125,7 +131,7 @@ class SpecialEndpoints:
                 raise ApiError.bad_request("the sandbox binds tokens to Pods only")
             bound = self.api.store.get(self.api.rt("", "pods"), target.namespace, ref.get("name", ""))
             if ref.get("uid") and ref["uid"] != bound["metadata"]["uid"]:
-                raise ApiError.conflict("", "pods", ref.get("name", ""), "the UID in the bound object "
+                raise ApiError.conflict("", "pods", ref.get("name", ""), why="the UID in the bound object "
                                         "reference does not match the object")
             if (bound.get("spec") or {}).get("serviceAccountName", "default") != target.name:
                 raise ApiError.bad_request(f'pod {ref.get("name")} does not run as service account {target.name}')
@@ -142,7 +148,7 @@ class SpecialEndpoints:
                               "spec": {**spec, "expirationSeconds": expiration},
                               "status": {"token": token, "expirationTimestamp": format_time(expiry)}}, 201)
 
-    async def eviction(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
+    async def eviction(self, request: web.Request, user: UserInfo, rt: ResourceType, *, target: Target) \
             -> web.StreamResponse:
         body = await self._body(request)
         if (body.get("metadata") or {}).get("name", target.name) != target.name:
@@ -159,15 +165,15 @@ class SpecialEndpoints:
                      dry_run=dry_run)
         return json_response(success_status(201), 201)
 
-    async def binding(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
+    async def binding(self, request: web.Request, user: UserInfo, rt: ResourceType, *, target: Target) \
             -> web.StreamResponse:
         body = await self._body(request)
         node = (body.get("target") or {}).get("name", "")
         if not node:
-            raise ApiError.invalid("", "Binding", target.name, [_cause("target.name", "Required value")])
+            raise ApiError.invalid("", "Binding", target.name, causes=[_cause("target.name", "Required value")])
         pod = self.api.store.get(rt, target.namespace, target.name)
         if (pod.get("spec") or {}).get("nodeName"):
-            raise ApiError.conflict("", "pods", target.name, f'pod {target.name} is already assigned to node '
+            raise ApiError.conflict("", "pods", target.name, why=f'pod {target.name} is already assigned to node '
                                     f'"{pod["spec"]["nodeName"]}"')
         # As BindingREST does: the node name, the binding's annotations, and PodScheduled true.
         meta = pod["metadata"]
@@ -182,10 +188,10 @@ class SpecialEndpoints:
         updated = {**pod, "metadata": {**meta, "annotations": annotations} if annotations else meta,
                    "spec": {**pod.get("spec", {}), "nodeName": node},
                    "status": {**status, "conditions": conditions}}
-        self.api.store.update(rt, target.namespace, target.name, updated, subresource="binding")
+        self.api.store.update(rt, target.namespace, target.name, obj=updated, subresource="binding")
         return json_response(success_status(201), 201)
 
-    async def scale(self, request: web.Request, user: UserInfo, rt: ResourceType, target: Target) \
+    async def scale(self, request: web.Request, user: UserInfo, rt: ResourceType, *, target: Target) \
             -> web.StreamResponse:
         store = self.api.store
         obj = store.get(rt, target.namespace, target.name)
@@ -194,8 +200,8 @@ class SpecialEndpoints:
         if request.method not in ("PUT", "PATCH"):
             if custom and not _nested_int(obj, spec_path)[1]:
                 raise _internal(f"the spec replicas field {json.dumps(spec_path)} does not exist")
-            return json_response(_scale_of(obj, spec_path, status_path, selector_path))
-        current = _scale_of(obj, spec_path, status_path, selector_path)
+            return json_response(_scale_of(obj, spec_path, status_path, selector_path=selector_path))
+        current = _scale_of(obj, spec_path, status_path, selector_path=selector_path)
         if custom and not _nested_int(obj, spec_path)[1]:
             current["spec"]["replicas"] = _UNSET_REPLICAS  # apiextensions' signal: not set before
         if request.method == "PUT":
@@ -205,15 +211,15 @@ class SpecialEndpoints:
                                                    request.headers.get("Content-Type", ""), rt)
             if kind == request_bodies.APPLY_PATCH:
                 raise ApiError.unsupported_media_type(kind)
-            wanted = request_bodies.apply_patch(kind, current, patch_body, rt)
+            wanted = request_bodies.apply_patch(kind, current, patch_body, rt=rt)
         replicas = (wanted.get("spec") or {}).get("replicas", 0)  # omitted is 0, as Go decodes it
         if not isinstance(replicas, int) or isinstance(replicas, bool):
-            raise ApiError.invalid("autoscaling", "Scale", target.name, [_cause(
+            raise ApiError.invalid("autoscaling", "Scale", target.name, causes=[_cause(
                 "spec.replicas", f"Invalid value: {replicas!r}: must be greater than or equal to 0")])
         if custom and replicas == _UNSET_REPLICAS:
             raise ApiError.bad_request(f"the spec replicas field {json.dumps(spec_path)} cannot be empty")
         if not custom and replicas < 0:
-            raise ApiError.invalid("autoscaling", "Scale", target.name, [_cause(
+            raise ApiError.invalid("autoscaling", "Scale", target.name, causes=[_cause(
                 "spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")])
         rv = (wanted.get("metadata") or {}).get("resourceVersion")
         updated = _set_path({**obj, "metadata": {**obj["metadata"], **({"resourceVersion": rv} if rv else {})}},
@@ -221,8 +227,8 @@ class SpecialEndpoints:
         if custom:
             # A custom resource's scale writes go through its own strategy: schema and replicas paths.
             updated, _ = admit(rt, updated, "Ignore", old=obj)
-        obj = store.update(rt, target.namespace, target.name, updated)
-        return json_response(_scale_of(obj, spec_path, status_path, selector_path))
+        obj = store.update(rt, target.namespace, target.name, obj=updated)
+        return json_response(_scale_of(obj, spec_path, status_path, selector_path=selector_path))
 
 
 _UNSET_REPLICAS = -2**31  # the smallest int32
@@ -280,7 +286,7 @@ def _selector_string(selector: Any) -> str:
     return ""
 
 
-def _scale_of(obj: Obj, spec_path: str, status_path: str, selector_path: str) -> Obj:
+def _scale_of(obj: Obj, spec_path: str, status_path: str, *, selector_path: str) -> Obj:
     """autoscaling/v1 Scale: spec.replicas and status.selector are omitempty, status.replicas is not."""
     meta = obj["metadata"]
     status: Obj = {"replicas": _nested_int(obj, status_path)[0]}

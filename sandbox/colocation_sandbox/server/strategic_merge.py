@@ -95,7 +95,7 @@ def field_strategies(group: str, kind: str) -> dict[str, Strategy]:
 
 
 def strategic_merge_patch(target: dict[str, Any], patch: dict[str, Any], group: str,
-                          kind: str) -> dict[str, Any]:
+                          *, kind: str) -> dict[str, Any]:
     """Apply a strategic merge patch as kube-apiserver does for a built-in type."""
     if not isinstance(patch, dict):
         raise ApiError.bad_request("a strategic merge patch must be a JSON object")
@@ -159,10 +159,10 @@ class _Merger:
         if not any(isinstance(item, dict) for item in [*original, *patch]):
             merged = _deduplicate([*original, *patch])
             patch_items, server_only = _partition(merged, patch, "")
-            return merge_ordered(patch_items, server_only, patch, original, "")
+            return merge_ordered(patch_items, server_only, patch, server_order=original, merge_key="")
         if not merge_key:
             raise _invalid(f"cannot merge lists without merge key for {path}")
-        original, patch = self.special_elements(original, patch, merge_key, path)
+        original, patch = self.special_elements(original, patch, merge_key, path=path)
         merged = list(original)
         for item in patch:
             if not isinstance(item, dict) or merge_key not in item:
@@ -173,10 +173,10 @@ class _Merger:
             else:
                 merged[index] = self.merge_map(merged[index], item, path)
         patch_items, server_only = _partition(merged, patch, merge_key)
-        return merge_ordered(patch_items, server_only, patch, original, merge_key)
+        return merge_ordered(patch_items, server_only, patch, server_order=original, merge_key=merge_key)
 
     def special_elements(self, original: list[Any], patch: list[Any], merge_key: str,
-                         path: str) -> tuple[list[Any], list[Any]]:
+                         *, path: str) -> tuple[list[Any], list[Any]]:
         """Apply `$patch: delete` and `$patch: replace` list elements; return what is left to merge."""
         plain: list[Any] = []
         replace = False
@@ -223,11 +223,11 @@ class _Merger:
             if merged and not isinstance(merged[0], dict):
                 merge_key = ""
             patch_items, server_only = _partition(merged, order, merge_key)
-            original[field] = merge_ordered(patch_items, server_only, order, current, merge_key)
+            original[field] = merge_ordered(patch_items, server_only, order, server_order=current, merge_key=merge_key)
 
 
 def merge_ordered(patch_items: list[Any], server_only: list[Any], patch_order: list[Any],
-                  server_order: list[Any], merge_key: str) -> list[Any]:
+                  *, server_order: list[Any], merge_key: str) -> list[Any]:
     """Interleave patch items (in patch order) with server-only items (in live order).
 
     A server-only item goes before a patch item only when both were in the live list in that order,

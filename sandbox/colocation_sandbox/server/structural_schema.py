@@ -45,7 +45,7 @@ def check_structural(schema: Schema, path: str = "") -> list[str]:
 
     `path` is where the schema sits in the CRD, e.g. "spec.versions[0].schema.openAPIV3Schema".
     """
-    violations = _invariants(schema, "root", path) + _completeness(schema, schema, path, path)
+    violations = _invariants(schema, "root", path) + _completeness(schema, schema, path, junctor_path=path)
     return sorted(violations)
 
 
@@ -155,7 +155,7 @@ def _extension_violations(node: Schema, path: str) -> list[str]:
 
 
 def _value_validation(node: Schema, path: str, skip_any_of: bool = False,
-                      skip_first_all_of_any_of: bool = False) -> list[str]:
+                      *, skip_first_all_of_any_of: bool = False) -> list[str]:
     out: list[str] = []
     if not skip_any_of:
         for i, branch in enumerate(node.get("anyOf") or []):
@@ -196,7 +196,7 @@ def _nested(branch: Any, path: str, skip_any_of: bool = False) -> list[str]:
     return out
 
 
-def _completeness(junctors: Schema, node: Schema | None, node_path: str, junctor_path: str) -> list[str]:
+def _completeness(junctors: Schema, node: Schema | None, node_path: str, *, junctor_path: str) -> list[str]:
     """Every field or item a junctor names must also be specified outside the junctors."""
     out: list[str] = []
     branches: list[tuple[str, Any]] = []
@@ -206,20 +206,20 @@ def _completeness(junctors: Schema, node: Schema | None, node_path: str, junctor
         for i, branch in enumerate(junctors.get(name) or []):
             branches.append((_key(child_path(junctor_path, name), str(i)), branch))
     for branch_path, branch in branches:
-        out += _nested_completeness(branch, node, node_path, branch_path)
+        out += _nested_completeness(branch, node, node_path, branch_path=branch_path)
     return out
 
 
-def _nested_completeness(branch: Any, node: Schema | None, node_path: str, branch_path: str) -> list[str]:
+def _nested_completeness(branch: Any, node: Schema | None, node_path: str, *, branch_path: str) -> list[str]:
     if not isinstance(branch, Mapping):
         return []
     if node is None:
         return [f"{node_path}: Required value: because it is defined in {branch_path}"]
-    out = _completeness(branch, node, node_path, branch_path)
+    out = _completeness(branch, node, node_path, junctor_path=branch_path)
     if isinstance(branch.get("items"), Mapping):
         items = node.get("items")
         out += _nested_completeness(branch["items"], items if isinstance(items, Mapping) else None,
-                                    child_path(node_path, "items"), child_path(branch_path, "items"))
+                                    child_path(node_path, "items"), branch_path=child_path(branch_path, "items"))
     node_properties = node.get("properties") or {}
     for key, sub in (branch.get("properties") or {}).items():
         node_key = _key(child_path(node_path, "properties"), key)
@@ -227,5 +227,5 @@ def _nested_completeness(branch: Any, node: Schema | None, node_path: str, branc
         if key not in node_properties:
             out.append(f"{node_key}: Required value: because it is defined in {branch_key}")
         else:
-            out += _nested_completeness(sub, node_properties[key], node_key, branch_key)
+            out += _nested_completeness(sub, node_properties[key], node_key, branch_path=branch_key)
     return out

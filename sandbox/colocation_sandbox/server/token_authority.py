@@ -73,7 +73,7 @@ def _with_authenticated(user: UserInfo) -> UserInfo:
     # Every authenticated user is in system:authenticated, whatever its source says (upstream adds it).
     if user.username == ANONYMOUS or AUTHENTICATED in user.groups:
         return user
-    return UserInfo(user.username, user.uid, (*user.groups, AUTHENTICATED), user.extra)
+    return UserInfo(username=user.username, uid=user.uid, groups=(*user.groups, AUTHENTICATED), extra=user.extra)
 
 
 class TokenAuthority:
@@ -90,7 +90,7 @@ class TokenAuthority:
         self._by_service_account: dict[str, set[str]] = {}
         self._next_sweep = 1024
         self.admin_token = secrets.token_urlsafe(32)
-        self.admin_user = UserInfo(ADMIN_USERNAME, groups=(MASTERS, AUTHENTICATED))
+        self.admin_user = UserInfo(username=ADMIN_USERNAME, groups=(MASTERS, AUTHENTICATED))
         self._static[self.admin_token] = self.admin_user
 
     def add_static_token(self, token: str, user: UserInfo) -> None:
@@ -110,7 +110,7 @@ class TokenAuthority:
         if expiration_seconds < MIN_EXPIRATION_SECONDS or expiration_seconds > MAX_EXPIRATION_SECONDS:
             too = "less than 10 minutes" if expiration_seconds < MIN_EXPIRATION_SECONDS \
                 else "larger than 2^32 seconds"
-            raise ApiError.invalid("authentication.k8s.io", "TokenRequest", name, [Cause(
+            raise ApiError.invalid("authentication.k8s.io", "TokenRequest", name, causes=[Cause(
                 "spec.expirationSeconds",
                 f"Invalid value: {expiration_seconds}: may not specify a duration {too}")])
         issued_at = int(self._clock())

@@ -34,7 +34,7 @@ def json_response(body: Any, status: int = 200, warnings: list[str] | None = Non
     return web.Response(body=orjson.dumps(body), status=status, content_type=JSON, headers=headers)
 
 
-def _query_filter(rt: ResourceType, namespace: str, label_selector: str, field_selector: str) -> WatchFilter:
+def _query_filter(rt: ResourceType, namespace: str, label_selector: str, *, field_selector: str) -> WatchFilter:
     labels = LabelSelector.parse(label_selector) if label_selector else None
     allowed = ("metadata.name", "metadata.namespace", *EXTRA_SELECTABLE_FIELDS.get(rt.storage_key, ()))
     fields = FieldSelector.parse(field_selector, allowed) if field_selector else None
@@ -59,18 +59,19 @@ class Verbs:
 
     # ---- reads -------------------------------------------------------------------------------
 
-    def get(self, request: web.Request, rt: ResourceType, namespace: str, name: str) -> web.Response:
+    def get(self, request: web.Request, rt: ResourceType, namespace: str, *, name: str) -> web.Response:
         table_version = wants_table(request.headers.get("Accept", ""))
         obj = _with_version(rt, self.store.get(rt, namespace, name))
         if table_version:
             meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
-            return json_response(self._table(rt, [obj], meta, table_version, include_object(request.query)))
+            return json_response(self._table(rt, [obj], meta, version=table_version,
+                                             include=include_object(request.query)))
         return json_response(obj)
 
     def list_collection(self, request: web.Request, rt: ResourceType, namespace: str) -> web.Response:
         table_version = wants_table(request.headers.get("Accept", ""))
         options = ListOptions.from_query(request.query)
-        flt = _query_filter(rt, namespace, options.label_selector, options.field_selector)
+        flt = _query_filter(rt, namespace, options.label_selector, field_selector=options.field_selector)
         items, rv, token, remaining = self.store.list(rt, namespace, flt, limit=options.limit,
                                                       continue_token=options.continue_token)
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
@@ -80,21 +81,22 @@ class Verbs:
                 meta["remainingItemCount"] = remaining
         items = [_with_version(rt, o) for o in items]
         if table_version:
-            return json_response(self._table(rt, items, meta, table_version, include_object(request.query)))
+            return json_response(self._table(rt, items, meta, version=table_version,
+                                             include=include_object(request.query)))
         return json_response({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
                               "items": items})
 
-    def _table(self, rt: ResourceType, items: list[Obj], meta: dict[str, Any], version: str, include: str,
+    def _table(self, rt: ResourceType, items: list[Obj], meta: dict[str, Any], *, version: str, include: str,
                include_headers: bool = True) -> dict[str, Any]:
         return server_side_tables.to_table(rt, items, list_meta=meta, include_object=include, table_version=version,
                                            now=dt.datetime.fromtimestamp(self.clock(), tz=dt.UTC),
                                            include_headers=include_headers)
 
-    async def watch(self, request: web.Request, rt: ResourceType, namespace: str, name: str) -> web.StreamResponse:
+    async def watch(self, request: web.Request, rt: ResourceType, namespace: str, *, name: str) -> web.StreamResponse:
         """A watch of a collection, or of one object (`name`: /watch/.../NAME, or a get with ?watch)."""
         table_version = wants_table(request.headers.get("Accept", ""))
         options = ListOptions.from_query(request.query, watch=True)
-        flt = _query_filter(rt, namespace, options.label_selector, options.field_selector)
+        flt = _query_filter(rt, namespace, options.label_selector, field_selector=options.field_selector)
         if name:
             flt = WatchFilter(namespace, flt.labels, name_selector(flt.fields, name))
         encoder: EventEncoder[QueueItem] = JsonEvents(functools.partial(_event_line, rt))
@@ -104,7 +106,7 @@ class Verbs:
                                    send_initial_events=options.send_initial_events, queue_size=self.watch_queue_size)
         self.watchers.add(watcher)
         try:
-            return await self.serving.serve(request, options, watcher, encoder)
+            return await self.serving.serve(request, options, watcher, encoder=encoder)
         finally:
             self.watchers.discard(watcher)
 
@@ -115,7 +117,7 @@ class Verbs:
         def table(objects: list[Obj], headers: bool) -> Obj:
             # A bookmark has only metadata: it prints as a row of empty cells, as upstream's does.
             meta = {"resourceVersion": objects[0]["metadata"]["resourceVersion"]}
-            return self._table(rt, objects, meta, version, include, include_headers=headers)
+            return self._table(rt, objects, meta, version=version, include=include, include_headers=headers)
 
         return TableEvents(decode, table)
 
@@ -128,25 +130,25 @@ class Verbs:
 
     # ---- writes ------------------------------------------------------------------------------
 
-    def create(self, request: web.Request, rt: ResourceType, namespace: str, body: Obj) -> web.Response:
+    def create(self, request: web.Request, rt: ResourceType, namespace: str, *, body: Obj) -> web.Response:
         check_write_options("CreateOptions", request.query)
         obj = _without_status_on_create(rt, self._scoped(rt, namespace, body))
         obj, warnings = admit(rt, obj, _field_validation(request), creating=True)
         created = self.store.create(rt, obj, dry_run=_dry_run(request))
         return json_response(_with_version(rt, created), 201, warnings)
 
-    def update(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
+    def update(self, request: web.Request, rt: ResourceType, namespace: str, *, name: str, subresource: str,
                body: Obj) -> web.Response:
         check_write_options("UpdateOptions", request.query)
         obj = self._scoped(rt, namespace, body)
         if not (obj.get("metadata") or {}).get("resourceVersion") and not _allows_unconditional_update(rt):
-            raise ApiError.invalid(rt.group, rt.kind, name, [Cause(
+            raise ApiError.invalid(rt.group, rt.kind, name, causes=[Cause(
                 "metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")])
-        obj, warnings = self._admit_update(request, rt, namespace, name, subresource, obj)
-        updated = self.store.update(rt, namespace, name, obj, subresource=subresource, dry_run=_dry_run(request))
+        obj, warnings = self._admit_update(request, rt, namespace, name=name, subresource=subresource, obj=obj)
+        updated = self.store.update(rt, namespace, name, obj=obj, subresource=subresource, dry_run=_dry_run(request))
         return json_response(_with_version(rt, updated), 200, warnings)
 
-    def _admit_update(self, request: web.Request, rt: ResourceType, namespace: str, name: str,
+    def _admit_update(self, request: web.Request, rt: ResourceType, namespace: str, *, name: str,
                       subresource: str, obj: Obj) -> tuple[Obj, list[str]]:
         current = self.store.get(rt, namespace, name)
         if subresource == "status":
@@ -161,7 +163,7 @@ class Verbs:
                 obj["status"] = current["status"]
         return admit(rt, obj, _field_validation(request), old=current)
 
-    def patch(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
+    def patch(self, request: web.Request, rt: ResourceType, namespace: str, *, name: str, subresource: str,
               raw: bytes) -> web.Response:
         content_type = request.headers.get("Content-Type", "")
         if request_bodies.media_type(content_type) in request_bodies.PATCH_TYPES:
@@ -169,19 +171,19 @@ class Verbs:
         kind, body = request_bodies.decode_patch(raw, content_type, rt)
         dry_run = _dry_run(request)
         if kind == request_bodies.APPLY_PATCH:
-            return self._apply(request, rt, namespace, name, subresource, body, dry_run)
+            return self._apply(request, rt, namespace, name=name, subresource=subresource, body=body, dry_run=dry_run)
         current = self.store.get(rt, namespace, name)
-        patched = request_bodies.apply_patch(kind, current, body, rt)
+        patched = request_bodies.apply_patch(kind, current, body, rt=rt)
         # A resourceVersion in the patch is a precondition; otherwise the patch applies to the latest.
         check_rv = _patch_names_rv(kind, body)
         if not check_rv:
             patched = {**patched, "metadata": {**(patched.get("metadata") or {}),
                                                "resourceVersion": current["metadata"]["resourceVersion"]}}
-        patched, warnings = self._admit_update(request, rt, namespace, name, subresource, patched)
-        updated = self.store.update(rt, namespace, name, patched, subresource=subresource, dry_run=dry_run)
+        patched, warnings = self._admit_update(request, rt, namespace, name=name, subresource=subresource, obj=patched)
+        updated = self.store.update(rt, namespace, name, obj=patched, subresource=subresource, dry_run=dry_run)
         return json_response(_with_version(rt, updated), 200, warnings)
 
-    def _apply(self, request: web.Request, rt: ResourceType, namespace: str, name: str, subresource: str,
+    def _apply(self, request: web.Request, rt: ResourceType, namespace: str, *, name: str, subresource: str,
                body: Obj, dry_run: bool) -> web.Response:
         manager = request.query["fieldManager"]  # required, checked with the other PatchOptions
         body = self._scoped(rt, namespace, body)
@@ -192,7 +194,7 @@ class Verbs:
         now = format_time(self.clock())
         # Each endpoint owns its part: the main resource never applies status, /status nothing else.
         ignored = ("status",) if "status" in rt.subresources and subresource != "status" else ()
-        applied = patches.server_side_apply(live, body, manager, force, rt.group, rt.kind, now,
+        applied = patches.server_side_apply(live, body, manager, force=force, group=rt.group, kind=rt.kind, now=now,
                                             ignored_fields=ignored)
         if live is None:
             applied = _without_status_on_create(rt, applied)
@@ -201,12 +203,12 @@ class Verbs:
             applied["metadata"].pop("resourceVersion", None)
             created = self.store.create(rt, applied, dry_run=dry_run)
             return json_response(_with_version(rt, created), 201, warnings)
-        applied, warnings = self._admit_update(request, rt, namespace, name, subresource, applied)
+        applied, warnings = self._admit_update(request, rt, namespace, name=name, subresource=subresource, obj=applied)
         applied["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
-        updated = self.store.update(rt, namespace, name, applied, subresource=subresource, dry_run=dry_run)
+        updated = self.store.update(rt, namespace, name, obj=applied, subresource=subresource, dry_run=dry_run)
         return json_response(_with_version(rt, updated), 200, warnings)
 
-    def delete(self, request: web.Request, rt: ResourceType, namespace: str, name: str, body: Obj) -> web.Response:
+    def delete(self, request: web.Request, rt: ResourceType, namespace: str, *, name: str, body: Obj) -> web.Response:
         options = {**body, **{k: v for k, v in request.query.items()
                               if k in ("propagationPolicy", "gracePeriodSeconds")}}
         check_delete_options(options, [*request.query.getall("dryRun", []), *(body.get("dryRun") or ())])
@@ -222,7 +224,8 @@ class Verbs:
         check_delete_options({k: v for k, v in request.query.items() if k == "propagationPolicy"},
                              request.query.getall("dryRun", []))
         query = request.query
-        flt = _query_filter(rt, namespace, query.get("labelSelector", ""), query.get("fieldSelector", ""))
+        flt = _query_filter(rt, namespace, query.get("labelSelector", ""),
+                            field_selector=query.get("fieldSelector", ""))
         items = self.store.list(rt, namespace, flt)[0]
         deleted = []
         for obj in items:

@@ -114,7 +114,8 @@ def test_pods_gone_for_a_window_are_forgotten() -> None:
 def test_system_usage_averages_each_samples_remainder() -> None:
     aggregator = Aggregator()
     aggregator.add(node_sample(1, 1000, memory=10 * MI, pods=(pod("a", 300, 4 * MI),),
-                               apps=(HostApplicationSample("nginx", 100, 1 * MI, "system.slice/nginx.service"),)))
+                               apps=(HostApplicationSample(name="nginx", cpu_millis=100, memory_bytes=1 * MI,
+                                                           cgroup_path="system.slice/nginx.service"),)))
     aggregator.add(node_sample(2, 500, memory=2 * MI, pods=(pod("a", 900, 1 * MI),)))
     # Sample 1: cpu 1000-300-100 = 600, memory 10-4-1 = 5Mi. Sample 2: cpu max(500-900, 0) = 0,
     # memory 2-1 = 1Mi. Averages: 300m, 3Mi.

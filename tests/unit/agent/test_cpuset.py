@@ -38,8 +38,8 @@ def test_without_siblings_cpus_are_taken_one_per_socket_in_turn() -> None:
 
 
 def test_asking_for_more_cpus_than_there_are_chooses_none() -> None:
-    assert choose_cpus(3, [Processor(0, 0, 0), Processor(1, 1, 0)]) == ()
-    assert choose_cpus(0, [Processor(0, 0, 0)]) == ()
+    assert choose_cpus(3, [Processor(cpu=0, core=0, socket=0), Processor(cpu=1, core=1, socket=0)]) == ()
+    assert choose_cpus(0, [Processor(cpu=0, core=0, socket=0)]) == ()
 
 
 def test_the_same_count_always_gives_the_same_cpus() -> None:
@@ -53,4 +53,5 @@ def test_cpuinfo_gives_sockets_and_cores() -> None:
     assert [p.socket for p in processors] == [0, 0, 1, 1]
     assert processors[0].core == processors[1].core != processors[2].core
     # Without topology lines (some VMs, arm64): each processor its own core on socket 0.
-    assert parse_cpuinfo("processor : 0\n\nprocessor : 1\n") == (Processor(0, 0, 0), Processor(1, 1, 0))
+    assert parse_cpuinfo("processor : 0\n\nprocessor : 1\n") == (Processor(cpu=0, core=0, socket=0),
+                                                                 Processor(cpu=1, core=1, socket=0))

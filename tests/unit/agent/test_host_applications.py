@@ -85,9 +85,9 @@ def test_no_host_applications(slo: dict[str, Any] | None) -> None:
 def test_a_kubepods_base_is_the_kubelets_directory_in_the_drivers_spelling(tmp_path: Path, root: str,
                                                                            expected: str) -> None:
     (tmp_path / root).mkdir(parents=True)
-    agent = HostApplication("agent", "agent", base="KubepodsBesteffort")
+    agent = HostApplication(name="agent", cgroup_path="agent", base="KubepodsBesteffort")
     assert resolve_cgroup_path(agent, tmp_path) == expected
-    assert resolve_cgroup_path(HostApplication("top", "", base="Kubepods"), tmp_path) == root
+    assert resolve_cgroup_path(HostApplication(name="top", cgroup_path="", base="Kubepods"), tmp_path) == root
     assert resolve_cgroup_path(agent, tmp_path / "elsewhere") is None  # no kubelet here
 
 
@@ -114,7 +114,7 @@ def test_host_applications_are_reported_with_their_classes_and_left_out_of_syste
     sample = collector.sample(102.0)
     assert sample.read_errors == 0
     aggregator.add(sample)
-    report = node_metric_from(aggregator, "node-a", 102.0, {}, {})
+    report = node_metric_from(aggregator, "node-a", 102.0, by_uid={}, by_name={})
     assert report is not None
     status = orjson.loads(validate_report(orjson.dumps(report), "node-a").status_json)
     assert status["hostApplicationMetric"] == [
@@ -128,13 +128,14 @@ async def test_the_agent_measures_what_the_nodeslo_lists_from_its_watch(tmp_path
     machine = Machine(tmp_path)
     collector = machine.collector()
 
-    async def no_put(*args: Any) -> tuple[int, Any]:
+    async def no_put(*args: Any, **kwargs: Any) -> tuple[int, Any]:
         raise AssertionError("no report expected")
 
     agent = NodeAgent("node-a", NoKube(), collector, locator=LeaderLocator(NoKube()), direct=no_put,
                       metrics=AgentMetrics())
     listed = {"metadata": {"name": "node-a"}, **nodeslo({"name": "nginx", "qos": "LS"})}
     await agent._nodeslo_sync([listed], "1")
-    assert collector.host_applications == (HostApplication("nginx", "host-latency-sensitive/nginx", qos="LS"),)
+    assert collector.host_applications == (HostApplication(name="nginx", cgroup_path="host-latency-sensitive/nginx",
+                                                           qos="LS"),)
     await agent._nodeslo_event("DELETED", listed)
     assert len(collector.host_applications) == 0

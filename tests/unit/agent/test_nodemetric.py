@@ -36,8 +36,8 @@ def pod(uid: str, name: str, namespace: str = "default", priority: Any = "koord-
 
 def test_the_report_has_the_shape_and_quantities_the_leader_accepts() -> None:
     usage = Usage(2500, 1536 * MI)
-    aggregated = [AggregatedUsage(300, Usage(2000, GI), Usage(1900, GI), Usage(2400, 2 * GI), Usage(2600, 2 * GI),
-                                  Usage(3000, 3 * GI))]
+    aggregated = [AggregatedUsage(duration_seconds=300, avg=Usage(2000, GI), p50=Usage(1900, GI),
+                                  p90=Usage(2400, 2 * GI), p95=Usage(2600, 2 * GI), p99=Usage(3000, 3 * GI))]
     pods = [PodUsage(pod("u2", "web-1"), Usage(250, 256 * MI)),
             PodUsage(pod("u1", "job-1", "batch", "koord-batch", "BE"), Usage(1000, 1000))]
     report = build_node_metric("node-a", update_time=AT, node_usage=usage, system_usage=Usage(300, 100 * MI + 1),
@@ -79,10 +79,11 @@ def test_pods_are_matched_by_uid_else_by_name_and_unknown_cgroups_are_left_out()
     web = pod("api-uid-web", "web-0")
     job = pod("api-uid-job", "job-0", "batch", "koord-batch", "BE")
     latest = Sample(timestamp=AT, node_cpu_millis=0, node_memory_bytes=0, pods=(
-        PodSample("synthetic-uid-job", 1, 1, "kubepods/x", namespace="batch", name="job-0"),))
+        PodSample(uid="synthetic-uid-job", cpu_millis=1, memory_bytes=1, cgroup_path="kubepods/x", namespace="batch",
+                  name="job-0"),))
     usages = {"api-uid-web": Usage(100, MI), "synthetic-uid-job": Usage(200, 2 * MI), "orphan-uid": Usage(5, MI)}
     matched = match_pods(usages, {web.uid: web, job.uid: job},
-                         {("default", "web-0"): web, ("batch", "job-0"): job}, latest)
+                         {("default", "web-0"): web, ("batch", "job-0"): job}, latest=latest)
     assert sorted((m.info.name, m.usage) for m in matched) == [("job-0", Usage(200, 2 * MI)),
                                                                ("web-0", Usage(100, MI))]
 
@@ -103,11 +104,11 @@ def test_the_predictor_sees_only_prod_pods_by_uid_or_by_name() -> None:
                     cpu_request_millis=1000, memory_request_bytes=GI)
     named = PodInfo(uid="", namespace="shop", name="api", priority="koord-prod", qos="LS",
                     cpu_request_millis=500, memory_request_bytes=MI)
-    sample = Sample(AT, 0, 0, pods=(
-        PodSample("u-web", 700, 100 * MI, "web", cpu_measured=False),
-        PodSample("u-cache", 900, 200 * MI, "cache"),
-        PodSample("x", 300, 50 * MI, "api", namespace="shop", name="api"),
-        PodSample("unknown", 1, 1, "gone")))
+    sample = Sample(timestamp=AT, node_cpu_millis=0, node_memory_bytes=0, pods=(
+        PodSample(uid="u-web", cpu_millis=700, memory_bytes=100 * MI, cgroup_path="web", cpu_measured=False),
+        PodSample(uid="u-cache", cpu_millis=900, memory_bytes=200 * MI, cgroup_path="cache"),
+        PodSample(uid="x", cpu_millis=300, memory_bytes=50 * MI, cgroup_path="api", namespace="shop", name="api"),
+        PodSample(uid="unknown", cpu_millis=1, memory_bytes=1, cgroup_path="gone")))
     by_uid = {"u-web": web, "u-cache": cache}
     by_name = {("shop", "web"): web, ("shop", "cache"): cache, ("shop", "api"): named}
     assert sorted(prod_pods_of(sample, by_uid, by_name)) == [
@@ -121,10 +122,11 @@ def test_recent_usage_is_reported_next_to_koordinators_and_the_leader_keeps_it()
     for second in range(1, 301):  # a step from 1 to 3 cores in the last 10 s, all of it web-0's
         cpu = 1000 if second <= 290 else 3000
         aggregator.add(Sample(timestamp=second, node_cpu_millis=cpu, node_memory_bytes=4 * GI, pods=(
-            PodSample("u-web", cpu - 500, GI, "kubepods/web"),
-            PodSample("u-job", 500, GI, "kubepods/job", cpu_measured=second <= 280))))
-    report = node_metric_from(aggregator, "node-a", 300.0, {web.uid: web, job.uid: job},
-                              {("default", "web-0"): web, ("batch", "job-0"): job})
+            PodSample(uid="u-web", cpu_millis=cpu - 500, memory_bytes=GI, cgroup_path="kubepods/web"),
+            PodSample(uid="u-job", cpu_millis=500, memory_bytes=GI, cgroup_path="kubepods/job",
+                      cpu_measured=second <= 280))))
+    report = node_metric_from(aggregator, "node-a", 300.0, by_uid={web.uid: web, job.uid: job},
+                              by_name={("default", "web-0"): web, ("batch", "job-0"): job})
     assert report is not None
     node_metric = report["status"]["nodeMetric"]
     assert node_metric["nodeUsage"] == {"resources": {"cpu": "1067m", "memory": "4Gi"}}  # Koordinator's, unchanged
@@ -146,8 +148,8 @@ def test_a_simulated_nodes_report_carries_the_short_window_too() -> None:
     aggregator = Aggregator()
     for second in range(30):
         aggregator.add(collector.sample(AT + second))
-    report = node_metric_from(aggregator, "sim-0", AT + 29, {info.uid: info for info in infos},
-                              {(info.namespace, info.name): info for info in infos})
+    report = node_metric_from(aggregator, "sim-0", AT + 29, by_uid={info.uid: info for info in infos},
+                              by_name={(info.namespace, info.name): info for info in infos})
     assert report is not None
     assert report["status"]["nodeMetric"]["recentUsage"]["windowSeconds"] == 10
     assert len(report["status"]["podsMetric"]) == 3

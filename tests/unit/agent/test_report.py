@@ -1,7 +1,7 @@
 """The reporter: when a report is due, where it goes, and what happens when that fails.
 
 Fakes stand in for kube-apiserver (the leader Lease, the aggregated path) and for the leader's
-own endpoint; the clock is a number the test moves. Expectations: reports go straight to the
+own endpoint; the clock is the tests' fake clock, moved by the test. Expectations: reports go straight to the
 leader named on the Lease; a standby's 503 sends the agent to the leader it names, or back to the
 Lease; an unreachable leader is replaced by the replica that leads now, else bypassed through
 kube-apiserver, which is asked less often than the replicas; a leader change gets the full report
@@ -29,6 +29,7 @@ from colocation.kube.lease_record import (
     REPLICAS_ANNOTATION,
     replicas_annotation,
 )
+from tests.clock import FakeClock
 
 REPORT_PATH = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics/node-a/status"
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/colocation-system/leases/colocation-operator"
@@ -175,16 +176,16 @@ class FakeLeaders:
 
 class Setup:
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.clock = FakeClock(1000.0)
         self.kube = FakeKube()
         self.leaders = FakeLeaders()
         self.metrics = AgentMetrics()
-        self.locator = LeaderLocator(self.kube, poll_interval=10.0, min_refresh_gap=0.0, clock=lambda: self.now)
+        self.locator = LeaderLocator(self.kube, poll_interval=10.0, min_refresh_gap=0.0, clock=self.clock)
         self.current = body()
-        self.delivery = Delivery(self.kube, self.locator, self.leaders.put, timeout=5.0, clock=lambda: self.now,
+        self.delivery = Delivery(self.kube, self.locator, self.leaders.put, timeout=5.0, clock=self.clock,
                                  apiserver_backoff=Backoff(1.0, 30.0, jitter=0.5, rng=random.Random(3)))
         self.reporter = Reporter("node-a", self.delivery, lambda: Snapshot.of(self.current), options=ReportOptions(),
-                                 metrics=self.metrics, clock=lambda: self.now, rng=random.Random(7))
+                                 metrics=self.metrics, clock=self.clock, rng=random.Random(7))
 
     def sent(self, route: str, trigger: str) -> float:
         return self.metrics.registry.get_sample_value("colocation_agent_reports_sent_total",
@@ -206,7 +207,7 @@ def test_the_leader_lease_gives_the_address_only_with_an_endpoint_and_a_ca() -> 
     leader = leader_from_lease(lease("op-0_a", 1))
     assert leader is not None and leader.reachable and leader.endpoint == "https://10.0.0.1:8443"
     unpublished = leader_from_lease(lease("op-0_a", None))
-    assert unpublished == Leader("op-0_a") and not unpublished.reachable
+    assert unpublished == Leader(identity="op-0_a") and not unpublished.reachable
     assert leader_from_lease(lease("", None)) is None  # released: nobody leads
 
 
@@ -216,16 +217,16 @@ async def test_reports_go_to_the_leader_and_then_only_when_due(setup: Setup) -> 
     assert [identity for identity, _ in setup.leaders.sent] == ["op-0_a"]
     assert setup.sent("leader", "initial") == 1
     assert ("PUT", REPORT_PATH) not in setup.kube.calls
-    setup.now += 5
+    setup.clock.advance(5)
     assert 4.6 <= await setup.reporter.check() <= 5.0
     assert len(setup.leaders.sent) == 1  # nothing changed, and the heartbeat is not due yet
     setup.current = body(cpu="2500m")
     await setup.reporter.check()
     assert setup.sent("leader", "usage-changed") == 1
-    setup.now += 10
+    setup.clock.advance(10)
     await setup.reporter.check()
     assert setup.sent("leader", "heartbeat") == 1  # unchanged, but the leader hears from the agent every 10 s
-    setup.now += 60
+    setup.clock.advance(60)
     await setup.reporter.check()
     assert setup.sent("leader", "max-interval") == 1
     assert setup.reporter.age() == 0
@@ -233,12 +234,12 @@ async def test_reports_go_to_the_leader_and_then_only_when_due(setup: Setup) -> 
 
 async def test_without_a_heartbeat_interval_an_unchanged_state_waits_for_the_max_interval(setup: Setup) -> None:
     reporter = Reporter("node-a", setup.delivery, lambda: Snapshot.of(setup.current),
-                        options=ReportOptions(heartbeat_interval=0), metrics=setup.metrics, clock=lambda: setup.now)
+                        options=ReportOptions(heartbeat_interval=0), metrics=setup.metrics, clock=setup.clock)
     assert await reporter.check() == 10.0
-    setup.now += 50
+    setup.clock.advance(50)
     assert await reporter.check() == 10.0
     assert len(setup.leaders.sent) == 1
-    setup.now += 10
+    setup.clock.advance(10)
     await reporter.check()
     assert setup.sent("leader", "max-interval") == 1
 
@@ -246,10 +247,10 @@ async def test_without_a_heartbeat_interval_an_unchanged_state_waits_for_the_max
 async def test_every_accepted_report_tells_the_heartbeat(setup: Setup) -> None:
     heard: list[float] = []
     reporter = Reporter("node-a", setup.delivery, lambda: Snapshot.of(setup.current), metrics=setup.metrics,
-                        on_accepted=lambda: heard.append(setup.now), clock=lambda: setup.now)
+                        on_accepted=lambda: heard.append(setup.clock.now), clock=setup.clock)
     await reporter.check()
     setup.leaders.status["https://10.0.0.1:8443"] = 422
-    setup.now += 10
+    setup.clock.advance(10)
     await reporter.check()  # refused: no heartbeat
     assert heard == [1000.0]
 
@@ -302,7 +303,7 @@ async def test_failures_back_off_exponentially_and_retry_with_the_latest_state(s
     delays = []
     for _ in range(7):
         delays.append(await setup.reporter.check())
-        setup.now += delays[-1]
+        setup.clock.advance(delays[-1])
     # Nominal 1, 2, 4, 8, 16, 30, 30 s with up to 50 % jitter taken off.
     for delay, nominal in zip(delays, (1, 2, 4, 8, 16, 30, 30), strict=True):
         assert nominal / 2 <= delay <= nominal
@@ -316,7 +317,7 @@ async def test_failures_back_off_exponentially_and_retry_with_the_latest_state(s
     assert b'"cpu":"1900m"' in sent  # the latest state, not the one that failed first
     assert setup.sent("leader", "initial") == 1  # still the reason it was first due
     setup.leaders.status[endpoint(1)] = 0
-    setup.now += 60
+    setup.clock.advance(60)
     assert await setup.reporter.check() <= 1.0  # the backoff started over
 
 
@@ -325,7 +326,7 @@ async def test_an_unreachable_leader_is_replaced_by_the_replica_that_leads_now(s
     await setup.reporter.check()
     setup.leaders.status[endpoint(1)] = 0  # the leader died; its standby op-1_b took over
     calls = len(setup.kube.calls)
-    setup.now += 10
+    setup.clock.advance(10)
     await setup.reporter.check()
     assert setup.leaders.attempts[-2:] == [endpoint(1), endpoint(2)]
     assert setup.reporter.delivered_to == "op-1_b" and setup.sent("leader", "leader-changed") == 1
@@ -340,7 +341,7 @@ async def test_a_standby_names_the_leader_and_the_report_goes_there_at_once(setu
     setup.leaders.status[endpoint(1)] = 503
     setup.leaders.names[endpoint(1)] = ("op-2_c", endpoint(3))
     calls = len(setup.kube.calls)
-    setup.now += 10
+    setup.clock.advance(10)
     await setup.reporter.check()
     assert setup.leaders.attempts[-2:] == [endpoint(1), endpoint(3)]
     assert setup.reporter.delivered_to == "op-2_c" and setup.failed("standby") == 1
@@ -354,18 +355,18 @@ async def test_while_no_replica_leads_they_are_asked_every_two_seconds_and_kube_
     setup.leaders.status.update({endpoint(1): 0, endpoint(2): 503})  # a control-plane outage: nobody leads
     setup.leaders.names[endpoint(2)] = ("op-0_a", endpoint(1))
     setup.kube.report_status = 0  # kube-apiserver does not answer
-    setup.now += 10
-    started, delays = setup.now, []
-    while setup.now - started < 60:
+    setup.clock.advance(10)
+    started, delays = setup.clock.now, []
+    while setup.clock.now - started < 60:
         delays.append(await setup.reporter.check())
-        setup.now += delays[-1]
+        setup.clock.advance(delays[-1])
     assert all(0.5 <= delay <= 2.0 for delay in delays), delays
     assert len(delays) >= 30
     # kube-apiserver: at 0, ~1, ~3, ~7, ~15, ~31 s, its own backoff (1 s doubling to 30 s, jittered).
     puts = setup.kube.calls.count(("PUT", REPORT_PATH))
     assert 4 <= puts <= 8 and setup.kube.calls.count(("GET", LEASE_PATH)) <= puts + 1
     setup.leaders.status[endpoint(2)] = 200  # op-1_b leads
-    setup.now += await setup.reporter.check()
+    setup.clock.advance(await setup.reporter.check())
     assert setup.reporter.delivered_to == "op-1_b"
 
 
@@ -384,7 +385,7 @@ async def test_concurrent_lease_reads_share_one_request(setup: Setup) -> None:
     await asyncio.gather(*(setup.locator.refresh() for _ in range(10)))
     await setup.locator.refresh()
     assert setup.kube.calls.count(("GET", LEASE_PATH)) == 1
-    setup.now += 5
+    setup.clock.advance(5)
     await setup.locator.refresh()
     assert setup.kube.calls.count(("GET", LEASE_PATH)) == 2
 
@@ -399,11 +400,11 @@ async def test_reports_the_leader_accepts_defer_the_leader_lease_poll(setup: Set
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
         if len(slept) == 1:  # while the locator sleeps, a report reaches the leader 6 s in
-            setup.now += 6.0
+            setup.clock.advance(6.0)
             await setup.delivery.put(REPORT_PATH, b"{}", lambda reason: None)
-            setup.now += seconds - 6.0
+            setup.clock.advance(seconds - 6.0)
             return
-        setup.now += seconds
+        setup.clock.advance(seconds)
         wake.set()
         await asyncio.Event().wait()  # the second sleep ends the test
 

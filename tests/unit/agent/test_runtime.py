@@ -22,6 +22,7 @@ from colocation.agent.strategies.cpu_suppress.cpu_suppress import BestEffortLimi
 from colocation.agent.strategies.cpu_suppress.cpu_suppressor import CpuSuppressEnforcer, CpuSuppressor
 from colocation.agent.strategies.strategy import NodeStrategy
 from colocation.apimachinery.quantity import byte_value, cpu_millis
+from tests.clock import FakeClock
 from tests.unit.agent.strategies.batch_cgroups import test_batch_cgroup_reconciler as batch
 from tests.unit.agent.strategies.cpu_burst import test_cpu_burster as burst
 from tests.unit.agent.strategies.cpu_suppress.test_cpu_suppressor import TREES, build, sample
@@ -60,7 +61,7 @@ def agent_on(root: Path, *, batch_cgroups: bool = False, cpu_burst: bool = False
         burster = CpuBurster(CgroupWriter(root), metrics, node="node-a", cpus=lambda: 8)
         strategies.append(CpuBurstEnforcer(burster, interval=1.0))
 
-    async def no_put(*args: Any) -> tuple[int, Any]:
+    async def no_put(*args: Any, **kwargs: Any) -> tuple[int, Any]:
         raise AssertionError("no report expected")
 
     return NodeAgent("node-a", NoKube(), FixedCollector(), locator=LeaderLocator(NoKube()), direct=no_put,
@@ -190,29 +191,29 @@ class ClockedCollector:
 
     def sample(self, now: float) -> Sample:
         return Sample(timestamp=now, node_cpu_millis=1500, node_memory_bytes=3 * 2**30, pods=(
-            PodSample("u-web", 1000, 2 * 2**30, "kubepods/podu-web"),))
+            PodSample(uid="u-web", cpu_millis=1000, memory_bytes=2 * 2**30, cgroup_path="kubepods/podu-web"),))
 
 
 async def test_reports_say_what_prod_pods_leave_once_past_their_cold_start() -> None:
-    clock = [1.8e9]
+    clock = FakeClock(1.8e9)
 
-    async def no_put(*args: Any) -> tuple[int, Any]:
+    async def no_put(*args: Any, **kwargs: Any) -> tuple[int, Any]:
         raise AssertionError("no report expected")
 
     agent = NodeAgent("node-a", NoKube(), ClockedCollector(), locator=LeaderLocator(NoKube()), direct=no_put,
-                      metrics=AgentMetrics(), wall=lambda: clock[0],
+                      metrics=AgentMetrics(), wall=clock.wall,
                       options=NodeAgentOptions(prediction=PredictorOptions(cold_start=60.0)))
     await agent.pods.on_sync([PROD_POD], "1")
     for _ in range(30):
         agent.collect_once()
-        clock[0] += 1
+        clock.advance(1)
     snapshot = agent.snapshot()
     assert snapshot is not None
     # Within its cold start, the pod's whole request is its peak: nothing to reclaim yet.
     assert snapshot.body["status"]["prodReclaimableMetric"] == {"resource": {"resources": {"cpu": "0", "memory": "0"}}}
     for _ in range(60):
         agent.collect_once()
-        clock[0] += 1
+        clock.advance(1)
     snapshot = agent.snapshot()
     assert snapshot is not None
     resources = snapshot.body["status"]["prodReclaimableMetric"]["resource"]["resources"]

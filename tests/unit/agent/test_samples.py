@@ -1,7 +1,7 @@
 """Custom metric samples on their way to the leader: bounds, batches, retries, simulated series.
 
-The leader and kube-apiserver are fakes (as in test_agent_report); the clock is a number the test
-moves. Expectations: one MetricSampleBatch per round with every sample not yet accepted; a failed
+The leader and kube-apiserver are fakes (as in test_agent_report); the clock is the tests' fake
+clock, moved by the test. Expectations: one MetricSampleBatch per round with every sample not yet accepted; a failed
 batch keeps its samples, bounded, and is retried with backoff; a refused one is dropped; a new
 leader gets what is held at once.
 """
@@ -31,6 +31,7 @@ from colocation.agent.samples import (
 from colocation.agent.simulated import synthetic_source
 from colocation.agent.synthetic import SyntheticCollector
 from colocation.kube.backoff import Backoff
+from tests.clock import FakeClock
 from tests.unit.agent.test_report import FakeKube, lease
 
 SAMPLES_PATH = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics/node-a/samples"
@@ -120,21 +121,21 @@ class FakeLeaders:
 
 class Setup:
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.clock = FakeClock(1000.0)
         self.kube = FakeKube(SAMPLES_PATH)
         self.leaders = FakeLeaders()
         self.metrics = AgentMetrics()
-        self.locator = LeaderLocator(self.kube, poll_interval=10.0, min_refresh_gap=0.0, clock=lambda: self.now)
+        self.locator = LeaderLocator(self.kube, poll_interval=10.0, min_refresh_gap=0.0, clock=self.clock)
         self.buffer = SampleBuffer(max_samples_per_series=6, dropped=lambda reason, count: self.metrics
                                    .custom_samples_dropped.labels(reason).inc(count))
-        delivery = Delivery(self.kube, self.locator, self.leaders.put, timeout=5.0, clock=lambda: self.now,
+        delivery = Delivery(self.kube, self.locator, self.leaders.put, timeout=5.0, clock=self.clock,
                             apiserver_backoff=Backoff(1.0, 30.0, jitter=0.5, rng=random.Random(3)))
         self.sender = SampleSender("node-a", delivery, self.buffer, options=SendOptions(interval=5.0),
-                                   metrics=self.metrics, clock=lambda: self.now, rng=random.Random(3))
+                                   metrics=self.metrics, clock=self.clock, rng=random.Random(3))
 
     def scrape(self, value: float) -> None:
         """One round: a sample of GET at the current time, then the nudge a round ends with."""
-        self.buffer.add(MetricSample(GET, self.now, value))
+        self.buffer.add(MetricSample(GET, self.clock.now, value))
         self.sender.nudge()
 
     def values_sent(self) -> list[float]:
@@ -153,7 +154,7 @@ def setup() -> Setup:
 async def test_each_round_s_samples_go_to_the_leader_once(setup: Setup) -> None:
     setup.scrape(10.0)
     await setup.sender.check()
-    setup.now += 5
+    setup.clock.advance(5)
     setup.scrape(11.0)
     await setup.sender.check()
     assert [identity for identity, _ in setup.leaders.sent] == ["op-0_a", "op-0_a"]
@@ -172,7 +173,7 @@ async def test_failed_batches_are_retried_with_backoff_and_keep_a_bounded_backlo
     for round_ in range(8):
         setup.scrape(float(round_))
         delays.append(await setup.sender.check())
-        setup.now += 5
+        setup.clock.advance(5)
     # Nominal 1, 2, 4, 8, 16, 30, 30, 30 s with up to 50 % jitter taken off.
     for delay, nominal in zip(delays, (1, 2, 4, 8, 16, 30, 30, 30), strict=True):
         assert nominal / 2 <= delay <= nominal
@@ -184,7 +185,7 @@ async def test_failed_batches_are_retried_with_backoff_and_keep_a_bounded_backlo
     setup.sender._wake.clear()
     setup.scrape(8.0)
     assert not setup.sender._wake.is_set()
-    setup.now += 30
+    setup.clock.advance(30)
     setup.scrape(9.0)
     assert setup.sender._wake.is_set()
     setup.leaders.status.clear()

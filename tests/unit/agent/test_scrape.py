@@ -97,7 +97,8 @@ def test_text_that_is_not_an_exposition_is_a_clear_error(text: str) -> None:
 
 def test_the_annotations_say_where_to_scrape() -> None:
     target = scrape_target(pod({"colocation.dev/scrape": "true", "colocation.dev/port": "9102"}))
-    assert target == ScrapeTarget("shop", "web-1", "10.1.2.3", 9102, "/metrics", "http")
+    assert target == ScrapeTarget(namespace="shop", name="web-1", pod_ip="10.1.2.3", port=9102, path="/metrics",
+                                  scheme="http")
     assert target.url == "http://10.1.2.3:9102/metrics"
     custom = scrape_target(pod({"colocation.dev/scrape": "true", "colocation.dev/port": "8443",
                                 "colocation.dev/path": "/custom/metrics", "colocation.dev/scheme": "https"},
@@ -178,13 +179,13 @@ def dropped(metrics: AgentMetrics, reason: str) -> float:
 async def test_scrapes_fetch_every_target_and_count_each_result(endpoint: tuple[Served, int],
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     served, port = endpoint
-    targets = [ScrapeTarget("shop", "web-1", "127.0.0.1", port),
-               ScrapeTarget("shop", "web-2", "127.0.0.1", port, path="/missing"),
-               ScrapeTarget("shop", "web-3", problem="annotation colocation.dev/port is missing"),
-               ScrapeTarget("shop", "web-4", "", port)]
+    targets = [ScrapeTarget(namespace="shop", name="web-1", pod_ip="127.0.0.1", port=port),
+               ScrapeTarget(namespace="shop", name="web-2", pod_ip="127.0.0.1", port=port, path="/missing"),
+               ScrapeTarget(namespace="shop", name="web-3", problem="annotation colocation.dev/port is missing"),
+               ScrapeTarget(namespace="shop", name="web-4", pod_ip="", port=port)]
     metrics = AgentMetrics()
     async with aiohttp.ClientSession() as session:
-        scraper = PodScraper(session, lambda: targets, ScrapeOptions(timeout=1.0), metrics, node="node-a",
+        scraper = PodScraper(session, lambda: targets, ScrapeOptions(timeout=1.0), metrics=metrics, node="node-a",
                              wall=lambda: 1763789005.0)
         with caplog.at_level(logging.WARNING, logger="colocation.agent.scrape"):
             samples = await scraper.scrape_all()
@@ -205,9 +206,10 @@ async def test_scrapes_fetch_every_target_and_count_each_result(endpoint: tuple[
 async def test_slow_large_and_garbled_answers_fail_one_scrape_only(endpoint: tuple[Served, int]) -> None:
     served, port = endpoint
     metrics = AgentMetrics()
-    target = ScrapeTarget("shop", "web-1", "127.0.0.1", port)
+    target = ScrapeTarget(namespace="shop", name="web-1", pod_ip="127.0.0.1", port=port)
     async with aiohttp.ClientSession() as session:
-        scraper = PodScraper(session, lambda: [target], ScrapeOptions(timeout=0.2, max_body_bytes=4096), metrics)
+        scraper = PodScraper(session, lambda: [target], ScrapeOptions(timeout=0.2, max_body_bytes=4096),
+                             metrics=metrics)
         served.delay = 1.0
         assert await scraper.scrape_all() == []
         served.delay, served.body = 0.0, "x 1\n" * 2000
@@ -223,7 +225,7 @@ async def test_an_unreachable_pod_is_counted() -> None:
     metrics = AgentMetrics()
     async with aiohttp.ClientSession() as session:
         # Port 1 on loopback: nothing listens there, the connection is refused at once.
-        scraper = PodScraper(session, lambda: [ScrapeTarget("shop", "web-1", "127.0.0.1", 1)], ScrapeOptions(),
-                             metrics)
+        scraper = PodScraper(session, lambda: [ScrapeTarget(namespace="shop", name="web-1", pod_ip="127.0.0.1",
+                                                            port=1)], ScrapeOptions(), metrics=metrics)
         assert await scraper.scrape_all() == []
     assert result_count(metrics, "unreachable") == 1

@@ -148,14 +148,15 @@ async def metrics_of(port: int) -> selfcheck.AgentHealth:
 async def test_nodes_are_heard_and_informers_synced_with_far_more_watches_than_request_slots(
         api_server: tuple[FakeApiServer, str], tmp_path: Path) -> None:
     server, url = api_server
-    nodes = tuple(SimulatedNode(f"sim-{i}", f"token-{i}", pods=2) for i in range(40))
+    nodes = tuple(SimulatedNode(node=f"sim-{i}", token=f"token-{i}", pods=2) for i in range(40))
     port = free_port()
     # A heartbeat every 0.5 s (x TIME_FACTOR: a heartbeat is late a tenth of an interval after it was
     # due, which a loaded machine's scheduling must not reach); two renewals and two reports in flight
     # at most, against 40 watches held open.
     lease_duration = max(2, round(2 * TIME_FACTOR))  # seconds, a whole number as the flag's
     interval = lease_duration / 4
-    config = SimulationConfig(nodes, kubeconfig(tmp_path, url), metrics_bind_address="127.0.0.1", metrics_port=port,
+    config = SimulationConfig(nodes=nodes, kubeconfig=kubeconfig(tmp_path, url), metrics_bind_address="127.0.0.1",
+                              metrics_port=port,
                               node=NodeAgentOptions(lease_duration=lease_duration,
                                                     report=ReportOptions(report_interval=interval)),
                               concurrency=2, custom_metrics=False)

@@ -50,7 +50,7 @@ class Watches:
         if queue in self.prepared:  # made on the fly
             self.prepared.remove(queue)
         await self.started.put(queue)
-        return await self.serving.serve(request, options, queue, self.encoder())
+        return await self.serving.serve(request, options, queue, encoder=self.encoder())
 
 
 @pytest.fixture

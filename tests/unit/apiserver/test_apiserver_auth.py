@@ -23,12 +23,12 @@ from colocation.apiserver.delegated_authorization import DelegatingAuthorizer, S
 from colocation.apiserver.kube_reviewers import subject_access_review_body, token_review_result
 from tests.clock import FakeClock
 
-AGENT = Caller("system:serviceaccount:colocation-system:colocation-agent", "sa-uid",
-               ("system:serviceaccounts", "system:serviceaccounts:colocation-system", "system:authenticated"),
-               {"authentication.kubernetes.io/node-name": ("node-3",),
-                "authentication.kubernetes.io/pod-name": ("agent-x7k2p",)})
+AGENT = Caller(username="system:serviceaccount:colocation-system:colocation-agent", uid="sa-uid",
+               groups=("system:serviceaccounts", "system:serviceaccounts:colocation-system", "system:authenticated"),
+               extra={"authentication.kubernetes.io/node-name": ("node-3",),
+                      "authentication.kubernetes.io/pod-name": ("agent-x7k2p",)})
 AGENT_TOKEN = "eyJhbGciOiJSUzI1NiJ9.agent-on-node-3.signature"
-READER = Caller("alice", groups=("devs", "system:authenticated"))
+READER = Caller(username="alice", groups=("devs", "system:authenticated"))
 FRONT_PROXY = RequestHeaderConfig(request_header_ca_pem="-----BEGIN CERTIFICATE-----\n...",
                                   allowed_names=("front-proxy-client",))
 PROXY_CERT = ("front-proxy-client", ())
@@ -197,7 +197,7 @@ async def test_at_most_a_few_token_reviews_are_in_flight_and_the_rest_wait_their
         reviewer: FakeTokenReviewer, clock: FakeClock) -> None:
     # A new leader with no pod cache yet reviews every agent's token: 50 agents here, 3 at a time.
     authenticator = DelegatingAuthenticator(reviewer, clock=clock, review_concurrency=3, review_wait=60.0)
-    agents = {f"token-{index}": Caller(f"agent-{index}", f"uid-{index}", ()) for index in range(50)}
+    agents = {f"token-{index}": Caller(username=f"agent-{index}", uid=f"uid-{index}", groups=()) for index in range(50)}
     reviewer.tokens.update(agents)
     reviewer.gate = asyncio.Event()
     requests = [asyncio.create_task(authenticator.authenticate(bearer(token), None, None)) for token in agents]
@@ -283,7 +283,7 @@ async def test_identity_headers_are_ignored_without_a_front_proxy_certificate(
 async def test_front_proxy_identity_comes_from_the_headers(authenticator: DelegatingAuthenticator,
                                                            reviewer: FakeTokenReviewer) -> None:
     caller = await authenticator.authenticate(proxied(), PROXY_CERT, FRONT_PROXY)
-    assert caller == Caller("alice", "u-123", ("devs", "system:authenticated"), {})
+    assert caller == Caller(username="alice", uid="u-123", groups=("devs", "system:authenticated"), extra={})
     assert reviewer.calls == []
 
 
@@ -334,8 +334,9 @@ def test_request_header_config_reads_the_extension_apiserver_authentication_conf
         "requestheader-uid-headers": '["X-Remote-Uid"]',
     }
     assert RequestHeaderConfig.from_configmap(data) == RequestHeaderConfig(
-        "FRONT PROXY CA", ("front-proxy-client",), ("X-Remote-User",), ("X-Remote-Uid",), ("X-Remote-Group",),
-        ("X-Remote-Extra-",), "CLIENT CA")
+        request_header_ca_pem="FRONT PROXY CA", allowed_names=("front-proxy-client",),
+        username_headers=("X-Remote-User",), uid_headers=("X-Remote-Uid",), group_headers=("X-Remote-Group",),
+        extra_header_prefixes=("X-Remote-Extra-",), client_ca_pem="CLIENT CA")
     # Clusters older than the uid headers (1.32) leave the key out: no uid header.
     del data["requestheader-uid-headers"]
     assert RequestHeaderConfig.from_configmap(data).uid_headers == ()
@@ -365,8 +366,8 @@ def test_unauthenticated_token_review_keeps_its_error() -> None:
 
 
 def test_callers_are_hashable_whatever_their_extra_was_given_as() -> None:
-    given_lists = Caller(AGENT.username, "sa-uid", list(AGENT.groups),  # type: ignore[arg-type]
-                         {key: list(values) for key, values in AGENT.extra.items()})  # type: ignore[misc]
+    given_lists = Caller(username=AGENT.username, uid="sa-uid", groups=list(AGENT.groups),  # type: ignore[arg-type]
+                         extra={key: list(values) for key, values in AGENT.extra.items()})  # type: ignore[misc]
     assert given_lists == AGENT and hash(given_lists) == hash(AGENT)
     assert len({AGENT, given_lists, READER}) == 2
 
@@ -399,7 +400,7 @@ def test_node_rule_rejects_a_token_not_bound_to_a_pod() -> None:
 
 
 def test_node_rule_rejects_an_ambiguous_node_name() -> None:
-    twice = Caller("mallory", extra={"authentication.kubernetes.io/node-name": ("node-3", "node-4")})
+    twice = Caller(username="mallory", extra={"authentication.kubernetes.io/node-name": ("node-3", "node-4")})
     assert twice.node_name is None
     with pytest.raises(ApiError):
         check_node_rule(twice, "node-3")
@@ -420,51 +421,53 @@ def authorizer(sar: FakeSubjectAccessReviewer, clock: FakeClock) -> DelegatingAu
 
 async def test_allowed_decision_is_cached_for_the_allowed_ttl(
         authorizer: DelegatingAuthorizer, sar: FakeSubjectAccessReviewer, clock: FakeClock) -> None:
-    await authorizer.authorize(READER, "get", "nodemetrics", "", "node-3")
+    await authorizer.authorize(READER, "get", "nodemetrics", subresource="", name="node-3")
     clock.now += 9.9
-    await authorizer.authorize(READER, "get", "nodemetrics", "", "node-3")
+    await authorizer.authorize(READER, "get", "nodemetrics", subresource="", name="node-3")
     assert len(sar.calls) == 1
     clock.now += 0.1
-    await authorizer.authorize(READER, "get", "nodemetrics", "", "node-3")
+    await authorizer.authorize(READER, "get", "nodemetrics", subresource="", name="node-3")
     assert len(sar.calls) == 2
     assert sar.calls[0] == SubjectAccessSpec(
-        "alice", "", ("devs", "system:authenticated"), READER.extra,  # type: ignore[arg-type]
-        "get", "metrics.colocation.dev", "nodemetrics", "", "node-3", "")
+        user="alice", uid="", groups=("devs", "system:authenticated"), extra=READER.extra,  # type: ignore[arg-type]
+        verb="get", api_group="metrics.colocation.dev", resource="nodemetrics", subresource="", name="node-3",
+        namespace="")
 
 
 async def test_denied_decision_is_cached_for_the_denied_ttl(
         authorizer: DelegatingAuthorizer, sar: FakeSubjectAccessReviewer, clock: FakeClock) -> None:
     for _ in range(2):
         with pytest.raises(ApiError):
-            await authorizer.authorize(READER, "list", "nodemetrics", "", "")
+            await authorizer.authorize(READER, "list", "nodemetrics", subresource="", name="")
     assert len(sar.calls) == 1
     clock.now += 5.0
     with pytest.raises(ApiError):
-        await authorizer.authorize(READER, "list", "nodemetrics", "", "")
+        await authorizer.authorize(READER, "list", "nodemetrics", subresource="", name="")
     assert len(sar.calls) == 2
 
 
 async def test_decisions_are_per_question(authorizer: DelegatingAuthorizer, sar: FakeSubjectAccessReviewer) -> None:
-    await authorizer.authorize(READER, "get", "nodemetrics", "", "node-3")
-    await authorizer.authorize(READER, "get", "nodemetrics", "", "node-4")
+    await authorizer.authorize(READER, "get", "nodemetrics", subresource="", name="node-3")
+    await authorizer.authorize(READER, "get", "nodemetrics", subresource="", name="node-4")
     with pytest.raises(ApiError):
-        await authorizer.authorize(READER, "watch", "nodemetrics", "", "")
+        await authorizer.authorize(READER, "watch", "nodemetrics", subresource="", name="")
     assert [(spec.verb, spec.name) for spec in sar.calls] == [("get", "node-3"), ("get", "node-4"), ("watch", "")]
 
 
 async def test_forbidden_is_worded_as_kube_apiserver_words_it(authorizer: DelegatingAuthorizer) -> None:
-    bob = Caller("u")
+    bob = Caller(username="u")
     cases = [
-        (authorizer.authorize(bob, "get", "nodemetrics", "", "x"),
+        (authorizer.authorize(bob, "get", "nodemetrics", subresource="", name="x"),
          'nodemetrics.metrics.colocation.dev "x" is forbidden: User "u" cannot get resource "nodemetrics" '
          'in API group "metrics.colocation.dev" at the cluster scope'),
-        (authorizer.authorize(bob, "list", "nodemetrics", "", ""),
+        (authorizer.authorize(bob, "list", "nodemetrics", subresource="", name=""),
          'nodemetrics.metrics.colocation.dev is forbidden: User "u" cannot list resource "nodemetrics" '
          'in API group "metrics.colocation.dev" at the cluster scope'),
-        (authorizer.authorize(bob, "update", "nodemetrics", "status", "node-1"),
+        (authorizer.authorize(bob, "update", "nodemetrics", subresource="status", name="node-1"),
          'nodemetrics.metrics.colocation.dev "node-1" is forbidden: User "u" cannot update resource '
          '"nodemetrics/status" in API group "metrics.colocation.dev" at the cluster scope'),
-        (authorizer.authorize(bob, "list", "pods", "", "", api_group="metrics.k8s.io", namespace="default"),
+        (authorizer.authorize(bob, "list", "pods", subresource="", name="", api_group="metrics.k8s.io",
+                              namespace="default"),
          'pods.metrics.k8s.io is forbidden: User "u" cannot list resource "pods" in API group "metrics.k8s.io" '
          'in the namespace "default"'),
         (authorizer.authorize_path(bob, "get", "/metrics"),
@@ -479,16 +482,17 @@ async def test_forbidden_is_worded_as_kube_apiserver_words_it(authorizer: Delega
 async def test_forbidden_carries_the_review_reason(clock: FakeClock) -> None:
     authorizer = DelegatingAuthorizer(FakeSubjectAccessReviewer(set(), reason="no RBAC policy matched"), clock=clock)
     with pytest.raises(ApiError) as caught:
-        await authorizer.authorize(READER, "get", "nodemetrics", "", "x")
+        await authorizer.authorize(READER, "get", "nodemetrics", subresource="", name="x")
     assert caught.value.message.endswith("at the cluster scope: no RBAC policy matched")
     assert caught.value.details == {"kind": "nodemetrics", "name": "x", "group": "metrics.colocation.dev"}
 
 
 async def test_masters_and_health_paths_need_no_review(authorizer: DelegatingAuthorizer,
                                                        sar: FakeSubjectAccessReviewer) -> None:
-    await authorizer.authorize(Caller("admin", groups=("system:masters",)), "delete", "nodemetrics", "", "x")
+    await authorizer.authorize(Caller(username="admin", groups=("system:masters",)), "delete", "nodemetrics",
+                               subresource="", name="x")
     for path in ("/healthz", "/livez", "/readyz"):
-        await authorizer.authorize_path(Caller("system:anonymous"), "get", path)
+        await authorizer.authorize_path(Caller(username="system:anonymous"), "get", path)
     await authorizer.authorize_path(READER, "get", "/metrics")
     assert [spec.path for spec in sar.calls] == ["/metrics"]
 
@@ -497,13 +501,13 @@ async def test_failed_authorization_review_is_403_and_not_cached(
         authorizer: DelegatingAuthorizer, sar: FakeSubjectAccessReviewer) -> None:
     sar.failure = ReviewFailed("SubjectAccessReview: no answer from kube-apiserver within 3 s")
     with pytest.raises(ApiError) as caught:
-        await authorizer.authorize(READER, "get", "nodemetrics", "", "node-3")
+        await authorizer.authorize(READER, "get", "nodemetrics", subresource="", name="node-3")
     assert caught.value.code == 403
     assert caught.value.message.endswith(
         "at the cluster scope: the authorization review failed: "
         "SubjectAccessReview: no answer from kube-apiserver within 3 s")
     sar.failure = None
-    await authorizer.authorize(READER, "get", "nodemetrics", "", "node-3")
+    await authorizer.authorize(READER, "get", "nodemetrics", subresource="", name="node-3")
     assert (len(sar.calls), authorizer.reviews_failed) == (2, 1)
 
 
@@ -512,9 +516,9 @@ async def test_reviews_sent_are_counted_by_group_verb_and_result(
     metrics = ServerMetrics()
     authorizer = DelegatingAuthorizer(sar, clock=clock, metrics=metrics)
     for _ in range(3):  # one review, then the cache answers
-        await authorizer.authorize(READER, "get", "nodemetrics", "", "node-3")
+        await authorizer.authorize(READER, "get", "nodemetrics", subresource="", name="node-3")
     with pytest.raises(ApiError):
-        await authorizer.authorize(READER, "update", "nodemetrics", "status", "node-3")
+        await authorizer.authorize(READER, "update", "nodemetrics", subresource="status", name="node-3")
     await authorizer.authorize_path(READER, "get", "/metrics")
     sar.failure = ReviewFailed("SubjectAccessReview: no answer from kube-apiserver within 3 s")
     with pytest.raises(ApiError):
@@ -531,9 +535,9 @@ async def test_reviews_sent_are_counted_by_group_verb_and_result(
 
 def test_subject_access_reviews_carry_what_the_webhook_authorizer_sends() -> None:
     node_a = Extra({"authentication.kubernetes.io/node-name": ("node-a",)})
-    agent = SubjectAccessSpec("system:serviceaccount:colocation-system:colocation-agent", "u-1",
-                              ("system:serviceaccounts",), node_a,
-                              "update", api_group="metrics.colocation.dev", resource="nodemetrics",
+    agent = SubjectAccessSpec(user="system:serviceaccount:colocation-system:colocation-agent", uid="u-1",
+                              groups=("system:serviceaccounts",), extra=node_a, verb="update",
+                              api_group="metrics.colocation.dev", resource="nodemetrics",
                               subresource="status", name="node-a")
     assert subject_access_review_body(agent) == {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
@@ -541,6 +545,6 @@ def test_subject_access_reviews_carry_what_the_webhook_authorizer_sends() -> Non
                  "extra": {"authentication.kubernetes.io/node-name": ["node-a"]},
                  "resourceAttributes": {"verb": "update", "group": "metrics.colocation.dev",
                                         "resource": "nodemetrics", "subresource": "status", "name": "node-a"}}}
-    discovery = SubjectAccessSpec("someone", "", (), Extra(), "get", path="/apis")
+    discovery = SubjectAccessSpec(user="someone", uid="", groups=(), extra=Extra(), verb="get", path="/apis")
     assert subject_access_review_body(discovery)["spec"] == {
         "user": "someone", "groups": [], "nonResourceAttributes": {"path": "/apis", "verb": "get"}}

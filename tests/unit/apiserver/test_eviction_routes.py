@@ -24,11 +24,11 @@ from tests.unit.controllers.test_eviction_requests import FakeWriter, pod
 PATH = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics/{}/evictions"
 AGENT_1, AGENT_2, READER = "agent-node-1", "agent-node-2", "reader"
 CALLERS = {
-    AGENT_1: Caller("system:serviceaccount:colocation-system:colocation-agent",
+    AGENT_1: Caller(username="system:serviceaccount:colocation-system:colocation-agent",
                     extra={"authentication.kubernetes.io/node-name": ("node-1",)}),
-    AGENT_2: Caller("system:serviceaccount:colocation-system:colocation-agent",
+    AGENT_2: Caller(username="system:serviceaccount:colocation-system:colocation-agent",
                     extra={"authentication.kubernetes.io/node-name": ("node-2",)}),
-    READER: Caller("reader"),
+    READER: Caller(username="reader"),
 }
 NODES: dict[str, dict[str, str]] = {"node-1": {}, "node-2": {}}
 
@@ -58,10 +58,11 @@ class Harness:
         self.writer = FakeWriter()
         self.upload = EvictionRequestsUpload(self.metrics.registry)
         authorizer = DelegatingAuthorizer(may)
-        group = NodeMetricGroup(NodeMetricStore(lambda: 1e9, lambda: 100.0), authorizer, self.leader,
-                                NODES.__contains__, NODES.get, self.metrics, uploads=[self.upload])
-        self.api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, self.leader,
-                                       self.metrics, [group])
+        group = NodeMetricGroup(NodeMetricStore(clock_wall=lambda: 1e9, clock_monotonic=lambda: 100.0), authorizer,
+                                self.leader, known_node=NODES.__contains__, node_labels=NODES.get, metrics=self.metrics,
+                                uploads=[self.upload])
+        self.api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None,
+                                       leadership=self.leader, metrics=self.metrics, groups=[group])
 
     async def controllers_run(self, *pods: dict[str, Any]) -> None:
         await self.state.pods_synced_with(list(pods), "1")

@@ -26,9 +26,11 @@ from tests.unit.apiserver.test_nodemetric_reads import NOW, Leader, allowed, rev
 @pytest.fixture
 async def port() -> AsyncIterator[int]:
     authorizer, metrics, leader = DelegatingAuthorizer(allowed), ServerMetrics(), Leader()
-    group = NodeMetricGroup(NodeMetricStore(lambda: NOW, lambda: 100.0), authorizer, leader, lambda node: True,
-                            lambda node: {}, metrics, wall=lambda: NOW)
-    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leader, metrics, [group])
+    group = NodeMetricGroup(NodeMetricStore(clock_wall=lambda: NOW, clock_monotonic=lambda: 100.0), authorizer, leader,
+                            known_node=lambda node: True, node_labels=lambda node: {}, metrics=metrics,
+                            wall=lambda: NOW)
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=leader,
+                              metrics=metrics, groups=[group])
     runner = ApiRunner(api.application(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -126,13 +126,13 @@ def setup() -> Setup:
 
 async def test_a_bound_token_is_accepted_as_the_user_token_review_would_name(setup: Setup) -> None:
     caller = await setup.authenticate(setup.issuer.token())
-    assert caller == Caller(AGENT_USER, "sa-uid",
-                            ("system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"),
-                            {"authentication.kubernetes.io/pod-name": ("agent-x7k2p",),
-                             "authentication.kubernetes.io/pod-uid": (POD_UID,),
-                             "authentication.kubernetes.io/node-name": ("node-3",),
-                             "authentication.kubernetes.io/node-uid": ("node-uid-3",),
-                             "authentication.kubernetes.io/credential-id": ("JTI=jti-1",)})
+    assert caller == Caller(username=AGENT_USER, uid="sa-uid",
+                            groups=("system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"),
+                            extra={"authentication.kubernetes.io/pod-name": ("agent-x7k2p",),
+                                   "authentication.kubernetes.io/pod-uid": (POD_UID,),
+                                   "authentication.kubernetes.io/node-name": ("node-3",),
+                                   "authentication.kubernetes.io/node-uid": ("node-uid-3",),
+                                   "authentication.kubernetes.io/credential-id": ("JTI=jti-1",)})
     assert caller.node_name == "node-3"
     assert setup.reviewer.calls == []
     assert setup.counted("local", "accepted") == 1
@@ -181,7 +181,7 @@ async def test_expiry_has_kube_apiservers_leeway(setup: Setup) -> None:
 
 async def test_another_issuer_goes_to_token_review(setup: Setup) -> None:
     token = setup.issuer.token(issuer="https://oidc.example")
-    setup.reviewer.tokens[token] = Caller("oidc-user")
+    setup.reviewer.tokens[token] = Caller(username="oidc-user")
     assert (await setup.authenticate(token)).username == "oidc-user"
     assert setup.reviewer.calls == [token]
     assert setup.counted("tokenreview", "accepted") == 1
@@ -236,7 +236,7 @@ async def test_rotated_keys_are_fetched_when_a_token_names_the_new_one(setup: Se
 async def test_a_failed_fetch_leaves_tokens_to_token_review(setup: Setup) -> None:
     setup.issuer.failure = TimeoutError("no answer")
     token = setup.issuer.token()
-    setup.reviewer.tokens[token] = Caller(AGENT_USER)
+    setup.reviewer.tokens[token] = Caller(username=AGENT_USER)
     assert (await setup.authenticate(token)).username == AGENT_USER
     assert setup.reviewer.calls == [token]
 
@@ -275,7 +275,7 @@ async def test_without_a_synced_pod_cache_tokens_go_to_token_review(setup: Setup
     else:
         setup.pods.synced = False
     token = setup.issuer.token()
-    setup.reviewer.tokens[token] = Caller(AGENT_USER)
+    setup.reviewer.tokens[token] = Caller(username=AGENT_USER)
     assert (await setup.authenticate(token)).username == AGENT_USER
     assert setup.reviewer.calls == [token]
     assert setup.issuer.fetches == 0  # not even the keys are needed

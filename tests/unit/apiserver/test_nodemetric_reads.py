@@ -26,7 +26,7 @@ from tests.timing import eventually_async
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
-ADMIN = Caller("admin", groups=("system:masters",))
+ADMIN = Caller(username="admin", groups=("system:masters",))
 
 
 class Leader:
@@ -52,7 +52,7 @@ def report(node: str, cpu: str = "1500m") -> bytes:
 
 @pytest.fixture
 def store() -> NodeMetricStore:
-    store = NodeMetricStore(lambda: NOW, lambda: 100.0)
+    store = NodeMetricStore(clock_wall=lambda: NOW, clock_monotonic=lambda: 100.0)
     store.put(validate_report(report("node-a"), "node-a"), {"pool": "web"})
     return store
 
@@ -61,9 +61,10 @@ def store() -> NodeMetricStore:
 async def client(store: NodeMetricStore) -> AsyncIterator[TestClient[Any, Any]]:
     authorizer = DelegatingAuthorizer(allowed)
     metrics, leader = ServerMetrics(), Leader()
-    group = NodeMetricGroup(store, authorizer, leader, lambda node: True, lambda node: {}, metrics,
-                            ApiOptions(bookmark_interval=0.05), wall=lambda: NOW)
-    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leader, metrics, [group])
+    group = NodeMetricGroup(store, authorizer, leader, known_node=lambda node: True, node_labels=lambda node: {},
+                            metrics=metrics, options=ApiOptions(bookmark_interval=0.05), wall=lambda: NOW)
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=leader,
+                              metrics=metrics, groups=[group])
     client: TestClient[Any, Any] = TestClient(TestServer(api.application()),
                                               headers={"Authorization": "Bearer token"})
     await client.start_server()
@@ -171,9 +172,10 @@ class Standby:
 async def test_a_standby_serves_reads_and_sends_writes_back_with_retry_after(store: NodeMetricStore) -> None:
     authorizer = DelegatingAuthorizer(allowed)
     metrics, standby = ServerMetrics(), Standby()
-    group = NodeMetricGroup(store, authorizer, standby, lambda node: True, lambda node: {}, metrics,
-                            ApiOptions(bookmark_interval=0.05), wall=lambda: NOW)
-    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, standby, metrics, [group])
+    group = NodeMetricGroup(store, authorizer, standby, known_node=lambda node: True, node_labels=lambda node: {},
+                            metrics=metrics, options=ApiOptions(bookmark_interval=0.05), wall=lambda: NOW)
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=standby,
+                              metrics=metrics, groups=[group])
     async with TestClient(TestServer(api.application()), headers={"Authorization": "Bearer token"}) as client:
         listed = await client.get(COLLECTION_PATH)
         assert listed.status == 200
@@ -198,13 +200,15 @@ async def test_the_leader_publishes_the_replicas_whose_feeds_are_open_and_only_t
 
     async def two_users(token: str) -> TokenReviewResult:
         name = "system:serviceaccount:ns:operator" if token == "replica" else "reader"
-        return TokenReviewResult(True, Caller(name, groups=("system:authenticated",)))
+        return TokenReviewResult(True, Caller(username=name, groups=("system:authenticated",)))
 
     authorizer, metrics, leader, followers = DelegatingAuthorizer(replicas_only), ServerMetrics(), Leader(), \
         ReplicaFollowers()
-    group = NodeMetricGroup(store, authorizer, leader, lambda node: True, lambda node: {}, metrics,
-                            ApiOptions(bookmark_interval=0.05), wall=lambda: NOW, followers=followers)
-    api = AggregatedApiServer(DelegatingAuthenticator(two_users), authorizer, lambda: None, leader, metrics, [group])
+    group = NodeMetricGroup(store, authorizer, leader, known_node=lambda node: True, node_labels=lambda node: {},
+                            metrics=metrics, options=ApiOptions(bookmark_interval=0.05), wall=lambda: NOW,
+                            followers=followers)
+    api = AggregatedApiServer(DelegatingAuthenticator(two_users), authorizer, lambda: None, leadership=leader,
+                              metrics=metrics, groups=[group])
     async with TestClient(TestServer(api.application())) as client:
         watch = {"watch": "1", "allowWatchBookmarks": "true"}
         announce = {REPLICA_HEADER: "operator-1_b https://10.0.0.8:8443"}
@@ -240,9 +244,11 @@ async def test_reads_that_want_the_most_recent_data_pass_the_read_barrier(store:
 
     authorizer = DelegatingAuthorizer(allowed)
     metrics, standby = ServerMetrics(), Standby()
-    group = NodeMetricGroup(store, authorizer, standby, lambda node: True, lambda node: {}, metrics,
-                            ApiOptions(bookmark_interval=0.05), wall=lambda: NOW, read_barrier=barrier)
-    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, standby, metrics, [group])
+    group = NodeMetricGroup(store, authorizer, standby, known_node=lambda node: True, node_labels=lambda node: {},
+                            metrics=metrics, options=ApiOptions(bookmark_interval=0.05), wall=lambda: NOW,
+                            read_barrier=barrier)
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=standby,
+                              metrics=metrics, groups=[group])
     async with TestClient(TestServer(api.application()), headers={"Authorization": "Bearer token"}) as client:
         for path, most_recent in ((COLLECTION_PATH, True), (f"{COLLECTION_PATH}/node-a", True),
                                   (f"{COLLECTION_PATH}?resourceVersion=0", False)):

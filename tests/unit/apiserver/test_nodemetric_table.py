@@ -29,8 +29,9 @@ def test_memory_is_shown_in_mi_below_a_gi_else_in_gi(value: int, shown: str) -> 
 
 
 def test_a_stored_entry_is_a_row_in_human_units_with_both_ages() -> None:
-    entry = Entry("node-a", {"pool": "web"}, 7, deflated(b"{}"), UsageFigures(1500, 1536 << 20, 3, NOW - 12), CREATED,
-                  0.0, NOW)
+    entry = Entry(name="node-a", labels={"pool": "web"}, resource_version=7, deflated_body=deflated(b"{}"),
+                  figures=UsageFigures(cpu_millis=1500, memory_bytes=1536 << 20, pod_count=3, update_time=NOW - 12),
+                  creation_timestamp=CREATED, last_seen_monotonic=0.0, received_at=NOW)
     row = entry_row(entry, NOW)
     assert [c["name"] for c in COLUMNS] == ["Name", "CPU", "Memory", "Pods", "Data Age", "Age"]
     assert row["cells"] == ["node-a", "1.50", "1.50Gi", 3, "12s", "60m"]

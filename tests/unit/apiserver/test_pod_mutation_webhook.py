@@ -76,7 +76,7 @@ class Leader:
 async def client() -> AsyncIterator[TestClient[Any, Any]]:
     webhook = PodMutationWebhook(await synced_cache(), CollectorRegistry())
     server = AggregatedApiServer(DelegatingAuthenticator(nobody), DelegatingAuthorizer(refuse), lambda: None,
-                                 Leader(), ServerMetrics(), [webhook])
+                                 leadership=Leader(), metrics=ServerMetrics(), groups=[webhook])
     async with TestClient(TestServer(server.application())) as test_client:
         yield test_client
 

@@ -77,21 +77,23 @@ async def no_leader() -> int | None:
 
 @pytest.fixture(params=["leader", "standby"])
 async def served(request: pytest.FixtureRequest) -> AsyncIterator[tuple[TestClient[Any, Any], NodeMetricStore]]:
-    store = NodeMetricStore(lambda: NOW, lambda: 100.0)
+    store = NodeMetricStore(clock_wall=lambda: NOW, clock_monotonic=lambda: 100.0)
     store.put(validate_report(report("node-a"), "node-a"), {"pool": "web"})
     store.put(validate_report(report("node-b"), "node-b"), {"pool": "db"})
     authorizer, metrics = DelegatingAuthorizer(allowed), ServerMetrics()
     leadership = Leader() if request.param == "leader" else Standby()
     # A standby's copy never advances here: a version ahead of it is 504 once the wait is over.
     barrier = None if request.param == "leader" else ConsistentReads(
-        lambda: False, no_leader, lambda: store.resource_version, ConsistentReadMetrics(CollectorRegistry()),
+        lambda: False, no_leader, lambda: store.resource_version, metrics=ConsistentReadMetrics(CollectorRegistry()),
         timeout=0.01, wall=lambda: NOW).wait
     # Watches without timeoutSeconds last 0.05-0.1 s, and a watch whose client left ends soon after.
-    group = NodeMetricGroup(store, authorizer, leadership, lambda node: True, lambda node: {}, metrics,
-                            ApiOptions(bookmark_interval=0.02, min_request_timeout=0.05), wall=lambda: NOW,
+    group = NodeMetricGroup(store, authorizer, leadership, known_node=lambda node: True, node_labels=lambda node: {},
+                            metrics=metrics, options=ApiOptions(bookmark_interval=0.02, min_request_timeout=0.05),
+                            wall=lambda: NOW,
                             read_barrier=barrier)
     group.serving = dataclasses.replace(group.serving, client_check_interval=0.02)
-    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership, metrics, [group])
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=leadership,
+                              metrics=metrics, groups=[group])
     async with TestClient(TestServer(api.application()), headers={"Authorization": "Bearer token"}) as client:
         yield client, store
 

@@ -50,7 +50,7 @@ def wall() -> Wall:
 
 @pytest.fixture
 def store(wall: Wall) -> NodeMetricStore:
-    store = NodeMetricStore(wall, lambda: 100.0)
+    store = NodeMetricStore(clock_wall=wall, clock_monotonic=lambda: 100.0)
     store.put(validate_report(report("node-a"), "node-a"), {})
     return store
 
@@ -59,9 +59,10 @@ def store(wall: Wall) -> NodeMetricStore:
 async def client(store: NodeMetricStore, wall: Wall) -> AsyncIterator[TestClient[Any, Any]]:
     authorizer = DelegatingAuthorizer(allowed)
     metrics, leader = ServerMetrics(), Leader()
-    group = NodeMetricGroup(store, authorizer, leader, lambda node: True, lambda node: {}, metrics,
-                            ApiOptions(bookmark_interval=60), wall=wall)
-    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leader, metrics, [group])
+    group = NodeMetricGroup(store, authorizer, leader, known_node=lambda node: True, node_labels=lambda node: {},
+                            metrics=metrics, options=ApiOptions(bookmark_interval=60), wall=wall)
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=leader,
+                              metrics=metrics, groups=[group])
     async with TestClient(TestServer(api.application()), headers={"Authorization": "Bearer token"}) as client:
         yield client
 

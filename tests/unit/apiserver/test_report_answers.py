@@ -25,7 +25,7 @@ from tests.clock import FakeClock
 from tests.unit.nodemetrics.test_nodemetric_store import T0
 
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
-AGENT = Caller("system:serviceaccount:colocation-system:colocation-agent",
+AGENT = Caller(username="system:serviceaccount:colocation-system:colocation-agent",
                extra={"authentication.kubernetes.io/node-name": ("node-1",)})
 NODES = {"node-1": {"pool": "batch"}}
 
@@ -53,9 +53,11 @@ def clock() -> FakeClock:
 async def client(clock: FakeClock) -> AsyncIterator[TestClient[Any, Any]]:
     metrics = ServerMetrics()
     authorizer = DelegatingAuthorizer(may)
-    group = NodeMetricGroup(NodeMetricStore(clock.wall, clock.monotonic), authorizer, Leader(),
-                            NODES.__contains__, NODES.get, metrics, wall=clock.wall)
-    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, Leader(), metrics, [group])
+    group = NodeMetricGroup(NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic), authorizer,
+                            Leader(), known_node=NODES.__contains__, node_labels=NODES.get, metrics=metrics,
+                            wall=clock.wall)
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=Leader(),
+                              metrics=metrics, groups=[group])
     test_client: TestClient[Any, Any] = TestClient(TestServer(api.application()))
     await test_client.start_server()
     yield test_client
@@ -160,8 +162,9 @@ async def test_a_report_waits_for_the_hold_and_a_replica_that_lost_the_lease_mea
     leader = Leader()
     metrics = ServerMetrics()
     authorizer = DelegatingAuthorizer(may)
-    store = NodeMetricStore(clock.wall, clock.monotonic)
-    group = NodeMetricGroup(store, authorizer, leader, NODES.__contains__, NODES.get, metrics, wall=clock.wall)
+    store = NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic)
+    group = NodeMetricGroup(store, authorizer, leader, known_node=NODES.__contains__, node_labels=NODES.get,
+                            metrics=metrics, wall=clock.wall)
     arrived, released = asyncio.Event(), asyncio.Event()
 
     async def hold() -> None:
@@ -169,7 +172,8 @@ async def test_a_report_waits_for_the_hold_and_a_replica_that_lost_the_lease_mea
         await released.wait()
 
     group.first_evaluation_hold = hold
-    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leader, metrics, [group])
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=leader,
+                              metrics=metrics, groups=[group])
     async with TestClient(TestServer(api.application())) as client:
         answer = asyncio.create_task(put(client, "2", "application/json"))
         await asyncio.wait_for(arrived.wait(), 10)
@@ -194,8 +198,9 @@ async def test_a_report_waits_for_the_hold_and_a_replica_that_lost_the_lease_mea
 async def test_a_standbys_feed_waits_for_the_hold_and_other_reads_do_not(clock: FakeClock) -> None:
     metrics = ServerMetrics()
     authorizer = DelegatingAuthorizer(may)
-    group = NodeMetricGroup(NodeMetricStore(clock.wall, clock.monotonic), authorizer, Leader(), NODES.__contains__,
-                            NODES.get, metrics, wall=clock.wall)
+    group = NodeMetricGroup(NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic), authorizer,
+                            Leader(), known_node=NODES.__contains__, node_labels=NODES.get, metrics=metrics,
+                            wall=clock.wall)
     arrived, released = asyncio.Event(), asyncio.Event()
 
     async def hold() -> None:
@@ -203,7 +208,8 @@ async def test_a_standbys_feed_waits_for_the_hold_and_other_reads_do_not(clock: 
         await released.wait()
 
     group.first_evaluation_hold = hold
-    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, Leader(), metrics, [group])
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=Leader(),
+                              metrics=metrics, groups=[group])
     async with TestClient(TestServer(api.application())) as client:
         async def list_status(headers: dict[str, str]) -> int:
             async with client.get(BASE, headers={"Authorization": "Bearer agent", **headers}) as response:

@@ -24,6 +24,7 @@ from colocation.apiserver.resource_metrics_routes import PodDirectory, ResourceM
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import validate_report
 from colocation.nodemetrics.resource_metrics_view import ResourceMetricsView, node_usage_of
+from tests.clock import FakeClock
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z: creationTimestamp is the time of the request
 CREATED = "2027-01-15T08:00:00Z"
@@ -113,7 +114,7 @@ def test_a_resource_the_report_lacks_is_left_out_not_zero() -> None:
     obj = nodemetric("node-a", pods={("default", "web"): {"cpu": "250m"}})
     node = node_usage_of(obj)
     (pod,) = node.pods
-    item = pod_metrics(node, pod, {"app": "web"}, CREATED)
+    item = pod_metrics(node, pod, {"app": "web"}, created=CREATED)
     assert item == {
         "metadata": {"name": "web", "namespace": "default", "creationTimestamp": CREATED, "labels": {"app": "web"}},
         "timestamp": "2027-01-15T07:59:50Z", "window": "5m0s",
@@ -125,16 +126,16 @@ def test_a_resource_the_report_lacks_is_left_out_not_zero() -> None:
 
 @pytest.fixture
 def store() -> NodeMetricStore:
-    return NodeMetricStore(lambda: NOW, lambda: 100.0)
+    return NodeMetricStore(clock_wall=lambda: NOW, clock_monotonic=lambda: 100.0)
 
 
 def test_a_pod_reported_by_two_nodes_has_the_figures_received_last() -> None:
     # It moved: the old node's last report still lists it until that node reports again. The
     # nodes' clocks are not comparable (node-a's runs an hour ahead): receipt decides.
-    now = [NOW]
-    store = NodeMetricStore(lambda: now[0], lambda: 100.0)
+    clock = FakeClock(NOW)
+    store = NodeMetricStore(clock_wall=clock.wall, clock_monotonic=lambda: 100.0)
     put(store, nodemetric("node-a", update_time="2027-01-15T09:00:00Z", pods={("default", "web"): {"cpu": "1"}}))
-    now[0] += 10
+    clock.advance(10)
     put(store, nodemetric("node-b", update_time="2027-01-15T08:00:10Z", pods={("default", "web"): {"cpu": "2"}}))
     view = ResourceMetricsView(store)
     node, pod = view.pods()[("default", "web")]
@@ -156,8 +157,8 @@ def test_the_view_parses_a_stored_object_once_per_resource_version(store: NodeMe
 # ---- HTTP ---------------------------------------------------------------------------------------
 
 ADMIN, VIEWER, STRANGER = "admin-token", "viewer-token", "stranger-token"
-CALLERS = {ADMIN: Caller("admin", groups=("system:masters",)), VIEWER: Caller("viewer"),
-           STRANGER: Caller("stranger")}
+CALLERS = {ADMIN: Caller(username="admin", groups=("system:masters",)), VIEWER: Caller(username="viewer"),
+           STRANGER: Caller(username="stranger")}
 
 
 class Leader:
@@ -189,10 +190,12 @@ async def serve(store: NodeMetricStore, pods: PodDirectory | None) -> tuple[Test
     resource_metrics = ResourceMetricsApi(ResourceMetricsView(store), authorizer, pods, wall=lambda: NOW) \
         if pods is not None else None
     metrics, leader = ServerMetrics(), Leader()
-    nodemetric = NodeMetricGroup(store, authorizer, leader, lambda node: True, lambda node: {}, metrics,
+    nodemetric = NodeMetricGroup(store, authorizer, leader, known_node=lambda node: True, node_labels=lambda node: {},
+                                 metrics=metrics,
                                  wall=lambda: NOW)
     groups: list[ApiGroup] = [nodemetric] if resource_metrics is None else [nodemetric, resource_metrics]
-    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leader, metrics, groups)
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=leader,
+                              metrics=metrics, groups=groups)
     client: TestClient[Any, Any] = TestClient(TestServer(api.application()))
     await client.start_server()
     return client, authorizations

@@ -25,11 +25,14 @@ RBAC_PLURALS = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrol
 HOOK_USER = UserInfo(username=f"system:serviceaccount:default:{NAME}",
                      groups=("system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"))
 # What the hook must never be able to do: change a Node beyond its status, write any Lease, read a Secret.
-NEVER = (ApiCall("", "nodes", "patch", None), ApiCall("", "nodes", "update", None, subresource="status"),
-         ApiCall("", "nodes", "get", None), ApiCall("coordination.k8s.io", "leases", "create", "kube-node-lease"),
-         ApiCall("coordination.k8s.io", "leases", "update", permissions.NODE_LEASE_NAMESPACE),
-         ApiCall("", "secrets", "get", permissions.OPERATOR_NAMESPACE),
-         ApiCall("apps", "deployments", "delete", permissions.OPERATOR_NAMESPACE))
+NEVER = (ApiCall(group="", resource="nodes", verb="patch", namespace=None),
+         ApiCall(group="", resource="nodes", verb="update", namespace=None, subresource="status"),
+         ApiCall(group="", resource="nodes", verb="get", namespace=None),
+         ApiCall(group="coordination.k8s.io", resource="leases", verb="create", namespace="kube-node-lease"),
+         ApiCall(group="coordination.k8s.io", resource="leases", verb="update",
+                 namespace=permissions.NODE_LEASE_NAMESPACE),
+         ApiCall(group="", resource="secrets", verb="get", namespace=permissions.OPERATOR_NAMESPACE),
+         ApiCall(group="apps", resource="deployments", verb="delete", namespace=permissions.OPERATOR_NAMESPACE))
 
 
 def hook_objects(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -201,8 +201,8 @@ def test_a_kept_pod_answers_every_reader_as_the_whole_pod_does() -> None:
                              "podsMetric": [{"namespace": "ns", "name": pod["metadata"]["name"],
                                              "podUsage": {"cpu": "300m", "memory": "1Gi"}} for pod in whole[group]]}}
         for formula in (calculate_batch_resources, calculate_mid_resources):
-            on_kept = formula(node, kept[group], metric, {"enable": True}, 0.0, received_at=0.0)
-            assert on_kept == formula(node, whole[group], metric, {"enable": True}, 0.0, received_at=0.0)
+            on_kept = formula(node, kept[group], metric, strategy={"enable": True}, now=0.0, received_at=0.0)
+            assert on_kept == formula(node, whole[group], metric, strategy={"enable": True}, now=0.0, received_at=0.0)
             assert on_kept  # the formula ran (a fresh metric), it did not bail out
 
 

@@ -46,7 +46,7 @@ def _nodeslo_schema() -> dict[str, Any]:
 def _assert_valid_nodeslo(spec: dict[str, Any]) -> None:
     obj = {"apiVersion": "slo.colocation.dev/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "n1"}, "spec": spec}
     schema = _nodeslo_schema()
-    validate(obj, schema, "slo.colocation.dev", "NodeSLO", "n1")  # raises 422 Invalid otherwise
+    validate(obj, schema, "slo.colocation.dev", kind="NodeSLO", name="n1")  # raises 422 Invalid otherwise
     assert prune(obj, schema) == obj  # nothing the API server would drop
 
 

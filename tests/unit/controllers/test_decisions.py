@@ -14,6 +14,7 @@ from colocation.controllers.health import NodeHealth
 from colocation.controllers.nodestatus import Evaluation, evicting_condition, render_status, status_inputs
 from colocation.controllers.nodewrite import batch_on_node, decide_node_write, node_status_patch, shown_batch
 from colocation.controllers.writers import merge_patch
+from tests.clock import FakeClock
 
 CPU, MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
 MID_CPU, MID_MEMORY = "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory"
@@ -117,16 +118,19 @@ def test_mid_resources_are_judged_like_batch_ones() -> None:
 # ---- conditions --------------------------------------------------------------------------------------
 
 def test_transition_time_changes_only_when_the_status_flips() -> None:
-    first = merge_conditions(None, [Condition("AgentReady", True, "AgentHeard", "ok")], "T1")
+    first = merge_conditions(None, [Condition(type="AgentReady", status=True, reason="AgentHeard", message="ok")], "T1")
     assert first == [{"type": "AgentReady", "status": "True", "reason": "AgentHeard", "message": "ok",
                       "lastTransitionTime": "T1"}]
-    reworded = merge_conditions(first, [Condition("AgentReady", True, "AgentHeard", "still ok")], "T2")
+    reworded = merge_conditions(first, [Condition(type="AgentReady", status=True, reason="AgentHeard",
+                                                  message="still ok")], "T2")
     assert reworded[0]["lastTransitionTime"] == "T1" and reworded[0]["message"] == "still ok"
-    flipped = merge_conditions(reworded, [Condition("AgentReady", False, "AgentSilent", "silent")], "T3")
+    flipped = merge_conditions(reworded, [Condition(type="AgentReady", status=False, reason="AgentSilent",
+                                                    message="silent")], "T3")
     assert flipped[0]["lastTransitionTime"] == "T3" and flipped[0]["status"] == "False"
     assert transitions(reworded, flipped) == [("AgentReady", "False")]
     assert transitions(first, reworded) == []
-    unknown = merge_conditions(flipped, [Condition("AgentReady", None, "StartupGrace", "")], "T4")
+    unknown = merge_conditions(flipped, [Condition(type="AgentReady", status=None, reason="StartupGrace", message="")],
+                               "T4")
     assert unknown[0]["status"] == "Unknown" and unknown[0]["lastTransitionTime"] == "T4"
 
 
@@ -161,13 +165,17 @@ def test_the_status_shows_the_nodes_batch_values_by_the_nodes_own_threshold() ->
 
 def health(healthy: bool = True, *, agent: bool = True, metrics: bool = True, judged: bool = True,
            reason: str = "AgentReady") -> NodeHealth:
-    return NodeHealth("n1", healthy, agent, metrics, judged, None if healthy else 1.0, False, reason, "details 12s ago")
+    return NodeHealth(node="n1", healthy=healthy, agent_ready=agent, metrics_fresh=metrics, judged=judged,
+                      unhealthy_since=None if healthy else 1.0, evict=False, reason=reason, message="details 12s ago")
 
 
 def evaluation(h: NodeHealth, computed: dict[str, int] | None = None, reason: str = "",
                evicting: Condition | None = None, on_node: dict[str, int] | None = None) -> Evaluation:
-    return Evaluation(h, computed, reason, evicting or Condition("Evicting", False, "NotDue", "no eviction"),
-                      40.0, 900.0, "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z", None, 3, on_node)
+    return Evaluation(health=h, computed=computed, no_computation_reason=reason,
+                      evicting=evicting or Condition(type="Evicting", status=False, reason="NotDue",
+                                                     message="no eviction"), grace_period=40.0, degrade_after=900.0,
+                      metric_update_time="2026-01-01T00:00:00Z", lease_renew_time="2026-01-01T00:00:05Z",
+                      last_node_update=None, generation=3, on_node=on_node)
 
 
 def test_a_healthy_node_shows_what_the_node_offers_not_the_latest_figure() -> None:
@@ -264,13 +272,13 @@ def test_the_evicting_condition_of_a_waiting_node_names_its_zones_state(zones: d
 
 # ---- Events ----------------------------------------------------------------------------------------------
 
-NODE_REF = ObjectRef("v1", "Node", "n1", "", "uid-1")
+NODE_REF = ObjectRef(api_version="v1", kind="Node", name="n1", namespace="", uid="uid-1")
 
 
 def test_a_repeated_event_counts_up_instead_of_piling_up() -> None:
-    clock = [1_700_000_000.0]
-    recorder = EventRecorder(lambda: clock[0], "operator-0", window=600.0)
-    first = recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", "silent")
+    clock = FakeClock(1_700_000_000.0)
+    recorder = EventRecorder(clock.wall, "operator-0", window=600.0)
+    first = recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", message="silent")
     assert isinstance(first, Create)
     assert first.namespace == "default"  # cluster-scoped objects' events live in default
     body = first.body
@@ -279,31 +287,32 @@ def test_a_repeated_event_counts_up_instead_of_piling_up() -> None:
         1, "Warning", "colocation-operator", "operator-0")
     assert body["firstTimestamp"] == body["lastTimestamp"] == "2023-11-14T22:13:20Z"
 
-    clock[0] += 30
-    again = recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", "silent")
+    clock.advance(30)
+    again = recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", message="silent")
     assert isinstance(again, Patch)
     assert (again.name, again.body) == (body["metadata"]["name"], {"count": 2, "lastTimestamp": "2023-11-14T22:13:50Z"})
 
-    other = recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", "silent for longer")
+    other = recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", message="silent for longer")
     assert isinstance(other, Create) and other.body["metadata"]["name"] != body["metadata"]["name"]
 
-    clock[0] += 601  # outside the window: a new Event
-    assert isinstance(recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", "silent"), Create)
+    clock.advance(601)  # outside the window: a new Event
+    assert isinstance(recorder.record(NODE_REF, "Warning", "ColocationAgentNotReady", message="silent"), Create)
 
 
 def test_a_forgotten_series_starts_a_new_event() -> None:
     recorder = EventRecorder(lambda: 1.0, "op")
-    recorder.record(NODE_REF, "Normal", "ColocationRecovered", "back")
-    repeat = recorder.record(NODE_REF, "Normal", "ColocationRecovered", "back")
+    recorder.record(NODE_REF, "Normal", "ColocationRecovered", message="back")
+    repeat = recorder.record(NODE_REF, "Normal", "ColocationRecovered", message="back")
     assert isinstance(repeat, Patch)
     recorder.forget(repeat.key)
-    assert isinstance(recorder.record(NODE_REF, "Normal", "ColocationRecovered", "back"), Create)
+    assert isinstance(recorder.record(NODE_REF, "Normal", "ColocationRecovered", message="back"), Create)
 
 
 def test_events_about_namespaced_objects_stay_in_their_namespace() -> None:
     recorder = EventRecorder(lambda: 1.0, "op")
-    action = recorder.record(ObjectRef("v1", "ConfigMap", "colocation-config", "colocation-system"),
-                             "Warning", "InvalidConfiguration", "x" * 2000)
+    action = recorder.record(ObjectRef(api_version="v1", kind="ConfigMap", name="colocation-config",
+                                       namespace="colocation-system"), "Warning", "InvalidConfiguration",
+                             message="x" * 2000)
     assert isinstance(action, Create) and action.namespace == "colocation-system"
     assert len(action.body["message"]) == 1024
 
@@ -330,7 +339,8 @@ def _status_variants() -> list[Evaluation]:
     fields: dict[str, list[Any]] = {
         "health": healths, "computed": [None, {CPU: 3700, MEMORY: 2**30, **NO_MID}],
         "no_computation_reason": ["ColocationDisabled", "MetricsOutdated"],
-        "evicting": [Condition("Evicting", True, "EvictingPods", "evicting")], "grace_period": [60.0],
+        "evicting": [Condition(type="Evicting", status=True, reason="EvictingPods", message="evicting")],
+        "grace_period": [60.0],
         "degrade_after": [600.0], "metric_update_time": [None, "2026-01-01T00:00:10Z"],
         "lease_renew_time": ["2026-01-01T00:00:15Z"], "last_node_update": ["2026-01-01T00:00:20Z"],
         "generation": [None, 4], "on_node": [None, {CPU: 3000, MEMORY: 2**30, **NO_MID}]}

@@ -22,8 +22,9 @@ from tests.unit.controllers.test_eviction import START, batch
 
 
 def health(node: str, healthy: bool, judged: bool = True) -> NodeHealth:
-    return NodeHealth(node, healthy, healthy, True, judged, None if healthy else START, not healthy,
-                      "AgentReady" if healthy else "AgentSilent", "")
+    return NodeHealth(node=node, healthy=healthy, agent_ready=healthy, metrics_fresh=True, judged=judged,
+                      unhealthy_since=None if healthy else START, evict=not healthy,
+                      reason="AgentReady" if healthy else "AgentSilent", message="")
 
 
 def zone(name: str, unhealthy: int, total: int) -> list[tuple[str, NodeHealth]]:
@@ -186,7 +187,7 @@ def test_every_agent_going_silent_together_evicts_nothing() -> None:
         clock.now = START + second
         for node in zones:
             tracker.observe_lease(node, f"2026-11-22T10:00:{second:02d}.000000Z")
-            tracker.observe_metric(node, f"2026-11-22T10:00:{second:02d}Z")
+            tracker.observe_metric(node, update_time=f"2026-11-22T10:00:{second:02d}Z")
     clock.now = START + 1000  # every node silent for 900 s: long past the eviction timeout
 
     healths = tracker.evaluate_all()

@@ -74,7 +74,8 @@ async def state_with(*pods: dict[str, Any]) -> ClusterState:
 
 
 def request(*names: str) -> EvictionRequest:
-    return EvictionRequest(NODE, "MemoryPressure", "node memory usage 90%", tuple(ref(name) for name in names))
+    return EvictionRequest(node=NODE, reason="MemoryPressure", message="node memory usage 90%",
+                           pods=tuple(ref(name) for name in names))
 
 
 def counted(registry: CollectorRegistry, result: str) -> float:
@@ -137,7 +138,8 @@ async def test_cpu_eviction_requests_get_their_own_event_reason() -> None:
     writer = FakeWriter()
     registry = CollectorRegistry()
     handler = EvictionRequestHandler(await state_with(pod("a")), writer, registry)
-    outcomes = await handler(EvictionRequest(NODE, "CPUSatisfaction", "best-effort pods get 30%", (ref("a"),)))
+    outcomes = await handler(EvictionRequest(node=NODE, reason="CPUSatisfaction", message="best-effort pods get 30%",
+                                             pods=(ref("a"),)))
     assert [o.outcome for o in outcomes] == ["evicted"]
     assert [reason for _, _, reason, _ in writer.events] == ["EvictPodByBECPUSatisfaction"]
     assert registry.get_sample_value("colocation_node_pressure_evictions_total",

@@ -40,7 +40,7 @@ class Agent:
         return self.tracker.observe_lease(self.node, self._stamp(), holder=f"{self.node}-agent")
 
     def report(self) -> bool:
-        return self.tracker.observe_metric(self.node, self._stamp())
+        return self.tracker.observe_metric(self.node, update_time=self._stamp())
 
     def heartbeat(self) -> None:
         self.renew()
@@ -176,7 +176,7 @@ def test_irregular_but_timely_renewals_keep_the_node_healthy(clock: FakeClock, t
 
 def test_rereading_the_same_renew_time_is_no_sign_of_life(clock: FakeClock, tracker: NodeHealthTracker) -> None:
     assert tracker.observe_lease("node-a", "2026-11-22T10:00:00.000000Z", holder="agent")
-    tracker.observe_metric("node-a", "2026-11-22T10:00:00Z")
+    tracker.observe_metric("node-a", update_time="2026-11-22T10:00:00Z")
     for seconds in range(10, 40, 10):  # informer relists and resyncs deliver the same Lease
         clock.to(START + seconds)
         assert not tracker.observe_lease("node-a", "2026-11-22T10:00:00.000000Z", holder="agent")
@@ -200,7 +200,7 @@ def test_after_a_restart_nobody_is_judged_during_the_startup_grace_even_with_an_
     tracker = NodeHealthTracker(clock)  # the new leader, at START
     # The informers' first list: Leases last renewed long ago (on the agents' clocks).
     tracker.observe_lease("dead", "2019-06-01T00:00:00.000000Z", holder="dead-agent")
-    tracker.observe_metric("dead", "2019-06-01T00:00:00Z")
+    tracker.observe_metric("dead", update_time="2019-06-01T00:00:00Z")
     alive = Agent(tracker, "alive")
     tracker.track("no-lease-yet")
 
@@ -268,12 +268,12 @@ def test_stale_metrics_make_the_node_unhealthy_while_the_agent_stays_ready(
     agent = Agent(tracker, "node-a")
     agent.report()
     update_time = "2026-11-22T10:00:00Z"
-    tracker.observe_metric("node-a", update_time)  # observed at START
+    tracker.observe_metric("node-a", update_time=update_time)  # observed at START
     moment = START
     while moment <= START + 900:  # the Lease is renewed; the metric is re-served unchanged
         clock.to(moment)
         agent.renew()
-        assert not tracker.observe_metric("node-a", update_time)
+        assert not tracker.observe_metric("node-a", update_time=update_time)
         moment += 10
     assert tracker.evaluate("node-a").metrics_fresh
 
@@ -396,7 +396,7 @@ def test_a_report_counts_from_when_the_store_took_it_in_not_from_when_it_was_eva
     Agent(tracker, "node-a").report()
     clock.to(START + 30)
     # The evaluation 4 s after the report arrived reads it from the store.
-    assert tracker.observe_metric("node-a", "2026-11-23T00:00:00Z", seen_at=START + 26)
+    assert tracker.observe_metric("node-a", update_time="2026-11-23T00:00:00Z", seen_at=START + 26)
     clock.to(START + 66)
     assert tracker.evaluate("node-a").healthy
     clock.to(START + 66.001)
@@ -423,7 +423,7 @@ def test_a_node_silent_since_before_a_takeover_is_judged_one_grace_period_after_
     tracker = NodeHealthTracker(clock)
     clock.to(START + 500)
     # As a standby this replica followed the leader's store: the node's last report came at START + 470.
-    tracker.observe_metric("node-a", "2026-11-23T00:00:00Z", seen_at=START + 470)
+    tracker.observe_metric("node-a", update_time="2026-11-23T00:00:00Z", seen_at=START + 470)
     tracker.became_leader()  # the takeover, at START + 500
     clock.to(START + 540)
     assert tracker.evaluate("node-a").healthy

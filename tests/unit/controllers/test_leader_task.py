@@ -19,7 +19,8 @@ WAIT = 10.0
 
 def controllers() -> Controllers:
     # No API calls happen here: the configuration read and the evaluation are replaced below.
-    return Controllers(object(), NodeMetricStore(time.time, time.monotonic), ControllerSettings(),  # type: ignore[arg-type]
+    return Controllers(object(),  # type: ignore[arg-type]
+                       NodeMetricStore(clock_wall=time.time, clock_monotonic=time.monotonic), ControllerSettings(),
                        namespace="colocation-system", identity="operator-0", registry=CollectorRegistry())
 
 

@@ -25,7 +25,7 @@ class NodeSLOApi:
         self.calls.append(("patch", name))
         return 200, {"metadata": {"name": name, "resourceVersion": str(len(self.calls))}, **patch}
 
-    async def event(self, *args: Any) -> None:
+    async def event(self, *args: Any, **kwargs: Any) -> None:
         pass
 
 

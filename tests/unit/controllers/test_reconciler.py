@@ -104,16 +104,16 @@ class Harness:
                                               "eviction_rate": 100.0, **settings})
         self.state = ClusterState()
         self.api = RecordingApi(self.state)
-        self.store = NodeMetricStore(self.wall, self.monotonic)
+        self.store = NodeMetricStore(clock_wall=self.wall, clock_monotonic=self.monotonic)
         self.tracker = NodeHealthTracker(self.monotonic, grace_period=self.settings.node_grace_period,
                                          eviction_timeout=self.settings.eviction_timeout)
         self.registry = CollectorRegistry()
         self.metrics = ControllerMetrics(self.registry)
         self.config = ConfigSource("colocation-system", self.api.event)
         self.config.loaded = True
-        self.reconciler = NodeResourceReconciler(self.state, self.tracker, self.store, self.config,
-                                                 self.api, self.metrics, self.settings,  # type: ignore[arg-type]
-                                                 wall=self.wall)
+        self.reconciler = NodeResourceReconciler(self.state, self.tracker, self.store, config=self.config,
+                                                 writer=self.api,  # type: ignore[arg-type]
+                                                 metrics=self.metrics, settings=self.settings, wall=self.wall)
         self.reports = 0
         for name in nodes:
             self.state.node_event(None, node(name))

@@ -15,6 +15,7 @@ from colocation.custommetrics.suffix_aggregations import parse_metric_name
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import validate_report
 from colocation.nodemetrics.resource_metrics_view import ResourceMetricsView
+from tests.clock import FakeClock
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 RETENTION = 600.0
@@ -22,9 +23,9 @@ RETENTION = 600.0
 
 class Replica:
     def __init__(self) -> None:
-        self.now = NOW
-        self.store = NodeMetricStore(lambda: self.now, lambda: self.now)
-        self.history = SeriesStore(lambda: self.now, retention_seconds=RETENTION)
+        self.clock = FakeClock(NOW)
+        self.store = NodeMetricStore(clock_wall=self.clock.wall, clock_monotonic=self.clock)
+        self.history = SeriesStore(self.clock.wall, retention_seconds=RETENTION)
         self.builtins = BuiltinMetrics(self.store, ResourceMetricsView(self.store), self.history)
 
     def report(self, update_time: str, cpu: str) -> None:
@@ -37,24 +38,24 @@ class Replica:
         self.builtins.sample_history()
 
     def samples(self, key: SeriesKey) -> list[tuple[float, float]]:
-        found = self.history.series_of(key.metric, key.resource, key.namespace, key.name)
+        found = self.history.series_of(key.metric, key.resource, key.namespace, name=key.name)
         if not found:
             return []
         timestamps, values = found[0].window(self.history.oldest_kept())
         return list(zip(timestamps, values, strict=True))
 
 
-NODE_CPU = SeriesKey(CPU_USAGE, NODES, "", "node-1", ())
-POD_CPU = SeriesKey(CPU_USAGE, PODS, "web", "web-0", ())
+NODE_CPU = SeriesKey(metric=CPU_USAGE, resource=NODES, namespace="", name="node-1", labels=())
+POD_CPU = SeriesKey(metric=CPU_USAGE, resource=PODS, namespace="web", name="web-0", labels=())
 
 
 @pytest.mark.parametrize("first_update_time", ["9999-12-31T23:59:59Z", "1970-01-01T00:00:00Z"])
 def test_a_report_from_a_skewed_clock_does_not_freeze_the_history(first_update_time: str) -> None:
     replica = Replica()
     replica.report(first_update_time, "1")
-    replica.now += 10
+    replica.clock.advance(10)
     replica.report("2027-01-15T08:00:10Z", "2")
-    replica.now += 10
+    replica.clock.advance(10)
     replica.report("2027-01-15T08:00:20Z", "3")
     for key in (NODE_CPU, POD_CPU):
         assert replica.samples(key) == [(NOW, 1.0), (NOW + 10, 2.0), (NOW + 20, 3.0)]
@@ -65,7 +66,7 @@ def test_a_report_from_a_skewed_clock_does_not_freeze_the_history(first_update_t
 def test_the_history_of_a_far_future_report_expires_by_receipt_time() -> None:
     replica = Replica()
     replica.report("9999-12-31T23:59:59Z", "1")
-    replica.now += RETENTION + 1
+    replica.clock.advance(RETENTION + 1)
     replica.history.collect_garbage()
     assert len(replica.history) == 0
 

@@ -28,17 +28,18 @@ from colocation.custommetrics.series_store import SeriesStore
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import validate_report
 from colocation.nodemetrics.resource_metrics_view import ResourceMetricsView
+from tests.clock import FakeClock
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 ADMIN, AGENT, OTHER_AGENT, VIEWER, OPERATOR = "admin", "agent-node-1", "agent-node-2", "viewer", "operator"
 CALLERS = {
-    OPERATOR: Caller("system:serviceaccount:colocation-system:colocation-operator"),
-    ADMIN: Caller("admin", groups=("system:masters",)),
-    AGENT: Caller("system:serviceaccount:colocation-system:colocation-agent",
+    OPERATOR: Caller(username="system:serviceaccount:colocation-system:colocation-operator"),
+    ADMIN: Caller(username="admin", groups=("system:masters",)),
+    AGENT: Caller(username="system:serviceaccount:colocation-system:colocation-agent",
                   extra={"authentication.kubernetes.io/node-name": ("node-1",)}),
-    OTHER_AGENT: Caller("system:serviceaccount:colocation-system:colocation-agent",
+    OTHER_AGENT: Caller(username="system:serviceaccount:colocation-system:colocation-agent",
                         extra={"authentication.kubernetes.io/node-name": ("node-2",)}),
-    VIEWER: Caller("viewer"),
+    VIEWER: Caller(username="viewer"),
 }
 CUSTOM = "/apis/custom.metrics.k8s.io/v1beta2"
 EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"
@@ -77,25 +78,27 @@ class Harness:
     """One replica's custom metrics API behind its API server; `leader.is_leader` says which it is."""
 
     def __init__(self) -> None:
-        self.now = NOW
-        self.nodemetrics = NodeMetricStore(lambda: self.now, lambda: 100.0)
-        self.series = SeriesStore(lambda: self.now, retention_seconds=600)
-        self.history = SeriesStore(lambda: self.now, retention_seconds=600)
+        self.clock = FakeClock(NOW)
+        self.nodemetrics = NodeMetricStore(clock_wall=self.clock.wall, clock_monotonic=lambda: 100.0)
+        self.series = SeriesStore(self.clock.wall, retention_seconds=600)
+        self.history = SeriesStore(self.clock.wall, retention_seconds=600)
         self.pods = PodDirectory()
         self.builtins = BuiltinMetrics(self.nodemetrics, ResourceMetricsView(self.nodemetrics), self.history)
         node_labels = {"node-1": {"pool": "web"}, "node-2": {"pool": "batch"}}
-        self.query = MetricsQuery(self.series, self.builtins, self.pods, node_labels.get)
+        self.query = MetricsQuery(self.series, self.builtins, self.pods, node_labels=node_labels.get)
         self.server_metrics = ServerMetrics()
         self.leader = Leader()
         self.authorizations = Authorizations()
         authorizer = DelegatingAuthorizer(self.authorizations)
-        self.custom = CustomMetricsApi(self.series, self.builtins, self.query, authorizer, self.leader,
-                                       StoreMetrics(self.server_metrics.registry, self.series.__len__))
-        nodemetric = NodeMetricGroup(self.nodemetrics, authorizer, self.leader, node_labels.__contains__,
-                                     node_labels.get, self.server_metrics, wall=lambda: self.now,
+        self.custom = CustomMetricsApi(self.series, self.builtins, self.query, authorizer=authorizer,
+                                       leadership=self.leader,
+                                       metrics=StoreMetrics(self.server_metrics.registry, self.series.__len__))
+        nodemetric = NodeMetricGroup(self.nodemetrics, authorizer, self.leader, known_node=node_labels.__contains__,
+                                     node_labels=node_labels.get, metrics=self.server_metrics, wall=self.clock.wall,
                                      uploads=[self.custom.samples_upload()])
-        self.api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, self.leader,
-                                       self.server_metrics, [nodemetric, self.custom])
+        self.api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None,
+                                       leadership=self.leader, metrics=self.server_metrics,
+                                       groups=[nodemetric, self.custom])
 
     async def add_pods(self, *pods: tuple[str, str, dict[str, str]]) -> None:
         for namespace, name, labels in pods:
@@ -191,7 +194,7 @@ async def test_a_refused_batch_gets_a_status_and_stores_nothing(harness: Any, no
 
 async def test_an_unknown_node_is_404_and_a_standby_refuses_samples_but_answers_reads(harness: Any) -> None:
     h, client = harness
-    CALLERS["agent-node-9"] = Caller("system:serviceaccount:colocation-system:colocation-agent",
+    CALLERS["agent-node-9"] = Caller(username="system:serviceaccount:colocation-system:colocation-agent",
                                      extra={"authentication.kubernetes.io/node-name": ("node-9",)})
     try:
         status, answer = await put_samples(client, "node-9", sample_batch("node-9", ("m", {}, None, [(NOW, 1.0)])),
@@ -398,7 +401,7 @@ async def test_builtin_pod_percentiles_are_over_the_sampled_history(harness: Any
             "node-1", f"2027-01-15T07:59:{50 + second:02d}Z", "1", "1Gi", {("team-a", "web-1"): (cpu, "1Mi")}),
             "node-1"), {})
         h.builtins.sample_history()
-        h.now += 1  # the history is kept by the time reports were received
+        h.clock.advance(1)  # the history is kept by the time reports were received
     h.builtins.sample_history()  # nothing changed: nothing recorded twice
     _, listed = await get(client, f"{CUSTOM}/namespaces/team-a/pods/web-1/cpu_usage_p90")
     assert (listed["items"][0]["value"], listed["items"][0]["windowSeconds"]) == ("900m", 4)

@@ -13,8 +13,8 @@ from tests.clock import FakeClock
 
 def pod_series(pod: str, samples: list[tuple[float, float]], metric: str = "rps", namespace: str = "ns",
                **labels: str) -> IncomingSeries:
-    return IncomingSeries(metric, tuple(sorted(labels.items())), namespace, pod,
-                          tuple(t for t, _ in samples), tuple(v for _, v in samples))
+    return IncomingSeries(metric=metric, labels=tuple(sorted(labels.items())), namespace=namespace, pod=pod,
+                          timestamps=tuple(t for t, _ in samples), values=tuple(v for _, v in samples))
 
 
 def ingest(store: SeriesStore, *series: IncomingSeries, node: str = "node-1") -> dict[str, int]:
@@ -24,7 +24,8 @@ def ingest(store: SeriesStore, *series: IncomingSeries, node: str = "node-1") ->
 
 def values(store: SeriesStore, pod: str, metric: str = "rps") -> list[float]:
     """What a read sees: the samples within the retention."""
-    return [v for series in store.series_of(metric, PODS, "ns", pod) for v in series.window(store.oldest_kept())[1]]
+    return [v for series in store.series_of(metric, PODS, "ns",
+                                            name=pod) for v in series.window(store.oldest_kept())[1]]
 
 
 def test_samples_are_kept_for_the_retention_then_collected_with_their_series() -> None:
@@ -34,7 +35,7 @@ def test_samples_are_kept_for_the_retention_then_collected_with_their_series() -
                   pod_series("b", [(9_945.0, 5.0)])) == {"accepted": 3, "new": 2}
     clock.now = 10_020.0  # a's first sample and b's only one are older than 60 s
     assert values(store, "a") == [2.0]  # reads cut at the retention even before a sweep
-    assert store.series_of("rps", PODS, "ns", "b") == []
+    assert store.series_of("rps", PODS, "ns", name="b") == []
     assert store.collect_garbage() == 1  # b is gone, with its index entries
     assert len(store) == 1 and list(store.object_names("rps", PODS, "ns")) == ["a"]
     assert list(next(iter(store)).timestamps) == [9_990.0]
@@ -63,14 +64,14 @@ def test_an_agent_clock_off_by_any_amount_has_its_samples_moved_onto_ours(skew: 
         series = pod_series("a", [(agent_now - 5, second), (agent_now, second + 1)])
         result = store.ingest(ValidatedBatch("node-1", (series,), sent_at=agent_now + 0.2))  # sent 0.2 s later
         assert (result.accepted, dict(result.dropped)) == (2, {})  # 9_999.8 again replaces the value
-    [kept] = store.series_of("rps", PODS, "ns", "a")
+    [kept] = store.series_of("rps", PODS, "ns", name="a")
     assert list(kept.timestamps) == pytest.approx([9_994.8, 9_999.8, 10_004.8])
 
 
 def test_an_agent_clock_within_the_tolerance_keeps_its_sample_times() -> None:
     store = SeriesStore(FakeClock(10_000.0), retention_seconds=60)
     store.ingest(ValidatedBatch("node-1", (pod_series("a", [(9_999.0, 1.0)]),), sent_at=9_999.5))
-    [kept] = store.series_of("rps", PODS, "ns", "a")
+    [kept] = store.series_of("rps", PODS, "ns", name="a")
     assert list(kept.timestamps) == [9_999.0]
 
 
@@ -95,13 +96,13 @@ def test_node_series_and_the_metric_label_index() -> None:
            pod_series("a", [(9_990.0, 2.0)], method="POST", code="200"),
            pod_series("b", [(9_990.0, 3.0)], method="GET", code="500"),
            pod_series("c", [(9_990.0, 4.0)], namespace="other", method="GET"),
-           IncomingSeries("temp", (), "", "", (9_990.0,), (60.0,)))
+           IncomingSeries(metric="temp", labels=(), namespace="", pod="", timestamps=(9_990.0,), values=(60.0,)))
     assert store.metrics() == {(PODS, "rps"), (NODES, "temp")}
-    assert [s.key for s in store.series_of("temp", NODES, "", "node-1")] == [
-        SeriesKey("temp", NODES, "", "node-1", ())]
+    assert [s.key for s in store.series_of("temp", NODES, "", name="node-1")] == [
+        SeriesKey(metric="temp", resource=NODES, namespace="", name="node-1", labels=())]
 
     def selected(text: str) -> list[tuple[str, float]]:
-        series = store.series_in("rps", PODS, "ns", LabelSelector.parse(text) if text else None)
+        series = store.series_in("rps", PODS, "ns", metric_selector=LabelSelector.parse(text) if text else None)
         return sorted((s.key.name, s.values[-1]) for s in series)
 
     assert selected("") == [("a", 1.0), ("a", 2.0), ("b", 3.0)]
@@ -114,10 +115,11 @@ def test_node_series_and_the_metric_label_index() -> None:
 
 def test_the_record_of_builtin_history_respects_retention_and_bounds() -> None:
     store = SeriesStore(FakeClock(10_000.0), retention_seconds=60, max_series=1)
-    key = SeriesKey("cpu_usage", PODS, "ns", "a", ())
+    key = SeriesKey(metric="cpu_usage", resource=PODS, namespace="ns", name="a", labels=())
     assert store.record(key, 9_990.0, 0.5) and store.record(key, 9_990.0, 0.6)  # a repeat replaces
     assert not store.record(key, 9_000.0, 1.0)  # too old
-    assert not store.record(SeriesKey("cpu_usage", PODS, "ns", "b", ()), 9_990.0, 1.0)  # over the bound
+    assert not store.record(SeriesKey(metric="cpu_usage", resource=PODS, namespace="ns", name="b", labels=()), 9_990.0,
+                            1.0)  # over the bound
     assert [list(s.values) for s in store] == [[0.6]]
 
 

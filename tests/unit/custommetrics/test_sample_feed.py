@@ -27,12 +27,13 @@ Samples = list[tuple[float, float]]
 
 
 def pod_series(metric: str, pod: str, samples: Samples, labels: dict[str, str] | None = None) -> IncomingSeries:
-    return IncomingSeries(metric, tuple(sorted((labels or {}).items())), "team-a", pod,
-                          tuple(t for t, _ in samples), tuple(v for _, v in samples))
+    return IncomingSeries(metric=metric, labels=tuple(sorted((labels or {}).items())), namespace="team-a", pod=pod,
+                          timestamps=tuple(t for t, _ in samples), values=tuple(v for _, v in samples))
 
 
 def key(metric: str, pod: str, labels: dict[str, str] | None = None) -> SeriesKey:
-    return SeriesKey(metric, PODS, "team-a", pod, tuple(sorted((labels or {}).items())))
+    return SeriesKey(metric=metric, resource=PODS, namespace="team-a", name=pod,
+                     labels=tuple(sorted((labels or {}).items())))
 
 
 def contents(store: SeriesStore) -> dict[SeriesKey, Samples]:
@@ -69,7 +70,7 @@ def delivered(events: list[dict[str, Any]], type_: str) -> list[tuple[SeriesKey,
 
 def follower(clock: FakeClock) -> SampleFollower:
     store = SeriesStore(clock.wall, retention_seconds=600)
-    return SampleFollower(store, lambda: None, lambda: "", StoreMetrics(CollectorRegistry(), store.__len__))
+    return SampleFollower(store, lambda: None, lambda: "", metrics=StoreMetrics(CollectorRegistry(), store.__len__))
 
 
 @pytest.fixture

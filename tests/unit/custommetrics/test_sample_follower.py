@@ -103,7 +103,7 @@ REGISTRIES: dict[int, CollectorRegistry] = {}
 def follower_into(store: SeriesStore, leader: Callable[[], LeaderAddress | None],
                   token: str = OPERATOR) -> SampleFollower:
     registry = CollectorRegistry()
-    follower = SampleFollower(store, leader, lambda: token, StoreMetrics(registry, store.__len__),
+    follower = SampleFollower(store, leader, lambda: token, metrics=StoreMetrics(registry, store.__len__),
                               poll_interval=0.02, backoff=Backoff(initial=0.01, maximum=0.05, jitter=0.5))
     REGISTRIES[id(follower)] = registry
     return follower

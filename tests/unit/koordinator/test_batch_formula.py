@@ -85,7 +85,7 @@ POD_METRICS = [_pod_metric("prod", "1", "8Gi"), _pod_metric("batch", "3", "20Gi"
 def _calculate(node: dict[str, Any] | None = None, pods: list[dict[str, Any]] | None = None,
                metric: dict[str, Any] | None = None, **strategy: Any) -> dict[str, int] | None:
     return calculate_batch_resources(node or _node(), PODS if pods is None else pods,
-                                     _metric(POD_METRICS) if metric is None else metric, strategy, NOW)
+                                     _metric(POD_METRICS) if metric is None else metric, strategy=strategy, now=NOW)
 
 
 def _expect(cpu_millis: int, memory_gi: float) -> dict[str, int]:
@@ -141,7 +141,7 @@ def test_a_reclaim_percentage_above_100_overcommits_the_node() -> None:
 def test_the_safety_margin_rounds_against_batch() -> None:
     # 3333m * 40 / 100 = 1333.2m -> margin 1334m; nothing else on the node: 3333 - 1334 = 1999m
     metric = _metric([], system=("0", "0"))
-    result = calculate_batch_resources(_node(("3333m", "1Gi")), [], metric, {}, NOW)
+    result = calculate_batch_resources(_node(("3333m", "1Gi")), [], metric, strategy={}, now=NOW)
     assert result is not None and result[BATCH_CPU] == 1999
 
 
@@ -153,7 +153,8 @@ def test_results_are_floored_at_zero() -> None:
 
 def test_a_strategy_model_is_accepted_too() -> None:
     strategy = ColocationStrategy(cpu_reclaim_threshold_percent=50)
-    assert calculate_batch_resources(_node(), PODS, _metric(POD_METRICS), strategy, NOW) == _expect(3500, 53)
+    assert calculate_batch_resources(_node(), PODS, _metric(POD_METRICS), strategy=strategy,
+                                     now=NOW) == _expect(3500, 53)
 
 
 def test_an_invalid_strategy_is_refused() -> None:
@@ -326,8 +327,9 @@ def test_with_the_receipt_time_a_skewed_agent_clock_neither_refuses_nor_freezes(
     # updateTime is the agent's clock (an hour behind, an hour ahead, the year 9999): the age is
     # judged by when the operator received the metric, on its own clock.
     metric = _metric(POD_METRICS, age=-skew)
-    received_now = calculate_batch_resources(_node(), PODS, metric, {}, NOW, received_at=NOW - 60)
-    received_long_ago = calculate_batch_resources(_node(), PODS, metric, {}, NOW, received_at=NOW - 15 * 60 - 1)
+    received_now = calculate_batch_resources(_node(), PODS, metric, strategy={}, now=NOW, received_at=NOW - 60)
+    received_long_ago = calculate_batch_resources(_node(), PODS, metric, strategy={}, now=NOW,
+                                                  received_at=NOW - 15 * 60 - 1)
     assert (received_now, received_long_ago) == (_expect(4500, 53), None)
 
 
@@ -338,13 +340,13 @@ def test_disabled_colocation_removes_batch_resources() -> None:
 @pytest.mark.parametrize("metric", [None, {"status": {}}, {"status": {"updateTime": _time(0)}},
                                     {"status": {"updateTime": "yesterday", "nodeMetric": {}}}])
 def test_a_missing_or_unusable_metric_removes_batch_resources(metric: dict[str, Any] | None) -> None:
-    assert calculate_batch_resources(_node(), PODS, metric, {}, NOW) is None
+    assert calculate_batch_resources(_node(), PODS, metric, strategy={}, now=NOW) is None
 
 
 def test_inputs_are_not_modified() -> None:
     node, pods, metric = _node(), copy.deepcopy(PODS), _metric(POD_METRICS)
     before = copy.deepcopy((node, pods, metric))
-    calculate_batch_resources(node, pods, metric, {}, NOW)
+    calculate_batch_resources(node, pods, metric, strategy={}, now=NOW)
     assert (node, pods, metric) == before
 
 

@@ -241,7 +241,7 @@ VECTORS = [
 
 @pytest.mark.parametrize("vector", VECTORS, ids=[v.rule for v in VECTORS])
 def test_koordinator_expectation(vector: Vector) -> None:
-    result = calculate_batch_resources(vector.node, vector.pods, vector.metric, vector.strategy, NOW)
+    result = calculate_batch_resources(vector.node, vector.pods, vector.metric, strategy=vector.strategy, now=NOW)
     assert (None if result is None else (result[BATCH_CPU], result[BATCH_MEMORY])) == vector.expected
 
 

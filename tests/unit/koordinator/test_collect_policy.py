@@ -9,7 +9,8 @@ from colocation.koordinator.collect_policy import duration_seconds as parse_go_d
 
 
 def test_the_policy_defaults_when_the_nodeslo_is_absent_or_silent() -> None:
-    assert collect_policy(None) == CollectPolicy(300, None, (300, 600, 1800), "usageWithoutPageCache")
+    assert collect_policy(None) == CollectPolicy(aggregate_duration_seconds=300, report_interval_seconds=None,
+                                                 durations=(300, 600, 1800), memory_policy="usageWithoutPageCache")
     assert collect_policy({"spec": {}}) == collect_policy(None)
 
 
@@ -18,7 +19,8 @@ def test_the_policy_comes_from_the_nodeslo() -> None:
         "aggregateDurationSeconds": 60, "reportIntervalSeconds": 20,
         "nodeAggregatePolicy": {"durations": ["10m", "5m", "1h", "bogus", "5m0s"]},
         "nodeMemoryCollectPolicy": "usageWithPageCache"}}}
-    assert collect_policy(nodeslo) == CollectPolicy(60, 20, (300, 600, 3600), "usageWithPageCache")
+    assert collect_policy(nodeslo) == CollectPolicy(aggregate_duration_seconds=60, report_interval_seconds=20,
+                                                    durations=(300, 600, 3600), memory_policy="usageWithPageCache")
 
 
 def test_unusable_policy_fields_keep_their_defaults() -> None:

@@ -57,7 +57,7 @@ def never() -> int:
 def applied(profiles: list[ColocationProfile], the_pod: dict[str, Any],
             namespace_labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The pod as kube-apiserver stores it after applying the webhook's patch."""
-    mutation = mutate_pod(profiles, namespace_labels or {}, the_pod, CLASSES, never)
+    mutation = mutate_pod(profiles, namespace_labels or {}, the_pod, priority_classes=CLASSES, roll=never)
     result: dict[str, Any] = apply_json_patch(copy.deepcopy(the_pod), mutation.patch)
     return result
 
@@ -82,21 +82,21 @@ BATCH = {"qosClass": "BE", "priorityClassName": "koord-batch", "schedulerName": 
 def test_a_profile_picks_pods_by_namespace_labels_and_pod_labels(
         spec: dict[str, Any], namespace_labels: dict[str, str], pod_labels: dict[str, str], picked: bool) -> None:
     mutation = mutate_pod([profile("p", **spec, labels={"picked": "yes"})], namespace_labels, pod(pod_labels),
-                          CLASSES, never)
+                          priority_classes=CLASSES, roll=never)
     assert (mutation.applied == ("p",)) is picked
     assert bool(mutation.patch) is picked
 
 
 def test_a_pod_no_profile_picks_is_left_untouched() -> None:
     mutation = mutate_pod([profile("p", selector={"matchLabels": {"tier": "batch"}}, **BATCH)], {},
-                          pod({"tier": "web"}, [container({"cpu": "1"})]), CLASSES, never)
+                          pod({"tier": "web"}, [container({"cpu": "1"})]), priority_classes=CLASSES, roll=never)
     assert (mutation.patch, mutation.applied) == ([], ())
 
 
 def test_every_picking_profile_applies_in_name_order_so_the_last_name_wins() -> None:
     profiles = [profile("b-second", schedulerName="second", labels={"shared": "b", "only-b": "1"}),
                 profile("a-first", schedulerName="first", labels={"shared": "a", "only-a": "1"})]
-    mutation = mutate_pod(profiles, {}, pod({}), CLASSES, never)
+    mutation = mutate_pod(profiles, {}, pod({}), priority_classes=CLASSES, roll=never)
     assert mutation.applied == ("a-first", "b-second")
     result = applied(profiles, pod({}))
     assert result["spec"]["schedulerName"] == "second"
@@ -107,8 +107,8 @@ def test_every_picking_profile_applies_in_name_order_so_the_last_name_wins() -> 
     (50, 49, True), (50, 50, False), ("30%", 29, True), ("30%", 30, False), (0, 0, False), ("100%", 99, True)])
 def test_a_probability_applies_a_profile_to_that_share_of_pods(probability: int | str, draw: int,
                                                                 applies: bool) -> None:
-    mutation = mutate_pod([profile("p", probability=probability, labels={"x": "y"})], {}, pod({}), CLASSES,
-                          lambda: draw)
+    mutation = mutate_pod([profile("p", probability=probability, labels={"x": "y"})], {}, pod({}),
+                          priority_classes=CLASSES, roll=lambda: draw)
     assert (mutation.applied == ("p",)) is applies
 
 
@@ -134,7 +134,7 @@ def test_a_priority_class_without_a_preemption_policy_clears_the_pods() -> None:
 
 def test_a_missing_priority_class_refuses_the_pod_and_names_it() -> None:
     with pytest.raises(MutationRefused, match=r"'absent'.*no PriorityClass"):
-        mutate_pod([profile("p", priorityClassName="absent")], {}, pod({}), CLASSES, never)
+        mutate_pod([profile("p", priorityClassName="absent")], {}, pod({}), priority_classes=CLASSES, roll=never)
 
 
 # ---- key mappings, suffixes, the patch (Koordinator's order: labels, mappings, suffixes, ..., patch) ----
@@ -196,7 +196,7 @@ def test_the_patch_applies_last_merging_maps_replacing_tolerations_and_the_sched
 
 def test_a_patch_that_cannot_apply_is_left_out_with_a_warning_and_the_rest_applies() -> None:
     the_profile = profile("p", **BATCH, patch={"spec": {"containers": [{"name": "main", "image": "other"}]}})
-    mutation = mutate_pod([the_profile], {}, pod({}, [container({"cpu": "1"})]), CLASSES, never)
+    mutation = mutate_pod([the_profile], {}, pod({}, [container({"cpu": "1"})]), priority_classes=CLASSES, roll=never)
     assert mutation.applied == ("p",)
     assert mutation.warnings == ("ClusterColocationProfile 'p': spec.patch left out: patch.spec.containers: not "
                                  "supported; a patch may set only metadata.labels, metadata.annotations, "
@@ -216,7 +216,7 @@ def test_a_patch_that_cannot_apply_is_left_out_with_a_warning_and_the_rest_appli
 ])
 def test_a_label_kube_apiserver_would_refuse_is_left_as_sent_with_a_warning(
         spec: dict[str, Any], pod_labels: dict[str, str], warning: str, labels: dict[str, str]) -> None:
-    mutation = mutate_pod([profile("p", **spec)], {}, pod(pod_labels), CLASSES, never)
+    mutation = mutate_pod([profile("p", **spec)], {}, pod(pod_labels), priority_classes=CLASSES, roll=never)
     assert len(mutation.warnings) == 1 and mutation.warnings[0].startswith(warning)
     assert apply_json_patch(copy.deepcopy(pod(pod_labels)), mutation.patch)["metadata"]["labels"] == labels
 
@@ -271,7 +271,8 @@ def test_a_pod_made_best_effort_by_its_qos_label_alone_is_batch() -> None:
 
 def test_a_picked_pod_that_is_batch_already_is_translated_even_when_no_profile_applied() -> None:
     the_pod = pod({}, [container({"cpu": "1"})], priority=5500)
-    mutation = mutate_pod([profile("p", probability=0, labels={"x": "y"})], {}, the_pod, CLASSES, lambda: 0)
+    mutation = mutate_pod([profile("p", probability=0, labels={"x": "y"})], {}, the_pod, priority_classes=CLASSES,
+                          roll=lambda: 0)
     assert mutation.applied == ()
     result = apply_json_patch(copy.deepcopy(the_pod), mutation.patch)
     assert result["spec"]["containers"][0]["resources"]["requests"] == {"kubernetes.io/batch-cpu": "1000"}

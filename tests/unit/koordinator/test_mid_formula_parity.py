@@ -161,18 +161,18 @@ VECTORS = [
 
 @pytest.mark.parametrize("vector", VECTORS, ids=lambda v: v.rule)
 def test_mid_resources_follow_koordinator(vector: Vector) -> None:
-    result = calculate_mid_resources(vector.node, vector.pods, vector.metric, vector.strategy, NOW)
+    result = calculate_mid_resources(vector.node, vector.pods, vector.metric, strategy=vector.strategy, now=NOW)
     assert (None if result is None else (result[MID_CPU], result[MID_MEMORY])) == vector.expected
 
 
 def test_a_metric_without_update_time_removes_them() -> None:
     body = metric(reclaimable=("10", "15G"))
     del body["status"]["updateTime"]
-    assert calculate_mid_resources(node(), PODS, body, {}, NOW) is None
+    assert calculate_mid_resources(node(), PODS, body, strategy={}, now=NOW) is None
 
 
 def test_age_is_judged_by_reception_when_given() -> None:
     # An agent clock 30 minutes behind does not degrade a report the leader just received.
     stale_clock = metric(reclaimable=("10", "15G"), age_seconds=30 * 60)
-    assert calculate_mid_resources(node(), PODS, stale_clock, {}, NOW, received_at=NOW - 1) == {
+    assert calculate_mid_resources(node(), PODS, stale_clock, strategy={}, now=NOW, received_at=NOW - 1) == {
         MID_CPU: 10000, MID_MEMORY: 15 * G}

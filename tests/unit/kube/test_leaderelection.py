@@ -29,6 +29,7 @@ from colocation.kube.leaderelection import (
     LeaderElector,
 )
 from colocation.kube.leases import LeaseConflict, LeaseError
+from tests.clock import FakeClock
 
 MICRO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
 T0 = datetime(2026, 11, 22, 1, 2, 3, 123, tzinfo=UTC)
@@ -74,8 +75,12 @@ def test_a_lease_round_trips_and_keeps_what_it_does_not_own() -> None:
                  "renewTime": "2026-11-22T01:02:05.000000Z", "leaseTransitions": 3},
     }
     record = LeaderElectionRecord.from_lease(stored)
-    assert record == LeaderElectionRecord("a", 15, T0, T0.replace(second=5, microsecond=0), 3, {"note": "keep me"})
-    renewed = LeaderElectionRecord("a", 15, T0, T0.replace(second=7), 3, {"note": "keep me", "x": "y"})
+    assert record == LeaderElectionRecord(holder_identity="a", lease_duration_seconds=15, acquire_time=T0,
+                                          renew_time=T0.replace(second=5, microsecond=0), leader_transitions=3,
+                                          annotations={"note": "keep me"})
+    renewed = LeaderElectionRecord(holder_identity="a", lease_duration_seconds=15, acquire_time=T0,
+                                   renew_time=T0.replace(second=7), leader_transitions=3,
+                                   annotations={"note": "keep me", "x": "y"})
     body = renewed.to_lease("ns", "op", stored)
     assert body["metadata"] == {"name": "op", "namespace": "ns", "resourceVersion": "41", "labels": {"team": "x"},
                                 "annotations": {"note": "keep me", "x": "y"}}
@@ -93,21 +98,24 @@ def test_a_lease_with_missing_or_odd_fields_reads_as_released() -> None:
 # --- The pure decisions ------------------------------------------------------------------------------
 
 def held_by(holder: str, renew_time: datetime = T0, transitions: int = 2, duration: int = 15) -> LeaderElectionRecord:
-    return LeaderElectionRecord(holder, duration, T0, renew_time, transitions)
+    return LeaderElectionRecord(holder_identity=holder, lease_duration_seconds=duration, acquire_time=T0,
+                                renew_time=renew_time, leader_transitions=transitions)
 
 
 @pytest.mark.parametrize("renew_time", [datetime(2001, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)],
                          ids=["renewed-long-ago", "renewed-in-the-future"])
 def test_another_holders_lease_expires_only_on_our_clock(renew_time: datetime) -> None:
-    state = ElectionState("b").observe(held_by("a", renew_time), now=100.0)
-    assert state.next_record(114.9, T0, 15, {}) is None
-    assert state.next_record(115.0, T0, 15, {}) is None  # expired only once observed + duration < now
-    taken = state.next_record(115.1, T0, 15, {"k": "v"})
-    assert taken == LeaderElectionRecord("b", 15, T0, T0, 3, {"k": "v"})
+    state = ElectionState(identity="b").observe(held_by("a", renew_time), now=100.0)
+    assert state.next_record(now=114.9, wall=T0, lease_duration_seconds=15, annotations={}) is None
+    assert state.next_record(now=115.0, wall=T0, lease_duration_seconds=15,
+                             annotations={}) is None  # expired only once observed + duration < now
+    taken = state.next_record(now=115.1, wall=T0, lease_duration_seconds=15, annotations={"k": "v"})
+    assert taken == LeaderElectionRecord(holder_identity="b", lease_duration_seconds=15, acquire_time=T0, renew_time=T0,
+                                         leader_transitions=3, annotations={"k": "v"})
 
 
 def test_the_expiry_clock_restarts_only_when_the_record_changes() -> None:
-    state = ElectionState("b").observe(held_by("a"), now=100.0)
+    state = ElectionState(identity="b").observe(held_by("a"), now=100.0)
     same = state.observe(held_by("a"), now=110.0)  # read again, unchanged: no sign of life
     assert same.observed_at == 100.0 and same.expired(115.5)
     renewed = state.observe(held_by("a", T0.replace(second=13)), now=110.0)
@@ -115,76 +123,87 @@ def test_the_expiry_clock_restarts_only_when_the_record_changes() -> None:
 
 
 def test_a_released_lease_is_taken_at_once() -> None:
-    released = LeaderElectionRecord("", 1, T0, T0, 5)
-    state = ElectionState("b").observe(released, now=100.0)
-    assert state.next_record(100.0, T0, 15, {}) == LeaderElectionRecord("b", 15, T0, T0, 6)
+    released = LeaderElectionRecord(holder_identity="", lease_duration_seconds=1, acquire_time=T0, renew_time=T0,
+                                    leader_transitions=5)
+    state = ElectionState(identity="b").observe(released, now=100.0)
+    assert state.next_record(now=100.0, wall=T0, lease_duration_seconds=15,
+                             annotations={}) == LeaderElectionRecord(holder_identity="b", lease_duration_seconds=15,
+                                                                     acquire_time=T0, renew_time=T0,
+                                                                     leader_transitions=6)
 
 
 def test_renewal_keeps_acquire_time_and_transitions() -> None:
     later = T0.replace(minute=9)
-    state = ElectionState("a").wrote(held_by("a", transitions=4), sent_at=99.0, now=100.0)
-    renewal = state.next_record(102.0, later, 15, {"k": "v"})
-    assert renewal == LeaderElectionRecord("a", 15, T0, later, 4, {"k": "v"})
+    state = ElectionState(identity="a").wrote(held_by("a", transitions=4), sent_at=99.0, now=100.0)
+    renewal = state.next_record(now=102.0, wall=later, lease_duration_seconds=15, annotations={"k": "v"})
+    assert renewal == LeaderElectionRecord(holder_identity="a", lease_duration_seconds=15, acquire_time=T0,
+                                           renew_time=later, leader_transitions=4, annotations={"k": "v"})
 
 
 def test_leadership_lasts_until_the_renew_deadline_from_the_last_renewal_sent() -> None:
-    state = ElectionState("a").wrote(held_by("a"), sent_at=99.0, now=100.0)
-    assert state.leads(108.9, renew_deadline=10)
-    assert not state.leads(109.0, renew_deadline=10)
+    state = ElectionState(identity="a").wrote(held_by("a"), sent_at=99.0, now=100.0)
+    assert state.leads(now=108.9, renew_deadline=10)
+    assert not state.leads(now=109.0, renew_deadline=10)
     # Someone else's record ends it at once, whatever the deadline.
-    assert not state.observe(held_by("x", T0.replace(second=9)), now=101.0).leads(101.0, renew_deadline=10)
+    assert not state.observe(held_by("x", T0.replace(second=9)), now=101.0).leads(now=101.0, renew_deadline=10)
 
 
 def test_holder_changes_are_counted() -> None:
-    state = ElectionState("c").observe(held_by("a"), now=0)
+    state = ElectionState(identity="c").observe(held_by("a"), now=0)
     state = state.observe(held_by("a", T0.replace(second=9)), now=5)  # renewal: same holder
     state = state.observe(held_by("b", T0.replace(second=20), transitions=3), now=30)
-    state = state.observe(LeaderElectionRecord("", 1, T0, T0, 3), now=40)  # released
+    state = state.observe(LeaderElectionRecord(holder_identity="", lease_duration_seconds=1, acquire_time=T0,
+                                               renew_time=T0, leader_transitions=3), now=40)  # released
     assert state.transitions_seen == 2  # a→b, b→""
 
 
 def test_release_clears_the_holder_and_only_our_annotations() -> None:
     ours = {LEADER_ENDPOINT_ANNOTATION: "https://10.0.0.1:8443", LEADER_CA_ANNOTATION: "Q0E=", "note": "keep"}
-    state = ElectionState("a").wrote(LeaderElectionRecord("a", 15, T0, T0, 4, ours), sent_at=0, now=0)
+    state = ElectionState(identity="a").wrote(LeaderElectionRecord(holder_identity="a", lease_duration_seconds=15,
+                                                                   acquire_time=T0, renew_time=T0, leader_transitions=4,
+                                                                   annotations=ours), sent_at=0, now=0)
     release = state.release_record(T0.replace(second=9), frozenset({LEADER_ENDPOINT_ANNOTATION, LEADER_CA_ANNOTATION}))
-    assert release == LeaderElectionRecord("", 1, T0.replace(second=9), T0.replace(second=9), 4, {"note": "keep"})
-    assert ElectionState("b").observe(held_by("a"), now=0).release_record(T0) is None
+    assert release == LeaderElectionRecord(holder_identity="", lease_duration_seconds=1,
+                                           acquire_time=T0.replace(second=9), renew_time=T0.replace(second=9),
+                                           leader_transitions=4, annotations={"note": "keep"})
+    assert ElectionState(identity="b").observe(held_by("a"), now=0).release_record(T0) is None
 
 
 def test_a_dead_predecessors_lease_is_freed_at_once_and_nobody_elses() -> None:
     ours = {LEADER_ENDPOINT_ANNOTATION: "https://10.0.0.1:8443", LEADER_CA_ANNOTATION: "Q0E=", "note": "keep"}
-    predecessor = ElectionState("pod-0_new").observe(LeaderElectionRecord("pod-0_old", 15, T0, T0, 4, ours), now=100.0)
+    predecessor = ElectionState(identity="pod-0_new").observe(
+        LeaderElectionRecord(holder_identity="pod-0_old", lease_duration_seconds=15, acquire_time=T0, renew_time=T0,
+                             leader_transitions=4, annotations=ours), now=100.0)
     same_pod = lambda holder: holder.startswith("pod-0_")  # noqa: E731
     unpublish = frozenset({LEADER_ENDPOINT_ANNOTATION, LEADER_CA_ANNOTATION})
-    freed = predecessor.predecessor_release_record(100.5, T0.replace(second=9), same_pod, unpublish)
-    assert freed == LeaderElectionRecord("", 1, T0.replace(second=9), T0.replace(second=9), 4, {"note": "keep"})
+    freed = predecessor.predecessor_release_record(now=100.5, wall=T0.replace(second=9), is_predecessor=same_pod,
+                                                   unpublish=unpublish)
+    assert freed == LeaderElectionRecord(holder_identity="", lease_duration_seconds=1,
+                                         acquire_time=T0.replace(second=9), renew_time=T0.replace(second=9),
+                                         leader_transitions=4, annotations={"note": "keep"})
     # Another pod's holder is alive as far as we know: only expiry frees its lease.
-    other = ElectionState("pod-0_new").observe(held_by("pod-1_x"), now=100.0)
-    assert other.predecessor_release_record(100.5, T0, same_pod) is None
+    other = ElectionState(identity="pod-0_new").observe(held_by("pod-1_x"), now=100.0)
+    assert other.predecessor_release_record(now=100.5, wall=T0, is_predecessor=same_pod) is None
     # Nothing to free: our own lease, a released one, or one already expired (taken the usual way).
-    assert ElectionState("pod-0_old").observe(held_by("pod-0_old"), now=100.0).predecessor_release_record(
-        100.5, T0, same_pod) is None
-    assert ElectionState("pod-0_new").observe(LeaderElectionRecord("", 1, T0, T0, 4), now=100.0
-                                              ).predecessor_release_record(100.5, T0, same_pod) is None
-    assert predecessor.predecessor_release_record(116.0, T0, same_pod) is None
+    assert ElectionState(identity="pod-0_old").observe(held_by("pod-0_old"), now=100.0).predecessor_release_record(
+        now=100.5, wall=T0, is_predecessor=same_pod) is None
+    assert ElectionState(identity="pod-0_new").observe(
+        LeaderElectionRecord(holder_identity="", lease_duration_seconds=1, acquire_time=T0, renew_time=T0,
+                             leader_transitions=4), now=100.0
+    ).predecessor_release_record(now=100.5, wall=T0, is_predecessor=same_pod) is None
+    assert predecessor.predecessor_release_record(now=116.0, wall=T0, is_predecessor=same_pod) is None
 
 
 # --- The elector against a fake API and a fake clock ----------------------------------------------------
 
-class FakeTime:
-    """Monotonic and wall clocks that move only when the elector sleeps."""
+class FakeTime(FakeClock):
+    """The tests' fake clock (its wall reading T0 at monotonic 0), moved only when the elector sleeps."""
 
     def __init__(self) -> None:
-        self.now = 1000.0
-
-    def clock(self) -> float:
-        return self.now
-
-    def wall(self) -> float:
-        return T0.timestamp() + self.now
+        super().__init__(1000.0, wall=T0.timestamp() + 1000.0)
 
     async def sleep(self, delay: float) -> None:
-        self.now += delay
+        self.advance(delay)
         await asyncio.sleep(0)
 
 
@@ -248,7 +267,7 @@ class Candidate:
         self.events: list[tuple[str, str, float]] = []
         self.time = time
         self.elector = LeaderElector(
-            None, "ns", "op", identity, leases=leases, clock=time.clock, wall=time.wall,
+            None, "ns", "op", identity=identity, leases=leases, clock=time.monotonic, wall=time.wall,
             sleep=options.pop("sleep", time.sleep),
             on_started_leading=lambda: self.events.append(("started", identity, time.now)),
             on_stopped_leading=lambda: self.events.append(("stopped", identity, time.now)),
@@ -505,7 +524,7 @@ async def test_wake_retries_at_once(time: FakeTime) -> None:
 @pytest.mark.parametrize(("lease_duration", "renew_deadline", "retry_period"), [(10, 10, 2), (15, 2, 2), (15, 10, 0)])
 def test_inconsistent_durations_are_refused(lease_duration: float, renew_deadline: float, retry_period: float) -> None:
     with pytest.raises(ValueError):
-        LeaderElector(None, "ns", "op", "a", leases=FakeLeases(FakeTime()), lease_duration=lease_duration,
+        LeaderElector(None, "ns", "op", identity="a", leases=FakeLeases(FakeTime()), lease_duration=lease_duration,
                       renew_deadline=renew_deadline, retry_period=retry_period)
 
 
@@ -557,9 +576,9 @@ async def test_leadership_and_the_write_budget_end_exactly_at_the_renew_deadline
     await until(lambda: a.elector.is_leader)
     renewed = time.now
     assert a.elector.write_budget() == 15.0  # until a successor could take over
-    time.now = renewed + 9.9
+    time.to(renewed + 9.9)
     assert a.elector.is_leader and a.elector.write_budget() == pytest.approx(5.1)
-    time.now = renewed + 10.0  # the renew deadline passed: no round has run, yet it is over
+    time.to(renewed + 10.0)  # the renew deadline passed: no round has run, yet it is over
     assert not a.elector.is_leader and a.elector.write_budget() == 0.0
     await a.stop()
 
@@ -601,7 +620,7 @@ async def test_a_restarted_process_frees_the_lease_first_thing_and_then_leaves_i
     assert leases.lease is not None
     leases.lease["metadata"]["annotations"] = {LEADER_ENDPOINT_ANNOTATION: "https://10.0.0.1:8443",
                                                LEADER_CA_ANNOTATION: "Q0E=", "note": "keep"}
-    early = LeaderElector(None, "ns", "op", "pod-0_new", leases=leases, clock=time.clock, wall=time.wall,
+    early = LeaderElector(None, "ns", "op", identity="pod-0_new", leases=leases, clock=time.monotonic, wall=time.wall,
                           is_predecessor=lambda holder: holder == "pod-0_old")
     assert await early.free_dead_predecessor() is True
     assert leases.lease["spec"]["holderIdentity"] == ""

@@ -38,7 +38,7 @@ async def silent_server() -> AsyncIterator[str]:
 
 async def test_a_watch_silent_for_longer_than_the_stream_silence_fails_with_a_timeout(silent_server: str) -> None:
     async with aiohttp.ClientSession() as session:
-        transport = https_transport(session, lambda: silent_server, ssl.create_default_context, lambda: "",
+        transport = https_transport(session, lambda: silent_server, ssl.create_default_context, token=lambda: "",
                                     stream_silence=0.5)
         started = time.monotonic()
         lines = []

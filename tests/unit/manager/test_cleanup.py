@@ -19,6 +19,7 @@ from kubernetes_asyncio import client
 
 from colocation.apimachinery.clock import format_micro_time, wall_time
 from colocation.manager.cleanup import Cleanup, CleanupCounts, CleanupError, CleanupOptions
+from tests.clock import FakeClock
 from tests.unit.loopback import serve_on_loopback
 
 BATCH = {"kubernetes.io/batch-cpu": "3500", "kubernetes.io/batch-memory": "1073741824",
@@ -124,15 +125,15 @@ async def clean(fake: FakeApi, options: CleanupOptions,
 
     async def sleep(seconds: float) -> None:
         slept.append(seconds)  # no real waiting: the clock below moves instead
-        clock[0] += seconds
+        clock.advance(seconds)
 
-    clock = [0.0]
+    clock = FakeClock(0.0, wall=WALL)
     async with serve_on_loopback(fake.app()) as url:
         configuration = client.Configuration()
         configuration.host = url
         async with client.ApiClient(configuration) as api:
             cleanup = Cleanup(api, options, say=(lines if lines is not None else []).append,
-                              wall=lambda: WALL + clock[0], monotonic=lambda: clock[0], sleep=sleep,
+                              wall=clock.wall, monotonic=clock, sleep=sleep,
                               rng=random.Random(1))
             return await cleanup.run(), slept
 

@@ -29,7 +29,7 @@ class Follower:
 def held_by(holder: str) -> LeaderElectionRecord:
     annotations = {LEADER_ENDPOINT_ANNOTATION: "https://10.0.0.2:8443",
                    LEADER_CA_ANNOTATION: base64.b64encode(b"CA").decode()} if holder else {}
-    return LeaderElectionRecord(holder, 15, annotations=annotations)
+    return LeaderElectionRecord(holder_identity=holder, lease_duration_seconds=15, annotations=annotations)
 
 
 def versions(follower: Follower, records: list[LeaderElectionRecord], wait: float) -> tuple[LeaderVersions, list[int]]:

@@ -30,7 +30,7 @@ def serving(signer: certificates.CertKey, now: dt.datetime) -> certificates.Cert
 
 
 def first_state() -> CaState:
-    state = serving_ca.rotate_ca(None, T0, POLICY, make_ca)
+    state = serving_ca.rotate_ca(None, T0, POLICY, make_ca=make_ca)
     assert state is not None
     return state
 
@@ -38,27 +38,27 @@ def first_state() -> CaState:
 def test_a_missing_ca_is_made_and_then_kept_until_its_renewal_point() -> None:
     state = first_state()
     assert state.previous is None and state.current.certificate.not_valid_after_utc == T0 + 100 * S
-    assert serving_ca.rotate_ca(state, T0 + 59 * S, POLICY, make_ca) is None
+    assert serving_ca.rotate_ca(state, T0 + 59 * S, POLICY, make_ca=make_ca) is None
     assert certificates.pem_certificates(state.bundle()) == [state.current.certificate]
 
 
 def test_a_ca_past_its_renewal_point_is_replaced_and_both_are_trusted_until_the_old_one_expires() -> None:
     state = first_state()
-    rotated = serving_ca.rotate_ca(state, T0 + 60 * S, POLICY, make_ca)
+    rotated = serving_ca.rotate_ca(state, T0 + 60 * S, POLICY, make_ca=make_ca)
     assert rotated is not None
     assert rotated.previous == state.current and rotated.current != state.current
     assert rotated.published_at == T0 + 60 * S and rotated.revision == state.revision + 1
     bundle = certificates.pem_certificates(rotated.bundle())
     assert bundle == [state.current.certificate, rotated.current.certificate]
     # Nothing more to do while the old CA is valid; once it expired it leaves the bundle.
-    assert serving_ca.rotate_ca(rotated, T0 + 99 * S, POLICY, make_ca) is None
-    dropped = serving_ca.rotate_ca(rotated, T0 + 100 * S, POLICY, make_ca)
+    assert serving_ca.rotate_ca(rotated, T0 + 99 * S, POLICY, make_ca=make_ca) is None
+    dropped = serving_ca.rotate_ca(rotated, T0 + 100 * S, POLICY, make_ca=make_ca)
     assert dropped is not None and dropped.previous is None and dropped.current == rotated.current
     assert certificates.pem_certificates(dropped.bundle()) == [rotated.current.certificate]
 
 
 def test_a_new_ca_signs_only_after_it_had_time_to_reach_the_aggregator() -> None:
-    rotated = serving_ca.rotate_ca(first_state(), T0 + 60 * S, POLICY, make_ca)
+    rotated = serving_ca.rotate_ca(first_state(), T0 + 60 * S, POLICY, make_ca=make_ca)
     assert rotated is not None and rotated.previous is not None
     assert serving_ca.signing_ca(rotated, T0 + 64 * S, POLICY) == rotated.previous
     assert serving_ca.signing_ca(rotated, T0 + 65 * S, POLICY) == rotated.current
@@ -68,20 +68,20 @@ def test_a_serving_certificate_is_renewed_at_its_fraction_and_when_the_signer_ch
     state = first_state()
     cert = serving(state.current, T0)
     assert cert.certificate.not_valid_after_utc == T0 + 20 * S
-    assert not serving_ca.serving_renewal_due(cert, state.current, T0 + 11 * S, POLICY)
-    assert serving_ca.serving_renewal_due(cert, state.current, T0 + 12 * S, POLICY)
-    assert serving_ca.next_check(state, cert, T0, POLICY) == T0 + 12 * S
+    assert not serving_ca.serving_renewal_due(cert, state.current, T0 + 11 * S, policy=POLICY)
+    assert serving_ca.serving_renewal_due(cert, state.current, T0 + 12 * S, policy=POLICY)
+    assert serving_ca.next_check(state, cert, T0, policy=POLICY) == T0 + 12 * S
     # Signed by the previous CA while the new one propagates: replaced once the new one signs.
-    rotated = serving_ca.rotate_ca(state, T0 + 60 * S, POLICY, make_ca)
+    rotated = serving_ca.rotate_ca(state, T0 + 60 * S, POLICY, make_ca=make_ca)
     assert rotated is not None
     during = serving(serving_ca.signing_ca(rotated, T0 + 61 * S, POLICY), T0 + 61 * S)
     assert during.certificate.issuer == state.current.certificate.subject
-    assert serving_ca.next_check(rotated, during, T0 + 61 * S, POLICY) == T0 + 65 * S
+    assert serving_ca.next_check(rotated, during, T0 + 61 * S, policy=POLICY) == T0 + 65 * S
     after = serving_ca.signing_ca(rotated, T0 + 65 * S, POLICY)
-    assert serving_ca.serving_renewal_due(during, after, T0 + 65 * S, POLICY)
+    assert serving_ca.serving_renewal_due(during, after, T0 + 65 * S, policy=POLICY)
     # Once renewed, what is past (the propagation) is never due again; the old CA's expiry is.
     renewed = serving(after, T0 + 65 * S)
-    assert serving_ca.next_check(rotated, renewed, T0 + 65 * S, POLICY) == T0 + 77 * S
+    assert serving_ca.next_check(rotated, renewed, T0 + 65 * S, policy=POLICY) == T0 + 77 * S
 
 
 def test_a_serving_certificate_never_outlives_its_ca() -> None:
@@ -91,7 +91,7 @@ def test_a_serving_certificate_never_outlives_its_ca() -> None:
 
 
 def test_the_secret_round_trips_and_a_broken_one_is_reported() -> None:
-    rotated = serving_ca.rotate_ca(first_state(), T0 + 60 * S, POLICY, make_ca)
+    rotated = serving_ca.rotate_ca(first_state(), T0 + 60 * S, POLICY, make_ca=make_ca)
     assert rotated is not None
     body = serving_ca.secret_body(rotated, "colocation-system")
     body["metadata"] |= {"uid": "u-1", "resourceVersion": "7"}
@@ -123,7 +123,7 @@ def test_an_apiservice_gets_the_bundle_and_verification_once() -> None:
 
 def test_a_stale_replica_never_puts_back_an_older_bundle_nor_touches_a_foreign_apiservice() -> None:
     old = dataclasses.replace(first_state(), uid="u-1")
-    newer = serving_ca.rotate_ca(old, T0 + 60 * S, POLICY, make_ca)
+    newer = serving_ca.rotate_ca(old, T0 + 60 * S, POLICY, make_ca=make_ca)
     assert newer is not None
     patched = _apiservice(caBundle=base64.b64encode(newer.bundle()).decode())
     patched["metadata"] = {"annotations": {serving_ca.GENERATION_ANNOTATION: newer.generation}}
@@ -170,7 +170,7 @@ def test_a_webhook_configuration_gets_the_bundle_on_our_webhooks_only_and_once()
 
 def test_a_stale_replica_never_puts_back_an_older_bundle_in_a_webhook_configuration() -> None:
     old = dataclasses.replace(first_state(), uid="u-1")
-    newer = serving_ca.rotate_ca(old, T0 + 60 * S, POLICY, make_ca)
+    newer = serving_ca.rotate_ca(old, T0 + 60 * S, POLICY, make_ca=make_ca)
     assert newer is not None
     patched = _webhooks(SERVICE, bundle=base64.b64encode(newer.bundle()).decode())
     patched["metadata"] = {"annotations": {serving_ca.GENERATION_ANNOTATION: newer.generation}}

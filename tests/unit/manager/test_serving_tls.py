@@ -269,7 +269,7 @@ async def test_certificate_files_renewed_by_another_tool_are_served_and_a_bad_pa
     first = certificates.issue_certificate(ca, SERVICE, dns_names=(DNS,))
     cert_path, key_path = first.write(tmp_path, "tls")
     (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
-    files = ServingFiles(cert_path, key_path, tmp_path / "ca.crt", CollectorRegistry())
+    files = ServingFiles(cert_path, key_path, tmp_path / "ca.crt", registry=CollectorRegistry())
     assert files.bundle == ca.cert_pem and not files.reload()  # unchanged files: nothing to do
     server = await _start_server(files)
     try:

@@ -88,10 +88,13 @@ def test_the_hpa_controller_may_read_custom_and_external_metrics_and_the_operato
     rbac = RbacAuthorizer(lambda plural: [o for o in objects if RBAC_PLURALS.get(o["kind"]) == plural])
     hpa = service_account_user(*HPA_SA)
     # As custom-metrics-apiserver resolves the HPA's requests: list for "*", get for one object.
-    for call in (ApiCall("custom.metrics.k8s.io", "pods", "list", "team-a", "http_requests"),
-                 ApiCall("custom.metrics.k8s.io", "nodes", "get", None, "cpu_usage", "node-1"),
-                 ApiCall("external.metrics.k8s.io", "queue_depth", "list", "team-a")):
+    for call in (ApiCall(group="custom.metrics.k8s.io", resource="pods", verb="list", namespace="team-a",
+                         subresource="http_requests"),
+                 ApiCall(group="custom.metrics.k8s.io", resource="nodes", verb="get", namespace=None,
+                         subresource="cpu_usage", name="node-1"),
+                 ApiCall(group="external.metrics.k8s.io", resource="queue_depth", verb="list", namespace="team-a")):
         assert rbac.authorize(attributes(hpa, call)).allowed, call
-    assert not rbac.authorize(attributes(hpa, ApiCall("metrics.colocation.dev", "nodemetrics", "get", None))).allowed
+    assert not rbac.authorize(attributes(hpa, ApiCall(group="metrics.colocation.dev", resource="nodemetrics",
+                                                      verb="get", namespace=None))).allowed
     ours = [grant for grant in grants(with_custom_metrics) if grant[0] != HPA_SA]
     assert sorted(map(str, ours)) == sorted(map(str, grants(rendered)))

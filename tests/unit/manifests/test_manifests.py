@@ -477,7 +477,8 @@ def test_rbac_grants_nothing_beyond_the_declared_calls(rendered: list[dict[str, 
             for resource, _, subresource in (r.partition("/") for r in rule["resources"]):
                 for verb in rule["verbs"]:
                     for name in names:
-                        call = ApiCall(group, resource, verb, scope, subresource, name)
+                        call = ApiCall(group=group, resource=resource, verb=verb, namespace=scope,
+                                       subresource=subresource, name=name)
                         if call not in calls:
                             unused.append(f"{binding} grants {account[1]} {call}")
     assert unused == []
@@ -485,19 +486,23 @@ def test_rbac_grants_nothing_beyond_the_declared_calls(rendered: list[dict[str, 
 
 @pytest.mark.parametrize(("account", "call"), [
     # A node agent must not be able to steal capacity, evict pods or take over leadership.
-    (AGENT_SA, ApiCall("", "nodes", "patch", None, "status")),
-    (AGENT_SA, ApiCall("", "pods", "create", "default", "eviction")),
-    (AGENT_SA, ApiCall("coordination.k8s.io", "leases", "update", "colocation-system",
+    (AGENT_SA, ApiCall(group="", resource="nodes", verb="patch", namespace=None, subresource="status")),
+    (AGENT_SA, ApiCall(group="", resource="pods", verb="create", namespace="default", subresource="eviction")),
+    (AGENT_SA, ApiCall(group="coordination.k8s.io", resource="leases", verb="update", namespace="colocation-system",
                        name="colocation-operator")),
-    (AGENT_SA, ApiCall("slo.colocation.dev", "noderesources", "update", None, "status")),
-    (AGENT_SA, ApiCall("", "configmaps", "get", "colocation-system", name="colocation-config")),
+    (AGENT_SA, ApiCall(group="slo.colocation.dev", resource="noderesources", verb="update", namespace=None,
+                       subresource="status")),
+    (AGENT_SA,
+     ApiCall(group="", resource="configmaps", verb="get", namespace="colocation-system", name="colocation-config")),
     # The operator must not be able to forge heartbeats, read secrets, or write other leases.
-    (OPERATOR_SA, ApiCall("coordination.k8s.io", "leases", "update", "colocation-node-lease", name="node-1")),
-    (OPERATOR_SA, ApiCall("", "secrets", "get", "colocation-system")),
-    (OPERATOR_SA, ApiCall("coordination.k8s.io", "leases", "update", "colocation-system", name="other")),
-    (OPERATOR_SA, ApiCall("", "configmaps", "get", "default")),
-    (OPERATOR_SA, ApiCall("", "nodes", "delete", None)),
-    (OPERATOR_SA, ApiCall("", "pods", "delete", "default")),
+    (OPERATOR_SA, ApiCall(group="coordination.k8s.io", resource="leases", verb="update",
+                          namespace="colocation-node-lease", name="node-1")),
+    (OPERATOR_SA, ApiCall(group="", resource="secrets", verb="get", namespace="colocation-system")),
+    (OPERATOR_SA, ApiCall(group="coordination.k8s.io", resource="leases", verb="update", namespace="colocation-system",
+                          name="other")),
+    (OPERATOR_SA, ApiCall(group="", resource="configmaps", verb="get", namespace="default")),
+    (OPERATOR_SA, ApiCall(group="", resource="nodes", verb="delete", namespace=None)),
+    (OPERATOR_SA, ApiCall(group="", resource="pods", verb="delete", namespace="default")),
 ], ids=str)
 def test_rbac_denies_what_a_compromised_pod_could_abuse(
     authorizer: RbacAuthorizer, account: tuple[str, str], call: ApiCall

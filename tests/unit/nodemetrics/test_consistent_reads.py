@@ -23,7 +23,7 @@ class Copy:
 
 def barrier(copy: Copy, timeout: float = 5.0) -> tuple[ConsistentReads, ConsistentReadMetrics]:
     metrics = ConsistentReadMetrics(CollectorRegistry())
-    return ConsistentReads(lambda: copy.leading, copy.leader_version, lambda: copy.applied, metrics,
+    return ConsistentReads(lambda: copy.leading, copy.leader_version, lambda: copy.applied, metrics=metrics,
                            timeout=timeout), metrics
 
 
@@ -96,7 +96,7 @@ async def test_a_standby_that_cannot_tell_in_time_does_not_serve_the_read() -> N
         return None
 
     metrics = ConsistentReadMetrics(CollectorRegistry())
-    reads = ConsistentReads(lambda: copy.leading, never, lambda: copy.applied, metrics, timeout=0.05)
+    reads = ConsistentReads(lambda: copy.leading, never, lambda: copy.applied, metrics=metrics, timeout=0.05)
     with pytest.raises(ApiError) as refused:
         await asyncio.wait_for(reads.wait(), 5)
     assert refused.value.code == 503 and outcome(metrics, "unknown") == 1
@@ -108,7 +108,7 @@ NOW_RV = int(NOW * 1_000_000)
 
 def named_barrier(copy: Copy, timeout: float = 5.0) -> tuple[ConsistentReads, ConsistentReadMetrics]:
     metrics = ConsistentReadMetrics(CollectorRegistry())
-    return ConsistentReads(lambda: copy.leading, copy.leader_version, lambda: copy.applied, metrics,
+    return ConsistentReads(lambda: copy.leading, copy.leader_version, lambda: copy.applied, metrics=metrics,
                            timeout=timeout, wall=lambda: NOW), metrics
 
 

@@ -35,7 +35,7 @@ def make_store(clock: FakeClock, **options: Any) -> NodeMetricStore:
     # Started a second before "now": its first change is then exactly the clock's microseconds
     # (a change at the very instant a store starts is one more than the store's own version).
     clock.wall_now -= 1
-    store = NodeMetricStore(clock.wall, clock.monotonic, **options)
+    store = NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic, **options)
     clock.wall_now += 1
     return store
 
@@ -257,7 +257,7 @@ def test_the_window_bytes_are_counted_again_only_once_they_are_a_second_old(
 
 
 def test_a_new_store_cannot_replay_what_came_before_it(clock: FakeClock) -> None:
-    store = NodeMetricStore(clock.wall, clock.monotonic)
+    store = NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic)
     assert store.resource_version == RV0  # an empty store lists at the time it started
     watcher = store.watch(str(RV0 - 1))
     assert [t for t, _, _ in drain(watcher)] == ["ERROR"]

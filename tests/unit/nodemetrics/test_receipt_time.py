@@ -24,7 +24,8 @@ REPLACED = "colocation_nodemetric_update_time_replaced_total"
 
 def test_a_stored_report_records_when_the_leader_received_it_on_every_replica() -> None:
     clock = FakeClock(100.0, wall=NOW)
-    leader, standby, relisted = (NodeMetricStore(clock.wall, lambda: 100.0) for _ in range(3))
+    leader, standby, relisted = (NodeMetricStore(clock_wall=clock.wall,
+                                                 clock_monotonic=lambda: 100.0) for _ in range(3))
     first = leader.put(validate_report(orjson.dumps(report_body(updateTime="9999-12-31T23:59:59Z")), "node-1"), {})
     clock.wall_now += 5
     unchanged = leader.put(validate_report(orjson.dumps(report_body(updateTime="9999-12-31T23:59:59Z")), "node-1"), {})
@@ -69,7 +70,7 @@ def registry() -> CollectorRegistry:
 
 @pytest.fixture
 def store(clock: FakeClock, registry: CollectorRegistry) -> NodeMetricStore:
-    store = NodeMetricStore(clock.wall, clock.monotonic)
+    store = NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic)
     StorageMetrics(registry).track(store)
     return store
 
@@ -143,12 +144,13 @@ def test_a_report_identical_once_its_update_time_is_replaced_is_no_change(
 
 
 def test_standbys_serve_the_receipt_time_the_leader_stored(clock: FakeClock) -> None:
-    leader = NodeMetricStore(clock.wall, clock.monotonic)
+    leader = NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic)
     entry = leader.put(report("9999-12-31T23:59:59Z"), {"pool": "web"})
     clock.wall_now += 600  # the standbys' clocks, or their time of copying, do not matter
     # As the follower hands them over: parsed, then written again.
     copied = orjson.dumps(orjson.loads(entry.body))
-    following, relisted = NodeMetricStore(clock.wall, clock.monotonic), NodeMetricStore(clock.wall, clock.monotonic)
+    following = NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic)
+    relisted = NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic)
     following.apply_event("ADDED", copied)
     relisted.replace_all([copied], leader.resource_version)
     for standby in (following, relisted):

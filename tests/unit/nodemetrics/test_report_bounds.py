@@ -158,10 +158,10 @@ def test_update_time_is_stored_as_rfc3339_utc_and_read_back_by_a_standby(sent: s
                                                                           stored: str) -> None:
     report = validate_report(orjson.dumps(report_body(updateTime=sent)), "node-1")
     assert orjson.loads(report.status_json)["updateTime"] == canonical
-    leader = NodeMetricStore(lambda: NOW, lambda: 100.0)
+    leader = NodeMetricStore(clock_wall=lambda: NOW, clock_monotonic=lambda: 100.0)
     entry = leader.put(report, {})
     assert orjson.loads(entry.body)["status"]["updateTime"] == stored
-    standby = NodeMetricStore(lambda: NOW, lambda: 100.0)
+    standby = NodeMetricStore(clock_wall=lambda: NOW, clock_monotonic=lambda: 100.0)
     standby.apply_event("ADDED", entry.body)
     copied = standby.get("node-1")
     assert copied is not None and copied.figures == entry.figures
@@ -271,7 +271,7 @@ async def test_a_refused_recent_window_is_a_422_and_stores_nothing(client: TestC
 
 # ---- the HTTP harness -----------------------------------------------------------------------------
 
-AGENT = Caller("system:serviceaccount:colocation-system:colocation-agent",
+AGENT = Caller(username="system:serviceaccount:colocation-system:colocation-agent",
                extra={"authentication.kubernetes.io/node-name": ("node-1",)})
 
 
@@ -291,7 +291,7 @@ async def allowed(spec: SubjectAccessSpec) -> bool:
 
 @pytest.fixture
 def store() -> NodeMetricStore:
-    return NodeMetricStore(lambda: NOW, lambda: 100.0)
+    return NodeMetricStore(clock_wall=lambda: NOW, clock_monotonic=lambda: 100.0)
 
 
 @pytest.fixture
@@ -302,8 +302,10 @@ def metrics() -> ServerMetrics:
 @pytest.fixture
 async def client(store: NodeMetricStore, metrics: ServerMetrics) -> AsyncIterator[TestClient[Any, Any]]:
     authorizer = DelegatingAuthorizer(allowed)
-    group = NodeMetricGroup(store, authorizer, Leader(), lambda node: True, lambda node: {}, metrics, wall=lambda: NOW)
-    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, Leader(), metrics, [group])
+    group = NodeMetricGroup(store, authorizer, Leader(), known_node=lambda node: True, node_labels=lambda node: {},
+                            metrics=metrics, wall=lambda: NOW)
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=Leader(),
+                              metrics=metrics, groups=[group])
     client: TestClient[Any, Any] = TestClient(TestServer(api.application()),
                                               headers={"Authorization": "Bearer token",
                                                        "Content-Type": "application/json"})
@@ -326,7 +328,7 @@ def test_a_standby_replicates_any_object_its_leader_serves(status: Any, cpu_mill
     # A leader of another version may have stored what we would refuse: its copy must not freeze.
     body = orjson.dumps({"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric",
                          "metadata": {"name": "node-1", "resourceVersion": "1800000000000000"}, "status": status})
-    standby = NodeMetricStore(lambda: NOW, lambda: 100.0)
+    standby = NodeMetricStore(clock_wall=lambda: NOW, clock_monotonic=lambda: 100.0)
     standby.apply_event("ADDED", body)
     entry = standby.get("node-1")
     assert entry is not None and entry.body == body

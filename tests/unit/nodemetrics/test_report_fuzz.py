@@ -53,6 +53,7 @@ from colocation.nodemetrics.report_schema import (
 )
 from colocation.nodemetrics.resource_metrics_view import ResourceMetricsView
 from colocation.nodemetrics.storage_interface import Entry
+from tests.clock import FakeClock
 
 EXAMPLES = int(os.environ.get("COLOCATION_FUZZ_EXAMPLES", "150"))
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -214,14 +215,14 @@ class AnyPod:
 
 class Replicas:
     def __init__(self) -> None:
-        self.now = NOW
-        self.leader = NodeMetricStore(lambda: self.now, lambda: self.now)
-        self.standby = NodeMetricStore(lambda: self.now, lambda: self.now)
-        self.history = SeriesStore(lambda: self.now, retention_seconds=RETENTION)
+        self.clock = FakeClock(NOW)
+        self.leader = NodeMetricStore(clock_wall=self.clock.wall, clock_monotonic=self.clock)
+        self.standby = NodeMetricStore(clock_wall=self.clock.wall, clock_monotonic=self.clock)
+        self.history = SeriesStore(self.clock.wall, retention_seconds=RETENTION)
         self.view = ResourceMetricsView(self.leader)
         self.builtins = BuiltinMetrics(self.leader, self.view, self.history)
-        self.query = MetricsQuery(SeriesStore(lambda: self.now), self.builtins, AnyPod(), lambda name: {})
-        self.health = NodeHealthTracker(lambda: self.now)
+        self.query = MetricsQuery(SeriesStore(self.clock.wall), self.builtins, AnyPod(), node_labels=lambda name: {})
+        self.health = NodeHealthTracker(self.clock)
         self.health.track(NODE)
 
     def accept(self, raw: bytes) -> Entry:
@@ -237,28 +238,30 @@ class Replicas:
 
 def consume(replicas: Replicas, entry: Entry) -> None:
     """Every reader of a stored report, as it reads it; any exception fails the property."""
-    now = replicas.now
+    now = replicas.clock.now
     for node in replicas.view.nodes():
         served = node_metrics(node, "2027-01-15T08:00:00Z")
         for text in served["usage"].values():
             assert 0 <= parse_quantity(text) <= MAX_QUANTITY
     for node, pod in replicas.view.pods().values():
-        pod_metrics(node, pod, {}, "2027-01-15T08:00:00Z")
+        pod_metrics(node, pod, {}, created="2027-01-15T08:00:00Z")
     replicas.builtins.sample_history()
     namespaces = {namespace for namespace, _ in replicas.view.pods()} | {"default"}
     for metric in QUERIED:
         replicas.builtins.node_value(NODE, parse_metric_name(metric))
-        orjson.dumps(metric_value_list("v1beta2", replicas.query.custom(NODES, "", ALL_OBJECTS, metric, None, None),
-                                       None))
+        custom = replicas.query.custom(NODES, "", ALL_OBJECTS, metric_name=metric, selector=None,
+                                       metric_selector=None)
+        orjson.dumps(metric_value_list("v1beta2", custom, None))
         for namespace in namespaces:
-            values = replicas.query.custom(PODS, namespace, ALL_OBJECTS, metric, None, None)
+            values = replicas.query.custom(PODS, namespace, ALL_OBJECTS, metric_name=metric, selector=None,
+                                           metric_selector=None)
             orjson.dumps(metric_value_list("v1beta1", values, None))
     obj = orjson.loads(entry.body)
     for received_at in (entry.received_at, None):  # what the controller passes, and Koordinator's rule
-        batch = calculate_batch_resources(NODE_OBJECT, [], obj, {}, now, received_at=received_at)
+        batch = calculate_batch_resources(NODE_OBJECT, [], obj, strategy={}, now=now, received_at=received_at)
         assert batch is None or all(isinstance(value, int) and value >= 0 for value in batch.values())
     orjson.dumps(entry_row(entry, now, "Object"))
-    replicas.health.observe_metric(NODE, obj["status"]["updateTime"], seen_at=now)
+    replicas.health.observe_metric(NODE, update_time=obj["status"]["updateTime"], seen_at=now)
     replicas.health.evaluate_all()
 
 
@@ -275,7 +278,7 @@ def assert_refusal(error: ApiError) -> None:
 def assert_update_time_bounded(replicas: Replicas, raw: bytes, entry: Entry, *, changed: bool) -> None:
     """No copy serves an updateTime later than the receipt time + the bound; a changed report's is
     the one sent, or the receipt time when that is later."""
-    latest = replicas.now + MAX_UPDATE_TIME_AHEAD
+    latest = replicas.clock.now + MAX_UPDATE_TIME_AHEAD
     for store in (replicas.leader, replicas.standby):
         for item in orjson.loads(store.list_body())["items"]:
             assert parse_time(item["status"]["updateTime"]) <= latest, item["status"]["updateTime"]
@@ -283,7 +286,7 @@ def assert_update_time_bounded(replicas: Replicas, raw: bytes, entry: Entry, *, 
     if sent > latest:
         event("updateTime replaced by the receipt time")
     if changed:
-        assert entry.figures.update_time == (sent if sent <= latest else float(int(replicas.now)))
+        assert entry.figures.update_time == (sent if sent <= latest else float(int(replicas.clock.now)))
 
 
 @settings(max_examples=EXAMPLES, deadline=None,
@@ -294,7 +297,7 @@ def test_no_report_fails_a_reader_and_a_refused_one_changes_nothing(hostile_bodi
     other = replicas.leader.put(validate_report(sane_report("3").replace(NODE.encode(), OTHER.encode()), OTHER), {})
     replicas.standby.apply_event("ADDED", other.body)
     for raw in hostile_bodies:
-        replicas.now += 1
+        replicas.clock.advance(1)
         before = replicas.state()
         try:
             entry = replicas.accept(raw)
@@ -315,12 +318,12 @@ def test_no_report_fails_a_reader_and_a_refused_one_changes_nothing(hostile_bodi
         consume(replicas, entry)
 
     # Whatever came before, a sane report is history at the moment it arrives...
-    replicas.now += 1
+    replicas.clock.advance(1)
     consume(replicas, replicas.accept(sane_report("7")))
     for resource, namespace, name in ((NODES, "", NODE), (PODS, "web", "web-0")):
-        [series] = replicas.history.series_of(CPU_USAGE, resource, namespace, name)
-        assert (series.timestamps[-1], series.values[-1]) == (replicas.now, 7.0)
+        [series] = replicas.history.series_of(CPU_USAGE, resource, namespace, name=name)
+        assert (series.timestamps[-1], series.values[-1]) == (replicas.clock.now, 7.0)
     # ... and all of it expires by the time it arrived.
-    replicas.now += RETENTION + 1
+    replicas.clock.advance(RETENTION + 1)
     replicas.history.collect_garbage()
     assert len(replicas.history) == 0

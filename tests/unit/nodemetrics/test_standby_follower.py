@@ -38,7 +38,7 @@ class PlainLeaderAddress(LeaderAddress):
 
     def transport(self, session: aiohttp.ClientSession, token: Callable[[], str], *,
                   stream_silence: float | None = None, headers: Mapping[str, str] | None = None) -> Transport:
-        return https_transport(session, lambda: self.endpoint, ssl.create_default_context, token,
+        return https_transport(session, lambda: self.endpoint, ssl.create_default_context, token=token,
                                stream_silence=stream_silence, headers=headers)
 
 
@@ -79,8 +79,8 @@ async def test_a_feed_silent_for_longer_than_its_limit_is_dropped_and_watched_ag
         frozen_leader: tuple[FrozenLeader, str]) -> None:
     leader, endpoint = frozen_leader
     address = PlainLeaderAddress("leader-pod_1", endpoint, b"")
-    store = NodeMetricStore(lambda: NOW, time.monotonic)
-    follower = LeaderFollower(store, lambda: address, lambda: "", StorageMetrics(CollectorRegistry()),
+    store = NodeMetricStore(clock_wall=lambda: NOW, clock_monotonic=time.monotonic)
+    follower = LeaderFollower(store, lambda: address, lambda: "", metrics=StorageMetrics(CollectorRegistry()),
                               poll_interval=0.05, stream_silence=0.5)
     task = asyncio.create_task(follower.run())
     try:
@@ -99,7 +99,7 @@ class Leading:
 
 
 async def any_token(token: str) -> TokenReviewResult:
-    return TokenReviewResult(True, Caller("system:serviceaccount:colocation-system:colocation-operator"))
+    return TokenReviewResult(True, Caller(username="system:serviceaccount:colocation-system:colocation-operator"))
 
 
 async def allowed(spec: SubjectAccessSpec) -> bool:
@@ -107,13 +107,16 @@ async def allowed(spec: SubjectAccessSpec) -> bool:
 
 
 async def test_a_standby_serves_the_receipt_time_its_leader_stored_for_an_update_time_far_ahead() -> None:
-    leader = NodeMetricStore(lambda: NOW, time.monotonic)
+    leader = NodeMetricStore(clock_wall=lambda: NOW, clock_monotonic=time.monotonic)
     entry = leader.put(validate_report(orjson.dumps(report_body(updateTime="9999-12-31T23:59:59Z")), "node-1"), {})
     metrics, authorizer = ServerMetrics(), DelegatingAuthorizer(allowed)
-    group = NodeMetricGroup(leader, authorizer, Leading(), lambda node: True, lambda node: {}, metrics,
+    group = NodeMetricGroup(leader, authorizer, Leading(), known_node=lambda node: True, node_labels=lambda node: {},
+                            metrics=metrics,
                             wall=lambda: NOW)
-    api = AggregatedApiServer(DelegatingAuthenticator(any_token), authorizer, lambda: None, Leading(), metrics, [group])
-    standby = NodeMetricStore(lambda: NOW - 3600, time.monotonic)  # a copy is the leader's object, whatever its clock
+    api = AggregatedApiServer(DelegatingAuthenticator(any_token), authorizer, lambda: None, leadership=Leading(),
+                              metrics=metrics, groups=[group])
+    standby = NodeMetricStore(clock_wall=lambda: NOW - 3600,
+                              clock_monotonic=time.monotonic)  # a copy is the leader's object, whatever its clock
     applied = asyncio.Event()
 
     async def on_applied() -> None:
@@ -121,7 +124,8 @@ async def test_a_standby_serves_the_receipt_time_its_leader_stored_for_an_update
 
     async with serve_on_loopback(api.application()) as endpoint:
         follower = LeaderFollower(standby, lambda: PlainLeaderAddress("leader-pod_1", endpoint, b""), lambda: "token",
-                                  StorageMetrics(CollectorRegistry()), poll_interval=0.05, on_applied=on_applied)
+                                  metrics=StorageMetrics(CollectorRegistry()), poll_interval=0.05,
+                                  on_applied=on_applied)
         task = asyncio.create_task(follower.run())
         try:
             await asyncio.wait_for(applied.wait(), timeout=20)

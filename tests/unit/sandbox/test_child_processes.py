@@ -13,19 +13,20 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import polling
 from colocation_sandbox.launcher.child_processes import ChildProcess, Supervisor
 from colocation_sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 from tests.clock import FakeClock
-from tests.timing import TIME_FACTOR
+from tests.timing import eventually_async
 
 FALSE = shutil.which("false")
 
 
 async def restarts_of(child: ChildProcess, count: int, timeout: float) -> float:
+    """Seconds until the child has restarted `count` times; `timeout` is the bound under test, not scaled."""
     started = time.monotonic()
-    while child.restarts < count:
-        assert time.monotonic() - started < timeout, f"{child.restarts} restarts in {timeout}s"
-        await asyncio.sleep(0.01)  # polling the child's restart count, with a deadline
+    await polling.eventually_async(lambda: child.restarts >= count, timeout, interval=0.01,
+                                   message=f"{count} restarts of the child")
     return time.monotonic() - started
 
 
@@ -37,7 +38,7 @@ async def test_a_child_that_ran_long_enough_before_each_exit_is_restarted_at_onc
     clock = FakeClock(0.0, tick=700.0)  # each reading 700 s after the one before
     supervisor = Supervisor("child", logging.getLogger(__name__), functools.partial(CrashLoopBackOff, clock),
                             on_restart=lambda: None)
-    child = ChildProcess([str(FALSE)], {}, str(tmp_path / "child.log"))
+    child = ChildProcess(command=[str(FALSE)], env={}, log=str(tmp_path / "child.log"))
     await supervisor.start(child)
     try:
         await restarts_of(child, 4, timeout=8.0)  # a back-off that never reset would wait 10 s at the second
@@ -51,7 +52,7 @@ async def test_a_child_that_keeps_crashing_waits_longer_each_time(
     clock = FakeClock(0.0, tick=0.001)
     backoff = functools.partial(CrashLoopBackOff, clock, initial=0.05, maximum=0.2)
     supervisor = Supervisor("child", logging.getLogger(__name__), backoff, on_restart=lambda: None)
-    child = ChildProcess([str(FALSE)], {}, str(tmp_path / "child.log"))
+    child = ChildProcess(command=[str(FALSE)], env={}, log=str(tmp_path / "child.log"))
     with caplog.at_level(logging.WARNING):
         await supervisor.start(child)
         try:
@@ -79,12 +80,10 @@ stop_now.wait(60)  # the drain
 
 
 async def started_child(supervisor: Supervisor, log: Path) -> ChildProcess:
-    child = ChildProcess([sys.executable, "-c", DRAINING_CHILD], {}, str(log))
+    child = ChildProcess(command=[sys.executable, "-c", DRAINING_CHILD], env={}, log=str(log))
     await supervisor.start(child)
-    started = time.monotonic()
-    while "ready" not in log.read_text():  # noqa: ASYNC240  (a small local file)
-        assert time.monotonic() - started < 30 * TIME_FACTOR, "the child never started"
-        await asyncio.sleep(0.01)  # polling the child's log, with a deadline
+    # Its log is a small local file: read from the loop.
+    await eventually_async(lambda: "ready" in log.read_text(), 30, interval=0.01, message="the child started")
     return child
 
 

@@ -113,7 +113,8 @@ def test_a_version_without_resources_has_no_resources_list() -> None:
 
 
 def _served(group: str, version: str, priorities: tuple[int, int], source: int = discovery.AGGREGATOR) -> Served:
-    return Served(group, version, *priorities, source, discovery.version_document(version, []))
+    return Served(group=group, version=version, group_priority=priorities[0], version_priority=priorities[1],
+                  source=source, document=discovery.version_document(version, []))
 
 
 def test_groups_and_versions_are_ordered_by_priority_then_name() -> None:
@@ -142,8 +143,9 @@ def test_groups_and_versions_are_ordered_by_priority_then_name() -> None:
 def test_an_aggregated_backend_wins_over_local_types_and_undiscovered_versions_are_left_out() -> None:
     mine = {"version": "v1", "resources": [{"resource": "mine"}], "freshness": "Current"}
     served = [*discovery.registry_served(Registry(), documents=True),
-              Served("apps", "v1", 17800, 15, discovery.AGGREGATOR, mine),
-              Served("later.example.com", "v1", 100, 100, discovery.AGGREGATOR, None)]
+              Served(group="apps", version="v1", group_priority=17800, version_priority=15, source=discovery.AGGREGATOR,
+                     document=mine), Served(group="later.example.com", version="v1", group_priority=100,
+                                            version_priority=100, source=discovery.AGGREGATOR, document=None)]
     items = {item["metadata"]["name"]: item for item in discovery.aggregated_groups(served)["items"]}
     assert items["apps"]["versions"] == [mine]
     assert "later.example.com" not in items
@@ -313,7 +315,7 @@ def _touch_apiservice(api: ApiCore) -> None:
     obj = api.store.find(rt, "", "v1.things.example.com")
     assert obj is not None
     labels = {"changed": str(int((obj["metadata"].get("labels") or {}).get("changed", "0")) + 1)}
-    api.store.update(rt, "", "v1.things.example.com", {**obj, "metadata": {**obj["metadata"], "labels": labels}})
+    api.store.update(rt, "", "v1.things.example.com", obj={**obj, "metadata": {**obj["metadata"], "labels": labels}})
 
 
 def _apiservices(api: ApiCore) -> list[dict[str, Any]]:
@@ -385,7 +387,7 @@ async def test_a_backend_that_does_not_answer_is_stale_with_no_resources(aggrega
     endpoints = aggregator.api.store.find(endpoints_rt, "default", "things")
     assert endpoints is not None
     subsets = [{"notReadyAddresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "https", "port": backend.port}]}]
-    aggregator.api.store.update(endpoints_rt, "default", "things", {**endpoints, "subsets": subsets})
+    aggregator.api.store.update(endpoints_rt, "default", "things", obj={**endpoints, "subsets": subsets})
     await aggregator.refresh_discovery(_apiservices(aggregator.api))
     assert _things(aggregator) == {"version": "v1", "freshness": "Stale"}
     assert aggregator._discovered["v1.things.example.com"].failures == 2

@@ -21,11 +21,11 @@ NODESLO_SCHEMA = {
     "properties": {"spec": {"type": "object", "properties": {"enable": {"type": "boolean"}}}},
 }
 NODESLO = ResourceType(
-    "slo.colocation.dev",
-    "v1alpha1",
-    "nodeslos",
-    "NodeSLO",
-    False,
+    group="slo.colocation.dev",
+    version="v1alpha1",
+    resource="nodeslos",
+    kind="NodeSLO",
+    namespaced=False,
     schema=NODESLO_SCHEMA,
     subresources=frozenset({"status"}),
     strategic=False,
@@ -71,11 +71,11 @@ def test_hash_changes_when_a_group_version_changes(registry: Registry) -> None:
     before = openapi_v3_root(registry)["paths"]
     registry.add(
         ResourceType(
-            "slo.colocation.dev",
-            "v1alpha1",
-            "noderesources",
-            "NodeResource",
-            False,
+            group="slo.colocation.dev",
+            version="v1alpha1",
+            resource="noderesources",
+            kind="NodeResource",
+            namespaced=False,
             schema={"type": "object"},
             strategic=False,
         )

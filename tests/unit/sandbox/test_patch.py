@@ -158,7 +158,7 @@ def pod_template_spec(obj: dict[str, Any]) -> dict[str, Any]:
 
 def smp(target: dict[str, Any], patch: dict[str, Any], group: str = "apps",
         kind: str = "Deployment") -> dict[str, Any]:
-    return strategic_merge_patch(target, patch, group, kind)
+    return strategic_merge_patch(target, patch, group, kind=kind)
 
 
 def test_containers_merge_by_name_and_added_ones_come_first() -> None:
@@ -360,7 +360,7 @@ def applied_deployment(replicas: int = 2, image: str = "nginx:1.25", **labels: s
 
 def ssa(live: dict[str, Any] | None, applied: dict[str, Any], manager: str = "kubectl",
         force: bool = False, now: str = NOW) -> dict[str, Any]:
-    return server_side_apply(live, applied, manager, force, "apps", "Deployment", now)
+    return server_side_apply(live, applied, manager, force=force, group="apps", kind="Deployment", now=now)
 
 
 def managers(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -446,7 +446,8 @@ def test_apply_conflicts_with_a_field_an_update_changed() -> None:
     scaled = copy.deepcopy(live)
     scaled["spec"]["replicas"] = 7
     scaled["metadata"]["managedFields"] = managed_fields_for_update(
-        live, scaled, "kube-controller-manager", "Update", "apps/v1", LATER, "apps", "Deployment")
+        live, scaled, "kube-controller-manager", operation="Update", api_version="apps/v1", now=LATER, group="apps",
+        kind="Deployment")
     assert "f:replicas" not in managers(scaled)["kubectl"]["fieldsV1"]["f:spec"]
     assert managers(scaled)["kube-controller-manager"]["fieldsV1"] == {"f:spec": {"f:replicas": {}}}
     with pytest.raises(ApiError) as caught:
@@ -483,7 +484,7 @@ def test_apply_orders_configured_items_as_configured_and_keeps_others_in_place()
     config = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
         {"name": "b", "image": "b"}, {"name": "a", "image": "a2"}, {"name": "x", "image": "x"},
         {"name": "d", "image": "d"}]}}
-    result = server_side_apply(live, config, "kubectl", False, "", "Pod", NOW)
+    result = server_side_apply(live, config, "kubectl", force=False, group="", kind="Pod", now=NOW)
     assert [(c["name"], c["image"]) for c in result["spec"]["containers"]] == [
         ("b", "b"), ("a", "a2"), ("injected", "i"), ("x", "x"), ("d", "d")]
 
@@ -491,10 +492,10 @@ def test_apply_orders_configured_items_as_configured_and_keeps_others_in_place()
 def test_custom_resource_lists_are_atomic_under_apply() -> None:
     widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
               "spec": {"sizes": [1, 2], "parts": [{"name": "a"}]}}
-    live = server_side_apply(None, widget, "me", False, "example.com", "Widget", NOW)
+    live = server_side_apply(None, widget, "me", force=False, group="example.com", kind="Widget", now=NOW)
     changed = copy.deepcopy(widget)
     changed["spec"] = {"sizes": [3]}
-    updated = server_side_apply(live, changed, "me", False, "example.com", "Widget", LATER)
+    updated = server_side_apply(live, changed, "me", force=False, group="example.com", kind="Widget", now=LATER)
     assert updated["spec"] == {"sizes": [3]}
     assert managers(updated)["me"]["fieldsV1"] == {"f:spec": {"f:sizes": {}}}
 
@@ -519,14 +520,14 @@ def test_an_update_takes_the_fields_it_changes_and_forgets_removed_ones() -> Non
     created: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
                                "metadata": {"name": "c", "labels": {"a": "1"}}, "data": {"x": "1"}}
     created["metadata"]["managedFields"] = managed_fields_for_update(
-        None, created, "kubectl-create", "Update", "v1", NOW, "", "ConfigMap")
+        None, created, "kubectl-create", operation="Update", api_version="v1", now=NOW, group="", kind="ConfigMap")
     assert managers(created)["kubectl-create"]["fieldsV1"] == {
         "f:data": {"f:x": {}}, "f:metadata": {"f:labels": {"f:a": {}}}}
     edited = copy.deepcopy(created)
     edited["data"] = {"y": "2"}
     edited["metadata"]["annotations"] = {"note": "hi"}
-    fields = managed_fields_for_update(created, edited, "kubectl-edit", "Update", "v1", LATER,
-                                       "", "ConfigMap")
+    fields = managed_fields_for_update(created, edited, "kubectl-edit", operation="Update", api_version="v1", now=LATER,
+                                       group="", kind="ConfigMap")
     by_manager = {entry["manager"]: entry["fieldsV1"] for entry in fields}
     assert by_manager == {
         "kubectl-create": {"f:metadata": {"f:labels": {"f:a": {}}}},
@@ -573,14 +574,14 @@ def _maps_only(value: Any) -> Any:
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_objects.map(_maps_only), _objects.map(_maps_only))
 def test_without_lists_a_strategic_patch_is_a_merge_patch(target: Any, patch: Any) -> None:
-    assert strategic_merge_patch(target, patch, "", "ConfigMap") == json_merge_patch(target, patch)
+    assert strategic_merge_patch(target, patch, "", kind="ConfigMap") == json_merge_patch(target, patch)
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_objects)
 def test_fields_v1_is_json_and_reapplying_the_same_configuration_changes_nothing(spec: Any) -> None:
     widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": spec}
-    once = server_side_apply(None, widget, "me", False, "example.com", "Widget", NOW)
-    twice = server_side_apply(once, widget, "me", False, "example.com", "Widget", NOW)
+    once = server_side_apply(None, widget, "me", force=False, group="example.com", kind="Widget", now=NOW)
+    twice = server_side_apply(once, widget, "me", force=False, group="example.com", kind="Widget", now=NOW)
     assert twice == once
     json.dumps(twice)

@@ -27,7 +27,8 @@ def test_a_signal_is_reported_as_128_plus_its_number() -> None:
 
 
 @pytest.mark.parametrize(("finished", "phase"), [
-    (None, "Running"), (terminated_state(0, "a", "b"), "Succeeded"), (terminated_state(1, "a", "b"), "Failed"),
+    (None, "Running"), (terminated_state(0, started_at="a", finished_at="b"), "Succeeded"),
+    (terminated_state(1, started_at="a", finished_at="b"), "Failed"),
 ])
 def test_the_phase_follows_the_container_that_will_not_start_again(finished: dict[str, object] | None,
                                                                    phase: str) -> None:

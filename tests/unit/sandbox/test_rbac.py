@@ -70,17 +70,18 @@ def authorizer(*objects: Obj) -> RbacAuthorizer:
 
 
 def user(name: str, *groups: str) -> UserInfo:
-    return UserInfo(name, groups=(*groups, "system:authenticated"))
+    return UserInfo(username=name, groups=(*groups, "system:authenticated"))
 
 
 def can(rbac: RbacAuthorizer, who: UserInfo, verb: str, resource: str, namespace: str = "", *,
         group: str = "", subresource: str = "", name: str = "") -> bool:
-    return rbac.authorize(RequestAttributes(who, verb, True, group, resource, subresource, name,
-                                            namespace)).allowed
+    return rbac.authorize(RequestAttributes(user=who, verb=verb, resource_request=True, api_group=group,
+                                            resource=resource, subresource=subresource, name=name,
+                                            namespace=namespace)).allowed
 
 
 def can_path(rbac: RbacAuthorizer, who: UserInfo, verb: str, path: str) -> bool:
-    return rbac.authorize(RequestAttributes(who, verb, resource_request=False, path=path)).allowed
+    return rbac.authorize(RequestAttributes(user=who, verb=verb, resource_request=False, path=path)).allowed
 
 
 JANE, DAVE = user("jane"), user("dave")
@@ -92,7 +93,7 @@ SECRET_READER = cluster_role("secret-reader", rule(["get", "watch", "list"], ["s
 
 def test_role_binding_grants_its_role_in_its_namespace_only() -> None:
     rbac = authorizer(POD_READER, binding("read-pods", "default", "Role", "pod-reader", user_subject("jane")))
-    decision = rbac.authorize(RequestAttributes(JANE, "list", resource="pods", namespace="default"))
+    decision = rbac.authorize(RequestAttributes(user=JANE, verb="list", resource="pods", namespace="default"))
     assert decision == Decision(True, 'RBAC: allowed by RoleBinding "read-pods/default" of Role "pod-reader" '
                                       'to User "jane"')
     assert not can(rbac, JANE, "list", "pods", "kube-system")
@@ -113,7 +114,7 @@ def test_cluster_role_binding_grants_everywhere_to_group_members() -> None:
     rbac = authorizer(SECRET_READER, cluster_binding("read-secrets-global", "secret-reader",
                                                      group_subject("manager")))
     manager = user("erin", "manager")
-    decision = rbac.authorize(RequestAttributes(manager, "list", resource="secrets"))
+    decision = rbac.authorize(RequestAttributes(user=manager, verb="list", resource="secrets"))
     assert decision.reason == ('RBAC: allowed by ClusterRoleBinding "read-secrets-global" of ClusterRole '
                                '"secret-reader" to Group "manager"')
     assert can(rbac, manager, "get", "secrets", "kube-system", name="x")
@@ -122,13 +123,13 @@ def test_cluster_role_binding_grants_everywhere_to_group_members() -> None:
 
 def test_role_binding_cannot_reach_a_role_of_another_namespace() -> None:
     rbac = authorizer(POD_READER, binding("read-pods", "dev", "Role", "pod-reader", user_subject("jane")))
-    decision = rbac.authorize(RequestAttributes(JANE, "list", resource="pods", namespace="dev"))
+    decision = rbac.authorize(RequestAttributes(user=JANE, verb="list", resource="pods", namespace="dev"))
     # Upstream reports the dangling reference in the reason of the (non-)decision.
     assert decision == Decision(False, 'RBAC: role.rbac.authorization.k8s.io "pod-reader" not found')
 
 
 def test_nothing_is_allowed_by_default() -> None:
-    assert authorizer().authorize(RequestAttributes(JANE, "get", resource="pods", namespace="default")) == \
+    assert authorizer().authorize(RequestAttributes(user=JANE, verb="get", resource="pods", namespace="default")) == \
         Decision(False, "")
 
 
@@ -190,20 +191,20 @@ def test_non_resource_urls_match_exactly_or_by_trailing_star_and_only_via_cluste
 def test_service_account_subjects_default_to_the_binding_namespace() -> None:
     rbac = authorizer(POD_READER, binding("sa-reads", "default", "Role", "pod-reader",
                                           {"kind": "ServiceAccount", "name": "builder"}))
-    builder = UserInfo("system:serviceaccount:default:builder", groups=(
+    builder = UserInfo(username="system:serviceaccount:default:builder", groups=(
         "system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"))
-    decision = rbac.authorize(RequestAttributes(builder, "get", resource="pods", namespace="default",
+    decision = rbac.authorize(RequestAttributes(user=builder, verb="get", resource="pods", namespace="default",
                                                 name="p"))
     assert decision.reason == ('RBAC: allowed by RoleBinding "sa-reads/default" of Role "pod-reader" to '
                                'ServiceAccount "builder/default"')
-    namesake = UserInfo("system:serviceaccount:other:builder", groups=("system:serviceaccounts:other",))
+    namesake = UserInfo(username="system:serviceaccount:other:builder", groups=("system:serviceaccounts:other",))
     assert not can(rbac, namesake, "get", "pods", "default", name="p")
 
 
 def test_service_account_group_subject_covers_every_account_of_the_namespace() -> None:
     rbac = authorizer(SECRET_READER, cluster_binding("b", "secret-reader",
                                                      group_subject("system:serviceaccounts:ci")))
-    runner = UserInfo("system:serviceaccount:ci:runner", groups=("system:serviceaccounts",
+    runner = UserInfo(username="system:serviceaccount:ci:runner", groups=("system:serviceaccounts",
                                                                   "system:serviceaccounts:ci"))
     assert can(rbac, runner, "list", "secrets")
 
@@ -211,8 +212,8 @@ def test_service_account_group_subject_covers_every_account_of_the_namespace() -
 def test_cluster_role_binding_ignores_service_account_subject_without_namespace() -> None:
     rbac = authorizer(SECRET_READER, cluster_binding("b", "secret-reader", {"kind": "ServiceAccount",
                                                                             "name": "default"}))
-    assert not can(rbac, UserInfo("system:serviceaccount::default"), "list", "secrets")
-    assert not can(rbac, UserInfo("system:serviceaccount:default:default"), "list", "secrets")
+    assert not can(rbac, UserInfo(username="system:serviceaccount::default"), "list", "secrets")
+    assert not can(rbac, UserInfo(username="system:serviceaccount:default:default"), "list", "secrets")
 
 
 # ---- aggregation and caching ---------------------------------------------------------------------
@@ -266,7 +267,7 @@ def test_bootstrap_admin_edit_view_aggregate_through_each_other() -> None:
 
 def test_bootstrap_policy_lets_everyone_discover_and_review_itself() -> None:
     rbac = authorizer(*bootstrap_policy())
-    anonymous = UserInfo("system:anonymous", groups=("system:unauthenticated",))
+    anonymous = UserInfo(username="system:anonymous", groups=("system:unauthenticated",))
     assert can_path(rbac, JANE, "get", "/apis/apps/v1")
     assert can_path(rbac, JANE, "get", "/openapi/v3")
     assert can_path(rbac, anonymous, "get", "/healthz")
@@ -308,15 +309,16 @@ ALICE = user("alice")
 
 
 def list_pods(requester: UserInfo, namespace: str = "default") -> RequestAttributes:
-    return RequestAttributes(requester, "list", True, "", "pods", namespace=namespace)
+    return RequestAttributes(user=requester, verb="list", resource_request=True, api_group="", resource="pods",
+                             namespace=namespace)
 
 
 def test_impersonating_a_user_and_groups_when_allowed() -> None:
     rbac = authorizer(IMPERSONATOR, cluster_binding("b", "impersonator", user_subject("alice")))
     headers = CIMultiDict([("Impersonate-User", "bob"), ("Impersonate-Group", "devs"),
                            ("Impersonate-Group", "ops")])
-    assert impersonate(ALICE, headers, rbac.authorize, list_pods(ALICE)) == \
-        UserInfo("bob", groups=("devs", "ops", "system:authenticated"))
+    assert impersonate(ALICE, headers, rbac.authorize, request=list_pods(ALICE)) == \
+        UserInfo(username="bob", groups=("devs", "ops", "system:authenticated"))
 
 
 def test_without_any_grant_the_answer_is_the_first_constrained_denial() -> None:
@@ -324,7 +326,7 @@ def test_without_any_grant_the_answer_is_the_first_constrained_denial() -> None:
                       cluster_binding("b", "users-only", user_subject("alice")))
     with pytest.raises(ApiError) as caught:
         impersonate(ALICE, {"Impersonate-User": "bob", "Impersonate-Group": "system:masters"}, rbac.authorize,
-                    list_pods(ALICE))
+                    request=list_pods(ALICE))
     assert caught.value.code == 403
     assert caught.value.message == ('pods is forbidden: User "alice" cannot impersonate-on:user-info:list resource '
                                     '"pods" in API group "" in the namespace "default"')
@@ -348,11 +350,11 @@ def test_constrained_user_info_mode_needs_the_request_verb_and_the_user() -> Non
                                    rule(["impersonate-on:user-info:list"], ["pods"])),
                       cluster_binding("b", "constrained", user_subject("alice")))
     acting = impersonate(ALICE, {"Impersonate-User": "bob", "Impersonate-Group": "devs"}, rbac.authorize,
-                         list_pods(ALICE))
-    assert acting == UserInfo("bob", groups=("devs", "system:authenticated"))
+                         request=list_pods(ALICE))
+    assert acting == UserInfo(username="bob", groups=("devs", "system:authenticated"))
     with pytest.raises(ApiError) as caught:
         impersonate(ALICE, {"Impersonate-User": "bob", "Impersonate-Group": "system:masters"}, rbac.authorize,
-                    list_pods(ALICE))
+                    request=list_pods(ALICE))
     assert caught.value.message == ('groups.authentication.k8s.io "system:masters" is forbidden: User "alice" '
                                     'cannot impersonate:user-info resource "groups" in API group '
                                     '"authentication.k8s.io" at the cluster scope: impersonating the '
@@ -366,10 +368,10 @@ def test_constrained_node_and_service_account_modes_fix_the_groups() -> None:
                                    rule(["impersonate-on:arbitrary-node:list", "impersonate-on:serviceaccount:list"],
                                         ["pods"])),
                       cluster_binding("b", "constrained", user_subject("alice")))
-    node = impersonate(ALICE, {"Impersonate-User": "system:node:n1"}, rbac.authorize, list_pods(ALICE))
-    assert node == UserInfo("system:node:n1", groups=("system:nodes", "system:authenticated"))
+    node = impersonate(ALICE, {"Impersonate-User": "system:node:n1"}, rbac.authorize, request=list_pods(ALICE))
+    assert node == UserInfo(username="system:node:n1", groups=("system:nodes", "system:authenticated"))
     account = impersonate(ALICE, {"Impersonate-User": "system:serviceaccount:dev:builder"}, rbac.authorize,
-                          list_pods(ALICE))
+                          request=list_pods(ALICE))
     assert account.groups == ("system:serviceaccounts", "system:serviceaccounts:dev", "system:authenticated")
 
 
@@ -378,7 +380,7 @@ def test_impersonating_a_service_account_needs_the_verb_on_serviceaccounts_in_it
                       binding("dev-edit", "dev", "ClusterRole", "edit", user_subject("alice")))
     impersonation = Impersonation(rbac.authorize)
     acting = impersonation(ALICE, {"impersonate-user": "system:serviceaccount:dev:builder"}, list_pods(ALICE, "dev"))
-    assert acting == UserInfo("system:serviceaccount:dev:builder",
+    assert acting == UserInfo(username="system:serviceaccount:dev:builder",
                               groups=("system:serviceaccounts", "system:serviceaccounts:dev",
                                       "system:authenticated"))
     with pytest.raises(ApiError) as caught:
@@ -396,12 +398,12 @@ def test_impersonating_extras_and_uid_needs_the_authentication_group_resources()
     headers = CIMultiDict([("Impersonate-User", "bob"), ("Impersonate-Uid", "1234"),
                            ("Impersonate-Extra-Example.com%2fScopes", "view"),
                            ("Impersonate-Extra-Example.com%2fScopes", "edit")])
-    acting = impersonate(ALICE, headers, rbac.authorize, list_pods(ALICE))
+    acting = impersonate(ALICE, headers, rbac.authorize, request=list_pods(ALICE))
     assert acting.uid == "1234"
     assert dict(acting.extra) == {"example.com/scopes": ("view", "edit")}
     with pytest.raises(ApiError) as caught:
         impersonate(ALICE, {"Impersonate-User": "bob", "Impersonate-Extra-Other": "x"}, rbac.authorize,
-                    list_pods(ALICE))
+                    request=list_pods(ALICE))
     assert caught.value.code == 403
 
 
@@ -409,14 +411,14 @@ def test_impersonation_headers_without_a_user_are_a_bad_request() -> None:
     root = user("root", "system:masters")
     with pytest.raises(ApiError) as caught:
         impersonate(root, CIMultiDict([("Impersonate-Group", "devs"), ("Impersonate-Uid", "7")]),
-                    authorizer().authorize, list_pods(root))
+                    authorizer().authorize, request=list_pods(root))
     assert (caught.value.code, caught.value.message) == (400, (
         'requested &user.DefaultInfo{Name:"", UID:"7", Groups:[]string{"devs"}, Extra:map[string][]string(nil)} '
         "without impersonating a user name"))
 
 
 def test_no_impersonation_headers_leaves_the_caller_unchanged() -> None:
-    assert impersonate(ALICE, {"Accept": "application/json"}, authorizer().authorize, list_pods(ALICE)) is ALICE
+    assert impersonate(ALICE, {"Accept": "application/json"}, authorizer().authorize, request=list_pods(ALICE)) is ALICE
 
 
 # ---- reviews -------------------------------------------------------------------------------------
@@ -459,19 +461,19 @@ def test_self_subject_rules_review_for_an_administrator_lists_everything() -> No
 
 
 def test_forbidden_error_wording_matches_kube_apiserver() -> None:
-    attrs = RequestAttributes(JANE, "update", api_group="coordination.k8s.io", resource="leases",
+    attrs = RequestAttributes(user=JANE, verb="update", api_group="coordination.k8s.io", resource="leases",
                               name="leader", namespace="colocation-system")
     error = forbidden_error(attrs)
     assert (error.code, error.reason) == (403, "Forbidden")
     assert error.message == ('leases.coordination.k8s.io "leader" is forbidden: User "jane" cannot update '
                              'resource "leases" in API group "coordination.k8s.io" in the namespace '
                              '"colocation-system"')
-    path_error = forbidden_error(RequestAttributes(JANE, "get", resource_request=False, path="/metrics"))
+    path_error = forbidden_error(RequestAttributes(user=JANE, verb="get", resource_request=False, path="/metrics"))
     assert path_error.message == 'forbidden: User "jane" cannot get path "/metrics"'
 
 
 def test_user_info_is_usable_as_a_cache_key() -> None:
-    first = UserInfo("u", groups=["a"], extra={"k": ["v"]})  # type: ignore[arg-type,dict-item]
-    second = UserInfo("u", groups=("a",), extra={"k": ("v",)})
+    first = UserInfo(username="u", groups=["a"], extra={"k": ["v"]})  # type: ignore[arg-type,dict-item]
+    second = UserInfo(username="u", groups=("a",), extra={"k": ("v",)})
     assert first == second
     assert len({first, second}) == 1

@@ -69,7 +69,7 @@ def test_status_alone_reports_fields_below_status_and_messages_as_its_schema_see
 def test_a_type_mismatch_reads_as_on_a_real_cluster() -> None:
     schema = _spec(replicas={"type": "integer"})
     with pytest.raises(ApiError) as caught:
-        validate({"spec": {"replicas": "3"}}, schema, "slo.colocation.dev", "NodeSLO", "n1")
+        validate({"spec": {"replicas": "3"}}, schema, "slo.colocation.dev", kind="NodeSLO", name="n1")
     error = caught.value
     assert error.code == 422
     assert error.message == ('NodeSLO.slo.colocation.dev "n1" is invalid: spec.replicas: Invalid value: '

@@ -41,7 +41,7 @@ def test_every_write_gets_a_larger_resource_version_across_resources(store: Stor
     cms, secrets = rt(store, "", "configmaps"), rt(store, "", "secrets")
     first = store.create(cms, configmap("a"))
     second = store.create(secrets, {"metadata": {"name": "s", "namespace": "default"}})
-    third = store.update(cms, "default", "a", {**first, "data": {"k": "v"}})
+    third = store.update(cms, "default", "a", obj={**first, "data": {"k": "v"}})
     versions = [int(o["metadata"]["resourceVersion"]) for o in (first, second, third)]
     assert versions == sorted(versions) and len(set(versions)) == 3
 
@@ -57,9 +57,9 @@ def test_resource_versions_continue_above_the_clock_after_a_restart() -> None:
 def test_update_with_a_stale_resource_version_conflicts_and_changes_nothing(store: Store) -> None:
     cms = rt(store, "", "configmaps")
     created = store.create(cms, configmap("a", k="1"))
-    store.update(cms, "default", "a", {**created, "data": {"k": "2"}})
+    store.update(cms, "default", "a", obj={**created, "data": {"k": "2"}})
     with pytest.raises(ApiError) as error:
-        store.update(cms, "default", "a", {**created, "data": {"k": "3"}})
+        store.update(cms, "default", "a", obj={**created, "data": {"k": "3"}})
     assert error.value.code == 409 and error.value.reason == "Conflict"
     assert store.get(cms, "default", "a")["data"] == {"k": "2"}
 
@@ -68,7 +68,7 @@ def test_a_no_op_update_keeps_the_resource_version_and_emits_nothing(store: Stor
     cms = rt(store, "", "configmaps")
     created = store.create(cms, configmap("a", k="1"))
     events_before = len(store.window(cms).events)
-    again = store.update(cms, "default", "a", dict(created))
+    again = store.update(cms, "default", "a", obj=dict(created))
     assert again["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
     assert len(store.window(cms).events) == events_before
 
@@ -80,9 +80,9 @@ def test_generation_counts_spec_changes_only(store: Store) -> None:
     assert created["metadata"]["generation"] == 1
     current = store.get(deployments, "default", "d")
     labelled = store.update(deployments, "default", "d",
-                            {**current, "metadata": {**current["metadata"], "labels": {"a": "b"}}})
+                            obj={**current, "metadata": {**current["metadata"], "labels": {"a": "b"}}})
     assert labelled["metadata"]["generation"] == 1
-    scaled = store.update(deployments, "default", "d", {**labelled, "spec": {"replicas": 3}})
+    scaled = store.update(deployments, "default", "d", obj={**labelled, "spec": {"replicas": 3}})
     assert scaled["metadata"]["generation"] == 2
 
 
@@ -90,10 +90,10 @@ def test_status_and_main_resource_do_not_write_each_other(store: Store) -> None:
     deployments = rt(store, "apps", "deployments")
     store.create(deployments, {"metadata": {"name": "d", "namespace": "default"}, "spec": {"replicas": 1}})
     current = store.get(deployments, "default", "d")
-    main = store.update(deployments, "default", "d", {**current, "spec": {"replicas": 2}, "status": {"x": 1}})
+    main = store.update(deployments, "default", "d", obj={**current, "spec": {"replicas": 2}, "status": {"x": 1}})
     assert "x" not in main["status"]
     main = store.get(deployments, "default", "d")  # the deployment controller has written status since
-    status = store.update(deployments, "default", "d", {**main, "spec": {"replicas": 9}, "status": {"x": 1}},
+    status = store.update(deployments, "default", "d", obj={**main, "spec": {"replicas": 9}, "status": {"x": 1}},
                           subresource="status")
     assert status["spec"] == {"replicas": 2} and status["status"] == {"x": 1}
 
@@ -117,9 +117,9 @@ def test_finalizers_hold_deletion_until_removed(store: Store) -> None:
     marked, gone = store.delete(cms, "default", "a")
     assert not gone and marked["metadata"]["deletionTimestamp"]
     with pytest.raises(ApiError):
-        store.update(cms, "default", "a", {**marked, "metadata": {**marked["metadata"],
-                                                                   "finalizers": ["x/y", "new/one"]}})
-    store.update(cms, "default", "a", {**marked, "metadata": {**marked["metadata"], "finalizers": []}})
+        store.update(cms, "default", "a",
+                     obj={**marked, "metadata": {**marked["metadata"], "finalizers": ["x/y", "new/one"]}})
+    store.update(cms, "default", "a", obj={**marked, "metadata": {**marked["metadata"], "finalizers": []}})
     assert store.find(cms, "default", "a") is None
     assert store.window(cms).events[-1].type == "DELETED"
 
@@ -144,7 +144,7 @@ def test_namespace_deletion_empties_it_first(store: Store) -> None:
         store.create(cms, {"metadata": {"name": "new", "namespace": "team"}})
     assert error.value.code == 403
     held = store.get(cms, "team", "held")
-    store.update(cms, "team", "held", {**held, "metadata": {**held["metadata"], "finalizers": []}})
+    store.update(cms, "team", "held", obj={**held, "metadata": {**held["metadata"], "finalizers": []}})
     assert store.find(namespaces, "", "team") is None
 
 

@@ -297,22 +297,23 @@ def test_node_table() -> None:
 
 
 CUSTOM = ResourceType(
-    "slo.colocation.dev",
-    "v1alpha1",
-    "noderesources",
-    "NodeResource",
-    False,
+    group="slo.colocation.dev",
+    version="v1alpha1",
+    resource="noderesources",
+    kind="NodeResource",
+    namespaced=False,
     strategic=False,
     printer_columns=(
-        PrinterColumn("CPU", "integer", ".status.cpu"),
-        PrinterColumn("RATIO", "number", ".status.ratio", description="Share of the node.", priority=1),
-        PrinterColumn("HEALTHY", "boolean", ".status.healthy"),
-        PrinterColumn("DETAIL", "string", ".status.detail"),
-        PrinterColumn("FLOAT", "string", ".status.whole"),
-        PrinterColumn("APP", "string", ".metadata.labels['app\\.kubernetes\\.io/name']"),
-        PrinterColumn("SEEN", "date", ".status.seen"),
-        PrinterColumn("MISSING", "string", ".status.nothing"),
-        PrinterColumn("WRONG", "integer", ".status.healthy"),
+        PrinterColumn(name="CPU", type="integer", json_path=".status.cpu"),
+        PrinterColumn(name="RATIO", type="number", json_path=".status.ratio", description="Share of the node.",
+                      priority=1),
+        PrinterColumn(name="HEALTHY", type="boolean", json_path=".status.healthy"),
+        PrinterColumn(name="DETAIL", type="string", json_path=".status.detail"),
+        PrinterColumn(name="FLOAT", type="string", json_path=".status.whole"),
+        PrinterColumn(name="APP", type="string", json_path=".metadata.labels['app\\.kubernetes\\.io/name']"),
+        PrinterColumn(name="SEEN", type="date", json_path=".status.seen"),
+        PrinterColumn(name="MISSING", type="string", json_path=".status.nothing"),
+        PrinterColumn(name="WRONG", type="integer", json_path=".status.healthy"),
     ),
 )
 
@@ -374,12 +375,12 @@ def test_custom_resource_columns_of_each_type() -> None:
 @pytest.mark.parametrize(("seen", "expected"), [("not a time", "<invalid>"), ("", "<unknown>"), (7, None)])
 def test_custom_resource_date_column_of_bad_values(seen: object, expected: str | None) -> None:
     rt = ResourceType(
-        "g.example.com",
-        "v1",
-        "things",
-        "Thing",
-        True,
-        printer_columns=(PrinterColumn("SEEN", "date", ".status.seen"),),
+        group="g.example.com",
+        version="v1",
+        resource="things",
+        kind="Thing",
+        namespaced=True,
+        printer_columns=(PrinterColumn(name="SEEN", type="date", json_path=".status.seen"),),
     )
     assert table(rt, {"metadata": {"name": "t"}, "status": {"seen": seen}})["rows"][0]["cells"] == [
         "t",
@@ -388,7 +389,7 @@ def test_custom_resource_date_column_of_bad_values(seen: object, expected: str |
 
 
 def test_custom_resource_without_columns_shows_name_and_age() -> None:
-    rt = ResourceType("g.example.com", "v1", "things", "Thing", True)
+    rt = ResourceType(group="g.example.com", version="v1", resource="things", kind="Thing", namespaced=True)
     result = table(rt, {"metadata": {"name": "t", "creationTimestamp": ago(seconds=30)}})
     assert [(c["name"], c["type"]) for c in result["columnDefinitions"]] == [
         ("Name", "string"),
@@ -399,15 +400,15 @@ def test_custom_resource_without_columns_shows_name_and_age() -> None:
 
 def test_unparsable_printer_column_drops_it_and_the_following_ones() -> None:
     rt = ResourceType(
-        "g.example.com",
-        "v1",
-        "things",
-        "Thing",
-        True,
+        group="g.example.com",
+        version="v1",
+        resource="things",
+        kind="Thing",
+        namespaced=True,
         printer_columns=(
-            PrinterColumn("A", "string", ".a"),
-            PrinterColumn("B", "string", '.b["x"]'),
-            PrinterColumn("C", "string", ".c"),
+            PrinterColumn(name="A", type="string", json_path=".a"),
+            PrinterColumn(name="B", type="string", json_path='.b["x"]'),
+            PrinterColumn(name="C", type="string", json_path=".c"),
         ),
     )
     assert column_names(table(rt)) == ["Name", "A"]

@@ -173,9 +173,9 @@ def test_token_request_duration_limits(authority: TokenAuthority) -> None:
 
 
 def test_static_tokens_add_users_in_system_authenticated(authority: TokenAuthority) -> None:
-    authority.add_static_token("s3cret", UserInfo("jane", uid="42", groups=("devs",)))
+    authority.add_static_token("s3cret", UserInfo(username="jane", uid="42", groups=("devs",)))
     assert authority.authenticate("s3cret") == \
-        UserInfo("jane", uid="42", groups=("devs", "system:authenticated"))
+        UserInfo(username="jane", uid="42", groups=("devs", "system:authenticated"))
     assert authority.token_review({"token": "s3cret"})["user"] == {
         "username": "jane", "uid": "42", "groups": ["devs", "system:authenticated"]}
 
@@ -198,7 +198,7 @@ async def test_issuer_discovery_is_served_to_service_accounts_as_kube_apiserver_
         assert rt is not None
         api.store.create(rt, obj)
     account_token, _ = api.tokens.issue_service_account_token("colocation-system", "operator", "sa-uid")
-    api.tokens.add_static_token("jane-token", UserInfo("jane", groups=("devs",)))
+    api.tokens.add_static_token("jane-token", UserInfo(username="jane", groups=("devs",)))
     client: TestClient[Any, Any] = TestClient(TestServer(api.application()))
     await client.start_server()
     try:

@@ -92,8 +92,8 @@ async def test_leaving_a_label_selection_looks_like_a_deletion(store: Store) -> 
     obj = store.create(cms, {"metadata": {"name": "a", "namespace": "default", "labels": {"app": "x"}}})
     watcher = store.watch(cms, "", WatchFilter("", LabelSelector.parse("app=x")),
                           resource_version=obj["metadata"]["resourceVersion"], send_initial_events=False)
-    moved = store.update(cms, "default", "a", {**obj, "metadata": {**obj["metadata"], "labels": {"app": "y"}}})
-    back = store.update(cms, "default", "a", {**moved, "metadata": {**moved["metadata"], "labels": {"app": "x"}}})
+    moved = store.update(cms, "default", "a", obj={**obj, "metadata": {**obj["metadata"], "labels": {"app": "y"}}})
+    back = store.update(cms, "default", "a", obj={**moved, "metadata": {**moved["metadata"], "labels": {"app": "x"}}})
     store.delete(cms, "default", "a")
     assert back["metadata"]["labels"] == {"app": "x"}
     assert drain(watcher) == [("DELETED", "a"), ("ADDED", "a"), ("DELETED", "a")]
@@ -115,7 +115,7 @@ async def test_leaving_the_selection_is_a_deletion_of_the_state_that_matched(sto
     watcher = store.watch(cms, "", WatchFilter(labels=LabelSelector.parse("team=blue")), resource_version="",
                           send_initial_events=None)
     next_event(watcher)  # the initial ADDED
-    moved = store.update(cms, "default", "m", {"metadata": {"name": "m", "labels": {"team": "red"}}})
+    moved = store.update(cms, "default", "m", obj={"metadata": {"name": "m", "labels": {"team": "red"}}})
     type_, obj, _ = next_event(watcher)
     assert type_ == "DELETED"
     assert obj["metadata"]["labels"] == {"team": "blue"}
@@ -129,8 +129,8 @@ async def test_removing_the_last_finalizer_deletes_the_object_as_it_was_stored(s
     deleting, _ = store.delete(cms, "default", "f")
     watcher = store.watch(cms, "", WatchFilter(), resource_version=deleting["metadata"]["resourceVersion"],
                           send_initial_events=False)
-    answer = store.update(cms, "default", "f", {**deleting, "metadata": {**deleting["metadata"], "finalizers": []},
-                                                "data": {"v": "2"}})
+    answer = store.update(cms, "default", "f",
+                          obj={**deleting, "metadata": {**deleting["metadata"], "finalizers": []}, "data": {"v": "2"}})
     assert answer["data"] == {"v": "2"}  # the caller gets what it asked for, at the version it had
     assert answer["metadata"]["resourceVersion"] == deleting["metadata"]["resourceVersion"]
     type_, obj, _ = next_event(watcher)
@@ -150,7 +150,7 @@ def test_every_namespace_gets_the_root_ca_config_map_back() -> None:
     store.delete(cms, "team", "kube-root-ca.crt")
     again = store.get(cms, "team", "kube-root-ca.crt")
     assert again["metadata"]["uid"] != published["metadata"]["uid"]
-    store.update(cms, "team", "kube-root-ca.crt", {**again, "data": {"ca.crt": "mine"}}, check_rv=False)
+    store.update(cms, "team", "kube-root-ca.crt", obj={**again, "data": {"ca.crt": "mine"}}, check_rv=False)
     assert store.get(cms, "team", "kube-root-ca.crt")["data"] == published["data"]
 
 

@@ -24,7 +24,7 @@ from colocation.nodemetrics.eviction_request import EvictionReason
 DEFAULT_PENDING_SECONDS = 30.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Candidate:
     """A pod eviction may pick: identity, `spec.priority`, and what it holds in the latest sample."""
 
@@ -37,7 +37,7 @@ class Candidate:
     cpu_request_millis: int = 0  # its kubernetes.io/batch-cpu request
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EvictionRound:
     """What one round decided: ask the leader to evict `pods`, for `reason`."""
 
@@ -54,9 +54,10 @@ def candidates(sample: Sample, pods: Mapping[str, PodInfo]) -> list[Candidate]:
     for uid, info in pods.items():
         if info.evictable and uid:
             measured = usage.get(uid)
-            found.append(Candidate(info.namespace, info.name, uid, info.priority_value,
-                                   measured.memory_bytes if measured else 0, measured.cpu_millis if measured else 0,
-                                   info.batch_cpu_request_millis))
+            found.append(Candidate(namespace=info.namespace, name=info.name, uid=uid, priority=info.priority_value,
+                                   memory_bytes=measured.memory_bytes if measured else 0,
+                                   cpu_millis=measured.cpu_millis if measured else 0,
+                                   cpu_request_millis=info.batch_cpu_request_millis))
     return found
 
 

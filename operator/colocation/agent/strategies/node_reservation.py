@@ -24,7 +24,8 @@ from colocation.kube.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
-permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall("", "nodes", "get", None))
+permissions.declared(permissions.AGENT_API_CALLS,
+                     permissions.ApiCall(group="", resource="nodes", verb="get", namespace=None))
 
 
 class NodeReservation:

@@ -120,8 +120,8 @@ class PressureEviction:
     async def ask(self, decided: EvictionRound) -> None:
         """Send one round's request and take in the leader's answer."""
         assert self.exchange is not None, "connect the exchange first"
-        request = EvictionRequest(self.node, decided.reason, decided.message,
-                                  tuple(PodToEvict(pod.namespace, pod.name, pod.uid) for pod in decided.pods))
+        request = EvictionRequest(node=self.node, reason=decided.reason, message=decided.message,
+                                  pods=tuple(PodToEvict(pod.namespace, pod.name, pod.uid) for pod in decided.pods))
         failed = self.metrics.requests_failed
         follow_up = self.strategy.follow_up
         try:

@@ -36,7 +36,7 @@ STOP_GRACE_SECONDS = 15.0
 START_TIMEOUT_SECONDS = 120.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClusterSettings:
     apiserver_host: str
     apiserver_port: int
@@ -81,7 +81,7 @@ def audit_flags(state_dir: Path, audit_log: Path | None) -> list[str]:
             "--audit-log-format", "json", "--audit-log-mode", "blocking", "--audit-log-maxsize", "0"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Component:
     name: str
     command: list[str]
@@ -101,7 +101,7 @@ class Component:
             raise RuntimeError(f"{self.name} exited (code {code}); the end of {self.log_path}:\n{tail}")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ControlPlane:
     binaries: Binaries
     pki: pki.Pki
@@ -128,7 +128,7 @@ class ControlPlane:
     def _etcd(self) -> Component:
         self.etcd_client_port, peer, self.etcd_metrics_port = free_port(), free_port(), free_port()
         client, peer_url = f"http://127.0.0.1:{self.etcd_client_port}", f"http://127.0.0.1:{peer}"
-        return Component("etcd", [
+        return Component(name="etcd", command=[
             self.binaries.path("etcd"), "--name", "colocation", "--data-dir", str(self.state_dir / "etcd"),
             "--listen-client-urls", client, "--advertise-client-urls", client,
             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
@@ -137,11 +137,11 @@ class ControlPlane:
             # A test cluster on a shared disk: durability across power loss buys nothing here,
             # and fsync latency would dominate every write. Bytes written are unaffected.
             "--unsafe-no-fsync=true", "--log-level", "warn",
-        ], self._log("etcd"))
+        ], log_path=self._log("etcd"))
 
     def _apiserver(self) -> Component:
         p = self.pki.file
-        return Component("kube-apiserver", [
+        return Component(name="kube-apiserver", command=[
             self.binaries.path("kube-apiserver"),
             "--etcd-servers", f"http://127.0.0.1:{self.etcd_client_port}",
             "--etcd-compaction-interval", self.settings.etcd_compaction_interval,
@@ -165,11 +165,11 @@ class ControlPlane:
             "--enable-aggregator-routing=true",
             "--profiling=false", "--v", "1",
             *audit_flags(self.state_dir, self.settings.audit_log),
-        ], self._log("kube-apiserver"))
+        ], log_path=self._log("kube-apiserver"))
 
     def _controller_manager(self) -> Component:
         kubeconfig = str(self.component_kubeconfig("controller-manager", "system:kube-controller-manager"))
-        return Component("kube-controller-manager", [
+        return Component(name="kube-controller-manager", command=[
             self.binaries.path("kube-controller-manager"), "--kubeconfig", kubeconfig,
             "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
             "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
@@ -179,16 +179,16 @@ class ControlPlane:
             "--controllers", "*",
             "--kube-api-qps", "200", "--kube-api-burst", "400",
             "--profiling=false", "--v", "1",
-        ], self._log("kube-controller-manager"))
+        ], log_path=self._log("kube-controller-manager"))
 
     def _scheduler(self) -> Component:
         kubeconfig = str(self.component_kubeconfig("scheduler", "system:kube-scheduler"))
-        return Component("kube-scheduler", [
+        return Component(name="kube-scheduler", command=[
             self.binaries.path("kube-scheduler"), "--kubeconfig", kubeconfig,
             "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
             "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
             "--leader-elect=false", "--profiling=false", "--v", "1",
-        ], self._log("kube-scheduler"))
+        ], log_path=self._log("kube-scheduler"))
 
     def _kwok(self, node_ip: str) -> Component:
         kubeconfig = str(self.component_kubeconfig("kwok", "kwok", ("system:masters",)))
@@ -200,7 +200,7 @@ class ControlPlane:
         ]
         if self.settings.kwok_stages is not None:
             command += ["--config", str(self.settings.kwok_stages)]
-        return Component("kwok", command, self._log("kwok"))
+        return Component(name="kwok", command=command, log_path=self._log("kwok"))
 
     async def start(self, *, node_ip: str) -> None:
         etcd = self._etcd()

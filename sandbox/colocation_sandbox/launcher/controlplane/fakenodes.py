@@ -32,7 +32,7 @@ PROGRESS_EVERY_SECONDS = 10.0
 
 def simulated_specs(count: int, pods_per_node: int) -> list[SimulatedNode]:
     """Nodes 1..count-1, as the builtin sandbox numbers them (node 0 is this machine)."""
-    return [SimulatedNode(f"sim-node-{index}", "", seed=index, profile=PROFILES[(index - 1) % len(PROFILES)],
+    return [SimulatedNode(node=f"sim-node-{index}", token="", seed=index, profile=PROFILES[(index - 1) % len(PROFILES)],
                           pods=pods_per_node) for index in range(1, count)]
 
 
@@ -122,6 +122,7 @@ async def agent_tokens(client: RestClient, specs: list[SimulatedNode], timeout: 
         tokens[node] = answer["status"]["token"]
 
     await _bounded([request(node, pod) for node, pod in by_node.items()], "tokens")
-    return [SimulatedNode(s.node, tokens[s.node], s.seed, s.profile, s.pods, s.cpu_millis, s.memory_bytes)
+    return [SimulatedNode(node=s.node, token=tokens[s.node], seed=s.seed, profile=s.profile, pods=s.pods,
+                          cpu_millis=s.cpu_millis, memory_bytes=s.memory_bytes)
             for s in specs]
 

@@ -50,7 +50,7 @@ KUBECTL_TIMEOUT_SECONDS = 120.0
 SIMULATED_AGENT_STOP_GRACE = 10.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KubeSandboxConfig:
     state_dir: Path
     kubeconfig_out: Path | None = None
@@ -116,10 +116,11 @@ class KubeSandbox:
         binaries = await asyncio.to_thread(locate)
         self.network = network = await asyncio.to_thread(PodNetwork.create)
         pki_ = pki.create(config.state_dir / "pki", apiserver_ips=(network.gateway, SERVICE_IP))
-        settings = ClusterSettings(network.gateway, config.port or free_port(network.gateway),
+        settings = ClusterSettings(apiserver_host=network.gateway,
+                                   apiserver_port=config.port or free_port(network.gateway),
                                    kwok_stages=kwokstages.write(config.state_dir / "kwok-stages.yaml"),
                                    audit_log=config.audit_log.resolve() if config.audit_log else None)
-        self.plane = ControlPlane(binaries, pki_, config.state_dir, settings)
+        self.plane = ControlPlane(binaries=binaries, pki=pki_, state_dir=config.state_dir, settings=settings)
         await self.plane.start(node_ip=network.gateway)
         (config.state_dir / "controlplane.json").write_bytes(orjson.dumps({  # where benchmarks scrape metrics
             "server": self.plane.server, "etcdMetrics": f"http://127.0.0.1:{self.plane.etcd_metrics_port}/metrics"}))

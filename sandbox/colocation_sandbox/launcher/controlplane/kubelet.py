@@ -78,7 +78,7 @@ def next_probes(due: dict[str, float], periods: Mapping[str, float]) -> tuple[fl
     return at, now_due
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunningPod:
     """One pod of this node: its address, its process and what its probes last said."""
 
@@ -238,7 +238,8 @@ class NodeKubelet:
 
     async def _admit(self, pod: Obj, key: str) -> None:
         logs = self.state_dir / "logs" / "pods"
-        running = RunningPod(key, pod["metadata"]["uid"], "", "", pod["spec"], logs / f"{key.replace('/', '_')}.log",
+        running = RunningPod(key=key, uid=pod["metadata"]["uid"], netns="", address="", spec=pod["spec"],
+                             log_path=logs / f"{key.replace('/', '_')}.log",
                              crash_loop=CrashLoopBackOff(maximum=self.max_restart_period))
         if not self.run_agents and running.role == "agent":
             return  # left Pending: with `--nodes 0` (or --no-agents) the launcher runs no agent
@@ -314,7 +315,7 @@ class NodeKubelet:
             if running.stopping:
                 return
             running.ready = False
-            exited = terminated_state(code, running.started_at, _now())
+            exited = terminated_state(code, started_at=running.started_at, finished_at=_now())
             if not restarts_after_exit(policy, code):
                 await self._finish(running, pod, exited)
                 return

@@ -66,7 +66,7 @@ podIPs:
 """
 
 
-def _stage(name: str, kind: str, expressions: list[dict[str, Any]], step: dict[str, Any]) -> dict[str, Any]:
+def _stage(name: str, kind: str, expressions: list[dict[str, Any]], *, step: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name},
             "spec": {"resourceRef": {"apiGroup": "v1", "kind": kind},
                      "selector": {"matchExpressions": expressions}, "next": step}}
@@ -80,12 +80,12 @@ def _not_ready() -> dict[str, Any]:
 def stages() -> list[dict[str, Any]]:
     alive = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
     return [
-        _stage("colocation-node-ready", "Node", [_not_ready()], {"statusTemplate": _READY_NODE}),
+        _stage("colocation-node-ready", "Node", [_not_ready()], step={"statusTemplate": _READY_NODE}),
         _stage("colocation-pod-running", "Pod",
                [alive, {"key": ".status.phase", "operator": "In", "values": ["Pending"]}, _not_ready()],
-               {"statusTemplate": _RUNNING_POD}),
+               step={"statusTemplate": _RUNNING_POD}),
         _stage("colocation-pod-deleted", "Pod",
-               [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}], {"delete": True}),
+               [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}], step={"delete": True}),
     ]
 
 

@@ -33,12 +33,12 @@ def restarts_after_exit(restart_policy: str, exit_code: int) -> bool:
     return True  # Always, the API's default
 
 
-def terminated_state(exit_code: int, started_at: str, finished_at: str) -> Obj:
+def terminated_state(exit_code: int, *, started_at: str, finished_at: str) -> Obj:
     return {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
                            "startedAt": started_at, "finishedAt": finished_at}}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContainerReport:
     """What the kubelet knows of the pod's one container when it writes the pod's status."""
 

@@ -109,7 +109,7 @@ def _routes() -> list[str]:
     return [str(route.get("dst", "")) for route in orjson.loads(_ip("-j", "-4", "route", "show", check=False) or "[]")]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PodNetwork:
     """The bridge and the pods' namespaces of one run."""
 
@@ -125,7 +125,7 @@ class PodNetwork:
         removed = remove_leftovers()
         if removed:
             log.info("removed pod networks of runs that are gone", extra={"removed": removed})
-        network = cls(free_subnet(_routes()))
+        network = cls(subnet=free_subnet(_routes()))
         _ip("link", "add", network.bridge, "type", "bridge")
         _ip("addr", "add", f"{network.gateway}/{network.subnet.prefixlen}", "dev", network.bridge)
         _ip("link", "set", network.bridge, "up")

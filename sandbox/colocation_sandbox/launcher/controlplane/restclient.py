@@ -21,7 +21,7 @@ ATTEMPTS = 6
 
 
 class ApiCallFailed(RuntimeError):
-    def __init__(self, method: str, path: str, status: int, body: Any) -> None:
+    def __init__(self, method: str, path: str, status: int, *, body: Any) -> None:
         message = body.get("message") if isinstance(body, dict) else body
         super().__init__(f"{method} {path}: HTTP {status}: {message}")
         self.status = status
@@ -41,7 +41,7 @@ class RestClient:
 
     def transport(self) -> Transport:
         """For `colocation.kube.informer.Informer`: list and watch with these credentials."""
-        return https_transport(self._session, lambda: self.server, lambda: self.ssl, lambda: "")
+        return https_transport(self._session, lambda: self.server, lambda: self.ssl, token=lambda: "")
 
     async def request(self, method: str, path: str, body: Any = None, *, params: dict[str, str] | None = None,
                       content_type: str = "application/json") -> tuple[int, Any]:
@@ -74,7 +74,7 @@ class RestClient:
         """A call that must answer one of `ok`: its body."""
         status, answer = await self.request(method, path, body, params=params, content_type=content_type)
         if status not in ok:
-            raise ApiCallFailed(method, path, status, answer)
+            raise ApiCallFailed(method, path, status, body=answer)
         return answer
 
 

@@ -28,8 +28,9 @@ NODESLO = {"spec": {"resourceUsedThresholdWithBE": {"enable": True, "memoryEvict
 
 
 def info(uid: str, name: str, *, evictable: bool, priority: int = 5000) -> PodInfo:
-    return PodInfo(uid, "batch", name, "koord-batch" if evictable else "koord-prod", "BE" if evictable else "LS",
-                   0, 0, evictable=evictable, priority_value=priority)
+    return PodInfo(uid=uid, namespace="batch", name=name, priority="koord-batch" if evictable else "koord-prod",
+                   qos="BE" if evictable else "LS", cpu_request_millis=0, memory_request_bytes=0, evictable=evictable,
+                   priority_value=priority)
 
 
 PODS = {"u-big": info("u-big", "big", evictable=True), "u-small": info("u-small", "small", evictable=True),
@@ -38,7 +39,8 @@ PODS = {"u-big": info("u-big", "big", evictable=True), "u-small": info("u-small"
 
 def sample(used: int, **pods: int) -> Sample:
     return Sample(timestamp=1e9, node_cpu_millis=0, node_memory_bytes=used,
-                  pods=tuple(PodSample(f"u-{name}", 0, memory, "") for name, memory in pods.items()))
+                  pods=tuple(PodSample(uid=f"u-{name}", cpu_millis=0, memory_bytes=memory, cgroup_path="") for name,
+                             memory in pods.items()))
 
 
 class FakeLeader:
@@ -162,9 +164,9 @@ class NodeKube:
 
 async def test_the_nodes_memory_capacity_is_read_only_once_memory_eviction_is_enabled(tmp_path: Path) -> None:
     kube = NodeKube()
-    enforcement = node_enforcement("node-1", tmp_path, tmp_path, EnforcementOptions(strategies=(
+    enforcement = node_enforcement("node-1", tmp_path, tmp_path, options=EnforcementOptions(strategies=(
         CpuSuppressOptions(interval=0), BatchCgroupsOptions(interval=0), CpuEvictOptions(interval=0))),
-        kube, AgentMetrics(), cpus=lambda: 4, timeout=1.0)  # type: ignore[arg-type]
+        kube=kube, metrics=AgentMetrics(), cpus=lambda: 4, timeout=1.0)  # type: ignore[arg-type]
     evictions = [s.eviction for s in enforcement.strategies if isinstance(s, PressureEvictionEnforcer)]
     assert [e.strategy.reason for e in evictions] == ["MemoryPressure"]
     assert enforcement.find("cpu-suppress") is None and enforcement.reservation is not None

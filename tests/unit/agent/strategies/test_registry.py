@@ -85,7 +85,8 @@ def test_every_strategys_flags_are_the_agents() -> None:
 
 def test_every_registered_strategy_sets_up_under_its_name(tmp_path: Path) -> None:
     options = EnforcementOptions(strategies=(SystemSettingsOptions(enabled=True),))  # the one off by default
-    enforcement = node_enforcement("node-a", tmp_path, tmp_path, options, NoKube(), AgentMetrics(), cpus=lambda: 4,
+    enforcement = node_enforcement("node-a", tmp_path, tmp_path, options=options, kube=NoKube(), metrics=AgentMetrics(),
+                                   cpus=lambda: 4,
                                    timeout=1.0)
     assert [strategy.name for strategy in enforcement.strategies] == \
         [strategy.name for strategy in STRATEGIES if strategy.enabled(options.of(strategy))]
@@ -162,16 +163,18 @@ def test_a_registered_strategys_flags_make_its_options() -> None:
 
 async def test_a_registered_strategy_is_set_up_run_and_restored(tmp_path: Path) -> None:
     set_up.clear()
-    off = node_enforcement("node-a", tmp_path, tmp_path, EnforcementOptions(strategies=(FakeOptions(interval=0),)),
-                           NoKube(), AgentMetrics(), cpus=lambda: 4, timeout=1.0, strategies=(FAKE,))
+    off = node_enforcement("node-a", tmp_path, tmp_path,
+                           options=EnforcementOptions(strategies=(FakeOptions(interval=0), )), kube=NoKube(),
+                           metrics=AgentMetrics(), cpus=lambda: 4, timeout=1.0, strategies=(FAKE,))
     assert (off.strategies, set_up) == ((), [])
-    enforcement = node_enforcement("node-a", tmp_path, tmp_path, EnforcementOptions(dry_run=True), NoKube(),
-                                   AgentMetrics(), cpus=lambda: 4, timeout=1.0, strategies=(FAKE,))
+    enforcement = node_enforcement("node-a", tmp_path, tmp_path, options=EnforcementOptions(dry_run=True),
+                                   kube=NoKube(), metrics=AgentMetrics(), cpus=lambda: 4, timeout=1.0,
+                                   strategies=(FAKE,))
     [fake] = set_up
     assert enforcement.strategies == (fake,) and fake.interval == 1.0
     assert (fake.host.node, fake.host.dry_run, fake.host.cgroup_root) == ("node-a", True, tmp_path)
 
-    async def no_put(*args: Any) -> tuple[int, Any]:
+    async def no_put(*args: Any, **kwargs: Any) -> tuple[int, Any]:
         raise AssertionError("no report expected")
 
     agent = NodeAgent("node-a", NoKube(), FixedCollector(), locator=LeaderLocator(NoKube()), direct=no_put,
@@ -201,12 +204,12 @@ async def test_a_registered_strategy_is_set_up_run_and_restored(tmp_path: Path) 
 
 async def test_the_agent_runs_a_registered_strategys_rounds_every_its_interval(tmp_path: Path) -> None:
     set_up.clear()
-    enforcement = node_enforcement("node-a", tmp_path, tmp_path, EnforcementOptions(strategies=(
-        FakeOptions(interval=0.01),)), NoKube(), AgentMetrics(), cpus=lambda: 4, timeout=1.0,
+    enforcement = node_enforcement("node-a", tmp_path, tmp_path, options=EnforcementOptions(strategies=(
+        FakeOptions(interval=0.01),)), kube=NoKube(), metrics=AgentMetrics(), cpus=lambda: 4, timeout=1.0,
         strategies=(FAKE,))
     [fake] = set_up
 
-    async def no_put(*args: Any) -> tuple[int, Any]:
+    async def no_put(*args: Any, **kwargs: Any) -> tuple[int, Any]:
         raise AssertionError("no report expected")
 
     async def idle() -> None:

@@ -29,7 +29,7 @@ MIN_CFS_QUOTA_US = 1000  # the kernel refuses less
 MIN_WEIGHT, MAX_WEIGHT = 1, 10000  # cgroup v2 cpu.weight
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContainerResources:
     """What one container asks for: batch resources (Koordinator's units) and native ones (milli-cpus,
     bytes; requests already defaulted to limits). None: not named."""
@@ -51,7 +51,7 @@ class ContainerResources:
                                                    self.batch_memory_request, self.batch_memory_limit))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PodResources:
     uid: str
     namespace: str

@@ -43,7 +43,7 @@ SPEND_FROM_PERCENT, SAVE_BELOW_PERCENT = 100, 60  # the token bucket's usage bou
 _DEFAULTS = CPUBurstStrategy()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BurstConfig:
     """What one pod bursts by: the node's configuration, or its own annotation over it."""
 
@@ -148,7 +148,7 @@ class PoolPod:
 
 
 def share_pool_state(threshold_percent: int, capacity_millis: int, node_usage_millis: int | None,
-                     pods: Iterable[PoolPod]) -> NodeState:
+                     *, pods: Iterable[PoolPod]) -> NodeState:
     if node_usage_millis is None:
         return "unknown"
     total, used = float(capacity_millis), float(node_usage_millis)
@@ -166,7 +166,7 @@ def share_pool_state(threshold_percent: int, capacity_millis: int, node_usage_mi
 
 # ---- the token bucket of cfsQuotaBurstPeriodSeconds -------------------------------------------------
 
-@dataclass
+@dataclass(kw_only=True)
 class BurstLimiter:
     """How long a container may still run above its limit (a state machine on an injected clock)."""
 
@@ -176,9 +176,10 @@ class BurstLimiter:
     updated_at: float
 
     @classmethod
-    def start(cls, period_seconds: int, percent: int, now: float, fill: float) -> BurstLimiter:
+    def start(cls, period_seconds: int, percent: int, now: float, *, fill: float) -> BurstLimiter:
         """`fill`: the share of the bucket it starts with (koordlet: at random, under a half)."""
-        return cls(period_seconds, percent, int(period_seconds * (percent - 100) * fill), now)
+        return cls(period_seconds=period_seconds, percent=percent, tokens=int(period_seconds * (percent - 100) * fill),
+                   updated_at=now)
 
     @property
     def capacity(self) -> int:
@@ -200,7 +201,7 @@ class BurstLimiter:
 
 # ---- one pod's values ----------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContainerReading:
     """One container as a round finds it."""
 
@@ -212,7 +213,7 @@ class ContainerReading:
     allowed: bool = True  # by its token bucket (always, without cfsQuotaBurstPeriodSeconds)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContainerPlan:
     name: str
     base_quota_us: int  # the kubelet's
@@ -253,7 +254,7 @@ def by_node(state: NodeState, operation: Operation) -> Operation:
     return operation
 
 
-def next_quota(operation: Operation, current: int, base: int, ceiling: int) -> int:
+def next_quota(operation: Operation, current: int, base: int, *, ceiling: int) -> int:
     target = {"scale-up": int(current * SCALE_UP), "scale-down": int(current * SCALE_DOWN),
               "reset": base}.get(operation, current)
     return max(base, min(target, ceiling))
@@ -268,7 +269,7 @@ def cfs_burst_us(config: BurstConfig, limit_millis: int, quota_us: int) -> int:
 
 
 def plan_pod(config: BurstConfig, state: NodeState, readings: Iterable[ContainerReading],
-             kubelet_pod_quota_us: int) -> PodPlan:
+             *, kubelet_pod_quota_us: int) -> PodPlan:
     """The values of one pod's cgroups; `kubelet_pod_quota_us` is the pod's own quota as the kubelet
     sets it (-1: none). With policy `none` this is the undo: the kubelet's quotas, no burst."""
     plans = []
@@ -276,9 +277,9 @@ def plan_pod(config: BurstConfig, state: NodeState, readings: Iterable[Container
         base = cfs_quota_us(reading.limit_millis, reading.period_us)
         ceiling = base * config.cfs_quota_burst_percent // 100 if config.cfs_quota_burst_percent > 100 else base
         operation = by_node(state, container_operation(config, reading))
-        quota = next_quota(operation, reading.quota_us, base, ceiling)
-        plans.append(ContainerPlan(reading.name, base, quota, cfs_burst_us(config, reading.limit_millis, quota),
-                                   operation))
+        quota = next_quota(operation, reading.quota_us, base, ceiling=ceiling)
+        plans.append(ContainerPlan(name=reading.name, base_quota_us=base, quota_us=quota,
+                                   burst_us=cfs_burst_us(config, reading.limit_millis, quota), operation=operation))
     pod_quota = UNLIMITED
     if kubelet_pod_quota_us > 0:
         pod_quota = kubelet_pod_quota_us + sum(plan.quota_us - plan.base_quota_us for plan in plans)

@@ -64,7 +64,7 @@ class _Counters:
     usage_usec: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Cgroup:
     """One cgroup of a pod, its values now and as planned."""
 
@@ -104,7 +104,7 @@ class CpuBurster:
         self._bursts: dict[Path, int | None] = {}
 
     def step(self, strategy: BurstStrategy, pods: Mapping[str, BurstPod], sample: Sample | None,
-             infos: Mapping[str, PodInfo]) -> None:
+             *, infos: Mapping[str, PodInfo]) -> None:
         """One round: `pods` are the node's pods that may burst, `infos` all its pods, by UID."""
         state = self.node_state(strategy, sample, infos)
         now = self.clock()
@@ -120,7 +120,7 @@ class CpuBurster:
                     self.undo(uid)
                 continue
             self.managed[uid] = pod
-            plan = self._apply(pod, config, state, seen)
+            plan = self._apply(pod, config, state, seen=seen)
             if plan is not None:
                 self._note(pod, plan, state)
         for uid in [uid for uid in self.managed if uid not in pods]:
@@ -136,8 +136,8 @@ class CpuBurster:
             return "unknown"
         usage = {pod.uid: pod.cpu_millis for pod in sample.pods if pod.cpu_measured}
         return share_pool_state(strategy.share_pool_threshold_percent, self.cpus() * 1000, sample.node_cpu_millis,
-                                (PoolPod(info.qos, info.cpu_request_millis, usage.get(uid))
-                                 for uid, info in infos.items()))
+                                pods=(PoolPod(info.qos, info.cpu_request_millis, usage.get(uid))
+                                      for uid, info in infos.items()))
 
     def restore(self) -> None:
         """Undo every pod burst is on for (at exit, with --restore-on-exit)."""
@@ -150,14 +150,14 @@ class CpuBurster:
         self._failing.discard(pod.resources.uid)
         was = self.in_force.pop(uid, None)
         self._forget()  # rare (a pod's burst turned off, or exit): what is undone is read afresh
-        plan = self._apply(pod, BurstConfig(), "unknown", set())
+        plan = self._apply(pod, BurstConfig(), "unknown", seen=set())
         if was is not None and plan is not None:
             log.info("cpu burst undone", extra={"node": self.node, "pod": _name(pod), "uid": uid,
                                                 "dry_run": self.writer.dry_run})
 
     # ---- reading and writing one pod -------------------------------------------------------------------
 
-    def _apply(self, pod: BurstPod, config: BurstConfig, state: NodeState, seen: set[Path]) -> PodPlan | None:
+    def _apply(self, pod: BurstPod, config: BurstConfig, state: NodeState, *, seen: set[Path]) -> PodPlan | None:
         """Read, plan and write one pod; the plan, or None when its cgroups are not there."""
         resources = pod.resources
         pod_dir = self._pod_dir(resources.kube_qos, resources.uid)
@@ -173,15 +173,16 @@ class CpuBurster:
             seen.add(path)
             throttled, usage_percent = self._counters_of(path, container.cpu_limit, config) \
                 if config.quota_burst else (None, 100)  # only quota burst reads the counters
-            readings.append(ContainerReading(container.name, container.cpu_limit, quota.quota_us, quota.period_us,
-                                             throttled, self._allowed(path, config, usage_percent)))
+            readings.append(ContainerReading(name=container.name, limit_millis=container.cpu_limit,
+                                             quota_us=quota.quota_us, period_us=quota.period_us, throttled=throttled,
+                                             allowed=self._allowed(path, config, usage_percent)))
             containers.append((path, quota))
-        plan = plan_pod(config, state, readings, pod.kubelet_quota_us(pod_quota.period_us))
-        cgroup_list = [_Cgroup(pod_dir, pod_quota.quota_us, pod_quota.period_us,
-                               None if plan.quota_us == UNLIMITED else plan.quota_us,
-                               self._burst(pod_dir), plan.burst_us)]
-        cgroup_list += [_Cgroup(path, quota.quota_us, quota.period_us, values.quota_us,
-                                self._burst(path), values.burst_us)
+        plan = plan_pod(config, state, readings, kubelet_pod_quota_us=pod.kubelet_quota_us(pod_quota.period_us))
+        cgroup_list = [_Cgroup(path=pod_dir, quota=pod_quota.quota_us, period=pod_quota.period_us,
+                               target_quota=None if plan.quota_us == UNLIMITED else plan.quota_us,
+                               burst=self._burst(pod_dir), target_burst=plan.burst_us)]
+        cgroup_list += [_Cgroup(path=path, quota=quota.quota_us, period=quota.period_us, target_quota=values.quota_us,
+                                burst=self._burst(path), target_burst=values.burst_us)
                         for (path, quota), values in zip(containers, plan.containers, strict=True)]
         self._write(pod, cgroup_list)
         return plan
@@ -223,7 +224,7 @@ class CpuBurster:
             self._bursts[path] = self.writer.read_cfs_burst(path)
         return self._bursts[path]
 
-    def _remember(self, outcome: WriteOutcome | None, cache: dict[Path, Any], path: Path, value: object) -> None:
+    def _remember(self, outcome: WriteOutcome | None, cache: dict[Path, Any], path: Path, *, value: object) -> None:
         """After a write: the file now says `value` (written, or found so); else read it again next round."""
         if outcome is None or outcome.result == "ok":
             cache[path] = value
@@ -259,7 +260,7 @@ class CpuBurster:
         if limiter is None or (limiter.period_seconds, limiter.percent) != (config.cfs_quota_burst_period_seconds,
                                                                           config.cfs_quota_burst_percent):
             limiter = self._limiters[path] = BurstLimiter.start(config.cfs_quota_burst_period_seconds,
-                                                                config.cfs_quota_burst_percent, now, self.fill())
+                                                                config.cfs_quota_burst_percent, now, fill=self.fill())
         return limiter.allow(now, usage_percent)
 
     def _write(self, pod: BurstPod, cgroup_list: list[_Cgroup]) -> None:
@@ -275,12 +276,12 @@ class CpuBurster:
 
     def _set_burst(self, c: _Cgroup) -> WriteOutcome | None:
         outcome = self.writer.write_cfs_burst(c.path, c.target_burst)
-        self._remember(outcome, self._bursts, c.path, c.target_burst)
+        self._remember(outcome, self._bursts, c.path, value=c.target_burst)
         return outcome
 
     def _set_quota(self, c: _Cgroup, quota: int) -> WriteOutcome | None:
         outcome = self.writer.write_cfs_quota(c.path, quota, c.period)
-        self._remember(outcome, self._quotas, c.path, CfsQuota(quota, c.period))
+        self._remember(outcome, self._quotas, c.path, value=CfsQuota(quota, c.period))
         return outcome
 
     def _settled(self, pod: BurstPod, outcomes: list[WriteOutcome]) -> None:
@@ -367,7 +368,7 @@ class CpuBurstEnforcer(NodeStrategy):
         self.strategy = strategy
 
     def run_once(self, round: Round) -> None:
-        self.burster.step(self.strategy, self.pods.by_uid, round.sample, round.pods)
+        self.burster.step(self.strategy, self.pods.by_uid, round.sample, infos=round.pods)
 
     def pod_views(self) -> Sequence[PodView[Any]]:
         return (self.pods,)

@@ -39,7 +39,7 @@ DEFAULT_CPU_COOL_DOWN = 20.0  # koordlet's CPUEvictCoolTimeSeconds
 _HISTORY = 4096  # samples kept at most, whatever the window
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CpuEvictPolicy:
     """The cpu eviction part of a NodeSLO's spec.resourceUsedThresholdWithBE."""
 
@@ -207,7 +207,7 @@ class CpuEvictor(PolicyFollower[CpuEvictPolicy]):
         message = (f"best-effort pods get {satisfaction}% of the batch cpu they request (at or below "
                    f"{self.policy.lower_percent}%): {release}m of requests to evict to get back to "
                    f"{self.policy.upper_percent}%")
-        return EvictionRound(self.reason, tuple(pods), message, {
+        return EvictionRound(reason=self.reason, pods=tuple(pods), message=message, details={
             "be_usage_millicores": round(current.usage), "be_request_millicores": round(current.request),
             "be_limit_millicores": round(current.limit), "window_seconds": window, "release_millicores": release,
             "pending_millicores": pending})

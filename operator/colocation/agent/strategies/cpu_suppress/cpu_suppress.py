@@ -36,7 +36,7 @@ _MAX_INCREASE_FRACTION = 0.1  # of the node per round: scale up slowly
 _DEFAULTS = ResourceThresholdStrategy.model_validate({})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SuppressPolicy:
     """The CPU suppress part of a NodeSLO's spec.resourceUsedThresholdWithBE."""
 
@@ -75,7 +75,7 @@ def _percent(value: Any) -> int | None:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CpuUsage:
     """The node's cpu in one sample, split as the formula needs it (milli-cpus)."""
 
@@ -129,7 +129,7 @@ def node_batch_cpu_allocatable(node: Mapping[str, Any] | None) -> int | None:
         return None
 
 
-def cpu_usage(sample: Sample, pods: Mapping[str, PodInfo], cpus: int, reserved: int = 0) -> CpuUsage:
+def cpu_usage(sample: Sample, pods: Mapping[str, PodInfo], cpus: int, *, reserved: int = 0) -> CpuUsage:
     """Split one sample's usage into BE and the rest, by the pods the agent knows (UID → PodInfo)."""
     all_pods = sum(pod.cpu_millis for pod in sample.pods)
     non_be = sum(pod.cpu_millis for pod in sample.pods if not is_best_effort(pod.uid, pod.cgroup_path, pods))
@@ -149,7 +149,7 @@ def be_budget_millis(usage: CpuUsage, policy: SuppressPolicy) -> int:
     return budget
 
 
-def target_cfs_quota(budget_millis: int, current_quota: int, capacity_cores: int, period_us: int) -> int | None:
+def target_cfs_quota(budget_millis: int, current_quota: int, capacity_cores: int, *, period_us: int) -> int | None:
     """The quota (µs per period) to write on the best-effort parent, or None to leave `current_quota`."""
     target = max(budget_millis * period_us // 1000, MIN_CFS_QUOTA_US)
     if target == current_quota:
@@ -162,7 +162,7 @@ def target_cfs_quota(budget_millis: int, current_quota: int, capacity_cores: int
     return target
 
 
-def target_cpuset_size(budget_millis: int, current_size: int, node_cpus: int, available: int) -> int:
+def target_cpuset_size(budget_millis: int, current_size: int, node_cpus: int, *, available: int) -> int:
     """How many cpus the best-effort cpusets keep (never more than are `available` to them)."""
     size = max(math.ceil(budget_millis / 1000), MIN_CPUSET_CPUS)
     max_increase = math.ceil(node_cpus * _MAX_INCREASE_FRACTION)

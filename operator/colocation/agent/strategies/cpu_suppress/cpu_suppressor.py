@@ -78,7 +78,7 @@ class CpuSuppressor:
         if sample is None or not sample.node_cpu_measured:
             return  # no usage yet: neither tighten nor loosen
         reserved = self.reservation.cpu_millis if self.reservation is not None else 0
-        usage = cpu_usage(sample, pods, self.cpus(), reserved)
+        usage = cpu_usage(sample, pods, self.cpus(), reserved=reserved)
         budget = be_budget_millis(usage, policy)
         if policy.policy == "cfsQuota":
             self._restore_cpuset()
@@ -87,7 +87,7 @@ class CpuSuppressor:
             self._restore_quota()
             applied = self._apply_cpuset(budget)
         if applied is not None:
-            self._now_in_force(applied, policy, budget, usage)
+            self._now_in_force(applied, policy, budget, usage=usage)
 
     def restore(self) -> None:
         """Unlimited quota and full cpusets on the best-effort tier; an Event if that ends suppression."""
@@ -117,7 +117,7 @@ class CpuSuppressor:
         quota = current.quota_us
         if self.writer.dry_run and self._dry_run_quota is not None:
             quota = self._dry_run_quota
-        target = target_cfs_quota(budget, quota, usage.capacity // 1000, current.period_us)
+        target = target_cfs_quota(budget, quota, usage.capacity // 1000, period_us=current.period_us)
         if target is not None:
             outcome = self.writer.write_cfs_quota(directory, target, current.period_us)
             if outcome is not None and outcome.result == "failed":
@@ -153,7 +153,7 @@ class CpuSuppressor:
         processors = [processor for processor in self.topology() if processor.cpu in pool]
         if {processor.cpu for processor in processors} != pool:  # topology unknown: each cpu its own core
             processors = [Processor(cpu=cpu, core=cpu, socket=0) for cpu in sorted(pool)]
-        size = target_cpuset_size(budget, len(old), self.cpus(), len(processors))
+        size = target_cpuset_size(budget, len(old), self.cpus(), available=len(processors))
         chosen = frozenset(choose_cpus(size, processors))
         # Every round, as koordlet: pods created since the last one start with the full cpuset.
         outcomes = self.writer.set_cpusets(directories, chosen)
@@ -174,7 +174,7 @@ class CpuSuppressor:
 
     # ---- reporting --------------------------------------------------------------------------------
 
-    def _now_in_force(self, applied: InForce, policy: SuppressPolicy, budget: int, usage: CpuUsage) -> None:
+    def _now_in_force(self, applied: InForce, policy: SuppressPolicy, budget: int, *, usage: CpuUsage) -> None:
         self.metrics.cpu_suppress.set(applied.millicores)
         if applied == self.in_force:
             return

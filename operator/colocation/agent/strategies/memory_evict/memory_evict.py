@@ -37,7 +37,7 @@ DEFAULT_COOL_DOWN = 4.0  # koordlet's MemoryEvictCoolTimeSeconds
 _DEFAULT_THRESHOLD = ResourceThresholdStrategy.model_validate({}).memory_evict_threshold_percent
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MemoryEvictPolicy:
     """The memory eviction part of a NodeSLO's spec.resourceUsedThresholdWithBE."""
 
@@ -101,10 +101,10 @@ class MemoryEvictor(PolicyFollower[MemoryEvictPolicy]):
 
     def decide(self, sample: Sample, pods: Mapping[str, PodInfo]) -> EvictionRound | None:
         used = sample.node_memory_bytes if sample.node_memory_measured else None
-        return self.round(self.policy, self.capacity(), used, candidates(sample, pods))
+        return self.round(self.policy, self.capacity(), used, candidates=candidates(sample, pods))
 
     def round(self, policy: MemoryEvictPolicy, capacity_bytes: int | None, used_bytes: int | None,
-              candidates: Iterable[Candidate]) -> EvictionRound | None:
+              *, candidates: Iterable[Candidate]) -> EvictionRound | None:
         """The pods to ask for now, or None (under the threshold, cooling down, or nothing to pick).
 
         `used_bytes` None: no fresh usage; `candidates`: the evictable pods on the node now, with
@@ -121,6 +121,6 @@ class MemoryEvictor(PolicyFollower[MemoryEvictPolicy]):
         usage_percent = used_bytes * 100 // capacity_bytes
         message = (f"node memory usage {usage_percent}% is at or above the eviction threshold "
                    f"{policy.threshold_percent}%: {need} bytes to release to get under {policy.lower_percent}%")
-        return EvictionRound("MemoryPressure", tuple(pods), message, {
+        return EvictionRound(reason="MemoryPressure", pods=tuple(pods), message=message, details={
             "usage_percent": usage_percent, "threshold_percent": policy.threshold_percent,
             "lower_percent": policy.lower_percent, "release_bytes": need, "pending_bytes": pending})

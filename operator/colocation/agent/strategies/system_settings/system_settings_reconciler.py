@@ -206,7 +206,7 @@ def node_memory_total(proc_root: Path) -> int | None:
     return None if meminfo is None else meminfo.total
 
 
-def node_system_settings(node: str, proc_root: Path, kube: KubeApi, metrics: AgentMetrics, *, dry_run: bool,
+def node_system_settings(node: str, proc_root: Path, kube: KubeApi, *, metrics: AgentMetrics, dry_run: bool,
                          interval: float, timeout: float) -> SystemSettingsReconciler:
     """The reconciler of a real node: its /proc/sys, its writes counted, its Events posted."""
     events = NodeEvents(kube, node, wall=time.time, timeout=timeout,

@@ -32,7 +32,7 @@ def _setup(host: StrategyHost, options: SystemSettingsOptions) -> NodeStrategy:
         node_system_settings,
     )
 
-    return SystemSettingsEnforcer(node_system_settings(host.node, host.proc_root, host.kube, host.metrics,
+    return SystemSettingsEnforcer(node_system_settings(host.node, host.proc_root, host.kube, metrics=host.metrics,
                                                        dry_run=host.dry_run, interval=options.interval,
                                                        timeout=host.timeout))
 

@@ -26,8 +26,9 @@ from colocation.agent.strategies.batch_cgroups.batch_cgroups import ContainerRes
 
 GiB = 1 << 30
 BATCH_UID, PLAIN_UID, CONTAINER_ID = "aaaa-1111", "bbbb-2222", "c0ffee"
-BATCH_POD = PodResources(BATCH_UID, "jobs", "job-1", "BE", "BestEffort", (
-    ContainerResources("main", CONTAINER_ID, batch_cpu_request=500, batch_cpu_limit=1000, batch_memory_limit=GiB),))
+BATCH_POD = PodResources(uid=BATCH_UID, namespace="jobs", name="job-1", qos="BE", kube_qos="BestEffort", containers=(
+    ContainerResources(name="main", container_id=CONTAINER_ID, batch_cpu_request=500, batch_cpu_limit=1000,
+                       batch_memory_limit=GiB),))
 V1_UNLIMITED_MEMORY = "9223372036854771712"
 
 

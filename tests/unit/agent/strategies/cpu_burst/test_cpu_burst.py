@@ -33,15 +33,17 @@ AUTO = BurstConfig(policy="auto")
 @pytest.mark.parametrize(("block", "expected"), [
     (None, BurstStrategy()),
     ({}, BurstStrategy()),
-    ({"policy": "auto"}, BurstStrategy(BurstConfig("auto", 1000, 300, -1), 50)),
+    ({"policy": "auto"}, BurstStrategy(BurstConfig(policy="auto", cpu_burst_percent=1000, cfs_quota_burst_percent=300,
+                                                   cfs_quota_burst_period_seconds=-1), 50)),
     ({"policy": "cpuBurstOnly", "cpuBurstPercent": 200, "cfsQuotaBurstPercent": 150,
       "cfsQuotaBurstPeriodSeconds": 60, "sharePoolThresholdPercent": 70},
-     BurstStrategy(BurstConfig("cpuBurstOnly", 200, 150, 60), 70)),
+     BurstStrategy(BurstConfig(policy="cpuBurstOnly", cpu_burst_percent=200, cfs_quota_burst_percent=150,
+                               cfs_quota_burst_period_seconds=60), 70)),
     # out of Koordinator's bounds, or of the wrong type: that field's default
     ({"policy": "always", "cpuBurstPercent": 0, "cfsQuotaBurstPercent": 99, "cfsQuotaBurstPeriodSeconds": -2,
       "sharePoolThresholdPercent": 101}, BurstStrategy()),
     ({"policy": "cfsQuotaBurstOnly", "cpuBurstPercent": "300", "sharePoolThresholdPercent": True},
-     BurstStrategy(BurstConfig("cfsQuotaBurstOnly"))),
+     BurstStrategy(BurstConfig(policy="cfsQuotaBurstOnly"))),
 ])
 def test_the_strategy_is_read_from_the_nodeslo_with_koordinators_defaults(block: Any, expected: BurstStrategy) -> None:
     nodeslo = {"spec": {} if block is None else {"cpuBurstStrategy": block}}
@@ -56,7 +58,7 @@ def test_no_nodeslo_means_no_burst() -> None:
 @pytest.mark.parametrize(("policy", "cfs", "quota"), [
     ("none", False, False), ("cpuBurstOnly", True, False), ("cfsQuotaBurstOnly", False, True), ("auto", True, True)])
 def test_each_policy_turns_on_its_kinds_of_burst(policy: Any, cfs: bool, quota: bool) -> None:
-    assert (BurstConfig(policy).cfs_burst, BurstConfig(policy).quota_burst) == (cfs, quota)
+    assert (BurstConfig(policy=policy).cfs_burst, BurstConfig(policy=policy).quota_burst) == (cfs, quota)
 
 
 # ---- which pods ----------------------------------------------------------------------------------
@@ -93,11 +95,12 @@ def test_a_pod_without_a_cpu_limit_never_bursts() -> None:
 
 
 @pytest.mark.parametrize(("annotation", "expected"), [
-    (None, BurstConfig("none")),
-    ({"policy": "auto", "cpuBurstPercent": 300}, BurstConfig("auto", cpu_burst_percent=300)),
-    ({"cfsQuotaBurstPeriodSeconds": 10, "cpuBurstPercent": -5}, BurstConfig("none", cfs_quota_burst_period_seconds=10)),
-    ("{not json", BurstConfig("none")),
-    ("[1, 2]", BurstConfig("none")),
+    (None, BurstConfig(policy="none")),
+    ({"policy": "auto", "cpuBurstPercent": 300}, BurstConfig(policy="auto", cpu_burst_percent=300)),
+    ({"cfsQuotaBurstPeriodSeconds": 10, "cpuBurstPercent": -5},
+     BurstConfig(policy="none", cfs_quota_burst_period_seconds=10)),
+    ("{not json", BurstConfig(policy="none")),
+    ("[1, 2]", BurstConfig(policy="none")),
 ])
 def test_a_pods_annotation_overrides_the_nodes_configuration(annotation: Any, expected: BurstConfig) -> None:
     found = burst_pod(pod(annotation=annotation))
@@ -114,18 +117,18 @@ def test_a_pods_annotation_overrides_the_nodes_configuration(annotation: Any, ex
 ])
 def test_share_pool_state_leaves_out_lsr_and_be(node_usage: int | None, expected: NodeState) -> None:
     pods = [PoolPod("LSR", 2000, 500), PoolPod("BE", 0, 1000), PoolPod("LS", 1000, None)]
-    assert share_pool_state(50, 8000, node_usage, pods) == expected
+    assert share_pool_state(50, 8000, node_usage, pods=pods) == expected
 
 
 @pytest.mark.parametrize(("used", "expected"), [
     (2699, "idle"), (2700, "cooling"), (2999, "cooling"), (3000, "overload"), (6000, "overload")])
 def test_share_pool_thresholds(used: int, expected: NodeState) -> None:
     # a 6-cpu pool at a 50 % threshold: overload from 3000, cooling from 90 % of that (2700)
-    assert share_pool_state(50, 6000, used, []) == expected
+    assert share_pool_state(50, 6000, used, pods=[]) == expected
 
 
 def test_an_empty_share_pool_is_overloaded() -> None:
-    assert share_pool_state(50, 4000, 0, [PoolPod("LSE", 4000, 0)]) == "overload"
+    assert share_pool_state(50, 4000, 0, pods=[PoolPod("LSE", 4000, 0)]) == "overload"
 
 
 # ---- the operation and the quota -----------------------------------------------------------------
@@ -147,15 +150,15 @@ def test_the_node_state_overrides_the_containers_wish(state: NodeState, operatio
     ("remain", -1, 100_000),  # unlimited by someone else: back within bounds
 ])
 def test_next_quota(operation: Operation, current: int, expected: int) -> None:
-    assert next_quota(operation, current, 100_000, 300_000) == expected
+    assert next_quota(operation, current, 100_000, ceiling=300_000) == expected
 
 
 @pytest.mark.parametrize(("config", "limit", "quota", "expected"), [
     (AUTO, 1000, 1_000_000, 1_000_000),  # 1 cpu x 1000 % of 100 ms
     (AUTO, 1000, 120_000, 120_000),  # capped at the quota: the kernel refuses more
-    (BurstConfig("cpuBurstOnly", cpu_burst_percent=50), 2000, 200_000, 100_000),
-    (BurstConfig("cfsQuotaBurstOnly"), 1000, 100_000, 0),
-    (BurstConfig("none"), 1000, 100_000, 0),
+    (BurstConfig(policy="cpuBurstOnly", cpu_burst_percent=50), 2000, 200_000, 100_000),
+    (BurstConfig(policy="cfsQuotaBurstOnly"), 1000, 100_000, 0),
+    (BurstConfig(policy="none"), 1000, 100_000, 0),
     (AUTO, 500, -1, 500_000),
 ])
 def test_cfs_burst_is_the_limit_times_the_percent(config: BurstConfig, limit: int, quota: int, expected: int) -> None:
@@ -164,11 +167,12 @@ def test_cfs_burst_is_the_limit_times_the_percent(config: BurstConfig, limit: in
 
 def reading(quota: int = 100_000, *, throttled: bool | None = True, allowed: bool = True, name: str = "c0",
             limit: int = 1000, period: int = 100_000) -> ContainerReading:
-    return ContainerReading(name, limit, quota, period, throttled, allowed)
+    return ContainerReading(name=name, limit_millis=limit, quota_us=quota, period_us=period, throttled=throttled,
+                            allowed=allowed)
 
 
 def test_a_throttled_container_of_an_idle_node_scales_up_and_the_pod_with_it() -> None:
-    plan = plan_pod(AUTO, "idle", [reading(), reading(name="c1", throttled=False)], 200_000)
+    plan = plan_pod(AUTO, "idle", [reading(), reading(name="c1", throttled=False)], kubelet_pod_quota_us=200_000)
     assert [(c.name, c.quota_us, c.burst_us, c.operation) for c in plan.containers] == [
         ("c0", 120_000, 120_000, "scale-up"), ("c1", 100_000, 100_000, "remain")]
     assert (plan.quota_us, plan.burst_us) == (220_000, 220_000)
@@ -176,41 +180,43 @@ def test_a_throttled_container_of_an_idle_node_scales_up_and_the_pod_with_it() -
 
 
 def test_an_overloaded_node_scales_down_to_the_limit_at_most() -> None:
-    plan = plan_pod(AUTO, "overload", [reading(150_000, throttled=True)], 100_000)
+    plan = plan_pod(AUTO, "overload", [reading(150_000, throttled=True)], kubelet_pod_quota_us=100_000)
     assert (plan.containers[0].quota_us, plan.quota_us) == (120_000, 120_000)
-    plan = plan_pod(AUTO, "overload", [reading(110_000)], 100_000)
+    plan = plan_pod(AUTO, "overload", [reading(110_000)], kubelet_pod_quota_us=100_000)
     assert (plan.containers[0].quota_us, plan.quota_us) == (100_000, 100_000)
     assert not plan.quota_bursting
 
 
 def test_an_empty_token_bucket_scales_down_even_when_throttled() -> None:
-    plan = plan_pod(AUTO, "idle", [reading(200_000, allowed=False)], 100_000)
+    plan = plan_pod(AUTO, "idle", [reading(200_000, allowed=False)], kubelet_pod_quota_us=100_000)
     assert plan.containers[0].operation == "scale-down" and plan.containers[0].quota_us == 160_000
 
 
 def test_without_quota_burst_the_quota_goes_back_to_the_limit() -> None:
-    plan = plan_pod(BurstConfig("cpuBurstOnly"), "idle", [reading(250_000)], 100_000)
+    plan = plan_pod(BurstConfig(policy="cpuBurstOnly"), "idle", [reading(250_000)], kubelet_pod_quota_us=100_000)
     assert (plan.containers[0].quota_us, plan.containers[0].burst_us, plan.quota_us) == (100_000, 100_000, 100_000)
 
 
 def test_policy_none_is_the_undo() -> None:
-    plan = plan_pod(BurstConfig(), "idle", [reading(250_000), reading(100_000, name="c1")], 200_000)
+    plan = plan_pod(BurstConfig(), "idle", [reading(250_000), reading(100_000, name="c1")],
+                    kubelet_pod_quota_us=200_000)
     assert [(c.quota_us, c.burst_us) for c in plan.containers] == [(100_000, 0), (100_000, 0)]
     assert (plan.quota_us, plan.burst_us) == (200_000, 0)
     assert not plan.quota_bursting and not plan.cfs_bursting
 
 
 def test_a_pod_the_kubelet_gave_no_quota_keeps_none() -> None:
-    plan = plan_pod(AUTO, "idle", [reading()], -1)
+    plan = plan_pod(AUTO, "idle", [reading()], kubelet_pod_quota_us=-1)
     assert plan.quota_us == -1 and plan.burst_us == 120_000
 
 
 def test_unknown_throttling_remains() -> None:
-    assert plan_pod(AUTO, "idle", [reading(130_000, throttled=None)], -1).containers[0].quota_us == 130_000
+    assert plan_pod(AUTO, "idle", [reading(130_000, throttled=None)],
+                    kubelet_pod_quota_us=-1).containers[0].quota_us == 130_000
 
 
 def test_the_quota_follows_the_cgroups_period() -> None:
-    plan = plan_pod(AUTO, "idle", [reading(50_000, period=50_000)], -1)
+    plan = plan_pod(AUTO, "idle", [reading(50_000, period=50_000)], kubelet_pod_quota_us=-1)
     assert (plan.containers[0].base_quota_us, plan.containers[0].quota_us) == (50_000, 60_000)
 
 

@@ -33,12 +33,14 @@ from tests.unit.agent.strategies.batch_cgroups.test_batch_cgroup_reconciler impo
 from tests.unit.agent.strategies.cpu_suppress.test_cpu_suppressor import FakeKube
 
 LS_UID, OTHER_UID, MAIN, SIDE = "aaaa-1111", "bbbb-2222", "c0ffee", "decaf0"
-POD = BurstPod(PodResources(LS_UID, "web", "front", "LS", "Burstable", (
-    ContainerResources("main", MAIN, cpu_request=500, cpu_limit=1000),
-    ContainerResources("side", SIDE, cpu_request=500, cpu_limit=500))))
-INFOS = {LS_UID: PodInfo(LS_UID, "web", "front", "koord-prod", "LS", 1000, 0, "Burstable"),
-         OTHER_UID: PodInfo(OTHER_UID, "web", "other", "koord-prod", "LS", 0, 0, "Burstable")}
-AUTO, OFF = BurstStrategy(BurstConfig("auto")), BurstStrategy()
+POD = BurstPod(PodResources(uid=LS_UID, namespace="web", name="front", qos="LS", kube_qos="Burstable", containers=(
+    ContainerResources(name="main", container_id=MAIN, cpu_request=500, cpu_limit=1000),
+    ContainerResources(name="side", container_id=SIDE, cpu_request=500, cpu_limit=500))))
+INFOS = {LS_UID: PodInfo(uid=LS_UID, namespace="web", name="front", priority="koord-prod", qos="LS",
+                         cpu_request_millis=1000, memory_request_bytes=0, kube_qos="Burstable"),
+         OTHER_UID: PodInfo(uid=OTHER_UID, namespace="web", name="other", priority="koord-prod", qos="LS",
+                            cpu_request_millis=0, memory_request_bytes=0, kube_qos="Burstable")}
+AUTO, OFF = BurstStrategy(BurstConfig(policy="auto")), BurstStrategy()
 IDLE, BUSY = 1000, 7000  # node usage on 8 cpus: 12 % and 87 % of the share pool (threshold 50 %)
 
 
@@ -143,8 +145,9 @@ class Harness:
 
     def step(self, strategy: BurstStrategy = AUTO, node: int = IDLE, pods: dict[str, BurstPod] | None = None) -> None:
         sample = Sample(timestamp=0.0, node_cpu_millis=node, node_memory_bytes=0,
-                        pods=(PodSample(LS_UID, 800, 0, "kubepods/burstable/pod" + LS_UID),))
-        self.burster.step(strategy, {LS_UID: POD} if pods is None else pods, sample, INFOS)
+                        pods=(PodSample(uid=LS_UID, cpu_millis=800, memory_bytes=0,
+                                        cgroup_path="kubepods/burstable/pod" + LS_UID),))
+        self.burster.step(strategy, {LS_UID: POD} if pods is None else pods, sample, infos=INFOS)
         self.clock.now += 1.0
 
     def writes(self, result: str) -> float:
@@ -181,29 +184,29 @@ def test_nothing_is_written_while_the_policy_is_none(tree: Tree, harness: Harnes
 
 
 async def test_cfs_burst_is_set_at_once_capped_by_each_quota(tree: Tree, harness: Harness) -> None:
-    harness.step(BurstStrategy(BurstConfig("cpuBurstOnly")))
+    harness.step(BurstStrategy(BurstConfig(policy="cpuBurstOnly")))
     # 1000 % of each limit is more than its quota: the quota is the most the kernel takes
     assert tree.values(harness.root) == [(150_000, 150_000), (100_000, 100_000), (50_000, 50_000)]
     assert tree.values(harness.root, OTHER_UID) == KUBELET
     assert harness.bursting("cfs-burst") == 1 and harness.bursting("quota-burst") == 0
-    harness.step(BurstStrategy(BurstConfig("cpuBurstOnly")))
+    harness.step(BurstStrategy(BurstConfig(policy="cpuBurstOnly")))
     assert harness.writes("ok") == 3  # nothing changed: nothing written
     assert await harness.reasons() == ["CPUBurstApplied"]
 
 
 async def test_a_throttled_container_gets_more_quota_up_to_the_ceiling(tree: Tree, harness: Harness) -> None:
-    harness.step(BurstStrategy(BurstConfig("cfsQuotaBurstOnly")))  # the first reading: throttling not known yet
+    harness.step(BurstStrategy(BurstConfig(policy="cfsQuotaBurstOnly")))  # the first reading: throttling not known yet
     assert tree.values(harness.root) == KUBELET
     quotas = []
     for _ in range(8):
         tree.throttle(harness.root)
-        harness.step(BurstStrategy(BurstConfig("cfsQuotaBurstOnly")))
+        harness.step(BurstStrategy(BurstConfig(policy="cfsQuotaBurstOnly")))
         quotas.append(tree.values(harness.root)[1][0])
     assert quotas == [120_000, 144_000, 172_800, 207_360, 248_832, 298_598, 300_000, 300_000]
     assert tree.values(harness.root)[0] == (350_000, 0)  # the pod: side's 50000 and main's 300000
     assert tree.values(harness.root)[2] == (50_000, 0)  # side was never throttled
     assert harness.bursting("quota-burst") == 1
-    harness.step(BurstStrategy(BurstConfig("cfsQuotaBurstOnly")))  # not throttled since: stays
+    harness.step(BurstStrategy(BurstConfig(policy="cfsQuotaBurstOnly")))  # not throttled since: stays
     assert tree.values(harness.root)[1][0] == 300_000
     assert await harness.reasons() == ["CFSQuotaBurstStarted"]
     assert harness.kernel_checks > 0
@@ -229,12 +232,12 @@ def test_a_cooling_or_unmeasured_node_grows_no_quota(tree: Tree, harness: Harnes
     tree.throttle(harness.root)
     harness.step(node=3700)  # (3700 - 0) / 8000 = 46 %: within 90 % of the threshold
     tree.throttle(harness.root)
-    harness.burster.step(AUTO, {LS_UID: POD}, None, INFOS)  # no fresh sample
+    harness.burster.step(AUTO, {LS_UID: POD}, None, infos=INFOS)  # no fresh sample
     assert tree.values(harness.root)[1][0] == 100_000
 
 
 def test_an_empty_token_bucket_stops_the_burst(tree: Tree, harness: Harness) -> None:
-    strategy = BurstStrategy(BurstConfig("cfsQuotaBurstOnly", cfs_quota_burst_period_seconds=0))
+    strategy = BurstStrategy(BurstConfig(policy="cfsQuotaBurstOnly", cfs_quota_burst_period_seconds=0))
     harness.step(strategy)
     tree.throttle(harness.root)
     harness.step(strategy)
@@ -243,7 +246,7 @@ def test_an_empty_token_bucket_stops_the_burst(tree: Tree, harness: Harness) -> 
 
 def test_the_token_bucket_follows_the_containers_usage(tree: Tree, harness: Harness) -> None:
     # 10 s at up to 300 %: 2000 tokens at most; this bucket starts empty (fill 0)
-    strategy = BurstStrategy(BurstConfig("cfsQuotaBurstOnly", cfs_quota_burst_period_seconds=10))
+    strategy = BurstStrategy(BurstConfig(policy="cfsQuotaBurstOnly", cfs_quota_burst_period_seconds=10))
     harness.step(strategy)
     tree.throttle(harness.root, used_usec=0)  # idle for a second: 100 tokens saved
     harness.step(strategy)
@@ -254,7 +257,7 @@ def test_the_token_bucket_follows_the_containers_usage(tree: Tree, harness: Harn
 
 
 def test_a_value_written_by_someone_else_is_put_back_at_the_next_reread(tree: Tree, harness: Harness) -> None:
-    strategy = BurstStrategy(BurstConfig("cpuBurstOnly"))
+    strategy = BurstStrategy(BurstConfig(policy="cpuBurstOnly"))
     harness.step(strategy)  # t = 0: the files read
     main = tree.cgroups(harness.root)[1]
     tree.burst_file(main).write_text("0\n")
@@ -340,10 +343,11 @@ def test_a_kernel_without_cfs_burst_still_gets_quota_burst(tree: Tree, tmp_path:
     for path in tree.cgroups(harness.root):
         tree.burst_file(path).unlink()
     with caplog.at_level(logging.WARNING):
-        harness.burster.step(AUTO, {LS_UID: POD}, None, INFOS)
+        harness.burster.step(AUTO, {LS_UID: POD}, None, infos=INFOS)
         tree.throttle(harness.root)
         harness.clock.now += 1
-        harness.burster.step(AUTO, {LS_UID: POD}, Sample(0.0, IDLE, 0), INFOS)
+        harness.burster.step(AUTO, {LS_UID: POD}, Sample(timestamp=0.0, node_cpu_millis=IDLE, node_memory_bytes=0),
+                             infos=INFOS)
     assert tree.quota(tree.cgroups(harness.root)[1]) == 120_000
     assert not any(tree.burst_file(path).exists() for path in tree.cgroups(harness.root))
     assert caplog.records == []
@@ -361,8 +365,8 @@ def test_a_failing_write_is_counted_each_time_and_logged_once(tree: Tree, harnes
     monkeypatch.setattr(harness.writer, "write_cfs_burst",  # without the kernel check, which reads the files
                         CgroupWriter.write_cfs_burst.__get__(harness.writer))
     with caplog.at_level(logging.WARNING):
-        harness.burster.step(BurstStrategy(BurstConfig("cpuBurstOnly")), {LS_UID: POD}, None, INFOS)
-        harness.burster.step(BurstStrategy(BurstConfig("cpuBurstOnly")), {LS_UID: POD}, None, INFOS)
+        harness.burster.step(BurstStrategy(BurstConfig(policy="cpuBurstOnly")), {LS_UID: POD}, None, infos=INFOS)
+        harness.burster.step(BurstStrategy(BurstConfig(policy="cpuBurstOnly")), {LS_UID: POD}, None, infos=INFOS)
     assert harness.writes("failed") == 2
     assert [record.message for record in caplog.records] == ["cannot write cpu burst"]
     assert [int(tree.burst_file(path).read_text()) for path in tree.cgroups(harness.root)[1:]] == [
@@ -370,15 +374,15 @@ def test_a_failing_write_is_counted_each_time_and_logged_once(tree: Tree, harnes
 
 
 async def test_quota_burst_events_are_rate_limited_per_pod(tree: Tree, harness: Harness) -> None:
-    harness.step(BurstStrategy(BurstConfig("cfsQuotaBurstOnly")))
+    harness.step(BurstStrategy(BurstConfig(policy="cfsQuotaBurstOnly")))
     for node in (IDLE, BUSY, IDLE):  # up, back down to the limit, up again
         tree.throttle(harness.root)
-        harness.step(BurstStrategy(BurstConfig("cfsQuotaBurstOnly")), node=node)
+        harness.step(BurstStrategy(BurstConfig(policy="cfsQuotaBurstOnly")), node=node)
     assert await harness.reasons() == ["CFSQuotaBurstStarted"]
-    harness.step(BurstStrategy(BurstConfig("cfsQuotaBurstOnly")), node=BUSY)
+    harness.step(BurstStrategy(BurstConfig(policy="cfsQuotaBurstOnly")), node=BUSY)
     harness.clock.now += EVENT_INTERVAL
     tree.throttle(harness.root)
-    harness.step(BurstStrategy(BurstConfig("cfsQuotaBurstOnly")))
+    harness.step(BurstStrategy(BurstConfig(policy="cfsQuotaBurstOnly")))
     assert await harness.reasons() == ["CFSQuotaBurstStarted", "CFSQuotaBurstStarted"]
 
 
@@ -388,13 +392,14 @@ def test_a_pod_not_started_yet_is_left_alone(tmp_path: Path) -> None:
     make_root(root, 2)
     (root / tree.cpu).mkdir(parents=True)
     harness = Harness(root, tree)
-    harness.burster.step(AUTO, {LS_UID: POD}, None, INFOS)
+    harness.burster.step(AUTO, {LS_UID: POD}, None, infos=INFOS)
     assert harness.writes("ok") == 0 and harness.writes("failed") == 0
 
 
 def test_quotas_tighten_from_the_containers_up_and_loosen_from_the_pod_down(tree: Tree, harness: Harness) -> None:
-    single = BurstPod(PodResources(LS_UID, "web", "front", "LS", "Burstable", (POD.resources.containers[0],)))
-    strategy = BurstStrategy(BurstConfig("cfsQuotaBurstOnly"))
+    single = BurstPod(PodResources(uid=LS_UID, namespace="web", name="front", qos="LS", kube_qos="Burstable",
+                                   containers=(POD.resources.containers[0],)))
+    strategy = BurstStrategy(BurstConfig(policy="cfsQuotaBurstOnly"))
     harness.step(strategy, pods={LS_UID: single})
     tree.throttle(harness.root)
     harness.step(strategy, pods={LS_UID: single})

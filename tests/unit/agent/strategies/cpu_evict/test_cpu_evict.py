@@ -76,10 +76,10 @@ def test_usage_must_be_near_the_limit_unless_the_limit_is_under_a_cpu() -> None:
 
 
 def test_order_is_lowest_priority_then_largest_usage_per_request() -> None:
-    pods = [Candidate("b", "a", "a", 5000, cpu_millis=500, cpu_request_millis=1000),
-            Candidate("b", "b", "b", 5000, cpu_millis=900, cpu_request_millis=1000),
-            Candidate("b", "c", "c", 3000, cpu_millis=100, cpu_request_millis=1000),
-            Candidate("b", "d", "d", 5000, cpu_millis=0, cpu_request_millis=0)]
+    pods = [Candidate(namespace="b", name="a", uid="a", priority=5000, cpu_millis=500, cpu_request_millis=1000),
+            Candidate(namespace="b", name="b", uid="b", priority=5000, cpu_millis=900, cpu_request_millis=1000),
+            Candidate(namespace="b", name="c", uid="c", priority=3000, cpu_millis=100, cpu_request_millis=1000),
+            Candidate(namespace="b", name="d", uid="d", priority=5000, cpu_millis=0, cpu_request_millis=0)]
     assert [p.name for p in cpu_eviction_order(pods)] == ["c", "b", "a", "d"]
 
 
@@ -93,15 +93,18 @@ def evictor(clock: FakeClock, limit: int = 3000) -> CpuEvictor:
     return cpu
 
 
-PODS = {f"u-{name}": PodInfo(f"u-{name}", "batch", name, "koord-batch", "BE", 0, 0, evictable=True,
+PODS = {f"u-{name}": PodInfo(uid=f"u-{name}", namespace="batch", name=name, priority="koord-batch", qos="BE",
+                             cpu_request_millis=0, memory_request_bytes=0, evictable=True,
                               batch_cpu_request_millis=request)
         for name, request in (("big", 4000), ("mid", 3000), ("small", 3000))}
-PODS["u-web"] = PodInfo("u-web", "web", "web", "koord-prod", "LS", 2000, 0, "Burstable")
+PODS["u-web"] = PodInfo(uid="u-web", namespace="web", name="web", priority="koord-prod", qos="LS",
+                        cpu_request_millis=2000, memory_request_bytes=0, kube_qos="Burstable")
 
 
 def sample(**cpu: int) -> Sample:
     return Sample(timestamp=1e9, node_cpu_millis=sum(cpu.values()), node_memory_bytes=0,
-                  pods=tuple(PodSample(f"u-{name}", millis, 0, "") for name, millis in cpu.items()))
+                  pods=tuple(PodSample(uid=f"u-{name}", cpu_millis=millis, memory_bytes=0, cgroup_path="") for name,
+                             millis in cpu.items()))
 
 
 def test_starved_best_effort_pods_are_asked_for_after_the_first_cool_down() -> None:

@@ -47,40 +47,46 @@ def test_policy_is_off_without_a_nodeslo_or_without_enable() -> None:
 
 
 def test_policy_takes_koordinators_defaults_and_the_nodeslo_values() -> None:
-    assert suppress_policy(nodeslo(enable=True)) == SuppressPolicy(True, 65, None, "cpuset")
+    assert suppress_policy(nodeslo(enable=True)) == SuppressPolicy(enabled=True, threshold_percent=65, min_percent=None,
+                                                                   policy="cpuset")
     assert suppress_policy(nodeslo(enable=True, cpuSuppressThresholdPercent=40, cpuSuppressMinPercent=10,
-                                   cpuSuppressPolicy="cfsQuota")) == SuppressPolicy(True, 40, 10, "cfsQuota")
+                                   cpuSuppressPolicy="cfsQuota")) == SuppressPolicy(
+        enabled=True, threshold_percent=40, min_percent=10, policy="cfsQuota")
     # Values the schema would refuse fall back to the defaults instead of throttling by garbage.
     assert suppress_policy(nodeslo(enable=True, cpuSuppressThresholdPercent=150, cpuSuppressPolicy="x")) == \
-        SuppressPolicy(True, 65, None, "cpuset")
+        SuppressPolicy(enabled=True, threshold_percent=65, min_percent=None, policy="cpuset")
 
 
 def test_usage_splits_pods_by_koordinator_and_kubernetes_qos() -> None:
-    usage = cpu_usage(sample(PodSample(LS_UID, 2000, 0, "kubepods/burstable/pod" + LS_UID),
-                             PodSample(BE_UID, 1500, 0, "kubepods/besteffort/pod" + BE_UID)), PODS, cpus=8)
+    usage = cpu_usage(sample(PodSample(uid=LS_UID, cpu_millis=2000, memory_bytes=0,
+                                       cgroup_path="kubepods/burstable/pod" + LS_UID),
+                             PodSample(uid=BE_UID, cpu_millis=1500, memory_bytes=0,
+                                       cgroup_path="kubepods/besteffort/pod" + BE_UID)), PODS, cpus=8)
     assert usage == CpuUsage(capacity=8000, node=4500, all_pods=3500, non_be_pods=2000, host_applications=0)
     assert usage.system == 1000
 
 
 def test_unknown_pods_are_be_only_in_the_best_effort_tier() -> None:
     usage = cpu_usage(sample(
-        PodSample(STRANGER_UID, 700, 0, "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod3.slice"),
-        PodSample("44444444-4", 300, 0, "kubepods/burstable/pod44444444-4"),
-        PodSample("55555555-5", 200, 0, "kubepods/pod55555555-5")), {}, cpus=8)
+        PodSample(uid=STRANGER_UID, cpu_millis=700, memory_bytes=0,
+                  cgroup_path="kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod3.slice"),
+        PodSample(uid="44444444-4", cpu_millis=300, memory_bytes=0, cgroup_path="kubepods/burstable/pod44444444-4"),
+        PodSample(uid="55555555-5", cpu_millis=200, memory_bytes=0, cgroup_path="kubepods/pod55555555-5")), {}, cpus=8)
     assert usage.non_be_pods == 500
 
 
 def test_budget_is_threshold_minus_non_be_and_system_usage() -> None:
     usage = CpuUsage(capacity=8000, node=4500, all_pods=3500, non_be_pods=2000, host_applications=0)
-    assert be_budget_millis(usage, SuppressPolicy(True, 65)) == 2200
+    assert be_budget_millis(usage, SuppressPolicy(enabled=True, threshold_percent=65)) == 2200
 
 
 def test_host_applications_count_as_non_be_and_not_as_system() -> None:
     app = HostApplicationSample(name="nginx", cpu_millis=400, memory_bytes=0, cgroup_path="system.slice/nginx")
-    usage = cpu_usage(sample(PodSample(LS_UID, 2000, 0, "kubepods/burstable/podx"), node=4500, apps=(app,)),
+    usage = cpu_usage(sample(PodSample(uid=LS_UID, cpu_millis=2000, memory_bytes=0,
+                                       cgroup_path="kubepods/burstable/podx"), node=4500, apps=(app,)),
                       PODS, cpus=8)
     assert (usage.host_applications, usage.system) == (400, 2100)
-    assert be_budget_millis(usage, SuppressPolicy(True, 65)) == 5200 - 2000 - 400 - 2100
+    assert be_budget_millis(usage, SuppressPolicy(enabled=True, threshold_percent=65)) == 5200 - 2000 - 400 - 2100
 
 
 def test_a_be_host_application_in_the_best_effort_tier_is_be_usage() -> None:
@@ -88,16 +94,17 @@ def test_a_be_host_application_in_the_best_effort_tier_is_be_usage() -> None:
                                   cgroup_path="kubepods.slice/kubepods-besteffort.slice/spark")
     elsewhere = HostApplicationSample(name="logs", cpu_millis=300, memory_bytes=0, qos="BE",
                                       cgroup_path="system.slice/logs")  # BE by name only: still a cost to BE
-    usage = cpu_usage(sample(PodSample(LS_UID, 2000, 0, "kubepods/burstable/podx"), node=4500,
+    usage = cpu_usage(sample(PodSample(uid=LS_UID, cpu_millis=2000, memory_bytes=0,
+                                       cgroup_path="kubepods/burstable/podx"), node=4500,
                              apps=(batch, elsewhere)), PODS, cpus=8)
     assert (usage.host_applications, usage.be_host_applications, usage.system) == (900, 600, 1600)
-    assert be_budget_millis(usage, SuppressPolicy(True, 65)) == 5200 - 2000 - 300 - 1600
+    assert be_budget_millis(usage, SuppressPolicy(enabled=True, threshold_percent=65)) == 5200 - 2000 - 300 - 1600
 
 
 def test_min_percent_is_a_floor_under_the_budget() -> None:
     busy = CpuUsage(capacity=8000, node=7900, all_pods=7000, non_be_pods=6000, host_applications=0)
-    assert be_budget_millis(busy, SuppressPolicy(True, 65)) == 5200 - 6000 - 900
-    assert be_budget_millis(busy, SuppressPolicy(True, 65, min_percent=10)) == 800
+    assert be_budget_millis(busy, SuppressPolicy(enabled=True, threshold_percent=65)) == 5200 - 6000 - 900
+    assert be_budget_millis(busy, SuppressPolicy(enabled=True, threshold_percent=65, min_percent=10)) == 800
 
 
 def test_quota_is_the_budget_per_period_with_koordlets_floor() -> None:
@@ -148,6 +155,6 @@ def test_the_node_reserves_the_larger_of_kubelet_and_annotation() -> None:
 def test_reserved_cpu_is_a_floor_under_the_system_usage() -> None:
     quiet = CpuUsage(capacity=8000, node=2500, all_pods=2300, non_be_pods=2000, host_applications=0, reserved=1000)
     assert quiet.system == 1000  # measured 200m, reserved 1000m
-    assert be_budget_millis(quiet, SuppressPolicy(True, 65)) == 5200 - 2000 - 1000
+    assert be_budget_millis(quiet, SuppressPolicy(enabled=True, threshold_percent=65)) == 5200 - 2000 - 1000
     busy = CpuUsage(capacity=8000, node=4500, all_pods=2300, non_be_pods=2000, host_applications=0, reserved=1000)
     assert busy.system == 2200  # measured beyond the reservation: measured

@@ -29,8 +29,10 @@ from colocation.agent.strategies.node_reservation import NodeReservation
 from colocation.kube.backoff import Backoff
 
 LS_UID, BE_UID = "11111111-1", "22222222-2"
-PODS = {LS_UID: PodInfo(LS_UID, "default", "ls", "koord-prod", "LS", 0, 0, "Burstable"),
-        BE_UID: PodInfo(BE_UID, "default", "be", "koord-batch", "BE", 0, 0, "BestEffort")}
+PODS = {LS_UID: PodInfo(uid=LS_UID, namespace="default", name="ls", priority="koord-prod", qos="LS",
+                        cpu_request_millis=0, memory_request_bytes=0, kube_qos="Burstable"),
+        BE_UID: PodInfo(uid=BE_UID, namespace="default", name="be", priority="koord-batch", qos="BE",
+                        cpu_request_millis=0, memory_request_bytes=0, kube_qos="BestEffort")}
 QUOTA = SuppressPolicy(enabled=True, threshold_percent=65, policy="cfsQuota")
 CPUSET = SuppressPolicy(enabled=True, threshold_percent=65, policy="cpuset")
 OFF = SuppressPolicy(enabled=False)
@@ -95,8 +97,8 @@ class FakeKube:
 
 def sample(node: int = 4500) -> Sample:
     return Sample(timestamp=0.0, node_cpu_millis=node, node_memory_bytes=0, pods=(
-        PodSample(LS_UID, 2000, 0, "kubepods/burstable/pod" + LS_UID),
-        PodSample(BE_UID, 1500, 0, "kubepods/besteffort/pod" + BE_UID)))
+        PodSample(uid=LS_UID, cpu_millis=2000, memory_bytes=0, cgroup_path="kubepods/burstable/pod" + LS_UID),
+        PodSample(uid=BE_UID, cpu_millis=1500, memory_bytes=0, cgroup_path="kubepods/besteffort/pod" + BE_UID)))
 
 
 class Harness:

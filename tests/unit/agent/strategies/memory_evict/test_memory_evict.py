@@ -64,7 +64,7 @@ def test_release_starts_at_the_threshold_in_whole_percents() -> None:
 
 
 def pod(name: str, priority: int, memory: int) -> Candidate:
-    return Candidate("batch", name, f"uid-{name}", priority, memory)
+    return Candidate(namespace="batch", name=name, uid=f"uid-{name}", priority=priority, memory_bytes=memory)
 
 
 def test_order_is_lowest_priority_then_largest_usage_then_unmeasured_by_name_descending() -> None:
@@ -78,7 +78,7 @@ def test_a_round_takes_pods_in_order_until_their_usage_covers_the_release() -> N
     pods = [pod("free-small", 3000, 1 * GI), pod("batch-big", 5000, 6 * GI), pod("batch-mid", 5000, 3 * GI),
             pod("batch-small", 5000, 1 * GI)]
     # 10 GiB node at 85 %: release 17 % - down to 68 % - = 1.7 GiB: the free pod (1 GiB), then the largest batch one.
-    decided = evictor.round(ON, 10 * GI, int(8.5 * GI), pods)
+    decided = evictor.round(ON, 10 * GI, int(8.5 * GI), candidates=pods)
     assert decided is not None
     assert [p.name for p in decided.pods] == ["free-small", "batch-big"]
     assert (decided.reason, decided.details["usage_percent"], decided.details["release_bytes"],
@@ -88,7 +88,7 @@ def test_a_round_takes_pods_in_order_until_their_usage_covers_the_release() -> N
 
 def test_under_the_threshold_nothing_is_asked() -> None:
     evictor = MemoryEvictor(lambda: 0.0)
-    assert evictor.round(ON, 10 * GI, int(6.99 * GI), [pod("a", 5000, GI)]) is None
+    assert evictor.round(ON, 10 * GI, int(6.99 * GI), candidates=[pod("a", 5000, GI)]) is None
 
 
 def test_only_labelled_best_effort_pods_of_low_priority_are_candidates() -> None:
@@ -117,12 +117,12 @@ def test_no_round_within_the_cool_down_after_one_that_asked() -> None:
     clock = FakeClock(100.0)
     evictor = MemoryEvictor(clock, cool_down=4.0, backoff=no_jitter)
     pods = [pod("a", 5000, 2 * GI), pod("b", 5000, GI), pod("c", 5000, GI // 2)]
-    first = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)  # release 0.7 GiB: "a"
+    first = evictor.round(ON, 10 * GI, int(7.5 * GI), candidates=pods)  # release 0.7 GiB: "a"
     assert first is not None and [p.name for p in first.pods] == ["a"]
     clock.now += 3.9
-    assert evictor.round(ON, 10 * GI, 9 * GI, pods) is None
+    assert evictor.round(ON, 10 * GI, 9 * GI, candidates=pods) is None
     clock.now += 0.2
-    decided = evictor.round(ON, 10 * GI, 9 * GI, pods)  # release 2.2 GiB, 2 of them already leaving with "a"
+    decided = evictor.round(ON, 10 * GI, 9 * GI, candidates=pods)  # release 2.2 GiB, 2 of them already leaving with "a"
     assert decided is not None and [p.name for p in decided.pods] == ["b"]
     assert decided.details["pending_bytes"] == 2 * GI
 
@@ -131,13 +131,13 @@ def test_pods_asked_for_count_as_being_released_until_they_are_gone_or_the_wait_
     clock = FakeClock(100.0)
     evictor = MemoryEvictor(clock, cool_down=1.0, pending_seconds=30.0, backoff=no_jitter)
     pods = [pod("a", 5000, 2 * GI), pod("b", 5000, GI)]
-    first = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)  # release 7 % = 0.7 GiB: "a" covers it
+    first = evictor.round(ON, 10 * GI, int(7.5 * GI), candidates=pods)  # release 7 % = 0.7 GiB: "a" covers it
     assert first is not None and [p.name for p in first.pods] == ["a"]
     evictor.follow_up.answered("uid-a", "evicted")
     clock.now += 2
-    assert evictor.round(ON, 10 * GI, int(7.5 * GI), pods) is None  # "a" is still leaving: nothing more
+    assert evictor.round(ON, 10 * GI, int(7.5 * GI), candidates=pods) is None  # "a" is still leaving: nothing more
     clock.now += 30
-    again = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)  # "a" never left: ask again
+    again = evictor.round(ON, 10 * GI, int(7.5 * GI), candidates=pods)  # "a" never left: ask again
     assert again is not None and [p.name for p in again.pods] == ["a"]
 
 
@@ -145,15 +145,15 @@ def test_a_deferred_pod_is_held_back_with_backoff_and_the_next_one_is_taken() ->
     clock = FakeClock(100.0)
     evictor = MemoryEvictor(clock, cool_down=1.0, backoff=no_jitter)
     pods = [pod("guarded", 3000, 2 * GI), pod("other", 5000, GI)]
-    first = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)
+    first = evictor.round(ON, 10 * GI, int(7.5 * GI), candidates=pods)
     assert first is not None and [p.name for p in first.pods] == ["guarded"]
     assert evictor.follow_up.answered("uid-guarded", "deferred") == 5.0
     clock.now += 1.5
-    second = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)
+    second = evictor.round(ON, 10 * GI, int(7.5 * GI), candidates=pods)
     assert second is not None and [p.name for p in second.pods] == ["other"]
     assert evictor.follow_up.answered("uid-other", "deferred", retry_after=20.0) == 20.0  # the leader's hint is a floor
     clock.now += 4.0  # 5.5 s after the refusal of "guarded"
-    third = evictor.round(ON, 10 * GI, int(7.5 * GI), pods)
+    third = evictor.round(ON, 10 * GI, int(7.5 * GI), candidates=pods)
     assert third is not None and [p.name for p in third.pods] == ["guarded"]
     assert evictor.follow_up.answered("uid-guarded", "deferred") == 10.0  # refused again: the hold doubles
 
@@ -162,13 +162,13 @@ def test_a_request_that_did_not_get_through_frees_its_pods_for_a_later_round() -
     clock = FakeClock(100.0)
     evictor = MemoryEvictor(clock, cool_down=1.0, backoff=no_jitter)
     pods = [pod("a", 5000, 2 * GI)]
-    assert evictor.round(ON, 10 * GI, 8 * GI, pods) is not None
+    assert evictor.round(ON, 10 * GI, 8 * GI, candidates=pods) is not None
     evictor.follow_up.unanswered(["uid-a"])
     clock.now += 1.0
-    assert evictor.round(ON, 10 * GI, 8 * GI, pods) is not None
+    assert evictor.round(ON, 10 * GI, 8 * GI, candidates=pods) is not None
 
 
 def test_without_capacity_or_fresh_usage_nothing_is_decided() -> None:
     evictor = MemoryEvictor(lambda: 0.0)
-    assert evictor.round(ON, None, 9 * GI, [pod("a", 5000, GI)]) is None
-    assert evictor.round(ON, 10 * GI, None, [pod("a", 5000, GI)]) is None
+    assert evictor.round(ON, None, 9 * GI, candidates=[pod("a", 5000, GI)]) is None
+    assert evictor.round(ON, 10 * GI, None, candidates=[pod("a", 5000, GI)]) is None

@@ -177,10 +177,10 @@ async def test_the_loop_acts_only_once_ready(tmp_path: Path) -> None:
 
 async def test_the_agents_enforcement_runs_the_loop_and_restores_at_exit(tmp_path: Path) -> None:
     vm = build(tmp_path)
-    enforcement = node_enforcement("node-a", tmp_path / "cgroup", tmp_path, EnforcementOptions(strategies=(
+    enforcement = node_enforcement("node-a", tmp_path / "cgroup", tmp_path, options=EnforcementOptions(strategies=(
         CpuSuppressOptions(interval=0), BatchCgroupsOptions(interval=0), MemoryEvictOptions(interval=0),
         CpuEvictOptions(interval=0), SystemSettingsOptions(enabled=True, interval=0.01))),
-        FakeKube(), AgentMetrics(), cpus=lambda: 4, timeout=1.0)  # type: ignore[arg-type]
+        kube=FakeKube(), metrics=AgentMetrics(), cpus=lambda: 4, timeout=1.0)  # type: ignore[arg-type]
     assert enforcement.find("system-settings") is not None
     tasks = [asyncio.create_task(coroutine) for _, coroutine in enforcement.background()]
     try:
@@ -195,6 +195,7 @@ async def test_the_agents_enforcement_runs_the_loop_and_restores_at_exit(tmp_pat
 
 
 def test_the_agent_does_not_touch_the_kernel_unless_asked(tmp_path: Path) -> None:
-    enforcement = node_enforcement("node-a", tmp_path, tmp_path, EnforcementOptions(), FakeKube(),  # type: ignore[arg-type]
-                                   AgentMetrics(), cpus=lambda: 4, timeout=1.0)
+    enforcement = node_enforcement("node-a", tmp_path, tmp_path, options=EnforcementOptions(),
+                                   kube=FakeKube(),  # type: ignore[arg-type]
+                                   metrics=AgentMetrics(), cpus=lambda: 4, timeout=1.0)
     assert enforcement.find("system-settings") is None
