@@ -1,7 +1,8 @@
 """How an agent's PUTs reach the leader: NodeMetric reports and custom metric sample batches alike.
 
 A PUT goes straight to the leader (endpoint and CA from the leader Lease). A standby's 503 names
-the leader, and the PUT goes there at once. A leader that cannot be reached makes the agent ask
+the leader, and the PUT goes there at once (through kube-apiserver, after one more read of the
+Lease, for the CA). A leader that cannot be reached makes the agent ask
 the other replicas the leader published; only when none takes it does it read the Lease again
 and send the PUT through kube-apiserver (which may route it to any ready replica), and after
 such a try fails, not again before `apiserver_backoff`. A leader that refuses our credentials
@@ -101,16 +102,19 @@ def _message(body: Any) -> str:
 
 
 class Delivery:
-    """One node's way to the leader; `slots` (shared by simulated agents) bounds requests in flight."""
+    """One node's way to the leader. `slots` and `apiserver_slots` (shared by simulated agents) bound
+    the requests in flight to the replicas and through kube-apiserver: two bounds, so that requests
+    waiting out a frozen kube-apiserver's timeout never hold the slots the replicas' way needs."""
 
     def __init__(self, kube: KubeApi, locator: LeaderLocator, direct: DirectPut, *, timeout: float,
-                 slots: asyncio.Semaphore | None = None, apiserver_backoff: Backoff | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 slots: asyncio.Semaphore | None = None, apiserver_slots: asyncio.Semaphore | None = None,
+                 apiserver_backoff: Backoff | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.locator = locator
         self.direct = direct
         self.timeout = timeout
         self.slots = slots
+        self.apiserver_slots = apiserver_slots
         self._apiserver_backoff = apiserver_backoff or Backoff(1.0, 30.0, jitter=0.5)
         self._apiserver_after = -math.inf  # monotonic: kube-apiserver is not asked again before then
         self._clock = clock
@@ -159,7 +163,8 @@ class Delivery:
                 continue
             tried.add(target.endpoint)
             try:
-                status, answer = await self._limited(self.direct(target, path, body, timeout=self.timeout))
+                status, answer = await self._limited(self.direct(target, path, body, timeout=self.timeout),
+                                                     self.slots)
             except TimeoutError:
                 failed("leader-timeout")
                 continue
@@ -186,7 +191,8 @@ class Delivery:
 
     async def _through_apiserver(self, path: str, body: bytes, failed: FailureCounter) -> tuple[str, str | None, Any]:
         try:
-            status, answer = await self._limited(self.kube.request("PUT", path, body=body, timeout=self.timeout))
+            status, answer = await self._limited(self.kube.request("PUT", path, body=body, timeout=self.timeout),
+                                                 self.apiserver_slots)
         except TimeoutError as error:
             failed("timeout")
             self._apiserver_failed()
@@ -203,15 +209,31 @@ class Delivery:
         failed(_http_reason(status))
         if status in (429, 503) or status >= 500:
             self._apiserver_failed()
+        if status == 503 and (direct := await self._to_named_leader(answer, path, body, failed=failed)) is not None:
+            return direct
         raise DeliveryFailed(_http_reason(status), _message(answer))
+
+    async def _to_named_leader(self, answer: Any, path: str, body: bytes, *,
+                               failed: FailureCounter) -> tuple[str, str | None, Any] | None:
+        """kube-apiserver routed the PUT to a standby, which named a leader this agent cannot dial
+        yet (it read the Lease before anybody led, say): read the Lease again, for the address and
+        the CA, and send it there. Without this the agent would wait for its next poll of the Lease
+        (30 s), and during a control-plane outage it would not know the replicas to ask."""
+        named, known = named_leader(answer), self.locator.leader
+        if named is None or (known is not None and known.reachable and (known.identity, known.endpoint) == named):
+            return None
+        if not await self.locator.refresh() or (leader := self.locator.leader) is None or not leader.reachable:
+            return None
+        return await self._to_replicas(leader, path, body, failed=failed)
 
     def _apiserver_failed(self) -> None:
         self._apiserver_after = self._clock() + self._apiserver_backoff.next_delay()
 
-    async def _limited(self, request: Awaitable[tuple[int, Any]]) -> tuple[int, Any]:
-        if self.slots is None:
+    @staticmethod
+    async def _limited(request: Awaitable[tuple[int, Any]], slots: asyncio.Semaphore | None) -> tuple[int, Any]:
+        if slots is None:
             return await request
-        async with self.slots:
+        async with slots:
             return await request
 
 

@@ -82,8 +82,8 @@ class NodeAgent:
     def __init__(self, node: str, kube: KubeApi, collector: Collector, *, locator: LeaderLocator,
                  direct: DirectPut, metrics: AgentMetrics, options: NodeAgentOptions | None = None,
                  watch_pods: bool = True, follow_nodeslo: bool = True,
-                 report_slots: asyncio.Semaphore | None = None, lease_slots: asyncio.Semaphore | None = None,
-                 heartbeat_kube: KubeApi | None = None,
+                 report_slots: asyncio.Semaphore | None = None, apiserver_slots: asyncio.Semaphore | None = None,
+                 lease_slots: asyncio.Semaphore | None = None, heartbeat_kube: KubeApi | None = None,
                  sample_source: Callable[[NodePods], SampleSource] | None = None,
                  enforcement: NodeEnforcement | None = None, wall: Callable[[], float] = time.time) -> None:
         self.node = node
@@ -102,7 +102,7 @@ class NodeAgent:
         self.prod_reclaimable: Usage | None = None  # as the latest snapshot says
         # Reports and sample batches take the same way to the leader, and share its bound on requests.
         self.delivery = Delivery(kube, locator, direct, timeout=self.options.report.request_timeout,
-                                 slots=report_slots)
+                                 slots=report_slots, apiserver_slots=apiserver_slots)
         self.enforcement.connect(self.delivery)  # evictions ask the leader the way reports go
         self.reporter = Reporter(node, self.delivery, self.snapshot, metrics=metrics, on_accepted=self._report_accepted,
                                  options=dataclasses.replace(self.options.report,

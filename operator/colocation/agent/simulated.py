@@ -136,7 +136,7 @@ def synthetic_source(collector: SyntheticCollector) -> Callable[[NodePods], Samp
 
 def socket_budget(nodes: int, concurrency: int) -> int:
     """Connections the simulation may hold at once: a watch per node, the Lease and request pools."""
-    return nodes + concurrency + (concurrency + 1)
+    return nodes + concurrency + (2 * concurrency + 1)
 
 
 def ensure_open_files(needed: int) -> int:
@@ -171,8 +171,9 @@ async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = 
     # pool has a semaphore of its size in front, so requests wait there (in order), not in the pool.
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=len(config.nodes))) as watches, \
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=config.concurrency)) as leases, \
-            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=config.concurrency + 1)) as requests:
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2 * config.concurrency + 1)) as requests:
         report_slots = asyncio.Semaphore(config.concurrency)
+        apiserver_slots = asyncio.Semaphore(config.concurrency)
         lease_slots = asyncio.Semaphore(config.concurrency)
         first = config.nodes[0]
         locator = LeaderLocator(SessionKube(requests, server, tls, token=_constant(first.token)),
@@ -187,7 +188,8 @@ async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = 
             agent = NodeAgent(spec.node, kube, collector, locator=locator,
                               direct=session_put(requests, kube.bearer_token), metrics=metrics,
                               options=config.node, follow_nodeslo=False,
-                              report_slots=report_slots, lease_slots=lease_slots,
+                              report_slots=report_slots, apiserver_slots=apiserver_slots,
+                              lease_slots=lease_slots,
                               heartbeat_kube=SessionKube(leases, server, tls, token=token),
                               sample_source=synthetic_source(collector) if config.custom_metrics else None)
             agents.append(agent)

@@ -10,6 +10,7 @@ at once.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import random
 from typing import Any
@@ -127,6 +128,7 @@ class FakeKube:
         self.lease: dict[str, Any] | None = lease("op-0_a", 1)
         self.put_path = put_path
         self.report_status = 200
+        self.report_names: tuple[str, str] | None = None  # the leader a 503 on the aggregated path names
         self.calls: list[tuple[str, str]] = []
         self.bodies: list[bytes] = []
 
@@ -145,7 +147,11 @@ class FakeKube:
         self.bodies.append(body)
         if self.report_status == 0:
             raise TimeoutError
-        return self.report_status, {"kind": "Status", "code": self.report_status, "message": "through apiserver"}
+        answer: dict[str, Any] = {"kind": "Status", "code": self.report_status, "message": "through apiserver"}
+        if self.report_names is not None:
+            identity, named = self.report_names
+            answer["details"] = {"causes": [{"reason": LEADER_CAUSE, "field": identity, "message": named}]}
+        return self.report_status, answer
 
 
 class FakeLeaders:
@@ -295,6 +301,60 @@ async def test_without_a_leader_reports_go_through_kube_apiserver(setup: Setup) 
     setup.kube.lease = None
     await setup.reporter.check()
     assert setup.sent("apiserver", "initial") == 1 and setup.leaders.sent == []
+
+
+async def test_a_standby_behind_kube_apiserver_naming_the_leader_sends_the_report_there_at_once(
+        setup: Setup) -> None:
+    # The agent read the Lease before anybody led; kube-apiserver routes its report to a standby,
+    # which names the leader. The agent reads the Lease again (for the CA) and reports straight to
+    # the leader at once, not at its next poll: it also knows the replicas to ask in an outage.
+    setup.kube.lease = None
+    assert await setup.locator.refresh() and setup.locator.leader is None
+    setup.kube.lease = lease("op-0_a", 1, replicas={"op-1_b": 2})
+    setup.kube.report_status, setup.kube.report_names = 503, ("op-0_a", endpoint(1))
+    await setup.reporter.check()
+    assert setup.sent("leader", "initial") == 1 and [who for who, _ in setup.leaders.sent] == ["op-0_a"]
+    assert setup.kube.calls.count(("GET", LEASE_PATH)) == 2
+    assert setup.delivery.replicas_known
+    setup.clock.advance(10)
+    await setup.reporter.check()
+    assert setup.sent("leader", "heartbeat") == 1 and setup.kube.calls.count(("PUT", REPORT_PATH)) == 1
+
+
+async def test_a_503_through_kube_apiserver_naming_nobody_new_is_a_failure(setup: Setup) -> None:
+    setup.kube.lease = lease("op-0_a", None)  # no address published: the Lease cannot make the leader dialable
+    setup.kube.report_status, setup.kube.report_names = 503, ("op-0_a", endpoint(1))
+    assert await setup.reporter.check() > 0
+    assert setup.failed("unavailable") == 1 and setup.leaders.sent == [] and setup.reporter.last_sent is None
+
+
+async def test_requests_stuck_on_a_frozen_kube_apiserver_leave_the_replicas_way_free() -> None:
+    # Simulated agents share their bounds on requests in flight. One node's PUT through a frozen
+    # kube-apiserver waits out its timeout; another node's report to the leader goes meanwhile.
+    frozen, replicas_way, apiserver_way = FakeKube(), asyncio.Semaphore(1), asyncio.Semaphore(1)
+    frozen.lease = None
+    thawed = asyncio.Event()
+
+    async def hanging(method: str, path: str, **options: Any) -> tuple[int, Any]:
+        if path == LEASE_PATH:
+            return 404, {"kind": "Status", "code": 404}
+        await thawed.wait()
+        return 503, {}
+
+    frozen.request = hanging  # type: ignore[method-assign]
+    leaders = FakeLeaders()
+    stuck = Delivery(frozen, LeaderLocator(frozen), leaders.put, timeout=5.0, slots=replicas_way,
+                     apiserver_slots=apiserver_way)
+    waiting = asyncio.ensure_future(stuck.put(REPORT_PATH, b"{}", lambda reason: None))
+    await asyncio.sleep(0)
+    assert apiserver_way.locked()
+    kube = FakeKube()
+    locator = LeaderLocator(kube)
+    assert await locator.refresh()
+    other = Delivery(kube, locator, leaders.put, timeout=5.0, slots=replicas_way, apiserver_slots=apiserver_way)
+    assert await asyncio.wait_for(other.put(REPORT_PATH, b"{}", lambda reason: None), 1.0) == ("leader", "op-0_a")
+    thawed.set()
+    await asyncio.gather(waiting, return_exceptions=True)
 
 
 async def test_failures_back_off_exponentially_and_retry_with_the_latest_state(setup: Setup) -> None:
