@@ -571,7 +571,8 @@ async def test_failover_keeps_serving_reads_and_watches(
     await eventually_async(lambda: _standby_complete(reader_token, standby, set(nodes)), timeout=40, interval=0.1)
     await eventually_async(lambda: _ready_endpoints(admin, 2), timeout=30, interval=0.1)
 
-    logged_before = _log_size(old["log"])
+    logged_before, standby_logged_before = _log_size(old["log"]), _log_size(standby["log"])
+    restarts_before = await _restart_count(admin, old["identity"])
     reader = Reader(admin, set(nodes))
     reading = asyncio.create_task(reader.run())
     async with admin.watch(BASE, resourceVersion=str(list_rv)) as events:
@@ -631,10 +632,27 @@ async def test_failover_keeps_serving_reads_and_watches(
     assert reader.versions == sorted(reader.versions), "a list's resourceVersion went backwards"
     assert reader.versions[0] >= list_rv
     if how == "kill":
-        # The killed replica's pod restarted it, and the new process freed its predecessor's lease
-        # instead of leaving everyone to wait for it to expire.
+        # The kubelet reports the container's death and its restart, as `kubectl get pods` shows them.
+        await eventually_async(lambda: _restarted_since(admin, old["identity"], restarts_before), timeout=20)
+        # Nobody waited for the lease to expire: the standby took it once the kubelet reported the
+        # leader's container stopped or restarted, or the restarted process freed its predecessor's.
         restarted = _log_since(old["log"], logged_before)
-        assert "freed the lease" in restarted, restarted[-3000:]
+        took_over = _log_since(standby["log"], standby_logged_before)
+        assert "taking over from" in took_over or "freed the lease" in restarted, \
+            (took_over[-2000:], restarted[-2000:])
+
+
+async def _restart_count(kube: Kube, pod: str) -> int:
+    status, body = await kube.request("GET", f"/api/v1/namespaces/{NS}/pods/{pod}")
+    assert status == 200, body
+    return int(body["status"]["containerStatuses"][0].get("restartCount") or 0)
+
+
+async def _restarted_since(kube: Kube, pod: str, restarts_before: int) -> bool:
+    status, body = await kube.request("GET", f"/api/v1/namespaces/{NS}/pods/{pod}")
+    container = body["status"]["containerStatuses"][0] if status == 200 else {}
+    return (int(container.get("restartCount") or 0) > restarts_before and "running" in container.get("state", {})
+            and "finishedAt" in (container.get("lastState") or {}).get("terminated", {}))
 
 
 def _log_size(path: str) -> int:

@@ -95,10 +95,12 @@ class ElectionState:
         return self.holds and self.renewed_at is not None and now - self.renewed_at < renew_deadline
 
     def next_record(self, *, now: float, wall: datetime, lease_duration_seconds: int,
-                    annotations: Mapping[str, str]) -> LeaderElectionRecord | None:
+                    annotations: Mapping[str, str],
+                    holder_ended: bool = False) -> LeaderElectionRecord | None:
         """The record to write to renew or acquire the observed lease; None while another holds it.
 
-        A released lease (no holder) is free at once; another holder's only after expiry.
+        A released lease (no holder) is free at once; another holder's only after expiry, or at
+        once when its process is known to have ended (`holder_ended`, colocation.kube.lease_holder).
         """
         observed = self.observed
         if observed is None:
@@ -107,7 +109,7 @@ class ElectionState:
         if observed.holder_identity == self.identity:
             return dataclasses.replace(observed, lease_duration_seconds=lease_duration_seconds, renew_time=wall,
                                        annotations=merged)
-        if observed.holder_identity and not self.expired(now):
+        if observed.holder_identity and not self.expired(now) and not holder_ended:
             return None
         return LeaderElectionRecord(holder_identity=self.identity, lease_duration_seconds=lease_duration_seconds,
                                     acquire_time=wall, renew_time=wall,
@@ -190,6 +192,7 @@ class LeaderElector:
         on_stopped_leading: Callable[[], None] = lambda: None,
         on_new_leader: Callable[[str], None] = lambda identity: None,
         is_predecessor: Callable[[str], bool] = lambda holder: False,
+        holder_ended: Callable[[LeaderElectionRecord], bool] = lambda record: False,
         acquire_after: float = -math.inf,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -218,6 +221,7 @@ class LeaderElector:
         self._on_stopped_leading = on_stopped_leading
         self._on_new_leader = on_new_leader
         self._is_predecessor = is_predecessor
+        self._holder_ended = holder_ended
         self._clock, self._wall, self._sleep = clock, wall, sleep
         self._state = ElectionState(identity=identity)
         self._lease: dict[str, Any] | None = None  # the Lease as last read or written
@@ -396,11 +400,21 @@ class LeaderElector:
             return
         if not self._state.holder and self._clock() < self.acquire_after:
             return  # a warm standby takes a lease we freed before this cold process does
-        record = self._state.next_record(now=self._clock(), wall=self._now(),
-                                         lease_duration_seconds=self.lease_duration_seconds,
-                                         annotations=annotations)
+        now = self._clock()
+        ended = self._another_holder_ended(now)
+        record = self._state.next_record(now=now, wall=self._now(), lease_duration_seconds=self.lease_duration_seconds,
+                                         annotations=annotations, holder_ended=ended)
         if record is not None:
+            if ended:
+                logger.info("leader election: taking over from %r: its pod's container stopped or restarted "
+                            "after its last renewal", self._state.holder, extra=self._log)
             await self._write(record)
+
+    def _another_holder_ended(self, now: float) -> bool:
+        """Whether another replica holds the unexpired lease and its process is known to have ended."""
+        observed = self._state.observed
+        return (observed is not None and bool(observed.holder_identity) and not self._state.holds
+                and not self._state.expired(now) and self._holder_ended(observed))
 
     async def _free_predecessors_lease(self, annotations: Mapping[str, str]) -> bool:
         """Free the observed lease if our pod's previous process holds it; whether we did."""

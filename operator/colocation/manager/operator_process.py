@@ -48,6 +48,7 @@ from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client, bound_unacknowledged_sends
 from colocation.kube.leader_connection import LeaderAddress
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElector
+from colocation.kube.lease_holder import holder_pod_name
 from colocation.kube.lease_record import REPLICAS_ANNOTATION, replicas_annotation
 from colocation.kube.nodes import NodeDirectory
 from colocation.kube.transport import kube_transport
@@ -55,6 +56,7 @@ from colocation.manager.api_assembly import assemble_api, delegated_auth
 from colocation.manager.heap_trim import HeapTrimmer, libc_malloc_trim
 from colocation.manager.leader_versions import LeaderVersions
 from colocation.manager.operator_config import OperatorConfig
+from colocation.manager.replica_pods import ReplicaPods
 from colocation.manager.serving_tls import KubeCaObjects, ServingFiles, ServingTls
 from colocation.manager.token_pods import ClusterStatePods
 from colocation.nodemetrics.consistent_reads import ConsistentReadMetrics, ConsistentReads
@@ -128,6 +130,8 @@ class OperatorProcess:
         self.storage_metrics.track(self.store)
         self.leadership_metrics = LeadershipMetrics(self.metrics.registry)
         self.nodes = NodeDirectory(on_deleted=self._node_deleted)
+        # The replicas' pods: a standby takes the Lease once the leader's container is seen to stop.
+        self.replica_pods = ReplicaPods(config.namespace, on_change=self._replica_pod_changed)
         self.followers = ReplicaFollowers()  # the standbys following this replica while it leads
         self.stop = asyncio.Event()
         self.stop_now = asyncio.Event()  # a second SIGTERM or SIGINT: no drain
@@ -184,6 +188,12 @@ class OperatorProcess:
         self.leadership_metrics.leader_transitions.inc()
         self.lost_leadership = True
         self.stop.set()
+
+    def _replica_pod_changed(self, name: str) -> None:
+        """The leader's pod changed (its container may have stopped): read the Lease now."""
+        elector = self.elector
+        if elector is not None and not elector.is_leader and holder_pod_name(elector.leader_identity) == name:
+            elector.wake()
 
     def _new_leader(self, identity: str) -> None:
         log.info("leader observed", extra={"leader": identity or "<none>"})
@@ -295,7 +305,7 @@ class OperatorProcess:
                 retry_period=config.retry_period, annotations_provider=self._annotations,
                 on_started_leading=self._started_leading, on_stopped_leading=self._stopped_leading,
                 on_new_leader=self._new_leader, is_predecessor=config.is_predecessor,
-                acquire_after=config.acquire_after)
+                holder_ended=self.replica_pods.holder_ended, acquire_after=config.acquire_after)
             elector = self.elector
             follower = LeaderFollower(self.store, self._leader_address, lambda: token, metrics=self.storage_metrics,
                                       on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration,
@@ -325,6 +335,7 @@ class OperatorProcess:
             if config.controllers.enabled:  # before the election starts: a replica that leads promotes them
                 self.controllers = self._warm_controllers(api)
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
+                     asyncio.create_task(self.replica_pods.informer(kube_transport(api)).run()),
                      asyncio.create_task(elector.run()),
                      asyncio.create_task(self._follow_while_standby(follower))]
             if self.tls is not None:

@@ -3,7 +3,9 @@
 Each replica gets a Pod object, a token for the `colocation-operator` ServiceAccount bound to that
 pod (so the RBAC of manifests/ is what it gets), a kubeconfig with that token, and a loopback
 port registered on the Service for the aggregation layer. A replica that exits is started again
-after the kubelet's back-off (`crash_loop_backoff`), as the kubelet restarts a crashed container.
+after the kubelet's back-off (`crash_loop_backoff`), as the kubelet restarts a crashed container,
+and its pod's container status says so as a kubelet's does (waiting, the last run terminated,
+then running again with a new start time): a standby reads it to take over from a dead leader.
 `STATE_DIR/operators.json` lists the replicas (identity, pid, port, log) for tests and people.
 """
 
@@ -27,6 +29,7 @@ from colocation_sandbox.launcher.child_processes import (
     Supervisor,
     write_state,
 )
+from colocation_sandbox.launcher.controlplane.pod_status import container_exit_code, terminated_state
 from colocation_sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 from colocation_sandbox.launcher.port_claims import free_port
 from colocation_sandbox.server.api_aggregator import LOCAL_ENDPOINTS_ANNOTATION
@@ -40,6 +43,8 @@ class Replica:
     port: int
     kubeconfig: str
     child: ChildProcess
+    started_at: str = ""  # when its current process started, as the pod's status says
+    restarts_reported: int = 0
 
     def public(self) -> dict[str, Any]:
         return {"identity": self.identity, "port": self.port, "kubeconfig": self.kubeconfig, "log": self.child.log,
@@ -55,7 +60,7 @@ class OperatorReplicas:
         self.replicas: list[Replica] = []
         # The kubelet's CrashLoopBackOff: tests see the restart timing a cluster would give them.
         restarts = functools.partial(CrashLoopBackOff, maximum=sandbox.config.max_restart_period)
-        self._supervisor = Supervisor("operator replica", log, restarts, on_restart=self._write_state,
+        self._supervisor = Supervisor("operator replica", log, restarts, on_restart=self._restarted,
                                       on_exit=self._exited,
                                       stop_signals=STOP_AT_ONCE)
         self._probes: set[asyncio.Task[None]] = set()
@@ -68,6 +73,7 @@ class OperatorReplicas:
         api = self.sandbox.api
         pod = {"metadata": {"name": name, "namespace": self.namespace,
                             "labels": {"app.kubernetes.io/name": "colocation-operator",
+                                       "app.kubernetes.io/component": "operator",
                                        "app.kubernetes.io/part-of": "colocation"}},
                # The process listens on this machine's loopback: the host's network, as the pod says.
                "spec": {"serviceAccountName": permissions.OPERATOR_SERVICE_ACCOUNT, "hostNetwork": True,
@@ -116,6 +122,29 @@ class OperatorReplicas:
         self._register_endpoints()
         for replica in self.replicas:
             await self._supervisor.start(replica.child, identity=replica.identity, port=replica.port)
+            replica.started_at = format_time(self.sandbox.api.clock())
+            self._container_status(replica, {"running": {"startedAt": replica.started_at}}, ready=True)
+        self._write_state()
+
+    def _container_status(self, replica: Replica, state: dict[str, Any], *, ready: bool,
+                          last_state: dict[str, Any] | None = None) -> None:
+        """Write the replica's container status as the kubelet would after a start or an exit."""
+        api = self.sandbox.api
+        pods = api.rt("", "pods")
+        pod = api.store.get(pods, self.namespace, replica.identity)
+        container = {**pod["status"]["containerStatuses"][0], "ready": ready, "started": "running" in state,
+                     "restartCount": replica.child.restarts, "state": state}
+        if last_state is not None:
+            container["lastState"] = last_state
+        status = {**pod["status"], "containerStatuses": [container]}
+        api.store.update(pods, self.namespace, replica.identity, obj={**pod, "status": status}, subresource="status")
+
+    def _restarted(self) -> None:
+        for replica in self.replicas:
+            if replica.child.restarts != replica.restarts_reported:
+                replica.restarts_reported = replica.child.restarts
+                replica.started_at = format_time(self.sandbox.api.clock())
+                self._container_status(replica, {"running": {"startedAt": replica.started_at}}, ready=False)
         self._write_state()
 
     def _exited(self, child: ChildProcess) -> None:
@@ -123,6 +152,12 @@ class OperatorReplicas:
         container at once instead of waiting for the next readiness probe; then probe them all."""
         aggregator = self.sandbox.api.aggregator
         replica = next((r for r in self.replicas if r.child is child), None)
+        if replica is not None and child.process is not None and child.process.returncode is not None:
+            finished = format_time(self.sandbox.api.clock())
+            exited = terminated_state(container_exit_code(child.process.returncode), started_at=replica.started_at,
+                                     finished_at=finished)
+            self._container_status(replica, {"waiting": {"reason": "CrashLoopBackOff"}}, ready=False,
+                                   last_state=exited)
         if aggregator is not None:
             if replica is not None:
                 aggregator.endpoint_gone("127.0.0.1", replica.port)

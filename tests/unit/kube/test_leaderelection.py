@@ -633,3 +633,23 @@ async def test_a_restarted_process_frees_the_lease_first_thing_and_then_leaves_i
     await restarted.stop()
     started = restarted.when("started")
     assert started is not None and started >= early.acquire_after
+
+
+async def test_a_standby_takes_the_lease_at_once_when_the_holders_process_is_known_to_have_ended(
+        time: FakeTime) -> None:
+    leases = FakeLeases(time, lease("pod-0_old"))
+    dead: set[str] = set()
+    standby = Candidate(leases, time, "pod-1_warm",
+                        holder_ended=lambda record: record.holder_identity in dead)
+    await until(lambda: standby.elector.leader_identity == "pod-0_old")
+    leases.write_spec(renewTime=format_micro_time(datetime.fromtimestamp(time.wall(), UTC)))  # still renewing
+    await until(lambda: time.now > 1003.0)
+    assert not standby.elector.is_leader
+    dead.add("pod-0_old")  # its pod's container stopped after that renewal
+    died = time.now
+    standby.elector.wake()
+    await until(lambda: standby.elector.is_leader)
+    await standby.stop()
+    started = standby.when("started")
+    assert started is not None and started - died < 0.01  # not after the 15 s lease
+    assert leases.lease is not None and leases.lease["spec"]["leaseTransitions"] == 3
