@@ -9,7 +9,9 @@ about 1,000 on a 2-core machine), started afresh for each component. In the stea
 leader, every replica alive and ready, the agents' self-check clean over a window), the component
 is stopped with SIGSTOP for `--outage-freeze-seconds` (past the 15 s lease duration) and continued
 with SIGCONT just after a whole second. Two watches run meanwhile: NodeMetrics through the
-aggregated API (what a reader sees) and the Nodes. From them, per freeze (outage_recovery_report): seconds
+aggregated API (what a reader sees) and the Nodes; after the thaw NodeMetrics are also listed
+every second until every node is fresh, since a watch made before the freeze can wait on the
+frozen connection until its 30 s read timeout. From them, per freeze (outage_recovery_report): seconds
 from the thaw until every node's NodeMetric has an updateTime after the thaw, until every Node
 offers batch resources again for good; over the recovery and a settle window, batch resources
 removed, eviction Events and pods deleted; the verdict "≤ 5 s after the thaw: met / missed", or
@@ -70,6 +72,7 @@ EVICTION_REASONS = ("ColocationEvicting", "ColocationEvicted")
 NS = "colocation-system"
 HEARTBEAT = 10.0  # the agents' default heartbeat interval (a quarter of --lease-duration 40)
 READ_TIMEOUT = 30.0  # a watch silent this long is watched again (bookmarks come every 10 s)
+LIST_EVERY = 1.0  # after a thaw, NodeMetrics are also listed this often until every node is fresh
 LAG_EVERY = 2.0  # seconds between reads of the agents' self-check during a recovery (event loop lag)
 BASELINE_TRIES = 3  # steady-state windows tried for a clean self-check before the freeze (start-up settles)
 
@@ -138,6 +141,13 @@ class Observer:
                             if event.get("type") in ("ADDED", "MODIFIED"):
                                 see(event["object"], loop.time())
             await asyncio.sleep(0.2)  # a reflector's pause before it watches again
+
+    async def list_reports(self) -> None:
+        """One list of NodeMetrics through the aggregated API, seen as the watch's events are."""
+        listed = await _answer(self.client.json(Request("GET", NODEMETRICS)))
+        at = asyncio.get_running_loop().time()
+        for item in (listed or {}).get("items") or ():
+            self._report(item, at)
 
     def fresh_nodes(self, names: set[str], since: float) -> set[str]:
         """The nodes whose latest NodeMetric has an updateTime of `since` (whole seconds) or later."""
@@ -256,10 +266,15 @@ async def _freeze(config: OutageConfig, cluster: Cluster, observer: Observer, co
     freeze.seconds = thawed - stopped
 
     lag: dict[str, float] = {}
-    last_lag_read = -math.inf
+    last_lag_read = last_list = -math.inf
 
     async def recovered() -> bool:
-        nonlocal last_lag_read
+        nonlocal last_lag_read, last_list
+        if loop.time() - last_list >= LIST_EVERY:
+            # As `kubectl get` would: the watch made before the freeze may still wait on the frozen
+            # kube-apiserver's connection until its read timeout, timing the reader, not the recovery.
+            last_list = loop.time()
+            await observer.list_reports()
         if loop.time() - last_lag_read >= LAG_EVERY:
             last_lag_read = loop.time()
             with contextlib.suppress(*FAILURES):
