@@ -215,16 +215,21 @@ class Delivery:
 
     async def _to_named_leader(self, answer: Any, path: str, body: bytes, *,
                                failed: FailureCounter) -> tuple[str, str | None, Any] | None:
-        """kube-apiserver routed the PUT to a standby, which named a leader this agent cannot dial
-        yet (it read the Lease before anybody led, say): read the Lease again, for the address and
-        the CA, and send it there. Without this the agent would wait for its next poll of the Lease
-        (30 s), and during a control-plane outage it would not know the replicas to ask."""
+        """kube-apiserver routed the PUT to a standby, which named the leader: send it there. The
+        agent dials it if it knows it by now (another request may have learned it meanwhile), else
+        reads the Lease once more, for the address and the CA. Without this the agent would wait
+        for its next poll of the Lease (30 s), and during a control-plane outage it would not know
+        the replicas to ask."""
         named, known = named_leader(answer), self.locator.leader
-        if named is None or (known is not None and known.reachable and (known.identity, known.endpoint) == named):
+        if named is None:
             return None
-        if not await self.locator.refresh() or (leader := self.locator.leader) is None or not leader.reachable:
+        if known is None or not known.reachable or (known.identity, known.endpoint) != named:
+            if not await self.locator.refresh():
+                return None
+            known = self.locator.leader
+        if known is None or not known.reachable:
             return None
-        return await self._to_replicas(leader, path, body, failed=failed)
+        return await self._to_replicas(known, path, body, failed=failed)
 
     def _apiserver_failed(self) -> None:
         self._apiserver_after = self._clock() + self._apiserver_backoff.next_delay()

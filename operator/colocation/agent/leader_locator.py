@@ -100,7 +100,8 @@ def leader_from_lease(lease: dict[str, object]) -> Leader | None:
 
 
 class LeaderLocator:
-    """Follows the leader Lease; `leader` is the last answer (None: nobody leads, or never read)."""
+    """Follows the leader Lease; `leader` is the last answer (None: never read, no Lease, or nobody
+    led yet). A released Lease keeps the last leader: its replicas are still the ones to ask."""
 
     def __init__(self, kube: KubeApi, namespace: str = permissions.OPERATOR_NAMESPACE, *,
                  poll_interval: float = DEFAULT_POLL_INTERVAL, timeout: float = 5.0, min_refresh_gap: float = 1.0,
@@ -162,7 +163,12 @@ class LeaderLocator:
         if status == 404:
             self._set(None)
         elif status == 200 and isinstance(body, dict):
-            self._set(leader_from_lease(body))
+            leader = leader_from_lease(body)
+            if leader is not None or self.leader is None or not self.leader.reachable:
+                self._set(leader)
+            # else: released, nobody leads yet. The last leader and its replicas stay the ones to
+            # ask: a standby names the new leader, or is it (forgetting them left the agent only
+            # kube-apiserver, with its back-off, during an outage).
         else:
             log.info("reading the leader Lease failed", extra={"status": status})
             return False

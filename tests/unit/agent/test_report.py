@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -129,6 +130,7 @@ class FakeKube:
         self.put_path = put_path
         self.report_status = 200
         self.report_names: tuple[str, str] | None = None  # the leader a 503 on the aggregated path names
+        self.on_put: Callable[[], object] = lambda: None  # what happens elsewhere while a PUT is on its way
         self.calls: list[tuple[str, str]] = []
         self.bodies: list[bytes] = []
 
@@ -144,6 +146,7 @@ class FakeKube:
         if path == LEASE_PATH:
             return (200, self.lease) if self.lease is not None else (404, {"kind": "Status", "code": 404})
         assert (method, path) == ("PUT", self.put_path)
+        self.on_put()
         self.bodies.append(body)
         if self.report_status == 0:
             raise TimeoutError
@@ -326,6 +329,35 @@ async def test_a_503_through_kube_apiserver_naming_nobody_new_is_a_failure(setup
     setup.kube.report_status, setup.kube.report_names = 503, ("op-0_a", endpoint(1))
     assert await setup.reporter.check() > 0
     assert setup.failed("unavailable") == 1 and setup.leaders.sent == [] and setup.reporter.last_sent is None
+
+
+async def test_a_released_lease_leaves_the_last_leaders_replicas_to_ask(setup: Setup) -> None:
+    # An outage: the leader gave the Lease up (no holder, nothing published) and restarted; its
+    # standby op-1_b takes over. The agent still asks the replicas it knew, not kube-apiserver alone.
+    setup.kube.lease = lease("op-0_a", 1, replicas={"op-1_b": 2})
+    await setup.reporter.check()
+    setup.kube.lease = {"metadata": {"name": "colocation-operator"}, "spec": {"holderIdentity": ""}}
+    assert await setup.locator.refresh()
+    assert setup.delivery.replicas_known  # so retries go to the replicas every 1 to 2 s
+    setup.leaders.status[endpoint(1)] = 0  # the old leader's process is gone
+    setup.current = body(cpu="3")
+    await setup.reporter.check()
+    assert setup.reporter.delivered_to == "op-1_b" and setup.locator.leader is not None \
+        and setup.locator.leader.identity == "op-1_b"
+    assert setup.kube.calls.count(("PUT", REPORT_PATH)) == 0
+
+
+async def test_a_standby_behind_kube_apiserver_naming_a_leader_learned_meanwhile_sends_the_report_there(
+        setup: Setup) -> None:
+    setup.kube.lease = None  # nobody led when this report started on its way through kube-apiserver
+    assert await setup.locator.refresh() and setup.locator.leader is None
+    setup.kube.report_status, setup.kube.report_names = 503, ("op-0_a", endpoint(1))
+    learned = leader_from_lease(lease("op-0_a", 1))
+    assert learned is not None
+    setup.kube.on_put = lambda: setup.locator.adopt(learned)  # another node's request found the leader meanwhile
+    await setup.reporter.check()
+    assert setup.sent("leader", "initial") == 1 and [who for who, _ in setup.leaders.sent] == ["op-0_a"]
+    assert setup.kube.calls.count(("GET", LEASE_PATH)) == 1  # no second read: the leader was known
 
 
 async def test_requests_stuck_on_a_frozen_kube_apiserver_leave_the_replicas_way_free() -> None:
