@@ -63,10 +63,9 @@ OPERATORS = 2
 NODES = 5  # this machine and 4 simulated nodes
 LEASE_DURATION = 15.0  # the operator's default --lease-duration, left as it is
 FREEZE = 3 * LEASE_DURATION  # seconds each component stays stopped: the issue's 45 s, past the lease duration
-# Every node's data fresh again within this many seconds of the thaw (times TIME_FACTOR): well
-# under an agent left in its 30 s back-off. Issue 34's 5 s target is the outage-recovery
-# benchmark's (BENCHMARKS.md), not met yet: a kube-apiserver freeze took 11.5 and 22.4 s here.
-BOUND = 10.0
+# Every node's data fresh again within this many seconds of the thaw (times TIME_FACTOR), the
+# target of issue 34: well under an agent left in its 30 s back-off.
+BOUND = 5.0
 GRACE = (BOUND + 3) * TIME_FACTOR  # --node-grace-period: longer than the bound, shorter than the default 40 s
 EVICTION_TIMEOUT = 3 * TIME_FACTOR
 RECOVERY_TIMEOUT = 60  # eventually_async's seconds (times TIME_FACTOR): a recovery slower than that stops the test
