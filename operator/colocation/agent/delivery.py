@@ -137,7 +137,9 @@ class Delivery:
     async def exchange(self, path: str, body: bytes, failed: FailureCounter) -> tuple[str, str | None, Any]:
         """`put`, also returning the decoded answer (for writes whose answer says what was done)."""
         leader = self.locator.leader
+        asked: set[str] = set()  # the leaders (endpoints) this request already went to
         if leader is not None and leader.reachable:
+            asked.add(leader.endpoint)
             answer = await self._to_replicas(leader, path, body, failed=failed)
             if answer is not None:
                 return answer
@@ -145,12 +147,13 @@ class Delivery:
                 raise DeliveryFailed("unavailable", "no replica took it, and kube-apiserver is not asked again yet")
             # The Lease may name a leader no replica knows of yet.
             if await self.locator.refresh() and (new := self.locator.leader) != leader and new is not None \
-                    and new.reachable \
-                    and (answer := await self._to_replicas(new, path, body, failed=failed)) is not None:
-                return answer
+                    and new.reachable:
+                asked.add(new.endpoint)
+                if (answer := await self._to_replicas(new, path, body, failed=failed)) is not None:
+                    return answer
         elif self._clock() < self._apiserver_after:
             raise DeliveryFailed("unavailable", "kube-apiserver is not asked again yet")
-        return await self._through_apiserver(path, body, failed)
+        return await self._through_apiserver(path, body, failed=failed, asked=asked)
 
     async def _to_replicas(self, leader: Leader, path: str, body: bytes,
                            *, failed: FailureCounter) -> tuple[str, str | None, Any] | None:
@@ -189,7 +192,8 @@ class Delivery:
                 queue.insert(0, target.at(*named))
         return None
 
-    async def _through_apiserver(self, path: str, body: bytes, failed: FailureCounter) -> tuple[str, str | None, Any]:
+    async def _through_apiserver(self, path: str, body: bytes, *, failed: FailureCounter,
+                                 asked: set[str]) -> tuple[str, str | None, Any]:
         try:
             status, answer = await self._limited(self.kube.request("PUT", path, body=body, timeout=self.timeout),
                                                  self.apiserver_slots)
@@ -209,17 +213,18 @@ class Delivery:
         failed(_http_reason(status))
         if status in (429, 503) or status >= 500:
             self._apiserver_failed()
-        if status == 503 and (direct := await self._to_named_leader(answer, path, body, failed=failed)) is not None:
+        if status == 503 \
+                and (direct := await self._to_named_leader(answer, path, body, failed=failed, asked=asked)) is not None:
             return direct
         raise DeliveryFailed(_http_reason(status), _message(answer))
 
-    async def _to_named_leader(self, answer: Any, path: str, body: bytes, *,
-                               failed: FailureCounter) -> tuple[str, str | None, Any] | None:
-        """kube-apiserver routed the PUT to a standby, which named the leader: send it there. The
-        agent dials it if it knows it by now (another request may have learned it meanwhile), else
-        reads the Lease once more, for the address and the CA. Without this the agent would wait
-        for its next poll of the Lease (30 s), and during a control-plane outage it would not know
-        the replicas to ask."""
+    async def _to_named_leader(self, answer: Any, path: str, body: bytes, *, failed: FailureCounter,
+                               asked: set[str]) -> tuple[str, str | None, Any] | None:
+        """kube-apiserver routed the PUT to a standby, which named the leader: send it there, unless
+        this request went there already (`asked`). The agent dials it if it knows it by now (another
+        request may have learned it meanwhile), else reads the Lease once more, for the address and
+        the CA. Without this the agent would wait for its next poll of the Lease (30 s), and during a
+        control-plane outage it would not know the replicas to ask."""
         named, known = named_leader(answer), self.locator.leader
         if named is None:
             return None
@@ -227,7 +232,7 @@ class Delivery:
             if not await self.locator.refresh():
                 return None
             known = self.locator.leader
-        if known is None or not known.reachable:
+        if known is None or not known.reachable or known.endpoint in asked:
             return None
         return await self._to_replicas(known, path, body, failed=failed)
 

@@ -360,6 +360,14 @@ async def test_a_standby_behind_kube_apiserver_naming_a_leader_learned_meanwhile
     assert setup.kube.calls.count(("GET", LEASE_PATH)) == 1  # no second read: the leader was known
 
 
+async def test_a_leader_a_request_already_went_to_is_not_dialled_again_when_a_standby_names_it(
+        setup: Setup) -> None:
+    setup.leaders.status[endpoint(1)] = 0  # the known leader refuses connections
+    setup.kube.report_status, setup.kube.report_names = 503, ("op-0_a", endpoint(1))
+    assert await setup.reporter.check() > 0
+    assert setup.leaders.attempts.count(endpoint(1)) == 1 and setup.failed("unavailable") == 1
+
+
 async def test_requests_stuck_on_a_frozen_kube_apiserver_leave_the_replicas_way_free() -> None:
     # Simulated agents share their bounds on requests in flight. One node's PUT through a frozen
     # kube-apiserver waits out its timeout; another node's report to the leader goes meanwhile.
