@@ -157,7 +157,7 @@ class Supervisor:
     (`CrashLoopBackOff`, one per child, from `backoff`); stops them all together."""
 
     def __init__(self, what: str, logger: logging.Logger, backoff: Callable[[], CrashLoopBackOff],
-                 *, on_restart: Callable[[], None],
+                 *, on_restart: Callable[[ChildProcess], None],
                  on_exit: Callable[[ChildProcess], None] = lambda child: None,
                  stop_signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> None:
         self._what = what
@@ -196,7 +196,7 @@ class Supervisor:
             await asyncio.sleep(delay)  # CrashLoopBackOff
             child.restarts += 1
             await self._spawn(child, crash_loop, fields)
-            self._on_restart()
+            self._on_restart(child)
 
     async def stop(self) -> None:
         self._stopping = True

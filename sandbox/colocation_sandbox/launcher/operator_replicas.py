@@ -43,8 +43,7 @@ class Replica:
     port: int
     kubeconfig: str
     child: ChildProcess
-    started_at: str = ""  # when its current process started, as the pod's status says
-    restarts_reported: int = 0
+    started_at: str  # when its current process started, as the pod's status says
 
     def public(self) -> dict[str, Any]:
         return {"identity": self.identity, "port": self.port, "kubeconfig": self.kubeconfig, "log": self.child.log,
@@ -106,7 +105,10 @@ class OperatorReplicas:
                    "--port", str(port), "--advertise-address", "127.0.0.1", *self.extra_args]
         child = ChildProcess(command=command, env={"POD_NAME": name, "POD_NAMESPACE": self.namespace},
                              log=str(state / f"{name}.log"))
-        return Replica(identity=name, port=port, kubeconfig=str(kubeconfig), child=child)
+        # The pod's status says the container started now, before the process does: never after
+        # a renewal of the process's, as a standby's takeover rule needs (colocation.kube.lease_holder).
+        started_at = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+        return Replica(identity=name, port=port, kubeconfig=str(kubeconfig), child=child, started_at=started_at)
 
     def _register_endpoints(self) -> None:
         api = self.sandbox.api
@@ -122,29 +124,28 @@ class OperatorReplicas:
         self._register_endpoints()
         for replica in self.replicas:
             await self._supervisor.start(replica.child, identity=replica.identity, port=replica.port)
-            replica.started_at = format_time(self.sandbox.api.clock())
-            self._container_status(replica, {"running": {"startedAt": replica.started_at}}, ready=True)
         self._write_state()
 
-    def _container_status(self, replica: Replica, state: dict[str, Any], *, ready: bool,
+    def _container_status(self, replica: Replica, state: dict[str, Any], *,
                           last_state: dict[str, Any] | None = None) -> None:
-        """Write the replica's container status as the kubelet would after a start or an exit."""
+        """Write the replica's container status as the kubelet would after a start or an exit (no
+        probes here: a running container is ready, as when the pod was made)."""
         api = self.sandbox.api
         pods = api.rt("", "pods")
         pod = api.store.get(pods, self.namespace, replica.identity)
-        container = {**pod["status"]["containerStatuses"][0], "ready": ready, "started": "running" in state,
+        running = "running" in state
+        container = {**pod["status"]["containerStatuses"][0], "ready": running, "started": running,
                      "restartCount": replica.child.restarts, "state": state}
         if last_state is not None:
             container["lastState"] = last_state
         status = {**pod["status"], "containerStatuses": [container]}
         api.store.update(pods, self.namespace, replica.identity, obj={**pod, "status": status}, subresource="status")
 
-    def _restarted(self) -> None:
-        for replica in self.replicas:
-            if replica.child.restarts != replica.restarts_reported:
-                replica.restarts_reported = replica.child.restarts
-                replica.started_at = format_time(self.sandbox.api.clock())
-                self._container_status(replica, {"running": {"startedAt": replica.started_at}}, ready=False)
+    def _restarted(self, child: ChildProcess) -> None:
+        replica = next((r for r in self.replicas if r.child is child), None)
+        if replica is not None:
+            replica.started_at = format_time(self.sandbox.api.clock())
+            self._container_status(replica, {"running": {"startedAt": replica.started_at}})
         self._write_state()
 
     def _exited(self, child: ChildProcess) -> None:
@@ -156,8 +157,7 @@ class OperatorReplicas:
             finished = format_time(self.sandbox.api.clock())
             exited = terminated_state(container_exit_code(child.process.returncode), started_at=replica.started_at,
                                      finished_at=finished)
-            self._container_status(replica, {"waiting": {"reason": "CrashLoopBackOff"}}, ready=False,
-                                   last_state=exited)
+            self._container_status(replica, {"waiting": {"reason": "CrashLoopBackOff"}}, last_state=exited)
         if aggregator is not None:
             if replica is not None:
                 aggregator.endpoint_gone("127.0.0.1", replica.port)

@@ -149,7 +149,7 @@ class SandboxNodes:
         self._pods_on: dict[str, int] = {}  # node -> pods given an address so far
         # The kubelet's CrashLoopBackOff, as for the DaemonSet's pods (and --max-container-restart-period).
         restarts = functools.partial(CrashLoopBackOff, maximum=sandbox.config.max_restart_period)
-        self._supervisor = Supervisor("agent", log, restarts, on_restart=self._write_state)
+        self._supervisor = Supervisor("agent", log, restarts, on_restart=lambda child: self._write_state())
 
     @property
     def state_dir(self) -> Path:

@@ -37,7 +37,7 @@ async def test_a_child_that_ran_long_enough_before_each_exit_is_restarted_at_onc
     # that clock, beyond the 10 minutes that reset the back-off, so no restart waits.
     clock = FakeClock(0.0, tick=700.0)  # each reading 700 s after the one before
     supervisor = Supervisor("child", logging.getLogger(__name__), functools.partial(CrashLoopBackOff, clock),
-                            on_restart=lambda: None)
+                            on_restart=lambda child: None)
     child = ChildProcess(command=[str(FALSE)], env={}, log=str(tmp_path / "child.log"))
     await supervisor.start(child)
     try:
@@ -51,7 +51,7 @@ async def test_a_child_that_keeps_crashing_waits_longer_each_time(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock(0.0, tick=0.001)
     backoff = functools.partial(CrashLoopBackOff, clock, initial=0.05, maximum=0.2)
-    supervisor = Supervisor("child", logging.getLogger(__name__), backoff, on_restart=lambda: None)
+    supervisor = Supervisor("child", logging.getLogger(__name__), backoff, on_restart=lambda child: None)
     child = ChildProcess(command=[str(FALSE)], env={}, log=str(tmp_path / "child.log"))
     with caplog.at_level(logging.WARNING):
         await supervisor.start(child)
@@ -88,13 +88,13 @@ async def started_child(supervisor: Supervisor, log: Path) -> ChildProcess:
 
 
 async def test_stop_signals_end_a_childs_drain_where_sigterm_alone_waits_for_it(tmp_path: Path) -> None:
-    hurried = Supervisor("child", logging.getLogger(__name__), CrashLoopBackOff, on_restart=lambda: None,
+    hurried = Supervisor("child", logging.getLogger(__name__), CrashLoopBackOff, on_restart=lambda child: None,
                          stop_signals=(signal.SIGTERM, signal.SIGINT))
     child = await started_child(hurried, tmp_path / "hurried.log")
     await hurried.stop()
     assert child.process is not None and child.process.returncode == 0  # it ended by itself, not killed
 
-    patient = Supervisor("child", logging.getLogger(__name__), CrashLoopBackOff, on_restart=lambda: None)
+    patient = Supervisor("child", logging.getLogger(__name__), CrashLoopBackOff, on_restart=lambda child: None)
     child = await started_child(patient, tmp_path / "patient.log")
     assert child.process is not None
     stopping = asyncio.create_task(patient.stop())
