@@ -194,9 +194,14 @@ class Delivery:
 
     async def _through_apiserver(self, path: str, body: bytes, *, failed: FailureCounter,
                                  asked: set[str]) -> tuple[str, str | None, Any]:
+        if self.apiserver_slots is not None:
+            leader = await self._apiserver_slot(self.apiserver_slots, asked)
+            if leader is not None:  # learned while this request waited for a slot: go there instead
+                if (direct := await self._to_replicas(leader, path, body, failed=failed)) is not None:
+                    return direct
+                raise DeliveryFailed("unavailable", "no replica took it")
         try:
-            status, answer = await self._limited(self.kube.request("PUT", path, body=body, timeout=self.timeout),
-                                                 self.apiserver_slots)
+            status, answer = await self.kube.request("PUT", path, body=body, timeout=self.timeout)
         except TimeoutError as error:
             failed("timeout")
             self._apiserver_failed()
@@ -205,6 +210,9 @@ class Delivery:
             failed("unreachable")
             self._apiserver_failed()
             raise DeliveryFailed("unreachable", str(error) or type(error).__name__) from error
+        finally:
+            if self.apiserver_slots is not None:
+                self.apiserver_slots.release()
         if 200 <= status < 300:
             self._apiserver_backoff.reset()
             self._apiserver_after = -math.inf
@@ -235,6 +243,37 @@ class Delivery:
         if known is None or not known.reachable or known.endpoint in asked:
             return None
         return await self._to_replicas(known, path, body, failed=failed)
+
+    async def _apiserver_slot(self, slots: asyncio.Semaphore, asked: set[str]) -> Leader | None:
+        """Take one of the shared slots for kube-apiserver (None), or return the leader to dial
+        instead: one the locator learned while this request waited and that it has not asked yet.
+
+        Simulated agents' nodes share these slots; the wait is bounded by the request timeout
+        (DeliveryFailed, "timeout"). Why: docs/agent.md#simulated-agents"""
+        loop = asyncio.get_running_loop()
+        acquiring: asyncio.Future[Any] = asyncio.ensure_future(slots.acquire())
+        deadline = loop.time() + self.timeout
+        taken = False
+        try:
+            while True:
+                changed: asyncio.Future[Any] = self.locator.changed()
+                done, _ = await asyncio.wait({acquiring, changed},
+                                             timeout=max(0.0, deadline - loop.time()),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if acquiring in done:
+                    taken = True
+                    return None
+                leader = self.locator.leader
+                if leader is not None and leader.reachable and leader.endpoint not in asked:
+                    return leader
+                if not done:
+                    raise DeliveryFailed("timeout", "no free slot for kube-apiserver within the request timeout")
+        finally:
+            if not taken:
+                if not acquiring.done():
+                    acquiring.cancel()
+                elif not acquiring.cancelled() and acquiring.exception() is None:
+                    slots.release()  # acquired as we gave up
 
     def _apiserver_failed(self) -> None:
         self._apiserver_after = self._clock() + self._apiserver_backoff.next_delay()

@@ -119,6 +119,7 @@ class LeaderLocator:
         self._clock, self._sleep = clock, sleep
         self._last_read: float | None = None
         self._inflight: asyncio.Future[bool] | None = None
+        self._next_change: asyncio.Future[None] | None = None
         self._subscribers: list[Callable[[Leader | None], None]] = []
         # Jitter only shortens the period: every agent still reads at least once per interval.
         self._period = Backoff(poll_interval, poll_interval, factor=1.0, jitter=0.3, rng=rng)
@@ -127,6 +128,13 @@ class LeaderLocator:
     def subscribe(self, callback: Callable[[Leader | None], None]) -> None:
         """Call `callback(leader)` on every change of holder or address (from the reading task)."""
         self._subscribers.append(callback)
+
+    def changed(self) -> asyncio.Future[None]:
+        """Done at the next change of holder or address. Shared by every waiter: await it through
+        asyncio.wait or shield, never cancel it."""
+        if self._next_change is None or self._next_change.done():
+            self._next_change = asyncio.get_running_loop().create_future()
+        return self._next_change
 
     def confirm(self, leader: Leader) -> None:
         """`leader` accepted a request just now: as good as reading the Lease, if it still names it."""
@@ -184,6 +192,8 @@ class LeaderLocator:
         log.info("leader changed", extra={"leader": leader.identity if leader else "<none>",
                                           "endpoint": leader.endpoint if leader else ""})
         self.leader = leader
+        if self._next_change is not None and not self._next_change.done():
+            self._next_change.set_result(None)
         for callback in self._subscribers:
             callback(leader)
 

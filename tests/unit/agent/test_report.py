@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from colocation.agent.agent_metrics import AgentMetrics
-from colocation.agent.delivery import Delivery
+from colocation.agent.delivery import Delivery, DeliveryFailed
 from colocation.agent.leader_locator import Leader, LeaderLocator, leader_from_lease
 from colocation.agent.report import Reporter, ReportOptions, Snapshot, moved, report_trigger
 from colocation.kube.backoff import Backoff
@@ -32,6 +32,7 @@ from colocation.kube.lease_record import (
     replicas_annotation,
 )
 from tests.clock import FakeClock
+from tests.timing import eventually_async
 
 REPORT_PATH = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics/node-a/status"
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/colocation-system/leases/colocation-operator"
@@ -386,8 +387,7 @@ async def test_requests_stuck_on_a_frozen_kube_apiserver_leave_the_replicas_way_
     stuck = Delivery(frozen, LeaderLocator(frozen), leaders.put, timeout=5.0, slots=replicas_way,
                      apiserver_slots=apiserver_way)
     waiting = asyncio.ensure_future(stuck.put(REPORT_PATH, b"{}", lambda reason: None))
-    await asyncio.sleep(0)
-    assert apiserver_way.locked()
+    await eventually_async(apiserver_way.locked, 5.0)
     kube = FakeKube()
     locator = LeaderLocator(kube)
     assert await locator.refresh()
@@ -395,6 +395,58 @@ async def test_requests_stuck_on_a_frozen_kube_apiserver_leave_the_replicas_way_
     assert await asyncio.wait_for(other.put(REPORT_PATH, b"{}", lambda reason: None), 1.0) == ("leader", "op-0_a")
     thawed.set()
     await asyncio.gather(waiting, return_exceptions=True)
+
+
+def frozen_kube() -> tuple[FakeKube, asyncio.Event]:
+    """kube-apiserver frozen for PUTs until the event is set; the Lease is read as `lease` says."""
+    frozen, thawed = FakeKube(), asyncio.Event()
+    frozen.lease = None
+
+    async def hanging(method: str, path: str, **options: Any) -> tuple[int, Any]:
+        if path == LEASE_PATH:
+            return (200, frozen.lease) if frozen.lease is not None else (404, {"kind": "Status", "code": 404})
+        await thawed.wait()
+        return 503, {}
+
+    frozen.request = hanging  # type: ignore[method-assign]
+    return frozen, thawed
+
+
+async def test_a_report_queued_for_kube_apiserver_goes_to_a_leader_learned_meanwhile() -> None:
+    # A simulated agent's nodes share one locator and the slots for kube-apiserver. One node's PUT
+    # holds the only slot on a frozen kube-apiserver; another node's waits for it. When the
+    # locator learns a leader it can dial, the waiting report goes there, not through the queue.
+    frozen, thawed = frozen_kube()
+    locator, leaders, apiserver_way = LeaderLocator(frozen), FakeLeaders(), asyncio.Semaphore(1)
+    stuck = Delivery(frozen, locator, leaders.put, timeout=5.0, apiserver_slots=apiserver_way)
+    holding = asyncio.ensure_future(stuck.put(REPORT_PATH, b"{}", lambda reason: None))
+    await eventually_async(apiserver_way.locked, 5.0)
+    queued = Delivery(frozen, locator, leaders.put, timeout=5.0, apiserver_slots=apiserver_way)
+    waiting = asyncio.ensure_future(queued.put(REPORT_PATH, b"{}", lambda reason: None))
+    await eventually_async(lambda: bool(apiserver_way._waiters), 5.0)  # queued for the slot
+    assert not waiting.done() and leaders.sent == []
+    frozen.lease = lease("op-0_a", 1)
+    assert await locator.refresh()
+    assert await asyncio.wait_for(waiting, 1.0) == ("leader", "op-0_a")
+    assert not holding.done()  # the first still waits on kube-apiserver, holding its slot
+    thawed.set()
+    await asyncio.gather(holding, return_exceptions=True)
+    assert not apiserver_way.locked()  # the slot is back
+
+
+async def test_the_wait_for_a_slot_on_kube_apiserver_is_bounded_by_the_request_timeout() -> None:
+    frozen, thawed = frozen_kube()
+    locator, leaders, apiserver_way = LeaderLocator(frozen), FakeLeaders(), asyncio.Semaphore(1)
+    holding = asyncio.ensure_future(Delivery(frozen, locator, leaders.put, timeout=5.0, apiserver_slots=apiserver_way)
+                                    .put(REPORT_PATH, b"{}", lambda reason: None))
+    await eventually_async(apiserver_way.locked, 5.0)
+    queued = Delivery(frozen, locator, leaders.put, timeout=0.05, apiserver_slots=apiserver_way)
+    with pytest.raises(DeliveryFailed) as failure:
+        await asyncio.wait_for(queued.put(REPORT_PATH, b"{}", lambda reason: None), 1.0)
+    assert failure.value.transient and "no free slot" in str(failure.value)
+    thawed.set()
+    await asyncio.gather(holding, return_exceptions=True)
+    assert not apiserver_way.locked()  # the abandoned wait took no slot with it
 
 
 async def test_failures_back_off_exponentially_and_retry_with_the_latest_state(setup: Setup) -> None:
