@@ -17,6 +17,7 @@ import orjson
 
 from benchmarks import processes
 from benchmarks.client import Client, Endpoint, Request
+from colocation.apimachinery.clock import parse_time
 
 NODEMETRICS = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
 LEADER_LEASE = "/apis/coordination.k8s.io/v1/namespaces/colocation-system/leases/colocation-operator"
@@ -95,6 +96,15 @@ class Cluster:
         if status != 200:
             raise RuntimeError(f"GET {LEADER_LEASE}: {status} {body[:300]!r}")
         return str((orjson.loads(body).get("spec") or {}).get("holderIdentity") or "")
+
+    async def lease_renewed_since(self, wall_second: int) -> bool:
+        """Whether the Lease names a holder that wrote it at `wall_second` (whole seconds) or later."""
+        status, body = await self.client.send(Request("GET", LEADER_LEASE))
+        if status != 200:
+            return False
+        spec = orjson.loads(body).get("spec") or {}
+        renewed = spec.get("renewTime") or ""
+        return bool(spec.get("holderIdentity")) and bool(renewed) and parse_time(renewed) >= wall_second
 
     def replica_of(self, holder: str) -> Replica | None:
         pod = holder.rpartition("_")[0]

@@ -92,6 +92,49 @@ def component_pid(root: int, state_dir: Path, program: str) -> int:
     return found[0]
 
 
+def component_of(args: list[str]) -> str:
+    """What a process of the sandbox stands for, from its arguments."""
+    program = Path(args[0]).name if args else "?"
+    if not program.startswith("python"):
+        return program  # kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok
+    if "--simulated-nodes" in args:
+        return "simulated agents"
+    if "operator" in args:
+        return "operator replicas"
+    if "agent" in args:
+        return "node agent"
+    return "sandbox"
+
+
+class CpuUse:
+    """CPU seconds used by the sandbox's processes (and this one) since the first `read`, by
+    component. Read often: a process that exits (a replica restarting) keeps what was last read of it."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.first: dict[int, float] = {}
+        self.last: dict[int, tuple[str, float]] = {}
+
+    def read(self) -> None:
+        initial = not self.last  # a process first seen later started since: from 0
+        for pid in {*processes.descendants(self.root), os.getpid()}:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                args = [a.decode(errors="replace")
+                        for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+                used = processes.cpu_seconds(pid)
+                known = self.last.get(pid)
+                # The name as first read: an exited child's command line reads empty until it is reaped.
+                name = known[0] if known else "benchmark client" if pid == os.getpid() else component_of(args)
+                self.first.setdefault(pid, used if initial else 0.0)
+                self.last[pid] = (name, used)
+
+    def used(self) -> dict[str, float]:
+        by_component: dict[str, float] = {}
+        for pid, (name, used) in self.last.items():
+            by_component[name] = by_component.get(name, 0.0) + used - self.first.get(pid, 0.0)
+        return {name: round(value, 2) for name, value in by_component.items()}
+
+
 class Observer:
     """Two watches for the whole run, each listed and watched again whenever it ends: every node's
     NodeMetric updateTime through the aggregated API, and whether every Node offers batch resources.
@@ -264,12 +307,19 @@ async def _freeze(config: OutageConfig, cluster: Cluster, observer: Observer, co
         os.kill(pid, signal.SIGCONT)
     thawed, thaw_second = loop.time(), int(time.time())
     freeze.seconds = thawed - stopped
+    cpu = CpuUse(cluster.server.pid)
+    cpu.read()
 
     lag: dict[str, float] = {}
     last_lag_read = last_list = -math.inf
 
     async def recovered() -> bool:
         nonlocal last_lag_read, last_list
+        cpu.read()
+        if math.isnan(freeze.lease_taken) and loop.time() - last_list >= LIST_EVERY:
+            with contextlib.suppress(*FAILURES, RuntimeError):
+                if await cluster.lease_renewed_since(thaw_second):
+                    freeze.lease_taken = loop.time() - thawed
         if loop.time() - last_list >= LIST_EVERY:
             # As `kubectl get` would: the watch made before the freeze may still wait on the frozen
             # kube-apiserver's connection until its read timeout, timing the reader, not the recovery.
@@ -291,6 +341,8 @@ async def _freeze(config: OutageConfig, cluster: Cluster, observer: Observer, co
             f"{took:.1f} s (as polled); {config.settle_seconds:g} s more")
     except TimeoutError as error:
         say(f"outage recovery [{component}]: {error}")
+    cpu.read()
+    freeze.cpu, freeze.cpu_window = cpu.used(), loop.time() - thawed
     await asyncio.sleep(config.settle_seconds)  # watching for late removals and evictions
     end = loop.time()
 
@@ -388,7 +440,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outage-operator-arg", action="append", default=None,
                    help="outage-recovery: an extra argument for the operator replicas (repeatable).")
     p.add_argument("--outage-agent-arg", action="append", default=None,
-                   help="outage-recovery: an extra argument for the agents (repeatable).")
+                   help="outage-recovery: an extra argument for the agents (repeatable; default: "
+                        f"{' '.join(c.agent_args)}, replaced by any given).")
 
 
 def config_from(args: argparse.Namespace, state_dir: Path) -> OutageConfig:
@@ -397,7 +450,8 @@ def config_from(args: argparse.Namespace, state_dir: Path) -> OutageConfig:
                         freeze_seconds=args.outage_freeze_seconds, settle_seconds=args.outage_settle_seconds,
                         baseline_seconds=args.outage_baseline_seconds,
                         operator_args=tuple(args.outage_operator_arg or ()),
-                        agent_args=tuple(args.outage_agent_arg or ()), state_dir=state_dir)
+                        agent_args=tuple(args.outage_agent_arg) if args.outage_agent_arg is not None
+                        else OutageConfig().agent_args, state_dir=state_dir)
 
 
 def run_suite(config: OutageConfig, output: Path, command: str, raw: Path = RAW) -> OutageReport:

@@ -90,6 +90,11 @@ class Freeze:
     agent_problems: list[str] = field(default_factory=list)  # unrelated to the freeze: inconclusive
     failure: str = ""  # why it could not be measured
     setup_seconds: NanFloat = math.nan  # from the sandbox's start to every simulated Node with batch resources
+    lease_taken: NanFloat = math.nan  # from the thaw until the Lease was written by a holder after it
+    # CPU seconds used from the thaw until every node was fresh (or the recovery timed out), by
+    # component (`component_of`), and that window's length in seconds
+    cpu: dict[str, float] = field(default_factory=dict)
+    cpu_window: NanFloat = math.nan
 
     @model_serializer(mode="wrap")
     def _with_figures(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -162,7 +167,9 @@ class OutageConfig(Record):
     settle_seconds: float = 45.0
     recovery_timeout: float = 300.0
     operator_args: tuple[str, ...] = ()
-    agent_args: tuple[str, ...] = ()
+    # The simulated agents sample usage every 10 s, not every second: reports keep their cadence,
+    # but sampling was 47 % of their CPU (py-spy), which they share with the operator on 2 cores.
+    agent_args: tuple[str, ...] = ("--collect-interval=10",)
     state_dir: Path = Path(".bench")
 
 
@@ -279,6 +286,7 @@ def render(report: OutageReport, where: Machine, command: str) -> str:
                   "warnings, failed informer lists and watches), and a steady-state window before it:"]
     problems = [f"{f.component}: {p}" for f in report.freezes for p in f.agent_problems]
     lines += [f"- {p}" for p in problems] if problems else ["- no problems."]
+    lines += cpu_lines(report.freezes)
     setups = [f"{f.component} {seconds(f.setup_seconds)}" for f in report.freezes if not math.isnan(f.setup_seconds)]
     if setups:
         lines += ["", "Setup (the sandbox started, every node reporting, every simulated Node with batch resources): "
@@ -286,6 +294,24 @@ def render(report: OutageReport, where: Machine, command: str) -> str:
     lines += ["", f"Raw samples (seconds from each thaw to each node's fresh NodeMetric, and to its Node's batch "
                   f"resources): `benchmarks/plots/{RAW.name}`."]
     return "\n".join(lines)
+
+
+def cpu_lines(freezes: list[Freeze]) -> list[str]:
+    """Where the machine's CPU went from each thaw until every node was fresh: the operator competes
+    with the control plane and the simulated machines (kwok, the simulated agents) on the same cores."""
+    measured = [f for f in freezes if f.cpu and f.cpu_window > 0]
+    if not measured:
+        return []
+    components = sorted({name for f in measured for name in f.cpu}, key=lambda name: -sum(f.cpu.get(name, 0.0)
+                                                                                          for f in measured))
+    rows = [[name, *(f"{f.cpu.get(name, 0.0):.1f} ({f.cpu.get(name, 0.0) / f.cpu_window:.2f})" for f in measured)]
+            for name in components]
+    rows.append(["all", *(f"{sum(f.cpu.values()):.1f} ({sum(f.cpu.values()) / f.cpu_window:.2f})" for f in measured)])
+    lines = ["", "CPU seconds from the thaw until every node was fresh, by process (in brackets: cores, on "
+                 "average over that window). The Lease was written by a leader after the thaw "
+             + ", ".join(f"{seconds(f.lease_taken)} after it ({f.component})" for f in measured) + ".", "",
+             table(["Process", *(f"{f.component} ({f.cpu_window:.1f} s)" for f in measured)], rows)]
+    return lines
 
 
 def leadership(f: Freeze) -> str:

@@ -171,6 +171,7 @@ def test_the_suite_is_run_when_named_with_its_flags() -> None:
         1000, ("etcd",), 60.0, ("--heartbeat-interval=5",))
     defaults = outage_recovery.config_from(run.parser().parse_args([]), Path("/tmp/state"))
     assert (defaults.nodes, defaults.components, defaults.freeze_seconds) == (100, ("kube-apiserver", "etcd"), 45.0)
+    assert defaults.agent_args == ("--collect-interval=10",)  # replaced, not extended, by --outage-agent-arg
 
 
 def test_the_components_are_found_among_the_sandboxs_descendants_by_program_and_state_dir(tmp_path: Path) -> None:
@@ -201,3 +202,53 @@ def test_the_components_are_found_among_the_sandboxs_descendants_by_program_and_
         for child in children:
             child.kill()
             child.wait()
+
+
+@pytest.mark.parametrize(("args", "component"), [
+    (["/cache/kubernetes-v1.36.3/bin/kube-apiserver", "--etcd-servers=x"], "kube-apiserver"),
+    (["/cache/bin/kwok", "--kubeconfig", "k"], "kwok"),
+    (["/venv/bin/python3", "-m", "colocation", "operator", "--kubeconfig", "k"], "operator replicas"),
+    (["/venv/bin/python3", "-m", "colocation", "agent", "--simulated-nodes", "n.json"], "simulated agents"),
+    (["/venv/bin/python3", "-m", "colocation", "agent", "--kubeconfig", "k"], "node agent"),
+    (["/venv/bin/python3", "-m", "colocation", "sandbox", "--apiserver", "kube"], "sandbox"),
+])
+def test_each_process_of_the_sandbox_is_counted_as_what_it_stands_for(args: list[str], component: str) -> None:
+    assert outage_recovery.component_of(args) == component
+
+
+def test_cpu_use_counts_from_the_first_read_and_keeps_a_process_that_exited() -> None:
+    # Each child burns 0.4 s of CPU, says so, and waits for its stdin to close.
+    burn = ("import sys, time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
+            "print('burnt', flush=True)\nsys.stdin.read()\n")
+
+    def burning() -> subprocess.Popen[str]:
+        child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdout.readline() == "burnt\n"
+        return child
+
+    before = burning()
+    try:
+        cpu = outage_recovery.CpuUse(os.getpid())
+        cpu.read()
+        assert cpu.used()["sandbox"] < 0.1  # burnt before the first read: not counted
+        later = burning()
+        cpu.read()
+        assert later.stdin is not None
+        later.stdin.close()
+        later.wait()
+        cpu.read()  # the child is gone: what was read of it stays (/proc counts ticks: a margin)
+        assert 0.35 <= cpu.used()["sandbox"] < 0.8 and cpu.used()["benchmark client"] >= 0.0
+    finally:
+        before.kill()
+        before.wait()
+
+
+def test_the_section_says_where_the_cpu_went_during_the_recovery() -> None:
+    measured = freeze(fresh=12.0, lease_taken=3.5, cpu={"kube-apiserver": 12.0, "operator replicas": 6.0},
+                      cpu_window=12.0)
+    text = render(OutageReport(config=OutageConfig(), freezes=[measured, freeze("etcd")]), WHERE, "cmd")
+    assert "The Lease was written by a leader after the thaw 3.5 s after it (kube-apiserver)." in text
+    assert "| Process | kube-apiserver (12.0 s) |" in text
+    assert "| kube-apiserver | 12.0 (1.00) |" in text and "| operator replicas | 6.0 (0.50) |" in text
+    assert "| all | 18.0 (1.50) |" in text
+    assert "etcd (" not in text  # not measured: no column
