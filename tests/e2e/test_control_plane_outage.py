@@ -3,8 +3,9 @@
 For each of the two, the test starts its own `colocation sandbox --apiserver kube`: two operator
 replicas with the default lease timings (15 s / 10 s / 2 s), this machine's agent and simulated
 nodes, agents that report every second. It freezes the component with SIGSTOP for 45 s, as the
-issue did (past the lease duration: the leader cannot renew, so it gives the Lease up and a leader
-is elected after the thaw), and thaws it with SIGCONT (in a `finally`, whatever happens). After the
+issue did (past the lease duration: the leader cannot renew, so it stops leading, and after the
+thaw renews the Lease, or a standby takes it), and thaws it with SIGCONT (in a `finally`, whatever
+happens). After the
 thaw it checks that:
 
 - every node's NodeMetric, read through the aggregated API (retried as client-go retries), has
@@ -22,8 +23,8 @@ The grace period is short (like tests/e2e/test_controllers.py's) but longer than
 a leader that takes the nodes back within the bound has no reason to withdraw anything, and one
 that does not would withdraw batch resources and evict within the test.
 
-A sandbox per component, not one for both: the sandbox's kubelet restarts a replica that exited
-(the leader that lost its Lease) only once its calls to kube-apiserver succeed, and after a 45 s
+A sandbox per component, not one for both: when a standby takes the Lease, the old leader exits,
+and the sandbox's kubelet restarts it only once its calls to kube-apiserver succeed; after a 45 s
 freeze of kube-apiserver it was seen not to restart it at all (2026-11-28), which would leave the
 etcd freeze without a standby. Both freezes run in one test, so `-x` still reports both figures:
 the outcome of each is collected, and the test fails at the end with every check that failed.

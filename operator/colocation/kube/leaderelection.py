@@ -170,11 +170,16 @@ _TRANSIENT = (LeaseError, ApiException, TimeoutError, aiohttp.ClientError, OSErr
 class LeaderElector:
     """Campaigns for a Lease, then keeps renewing it; tells the caller when leadership starts and ends.
 
-    `run()` returns (after `on_stopped_leading()`) when leadership is lost: no successful renewal
-    within `renew_deadline`, or another holder seen. The caller then stops its leader's work (the
-    operator exits non-zero). Cancel `run()` to stop campaigning, then `await release()` to hand
-    the lease over at once. Callbacks are plain functions called from the election task: they
-    must not block (set an event, start a task).
+    Leadership ends (`on_stopped_leading()`) when no renewal succeeded within `renew_deadline`, or
+    another holder is seen. `run()` then returns, and the caller stops its leader's work (the
+    operator exits non-zero), unless `rejoin_after_loss` > 0 and the lease may still be ours: the
+    renewals failed because the API did not answer, and the last record read names us. Then it
+    keeps trying to renew, for up to `rejoin_after_loss` seconds: once the API answers and the
+    record still names us, the renewal makes us lead again (`on_started_leading()` once more).
+    Nobody else can have led meanwhile, since taking the lease changes its holder. `run()`
+    returns when another holder (or none) is read, or when the time is up. Cancel `run()` to stop
+    campaigning, then `await release()` to hand the lease over at once. Callbacks are plain
+    functions called from the election task: they must not block (set an event, start a task).
     """
 
     def __init__(
@@ -194,6 +199,7 @@ class LeaderElector:
         is_predecessor: Callable[[str], bool] = lambda holder: False,
         holder_ended: Callable[[LeaderElectionRecord], bool] = lambda record: False,
         acquire_after: float = -math.inf,
+        rejoin_after_loss: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -234,6 +240,7 @@ class LeaderElector:
         self._suspect_until = -math.inf
         # After freeing a dead predecessor's lease, warm standbys get until then to take it first.
         self.acquire_after = acquire_after
+        self.rejoin_after_loss = rejoin_after_loss
         # Jitter only shortens waits: a leader renews at least every retry period.
         self._period = Backoff(retry_period, retry_period, factor=1.0, jitter=0.2, rng=rng)
         # A failed call is tried again within a retry period at the latest, as client-go does: a
@@ -316,19 +323,24 @@ class LeaderElector:
     # -- the loop --
 
     async def run(self) -> None:
+        lost_at: float | None = None  # when leadership ended, while we may still rejoin
         while True:
             try:
                 await self._try_acquire_or_renew()
                 failed = False
             except _TRANSIENT as error:
                 failed = True
-                level = logging.WARNING if self._leading else logging.INFO
+                level = logging.WARNING if self._leading or lost_at is not None else logging.INFO
                 logger.log(level, "leader election: lease call failed: %s", error, extra=self._log)
             self._report_leader()
             now = self._clock()
             leads = self._state.leads(now=now, renew_deadline=self.renew_deadline)
             if leads and not self._leading:
                 self._leading = True
+                if lost_at is not None:
+                    logger.warning("leader election: renewed the lease %.1f s after losing it: leading again",
+                                   now - lost_at, extra=self._log)
+                lost_at = None
                 logger.info("leader election: started leading", extra=self._log)
                 self._on_started_leading()
             elif self._leading and not leads:
@@ -336,6 +348,14 @@ class LeaderElector:
                 logger.error("leader election: lost the lease (holder %r, last renewal %s s ago)",
                              self._state.holder, _ago(now, self._state.renewed_at), extra=self._log)
                 self._on_stopped_leading()
+                if self.rejoin_after_loss <= 0 or not self._state.holds:
+                    return
+                lost_at = now
+                logger.warning("leader election: the API did not answer; renewing again when it does, for "
+                               "up to %g s", self.rejoin_after_loss, extra=self._log)
+            elif lost_at is not None and (not self._state.holds or now - lost_at >= self.rejoin_after_loss):
+                logger.error("leader election: not leading again (holder %r, %.1f s after the loss)",
+                             self._state.holder, now - lost_at, extra=self._log)
                 return
             await self._pause(self._next_delay(failed, now))
 
@@ -507,36 +527,6 @@ class LeaderElector:
             return True
         return False
 
-
-    async def release_after_loss(self, give_up_after: float) -> bool:
-        """After leadership ended because the lease could not be renewed: give the lease up as soon
-        as the API answers again, if it still names us. Whether we released it.
-
-        A renewal sent just before kube-apiserver or etcd stalled can land when they come back, and
-        then names us for another lease duration, which a standby would have to wait out. We stopped
-        writing at the renew deadline (`is_leader`, `write_budget`), so releasing it then is as safe
-        as releasing at shutdown. Tried with backoff (at most a retry period apart) for
-        `give_up_after` seconds; never raises for API errors.
-        """
-        self._leading = False
-        backoff = Backoff(self.retry_period / 4, self.retry_period, jitter=0.2)
-        deadline = self._clock() + give_up_after
-        while self._clock() < deadline:
-            try:
-                lease = await self._leases.get(self.call_timeout)
-            except _TRANSIENT as error:
-                logger.info("leader election: the lease cannot be read to release it yet: %s", error,
-                            extra=self._log)
-            else:
-                if lease is None:
-                    return False
-                self._read(lease)
-                if not self._state.holds:
-                    return False  # another replica holds it, or nobody does
-                if await self.release():
-                    return True
-            await self._sleep(min(backoff.next_delay(), max(0.0, deadline - self._clock())))
-        return False
 
 def _ago(now: float, then: float | None) -> str:
     return "never" if then is None else f"{now - then:.1f}"

@@ -75,9 +75,9 @@ SERVICE_NAME = "colocation-operator"
 CONSISTENT_READ_TIMEOUT = 3.0
 # A standby drops its feed from the leader after this many bookmark intervals without a byte.
 FEED_SILENCE_BOOKMARKS = 3
-# A leader that could not renew (kube-apiserver or etcd stalled) gives its lease up once the API
-# answers again, for at most this long, before it exits (`LeaderElector.release_after_loss`).
-LOST_LEASE_RELEASE_SECONDS = 300.0
+# A leader that could not renew (kube-apiserver or etcd stalled) renews again once the API answers
+# and the Lease still names it, for at most this long; then it exits (`LeaderElector.rejoin_after_loss`).
+REJOIN_AFTER_LOSS_SECONDS = 300.0
 DRAIN_LEASE_POLL = 0.25  # seconds between reads of the Lease while a stopping replica looks for its successor
 
 
@@ -136,6 +136,7 @@ class OperatorProcess:
         self.stop = asyncio.Event()
         self.stop_now = asyncio.Event()  # a second SIGTERM or SIGINT: no drain
         self.lost_leadership = False
+        self.paused = False  # leadership lost while the lease may still be ours (`_stopped_leading`)
         self.request_header: RequestHeaderConfig | None = None
         # --tls-cert-file: those files, read again when they change (another tool renews them); else
         # a certificate from the shared CA (run() makes it).
@@ -172,6 +173,7 @@ class OperatorProcess:
 
     def _started_leading(self) -> None:
         log.info("started leading", extra={"identity": self.config.identity})
+        self.paused = False
         self.leadership_metrics.leader.set(1)
         self.leadership_metrics.leader_transitions.inc()
         if self.nodes.synced:  # Nodes deleted while the previous leader could not act on it
@@ -183,9 +185,23 @@ class OperatorProcess:
             self.controllers.promote()
 
     def _stopped_leading(self) -> None:
-        log.error("lost the leader lease; exiting to restart as a standby", extra={"identity": self.config.identity})
+        """No writes and no reports from now on (the election fences both); the leader's own tasks stop.
+        The process exits when the election ends, or leads again if it renews the lease."""
+        log.error("lost the leader lease: no writes and no reports until it is renewed",
+                  extra={"identity": self.config.identity})
         self.leadership_metrics.leader.set(0)
         self.leadership_metrics.leader_transitions.inc()
+        self.paused = True
+        for task in self._leader_tasks:
+            task.cancel()
+        self._leader_tasks.clear()
+
+    async def _elect(self, elector: LeaderElector) -> None:
+        """The election; when it ends (another holder, or no renewal for REJOIN_AFTER_LOSS_SECONDS),
+        the process exits to restart as a standby, with nothing stale in memory."""
+        await elector.run()
+        log.error("lost the leader lease for good; exiting to restart as a standby",
+                  extra={"identity": self.config.identity})
         self.lost_leadership = True
         self.stop.set()
 
@@ -305,7 +321,8 @@ class OperatorProcess:
                 retry_period=config.retry_period, annotations_provider=self._annotations,
                 on_started_leading=self._started_leading, on_stopped_leading=self._stopped_leading,
                 on_new_leader=self._new_leader, is_predecessor=config.is_predecessor,
-                holder_ended=self.replica_pods.holder_ended, acquire_after=config.acquire_after)
+                holder_ended=self.replica_pods.holder_ended, acquire_after=config.acquire_after,
+                rejoin_after_loss=REJOIN_AFTER_LOSS_SECONDS)
             elector = self.elector
             follower = LeaderFollower(self.store, self._leader_address, lambda: token, metrics=self.storage_metrics,
                                       on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration,
@@ -336,7 +353,7 @@ class OperatorProcess:
                 self.controllers = self._warm_controllers(api)
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
                      asyncio.create_task(self.replica_pods.informer(kube_transport(api)).run()),
-                     asyncio.create_task(elector.run()),
+                     asyncio.create_task(self._elect(elector)),
                      asyncio.create_task(self._follow_while_standby(follower))]
             if self.tls is not None:
                 tasks.append(asyncio.create_task(self.tls.run(self.stop)))
@@ -361,8 +378,6 @@ class OperatorProcess:
                 for task in tasks + self._leader_tasks:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
-                if self.lost_leadership and await self._release_lost_lease(elector):
-                    log.info("released the lease it could not renew", extra={"identity": config.identity})
                 if not self.lost_leadership and await elector.release():
                     log.info("released the leader lease", extra={"identity": config.identity})
                     # Not the leader from here on, though the process drains a while longer: a
@@ -384,17 +399,6 @@ class OperatorProcess:
             return EXIT_CONTROLLERS_FAILED
         return EXIT_LOST_LEADERSHIP if self.lost_leadership else 0
 
-    async def _release_lost_lease(self, elector: LeaderElector) -> bool:
-        """`release_after_loss`, cut short by a second SIGTERM or SIGINT."""
-        releasing = asyncio.create_task(elector.release_after_loss(LOST_LEASE_RELEASE_SECONDS))
-        stopping = asyncio.create_task(self.stop_now.wait())
-        try:
-            await asyncio.wait({releasing, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (releasing, stopping):
-                task.cancel()
-        return releasing.done() and not releasing.cancelled() and releasing.result()
-
     async def _follow_while_draining(self, follower: LeaderFollower) -> None:
         """A stopping replica still serves reads: it follows whoever takes the Lease after it, as a
         standby does, so those reads stay consistent (the election loop has stopped: read the Lease)."""
@@ -413,7 +417,7 @@ class OperatorProcess:
         resync from a snapshot after a failover, and the copy meanwhile is seconds old at most)."""
         if self.draining or self.elector is None:
             return False
-        if self.elector.is_leader:
+        if self.elector.is_leader or self.paused:  # paused, its own store is still the newest data
             return True
         samples = self.sample_follower
         return follower.serving_copy() and (samples is None or samples.ever_synced)

@@ -425,28 +425,45 @@ async def test_after_an_api_outage_longer_than_the_lease_a_standby_leads_within_
     assert len(during) <= 60 / 0.5 + 1  # retried with backoff (0.5 s at first), not in a busy loop
 
 
-async def test_a_leader_that_lost_its_lease_to_an_outage_releases_it_when_the_api_returns(time: FakeTime) -> None:
+async def test_a_leader_that_lost_its_lease_to_an_outage_leads_again_when_the_api_returns(time: FakeTime) -> None:
     leases = FakeLeases(time)
-    a = Candidate(leases, time, "a")
+    a = Candidate(leases, time, "a", rejoin_after_loss=300)
+    await until(lambda: len(leases.puts) >= 2)
+    assert leases.lease is not None
+    acquired, transitions = leases.lease["spec"]["acquireTime"], leases.lease["spec"]["leaseTransitions"]
+    ends = time.now + 40
+    # A renewal sent just before the API stalled lands when it returns: the Lease still names "a".
+    outage(leases, time, ends, lambda: leases.write_spec(renewTime="2026-11-22T02:00:00.000000Z"))
+    await until(lambda: [event for event, _, _ in a.events].count("started") == 2)
+    stopped, started_again = [at for event, _, at in a.events if event in ("stopped", "started")][1:]
+    assert stopped < ends <= started_again <= ends + 2.0  # within a retry period of the API's return
+    assert a.elector.is_leader and not a.task.done()
+    spec = leases.lease["spec"]
+    assert (spec["holderIdentity"], spec["acquireTime"], spec["leaseTransitions"]) == ("a", acquired, transitions)
+    await a.stop()
+
+
+async def test_a_lost_lease_another_replica_took_ends_the_election_without_a_write(time: FakeTime) -> None:
+    leases = FakeLeases(time)
+    a = Candidate(leases, time, "a", rejoin_after_loss=300)
     await until(lambda: len(leases.puts) >= 2)
     ends = time.now + 40
-    # A renewal sent just before the API stalled lands when it returns: it names "a" for 15 s more.
-    outage(leases, time, ends, lambda: leases.write_spec(renewTime="2026-11-22T02:00:00.000000Z"))
-    await asyncio.wait_for(a.task, timeout=10)  # leadership ended at the renew deadline
-    assert await a.elector.release_after_loss(300)
-    assert ends <= time.now <= ends + 2.0  # within a retry period of the API's return
-    assert leases.lease is not None and leases.lease["spec"]["holderIdentity"] == ""  # a standby takes it at once
-
-
-async def test_a_lost_lease_another_replica_took_is_left_alone(time: FakeTime) -> None:
-    leases = FakeLeases(time)
-    a = Candidate(leases, time, "a")
-    await until(lambda: len(leases.puts) >= 2)
-    outage(leases, time, time.now + 40, lambda: leases.write_spec(holderIdentity="b"))
-    await asyncio.wait_for(a.task, timeout=10)
+    outage(leases, time, ends, lambda: leases.write_spec(holderIdentity="b"))
     puts = len(leases.puts)
-    assert not await a.elector.release_after_loss(300)
+    await asyncio.wait_for(a.task, timeout=10)  # run() returns once "b" is read
+    assert ends <= time.now <= ends + 2.0 and [event for event, _, _ in a.events].count("started") == 1
     assert len(leases.puts) == puts and leases.lease is not None and leases.lease["spec"]["holderIdentity"] == "b"
+
+
+async def test_a_leader_gives_up_rejoining_when_the_api_stays_away(time: FakeTime) -> None:
+    leases = FakeLeases(time)
+    a = Candidate(leases, time, "a", rejoin_after_loss=60)
+    await until(lambda: len(leases.puts) >= 2)
+    outage(leases, time, time.now + 3600)
+    await asyncio.wait_for(a.task, timeout=10)
+    stopped = a.when("stopped")
+    assert stopped is not None and stopped + 60 <= time.now <= stopped + 62  # tried every retry period at most
+    assert not a.elector.is_leader
 
 
 async def test_a_leader_that_cannot_renew_stops_within_the_renew_deadline(time: FakeTime) -> None:
