@@ -343,9 +343,10 @@ def standby_refusal(leadership: Leadership) -> ApiError:
     it again, and the Service spreads the retries until one reaches the leader. An agent that
     dialed the standby itself goes straight to the endpoint the Status names (`LEADER_CAUSE`).
     """
-    leader = leadership.leader_identity or "unknown"
-    error = ApiError.service_unavailable(f"this replica is a standby; send reports to the leader ({leader})",
-                                         retry_after=1)
+    # Not "a standby": a leader that lost its Lease to an API outage names itself until it renews it.
+    holder = f"the leader Lease names {leadership.leader_identity}" if leadership.leader_identity \
+        else "nobody holds the leader Lease"
+    error = ApiError.service_unavailable(f"this replica does not lead now; {holder}", retry_after=1)
     if leadership.leader_identity and leadership.leader_endpoint:
         error.details["causes"] = [{"reason": LEADER_CAUSE, "field": leadership.leader_identity,
                                     "message": leadership.leader_endpoint}]
