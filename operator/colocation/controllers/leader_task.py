@@ -101,6 +101,14 @@ class Controllers:
         self._leading.set()
         self.state.wake.set()
 
+    def demote(self) -> None:
+        """This replica stopped leading (its Lease could not be renewed) but may lead again: the loop
+        goes back to preparing the formulas, judging no node and writing nothing. Its writes were
+        fenced already; judging on would take the agents it refuses meanwhile for silent."""
+        self._leading.clear()
+        self._first_evaluation.clear()
+        self.state.wake.set()
+
     async def first_evaluation_done(self) -> None:
         """Return once this leader's first evaluation has finished, or after FIRST_EVALUATION_HOLD
         seconds at most. After a failover every agent reports at once, and a restarted replica
@@ -199,21 +207,23 @@ class Controllers:
         await self.state.pods_synced.wait()
         self.metrics.warm.set(1)
         self._warm = True
-        while not self._leading.is_set():
-            try:
-                await self.resources.prepare()
-            except Exception:  # a failed pass leaves work to the first evaluation; the next one tries again
-                log.exception("preparing the evaluation failed")
-            await wait_set(self._leading, PREPARE_EVERY)
         interval = self.settings.evaluation_interval
         while True:
+            if not self._leading.is_set():
+                try:
+                    await self.resources.prepare()
+                except Exception:  # a failed pass leaves work to the first evaluation; the next one tries again
+                    log.exception("preparing the evaluation failed")
+                await wait_set(self._leading, PREPARE_EVERY)
+                continue
             self.state.wake.clear()
             started = time.monotonic()
             try:
                 await self._evaluate()
             except Exception:  # one failed evaluation must not stop the next one
                 log.exception("evaluation failed")
-            self._first_evaluation.set()
+            if self._leading.is_set():  # not when demoted meanwhile
+                self._first_evaluation.set()
             await wait_set(self.state.wake, max(interval - (time.monotonic() - started), 0))
             # A burst of changes (nodes joining) evaluates at most this often.
             await asyncio.sleep(max(min(interval, MIN_SPACING) - (time.monotonic() - started), 0))

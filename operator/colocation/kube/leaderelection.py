@@ -241,6 +241,10 @@ class LeaderElector:
         # After freeing a dead predecessor's lease, warm standbys get until then to take it first.
         self.acquire_after = acquire_after
         self.rejoin_after_loss = rejoin_after_loss
+        self._lost_at: float | None = None  # when leadership ended, while we may still rejoin
+        self._api_away = False  # the last round failed: the API did not answer
+        # After an API outage, another holder gets until then to renew before we take its lease.
+        self._holder_grace_until = -math.inf
         # Jitter only shortens waits: a leader renews at least every retry period.
         self._period = Backoff(retry_period, retry_period, factor=1.0, jitter=0.2, rng=rng)
         # A failed call is tried again within a retry period at the latest, as client-go does: a
@@ -323,24 +327,24 @@ class LeaderElector:
     # -- the loop --
 
     async def run(self) -> None:
-        lost_at: float | None = None  # when leadership ended, while we may still rejoin
         while True:
             try:
                 await self._try_acquire_or_renew()
                 failed = False
             except _TRANSIENT as error:
                 failed = True
-                level = logging.WARNING if self._leading or lost_at is not None else logging.INFO
+                level = logging.WARNING if self._leading or self._lost_at is not None else logging.INFO
                 logger.log(level, "leader election: lease call failed: %s", error, extra=self._log)
+            self._api_away = failed
             self._report_leader()
             now = self._clock()
             leads = self._state.leads(now=now, renew_deadline=self.renew_deadline)
             if leads and not self._leading:
                 self._leading = True
-                if lost_at is not None:
+                if self._lost_at is not None:
                     logger.warning("leader election: renewed the lease %.1f s after losing it: leading again",
-                                   now - lost_at, extra=self._log)
-                lost_at = None
+                                   now - self._lost_at, extra=self._log)
+                self._lost_at = None
                 logger.info("leader election: started leading", extra=self._log)
                 self._on_started_leading()
             elif self._leading and not leads:
@@ -350,12 +354,13 @@ class LeaderElector:
                 self._on_stopped_leading()
                 if self.rejoin_after_loss <= 0 or not self._state.holds:
                     return
-                lost_at = now
+                self._lost_at = now
                 logger.warning("leader election: the API did not answer; renewing again when it does, for "
                                "up to %g s", self.rejoin_after_loss, extra=self._log)
-            elif lost_at is not None and (not self._state.holds or now - lost_at >= self.rejoin_after_loss):
+            elif self._lost_at is not None and (not self._state.holds
+                                                or now - self._lost_at >= self.rejoin_after_loss):
                 logger.error("leader election: not leading again (holder %r, %.1f s after the loss)",
-                             self._state.holder, now - lost_at, extra=self._log)
+                             self._state.holder, now - self._lost_at, extra=self._log)
                 return
             await self._pause(self._next_delay(failed, now))
 
@@ -365,6 +370,8 @@ class LeaderElector:
             assert self._state.renewed_at is not None
             return min(self._period.next_delay(), self._state.renewed_at + self.renew_deadline - now)
         if failed:
+            if self._lost_at is not None:  # standbys leave us a retry period once the API is back
+                return min(self._errors.next_delay(), self.retry_period / 4)
             return self._errors.next_delay()
         self._errors.reset()
         # A standby reads the Lease every half retry period: it sees the last renewal of a leader that
@@ -422,6 +429,14 @@ class LeaderElector:
             return  # a warm standby takes a lease we freed before this cold process does
         now = self._clock()
         ended = self._another_holder_ended(now)
+        if self._state.holder and not self._state.holds and not ended:
+            if self._api_away:
+                # The API is back after an outage. A holder that only lost its lease to it renews
+                # within a retry period (`rejoin_after_loss`): taking the lease from it first would
+                # move the agents and restart it for nothing.
+                self._holder_grace_until = now + self.retry_period
+            if now < self._holder_grace_until:
+                return
         record = self._state.next_record(now=now, wall=self._now(), lease_duration_seconds=self.lease_duration_seconds,
                                          annotations=annotations, holder_ended=ended)
         if record is not None:

@@ -192,6 +192,8 @@ class OperatorProcess:
         self.leadership_metrics.leader.set(0)
         self.leadership_metrics.leader_transitions.inc()
         self.paused = True
+        if self.controllers is not None:
+            self.controllers.demote()
         for task in self._leader_tasks:
             task.cancel()
         self._leader_tasks.clear()

@@ -74,3 +74,47 @@ async def test_writes_wait_for_a_first_evaluation_no_longer_than_the_hold(monkey
     started = time.monotonic()
     await asyncio.wait_for(c.first_evaluation_done(), WAIT)
     assert time.monotonic() - started >= 0.2
+
+
+async def test_a_demoted_leader_judges_no_node_until_promoted_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    c = controllers()
+    evaluations = [0]
+    prepared_twice_since_demotion, evaluated_again = asyncio.Event(), asyncio.Event()
+    prepares_since_demotion = [0]
+    demoted = [False]
+
+    async def loaded() -> None:
+        c.config.loaded = True
+
+    async def prepare() -> None:
+        if demoted[0]:
+            prepares_since_demotion[0] += 1
+            if prepares_since_demotion[0] >= 2:
+                prepared_twice_since_demotion.set()
+
+    async def evaluate() -> None:
+        evaluations[0] += 1
+        if evaluations[0] > 1:
+            evaluated_again.set()
+
+    monkeypatch.setattr(c, "_load_config", loaded)
+    monkeypatch.setattr(c.resources, "prepare", prepare)
+    monkeypatch.setattr(c, "_evaluate", evaluate)
+    c.state.pods_synced.set()
+    loop = asyncio.create_task(c._loop())
+    try:
+        c.promote()
+        await asyncio.wait_for(c.first_evaluation_done(), WAIT)
+        assert evaluations[0] == 1
+        demoted[0] = True
+        c.demote()  # the Lease could not be renewed: back to preparing, judging nothing
+        await asyncio.wait_for(prepared_twice_since_demotion.wait(), WAIT)  # a whole pass apart
+        assert evaluations[0] == 1
+        held = asyncio.create_task(c.first_evaluation_done())
+        c.promote()  # renewed: every node judged at once, and writes wait for it again
+        await asyncio.wait_for(evaluated_again.wait(), WAIT)
+        await asyncio.wait_for(held, WAIT)
+    finally:
+        loop.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await loop
