@@ -4,7 +4,9 @@ before the Lease, the first evaluation at once, the agents' writes held for it (
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -24,15 +26,33 @@ def controllers() -> Controllers:
                        namespace="colocation-system", identity="operator-0", registry=CollectorRegistry())
 
 
+@contextlib.asynccontextmanager
+async def running_loop(c: Controllers, monkeypatch: pytest.MonkeyPatch, *, prepare: Callable[[], Awaitable[None]],
+                       evaluate: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """`c`'s loop with its configuration read at once, every pod listed, and these passes."""
+
+    async def loaded() -> None:
+        c.config.loaded = True
+
+    monkeypatch.setattr(c, "_load_config", loaded)
+    monkeypatch.setattr(c.resources, "prepare", prepare)
+    monkeypatch.setattr(c, "_evaluate", evaluate)
+    c.state.pods_synced.set()
+    loop = asyncio.create_task(c._loop())
+    try:
+        yield
+    finally:
+        loop.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await loop
+
+
 async def test_a_standby_prepares_and_evaluates_only_once_promoted_and_writes_wait_for_that(
         monkeypatch: pytest.MonkeyPatch) -> None:
     c = controllers()
     prepared, evaluations = asyncio.Event(), asyncio.Event()
     evaluating = asyncio.Event()
     finish = asyncio.Event()
-
-    async def loaded() -> None:
-        c.config.loaded = True
 
     async def prepare() -> None:
         prepared.set()
@@ -42,12 +62,7 @@ async def test_a_standby_prepares_and_evaluates_only_once_promoted_and_writes_wa
         await finish.wait()
         evaluations.set()
 
-    monkeypatch.setattr(c, "_load_config", loaded)
-    monkeypatch.setattr(c.resources, "prepare", prepare)
-    monkeypatch.setattr(c, "_evaluate", evaluate)
-    c.state.pods_synced.set()
-    loop = asyncio.create_task(c._loop())
-    try:
+    async with running_loop(c, monkeypatch, prepare=prepare, evaluate=evaluate):
         await asyncio.wait_for(prepared.wait(), WAIT)
         assert not evaluating.is_set() and c.metrics.warm._value.get() == 1
         c.promote()
@@ -59,10 +74,6 @@ async def test_a_standby_prepares_and_evaluates_only_once_promoted_and_writes_wa
         await asyncio.wait_for(held, WAIT)  # ...and goes on once it has finished
         assert evaluations.is_set()
         await asyncio.wait_for(c.first_evaluation_done(), WAIT)  # later writes do not wait
-    finally:
-        loop.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await loop
 
 
 async def test_writes_wait_for_a_first_evaluation_no_longer_than_the_hold(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,13 +89,8 @@ async def test_writes_wait_for_a_first_evaluation_no_longer_than_the_hold(monkey
 
 async def test_a_demoted_leader_judges_no_node_until_promoted_again(monkeypatch: pytest.MonkeyPatch) -> None:
     c = controllers()
-    evaluations = [0]
+    evaluations, prepares_since_demotion, demoted = [0], [0], [False]
     prepared_twice_since_demotion, evaluated_again = asyncio.Event(), asyncio.Event()
-    prepares_since_demotion = [0]
-    demoted = [False]
-
-    async def loaded() -> None:
-        c.config.loaded = True
 
     async def prepare() -> None:
         if demoted[0]:
@@ -97,12 +103,7 @@ async def test_a_demoted_leader_judges_no_node_until_promoted_again(monkeypatch:
         if evaluations[0] > 1:
             evaluated_again.set()
 
-    monkeypatch.setattr(c, "_load_config", loaded)
-    monkeypatch.setattr(c.resources, "prepare", prepare)
-    monkeypatch.setattr(c, "_evaluate", evaluate)
-    c.state.pods_synced.set()
-    loop = asyncio.create_task(c._loop())
-    try:
+    async with running_loop(c, monkeypatch, prepare=prepare, evaluate=evaluate):
         c.promote()
         await asyncio.wait_for(c.first_evaluation_done(), WAIT)
         assert evaluations[0] == 1
@@ -114,7 +115,3 @@ async def test_a_demoted_leader_judges_no_node_until_promoted_again(monkeypatch:
         c.promote()  # renewed: every node judged at once, and writes wait for it again
         await asyncio.wait_for(evaluated_again.wait(), WAIT)
         await asyncio.wait_for(held, WAIT)
-    finally:
-        loop.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await loop
