@@ -238,13 +238,12 @@ class LeaderElector:
         # While the leader looks dead, a standby reads the Lease this often (see suspect_leader).
         self.suspect_period = retry_period / 8
         self._suspect_until = -math.inf
-        # After freeing a dead predecessor's lease, warm standbys get until then to take it first.
+        # We take no lease before then: after freeing a dead predecessor's lease, warm standbys get
+        # it first; after an API outage, its holder gets to renew it first.
         self.acquire_after = acquire_after
         self.rejoin_after_loss = rejoin_after_loss
         self._lost_at: float | None = None  # when leadership ended, while we may still rejoin
         self._api_away = False  # the last round failed: the API did not answer
-        # After an API outage, another holder gets until then to renew before we take its lease.
-        self._holder_grace_until = -math.inf
         # Jitter only shortens waits: a leader renews at least every retry period.
         self._period = Backoff(retry_period, retry_period, factor=1.0, jitter=0.2, rng=rng)
         # A failed call is tried again within a retry period at the latest, as client-go does: a
@@ -283,6 +282,11 @@ class LeaderElector:
         self._suspect_until = now + self.lease_duration_seconds
         if not suspected:
             self._wake.set()
+
+    @property
+    def rejoining(self) -> bool:
+        """Whether leadership ended but the lease may still be ours (`rejoin_after_loss`)."""
+        return self._lost_at is not None
 
     @property
     def leader_identity(self) -> str:
@@ -425,18 +429,15 @@ class LeaderElector:
         annotations = self._annotations()
         if await self._free_predecessors_lease(annotations):
             return
-        if not self._state.holder and self._clock() < self.acquire_after:
-            return  # a warm standby takes a lease we freed before this cold process does
         now = self._clock()
         ended = self._another_holder_ended(now)
-        if self._state.holder and not self._state.holds and not ended:
-            if self._api_away:
-                # The API is back after an outage. A holder that only lost its lease to it renews
-                # within a retry period (`rejoin_after_loss`): taking the lease from it first would
-                # move the agents and restart it for nothing.
-                self._holder_grace_until = now + self.retry_period
-            if now < self._holder_grace_until:
-                return
+        if self._api_away and self._state.holder and not self._state.holds and not ended:
+            # The API is back after an outage. A holder that only lost its lease to it renews within
+            # a retry period (`rejoin_after_loss`): taking the lease from it first would move the
+            # agents and restart it for nothing.
+            self.acquire_after = max(self.acquire_after, now + self.retry_period)
+        if not self._state.holds and not ended and now < self.acquire_after:
+            return
         record = self._state.next_record(now=now, wall=self._now(), lease_duration_seconds=self.lease_duration_seconds,
                                          annotations=annotations, holder_ended=ended)
         if record is not None:

@@ -136,7 +136,6 @@ class OperatorProcess:
         self.stop = asyncio.Event()
         self.stop_now = asyncio.Event()  # a second SIGTERM or SIGINT: no drain
         self.lost_leadership = False
-        self.paused = False  # leadership lost while the lease may still be ours (`_stopped_leading`)
         self.request_header: RequestHeaderConfig | None = None
         # --tls-cert-file: those files, read again when they change (another tool renews them); else
         # a certificate from the shared CA (run() makes it).
@@ -173,7 +172,6 @@ class OperatorProcess:
 
     def _started_leading(self) -> None:
         log.info("started leading", extra={"identity": self.config.identity})
-        self.paused = False
         self.leadership_metrics.leader.set(1)
         self.leadership_metrics.leader_transitions.inc()
         if self.nodes.synced:  # Nodes deleted while the previous leader could not act on it
@@ -191,7 +189,6 @@ class OperatorProcess:
                   extra={"identity": self.config.identity})
         self.leadership_metrics.leader.set(0)
         self.leadership_metrics.leader_transitions.inc()
-        self.paused = True
         if self.controllers is not None:
             self.controllers.demote()
         for task in self._leader_tasks:
@@ -419,7 +416,7 @@ class OperatorProcess:
         resync from a snapshot after a failover, and the copy meanwhile is seconds old at most)."""
         if self.draining or self.elector is None:
             return False
-        if self.elector.is_leader or self.paused:  # paused, its own store is still the newest data
+        if self.elector.is_leader or self.elector.rejoining:  # its own store is still the newest data
             return True
         samples = self.sample_follower
         return follower.serving_copy() and (samples is None or samples.ever_synced)
