@@ -11,6 +11,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -88,21 +89,22 @@ class Cluster:
             self._replica_clients[key] = client
         return client
 
-    async def leader(self) -> str:
-        """The Lease's holder identity; "" when nobody holds it."""
+    async def lease_spec(self) -> dict[str, Any]:
+        """The leader Lease's spec ({} when there is no Lease)."""
         status, body = await self.client.send(Request("GET", LEADER_LEASE))
         if status == 404:
-            return ""
+            return {}
         if status != 200:
             raise RuntimeError(f"GET {LEADER_LEASE}: {status} {body[:300]!r}")
-        return str((orjson.loads(body).get("spec") or {}).get("holderIdentity") or "")
+        return dict(orjson.loads(body).get("spec") or {})
+
+    async def leader(self) -> str:
+        """The Lease's holder identity; "" when nobody holds it."""
+        return str((await self.lease_spec()).get("holderIdentity") or "")
 
     async def lease_renewed_since(self, wall_second: int) -> bool:
         """Whether the Lease names a holder that wrote it at `wall_second` (whole seconds) or later."""
-        status, body = await self.client.send(Request("GET", LEADER_LEASE))
-        if status != 200:
-            return False
-        spec = orjson.loads(body).get("spec") or {}
+        spec = await self.lease_spec()
         renewed = spec.get("renewTime") or ""
         return bool(spec.get("holderIdentity")) and bool(renewed) and parse_time(renewed) >= wall_second
 

@@ -84,7 +84,7 @@ def component_pid(root: int, state_dir: Path, program: str) -> int:
     found = []
     for pid in processes.descendants(root):
         with contextlib.suppress(OSError):
-            args = [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+            args = processes.command_line(pid)
             if args and Path(args[0]).name == program and any(arg.startswith(under) for arg in args[1:]):
                 found.append(pid)
     if len(found) != 1:
@@ -119,12 +119,11 @@ class CpuUse:
         initial = not self.last  # a process first seen later started since: from 0
         for pid in {*processes.descendants(self.root), os.getpid()}:
             with contextlib.suppress(OSError, ValueError, IndexError):
-                args = [a.decode(errors="replace")
-                        for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
                 used = processes.cpu_seconds(pid)
                 known = self.last.get(pid)
                 # The name as first read: an exited child's command line reads empty until it is reaped.
-                name = known[0] if known else "benchmark client" if pid == os.getpid() else component_of(args)
+                name = known[0] if known else "benchmark client" if pid == os.getpid() \
+                    else component_of(processes.command_line(pid))
                 self.first.setdefault(pid, used if initial else 0.0)
                 self.last[pid] = (name, used)
 

@@ -80,6 +80,11 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def command_line(pid: int) -> list[str]:
+    """A process's arguments, from /proc/PID/cmdline (empty for an exited child not yet reaped)."""
+    return [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far, from /proc/PID/stat."""
     raw = Path(f"/proc/{pid}/stat").read_text()
