@@ -141,8 +141,11 @@ class OperatorReplicas:
         status = {**pod["status"], "containerStatuses": [container]}
         api.store.update(pods, self.namespace, replica.identity, obj={**pod, "status": status}, subresource="status")
 
+    def _replica_of(self, child: ChildProcess) -> Replica | None:
+        return next((r for r in self.replicas if r.child is child), None)
+
     def _restarted(self, child: ChildProcess) -> None:
-        replica = next((r for r in self.replicas if r.child is child), None)
+        replica = self._replica_of(child)
         if replica is not None:
             replica.started_at = format_time(self.sandbox.api.clock())
             self._container_status(replica, {"running": {"startedAt": replica.started_at}})
@@ -152,7 +155,7 @@ class OperatorReplicas:
         """A replica's process died: its endpoint is not ready now, as the kubelet reports a dead
         container at once instead of waiting for the next readiness probe; then probe them all."""
         aggregator = self.sandbox.api.aggregator
-        replica = next((r for r in self.replicas if r.child is child), None)
+        replica = self._replica_of(child)
         if replica is not None and child.process is not None and child.process.returncode is not None:
             finished = format_time(self.sandbox.api.clock())
             exited = terminated_state(container_exit_code(child.process.returncode), started_at=replica.started_at,
