@@ -6,7 +6,9 @@ Lease, for the CA). A leader that cannot be reached makes the agent ask
 the other replicas the leader published; only when none takes it does it read the Lease again
 and send the PUT through kube-apiserver (which may route it to any ready replica), and after
 such a try fails, not again before `apiserver_backoff`. A leader that refuses our credentials
-(401) sends it through kube-apiserver; any other refusal is final. Retrying later is the
+(401) sends it through kube-apiserver; any other refusal is final. A leader that names itself
+in its 503 waits to renew its Lease after an API outage: kube-apiserver is not tried, and the
+failure carries the leader's Retry-After (0 once it held the write). Retrying later is the
 caller's business: the latest report, or the samples still held.
 
 Why: docs/operator.md#how-agents-find-a-new-leader
@@ -15,6 +17,7 @@ Why: docs/operator.md#how-agents-find-a-new-leader
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -39,6 +42,9 @@ class DirectPut(Protocol):
 
 # Counts one failed attempt by reason (each caller has its own metric).
 FailureCounter = Callable[[str], None]
+# A request body, or what makes it at the moment of sending (after any wait for a slot): a report
+# that waited carries the figures of when it was sent, not of when it was queued.
+Body = bytes | Callable[[], bytes]
 
 
 # A report is answered with its metadata only (as kube-apiserver shapes a write's answer for this
@@ -50,9 +56,12 @@ MAX_REPLICA_TRIES = 4
 
 
 class DeliveryFailed(Exception):
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(f"{reason}: {message}")
         self.reason = reason
+        # Set when the leader itself asked for the write again this soon: it waits to renew its
+        # Lease (it held the write first), or leads again (0: at once, with current figures).
+        self.retry_after = retry_after
 
     @property
     def transient(self) -> bool:
@@ -97,6 +106,13 @@ def named_leader(answer: Any) -> tuple[str, str] | None:
     return None
 
 
+def retry_after_seconds(answer: Any) -> float | None:
+    """The Status' `details.retryAfterSeconds`, if it has one."""
+    details = answer.get("details") if isinstance(answer, dict) else None
+    seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    return float(seconds) if isinstance(seconds, int | float) and seconds >= 0 else None
+
+
 def _message(body: Any) -> str:
     return str(body.get("message", "")) if isinstance(body, dict) else str(body or "")[:200]
 
@@ -125,7 +141,7 @@ class Delivery:
         leader = self.locator.leader
         return leader is not None and leader.reachable
 
-    async def put(self, path: str, body: bytes, failed: FailureCounter) -> tuple[str, str | None]:
+    async def put(self, path: str, body: Body, failed: FailureCounter) -> tuple[str, str | None]:
         """PUT `body` to `path`: to the leader if possible, else through kube-apiserver.
 
         Returns (route, identity of the leader it reached as far as known); raises DeliveryFailed.
@@ -134,7 +150,7 @@ class Delivery:
         route, identity, _ = await self.exchange(path, body, failed)
         return route, identity
 
-    async def exchange(self, path: str, body: bytes, failed: FailureCounter) -> tuple[str, str | None, Any]:
+    async def exchange(self, path: str, body: Body, failed: FailureCounter) -> tuple[str, str | None, Any]:
         """`put`, also returning the decoded answer (for writes whose answer says what was done)."""
         leader = self.locator.leader
         asked: set[str] = set()  # the leaders (endpoints) this request already went to
@@ -155,19 +171,23 @@ class Delivery:
             raise DeliveryFailed("unavailable", "kube-apiserver is not asked again yet")
         return await self._through_apiserver(path, body, failed=failed, asked=asked)
 
-    async def _to_replicas(self, leader: Leader, path: str, body: bytes,
+    async def _to_replicas(self, leader: Leader, path: str, body: Body,
                            *, failed: FailureCounter) -> tuple[str, str | None, Any] | None:
         """PUT to the leader; if it cannot be reached, to the leader a standby names, or to the
-        other replicas in turn. None: none took it (or the leader refused our credentials)."""
+        other replicas in turn. None: none took it (or the leader refused our credentials).
+
+        When the leader named itself (it waits to renew its Lease) and no other replica took it,
+        raises DeliveryFailed with the leader's Retry-After: kube-apiserver has nothing better to offer."""
         queue, tried = [leader, *leader.others()], set[str]()
+        waiting: DeliveryFailed | None = None  # the leader's own refusal, while it waits to renew
         while queue and len(tried) < MAX_REPLICA_TRIES:
             target = queue.pop(0)
             if target.endpoint in tried:
                 continue
             tried.add(target.endpoint)
             try:
-                status, answer = await self._limited(self.direct(target, path, body, timeout=self.timeout),
-                                                     self.slots)
+                status, answer = await self._limited(
+                    functools.partial(self._direct, target, path, body), self.slots)
             except TimeoutError:
                 failed("leader-timeout")
                 continue
@@ -188,11 +208,15 @@ class Delivery:
                 raise DeliveryFailed(_http_reason(status), _message(answer))
             failed("standby")
             named = named_leader(answer)
-            if named is not None and named[1] not in tried:
+            if named is not None and named[1] == target.endpoint:
+                waiting = DeliveryFailed("unavailable", _message(answer), retry_after=retry_after_seconds(answer))
+            elif named is not None and named[1] not in tried:
                 queue.insert(0, target.at(*named))
+        if waiting is not None:
+            raise waiting
         return None
 
-    async def _through_apiserver(self, path: str, body: bytes, *, failed: FailureCounter,
+    async def _through_apiserver(self, path: str, body: Body, *, failed: FailureCounter,
                                  asked: set[str]) -> tuple[str, str | None, Any]:
         if self.apiserver_slots is not None:
             leader = await self._apiserver_slot(self.apiserver_slots, asked)
@@ -201,7 +225,7 @@ class Delivery:
                     return direct
                 raise DeliveryFailed("unavailable", "no replica took it")
         try:
-            status, answer = await self.kube.request("PUT", path, body=body, timeout=self.timeout)
+            status, answer = await self.kube.request("PUT", path, body=_made(body), timeout=self.timeout)
         except TimeoutError as error:
             failed("timeout")
             self._apiserver_failed()
@@ -226,7 +250,7 @@ class Delivery:
             return direct
         raise DeliveryFailed(_http_reason(status), _message(answer))
 
-    async def _to_named_leader(self, answer: Any, path: str, body: bytes, *, failed: FailureCounter,
+    async def _to_named_leader(self, answer: Any, path: str, body: Body, *, failed: FailureCounter,
                                asked: set[str]) -> tuple[str, str | None, Any] | None:
         """kube-apiserver routed the PUT to a standby, which named the leader: send it there, unless
         this request went there already (`asked`). The agent dials it if it knows it by now (another
@@ -278,12 +302,20 @@ class Delivery:
     def _apiserver_failed(self) -> None:
         self._apiserver_after = self._clock() + self._apiserver_backoff.next_delay()
 
+    def _direct(self, target: Leader, path: str, body: Body) -> Awaitable[tuple[int, Any]]:
+        return self.direct(target, path, _made(body), timeout=self.timeout)
+
     @staticmethod
-    async def _limited(request: Awaitable[tuple[int, Any]], slots: asyncio.Semaphore | None) -> tuple[int, Any]:
+    async def _limited(request: Callable[[], Awaitable[tuple[int, Any]]],
+                       slots: asyncio.Semaphore | None) -> tuple[int, Any]:
         if slots is None:
-            return await request
+            return await request()
         async with slots:
-            return await request
+            return await request()
+
+
+def _made(body: Body) -> bytes:
+    return body() if callable(body) else body
 
 
 async def run_checks(check: Callable[[], Awaitable[float]], wake: asyncio.Event) -> None:

@@ -6,7 +6,7 @@ the pod set changed, a usage moved by more than `change_threshold` (of at least 
 sent; and at once when the leader changes. Delivery (colocation.agent.delivery) goes straight to
 the leader, else through kube-apiserver. A failed report is retried with backoff and jitter,
 each time with the latest state; while the replicas can be asked directly, at most every
-`replica_retry_maximum`.
+`replica_retry_maximum`; when the leader itself names a time (it waits to renew its Lease), then.
 
 The triggers, and why: docs/agent.md#reporting-and-the-heartbeat
 """
@@ -32,6 +32,11 @@ from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 
 log = logging.getLogger(__name__)
+
+# A leader's answer sooner than this did not hold the report (see Reporter.check).
+QUICK_ANSWER = 0.5
+# A report sent this long after its state was taken takes the state again.
+STILL_CURRENT = 0.5
 
 _REPORT = permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(
     group=permissions.METRICS_GROUP, resource="nodemetrics", verb="update", namespace=None, subresource="status"))
@@ -139,6 +144,7 @@ class Reporter:
         self._heartbeat_period = Backoff(self.options.heartbeat_interval or 1.0, self.options.heartbeat_interval
                                          or 1.0, factor=1.0, jitter=0.04, rng=rng)
         self._pending: str | None = None  # the trigger of a report that failed and is being retried
+        self._prompt_retry = False  # the last failure was retried as the leader said, and came back quickly
         self._backoff = Backoff(min(self.options.retry_initial, self.options.retry_maximum),
                                 self.options.retry_maximum, jitter=0.5, rng=rng)
         self._replica_backoff = Backoff(min(self.options.retry_initial, self.options.replica_retry_maximum),
@@ -186,24 +192,39 @@ class Reporter:
         if trigger is None:
             return self._next_check()
         started = self._clock()
+        sent, taken_at = [snapshot], [started]
+
+        def body() -> bytes:  # made when sent: after a wait for a slot, with the figures of then
+            if self._clock() - taken_at[0] > STILL_CURRENT:
+                sent[0], taken_at[0] = self.snapshot() or sent[0], self._clock()
+            return orjson.dumps(sent[0].body)
+
         try:
-            route, leader = await self.delivery.put(self.path, orjson.dumps(snapshot.body), self._failed)
+            route, leader = await self.delivery.put(self.path, body, self._failed)
         except DeliveryFailed as failure:
             self._pending = trigger
-            delay = self._backoff.next_delay()
-            if failure.transient and self.delivery.replicas_known:
-                delay = min(delay, self._replica_backoff.next_delay())
+            if failure.retry_after is not None and not self._prompt_retry:
+                # The leader itself, waiting to renew its Lease, said when (at once when it leads
+                # again). Two quick answers in a row fall back to the backoff: no busy loop.
+                delay = min(failure.retry_after, self.options.replica_retry_maximum)
+                self._prompt_retry = self._clock() - started < QUICK_ANSWER
+            else:
+                self._prompt_retry = False
+                delay = self._backoff.next_delay()
+                if failure.transient and self.delivery.replicas_known:
+                    delay = min(delay, self._replica_backoff.next_delay())
             log.warning("report failed, retrying", extra={"node": self.node, "error": str(failure),
                                                           "trigger": trigger, "retry_in": round(delay, 2)})
             return delay
         self._pending = None
+        self._prompt_retry = False
         self._backoff.reset()
         self._replica_backoff.reset()
         if self.last_sent is not None and leader is not None and leader != self.delivered_to:
             # The first full report a new leader gets is the re-send, even when a retry that
             # found the new leader on its way delivered it before the change was noticed.
             trigger = "leader-changed"
-        self.last_sent, self.last_sent_at, self.delivered_to = snapshot, self._clock(), leader
+        self.last_sent, self.last_sent_at, self.delivered_to = sent[0], self._clock(), leader
         self.heartbeat_due_at = started + self._heartbeat_period.next_delay()
         if self._on_accepted is not None:
             self._on_accepted()

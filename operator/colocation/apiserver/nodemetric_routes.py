@@ -67,6 +67,8 @@ from colocation.nodemetrics.report_schema import (
 from colocation.nodemetrics.storage_interface import Entry, NodeMetricServing, update_time_ahead
 
 GROUP_VERSION = f"{GROUP}/{VERSION}"
+# Agents' writes a leader waiting to renew its Lease holds at once; more are refused at once.
+MAX_HELD_WRITES = 20_000
 # How long a read waits for a resourceVersion ahead of this replica: the watch cache's blockTimeout.
 TOO_LARGE_WAIT = 3.0
 # Before a read: with 0 (no resourceVersion), wait for the most recent data; with a resourceVersion,
@@ -134,6 +136,11 @@ class NodeMetricGroup:
         # at once after a failover, and the copy a restarted standby lists would stretch it
         # (`Controllers.first_evaluation_done`).
         self.first_evaluation_hold: Callable[[], Awaitable[None]] | None = None
+        # Awaited before a replica that does not lead refuses an agent's write (set by the manager):
+        # a leader that lost its Lease to an API outage holds the write until it leads again, or a
+        # few seconds (True: it leads again; None: it is not such a leader, and refuses at once).
+        self.rejoin_hold: Callable[[], Awaitable[bool | None]] | None = None
+        self._held = 0  # agents' writes waiting in rejoin_hold
         self._authenticate: Authenticate | None = None
 
     # ---- what the API server serves for the group ----------------------------------------------
@@ -301,10 +308,10 @@ class NodeMetricGroup:
         """
         request[VERB] = "update"
         node = request.match_info["name"]
-        self._refuse_unless_leader(rejected)
+        await self._refuse_unless_leader(rejected)
         if self.first_evaluation_hold is not None:
             await self.first_evaluation_hold()
-            self._refuse_unless_leader(rejected)  # the Lease may have been lost meanwhile
+            await self._refuse_unless_leader(rejected)  # the Lease may have been lost meanwhile
         try:
             caller = await self._caller(request)
             # One review per ServiceAccount, not one per node: the write is authorized for the
@@ -322,10 +329,22 @@ class NodeMetricGroup:
             raise
         return node, validated
 
-    def _refuse_unless_leader(self, rejected: Any) -> None:
-        if not self.leadership.is_leader:
-            rejected.labels("not-leader").inc()
-            raise standby_refusal(self.leadership)
+    async def _refuse_unless_leader(self, rejected: Any) -> None:
+        """Refuse an agent's write unless this replica leads. A leader waiting to renew its Lease
+        holds the write first (`rejoin_hold`), then asks for it again at once: the agent's next
+        write is taken the moment the API is back, and carries figures from after it."""
+        if self.leadership.is_leader:
+            return
+        held = None
+        if self.rejoin_hold is not None and self._held < MAX_HELD_WRITES:
+            self._held += 1
+            try:
+                held = await self.rejoin_hold()
+            finally:
+                self._held -= 1
+        rejected.labels("not-leader").inc()
+        raise standby_refusal(self.leadership, retry_after=1 if held is None else 0,
+                              leads_again=bool(held) and self.leadership.is_leader)
 
     async def _read_body(self, request: web.Request) -> bytes:
         if request.content_length is not None and request.content_length > MAX_REPORT_BYTES:
@@ -336,17 +355,19 @@ class NodeMetricGroup:
         return await request.read()  # client_max_size turns a longer body into 413
 
 
-def standby_refusal(leadership: Leadership) -> ApiError:
+def standby_refusal(leadership: Leadership, *, retry_after: int = 1, leads_again: bool = False) -> ApiError:
     """A standby's answer to an agent's write: 503, naming the leader and where it serves.
 
     Through kube-apiserver a write may reach any ready replica: Retry-After makes client-go send
     it again, and the Service spreads the retries until one reaches the leader. An agent that
     dialed the standby itself goes straight to the endpoint the Status names (`LEADER_CAUSE`).
+    A leader waiting to renew its Lease names itself; after holding the write, with Retry-After 0.
     """
-    # Not "a standby": a leader that lost its Lease to an API outage names itself until it renews it.
     holder = f"the leader Lease names {leadership.leader_identity}" if leadership.leader_identity \
         else "nobody holds the leader Lease"
-    error = ApiError.service_unavailable(f"this replica does not lead now; {holder}", retry_after=1)
+    message = "this replica leads again: send the write again, with current figures" if leads_again \
+        else f"this replica does not lead now; {holder}"
+    error = ApiError.service_unavailable(message, retry_after=retry_after)
     if leadership.leader_identity and leadership.leader_endpoint:
         error.details["causes"] = [{"reason": LEADER_CAUSE, "field": leadership.leader_identity,
                                     "message": leadership.leader_endpoint}]

@@ -243,6 +243,7 @@ class LeaderElector:
         self.acquire_after = acquire_after
         self.rejoin_after_loss = rejoin_after_loss
         self._lost_at: float | None = None  # when leadership ended, while we may still rejoin
+        self._transition: asyncio.Future[None] | None = None  # see next_transition()
         self._api_away = False  # the last round failed: the API did not answer
         # Jitter only shortens waits: a leader renews at least every retry period.
         self._period = Backoff(retry_period, retry_period, factor=1.0, jitter=0.2, rng=rng)
@@ -288,6 +289,16 @@ class LeaderElector:
         """Whether leadership ended but the lease may still be ours (`rejoin_after_loss`)."""
         return self._lost_at is not None
 
+    def next_transition(self) -> asyncio.Future[None]:
+        """Done when this replica next starts or stops leading, or the election ends."""
+        if self._transition is None or self._transition.done():
+            self._transition = asyncio.get_running_loop().create_future()
+        return self._transition
+
+    def _transitioned(self) -> None:
+        if self._transition is not None and not self._transition.done():
+            self._transition.set_result(None)
+
     @property
     def leader_identity(self) -> str:
         """The holder last observed ("" for none or not yet known)."""
@@ -331,6 +342,13 @@ class LeaderElector:
     # -- the loop --
 
     async def run(self) -> None:
+        try:
+            await self._campaign()
+        finally:
+            self._lost_at = None  # the election ended: the lease is not ours to renew any more
+            self._transitioned()
+
+    async def _campaign(self) -> None:
         while True:
             try:
                 await self._try_acquire_or_renew()
@@ -351,11 +369,13 @@ class LeaderElector:
                 self._lost_at = None
                 logger.info("leader election: started leading", extra=self._log)
                 self._on_started_leading()
+                self._transitioned()
             elif self._leading and not leads:
                 self._leading = False
                 logger.error("leader election: lost the lease (holder %r, last renewal %s s ago)",
                              self._state.holder, _ago(now, self._state.renewed_at), extra=self._log)
                 self._on_stopped_leading()
+                self._transitioned()
                 if self.rejoin_after_loss <= 0 or not self._state.holds:
                     return
                 self._lost_at = now

@@ -78,6 +78,8 @@ FEED_SILENCE_BOOKMARKS = 3
 # A leader that could not renew (kube-apiserver or etcd stalled) renews again once the API answers
 # and the Lease still names it, for at most this long; then it exits (`LeaderElector.rejoin_after_loss`).
 REJOIN_AFTER_LOSS_SECONDS = 300.0
+# Meanwhile it holds an agent's write this long before asking for it again (agents wait 5 s).
+REJOIN_HOLD_SECONDS = 3.0
 DRAIN_LEASE_POLL = 0.25  # seconds between reads of the Lease while a stopping replica looks for its successor
 
 
@@ -203,6 +205,16 @@ class OperatorProcess:
                   extra={"identity": self.config.identity})
         self.lost_leadership = True
         self.stop.set()
+
+    async def _hold_while_rejoining(self) -> bool | None:
+        """An agent's write to a leader waiting to renew its Lease waits for it to lead again, up to
+        REJOIN_HOLD_SECONDS; whether it leads then. None at once for any other replica."""
+        elector = self.elector
+        if elector is None or not elector.rejoining:
+            return None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(elector.next_transition()), REJOIN_HOLD_SECONDS)
+        return elector.is_leader
 
     def _replica_pod_changed(self, name: str) -> None:
         """The leader's pod changed (its container may have stopped): read the Lease now."""
@@ -340,6 +352,7 @@ class OperatorProcess:
             self.custom_metrics = served.custom_metrics
             self.evictions = served.evictions
             self.nodemetric = served.nodemetric
+            self.nodemetric.rejoin_hold = self._hold_while_rejoining
             runner = ApiRunner(served.server.application(), access_log=None, handle_signals=False,
                                shutdown_timeout=2.0)
             await runner.setup()

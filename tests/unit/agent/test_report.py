@@ -522,6 +522,71 @@ async def test_while_no_replica_leads_they_are_asked_every_two_seconds_and_kube_
     assert setup.reporter.delivered_to == "op-1_b"
 
 
+def waiting_leader(setup: Setup, *, hold: float) -> list[bytes]:
+    """op-0_a lost its Lease to an API outage: it holds each report `hold` seconds (on the fake
+    clock), then asks for it again at once, naming itself, until it leads again."""
+    own, standby = endpoint(1), endpoint(2)
+    received: list[bytes] = []
+    setup.leaders.status[standby], setup.leaders.names[standby] = 503, ("op-0_a", own)
+
+    async def put(leader: Leader, path: str, body: bytes, *, timeout: float) -> tuple[int, Any]:
+        if leader.endpoint != own:
+            return await setup.leaders.put(leader, path, body, timeout)
+        received.append(body)
+        if setup.leaders.status.get(own) == 200:
+            return 200, {}
+        setup.clock.advance(hold)
+        return 503, {"kind": "Status", "code": 503, "message": "this replica does not lead now",
+                     "details": {"retryAfterSeconds": 0,
+                                 "causes": [{"reason": LEADER_CAUSE, "field": "op-0_a", "message": own}]}}
+
+    setup.delivery.direct = put
+    setup.leaders.status[own] = 503
+    return received
+
+
+async def test_a_leader_waiting_to_renew_its_lease_is_asked_again_at_once_and_kube_apiserver_never(
+        setup: Setup) -> None:
+    setup.kube.lease = lease("op-0_a", 1, replicas={"op-0_a": 1, "op-1_b": 2})
+    await setup.reporter.check()
+    setup.clock.advance(10)
+    received = waiting_leader(setup, hold=3.0)
+    calls = len(setup.kube.calls)
+    for cpu in ("3", "4"):
+        setup.current = body(cpu=cpu)
+        assert await setup.reporter.check() == 0  # held, then asked for again: at once
+    assert len(setup.kube.calls) == calls  # the leader is alive: neither the Lease nor kube-apiserver
+    setup.leaders.status[endpoint(1)] = 200  # it renewed its Lease
+    setup.current = body(cpu="5")
+    assert await setup.reporter.check() > 9  # accepted; the next report at the heartbeat
+    assert [b'"cpu":"%s"' % cpu.encode() in sent for sent, cpu in zip(received, "345", strict=True)] == [True] * 3
+
+
+async def test_a_leader_answering_at_once_with_retry_after_zero_twice_is_retried_with_backoff(setup: Setup) -> None:
+    setup.kube.lease = lease("op-0_a", 1, replicas={"op-0_a": 1, "op-1_b": 2})
+    await setup.reporter.check()
+    setup.clock.advance(10)
+    waiting_leader(setup, hold=0.0)  # an answer that held nothing: no busy loop
+    delays = [await setup.reporter.check() for _ in range(4)]
+    assert delays[0] == 0 and delays[1] >= 0.5 and delays[2] == 0 and delays[3] >= 0.5, delays
+
+
+async def test_a_report_that_waited_for_a_slot_carries_the_figures_of_when_it_was_sent(setup: Setup) -> None:
+    # Simulated agents' nodes share a bound on requests in flight: a report may wait for a slot.
+    slots = asyncio.Semaphore(1)
+    await slots.acquire()
+    setup.delivery.slots = slots
+    waiting = asyncio.ensure_future(setup.reporter.check())
+    await eventually_async(lambda: bool(slots._waiters), 5.0)
+    setup.clock.advance(20)  # ... for a long time, while the node's usage changed
+    setup.current = body(cpu="7")
+    slots.release()
+    await asyncio.wait_for(waiting, 5.0)
+    [(_, sent)] = setup.leaders.sent
+    assert b'"cpu":"7"' in sent
+    assert setup.reporter.last_sent is not None and setup.reporter.last_sent.usages[("", "cpu")] == 7000
+
+
 async def test_a_refused_report_is_not_sent_elsewhere(setup: Setup) -> None:
     setup.leaders.status["https://10.0.0.1:8443"] = 422
     delay = await setup.reporter.check()

@@ -194,6 +194,60 @@ async def test_a_standby_serves_reads_and_sends_writes_back_with_retry_after(sto
     assert entry is not None and b'"cpu":"1500m"' in entry.body  # nothing written
 
 
+class Rejoining:
+    """A leader that lost its Lease to an API outage: it names itself until it renews it."""
+    is_leader = False
+    leader_identity = "operator-0_1a2b3c4d"
+    leader_endpoint = "https://10.0.0.7:8443"
+
+
+async def test_a_leader_waiting_to_renew_holds_writes_then_asks_for_them_again_at_once(
+        store: NodeMetricStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    authorizer = DelegatingAuthorizer(allowed)
+    metrics, leadership, renewed = ServerMetrics(), Rejoining(), asyncio.Event()
+    holding = 0
+
+    async def hold() -> bool | None:
+        nonlocal holding
+        holding += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(renewed.wait(), 0.2)
+        return leadership.is_leader
+
+    group = NodeMetricGroup(store, authorizer, leadership, known_node=lambda node: True, node_labels=lambda node: {},
+                            metrics=metrics, options=ApiOptions(bookmark_interval=0.05), wall=lambda: NOW)
+    group.rejoin_hold = hold
+    api = AggregatedApiServer(DelegatingAuthenticator(review), authorizer, lambda: None, leadership=leadership,
+                              metrics=metrics, groups=[group])
+    names_itself = [{"reason": "Leader", "field": "operator-0_1a2b3c4d", "message": "https://10.0.0.7:8443"}]
+    path = f"{COLLECTION_PATH}/node-a/status"
+    async with TestClient(TestServer(api.application()), headers={"Authorization": "Bearer token"}) as client:
+        # Still waiting when the hold ends: the agent asks again at once, and is held again.
+        waited = await client.put(path, data=report("node-a", cpu="2"))
+        answer = await waited.json()
+        assert waited.status == 503 and waited.headers["Retry-After"] == "0" and holding == 1
+        assert "does not lead now" in answer["message"]
+        assert answer["details"] == {"retryAfterSeconds": 0, "causes": names_itself}
+        # It leads again while holding: every held write is asked for again, with current figures.
+        held = [asyncio.create_task(client.put(path, data=report("node-a", cpu="2"))) for _ in range(3)]
+        await eventually_async(lambda: holding == 4)
+        leadership.is_leader = True
+        renewed.set()
+        for response in await asyncio.gather(*held):
+            answer = await response.json()
+            assert response.status == 503 and answer["details"]["retryAfterSeconds"] == 0
+            assert answer["message"] == "this replica leads again: send the write again, with current figures"
+        # More writes than it holds at once are refused at once, as a standby refuses them.
+        leadership.is_leader = False
+        renewed.clear()
+        monkeypatch.setattr("colocation.apiserver.nodemetric_routes.MAX_HELD_WRITES", 0)
+        refused = await client.put(path, data=report("node-a", cpu="2"))
+        assert refused.headers["Retry-After"] == "1" and holding == 4
+        assert (await refused.json())["details"] == {"retryAfterSeconds": 1, "causes": names_itself}
+    entry = store.get("node-a")
+    assert entry is not None and b'"cpu":"1500m"' in entry.body  # nothing written
+
+
 async def test_the_leader_publishes_the_replicas_whose_feeds_are_open_and_only_theirs(store: NodeMetricStore) -> None:
     async def replicas_only(spec: SubjectAccessSpec) -> bool:  # only replicas may follow the sample feed
         return spec.resource != "samplebatches" or spec.user == "system:serviceaccount:ns:operator"

@@ -446,6 +446,26 @@ async def test_a_leader_that_lost_its_lease_to_an_outage_leads_again_when_the_ap
     await a.stop()
 
 
+async def test_waiters_learn_when_a_leader_stops_leads_again_and_when_its_election_ends(time: FakeTime) -> None:
+    leases = FakeLeases(time)
+    a = Candidate(leases, time, "a", rejoin_after_loss=300)
+    await until(lambda: len(leases.puts) >= 2)
+    stopped = a.elector.next_transition()
+    ends = time.now + 40
+    outage(leases, time, ends, lambda: leases.write_spec(renewTime="2026-11-22T02:00:00.000000Z"))
+    await asyncio.wait_for(stopped, timeout=10)
+    assert a.elector.rejoining and not a.elector.is_leader and time.now < ends
+    waiters = [a.elector.next_transition() for _ in range(2)]
+    await asyncio.wait_for(asyncio.gather(*waiters), timeout=10)  # one renewal ends every wait
+    started_again = [at for event, _, at in a.events if event == "started"][1]
+    assert a.elector.is_leader and not a.elector.rejoining and ends <= started_again <= ends + 2.0
+    outage(leases, time, time.now + 40, lambda: leases.write_spec(holderIdentity="b"))
+    await until(lambda: a.elector.rejoining)
+    ended = a.elector.next_transition()
+    await asyncio.wait_for(a.task, timeout=10)
+    assert ended.done() and not a.elector.rejoining  # the election is over: nothing more to wait for
+
+
 async def test_after_an_api_outage_the_holder_renews_before_a_standby_may_take_its_lease(time: FakeTime) -> None:
     leases = FakeLeases(time)
     a = Candidate(leases, time, "a", rejoin_after_loss=300)
