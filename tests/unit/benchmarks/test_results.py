@@ -28,6 +28,7 @@ MODELS: dict[str, type[SavedFile]] = {
     "plots/failover_kills.json": FailoverReport,
     "plots/leader_scale.json": ScaleReport,
     "plots/outage_recovery.json": OutageReport,
+    "plots/outage_recovery_500.json": OutageReport,
     "ingest_before.json": SizeReports,
     "ingest_results.json": SizeReports,
     "ingest_stages.json": StageRuns,
