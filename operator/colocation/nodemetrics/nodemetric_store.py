@@ -38,7 +38,7 @@ from colocation.nodemetrics.nodemetric_watch_window import (
     nodemetric_bookmark,
 )
 from colocation.nodemetrics.report_schema import API_VERSION, KIND, LIST_KIND, ValidatedReport, figures_of
-from colocation.nodemetrics.resource_versions import MICROSECONDS, ResourceVersionClock
+from colocation.nodemetrics.resource_versions import MICROSECONDS, ResourceVersionClock, ResourceVersions
 from colocation.nodemetrics.storage_interface import Entry, update_time_ahead
 
 _STATUS_KEY = b',"status":'
@@ -50,13 +50,14 @@ _OBJECT_HEAD = b'{"apiVersion":"' + API_VERSION.encode() + b'","kind":"' + KIND.
 
 class NodeMetricStore:
     def __init__(self, *, clock_wall: WallClock, clock_monotonic: MonotonicClock, ttl_seconds: float = 600.0,
-                 window: int = 10_000, watcher_queue: int = 1_000) -> None:
+                 window: int = 10_000, watcher_queue: int = 1_000, versions: ResourceVersions | None = None) -> None:
         self._wall = clock_wall
         self._monotonic = clock_monotonic
         self._ttl = ttl_seconds
         self._entries: dict[str, Entry] = {}
         self._names: list[str] = []  # sorted: lists come out in name order without sorting
-        self._versions = ResourceVersionClock(clock_wall)
+        # Its own clock, or positions in a shared log (`apply_logged`).
+        self._versions = versions if versions is not None else ResourceVersionClock(clock_wall)
         self._window = EventWindow(self._versions, size=window, watcher_queue=watcher_queue)
         # Called for each report stored with its receipt time as updateTime (`StorageMetrics.track`).
         self.on_update_time_replaced: Callable[[], object] = _nothing
@@ -211,6 +212,49 @@ class NodeMetricStore:
             self._window.resumable_since(resource_version)
         self._versions.observe(resource_version)
 
+    # -- a shared log (colocation.jetstream: every replica applies every write, in the log's order) --
+
+    def apply_logged(self, name: str, position: int, value: bytes | None, *, received_at: float) -> None:
+        """Apply the write at `position` of the shared log: `value` is the object without its
+        resourceVersion (`log_value`), None when the node's NodeMetric was deleted; `received_at`
+        is when the log took it in (its own clock, the same on every replica). The same content
+        written again only refreshes the node's freshness, as an unchanged report does."""
+        self._versions.observe(position)
+        previous = self._entries.get(name)
+        if value is None:
+            if previous is not None:
+                self._remove(previous, position)
+            return
+        obj = orjson.loads(value)
+        metadata = obj["metadata"]
+        labels = metadata.get("labels") or {}
+        status_json = orjson.dumps(obj["status"])
+        now = self._monotonic()
+        if previous is not None and previous.labels == labels and _ends_with_status(previous.body, status_json):
+            self._entries[name] = dataclasses.replace(previous, last_seen_monotonic=now)
+            return
+        created = metadata.get("creationTimestamp") or ""
+        body = _render(name, labels, position, created=created, status_json=status_json)
+        entry = Entry(name=name, labels=labels, resource_version=position, deflated_body=deflated(body),
+                      figures=figures_of(obj), creation_timestamp=created, last_seen_monotonic=now,
+                      received_at=received_at)
+        self._store(entry)
+        self._emit_change(entry, previous, body)
+
+    def caught_up(self, position: int) -> None:
+        """Everything of the log up to `position` is applied. The first time, watches may resume
+        only from there: what came before was replayed compacted (a node's latest write only)."""
+        if self._window.oldest_resumable == 0:
+            self._window.resumable_since(position)
+        self._versions.observe(position)
+
+    def log_restarted(self, position: int) -> None:
+        """The log lost its writes and goes on after `position`: every watch ends (its client lists
+        again) and none resumes from before it. Each node keeps its last data until it writes again."""
+        self._versions.observe(position)
+        self._window.resumable_since(position)
+        self._window.close_all()
+
     # -- reads ----------------------------------------------------------------------------------
 
     def get(self, name: str) -> Entry | None:
@@ -330,6 +374,15 @@ def _render(name: str, labels: Mapping[str, str], rv: int, *, created: str, stat
     if labels:
         metadata["labels"] = labels
     return b"".join((_OBJECT_HEAD, orjson.dumps(metadata), _STATUS_KEY, status_json, b"}"))
+
+
+def log_value(report: ValidatedReport, labels: Mapping[str, str], *, created: str) -> bytes:
+    """What a shared log keeps of a node's report (`NodeMetricStore.apply_logged`): the object as
+    served, but for its resourceVersion, which is its position in the log."""
+    metadata: dict[str, Any] = {"name": report.name, "creationTimestamp": created}
+    if labels:
+        metadata["labels"] = dict(labels)
+    return b"".join((_OBJECT_HEAD, orjson.dumps(metadata), _STATUS_KEY, report.status_json, b"}"))
 
 
 def _ends_with_status(body: bytes, status_json: bytes) -> bool:

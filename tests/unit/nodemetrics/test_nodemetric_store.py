@@ -13,9 +13,10 @@ import pytest
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.apimachinery.watch_queue import Bookmark, event_line
-from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore, log_value
 from colocation.nodemetrics.nodemetric_watch_window import Watcher
 from colocation.nodemetrics.report_schema import ValidatedReport, validate_report
+from colocation.nodemetrics.resource_versions import LogPositions
 from tests.clock import FakeClock
 
 T0 = 1_795_341_600.0  # 2026-11-22T10:00:00Z
@@ -572,3 +573,64 @@ def test_a_new_copy_claims_no_data_until_it_is_given_some(clock: FakeClock) -> N
     changed = leader.put(report("a", cpu="2"), {})
     replicate(follow, standby)
     assert standby.replicated_version == changed.resource_version
+
+
+# ---- a store on a shared log (colocation.jetstream) ---------------------------------------------------
+
+def log_store(clock: FakeClock) -> NodeMetricStore:
+    return NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic, window=5, watcher_queue=10,
+                           versions=LogPositions())
+
+
+def logged(node: str, cpu: str = "1", labels: dict[str, str] | None = None) -> bytes:
+    return log_value(report(node, cpu), labels or {}, created="2026-11-22T09:00:00Z")
+
+
+def test_a_store_on_a_log_serves_each_write_at_its_position(clock: FakeClock) -> None:
+    store = log_store(clock)
+    store.apply_logged("node-a", 40, logged("node-a"), received_at=T0 - 5)
+    store.apply_logged("node-b", 41, logged("node-b", labels={"pool": "web"}), received_at=T0 - 4)
+    store.caught_up(41)
+    entry = store.get("node-b")
+    assert entry is not None and entry.resource_version == 41 and entry.labels == {"pool": "web"}
+    assert entry.received_at == T0 - 4 and entry.creation_timestamp == "2026-11-22T09:00:00Z"
+    body = orjson.loads(entry.body)
+    assert body["metadata"] == {"name": "node-b", "resourceVersion": "41", "creationTimestamp": "2026-11-22T09:00:00Z",
+                                "labels": {"pool": "web"}}
+    assert body["status"] == orjson.loads(report("node-b").status_json)
+    assert store.list()[1] == 41
+    with pytest.raises(RuntimeError):  # it issues no version of its own
+        store.put(report("node-c"), {})
+    with pytest.raises(ApiError) as too_far:
+        store.watch("42")
+    assert too_far.value.code == 504
+
+
+def test_on_a_log_the_same_content_again_refreshes_the_node_without_an_event(clock: FakeClock) -> None:
+    store = log_store(clock)
+    store.apply_logged("node-a", 40, logged("node-a"), received_at=T0)
+    store.caught_up(40)
+    watcher = store.watch("40")
+    clock.advance(10)
+    store.apply_logged("node-a", 45, logged("node-a"), received_at=T0 + 10)
+    entry = store.get("node-a")
+    assert entry is not None and entry.resource_version == 40 and entry.last_seen_monotonic == clock.now
+    assert store.list()[1] == 45  # the list is as of the log's position
+    store.apply_logged("node-a", 46, logged("node-a", cpu="2"), received_at=T0 + 11)
+    store.apply_logged("node-a", 47, None, received_at=T0 + 12)
+    assert drain(watcher) == [("MODIFIED", "node-a", "46"), ("DELETED", "node-a", "47")]
+
+
+def test_watches_resume_only_from_where_the_copy_caught_up_and_end_when_the_log_restarts(clock: FakeClock) -> None:
+    store = log_store(clock)
+    for position, node in ((10, "node-a"), (12, "node-b")):  # the log replayed compacted: 11 is gone
+        store.apply_logged(node, position, logged(node), received_at=T0)
+    store.caught_up(12)
+    assert drain(store.watch("11")) == [("ERROR", "410 Expired", "too old resource version: 11 (12)")]
+    watcher = store.watch("12")
+    store.apply_logged("node-a", 13, logged("node-a", cpu="3"), received_at=T0)
+    assert drain(watcher) == [("MODIFIED", "node-a", "13")]
+    store.log_restarted(1_800_000_000_000_000)  # the log lost its writes and starts again above them
+    assert watcher.closed
+    assert drain(store.watch("13"))[0][:2] == ("ERROR", "410 Expired")
+    assert store.get("node-a") is not None and store.list()[1] == 1_800_000_000_000_000
