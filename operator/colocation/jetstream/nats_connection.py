@@ -1,0 +1,45 @@
+"""One connection to a NATS cluster, with the options every replica passes the same way.
+
+nats-py reconnects on its own, to the servers in random order, every `reconnect_wait`; each
+JetStream request has `timeout`.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+from nats.aio.client import Client
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NatsOptions:
+    servers: tuple[str, ...]
+    ca_file: str = ""  # verify the servers against this CA (tls:// URLs)
+    user: str = ""
+    password_file: str = ""  # read at connect time: a mounted Secret may be rotated
+    timeout: float = 2.0  # every request, JetStream's included
+    reconnect_wait: float = 0.5
+
+
+def _read_secret(path: str) -> str | None:
+    return Path(path).read_text().strip() if path else None
+
+
+async def connect(options: NatsOptions, *, name: str) -> Client:
+    """A connection that reconnects forever; raises when no server answers within `timeout`."""
+    context = ssl.create_default_context(cafile=options.ca_file) if options.ca_file else None
+    password = _read_secret(options.password_file)
+
+    async def error(problem: Exception) -> None:
+        log.warning("NATS connection error", extra={"error": repr(problem)})
+
+    return await nats.connect(
+        servers=list(options.servers), name=name, tls=context, user=options.user or None, password=password,
+        connect_timeout=options.timeout, reconnect_time_wait=options.reconnect_wait, max_reconnect_attempts=-1,
+        allow_reconnect=True, error_cb=error)

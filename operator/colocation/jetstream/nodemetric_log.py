@@ -1,0 +1,140 @@
+"""The NodeMetric stream: one JetStream key-value bucket, a key per node, its sequence the resourceVersion.
+
+The stream keeps a node's latest write only (history 1). It is created with its first sequence
+at the wall clock in microseconds, so its resourceVersions start above any a replica served
+before it (the in-memory store's come from the same clock) and above any of a stream that was
+lost: a sequence grows by one per write, far slower than the clock. Writes are compare-and-set
+on the node's last sequence, so a replica never writes over a write it has not seen.
+
+Why: docs/architecture.md#nodemetrics-on-nats-jetstream
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+from nats.js.client import JetStreamContext
+from nats.js.errors import BadRequestError, NotFoundError
+
+from colocation.nodemetrics.resource_versions import MICROSECONDS
+
+log = logging.getLogger(__name__)
+
+BUCKET = "colocation-nodemetrics"
+STREAM = f"KV_{BUCKET}"  # nats-py's name for a bucket's stream
+SUBJECT_PREFIX = f"$KV.{BUCKET}."
+ALL_SUBJECTS = f"{SUBJECT_PREFIX}>"
+EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
+OPERATION = "KV-Operation"  # "DEL" on a delete marker, as nats-py's KeyValue writes it
+# The key of the first write after `restart_after_loss` (no node is named so: names are DNS
+# subdomains): every follower learns from it, in order, that what came before is gone.
+RESTART_KEY = "~restarted"
+# JetStream's error codes when EXPECTED_LAST does not match (with the sequence, and without).
+WRONG_LAST_SEQUENCE = (10071, 10164)
+STREAM_NAME_IN_USE = 10058
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogSettings:
+    replicas: int = 3  # RAFT: a write is acknowledged once a majority has it
+    # File storage survives a restart of every server; memory storage loses the stream then
+    # (the sequence restarts, see `restart_after_loss`).
+    storage: Literal["file", "memory"] = "file"
+
+
+def subject_of(name: str) -> str:
+    return SUBJECT_PREFIX + name
+
+
+def name_of(subject: str) -> str:
+    return subject[len(SUBJECT_PREFIX):]
+
+
+def stream_config(settings: LogSettings, *, first_seq: int) -> StreamConfig:
+    """A key-value bucket's stream as nats-py's `create_key_value` makes one, with history 1 and
+    the first sequence given."""
+    return StreamConfig(
+        name=STREAM, subjects=[ALL_SUBJECTS], max_msgs_per_subject=1, allow_rollup_hdrs=True, deny_delete=True,
+        discard=DiscardPolicy.NEW, allow_direct=True, allow_msg_ttl=True, num_replicas=settings.replicas,
+        storage=StorageType.FILE if settings.storage == "file" else StorageType.MEMORY, first_seq=first_seq)
+
+
+def clock_position(wall: Callable[[], float]) -> int:
+    """The wall clock as a resourceVersion (microseconds), as the in-memory store's clock counts."""
+    return int(wall() * MICROSECONDS)
+
+
+async def ensure_stream(js: JetStreamContext, settings: LogSettings, *, wall: Callable[[], float]) -> int:
+    """Create the stream unless it exists; its last sequence (0 when it holds nothing yet)."""
+    try:
+        return int((await js.stream_info(STREAM)).state.last_seq)
+    except NotFoundError:
+        pass
+    first = clock_position(wall)
+    try:
+        await js.add_stream(stream_config(settings, first_seq=first))
+        log.info("created the NodeMetric stream", extra={"stream": STREAM, "first_sequence": first})
+    except BadRequestError as error:
+        if error.err_code != STREAM_NAME_IN_USE:  # another replica created it first: use that one
+            raise
+    return int((await js.stream_info(STREAM)).state.last_seq)
+
+
+async def restart_after_loss(js: JetStreamContext, *, above: int, wall: Callable[[], float]) -> int | None:
+    """When the stream holds nothing past `above` (the highest resourceVersion this replica
+    applied) although it had reached it, its messages are gone (memory storage on servers that
+    all restarted: its sequence starts again from its first). Move its next sequence above both
+    `above` and the clock, so that no resourceVersion is ever lower than one served, and write
+    RESTART_KEY there for every follower; return that sequence. None when the stream still
+    reaches `above` (nothing was lost, or another replica did this first). Two replicas that find
+    the loss at the same moment may both do it: a report written between the two is lost, and
+    its node's next report (seconds later) stands in for it."""
+    if int((await js.stream_info(STREAM)).state.last_seq) >= above:
+        return None
+    restart = max(above + 1, clock_position(wall))
+    await js.purge_stream(STREAM, seq=restart)
+    await js.publish(subject_of(RESTART_KEY), str(restart).encode())
+    log.warning("the NodeMetric stream had lost its messages: it starts again above every resourceVersion served",
+                extra={"stream": STREAM, "next_sequence": restart, "highest_applied": above})
+    return restart
+
+
+class Conflict(Exception):
+    """The node's last write is no longer the one given: another replica wrote since."""
+
+
+class NodeMetricLog:
+    """Appends to the stream; each call returns the write's sequence once JetStream acknowledged it."""
+
+    def __init__(self, js: JetStreamContext, *, timeout: float) -> None:
+        self._js = js
+        self._timeout = timeout
+
+    async def append(self, name: str, value: bytes, *, last: int) -> int:
+        """Write `value` as node `name`'s if its last write is still at sequence `last` (0: none)."""
+        return await self._publish(name, value, {EXPECTED_LAST: str(last)})
+
+    async def remove(self, name: str, *, last: int) -> int:
+        """Delete node `name`'s NodeMetric (a delete marker, which readers see as DELETED)."""
+        return await self._publish(name, b"", {EXPECTED_LAST: str(last), OPERATION: "DEL"})
+
+    async def last_position(self, name: str) -> int:
+        """The sequence of node `name`'s last write, deletions included (0: none): what to compare
+        with after a Conflict, when this replica has not applied the other replica's write yet."""
+        try:
+            return int((await self._js.get_last_msg(STREAM, subject_of(name), direct=True)).seq or 0)
+        except NotFoundError:
+            return 0
+
+    async def _publish(self, name: str, value: bytes, headers: dict[str, str]) -> int:
+        try:
+            ack = await self._js.publish(subject_of(name), value, headers=headers, timeout=self._timeout)
+        except BadRequestError as error:
+            if error.err_code in WRONG_LAST_SEQUENCE:
+                raise Conflict(f"{name}: {error.description}") from error
+            raise
+        return int(ack.seq)

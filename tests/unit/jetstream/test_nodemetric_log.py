@@ -1,0 +1,165 @@
+"""NodeMetrics on a real NATS JetStream cluster: one order of writes for every replica, compare-and-set,
+deletions, and resourceVersions that never go lower, even when the servers lose the stream.
+
+Each replica here is what an operator replica holds: a connection to one server, a store whose
+resourceVersions are the stream's sequence, and the follower that applies the stream to it.
+NATS stamps its own time on each write, so these tests run on the real clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+from nats.aio.client import Client
+from nats.js.client import JetStreamContext
+
+from colocation.jetstream.log_follower import LogFollower
+from colocation.jetstream.nats_connection import NatsOptions, connect
+from colocation.jetstream.nodemetric_log import STREAM, Conflict, LogSettings, NodeMetricLog, ensure_stream
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore, log_value
+from colocation.nodemetrics.nodemetric_watch_window import Watcher
+from colocation.nodemetrics.resource_versions import LogPositions
+from colocation_sandbox.launcher.nats_cluster import NatsCluster
+from tests.timing import eventually_async
+from tests.unit.nodemetrics.test_nodemetric_store import drain, report
+
+
+class Replica:
+    """One operator replica's part: a connection to one server, its store, and the follower."""
+
+    def __init__(self, client: Client, settings: LogSettings) -> None:
+        self.client = client
+        self.js: JetStreamContext = client.jetstream(timeout=2.0)
+        self.settings = settings
+        self.store = NodeMetricStore(clock_wall=time.time, clock_monotonic=time.monotonic, versions=LogPositions())
+        self.follower = LogFollower(self.js, self.store, idle=0.2)
+        self.log = NodeMetricLog(self.js, timeout=2.0)
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await ensure_stream(self.js, self.settings, wall=time.time)
+        self.task = asyncio.create_task(self.follower.run())
+
+    async def write(self, node: str, cpu: str) -> int:
+        """Append `node`'s report as an ingesting replica does: compare-and-set on the last write
+        it has applied; when another replica wrote since, on the one the stream has."""
+        last = self.follower.last_written.get(node, 0)
+        for _ in range(20):
+            try:
+                return await self.log.append(node, log_value(report(node, cpu), {}, created="2026-11-29T00:00:00Z"),
+                                             last=last)
+            except Conflict:
+                last = await self.log.last_position(node)
+        raise AssertionError(f"{node}: no write landed in 20 tries")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        await self.client.close()
+
+
+@contextlib.asynccontextmanager
+async def replicas(cluster: NatsCluster, settings: LogSettings | None = None) -> AsyncIterator[list[Replica]]:
+    """A replica on each server of the cluster."""
+    started = [Replica(await connect(NatsOptions(servers=(url,)), name=f"replica-{index}"),
+                       settings or LogSettings())
+               for index, url in enumerate(cluster.urls)]
+    try:
+        for replica in started:
+            await replica.start()
+        yield started
+    finally:
+        for replica in started:
+            await replica.stop()
+
+
+def served(store: NodeMetricStore) -> list[dict[str, Any]]:
+    return [orjson.loads(entry.body) for entry in store.list()[0]]
+
+
+async def test_every_replica_applies_every_write_in_the_same_order(nats_cluster: NatsCluster) -> None:
+    async with replicas(nats_cluster) as three:
+        watchers = [replica.store.watch("0") for replica in three]
+        rng = random.Random(7)
+
+        async def reports(replica: Replica) -> list[int]:  # 40 reports of the same 4 nodes as the others
+            return [await replica.write(f"node-{rng.randrange(4)}", f"{rng.randrange(1, 9)}") for _ in range(40)]
+
+        positions = [position for written in await asyncio.gather(*map(reports, three)) for position in written]
+        assert len(set(positions)) == len(positions) == 120  # one order: no two writes at one position
+        last = max(positions)
+        for replica in three:
+            assert await replica.follower.wait_for(last, 10.0)
+        first = served(three[0].store)
+        assert len(first) == 4 and all(served(replica.store) == first for replica in three[1:])
+        assert all(replica.store.list()[1] == last for replica in three)
+        for watcher in watchers:
+            versions = [int(version) for _, _, version in drain(watcher)]
+            assert versions == sorted(versions) and len(set(versions)) == len(versions)  # strictly increasing
+
+
+async def test_a_write_over_one_the_replica_has_not_applied_is_refused(nats_cluster: NatsCluster) -> None:
+    async with replicas(nats_cluster) as (one, two, _):
+        first = await one.write("node-a", "1")
+        await two.follower.wait_for(first, 10.0)
+        second = await two.write("node-a", "2")
+        with pytest.raises(Conflict):  # one has not applied `second` yet, or has: it names `first` all the same
+            await one.log.append("node-a", log_value(report("node-a", "3"), {}, created=""), last=first)
+        await one.follower.wait_for(second, 10.0)
+        entry = one.store.get("node-a")
+        assert entry is not None and entry.resource_version == second and entry.figures.cpu_millis == 2000
+
+
+async def test_a_deleted_node_is_deleted_on_every_replica(nats_cluster: NatsCluster) -> None:
+    async with replicas(nats_cluster) as three:
+        written = await three[0].write("node-a", "1")
+        await three[1].follower.wait_for(written, 10.0)
+        watcher = three[2].store.watch("0")
+        removed = await three[1].log.remove("node-a", last=three[1].follower.last_written["node-a"])
+        for replica in three:
+            assert await replica.follower.wait_for(removed, 10.0)
+            assert replica.store.get("node-a") is None
+        assert drain(watcher)[-1] == ("DELETED", "node-a", str(removed))
+
+
+async def test_the_stream_starts_at_the_clock_so_versions_never_go_below_the_in_memory_stores(
+        nats_cluster: NatsCluster) -> None:
+    before = int(time.time() * 1_000_000)
+    async with replicas(nats_cluster) as (one, _, _):
+        written = await one.write("node-a", "1")
+        assert written >= before  # above any version the in-memory store issued before now
+        assert await ensure_stream(one.js, LogSettings(), wall=time.time) == written  # there already: kept
+
+
+async def test_a_stream_the_servers_lost_starts_again_above_every_version_served(nats_cluster: NatsCluster) -> None:
+    memory = LogSettings(storage="memory")  # every server restarted: memory storage loses the messages
+    async with replicas(nats_cluster, memory) as (one, two, _):
+        for node in ("node-a", "node-b"):
+            written = await one.write(node, "1")
+        await two.follower.wait_for(written, 10.0)
+        watcher: Watcher = two.store.watch(str(written))
+        for server in nats_cluster.servers:
+            await nats_cluster.stop_server(server)
+        for server in nats_cluster.servers:
+            await nats_cluster.start_server(server)
+        await nats_cluster.wait_ready()
+        await eventually_async(lambda: watcher.closed, 30.0, message="the watch ended when the stream was lost")
+        assert drain(two.store.watch(str(written)))[0][:2] == ("ERROR", "410 Expired")
+        again = await two.write("node-a", "2")  # node-b keeps its last data until it reports again
+        assert again > written
+        await one.follower.wait_for(again, 30.0)
+        for replica in (one, two):
+            entry = replica.store.get("node-a")
+            assert entry is not None and entry.resource_version == again
+            assert replica.store.get("node-b") is not None
+        info = await one.js.stream_info(STREAM)
+        assert info.state.last_seq == again
