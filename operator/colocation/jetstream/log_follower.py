@@ -27,6 +27,7 @@ from nats.js.client import JetStreamContext
 from colocation.jetstream.nodemetric_log import (
     ALL_SUBJECTS,
     OPERATION,
+    REMOVED,
     RESTART_KEY,
     STREAM,
     name_of,
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 BATCH = 1024  # messages per fetch
 IDLE_SECONDS = 1.0  # a fetch that gets nothing for this long: the copy is current
 CONSUMER_INACTIVE_SECONDS = 30.0  # the servers drop a consumer nobody fetched from for this long
-_REMOVED = ("DEL", "PURGE")
 
 
 class LogTarget(Protocol):
@@ -123,7 +123,7 @@ class LogFollower:
         if name == RESTART_KEY:
             self._lost(position)
             return
-        removed = (message.headers or {}).get(OPERATION) in _REMOVED
+        removed = (message.headers or {}).get(OPERATION) in REMOVED
         self._target.apply_logged(name, position, None if removed else message.data,
                                   received_at=metadata.timestamp.timestamp())
         self.last_written[name] = position

@@ -33,6 +33,7 @@ OPERATION = "KV-Operation"  # "DEL" on a delete marker, as nats-py's KeyValue wr
 # The key of the first write after `restart_after_loss` (no node is named so: names are DNS
 # subdomains): every follower learns from it, in order, that what came before is gone.
 RESTART_KEY = "~restarted"
+REMOVED = ("DEL", "PURGE")  # the KV-Operation of a deletion
 # JetStream's error codes when EXPECTED_LAST does not match (with the sequence, and without).
 WRONG_LAST_SEQUENCE = (10071, 10164)
 STREAM_NAME_IN_USE = 10058
@@ -122,13 +123,16 @@ class NodeMetricLog:
         """Delete node `name`'s NodeMetric (a delete marker, which readers see as DELETED)."""
         return await self._publish(name, b"", {EXPECTED_LAST: str(last), OPERATION: "DEL"})
 
-    async def last_position(self, name: str) -> int:
-        """The sequence of node `name`'s last write, deletions included (0: none): what to compare
-        with after a Conflict, when this replica has not applied the other replica's write yet."""
+    async def last(self, name: str) -> tuple[int, bytes | None]:
+        """Node `name`'s last write as the stream has it: (its sequence, its value), (0, None) for
+        none and (sequence, None) for a deletion. What to compare with after a Conflict, when this
+        replica has not applied the other replica's write yet."""
         try:
-            return int((await self._js.get_last_msg(STREAM, subject_of(name), direct=True)).seq or 0)
+            message = await self._js.get_last_msg(STREAM, subject_of(name), direct=True)
         except NotFoundError:
-            return 0
+            return 0, None
+        removed = (message.headers or {}).get(OPERATION) in REMOVED
+        return int(message.seq or 0), None if removed else message.data
 
     async def _publish(self, name: str, value: bytes, headers: dict[str, str]) -> int:
         try:

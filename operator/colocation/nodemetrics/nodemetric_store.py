@@ -38,7 +38,7 @@ from colocation.nodemetrics.nodemetric_watch_window import (
     nodemetric_bookmark,
 )
 from colocation.nodemetrics.report_schema import API_VERSION, KIND, LIST_KIND, ValidatedReport, figures_of
-from colocation.nodemetrics.resource_versions import MICROSECONDS, ResourceVersionClock, ResourceVersions
+from colocation.nodemetrics.resource_versions import MICROSECONDS, ResourceVersionClock
 from colocation.nodemetrics.storage_interface import Entry, update_time_ahead
 
 _STATUS_KEY = b',"status":'
@@ -50,7 +50,8 @@ _OBJECT_HEAD = b'{"apiVersion":"' + API_VERSION.encode() + b'","kind":"' + KIND.
 
 class NodeMetricStore:
     def __init__(self, *, clock_wall: WallClock, clock_monotonic: MonotonicClock, ttl_seconds: float = 600.0,
-                 window: int = 10_000, watcher_queue: int = 1_000, versions: ResourceVersions | None = None) -> None:
+                 window: int = 10_000, watcher_queue: int = 1_000,
+                 versions: ResourceVersionClock | None = None) -> None:
         self._wall = clock_wall
         self._monotonic = clock_monotonic
         self._ttl = ttl_seconds
@@ -225,19 +226,10 @@ class NodeMetricStore:
             if previous is not None:
                 self._remove(previous, position)
             return
-        obj = orjson.loads(value)
-        metadata = obj["metadata"]
-        labels = metadata.get("labels") or {}
-        status_json = orjson.dumps(obj["status"])
-        now = self._monotonic()
-        if previous is not None and previous.labels == labels and _ends_with_status(previous.body, status_json):
-            self._entries[name] = dataclasses.replace(previous, last_seen_monotonic=now)
+        entry, body = logged_entry(position, value, received_at=received_at, seen_at=self._monotonic())
+        if previous is not None and previous.labels == entry.labels and _same_status(previous.body, body):
+            self._entries[name] = dataclasses.replace(previous, last_seen_monotonic=entry.last_seen_monotonic)
             return
-        created = metadata.get("creationTimestamp") or ""
-        body = _render(name, labels, position, created=created, status_json=status_json)
-        entry = Entry(name=name, labels=labels, resource_version=position, deflated_body=deflated(body),
-                      figures=figures_of(obj), creation_timestamp=created, last_seen_monotonic=now,
-                      received_at=received_at)
         self._store(entry)
         self._emit_change(entry, previous, body)
 
@@ -383,6 +375,23 @@ def log_value(report: ValidatedReport, labels: Mapping[str, str], *, created: st
     if labels:
         metadata["labels"] = dict(labels)
     return b"".join((_OBJECT_HEAD, orjson.dumps(metadata), _STATUS_KEY, report.status_json, b"}"))
+
+
+def logged_entry(position: int, value: bytes, *, received_at: float, seen_at: float) -> tuple[Entry, bytes]:
+    """The entry, and its body, of a write at `position` of a shared log (`log_value`)."""
+    obj = orjson.loads(value)
+    metadata = obj["metadata"]
+    labels, created = metadata.get("labels") or {}, metadata.get("creationTimestamp") or ""
+    body = _render(metadata["name"], labels, position, created=created, status_json=orjson.dumps(obj["status"]))
+    return Entry(name=metadata["name"], labels=labels, resource_version=position, deflated_body=deflated(body),
+                 figures=figures_of(obj), creation_timestamp=created, last_seen_monotonic=seen_at,
+                 received_at=received_at), body
+
+
+def _same_status(body: bytes, other: bytes) -> bool:
+    """Whether two bodies of one node carry the same status (their metadata may differ). The first
+    `"status":` key is the object's: metadata comes first, and names and labels hold no quotes."""
+    return body[body.index(_STATUS_KEY):] == other[other.index(_STATUS_KEY):]
 
 
 def _ends_with_status(body: bytes, status_json: bytes) -> bool:

@@ -20,7 +20,7 @@ from colocation.apimachinery.objects import Obj, inflated
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.apimachinery.watch_queue import Bookmark, WatchQueue, bookmark_object, encoded_event_line
 from colocation.nodemetrics.report_schema import API_VERSION, KIND
-from colocation.nodemetrics.resource_versions import ResourceVersions
+from colocation.nodemetrics.resource_versions import ResourceVersionClock
 
 ADDED: Final = "ADDED"
 MODIFIED: Final = "MODIFIED"
@@ -87,7 +87,7 @@ class Watcher(WatchQueue[bytes]):
 class EventWindow:
     """The last `size` events, replayable after a resourceVersion, and the open watches they go to."""
 
-    def __init__(self, clock: ResourceVersions, *, size: int, watcher_queue: int) -> None:
+    def __init__(self, clock: ResourceVersionClock, *, size: int, watcher_queue: int) -> None:
         self.clock = clock
         self.watcher_queue = max(1, watcher_queue)
         self._events: deque[Event] = deque(maxlen=max(1, size))

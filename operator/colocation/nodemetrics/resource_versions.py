@@ -69,34 +69,19 @@ class ResourceVersionClock:
             raise too_large(resource_version, self.current)
 
 
-class LogPositions:
+class LogPositions(ResourceVersionClock):
     """resourceVersions that are positions in a shared, totally ordered log (the NATS stream's
     sequence, colocation.jetstream): every replica applies the same writes at the same positions,
     so they all serve the same versions. Only applying a write moves `current`; this store issues
     none of its own (`next` refuses). A version beyond `current` is not reached yet (504)."""
 
     def __init__(self) -> None:
+        super().__init__(lambda: 0.0)
         self.current = 0
-        self._highest_known = 0
 
     def next(self) -> int:
         raise RuntimeError("a store on a shared log takes its resourceVersions from the log")
 
-    def observe(self, resource_version: int) -> None:
-        self.current = max(self.current, resource_version)
-        self._highest_known = self.current
-
-    @property
-    def untouched(self) -> bool:
-        return self._highest_known == 0
-
-    def restart_at(self, resource_version: int) -> None:
-        self.current = resource_version
-
     def check_reached(self, resource_version: int) -> None:
         if resource_version > self.current:
             raise too_large(resource_version, self.current)
-
-
-# What a store takes its resourceVersions from: its own clock (the leader's data) or a shared log.
-ResourceVersions = ResourceVersionClock | LogPositions

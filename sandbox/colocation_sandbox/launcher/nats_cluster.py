@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 import aiohttp
 
 from colocation_sandbox.launcher.child_processes import start_logged, terminate
+from colocation_sandbox.launcher.controlplane.binaries import run_build_script
 from colocation_sandbox.launcher.port_claims import free_port
 
 BUILD_SCRIPT = Path("hack") / "nats" / "build.sh"
@@ -52,13 +51,7 @@ def locate_nats_server(*, build: bool = True) -> str:
         raise NatsServerMissing(f"no source checkout with {BUILD_SCRIPT}: set {BIN_ENV} to a nats-server binary")
     if build and shutil.which("go") is None:
         raise NatsServerMissing("nats-server is built from its Go module and go is not on the PATH (Go 1.26 is needed)")
-    args = [str(root / BUILD_SCRIPT)] + ([] if build else ["--check"])
-    result = subprocess.run(args, stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
-                            timeout=BUILD_TIMEOUT_SECONDS, check=False)
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        raise NatsServerMissing(f"{BUILD_SCRIPT} failed (exit {result.returncode}); see its output above")
-    return lines[-1]
+    return run_build_script(root / BUILD_SCRIPT, build=build, timeout=BUILD_TIMEOUT_SECONDS, missing=NatsServerMissing)
 
 
 @dataclass(kw_only=True)

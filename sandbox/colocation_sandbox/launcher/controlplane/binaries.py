@@ -59,16 +59,23 @@ def locate(*, build: bool = True) -> Binaries:
     if shutil.which("go") is None:
         raise BinariesMissing("the real control plane is built from Go modules and go is not on the PATH "
                               "(Go 1.26 is needed)")
-    args = [str(root / BUILD_SCRIPT)] + ([] if build else ["--check"])
-    result = subprocess.run(args, stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
-                            timeout=BUILD_TIMEOUT_SECONDS, check=False)
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        raise BinariesMissing(f"{BUILD_SCRIPT} failed (exit {result.returncode}); see its output above")
-    directory = Path(lines[-1])
+    directory = Path(run_build_script(root / BUILD_SCRIPT, build=build, timeout=BUILD_TIMEOUT_SECONDS,
+                                      missing=BinariesMissing))
     if not _complete(directory):
         raise BinariesMissing(f"{BUILD_SCRIPT} left {directory} without one of {', '.join(NAMES)}")
     return Binaries(directory)
+
+
+def run_build_script(script: Path, *, build: bool, timeout: float, missing: type[RuntimeError]) -> str:
+    """What one of hack/'s build scripts built (the last line it printed), building it if `build`
+    (its progress on stderr), else only checking; `missing` (a one-line message) when it fails."""
+    result = subprocess.run([str(script)] + ([] if build else ["--check"]), stdout=subprocess.PIPE,
+                            stderr=sys.stderr, text=True, timeout=timeout, check=False)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        name = script.relative_to(script.parents[2])  # hack/NAME/build.sh
+        raise missing(f"{name} failed (exit {result.returncode}); see its output above")
+    return lines[-1]
 
 
 def kubectl_binary() -> str | None:

@@ -1,0 +1,85 @@
+"""An agent's report into the NodeMetric stream, from whichever replica took it.
+
+The replica compares-and-sets on the node's last write as it applied it. When another replica
+wrote since (an agent that retried elsewhere), it reads the stream's last write of the node and
+tries again. A report whose updateTime is up to RETRY_WINDOW before the node's last one is a
+late retry: it is dropped, and the answer is the newer report. So an older report never lands
+over a newer one; an agent whose clock stepped back further is taken at its word. The answer
+waits for the replica's own copy to apply the write, up to `apply_timeout`; past that it is made
+from the write itself.
+
+Why: docs/architecture.md#nodemetrics-on-nats-jetstream
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from colocation.apimachinery.clock import MonotonicClock, WallClock, format_time
+from colocation.jetstream.log_follower import LogFollower
+from colocation.jetstream.nodemetric_log import Conflict, NodeMetricLog
+from colocation.nodemetrics.nodemetric_store import log_value, logged_entry
+from colocation.nodemetrics.report_schema import ValidatedReport
+from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
+
+MAX_TRIES = 5  # compare-and-set rounds; each lost round means another replica wrote the node meanwhile
+APPLY_TIMEOUT = 2.0
+# An agent retries a report for seconds at most (its request timeout, a few tries): a report this
+# much older than the node's last one is such a retry; an older one means the agent's clock stepped back.
+RETRY_WINDOW = 60.0
+
+
+class LogIngest:
+    def __init__(self, log: NodeMetricLog, follower: LogFollower, store: NodeMetricReader, *,
+                 wall: WallClock = time.time, monotonic: MonotonicClock = time.monotonic,
+                 apply_timeout: float = APPLY_TIMEOUT) -> None:
+        self._log = log
+        self._follower = follower
+        self._store = store
+        self._wall = wall
+        self._monotonic = monotonic
+        self._apply_timeout = apply_timeout
+
+    async def put(self, report: ValidatedReport, labels: Mapping[str, str]) -> Entry:
+        """Write `report` with the Node's `labels`; the entry as this replica serves it (or the
+        newer one the stream had instead). An updateTime too far ahead of the receipt time is
+        replaced by it, as the in-memory store does."""
+        received_at = self._wall()
+        stored = report.as_received(received_at)
+        name = report.name
+        known = self._store.get(name)
+        if known is not None and _late(stored, known):
+            return known
+        created = known.creation_timestamp if known is not None else format_time(received_at)
+        value = log_value(stored, labels, created=created)
+        last = self._follower.last_written.get(name, 0)
+        for _ in range(MAX_TRIES):
+            try:
+                position = await self._log.append(name, value, last=last)
+                break
+            except Conflict:
+                last, current = await self._log.last(name)
+                if current is None:
+                    continue
+                newer = logged_entry(last, current, received_at=received_at, seen_at=self._monotonic())[0]
+                if _late(stored, newer):
+                    return await self._served(newer)
+        else:
+            raise Conflict(f"{name}: other replicas kept writing it over {MAX_TRIES} tries")
+        return await self._served(logged_entry(position, value, received_at=received_at,
+                                               seen_at=self._monotonic())[0])
+
+    async def _served(self, written: Entry) -> Entry:
+        """`written` as this replica's copy serves it once it applied it (the same content at an
+        earlier resourceVersion when it was unchanged), else as written."""
+        if await self._follower.wait_for(written.resource_version, self._apply_timeout):
+            entry = self._store.get(written.name)
+            if entry is not None and entry.resource_version <= written.resource_version:
+                return entry
+        return written
+
+
+def _late(report: ValidatedReport, last: Entry) -> bool:
+    """Whether `report` is a late retry of a report older than the node's `last` one."""
+    return 0 < last.figures.update_time - report.figures.update_time <= RETRY_WINDOW
