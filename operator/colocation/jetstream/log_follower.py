@@ -99,18 +99,21 @@ class LogFollower:
             ack_policy=AckPolicy.NONE, inactive_threshold=CONSUMER_INACTIVE_SECONDS, mem_storage=True,
             num_replicas=1)
         subscription = await self._js.pull_subscribe(ALL_SUBJECTS, stream=STREAM, config=config)
-        try:
+        behind = True  # a batch fetch returns what is there at once, but waits its whole timeout
+        try:  # for more once it got one: when nothing is pending, fetch one message, which returns at once
             while True:
                 try:
-                    messages = await subscription.fetch(self._batch, timeout=self._idle)
+                    messages = await subscription.fetch(self._batch if behind else 1, timeout=self._idle)
                 except nats.errors.TimeoutError:
+                    behind = False
                     await self._quiet()
                     retry.reset()
                     continue
                 for message in messages:
                     self._apply(message)
                 self._advanced.set()
-                if messages and messages[-1].metadata.num_pending == 0:
+                behind = bool(messages) and messages[-1].metadata.num_pending > 0
+                if messages and not behind:
                     self._caught_up()
                 retry.reset()
         finally:
