@@ -23,6 +23,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--apiserver", action="store", default="builtin", choices=("builtin", "kube"),
                      help="The sandbox the e2e tests start: builtin (in-memory) or kube (the real control "
                           "plane, `colocation sandbox --apiserver kube`).")
+    parser.addoption("--store", action="store", default="memory", choices=("memory", "nats"),
+                     help="Where the sandbox's operator replicas keep NodeMetrics (`colocation sandbox --store`).")
 
 
 def apiserver_kind(config: pytest.Config) -> str:
@@ -59,8 +61,13 @@ def kubeconfig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 
 def sandbox_kind_args(config: pytest.Config) -> list[str]:
-    """The arguments that make `colocation sandbox` start the control plane this run tests."""
-    return ["--apiserver", "kube"] if apiserver_kind(config) == "kube" else []
+    """The arguments that make `colocation sandbox` start the control plane and the store this run tests."""
+    kind = ["--apiserver", "kube"] if apiserver_kind(config) == "kube" else []
+    return [*kind, "--store", str(config.getoption("--store"))]
+
+
+def store_kind(config: pytest.Config) -> str:
+    return str(config.getoption("--store"))
 
 
 @pytest.fixture(autouse=True)
@@ -69,6 +76,9 @@ def _skip_sandbox_only(request: pytest.FixtureRequest, real_cluster: bool) -> No
     if real_cluster and marker:
         reason = marker.kwargs.get("reason", "relies on the sandbox's own controls")
         pytest.skip(f"sandbox only: {reason}")
+    memory_only = request.node.get_closest_marker("memory_store_only")
+    if memory_only and store_kind(request.config) != "memory":
+        pytest.skip(f"in-memory store only: {memory_only.kwargs.get('reason', 'its replication')}")
 
 
 @pytest.fixture

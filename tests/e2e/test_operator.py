@@ -30,7 +30,7 @@ import pytest
 
 from colocation.kube.permissions import METRICS_GROUP, NODE_LEASE_NAMESPACE
 from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
-from tests.e2e.conftest import Kubectl, sandbox_kind_args
+from tests.e2e.conftest import Kubectl, apiserver_kind, sandbox_kind_args, store_kind
 from tests.e2e.kube import (
     TIME_FACTOR,
     Kube,
@@ -232,7 +232,7 @@ async def _token_reviews(admin: Kube, request: pytest.FixtureRequest) -> int:
     """TokenReviews kube-apiserver has answered so far: the builtin sandbox's request counters, or
     the real kube-apiserver's apiserver_request_total."""
     review = ("authentication.k8s.io", "tokenreviews")
-    if sandbox_kind_args(request.config):
+    if apiserver_kind(request.config) == "kube":
         status, text = await admin.request("GET", "/metrics")
         assert status == 200, text
         return sum(int(float(line.rpartition(" ")[2])) for line in str(text).splitlines()
@@ -466,6 +466,7 @@ async def test_bad_read_parameters_get_a_status_and_no_read_moves_the_resource_v
     assert int(again["metadata"]["resourceVersion"]) == before
 
 
+@pytest.mark.memory_store_only(reason="with --store nats every replica takes reports")
 async def test_a_standby_refuses_reports_and_names_the_leader(admin: Kube, operator_sandbox: tuple[Path, Path]) -> None:
     node, token = await make_node(admin)
     identity, _, _ = await leader(admin)
@@ -489,6 +490,28 @@ async def test_a_standby_refuses_reports_and_names_the_leader(admin: Kube, opera
     assert cause["reason"] == "Leader" and cause["message"] == endpoint and cause["field"].startswith(identity)
 
 
+async def test_with_the_nats_store_a_standby_takes_a_report_and_every_replica_serves_it(
+        admin: Kube, operator_sandbox: tuple[Path, Path], reader_token: str, request: pytest.FixtureRequest) -> None:
+    if store_kind(request.config) != "nats":
+        pytest.skip("--store nats only: otherwise a standby refuses reports (the test above)")
+    node, token = await make_node(admin)
+    identity, _, _ = await leader(admin)
+    everyone = replicas(operator_sandbox[1])
+    standby = next(r for r in everyone if r["identity"] != identity)
+    unverified = ssl.create_default_context()
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE
+    status, answer = await put_direct(address(standby), unverified, node, report(node, cpu="1700m"), token)
+    assert status == 200, answer
+    version = answer["metadata"]["resourceVersion"]
+    for replica in everyone:  # a read without a resourceVersion waits for the replica's copy
+        status, served = await get_from_replica(replica, f"{BASE}/{node}", reader_token)
+        assert status == 200, served
+        assert served["metadata"]["resourceVersion"] == version
+        assert served["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "1700m"
+
+
+@pytest.mark.memory_store_only(reason="standbys announce themselves on the leader's feed, which --store nats has not")
 async def test_the_leader_publishes_its_standbys_and_they_are_warm(
         admin: Kube, operator_sandbox: tuple[Path, Path]) -> None:
     identity, _, context = await leader(admin)

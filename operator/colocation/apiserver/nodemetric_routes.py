@@ -62,11 +62,15 @@ from colocation.nodemetrics.report_schema import (
     MAX_UPDATE_TIME_AHEAD,
     RESOURCE,
     VERSION,
+    ValidatedReport,
     validate_report,
 )
 from colocation.nodemetrics.storage_interface import Entry, NodeMetricServing, update_time_ahead
 
 GROUP_VERSION = f"{GROUP}/{VERSION}"
+# A report into a store every replica writes: the entry as this replica serves it (ApiError 503
+# when the store does not take it).
+SharedWrites = Callable[[ValidatedReport, Mapping[str, str]], Awaitable[Entry]]
 # Agents' writes a leader waiting to renew its Lease holds at once; more are refused at once.
 MAX_HELD_WRITES = 20_000
 # How long a read waits for a resourceVersion ahead of this replica: the watch cache's blockTimeout.
@@ -117,8 +121,11 @@ class NodeMetricGroup:
                  *, known_node: Callable[[str], bool], node_labels: Callable[[str], Mapping[str, str] | None],
                  metrics: ServerMetrics, options: ApiOptions | None = None, wall: Callable[[], float] = time.time,
                  uploads: Sequence[AgentUpload[Any]] = (),
-                 read_barrier: ReadBarrier | None = None, followers: ReplicaFollowers | None = None) -> None:
+                 read_barrier: ReadBarrier | None = None, followers: ReplicaFollowers | None = None,
+                 shared_writes: SharedWrites | None = None) -> None:
         self.store = store
+        # With a store every replica writes (--store nats): any replica takes an agent's report.
+        self.shared_writes = shared_writes
         self.followers = followers
         self.read_barrier = read_barrier
         self.authorizer = authorizer
@@ -279,9 +286,12 @@ class NodeMetricGroup:
 
     async def _report(self, request: web.Request) -> web.Response:
         node, report = await self._from_agent(request, "status", validate_report,
-                                              rejected=self.metrics.reports_rejected)
+                                              rejected=self.metrics.reports_rejected,
+                                              any_replica=self.shared_writes is not None)
         metadata_version = wants_metadata_only(request.headers.get("Accept", ""))  # a 406 stores nothing
-        entry = self.store.put(report, self.node_labels(node) or {})
+        labels = self.node_labels(node) or {}
+        entry = await self.shared_writes(report, labels) if self.shared_writes is not None \
+            else self.store.put(report, labels)
         self.metrics.reports_accepted.inc()
         ahead = update_time_ahead(report, entry)
         headers = {"Warning": update_time_warning(ahead, entry.figures.update_time)} if ahead else None
@@ -301,17 +311,19 @@ class NodeMetricGroup:
         return handler
 
     async def _from_agent(self, request: web.Request, subresource: str, validate: Callable[[bytes, str], _Validated],
-                          *, rejected: Any) -> tuple[str, _Validated]:
-        """An agent's write to nodemetrics/{node}/SUBRESOURCE: leader only, authorized, from that node, valid.
+                          *, rejected: Any, any_replica: bool = False) -> tuple[str, _Validated]:
+        """An agent's write to nodemetrics/{node}/SUBRESOURCE: authorized, from that node, valid; on the
+        leader only, unless `any_replica`.
 
         `rejected` counts refusals by reason (a prometheus_client Counter with one label).
         """
         request[VERB] = "update"
         node = request.match_info["name"]
-        await self._refuse_unless_leader(rejected)
-        if self.first_evaluation_hold is not None:
-            await self.first_evaluation_hold()
-            await self._refuse_unless_leader(rejected)  # the Lease may have been lost meanwhile
+        if not any_replica:
+            await self._refuse_unless_leader(rejected)
+            if self.first_evaluation_hold is not None:
+                await self.first_evaluation_hold()
+                await self._refuse_unless_leader(rejected)  # the Lease may have been lost meanwhile
         try:
             caller = await self._caller(request)
             # One review per ServiceAccount, not one per node: the write is authorized for the

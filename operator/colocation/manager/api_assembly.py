@@ -24,7 +24,7 @@ from colocation.apiserver.eviction_routes import EvictionRequestsUpload
 from colocation.apiserver.generic_apiserver import AggregatedApiServer
 from colocation.apiserver.kube_reviewers import kube_issuer_fetcher, kube_subject_access_reviewer, kube_token_reviewer
 from colocation.apiserver.local_token_authentication import IssuerKeys, LocalTokenAuthenticator
-from colocation.apiserver.nodemetric_routes import ApiOptions, NodeMetricGroup
+from colocation.apiserver.nodemetric_routes import ApiOptions, NodeMetricGroup, SharedWrites
 from colocation.apiserver.pod_mutation_webhook import PodMutationWebhook, ProfileCache
 from colocation.apiserver.replica_followers import ReplicaFollowers
 from colocation.apiserver.resource_metrics_routes import PodDirectory, ResourceMetricsApi
@@ -80,7 +80,7 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
                  *, authenticator: DelegatingAuthenticator, authorizer: DelegatingAuthorizer,
                  request_header: Callable[[], RequestHeaderConfig | None], leadership: Leadership,
                  metrics: ServerMetrics, read_barrier: Callable[[int], Awaitable[None]] | None = None,
-                 followers: ReplicaFollowers | None = None) -> ServedApis:
+                 followers: ReplicaFollowers | None = None, shared_writes: SharedWrites | None = None) -> ServedApis:
     pods = PodDirectory() if config.serve_resource_metrics or config.serve_custom_metrics else None
     view = ResourceMetricsView(store)
     extra: list[ApiGroup] = []
@@ -97,7 +97,7 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
     nodemetric = NodeMetricGroup(store, authorizer, leadership, known_node=nodes.__contains__, node_labels=nodes.labels,
                                  metrics=metrics, options=ApiOptions(bookmark_interval=config.bookmark_interval),
                                  uploads=uploads,
-                                 read_barrier=read_barrier, followers=followers)
+                                 read_barrier=read_barrier, followers=followers, shared_writes=shared_writes)
     pod_webhook = PodMutationWebhook(ProfileCache(), metrics.registry)
     server = AggregatedApiServer(authenticator, authorizer, request_header, leadership=leadership, metrics=metrics,
                                  groups=[nodemetric, *extra, pod_webhook])

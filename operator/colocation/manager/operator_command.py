@@ -121,6 +121,20 @@ def _check_serving_files(cert_file: Path, key_file: Path) -> None:
                    "if they are not its --service-account-issuer. Default: the issuer, as kube-apiserver's.")
 @click.option("--controllers/--no-controllers", default=True, show_default=True,
               help="Run the controllers (NodeSLO, NodeResource, node health) on the leader.")
+@click.option("--store", type=click.Choice(["memory", "nats"]), default="memory", show_default=True,
+              help="Where NodeMetrics live: the leader's memory (standbys copy it), or a NATS JetStream bucket "
+                   "every replica writes and reads (--nats-server).")
+@click.option("--nats-server", "nats_servers", multiple=True, default=(),
+              help="With --store nats: a NATS server URL (nats:// or tls://); repeat for each server of the cluster.")
+@click.option("--nats-ca-file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Verify the NATS servers' certificates against this CA.")
+@click.option("--nats-user", default="", help="The NATS user this replica connects as.")
+@click.option("--nats-password-file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A file holding --nats-user's password (read at each connection).")
+@click.option("--nats-storage", type=click.Choice(["file", "memory"]), default="file", show_default=True,
+              help="The bucket's storage, when this replica creates it: file survives a restart of every server.")
+@click.option("--nats-replicas", type=click.IntRange(1, 5), default=3, show_default=True,
+              help="The bucket's replicas, when this replica creates it (3: one server may fail).")
 @common_options
 def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, *, bind_address: str, port: int,
                      advertise_address: str, tls_cert_file: Path | None, tls_key_file: Path | None,
@@ -133,7 +147,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                      unhealthy_zone_threshold: float, unhealthy_zone_min_nodes: int, secondary_eviction_rate: float,
                      large_cluster_size_threshold: int, startup_grace: float | None,
                      recovery_renewals: int, shutdown_delay: float, service_account_audiences: tuple[str, ...],
-                     controllers: bool) -> None:
+                     controllers: bool, store: str, nats_servers: tuple[str, ...], nats_ca_file: str | None,
+                     nats_user: str, nats_password_file: str | None, nats_storage: str, nats_replicas: int) -> None:
     """Run an operator replica: leader election, the NodeMetric aggregated API, standby replication,
     and on the leader the controllers (NodeSLO, NodeResource batch resources, node health and evictions).
 
@@ -141,6 +156,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
     controllers fail.
     """
     from colocation.controllers.settings import ControllerSettings
+    from colocation.jetstream.nats_connection import NatsOptions
+    from colocation.jetstream.nodemetric_log import LogSettings
     from colocation.kube.client import KubeConfigError
     from colocation.manager.operator_config import OperatorConfig
     from colocation.manager.predecessor_release import release_dead_predecessor
@@ -159,6 +176,14 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
         raise click.BadParameter(f"--ca-validity, --cert-renew-fraction: {problem}")
     if not lease_duration > renew_deadline > retry_period:
         raise click.BadParameter("need --lease-duration > --renew-deadline > --retry-period")
+    nats = None
+    if store == "nats":
+        if not nats_servers:
+            raise click.BadParameter("--store nats needs at least one --nats-server")
+        nats = NatsOptions(servers=tuple(nats_servers), ca_file=nats_ca_file or "", user=nats_user,
+                           password_file=nats_password_file or "")
+    elif nats_servers:
+        raise click.BadParameter("--nats-server goes with --store nats")
     config = OperatorConfig(kubeconfig=kubeconfig, namespace=namespace, identity=identity or _default_identity(),
                             bind_address=bind_address, port=port, advertise_address=advertise_address,
                             tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, tls_ca_file=tls_ca_file,
@@ -177,7 +202,9 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                                 large_cluster_size_threshold=large_cluster_size_threshold, startup_grace=startup_grace,
                                 recovery_renewals=recovery_renewals),
                             shutdown_delay=shutdown_delay, pod_name=os.environ.get("POD_NAME", ""),
-                            service_account_audiences=tuple(service_account_audiences), ca_policy=ca_policy)
+                            service_account_audiences=tuple(service_account_audiences), ca_policy=ca_policy,
+                            nats=nats, nats_log=LogSettings(storage="file" if nats_storage == "file" else "memory",
+                                                            replicas=nats_replicas))
     try:
         config = release_dead_predecessor(config)  # before importing the rest: every second counts
         from colocation.manager.operator_process import run

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from colocation.controllers.settings import ControllerSettings
+from colocation.jetstream.nats_connection import NatsOptions
+from colocation.jetstream.nodemetric_log import LogSettings
 from colocation.manager.serving_ca import CaPolicy
 
 
@@ -38,6 +40,9 @@ class OperatorConfig:
     tls_ca_file: Path | None = None  # with --tls-cert-file: the CAs published for agents and standbys
     # Without --tls-cert-file: the shared CA's and the serving certificates' lifetimes.
     ca_policy: CaPolicy = field(default_factory=CaPolicy)
+    # --store nats: NodeMetrics in a NATS JetStream bucket (colocation.jetstream), else in memory.
+    nats: NatsOptions | None = None
+    nats_log: LogSettings = field(default_factory=LogSettings)
 
     def is_predecessor(self, holder: str) -> bool:
         """Whether `holder` is this pod's previous process (the container restarted, so it is dead)."""

@@ -43,6 +43,7 @@ from colocation.controllers.eviction_requests import EvictionRequestHandler
 from colocation.controllers.leader_task import Controllers
 from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
 from colocation.custommetrics.sample_follower import SampleFollower
+from colocation.jetstream.jetstream_store import JetStreamNodeMetrics
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client, bound_unacknowledged_sends
@@ -61,6 +62,7 @@ from colocation.manager.serving_tls import KubeCaObjects, ServingFiles, ServingT
 from colocation.manager.token_pods import ClusterStatePods
 from colocation.nodemetrics.consistent_reads import ConsistentReadMetrics, ConsistentReads
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.resource_versions import LogPositions
 from colocation.nodemetrics.silent_node_expiry import expire_silent_nodes
 from colocation.nodemetrics.standby_follower import LeaderFollower
 from colocation.nodemetrics.storage_metrics import StorageMetrics
@@ -127,7 +129,11 @@ class OperatorProcess:
         self.config = config
         self.metrics = ServerMetrics()
         self.store = NodeMetricStore(clock_wall=time.time, clock_monotonic=time.monotonic,
-                                     ttl_seconds=config.metric_ttl)
+                                     ttl_seconds=config.metric_ttl,
+                                     versions=LogPositions() if config.nats is not None else None)
+        # --store nats: every replica writes reports into the bucket and applies it to `store`.
+        self.jetstream = JetStreamNodeMetrics(self.store, config.nats, config.nats_log, name=config.identity) \
+            if config.nats is not None else None
         self.storage_metrics = StorageMetrics(self.metrics.registry)
         self.storage_metrics.track(self.store)
         self.leadership_metrics = LeadershipMetrics(self.metrics.registry)
@@ -165,8 +171,29 @@ class OperatorProcess:
     def _node_deleted(self, name: str) -> None:
         """A deleted Node's NodeMetric goes at once, not after the metric TTL (the leader's decision;
         a standby's copy follows through the leader's DELETED event)."""
-        if self.elector is not None and self.elector.is_leader and self.store.delete(name) is not None:
+        if self.elector is None or not self.elector.is_leader:
+            return
+        if self.jetstream is not None:
+            self._remove_shared(name)
+        elif self.store.delete(name) is not None:
             self._dropped_deleted(name)
+
+    def _remove_shared(self, name: str) -> None:
+        """Delete a node's NodeMetric from the bucket (--store nats), as a leader's task."""
+        jetstream = self.jetstream
+        assert jetstream is not None
+
+        async def remove() -> None:
+            if await jetstream.remove(name):
+                self._dropped_deleted(name)
+
+        task = asyncio.create_task(remove())
+        self._leader_tasks.append(task)
+        task.add_done_callback(self._forget_leader_task)
+
+    def _forget_leader_task(self, task: asyncio.Task[Any]) -> None:
+        if task in self._leader_tasks:
+            self._leader_tasks.remove(task)
 
     def _dropped_deleted(self, name: str) -> None:
         self.storage_metrics.deleted.inc()
@@ -177,10 +204,16 @@ class OperatorProcess:
         self.leadership_metrics.leader.set(1)
         self.leadership_metrics.leader_transitions.inc()
         if self.nodes.synced:  # Nodes deleted while the previous leader could not act on it
-            for name in self.store.keep_only(self.nodes.__contains__):
-                self._dropped_deleted(name)
+            if self.jetstream is not None:
+                for entry in self.store.list()[0]:
+                    if entry.name not in self.nodes:
+                        self._remove_shared(entry.name)
+            else:
+                for name in self.store.keep_only(self.nodes.__contains__):
+                    self._dropped_deleted(name)
         self._leader_tasks.append(asyncio.create_task(
-            expire_silent_nodes(self.store, self.storage_metrics, self.config.expiry_interval)))
+            expire_silent_nodes(self.store, self.storage_metrics, self.config.expiry_interval,
+                                remove=self.jetstream.remove if self.jetstream is not None else None)))
         if self.controllers is not None:
             self.controllers.promote()
 
@@ -345,10 +378,11 @@ class OperatorProcess:
                                     metrics=ConsistentReadMetrics(self.metrics.registry),
                                     timeout=CONSISTENT_READ_TIMEOUT)
             follower.on_applied = reads.advanced
+            shared = self.jetstream
             served = assemble_api(config, self.store, self.nodes, authenticator=authenticator, authorizer=authorizer,
                                   request_header=lambda: self.request_header, leadership=elector, metrics=self.metrics,
-                                  read_barrier=reads.wait,
-                                  followers=self.followers)
+                                  read_barrier=reads.wait if shared is None else shared.read_barrier,
+                                  followers=self.followers, shared_writes=shared.put if shared is not None else None)
             self.custom_metrics = served.custom_metrics
             self.evictions = served.evictions
             self.nodemetric = served.nodemetric
@@ -366,7 +400,8 @@ class OperatorProcess:
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
                      asyncio.create_task(self.replica_pods.informer(kube_transport(api)).run()),
                      asyncio.create_task(self._elect(elector)),
-                     asyncio.create_task(self._follow_while_standby(follower))]
+                     asyncio.create_task(self._follow_while_standby(follower) if shared is None
+                                         else shared.run(self.stop))]
             if self.tls is not None:
                 tasks.append(asyncio.create_task(self.tls.run(self.stop)))
             if authenticator.local is not None:  # every replica: a new leader has the keys at once
@@ -398,13 +433,16 @@ class OperatorProcess:
                 if not self.lost_leadership and config.shutdown_delay > 0:
                     self.draining = True
                     log.info("draining: not ready, still serving reads", extra={"seconds": config.shutdown_delay})
-                    following = asyncio.create_task(self._follow_while_draining(follower))
+                    # With --store nats the copy stopped with the other tasks: it is served as it is.
+                    following = asyncio.create_task(self._follow_while_draining(follower)) if shared is None \
+                        else None
                     # Endpoints drop a replica only once they see it not ready: closing at once would
                     # leave the aggregator dialing a closed port meanwhile.
                     await wait_set(self.stop_now, config.shutdown_delay)
-                    following.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await following
+                    if following is not None:
+                        following.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await following
                 self.store.close_watchers()
                 await runner.cleanup()
         if self.controllers_failed:
@@ -429,6 +467,9 @@ class OperatorProcess:
         resync from a snapshot after a failover, and the copy meanwhile is seconds old at most)."""
         if self.draining or self.elector is None:
             return False
+        if self.jetstream is not None:  # every replica reads the bucket: current once caught up
+            return self.jetstream.synced and (self.sample_follower is None or self.elector.is_leader
+                                              or self.sample_follower.ever_synced)
         if self.elector.is_leader or self.elector.rejoining:  # its own store is still the newest data
             return True
         samples = self.sample_follower

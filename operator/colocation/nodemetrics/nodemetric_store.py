@@ -152,13 +152,17 @@ class NodeMetricStore:
             self._remove(self._entries[name], self._versions.next())
         return gone
 
-    def expire(self) -> list[str]:
-        """Drop the nodes that have not reported for the TTL (on the monotonic clock)."""
+    def silent(self) -> list[str]:
+        """The nodes that have not reported for the TTL (on the monotonic clock), in name order."""
         deadline = self._monotonic() - self._ttl
-        stale = [e for e in self._entries.values() if e.last_seen_monotonic <= deadline]
-        for entry in sorted(stale, key=lambda e: e.name):
-            self._remove(entry, self._versions.next())
-        return sorted(e.name for e in stale)
+        return sorted(e.name for e in self._entries.values() if e.last_seen_monotonic <= deadline)
+
+    def expire(self) -> list[str]:
+        """Drop the nodes that have not reported for the TTL."""
+        silent = self.silent()
+        for name in silent:
+            self._remove(self._entries[name], self._versions.next())
+        return silent
 
     def close_watchers(self) -> None:
         """End every watch (shutdown, lost leadership); clients reconnect to the next leader."""

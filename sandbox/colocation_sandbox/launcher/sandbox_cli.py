@@ -65,13 +65,17 @@ from colocation.clicommon import common_options
 @click.option("--audit-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --apiserver kube: kube-apiserver writes an audit log of every write (create, update, "
                    "patch, delete; Metadata level, with the user and its pod) to this file. Off by default.")
+@click.option("--store", type=click.Choice(["memory", "nats"]), default="memory", show_default=True,
+              help="Where the operator replicas keep NodeMetrics: in memory, or in a NATS JetStream cluster of 3 "
+                   "servers the sandbox starts on loopback (nats-server built by hack/nats/build.sh; the builtin "
+                   "API server only, for now).")
 @common_options
 def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
                     probe_interval: float, operators: int, operator_args: tuple[str, ...],
                     serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
                     agents: bool, agent_args: tuple[str, ...], max_restart_period: float,
-                    audit_log: Path | None) -> None:
+                    audit_log: Path | None, store: str) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
     capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
     answers, and runs until interrupted (SIGINT/SIGTERM).
@@ -83,6 +87,8 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
     if not serve_custom_metrics:
         agent_args = ("--scrape-interval=0", *agent_args)  # a later --agent-arg=--scrape-interval=… still wins
     if apiserver == "kube":
+        if store != "memory":
+            raise click.BadParameter("--store nats runs on the builtin API server only, for now", param_hint="--store")
         _run_kube(api_only=api_only, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
                   operators=operators, operator_args=operator_args,
                   components=_components(serve_resource_metrics, serve_custom_metrics), nodes=nodes,
@@ -112,11 +118,23 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
             from colocation_sandbox.launcher.project_install import install_project
 
             install_project(sandbox, with_apiservice=replicas > 0, components=components)
+        nats = None
+        if store == "nats" and replicas:
+            from colocation_sandbox.launcher.nats_cluster import NatsServerMissing, start_cluster
+
+            try:
+                nats = await start_cluster(state_dir / "nats")
+            except NatsServerMissing as missing:
+                raise click.ClickException(str(missing)) from None
+            extra_args = ("--store=nats", *(f"--nats-server={url}" for url in nats.urls), *extra_args)
         try:
             await serve_forever(sandbox, stop, replicas, operator_args=extra_args, nodes=0 if api_only else nodes,
                                 agent_args=agent_args, pods_per_node=pods_per_node, run_agents=agents)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        finally:
+            if nats is not None:
+                await nats.stop()
 
     asyncio.run(main())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
@@ -21,7 +21,8 @@ from colocation.apiserver.nodemetric_routes import ApiOptions, NodeMetricGroup
 from colocation.apiserver.replica_followers import ReplicaFollowers
 from colocation.kube.lease_record import MAX_REPLICAS, REPLICA_HEADER
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
-from colocation.nodemetrics.report_schema import COLLECTION_PATH, validate_report
+from colocation.nodemetrics.report_schema import COLLECTION_PATH, ValidatedReport, validate_report
+from colocation.nodemetrics.storage_interface import Entry
 from tests.timing import eventually_async
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -246,6 +247,49 @@ async def test_a_leader_waiting_to_renew_holds_writes_then_asks_for_them_again_a
         assert (await refused.json())["details"] == {"retryAfterSeconds": 1, "causes": names_itself}
     entry = store.get("node-a")
     assert entry is not None and b'"cpu":"1500m"' in entry.body  # nothing written
+
+
+class Upload:
+    """An agent's other write (a sample batch, an eviction request): still the leader's alone."""
+    subresource = "samplebatches"
+    rejected = ServerMetrics().reports_rejected
+
+    def validate(self, raw: bytes, node: str) -> bytes:
+        return raw
+
+    def accept(self, validated: bytes) -> Any:
+        return {"kind": "Status", "status": "Success"}
+
+
+async def test_with_a_store_every_replica_writes_a_standby_takes_reports_but_not_the_other_writes(
+        store: NodeMetricStore) -> None:
+    authorizer = DelegatingAuthorizer(allowed)
+    metrics, standby, written = ServerMetrics(), Standby(), list[tuple[str, dict[str, str]]]()
+
+    async def shared(report: ValidatedReport, labels: Mapping[str, str]) -> Entry:
+        written.append((report.name, dict(labels)))
+        return store.put(report, labels)
+
+    group = NodeMetricGroup(store, authorizer, standby, known_node=lambda node: True,
+                            node_labels=lambda node: {"pool": "web"}, metrics=metrics,
+                            options=ApiOptions(bookmark_interval=0.05), wall=lambda: NOW, uploads=[Upload()],
+                            shared_writes=shared)
+    agent = Caller(username="system:serviceaccount:colocation-system:colocation-agent",
+                   extra={"authentication.kubernetes.io/node-name": ("node-a",)})
+
+    async def agent_review(token: str) -> TokenReviewResult:
+        return TokenReviewResult(True, agent)
+
+    api = AggregatedApiServer(DelegatingAuthenticator(agent_review), authorizer, lambda: None, leadership=standby,
+                              metrics=metrics, groups=[group])
+    async with TestClient(TestServer(api.application()), headers={"Authorization": "Bearer token"}) as client:
+        taken = await client.put(f"{COLLECTION_PATH}/node-a/status", data=report("node-a", cpu="2"),
+                                 headers={"Content-Type": "application/json"})
+        assert taken.status == 200 and written == [("node-a", {"pool": "web"})]
+        answer = await taken.json()
+        assert answer["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "2"
+        refused = await client.put(f"{COLLECTION_PATH}/node-a/samplebatches", data=b"{}")
+        assert refused.status == 503 and "does not lead now" in (await refused.json())["message"]
 
 
 async def test_the_leader_publishes_the_replicas_whose_feeds_are_open_and_only_theirs(store: NodeMetricStore) -> None:

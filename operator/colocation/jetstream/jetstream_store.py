@@ -1,0 +1,128 @@
+"""A replica's NodeMetrics on NATS JetStream (`--store nats`): what the operator process holds.
+
+It connects (retrying until a server answers), creates the stream if it is missing, and runs the
+follower that keeps this replica's store current. Any replica takes an agent's report
+(`put`); the leader's deletions (a deleted Node, a node silent for the TTL) are writes too, so
+every replica applies them. A read without a resourceVersion waits until the copy has the
+stream's last write (`read_barrier`).
+
+Why: docs/architecture.md#nodemetrics-on-nats-jetstream
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from nats.aio.client import Client
+from nats.js.client import JetStreamContext
+
+from colocation.apimachinery.errors import ApiError
+from colocation.jetstream.log_follower import LogFollower
+from colocation.jetstream.log_ingest import LogIngest
+from colocation.jetstream.nats_connection import NatsOptions, connect
+from colocation.jetstream.nodemetric_log import STREAM, Conflict, LogSettings, NodeMetricLog, ensure_stream
+from colocation.kube.backoff import Backoff
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.report_schema import ValidatedReport
+from colocation.nodemetrics.resource_versions import too_large
+from colocation.nodemetrics.storage_interface import Entry
+
+log = logging.getLogger(__name__)
+
+REMOVE_TRIES = 5
+READ_BARRIER_TIMEOUT = 3.0  # as a standby's consistent read waits for its copy
+
+
+class JetStreamNodeMetrics:
+    def __init__(self, store: NodeMetricStore, options: NatsOptions, settings: LogSettings, *, name: str,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.options = options
+        self.settings = settings
+        self.name = name
+        self._wall = wall
+        self._client: Client | None = None
+        self._js: JetStreamContext | None = None
+        self.follower: LogFollower | None = None
+        self._log: NodeMetricLog | None = None
+        self._ingest: LogIngest | None = None
+
+    @property
+    def synced(self) -> bool:
+        """Whether the copy caught up with the stream once: the replica may serve it."""
+        return self.follower is not None and self.follower.synced.is_set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Connect, then keep the copy current until cancelled."""
+        retry = Backoff(0.5, 10.0, jitter=0.5)
+        while self._client is None and not stop.is_set():
+            try:
+                client = await connect(self.options, name=self.name)
+                js = client.jetstream(timeout=self.options.timeout)
+                await ensure_stream(js, self.settings, wall=self._wall)
+            except Exception as error:  # no server answers yet: keep trying, the log says why
+                delay = retry.next_delay()
+                log.warning("connecting to NATS failed, retrying",
+                            extra={"error": repr(error), "retry_in": round(delay, 2)})
+                await asyncio.sleep(delay)
+                continue
+            self._client, self._js = client, js
+            self.follower = LogFollower(js, self.store, wall=self._wall)
+            self._log = NodeMetricLog(js, timeout=self.options.timeout)
+            self._ingest = LogIngest(self._log, self.follower, self.store)
+        if self.follower is not None:
+            try:
+                await self.follower.run()
+            finally:
+                if self._client is not None:
+                    await self._client.close()
+
+    async def put(self, report: ValidatedReport, labels: Mapping[str, str]) -> Entry:
+        """An agent's report, through any replica; 503 until connected."""
+        if self._ingest is None:
+            raise ApiError.service_unavailable("this replica is not connected to NATS yet", retry_after=1)
+        try:
+            return await self._ingest.put(report, labels)
+        except (Conflict, TimeoutError, OSError) as error:
+            raise ApiError.service_unavailable(f"the NodeMetric stream did not take the report: {error}",
+                                               retry_after=1) from error
+        except Exception as error:  # NATS answered with an error (no quorum: 503 from JetStream)
+            raise ApiError.service_unavailable(f"the NodeMetric stream did not take the report: {error!r}",
+                                               retry_after=1) from error
+
+    async def remove(self, name: str) -> bool:
+        """Delete node `name`'s NodeMetric on every replica (the leader's decision); whether it was there."""
+        if self._log is None or self.follower is None or self.store.get(name) is None:
+            return False
+        last = self.follower.last_written.get(name, 0)
+        for _ in range(REMOVE_TRIES):
+            try:
+                await self._log.remove(name, last=last)
+                return True
+            except Conflict:
+                last, value = await self._log.last(name)
+                if value is None:
+                    return False  # deleted already
+        return False
+
+    async def read_barrier(self, since: int) -> None:
+        """Before a read: with 0, wait until the copy holds the stream's last write (503 past
+        READ_BARRIER_TIMEOUT); with a resourceVersion, until the copy reaches it (504 past it, as
+        the watch cache answers a version it does not reach). 503 before the first sync. When NATS
+        does not answer, nobody can write: the copy is served as it is."""
+        if self.follower is None or self._js is None or not self.follower.synced.is_set():
+            raise ApiError.service_unavailable("this replica has not read the NodeMetric stream yet", retry_after=1)
+        if since:
+            if not await self.follower.wait_for(since, READ_BARRIER_TIMEOUT):
+                raise too_large(since, self.follower.position)
+            return
+        try:
+            last = int((await self._js.stream_info(STREAM)).state.last_seq)
+        except Exception as error:  # NATS does not answer: nobody can write meanwhile, the copy is current
+            log.warning("NATS did not answer a consistent read: serving the copy", extra={"error": repr(error)})
+            return
+        if not await self.follower.wait_for(last, READ_BARRIER_TIMEOUT):
+            raise ApiError.service_unavailable("this replica's copy of the NodeMetric stream is behind", retry_after=1)
