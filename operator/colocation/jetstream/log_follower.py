@@ -26,14 +26,17 @@ from nats.js.client import JetStreamContext
 
 from colocation.jetstream.nodemetric_log import (
     ALL_SUBJECTS,
+    FIGURES,
     OPERATION,
     REMOVED,
     RESTART_KEY,
     STREAM,
+    decode_figures,
     name_of,
     restart_after_loss,
 )
 from colocation.kube.backoff import Backoff
+from colocation.nodemetrics.report_schema import UsageFigures
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,8 @@ CONSUMER_INACTIVE_SECONDS = 30.0  # the servers drop a consumer nobody fetched f
 
 
 class LogTarget(Protocol):
-    def apply_logged(self, name: str, position: int, value: bytes | None, *, received_at: float) -> None: ...
+    def apply_logged(self, name: str, position: int, value: bytes | None, *, received_at: float,
+                     figures: UsageFigures | None = None) -> None: ...
 
     def caught_up(self, position: int) -> None: ...
 
@@ -126,9 +130,11 @@ class LogFollower:
         if name == RESTART_KEY:
             self._lost(position)
             return
-        removed = (message.headers or {}).get(OPERATION) in REMOVED
+        headers = message.headers or {}
+        removed = headers.get(OPERATION) in REMOVED
         self._target.apply_logged(name, position, None if removed else message.data,
-                                  received_at=metadata.timestamp.timestamp())
+                                  received_at=metadata.timestamp.timestamp(),
+                                  figures=decode_figures(headers.get(FIGURES)))
         self.last_written[name] = position
         self.position = position
 

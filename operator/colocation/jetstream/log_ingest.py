@@ -20,7 +20,7 @@ from colocation.apimachinery.clock import MonotonicClock, WallClock, format_time
 from colocation.jetstream.log_follower import LogFollower
 from colocation.jetstream.nodemetric_log import Conflict, NodeMetricLog
 from colocation.nodemetrics.nodemetric_store import log_value, logged_entry
-from colocation.nodemetrics.report_schema import ValidatedReport
+from colocation.nodemetrics.report_schema import UsageFigures, ValidatedReport
 from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
 
 MAX_TRIES = 5  # compare-and-set rounds; each lost round means another replica wrote the node meanwhile
@@ -56,7 +56,7 @@ class LogIngest:
         last = self._follower.last_written.get(name, 0)
         for _ in range(MAX_TRIES):
             try:
-                position = await self._log.append(name, value, last=last)
+                position = await self._log.append(name, value, last=last, figures=stored.figures)
                 break
             except Conflict:
                 last, current = await self._log.last(name)
@@ -64,20 +64,20 @@ class LogIngest:
                     continue
                 newer = logged_entry(last, current, received_at=received_at, seen_at=self._monotonic())[0]
                 if _late(stored, newer):
-                    return await self._served(newer)
+                    return await self._served(name, last, current, received_at=received_at)
         else:
             raise Conflict(f"{name}: other replicas kept writing it over {MAX_TRIES} tries")
-        return await self._served(logged_entry(position, value, received_at=received_at,
-                                               seen_at=self._monotonic())[0])
+        return await self._served(name, position, value, received_at=received_at, figures=stored.figures)
 
-    async def _served(self, written: Entry) -> Entry:
-        """`written` as this replica's copy serves it once it applied it (the same content at an
-        earlier resourceVersion when it was unchanged), else as written."""
-        if await self._follower.wait_for(written.resource_version, self._apply_timeout):
-            entry = self._store.get(written.name)
-            if entry is not None and entry.resource_version <= written.resource_version:
+    async def _served(self, name: str, position: int, value: bytes, *, received_at: float,
+                      figures: UsageFigures | None = None) -> Entry:
+        """The write at `position` as this replica's copy serves it once it applied it (the same
+        content at an earlier resourceVersion when it was unchanged), else as written."""
+        if await self._follower.wait_for(position, self._apply_timeout):
+            entry = self._store.get(name)
+            if entry is not None and entry.resource_version <= position:
                 return entry
-        return written
+        return logged_entry(position, value, received_at=received_at, seen_at=self._monotonic(), figures=figures)[0]
 
 
 def _late(report: ValidatedReport, last: Entry) -> bool:

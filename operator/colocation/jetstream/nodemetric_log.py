@@ -20,6 +20,7 @@ from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import BadRequestError, NotFoundError
 
+from colocation.nodemetrics.report_schema import UsageFigures
 from colocation.nodemetrics.resource_versions import MICROSECONDS
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,9 @@ OPERATION = "KV-Operation"  # "DEL" on a delete marker, as nats-py's KeyValue wr
 # subdomains): every follower learns from it, in order, that what came before is gone.
 RESTART_KEY = "~restarted"
 REMOVED = ("DEL", "PURGE")  # the KV-Operation of a deletion
+# The figures the controllers read (`UsageFigures`), sent along with a report so that a replica
+# applies it without parsing it: "cpu_millis memory_bytes pod_count update_time".
+FIGURES = "Colocation-Figures"
 # JetStream's error codes when EXPECTED_LAST does not match (with the sequence, and without).
 WRONG_LAST_SEQUENCE = (10071, 10164)
 STREAM_NAME_IN_USE = 10058
@@ -104,6 +108,20 @@ async def restart_after_loss(js: JetStreamContext, *, above: int, wall: Callable
     return restart
 
 
+def encode_figures(figures: UsageFigures) -> str:
+    return f"{figures.cpu_millis} {figures.memory_bytes} {figures.pod_count} {figures.update_time!r}"
+
+
+def decode_figures(header: str | None) -> UsageFigures | None:
+    """The figures a write carries; None when it carries none, or none this version reads."""
+    try:
+        cpu, memory, pods, update_time = (header or "").split(" ")
+        return UsageFigures(cpu_millis=int(cpu), memory_bytes=int(memory), pod_count=int(pods),
+                            update_time=float(update_time))
+    except ValueError:
+        return None
+
+
 class Conflict(Exception):
     """The node's last write is no longer the one given: another replica wrote since."""
 
@@ -115,9 +133,12 @@ class NodeMetricLog:
         self._js = js
         self._timeout = timeout
 
-    async def append(self, name: str, value: bytes, *, last: int) -> int:
+    async def append(self, name: str, value: bytes, *, last: int, figures: UsageFigures | None = None) -> int:
         """Write `value` as node `name`'s if its last write is still at sequence `last` (0: none)."""
-        return await self._publish(name, value, {EXPECTED_LAST: str(last)})
+        headers = {EXPECTED_LAST: str(last)}
+        if figures is not None:
+            headers[FIGURES] = encode_figures(figures)
+        return await self._publish(name, value, headers)
 
     async def remove(self, name: str, *, last: int) -> int:
         """Delete node `name`'s NodeMetric (a delete marker, which readers see as DELETED)."""

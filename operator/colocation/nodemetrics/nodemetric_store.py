@@ -37,7 +37,14 @@ from colocation.nodemetrics.nodemetric_watch_window import (
     Watcher,
     nodemetric_bookmark,
 )
-from colocation.nodemetrics.report_schema import API_VERSION, KIND, LIST_KIND, ValidatedReport, figures_of
+from colocation.nodemetrics.report_schema import (
+    API_VERSION,
+    KIND,
+    LIST_KIND,
+    UsageFigures,
+    ValidatedReport,
+    figures_of,
+)
 from colocation.nodemetrics.resource_versions import MICROSECONDS, ResourceVersionClock
 from colocation.nodemetrics.storage_interface import Entry, update_time_ahead
 
@@ -219,18 +226,21 @@ class NodeMetricStore:
 
     # -- a shared log (colocation.jetstream: every replica applies every write, in the log's order) --
 
-    def apply_logged(self, name: str, position: int, value: bytes | None, *, received_at: float) -> None:
+    def apply_logged(self, name: str, position: int, value: bytes | None, *, received_at: float,
+                     figures: UsageFigures | None = None) -> None:
         """Apply the write at `position` of the shared log: `value` is the object without its
         resourceVersion (`log_value`), None when the node's NodeMetric was deleted; `received_at`
-        is when the log took it in (its own clock, the same on every replica). The same content
-        written again only refreshes the node's freshness, as an unchanged report does."""
+        is when the log took it in (its own clock, the same on every replica); `figures`, when the
+        writer sent them along, spare parsing the report. The same content written again only
+        refreshes the node's freshness, as an unchanged report does."""
         self._versions.observe(position)
         previous = self._entries.get(name)
         if value is None:
             if previous is not None:
                 self._remove(previous, position)
             return
-        entry, body = logged_entry(position, value, received_at=received_at, seen_at=self._monotonic())
+        entry, body = logged_entry(position, value, received_at=received_at, seen_at=self._monotonic(),
+                                   figures=figures)
         if previous is not None and previous.labels == entry.labels and _same_status(previous.body, body):
             self._entries[name] = dataclasses.replace(previous, last_seen_monotonic=entry.last_seen_monotonic)
             return
@@ -381,14 +391,20 @@ def log_value(report: ValidatedReport, labels: Mapping[str, str], *, created: st
     return b"".join((_OBJECT_HEAD, orjson.dumps(metadata), _STATUS_KEY, report.status_json, b"}"))
 
 
-def logged_entry(position: int, value: bytes, *, received_at: float, seen_at: float) -> tuple[Entry, bytes]:
-    """The entry, and its body, of a write at `position` of a shared log (`log_value`)."""
-    obj = orjson.loads(value)
-    metadata = obj["metadata"]
+def logged_entry(position: int, value: bytes, *, received_at: float, seen_at: float,
+                 figures: UsageFigures | None = None) -> tuple[Entry, bytes]:
+    """The entry, and its body, of a write at `position` of a shared log (`log_value`). With the
+    `figures` at hand only the metadata is parsed: the status is copied as it was written."""
+    split = value.find(_STATUS_KEY) if value.startswith(_OBJECT_HEAD) else -1
+    if figures is None or split < 0:
+        obj = orjson.loads(value)
+        metadata, status_json, figures = obj["metadata"], orjson.dumps(obj["status"]), figures_of(obj)
+    else:  # the first `"status":` key is the object's: the metadata's names and labels hold no quotes
+        metadata, status_json = orjson.loads(value[len(_OBJECT_HEAD):split]), value[split + len(_STATUS_KEY):-1]
     labels, created = metadata.get("labels") or {}, metadata.get("creationTimestamp") or ""
-    body = _render(metadata["name"], labels, position, created=created, status_json=orjson.dumps(obj["status"]))
+    body = _render(metadata["name"], labels, position, created=created, status_json=status_json)
     return Entry(name=metadata["name"], labels=labels, resource_version=position, deflated_body=deflated(body),
-                 figures=figures_of(obj), creation_timestamp=created, last_seen_monotonic=seen_at,
+                 figures=figures, creation_timestamp=created, last_seen_monotonic=seen_at,
                  received_at=received_at), body
 
 

@@ -23,7 +23,15 @@ from nats.js.client import JetStreamContext
 from colocation.jetstream.log_follower import LogFollower
 from colocation.jetstream.log_ingest import LogIngest
 from colocation.jetstream.nats_connection import NatsOptions, connect
-from colocation.jetstream.nodemetric_log import STREAM, Conflict, LogSettings, NodeMetricLog, ensure_stream
+from colocation.jetstream.nodemetric_log import (
+    STREAM,
+    Conflict,
+    LogSettings,
+    NodeMetricLog,
+    decode_figures,
+    encode_figures,
+    ensure_stream,
+)
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore, log_value
 from colocation.nodemetrics.nodemetric_watch_window import Watcher
 from colocation.nodemetrics.resource_versions import LogPositions
@@ -180,3 +188,10 @@ async def test_a_stream_the_servers_lost_starts_again_above_every_version_served
             assert replica.store.get("node-b") is not None  # kept until node-b reports again
         info = await one.js.stream_info(STREAM)
         assert info.state.last_seq > written
+
+
+@pytest.mark.parametrize("header", [None, "", "1 2 3", "a b c d", "1 2 3 4 5"])
+def test_figures_a_write_carries_are_read_back_or_left_to_the_report(header: str | None) -> None:
+    figures = report("node-a", "3").figures
+    assert decode_figures(encode_figures(figures)) == figures
+    assert decode_figures(header) is None

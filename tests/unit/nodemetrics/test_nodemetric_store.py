@@ -634,3 +634,13 @@ def test_watches_resume_only_from_where_the_copy_caught_up_and_end_when_the_log_
     assert watcher.closed
     assert drain(store.watch("13"))[0][:2] == ("ERROR", "410 Expired")
     assert store.get("node-a") is not None and store.list()[1] == 1_800_000_000_000_000
+
+
+def test_on_a_log_figures_sent_along_give_the_entry_parsing_the_report_gives(clock: FakeClock) -> None:
+    parsed, told = log_store(clock), log_store(clock)
+    value = logged("node-a", cpu="3", labels={"pool": "web"})
+    parsed.apply_logged("node-a", 40, value, received_at=T0)
+    told.apply_logged("node-a", 40, value, received_at=T0, figures=report("node-a", "3").figures)
+    one, other = parsed.get("node-a"), told.get("node-a")
+    assert one is not None and other is not None
+    assert (one.body, one.figures, one.labels) == (other.body, other.figures, other.labels)
