@@ -1,6 +1,6 @@
 """What NodeMetrics on NATS JetStream cost a replica, per report, against the in-memory store (issue 36).
 
-    PYTHONPATH=operator:sandbox:. python -m benchmarks.jetstream_costs [--nodes 1000 --repeats 5]
+    python -m benchmarks.run --suite jetstream-costs [--jetstream-nodes 1000 --jetstream-repeats 7]
 
 One process, a real 3-server cluster on loopback (nats-server from hack/nats/build.sh, file
 storage, 3 replicas), the load client's reports (`benchmarks.ingest_reports`: 30 pods, each
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from pathlib import Path
 from nats.aio.client import Client
 
 from benchmarks import machine, processes
+from benchmarks.client import say
 from benchmarks.ingest_reports import Reports
 from benchmarks.ingest_stages import measure as measure_stages
 from benchmarks.markdown import run_lines, table, write_section
@@ -48,7 +48,7 @@ from colocation.nodemetrics.report_schema import ValidatedReport, validate_repor
 from colocation.nodemetrics.resource_versions import LogPositions
 from colocation_sandbox.launcher.nats_cluster import start_cluster
 
-SECTION = "jetstream-costs"
+SUITE = SECTION = "jetstream-costs"
 ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "benchmarks" / "plots" / "jetstream_costs.json"
 TARGET_RATIO = 1.3
@@ -182,22 +182,16 @@ def run(nodes: int, pods: int, repeats: int, in_flight: int, output: Path, comma
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.jetstream_costs", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nodes", type=int, default=1000)
-    p.add_argument("--pods-per-node", type=int, default=30)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--in-flight", type=int, default=64)
-    p.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md")
-    args = p.parse_args(argv)
-    command = "python -m benchmarks.jetstream_costs " + " ".join(argv if argv is not None else sys.argv[1:])
-    result = run(args.nodes, args.pods_per_node, args.repeats, args.in_flight, args.output, command.strip())
-    for name, values in result.samples_us.items():
-        print(f"{name:28s} median {_median(values):8.1f} µs/report")
-    print(f"verdict: {result.verdict} (projected {projected_ratio(result.samples_us):.2f}x)")
-    return 0
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jetstream-nodes", type=int, default=1000, help="jetstream-costs: nodes.")
+    p.add_argument("--jetstream-pods-per-node", type=int, default=30)
+    p.add_argument("--jetstream-repeats", type=int, default=7)
+    p.add_argument("--jetstream-in-flight", type=int, default=64, help="jetstream-costs: reports written at once.")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run_suite(args: argparse.Namespace, output: Path, command: str) -> JetStreamCosts:
+    result = run(args.jetstream_nodes, args.jetstream_pods_per_node, args.jetstream_repeats, args.jetstream_in_flight,
+                 output, command)
+    say(f"jetstream costs: {result.verdict} (the whole report path on NATS projected at "
+        f"{projected_ratio(result.samples_us):.2f}x); wrote {output}")
+    return result

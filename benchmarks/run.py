@@ -17,6 +17,7 @@ from benchmarks import (
     agent_cost_report,
     connection_memory,
     cp_suite,
+    jetstream_costs,
     leader_scale,
     leader_scale_report,
     machine,
@@ -29,7 +30,7 @@ from benchmarks.client import say
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ("capacity", operator_ingest.SUITE, cp_suite.FAILOVER, cp_suite.CONTROL_PLANE, cp_suite.CONTROL_PLANE_KUBE,
-          leader_scale.SUITE, agent_cost.SUITE, connection_memory.SUITE, outage_recovery.SUITE)
+          leader_scale.SUITE, agent_cost.SUITE, connection_memory.SUITE, outage_recovery.SUITE, jetstream_costs.SUITE)
 # What a bare `make bench` runs: agent-cost (6 min: its 5 windows must outlast the agent's 300 s
 # aggregation window) and outage-recovery (5.4 min at its 100 nodes, 2026-11-28: a real control plane
 # started for each of its two 45 s freezes) only when named.
@@ -65,6 +66,7 @@ def parser() -> argparse.ArgumentParser:
     agent_cost.add_arguments(p)
     connection_memory.add_arguments(p)
     outage_recovery.add_arguments(p)
+    jetstream_costs.add_arguments(p)
     return p
 
 
@@ -105,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         if outage_recovery.SUITE in suites:
             outage_recovery.run_suite(outage_recovery.config_from(args, (args.state_dir or Path(scratch)) / "outage"),
                                       args.output, command)
+        if jetstream_costs.SUITE in suites:
+            jetstream_costs.run_suite(args, args.output, command)
     return 0
 
 
