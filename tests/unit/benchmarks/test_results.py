@@ -14,6 +14,7 @@ from benchmarks.agent_cost import CostReport
 from benchmarks.connection_memory import ConnectionReport
 from benchmarks.cp_kube import KubeCostReport
 from benchmarks.ingest_figures import SizeReports, StageRuns
+from benchmarks.jetstream_costs import JetStreamCosts
 from benchmarks.leader_scale import ScaleReport
 from benchmarks.operator_failover import FailoverReport
 from benchmarks.outage_recovery_report import OutageReport
@@ -29,6 +30,7 @@ MODELS: dict[str, type[SavedFile]] = {
     "plots/leader_scale.json": ScaleReport,
     "plots/outage_recovery.json": OutageReport,
     "plots/outage_recovery_500.json": OutageReport,
+    "plots/jetstream_costs.json": JetStreamCosts,
     "ingest_before.json": SizeReports,
     "ingest_results.json": SizeReports,
     "ingest_stages.json": StageRuns,
