@@ -16,7 +16,7 @@ from colocation.nodemetrics.storage_metrics import StorageMetrics
 log = logging.getLogger(__name__)
 
 
-async def expire_silent_nodes(store: NodeMetricStore, metrics: StorageMetrics, interval: float,
+async def expire_silent_nodes(store: NodeMetricStore, metrics: StorageMetrics, interval: float, *,
                               remove: Callable[[str], Awaitable[bool]] | None = None) -> None:
     while True:
         await asyncio.sleep(interval)  # the sweep period
