@@ -23,7 +23,7 @@ from colocation.apimachinery.errors import ApiError
 from colocation.jetstream.log_follower import LogFollower
 from colocation.jetstream.log_ingest import LogIngest
 from colocation.jetstream.nats_connection import NatsOptions, connect
-from colocation.jetstream.nodemetric_log import STREAM, Conflict, LogSettings, NodeMetricLog, ensure_stream
+from colocation.jetstream.nodemetric_log import Conflict, LogSettings, NodeMetricLog, ensure_stream, last_sequence
 from colocation.kube.backoff import Backoff
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import ValidatedReport
@@ -112,14 +112,14 @@ class JetStreamNodeMetrics:
         READ_BARRIER_TIMEOUT); with a resourceVersion, until the copy reaches it (504 past it, as
         the watch cache answers a version it does not reach). 503 before the first sync. When NATS
         does not answer, nobody can write: the copy is served as it is."""
-        if self.follower is None or self._js is None or not self.follower.synced.is_set():
+        if self.follower is None or self._js is None or not self.synced:
             raise ApiError.service_unavailable("this replica has not read the NodeMetric stream yet", retry_after=1)
         if since:
             if not await self.follower.wait_for(since, READ_BARRIER_TIMEOUT):
                 raise too_large(since, self.follower.position)
             return
         try:
-            last = int((await self._js.stream_info(STREAM)).state.last_seq)
+            last = await last_sequence(self._js)
         except Exception as error:  # NATS does not answer: nobody can write meanwhile, the copy is current
             log.warning("NATS did not answer a consistent read: serving the copy", extra={"error": repr(error)})
             return

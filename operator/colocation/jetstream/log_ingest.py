@@ -20,7 +20,7 @@ from colocation.apimachinery.clock import MonotonicClock, WallClock, format_time
 from colocation.jetstream.log_follower import LogFollower
 from colocation.jetstream.nodemetric_log import Conflict, NodeMetricLog
 from colocation.nodemetrics.nodemetric_store import log_value, logged_entry
-from colocation.nodemetrics.report_schema import UsageFigures, ValidatedReport
+from colocation.nodemetrics.report_schema import ValidatedReport
 from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
 
 MAX_TRIES = 5  # compare-and-set rounds; each lost round means another replica wrote the node meanwhile
@@ -64,20 +64,20 @@ class LogIngest:
                     continue
                 newer = logged_entry(last, current, received_at=received_at, seen_at=self._monotonic())[0]
                 if _late(stored, newer):
-                    return await self._served(name, last, current, received_at=received_at)
+                    return await self._applied(name, last) or newer
         else:
             raise Conflict(f"{name}: other replicas kept writing it over {MAX_TRIES} tries")
-        return await self._served(name, position, value, received_at=received_at, figures=stored.figures)
+        return await self._applied(name, position) or logged_entry(
+            position, value, received_at=received_at, seen_at=self._monotonic(), figures=stored.figures)[0]
 
-    async def _served(self, name: str, position: int, value: bytes, *, received_at: float,
-                      figures: UsageFigures | None = None) -> Entry:
+    async def _applied(self, name: str, position: int) -> Entry | None:
         """The write at `position` as this replica's copy serves it once it applied it (the same
-        content at an earlier resourceVersion when it was unchanged), else as written."""
+        content at an earlier resourceVersion when it was unchanged); None if not applied in time."""
         if await self._follower.wait_for(position, self._apply_timeout):
             entry = self._store.get(name)
             if entry is not None and entry.resource_version <= position:
                 return entry
-        return logged_entry(position, value, received_at=received_at, seen_at=self._monotonic(), figures=figures)[0]
+        return None
 
 
 def _late(report: ValidatedReport, last: Entry) -> bool:

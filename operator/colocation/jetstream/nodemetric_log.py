@@ -73,10 +73,15 @@ def clock_position(wall: Callable[[], float]) -> int:
     return int(wall() * MICROSECONDS)
 
 
+async def last_sequence(js: JetStreamContext) -> int:
+    """The sequence of the stream's last write (0 when it holds none yet), from its leader."""
+    return int((await js.stream_info(STREAM)).state.last_seq)
+
+
 async def ensure_stream(js: JetStreamContext, settings: LogSettings, *, wall: Callable[[], float]) -> int:
     """Create the stream unless it exists; its last sequence (0 when it holds nothing yet)."""
     try:
-        return int((await js.stream_info(STREAM)).state.last_seq)
+        return await last_sequence(js)
     except NotFoundError:
         pass
     first = clock_position(wall)
@@ -86,7 +91,7 @@ async def ensure_stream(js: JetStreamContext, settings: LogSettings, *, wall: Ca
     except BadRequestError as error:
         if error.err_code != STREAM_NAME_IN_USE:  # another replica created it first: use that one
             raise
-    return int((await js.stream_info(STREAM)).state.last_seq)
+    return await last_sequence(js)
 
 
 async def restart_after_loss(js: JetStreamContext, *, above: int, wall: Callable[[], float]) -> int | None:
@@ -98,7 +103,7 @@ async def restart_after_loss(js: JetStreamContext, *, above: int, wall: Callable
     reaches `above` (nothing was lost, or another replica did this first). Two replicas that find
     the loss at the same moment may both do it: a report written between the two is lost, and
     its node's next report (seconds later) stands in for it."""
-    if int((await js.stream_info(STREAM)).state.last_seq) >= above:
+    if await last_sequence(js) >= above:
         return None
     restart = max(above + 1, clock_position(wall))
     await js.purge_stream(STREAM, seq=restart)

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 
 from colocation_sandbox.launcher.child_processes import start_logged, terminate
-from colocation_sandbox.launcher.controlplane.binaries import run_build_script
+from colocation_sandbox.launcher.controlplane.binaries import run_build_script, source_root
 from colocation_sandbox.launcher.port_claims import free_port
 
 BUILD_SCRIPT = Path("hack") / "nats" / "build.sh"
@@ -31,13 +31,6 @@ class NatsServerMissing(RuntimeError):
     """nats-server is not built and cannot be; the message is one line, fit for a CLI."""
 
 
-def _source_root() -> Path | None:
-    for candidate in Path(__file__).resolve().parents:
-        if (candidate / BUILD_SCRIPT).is_file():
-            return candidate
-    return None
-
-
 def locate_nats_server(*, build: bool = True) -> str:
     """The nats-server binary: $COLOCATION_NATS_SERVER, else hack/nats/build.sh's (built if needed
     and `build`, with its progress on stderr)."""
@@ -46,7 +39,7 @@ def locate_nats_server(*, build: bool = True) -> str:
         if not os.access(given, os.X_OK):
             raise NatsServerMissing(f"{BIN_ENV}={given} is not an executable")
         return given
-    root = _source_root()
+    root = source_root(BUILD_SCRIPT)
     if root is None:
         raise NatsServerMissing(f"no source checkout with {BUILD_SCRIPT}: set {BIN_ENV} to a nats-server binary")
     if build and shutil.which("go") is None:
@@ -72,7 +65,7 @@ class NatsServer:
 
 @dataclass(kw_only=True)
 class NatsCluster:
-    """The servers of one cluster; start, stop or kill any of them."""
+    """The servers of one cluster; start or stop any of them."""
 
     binary: str
     servers: list[NatsServer]
@@ -84,10 +77,8 @@ class NatsCluster:
     async def start_server(self, server: NatsServer) -> None:
         server.process = await start_logged([self.binary, "--config", str(server.config)], server.log, {})
 
-    async def stop_server(self, server: NatsServer, *, kill: bool = False) -> None:
+    async def stop_server(self, server: NatsServer) -> None:
         if server.process is not None:
-            if kill and server.process.returncode is None:
-                server.process.kill()
             await terminate([server.process], STOP_GRACE_SECONDS)
             server.process = None
 

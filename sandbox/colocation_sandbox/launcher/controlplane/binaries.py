@@ -32,9 +32,10 @@ class Binaries:
         return self.path("kubectl")
 
 
-def _source_root() -> Path | None:
+def source_root(script: Path = BUILD_SCRIPT) -> Path | None:
+    """The source checkout this package runs from, found by one of its hack/ build scripts."""
     for candidate in Path(__file__).resolve().parents:
-        if (candidate / BUILD_SCRIPT).is_file():
+        if (candidate / script).is_file():
             return candidate
     return None
 
@@ -52,7 +53,7 @@ def locate(*, build: bool = True) -> Binaries:
         if not _complete(directory):
             raise BinariesMissing(f"{BIN_ENV}={given} lacks one of {', '.join(NAMES)}")
         return Binaries(directory)
-    root = _source_root()
+    root = source_root()
     if root is None:
         raise BinariesMissing(f"no source checkout with {BUILD_SCRIPT}: set {BIN_ENV} to a directory "
                               f"holding {', '.join(NAMES)}")
