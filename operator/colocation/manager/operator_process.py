@@ -467,13 +467,12 @@ class OperatorProcess:
         resync from a snapshot after a failover, and the copy meanwhile is seconds old at most)."""
         if self.draining or self.elector is None:
             return False
+        samples_ready = self.sample_follower is None or self.sample_follower.ever_synced
         if self.jetstream is not None:  # every replica reads the bucket: current once caught up
-            return self.jetstream.synced and (self.sample_follower is None or self.elector.is_leader
-                                              or self.sample_follower.ever_synced)
+            return self.jetstream.synced and (self.elector.is_leader or samples_ready)
         if self.elector.is_leader or self.elector.rejoining:  # its own store is still the newest data
             return True
-        samples = self.sample_follower
-        return follower.serving_copy() and (samples is None or samples.ever_synced)
+        return follower.serving_copy() and samples_ready
 
     def _custom_metrics_tasks(self, custom_metrics: CustomMetricsApi, token: str) -> list[asyncio.Task[Any]]:
         """Every replica keeps its own samples: housekeeping on its own timer (the built-ins' history
