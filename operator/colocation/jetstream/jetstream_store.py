@@ -22,7 +22,7 @@ from nats.js.client import JetStreamContext
 from colocation.apimachinery.errors import ApiError
 from colocation.jetstream.log_follower import LogFollower
 from colocation.jetstream.log_ingest import LogIngest
-from colocation.jetstream.nats_connection import NatsOptions, connect
+from colocation.jetstream.nats_connection import NatsOptions, connect, raise_if_cancelled
 from colocation.jetstream.nodemetric_log import Conflict, LogSettings, NodeMetricLog, ensure_stream, last_sequence
 from colocation.kube.backoff import Backoff
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
@@ -64,6 +64,7 @@ class JetStreamNodeMetrics:
                 js = client.jetstream(timeout=self.options.timeout)
                 await ensure_stream(js, self.settings, wall=self._wall)
             except Exception as error:  # no server answers yet: keep trying, the log says why
+                raise_if_cancelled(error)
                 delay = retry.next_delay()
                 log.warning("connecting to NATS failed, retrying",
                             extra={"error": repr(error), "retry_in": round(delay, 2)})
@@ -87,6 +88,7 @@ class JetStreamNodeMetrics:
         try:
             return await self._ingest.put(report, labels)
         except Exception as error:  # no quorum, a timeout, the connection lost, replicas writing it over and over
+            raise_if_cancelled(error)
             log.warning("a report was not written to the NodeMetric stream",
                         extra={"node": report.name, "error": repr(error)})
             raise ApiError.service_unavailable(f"the NodeMetric stream did not take the report: {error!r}",
@@ -121,6 +123,7 @@ class JetStreamNodeMetrics:
         try:
             last = await last_sequence(self._js)
         except Exception as error:  # NATS does not answer: nobody can write meanwhile, the copy is current
+            raise_if_cancelled(error)
             log.warning("NATS did not answer a consistent read: serving the copy", extra={"error": repr(error)})
             return
         if not await self.follower.wait_for(last, READ_BARRIER_TIMEOUT):

@@ -24,6 +24,7 @@ import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
+from colocation.jetstream.nats_connection import raise_if_cancelled
 from colocation.jetstream.nodemetric_log import (
     ALL_SUBJECTS,
     FIGURES,
@@ -76,9 +77,7 @@ class LogFollower:
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # the servers or the connection failed: subscribe again
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():  # nats-py turns a cancelled fetch into a timeout
-                    raise asyncio.CancelledError from error
+                raise_if_cancelled(error)
                 delay = retry.next_delay()
                 log.warning("following the NodeMetric stream failed, retrying",
                             extra={"error": repr(error), "retry_in": round(delay, 2), "position": self.position})
@@ -108,7 +107,8 @@ class LogFollower:
             while True:
                 try:
                     messages = await subscription.fetch(self._batch if behind else 1, timeout=self._idle)
-                except nats.errors.TimeoutError:
+                except nats.errors.TimeoutError as timeout:
+                    raise_if_cancelled(timeout)
                     behind = False
                     await self._quiet()
                     retry.reset()

@@ -6,6 +6,7 @@ JetStream request has `timeout`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from dataclasses import dataclass
@@ -43,3 +44,11 @@ async def connect(options: NatsOptions, *, name: str) -> Client:
         servers=list(options.servers), name=name, tls=context, user=options.user or None, password=password,
         connect_timeout=options.timeout, reconnect_time_wait=options.reconnect_wait, max_reconnect_attempts=-1,
         allow_reconnect=True, error_cb=error)
+
+
+def raise_if_cancelled(error: Exception) -> None:
+    """nats-py turns a request or fetch cancelled in flight into a timeout: raise the cancellation
+    again, or a task that was asked to stop would go on (call it wherever such errors are caught)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from error
