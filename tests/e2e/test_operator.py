@@ -511,22 +511,25 @@ async def test_with_the_nats_store_a_standby_takes_a_report_and_every_replica_se
         assert served["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "1700m"
 
 
-@pytest.mark.memory_store_only(reason="standbys announce themselves on the leader's feed, which --store nats has not")
 async def test_the_leader_publishes_its_standbys_and_they_are_warm(
-        admin: Kube, operator_sandbox: tuple[Path, Path]) -> None:
+        admin: Kube, operator_sandbox: tuple[Path, Path], request: pytest.FixtureRequest) -> None:
     identity, _, context = await leader(admin)
     expected = {address(r) for r in replicas(operator_sandbox[1])}
+    annotations: dict[str, str] = {}
 
     async def published() -> dict[str, str] | None:
         _, lease = await admin.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/"
                                               "colocation-operator")
-        listed = json.loads((lease["metadata"].get("annotations") or {}).get(
-            "colocation.dev/replica-endpoints") or "{}")
+        annotations.update(lease["metadata"].get("annotations") or {})
+        listed = json.loads(annotations.get("colocation.dev/replica-endpoints") or "{}")
         return listed if set(listed.values()) == expected else None
 
-    # Agents that lose the leader ask these replicas, not kube-apiserver, who leads now.
+    # Agents that lose the leader ask these replicas, not kube-apiserver, who leads now; with
+    # --store nats each agent reports to one of them (its node ranks them).
     listed = await eventually_async(published, timeout=20 * TIME_FACTOR, interval=0.2)
     assert len(listed) == 2 and any(name.startswith(identity) for name in listed)
+    reports_to = "any-replica" if store_kind(request.config) == "nats" else None
+    assert annotations.get("colocation.dev/reports") == reports_to
     standby = next(r for r in replicas(operator_sandbox[1]) if r["identity"] != identity)
 
     async def warm() -> bool:  # its informers listed and its configuration read, before it leads

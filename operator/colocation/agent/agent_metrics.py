@@ -37,7 +37,7 @@ class AgentMetrics:
         self.samples = Counter("colocation_agent_samples_total", "Samples collected (all nodes of the process).",
                                registry=r)
         self.reports_sent = Counter("colocation_agent_reports_sent_total",
-                                    "NodeMetric reports accepted, by route (leader, apiserver) and trigger "
+                                    "NodeMetric reports accepted, by route (leader, replica, apiserver) and trigger "
                                     "(initial, pods-changed, usage-changed, max-interval, heartbeat, leader-changed).",
                                     ["route", "trigger"], registry=r)
         self.reports_failed = Counter("colocation_agent_reports_failed_total",

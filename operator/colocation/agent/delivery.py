@@ -1,6 +1,9 @@
 """How an agent's PUTs reach the leader: NodeMetric reports and custom metric sample batches alike.
 
-A PUT goes straight to the leader (endpoint and CA from the leader Lease). A standby's 503 names
+A PUT goes straight to the leader (endpoint and CA from the leader Lease). Where every replica
+takes reports (the Lease says so: `--store nats`), a report goes to the replica its node ranks
+first (`Leader.ranked_for`), then to the next ones; the replicas' answers keep the agent's list of
+them current (`session_put`). A standby's 503 names
 the leader, and the PUT goes there at once (through kube-apiserver, after one more read of the
 Lease, for the CA). A leader that cannot be reached makes the agent ask
 the other replicas the leader published; only when none takes it does it read the Lease again
@@ -31,7 +34,7 @@ from colocation.agent.leader_locator import Leader, LeaderLocator
 from colocation.apimachinery.event_wait import wait_set
 from colocation.apimachinery.tables import metadata_only_accept
 from colocation.kube.backoff import Backoff
-from colocation.kube.lease_record import LEADER_CAUSE
+from colocation.kube.lease_record import LEADER_CAUSE, REPLICAS_HEADER, REPLICAS_SEEN_HEADER
 
 
 class DirectPut(Protocol):
@@ -72,15 +75,23 @@ class DeliveryFailed(Exception):
                 or self.reason.startswith("http-5"))
 
 
-def session_put(session: aiohttp.ClientSession, token: Callable[[], str]) -> DirectPut:
-    """Direct PUTs over a shared aiohttp session, authenticated with the agent's bearer token."""
+def session_put(session: aiohttp.ClientSession, token: Callable[[], str],
+                *, learn_replicas: Callable[[str], None] = lambda text: None) -> DirectPut:
+    """Direct PUTs over a shared aiohttp session, authenticated with the agent's bearer token.
+
+    Where every replica takes reports, each PUT says which replicas the agent knows
+    (REPLICAS_SEEN_HEADER); a replica that knows others answers with them, passed to `learn_replicas`."""
 
     async def put(leader: Leader, path: str, body: bytes, *, timeout: float) -> tuple[int, Any]:
         headers = {"Content-Type": "application/json", "Accept": _ACCEPT}
         if bearer := token():
             headers["Authorization"] = f"Bearer {bearer}"
+        if leader.reports_anywhere:
+            headers[REPLICAS_SEEN_HEADER] = leader.replicas_seen
         async with session.put(leader.endpoint + path, data=body, headers=headers, ssl=leader.ssl_context,
                                timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+            if (replicas := response.headers.get(REPLICAS_HEADER)) is not None:
+                learn_replicas(replicas)
             raw = await response.read()
             try:
                 return response.status, orjson.loads(raw) if raw else None
@@ -141,22 +152,26 @@ class Delivery:
         leader = self.locator.leader
         return leader is not None and leader.reachable
 
-    async def put(self, path: str, body: Body, failed: FailureCounter) -> tuple[str, str | None]:
-        """PUT `body` to `path`: to the leader if possible, else through kube-apiserver.
+    async def put(self, path: str, body: Body, failed: FailureCounter,
+                  *, any_replica: bool = False) -> tuple[str, str | None]:
+        """PUT `body` to `path`: to the leader if possible, else through kube-apiserver. With
+        `any_replica` (a report), to the replica `path` ranks first where every replica takes them.
 
-        Returns (route, identity of the leader it reached as far as known); raises DeliveryFailed.
-        Each failed attempt on the way is passed to `failed` by reason.
+        Returns (route: leader, replica or apiserver; identity of the replica it reached as far as
+        known); raises DeliveryFailed. Each failed attempt on the way is passed to `failed` by reason.
         """
-        route, identity, _ = await self.exchange(path, body, failed)
+        route, identity, _ = await self.exchange(path, body, failed, any_replica=any_replica)
         return route, identity
 
-    async def exchange(self, path: str, body: Body, failed: FailureCounter) -> tuple[str, str | None, Any]:
+    async def exchange(self, path: str, body: Body, failed: FailureCounter,
+                       *, any_replica: bool = False) -> tuple[str, str | None, Any]:
         """`put`, also returning the decoded answer (for writes whose answer says what was done)."""
         leader = self.locator.leader
         asked: set[str] = set()  # the leaders (endpoints) this request already went to
+        spread = path if any_replica else None
         if leader is not None and leader.reachable:
             asked.add(leader.endpoint)
-            answer = await self._to_replicas(leader, path, body, failed=failed)
+            answer = await self._to_replicas(leader, path, body, failed=failed, spread=spread)
             if answer is not None:
                 return answer
             if self._clock() < self._apiserver_after:
@@ -165,20 +180,23 @@ class Delivery:
             if await self.locator.refresh() and (new := self.locator.leader) != leader and new is not None \
                     and new.reachable:
                 asked.add(new.endpoint)
-                if (answer := await self._to_replicas(new, path, body, failed=failed)) is not None:
+                if (answer := await self._to_replicas(new, path, body, failed=failed, spread=spread)) is not None:
                     return answer
         elif self._clock() < self._apiserver_after:
             raise DeliveryFailed("unavailable", "kube-apiserver is not asked again yet")
-        return await self._through_apiserver(path, body, failed=failed, asked=asked)
+        return await self._through_apiserver(path, body, failed=failed, asked=asked, spread=spread)
 
-    async def _to_replicas(self, leader: Leader, path: str, body: Body,
-                           *, failed: FailureCounter) -> tuple[str, str | None, Any] | None:
+    async def _to_replicas(self, leader: Leader, path: str, body: Body, *, failed: FailureCounter,
+                           spread: str | None = None) -> tuple[str, str | None, Any] | None:
         """PUT to the leader; if it cannot be reached, to the leader a standby names, or to the
         other replicas in turn. None: none took it (or the leader refused our credentials).
+        With `spread` (a key) where every replica takes the write: to the replicas in the key's order.
 
         When the leader named itself (it waits to renew its Lease) and no other replica took it,
         raises DeliveryFailed with the leader's Retry-After: kube-apiserver has nothing better to offer."""
-        queue, tried = [leader, *leader.others()], set[str]()
+        anywhere = spread is not None and leader.reports_anywhere
+        queue = leader.ranked_for(spread) if spread is not None and anywhere else [leader, *leader.others()]
+        tried = set[str]()
         waiting: DeliveryFailed | None = None  # the leader's own refusal, while it waits to renew
         while queue and len(tried) < MAX_REPLICA_TRIES:
             target = queue.pop(0)
@@ -194,8 +212,11 @@ class Delivery:
             except (aiohttp.ClientError, OSError):
                 failed("leader-unreachable")
                 continue
-            if 200 <= status < 300:  # only the leader accepts
-                if target == self.locator.leader:
+            if 200 <= status < 300:
+                if anywhere:  # any replica takes it: the Lease's word on the leader stands
+                    self.locator.confirm(leader)
+                    return "leader" if target == leader else "replica", target.identity, answer
+                if target == self.locator.leader:  # else only the leader accepts
                     self.locator.confirm(target)
                 else:
                     self.locator.adopt(target)
@@ -217,11 +238,11 @@ class Delivery:
         return None
 
     async def _through_apiserver(self, path: str, body: Body, *, failed: FailureCounter,
-                                 asked: set[str]) -> tuple[str, str | None, Any]:
+                                 asked: set[str], spread: str | None) -> tuple[str, str | None, Any]:
         if self.apiserver_slots is not None:
             leader = await self._apiserver_slot(self.apiserver_slots, asked)
             if leader is not None:  # learned while this request waited for a slot: go there instead
-                if (direct := await self._to_replicas(leader, path, body, failed=failed)) is not None:
+                if (direct := await self._to_replicas(leader, path, body, failed=failed, spread=spread)) is not None:
                     return direct
                 raise DeliveryFailed("unavailable", "no replica took it")
         try:

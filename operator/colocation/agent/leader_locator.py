@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
+import hashlib
 import logging
 import random
 import ssl
@@ -30,8 +32,11 @@ from colocation.kube.lease_record import (
     LEADER_CA_ANNOTATION,
     LEADER_ENDPOINT_ANNOTATION,
     REPLICAS_ANNOTATION,
+    REPORTS_ANNOTATION,
+    REPORTS_TO_ANY_REPLICA,
     LeaderElectionRecord,
     parse_replicas,
+    replicas_digest,
 )
 
 log = logging.getLogger(__name__)
@@ -49,12 +54,14 @@ class Leader:
 
     `replicas` (identity, endpoint) are the replicas that followed it when it last published them:
     whom to ask when it cannot be reached. They do not make another leader (not compared).
+    `reports_anywhere`: every replica takes NodeMetric reports (`ranked_for`).
     """
 
     identity: str
     endpoint: str = ""  # https://HOST:PORT
     ca_pem: bytes = b""
     replicas: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    reports_anywhere: bool = field(default=False, compare=False)
 
     @property
     def reachable(self) -> bool:
@@ -66,11 +73,29 @@ class Leader:
 
     def at(self, identity: str, endpoint: str) -> Leader:
         """Another replica of the same operator: the same CA, the same replicas to ask."""
-        return Leader(identity=identity, endpoint=endpoint, ca_pem=self.ca_pem, replicas=self.replicas)
+        return dataclasses.replace(self, identity=identity, endpoint=endpoint)
 
     def others(self) -> list[Leader]:
         """The other replicas, to ask who leads when this one cannot be reached."""
         return [self.at(identity, endpoint) for identity, endpoint in self.replicas if endpoint != self.endpoint]
+
+    def ranked_for(self, key: str) -> list[Leader]:
+        """Every replica, the leader too, in the order `key` (a node's) ranks them: the same order for
+        the same key on every agent, and a replica that goes or comes moves only the keys it ranks
+        first (rendezvous hashing). Reports spread evenly, and each node keeps to one replica."""
+        replicas = {endpoint: identity for identity, endpoint in self.replicas}
+        replicas.setdefault(self.endpoint, self.identity)
+        return [self.at(identity, endpoint) for endpoint, identity in
+                sorted(replicas.items(), key=lambda replica: _rank(key, replica[1]), reverse=True)]
+
+    @functools.cached_property
+    def replicas_seen(self) -> str:
+        """The digest of the replicas this answer knows (lease_record.replicas_digest)."""
+        return replicas_digest(dict(self.replicas))
+
+
+def _rank(key: str, identity: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{key}\0{identity}".encode(), digest_size=8).digest(), "big")
 
 
 @functools.lru_cache(maxsize=8)
@@ -96,7 +121,8 @@ def leader_from_lease(lease: dict[str, object]) -> Leader | None:
     if not endpoint.startswith("https://") or not ca_pem:
         return Leader(identity=record.holder_identity)  # known, but only reachable through kube-apiserver
     replicas = tuple(parse_replicas(record.annotations.get(REPLICAS_ANNOTATION, "")).items())
-    return Leader(identity=record.holder_identity, endpoint=endpoint, ca_pem=ca_pem, replicas=replicas)
+    return Leader(identity=record.holder_identity, endpoint=endpoint, ca_pem=ca_pem, replicas=replicas,
+                  reports_anywhere=record.annotations.get(REPORTS_ANNOTATION) == REPORTS_TO_ANY_REPLICA)
 
 
 class LeaderLocator:
@@ -140,6 +166,15 @@ class LeaderLocator:
         """`leader` accepted a request just now: as good as reading the Lease, if it still names it."""
         if leader == self.leader:
             self._last_read = self._clock()
+
+    def learn_replicas(self, text: str) -> None:
+        """A replica answered with the replicas it knows (REPLICAS_HEADER): ask those from now on.
+        Only a hint, as the Lease's list is: every replica's certificate is verified against its CA."""
+        replicas = tuple(parse_replicas(text).items())
+        leader = self.leader
+        if leader is not None and replicas and dict(replicas) != dict(leader.replicas):
+            log.info("replicas changed", extra={"replicas": ",".join(identity for identity, _ in replicas)})
+            self.leader = dataclasses.replace(leader, replicas=replicas)
 
     def adopt(self, leader: Leader) -> None:
         """A replica named `leader`, or `leader` accepted a request as only the leader does: as good

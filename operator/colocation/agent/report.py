@@ -157,15 +157,20 @@ class Reporter:
         return math.inf if self.last_sent_at is None else self._clock() - self.last_sent_at
 
     def _leader_changed(self, leader: Leader | None) -> None:
-        if leader is not None and leader.identity != self.delivered_to:
+        if self._new_to(leader):
             self._wake.set()
+
+    def _new_to(self, leader: Leader | None) -> bool:
+        """Whether `leader` leads now and has not had our report: a new leader needs one at once.
+        Not where every replica takes reports: they share one store, and a failover would
+        otherwise send every node's report at the same moment."""
+        return leader is not None and not leader.reports_anywhere and leader.identity != self.delivered_to
 
     # ---- one check -------------------------------------------------------------------------------
 
     def due(self, snapshot: Snapshot) -> str | None:
         """The trigger for sending `snapshot` now, or None."""
-        leader = self.locator.leader
-        if self.last_sent is not None and leader is not None and leader.identity != self.delivered_to:
+        if self.last_sent is not None and self._new_to(self.locator.leader):
             return "leader-changed"  # even while retrying: the new leader needs it whatever the old reason
         if self._pending is not None:
             return self._pending
@@ -200,7 +205,7 @@ class Reporter:
             return orjson.dumps(sent[0].body)
 
         try:
-            route, leader = await self.delivery.put(self.path, body, self._failed)
+            route, leader = await self.delivery.put(self.path, body, self._failed, any_replica=True)
         except DeliveryFailed as failure:
             self._pending = trigger
             if failure.retry_after is not None and not self._prompt_retry:
@@ -220,7 +225,9 @@ class Reporter:
         self._prompt_retry = False
         self._backoff.reset()
         self._replica_backoff.reset()
-        if self.last_sent is not None and leader is not None and leader != self.delivered_to:
+        current = self.locator.leader
+        if self.last_sent is not None and leader is not None and leader != self.delivered_to \
+                and (current is None or not current.reports_anywhere):
             # The first full report a new leader gets is the re-send, even when a retry that
             # found the new leader on its way delivered it before the change was noticed.
             trigger = "leader-changed"

@@ -352,7 +352,8 @@ async def run_agent(config: AgentConfig, stop: asyncio.Event | None = None) -> i
                                        cpus=lambda: collector.cpu_count,
                                        timeout=config.node.report.request_timeout)
         agent = NodeAgent(config.node_name, kube, collector, locator=locator,
-                          direct=session_put(session, kube.bearer_token), metrics=metrics, options=config.node,
+                          direct=session_put(session, kube.bearer_token, learn_replicas=locator.learn_replicas),
+                          metrics=metrics, options=config.node,
                           enforcement=enforcement,
                           sample_source=lambda pods: PodScraper(
                               scrape_session, lambda: pods.scrape_targets.values(), scrape, metrics=metrics,

@@ -186,7 +186,8 @@ async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = 
             kube = SessionKube(requests, server, tls, token=token, watch_session=watches)
             collector = spec.collector()
             agent = NodeAgent(spec.node, kube, collector, locator=locator,
-                              direct=session_put(requests, kube.bearer_token), metrics=metrics,
+                              direct=session_put(requests, kube.bearer_token, learn_replicas=locator.learn_replicas),
+                              metrics=metrics,
                               options=config.node, follow_nodeslo=False,
                               report_slots=report_slots, apiserver_slots=apiserver_slots,
                               lease_slots=lease_slots,

@@ -52,7 +52,13 @@ from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authorization import check_node_rule
 from colocation.apiserver.generic_apiserver import MAX_REPORT_BYTES
 from colocation.apiserver.replica_followers import ReplicaFollowers
-from colocation.kube.lease_record import LEADER_CAUSE, REPLICA_HEADER
+from colocation.kube.lease_record import (
+    LEADER_CAUSE,
+    REPLICA_HEADER,
+    REPLICAS_HEADER,
+    REPLICAS_SEEN_HEADER,
+    AdvertisedReplicas,
+)
 from colocation.nodemetrics.consistent_reads import reach_by_clock
 from colocation.nodemetrics.report_schema import (
     BASE_PATH,
@@ -122,10 +128,13 @@ class NodeMetricGroup:
                  metrics: ServerMetrics, options: ApiOptions | None = None, wall: Callable[[], float] = time.time,
                  uploads: Sequence[AgentUpload[Any]] = (),
                  read_barrier: ReadBarrier | None = None, followers: ReplicaFollowers | None = None,
-                 shared_writes: SharedWrites | None = None) -> None:
+                 shared_writes: SharedWrites | None = None,
+                 advertised_replicas: Callable[[], AdvertisedReplicas | None] | None = None) -> None:
         self.store = store
-        # With a store every replica writes (--store nats): any replica takes an agent's report.
+        # With a store every replica writes (--store nats): any replica takes an agent's report,
+        # and tells an agent that knows other replicas than those advertised which ones take them now.
         self.shared_writes = shared_writes
+        self.advertised_replicas = advertised_replicas
         self.followers = followers
         self.read_barrier = read_barrier
         self.authorizer = authorizer
@@ -294,7 +303,10 @@ class NodeMetricGroup:
             else self.store.put(report, labels)
         self.metrics.reports_accepted.inc()
         ahead = update_time_ahead(report, entry)
-        headers = {"Warning": update_time_warning(ahead, entry.figures.update_time)} if ahead else None
+        headers = {"Warning": update_time_warning(ahead, entry.figures.update_time)} if ahead else {}
+        if self.advertised_replicas is not None and (replicas := self.advertised_replicas()) is not None \
+                and request.headers.get(REPLICAS_SEEN_HEADER) != replicas.digest:
+            headers[REPLICAS_HEADER] = replicas.text
         if metadata_version is not None:
             # The agents ask for this: the object they sent back is half a report's bytes to encrypt.
             return web.Response(body=_partial_metadata(entry, metadata_version), content_type="application/json",

@@ -2,8 +2,8 @@
 
 `nats_connection` connects; `nodemetric_log` creates the stream and appends to it with
 compare-and-set; `log_follower` applies it, in order, to a replica's store; `log_ingest` writes
-an agent's report from any replica; `jetstream_store` is what the operator process holds
-(`--store nats`). Limits, stated plainly: a write waits for JetStream's acknowledgement (two of
+an agent's report from any replica; `replica_presence` tells which replicas take reports;
+`jetstream_store` is what the operator process holds (`--store nats`). Limits, stated plainly: a write waits for JetStream's acknowledgement (two of
 three servers); the stream's sequence is the resourceVersion, the same on every replica; a
 replica serves what it has applied.
 """

@@ -1,10 +1,10 @@
 """A replica's NodeMetrics on NATS JetStream (`--store nats`): what the operator process holds.
 
 It connects (retrying until a server answers), creates the stream if it is missing, and runs the
-follower that keeps this replica's store current. Any replica takes an agent's report
-(`put`); the leader's deletions (a deleted Node, a node silent for the TTL) are writes too, so
-every replica applies them. A read without a resourceVersion waits until the copy has the
-stream's last write (`read_barrier`).
+follower that keeps this replica's store current and the replica's announcement (`presence`).
+Any replica takes an agent's report (`put`); the leader's deletions (a deleted Node, a node
+silent for the TTL) are writes too, so every replica applies them. A read without a
+resourceVersion waits until the copy has the stream's last write (`read_barrier`).
 
 Why: docs/architecture.md#nodemetrics-on-nats-jetstream
 """
@@ -24,6 +24,7 @@ from colocation.jetstream.log_follower import LogFollower
 from colocation.jetstream.log_ingest import LogIngest
 from colocation.jetstream.nats_connection import NatsOptions, connect, raise_if_cancelled
 from colocation.jetstream.nodemetric_log import Conflict, LogSettings, NodeMetricLog, ensure_stream, last_sequence
+from colocation.jetstream.replica_presence import ReplicaPresence
 from colocation.kube.backoff import Backoff
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import ValidatedReport
@@ -38,8 +39,9 @@ READ_BARRIER_TIMEOUT = 3.0  # as a standby's consistent read waits for its copy
 
 class JetStreamNodeMetrics:
     def __init__(self, store: NodeMetricStore, options: NatsOptions, settings: LogSettings, *, name: str,
-                 wall: Callable[[], float] = time.time) -> None:
+                 presence: ReplicaPresence | None = None, wall: Callable[[], float] = time.time) -> None:
         self.store = store
+        self.presence = presence
         self.options = options
         self.settings = settings
         self.name = name
@@ -74,10 +76,15 @@ class JetStreamNodeMetrics:
             self.follower = LogFollower(js, self.store, wall=self._wall)
             self._log = NodeMetricLog(js, timeout=self.options.timeout)
             self._ingest = LogIngest(self._log, self.follower, self.store)
-        if self.follower is not None:
+        if self.follower is not None and self._js is not None:
+            announcing = asyncio.create_task(self.presence.run(self._js)) if self.presence is not None else None
             try:
                 await self.follower.run()
             finally:
+                if announcing is not None and self.presence is not None:
+                    announcing.cancel()
+                    await asyncio.gather(announcing, return_exceptions=True)
+                    await self.presence.withdraw()  # agents stop choosing a replica that stops
                 if self._client is not None:
                     await self._client.close()
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from colocation.apimachinery.clock import format_micro_time, parse_micro_time
 
@@ -27,6 +28,15 @@ REPLICA_HEADER = "Colocation-Replica"
 # The Status cause a standby's 503 carries: reason LEADER_CAUSE, field the identity, message the endpoint.
 LEADER_CAUSE = "Leader"
 MAX_REPLICAS = 8  # replicas published at most (a Deployment runs 2 or 3)
+# Set to REPORTS_TO_ANY_REPLICA when every replica takes agents' NodeMetric reports (--store nats):
+# each agent then reports to the replica its node ranks first among REPLICAS_ANNOTATION's.
+REPORTS_ANNOTATION = "colocation.dev/reports"
+REPORTS_TO_ANY_REPLICA = "any-replica"
+# An agent's report carries the digest of the replicas it knows (`replicas_digest`); a replica that
+# knows others answers with them (REPLICAS_ANNOTATION's format), so agents follow a rollout without
+# reading the Lease again.
+REPLICAS_SEEN_HEADER = "Colocation-Replicas-Seen"
+REPLICAS_HEADER = "Colocation-Replicas"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,6 +109,22 @@ def parse_replicas(text: str) -> dict[str, str]:
         return {}
     replicas = {str(k): v.rstrip("/") for k, v in value.items() if isinstance(v, str) and v.startswith("https://")}
     return dict(list(replicas.items())[:MAX_REPLICAS])
+
+
+def replicas_digest(replicas: Mapping[str, str]) -> str:
+    """A short digest of a replica set, the same for the same set however it is ordered."""
+    return hashlib.sha256(replicas_annotation(replicas).encode()).hexdigest()[:16]
+
+
+class AdvertisedReplicas(NamedTuple):
+    """A replica set as a replica answers agents with it: its digest, and REPLICAS_ANNOTATION's text."""
+
+    digest: str
+    text: str
+
+    @classmethod
+    def of(cls, replicas: Mapping[str, str]) -> AdvertisedReplicas:
+        return cls(replicas_digest(replicas), replicas_annotation(replicas))
 
 
 def parse_replica_header(text: str) -> tuple[str, str] | None:

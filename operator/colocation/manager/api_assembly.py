@@ -33,6 +33,7 @@ from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
 from colocation.custommetrics.metrics_query import MetricsQuery
 from colocation.custommetrics.series_metrics import StoreMetrics
 from colocation.custommetrics.series_store import SeriesStore
+from colocation.kube.lease_record import AdvertisedReplicas
 from colocation.kube.nodes import NodeDirectory
 from colocation.manager.operator_config import OperatorConfig
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
@@ -80,7 +81,8 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
                  *, authenticator: DelegatingAuthenticator, authorizer: DelegatingAuthorizer,
                  request_header: Callable[[], RequestHeaderConfig | None], leadership: Leadership,
                  metrics: ServerMetrics, read_barrier: Callable[[int], Awaitable[None]] | None = None,
-                 followers: ReplicaFollowers | None = None, shared_writes: SharedWrites | None = None) -> ServedApis:
+                 followers: ReplicaFollowers | None = None, shared_writes: SharedWrites | None = None,
+                 advertised_replicas: Callable[[], AdvertisedReplicas | None] | None = None) -> ServedApis:
     pods = PodDirectory() if config.serve_resource_metrics or config.serve_custom_metrics else None
     view = ResourceMetricsView(store)
     extra: list[ApiGroup] = []
@@ -97,7 +99,8 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
     nodemetric = NodeMetricGroup(store, authorizer, leadership, known_node=nodes.__contains__, node_labels=nodes.labels,
                                  metrics=metrics, options=ApiOptions(bookmark_interval=config.bookmark_interval),
                                  uploads=uploads,
-                                 read_barrier=read_barrier, followers=followers, shared_writes=shared_writes)
+                                 read_barrier=read_barrier, followers=followers, shared_writes=shared_writes,
+                                 advertised_replicas=advertised_replicas)
     pod_webhook = PodMutationWebhook(ProfileCache(), metrics.registry)
     server = AggregatedApiServer(authenticator, authorizer, request_header, leadership=leadership, metrics=metrics,
                                  groups=[nodemetric, *extra, pod_webhook])

@@ -44,13 +44,19 @@ from colocation.controllers.leader_task import Controllers
 from colocation.custommetrics.custom_metrics_routes import CustomMetricsApi
 from colocation.custommetrics.sample_follower import SampleFollower
 from colocation.jetstream.jetstream_store import JetStreamNodeMetrics
+from colocation.jetstream.replica_presence import ReplicaPresence
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client, bound_unacknowledged_sends
 from colocation.kube.leader_connection import LeaderAddress
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElector
 from colocation.kube.lease_holder import holder_pod_name
-from colocation.kube.lease_record import REPLICAS_ANNOTATION, replicas_annotation
+from colocation.kube.lease_record import (
+    REPLICAS_ANNOTATION,
+    REPORTS_ANNOTATION,
+    REPORTS_TO_ANY_REPLICA,
+    replicas_annotation,
+)
 from colocation.kube.nodes import NodeDirectory
 from colocation.kube.transport import kube_transport
 from colocation.manager.api_assembly import assemble_api, delegated_auth
@@ -132,8 +138,10 @@ class OperatorProcess:
                                      ttl_seconds=config.metric_ttl,
                                      versions=LogPositions() if config.nats is not None else None)
         # --store nats: every replica writes reports into the bucket and applies it to `store`.
-        self.jetstream = JetStreamNodeMetrics(self.store, config.nats, config.nats_log, name=config.identity) \
-            if config.nats is not None else None
+        self.jetstream = JetStreamNodeMetrics(
+            self.store, config.nats, config.nats_log, name=config.identity,
+            presence=ReplicaPresence(identity=config.identity, endpoint=self.endpoint, ready=self._takes_reports,
+                                     replicas=config.nats_log.replicas)) if config.nats is not None else None
         self.storage_metrics = StorageMetrics(self.metrics.registry)
         self.storage_metrics.track(self.store)
         self.leadership_metrics = LeadershipMetrics(self.metrics.registry)
@@ -269,11 +277,20 @@ class OperatorProcess:
         return f"https://{self.config.advertise_address}:{self.config.port}"
 
     def _annotations(self) -> dict[str, str]:
-        """What the leader publishes on its Lease (`kube.lease_record`): where it and its standbys serve."""
-        replicas = {**self.followers.endpoints(), self.config.identity: self.endpoint}
-        return {LEADER_ENDPOINT_ANNOTATION: self.endpoint,
-                LEADER_CA_ANNOTATION: base64.b64encode(self.ca_bundle).decode(),
-                REPLICAS_ANNOTATION: replicas_annotation(replicas)}
+        """What the leader publishes on its Lease (`kube.lease_record`): where it and its standbys
+        serve, and with --store nats that each of them takes reports."""
+        presence = self.jetstream.presence if self.jetstream is not None else None
+        others = presence.endpoints() if presence is not None else self.followers.endpoints()
+        annotations = {LEADER_ENDPOINT_ANNOTATION: self.endpoint,
+                       LEADER_CA_ANNOTATION: base64.b64encode(self.ca_bundle).decode(),
+                       REPLICAS_ANNOTATION: replicas_annotation({**others, self.config.identity: self.endpoint})}
+        if presence is not None:
+            annotations[REPORTS_ANNOTATION] = REPORTS_TO_ANY_REPLICA
+        return annotations
+
+    def _takes_reports(self) -> bool:
+        """With --store nats: whether agents may choose this replica (it announces itself)."""
+        return not self.draining and self.jetstream is not None and self.jetstream.synced
 
     def _leader_address(self) -> LeaderAddress | None:
         if self.draining:
@@ -382,7 +399,9 @@ class OperatorProcess:
             served = assemble_api(config, self.store, self.nodes, authenticator=authenticator, authorizer=authorizer,
                                   request_header=lambda: self.request_header, leadership=elector, metrics=self.metrics,
                                   read_barrier=reads.wait if shared is None else shared.read_barrier,
-                                  followers=self.followers, shared_writes=shared.put if shared is not None else None)
+                                  followers=self.followers, shared_writes=shared.put if shared is not None else None,
+                                  advertised_replicas=shared.presence.advertised if shared is not None
+                                  and shared.presence is not None else None)
             self.custom_metrics = served.custom_metrics
             self.evictions = served.evictions
             self.nodemetric = served.nodemetric

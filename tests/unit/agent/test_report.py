@@ -29,6 +29,8 @@ from colocation.kube.lease_record import (
     LEADER_CAUSE,
     LEADER_ENDPOINT_ANNOTATION,
     REPLICAS_ANNOTATION,
+    REPORTS_ANNOTATION,
+    REPORTS_TO_ANY_REPLICA,
     replicas_annotation,
 )
 from tests.clock import FakeClock
@@ -114,11 +116,16 @@ def endpoint(port: int) -> str:
     return f"https://10.0.0.{port}:8443"
 
 
-def lease(holder: str, port: int | None, replicas: dict[str, int] | None = None) -> dict[str, Any]:
-    annotations = {LEADER_ENDPOINT_ANNOTATION: endpoint(port), LEADER_CA_ANNOTATION: CA} \
+def lease(holder: str, port: int | None, replicas: dict[str, int] | None = None, *, anywhere: bool = False,
+          ca: str = CA, endpoints: Callable[[int], str] | None = None) -> dict[str, Any]:
+    """The leader Lease; `anywhere`: every replica takes reports (--store nats)."""
+    address = endpoints or endpoint
+    annotations = {LEADER_ENDPOINT_ANNOTATION: address(port), LEADER_CA_ANNOTATION: ca} \
         if port is not None else {}
     if replicas is not None:
-        annotations[REPLICAS_ANNOTATION] = replicas_annotation({name: endpoint(p) for name, p in replicas.items()})
+        annotations[REPLICAS_ANNOTATION] = replicas_annotation({name: address(p) for name, p in replicas.items()})
+    if anywhere:
+        annotations[REPORTS_ANNOTATION] = REPORTS_TO_ANY_REPLICA
     return {"metadata": {"name": "colocation-operator", "annotations": annotations},
             "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}}
 
