@@ -67,8 +67,8 @@ from colocation.clicommon import common_options
                    "patch, delete; Metadata level, with the user and its pod) to this file. Off by default.")
 @click.option("--store", type=click.Choice(["memory", "nats"]), default="memory", show_default=True,
               help="Where the operator replicas keep NodeMetrics: in memory, or in a NATS JetStream cluster of 3 "
-                   "servers the sandbox starts on loopback (nats-server built by hack/nats/build.sh; the builtin "
-                   "API server only, for now).")
+                   "servers the sandbox starts on this machine (nats-server built by hack/nats/build.sh), with TLS "
+                   "on clients and routes and a user for the operators (STATE_DIR/nats).")
 @common_options
 def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
@@ -87,13 +87,11 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
     if not serve_custom_metrics:
         agent_args = ("--scrape-interval=0", *agent_args)  # a later --agent-arg=--scrape-interval=… still wins
     if apiserver == "kube":
-        if store != "memory":
-            raise click.BadParameter("--store nats runs on the builtin API server only, for now", param_hint="--store")
         _run_kube(api_only=api_only, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
                   operators=operators, operator_args=operator_args,
                   components=_components(serve_resource_metrics, serve_custom_metrics), nodes=nodes,
                   pods_per_node=pods_per_node, agents=agents, agent_args=agent_args, audit_log=audit_log,
-                  max_restart_period=max_restart_period)
+                  max_restart_period=max_restart_period, store=store)
         return
     if audit_log is not None:
         raise click.BadParameter("the builtin server keeps no audit log; use --apiserver kube",
@@ -123,10 +121,10 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
             from colocation_sandbox.launcher.nats_cluster import NatsServerMissing, start_cluster
 
             try:
-                nats = await start_cluster(state_dir / "nats")
+                nats = await start_cluster(state_dir / "nats", secure=True)
             except NatsServerMissing as missing:
                 raise click.ClickException(str(missing)) from None
-            extra_args = ("--store=nats", *(f"--nats-server={url}" for url in nats.urls), *extra_args)
+            extra_args = (*nats.operator_args(), *extra_args)
         try:
             await serve_forever(sandbox, stop, replicas, operator_args=extra_args, nodes=0 if api_only else nodes,
                                 agent_args=agent_args, pods_per_node=pods_per_node, run_agents=agents)
@@ -150,6 +148,7 @@ def _run_kube(**options: object) -> None:
     from colocation_sandbox.launcher.controlplane.binaries import BinariesMissing
     from colocation_sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig, serve_kube_sandbox
     from colocation_sandbox.launcher.controlplane.podnetwork import PodNetworkUnavailable
+    from colocation_sandbox.launcher.nats_cluster import NatsServerMissing
 
     config = KubeSandboxConfig(**options)  # type: ignore[arg-type]
 
@@ -160,5 +159,5 @@ def _run_kube(**options: object) -> None:
 
     try:
         asyncio.run(main())
-    except (BinariesMissing, PodNetworkUnavailable) as error:
+    except (BinariesMissing, PodNetworkUnavailable, NatsServerMissing) as error:
         raise click.ClickException(str(error)) from None

@@ -1,12 +1,26 @@
-"""`colocation sandbox`'s flags: combinations it cannot run get one clear line before anything starts."""
+"""`colocation sandbox`'s flags: what reaches the sandbox it starts."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
+import pytest
 from click.testing import CliRunner
 
 from colocation.cli import main
+from colocation_sandbox.launcher.controlplane import kube_sandbox
+from colocation_sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig
 
 
-def test_the_sandbox_runs_the_nats_store_on_its_builtin_api_server_only() -> None:
-    result = CliRunner().invoke(main, ["sandbox", "--apiserver", "kube", "--store", "nats"])
-    assert result.exit_code == 2 and "--store nats runs on the builtin API server only" in result.output
+def test_the_real_control_plane_runs_the_nats_store_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[KubeSandboxConfig] = []
+
+    async def serve(config: KubeSandboxConfig, stop: asyncio.Event) -> None:
+        started.append(config)
+
+    monkeypatch.setattr(kube_sandbox, "serve_kube_sandbox", serve)
+    result = CliRunner().invoke(main, ["sandbox", "--apiserver", "kube", "--store", "nats",
+                                       "--state-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert [config.store for config in started] == ["nats"]

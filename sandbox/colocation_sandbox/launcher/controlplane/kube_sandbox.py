@@ -4,8 +4,10 @@ The order is a cluster's: network and certificates, etcd, kube-apiserver, the co
 the scheduler and kwok; then (unless --api-only) crds/ and manifests/ applied with kubectl as a
 user applies them; this machine's node with its kubelet, which runs the operator replicas and
 this node's agent from the pods the Deployment and the DaemonSet create; the simulated nodes and
-their agents. `ready: kubeconfig=PATH` is printed once every APIService of the project is
-Available. SIGINT/SIGTERM stops everything started, last first, and removes the pod network.
+their agents. With `store="nats"`, a NATS cluster (colocation_sandbox.launcher.nats_cluster) starts
+before the nodes, serving clients on the bridge's address, where the operator pods reach it.
+`ready: kubeconfig=PATH` is printed once every APIService of the project is Available.
+SIGINT/SIGTERM stops everything started, last first, and removes the pod network.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from colocation_sandbox.launcher.controlplane.kubelet import NodeKubelet
 from colocation_sandbox.launcher.controlplane.podnetwork import PodNetwork
 from colocation_sandbox.launcher.controlplane.restclient import RestClient, client_for
 from colocation_sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
+from colocation_sandbox.launcher.nats_cluster import NatsCluster, locate_nats_server, start_cluster
 from colocation_sandbox.launcher.port_claims import free_port
 from colocation_sandbox.launcher.project_install import load_crds, project_root, render_manifests
 from colocation_sandbox.launcher.sandbox_nodes import machine_capacity, machine_node_name, simulation_groups
@@ -65,6 +68,7 @@ class KubeSandboxConfig:
     agent_args: tuple[str, ...] = ()
     audit_log: Path | None = None  # kube-apiserver's audit log of writes (components.AUDIT_POLICY)
     max_restart_period: float = 300.0  # the kubelet's crashLoopBackOff.maxContainerRestartPeriod
+    store: str = "memory"  # "nats": the operator replicas keep NodeMetrics in a NATS cluster started here
 
 
 def kubectl(binaries: Binaries, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
@@ -105,6 +109,8 @@ class KubeSandbox:
         self.kubelet: NodeKubelet | None = None
         self.simulated_agents: list[asyncio.subprocess.Process] = []
         self._simulated_states: list[dict[str, Any]] = []
+        self.nats: NatsCluster | None = None
+        self.operator_args = config.operator_args  # the flags of every replica, the store's first
 
     @property
     def kubeconfig_path(self) -> Path:
@@ -114,6 +120,8 @@ class KubeSandbox:
         config = self.config
         config.state_dir.mkdir(parents=True, exist_ok=True)
         binaries = await asyncio.to_thread(locate)
+        with_nats = config.store == "nats" and not config.api_only and config.operators > 0
+        nats_server = await asyncio.to_thread(locate_nats_server) if with_nats else None
         self.network = network = await asyncio.to_thread(PodNetwork.create)
         pki_ = pki.create(config.state_dir / "pki", apiserver_ips=(network.gateway, SERVICE_IP))
         settings = ClusterSettings(apiserver_host=network.gateway,
@@ -129,6 +137,11 @@ class KubeSandbox:
             self.plane.server, pki_.ca.cert_pem, name="colocation-kube", user=pki.ADMIN_USER, client=admin))
         self.client = client_for(self.plane.server, pki_.directory, "admin")
         await _wait("the default ServiceAccount", self._default_service_account, AVAILABLE_TIMEOUT_SECONDS)
+        if nats_server is not None:
+            # On the bridge's address: the operator pods' network namespaces have no route to loopback.
+            self.nats = await start_cluster(config.state_dir / "nats", binary=nats_server, client_host=network.gateway,
+                                            secure=True)
+            self.operator_args = (*self.nats.operator_args(), *config.operator_args)
         if not config.api_only:
             await self._install(binaries)
             await self._start_nodes(pki_)
@@ -167,7 +180,7 @@ class KubeSandbox:
                   SIMULATED_LABEL: "false"}
         self.kubelet = NodeKubelet(name=name, server=self.plane.server, pki_=pki_, network=self.network,
                                    state_dir=config.state_dir, capacity=machine_capacity(), labels=labels,
-                                   extra_args={"operator": config.operator_args, "agent": config.agent_args},
+                                   extra_args={"operator": self.operator_args, "agent": config.agent_args},
                                    run_agents=config.nodes > 0 and config.agents, on_state=self._write_agents_state,
                                    max_restart_period=config.max_restart_period)
         await self.kubelet.start()
@@ -234,6 +247,8 @@ class KubeSandbox:
             await self.kubelet.stop()
         if self.client is not None:
             await self.client.close()
+        if self.nats is not None:
+            await self.nats.stop()
         if self.plane is not None:
             await self.plane.stop()
         if self.network is not None:
