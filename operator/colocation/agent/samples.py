@@ -207,7 +207,9 @@ class SampleSender:
             self._wake.set()
 
     def _leader_changed(self, leader: Leader | None) -> None:
-        if leader is not None and leader.identity != self.delivered_to and len(self.buffer):
+        # Where every replica takes batches (--store nats), a new leader changes nothing here.
+        if leader is not None and not leader.reports_anywhere and leader.identity != self.delivered_to \
+                and len(self.buffer):
             self._retry_at = 0.0  # the backoff was for the old leader
             self._wake.set()
 
@@ -225,7 +227,7 @@ class SampleSender:
         for position, (body, keys) in enumerate(bodies):
             started = self._clock()
             try:
-                route, leader = await self.delivery.put(self.path, body, self._failed)
+                route, leader = await self.delivery.put(self.path, body, self._failed, any_replica=True)
             except DeliveryFailed as failure:
                 if failure.reason in _REFUSED:
                     dropped = sum(len(held[key]) for key in keys)

@@ -31,6 +31,7 @@ class EvictionRequestsUpload:
     """The NodeMetric group's `AgentUpload` for eviction requests."""
 
     subresource = SUBRESOURCE
+    any_replica = False  # the leader judges them against its pods
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.handler: EvictionHandler | None = None

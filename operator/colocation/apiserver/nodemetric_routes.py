@@ -97,6 +97,10 @@ class AgentUpload(Protocol[_Validated]):
     def subresource(self) -> str: ...
 
     @property
+    def any_replica(self) -> bool:
+        """Whether any replica takes it (else the leader only)."""
+
+    @property
     def rejected(self) -> Any:
         """Refusals by reason: a prometheus_client Counter with one label."""
 
@@ -316,7 +320,7 @@ class NodeMetricGroup:
     def _upload_handler(self, upload: AgentUpload[Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handler(request: web.Request) -> web.Response:
             _, validated = await self._from_agent(request, upload.subresource, upload.validate,
-                                                  rejected=upload.rejected)
+                                                  rejected=upload.rejected, any_replica=upload.any_replica)
             answer = upload.accept(validated)
             return json_response(await answer if inspect.isawaitable(answer) else answer)
 

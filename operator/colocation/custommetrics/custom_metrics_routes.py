@@ -47,7 +47,14 @@ from colocation.custommetrics.metric_value_shapes import (
 )
 from colocation.custommetrics.metrics_query import MetricsQuery, metric_not_found
 from colocation.custommetrics.sample_batches import ValidatedBatch, validate_batch
-from colocation.custommetrics.sample_feed import FEED_PATH, HEARTBEAT_SECONDS, WATCH_SAMPLE_BATCHES, SampleFeed
+from colocation.custommetrics.sample_feed import (
+    FEED_PATH,
+    HEARTBEAT_SECONDS,
+    WATCH_SAMPLE_BATCHES,
+    SampleFeed,
+    decode_kept,
+    encode_kept,
+)
 from colocation.custommetrics.series_metrics import StoreMetrics
 from colocation.custommetrics.series_store import IngestResult, SeriesStore
 
@@ -80,6 +87,9 @@ class CustomMetricsApi:
         self.leadership = leadership
         self.metrics = metrics
         self._authenticate: Authenticate | None = None
+        # With --store nats: what a batch kept goes to every other replica through `shared` (node,
+        # encoded chunks), and theirs comes back through `apply_shared`; any replica takes a batch.
+        self.shared: Callable[[str, list[bytes]], Awaitable[None]] | None = None
 
     # -- writes (accepted by the NodeMetric API after authentication, the node rule and validation)
 
@@ -89,13 +99,34 @@ class CustomMetricsApi:
 
     def ingest(self, batch: ValidatedBatch) -> dict[str, Any]:
         """Store an agent's batch; the Status to answer with, naming what was not kept."""
+        return _success(batch, self._store(batch))
+
+    async def ingest_shared(self, batch: ValidatedBatch) -> dict[str, Any]:
+        """`ingest`, then what it kept to every other replica: 503 unless that was taken. The
+        batch stays here either way; the agent sends it again, and samples stored twice are one."""
+        assert self.shared is not None
+        result = self._store(batch)
+        if result.kept:
+            await self.shared(batch.node, encode_kept(result.kept))
+        return _success(batch, result)
+
+    def apply_shared(self, data: bytes) -> None:
+        """What another replica kept of a batch (`encode_kept`'s chunk)."""
+        try:
+            added = sum(self.series.apply(samples) for samples in decode_kept(data))
+        except ValueError as error:  # not ours, or a newer version's: skipped, never retried forever
+            log.warning("skipped samples another replica wrote", extra={"error": str(error)})
+            return
+        self.metrics.replica_samples.inc(added)
+
+    def _store(self, batch: ValidatedBatch) -> IngestResult:
         result = self.series.ingest(batch)
         self.feed.append(result.kept)
         self.metrics.batches_accepted.inc()
         self.metrics.samples_accepted.inc(result.accepted)
         for reason, count in result.dropped.items():
             self.metrics.samples_dropped.labels(reason).inc(count)
-        return _success(batch, result)
+        return result
 
     # -- housekeeping, on every replica's own timer ---------------------------------------------
 
@@ -221,5 +252,9 @@ class SamplesUpload:
     def validate(self, raw: bytes, node: str) -> ValidatedBatch:
         return validate_batch(raw, node)
 
-    def accept(self, batch: ValidatedBatch) -> dict[str, Any]:
-        return self.api.ingest(batch)
+    @property
+    def any_replica(self) -> bool:
+        return self.api.shared is not None
+
+    def accept(self, batch: ValidatedBatch) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        return self.api.ingest_shared(batch) if self.api.shared is not None else self.api.ingest(batch)

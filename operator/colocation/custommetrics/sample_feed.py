@@ -36,6 +36,7 @@ WATCH_SAMPLE_BATCHES = permissions.declared(permissions.OPERATOR_API_CALLS, perm
     group=GROUP, resource=RESOURCE, verb="watch", namespace=None))
 HEARTBEAT_SECONDS = 5.0
 LINE_BYTES = 64 * 1024  # aiohttp reads lines of up to 128 KiB; one series is at most about 56 KiB
+KEPT_CHUNK_BYTES = 512 * 1024
 
 SNAPSHOT, SERIES, SYNCED, RESUME, BATCH = "SNAPSHOT", "SERIES", "SYNCED", "RESUME", "BATCH"
 
@@ -67,6 +68,34 @@ def decode_series(obj: Mapping[str, Any]) -> SeriesSamples:
     if key.resource not in (PODS, NODES) or len(timestamps) != len(values):
         raise ValueError(f"not a series: {key}")
     return SeriesSamples(key, timestamps, values)
+
+
+def encode_kept(kept: Sequence[SeriesSamples], *, chunk_bytes: int = KEPT_CHUNK_BYTES) -> list[bytes]:
+    """What a batch kept, as JSON arrays of `encode_series`, each about `chunk_bytes` at most (a
+    NATS message is 1 MiB at most): how replicas pass samples to each other with --store nats."""
+    chunks: list[bytes] = []
+    group: list[bytes] = []
+    size = 0
+    for part in map(encode_series, kept):
+        if group and size + len(part) > chunk_bytes:
+            chunks.append(b"[" + b",".join(group) + b"]")
+            group, size = [], 0
+        group.append(part)
+        size += len(part) + 1
+    if group:
+        chunks.append(b"[" + b",".join(group) + b"]")
+    return chunks
+
+
+def decode_kept(data: bytes) -> list[SeriesSamples]:
+    """An `encode_kept` chunk read back; ValueError if it is not one."""
+    try:
+        objects = orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        raise ValueError(f"not a chunk of series: {error}") from None
+    if not isinstance(objects, list):
+        raise ValueError("not a chunk of series")
+    return [decode_series(obj) for obj in objects]
 
 
 def event(type_: str, **fields: object) -> bytes:

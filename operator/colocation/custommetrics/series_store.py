@@ -62,6 +62,10 @@ class SeriesSamples:
 SnapshotMarks = dict[SeriesKey, tuple[float, float]]
 
 
+# What `Series.append` did with a sample.
+REFUSED, ADDED, REPEATED = 0, 1, 2
+
+
 class Series:
     """The retained samples of one series, oldest first."""
 
@@ -73,21 +77,27 @@ class Series:
         self.timestamps = array("d")
         self.values = array("d")
 
-    def append(self, timestamp: float, value: float, capacity: int) -> bool:
-        """Add a sample after the newest; the same timestamp replaces it. False if it is older."""
+    def append(self, timestamp: float, value: float, capacity: int) -> int:
+        """Add a sample after the newest (ADDED). One at a timestamp held already replaces that
+        sample's value (REPEATED: a batch sent again is stored once); any other older one is
+        REFUSED (0, false)."""
         if self.timestamps:
             newest = self.timestamps[-1]
-            if timestamp < newest:
-                return False
             if timestamp == newest:
                 self.values[-1] = value
-                return True
+                return REPEATED
+            if timestamp < newest:
+                index = bisect.bisect_left(self.timestamps, timestamp)
+                if self.timestamps[index] != timestamp:
+                    return REFUSED
+                self.values[index] = value
+                return REPEATED
         if len(self.timestamps) >= capacity:
             del self.timestamps[0]  # a memmove of at most a few kilobytes
             del self.values[0]
         self.timestamps.append(timestamp)
         self.values.append(value)
-        return True
+        return ADDED
 
     def cut(self, oldest: float) -> None:
         """Drop the samples older than `oldest`."""
@@ -165,7 +175,8 @@ class SeriesStore:
                     continue
                 series = self._add(key)
                 result.new_series += 1
-            floor = max(oldest, series.timestamps[-1]) if series.timestamps else oldest
+            kept_times: list[float] = []
+            kept_values: list[float] = []
             for timestamp, value in zip(incoming.timestamps, incoming.values, strict=True):
                 if timestamp < oldest:
                     result.dropped[TOO_OLD] += 1
@@ -173,18 +184,16 @@ class SeriesStore:
                     result.dropped[FUTURE] += 1
                 elif series.append(timestamp, value, self.max_samples):
                     result.accepted += 1
+                    kept_times.append(timestamp)
+                    kept_values.append(value)
                 else:
                     result.dropped[OUT_OF_ORDER] += 1
             if not series.timestamps:  # nothing of it was kept: it must not linger until the sweep
                 self._remove(series.key)
                 result.new_series -= 1
                 continue
-            # Sorted samples into a series that only grows newer: what was kept is one slice, from
-            # the newest held before (or the retention) to the future bound.
-            first = bisect.bisect_left(incoming.timestamps, floor)
-            last = bisect.bisect_right(incoming.timestamps, newest)
-            if first < last:
-                result.kept.append(SeriesSamples(key, incoming.timestamps[first:last], incoming.values[first:last]))
+            if kept_times:  # repeated samples too: a batch sent again after a failure reaches the others
+                result.kept.append(SeriesSamples(key, tuple(kept_times), tuple(kept_values)))
         return result
 
     def apply(self, samples: SeriesSamples) -> int:
@@ -207,7 +216,7 @@ class SeriesStore:
             return len(timestamps) - first
         added = 0
         for index in range(start, len(timestamps)):
-            added += series.append(timestamps[index], samples.values[index], self.max_samples)
+            added += series.append(timestamps[index], samples.values[index], self.max_samples) == ADDED
         return added
 
     def replace_contents(self, other: SeriesStore) -> None:
@@ -229,7 +238,7 @@ class SeriesStore:
             if len(self._series) >= self.max_series:
                 return False
             series = self._add(key)
-        return series.append(timestamp, value, self.max_samples)
+        return bool(series.append(timestamp, value, self.max_samples))
 
     def collect_garbage(self) -> int:
         """Cut every series at the retention; drop the empty ones. Returns how many were dropped."""

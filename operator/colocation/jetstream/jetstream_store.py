@@ -1,7 +1,8 @@
 """A replica's NodeMetrics on NATS JetStream (`--store nats`): what the operator process holds.
 
 It connects (retrying until a server answers), creates the stream if it is missing, and runs the
-follower that keeps this replica's store current and the replica's announcement (`presence`).
+follower that keeps this replica's store current, the replica's announcement (`presence`) and,
+with custom metrics served, the samples' stream (`follow_samples`, `put_samples`).
 Any replica takes an agent's report (`put`); the leader's deletions (a deleted Node, a node
 silent for the TTL) are writes too, so every replica applies them. A read without a
 resourceVersion waits until the copy has the stream's last write (`read_barrier`).
@@ -25,6 +26,7 @@ from colocation.jetstream.log_ingest import LogIngest
 from colocation.jetstream.nats_connection import NatsOptions, connect, raise_if_cancelled
 from colocation.jetstream.nodemetric_log import Conflict, LogSettings, NodeMetricLog, ensure_stream, last_sequence
 from colocation.jetstream.replica_presence import ReplicaPresence
+from colocation.jetstream.sample_log import SampleLog, SampleLogFollower, ensure_sample_stream
 from colocation.kube.backoff import Backoff
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import ValidatedReport
@@ -51,6 +53,20 @@ class JetStreamNodeMetrics:
         self.follower: LogFollower | None = None
         self._log: NodeMetricLog | None = None
         self._ingest: LogIngest | None = None
+        self._apply_samples: Callable[[bytes], None] | None = None
+        self._sample_retention = 0.0
+        self.sample_follower: SampleLogFollower | None = None
+        self._sample_log: SampleLog | None = None
+
+    def follow_samples(self, apply: Callable[[bytes], None], *, retention: float) -> None:
+        """Before `run`: keep custom metric samples in a stream too; `apply` takes what others wrote."""
+        self._apply_samples, self._sample_retention = apply, retention
+
+    @property
+    def samples_synced(self) -> bool:
+        """Whether the samples' copy caught up with their stream once (True when not followed)."""
+        follower = self.sample_follower
+        return self._apply_samples is None or (follower is not None and follower.synced.is_set())
 
     @property
     def synced(self) -> bool:
@@ -65,6 +81,8 @@ class JetStreamNodeMetrics:
                 client = await connect(self.options, name=self.name)
                 js = client.jetstream(timeout=self.options.timeout)
                 await ensure_stream(js, self.settings, wall=self._wall)
+                if self._apply_samples is not None:
+                    await ensure_sample_stream(js, self.settings, retention=self._sample_retention)
             except Exception as error:  # no server answers yet: keep trying, the log says why
                 raise_if_cancelled(error)
                 delay = retry.next_delay()
@@ -76,14 +94,20 @@ class JetStreamNodeMetrics:
             self.follower = LogFollower(js, self.store, wall=self._wall)
             self._log = NodeMetricLog(js, timeout=self.options.timeout)
             self._ingest = LogIngest(self._log, self.follower, self.store)
+            if self._apply_samples is not None:
+                self._sample_log = SampleLog(js, writer=self.name, timeout=self.options.timeout)
+                self.sample_follower = SampleLogFollower(js, self._apply_samples, writer=self.name)
         if self.follower is not None and self._js is not None:
-            announcing = asyncio.create_task(self.presence.run(self._js)) if self.presence is not None else None
+            beside = [asyncio.create_task(self.presence.run(self._js))] if self.presence is not None else []
+            if self.sample_follower is not None:
+                beside.append(asyncio.create_task(self.sample_follower.run()))
             try:
                 await self.follower.run()
             finally:
-                if announcing is not None and self.presence is not None:
-                    announcing.cancel()
-                    await asyncio.gather(announcing, return_exceptions=True)
+                for task in beside:
+                    task.cancel()
+                await asyncio.gather(*beside, return_exceptions=True)
+                if self.presence is not None:
                     await self.presence.withdraw()  # agents stop choosing a replica that stops
                 if self._client is not None:
                     await self._client.close()
@@ -99,6 +123,19 @@ class JetStreamNodeMetrics:
             log.warning("a report was not written to the NodeMetric stream",
                         extra={"node": report.name, "error": repr(error)})
             raise ApiError.service_unavailable(f"the NodeMetric stream did not take the report: {error!r}",
+                                               retry_after=1) from error
+
+    async def put_samples(self, node: str, chunks: list[bytes]) -> None:
+        """What a batch of `node` kept, for every other replica; 503 unless JetStream took it all."""
+        if self._sample_log is None:
+            raise ApiError.service_unavailable("this replica is not connected to NATS yet", retry_after=1)
+        try:
+            await self._sample_log.append(node, chunks)
+        except Exception as error:
+            raise_if_cancelled(error)
+            log.warning("a sample batch was not written to the samples' stream",
+                        extra={"node": node, "error": repr(error)})
+            raise ApiError.service_unavailable(f"the samples' stream did not take the batch: {error!r}",
                                                retry_after=1) from error
 
     async def remove(self, name: str) -> bool:

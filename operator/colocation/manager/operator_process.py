@@ -403,6 +403,9 @@ class OperatorProcess:
                                   advertised_replicas=shared.presence.advertised if shared is not None
                                   and shared.presence is not None else None)
             self.custom_metrics = served.custom_metrics
+            if shared is not None and served.custom_metrics is not None:  # samples through NATS as well
+                shared.follow_samples(served.custom_metrics.apply_shared, retention=config.custom_metrics_retention)
+                served.custom_metrics.shared = shared.put_samples
             self.evictions = served.evictions
             self.nodemetric = served.nodemetric
             self.nodemetric.rejoin_hold = self._hold_while_rejoining
@@ -487,21 +490,24 @@ class OperatorProcess:
         if self.draining or self.elector is None:
             return False
         samples_ready = self.sample_follower is None or self.sample_follower.ever_synced
-        if self.jetstream is not None:  # every replica reads the bucket: current once caught up
-            return self.jetstream.synced and (self.elector.is_leader or samples_ready)
+        if self.jetstream is not None:  # every replica reads the streams: current once caught up
+            return self.jetstream.synced and self.jetstream.samples_synced
         if self.elector.is_leader or self.elector.rejoining:  # its own store is still the newest data
             return True
         return follower.serving_copy() and samples_ready
 
     def _custom_metrics_tasks(self, custom_metrics: CustomMetricsApi, token: str) -> list[asyncio.Task[Any]]:
         """Every replica keeps its own samples: housekeeping on its own timer (the built-ins' history
-        comes from its NodeMetric copy), and while standby, the leader's feed."""
-        self.sample_follower = SampleFollower(custom_metrics.series, self._leader_address, lambda: token,
-                                              metrics=custom_metrics.metrics)
+        comes from its NodeMetric copy), and while standby, the leader's feed (with --store nats,
+        the samples' stream instead, which `jetstream` follows)."""
         # Expired samples are also cut at read time; the sweep frees their memory.
         sweep = min(10.0, max(0.5, self.config.custom_metrics_retention / 10))
-        return [asyncio.create_task(custom_metrics.maintain_forever(sweep)),
-                asyncio.create_task(self._follow_while_standby(self.sample_follower))]
+        tasks = [asyncio.create_task(custom_metrics.maintain_forever(sweep))]
+        if self.jetstream is None:
+            self.sample_follower = SampleFollower(custom_metrics.series, self._leader_address, lambda: token,
+                                                  metrics=custom_metrics.metrics)
+            tasks.append(asyncio.create_task(self._follow_while_standby(self.sample_follower)))
+        return tasks
 
     def _ssl_context(self) -> ssl.SSLContext:
         client_ca = self.request_header.request_header_ca_pem if self.request_header else None

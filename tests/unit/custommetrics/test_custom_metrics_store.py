@@ -52,6 +52,16 @@ def test_old_future_and_out_of_order_samples_are_dropped_and_counted() -> None:
     assert values(store, "a") == [1.5, 2.0]  # the same timestamp replaced the value
 
 
+def test_a_batch_sent_again_is_stored_once_and_kept_whole_for_the_other_replicas() -> None:
+    store = SeriesStore(FakeClock(10_000.0), retention_seconds=60)
+    batch = ValidatedBatch("node-1", (pod_series("a", [(9_980.0, 1.0), (9_985.0, 2.0), (9_990.0, 3.0)]),))
+    store.ingest(batch)
+    again = store.ingest(batch)  # its answer was lost, or the samples' stream refused it
+    assert (again.accepted, dict(again.dropped)) == (3, {})
+    assert [list(kept.timestamps) for kept in again.kept] == [[9_980.0, 9_985.0, 9_990.0]]
+    assert values(store, "a") == [1.0, 2.0, 3.0]
+
+
 @pytest.mark.parametrize("skew", [-3600.0, 3600.0, 10 * 365 * 86400.0])
 def test_an_agent_clock_off_by_any_amount_has_its_samples_moved_onto_ours(skew: float) -> None:
     """With sentTime, a batch's times are put on our clock by the difference: nothing is dropped
