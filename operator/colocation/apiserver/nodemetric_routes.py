@@ -133,12 +133,15 @@ class NodeMetricGroup:
                  uploads: Sequence[AgentUpload[Any]] = (),
                  read_barrier: ReadBarrier | None = None, followers: ReplicaFollowers | None = None,
                  shared_writes: SharedWrites | None = None,
-                 advertised_replicas: Callable[[], AdvertisedReplicas | None] | None = None) -> None:
+                 advertised_replicas: Callable[[], AdvertisedReplicas | None] | None = None,
+                 stale_warning: Callable[[], str | None] | None = None) -> None:
         self.store = store
         # With a store every replica writes (--store nats): any replica takes an agent's report,
         # and tells an agent that knows other replicas than those advertised which ones take them now.
         self.shared_writes = shared_writes
         self.advertised_replicas = advertised_replicas
+        # Why a read may be stale (a replica cut off from the shared store): served, with a Warning.
+        self.stale_warning = stale_warning
         self.followers = followers
         self.read_barrier = read_barrier
         self.authorizer = authorizer
@@ -206,8 +209,14 @@ class NodeMetricGroup:
             raise ApiError.not_found(GROUP, RESOURCE, name)
         if table_version:
             row = nodemetric_table.entry_row(entry, self.wall(), include_object(request.query), version=table_version)
-            return json_response(nodemetric_table.table([row], entry.resource_version, table_version))
-        return web.Response(body=entry.body, content_type="application/json")
+            return self._warned(json_response(nodemetric_table.table([row], entry.resource_version, table_version)))
+        return self._warned(web.Response(body=entry.body, content_type="application/json"))
+
+    def _warned(self, response: web.Response) -> web.Response:
+        """`response`, with a Warning header when this replica's copy may be stale."""
+        if self.stale_warning is not None and (text := self.stale_warning()) is not None:
+            response.headers["Warning"] = warning_header(text)
+        return response
 
     async def _reach(self, resource_version: str) -> int:
         """Wait until this replica may serve a read at `resource_version` and return it as a number.
@@ -254,8 +263,8 @@ class NodeMetricGroup:
             entries, rv = self.store.list(labels, name)
             include, now = include_object(request.query), self.wall()
             rows = [nodemetric_table.entry_row(entry, now, include, version=table_version) for entry in entries]
-            return json_response(nodemetric_table.table(rows, rv, table_version))
-        return web.Response(body=self.store.list_body(labels, name), content_type="application/json")
+            return self._warned(json_response(nodemetric_table.table(rows, rv, table_version)))
+        return self._warned(web.Response(body=self.store.list_body(labels, name), content_type="application/json"))
 
     async def _watch(self, request: web.Request) -> web.StreamResponse:
         caller = await self._authorize_read(request, "watch")

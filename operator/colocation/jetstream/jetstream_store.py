@@ -37,12 +37,16 @@ log = logging.getLogger(__name__)
 
 REMOVE_TRIES = 5
 READ_BARRIER_TIMEOUT = 3.0  # as a standby's consistent read waits for its copy
+STALE_MEMORY = 10.0  # reads are marked stale this long after NATS last failed to answer one
 
 
 class JetStreamNodeMetrics:
     def __init__(self, store: NodeMetricStore, options: NatsOptions, settings: LogSettings, *, name: str,
-                 presence: ReplicaPresence | None = None, wall: Callable[[], float] = time.time) -> None:
+                 presence: ReplicaPresence | None = None, wall: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store = store
+        self._monotonic = monotonic
+        self._unanswered_at: float | None = None  # monotonic: NATS did not answer a consistent read
         self.presence = presence
         self.options = options
         self.settings = settings
@@ -112,6 +116,16 @@ class JetStreamNodeMetrics:
                 if self._client is not None:
                     await self._client.close()
 
+    def stale_warning(self) -> str | None:
+        """Why this replica's copy may be behind, for a read's Warning header: it is not connected
+        to NATS, or NATS did not answer its last consistent read (within STALE_MEMORY seconds)."""
+        client = self._client
+        if client is None or not client.is_connected:
+            return "this replica is not connected to NATS: its NodeMetrics may be stale"
+        if self._unanswered_at is not None and self._monotonic() - self._unanswered_at < STALE_MEMORY:
+            return "NATS did not answer this replica: its NodeMetrics may be stale"
+        return None
+
     async def put(self, report: ValidatedReport, labels: Mapping[str, str]) -> Entry:
         """An agent's report, through any replica; 503 until connected."""
         if self._ingest is None:
@@ -169,6 +183,8 @@ class JetStreamNodeMetrics:
         except Exception as error:  # NATS does not answer: nobody can write meanwhile, the copy is current
             raise_if_cancelled(error)
             log.warning("NATS did not answer a consistent read: serving the copy", extra={"error": repr(error)})
+            self._unanswered_at = self._monotonic()
             return
+        self._unanswered_at = None
         if not await self.follower.wait_for(last, READ_BARRIER_TIMEOUT):
             raise ApiError.service_unavailable("this replica's copy of the NodeMetric stream is behind", retry_after=1)

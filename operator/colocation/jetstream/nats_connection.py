@@ -26,6 +26,10 @@ class NatsOptions:
     password_file: str = ""  # read at connect time: a mounted Secret may be rotated
     timeout: float = 2.0  # every request, JetStream's included
     reconnect_wait: float = 0.5
+    # A server that stops answering (a partition that keeps the TCP connection up) is found within
+    # ping_interval x (max_outstanding_pings + 1): nats-py's default is 2 minutes x 3.
+    ping_interval: float = 5.0
+    max_outstanding_pings: int = 2
 
 
 def _read_secret(path: str) -> str | None:
@@ -43,7 +47,8 @@ async def connect(options: NatsOptions, *, name: str) -> Client:
     return await nats.connect(
         servers=list(options.servers), name=name, tls=context, user=options.user or None, password=password,
         connect_timeout=options.timeout, reconnect_time_wait=options.reconnect_wait, max_reconnect_attempts=-1,
-        allow_reconnect=True, error_cb=error)
+        allow_reconnect=True, error_cb=error, ping_interval=options.ping_interval,
+        max_outstanding_pings=options.max_outstanding_pings)
 
 
 def raise_if_cancelled(error: Exception) -> None:

@@ -82,7 +82,8 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
                  request_header: Callable[[], RequestHeaderConfig | None], leadership: Leadership,
                  metrics: ServerMetrics, read_barrier: Callable[[int], Awaitable[None]] | None = None,
                  followers: ReplicaFollowers | None = None, shared_writes: SharedWrites | None = None,
-                 advertised_replicas: Callable[[], AdvertisedReplicas | None] | None = None) -> ServedApis:
+                 advertised_replicas: Callable[[], AdvertisedReplicas | None] | None = None,
+                 stale_warning: Callable[[], str | None] | None = None) -> ServedApis:
     pods = PodDirectory() if config.serve_resource_metrics or config.serve_custom_metrics else None
     view = ResourceMetricsView(store)
     extra: list[ApiGroup] = []
@@ -100,7 +101,7 @@ def assemble_api(config: OperatorConfig, store: NodeMetricStore, nodes: NodeDire
                                  metrics=metrics, options=ApiOptions(bookmark_interval=config.bookmark_interval),
                                  uploads=uploads,
                                  read_barrier=read_barrier, followers=followers, shared_writes=shared_writes,
-                                 advertised_replicas=advertised_replicas)
+                                 advertised_replicas=advertised_replicas, stale_warning=stale_warning)
     pod_webhook = PodMutationWebhook(ProfileCache(), metrics.registry)
     server = AggregatedApiServer(authenticator, authorizer, request_header, leadership=leadership, metrics=metrics,
                                  groups=[nodemetric, *extra, pod_webhook])

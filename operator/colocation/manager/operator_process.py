@@ -401,7 +401,8 @@ class OperatorProcess:
                                   read_barrier=reads.wait if shared is None else shared.read_barrier,
                                   followers=self.followers, shared_writes=shared.put if shared is not None else None,
                                   advertised_replicas=shared.presence.advertised if shared is not None
-                                  and shared.presence is not None else None)
+                                  and shared.presence is not None else None,
+                                  stale_warning=shared.stale_warning if shared is not None else None)
             self.custom_metrics = served.custom_metrics
             if shared is not None and served.custom_metrics is not None:  # samples through NATS as well
                 shared.follow_samples(served.custom_metrics.apply_shared, retention=config.custom_metrics_retention)

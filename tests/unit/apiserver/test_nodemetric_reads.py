@@ -250,8 +250,9 @@ async def test_a_leader_waiting_to_renew_holds_writes_then_asks_for_them_again_a
 
 
 class Upload:
-    """An agent's other write (a sample batch, an eviction request): still the leader's alone."""
+    """An agent's other write that only the leader takes (an eviction request)."""
     subresource = "samplebatches"
+    any_replica = False
     rejected = ServerMetrics().reports_rejected
 
     def validate(self, raw: bytes, node: str) -> bytes:
@@ -261,7 +262,7 @@ class Upload:
         return {"kind": "Status", "status": "Success"}
 
 
-async def test_with_a_store_every_replica_writes_a_standby_takes_reports_but_not_the_other_writes(
+async def test_with_a_store_every_replica_writes_a_standby_takes_reports_and_serves_its_copy_stale_or_not(
         store: NodeMetricStore) -> None:
     authorizer = DelegatingAuthorizer(allowed)
     metrics, standby, written = ServerMetrics(), Standby(), list[tuple[str, dict[str, str]]]()
@@ -273,7 +274,8 @@ async def test_with_a_store_every_replica_writes_a_standby_takes_reports_but_not
     group = NodeMetricGroup(store, authorizer, standby, known_node=lambda node: True,
                             node_labels=lambda node: {"pool": "web"}, metrics=metrics,
                             options=ApiOptions(bookmark_interval=0.05), wall=lambda: NOW, uploads=[Upload()],
-                            shared_writes=shared)
+                            shared_writes=shared, stale_warning=lambda: stale[0])
+    stale: list[str | None] = [None]
     agent = Caller(username="system:serviceaccount:colocation-system:colocation-agent",
                    extra={"authentication.kubernetes.io/node-name": ("node-a",)})
 
@@ -290,6 +292,15 @@ async def test_with_a_store_every_replica_writes_a_standby_takes_reports_but_not
         assert answer["status"]["nodeMetric"]["nodeUsage"]["resources"]["cpu"] == "2"
         refused = await client.put(f"{COLLECTION_PATH}/node-a/samplebatches", data=b"{}")
         assert refused.status == 503 and "does not lead now" in (await refused.json())["message"]
+        # Cut off from the shared store, a replica still serves its copy, and says it may be stale.
+        for path in (f"{COLLECTION_PATH}/node-a", COLLECTION_PATH):
+            assert "Warning" not in (await client.get(path)).headers
+        stale[0] = "this replica is not connected to NATS: its NodeMetrics may be stale"
+        for path in (f"{COLLECTION_PATH}/node-a", COLLECTION_PATH):
+            served = await client.get(path)
+            assert served.status == 200
+            assert served.headers["Warning"] == '299 - "this replica is not connected to NATS: its NodeMetrics ' \
+                                                'may be stale"'
 
 
 async def test_the_leader_publishes_the_replicas_whose_feeds_are_open_and_only_theirs(store: NodeMetricStore) -> None:

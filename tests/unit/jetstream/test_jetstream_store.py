@@ -70,7 +70,7 @@ async def test_reports_deletions_and_reads_through_any_replica(nats_cluster: Nat
         assert one.store.get("node-a") is None and not await one.remove("node-a")
 
 
-async def test_without_a_quorum_writes_are_refused_with_503_and_reads_serve_the_copy(
+async def test_without_a_quorum_writes_are_refused_with_503_and_reads_serve_the_copy_marked_once_cut_off(
         nats_cluster: NatsCluster) -> None:
     async with replica(nats_cluster.urls[0], "one") as one:
         written = await one.put(report("node-a", "2", now()), {})
@@ -82,3 +82,24 @@ async def test_without_a_quorum_writes_are_refused_with_503_and_reads_serve_the_
         await asyncio.wait_for(one.read_barrier(0), DEADLINE)  # nobody can write: the copy is current
         entry = one.store.get("node-a")
         assert entry is not None and entry.resource_version == written.resource_version
+        assert one.stale_warning() is None  # and says so: it still hears from NATS
+        # Cut off from every server: the copy is still served, marked as maybe stale.
+        await nats_cluster.stop_server(nats_cluster.servers[0])
+        await eventually_async(lambda: _read_stale(one), DEADLINE, message="a read served, marked stale")
+        for server in nats_cluster.servers:
+            await nats_cluster.start_server(server)
+        await eventually_async(lambda: _answered(one), DEADLINE, message="a consistent read once NATS is back")
+        assert one.stale_warning() is None
+
+
+async def _answered(replica: JetStreamNodeMetrics) -> bool:
+    try:
+        await replica.read_barrier(0)
+    except ApiError:
+        return False
+    return replica.stale_warning() is None
+
+
+async def _read_stale(replica: JetStreamNodeMetrics) -> bool:
+    await replica.read_barrier(0)  # never refused: the copy is served
+    return replica.stale_warning() == "this replica is not connected to NATS: its NodeMetrics may be stale"
