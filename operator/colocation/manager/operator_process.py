@@ -340,6 +340,14 @@ class OperatorProcess:
             self.stop_now.set()
         self.stop.set()
 
+    async def _keep_copy_current(self, follower: LeaderFollower | None) -> None:
+        """While standby, the copy of the leader's store (`follower`); with --store nats, on every
+        replica, the copy of the stream."""
+        if follower is not None:
+            await self._follow_while_standby(follower)
+        elif self.jetstream is not None:
+            await self.jetstream.run(self.stop)
+
     async def _follow_while_standby(self, follower: LeaderFollower | SampleFollower) -> None:
         """Run the follower until this replica leads; then the store carries on by itself."""
         assert self.elector is not None
@@ -385,17 +393,22 @@ class OperatorProcess:
                 holder_ended=self.replica_pods.holder_ended, acquire_after=config.acquire_after,
                 rejoin_after_loss=REJOIN_AFTER_LOSS_SECONDS)
             elector = self.elector
-            follower = LeaderFollower(self.store, self._leader_address, lambda: token, metrics=self.storage_metrics,
-                                      on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration,
-                                      stream_silence=FEED_SILENCE_BOOKMARKS * config.bookmark_interval,
-                                      announce=f"{config.identity} {self.endpoint}")
-            reads = ConsistentReads(lambda: elector.is_leader,
-                                    LeaderVersions(follower, elector.current_record, config.identity),
-                                    lambda: self.store.replicated_version,
-                                    metrics=ConsistentReadMetrics(self.metrics.registry),
-                                    timeout=CONSISTENT_READ_TIMEOUT)
-            follower.on_applied = reads.advanced
             shared = self.jetstream
+            # The in-memory store: a standby follows the leader's feed, and its consistent reads ask
+            # the leader. With --store nats every replica follows the stream instead (`shared`).
+            follower: LeaderFollower | None = None
+            if shared is None:
+                follower = LeaderFollower(
+                    self.store, self._leader_address, lambda: token, metrics=self.storage_metrics,
+                    on_unreachable=elector.suspect_leader, stale_after=2 * config.lease_duration,
+                    stream_silence=FEED_SILENCE_BOOKMARKS * config.bookmark_interval,
+                    announce=f"{config.identity} {self.endpoint}")
+                reads = ConsistentReads(lambda: elector.is_leader,
+                                        LeaderVersions(follower, elector.current_record, config.identity),
+                                        lambda: self.store.replicated_version,
+                                        metrics=ConsistentReadMetrics(self.metrics.registry),
+                                        timeout=CONSISTENT_READ_TIMEOUT)
+                follower.on_applied = reads.advanced
             served = assemble_api(config, self.store, self.nodes, authenticator=authenticator, authorizer=authorizer,
                                   request_header=lambda: self.request_header, leadership=elector, metrics=self.metrics,
                                   read_barrier=reads.wait if shared is None else shared.read_barrier,
@@ -423,8 +436,7 @@ class OperatorProcess:
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
                      asyncio.create_task(self.replica_pods.informer(kube_transport(api)).run()),
                      asyncio.create_task(self._elect(elector)),
-                     asyncio.create_task(self._follow_while_standby(follower) if shared is None
-                                         else shared.run(self.stop))]
+                     asyncio.create_task(self._keep_copy_current(follower))]
             if self.tls is not None:
                 tasks.append(asyncio.create_task(self.tls.run(self.stop)))
             if authenticator.local is not None:  # every replica: a new leader has the keys at once
@@ -457,8 +469,8 @@ class OperatorProcess:
                     self.draining = True
                     log.info("draining: not ready, still serving reads", extra={"seconds": config.shutdown_delay})
                     # With --store nats the copy stopped with the other tasks: it is served as it is.
-                    following = asyncio.create_task(self._follow_while_draining(follower)) if shared is None \
-                        else None
+                    following = asyncio.create_task(self._follow_while_draining(follower)) \
+                        if follower is not None else None
                     # Endpoints drop a replica only once they see it not ready: closing at once would
                     # leave the aggregator dialing a closed port meanwhile.
                     await wait_set(self.stop_now, config.shutdown_delay)
@@ -485,7 +497,7 @@ class OperatorProcess:
                 await asyncio.sleep(DRAIN_LEASE_POLL)  # until a standby takes the released Lease
         await follower.run()
 
-    def _ready(self, follower: LeaderFollower) -> bool:
+    def _ready(self, follower: LeaderFollower | None) -> bool:
         """The leader, and a standby whose copies may be served (the samples' once synced: they
         resync from a snapshot after a failover, and the copy meanwhile is seconds old at most)."""
         if self.draining or self.elector is None:
@@ -495,7 +507,7 @@ class OperatorProcess:
             return self.jetstream.synced and self.jetstream.samples_synced
         if self.elector.is_leader or self.elector.rejoining:  # its own store is still the newest data
             return True
-        return follower.serving_copy() and samples_ready
+        return follower is not None and follower.serving_copy() and samples_ready
 
     def _custom_metrics_tasks(self, custom_metrics: CustomMetricsApi, token: str) -> list[asyncio.Task[Any]]:
         """Every replica keeps its own samples: housekeeping on its own timer (the built-ins' history
