@@ -195,7 +195,8 @@ class Delivery:
         When the leader named itself (it waits to renew its Lease) and no other replica took it,
         raises DeliveryFailed with the leader's Retry-After: kube-apiserver has nothing better to offer."""
         anywhere = spread is not None and leader.reports_anywhere
-        queue = leader.ranked_for(spread) if spread is not None and anywhere else [leader, *leader.others()]
+        queue = self.locator.ask_last(leader.ranked_for(spread)) if spread is not None and anywhere \
+            else [leader, *leader.others()]
         tried = set[str]()
         waiting: DeliveryFailed | None = None  # the leader's own refusal, while it waits to renew
         while queue and len(tried) < MAX_REPLICA_TRIES:
@@ -208,12 +209,15 @@ class Delivery:
                     functools.partial(self._direct, target, path, body), self.slots)
             except TimeoutError:
                 failed("leader-timeout")
+                self.locator.unanswered(target.endpoint)
                 continue
             except (aiohttp.ClientError, OSError):
                 failed("leader-unreachable")
+                self.locator.unanswered(target.endpoint)
                 continue
             if 200 <= status < 300:
                 if anywhere:  # any replica takes it: the Lease's word on the leader stands
+                    self.locator.answered(target.endpoint)
                     self.locator.confirm(leader)
                     return "leader" if target == leader else "replica", target.identity, answer
                 if target == self.locator.leader:  # else only the leader accepts

@@ -42,6 +42,9 @@ from colocation.kube.lease_record import (
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL = 30.0
+# Where every replica takes reports, one that did not answer is asked last for this long, by every
+# node of the process: its nodes go to the next replica at once instead of each trying it first.
+UNANSWERED_SECONDS = 10.0
 
 _GET_LEADER_LEASE = permissions.declared(permissions.AGENT_API_CALLS, permissions.ApiCall(
     group="coordination.k8s.io", resource="leases", verb="get", namespace=permissions.OPERATOR_NAMESPACE,
@@ -147,6 +150,7 @@ class LeaderLocator:
         self._inflight: asyncio.Future[bool] | None = None
         self._next_change: asyncio.Future[None] | None = None
         self._subscribers: list[Callable[[Leader | None], None]] = []
+        self._unanswered: dict[str, float] = {}  # endpoint -> when it last did not answer (monotonic)
         # Jitter only shortens the period: every agent still reads at least once per interval.
         self._period = Backoff(poll_interval, poll_interval, factor=1.0, jitter=0.3, rng=rng)
         self._errors = Backoff(min(1.0, poll_interval), poll_interval, jitter=0.5, rng=rng)
@@ -166,6 +170,23 @@ class LeaderLocator:
         """`leader` accepted a request just now: as good as reading the Lease, if it still names it."""
         if leader == self.leader:
             self._last_read = self._clock()
+
+    def unanswered(self, endpoint: str) -> None:
+        """A replica did not answer (refused, unreachable, timed out): ask it last for a while."""
+        self._unanswered[endpoint] = self._clock()
+
+    def answered(self, endpoint: str) -> None:
+        self._unanswered.pop(endpoint, None)
+
+    def ask_last(self, replicas: list[Leader]) -> list[Leader]:
+        """`replicas` in the same order, but those that did not answer lately last."""
+        if not self._unanswered:
+            return replicas
+        now = self._clock()
+        for endpoint, at in list(self._unanswered.items()):
+            if now - at > UNANSWERED_SECONDS:
+                del self._unanswered[endpoint]
+        return sorted(replicas, key=lambda replica: replica.endpoint in self._unanswered)
 
     def learn_replicas(self, text: str) -> None:
         """A replica answered with the replicas it knows (REPLICAS_HEADER): ask those from now on.
