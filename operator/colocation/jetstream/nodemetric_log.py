@@ -74,8 +74,12 @@ def clock_position(wall: Callable[[], float]) -> int:
 
 
 async def last_sequence(js: JetStreamContext) -> int:
-    """The sequence of the stream's last write (0 when it holds none yet), from its leader."""
-    return int((await js.stream_info(STREAM)).state.last_seq)
+    """The sequence of the stream's last write (0 when it holds none yet), from its leader. Not
+    JetStream's last sequence of an empty stream: that is one below its first write's (the clock,
+    for a new stream), which no copy reaches before that write, so a consistent read would wait
+    for it in vain."""
+    state = (await js.stream_info(STREAM)).state
+    return int(state.last_seq) if state.messages else 0
 
 
 async def ensure_stream(js: JetStreamContext, settings: LogSettings, *, wall: Callable[[], float]) -> int:
@@ -103,7 +107,9 @@ async def restart_after_loss(js: JetStreamContext, *, above: int, wall: Callable
     reaches `above` (nothing was lost, or another replica did this first). Two replicas that find
     the loss at the same moment may both do it: a report written between the two is lost, and
     its node's next report (seconds later) stands in for it."""
-    if await last_sequence(js) >= above:
+    # JetStream's own last sequence: between another replica's purge and its RESTART_KEY write the
+    # stream holds nothing, but its sequence has moved above `above` already.
+    if int((await js.stream_info(STREAM)).state.last_seq) >= above:
         return None
     restart = max(above + 1, clock_position(wall))
     await js.purge_stream(STREAM, seq=restart)
