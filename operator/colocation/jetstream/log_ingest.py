@@ -72,11 +72,13 @@ class LogIngest:
 
     async def _applied(self, name: str, position: int) -> Entry | None:
         """The write at `position` as this replica's copy serves it once it applied it (the same
-        content at an earlier resourceVersion when it was unchanged); None if not applied in time."""
-        if await self._follower.wait_for(position, self._apply_timeout):
-            entry = self._store.get(name)
-            if entry is not None and entry.resource_version <= position:
-                return entry
+        content at an earlier resourceVersion when it was unchanged); None if not applied in time,
+        or if the copy went past it without it: a later write of the node had replaced it in the
+        stream by the time the copy read that far, and the copy holds the node's older entry or
+        that later one."""
+        if await self._follower.wait_for(position, self._apply_timeout) and (
+                self._follower.last_written.get(name) == position):
+            return self._store.get(name)
         return None
 
 
