@@ -40,6 +40,10 @@ STOP_GRACE_SECONDS = 10.0
 OPERATOR_USER = "colocation-operator"
 TLS_TIMEOUT_SECONDS = 2  # nats-server's TLS handshake timeout (its default, 0.5 s, fails on a loaded machine)
 STATE_FILE = "cluster.json"
+# What JetStream may reserve, per server, for the streams of either storage (limits, not
+# allocations): the operators' streams with `--nats-storage memory` reserve as much as with file
+# storage (the custom metric samples' stream alone 1 GiB, sample_log.MAX_BYTES).
+MAX_STORE = "2GB"
 
 
 class NatsServerMissing(RuntimeError):
@@ -223,7 +227,7 @@ def _config(server: NatsServer, routes: list[int], cluster_name: str, security: 
             f'listen: {server.client_host}:{server.client_port}\n'
             f'http: 127.0.0.1:{server.monitor_port}\n'
             f'{client_security}'
-            f'jetstream {{ store_dir: "{server.store_dir}", max_memory_store: 256MB, max_file_store: 2GB }}\n'
+            f'jetstream {{ store_dir: "{server.store_dir}", max_memory_store: {MAX_STORE}, max_file_store: {MAX_STORE} }}\n'
             f'cluster {{ name: {cluster_name}, listen: 127.0.0.1:{server.route_port}, '
             f'routes: [{route_urls}]{route_tls} }}\n')
 
