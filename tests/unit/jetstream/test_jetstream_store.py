@@ -82,7 +82,6 @@ async def test_without_a_quorum_writes_are_refused_with_503_and_reads_serve_the_
         await asyncio.wait_for(one.read_barrier(0), DEADLINE)  # nobody can write: the copy is current
         entry = one.store.get("node-a")
         assert entry is not None and entry.resource_version == written.resource_version
-        assert one.stale_warning() is None  # and says so: it still hears from NATS
         # Cut off from every server: the copy is still served, marked as maybe stale.
         await nats_cluster.stop_server(nats_cluster.servers[0])
         await eventually_async(lambda: _read_stale(one), DEADLINE, message="a read served, marked stale")
