@@ -47,7 +47,7 @@ class LogFollower(StreamReader):
                          idle=idle)
         self._target = target
         self._wall = wall
-        # Each node's last sequence, deletions included: what the next write of it compares with.
+        # Each node's last sequence: what the next write of it compares with (none once deleted).
         self.last_written: dict[str, int] = {}
 
     def _apply(self, message: Any) -> None:
@@ -61,7 +61,10 @@ class LogFollower(StreamReader):
         self._target.apply_logged(name, position, None if removed else message.data,
                                   received_at=metadata.timestamp.timestamp(),
                                   figures=decode_figures(headers.get(FIGURES)))
-        self.last_written[name] = position
+        if removed:  # its marker expires: a later write of the node finds no last sequence
+            self.last_written.pop(name, None)
+        else:
+            self.last_written[name] = position
         self.position = position
 
     async def _quiet(self) -> None:

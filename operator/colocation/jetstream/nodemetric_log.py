@@ -41,6 +41,11 @@ FIGURES = "Colocation-Figures"
 # JetStream's error codes when EXPECTED_LAST does not match (with the sequence, and without).
 WRONG_LAST_SEQUENCE = (10071, 10164)
 STREAM_NAME_IN_USE = 10058
+# JetStream's per-message time to live, in seconds (the stream allows it: `allow_msg_ttl`).
+MESSAGE_TTL = "Nats-TTL"
+# A deleted node's marker is kept this long: a replica that did not read the stream for longer
+# (cut off from NATS for an hour) may keep the node's NodeMetric until it restarts.
+DELETE_MARKER_TTL = 3600
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,9 +145,10 @@ class Conflict(Exception):
 class NodeMetricLog:
     """Appends to the stream; each call returns the write's sequence once JetStream acknowledged it."""
 
-    def __init__(self, js: JetStreamContext, *, timeout: float) -> None:
+    def __init__(self, js: JetStreamContext, *, timeout: float, marker_ttl: int = DELETE_MARKER_TTL) -> None:
         self._js = js
         self._timeout = timeout
+        self._marker_ttl = marker_ttl
 
     async def append(self, name: str, value: bytes, *, last: int, figures: UsageFigures | None = None) -> int:
         """Write `value` as node `name`'s if its last write is still at sequence `last` (0: none)."""
@@ -152,8 +158,10 @@ class NodeMetricLog:
         return await self._publish(name, value, headers)
 
     async def remove(self, name: str, *, last: int) -> int:
-        """Delete node `name`'s NodeMetric (a delete marker, which readers see as DELETED)."""
-        return await self._publish(name, b"", {EXPECTED_LAST: str(last), OPERATION: "DEL"})
+        """Delete node `name`'s NodeMetric (a delete marker, which readers see as DELETED). The
+        servers remove the marker after `marker_ttl` seconds: with history 1 it would stay forever."""
+        return await self._publish(name, b"", {EXPECTED_LAST: str(last), OPERATION: "DEL",
+                                               MESSAGE_TTL: str(self._marker_ttl)})
 
     async def last(self, name: str) -> tuple[int, bytes | None]:
         """Node `name`'s last write as the stream has it: (its sequence, its value), (0, None) for

@@ -149,6 +149,25 @@ async def test_a_deleted_node_is_deleted_on_every_replica(nats_cluster: NatsClus
         assert drain(watcher)[-1] == ("DELETED", "node-a", str(removed))
 
 
+async def test_a_deleted_nodes_marker_expires_and_the_node_may_come_back(nats_cluster: NatsCluster) -> None:
+    async with replicas(nats_cluster) as (one, two, _):
+        written = await one.write("node-a", "1")
+        assert await one.follower.wait_for(written, DEADLINE)
+        marking = NodeMetricLog(one.js, timeout=2.0, marker_ttl=1)
+        removed = await marking.remove("node-a", last=written)
+        assert await one.log.last("node-a") == (removed, None)  # the marker, until it expires
+        await eventually_async(lambda: _gone(one, "node-a"), DEADLINE, message="the marker expired")
+        assert await two.follower.wait_for(removed, DEADLINE) and two.store.get("node-a") is None
+        back = await two.write("node-a", "2")  # a Node of that name again
+        assert await one.follower.wait_for(back, DEADLINE)
+        entry = one.store.get("node-a")
+        assert entry is not None and entry.resource_version == back
+
+
+async def _gone(replica: Replica, node: str) -> bool:
+    return await replica.log.last(node) == (0, None)
+
+
 async def test_the_stream_starts_at_the_clock_so_versions_never_go_below_the_in_memory_stores(
         nats_cluster: NatsCluster) -> None:
     before = int(time.time() * 1_000_000)
