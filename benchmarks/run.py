@@ -21,6 +21,7 @@ from benchmarks import (
     leader_scale,
     leader_scale_report,
     machine,
+    nats_ingest,
     operator_ingest,
     outage_recovery,
     report,
@@ -30,7 +31,8 @@ from benchmarks.client import say
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ("capacity", operator_ingest.SUITE, cp_suite.FAILOVER, cp_suite.CONTROL_PLANE, cp_suite.CONTROL_PLANE_KUBE,
-          leader_scale.SUITE, agent_cost.SUITE, connection_memory.SUITE, outage_recovery.SUITE, jetstream_costs.SUITE)
+          leader_scale.SUITE, agent_cost.SUITE, connection_memory.SUITE, outage_recovery.SUITE, jetstream_costs.SUITE,
+          nats_ingest.SUITE)
 # What a bare `make bench` runs: agent-cost (6 min: its 5 windows must outlast the agent's 300 s
 # aggregation window) and outage-recovery (5.4 min at its 100 nodes, 2026-11-28: a real control plane
 # started for each of its two 45 s freezes) only when named.
@@ -67,6 +69,7 @@ def parser() -> argparse.ArgumentParser:
     connection_memory.add_arguments(p)
     outage_recovery.add_arguments(p)
     jetstream_costs.add_arguments(p)
+    nats_ingest.add_arguments(p)
     return p
 
 
@@ -109,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                                       args.output, command)
         if jetstream_costs.SUITE in suites:
             jetstream_costs.run_suite(args, args.output, command)
+        if nats_ingest.SUITE in suites:
+            nats_ingest.run_suite(nats_ingest.config_from(args, (args.state_dir or Path(scratch)) / "nats-ingest"),
+                                  args.output, command)
     return 0
 
 
