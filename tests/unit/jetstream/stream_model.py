@@ -10,10 +10,11 @@ a sequence, and pull consumers without acknowledgements whose messages carry the
 reply subject, parsed by nats-py itself. `test_stream_model.py` runs one scenario on a real cluster
 and on the model and compares every answer.
 
-Left out: bytes in the stream's state (0 here), message TTLs, other `Nats-Expected-*` headers
-(refused), acknowledgements, durable consumers, and timing: a fetch with nothing to deliver waits
-`timeout` and raises nats-py's TimeoutError, but with `batch` > 1 it returns once something comes,
-where nats-py waits out the rest of the timeout for more.
+Left out: bytes in the stream's state (0 here), message TTLs (a `Nats-TTL` header is kept, never
+acted on), other `Nats-Expected-*` headers (refused), acknowledgements, durable consumers, and
+timing: a fetch with nothing to deliver waits `timeout` and raises nats-py's TimeoutError, but
+with `batch` > 1 it returns once something comes, where nats-py waits out the rest of the timeout
+for more.
 
 Every request first takes a turn (`turn`, one pass of the event loop by default). A test that
 holds requests (`HeldRequests`) decides when each one reaches the server: the interleaving of
