@@ -1,8 +1,11 @@
-"""Reports, retries and deletions interleaved on several replicas, over the stream model.
+"""Any interleaving of reports, retries and deletions on several replicas, over the stream model: every
+replica ends serving the same NodeMetrics at the same list resourceVersion, an older report never
+lands over a newer one, and every watch sees strictly increasing resourceVersions that replay to
+what the replica serves.
 
 Each replica is what `JetStreamNodeMetrics.run` leaves once connected (its store, follower, log and
 ingest), on the model of the stream (`stream_model`), whose requests are held until the test lets
-one through: the test chooses which replica's request reaches the stream next, so followers
+one through: Hypothesis chooses which replica's request reaches the stream next, so followers
 apply the stream at their own pace and puts race each other. One event loop, no real time: the
 stream stamps its writes with the fake clock.
 """
@@ -10,26 +13,36 @@ stream stamps its writes with the fake clock.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from colocation.apimachinery.clock import format_time
+from colocation.apimachinery.errors import ApiError
 from colocation.jetstream.jetstream_store import JetStreamNodeMetrics
 from colocation.jetstream.log_follower import LogFollower
 from colocation.jetstream.log_ingest import LogIngest
 from colocation.jetstream.nats_connection import NatsOptions
 from colocation.jetstream.nodemetric_log import (
+    FIGURES,
     LogSettings,
     NodeMetricLog,
     clock_position,
+    decode_figures,
+    name_of,
     stream_config,
 )
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
-from colocation.nodemetrics.report_schema import ValidatedReport
+from colocation.nodemetrics.report_schema import ValidatedReport, figures_of
 from colocation.nodemetrics.resource_versions import LogPositions
 from colocation.nodemetrics.storage_interface import Entry
 from tests.clock import FakeClock
-from tests.unit.jetstream.stream_model import HeldRequests, JetStreamModel, StreamModel
-from tests.unit.nodemetrics.test_nodemetric_store import T0, report
+from tests.unit.jetstream.stream_model import HeldRequests, JetStreamModel, Stored, StreamModel
+from tests.unit.nodemetrics.test_nodemetric_store import T0, lines, report
 
 NODES = ("node-a", "node-b", "node-c")
 LABELS = {"pool": "web"}
@@ -86,11 +99,24 @@ class Run:
     actions: list[Action]
 
 
+@st.composite
+def runs(draw: st.DrawFn) -> Run:
+    count = draw(st.integers(2, 4))
+    node, replica = st.integers(0, len(NODES) - 1), st.integers(0, count - 1)
+    deliver = st.builds(Deliver, replica, st.integers(0, 3))
+    action = st.one_of(st.builds(Report, node, replica), st.builds(Retry, node, st.integers(0, 3), replica),
+                       st.builds(Delete, node, replica), deliver, deliver)
+    timeouts = draw(st.lists(st.sampled_from(APPLY_TIMEOUTS), min_size=count, max_size=count))
+    return Run(timeouts, draw(st.lists(action, min_size=20, max_size=80)))
+
+
 def numbered(node: str, number: int) -> ValidatedReport:
     return report(node, str(number), format_time(FIRST_REPORT + number))
 
 
 class Replica:
+    """An operator replica with --store nats: its store, watched from the start, and its copy of the stream."""
+
     def __init__(self, name: str, stream: StreamModel, requests: HeldRequests, clock: FakeClock, *,
                  apply_timeout: float) -> None:
         js = JetStreamModel(stream, turn=requests.turn_of(name), held=True).context()
@@ -180,8 +206,107 @@ class Cluster:
 
 
 async def settle() -> None:
+    """Let every task run until it waits again: passes of the event loop, not a wait on the clock."""
     for _ in range(SETTLE_PASSES):
         await asyncio.sleep(0)
+
+
+def update_time(stored: Stored) -> float:
+    figures = decode_figures((stored.headers or {}).get(FIGURES))
+    assert figures is not None, stored
+    return figures.update_time
+
+
+def check_every_replica_serves_the_same_reports(replicas: list[Replica], history: list[Stored]) -> None:
+    """The same nodes with the same reports, at the same list resourceVersion; each object's
+    resourceVersion is the sequence of a write of that very report. (Not always the same on every
+    replica: `test_a_copy_that_replayed_an_unchanged_rewrite_serves_the_node_at_its_first_version`.)"""
+    written = {stored.sequence: stored for stored in history}
+    views = []
+    for replica in replicas:
+        entries, version = replica.store.list()
+        view = []
+        for entry in entries:
+            served = orjson.loads(entry.body)
+            stored = written[entry.resource_version]
+            assert name_of(stored.subject) == entry.name and not stored.removed, (replica.name, entry.name)
+            logged = orjson.loads(stored.data)
+            assert (logged["status"], logged["metadata"].get("labels")) == (served["status"], entry.labels)
+            view.append((entry.name, served["status"], entry.labels))
+        views.append((view, version))
+    assert all(view == views[0] for view in views[1:]), views
+
+
+def check_the_stream_never_takes_an_older_report_over_a_newer_one(history: list[Stored]) -> None:
+    last: dict[str, Stored] = {}
+    for stored in history:
+        previous = last.get(stored.subject)
+        if previous is not None and not previous.removed and not stored.removed:
+            assert update_time(stored) >= update_time(previous), (previous, stored)
+        last[stored.subject] = stored
+
+
+def check_every_node_holds_the_newest_report_taken(cluster: Cluster) -> None:
+    """Every answer is the report sent or a newer one; a node never deleted holds the newest report
+    any replica answered for (a put refused with 503 wrote nothing, and its agent would retry)."""
+    deleted = {name_of(stored.subject) for stored in cluster.stream.history if stored.removed}
+    newest: dict[str, float] = {}
+    for put in cluster.puts:
+        error = put.answer.exception()
+        if error is not None:
+            assert isinstance(error, ApiError) and error.code == 503, error
+            continue
+        answer, sent = put.answer.result(), put.sent
+        assert answer.name == sent.name and answer.figures.update_time >= sent.figures.update_time, (answer, sent)
+        newest[sent.name] = max(newest.get(sent.name, 0.0), sent.figures.update_time)
+    for replica in cluster.replicas:
+        for name, update in newest.items():
+            entry = replica.store.get(name)
+            if name not in deleted:
+                assert entry is not None and entry.figures.update_time == update, (replica.name, name)
+
+
+def check_the_watch(replica: Replica, history: list[Stored]) -> None:
+    """Strictly increasing resourceVersions; a node's report never older than the one before unless
+    the stream deleted the node in between; replayed, what the replica serves."""
+    deletions = {(name_of(stored.subject), stored.sequence) for stored in history if stored.removed}
+    events = lines(replica.watcher, 100_000)
+    assert replica.watcher.error is None and not replica.watcher.closed
+    versions = [int(event["object"]["metadata"]["resourceVersion"]) for event in events]
+    assert all(earlier < later for earlier, later in itertools.pairwise(versions)), versions
+    replayed: dict[str, dict[str, Any]] = {}
+    for event, version in zip(events, versions, strict=True):
+        name = event["object"]["metadata"]["name"]
+        if event["type"] == "DELETED":
+            replayed.pop(name)
+            continue
+        before = replayed.get(name)
+        if before is not None:
+            since = int(before["metadata"]["resourceVersion"])
+            if not any(node == name and since < sequence < version for node, sequence in deletions):
+                assert figures_of(event["object"]).update_time >= figures_of(before).update_time, (before, event)
+        replayed[name] = event["object"]
+    served = {entry.name: orjson.loads(entry.body) for entry in replica.store.list()[0]}
+    assert replayed == served
+
+
+@settings(max_examples=300)
+@given(run=runs())
+async def test_any_interleaving_ends_with_every_replica_serving_the_same_newest_reports(run: Run) -> None:
+    cluster = Cluster(run)
+    try:
+        await settle()
+        for action in run.actions:
+            await cluster.play(action)
+        await cluster.drain()
+    finally:
+        await cluster.stop()
+    history = cluster.stream.history
+    check_every_replica_serves_the_same_reports(cluster.replicas, history)
+    check_the_stream_never_takes_an_older_report_over_a_newer_one(history)
+    check_every_node_holds_the_newest_report_taken(cluster)
+    for replica in cluster.replicas:
+        check_the_watch(replica, history)
 
 
 async def test_the_answer_to_a_report_is_never_an_older_report_than_the_one_written() -> None:
@@ -213,4 +338,5 @@ async def test_the_answer_to_a_report_is_never_an_older_report_than_the_one_writ
         await cluster.stop()
     assert answer.figures.update_time == numbered("node-a", 2).figures.update_time
     assert answer.resource_version == cluster.stream.history[1].sequence
+
 
