@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -340,3 +341,27 @@ async def test_the_answer_to_a_report_is_never_an_older_report_than_the_one_writ
     assert answer.resource_version == cluster.stream.history[1].sequence
 
 
+
+@pytest.mark.xfail(strict=True, reason="a copy that finds only the rewrite of an unchanged report (history 1) serves "
+                                       "the node at the rewrite's sequence; copies that applied both, at the first's")
+async def test_a_copy_that_replayed_an_unchanged_rewrite_serves_the_node_at_its_first_version() -> None:
+    """A report and the same report again (its agent's retry) are two writes of one content: a copy
+    that applied both serves the node at the first write's resourceVersion. Two's copy was behind:
+    by the time it read, the stream held the second write only."""
+    cluster = Cluster(Run([APPLY_TIMEOUTS[0], APPLY_TIMEOUTS[0]], []))
+    one, two = cluster.replicas
+    try:
+        await settle()
+        cluster.put(one, numbered("node-a", 1))
+        await cluster.drain()
+        for _ in range(2):  # the report, then the same again once one's copy has it
+            cluster.put(one, numbered("node-a", 2))
+            await cluster.let_through(one, "publish")
+            while one.follower.position < cluster.stream.last_seq:
+                await cluster.let_through(one, "fetch", "stream_info")
+        await cluster.drain()
+    finally:
+        await cluster.stop()
+    first, second = cluster.stream.history[1:]
+    assert first.data == second.data  # one content, written twice
+    assert one.served() == two.served()
