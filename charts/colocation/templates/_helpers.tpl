@@ -62,3 +62,66 @@ runAsUser: 65532
 runAsGroup: 65532
 {{- end -}}
 {{- end }}
+
+{{- /*
+store.type=nats: the operator's flags, and the read-only mounts of the CA (ca.crt of
+store.nats.tlsSecret, never its key) and of its password (manifests/components/nats-store).
+With store.nats.deploy it connects to the deployed servers' Service.
+*/}}
+{{- define "colocation.natsServers" -}}
+{{- if .Values.store.nats.deploy -}}
+{{- list "tls://colocation-nats.colocation-system.svc:4222" | toJson -}}
+{{- else -}}
+{{- .Values.store.nats.servers | toJson -}}
+{{- end -}}
+{{- end }}
+
+{{- define "colocation.natsArgs" -}}
+{{- $nats := .Values.store.nats -}}
+- --store=nats
+{{- range include "colocation.natsServers" . | fromJsonArray }}
+- --nats-server={{ . }}
+{{- end }}
+{{- if $nats.tlsSecret }}
+- --nats-ca-file=/etc/colocation/nats-ca/ca.crt
+{{- end }}
+{{- if $nats.user }}
+- --nats-user={{ $nats.user }}
+- --nats-password-file=/etc/colocation/nats-password/password
+{{- end }}
+- --nats-storage={{ $nats.storage }}
+- --nats-replicas={{ $nats.replicas }}
+{{- end }}
+
+{{- define "colocation.natsMounts" -}}
+{{- if .Values.store.nats.tlsSecret }}
+- name: nats-ca
+  mountPath: /etc/colocation/nats-ca
+  readOnly: true
+{{- end }}
+{{- if .Values.store.nats.user }}
+- name: nats-password
+  mountPath: /etc/colocation/nats-password
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "colocation.natsVolumes" -}}
+{{- if .Values.store.nats.tlsSecret }}
+- name: nats-ca
+  secret:
+    secretName: {{ .Values.store.nats.tlsSecret }}
+    # The CA only: the servers' private key stays out of the operator's pods.
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
+{{- if .Values.store.nats.user }}
+- name: nats-password
+  secret:
+    secretName: {{ .Values.store.nats.passwordSecret }}
+    items:
+      - key: password
+        path: password
+{{- end }}
+{{- end }}

@@ -24,6 +24,8 @@ HELM_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "he
 # Each feature value and the kustomize component it stands for.
 FEATURES = {"features.resourceMetrics": "resource-metrics", "features.customMetrics": "custom-metrics",
             "features.nodeQoSEnforcement": "enforcement"}
+# The values that stand for the nats-store component: the operator on NATS JetStream, and its servers.
+NATS_STORE = {"store.type": "nats", "store.nats.deploy": True}
 ObjectKey = tuple[str, str | None, str]
 # What only the chart installs, and why: helm's post-delete hook that runs `colocation cleanup`
 # (test_cleanup_hook checks it; kubectl users run the command themselves, docs/install.md "Uninstall").
@@ -83,14 +85,20 @@ def test_each_feature_adds_exactly_its_component(helm_path: str, feature: str) -
     assert by_key(chart) != by_key(render(helm_path)), f"{feature} changes nothing"
 
 
+def test_the_deployed_nats_store_is_the_nats_store_component(helm_path: str) -> None:
+    chart = render(helm_path, NATS_STORE)
+    assert_same_install(chart, kustomized(("nats-store",)))
+    assert ("StatefulSet", "colocation-system", "colocation-nats") in by_key(chart)
+
+
 def test_every_feature_at_once_is_every_component(helm_path: str) -> None:
-    chart = render(helm_path, dict.fromkeys(FEATURES, True))
-    assert_same_install(chart, kustomized(tuple(FEATURES.values())))
+    chart = render(helm_path, {**dict.fromkeys(FEATURES, True), **NATS_STORE})
+    assert_same_install(chart, kustomized((*FEATURES.values(), "nats-store")))
 
 
 def test_every_helm_labelled_object_carries_the_release(helm_path: str) -> None:
     """What `helm uninstall` and `kubectl get -l app.kubernetes.io/instance=...` find."""
-    for obj in render(helm_path, dict.fromkeys(FEATURES, True)):
+    for obj in render(helm_path, {**dict.fromkeys(FEATURES, True), **NATS_STORE}):
         labels = obj["metadata"]["labels"]
         assert labels["app.kubernetes.io/instance"] == "colocation", obj["metadata"]["name"]
         assert labels["app.kubernetes.io/part-of"] == "colocation", obj["metadata"]["name"]
@@ -183,7 +191,8 @@ def test_the_release_namespace_cannot_be_one_the_chart_creates(helm_path: str) -
         in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("features", [{}, dict.fromkeys(FEATURES, True)], ids=["defaults", "every-feature"])
+@pytest.mark.parametrize("features", [{}, {**dict.fromkeys(FEATURES, True), **NATS_STORE}],
+                         ids=["defaults", "every-feature"])
 def test_helm_lint_is_clean(helm_path: str, features: dict[str, object]) -> None:
     result = helm(helm_path, "lint", "--strict", str(CHART), *set_args(features))
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout, result.stdout

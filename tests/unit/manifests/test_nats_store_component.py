@@ -64,12 +64,17 @@ def rendered() -> list[dict[str, Any]]:
     return render_manifests(REPO, components=("nats-store",))
 
 
-@pytest.fixture(scope="module")
-def nats_server() -> str:
+def nats_server_binary() -> str:
+    """nats-server, or a skip saying how to build it."""
     try:
         return locate_nats_server(build=False)
     except NatsServerMissing as missing:
         pytest.skip(f"nats-server is not built (make nats): {missing}")
+
+
+@pytest.fixture(scope="module")
+def nats_server() -> str:
+    return nats_server_binary()
 
 
 def nats_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
