@@ -130,7 +130,7 @@ def test_it_adds_the_servers_and_changes_only_the_operator(
 ) -> None:
     added = [o for o in rendered if o not in base and o["kind"] != "Deployment"]
     assert sorted((o["kind"], o["metadata"]["name"]) for o in added) == [
-        ("ConfigMap", "colocation-nats-config"), ("PodDisruptionBudget", SERVERS), ("Service", SERVERS),
+        ("ConfigMap", SERVERS), ("PodDisruptionBudget", SERVERS), ("Service", SERVERS),
         ("Service", "colocation-nats-headless"), ("StatefulSet", SERVERS)]
     # The agents never talk to NATS: their DaemonSet is the base's.
     assert find(rendered, "DaemonSet", "colocation-agent", NS) == find(base, "DaemonSet", "colocation-agent", NS)
