@@ -4,7 +4,9 @@ The replica compares-and-sets on the node's last write as it applied it. When an
 wrote since (an agent that retried elsewhere), it reads the stream's last write of the node and
 tries again. A report whose updateTime is up to RETRY_WINDOW before the node's last one is a
 late retry: it is dropped, and the answer is the newer report. So an older report never lands
-over a newer one; an agent whose clock stepped back further is taken at its word. The answer
+over a newer one; an agent whose clock stepped back further is taken at its word. A report the
+same as the node's last write (its agent sent it again, its answer lost) is not written twice:
+every replica then serves the node at one resourceVersion, however far behind its copy was. The answer
 waits for the replica's own copy to apply the write, up to `apply_timeout`; past that it is made
 from the write itself.
 
@@ -19,7 +21,7 @@ from collections.abc import Mapping
 from colocation.apimachinery.clock import MonotonicClock, WallClock, format_time
 from colocation.jetstream.log_follower import LogFollower
 from colocation.jetstream.nodemetric_log import Conflict, NodeMetricLog
-from colocation.nodemetrics.nodemetric_store import log_value, logged_entry
+from colocation.nodemetrics.nodemetric_store import log_value, logged_entry, same_status
 from colocation.nodemetrics.report_schema import ValidatedReport
 from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
 
@@ -53,6 +55,8 @@ class LogIngest:
             return known
         created = known.creation_timestamp if known is not None else format_time(received_at)
         value = log_value(stored, labels, created=created)
+        if known is not None and _same(stored, labels, value, known):
+            return known
         last = self._follower.last_written.get(name, 0)
         for _ in range(MAX_TRIES):
             try:
@@ -63,7 +67,7 @@ class LogIngest:
                 if current is None:
                     continue
                 newer = logged_entry(last, current, received_at=received_at, seen_at=self._monotonic())[0]
-                if _late(stored, newer):
+                if _late(stored, newer) or _same(stored, labels, value, newer):
                     return await self._applied(name, last) or newer
         else:
             raise Conflict(f"{name}: other replicas kept writing it over {MAX_TRIES} tries")
@@ -80,6 +84,11 @@ class LogIngest:
                 self._follower.last_written.get(name) == position):
             return self._store.get(name)
         return None
+
+
+def _same(report: ValidatedReport, labels: Mapping[str, str], value: bytes, last: Entry) -> bool:
+    """Whether `value` (`report`'s, with the Node's `labels`) is the node's `last` write again."""
+    return report.figures == last.figures and last.labels == labels and same_status(last.body, value)
 
 
 def _late(report: ValidatedReport, last: Entry) -> bool:

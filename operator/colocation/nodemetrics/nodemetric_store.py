@@ -241,7 +241,7 @@ class NodeMetricStore:
             return
         entry, body = logged_entry(position, value, received_at=received_at, seen_at=self._monotonic(),
                                    figures=figures)
-        if previous is not None and previous.labels == entry.labels and _same_status(previous.body, body):
+        if previous is not None and previous.labels == entry.labels and same_status(previous.body, body):
             self._entries[name] = dataclasses.replace(previous, last_seen_monotonic=entry.last_seen_monotonic)
             return
         self._store(entry)
@@ -408,7 +408,7 @@ def logged_entry(position: int, value: bytes, *, received_at: float, seen_at: fl
                  received_at=received_at), body
 
 
-def _same_status(body: bytes, other: bytes) -> bool:
+def same_status(body: bytes, other: bytes) -> bool:
     """Whether two bodies of one node carry the same status (their metadata may differ). The first
     `"status":` key is the object's: metadata comes first, and names and labels hold no quotes."""
     return body[body.index(_STATUS_KEY):] == other[other.index(_STATUS_KEY):]
