@@ -6,7 +6,10 @@ tries again. A report whose updateTime is up to RETRY_WINDOW before the node's l
 late retry: it is dropped, and the answer is the newer report. So an older report never lands
 over a newer one; an agent whose clock stepped back further is taken at its word. A report the
 same as the node's last write (its agent sent it again, its answer lost) is not written twice:
-every replica then serves the node at one resourceVersion, however far behind its copy was. The answer
+every replica then serves the node at one resourceVersion, however far behind its copy was.
+A write that lands at or below what the replica's copy applied finds the stream lost (its servers
+restarted, memory storage): the replica moves the stream above that (`restart_after_loss`), which
+drops the write, and writes it again, so no answer ever carries a lower resourceVersion. The answer
 waits for the replica's own copy to apply the write, up to `apply_timeout`; past that it is made
 from the write itself.
 
@@ -15,6 +18,7 @@ Why: docs/architecture.md#nodemetrics-on-nats-jetstream
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 
@@ -24,6 +28,8 @@ from colocation.jetstream.nodemetric_log import Conflict, NodeMetricLog
 from colocation.nodemetrics.nodemetric_store import log_value, logged_entry, same_status
 from colocation.nodemetrics.report_schema import ValidatedReport
 from colocation.nodemetrics.storage_interface import Entry, NodeMetricReader
+
+log = logging.getLogger(__name__)
 
 MAX_TRIES = 5  # compare-and-set rounds; each lost round means another replica wrote the node meanwhile
 APPLY_TIMEOUT = 2.0
@@ -57,11 +63,31 @@ class LogIngest:
         value = log_value(stored, labels, created=created)
         if known is not None and _same(stored, labels, value, known):
             return known
+        for _ in range(2):
+            applied = self._follower.position
+            written = await self._append(stored, labels, value, received_at=received_at)
+            position = written.resource_version if isinstance(written, Entry) else written
+            if position > applied:
+                break
+            log.warning("a report was written below what this replica applied: the stream was lost",
+                        extra={"node": name, "position": position, "applied": applied})
+            await self._log.restart_above(applied, wall=self._wall)
+        else:
+            raise Conflict(f"{name}: written below what this replica applied, after moving the stream above it")
+        if isinstance(written, Entry):
+            return written  # the stream had a newer report, or this one already
+        return await self._applied(name, written) or logged_entry(
+            written, value, received_at=received_at, seen_at=self._monotonic(), figures=stored.figures)[0]
+
+    async def _append(self, stored: ValidatedReport, labels: Mapping[str, str], value: bytes,
+                      *, received_at: float) -> int | Entry:
+        """Compare-and-set `value` as the node's next write: its position, or the entry to answer
+        with instead when the stream's last write of the node is newer or the same."""
+        name = stored.name
         last = self._follower.last_written.get(name, 0)
         for _ in range(MAX_TRIES):
             try:
-                position = await self._log.append(name, value, last=last, figures=stored.figures)
-                break
+                return await self._log.append(name, value, last=last, figures=stored.figures)
             except Conflict:
                 last, current = await self._log.last(name)
                 if current is None:
@@ -69,10 +95,7 @@ class LogIngest:
                 newer = logged_entry(last, current, received_at=received_at, seen_at=self._monotonic())[0]
                 if _late(stored, newer) or _same(stored, labels, value, newer):
                     return await self._applied(name, last) or newer
-        else:
-            raise Conflict(f"{name}: other replicas kept writing it over {MAX_TRIES} tries")
-        return await self._applied(name, position) or logged_entry(
-            position, value, received_at=received_at, seen_at=self._monotonic(), figures=stored.figures)[0]
+        raise Conflict(f"{name}: other replicas kept writing it over {MAX_TRIES} tries")
 
     async def _applied(self, name: str, position: int) -> Entry | None:
         """The write at `position` as this replica's copy serves it once it applied it (the same

@@ -103,18 +103,21 @@ async def ensure_stream(js: JetStreamContext, settings: LogSettings, *, wall: Ca
     return await last_sequence(js)
 
 
-async def restart_after_loss(js: JetStreamContext, *, above: int, wall: Callable[[], float]) -> int | None:
+async def restart_after_loss(js: JetStreamContext, *, above: int, wall: Callable[[], float],
+                             known_lost: bool = False) -> int | None:
     """When the stream holds nothing past `above` (the highest resourceVersion this replica
     applied) although it had reached it, its messages are gone (memory storage on servers that
     all restarted: its sequence starts again from its first). Move its next sequence above both
     `above` and the clock, so that no resourceVersion is ever lower than one served, and write
     RESTART_KEY there for every follower; return that sequence. None when the stream still
-    reaches `above` (nothing was lost, or another replica did this first). Two replicas that find
+    reaches `above` (nothing was lost, or another replica did this first); with `known_lost` (a
+    write landed at or below `above`), only when it holds more. Two replicas that find
     the loss at the same moment may both do it: a report written between the two is lost, and
     its node's next report (seconds later) stands in for it."""
     # JetStream's own last sequence: between another replica's purge and its RESTART_KEY write the
     # stream holds nothing, but its sequence has moved above `above` already.
-    if int((await js.stream_info(STREAM)).state.last_seq) >= above:
+    last = int((await js.stream_info(STREAM)).state.last_seq)
+    if last > above or (last == above and not known_lost):
         return None
     restart = max(above + 1, clock_position(wall))
     await js.purge_stream(STREAM, seq=restart)
@@ -162,6 +165,10 @@ class NodeMetricLog:
         servers remove the marker after `marker_ttl` seconds: with history 1 it would stay forever."""
         return await self._publish(name, b"", {EXPECTED_LAST: str(last), OPERATION: "DEL",
                                                MESSAGE_TTL: str(self._marker_ttl)})
+
+    async def restart_above(self, above: int, *, wall: Callable[[], float]) -> int | None:
+        """`restart_after_loss` on this log's stream, which a write at or below `above` proved lost."""
+        return await restart_after_loss(self._js, above=above, wall=wall, known_lost=True)
 
     async def last(self, name: str) -> tuple[int, bytes | None]:
         """Node `name`'s last write as the stream has it: (its sequence, its value), (0, None) for

@@ -20,6 +20,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
+from colocation.apimachinery.clock import format_time
 from colocation.jetstream.log_follower import LogFollower
 from colocation.jetstream.log_ingest import LogIngest
 from colocation.jetstream.nats_connection import NatsOptions, connect
@@ -35,6 +36,7 @@ from colocation.jetstream.nodemetric_log import (
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore, log_value
 from colocation.nodemetrics.nodemetric_watch_window import Watcher
 from colocation.nodemetrics.resource_versions import LogPositions
+from colocation.nodemetrics.storage_interface import Entry
 from colocation_sandbox.launcher.nats_cluster import NatsCluster
 from tests.timing import TIME_FACTOR, eventually_async
 from tests.unit.nodemetrics.test_nodemetric_store import drain, report
@@ -207,6 +209,29 @@ async def test_a_stream_the_servers_lost_starts_again_above_every_version_served
             assert replica.store.get("node-b") is not None  # kept until node-b reports again
         info = await one.js.stream_info(STREAM)
         assert info.state.last_seq > written
+
+
+async def test_a_report_taken_before_its_replica_finds_the_stream_lost_is_answered_above_every_version(
+        nats_cluster: NatsCluster) -> None:
+    async with replicas(nats_cluster, LogSettings(storage="memory")) as (one, _, _):
+        written = await one.write("node-a", "1")
+        assert await one.follower.wait_for(written, DEADLINE)
+        await one.stop_following()  # its copy has not read the loss when the next report comes
+        for server in nats_cluster.servers:
+            await nats_cluster.stop_server(server)
+        for server in nats_cluster.servers:
+            await nats_cluster.start_server(server)
+        await nats_cluster.wait_ready()
+
+        async def taken() -> Entry | None:
+            with contextlib.suppress(Exception):  # until the restarted servers elect the stream's leader
+                return await one.ingest.put(report("node-b", "2", format_time(time.time())), {})
+            return None
+
+        entry = await eventually_async(taken, 30.0, message="a report taken after the servers restarted")
+        assert entry.resource_version > written
+        info = await one.js.stream_info(STREAM)
+        assert info.state.last_seq >= entry.resource_version  # written there, not only answered so
 
 
 @pytest.mark.parametrize("header", [None, "", "1 2 3", "a b c d", "1 2 3 4 5"])
