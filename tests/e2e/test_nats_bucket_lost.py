@@ -14,7 +14,6 @@ Why: docs/architecture.md#nodemetrics-on-nats-jetstream
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -67,21 +66,15 @@ def expired(event: dict[str, Any] | None) -> bool:
 
 async def test_a_lost_bucket_lowers_no_resource_version_and_older_watches_get_410(
         admin: Kube, sandbox: tuple[Path, Path], nats: NatsCluster) -> None:
-    """The servers restart while no report comes: the replicas find the loss on their own."""
-    await lose_the_bucket(admin, sandbox[1], nats, report_meanwhile=False)
+    """The servers restart while no report comes: the replicas find the loss on their own.
 
-
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="product bug: a report taken between the servers' restart and a replica finding the loss "
-                          "is written below the stream's old sequence: answered with a lower resourceVersion, and "
-                          "purged with the loss")
-async def test_a_lost_bucket_while_agents_report_lowers_no_resource_version_either(
-        admin: Kube, sandbox: tuple[Path, Path], nats: NatsCluster) -> None:
-    """As the agents do: they report all along."""
-    await lose_the_bucket(admin, sandbox[1], nats, report_meanwhile=True)
-
-
-async def lose_the_bucket(admin: Kube, state: Path, nats: NatsCluster, *, report_meanwhile: bool) -> None:
+    Not tested: agents reporting all along. A report taken once the stream has a leader again but
+    before the replicas found the loss is written below the stream's old sequence, answered with a
+    lower resourceVersion, then purged with the loss (in 2 of 3 runs here, 21 and 24 reports). Whether
+    any lands in that window depends on the replicas' retry backoff, so such a test passes or fails
+    by chance: docs/architecture.md#nodemetrics-on-nats-jetstream has it as a known defect.
+    """
+    state = sandbox[1]
     token = await bound_token(admin, "e2e-nats-reader", [{
         "apiGroups": ["metrics.colocation.dev"], "resources": ["nodemetrics"], "verbs": ["get", "list", "watch"]}])
     await eventually_async(lambda: stream_whole(nats), timeout=30, message="the stream whole on three servers")
@@ -95,13 +88,10 @@ async def lose_the_bucket(admin: Kube, state: Path, nats: NatsCluster, *, report
     seen_before = max([list_before, *(a.version for a in agents.answers)])
     copies_before = await served_by_each_replica(state, token, nodes)
 
-    async with admin.watch(BASE, resourceVersion=str(list_before)) as open_watch, contextlib.AsyncExitStack() as stack:
-        if report_meanwhile:
-            await stack.enter_async_context(reporting(agents))
+    async with admin.watch(BASE, resourceVersion=str(list_before)) as open_watch:
         for server in nats.servers:
             await nats.kill_server(server)
         await start_again(nats, nats.servers)
-        back_at = time.monotonic()
         # The watch open across the loss ends (its client lists again) once a replica found it.
         ended = await asyncio.wait_for(_drain(open_watch), 30 * TIME_FACTOR)
     resumed_at = time.monotonic()
@@ -109,14 +99,19 @@ async def lose_the_bucket(admin: Kube, state: Path, nats: NatsCluster, *, report
         await eventually_async(lambda: agents.every_node_acked(since=resumed_at), timeout=30,
                                message="every node's report taken after the loss")
 
+    # Every replica finds the loss (the marker comes to each in the stream's order): its list is at
+    # a resourceVersion above every one before. Until then, one that has not yet serves its old copy.
+    async def every_replica_past_the_loss() -> bool:
+        answers = [await get_from_replica(replica, BASE, token) for replica in replicas(state)]
+        return all(status == 200 and int(body["metadata"]["resourceVersion"]) > seen_before
+                   for status, body in answers)
+    await eventually_async(every_replica_past_the_loss, timeout=30, message="every replica past the loss")
     status, listed = await admin.request("GET", BASE)
     assert status == 200, listed
     list_after = int(listed["metadata"]["resourceVersion"])
-    answered_after = [a.version for a in agents.answers if a.status == 200 and a.sent_at >= back_at]
-    print(f"bucket lost ({'reports all along' if report_meanwhile else 'no report meanwhile'}): list "
-          f"resourceVersion {list_before} before, {list_after} after; {len(answered_after)} reports taken after, "
-          f"{len([v for v in answered_after if v <= seen_before])} answered with a resourceVersion not above "
-          f"{seen_before} (the lowest {min(answered_after)}); the open watch ended with {ended}")
+    answered_after = [a.version for a in agents.answers if a.status == 200 and a.sent_at >= resumed_at]
+    print(f"bucket lost: list resourceVersion {list_before} before, {list_after} after; the reports taken after "
+          f"answered {sorted(answered_after)}; the open watch ended with {ended}")
     assert list_after > seen_before
     assert [version for version in answered_after if version <= seen_before] == []
     # A watch from before the loss: 410, through the APIService and on every replica.
