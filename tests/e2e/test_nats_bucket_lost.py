@@ -70,7 +70,7 @@ async def test_a_lost_bucket_lowers_no_resource_version_and_older_watches_get_41
 
     Not tested: agents reporting all along. A report taken once the stream has a leader again but
     before the replicas found the loss is written below the stream's old sequence, answered with a
-    lower resourceVersion, then purged with the loss (in 2 of 3 runs here, 21 and 24 reports). Whether
+    lower resourceVersion, then purged with the loss (in 3 of 5 runs here; 21 and 24 reports in two). Whether
     any lands in that window depends on the replicas' retry backoff, so such a test passes or fails
     by chance: docs/architecture.md#nodemetrics-on-nats-jetstream has it as a known defect.
     """
