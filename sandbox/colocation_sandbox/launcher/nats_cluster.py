@@ -227,7 +227,8 @@ def _config(server: NatsServer, routes: list[int], cluster_name: str, security: 
             f'listen: {server.client_host}:{server.client_port}\n'
             f'http: 127.0.0.1:{server.monitor_port}\n'
             f'{client_security}'
-            f'jetstream {{ store_dir: "{server.store_dir}", max_memory_store: {MAX_STORE}, max_file_store: {MAX_STORE} }}\n'
+            f'jetstream {{ store_dir: "{server.store_dir}", '
+            f'max_memory_store: {MAX_STORE}, max_file_store: {MAX_STORE} }}\n'
             f'cluster {{ name: {cluster_name}, listen: 127.0.0.1:{server.route_port}, '
             f'routes: [{route_urls}]{route_tls} }}\n')
 
