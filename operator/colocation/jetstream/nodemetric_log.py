@@ -88,11 +88,21 @@ async def last_sequence(js: JetStreamContext) -> int:
 
 
 async def ensure_stream(js: JetStreamContext, settings: LogSettings, *, wall: Callable[[], float]) -> int:
-    """Create the stream unless it exists; its last sequence (0 when it holds nothing yet)."""
+    """Create the stream unless it exists; its last sequence (0 when it holds nothing yet).
+
+    A stream that exists but holds nothing starts at the clock too: the servers keep a memory
+    stream's settings when they all restart, not its messages, and its sequence would start again
+    from its first, below what replicas that restarted as well served before (no replica is left
+    to find the loss). Moving an empty stream loses nothing."""
     try:
-        return await last_sequence(js)
+        state = (await js.stream_info(STREAM)).state
     except NotFoundError:
         pass
+    else:
+        if state.messages == 0 and int(state.last_seq) < (now := clock_position(wall)):
+            await js.purge_stream(STREAM, seq=now)
+            log.info("the NodeMetric stream was empty: it starts at the clock", extra={"next_sequence": now})
+        return await last_sequence(js)
     first = clock_position(wall)
     try:
         await js.add_stream(stream_config(settings, first_seq=first))

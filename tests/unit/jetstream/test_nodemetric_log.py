@@ -234,6 +234,34 @@ async def test_a_report_taken_before_its_replica_finds_the_stream_lost_is_answer
         assert info.state.last_seq >= entry.resource_version  # written there, not only answered so
 
 
+async def test_replicas_that_restarted_with_every_server_start_above_every_version_served(
+        nats_cluster: NatsCluster) -> None:
+    async with replicas(nats_cluster, LogSettings(storage="memory")) as (one, _, _):
+        written = await one.write("node-a", "1")
+    for server in nats_cluster.servers:  # the servers keep the memory stream's settings, not its messages
+        await nats_cluster.stop_server(server)
+    for server in nats_cluster.servers:
+        await nats_cluster.start_server(server)
+    await nats_cluster.wait_ready()
+    started = int(time.time() * 1_000_000)
+    client = await connect(NatsOptions(servers=(nats_cluster.urls[0],)), name="restarted")
+    try:
+        js = client.jetstream(timeout=2.0)
+        await eventually_async(lambda: _ensured(js), 30.0, message="the stream there again")
+        again = await NodeMetricLog(js, timeout=2.0).append("node-a", log_value(report("node-a", "2"), {}, created=""),
+                                                            last=0)
+    finally:
+        await client.close()
+    assert again > started > written
+
+
+async def _ensured(js: JetStreamContext) -> bool:
+    with contextlib.suppress(Exception):  # until the restarted servers elect the stream's leader
+        await ensure_stream(js, LogSettings(storage="memory"), wall=time.time)
+        return True
+    return False
+
+
 @pytest.mark.parametrize("header", [None, "", "1 2 3", "a b c d", "1 2 3 4 5"])
 def test_figures_a_write_carries_are_read_back_or_left_to_the_report(header: str | None) -> None:
     figures = report("node-a", "3").figures
