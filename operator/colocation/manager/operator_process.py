@@ -433,10 +433,14 @@ class OperatorProcess:
             served.server.ready_check = lambda: self._ready(follower)
             if config.controllers.enabled:  # before the election starts: a replica that leads promotes them
                 self.controllers = self._warm_controllers(api)
+            # With --store nats the copy of the stream stays current through the drain (below): a
+            # draining replica still serves reads, and a frozen copy would answer with older versions.
+            copying = asyncio.create_task(self._keep_copy_current(follower))
             tasks = [asyncio.create_task(self.nodes.informer(kube_transport(api)).run()),
                      asyncio.create_task(self.replica_pods.informer(kube_transport(api)).run()),
-                     asyncio.create_task(self._elect(elector)),
-                     asyncio.create_task(self._keep_copy_current(follower))]
+                     asyncio.create_task(self._elect(elector))]
+            if shared is None:
+                tasks.append(copying)
             if self.tls is not None:
                 tasks.append(asyncio.create_task(self.tls.run(self.stop)))
             if authenticator.local is not None:  # every replica: a new leader has the keys at once
@@ -468,7 +472,8 @@ class OperatorProcess:
                 if not self.lost_leadership and config.shutdown_delay > 0:
                     self.draining = True
                     log.info("draining: not ready, still serving reads", extra={"seconds": config.shutdown_delay})
-                    # With --store nats the copy stopped with the other tasks: it is served as it is.
+                    if shared is not None and shared.presence is not None:
+                        await shared.presence.withdraw()  # agents send their reports elsewhere from now on
                     following = asyncio.create_task(self._follow_while_draining(follower)) \
                         if follower is not None else None
                     # Endpoints drop a replica only once they see it not ready: closing at once would
@@ -478,6 +483,10 @@ class OperatorProcess:
                         following.cancel()
                         with contextlib.suppress(asyncio.CancelledError):
                             await following
+                if not copying.done():
+                    copying.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await copying
                 self.store.close_watchers()
                 await runner.cleanup()
         if self.controllers_failed:
