@@ -37,7 +37,8 @@ def _read_secret(path: str) -> str | None:
 
 
 async def connect(options: NatsOptions, *, name: str) -> Client:
-    """A connection that reconnects forever; raises when no server answers within `timeout`."""
+    """A connection that reconnects forever. nats-py keeps trying the servers at first too (no
+    answer, a refused password): each failure is logged here, and the call returns once one took it."""
     context = ssl.create_default_context(cafile=options.ca_file) if options.ca_file else None
     password = _read_secret(options.password_file)
 
