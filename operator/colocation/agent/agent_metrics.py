@@ -70,7 +70,7 @@ class AgentMetrics:
                                               "series-limit, node-series-limit, buffer-full, refused, "
                                               "repeated).", ["reason"], registry=r)
         self.sample_batches_sent = Counter("colocation_agent_sample_batches_sent_total",
-                                           "Sample batches the leader accepted, by route (leader, apiserver).",
+                                           "Sample batches accepted, by route (leader, replica, apiserver).",
                                            ["route"], registry=r)
         self.sample_batches_failed = Counter("colocation_agent_sample_batches_failed_total",
                                              "Sample batch attempts that failed, by reason.", ["reason"], registry=r)
