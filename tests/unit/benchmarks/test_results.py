@@ -16,6 +16,7 @@ from benchmarks.cp_kube import KubeCostReport
 from benchmarks.ingest_figures import SizeReports, StageRuns
 from benchmarks.jetstream_costs import JetStreamCosts
 from benchmarks.leader_scale import ScaleReport
+from benchmarks.nats_ingest import NatsIngestReport
 from benchmarks.operator_failover import FailoverReport
 from benchmarks.outage_recovery_report import OutageReport
 from benchmarks.results import SavedFile
@@ -31,6 +32,7 @@ MODELS: dict[str, type[SavedFile]] = {
     "plots/outage_recovery.json": OutageReport,
     "plots/outage_recovery_500.json": OutageReport,
     "plots/jetstream_costs.json": JetStreamCosts,
+    "plots/nats_ingest.json": NatsIngestReport,
     "ingest_before.json": SizeReports,
     "ingest_results.json": SizeReports,
     "ingest_stages.json": StageRuns,
