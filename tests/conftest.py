@@ -7,6 +7,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+from colocation_sandbox.launcher.nats_cluster import NatsServerMissing, locate_nats_server
+
 # Our machines are shared and noisy: generation speed is not what these properties test.
 settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # CI explores the same examples on every run, so a red run can be reproduced.
@@ -23,3 +25,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("timed_pipeline") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def nats_server() -> str:
+    """The nats-server binary; tests that need one skip, saying so in one line, where it is not built."""
+    try:
+        return locate_nats_server(build=False)
+    except NatsServerMissing as missing:
+        pytest.skip(f"nats-server is not built (make nats): {missing}")

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
-from tests.e2e.kube import Kube, fresh_namespace, start_sandbox_process
+from colocation_sandbox.launcher.nats_cluster import NatsCluster
+from tests.e2e.kube import Kube, fresh_namespace, nodemetrics_available, start_sandbox_process
+from tests.timing import eventually_async
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -187,3 +189,21 @@ async def as_user(kubeconfig: Path) -> AsyncIterator[object]:
     yield open_client
     for client in clients:
         await client.__aexit__(None, None, None)
+
+
+# ---- fixtures over a module's own `sandbox` fixture: (kubeconfig, state dir) ---------------------
+
+@pytest.fixture(scope="module")
+def nats(sandbox: tuple[Path, Path]) -> Iterator[NatsCluster]:
+    """The NATS servers of the module's `--store nats` sandbox (tests.e2e.nats_sandbox)."""
+    from tests.e2e.nats_sandbox import servers_of
+
+    yield from servers_of(sandbox[1])
+
+
+@pytest.fixture
+async def admin(sandbox: tuple[Path, Path]) -> AsyncIterator[Kube]:
+    """The sandbox's admin, once the NodeMetric APIService is Available."""
+    async with Kube.from_kubeconfig(sandbox[0]) as kube:
+        await eventually_async(lambda: nodemetrics_available(kube), timeout=30)
+        yield kube

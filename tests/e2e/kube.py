@@ -484,3 +484,11 @@ async def node_agent_token(kube: Kube, node: str, namespace: str = "colocation-s
         "spec": {"expirationSeconds": 3600, "boundObjectRef": {
             "kind": "Pod", "apiVersion": "v1", "name": agent["metadata"]["name"], "uid": agent["metadata"]["uid"]}}})
     return str(token["status"]["token"])
+
+
+async def nodemetrics_available(kube: Kube) -> bool:
+    """Whether the NodeMetric APIService is Available (the aggregator reaches a replica)."""
+    status, body = await kube.request("GET", "/apis/apiregistration.k8s.io/v1/apiservices/"
+                                             "v1alpha1.metrics.colocation.dev")
+    conditions = (body.get("status") or {}).get("conditions") or [] if status == 200 else []
+    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)

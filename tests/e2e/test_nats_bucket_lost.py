@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,35 +23,22 @@ import pytest
 
 from colocation_sandbox.launcher.nats_cluster import NatsCluster
 from tests.e2e.kube import Kube, bound_token, get_from_replica
+from tests.e2e.nats_sandbox import nats_sandbox
 from tests.e2e.test_nats_store_failures import (
     Agents,
-    nats_sandbox,
     new_nodes,
     reporting,
     served_by_each_replica,
-    servers_of,
     start_again,
     stream_whole,
 )
-from tests.e2e.test_operator import BASE, _available, replicas
+from tests.e2e.test_operator import BASE, replicas
 from tests.timing import TIME_FACTOR, eventually_async
 
 
 @pytest.fixture(scope="module")
 def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     yield from nats_sandbox(request, tmp_path_factory, ["--operator-arg=--nats-storage=memory"])
-
-
-@pytest.fixture(scope="module")
-def nats(sandbox: tuple[Path, Path]) -> Iterator[NatsCluster]:
-    yield from servers_of(sandbox[1])
-
-
-@pytest.fixture
-async def admin(sandbox: tuple[Path, Path]) -> AsyncIterator[Kube]:
-    async with Kube.from_kubeconfig(sandbox[0]) as kube:
-        await eventually_async(lambda: _available(kube), timeout=30)
-        yield kube
 
 
 async def watch_outcome(admin: Kube, since: int) -> dict[str, Any] | None:

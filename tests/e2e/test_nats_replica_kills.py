@@ -31,25 +31,21 @@ import aiohttp
 import pytest
 
 from colocation.apimachinery.clock import parse_whole_seconds
-from tests.e2e.conftest import sandbox_kind_args, store_kind
-from tests.e2e.kube import TIME_FACTOR, Kube, WatchRefused, start_sandbox_process
+from tests.e2e.kube import TIME_FACTOR, Kube, WatchRefused
+from tests.e2e.nats_sandbox import nats_sandbox
 from tests.e2e.test_operator import Reader, leader
 from tests.timing import eventually_async
 
 BASE = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
 BOUND = 10.0  # seconds, times TIME_FACTOR: every node fresh again after a kill
-ARGS = ["--operators", "2", "--nodes", "5", "--pods-per-node", "2", "--no-serve-custom-metrics",
-        "--probe-interval=0.1", "--agent-arg=--report-interval=1", "--agent-arg=--heartbeat-interval=1"]
+ARGS = ["--nodes", "5", "--pods-per-node", "2", "--no-serve-custom-metrics", "--agent-arg=--report-interval=1",
+        "--agent-arg=--heartbeat-interval=1"]
 
 
 @pytest.fixture(scope="module")
-def nats_sandbox(request: pytest.FixtureRequest,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    if request.config.getoption("--kubeconfig") or store_kind(request.config) != "nats":
-        pytest.skip("kills replicas of a sandbox the test starts with --store nats (pytest --store nats)")
-    state = tmp_path_factory.mktemp("nats-kills")
-    with start_sandbox_process(state, [*sandbox_kind_args(request.config), *ARGS]) as kubeconfig:
-        yield state, kubeconfig
+def sandbox(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    yield from nats_sandbox(request, tmp_path_factory, ARGS)
 
 
 def _json(path: Path) -> list[dict[str, Any]]:
@@ -122,8 +118,8 @@ class Watcher:
 
 
 async def test_any_replica_killed_costs_at_most_one_attempt_per_node_and_readers_nothing(
-        nats_sandbox: tuple[Path, Path]) -> None:
-    state, kubeconfig = nats_sandbox
+        sandbox: tuple[Path, Path]) -> None:
+    kubeconfig, state = sandbox
     nodes = _nodes(state)
     async with Kube.from_kubeconfig(kubeconfig) as kube:
         await eventually_async(lambda: _fresh_since(kube, nodes, time.time() - 5), timeout=60 * TIME_FACTOR,

@@ -22,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
-import signal
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -36,10 +34,10 @@ import orjson
 import pytest
 
 from colocation.apimachinery.quantity import cpu_millis
-from colocation_sandbox.launcher.nats_cluster import NatsCluster, NatsServer, load_cluster
-from tests.e2e.conftest import sandbox_kind_args, store_kind
-from tests.e2e.kube import Kube, bound_token, start_sandbox_process
-from tests.e2e.test_operator import BASE, _available, leader, make_node, replicas, report
+from colocation_sandbox.launcher.nats_cluster import NatsCluster, NatsServer
+from tests.e2e.kube import Kube, bound_token
+from tests.e2e.nats_sandbox import nats_sandbox
+from tests.e2e.test_operator import BASE, leader, make_node, replicas, report
 from tests.timing import TIME_FACTOR, eventually_async
 
 STREAM = "KV_colocation-nodemetrics"
@@ -49,45 +47,9 @@ NODES = 3
 NATS_REQUEST_TIMEOUT = 2.0  # the operator's (nats_connection.NatsOptions.timeout)
 
 
-def nats_sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-                 extra: list[str]) -> Iterator[tuple[Path, Path]]:
-    """(kubeconfig, state dir) of a sandbox with `--store nats` this module starts; skipped otherwise."""
-    if store_kind(request.config) != "nats":
-        pytest.skip("--store nats only: it kills NATS servers")
-    if request.config.getoption("--kubeconfig"):
-        pytest.skip("the NATS servers are processes of the sandbox the test starts")
-    state = tmp_path_factory.mktemp("nats-sandbox")
-    args = [*sandbox_kind_args(request.config), "--operators", "2", "--nodes", "0", "--probe-interval=0.1", *extra]
-    with start_sandbox_process(state, args) as kubeconfig:
-        yield kubeconfig, state
-
-
 @pytest.fixture(scope="module")
 def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     yield from nats_sandbox(request, tmp_path_factory, [])
-
-
-def servers_of(state: Path) -> Iterator[NatsCluster]:
-    """The sandbox's NATS servers; those a test started again are stopped after the module."""
-    cluster = load_cluster(state / "nats")
-    sandbox_pids = {server.pid for server in cluster.servers}
-    yield cluster
-    for server in cluster.servers:
-        if server.pid and server.pid not in sandbox_pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(server.pid, signal.SIGTERM)
-
-
-@pytest.fixture(scope="module")
-def nats(sandbox: tuple[Path, Path]) -> Iterator[NatsCluster]:
-    yield from servers_of(sandbox[1])
-
-
-@pytest.fixture
-async def admin(sandbox: tuple[Path, Path]) -> AsyncIterator[Kube]:
-    async with Kube.from_kubeconfig(sandbox[0]) as kube:
-        await eventually_async(lambda: _available(kube), timeout=30)
-        yield kube
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from tests.e2e.kube import (
     as_client_go,
     bound_token,
     get_from_replica,
+    nodemetrics_available,
     put_as_client_go,
     scrape_samples,
     start_sandbox_process,
@@ -66,15 +67,8 @@ def operator_sandbox(request: pytest.FixtureRequest,
 @pytest.fixture
 async def admin(operator_sandbox: tuple[Path, Path]) -> AsyncIterator[Kube]:
     async with Kube.from_kubeconfig(operator_sandbox[0]) as kube:
-        await eventually_async(lambda: _available(kube), timeout=30)
+        await eventually_async(lambda: nodemetrics_available(kube), timeout=30)
         yield kube
-
-
-async def _available(kube: Kube) -> bool:
-    status, body = await kube.request("GET", "/apis/apiregistration.k8s.io/v1/apiservices/"
-                                             "v1alpha1.metrics.colocation.dev")
-    conditions = (body.get("status") or {}).get("conditions") or [] if status == 200 else []
-    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
 
 
 def replicas(state: Path) -> list[dict[str, Any]]:

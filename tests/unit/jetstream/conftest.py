@@ -11,15 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from colocation_sandbox.launcher.nats_cluster import NatsCluster, NatsServerMissing, locate_nats_server, start_cluster
-
-
-@pytest.fixture(scope="session")
-def nats_server() -> str:
-    try:
-        return locate_nats_server(build=False)
-    except NatsServerMissing as missing:
-        pytest.skip(f"nats-server is not built (make nats): {missing}")
+from colocation_sandbox.launcher.nats_cluster import NatsCluster, start_cluster
 
 
 @pytest.fixture

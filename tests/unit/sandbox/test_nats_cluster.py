@@ -18,20 +18,10 @@ from nats.js.api import StreamConfig
 from colocation.jetstream.nats_connection import NatsOptions, connect
 from colocation_sandbox.launcher.nats_cluster import (
     NatsCluster,
-    NatsServerMissing,
     load_cluster,
-    locate_nats_server,
     start_cluster,
 )
 from tests.timing import TIME_FACTOR
-
-
-@pytest.fixture(scope="module")
-def nats_server() -> str:
-    try:
-        return locate_nats_server(build=False)
-    except NatsServerMissing as missing:
-        pytest.skip(f"nats-server is not built (make nats): {missing}")
 
 
 @pytest.fixture
