@@ -41,6 +41,8 @@ FIGURES = "Colocation-Figures"
 # JetStream's error codes when EXPECTED_LAST does not match (with the sequence, and without).
 WRONG_LAST_SEQUENCE = (10071, 10164)
 STREAM_NAME_IN_USE = 10058
+# An empty stream whose sequence is this many seconds behind the clock is moved to the clock.
+EMPTY_MARGIN = 60
 # JetStream's per-message time to live, in seconds (the stream allows it: `allow_msg_ttl`).
 MESSAGE_TTL = "Nats-TTL"
 # A deleted node's marker is kept this long: a replica that did not read the stream for longer
@@ -93,13 +95,15 @@ async def ensure_stream(js: JetStreamContext, settings: LogSettings, *, wall: Ca
     A stream that exists but holds nothing starts at the clock too: the servers keep a memory
     stream's settings when they all restart, not its messages, and its sequence would start again
     from its first, below what replicas that restarted as well served before (no replica is left
-    to find the loss). Moving an empty stream loses nothing."""
+    to find the loss). Moving an empty stream loses nothing; one made in the last EMPTY_MARGIN
+    seconds (by another replica, starting beside this one) is left as it is."""
     try:
         state = (await js.stream_info(STREAM)).state
     except NotFoundError:
         pass
     else:
-        if state.messages == 0 and int(state.last_seq) < (now := clock_position(wall)):
+        now = clock_position(wall)
+        if state.messages == 0 and int(state.last_seq) < now - EMPTY_MARGIN * MICROSECONDS:
             await js.purge_stream(STREAM, seq=now)
             log.info("the NodeMetric stream was empty: it starts at the clock", extra={"next_sequence": now})
         return await last_sequence(js)
