@@ -13,13 +13,11 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
 
 # With --store nats (nats-server built by `make nats`): the NodeMetric API and its failover, custom
-# metrics, kubectl, and NATS servers failing. On the real control plane all but test_operator.py,
-# whose failover test a draining replica fails there (it serves its copy after closing its NATS
-# connection, and kube-apiserver still sends it lists: docs/architecture.md#when-nats-fails).
-NATS_TESTS=(tests/e2e/test_operator.py tests/e2e/test_custom_metrics.py tests/e2e/test_agent_custom_metrics.py
-            tests/e2e/test_kubectl_cluster.py tests/e2e/test_resource_metrics.py
-            tests/e2e/test_nats_store_failures.py tests/e2e/test_nats_bucket_lost.py)
-NATS_KUBE_TESTS=("${NATS_TESTS[@]:1}")
+# metrics, kubectl, NATS servers failing, and (builtin sandbox only) replicas killed while agents report.
+NATS_KUBE_TESTS=(tests/e2e/test_operator.py tests/e2e/test_custom_metrics.py tests/e2e/test_agent_custom_metrics.py
+                 tests/e2e/test_kubectl_cluster.py tests/e2e/test_resource_metrics.py
+                 tests/e2e/test_nats_store_failures.py tests/e2e/test_nats_bucket_lost.py)
+NATS_TESTS=("${NATS_KUBE_TESTS[@]}" tests/e2e/test_nats_replica_kills.py)
 
 prefixed() {  # run a command, every line of its output prefixed with $1
   local prefix=$1; shift
