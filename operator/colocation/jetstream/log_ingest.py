@@ -61,7 +61,7 @@ class LogIngest:
             return known
         created = known.creation_timestamp if known is not None else format_time(received_at)
         value = log_value(stored, labels, created=created)
-        if known is not None and _same(stored, labels, value, known):
+        if known is not None and _same(stored, known, labels=labels, value=value):
             return known
         for _ in range(2):
             applied = self._follower.position
@@ -93,7 +93,7 @@ class LogIngest:
                 if current is None:
                     continue
                 newer = logged_entry(last, current, received_at=received_at, seen_at=self._monotonic())[0]
-                if _late(stored, newer) or _same(stored, labels, value, newer):
+                if _late(stored, newer) or _same(stored, newer, labels=labels, value=value):
                     return await self._applied(name, last) or newer
         raise Conflict(f"{name}: other replicas kept writing it over {MAX_TRIES} tries")
 
@@ -109,7 +109,7 @@ class LogIngest:
         return None
 
 
-def _same(report: ValidatedReport, labels: Mapping[str, str], value: bytes, last: Entry) -> bool:
+def _same(report: ValidatedReport, last: Entry, *, labels: Mapping[str, str], value: bytes) -> bool:
     """Whether `value` (`report`'s, with the Node's `labels`) is the node's `last` write again."""
     return report.figures == last.figures and last.labels == labels and same_status(last.body, value)
 

@@ -215,7 +215,7 @@ def _tls_block(security: NatsSecurity) -> str:
             f'ca_file: "{security.ca_file}", timeout: {TLS_TIMEOUT_SECONDS} }}')
 
 
-def _config(server: NatsServer, routes: list[int], cluster_name: str, security: NatsSecurity | None) -> str:
+def _config(server: NatsServer, routes: list[int], *, cluster_name: str, security: NatsSecurity | None) -> str:
     route_urls = ", ".join(f"nats-route://127.0.0.1:{port}" for port in routes)
     client_security = route_tls = ""
     if security is not None:
@@ -249,7 +249,7 @@ def lay_out(state_dir: Path, *, size: int, cluster_name: str, client_host: str =
         routes = [other.route_port for other in servers if other is not server]
         fd = os.open(server.config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the password
         with os.fdopen(fd, "w") as stream:
-            stream.write(_config(server, routes, cluster_name, security))
+            stream.write(_config(server, routes, cluster_name=cluster_name, security=security))
     return servers
 
 
