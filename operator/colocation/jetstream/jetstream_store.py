@@ -13,6 +13,7 @@ Why: docs/architecture.md#nodemetrics-on-nats-jetstream
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -81,6 +82,7 @@ class JetStreamNodeMetrics:
         """Connect, then keep the copy current until cancelled."""
         retry = Backoff(0.5, 10.0, jitter=0.5)
         while self._client is None and not stop.is_set():
+            client = None
             try:
                 client = await connect(self.options, name=self.name)
                 js = client.jetstream(timeout=self.options.timeout)
@@ -89,6 +91,9 @@ class JetStreamNodeMetrics:
                     await ensure_sample_stream(js, self.settings, retention=self._sample_retention)
             except Exception as error:  # no server answers yet: keep trying, the log says why
                 raise_if_cancelled(error)
+                if client is not None:  # connected, but the streams were not there in time
+                    with contextlib.suppress(Exception):
+                        await client.close()
                 delay = retry.next_delay()
                 log.warning("connecting to NATS failed, retrying",
                             extra={"error": repr(error), "retry_in": round(delay, 2)})
