@@ -25,6 +25,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from colocation.kube.permissions import OPERATOR_NAMESPACE
 from tests.timing import TIME_FACTOR as TIME_FACTOR  # every deadline is multiplied by it (re-exported)
 from tests.timing import eventually_async
 
@@ -492,3 +493,17 @@ async def nodemetrics_available(kube: Kube) -> bool:
                                              "v1alpha1.metrics.colocation.dev")
     conditions = (body.get("status") or {}).get("conditions") or [] if status == 200 else []
     return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
+
+
+async def ready_operator_endpoints(kube: Kube, count: int) -> bool:
+    """Whether at least `count` operator replicas are Ready behind the Service (their readiness probes)."""
+    namespace = OPERATOR_NAMESPACE
+    status, slices = await kube.request("GET", f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
+                                        params={"labelSelector": "kubernetes.io/service-name=colocation-operator"})
+    if status == 200 and slices.get("items"):
+        ready = [endpoint for item in slices["items"] for endpoint in item.get("endpoints") or ()
+                 if (endpoint.get("conditions") or {}).get("ready")]
+        return len(ready) >= count
+    status, endpoints = await kube.request("GET", f"/api/v1/namespaces/{namespace}/endpoints/colocation-operator")
+    return status == 200 and sum(len(subset.get("addresses") or ()) for subset in endpoints.get("subsets") or ()) \
+        >= count

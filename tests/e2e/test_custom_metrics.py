@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
-from tests.e2e.conftest import Kubectl, sandbox_kind_args
+from tests.e2e.conftest import Kubectl, sandbox_kind_args, store_kind
 from tests.e2e.kube import (
     Kube,
     bound_token,
@@ -31,6 +31,7 @@ from tests.e2e.kube import (
     get_from_replica,
     pod_manifest,
     put_as_client_go,
+    ready_operator_endpoints,
     start_sandbox_process,
 )
 from tests.e2e.test_operator import LEASE_ARGS, leader, put_direct, replicas
@@ -67,10 +68,12 @@ async def _available(kube: Kube, name: str) -> bool:
 
 
 @pytest.fixture
-async def admin(sandbox: Path) -> AsyncIterator[Kube]:
+async def admin(sandbox: Path, request: pytest.FixtureRequest) -> AsyncIterator[Kube]:
     async with Kube.from_kubeconfig(sandbox) as kube:
         for name in APISERVICES:
             await eventually_async(functools.partial(_available, kube, name), timeout=30)
+        if store_kind(request.config) == "nats":  # the leader takes batches once connected to NATS
+            await eventually_async(lambda: ready_operator_endpoints(kube, 2), timeout=30)
         yield kube
 
 
@@ -97,9 +100,16 @@ def batch(node: str, *series: tuple[str, dict[str, str], str | None, list[tuple[
 
 async def put_samples(admin: Kube, node: str, token: str, body: Any) -> tuple[int, Any]:
     """Straight to the leader the Lease names, as an agent sends them (through kube-apiserver, a
-    standby may get them first and answer 503 with Retry-After: see test_samples_through_the_aggregator)."""
+    standby may get them first and answer 503 with Retry-After: see test_samples_through_the_aggregator).
+    A 503 is sent again, as an agent does: with --store nats a replica takes batches only once it
+    is connected to NATS, which may come after the sandbox is ready."""
     _, endpoint, context = await eventually_async(lambda: _leader_endpoint(admin), timeout=20, interval=0.1)
-    return await put_direct(endpoint, context, node, body, token, subresource="samples")
+
+    async def answered() -> tuple[int, Any] | None:
+        status, answer = await put_direct(endpoint, context, node, body, token, subresource="samples")
+        return None if status == 503 else (status, answer)
+
+    return await eventually_async(answered, timeout=10, interval=0.5, message="a batch not refused with 503")
 
 
 async def _leader_endpoint(admin: Kube) -> tuple[str, str, ssl.SSLContext] | None:

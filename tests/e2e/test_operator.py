@@ -40,6 +40,7 @@ from tests.e2e.kube import (
     get_from_replica,
     nodemetrics_available,
     put_as_client_go,
+    ready_operator_endpoints,
     scrape_samples,
     start_sandbox_process,
     token_client,
@@ -65,9 +66,11 @@ def operator_sandbox(request: pytest.FixtureRequest,
 
 
 @pytest.fixture
-async def admin(operator_sandbox: tuple[Path, Path]) -> AsyncIterator[Kube]:
+async def admin(operator_sandbox: tuple[Path, Path], request: pytest.FixtureRequest) -> AsyncIterator[Kube]:
     async with Kube.from_kubeconfig(operator_sandbox[0]) as kube:
         await eventually_async(lambda: nodemetrics_available(kube), timeout=30)
+        if store_kind(request.config) == "nats":  # the leader takes reports once connected to NATS
+            await eventually_async(lambda: ready_operator_endpoints(kube, 2), timeout=30)
         yield kube
 
 
@@ -589,7 +592,7 @@ async def test_failover_keeps_serving_reads_and_watches(
     # Both replicas serve complete data and are behind the Service before the failover (a replica
     # restarted by an earlier test may still be catching up).
     await eventually_async(lambda: _standby_complete(reader_token, standby, set(nodes)), timeout=40, interval=0.1)
-    await eventually_async(lambda: _ready_endpoints(admin, 2), timeout=30, interval=0.1)
+    await eventually_async(lambda: ready_operator_endpoints(admin, 2), timeout=30, interval=0.1)
 
     logged_before, standby_logged_before = _log_size(old["log"]), _log_size(standby["log"])
     restarts_before = await _restart_count(admin, old["identity"])
@@ -687,18 +690,6 @@ def _log_since(path: str, offset: int) -> str:
 
 async def _reads_after(reader: Reader, count: int) -> bool:
     return reader.lists >= count
-
-
-async def _ready_endpoints(kube: Kube, count: int) -> bool:
-    status, slices = await kube.request("GET", f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices",
-                                        params={"labelSelector": "kubernetes.io/service-name=colocation-operator"})
-    if status == 200 and slices.get("items"):
-        ready = [endpoint for item in slices["items"] for endpoint in item.get("endpoints") or ()
-                 if (endpoint.get("conditions") or {}).get("ready")]
-        return len(ready) >= count
-    status, endpoints = await kube.request("GET", f"/api/v1/namespaces/{NS}/endpoints/colocation-operator")
-    return status == 200 and sum(len(subset.get("addresses") or ()) for subset in endpoints.get("subsets") or ()) \
-        >= count
 
 
 async def _standby_complete(token: str, replica: dict[str, Any], nodes: set[str]) -> bool:
