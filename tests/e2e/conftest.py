@@ -13,7 +13,7 @@ import pytest
 
 from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from colocation_sandbox.launcher.nats_cluster import NatsCluster
-from tests.e2e.kube import Kube, fresh_namespace, nodemetrics_available, ready_operator_endpoints, start_sandbox_process
+from tests.e2e.kube import Kube, apiservice_available, fresh_namespace, ready_operator_endpoints, start_sandbox_process
 from tests.timing import eventually_async
 
 REPO = Path(__file__).resolve().parents[2]
@@ -205,6 +205,6 @@ def nats(sandbox: tuple[Path, Path]) -> Iterator[NatsCluster]:
 async def admin(sandbox: tuple[Path, Path]) -> AsyncIterator[Kube]:
     """The sandbox's admin, once the NodeMetric APIService is Available and both replicas Ready."""
     async with Kube.from_kubeconfig(sandbox[0]) as kube:
-        await eventually_async(lambda: nodemetrics_available(kube), timeout=30)
+        await eventually_async(lambda: apiservice_available(kube), timeout=30)
         await eventually_async(lambda: ready_operator_endpoints(kube, 2), timeout=30)
         yield kube

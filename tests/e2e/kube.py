@@ -487,10 +487,9 @@ async def node_agent_token(kube: Kube, node: str, namespace: str = "colocation-s
     return str(token["status"]["token"])
 
 
-async def nodemetrics_available(kube: Kube) -> bool:
-    """Whether the NodeMetric APIService is Available (the aggregator reaches a replica)."""
-    status, body = await kube.request("GET", "/apis/apiregistration.k8s.io/v1/apiservices/"
-                                             "v1alpha1.metrics.colocation.dev")
+async def apiservice_available(kube: Kube, name: str = "v1alpha1.metrics.colocation.dev") -> bool:
+    """Whether APIService `name` (the NodeMetric one by default) is Available: the aggregator reaches a replica."""
+    status, body = await kube.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
     conditions = (body.get("status") or {}).get("conditions") or [] if status == 200 else []
     return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
 

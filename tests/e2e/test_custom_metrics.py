@@ -26,6 +26,7 @@ from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args, store_kind
 from tests.e2e.kube import (
     Kube,
+    apiservice_available,
     bound_token,
     create,
     get_from_replica,
@@ -61,17 +62,11 @@ def sandbox(sandbox_and_state: tuple[Path, Path]) -> Path:
     return sandbox_and_state[0]
 
 
-async def _available(kube: Kube, name: str) -> bool:
-    status, body = await kube.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
-    conditions = (body.get("status") or {}).get("conditions") or [] if status == 200 else []
-    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
-
-
 @pytest.fixture
 async def admin(sandbox: Path, request: pytest.FixtureRequest) -> AsyncIterator[Kube]:
     async with Kube.from_kubeconfig(sandbox) as kube:
         for name in APISERVICES:
-            await eventually_async(functools.partial(_available, kube, name), timeout=30)
+            await eventually_async(functools.partial(apiservice_available, kube, name), timeout=30)
         if store_kind(request.config) == "nats":  # the leader takes batches once connected to NATS
             await eventually_async(lambda: ready_operator_endpoints(kube, 2), timeout=30)
         yield kube

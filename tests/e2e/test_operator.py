@@ -35,10 +35,10 @@ from tests.e2e.kube import (
     TIME_FACTOR,
     Kube,
     WatchRefused,
+    apiservice_available,
     as_client_go,
     bound_token,
     get_from_replica,
-    nodemetrics_available,
     put_as_client_go,
     ready_operator_endpoints,
     scrape_samples,
@@ -68,7 +68,7 @@ def operator_sandbox(request: pytest.FixtureRequest,
 @pytest.fixture
 async def admin(operator_sandbox: tuple[Path, Path], request: pytest.FixtureRequest) -> AsyncIterator[Kube]:
     async with Kube.from_kubeconfig(operator_sandbox[0]) as kube:
-        await eventually_async(lambda: nodemetrics_available(kube), timeout=30)
+        await eventually_async(lambda: apiservice_available(kube), timeout=30)
         if store_kind(request.config) == "nats":  # the leader takes reports once connected to NATS
             await eventually_async(lambda: ready_operator_endpoints(kube, 2), timeout=30)
         yield kube

@@ -19,6 +19,7 @@ from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
 from tests.e2e.kube import (
     Kube,
+    apiservice_available,
     create,
     node_agent_token,
     pod_manifest,
@@ -44,7 +45,7 @@ def sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 @pytest.fixture
 async def admin(sandbox: Path) -> AsyncIterator[Kube]:
     async with Kube.from_kubeconfig(sandbox) as kube:
-        await eventually_async(lambda: _available(kube, "v1beta1.metrics.k8s.io"), timeout=30)
+        await eventually_async(lambda: apiservice_available(kube, "v1beta1.metrics.k8s.io"), timeout=30)
         yield kube
 
 
@@ -54,12 +55,6 @@ def top(sandbox: Path, tmp_path: Path) -> Kubectl:
     if binary is None:
         pytest.skip("no kubectl: neither built by hack/kube/build.sh (needs Go) nor on the PATH")
     return Kubectl(binary, sandbox, tmp_path / "kubectl-cache")
-
-
-async def _available(kube: Kube, name: str) -> bool:
-    status, body = await kube.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
-    conditions = (body.get("status") or {}).get("conditions") or [] if status == 200 else []
-    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
 
 
 async def make_node(kube: Kube, pool: str, allocatable: dict[str, str], capacity: dict[str, str]) -> tuple[str, str]:
