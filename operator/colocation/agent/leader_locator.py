@@ -16,7 +16,6 @@ import asyncio
 import base64
 import dataclasses
 import functools
-import hashlib
 import logging
 import random
 import ssl
@@ -25,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from colocation.agent.kubeapi import KubeApi
+from colocation.apimachinery.rendezvous import rendezvous_rank
 from colocation.apimachinery.trust import trusting
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
@@ -89,16 +89,12 @@ class Leader:
         replicas = {endpoint: identity for identity, endpoint in self.replicas}
         replicas.setdefault(self.endpoint, self.identity)
         return [self.at(identity, endpoint) for endpoint, identity in
-                sorted(replicas.items(), key=lambda replica: _rank(key, replica[1]), reverse=True)]
+                sorted(replicas.items(), key=lambda replica: rendezvous_rank(key, replica[1]), reverse=True)]
 
     @functools.cached_property
     def replicas_seen(self) -> str:
         """The digest of the replicas this answer knows (lease_record.replicas_digest)."""
         return replicas_digest(dict(self.replicas))
-
-
-def _rank(key: str, identity: str) -> int:
-    return int.from_bytes(hashlib.blake2b(f"{key}\0{identity}".encode(), digest_size=8).digest(), "big")
 
 
 @functools.lru_cache(maxsize=8)
