@@ -91,6 +91,9 @@ With store.nats.deploy it connects to the deployed servers' Service.
 {{- end }}
 - --nats-storage={{ $nats.storage }}
 - --nats-replicas={{ $nats.replicas }}
+{{- if gt (int $nats.evaluationShards) 1 }}
+- --evaluation-shards={{ $nats.evaluationShards }}
+{{- end }}
 {{- end }}
 
 {{- define "colocation.natsMounts" -}}

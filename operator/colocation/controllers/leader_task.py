@@ -4,7 +4,9 @@ Nodes, the agents' Leases and Pods are followed by informers of our own
 (`colocation.kube.informer`); Kopf watches our own resources and the ConfigMap. `Controllers.run()`
 starts with the process on every replica, and a standby computes the formulas again every
 `PREPARE_EVERY` seconds. Only the evaluation, which writes, waits for `promote()`, and then
-evaluates every node at once; the first evaluation also waits until every pod is listed.
+evaluates every node at once; the first evaluation also waits until every pod is listed. With
+evaluation shards (`shards`), a replica also evaluates while it holds a shard (`shards_changed()`),
+and only the nodes of the shards it holds; NodeSLOs and deleted nodes stay the leader's.
 Handlers write nothing, and every write is fenced by the election (`writers`). If Kopf or the
 loop fails, `run()` raises and the process stops.
 
@@ -28,6 +30,7 @@ from colocation.controllers import kopf_app
 from colocation.controllers.cluster import ClusterState, slim_node
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
+from colocation.controllers.evaluation_shards import ShardView
 from colocation.controllers.events import EventRecorder
 from colocation.controllers.health import NodeHealthTracker
 from colocation.controllers.noderesource_controller import NodeResourceReconciler
@@ -73,7 +76,7 @@ FIRST_EVALUATION_HOLD = 2.0
 class Controllers:
     def __init__(self, api: client.ApiClient, store: NodeMetricReader, settings: ControllerSettings, *,
                  namespace: str, identity: str, registry: CollectorRegistry,
-                 write_budget: Callable[[], float] | None = None) -> None:
+                 write_budget: Callable[[], float] | None = None, shards: ShardView | None = None) -> None:
         self.api = api
         self.settings = settings
         self.namespace = namespace
@@ -88,25 +91,40 @@ class Controllers:
             startup_grace=settings.startup_grace, recovery_renewals=settings.recovery_renewals)
         self.nodeslos = NodeSLOReconciler(self.state, self.config, self.writer)
         self.resources = NodeResourceReconciler(self.state, self.tracker, store, config=self.config, writer=self.writer,
-                                                metrics=self.metrics, settings=settings)
+                                                metrics=self.metrics, settings=settings, shards=shards)
+        self.shards = shards
         self._kopf_stop = asyncio.Event()
-        self._leading = asyncio.Event()
+        self._leading = False  # holds the leader Lease
+        self._evaluating = asyncio.Event()  # leads, or holds an evaluation shard
         self._first_evaluation = asyncio.Event()
         self._warm = False  # the configuration read and every pod listed: the first evaluation can run
 
     def promote(self) -> None:
-        """This replica leads from now on: the health tracker's startup grace begins, and the loop
-        evaluates every node at once."""
-        self.tracker.became_leader()
-        self._leading.set()
-        self.state.wake.set()
+        """This replica leads from now on: the health tracker's startup grace begins (unless it
+        was evaluating shards already), and the loop evaluates every node at once."""
+        self._leading = True
+        self._evaluate_if_due()
 
     def demote(self) -> None:
         """This replica stopped leading (its Lease could not be renewed) but may lead again: the loop
-        goes back to preparing the formulas, judging no node and writing nothing. Its writes were
-        fenced already; judging on would take the agents it refuses meanwhile for silent."""
-        self._leading.clear()
+        goes back to preparing the formulas (or to its shards' nodes), judging no other node and
+        writing nothing else. Its writes were fenced already; judging on would take the agents it
+        refuses meanwhile for silent."""
+        self._leading = False
         self._first_evaluation.clear()
+        self._evaluate_if_due()
+
+    def shards_changed(self) -> None:
+        """This replica took or gave up an evaluation shard: evaluate now."""
+        self._evaluate_if_due()
+
+    def _evaluate_if_due(self) -> None:
+        evaluating = self._leading or (self.shards is not None and bool(self.shards.held))
+        if evaluating and not self._evaluating.is_set():
+            self.tracker.became_leader()
+            self._evaluating.set()
+        elif not evaluating:
+            self._evaluating.clear()
         self.state.wake.set()
 
     async def first_evaluation_done(self) -> None:
@@ -209,12 +227,12 @@ class Controllers:
         self._warm = True
         interval = self.settings.evaluation_interval
         while True:
-            if not self._leading.is_set():
+            if not self._evaluating.is_set():
                 try:
                     await self.resources.prepare()
                 except Exception:  # a failed pass leaves work to the first evaluation; the next one tries again
                     log.exception("preparing the evaluation failed")
-                await wait_set(self._leading, PREPARE_EVERY)
+                await wait_set(self._evaluating, PREPARE_EVERY)
                 continue
             self.state.wake.clear()
             started = time.monotonic()
@@ -222,7 +240,7 @@ class Controllers:
                 await self._evaluate()
             except Exception:  # one failed evaluation must not stop the next one
                 log.exception("evaluation failed")
-            if self._leading.is_set():  # not when demoted meanwhile
+            if self._leading:  # not when demoted meanwhile
                 self._first_evaluation.set()
             await wait_set(self.state.wake, max(interval - (time.monotonic() - started), 0))
             # A burst of changes (nodes joining) evaluates at most this often.
@@ -230,8 +248,9 @@ class Controllers:
 
     async def _evaluate(self) -> None:
         gone, self.state.deleted_nodes = self.state.deleted_nodes, set()
-        for name in sorted(gone):
-            await self.nodeslos.remove(name)
-            await self.resources.remove(name)
-        await asyncio.gather(*(self.nodeslos.reconcile(name) for name in self.nodeslos.pending()))
+        if self._leading:  # a replica that only holds shards leaves these to the leader
+            for name in sorted(gone):
+                await self.nodeslos.remove(name)
+                await self.resources.remove(name)
+            await asyncio.gather(*(self.nodeslos.reconcile(name) for name in self.nodeslos.pending()))
         await self.resources.evaluate()

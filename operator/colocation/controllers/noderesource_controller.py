@@ -5,7 +5,10 @@ configuration changes. Per node: the health tracker judges it; the formulas run 
 pods and its NodeMetric; the Node is patched when `decide_node_write` says so; the NodeResource
 status is written when what it says changed. Across nodes: the guard gives each zone's eviction
 rate (`disruption`), the planner which pods go now. On a standby, `prepare()` keeps the formulas'
-results current. During the startup grace no node is judged and nobody is evicted.
+results current. During the startup grace no node is judged and nobody is evicted. With
+evaluation shards (`shards`), every node's health feeds the guard, but only the nodes of the
+shards this replica holds are reconciled and evicted, each fenced by its shard's Lease, at the
+held shards' share of each zone's rate.
 
 Why on a timer, and what it costs: docs/architecture.md#what-an-evaluation-costs
 """
@@ -16,7 +19,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import orjson
@@ -29,6 +32,7 @@ from colocation.controllers.conditions import status_needs_write
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.disruption import DisruptionGuard, GuardDecision, ZoneState, zone_of
+from colocation.controllers.evaluation_shards import ShardView
 from colocation.controllers.events import NORMAL, WARNING, ObjectRef
 from colocation.controllers.eviction import EvictionPlan, EvictionPlanner, PodEviction, evictable
 from colocation.controllers.health import NodeHealth, NodeHealthTracker
@@ -47,7 +51,7 @@ from colocation.controllers.nodestatus import (
 from colocation.controllers.nodewrite import decide_node_write, node_status_patch, shown_batch
 from colocation.controllers.packed_status import unpacked_status
 from colocation.controllers.settings import ControllerSettings
-from colocation.controllers.writers import NODERESOURCES, KubeWriter, merge_patch, owner_reference
+from colocation.controllers.writers import NODERESOURCES, KubeWriter, fenced_by, merge_patch, owner_reference
 from colocation.koordinator.batch_formula import calculate_batch_resources
 from colocation.koordinator.mid_formula import calculate_mid_resources
 from colocation.koordinator.slo_strategies import ColocationStrategy
@@ -89,10 +93,14 @@ def _update_time(entry: Entry) -> str | None:
     return str(update_time) if update_time else None
 
 
+def _every_node(name: str) -> bool:
+    return True
+
+
 class NodeResourceReconciler:
     def __init__(self, state: ClusterState, tracker: NodeHealthTracker, store: NodeMetricReader,
                  *, config: ConfigSource, writer: KubeWriter, metrics: ControllerMetrics, settings: ControllerSettings,
-                 wall: Callable[[], float] = time.time) -> None:
+                 shards: ShardView | None = None, wall: Callable[[], float] = time.time) -> None:
         self.state = state
         self.tracker = tracker
         self.store = store
@@ -100,6 +108,7 @@ class NodeResourceReconciler:
         self.writer = writer
         self.metrics = metrics
         self.settings = settings
+        self.shards = shards
         self.wall = wall
         self.guard = DisruptionGuard(unhealthy_zone_threshold=settings.unhealthy_zone_threshold,
                                      min_unhealthy=settings.unhealthy_zone_min_nodes,
@@ -227,17 +236,34 @@ class NodeResourceReconciler:
             decision = self.guard.decide((zones[name], health) for name, health in healths.items())
         self._all_down = decision.all_down
         self._log_zone_changes(decision)
-        due = {name: self.state.pods_on(name) for name, health in healths.items() if health.evict}
-        plan = self.planner.plan(due, zones=zones, rates=decision.rates)
+        owns, share = self._owned()
+        due = {name: self.state.pods_on(name) for name, health in healths.items() if health.evict and owns(name)}
+        plan = self.planner.plan(due, zones=zones, rates={zone: rate * share for zone, rate in decision.rates.items()})
         self.metrics.unhealthy_nodes.set(decision.unhealthy)
         self.metrics.evictions_allowed.set(1 if decision.allowed else 0)
         self.metrics.observe_zones(decision.zones)
 
-        work = [self._reconcile(name, healths[name], decision, zone=zones[name], plan=plan, due=name in due)
-                for name in sorted(healths) if name in self.state.nodes]
-        work += [self._evict(eviction) for eviction in plan.evictions]
-        work += [self._started_draining(name, healths[name]) for name in plan.started if name in healths]
+        work = [self._fenced(name, self._reconcile(name, healths[name], decision, zone=zones[name], plan=plan,
+                                                   due=name in due))
+                for name in sorted(healths) if name in self.state.nodes and owns(name)]
+        work += [self._fenced(eviction.node, self._evict(eviction)) for eviction in plan.evictions]
+        work += [self._fenced(name, self._started_draining(name, healths[name]))
+                 for name in plan.started if name in healths]
         await gather_in_turns(work)
+
+    def _owned(self) -> tuple[Callable[[str], bool], float]:
+        """Which nodes this replica reconciles, and its share of each zone's eviction rate."""
+        if self.shards is None:
+            return _every_node, 1.0
+        return self.shards.owns, len(self.shards.held) / self.shards.count
+
+    async def _fenced(self, name: str, work: Coroutine[Any, Any, None]) -> None:
+        """`work` for node `name`, its writes fenced by the node's shard's Lease (with shards)."""
+        if self.shards is None:
+            await work
+            return
+        with fenced_by(self.shards.write_budget_of(name)):
+            await work
 
     def _log_zone_changes(self, decision: GuardDecision) -> None:
         states = {name: (zone.state, zone.rate) for name, zone in decision.zones.items()}

@@ -8,14 +8,17 @@ Transport errors and timeouts come back as status 0.
 Fencing: with a `write_budget` (the leader election's), a write is not sent unless this replica
 leads (budget 0: status 0, counted as fenced), and its timeout never exceeds the budget, so no
 request of an old leader can still be in flight when a successor may start writing. Reads are
-not fenced: a warm standby reads before it leads.
+not fenced: a warm standby reads before it leads. With evaluation shards, a node's writes are
+fenced by its shard's election instead (`fenced_by`, around everything done for that node).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any, Final
 
 import aiohttp
@@ -59,6 +62,24 @@ _GET_CONFIG = _declare("", "configmaps", "get", namespace=permissions.OPERATOR_N
 
 Result = tuple[int, Any]
 
+# The budget that fences the writes of the task that set it (`fenced_by`), over the writer's own.
+_FENCE: ContextVar[Callable[[], float] | None] = ContextVar("colocation_write_fence", default=None)
+
+
+def active_fence() -> Callable[[], float] | None:
+    """The budget `fenced_by` set for this task (None: the writer's own)."""
+    return _FENCE.get()
+
+
+@contextlib.contextmanager
+def fenced_by(write_budget: Callable[[], float]) -> Iterator[None]:
+    """Within this block (and the tasks it starts), writes are fenced by `write_budget`."""
+    token = _FENCE.set(write_budget)
+    try:
+        yield
+    finally:
+        _FENCE.reset(token)
+
 
 def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
     """The Node as owner: the garbage collector deletes the dependent when the Node goes.
@@ -99,8 +120,9 @@ class KubeWriter:
                     fenced: bool = True, **kwargs: Any) -> Result:
         async with self._slots:
             timeout = self.timeout
-            if fenced and self.write_budget is not None:
-                timeout = min(timeout, self.write_budget())  # read after the wait for a slot
+            write_budget = active_fence() or self.write_budget
+            if fenced and write_budget is not None:
+                timeout = min(timeout, write_budget())  # read after the wait for a slot
                 if timeout <= 0:
                     self.metrics.fenced_calls.inc()
                     log.warning("API call not sent: no longer leading", extra={"call": str(what)})

@@ -25,6 +25,10 @@ AUTHENTICATION_CONFIG_MAP = "extension-apiserver-authentication"
 OPERATOR_SERVICE_ACCOUNT = "colocation-operator"
 AGENT_SERVICE_ACCOUNT = "colocation-agent"
 LEADER_LEASE_NAME = "colocation-operator"
+# With --evaluation-shards N, a Lease per shard says which replica evaluates its nodes
+# (controllers.evaluation_shards); RBAC names each one, so their number is bounded.
+MAX_EVALUATION_SHARDS = 16
+SHARD_LEASE_NAMES = tuple(f"{LEADER_LEASE_NAME}-shard-{shard}" for shard in range(MAX_EVALUATION_SHARDS))
 CONFIG_MAP_NAME = "colocation-config"
 
 # The serving CA every replica signs its serving certificate with (manager.serving_ca), and the
@@ -96,6 +100,8 @@ OPERATOR_API_CALLS: tuple[ApiCall, ...] = (
     # Leader election on Lease colocation-operator (create has no name in RBAC terms).
     *_calls("coordination.k8s.io", "leases", ("create",), namespace=OPERATOR_NAMESPACE),
     *_calls("coordination.k8s.io", "leases", ("get", "update"), namespace=OPERATOR_NAMESPACE, name=LEADER_LEASE_NAME),
+    *(call for name in SHARD_LEASE_NAMES
+      for call in _calls("coordination.k8s.io", "leases", ("get", "update"), namespace=OPERATOR_NAMESPACE, name=name)),
     # Node heartbeats written by the agents.
     *_calls("coordination.k8s.io", "leases", _READ, namespace=NODE_LEASE_NAMESPACE),
     # Batch resources live in node.status.capacity/allocatable.
@@ -187,6 +193,8 @@ CLEANUP_API_CALLS: tuple[ApiCall, ...] = (
     ApiCall(group="", resource="nodes", verb="patch", namespace=None, subresource="status"),
     *_calls("coordination.k8s.io", "leases", ("list", "delete"), namespace=NODE_LEASE_NAMESPACE),
     *_calls("coordination.k8s.io", "leases", ("get", "delete"), namespace=OPERATOR_NAMESPACE, name=LEADER_LEASE_NAME),
+    *(ApiCall(group="coordination.k8s.io", resource="leases", verb="delete", namespace=OPERATOR_NAMESPACE, name=name)
+      for name in SHARD_LEASE_NAMES),
 )
 # ...and with --delete-custom-resources, every NodeSLO and NodeResource (their CRDs outlive a release).
 CLEANUP_CUSTOM_RESOURCE_CALLS: tuple[ApiCall, ...] = (

@@ -51,6 +51,8 @@ _GET_LEADER_LEASE = _declare(*_LEASES, "get", namespace=permissions.OPERATOR_NAM
                              name=permissions.LEADER_LEASE_NAME)
 _DELETE_LEADER_LEASE = _declare(*_LEASES, "delete", namespace=permissions.OPERATOR_NAMESPACE,
                                 name=permissions.LEADER_LEASE_NAME)
+_DELETE_SHARD_LEASES = {name: _declare(*_LEASES, "delete", namespace=permissions.OPERATOR_NAMESPACE, name=name)
+                        for name in permissions.SHARD_LEASE_NAMES}
 for _plural in (NODESLOS, NODERESOURCES):
     _declare(GROUP, _plural, "list", namespace=None)
     _declare(GROUP, _plural, "delete", namespace=None)
@@ -180,6 +182,12 @@ class Cleanup:
             found.leases += 1
             self.say(f"leases: the leader Lease {permissions.OPERATOR_NAMESPACE}/{permissions.LEADER_LEASE_NAME} "
                      f"deleted")
+        statuses = await asyncio.gather(*(self._write(f"delete Lease {name}", call, self.leases.delete_namespaced_lease,
+                                                      name, permissions.OPERATOR_NAMESPACE)
+                                          for name, call in _DELETE_SHARD_LEASES.items()))
+        if shards := sum(1 for status, _ in statuses if status != 404):
+            found.leases += shards
+            self.say(f"leases: {shards} evaluation shard Leases deleted")
         if self.options.delete_custom_resources:
             for plural in (NODESLOS, NODERESOURCES):
                 found.custom_resources += await self._delete_every(plural)

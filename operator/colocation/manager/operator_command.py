@@ -135,6 +135,9 @@ def _check_serving_files(cert_file: Path, key_file: Path) -> None:
               help="The bucket's storage, when this replica creates it: file survives a restart of every server.")
 @click.option("--nats-replicas", type=click.IntRange(1, 5), default=3, show_default=True,
               help="The bucket's replicas, when this replica creates it (3: one server may fail).")
+@click.option("--evaluation-shards", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="With --store nats: share the evaluations of the nodes among the Ready replicas, in this many "
+                   "shards, each held through a Lease of its own (1: the leader evaluates every node).")
 @common_options
 def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, *, bind_address: str, port: int,
                      advertise_address: str, tls_cert_file: Path | None, tls_key_file: Path | None,
@@ -148,7 +151,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                      large_cluster_size_threshold: int, startup_grace: float | None,
                      recovery_renewals: int, shutdown_delay: float, service_account_audiences: tuple[str, ...],
                      controllers: bool, store: str, nats_servers: tuple[str, ...], nats_ca_file: str | None,
-                     nats_user: str, nats_password_file: str | None, nats_storage: str, nats_replicas: int) -> None:
+                     nats_user: str, nats_password_file: str | None, nats_storage: str, nats_replicas: int,
+                     evaluation_shards: int) -> None:
     """Run an operator replica: leader election, the NodeMetric aggregated API, standby replication,
     and on the leader the controllers (NodeSLO, NodeResource batch resources, node health and evictions).
 
@@ -184,6 +188,9 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                            password_file=nats_password_file or "")
     elif nats_servers:
         raise click.BadParameter("--nats-server goes with --store nats")
+    if evaluation_shards > 1 and store != "nats":
+        raise click.BadParameter("--evaluation-shards above 1 needs --store nats (every replica then holds every "
+                                 "node's reports)")
     config = OperatorConfig(kubeconfig=kubeconfig, namespace=namespace, identity=identity or _default_identity(),
                             bind_address=bind_address, port=port, advertise_address=advertise_address,
                             tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, tls_ca_file=tls_ca_file,
@@ -204,7 +211,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                             shutdown_delay=shutdown_delay, pod_name=os.environ.get("POD_NAME", ""),
                             service_account_audiences=tuple(service_account_audiences), ca_policy=ca_policy,
                             nats=nats, nats_log=LogSettings(storage="file" if nats_storage == "file" else "memory",
-                                                            replicas=nats_replicas))
+                                                            replicas=nats_replicas),
+                            evaluation_shards=evaluation_shards)
     try:
         config = release_dead_predecessor(config)  # before importing the rest: every second counts
         from colocation.manager.operator_process import run

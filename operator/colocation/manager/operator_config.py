@@ -43,6 +43,8 @@ class OperatorConfig:
     # --store nats: NodeMetrics in a NATS JetStream bucket (colocation.jetstream), else in memory.
     nats: NatsOptions | None = None
     nats_log: LogSettings = field(default_factory=LogSettings)
+    # --evaluation-shards (with --store nats): the nodes' evaluations shared among the replicas.
+    evaluation_shards: int = 1
 
     def is_predecessor(self, holder: str) -> bool:
         """Whether `holder` is this pod's previous process (the container restarted, so it is dead)."""

@@ -65,6 +65,7 @@ from colocation.manager.leader_versions import LeaderVersions
 from colocation.manager.operator_config import OperatorConfig
 from colocation.manager.replica_pods import ReplicaPods
 from colocation.manager.serving_tls import KubeCaObjects, ServingFiles, ServingTls
+from colocation.manager.shard_elections import ShardElections
 from colocation.manager.token_pods import ClusterStatePods
 from colocation.nodemetrics.consistent_reads import ConsistentReadMetrics, ConsistentReads
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
@@ -97,6 +98,8 @@ class LeadershipMetrics:
         self.leader = Gauge("colocation_leader", "1 while this replica holds the leader Lease.", registry=r)
         self.leader_transitions = Counter("colocation_leader_transitions_total",
                                           "Times this replica started or stopped leading.", registry=r)
+        self.shards_held = Gauge("colocation_evaluation_shards_held",
+                                 "Evaluation shards whose Lease this replica holds (--evaluation-shards).", registry=r)
 
 
 def serving_names(config: OperatorConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -160,6 +163,8 @@ class OperatorProcess:
             self.tls = ServingFiles(config.tls_cert_file, config.tls_key_file, config.tls_ca_file,
                                     registry=self.metrics.registry)
         self.elector: LeaderElector | None = None
+        # --evaluation-shards N > 1: the shards this replica campaigns for (run() makes it).
+        self.shard_elections: ShardElections | None = None
         self._leader_tasks: list[asyncio.Task[Any]] = []
         self.api: Any = None  # the ApiClient, while run() holds it
         self.controllers: Controllers | None = None  # with controllers enabled, from the start on every replica
@@ -263,6 +268,12 @@ class OperatorProcess:
         if elector is not None and not elector.is_leader and holder_pod_name(elector.leader_identity) == name:
             elector.wake()
 
+    def _shards_changed(self) -> None:
+        assert self.shard_elections is not None
+        self.leadership_metrics.shards_held.set(len(self.shard_elections.held))
+        if self.controllers is not None:
+            self.controllers.shards_changed()
+
     def _new_leader(self, identity: str) -> None:
         log.info("leader observed", extra={"leader": identity or "<none>"})
 
@@ -309,7 +320,7 @@ class OperatorProcess:
         assert self.elector is not None
         controllers = Controllers(api, self.store, self.config.controllers, namespace=self.config.namespace,
                                   identity=self.config.identity, registry=self.metrics.registry,
-                                  write_budget=self.elector.write_budget)
+                                  write_budget=self.elector.write_budget, shards=self.shard_elections)
         if self.authenticator is not None and self.authenticator.local is not None:
             # Bound tokens are checked locally once the Pod informer has listed the pods.
             self.authenticator.local.pods = ClusterStatePods(controllers.state, self.config.namespace)
@@ -394,6 +405,14 @@ class OperatorProcess:
                 rejoin_after_loss=REJOIN_AFTER_LOSS_SECONDS)
             elector = self.elector
             shared = self.jetstream
+            if config.evaluation_shards > 1 and config.controllers.enabled and shared is not None \
+                    and shared.presence is not None:
+                presence = shared.presence
+                self.shard_elections = ShardElections(
+                    api, namespace=config.namespace, identity=config.identity, shards=config.evaluation_shards,
+                    ready_replicas=lambda: presence.endpoints().keys(), on_change=self._shards_changed,
+                    lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
+                    retry_period=config.retry_period)
             # The in-memory store: a standby follows the leader's feed, and its consistent reads ask
             # the leader. With --store nats every replica follows the stream instead (`shared`).
             follower: LeaderFollower | None = None
@@ -454,6 +473,8 @@ class OperatorProcess:
                 tasks += self._custom_metrics_tasks(served.custom_metrics, token)
             if self.controllers is not None:
                 tasks.append(asyncio.create_task(self._run_controllers(self.controllers)))
+            if self.shard_elections is not None:
+                tasks.append(asyncio.create_task(self.shard_elections.run()))
             if (trim := libc_malloc_trim()) is not None:
                 tasks.append(asyncio.create_task(HeapTrimmer(trim, self.metrics.registry).run(self.stop)))
             try:
@@ -464,6 +485,8 @@ class OperatorProcess:
                 for task in tasks + self._leader_tasks:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
+                if self.shard_elections is not None:  # other replicas evaluate these nodes from now on
+                    await self.shard_elections.stop()
                 if not self.lost_leadership and await elector.release():
                     log.info("released the leader lease", extra={"identity": config.identity})
                     # Not the leader from here on, though the process drains a while longer: a

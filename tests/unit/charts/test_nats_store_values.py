@@ -77,6 +77,14 @@ def test_your_own_servers_without_tls_or_users(helm_path: str) -> None:
     assert set(mounts) == {"/tmp"}
 
 
+def test_evaluation_shards_reach_the_operator_only_above_one(helm_path: str) -> None:
+    own = {"store.type": "nats", "store.nats.servers": ["nats://nats.example:4222"]}
+    args, _, _ = operator(render(helm_path, {**own, "store.nats.evaluationShards": 4}))
+    assert [arg for arg in args if arg.startswith("--evaluation-shards")] == ["--evaluation-shards=4"]
+    args, _, _ = operator(render(helm_path, own))
+    assert [arg for arg in args if arg.startswith("--evaluation-shards")] == []  # 1: the operator's default
+
+
 def test_values_reach_the_deployed_servers(helm_path: str) -> None:
     objects = render(helm_path, {
         **DEPLOYED, "store.nats.image.repository": "registry.example.com/nats", "store.nats.image.tag": "2.15.2-alpine",
@@ -136,6 +144,7 @@ def test_nats_server_accepts_the_configuration_of_other_values(
     ({"store.type": "etcd"}, "at '/store/type'"),
     ({"store.type": "nats", "store.nats.servers": ["https://nats.example:4222"]}, "at '/store/nats/servers/0'"),
     ({"store.nats.replicas": 6}, "at '/store/nats/replicas': maximum: got 6, want 5"),
+    ({"store.nats.evaluationShards": 17}, "at '/store/nats/evaluationShards': maximum: got 17, want 16"),
     ({"store.nats.volumeSizeGi": 2}, "at '/store/nats/volumeSizeGi': minimum: got 2, want 4"),
     ({"store.nats.user": "colocation operator"}, "at '/store/nats/user'"),
     ({"store.nats.image.pullPolicy": "Sometimes"}, "at '/store/nats/image/pullPolicy'"),

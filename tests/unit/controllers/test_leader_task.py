@@ -115,3 +115,61 @@ async def test_a_demoted_leader_judges_no_node_until_promoted_again(monkeypatch:
         c.promote()  # renewed: every node judged at once, and writes wait for it again
         await asyncio.wait_for(evaluated_again.wait(), WAIT)
         await asyncio.wait_for(held, WAIT)
+
+
+class Shards:
+    """Evaluation shards as the controllers read them (manager.shard_elections), held as set here."""
+
+    count = 2
+
+    def __init__(self) -> None:
+        self.held: frozenset[int] = frozenset()
+
+    def owns(self, node: str) -> bool:
+        return bool(self.held)
+
+    def write_budget_of(self, node: str) -> Callable[[], float]:
+        return lambda: 15.0
+
+
+async def test_a_replica_holding_a_shard_evaluates_and_leaves_nodeslos_and_deleted_nodes_to_the_leader(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    shards = Shards()
+    c = Controllers(object(),  # type: ignore[arg-type]
+                    NodeMetricStore(clock_wall=time.time, clock_monotonic=time.monotonic), ControllerSettings(),
+                    namespace="colocation-system", identity="operator-1", registry=CollectorRegistry(),
+                    shards=shards)
+    evaluated, prepared = asyncio.Event(), asyncio.Event()
+    leader_work: list[str] = []
+
+    async def evaluate_nodes() -> None:
+        evaluated.set()
+
+    async def prepare() -> None:
+        prepared.set()
+
+    async def record(name: str) -> None:
+        leader_work.append(name)
+
+    monkeypatch.setattr(c.resources, "evaluate", evaluate_nodes)
+    monkeypatch.setattr(c.resources, "remove", record)
+    monkeypatch.setattr(c.nodeslos, "remove", record)
+    monkeypatch.setattr(c.nodeslos, "reconcile", record)
+    monkeypatch.setattr(c.nodeslos, "pending", lambda: ["nodeslo-due"])
+    async with running_loop(c, monkeypatch, prepare=prepare, evaluate=c._evaluate):
+        await asyncio.wait_for(prepared.wait(), WAIT)
+        c.state.deleted_nodes = {"deleted"}
+        shards.held = frozenset({1})
+        c.shards_changed()  # took a shard, without the leader Lease
+        await asyncio.wait_for(evaluated.wait(), WAIT)
+        assert leader_work == [] and c.state.deleted_nodes == set()
+
+        shards.held = frozenset()
+        prepared.clear()
+        c.shards_changed()  # handed it over: back to preparing
+        await asyncio.wait_for(prepared.wait(), WAIT)
+
+        evaluated.clear()
+        c.promote()
+        await asyncio.wait_for(evaluated.wait(), WAIT)
+        assert leader_work == ["nodeslo-due"]

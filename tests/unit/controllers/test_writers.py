@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.events import EventRecorder
-from colocation.controllers.writers import KubeWriter
+from colocation.controllers.writers import KubeWriter, fenced_by
 
 
 class FakeResponse:
@@ -52,4 +52,18 @@ async def test_no_write_is_sent_once_leadership_has_ended() -> None:
     writer, timeouts, metrics = await fenced_writer(budget)
     assert await writer.patch_node_status("n1", {"status": {}}) == (0, None)
     assert timeouts == []
+    assert metrics.fenced_calls._value.get() == 1
+
+
+async def test_a_nodes_writes_are_fenced_by_its_shards_lease_within_fenced_by() -> None:
+    """With evaluation shards, what is written for a node is bounded by the node's shard's Lease,
+    not by the leader's: a replica that leads but lost the shard sends nothing for that node."""
+    leader = [15.0]
+    writer, timeouts, metrics = await fenced_writer(leader)
+    with fenced_by(lambda: 0.0):  # a shard this replica no longer holds
+        assert await writer.patch_node_status("n1", {"status": {}}) == (0, None)
+    with fenced_by(lambda: 2.5):  # a shard held, its deadline near
+        assert (await writer.patch_node_status("n2", {"status": {}}))[0] == 200
+    assert (await writer.patch_node_status("n3", {"status": {}}))[0] == 200  # outside: the leader's
+    assert timeouts == [2.5, 10.0]
     assert metrics.fenced_calls._value.get() == 1

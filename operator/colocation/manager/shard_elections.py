@@ -1,0 +1,131 @@
+"""This replica's elections for the evaluation shards it ranks first (`--evaluation-shards`, `--store nats`).
+
+Every `period` it asks `controllers.evaluation_shards.preferred_shards` which shards it should
+evaluate, given the replicas Ready now (the presence bucket). It campaigns for each such shard's
+Lease with a `LeaderElector` of its own, and hands over (releases) a shard it holds but no longer
+ranks first, so that a replica that joins gets its share within a period or two. A shard whose
+election ends (its lease lost) is campaigned for again after a backoff. The controllers read
+`owns` and `write_budget_of` for each node: a node's writes are fenced by its shard's Lease.
+
+Why: docs/architecture.md#evaluation-shards
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from colocation.controllers.evaluation_shards import check_shard_count, preferred_shards, shard_lease_name, shard_of
+from colocation.kube.backoff import Backoff
+from colocation.kube.leaderelection import LeaderElector
+
+log = logging.getLogger(__name__)
+
+REBALANCE_PERIOD = 2.0  # seconds between two looks at who is Ready
+
+
+class ShardElections:
+    def __init__(self, api: Any, *, namespace: str, identity: str, shards: int,
+                 ready_replicas: Callable[[], Iterable[str]], on_change: Callable[[], None],
+                 lease_duration: float, renew_deadline: float, retry_period: float,
+                 period: float = REBALANCE_PERIOD,
+                 elector_factory: Callable[..., LeaderElector] = LeaderElector,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 rng: random.Random | None = None) -> None:
+        check_shard_count(shards)
+        self.count = shards
+        self.identity = identity
+        self._api = api
+        self._namespace = namespace
+        self._ready_replicas = ready_replicas
+        self._on_change = on_change
+        self._timings = {"lease_duration": lease_duration, "renew_deadline": renew_deadline,
+                         "retry_period": retry_period}
+        self._period = period
+        self._elector_factory = elector_factory
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._electors: dict[int, LeaderElector] = {}
+        self._campaigns: dict[int, asyncio.Task[None]] = {}
+
+    # ---- what the controllers read ---------------------------------------------------------------
+
+    @property
+    def held(self) -> frozenset[int]:
+        """The shards this replica evaluates now (their Lease held and renewed in time)."""
+        return frozenset(shard for shard, elector in self._electors.items() if elector.is_leader)
+
+    def owns(self, node: str) -> bool:
+        elector = self._electors.get(shard_of(node, self.count))
+        return elector is not None and elector.is_leader
+
+    def write_budget_of(self, node: str) -> Callable[[], float]:
+        """The fence of a node's writes: its shard's elector's budget (0 unless this replica holds it)."""
+        elector = self._electors.get(shard_of(node, self.count))
+        return elector.write_budget if elector is not None else _nothing
+
+    # ---- running ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Rebalance every period until cancelled; then `stop()` hands every shard over."""
+        while True:
+            await self.rebalance()
+            await self._sleep(self._period * self._rng.uniform(0.8, 1.0))
+
+    async def rebalance(self) -> None:
+        ready = set(self._ready_replicas())
+        if self.identity not in ready:
+            # Not Ready (not caught up with the stream, or draining): evaluate nothing, and leave
+            # the shards to the replicas that are.
+            wanted: frozenset[int] = frozenset()
+        else:
+            wanted = preferred_shards(self.identity, ready, self.count)
+        for shard in sorted(wanted - self._campaigns.keys()):
+            self._campaigns[shard] = asyncio.create_task(self._campaign(shard), name=f"shard {shard} election")
+        for shard in sorted(self._campaigns.keys() - wanted):
+            await self._hand_over(shard)
+
+    async def stop(self) -> None:
+        """Stop every campaign and release every shard held, so that others take them at once."""
+        for shard in sorted(self._campaigns):
+            await self._hand_over(shard)
+
+    async def _campaign(self, shard: int) -> None:
+        retry = Backoff(self._timings["retry_period"], 4 * self._timings["lease_duration"], jitter=0.5, rng=self._rng)
+        while True:
+            elector = self._elector_factory(
+                self._api, self._namespace, shard_lease_name(shard), identity=self.identity,
+                on_started_leading=self._changed(shard, "started evaluating"),
+                on_stopped_leading=self._changed(shard, "stopped evaluating"), **self._timings)
+            self._electors[shard] = elector
+            try:
+                await elector.run()  # returns once the lease is lost
+            except Exception:  # the election failed: campaign again after the backoff
+                log.exception("evaluation shard election failed", extra={"shard": shard})
+            await self._sleep(retry.next_delay())
+
+    def _changed(self, shard: int, what: str) -> Callable[[], None]:
+        def changed() -> None:
+            log.info(f"evaluation shard: {what}", extra={"shard": shard, "lease": shard_lease_name(shard)})
+            self._on_change()
+        return changed
+
+    async def _hand_over(self, shard: int) -> None:
+        task = self._campaigns.pop(shard)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        elector = self._electors.pop(shard, None)
+        if elector is not None:
+            held = elector.is_leader
+            if await elector.release() or held:  # release() calls no callback
+                log.info("evaluation shard: handed over", extra={"shard": shard, "lease": shard_lease_name(shard)})
+                self._on_change()
+
+
+def _nothing() -> float:
+    return 0.0
