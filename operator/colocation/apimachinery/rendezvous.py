@@ -17,6 +17,6 @@ def rendezvous_rank(key: str, member: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{key}\0{member}".encode(), digest_size=8).digest(), "big")
 
 
-def rendezvous_winner(key: str, members: Iterable[str]) -> str | None:
-    """The member `key` goes to (None when there is none)."""
-    return max(members, key=lambda member: rendezvous_rank(key, member), default=None)
+def rendezvous_order(key: str, members: Iterable[str]) -> list[str]:
+    """The members, the one `key` goes to first, then the one it goes to if that one leaves, and so on."""
+    return sorted(members, key=lambda member: rendezvous_rank(key, member), reverse=True)

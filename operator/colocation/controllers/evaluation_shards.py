@@ -2,10 +2,10 @@
 
 A node belongs to one of N shards by a hash of its name (`shard_of`). A Lease per shard
 (`kube.permissions.SHARD_LEASE_NAMES`) says which replica evaluates its nodes. Each replica asks
-for the shards it ranks first among the replicas it knows to be Ready (`preferred_shards`,
-rendezvous hashing): the shards spread evenly, and a replica that comes or goes moves only the
-shards it ranks first. Two replicas that briefly disagree on who is Ready both ask; the Lease
-lets one of them evaluate.
+for the shards it ranks first among the replicas it knows to be Ready, and watches those it ranks
+second, to take them as soon as their Lease expires (`ranked_shards`, rendezvous hashing): the
+shards spread evenly, and a replica that comes or goes moves only the shards it ranks first. Two
+replicas that briefly disagree on who is Ready both ask; the Lease lets one of them evaluate.
 
 Why: docs/architecture.md#evaluation-shards
 """
@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from colocation.apimachinery.rendezvous import rendezvous_winner
+from colocation.apimachinery.rendezvous import rendezvous_order
 from colocation.kube.permissions import MAX_EVALUATION_SHARDS, SHARD_LEASE_NAMES
 
 
@@ -34,11 +34,13 @@ def check_shard_count(shards: int) -> None:
         raise ValueError(f"the evaluation shards must number 1 to {MAX_EVALUATION_SHARDS}, got {shards}")
 
 
-def preferred_shards(identity: str, replicas: Iterable[str], shards: int) -> frozenset[int]:
-    """The shards `identity` ranks first among `replicas` (itself counted whether listed or not)."""
+def ranked_shards(identity: str, replicas: Iterable[str], shards: int) -> tuple[frozenset[int], frozenset[int]]:
+    """(The shards `identity` ranks first among `replicas`, those it ranks second); it counts
+    itself whether listed or not."""
     members = {*replicas, identity}
-    return frozenset(shard for shard in range(shards)
-                     if rendezvous_winner(shard_lease_name(shard), members) == identity)
+    orders = {shard: rendezvous_order(shard_lease_name(shard), members)[:2] for shard in range(shards)}
+    return (frozenset(shard for shard, order in orders.items() if order[0] == identity),
+            frozenset(shard for shard, order in orders.items() if order[1:] == [identity]))
 
 
 class ShardView(Protocol):

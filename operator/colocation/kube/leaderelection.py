@@ -439,6 +439,8 @@ class LeaderElector:
                 logger.info("leader election: renewal conflicted, re-reading: %s", error, extra=self._log)
         lease = await self._leases.get(self._timeout())
         if lease is None:
+            if self._clock() < self.acquire_after:
+                return  # not ours to take yet, created or not
             first = initial_record(self.identity, self._now(), self.lease_duration_seconds,
                                    annotations=self._annotations())
             sent_at = self._clock()

@@ -412,7 +412,7 @@ class OperatorProcess:
                     api, namespace=config.namespace, identity=config.identity, shards=config.evaluation_shards,
                     ready_replicas=lambda: presence.endpoints().keys(), on_change=self._shards_changed,
                     lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
-                    retry_period=config.retry_period)
+                    retry_period=config.retry_period, holder_ended=self.replica_pods.holder_ended)
             # The in-memory store: a standby follows the leader's feed, and its consistent reads ask
             # the leader. With --store nats every replica follows the stream instead (`shared`).
             follower: LeaderFollower | None = None

@@ -1,11 +1,15 @@
-"""This replica's elections for the evaluation shards it ranks first (`--evaluation-shards`, `--store nats`).
+"""This replica's elections for the evaluation shards (`--evaluation-shards`, `--store nats`).
 
-Every `period` it asks `controllers.evaluation_shards.preferred_shards` which shards it should
-evaluate, given the replicas Ready now (the presence bucket). It campaigns for each such shard's
-Lease with a `LeaderElector` of its own, and hands over (releases) a shard it holds but no longer
-ranks first, so that a replica that joins gets its share within a period or two. A shard whose
-election ends (its lease lost) is campaigned for again after a backoff. The controllers read
-`owns` and `write_budget_of` for each node: a node's writes are fenced by its shard's Lease.
+Every `period` it asks `controllers.evaluation_shards.ranked_shards` which shards it ranks first
+and second, given the replicas Ready now (the presence bucket). It campaigns for each shard it
+ranks first with a `LeaderElector` of its own, and watches each shard it ranks second with one
+that may not take the Lease (`acquire_after` in the future) until this replica ranks first: when
+the replica ahead dies and the presence bucket forgets it (15 s at most), the watcher has seen
+the Lease's last renewal and takes it as soon as it expires (or at once when `holder_ended`, the
+holder's pod seen stopped). It hands over (releases) a shard it holds but no longer ranks first, so
+a replica that joins gets its share within a period or two. A shard whose election ends (its lease
+lost) is campaigned for again after a backoff. The controllers read `owns` and `write_budget_of`
+for each node: a node's writes are fenced by its shard's Lease.
 
 Why: docs/architecture.md#evaluation-shards
 """
@@ -15,13 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from colocation.controllers.evaluation_shards import check_shard_count, preferred_shards, shard_lease_name, shard_of
+from colocation.controllers.evaluation_shards import check_shard_count, ranked_shards, shard_lease_name, shard_of
 from colocation.kube.backoff import Backoff
 from colocation.kube.leaderelection import LeaderElector
+from colocation.kube.lease_record import LeaderElectionRecord
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +38,7 @@ class ShardElections:
     def __init__(self, api: Any, *, namespace: str, identity: str, shards: int,
                  ready_replicas: Callable[[], Iterable[str]], on_change: Callable[[], None],
                  lease_duration: float, renew_deadline: float, retry_period: float,
+                 holder_ended: Callable[[LeaderElectionRecord], bool] = lambda record: False,
                  period: float = REBALANCE_PERIOD,
                  elector_factory: Callable[..., LeaderElector] = LeaderElector,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -45,12 +52,14 @@ class ShardElections:
         self._on_change = on_change
         self._timings = {"lease_duration": lease_duration, "renew_deadline": renew_deadline,
                          "retry_period": retry_period}
+        self._holder_ended = holder_ended
         self._period = period
         self._elector_factory = elector_factory
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._electors: dict[int, LeaderElector] = {}
         self._campaigns: dict[int, asyncio.Task[None]] = {}
+        self._first: frozenset[int] = frozenset()  # the shards this replica may take
 
     # ---- what the controllers read ---------------------------------------------------------------
 
@@ -81,13 +90,21 @@ class ShardElections:
         if self.identity not in ready:
             # Not Ready (not caught up with the stream, or draining): evaluate nothing, and leave
             # the shards to the replicas that are.
-            wanted: frozenset[int] = frozenset()
+            first: frozenset[int] = frozenset()
+            second: frozenset[int] = frozenset()
         else:
-            wanted = preferred_shards(self.identity, ready, self.count)
-        for shard in sorted(wanted - self._campaigns.keys()):
-            self._campaigns[shard] = asyncio.create_task(self._campaign(shard), name=f"shard {shard} election")
-        for shard in sorted(self._campaigns.keys() - wanted):
+            first, second = ranked_shards(self.identity, ready, self.count)
+        self._first = first
+        for shard in sorted(self.held - first):  # another replica ranks first now: hand it over
             await self._hand_over(shard)
+        for shard in sorted(self._campaigns.keys() - first - second):
+            await self._hand_over(shard)
+        for shard, elector in self._electors.items():
+            if elector.acquire_after != (may := _may_take(shard in first)):
+                elector.acquire_after = may
+                elector.wake()  # a watcher that may take its shard now reads the Lease at once
+        for shard in sorted((first | second) - self._campaigns.keys()):
+            self._campaigns[shard] = asyncio.create_task(self._campaign(shard), name=f"shard {shard} election")
 
     async def stop(self) -> None:
         """Stop every campaign and release every shard held, so that others take them at once."""
@@ -100,7 +117,8 @@ class ShardElections:
             elector = self._elector_factory(
                 self._api, self._namespace, shard_lease_name(shard), identity=self.identity,
                 on_started_leading=self._changed(shard, "started evaluating"),
-                on_stopped_leading=self._changed(shard, "stopped evaluating"), **self._timings)
+                on_stopped_leading=self._changed(shard, "stopped evaluating"), holder_ended=self._holder_ended,
+                acquire_after=_may_take(shard in self._first), **self._timings)
             self._electors[shard] = elector
             try:
                 await elector.run()  # returns once the lease is lost
@@ -129,3 +147,8 @@ class ShardElections:
 
 def _nothing() -> float:
     return 0.0
+
+
+def _may_take(first: bool) -> float:
+    """A campaign's `acquire_after`: at once where this replica ranks first, else never (it watches)."""
+    return -math.inf if first else math.inf

@@ -78,7 +78,7 @@ def test_your_own_servers_without_tls_or_users(helm_path: str) -> None:
 
 
 def test_evaluation_shards_reach_the_operator_only_above_one(helm_path: str) -> None:
-    own = {"store.type": "nats", "store.nats.servers": ["nats://nats.example:4222"]}
+    own: dict[str, object] = {"store.type": "nats", "store.nats.servers": ["nats://nats.example:4222"]}
     args, _, _ = operator(render(helm_path, {**own, "store.nats.evaluationShards": 4}))
     assert [arg for arg in args if arg.startswith("--evaluation-shards")] == ["--evaluation-shards=4"]
     args, _, _ = operator(render(helm_path, own))

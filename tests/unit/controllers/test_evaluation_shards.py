@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from colocation.controllers.evaluation_shards import check_shard_count, preferred_shards, shard_of
+from colocation.controllers.evaluation_shards import check_shard_count, ranked_shards, shard_of
 from colocation.kube.permissions import MAX_EVALUATION_SHARDS
 
 NODES = [f"node-{index}" for index in range(2000)]
@@ -20,11 +20,26 @@ def test_nodes_spread_evenly_over_the_shards_and_keep_their_shard() -> None:
     assert [shard_of(node, 8) for node in NODES] == [shard_of(node, 8) for node in NODES]
 
 
+def preferred_shards(identity: str, ready: list[str], shards: int) -> frozenset[int]:
+    return ranked_shards(identity, ready, shards)[0]
+
+
 @pytest.mark.parametrize("replicas", [1, 2, 3, 5])
-def test_every_shard_is_preferred_by_exactly_one_ready_replica(replicas: int) -> None:
+def test_every_shard_is_ranked_first_by_one_ready_replica_and_second_by_another(replicas: int) -> None:
     ready = REPLICAS[:replicas]
-    preferred = {identity: preferred_shards(identity, ready, 16) for identity in ready}
-    assert Counter(shard for shards in preferred.values() for shard in shards) == Counter(range(16))
+    ranks = {identity: ranked_shards(identity, ready, 16) for identity in ready}
+    assert Counter(shard for first, _ in ranks.values() for shard in first) == Counter(range(16))
+    seconds = Counter(shard for _, second in ranks.values() for shard in second)
+    assert seconds == (Counter(range(16)) if replicas > 1 else Counter())
+    assert all(not first & second for first, second in ranks.values())
+
+
+def test_the_replica_ranked_second_is_the_one_that_ranks_first_once_the_first_is_gone() -> None:
+    ready = REPLICAS[:4]
+    for identity in ready:
+        for shard in ranked_shards(identity, ready, 16)[0]:
+            (watcher,) = [other for other in ready if shard in ranked_shards(other, ready, 16)[1]]
+            assert shard in preferred_shards(watcher, [r for r in ready if r != identity], 16)
 
 
 def test_a_replica_that_joins_takes_shards_only_from_the_others_and_leaves_the_rest_in_place() -> None:

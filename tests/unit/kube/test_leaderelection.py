@@ -689,6 +689,17 @@ async def test_a_restarted_process_frees_the_lease_first_thing_and_then_leaves_i
     assert started is not None and started >= early.acquire_after
 
 
+async def test_a_candidate_that_may_not_take_the_lease_yet_does_not_create_it_either(time: FakeTime) -> None:
+    leases = FakeLeases(time)  # no Lease yet
+    watcher = Candidate(leases, time, "watcher", acquire_after=time.now + 30)
+    await until(lambda: time.now > 1010.0)
+    assert leases.lease is None and not watcher.elector.is_leader
+    await until(lambda: watcher.elector.is_leader)  # from then on, it creates and takes it
+    started = watcher.when("started")
+    assert started is not None and started >= 1030.0
+    await watcher.stop()
+
+
 async def test_a_standby_takes_the_lease_at_once_when_the_holders_process_is_known_to_have_ended(
         time: FakeTime) -> None:
     leases = FakeLeases(time, lease("pod-0_old"))
