@@ -16,7 +16,8 @@ BIN=${BIN:-.venv/bin}
 # metrics, kubectl, NATS servers failing, and (builtin sandbox only) replicas killed while agents report.
 NATS_KUBE_TESTS=(tests/e2e/test_operator.py tests/e2e/test_custom_metrics.py tests/e2e/test_agent_custom_metrics.py
                  tests/e2e/test_kubectl_cluster.py tests/e2e/test_resource_metrics.py
-                 tests/e2e/test_nats_store_failures.py tests/e2e/test_nats_bucket_lost.py)
+                 tests/e2e/test_nats_store_failures.py tests/e2e/test_nats_bucket_lost.py
+                 tests/e2e/test_evaluation_shards.py)
 NATS_TESTS=("${NATS_KUBE_TESTS[@]}" tests/e2e/test_nats_replica_kills.py)
 
 prefixed() {  # run a command, every line of its output prefixed with $1
