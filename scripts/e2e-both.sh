@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
 
 # With --store nats (nats-server built by `make nats`): the NodeMetric API and its failover, custom
-# metrics, kubectl, NATS servers failing, and (builtin sandbox only) replicas killed while agents report.
+# metrics, kubectl, NATS servers failing, evaluation shards, and (builtin sandbox only) replicas killed
+# while agents report.
 NATS_KUBE_TESTS=(tests/e2e/test_operator.py tests/e2e/test_custom_metrics.py tests/e2e/test_agent_custom_metrics.py
                  tests/e2e/test_kubectl_cluster.py tests/e2e/test_resource_metrics.py
                  tests/e2e/test_nats_store_failures.py tests/e2e/test_nats_bucket_lost.py
