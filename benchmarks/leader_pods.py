@@ -35,6 +35,7 @@ from colocation.apimachinery.merge_patch import json_merge_patch
 from colocation.controllers.cluster import ClusterState
 from colocation.controllers.configsource import ConfigSource
 from colocation.controllers.controller_metrics import ControllerMetrics
+from colocation.controllers.evaluation_shards import shard_of
 from colocation.controllers.events import ObjectRef
 from colocation.controllers.health import NodeHealthTracker
 from colocation.controllers.noderesource_controller import NodeResourceReconciler
@@ -175,10 +176,26 @@ def _report(name: str, pods: list[dict[str, Any]], now: float, rng: random.Rando
                             "qos": "LS"} for pod in pods]}})
 
 
+class _HeldShards:
+    """Evaluation shards (`controllers.evaluation_shards.ShardView`): `held` of `count` held, every write allowed."""
+
+    def __init__(self, held: int, count: int) -> None:
+        self.count = count
+        self.held = frozenset(range(held))
+
+    def owns(self, node: str) -> bool:
+        return shard_of(node, self.count) in self.held
+
+    def write_budget_of(self, node: str) -> Callable[[], float]:
+        return lambda: 10.0
+
+
 def reconciler_micros(nodes: int, per_node: int, *, rounds: int = 6, reporting: bool = True,
-                      profile: bool = False) -> float:
+                      profile: bool = False, shards: tuple[int, int] | None = None) -> float:
     """µs of process CPU per node of `NodeResourceReconciler.evaluate`, in its steady state: half
-    the nodes with a new report each round, or (`reporting` False) none, their Leases renewed."""
+    the nodes with a new report each round, or (`reporting` False) none, their Leases renewed.
+    `shards` (held, count): a replica holding that many of that many evaluation shards; per node
+    of the whole cluster still."""
     clocks = _Time()
     state = ClusterState()
     settings = ControllerSettings(node_grace_period=40.0, eviction_timeout=300.0, eviction_rate=100.0)
@@ -190,7 +207,7 @@ def reconciler_micros(nodes: int, per_node: int, *, rounds: int = 6, reporting: 
     config.loaded = True
     reconciler = NodeResourceReconciler(state, tracker, store, config=config, writer=writer,  # type: ignore[arg-type]
                                         metrics=ControllerMetrics(CollectorRegistry()), settings=settings,
-                                        wall=clocks.wall)
+                                        shards=_HeldShards(*shards) if shards else None, wall=clocks.wall)
     names = [f"node-{index:05d}" for index in range(nodes)]
     pods: dict[str, list[dict[str, Any]]] = {}
     for name in names:

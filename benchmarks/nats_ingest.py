@@ -3,7 +3,9 @@ the apply of other replicas' writes, custom metrics, and a sizing table projecte
 
     python -m benchmarks.run --suite nats-ingest [--nats-ingest-nodes 1000 --nats-ingest-window 60 ...]
 
-One run is several `colocation sandbox` configurations, one after another (`nats_sizing.CONFIG_NAMES`):
+First, in process, the evaluations' split (`measure_split`): the reconciler's CPU per node holding every
+node, none and one of the evaluation shards, so the sizing can share them among the replicas. Then several
+`colocation sandbox` configurations, one after another (`nats_sizing.CONFIG_NAMES`):
 memory-2 (in-memory store, 2 replicas), nats-1 and nats-2 (`--store nats`, 1 and 2 replicas),
 nats-2-custom and memory-2-custom (the same with custom metrics on: the operators serve them and every
 simulated pod, all annotated for scraping, is scraped every `scrape_interval` s), and nats-2-small
@@ -76,8 +78,10 @@ from benchmarks.nats_sizing import (
     OPERATOR_MAX_SERIES,
     RETENTION,
     SAMPLE_BYTES,
+    SIZING_SHARDS,
     ConfigRun,
     Derived,
+    EvaluationSplit,
     ProbeWindow,
     ReplicaFigures,
     Scenario,
@@ -127,6 +131,7 @@ class IngestConfig(Record):
     # OPERATOR_MAX_SERIES).
     max_series: int = 1_000_000
     configs: tuple[str, ...] = CONFIG_NAMES
+    evaluation_split: bool = True  # the in-process split of the evaluations (`EvaluationSplit`), first
     raw: Path = Field(default=RAW, exclude=True)
     state_dir: Path = Field(default=Path(".bench"), exclude=True)
 
@@ -149,6 +154,7 @@ class NatsIngestReport(Record):
     agent_args: list[str] = Field(default_factory=list)
     missing_flags: list[str] = Field(default_factory=list)
     runs: list[ConfigRun] = Field(default_factory=list)
+    evaluation_split: EvaluationSplit | None = None
     load: list[tuple[float, float, float]] = Field(default_factory=list)  # os.getloadavg() after each
     seconds: float = 0.0
     machine: Machine | None = None
@@ -158,7 +164,7 @@ class NatsIngestReport(Record):
 
     def derived(self) -> Derived:
         return derive(self.by_name(), pods_per_node=self.config.pods_per_node,
-                      scrape_interval=self.config.scrape_interval)
+                      scrape_interval=self.config.scrape_interval, split=self.evaluation_split)
 
 
 # ---- the sandbox's processes ----------------------------------------------------------------------------
@@ -438,12 +444,24 @@ async def run(config: IngestConfig) -> NatsIngestReport:
     report = NatsIngestReport(config=config, agent_args=args, missing_flags=missing, machine=machine.describe())
     if missing:
         say(f"nats ingest: `colocation agent --help` has no {', '.join(missing)}: left out")
+    if config.evaluation_split:
+        say(f"nats ingest: the evaluations' split, in process ({config.nodes:,} nodes, {SIZING_SHARDS} shards)")
+        report.evaluation_split = await asyncio.to_thread(measure_split, config.nodes, config.pods_per_node)
     with on_stop_signals():
         for spec in config.specs():
             report.runs.append(await _run_config(config, spec, args))
             report.load.append(os.getloadavg())
     report.seconds = time.monotonic() - started
     return report
+
+
+def measure_split(nodes: int, pods_per_node: int) -> EvaluationSplit:
+    """The reconciler's CPU per node of the cluster, holding every node, no shard and one shard."""
+    from benchmarks.leader_pods import reconciler_micros
+
+    return EvaluationSplit(nodes=nodes, shards=SIZING_SHARDS, whole_us=reconciler_micros(nodes, pods_per_node),
+                           no_shard_us=reconciler_micros(nodes, pods_per_node, shards=(0, SIZING_SHARDS)),
+                           one_shard_us=reconciler_micros(nodes, pods_per_node, shards=(1, SIZING_SHARDS)))
 
 
 # ---- the section ----------------------------------------------------------------------------------------
@@ -485,7 +503,7 @@ def _windows(report: NatsIngestReport) -> str:
                   "Replica RSS", "nats-server RSS (max)", "Series, samples/s", "Held down"], rows)
 
 
-def _units(derived: Derived) -> str:
+def _units(derived: Derived, split: EvaluationSplit | None) -> str:
     def row(name: str, value: str, unit: str, how: str) -> list[str]:
         return [name, value, unit, how]
 
@@ -508,6 +526,14 @@ def _units(derived: Derived) -> str:
         row("w2: per report taken, two replicas (nats-2)", _us(derived.two_ingest_us), "µs", "slope - a"),
         row("e: the leader's evaluations, per node per second (nats-2)", _us(derived.evaluation_us), "µs",
             "leader CPU x profile share / s / nodes"),
+        *([row("in process: a replica evaluating every node, per node per evaluation", _us(split.whole_us), "µs",
+               "its CPU / nodes / evaluations"),
+           row(f"in process: holding none of {split.shards} shards (every node's health, the guard)",
+               _us(split.no_shard_us), "µs", "the same"),
+           row(f"in process: holding one of {split.shards} shards", _us(split.one_shard_us), "µs", "the same")]
+          if split is not None else []),
+        row("g / e: the evaluations' part every replica pays", share(derived.evaluation_global_share), "",
+            "in process: holding none / every node"),
         row("nats-server (3), per report, one replica, all in", _us(derived.server_one_us), "µs", "servers' CPU / r"),
         row("nats-server (3), per report, two replicas, all in", _us(derived.server_two_us), "µs", "servers' CPU / r"),
         row("nats-server (3), fixed (nats-2-small, nats-2)", _cores(derived.server_fixed_cores, 3), "cores",
@@ -567,11 +593,11 @@ def _sizing_table(rows: list[Sizing]) -> str:
     body = [[f"{row.scenario.nodes:,}", f"{row.scenario.cadence:g} s", f"{row.scenario.share:.0%}",
              f"{row.scenario.report_rate:,.0f}", f"{row.sample_rate:,.0f}",
              f"{row.series:,.0f}{' (over the cap)' if row.over_series_cap else ''}", replicas(row),
-             f"{_cores(row.leader_cores)} / {_cores(row.replica_cores)}", _bytes(row.replica_bytes),
+             f"{_cores(row.busiest_cores)} / {_cores(row.other_cores)}", _bytes(row.replica_bytes),
              f"{_cores(row.server_cores)} / {_cores(row.busiest_server_cores)}", _bytes(row.server_bytes),
              _bytes(row.stream_bytes)] for row in rows]
     return table(["Nodes", "Cadence", "Pods scraped", "Reports/s", "Samples/s", "Series per replica",
-                  "Replicas (≤ 1 core)", "Leader / other replica cores", "Replica memory",
+                  "Replicas (≤ 1 core)", "Busiest / other replica cores", "Replica memory",
                   "nats-server cores: all / busiest", "nats-server memory each", "Streams on disk, each"], body)
 
 
@@ -607,7 +633,8 @@ def render(report: NatsIngestReport, command: str) -> str:
         lines += ["The load generator or the agents fell behind, or the run failed (figures from these "
                   "configurations are inconclusive): " + " | ".join(held), ""]
     lines += ["### Windows", "", _windows(report), "",
-              "### Per-unit costs (measured at this run's node count)", "", _units(derived), ""]
+              "### Per-unit costs (measured at this run's node count)", "", _units(derived, report.evaluation_split),
+              ""]
     if replicas := _replicas_table(report, derived):
         lines += ["Each replica of nats-2 (µs per report it took; what it spends applying the other's writes at "
                   "the probe's cost per write):", "", replicas, ""]
@@ -622,9 +649,10 @@ def render(report: NatsIngestReport, command: str) -> str:
     lines += ["### Sizing (projected from the per-unit costs above; this machine ran "
               f"{config.nodes:,} nodes)", "",
               f"{config.pods_per_node} pods per node, scraped pods every {config.scrape_interval:g} s at the "
-              "measured series per pod; each replica ≤ 1 core (the leader, which also evaluates, is the "
-              "busiest); custom metric CPU per sample is nats-2-custom's busiest replica's. \"none\": no replica "
-              "count keeps the leader within a core (the cores it keeps with infinitely many). Memory: replica RSS "
+              f"measured series per pod; each replica ≤ 1 core, the evaluations shared in {SIZING_SHARDS} shards "
+              "(`--evaluation-shards`: the busiest replica holds the most); custom metric CPU per sample is "
+              "nats-2-custom's busiest replica's. \"none\": no replica count keeps the busiest within a core (the "
+              "cores it keeps with infinitely many). Memory: replica RSS "
               f"fixed + per node ({config.pods_per_node} pods each) + series x bytes per series; a replica keeps at "
               f"most `--custom-metrics-max-series` ({OPERATOR_MAX_SERIES:,} by default) series: rows over it need "
               "it raised. nats-server: 3 servers, each with a copy of the streams (3 replicas); the sample stream "

@@ -5,7 +5,10 @@ Per-unit costs (µs of CPU, utime + stime; r = reports/s; C = replicas' CPU, in 
 
 - evaluations: the leader's CPU x their share of a py-spy profile taken right after the window
   (`leader_scale.profile_shares`); out of the leader's CPU before anything below, and projected on their
-  own as e, µs per node per second (they grow with the nodes, not with the reports);
+  own as e, µs per node per second (they grow with the nodes, not with the reports). With evaluation
+  shards, a replica pays a part of e for every node (health, the zones' guard: g) and the rest only for
+  its shards' nodes (o = e - g). g / e is measured in process (`EvaluationSplit`, the reconciler of
+  `benchmarks.leader_pods` holding no shard against holding every node), and applied to e;
 - fixed: what a replica spends whatever the reports (informers, Lease, its announcements, idle fetches),
   F = half the value at r = 0 of the line through nats-2-small's and nats-2's C_sum; the line's slope
   is the marginal cost of a report with two replicas, w + a. At ~100 reports/s a replica's fixed
@@ -36,12 +39,14 @@ Sizing (`size`), for n nodes reporting every t s with a share p of their pods sc
 k series per scraped pod as measured, every `scrape_interval` s): r = n / t reports/s, s = n·P·p·k /
 `scrape_interval` samples/s; with R replicas each takes r / R reports and applies the others' r·(R-1)/R
 writes; w is the larger of w1 and w2; the busiest replica's extra CPU per sample, c, is charged to every
-replica (samples spread over the replicas: this overstates R > 2); the leader adds its evaluations:
+replica (samples spread over the replicas: this overstates R > 2); the evaluations are shared in
+S = SIZING_SHARDS shards (`--evaluation-shards`), and the busiest replica holds h = ceil(S / R) of them:
 
-    replica cores(R) = F + (r/R·w + r·(R-1)/R·a + s·c) / 1e6;  leader cores(R) = replica cores(R) + n·e / 1e6
+    busiest replica cores(R) = F + (r/R·w + r·(R-1)/R·a + s·c + n·g + n·o·h/S) / 1e6
 
-R is the smallest count whose leader is within CORE_LIMIT; none when even infinitely many replicas
-would not do (F + r·a + s·c + n·e, what is left with infinitely many, reaches the limit).
+R is the smallest count whose busiest replica is within CORE_LIMIT; none when even infinitely many
+replicas would not do (F + r·a + s·c + n·g + n·o/S, what is left with infinitely many, reaches the
+limit).
 nats-server, in all: its fixed cores + r·(its slope + (R-2)·d) + s·(its CPU per sample), the busiest
 server's share of it as measured; its memory, fixed + n x its RSS per node; the streams' bytes on each
 server (3 replicas): n x the NodeMetric stream's per node + s x the retention x the sample stream's per
@@ -71,6 +76,7 @@ from benchmarks.leader_scale_figures import (
 )
 from benchmarks.results import NanFloat, Record
 from colocation.jetstream.nodemetric_log import STREAM
+from colocation.kube.permissions import MAX_EVALUATION_SHARDS
 from colocation.manager.operator_config import OperatorConfig
 
 MEMORY, NATS = "memory", "nats"
@@ -86,6 +92,7 @@ GOAL_NODES, GOAL_CADENCE, GOAL_REPLICAS, GOAL_SHARE = 100_000, 10.0, 8, 0.0
 SIZING_NODES = (10_000, 25_000, 50_000, 100_000)
 SIZING_CADENCES = (10.0, 60.0)
 SIZING_SHARES = (0.0, 0.2)
+SIZING_SHARDS = MAX_EVALUATION_SHARDS  # the sizing's --evaluation-shards
 SAMPLE_BYTES = 2 * array("d").itemsize  # a held sample: its timestamp and value, each in an array('d')
 
 
@@ -125,6 +132,21 @@ class ReplicaFigures(Record):
     series_dropped: float = 0.0  # samples dropped over the window for the series limit
     evaluation_share: NanFloat = math.nan  # the leader's: its evaluations' share of a profile after the window
     profile_samples: int = 0
+
+
+class EvaluationSplit(Record):
+    """µs of CPU per node of the whole cluster per evaluation, in process (`leader_pods.reconciler_micros`):
+    a replica evaluating every node, one holding none of `shards` (what every replica pays), one holding one."""
+
+    nodes: int
+    shards: int
+    whole_us: NanFloat = math.nan
+    no_shard_us: NanFloat = math.nan
+    one_shard_us: NanFloat = math.nan
+
+    @property
+    def global_share(self) -> float:
+        return self.no_shard_us / self.whole_us
 
 
 class ServerFigures(Record):
@@ -261,6 +283,7 @@ class Derived:
     apply_probe_us: float = math.nan  # a
     apply_model_us: float = math.nan  # a, two configurations' model: nats-2 less nats-1, fixed costs in
     evaluation_us: float = math.nan  # e, the leader's evaluations, µs per node per second (nats-2)
+    evaluation_global_share: float = math.nan  # g / e: what every replica pays, whatever shards it holds
     server_one_us: float = math.nan  # nats-server per report, one replica, all in
     server_two_us: float = math.nan  # with two
     server_fixed_cores: float = math.nan  # its line through nats-2-small and nats-2
@@ -332,10 +355,14 @@ def sample_costs(custom: ConfigRun, base: ConfigRun, *, pods_per_node: int, scra
                        if accepted else math.nan, scrape_interval=scrape_interval)
 
 
-def derive(runs: Mapping[str, ConfigRun], *, pods_per_node: int, scrape_interval: float) -> Derived:
-    """The per-unit costs from the run's windows (by configuration name); see the module's docstring."""
+def derive(runs: Mapping[str, ConfigRun], *, pods_per_node: int, scrape_interval: float,
+           split: EvaluationSplit | None = None) -> Derived:
+    """The per-unit costs from the run's windows (by configuration name) and its in-process evaluation
+    split; see the module's docstring."""
     nan = math.nan
     found: dict[str, float] = {}
+    if split is not None:
+        found["evaluation_global_share"] = split.global_share
     if (memory := runs.get(MEMORY_2)) is not None and (leader := memory.leader()) is not None:
         found["memory_us"] = _per_report(memory, memory.net_cpu(leader))
         if (standby := memory.standby()) is not None:
@@ -402,7 +429,8 @@ class UnitCosts:
     fixed_cores: float  # F, per replica
     ingest_us: float  # w
     apply_us: float  # a
-    evaluation_us: float  # e, the leader's, per node per second
+    evaluation_global_us: float  # g, every replica's, per node per second
+    evaluation_shard_us: float  # o = e - g: a replica holding every shard, per node per second
     sample_us: float  # c, the busiest replica's extra CPU per sample
     server_fixed_cores: float  # nats-server, all servers
     server_us: float  # all servers, per report at two replicas
@@ -422,9 +450,12 @@ class UnitCosts:
     def of(cls, derived: Derived) -> UnitCosts:
         samples = derived.samples.get(NATS)
         nan = math.nan
+        evaluation = 0.0 if math.isnan(derived.evaluation_us) else derived.evaluation_us
+        # Without the split, all of it counts on every replica, as if the evaluations were not shared.
+        share = 1.0 if math.isnan(derived.evaluation_global_share) else min(derived.evaluation_global_share, 1.0)
         return cls(fixed_cores=derived.fixed_cores, ingest_us=_larger(derived.ingest_us, derived.two_ingest_us),
-                   apply_us=derived.apply_probe_us,
-                   evaluation_us=0.0 if math.isnan(derived.evaluation_us) else derived.evaluation_us,
+                   apply_us=derived.apply_probe_us, evaluation_global_us=evaluation * share,
+                   evaluation_shard_us=evaluation * (1.0 - share),
                    sample_us=samples.busiest_us if samples else nan,
                    server_fixed_cores=derived.server_fixed_cores, server_us=derived.server_marginal_us,
                    server_per_replica_us=max(derived.server_probe_us, 0.0),
@@ -462,24 +493,31 @@ def _times(rate: float, cost: float) -> float:
     return rate * cost / 1e6 if rate else 0.0
 
 
+def _evaluation_cores(units: UnitCosts, scenario: Scenario, shards_held: int) -> float:
+    """The evaluations of a replica holding `shards_held` of the SIZING_SHARDS shards."""
+    return _times(scenario.nodes, units.evaluation_global_us + units.evaluation_shard_us * shards_held / SIZING_SHARDS)
+
+
 def floor_cores(units: UnitCosts, scenario: Scenario) -> float:
-    """The leader's cores with infinitely many replicas: its fixed cost, every write applied, the samples,
-    the evaluations."""
+    """The busiest replica's cores with infinitely many replicas: its fixed cost, every write applied, the
+    samples, every node's health and one shard's evaluations."""
     return (units.fixed_cores + _times(scenario.report_rate, units.apply_us)
-            + _times(scenario.sample_rate(units), units.sample_us) + _times(scenario.nodes, units.evaluation_us))
+            + _times(scenario.sample_rate(units), units.sample_us) + _evaluation_cores(units, scenario, 1))
 
 
-def replica_cores(units: UnitCosts, scenario: Scenario, replicas: int, *, leader: bool = True) -> float:
-    """A replica's cores with `replicas` sharing the reports (the leader's with its evaluations)."""
+def replica_cores(units: UnitCosts, scenario: Scenario, replicas: int, *, busiest: bool = True) -> float:
+    """A replica's cores with `replicas` sharing the reports and the shards: the busiest holds the most
+    shards (the leader, whose other duties cost little, is one of them), the others the fewest."""
     r = scenario.report_rate
     cores = (units.fixed_cores + _times(r / replicas, units.ingest_us) + _times(r * (replicas - 1) / replicas,
                                                                               units.apply_us)
              + _times(scenario.sample_rate(units), units.sample_us))
-    return cores + (_times(scenario.nodes, units.evaluation_us) if leader else 0.0)
+    held = -(-SIZING_SHARDS // replicas) if busiest else SIZING_SHARDS // replicas
+    return cores + _evaluation_cores(units, scenario, held)
 
 
 def replicas_needed(units: UnitCosts, scenario: Scenario, limit: float = CORE_LIMIT) -> int | None:
-    """The fewest replicas whose leader stays within `limit` cores; None when no count does."""
+    """The fewest replicas whose busiest stays within `limit` cores; None when no count does."""
     if replica_cores(units, scenario, 1) <= limit:
         return 1
     # Each replica more moves part of the ingest, r·(w - a), off every replica, down to the floor.
@@ -499,9 +537,9 @@ def replicas_needed(units: UnitCosts, scenario: Scenario, limit: float = CORE_LI
 class Sizing:
     scenario: Scenario
     replicas: int | None
-    leader_cores: float  # at `replicas` (NaN when none)
-    replica_cores: float  # a replica other than the leader, at `replicas`
-    floor_cores: float  # the leader's with infinitely many replicas
+    busiest_cores: float  # at `replicas` (NaN when none)
+    other_cores: float  # a replica holding the fewest shards, at `replicas`
+    floor_cores: float  # the busiest's with infinitely many replicas
     series: float
     sample_rate: float
     replica_bytes: float
@@ -523,8 +561,8 @@ def size(units: UnitCosts, scenario: Scenario) -> Sizing:
     servers = (units.server_fixed_cores + _times(r, units.server_us + (replicas - 2) * units.server_per_replica_us)
                + _times(samples, units.server_sample_us)) if replicas else math.nan
     return Sizing(scenario=scenario, replicas=replicas,
-                  leader_cores=replica_cores(units, scenario, replicas) if replicas else math.nan,
-                  replica_cores=replica_cores(units, scenario, replicas, leader=False) if replicas else math.nan,
+                  busiest_cores=replica_cores(units, scenario, replicas) if replicas else math.nan,
+                  other_cores=replica_cores(units, scenario, replicas, busiest=False) if replicas else math.nan,
                   floor_cores=floor_cores(units, scenario), series=series, sample_rate=samples,
                   replica_bytes=units.replica_fixed + n * units.replica_per_node
                   + (series * units.series_bytes if series else 0.0),
@@ -578,9 +616,11 @@ def verdicts(runs: Mapping[str, ConfigRun], derived: Derived, goal: Sizing) -> l
                   f"{derived.ingest_us:,.0f} µs with one; fixed costs and, with two, the other's writes out)",
                   _judge(abs(derived.two_vs_one) <= TWO_VS_ONE_TARGET, derived.two_vs_one, held)))
     held = unclean(runs, (NATS_1, NATS_2, NATS_2_SMALL))
-    figure = (f"{goal.replicas} replicas (the leader at {goal.leader_cores:.2f} cores)" if goal.replicas is not None
-              else f"no replica count: the leader keeps {goal.floor_cores:.2f} cores with any number")
+    figure = (f"{goal.replicas} replicas (the busiest at {goal.busiest_cores:.2f} cores)"
+              if goal.replicas is not None
+              else f"no replica count: the busiest keeps {goal.floor_cores:.2f} cores with any number")
     verdict = _judge(goal.replicas is not None and goal.replicas <= GOAL_REPLICAS, goal.floor_cores, held)
     lines.append((f"{GOAL_NODES:,} nodes every {GOAL_CADENCE:g} s (no custom metrics) with ≤ {GOAL_REPLICAS} replicas "
-                  f"of ≤ {CORE_LIMIT:g} core each", figure, f"{verdict} (projected)"))
+                  f"of ≤ {CORE_LIMIT:g} core each, {SIZING_SHARDS} evaluation shards", figure,
+                  f"{verdict} (projected)"))
     return lines

@@ -20,6 +20,7 @@ from benchmarks.nats_sizing import (
     NATS_2_CUSTOM,
     NATS_2_SMALL,
     ConfigRun,
+    EvaluationSplit,
     ProbeWindow,
     ReplicaFigures,
     Scenario,
@@ -100,9 +101,11 @@ def runs(*, memory_net: float = 3.0, nats_one_problems: list[str] | None = None)
     return {run.spec.name: run for run in found}
 
 
-def units(*, ingest: float = 500.0, apply: float = 50.0, evaluation: float = 0.0, sample: float = 10.0,
-          fixed: float = 0.0) -> UnitCosts:
-    return UnitCosts(fixed_cores=fixed, ingest_us=ingest, apply_us=apply, evaluation_us=evaluation, sample_us=sample,
+def units(*, ingest: float = 500.0, apply: float = 50.0, evaluation: float = 0.0, shard_part: float = 0.0,
+          sample: float = 10.0, fixed: float = 0.0) -> UnitCosts:
+    """`evaluation`: the part every replica pays; `shard_part`: the rest, shared among the shards."""
+    return UnitCosts(fixed_cores=fixed, ingest_us=ingest, apply_us=apply, evaluation_global_us=evaluation,
+                     evaluation_shard_us=shard_part, sample_us=sample,
                      server_fixed_cores=0.0, server_us=400.0, server_per_replica_us=100.0, server_sample_us=2.0,
                      busiest_server_share=0.5, series_per_pod=1.5, series_bytes=2600.0, replica_fixed=100 << 20,
                      replica_per_node=20480.0, server_fixed=40 << 20, server_per_node=4096.0, stream_per_node=2000.0,
@@ -171,21 +174,43 @@ def test_the_replicas_needed_and_none_when_the_applies_alone_take_a_core(apply: 
     assert replicas_needed(units(apply=apply), Scenario(nodes=100_000, cadence=10.0, share=0.0)) == replicas
 
 
-def test_the_leader_evaluations_and_every_replica_s_fixed_cost_count_against_its_core() -> None:
+def test_the_evaluations_and_every_replica_s_fixed_cost_count_against_its_core() -> None:
     scenario = Scenario(nodes=100_000, cadence=10.0, share=0.0)
     assert replicas_needed(units(apply=40.0, fixed=0.1), scenario) == 10  # 0.5 + 4.6 / R
-    assert replica_cores(units(apply=40.0, fixed=0.1), scenario, 10, leader=False) == pytest.approx(0.96)
+    assert replica_cores(units(apply=40.0, fixed=0.1), scenario, 10, busiest=False) == pytest.approx(0.96)
     assert replicas_needed(units(apply=40.0, evaluation=3.0), scenario) == 16  # 0.7 + 4.6 / R
     assert replicas_needed(units(apply=40.0, evaluation=7.0), scenario) is None  # 0.4 + 0.7: no core left
     assert replicas_needed(units(), Scenario(nodes=10_000, cadence=60.0, share=0.0)) == 1
 
 
+def test_the_shards_evaluations_are_shared_and_the_busiest_replica_holds_the_most() -> None:
+    scenario = Scenario(nodes=100_000, cadence=10.0, share=0.0)
+    u = units(apply=40.0, evaluation=1.0, shard_part=16.0)  # 0.1 cores on every replica, 1.6 shared in 16 shards
+    assert replica_cores(u, scenario, 1) == pytest.approx(0.4 + 4.6 + 0.1 + 1.6)
+    # 5 replicas: the busiest holds 4 shards (0.4 cores of them), the others 3 (0.3).
+    assert replica_cores(u, scenario, 5) == pytest.approx(0.4 + 4.6 / 5 + 0.1 + 0.4)
+    assert replica_cores(u, scenario, 5, busiest=False) == pytest.approx(0.4 + 4.6 / 5 + 0.1 + 0.3)
+    assert replicas_needed(u, scenario) == 16  # 0.5 + 4.6 / R + 0.1 x ceil(16 / R): 0.89 at 16, 1.02 at 15
+    assert size(u, scenario).floor_cores == pytest.approx(0.4 + 0.1 + 0.1)  # one shard each, at most
+
+
+def test_without_the_in_process_split_every_replica_pays_every_evaluation() -> None:
+    d = derive(runs(), pods_per_node=30, scrape_interval=5.0)
+    assert math.isnan(d.evaluation_global_share)
+    assert UnitCosts.of(d).evaluation_global_us == pytest.approx(12.5) and UnitCosts.of(d).evaluation_shard_us == 0.0
+    split = EvaluationSplit(nodes=1000, shards=16, whole_us=160.0, no_shard_us=8.0, one_shard_us=18.0)
+    d = derive(runs(), pods_per_node=30, scrape_interval=5.0, split=split)
+    assert d.evaluation_global_share == pytest.approx(0.05)
+    u = UnitCosts.of(d)
+    assert u.evaluation_global_us == pytest.approx(0.625) and u.evaluation_shard_us == pytest.approx(11.875)
+
+
 def test_the_sizing_row() -> None:
     row = size(units(apply=40.0), Scenario(nodes=100_000, cadence=10.0, share=0.2))
     assert row.replicas is None  # 180,000 samples/s at 10 µs: 1.8 cores on every replica
-    assert row.floor_cores == pytest.approx(0.4 + 1.8) and math.isnan(row.leader_cores)
+    assert row.floor_cores == pytest.approx(0.4 + 1.8) and math.isnan(row.busiest_cores)
     row = size(units(apply=40.0), Scenario(nodes=100_000, cadence=10.0, share=0.0))
-    assert row.replicas == 8 and row.leader_cores == pytest.approx(0.4 + 4.6 / 8)
+    assert row.replicas == 8 and row.busiest_cores == pytest.approx(0.4 + 4.6 / 8)
     assert row.server_cores == pytest.approx(10_000 * (400 + 6 * 100) / 1e6)
     assert row.busiest_server_cores == pytest.approx(row.server_cores / 2)
     assert row.replica_bytes == pytest.approx((100 << 20) + 100_000 * 20480)
@@ -246,7 +271,9 @@ def test_a_window_is_held_down_when_the_agents_fall_behind() -> None:
 def report() -> nats_ingest.NatsIngestReport:
     return nats_ingest.NatsIngestReport(config=nats_ingest.IngestConfig(), agent_args=["--max-report-interval=10"],
                                         runs=list(runs().values()), load=[(1.0, 1.0, 1.0)] * 6, seconds=1200.0,
-                                        machine=WHERE)
+                                        machine=WHERE, evaluation_split=EvaluationSplit(
+                                            nodes=1000, shards=16, whole_us=160.0, no_shard_us=8.0,
+                                            one_shard_us=18.0))
 
 
 def test_the_section_states_the_verdicts_and_renders_again_from_the_raw_json(tmp_path: Path) -> None:
@@ -254,9 +281,12 @@ def test_the_section_states_the_verdicts_and_renders_again_from_the_raw_json(tmp
     section = nats_ingest.render(saved, "python -m benchmarks.run --suite nats-ingest")
     assert "≤ 1.3x the in-memory store's replica CPU per report" in section
     assert "1.20x (600 µs on NATS with one replica, 500 µs in memory)" in section and ": **met**" in section
-    # 0.01 cores fixed, 10,000 writes/s at 100 µs and 12.5 µs per node per second of evaluations: 2.26 cores
-    assert "no replica count: the leader keeps 2.26 cores with any number: **missed (projected)**" in section
-    assert "none (≥ 2.26 cores each)" in section
+    # 0.01 cores fixed, 10,000 writes/s at 100 µs, and of 12.5 µs per node per second of evaluations 5 %
+    # on every replica (0.06 cores) and one of 16 shards of the rest (0.07): 1.15 cores
+    assert "no replica count: the busiest keeps 1.15 cores with any number: **missed (projected)**" in section
+    assert "| in process: holding none of 16 shards (every node's health, the guard) | 8.0 | µs |" in section
+    assert "| g / e: the evaluations' part every replica pays | 5% |" in section
+    assert "none (≥ 1.15 cores each)" in section
     assert "every simulated pod scraped (100 %)" in section
     assert "Raw samples: `benchmarks/plots/nats_ingest.json`." in section
     saved.to_file(tmp_path / "nats_ingest.json")
