@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from colocation.controllers.evaluation_shards import shard_of
-from tests.e2e.kube import TIME_FACTOR, Kube, scrape_samples
+from tests.e2e.kube import Kube, scrape_samples
 from tests.e2e.nats_sandbox import nats_sandbox
 from tests.e2e.test_operator import address, leader
 from tests.timing import eventually_async
@@ -101,7 +101,7 @@ async def _recreated_by_holders(kube: Kube, state: Path, nodes: list[str], holde
         status, listed = await kube.request("GET", NODERESOURCES)
         return status == 200 and {item["metadata"]["name"] for item in listed["items"]} >= set(nodes)
 
-    await eventually_async(recreated, timeout=20 * TIME_FACTOR, interval=0.2, message="every NodeResource back")
+    await eventually_async(recreated, timeout=20, interval=0.2, message="every NodeResource back")
     created = {identity: await _creates(replica) - before[identity] for identity, replica in replicas.items()}
     assert created == expected, f"NodeResources created by each replica {created}, its shards' nodes {expected}"
 
@@ -116,12 +116,12 @@ async def test_two_replicas_share_the_shards_and_each_evaluates_only_its_own_nod
             holders = await _holders(kube)
             return holders if set(holders.values()) == identities else None
 
-        holders = await eventually_async(shared, timeout=60 * TIME_FACTOR, interval=0.5,
+        holders = await eventually_async(shared, timeout=60, interval=0.5,
                                          message="both replicas holding shards")
         for replica in _replicas(state):
             held = await _sample(replica, "colocation_evaluation_shards_held")
             assert held == sum(1 for holder in holders.values() if holder == replica["identity"])
-        await eventually_async(lambda: _every_node_offers_batch_resources(kube, nodes), timeout=60 * TIME_FACTOR,
+        await eventually_async(lambda: _every_node_offers_batch_resources(kube, nodes), timeout=60,
                                interval=0.5, message="every node offering batch resources")
         await _recreated_by_holders(kube, state, nodes, holders)
 
@@ -146,7 +146,7 @@ async def test_a_killed_replicas_shards_are_taken_over_and_its_restart_gets_some
                 return None
             return {shard: process.rpartition("_")[0] for shard, process in processes.items()}
 
-        await eventually_async(taken_over, timeout=TAKEOVER * TIME_FACTOR, interval=0.5,
+        await eventually_async(taken_over, timeout=TAKEOVER, interval=0.5,
                                message="every shard of the killed replica held by a live process")
         print(f"the killed replica's shards held again {time.monotonic() - killed_at:.1f} s after the kill")
 
@@ -156,6 +156,6 @@ async def test_a_killed_replicas_shards_are_taken_over_and_its_restart_gets_some
 
         # The sandbox restarts the killed replica (a new process, with an identity of its own):
         # once Ready, it is given the shards it ranks first.
-        holders = await eventually_async(shared_again, timeout=60 * TIME_FACTOR, interval=0.5,
+        holders = await eventually_async(shared_again, timeout=60, interval=0.5,
                                          message="the restarted replica holding shards")
         await _recreated_by_holders(kube, state, nodes, holders)
