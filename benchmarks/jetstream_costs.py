@@ -69,7 +69,7 @@ def _cpu(pids: list[int]) -> float:
     return sum(processes.cpu_seconds(pid) for pid in pids)
 
 
-class _Replica:
+class JetStreamReplica:
     """A connection to one server, a store on the stream and its follower (not yet started)."""
 
     def __init__(self, client: Client) -> None:
@@ -81,7 +81,7 @@ class _Replica:
         self.task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def connected(cls, url: str, name: str) -> _Replica:
+    async def connected(cls, url: str, name: str) -> JetStreamReplica:
         replica = cls(await connect(NatsOptions(servers=(url,)), name=name))
         await ensure_stream(replica.js, LogSettings(), wall=time.time)
         return replica
@@ -102,7 +102,7 @@ async def measure(nodes: int, pods: int, repeats: int, in_flight: int) -> dict[s
     with tempfile.TemporaryDirectory(prefix="jetstream-costs-") as scratch:
         cluster = await start_cluster(Path(scratch))
         servers = [server.process.pid for server in cluster.servers if server.process is not None]
-        ingesting = await _Replica.connected(cluster.urls[0], "ingesting")
+        ingesting = await JetStreamReplica.connected(cluster.urls[0], "ingesting")
         ingesting.follow()
         try:
             memory = NodeMetricStore(clock_wall=time.time, clock_monotonic=time.monotonic)
@@ -123,7 +123,7 @@ async def measure(nodes: int, pods: int, repeats: int, in_flight: int) -> dict[s
                 await asyncio.gather(*map(put, batch))
                 samples["nats ingest"].append((time.process_time() - started) / nodes * 1e6)
                 samples["nats-server"].append((_cpu(servers) - server_cpu) / nodes * 1e6)
-                applying = await _Replica.connected(cluster.urls[1], "applying")
+                applying = await JetStreamReplica.connected(cluster.urls[1], "applying")
                 try:
                     started = time.process_time()
                     applying.follow()

@@ -4,7 +4,8 @@ the apply of other replicas' writes, custom metrics, and a sizing table projecte
     python -m benchmarks.run --suite nats-ingest [--nats-ingest-nodes 1000 --nats-ingest-window 60 ...]
 
 First, in process, the evaluations' split (`measure_split`): the reconciler's CPU per node holding every
-node, none and one of the evaluation shards, so the sizing can share them among the replicas. Then several
+node, none and one of the evaluation shards, so the sizing can share them among the replicas; and the
+follower probe's CPU per write at several write rates (`nats_apply_rates`). Then several
 `colocation sandbox` configurations, one after another (`nats_sizing.CONFIG_NAMES`):
 memory-2 (in-memory store, 2 replicas), nats-1 and nats-2 (`--store nats`, 1 and 2 replicas),
 nats-2-custom and memory-2-custom (the same with custom metrics on: the operators serve them and every
@@ -55,7 +56,7 @@ import aiohttp
 import orjson
 from pydantic import ConfigDict, Field
 
-from benchmarks import cp_cluster, ingest_profile, leader_scale, machine, processes
+from benchmarks import cp_cluster, ingest_profile, leader_scale, machine, nats_apply_rates, processes
 from benchmarks.client import Request, say, sit_out
 from benchmarks.cp_cluster import Cluster, Replica
 from benchmarks.cp_kube_metrics import Samples, parse, total
@@ -79,6 +80,7 @@ from benchmarks.nats_sizing import (
     RETENTION,
     SAMPLE_BYTES,
     SIZING_SHARDS,
+    ApplyRate,
     ConfigRun,
     Derived,
     EvaluationSplit,
@@ -132,6 +134,8 @@ class IngestConfig(Record):
     max_series: int = 1_000_000
     configs: tuple[str, ...] = CONFIG_NAMES
     evaluation_split: bool = True  # the in-process split of the evaluations (`EvaluationSplit`), first
+    apply_rates: tuple[float, ...] = (100.0, 500.0, 1500.0, 3000.0)  # writes/s of `nats_apply_rates`; (): none
+    apply_window: float = 15.0
     raw: Path = Field(default=RAW, exclude=True)
     state_dir: Path = Field(default=Path(".bench"), exclude=True)
 
@@ -155,6 +159,7 @@ class NatsIngestReport(Record):
     missing_flags: list[str] = Field(default_factory=list)
     runs: list[ConfigRun] = Field(default_factory=list)
     evaluation_split: EvaluationSplit | None = None
+    apply_rates: list[ApplyRate] = Field(default_factory=list)
     load: list[tuple[float, float, float]] = Field(default_factory=list)  # os.getloadavg() after each
     seconds: float = 0.0
     machine: Machine | None = None
@@ -164,7 +169,8 @@ class NatsIngestReport(Record):
 
     def derived(self) -> Derived:
         return derive(self.by_name(), pods_per_node=self.config.pods_per_node,
-                      scrape_interval=self.config.scrape_interval, split=self.evaluation_split)
+                      scrape_interval=self.config.scrape_interval, split=self.evaluation_split,
+                      apply_rates=self.apply_rates)
 
 
 # ---- the sandbox's processes ----------------------------------------------------------------------------
@@ -447,6 +453,11 @@ async def run(config: IngestConfig) -> NatsIngestReport:
     if config.evaluation_split:
         say(f"nats ingest: the evaluations' split, in process ({config.nodes:,} nodes, {SIZING_SHARDS} shards)")
         report.evaluation_split = await asyncio.to_thread(measure_split, config.nodes, config.pods_per_node)
+    if config.apply_rates:
+        say(f"nats ingest: the applies at {', '.join(f'{rate:g}' for rate in config.apply_rates)} writes/s, "
+            "in process")
+        report.apply_rates = await nats_apply_rates.measure(config.apply_rates, config.apply_window,
+                                                            config.pods_per_node)
     with on_stop_signals():
         for spec in config.specs():
             report.runs.append(await _run_config(config, spec, args))
@@ -503,7 +514,7 @@ def _windows(report: NatsIngestReport) -> str:
                   "Replica RSS", "nats-server RSS (max)", "Series, samples/s", "Held down"], rows)
 
 
-def _units(derived: Derived, split: EvaluationSplit | None) -> str:
+def _units(derived: Derived, split: EvaluationSplit | None, apply_rates: list[ApplyRate]) -> str:
     def row(name: str, value: str, unit: str, how: str) -> list[str]:
         return [name, value, unit, how]
 
@@ -522,6 +533,8 @@ def _units(derived: Derived, split: EvaluationSplit | None) -> str:
             "the probe's CPU / writes"),
         row("a, two configurations' model (nats-2 less nats-1, fixed costs in)", _us(derived.apply_model_us), "µs",
             "C_sum / r - C1 / r"),
+        *(row(f"a at {point.rate:,.0f} writes/s (in process)", _us(point.us), "µs", "the probe's CPU / writes")
+          for point in apply_rates),
         row("w1: per report taken, one replica (nats-1)", _us(derived.ingest_us), "µs", "(C1 - F) / r"),
         row("w2: per report taken, two replicas (nats-2)", _us(derived.two_ingest_us), "µs", "slope - a"),
         row("e: the leader's evaluations, per node per second (nats-2)", _us(derived.evaluation_us), "µs",
@@ -633,8 +646,8 @@ def render(report: NatsIngestReport, command: str) -> str:
         lines += ["The load generator or the agents fell behind, or the run failed (figures from these "
                   "configurations are inconclusive): " + " | ".join(held), ""]
     lines += ["### Windows", "", _windows(report), "",
-              "### Per-unit costs (measured at this run's node count)", "", _units(derived, report.evaluation_split),
-              ""]
+              "### Per-unit costs (measured at this run's node count)", "",
+              _units(derived, report.evaluation_split, report.apply_rates), ""]
     if replicas := _replicas_table(report, derived):
         lines += ["Each replica of nats-2 (µs per report it took; what it spends applying the other's writes at "
                   "the probe's cost per write):", "", replicas, ""]
@@ -651,8 +664,9 @@ def render(report: NatsIngestReport, command: str) -> str:
               f"{config.pods_per_node} pods per node, scraped pods every {config.scrape_interval:g} s at the "
               f"measured series per pod; each replica ≤ 1 core, the evaluations shared in {SIZING_SHARDS} shards "
               "(`--evaluation-shards`: the busiest replica holds the most); custom metric CPU per sample is "
-              "nats-2-custom's busiest replica's. \"none\": no replica count keeps the busiest within a core (the "
-              "cores it keeps with infinitely many). Memory: replica RSS "
+              "nats-2-custom's busiest replica's; a, the CPU per write applied, at the row's write rate from the "
+              "in-process points (past the fastest, the fastest's). \"none\": no replica count keeps the busiest "
+              "within a core (the cores it keeps with infinitely many). Memory: replica RSS "
               f"fixed + per node ({config.pods_per_node} pods each) + series x bytes per series; a replica keeps at "
               f"most `--custom-metrics-max-series` ({OPERATOR_MAX_SERIES:,} by default) series: rows over it need "
               "it raised. nats-server: 3 servers, each with a copy of the streams (3 replicas); the sample stream "

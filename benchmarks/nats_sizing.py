@@ -17,7 +17,9 @@ Per-unit costs (µs of CPU, utime + stime; r = reports/s; C = replicas' CPU, in 
   benchmarks.nats_ingest follow`) reads the stream beside the replicas, takes no report and applies
   every write: its CPU / writes. For comparison, the model of two configurations: two replicas each
   apply the other's writes, C_sum = r·w + r·a, so a = C_sum / r - C1 / r (nats-2 less nats-1, fixed
-  costs in);
+  costs in). a falls as the writes come faster (a fetch brings more of them at once), so the same
+  probe also runs at several write rates in process (`nats_apply_rates`); the sizing takes a at each
+  row's write rate from those points (interpolated over log rate; past the fastest, the fastest's);
 - w, a replica's CPU per report it takes (the write, its acknowledgement, its own copy's apply): with
   one replica every report is its own, w1 = (C1 - F) / r (nats-1); with two, w2 = slope - a;
 - two ingesting replicas vs one: w2 against w1 (a from the model would make them equal by
@@ -59,6 +61,7 @@ node count.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from array import array
 from collections.abc import Mapping, Sequence
@@ -132,6 +135,32 @@ class ReplicaFigures(Record):
     series_dropped: float = 0.0  # samples dropped over the window for the series limit
     evaluation_share: NanFloat = math.nan  # the leader's: its evaluations' share of a profile after the window
     profile_samples: int = 0
+
+
+class ApplyRate(Record):
+    """The follower probe's CPU over the writes of one window at one write rate (`nats_apply_rates`)."""
+
+    rate: float  # writes/s achieved
+    writes: int
+    cpu: float  # s of the probe's CPU, until it was idle again
+
+    @property
+    def us(self) -> float:
+        return self.cpu / self.writes * 1e6 if self.writes else math.nan
+
+
+def apply_at(curve: Sequence[tuple[float, float]], rate: float, fallback: float) -> float:
+    """µs per write applied at `rate` writes/s, from measured (rate, µs) points: interpolated over log
+    rate between two, the nearest's below or above them all; `fallback` without any."""
+    points = sorted((r, us) for r, us in curve if r > 0 and not math.isnan(us))
+    if not points:
+        return fallback
+    if rate <= points[0][0]:
+        return points[0][1]
+    for (r0, us0), (r1, us1) in itertools.pairwise(points):
+        if rate <= r1:
+            return us0 + (us1 - us0) * math.log(rate / r0) / math.log(r1 / r0)
+    return points[-1][1]
 
 
 class EvaluationSplit(Record):
@@ -284,6 +313,7 @@ class Derived:
     apply_model_us: float = math.nan  # a, two configurations' model: nats-2 less nats-1, fixed costs in
     evaluation_us: float = math.nan  # e, the leader's evaluations, µs per node per second (nats-2)
     evaluation_global_share: float = math.nan  # g / e: what every replica pays, whatever shards it holds
+    apply_curve: tuple[tuple[float, float], ...] = ()  # (writes/s, a in µs) of the in-process probe runs
     server_one_us: float = math.nan  # nats-server per report, one replica, all in
     server_two_us: float = math.nan  # with two
     server_fixed_cores: float = math.nan  # its line through nats-2-small and nats-2
@@ -356,9 +386,9 @@ def sample_costs(custom: ConfigRun, base: ConfigRun, *, pods_per_node: int, scra
 
 
 def derive(runs: Mapping[str, ConfigRun], *, pods_per_node: int, scrape_interval: float,
-           split: EvaluationSplit | None = None) -> Derived:
-    """The per-unit costs from the run's windows (by configuration name) and its in-process evaluation
-    split; see the module's docstring."""
+           split: EvaluationSplit | None = None, apply_rates: Sequence[ApplyRate] = ()) -> Derived:
+    """The per-unit costs from the run's windows (by configuration name) and its in-process
+    measurements (the evaluations' split, the applies by write rate); see the module's docstring."""
     nan = math.nan
     found: dict[str, float] = {}
     if split is not None:
@@ -400,6 +430,7 @@ def derive(runs: Mapping[str, ConfigRun], *, pods_per_node: int, scrape_interval
         if two is not None:
             found["apply_model_us"] = _per_report(two, two.replica_cpu()) - found["all_in_us"]
     return Derived(**found, fixed_cores=fixed, marginal_us=marginal, two_ingest_us=marginal - a, apply_probe_us=a,
+                   apply_curve=tuple((point.rate, point.us) for point in apply_rates),
                    samples=_samples(runs, pods_per_node=pods_per_node, scrape_interval=scrape_interval))
 
 
@@ -428,7 +459,7 @@ class UnitCosts:
 
     fixed_cores: float  # F, per replica
     ingest_us: float  # w
-    apply_us: float  # a
+    apply_us: float  # a, at the system's write rate (the probe)
     evaluation_global_us: float  # g, every replica's, per node per second
     evaluation_shard_us: float  # o = e - g: a replica holding every shard, per node per second
     sample_us: float  # c, the busiest replica's extra CPU per sample
@@ -445,6 +476,10 @@ class UnitCosts:
     server_per_node: float
     stream_per_node: float
     stream_per_sample: float
+    apply_curve: tuple[tuple[float, float], ...] = ()  # (writes/s, a in µs): a at other write rates
+
+    def apply_at(self, rate: float) -> float:
+        return apply_at(self.apply_curve, rate, self.apply_us)
 
     @classmethod
     def of(cls, derived: Derived) -> UnitCosts:
@@ -466,7 +501,7 @@ class UnitCosts:
                    replica_fixed=derived.replica_fixed, replica_per_node=derived.replica_per_node,
                    server_fixed=derived.server_fixed, server_per_node=derived.server_per_node,
                    stream_per_node=derived.stream_per_node,
-                   stream_per_sample=samples.stream_per_sample if samples else nan)
+                   stream_per_sample=samples.stream_per_sample if samples else nan, apply_curve=derived.apply_curve)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -501,7 +536,8 @@ def _evaluation_cores(units: UnitCosts, scenario: Scenario, shards_held: int) ->
 def floor_cores(units: UnitCosts, scenario: Scenario) -> float:
     """The busiest replica's cores with infinitely many replicas: its fixed cost, every write applied, the
     samples, every node's health and one shard's evaluations."""
-    return (units.fixed_cores + _times(scenario.report_rate, units.apply_us)
+    r = scenario.report_rate
+    return (units.fixed_cores + _times(r, units.apply_at(r))
             + _times(scenario.sample_rate(units), units.sample_us) + _evaluation_cores(units, scenario, 1))
 
 
@@ -510,7 +546,7 @@ def replica_cores(units: UnitCosts, scenario: Scenario, replicas: int, *, busies
     shards (the leader, whose other duties cost little, is one of them), the others the fewest."""
     r = scenario.report_rate
     cores = (units.fixed_cores + _times(r / replicas, units.ingest_us) + _times(r * (replicas - 1) / replicas,
-                                                                              units.apply_us)
+                                                                              units.apply_at(r))
              + _times(scenario.sample_rate(units), units.sample_us))
     held = -(-SIZING_SHARDS // replicas) if busiest else SIZING_SHARDS // replicas
     return cores + _evaluation_cores(units, scenario, held)
@@ -522,7 +558,7 @@ def replicas_needed(units: UnitCosts, scenario: Scenario, limit: float = CORE_LI
         return 1
     # Each replica more moves part of the ingest, r·(w - a), off every replica, down to the floor.
     floor = floor_cores(units, scenario)
-    spread = _times(scenario.report_rate, units.ingest_us - units.apply_us)
+    spread = _times(scenario.report_rate, units.ingest_us - units.apply_at(scenario.report_rate))
     if math.isnan(floor) or math.isnan(spread) or spread <= 0 or floor >= limit:
         return None
     count = max(2, math.ceil(spread / (limit - floor)))

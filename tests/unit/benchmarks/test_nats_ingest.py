@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from benchmarks.nats_sizing import (
     NATS_2,
     NATS_2_CUSTOM,
     NATS_2_SMALL,
+    ApplyRate,
     ConfigRun,
     EvaluationSplit,
     ProbeWindow,
@@ -28,6 +30,7 @@ from benchmarks.nats_sizing import (
     Sizing,
     Spec,
     UnitCosts,
+    apply_at,
     derive,
     replica_cores,
     replicas_needed,
@@ -343,3 +346,18 @@ def test_the_streams_of_a_jsz_answer() -> None:
                                                    "state": {"bytes": 2_000_000, "messages": 1000}}]}]}
     assert nats_ingest.streams(jsz) == {"KV_colocation-nodemetrics": (2_000_000.0, 1000.0)}
     assert nats_ingest.streams({}) == {}
+
+
+def test_the_apply_cost_is_taken_at_each_rows_write_rate() -> None:
+    curve = ((100.0, 500.0), (1000.0, 200.0), (3000.0, 100.0))
+    assert apply_at(curve, 50.0, 9.0) == 500.0  # below the slowest: its figure
+    assert apply_at(curve, math.sqrt(100.0 * 1000.0), 9.0) == pytest.approx(350.0)  # halfway over log rate
+    assert apply_at(curve, 10_000.0, 9.0) == 100.0  # past the fastest: its figure
+    assert apply_at((), 10_000.0, 9.0) == 9.0  # not measured: the probe's
+    u = dataclasses.replace(units(ingest=500.0, apply=700.0), apply_curve=curve)
+    # 10,000 writes/s at 100 µs: a replica of 4 takes 2,500 reports/s and applies 7,500 writes/s.
+    assert replica_cores(u, Scenario(nodes=100_000, cadence=10.0, share=0.0), 4) == pytest.approx(1.25 + 0.75)
+    points = [ApplyRate(rate=100.0, writes=1500, cpu=0.75), ApplyRate(rate=2800.0, writes=42_000, cpu=4.2)]
+    d = derive(runs(), pods_per_node=30, scrape_interval=5.0, apply_rates=points)
+    assert d.apply_curve == ((100.0, 500.0), (2800.0, 100.0))
+    assert UnitCosts.of(d).apply_at(2800.0) == pytest.approx(100.0)
