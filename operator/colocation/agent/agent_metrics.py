@@ -41,7 +41,10 @@ class AgentMetrics:
                                     "(initial, pods-changed, usage-changed, max-interval, heartbeat, leader-changed).",
                                     ["route", "trigger"], registry=r)
         self.reports_failed = Counter("colocation_agent_reports_failed_total",
-                                      "NodeMetric report attempts that failed, by reason.", ["reason"], registry=r)
+                                      "NodeMetric report attempts that failed, by reason: replica-timeout, "
+                                      "replica-unreachable, replica-unauthorized and standby at an operator replica; "
+                                      "timeout and unreachable through kube-apiserver; unavailable (a 503, or no "
+                                      "route to try yet); http-CODE.", ["reason"], registry=r)
         self.last_report_age = Gauge("colocation_agent_last_report_age_seconds",
                                      "Seconds since the last accepted report (the oldest node of the process; "
                                      "+Inf before the first).", registry=r)
@@ -73,7 +76,8 @@ class AgentMetrics:
                                            "Sample batches accepted, by route (leader, replica, apiserver).",
                                            ["route"], registry=r)
         self.sample_batches_failed = Counter("colocation_agent_sample_batches_failed_total",
-                                             "Sample batch attempts that failed, by reason.", ["reason"], registry=r)
+                                             "Sample batch attempts that failed, by reason (as reports').", ["reason"],
+                                             registry=r)
         self.sample_batch_duration = Histogram("colocation_agent_sample_batch_duration_seconds",
                                                "Time to deliver one accepted sample batch, fallbacks included.",
                                                buckets=_REQUEST_BUCKETS, registry=r)

@@ -208,11 +208,11 @@ class Delivery:
                 status, answer = await self._limited(
                     functools.partial(self._direct, target, path, body), self.slots)
             except TimeoutError:
-                failed("leader-timeout")
+                failed("replica-timeout")
                 self.locator.unanswered(target.endpoint)
                 continue
             except (aiohttp.ClientError, OSError):
-                failed("leader-unreachable")
+                failed("replica-unreachable")
                 self.locator.unanswered(target.endpoint)
                 continue
             if 200 <= status < 300:
@@ -226,7 +226,7 @@ class Delivery:
                     self.locator.adopt(target)
                 return "leader", target.identity, answer
             if status == 401:  # no token the leader accepts (a client certificate, say)
-                failed("leader-unauthorized")
+                failed("replica-unauthorized")
                 return None
             if status != 503:
                 failed(_http_reason(status))

@@ -182,7 +182,7 @@ async def test_a_replica_that_stops_hands_its_nodes_to_the_others_and_no_report_
     after = await cluster.report_all(failed)
     assert "op-1" not in after.values()
     # The first of op-1's nodes found it gone; the others of the process went to the next at once.
-    assert failed == ["leader-unreachable"]
+    assert failed == ["replica-unreachable"]
     # Only op-1's nodes moved (rendezvous ranking): the others' replicas kept their load.
     assert {node for node in NODES if before[node] != after[node]} == {node for node in NODES if before[node] == "op-1"}
 

@@ -303,7 +303,7 @@ async def test_a_standby_answering_503_sends_the_agent_back_to_the_lease(setup: 
 async def test_an_unreachable_leader_is_bypassed_through_kube_apiserver(setup: Setup) -> None:
     setup.leaders.status["https://10.0.0.1:8443"] = 0
     await setup.reporter.check()
-    assert setup.failed("leader-unreachable") == 1
+    assert setup.failed("replica-unreachable") == 1
     assert setup.sent("apiserver", "initial") == 1
     assert setup.kube.calls.count(("PUT", REPORT_PATH)) == 1
 

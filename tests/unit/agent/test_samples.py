@@ -177,7 +177,7 @@ async def test_failed_batches_are_retried_with_backoff_and_keep_a_bounded_backlo
     # Nominal 1, 2, 4, 8, 16, 30, 30, 30 s with up to 50 % jitter taken off.
     for delay, nominal in zip(delays, (1, 2, 4, 8, 16, 30, 30, 30), strict=True):
         assert nominal / 2 <= delay <= nominal
-    assert setup.counter("colocation_agent_sample_batches_failed_total", reason="leader-unreachable") == 8
+    assert setup.counter("colocation_agent_sample_batches_failed_total", reason="replica-unreachable") == 8
     # kube-apiserver is asked once per backoff of its own (1, 2, 4, ... s): not every round.
     assert 3 <= setup.counter("colocation_agent_sample_batches_failed_total", reason="unavailable") \
         == setup.kube.calls.count(("PUT", SAMPLES_PATH)) < 8
