@@ -74,6 +74,15 @@ class Replica:
             task.cancel()
 
 
+async def sharing(leases: dict[str, FakeLeases], time: SharedTime, ready: set[str]) -> tuple[Replica, Replica]:
+    """Replicas a and b, both Ready, once every shard is held by one of them."""
+    a, b = Replica("a", leases, time, ready), Replica("b", leases, time, ready)
+    await a.elections.rebalance()
+    await b.elections.rebalance()
+    await time.until(lambda: a.elections.held | b.elections.held == set(range(SHARDS)))
+    return a, b
+
+
 @pytest.fixture
 def time() -> SharedTime:
     return SharedTime()
@@ -82,10 +91,7 @@ def time() -> SharedTime:
 async def test_two_ready_replicas_share_every_shard_and_each_node_has_one_evaluator(time: SharedTime) -> None:
     leases: dict[str, FakeLeases] = {}
     ready = {"a", "b"}
-    a, b = Replica("a", leases, time, ready), Replica("b", leases, time, ready)
-    await a.elections.rebalance()
-    await b.elections.rebalance()
-    await time.until(lambda: a.elections.held | b.elections.held == set(range(SHARDS)))
+    a, b = await sharing(leases, time, ready)
     assert a.elections.held == ranked_shards("a", ready, SHARDS)[0]
     assert b.elections.held == ranked_shards("b", ready, SHARDS)[0]
     assert a.elections.held and b.elections.held  # with 4 shards, these two names split them
@@ -102,10 +108,7 @@ async def test_two_ready_replicas_share_every_shard_and_each_node_has_one_evalua
 async def test_a_replica_that_stops_hands_its_shards_to_the_other_at_once(time: SharedTime) -> None:
     leases: dict[str, FakeLeases] = {}
     ready = {"a", "b"}
-    a, b = Replica("a", leases, time, ready), Replica("b", leases, time, ready)
-    await a.elections.rebalance()
-    await b.elections.rebalance()
-    await time.until(lambda: len(a.elections.held | b.elections.held) == SHARDS)
+    a, b = await sharing(leases, time, ready)
     handed = b.elections.held
     ready.discard("b")  # b drains: it leaves the presence bucket, then releases its shards
     await b.elections.stop()
@@ -124,10 +127,7 @@ async def test_a_crashed_replicas_shards_are_taken_by_their_watcher_once_it_is_f
     one, it takes the shards whose Leases it saw expire at once, not a lease duration later."""
     leases: dict[str, FakeLeases] = {}
     ready = {"a", "b"}
-    a, b = Replica("a", leases, time, ready), Replica("b", leases, time, ready)
-    await a.elections.rebalance()
-    await b.elections.rebalance()
-    await time.until(lambda: len(a.elections.held | b.elections.held) == SHARDS)
+    a, b = await sharing(leases, time, ready)
     started = time.now
     await time.until(lambda: time.now > started + 6)  # b renews its leases a few times
     orphaned = b.elections.held
