@@ -61,7 +61,8 @@ async def _agent_counts(state: Path) -> dict[str, float]:
     counts: dict[str, float] = {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         for agent in _json(state / "agents.json"):
-            async with session.get(f"http://{agent.get('host', '127.0.0.1')}:{agent['metricsPort']}/metrics") as response:
+            url = f"http://{agent.get('host', '127.0.0.1')}:{agent['metricsPort']}/metrics"  # its pod's, on kube
+            async with session.get(url) as response:
                 text = await response.text()
             for line in text.splitlines():
                 if line.startswith("colocation_agent_reports_sent_total{"):
