@@ -6,8 +6,9 @@ ranks first with a `LeaderElector` of its own, and watches each shard it ranks s
 that may not take the Lease (`acquire_after` in the future) until this replica ranks first: when
 the replica ahead dies and the presence bucket forgets it (15 s at most), the watcher has seen
 the Lease's last renewal and takes it as soon as it expires (or at once when `holder_ended`, the
-holder's pod seen stopped). It hands over (releases) a shard it holds but no longer ranks first, so
-a replica that joins gets its share within a period or two. A shard whose election ends (its lease
+holder's pod seen stopped; it then keeps it until the presence bucket would have forgotten the
+holder). It hands over (releases) a shard it holds but no longer ranks first, so a replica that
+joins gets its share within a period or two. A shard whose election ends (its lease
 lost) is campaigned for again after a backoff. The controllers read `owns` and `write_budget_of`
 for each node: a node's writes are fenced by its shard's Lease.
 
@@ -21,10 +22,12 @@ import contextlib
 import logging
 import math
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from colocation.controllers.evaluation_shards import check_shard_count, ranked_shards, shard_lease_name, shard_of
+from colocation.jetstream.replica_presence import ANNOUNCE_INTERVAL, FORGET_AFTER
 from colocation.kube.backoff import Backoff
 from colocation.kube.leaderelection import LeaderElector
 from colocation.kube.lease_record import LeaderElectionRecord
@@ -32,6 +35,9 @@ from colocation.kube.lease_record import LeaderElectionRecord
 log = logging.getLogger(__name__)
 
 REBALANCE_PERIOD = 2.0  # seconds between two looks at who is Ready
+# A shard taken from a replica whose pod was seen stopped, while that replica is still announced:
+# kept at least until the presence bucket would have forgotten it, not handed back to the dead.
+KEEP_TAKEN_SECONDS = FORGET_AFTER + ANNOUNCE_INTERVAL
 
 
 class ShardElections:
@@ -42,7 +48,7 @@ class ShardElections:
                  period: float = REBALANCE_PERIOD,
                  elector_factory: Callable[..., LeaderElector] = LeaderElector,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 rng: random.Random | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
         check_shard_count(shards)
         self.count = shards
         self.identity = identity
@@ -56,6 +62,8 @@ class ShardElections:
         self._period = period
         self._elector_factory = elector_factory
         self._sleep = sleep
+        self._clock = clock
+        self._taken_at: dict[int, float] = {}  # when this replica last started evaluating each shard
         self._rng = rng or random.Random()
         self._electors: dict[int, LeaderElector] = {}
         self._campaigns: dict[int, asyncio.Task[None]] = {}
@@ -95,7 +103,10 @@ class ShardElections:
         else:
             first, second = ranked_shards(self.identity, ready, self.count)
         self._first = first
-        for shard in sorted(self.held - first):  # another replica ranks first now: hand it over
+        now = self._clock()
+        for shard in sorted(self.held - first):  # another replica ranks first now: hand it over...
+            if first and now - self._taken_at.get(shard, -math.inf) < KEEP_TAKEN_SECONDS:
+                continue  # ...unless just taken from it: it may be dead, and not forgotten yet
             await self._hand_over(shard)
         for shard in sorted(self._campaigns.keys() - first - second):
             await self._hand_over(shard)
@@ -116,7 +127,7 @@ class ShardElections:
         while True:
             elector = self._elector_factory(
                 self._api, self._namespace, shard_lease_name(shard), identity=self.identity,
-                on_started_leading=self._changed(shard, "started evaluating"),
+                on_started_leading=self._started(shard),
                 on_stopped_leading=self._changed(shard, "stopped evaluating"), holder_ended=self._holder_ended,
                 acquire_after=_may_take(shard in self._first), **self._timings)
             self._electors[shard] = elector
@@ -125,6 +136,14 @@ class ShardElections:
             except Exception:  # the election failed: campaign again after the backoff
                 log.exception("evaluation shard election failed", extra={"shard": shard})
             await self._sleep(retry.next_delay())
+
+    def _started(self, shard: int) -> Callable[[], None]:
+        changed = self._changed(shard, "started evaluating")
+
+        def started() -> None:
+            self._taken_at[shard] = self._clock()
+            changed()
+        return started
 
     def _changed(self, shard: int, what: str) -> Callable[[], None]:
         def changed() -> None:

@@ -52,7 +52,9 @@ class SharedTime(FakeTime):
 class Replica:
     """One replica's shard elections, the Leases shared with the others through `leases`."""
 
-    def __init__(self, identity: str, leases: dict[str, FakeLeases], time: SharedTime, ready: set[str]) -> None:
+    def __init__(self, identity: str, leases: dict[str, FakeLeases], time: SharedTime, ready: set[str],
+                 stopped: set[str] | None = None) -> None:
+        """`stopped`: the replicas whose pods are seen stopped (`holder_ended`)."""
         self.changes = 0
 
         def elector(api: Any, namespace: str, name: str, **options: Any) -> LeaderElector:
@@ -66,7 +68,8 @@ class Replica:
         self.elections = ShardElections(None, namespace="ns", identity=identity, shards=SHARDS,
                                         ready_replicas=lambda: ready, on_change=changed, lease_duration=15,
                                         renew_deadline=10, retry_period=2, elector_factory=elector,
-                                        sleep=time.sleep)
+                                        sleep=time.sleep, clock=time.monotonic,
+                                        holder_ended=lambda record: record.holder_identity in (stopped or ()))
 
     def crash(self) -> None:
         """The process dies: its campaigns stop, its Leases are neither renewed nor released."""
@@ -74,9 +77,10 @@ class Replica:
             task.cancel()
 
 
-async def sharing(leases: dict[str, FakeLeases], time: SharedTime, ready: set[str]) -> tuple[Replica, Replica]:
+async def sharing(leases: dict[str, FakeLeases], time: SharedTime, ready: set[str],
+                  stopped: set[str] | None = None) -> tuple[Replica, Replica]:
     """Replicas a and b, both Ready, once every shard is held by one of them."""
-    a, b = Replica("a", leases, time, ready), Replica("b", leases, time, ready)
+    a, b = Replica("a", leases, time, ready, stopped), Replica("b", leases, time, ready, stopped)
     await a.elections.rebalance()
     await b.elections.rebalance()
     await time.until(lambda: a.elections.held | b.elections.held == set(range(SHARDS)))
@@ -152,3 +156,43 @@ async def test_a_replica_that_is_not_ready_campaigns_for_no_shard(time: SharedTi
         await asyncio.sleep(0)
     assert a.elections.held == frozenset() and leases == {}  # not even a Lease read
 
+
+
+async def test_a_shard_taken_from_a_stopped_pod_is_kept_while_the_dead_replica_is_still_announced(
+        time: SharedTime) -> None:
+    leases: dict[str, FakeLeases] = {}
+    ready, stopped = {"a", "b"}, set[str]()
+    a, b = await sharing(leases, time, ready, stopped)
+    orphaned = b.elections.held
+    b.crash()
+    stopped.add("b")  # its pod seen stopped: a's watchers take its shards at once
+    crashed_at = time.now
+    await time.until(lambda: a.elections.held == set(range(SHARDS)))
+    assert time.now - crashed_at < 2
+    for look in range(1, 6):  # b still announced for 15 s: a keeps its shards all the same
+        await a.elections.rebalance()
+        until = crashed_at + 3 * look
+        await time.until(lambda: time.now > until)  # noqa: B023 (awaited at once)
+        assert orphaned <= a.elections.held
+    ready.discard("b")
+    await a.elections.rebalance()
+    assert a.elections.held == set(range(SHARDS))
+    await a.elections.stop()
+
+
+async def test_a_replica_that_joins_gets_its_shards_from_one_that_held_them_long(time: SharedTime) -> None:
+    leases: dict[str, FakeLeases] = {}
+    ready = {"a"}
+    a = Replica("a", leases, time, ready)
+    await a.elections.rebalance()
+    await time.until(lambda: a.elections.held == set(range(SHARDS)))
+    await time.until(lambda: time.now > 1060)  # held for long
+    ready.add("b")
+    b = Replica("b", leases, time, ready)
+    await b.elections.rebalance()
+    joined_at = time.now
+    await a.elections.rebalance()  # hands b its shards
+    await time.until(lambda: b.elections.held == ranked_shards("b", ready, SHARDS)[0])
+    assert time.now - joined_at < 2 and a.elections.held == ranked_shards("a", ready, SHARDS)[0]
+    await a.elections.stop()
+    await b.elections.stop()
