@@ -9,14 +9,8 @@ replicas with it (`agent.leader_locator`); replicas share the evaluation shards 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 
 
 def rendezvous_rank(key: str, member: str) -> int:
     """`member`'s weight for `key`: the highest weight wins the key."""
     return int.from_bytes(hashlib.blake2b(f"{key}\0{member}".encode(), digest_size=8).digest(), "big")
-
-
-def rendezvous_order(key: str, members: Iterable[str]) -> list[str]:
-    """The members, the one `key` goes to first, then the one it goes to if that one leaves, and so on."""
-    return sorted(members, key=lambda member: rendezvous_rank(key, member), reverse=True)

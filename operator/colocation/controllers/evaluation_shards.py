@@ -1,11 +1,13 @@
 """Evaluation shards (`--evaluation-shards N`): which nodes a replica evaluates, and which shards it asks for. Pure.
 
 A node belongs to one of N shards by a hash of its name (`shard_of`). A Lease per shard
-(`kube.permissions.SHARD_LEASE_NAMES`) says which replica evaluates its nodes. Each replica asks
-for the shards it ranks first among the replicas it knows to be Ready, and watches those it ranks
-second, to take them as soon as their Lease expires (`ranked_shards`, rendezvous hashing): the
-shards spread evenly, and a replica that comes or goes moves only the shards it ranks first. Two
-replicas that briefly disagree on who is Ready both ask; the Lease lets one of them evaluate.
+(`kube.permissions.SHARD_LEASE_NAMES`) says which replica evaluates its nodes. Every replica
+computes the same assignment from the replicas it knows to be Ready (`shard_assignment`):
+rendezvous hashing with a bounded load, so each replica gets N/R shards, rounded up or down
+(plain rendezvous hashing gave one of two replicas all 4 shards one time in 8). A replica asks for
+the shards assigned to it, and watches those it would get if their owner were gone, to take them
+as soon as their Lease expires (`ranked_shards`). Two replicas that briefly disagree on who is
+Ready both ask; the Lease lets one of them evaluate.
 
 Why: docs/architecture.md#evaluation-shards
 """
@@ -16,7 +18,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from colocation.apimachinery.rendezvous import rendezvous_order
+from colocation.apimachinery.rendezvous import rendezvous_rank
 from colocation.kube.permissions import MAX_EVALUATION_SHARDS, SHARD_LEASE_NAMES
 
 
@@ -34,13 +36,38 @@ def check_shard_count(shards: int) -> None:
         raise ValueError(f"the evaluation shards must number 1 to {MAX_EVALUATION_SHARDS}, got {shards}")
 
 
+def shard_assignment(replicas: Iterable[str], shards: int) -> dict[int, str]:
+    """Shard -> the replica that evaluates it. The (shard, replica) pairs are taken from the highest
+    rendezvous weight down, each shard by the first replica that still has room: every replica
+    gets shards // replicas, and the first to reach that may take one more while some are left
+    over. The same on every replica that knows the same replicas."""
+    members = sorted(set(replicas))
+    if not members:
+        return {}
+    base, extra = divmod(shards, len(members))
+    load = dict.fromkeys(members, 0)
+    assignment: dict[int, str] = {}
+    pairs = sorted(((rendezvous_rank(shard_lease_name(shard), member), shard, member)
+                    for shard in range(shards) for member in members), reverse=True)
+    for _, shard, member in pairs:
+        if shard in assignment or load[member] > base or (load[member] == base and not extra):
+            continue
+        if load[member] == base:
+            extra -= 1
+        load[member] += 1
+        assignment[shard] = member
+    return assignment
+
+
 def ranked_shards(identity: str, replicas: Iterable[str], shards: int) -> tuple[frozenset[int], frozenset[int]]:
-    """(The shards `identity` ranks first among `replicas`, those it ranks second); it counts
-    itself whether listed or not."""
+    """(The shards assigned to `identity` among `replicas`, those it would get if their owner were
+    gone); it counts itself whether listed or not."""
     members = {*replicas, identity}
-    orders = {shard: rendezvous_order(shard_lease_name(shard), members)[:2] for shard in range(shards)}
-    return (frozenset(shard for shard, order in orders.items() if order[0] == identity),
-            frozenset(shard for shard, order in orders.items() if order[1:] == [identity]))
+    assignment = shard_assignment(members, shards)
+    without = {owner: shard_assignment(members - {owner}, shards) for owner in set(assignment.values())}
+    return (frozenset(shard for shard, owner in assignment.items() if owner == identity),
+            frozenset(shard for shard, owner in assignment.items()
+                      if owner != identity and without[owner].get(shard) == identity))
 
 
 class ShardView(Protocol):

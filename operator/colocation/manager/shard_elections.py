@@ -1,14 +1,14 @@
 """This replica's elections for the evaluation shards (`--evaluation-shards`, `--store nats`).
 
-Every `period` it asks `controllers.evaluation_shards.ranked_shards` which shards it ranks first
-and second, given the replicas Ready now (the presence bucket). It campaigns for each shard it
-ranks first with a `LeaderElector` of its own, and watches each shard it ranks second with one
-that may not take the Lease (`acquire_after` in the future) until this replica ranks first: when
-the replica ahead dies and the presence bucket forgets it (15 s at most), the watcher has seen
-the Lease's last renewal and takes it as soon as it expires (or at once when `holder_ended`, the
-holder's pod seen stopped; it then keeps it until the presence bucket would have forgotten the
-holder). It hands over (releases) a shard it holds but no longer ranks first, so a replica that
-joins gets its share within a period or two. A shard whose election ends (its lease
+Every `period` it asks `controllers.evaluation_shards.ranked_shards` which shards are assigned to
+it, and which it would get if their owner were gone, given the replicas Ready now (the presence
+bucket). It campaigns for each shard assigned to it with a `LeaderElector` of its own, and watches
+each of the others with one that may not take the Lease (`acquire_after` in the future) until the
+shard is assigned to it: when the owner dies and the presence bucket forgets it (15 s at most),
+the watcher has seen the Lease's last renewal and takes it as soon as it expires (or at once when
+`holder_ended`, the holder's pod seen stopped; it then keeps it until the presence bucket would
+have forgotten the holder). It hands over (releases) a shard it holds that is assigned to another,
+so a replica that joins gets its share within a period or two. A shard whose election ends (its lease
 lost) is campaigned for again after a backoff. The controllers read `owns` and `write_budget_of`
 for each node: a node's writes are fenced by its shard's Lease.
 
@@ -104,7 +104,7 @@ class ShardElections:
             first, second = ranked_shards(self.identity, ready, self.count)
         self._first = first
         now = self._clock()
-        for shard in sorted(self.held - first):  # another replica ranks first now: hand it over...
+        for shard in sorted(self.held - first):  # assigned to another replica now: hand it over...
             if first and now - self._taken_at.get(shard, -math.inf) < KEEP_TAKEN_SECONDS:
                 continue  # ...unless just taken from it: it may be dead, and not forgotten yet
             await self._hand_over(shard)
@@ -169,5 +169,5 @@ def _nothing() -> float:
 
 
 def _may_take(first: bool) -> float:
-    """A campaign's `acquire_after`: at once where this replica ranks first, else never (it watches)."""
+    """A campaign's `acquire_after`: at once for a shard assigned to this replica, else never (it watches)."""
     return -math.inf if first else math.inf

@@ -127,7 +127,7 @@ async def test_a_replica_that_stops_hands_its_shards_to_the_other_at_once(time: 
 
 
 async def test_a_crashed_replicas_shards_are_taken_by_their_watcher_once_it_is_forgotten(time: SharedTime) -> None:
-    """The replica ranked second watches each shard: once the presence bucket forgets the dead
+    """Each shard's watcher (its owner if the owner were gone): once the presence bucket forgets the dead
     one, it takes the shards whose Leases it saw expire at once, not a lease duration later."""
     leases: dict[str, FakeLeases] = {}
     ready = {"a", "b"}
