@@ -95,21 +95,22 @@ class ShardElections:
 
     async def rebalance(self) -> None:
         ready = set(self._ready_replicas())
-        if self.identity not in ready:
-            # Not Ready (not caught up with the stream, or draining): evaluate nothing, and leave
-            # the shards to the replicas that are.
-            first: frozenset[int] = frozenset()
-            second: frozenset[int] = frozenset()
-        else:
+        first: frozenset[int] = frozenset()
+        second: frozenset[int] = frozenset()
+        just_taken: frozenset[int] = frozenset()
+        # Not Ready (not caught up with the stream, or draining): evaluate nothing, and leave the
+        # shards to the replicas that are.
+        if self.identity in ready:
             first, second = ranked_shards(self.identity, ready, self.count)
+            now = self._clock()
+            # Assigned to another replica, but just taken from it: it may be dead, not forgotten yet.
+            just_taken = frozenset(shard for shard in self.held - first
+                                   if now - self._taken_at.get(shard, -math.inf) < KEEP_TAKEN_SECONDS)
         self._first = first
-        now = self._clock()
-        for shard in sorted(self.held - first):  # assigned to another replica now: hand it over...
-            if first and now - self._taken_at.get(shard, -math.inf) < KEEP_TAKEN_SECONDS:
-                continue  # ...unless just taken from it: it may be dead, and not forgotten yet
-            await self._hand_over(shard)
-        for shard in sorted(self._campaigns.keys() - first - second):
-            await self._hand_over(shard)
+        unwatched = self._campaigns.keys() - first - second  # neither to evaluate nor to watch
+        given = self.held - first  # held, but assigned to another replica now
+        for shard in sorted((unwatched | given) - just_taken):
+            await self._hand_over(shard)  # a watched one is watched again below
         for shard, elector in self._electors.items():
             if elector.acquire_after != (may := _may_take(shard in first)):
                 elector.acquire_after = may
