@@ -15,6 +15,7 @@ from colocation.controllers import leader_task
 from colocation.controllers.leader_task import Controllers
 from colocation.controllers.settings import ControllerSettings
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from tests.unit.controllers.test_reconciler_shards import FakeShards
 
 WAIT = 10.0
 
@@ -117,24 +118,9 @@ async def test_a_demoted_leader_judges_no_node_until_promoted_again(monkeypatch:
         await asyncio.wait_for(held, WAIT)
 
 
-class Shards:
-    """Evaluation shards as the controllers read them (manager.shard_elections), held as set here."""
-
-    count = 2
-
-    def __init__(self) -> None:
-        self.held: frozenset[int] = frozenset()
-
-    def owns(self, node: str) -> bool:
-        return bool(self.held)
-
-    def write_budget_of(self, node: str) -> Callable[[], float]:
-        return lambda: 15.0
-
-
 async def test_a_replica_holding_a_shard_evaluates_and_leaves_nodeslos_and_deleted_nodes_to_the_leader(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    shards = Shards()
+    shards = FakeShards(set())
     c = Controllers(object(),  # type: ignore[arg-type]
                     NodeMetricStore(clock_wall=time.time, clock_monotonic=time.monotonic), ControllerSettings(),
                     namespace="colocation-system", identity="operator-1", registry=CollectorRegistry(),
