@@ -35,9 +35,9 @@ LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
 NODERESOURCES = "/apis/slo.colocation.dev/v1alpha1/noderesources"
 BATCH_CPU = "kubernetes.io/batch-cpu"
 # A dead replica's shards: its announcement is forgotten (15 s; its Leases expire as soon, 15 s
-# after their last renewal), the survivor's next look (2 s), and its watcher's read (1 s). Sooner
-# when the survivor sees the dead replica's pod stopped.
-TAKEOVER = 15 + 2 + 1
+# after their last renewal), the survivor reads the bucket (5 s) and looks again (2 s), and its
+# watcher reads the Lease (1 s). Sooner when the survivor sees the dead replica's pod stopped.
+TAKEOVER = 15 + 5 + 2 + 1
 ARGS = ["--nodes", "8", "--pods-per-node", "2", "--no-serve-custom-metrics", "--agent-arg=--report-interval=2",
         f"--operator-arg=--evaluation-shards={SHARDS}"]
 
