@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -41,6 +41,10 @@ class ControllerMetrics:
             "colocation_reconcile_duration_seconds",
             "Duration of one evaluation of every node (health, batch resources, writes).",
             buckets=_RECONCILE_BUCKETS, registry=r)
+        self.health_held = Gauge(
+            "colocation_node_health_held_seconds",
+            "Seconds node health has stood still because this replica's NodeMetric copy is not confirmed "
+            "current (--store nats: cut off from NATS, or behind); 0 while it runs.", registry=r)
         self.unhealthy_nodes = Gauge("colocation_unhealthy_nodes", "Nodes judged unhealthy at the last evaluation.",
                                      registry=r)
         self.evictions_allowed = Gauge(
@@ -59,6 +63,9 @@ class ControllerMetrics:
                                         "Nodes per second that may start draining in the zone (0: stopped).", ["zone"],
                                         registry=r)
         self._zones: set[str] = set()
+
+    def track_health_held(self, held: Callable[[], float]) -> None:
+        self.health_held.set_function(held)
 
     def observe_zones(self, zones: Mapping[str, ZoneDecision]) -> None:
         """Set the per-zone gauges; a zone that no longer has nodes loses its series."""

@@ -25,6 +25,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
+from colocation.apimachinery.confirmed_clock import ConfirmedClock
 from colocation.apimachinery.event_wait import wait_set
 from colocation.controllers import kopf_app
 from colocation.controllers.cluster import ClusterState, slim_node
@@ -76,7 +77,8 @@ FIRST_EVALUATION_HOLD = 2.0
 class Controllers:
     def __init__(self, api: client.ApiClient, store: NodeMetricReader, settings: ControllerSettings, *,
                  namespace: str, identity: str, registry: CollectorRegistry,
-                 write_budget: Callable[[], float] | None = None, shards: ShardView | None = None) -> None:
+                 write_budget: Callable[[], float] | None = None, shards: ShardView | None = None,
+                 copy_clock: ConfirmedClock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.namespace = namespace
@@ -85,8 +87,14 @@ class Controllers:
         self.writer = KubeWriter(api, self.metrics, EventRecorder(time.time, identity),
                                  concurrency=settings.write_concurrency, write_budget=write_budget)
         self.config = ConfigSource(namespace, self.writer.event)
+        # With NodeMetrics on NATS, node health runs on the copy's clock: a replica cut off from
+        # NATS judges no node silent meanwhile, and once caught up it runs on without a jump.
+        self.copy_clock = copy_clock
+        self._standing = False  # the copy's clock stands still (logged once)
+        self.metrics.track_health_held(copy_clock.standing if copy_clock is not None else lambda: 0.0)
         self.tracker = NodeHealthTracker(
-            time.monotonic, grace_period=settings.node_grace_period, eviction_timeout=settings.eviction_timeout,
+            copy_clock if copy_clock is not None else time.monotonic, grace_period=settings.node_grace_period,
+            eviction_timeout=settings.eviction_timeout,
             degrade_after=self.config.parsed.colocation.cluster.degrade_time_minutes * 60.0,
             startup_grace=settings.startup_grace, recovery_renewals=settings.recovery_renewals)
         self.nodeslos = NodeSLOReconciler(self.state, self.config, self.writer)
@@ -98,6 +106,14 @@ class Controllers:
         self._evaluating = asyncio.Event()  # leads, or holds an evaluation shard
         self._first_evaluation = asyncio.Event()
         self._warm = False  # the configuration read and every pod listed: the first evaluation can run
+
+    def _log_health_held(self) -> None:
+        standing = self.copy_clock is not None and self.copy_clock.standing() > 0
+        if standing and not self._standing:
+            log.warning("this replica's NodeMetric copy is not confirmed current: node health stands still until it is")
+        elif self._standing and not standing:
+            log.info("this replica's NodeMetric copy is current again: node health runs on")
+        self._standing = standing
 
     def promote(self) -> None:
         """This replica leads from now on: the health tracker's startup grace begins (unless it
@@ -247,6 +263,7 @@ class Controllers:
             await asyncio.sleep(max(min(interval, MIN_SPACING) - (time.monotonic() - started), 0))
 
     async def _evaluate(self) -> None:
+        self._log_health_held()
         gone, self.state.deleted_nodes = self.state.deleted_nodes, set()
         if self._leading:  # a replica that only holds shards leaves these to the leader
             for name in sorted(gone):

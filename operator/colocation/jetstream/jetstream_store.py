@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
+from colocation.apimachinery.confirmed_clock import ConfirmedClock
 from colocation.apimachinery.errors import ApiError
 from colocation.jetstream.log_follower import LogFollower
 from colocation.jetstream.log_ingest import LogIngest
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 REMOVE_TRIES = 5
 READ_BARRIER_TIMEOUT = 3.0  # as a standby's consistent read waits for its copy
 STALE_MEMORY = 10.0  # reads are marked stale this long after NATS last failed to answer one
+# The follower confirms the copy about every second (an idle fetch waits 1 s; a stream leader's
+# election takes a few): node health stands still past this (`ConfirmedClock`).
+COPY_TOLERANCE = 3.0
 
 
 class JetStreamNodeMetrics:
@@ -47,6 +51,8 @@ class JetStreamNodeMetrics:
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self._monotonic = monotonic
+        # Node health runs on it (`Controllers`): it stands still while the copy is not confirmed.
+        self.copy_clock = ConfirmedClock(monotonic, tolerance=COPY_TOLERANCE)
         self._unanswered_at: float | None = None  # monotonic: NATS did not answer a consistent read
         self.presence = presence
         self.options = options
@@ -100,7 +106,8 @@ class JetStreamNodeMetrics:
                 await asyncio.sleep(delay)
                 continue
             self._client, self._js = client, js
-            self.follower = LogFollower(js, self.store, wall=self._wall)
+            self.follower = LogFollower(js, self.store, wall=self._wall, monotonic=self._monotonic,
+                                        confirmed=self.copy_clock.confirm)
             self._log = NodeMetricLog(js, timeout=self.options.timeout)
             self._ingest = LogIngest(self._log, self.follower, self.store)
             if self._apply_samples is not None:
@@ -176,7 +183,8 @@ class JetStreamNodeMetrics:
         """Before a read: with 0, wait until the copy holds the stream's last write (503 past
         READ_BARRIER_TIMEOUT); with a resourceVersion, until the copy reaches it (504 past it, as
         the watch cache answers a version it does not reach). 503 before the first sync. When NATS
-        does not answer, nobody can write: the copy is served as it is."""
+        does not answer, the copy is served as it is, marked stale (`stale_warning`): with NATS down
+        nobody can write, and a replica cut off alone keeps its last copy until it is back."""
         if self.follower is None or self._js is None or not self.synced:
             raise ApiError.service_unavailable("this replica has not read the NodeMetric stream yet", retry_after=1)
         if since:
@@ -185,7 +193,7 @@ class JetStreamNodeMetrics:
             return
         try:
             last = await last_sequence(self._js)
-        except Exception as error:  # NATS does not answer: nobody can write meanwhile, the copy is current
+        except Exception as error:  # NATS does not answer: serve the copy, marked stale
             raise_if_cancelled(error)
             log.warning("NATS did not answer a consistent read: serving the copy", extra={"error": repr(error)})
             self._unanswered_at = self._monotonic()

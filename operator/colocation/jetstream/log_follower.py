@@ -42,9 +42,11 @@ class LogTarget(Protocol):
 
 class LogFollower(StreamReader):
     def __init__(self, js: JetStreamContext, target: LogTarget, *, batch: int = BATCH,
-                 idle: float = IDLE_SECONDS, wall: Callable[[], float] = time.time) -> None:
+                 idle: float = IDLE_SECONDS, wall: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 confirmed: Callable[[float], None] | None = None) -> None:
         super().__init__(js, stream=STREAM, subjects=ALL_SUBJECTS, what="the NodeMetric stream", batch=batch,
-                         idle=idle)
+                         idle=idle, monotonic=monotonic, confirmed=confirmed)
         self._target = target
         self._wall = wall
         # Each node's last sequence: what the next write of it compares with (none once deleted).
@@ -68,9 +70,10 @@ class LogFollower(StreamReader):
         self.position = position
 
     async def _quiet(self) -> None:
-        """Nothing came for a while: the copy is current, unless the stream lost what it had (then
-        the RESTART_KEY write comes next, to every follower)."""
-        if self.position and await restart_after_loss(self._js, above=self.position, wall=self._wall) is not None:
+        """Nothing came for a while: the copy is current once the servers say the stream did not lose
+        what it had (else the RESTART_KEY write comes next, to every follower). Cut off, the question
+        times out: the copy is not confirmed."""
+        if await restart_after_loss(self._js, above=self.position, wall=self._wall) is not None:
             return
         self._caught_up()
 

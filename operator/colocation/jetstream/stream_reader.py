@@ -4,7 +4,9 @@ A reader has a pull consumer of its own (no acknowledgements; it holds nothing o
 it stops) and fetches a batch at a time, so one that falls behind reads slower instead of losing
 messages as a push subscription's slow consumer would. After any error it subscribes again from
 the sequence after the last it applied, with backoff. Subclasses say what a message does
-(`_apply`), and what a quiet stream means (`_quiet`, `_caught_up`).
+(`_apply`), and what a quiet stream means (`_quiet`, `_caught_up`). Each time the reader finds
+itself caught up, it tells `confirmed` when the fetch that showed it was sent: the reader held the
+whole stream then. Cut off from the servers, those calls stop.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import nats.errors
@@ -30,7 +34,8 @@ CONSUMER_INACTIVE_SECONDS = 30.0  # the servers drop a consumer nobody fetched f
 
 class StreamReader:
     def __init__(self, js: JetStreamContext, *, stream: str, subjects: str, what: str, batch: int = BATCH,
-                 idle: float = IDLE_SECONDS) -> None:
+                 idle: float = IDLE_SECONDS, monotonic: Callable[[], float] = time.monotonic,
+                 confirmed: Callable[[float], None] | None = None) -> None:
         self._js = js
         self._stream = stream
         self._subjects = subjects
@@ -38,6 +43,9 @@ class StreamReader:
         self._batch = batch
         self._idle = idle
         self.position = 0  # the last sequence applied
+        self._monotonic = monotonic
+        self._confirmed = confirmed
+        self._asked_at = monotonic()  # when the last fetch was sent
         self.synced = asyncio.Event()  # set once it first caught up with the stream
         self._advanced = asyncio.Event()
 
@@ -77,6 +85,7 @@ class StreamReader:
         behind = True  # a batch fetch returns what is there at once, but waits its whole timeout
         try:  # for more once it got one: when nothing is pending, fetch one message, which returns at once
             while True:
+                self._asked_at = self._monotonic()
                 try:
                     messages = await subscription.fetch(self._batch if behind else 1, timeout=self._idle)
                 except nats.errors.TimeoutError as timeout:
@@ -101,8 +110,13 @@ class StreamReader:
         raise NotImplementedError
 
     async def _quiet(self) -> None:
-        """Nothing came for a while: the reader is current (unless the stream lost what it had)."""
+        """Nothing came for a while: the reader is current. Subclasses ask the servers first whether
+        the stream lost what it had; that answer is what confirms it (`_caught_up`)."""
         self._caught_up()
 
     def _caught_up(self) -> None:
+        """The reader held the whole stream when the last fetch was sent (a subclass's `_quiet`
+        calls this only once the servers answered it: an idle fetch also times out when cut off)."""
+        if self._confirmed is not None:
+            self._confirmed(self._asked_at)
         self.synced.set()

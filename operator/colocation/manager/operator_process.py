@@ -318,9 +318,11 @@ class OperatorProcess:
     def _warm_controllers(self, api: Any) -> Controllers:
         """The controllers of this replica, warm from the start; they write only once it leads."""
         assert self.elector is not None
+        shared = self.jetstream
         controllers = Controllers(api, self.store, self.config.controllers, namespace=self.config.namespace,
                                   identity=self.config.identity, registry=self.metrics.registry,
-                                  write_budget=self.elector.write_budget, shards=self.shard_elections)
+                                  write_budget=self.elector.write_budget, shards=self.shard_elections,
+                                  copy_clock=shared.copy_clock if shared is not None else None)
         if self.authenticator is not None and self.authenticator.local is not None:
             # Bound tokens are checked locally once the Pod informer has listed the pods.
             self.authenticator.local.pods = ClusterStatePods(controllers.state, self.config.namespace)

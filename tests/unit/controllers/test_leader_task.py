@@ -1,5 +1,6 @@
 """The controllers' loop on a standby and on promotion: formulas computed ahead, nothing evaluated
-before the Lease, the first evaluation at once, the agents' writes held for it (boundedly)."""
+before the Lease, the first evaluation at once, the agents' writes held for it (boundedly); node
+health judged as of the NodeMetric copy's last confirmed moment."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from prometheus_client import CollectorRegistry
 
+from colocation.apimachinery.confirmed_clock import ConfirmedClock
 from colocation.controllers import leader_task
 from colocation.controllers.leader_task import Controllers
 from colocation.controllers.settings import ControllerSettings
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from tests.clock import FakeClock
 from tests.unit.controllers.test_reconciler_shards import FakeShards
 
 WAIT = 10.0
@@ -159,3 +162,37 @@ async def test_a_replica_holding_a_shard_evaluates_and_leaves_nodeslos_and_delet
         c.promote()
         await asyncio.wait_for(evaluated.wait(), WAIT)
         assert leader_work == ["nodeslo-due"]
+
+
+def test_a_replica_whose_nodemetric_copy_is_cut_off_judges_no_node_silent_and_runs_on_after_it() -> None:
+    real, registry = FakeClock(), CollectorRegistry()
+    copy_clock = ConfirmedClock(real, tolerance=3.0)  # JetStreamNodeMetrics.copy_clock
+    c = Controllers(object(),  # type: ignore[arg-type]
+                    NodeMetricStore(clock_wall=real.wall, clock_monotonic=real.monotonic),
+                    ControllerSettings(node_grace_period=10.0), namespace="colocation-system",
+                    identity="operator-0", registry=registry, copy_clock=copy_clock)
+    c.tracker.track("node-a")
+    c.tracker.track("node-b")
+    second = 0
+
+    def reports(*nodes: str) -> None:  # every 2 s, applied and confirmed at once: the copy keeps up
+        nonlocal second
+        for _ in range(10):
+            real.advance(2)
+            second += 2
+            copy_clock.confirm(real.now)
+            for node in nodes:
+                c.tracker.observe_metric(node, update_time=f"2026-11-29T00:{second // 60:02}:{second % 60:02}Z",
+                                         seen_at=real.now)
+
+    reports("node-a", "node-b")  # past the startup grace
+    assert c.tracker.evaluate("node-a").healthy and c.tracker.evaluate("node-b").healthy
+    real.advance(100)  # cut off: no report reaches the copy, which is not confirmed either
+    assert c.tracker.evaluate("node-a").healthy and c.tracker.evaluate("node-b").healthy
+    assert registry.get_sample_value("colocation_node_health_held_seconds") == 97
+    copy_clock.confirm(real.now)  # caught up: node-a's last report applied now, node-b's agent silent
+    c.tracker.observe_metric("node-a", update_time="2026-11-29T00:03:00Z", seen_at=real.now)
+    assert c.tracker.evaluate("node-a").healthy  # no gap between its reports: no new streak
+    assert registry.get_sample_value("colocation_node_health_held_seconds") == 0
+    reports("node-a")  # node-b silent for a grace period of the copy's time
+    assert c.tracker.evaluate("node-a").healthy and not c.tracker.evaluate("node-b").healthy

@@ -1,5 +1,6 @@
-"""The follower's loop, with a stand-in for nats-py: a cancelled follower stops, whatever nats-py makes
-of the cancellation."""
+"""The follower's loop: a cancelled follower stops, whatever nats-py makes of the cancellation (a
+stand-in for nats-py); a follower cut off from the servers stops confirming its copy, and confirms
+it again once it has caught up (the stream model)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import nats.errors
 import pytest
 
 from colocation.jetstream.log_follower import LogFollower
+from colocation.jetstream.nodemetric_log import LogSettings, NodeMetricLog, ensure_stream
+from colocation.nodemetrics.nodemetric_store import NodeMetricStore
+from colocation.nodemetrics.resource_versions import LogPositions
+from tests.clock import FakeClock
 from tests.timing import TIME_FACTOR, eventually_async
+from tests.unit.jetstream.stream_model import JetStreamModel, StreamModel, one_pass
+from tests.unit.jetstream.test_stream_model import value
 
 
 class Subscription:
@@ -68,3 +75,48 @@ async def test_a_cancelled_follower_stops_though_nats_py_turns_the_cancellation_
             await task
         pytest.fail("the follower did not stop when cancelled")
     assert task.cancelled()
+
+
+class Link:
+    """One replica's way to the servers: while `cut`, every request times out, as nats-py's do when
+    nothing comes back."""
+
+    def __init__(self) -> None:
+        self.cut = False
+        self.requests = 0
+
+    async def turn(self, what: str) -> None:
+        self.requests += 1
+        await one_pass(what)
+        if self.cut:
+            raise nats.errors.TimeoutError
+
+
+async def test_a_follower_cut_off_from_the_servers_stops_confirming_its_copy_until_it_has_caught_up() -> None:
+    clock = FakeClock()
+    stream = StreamModel(wall=clock.wall)
+    writer = JetStreamModel(stream).context()  # another replica, still connected
+    await ensure_stream(writer, LogSettings(), wall=clock.wall)
+    link = Link()
+    store = NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic, versions=LogPositions())
+    confirmed: list[float] = []  # when each fetch that showed the copy complete was sent
+    follower = LogFollower(JetStreamModel(stream, turn=link.turn).context(), store, idle=0.01, wall=clock.wall,
+                           monotonic=clock.monotonic, confirmed=confirmed.append)
+    task = asyncio.create_task(follower.run())
+    try:
+        await eventually_async(lambda: clock.now in confirmed, message="the copy confirmed")
+        link.cut = True
+        cut_at = clock.now
+        asked = link.requests
+        clock.advance(30)
+        written = await NodeMetricLog(writer, timeout=1.0).append("node-a", value("node-a", "1"), last=0)
+        await eventually_async(lambda: link.requests >= asked + 3, message="the follower asking, cut off")
+        assert max(confirmed) == cut_at  # a fetch sent before the cut may deliver: as of then
+        link.cut = False
+        await eventually_async(lambda: clock.now in confirmed, message="the copy confirmed again")
+        entry = store.get("node-a")
+        assert follower.position == written and entry is not None and entry.resource_version == written
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
