@@ -42,7 +42,8 @@ class AgentMetrics:
                                     ["route", "trigger"], registry=r)
         self.reports_failed = Counter("colocation_agent_reports_failed_total",
                                       "NodeMetric report attempts that failed, by reason: replica-timeout, "
-                                      "replica-unreachable, replica-unauthorized and standby at an operator replica; "
+                                      "replica-unreachable, replica-unauthorized, replica-unavailable (a 503 where "
+                                      "every replica takes reports) and standby at an operator replica; "
                                       "timeout and unreachable through kube-apiserver; unavailable (a 503, or no "
                                       "route to try yet); http-CODE.", ["reason"], registry=r)
         self.last_report_age = Gauge("colocation_agent_last_report_age_seconds",

@@ -231,8 +231,12 @@ class Delivery:
             if status != 503:
                 failed(_http_reason(status))
                 raise DeliveryFailed(_http_reason(status), _message(answer))
-            failed("standby")
             named = named_leader(answer)
+            if anywhere and named is None:  # it cannot write now (cut off from NATS): the next one can
+                failed("replica-unavailable")
+                self.locator.unanswered(target.endpoint)
+                continue
+            failed("standby")
             if named is not None and named[1] == target.endpoint:
                 waiting = DeliveryFailed("unavailable", _message(answer), retry_after=retry_after_seconds(answer))
             elif named is not None and named[1] not in tried:

@@ -252,3 +252,33 @@ def test_a_replica_that_did_not_answer_is_asked_last_for_a_while_then_in_its_tur
     locator.unanswered(replicas[1].endpoint)
     locator.answered(replicas[1].endpoint)  # it took the next one
     assert [r.identity for r in locator.ask_last(replicas)] == ["op-0", "op-1", "op-2"]
+
+
+async def test_a_replica_that_cannot_write_is_passed_over_at_once_and_asked_last_for_a_while() -> None:
+    kube, clock = FakeKube(), FakeClock(1000.0)
+    kube.lease = lease("op-0", 1, {"op-0": 1, "op-1": 2}, anywhere=True)
+    locator = LeaderLocator(kube, poll_interval=10.0, min_refresh_gap=0.0, clock=clock)
+    published = leader_from_lease(kube.lease)
+    assert published is not None
+    ranked = published.ranked_for(report_path("node-a"))
+    first = ranked[0]
+    sent: list[str] = []
+
+    async def put(leader: Leader, path: str, body: bytes, *, timeout: float) -> tuple[int, Any]:
+        sent.append(leader.identity)
+        if leader.identity == first.identity:  # cut off from NATS: 503, naming no leader
+            return 503, {"kind": "Status", "code": 503, "message": "the NodeMetric stream did not take the report",
+                         "details": {"retryAfterSeconds": 1}}
+        return 200, {}
+
+    metrics = AgentMetrics()
+    reporter = Reporter("node-a", Delivery(kube, locator, put, timeout=5.0, clock=clock),
+                        lambda: Snapshot.of(body()), options=ReportOptions(), metrics=metrics, clock=clock,
+                        rng=random.Random(7))
+    await reporter.check()
+    assert sent[0] == first.identity and len(sent) == 2  # the other replica took it in the same attempt
+    assert metrics.registry.get_sample_value("colocation_agent_reports_failed_total",
+                                             {"reason": "replica-unavailable"}) == 1
+    assert locator.ask_last(ranked)[-1] == first  # the next reports ask it last while it may still be cut off
+    clock.advance(UNANSWERED_SECONDS + 1)
+    assert locator.ask_last(ranked)[0] == first
