@@ -13,14 +13,16 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
 
 # With --store nats (nats-server built by `make nats`): the NodeMetric API and its failover, custom
-# metrics, kubectl, NATS servers failing, evaluation shards, and (builtin sandbox only: on the real
-# control plane the aggregator answered a reader's list with its own 503 in 1 of 5 runs) replicas
-# killed while agents report.
-NATS_KUBE_TESTS=(tests/e2e/test_operator.py tests/e2e/test_custom_metrics.py tests/e2e/test_agent_custom_metrics.py
+# metrics, kubectl, NATS servers failing, and evaluation shards on both API servers; the leader cut
+# off from NATS alone on the real control plane only (a route inside its pod's network namespace);
+# and replicas killed while agents report on the builtin sandbox only (on the real control plane
+# the aggregator answered a reader's list with its own 503 in 1 of 5 runs).
+NATS_BOTH_TESTS=(tests/e2e/test_operator.py tests/e2e/test_custom_metrics.py tests/e2e/test_agent_custom_metrics.py
                  tests/e2e/test_kubectl_cluster.py tests/e2e/test_resource_metrics.py
                  tests/e2e/test_nats_store_failures.py tests/e2e/test_nats_bucket_lost.py
                  tests/e2e/test_evaluation_shards.py)
-NATS_TESTS=("${NATS_KUBE_TESTS[@]}" tests/e2e/test_nats_replica_kills.py)
+NATS_KUBE_TESTS=("${NATS_BOTH_TESTS[@]}" tests/e2e/test_nats_partition.py)
+NATS_TESTS=("${NATS_BOTH_TESTS[@]}" tests/e2e/test_nats_replica_kills.py)
 
 prefixed() {  # run a command, every line of its output prefixed with $1
   local prefix=$1; shift

@@ -138,9 +138,10 @@ class KubeSandbox:
         self.client = client_for(self.plane.server, pki_.directory, "admin")
         await _wait("the default ServiceAccount", self._default_service_account, AVAILABLE_TIMEOUT_SECONDS)
         if nats_server is not None:
-            # On the bridge's address: the operator pods' network namespaces have no route to loopback.
-            self.nats = await start_cluster(config.state_dir / "nats", binary=nats_server, client_host=network.gateway,
-                                            secure=True)
+            # On the bridge's second address: the operator pods' network namespaces have no route to
+            # loopback, and a test can cut a pod off from NATS alone (tests/e2e/test_nats_partition.py).
+            self.nats = await start_cluster(config.state_dir / "nats", binary=nats_server,
+                                            client_host=network.beside_address, secure=True)
             self.operator_args = (*self.nats.operator_args(), *config.operator_args)
         if not config.api_only:
             await self._install(binaries)

@@ -3,7 +3,8 @@
 kube-apiserver refuses loopback addresses in endpoints, and with no kube-proxy nothing routes a
 Service's ClusterIP; so, as on a real node, every pod of the launcher's node gets a network
 namespace of its own, joined by a veth pair to a bridge that this run creates. The bridge holds
-the gateway address, where kube-apiserver listens; each pod holds one address of the same /24,
+the gateway address, where kube-apiserver listens, and a second one for what runs beside it (the
+NATS servers): a test can cut a pod off from those alone. Each pod holds one address of the same /24,
 where its process listens (port 8443 in every pod, as in its manifest). The aggregator then
 reaches the leader through the Service's endpoints (`--enable-aggregator-routing`), and nothing
 leaves this machine: every address here exists only on interfaces this run made, and all of it
@@ -128,6 +129,7 @@ class PodNetwork:
         network = cls(subnet=free_subnet(_routes()))
         _ip("link", "add", network.bridge, "type", "bridge")
         _ip("addr", "add", f"{network.gateway}/{network.subnet.prefixlen}", "dev", network.bridge)
+        _ip("addr", "add", f"{network.beside_address}/{network.subnet.prefixlen}", "dev", network.bridge)
         _ip("link", "set", network.bridge, "up")
         log.info("pod network created", extra={"bridge": network.bridge, "subnet": str(network.subnet)})
         return network
@@ -139,6 +141,11 @@ class PodNetwork:
     @property
     def gateway(self) -> str:
         return str(self.subnet.network_address + 1)
+
+    @property
+    def beside_address(self) -> str:
+        """The bridge's second address: for the servers that run beside kube-apiserver (NATS)."""
+        return str(self.subnet.network_address + 2)
 
     def _allocate(self) -> int:
         if self._free:
