@@ -7,6 +7,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+from benchmarks import prometheus
 from colocation_sandbox.launcher.nats_cluster import NatsServerMissing, locate_nats_server
 
 # Our machines are shared and noisy: generation speed is not what these properties test.
@@ -34,3 +35,12 @@ def nats_server() -> str:
         return locate_nats_server(build=False)
     except NatsServerMissing as missing:
         pytest.skip(f"nats-server is not built (make nats): {missing}")
+
+
+@pytest.fixture(scope="session")
+def prometheus_binaries() -> prometheus.Binaries:
+    """prometheus and promtool; tests that need them skip, saying so in one line, where they are not built."""
+    try:
+        return prometheus.locate(build=False)
+    except prometheus.PrometheusMissing as missing:
+        pytest.skip(f"prometheus is not built (make prometheus): {missing}")

@@ -1,10 +1,12 @@
 """manifests/components/monitoring: Prometheus scrapes what the operator and agents really serve, and
-every alert and dashboard query names metrics the code really exports (and parses)."""
+every alert and dashboard query parses (Prometheus's own parser) and names metrics the code really
+exports. test_monitoring_promtool.py runs the alerts; tests/e2e/test_prometheus_scrape.py, the panels."""
 
 from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import kubernetes_validate
@@ -12,7 +14,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from benchmarks import promql
+from benchmarks import prometheus
 from colocation.agent.agent_command import DEFAULT_METRICS_PORT
 from colocation.agent.agent_metrics import AgentMetrics
 from colocation.apiserver.apiserver_metrics import ServerMetrics
@@ -85,9 +87,16 @@ def test_the_source_scan_finds_every_metric_the_registries_hold() -> None:
         assert declared.get(name, "").lower() == kind, name
 
 
+@pytest.fixture(scope="module")
+def parser(prometheus_binaries: prometheus.Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prometheus that scrapes nothing, for its parser (/api/v1/parse_query): its URL."""
+    with prometheus.serving(prometheus_binaries.prometheus, tmp_path_factory.mktemp("prometheus"), {}) as url:
+        yield url
+
+
 @pytest.mark.parametrize(("where", "expr"), sorted({**rule_exprs(), **panel_exprs()}.items()))
-def test_every_expression_parses_and_names_exported_metrics(where: str, expr: str) -> None:
-    names = promql.metric_names(promql.parse(expr))
+def test_every_expression_parses_and_names_exported_metrics(parser: str, where: str, expr: str) -> None:
+    names = prometheus.metric_names(parser, expr)
     assert names, where
     unknown = names - exported_samples() - EXTERNAL_METRICS.keys()
     assert not unknown, f"{where}: {sorted(unknown)} exported by nothing we know"
@@ -100,33 +109,6 @@ def test_the_required_alerts_and_panels_exist() -> None:
     for r in rules:
         assert r["labels"]["severity"] in ("critical", "warning", "info") and r["annotations"]["summary"], r["alert"]
     assert {panel["title"] for panel in dashboard()["panels"]} >= REQUIRED_PANELS
-
-
-def _at(t: float, samples: list[tuple[str, dict[str, str], float]]) -> list[tuple[float, dict[str, str], float]]:
-    return [(t, {"__name__": name, **labels}, value) for name, labels, value in samples]
-
-
-@pytest.mark.parametrize(("leaders", "fires"), [((1.0, 0.0), False), ((0.0, 0.0), True), ((), True)])
-def test_no_leader_fires_when_no_replica_leads_or_none_is_scraped(leaders: tuple[float, ...], fires: bool) -> None:
-    series = promql.Series(_at(0.0, [("colocation_leader", {"instance": f"r{i}"}, v) for i, v in enumerate(leaders)]))
-    result = promql.query(promql.parse(rule_exprs()["ColocationNoLeader"]), series, 0.0)
-    assert bool(result) == fires
-
-
-def test_apiservice_unavailable_covers_every_apiservice_we_serve_and_no_other() -> None:
-    names = [*permissions.OPERATOR_APISERVICES, "v1beta1.batch", "v1.apps"]
-    series = promql.Series(_at(0.0, [("aggregator_unavailable_apiservice", {"name": n}, 1.0) for n in names]))
-    result = promql.query(promql.parse(rule_exprs()["ColocationAPIServiceUnavailable"]), series, 0.0)
-    assert {dict(labels)["name"] for labels in result} == set(permissions.OPERATOR_APISERVICES)
-
-
-def test_reports_rejected_fires_per_reason_only_while_rejections_grow() -> None:
-    expr = promql.parse(rule_exprs()["ColocationReportsRejected"])
-    name = "colocation_nodemetric_reports_rejected_total"
-    series = promql.Series([*_at(0.0, [(name, {"reason": "Forbidden"}, 5.0), (name, {"reason": "Invalid"}, 2.0)]),
-                            *_at(60.0, [(name, {"reason": "Forbidden"}, 11.0), (name, {"reason": "Invalid"}, 2.0)])])
-    result = promql.query(expr, series, 60.0)
-    assert result == {(("reason", "Forbidden"),): pytest.approx(0.1)}
 
 
 @pytest.fixture(scope="module")
@@ -181,11 +163,11 @@ def test_the_dashboard_configmap_carries_the_dashboard(rendered: list[dict[str, 
     assert json.loads(config_map["data"]["colocation.json"]) == dashboard()
 
 
-def test_histogram_panels_read_the_bucket_series() -> None:
+def test_histogram_panels_read_the_bucket_series(parser: str) -> None:
     """histogram_quantile over anything but _bucket series is NaN in Prometheus; catch it here."""
     for where, expr in panel_exprs().items():
         if "histogram_quantile" in expr:
-            assert all(name.endswith("_bucket") for name in promql.metric_names(promql.parse(expr))), where
+            assert all(name.endswith("_bucket") for name in prometheus.metric_names(parser, expr)), where
 
 
 def test_the_dashboard_is_a_grafana_dashboard_on_a_prometheus_datasource() -> None:
