@@ -1,4 +1,4 @@
-"""The Grafana dashboard's panels as PNGs, computed from a real sandbox run's /metrics.
+"""The Grafana dashboard's panels as PNGs: what a real Prometheus answers for a real sandbox run.
 
     python -m benchmarks.dashboard_pngs                      # run a sandbox, record, render
     python -m benchmarks.dashboard_pngs --from-samples FILE  # render again from a recording
@@ -9,8 +9,12 @@ seconds for --duration seconds; halfway through, the leader is stopped (SIGTERM:
 over and the sandbox restarts it, as the kubelet would) so that the leader panel shows a handover.
 There is no kube-state-metrics in the sandbox: each round also reads the Nodes and records their
 batch allocatable as `kube_node_status_allocatable` (resource kubernetes_io_batch_cpu, ...), the
-series kube-state-metrics exports for them. Each panel's queries are then evaluated with
-benchmarks.promql at every scrape time and drawn; the samples the panels read are written as JSON.
+series kube-state-metrics exports for them. The samples the panels read are written as JSON.
+
+The drawing: the recording is written as OpenMetrics, turned into TSDB blocks by `promtool tsdb
+create-blocks-from openmetrics`, and served by prometheus over those blocks (both built by
+hack/prometheus/build.sh); each line is a panel query's query_range answer over the run, one step
+per recorded interval.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import math
 import os
 import re
 import signal
+import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks import plotting, processes, promql
+from benchmarks import plotting, processes, prometheus
 from benchmarks.client import say
 from colocation.apimachinery.quantity import parse_quantity
 from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
@@ -43,7 +48,17 @@ DASHBOARD = REPO / "manifests" / "components" / "monitoring" / "dashboard.json"
 OUTPUT = REPO / "docs" / "dashboard"
 BATCH_RESOURCES = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory")
 SCRAPE_TIMEOUT = 5.0
+PROMTOOL_TIMEOUT_SECONDS = 300
+# The run's time 0 as a Unix time in the TSDB. Any fixed time does: the blocks are read, not aged.
+RECORDING_EPOCH = 1_700_000_000.0
+# How far back a query looks for a series' last sample, in recorded intervals (Prometheus: 5
+# minutes). The queries come half an interval after each scrape (query_times), so each sees that
+# scrape's samples and no older ones. A recorded staleness marker (a failed scrape) cannot be written
+# in OpenMetrics, so it is left out; with this look-back its series is gone from the next query on,
+# as the marker would have it.
+LOOKBACK_INTERVALS = 1.0
 Sample = tuple[float, dict[str, str], float]  # (seconds since the run started, labels with __name__, value)
+Matrix = list[dict[str, Any]]  # a query_range answer's result: [{"metric": labels, "values": [[t, "v"], ...]}]
 
 
 @dataclass(frozen=True)
@@ -72,22 +87,43 @@ def allocatable_samples(nodes: Iterable[Mapping[str, Any]], t: float) -> list[Sa
     return found
 
 
-def legend(template: str, labels: promql.Labels) -> str:
+def legend(template: str, labels: Mapping[str, str]) -> str:
     """Grafana's legend format: `{{label}}` replaced by the series' value of that label."""
-    values = dict(labels)
-    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: values.get(m.group(1), ""), template)
+    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), template)
 
 
-def panel_lines(panel: Mapping[str, Any], series: promql.Series, times: Iterable[float]) -> list[Line]:
-    """Every series each of the panel's queries gives at each time, as one line per legend."""
-    lines: dict[tuple[int, str], list[tuple[float, float]]] = {}
-    for index, target in enumerate(panel["targets"]):
-        expr = promql.parse(target["expr"])
-        for t in times:
-            for labels, value in promql.query(expr, series, t).items():
-                name = legend(target.get("legendFormat") or target["expr"], labels)
-                lines.setdefault((index, name), []).append((t, value))
-    return [Line(name, points, index) for (index, name), points in sorted(lines.items())]
+def openmetrics(samples: Iterable[Sample], epoch: float = RECORDING_EPOCH) -> str:
+    """The samples as OpenMetrics text for promtool's backfill: each series' samples together and in
+    time order, times from `epoch`; staleness markers (NaN) left out."""
+    series: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]] = {}
+    for t, labels, value in samples:
+        if not math.isnan(value):
+            key = (labels["__name__"], tuple(sorted((k, v) for k, v in labels.items() if k != "__name__")))
+            series.setdefault(key, []).append((t, value))
+    lines = []
+    for (name, pairs), points in sorted(series.items()):  # by name: a metric's series together
+        selector = name + "{" + ",".join(f'{k}="{_escaped(v)}"' for k, v in pairs) + "}"
+        lines += [f"{selector} {_number(value)} {epoch + t:.3f}" for t, value in sorted(points)]
+    return "\n".join([*lines, "# EOF", ""])
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    return ("+Inf" if value > 0 else "-Inf") if math.isinf(value) else repr(value)
+
+
+def panel_lines(panel: Mapping[str, Any], answers: Sequence[Matrix], epoch: float = RECORDING_EPOCH) -> list[Line]:
+    """One line per legend of each of the panel's queries, from their query_range answers (in the
+    order of its targets), at times since the run started."""
+    lines: list[Line] = []
+    for index, (target, matrix) in enumerate(zip(panel["targets"], answers, strict=True)):
+        for series in matrix:
+            name = legend(target.get("legendFormat") or target["expr"], series["metric"])
+            lines.append(Line(name, [(float(t) - epoch, float(v)) for t, v in series["values"]], index))
+    return sorted(lines, key=lambda line: (line.target, line.legend))
 
 
 def with_gaps(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -129,16 +165,55 @@ def slug(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
 
 
-def render_all(dashboard: Mapping[str, Any], samples: list[Sample], output: Path) -> list[Path]:
-    series = promql.Series(samples)
+def query_times(times: Sequence[float]) -> tuple[float, float, float]:
+    """(start, end, step) of the queries over a recording whose scrapes came at `times`: one query
+    half an interval after each scrape, where the jitter of the scrapes moves none across a query."""
+    step = round((times[-1] - times[0]) / (len(times) - 1), 3) if len(times) > 1 else 1.0
+    return times[0] + step / 2, times[-1] + step / 2, step
+
+
+def backfill(promtool: str, samples: Iterable[Sample], directory: Path) -> Path:
+    """A TSDB under `directory` holding the samples (promtool tsdb create-blocks-from openmetrics)."""
+    recording = directory / "recording.om"
+    recording.write_text(openmetrics(samples))
+    data = directory / "data"
+    result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(recording), str(data)],
+                            capture_output=True, text=True, timeout=PROMTOOL_TIMEOUT_SECONDS, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"promtool tsdb create-blocks-from openmetrics failed:\n{result.stderr}")
+    return data
+
+
+def query_panels(binaries: prometheus.Binaries, dashboard: Mapping[str, Any],
+                 samples: list[Sample]) -> list[list[Line]]:
+    """Each panel's lines: its queries' query_range answers from a Prometheus over the samples."""
     times = sorted({t for t, _, _ in samples})
-    return [render(panel, panel_lines(panel, series, times), times, output / f"{slug(panel['title'])}.png")
-            for panel in dashboard["panels"]]
+    if not times:
+        return [[] for _ in dashboard["panels"]]
+    start, end, step = query_times(times)
+    span = {"start": f"{RECORDING_EPOCH + start:.3f}", "end": f"{RECORDING_EPOCH + end:.3f}",
+            "step": f"{step}", "lookback_delta": f"{LOOKBACK_INTERVALS * step:.3f}"}  # seconds
+    with tempfile.TemporaryDirectory(prefix="colocation-dashboard-") as tmp:
+        backfill(binaries.promtool, samples, Path(tmp))
+        with prometheus.serving(binaries.prometheus, Path(tmp), {}) as url:
+            return [panel_lines(panel, [prometheus.api(url, "query_range", {"query": target["expr"], **span})["result"]
+                                        for target in panel["targets"]])
+                    for panel in dashboard["panels"]]
 
 
-def dashboard_metric_names(dashboard: Mapping[str, Any]) -> set[str]:
-    return {name for panel in dashboard["panels"] for target in panel["targets"]
-            for name in promql.metric_names(promql.parse(target["expr"]))}
+def render_all(binaries: prometheus.Binaries, dashboard: Mapping[str, Any], samples: list[Sample],
+               output: Path) -> list[Path]:
+    times = sorted({t for t, _, _ in samples})
+    return [render(panel, lines, times, output / f"{slug(panel['title'])}.png")
+            for panel, lines in zip(dashboard["panels"], query_panels(binaries, dashboard, samples), strict=True)]
+
+
+def dashboard_metric_names(binaries: prometheus.Binaries, dashboard: Mapping[str, Any]) -> set[str]:
+    """Every metric the panels read, as Prometheus parses their queries."""
+    with tempfile.TemporaryDirectory(prefix="colocation-dashboard-") as tmp, \
+            prometheus.serving(binaries.prometheus, Path(tmp), {}) as url:
+        return {name for panel in dashboard["panels"] for target in panel["targets"]
+                for name in prometheus.metric_names(url, target["expr"])}
 
 
 def dump_samples(samples: list[Sample], path: Path) -> None:
@@ -256,12 +331,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--from-samples", type=Path, default=None, help="render from this recording; no sandbox")
     args = parser.parse_args(argv)
     dashboard = json.loads(DASHBOARD.read_text())
+    binaries = prometheus.locate(build=True)
     if args.from_samples is not None:
         samples = load_samples(args.from_samples)
     else:
-        samples = asyncio.run(record(args.nodes, args.duration, args.interval, dashboard_metric_names(dashboard)))
+        keep = dashboard_metric_names(binaries, dashboard)
+        samples = asyncio.run(record(args.nodes, args.duration, args.interval, keep))
         dump_samples(samples, args.output / "samples.json")
-    for path in render_all(dashboard, samples, args.output):
+    for path in render_all(binaries, dashboard, samples, args.output):
         say(f"wrote {path}")
 
 
