@@ -37,7 +37,7 @@ SCRAPE_INTERVAL = "1s"
 # Panels (or "panel / refId") that show no series in a healthy sandbox, and why.
 NO_DATA_HERE = {
     "Evictions": "no pod is evicted: every node stays healthy and under its thresholds",
-    "Ingest rate / B": "no report is rejected once both replicas run",
+    "Ingest rate / B": "rejected reports: a healthy sandbox may have none",
 }
 
 

@@ -5,6 +5,7 @@ exports. test_monitoring_promtool.py runs the alerts; tests/e2e/test_prometheus_
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -54,8 +55,9 @@ def declared_metrics() -> dict[str, str]:
     return found
 
 
-def exported_samples() -> set[str]:
-    return {name + suffix for name, kind in declared_metrics().items() for suffix in _SUFFIXES[kind]}
+@functools.cache  # a scan of every source file: once, not once per expression
+def exported_samples() -> frozenset[str]:
+    return frozenset(name + suffix for name, kind in declared_metrics().items() for suffix in _SUFFIXES[kind])
 
 
 def rule_exprs() -> dict[str, str]:
