@@ -26,16 +26,19 @@ PROMTOOL_TIMEOUT_SECONDS = 60
 _SECONDS = {"s": 1, "m": 60, "h": 3600}
 
 
+def rule_groups() -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = yaml.safe_load((COMPONENT / "prometheusrule.yaml").read_text())["spec"]["groups"]
+    return groups
+
+
 def rules() -> list[dict[str, Any]]:
-    groups = yaml.safe_load((COMPONENT / "prometheusrule.yaml").read_text())["spec"]["groups"]
-    return [rule for group in groups for rule in group["rules"]]
+    return [rule for group in rule_groups() for rule in group["rules"]]
 
 
 def write_rule_file(directory: Path) -> Path:
     """The PrometheusRule's spec.groups as a Prometheus rule file, as the Prometheus Operator hands it over."""
     path = directory / RULE_FILE
-    groups = yaml.safe_load((COMPONENT / "prometheusrule.yaml").read_text())["spec"]["groups"]
-    path.write_text(yaml.safe_dump({"groups": groups}))
+    path.write_text(yaml.safe_dump({"groups": rule_groups()}))
     return path
 
 
