@@ -42,7 +42,7 @@ from colocation.agent.heartbeat import (
 from colocation.agent.host_applications import follow_host_applications
 from colocation.agent.kubeapi import KubeApi
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
-from colocation.agent.node_pods import NodePods
+from colocation.agent.node_pods import NodePods, PodView
 from colocation.agent.nodemetric import node_metric_from, prod_pods_of, prod_requests
 from colocation.agent.peak_predictor import PredictorOptions, ProdPeakPredictor
 from colocation.agent.psi_metrics import PsiMetrics
@@ -85,7 +85,8 @@ class NodeAgent:
                  report_slots: asyncio.Semaphore | None = None, apiserver_slots: asyncio.Semaphore | None = None,
                  lease_slots: asyncio.Semaphore | None = None, heartbeat_kube: KubeApi | None = None,
                  sample_source: Callable[[NodePods], SampleSource] | None = None,
-                 enforcement: NodeEnforcement | None = None, wall: Callable[[], float] = time.time) -> None:
+                 enforcement: NodeEnforcement | None = None, wall: Callable[[], float] = time.time,
+                 pod_views: Sequence[PodView[Any]] = ()) -> None:
         self.node = node
         self.kube = kube
         self.collector = collector
@@ -94,7 +95,7 @@ class NodeAgent:
         self.watch_pods = watch_pods
         self.follow_nodeslo = follow_nodeslo
         self.enforcement = enforcement or NodeEnforcement(node)
-        self.pods = NodePods(self.enforcement.pod_views())
+        self.pods = NodePods((*self.enforcement.pod_views(), *pod_views))
         self.policy = CollectPolicy()
         self.aggregator = Aggregator(self.policy.aggregate_duration_seconds, self.policy.durations,
                                      sample_interval_seconds=self.options.collect_interval)

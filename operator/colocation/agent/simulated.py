@@ -32,7 +32,7 @@ from colocation.agent.agent_metrics import AgentMetrics
 from colocation.agent.delivery import session_put
 from colocation.agent.kubeapi import SessionKube
 from colocation.agent.leader_locator import DEFAULT_POLL_INTERVAL, LeaderLocator
-from colocation.agent.node_pods import NodePods
+from colocation.agent.node_pods import NodePods, PodView
 from colocation.agent.runtime import (
     NodeAgent,
     NodeAgentOptions,
@@ -42,7 +42,7 @@ from colocation.agent.runtime import (
     track_agents,
 )
 from colocation.agent.samples import MetricSample, SampleSource
-from colocation.agent.synthetic import PROFILES, Profile, SyntheticCollector
+from colocation.agent.synthetic import PROFILES, Profile, SyntheticCollector, annotated_usage
 from colocation.apimachinery.stop_signals import install_stop_signal_handlers
 from colocation.kube import permissions
 
@@ -63,6 +63,7 @@ class SimulatedNode:
     pods: int = 10
     cpu_millis: int = 16_000
     memory_bytes: int = 64 * 2**30
+    usage_annotations: bool = False  # each pod's usage is what its annotations say (synthetic.annotated_usage)
 
     @classmethod
     def from_json(cls, entry: Mapping[str, Any]) -> SimulatedNode:
@@ -72,11 +73,13 @@ class SimulatedNode:
         return cls(node=str(entry["node"]), token=str(entry["token"]), seed=int(entry.get("seed", 0)),
                    profile=cast(Profile, profile), pods=int(entry.get("pods", 10)),
                    cpu_millis=int(entry.get("cpuMillis", 16_000)),
-                   memory_bytes=int(entry.get("memoryBytes", 64 * 2**30)))
+                   memory_bytes=int(entry.get("memoryBytes", 64 * 2**30)),
+                   usage_annotations=bool(entry.get("usageAnnotations", False)))
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "token": self.token, "seed": self.seed, "profile": self.profile,
-                "pods": self.pods, "cpuMillis": self.cpu_millis, "memoryBytes": self.memory_bytes}
+                "pods": self.pods, "cpuMillis": self.cpu_millis, "memoryBytes": self.memory_bytes,
+                "usageAnnotations": self.usage_annotations}
 
     def collector(self) -> SyntheticCollector:
         return SyntheticCollector(self.node, self.pods, self.profile, seed=self.seed,
@@ -134,6 +137,14 @@ def synthetic_source(collector: SyntheticCollector) -> Callable[[NodePods], Samp
     return source
 
 
+def follow_usage_annotations(collector: SyntheticCollector) -> PodView[tuple[str, str, int, int]]:
+    """A view of the node's pods' usage annotations, which `collector` then reports as their usage."""
+    view = PodView("simulated-usage", annotated_usage)
+    collector.follow_annotations(lambda: {(namespace, name): (cpu, memory)
+                                          for namespace, name, cpu, memory in view.by_uid.values()})
+    return view
+
+
 def socket_budget(nodes: int, concurrency: int) -> int:
     """Connections the simulation may hold at once: a watch per node, the Lease and request pools."""
     return nodes + concurrency + (2 * concurrency + 1)
@@ -185,6 +196,7 @@ async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = 
             token = _constant(spec.token)
             kube = SessionKube(requests, server, tls, token=token, watch_session=watches)
             collector = spec.collector()
+            views = (follow_usage_annotations(collector),) if spec.usage_annotations else ()
             agent = NodeAgent(spec.node, kube, collector, locator=locator,
                               direct=session_put(requests, kube.bearer_token, learn_replicas=locator.learn_replicas),
                               metrics=metrics,
@@ -192,7 +204,8 @@ async def run_simulation(config: SimulationConfig, stop: asyncio.Event | None = 
                               report_slots=report_slots, apiserver_slots=apiserver_slots,
                               lease_slots=lease_slots,
                               heartbeat_kube=SessionKube(leases, server, tls, token=token),
-                              sample_source=synthetic_source(collector) if config.custom_metrics else None)
+                              sample_source=synthetic_source(collector) if config.custom_metrics else None,
+                              pod_views=views)
             agents.append(agent)
         # The agents live as long as the process: leave them out of the garbage collector's full
         # collections, which would otherwise walk every simulated pod every few seconds.

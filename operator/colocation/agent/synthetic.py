@@ -22,7 +22,7 @@ from typing import Any, Literal
 from colocation.agent.collector import PodSample, Pressure, PressureStat, Sample
 from colocation.agent.samples import MetricSample, SeriesKey
 from colocation.agent.scrape import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION
-from colocation.apimachinery.quantity import format_bytes, format_millis
+from colocation.apimachinery.quantity import byte_value, cpu_millis, format_bytes, format_millis
 from colocation.koordinator.classes import (
     PRIORITY_BANDS,
     PRIORITY_LABEL,
@@ -35,6 +35,14 @@ from colocation.koordinator.classes import (
 Profile = Literal["steady", "diurnal", "spiky"]
 PROFILES: tuple[Profile, ...] = ("steady", "diurnal", "spiky")
 SIMULATED_LABEL = "colocation.dev/simulated"
+# Usage given on the objects instead of drawn from the profile: one source for the simulated agents
+# and for kwok's kubelet-style resource metrics (what metrics-server scrapes), so both say the same.
+# On a pod: its cpu (a quantity, e.g. "237m") and memory (bytes) right now. On a node: what its
+# system (everything but the pods) uses, in cores and bytes, plain decimal numbers.
+CPU_USAGE_ANNOTATION = "colocation.dev/simulated-cpu-usage"
+MEMORY_USAGE_ANNOTATION = "colocation.dev/simulated-memory-usage"
+SYSTEM_CPU_ANNOTATION = "colocation.dev/simulated-system-cpu-cores"
+SYSTEM_MEMORY_ANNOTATION = "colocation.dev/simulated-system-memory-bytes"
 
 _MI = 2**20
 _GI = 2**30
@@ -133,6 +141,16 @@ def _mix64(value: int) -> int:
     return value ^ (value >> 31)
 
 
+def annotated_usage(pod: Mapping[str, Any]) -> tuple[str, str, int, int] | None:
+    """A pod's (namespace, name, cpu millis, memory bytes) from its usage annotations; None without both."""
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    if CPU_USAGE_ANNOTATION not in annotations or MEMORY_USAGE_ANNOTATION not in annotations:
+        return None
+    return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""),
+            cpu_millis(annotations[CPU_USAGE_ANNOTATION]), byte_value(annotations[MEMORY_USAGE_ANNOTATION]))
+
+
 def _cgroup_path(pod: _SimulatedPod) -> str:
     """Where kubelet's systemd driver would have put the pod (see cgroups.py)."""
     uid = pod.uid.replace("-", "_")
@@ -171,6 +189,9 @@ class SyntheticCollector:
         self.samples_total = 0
         self.read_errors_total = 0  # nothing to fail here; kept for the same metrics as RealCollector
         self._clock = clock
+        # (namespace, name) -> (cpu millis, memory bytes) of the pods annotated with their usage, as
+        # the node's pod watch shows them (`follow_annotations`); None: every pod follows the profile.
+        self._annotated: Callable[[], Mapping[tuple[str, str], tuple[int, int]]] | None = None
         rng = random.Random(f"{seed}/{node_name}")  # str seeds hash with SHA-512: stable across runs
         self._key = rng.getrandbits(64)
         self._pods = self._generate(rng, pods_per_node)
@@ -274,6 +295,24 @@ class SyntheticCollector:
             "status": {"phase": "Running", "qosClass": kube_qos},
         }
 
+    def usage_annotations(self) -> dict[tuple[str, str], dict[str, str]]:
+        """Each pod's usage annotations, by (namespace, name): its profile's mean usage (its base)."""
+        return {(pod.namespace, pod.name): {CPU_USAGE_ANNOTATION: format_millis(pod.cpu_base),
+                                            MEMORY_USAGE_ANNOTATION: str(pod.memory_base)} for pod in self._pods}
+
+    def system_usage(self) -> tuple[int, int]:
+        """What the node's system uses besides the pods, in milli-cpus and bytes, without noise."""
+        return 200 + round(self.capacity_cpu_millis * 0.02), round(512 * _MI + self.capacity_memory_bytes * 0.03)
+
+    def system_annotations(self) -> dict[str, str]:
+        cpu, memory = self.system_usage()
+        return {SYSTEM_CPU_ANNOTATION: f"{cpu / 1000:g}", SYSTEM_MEMORY_ANNOTATION: str(memory)}
+
+    def follow_annotations(self, annotated: Callable[[], Mapping[tuple[str, str], tuple[int, int]]]) -> None:
+        """From now on each pod uses exactly what `annotated()` says of it (nothing if it is not listed),
+        and the system `system_usage()`."""
+        self._annotated = annotated
+
     def adopt(self, created: Iterable[Mapping[str, Any]]) -> int:
         """Take the UIDs the API server gave our pods (matched by namespace and name); returns
         how many pods were matched. Samples from then on carry those UIDs."""
@@ -339,6 +378,11 @@ class SyntheticCollector:
         memory = [pod.memory_base * level[1] for pod, level in zip(self._pods, levels, strict=True)]
         system_cpu = 200 + self.capacity_cpu_millis * 0.02 * (1 + 0.1 * self._noise(-1, math.floor(at)))
         system_memory = 512 * _MI + self.capacity_memory_bytes * 0.03
+        if self._annotated is not None:
+            annotated = self._annotated()  # a pod the watch does not show (yet) uses nothing
+            for position, pod in enumerate(self._pods):
+                cpu[position], memory[position] = annotated.get((pod.namespace, pod.name), (0, 0))
+            system_cpu, system_memory = self.system_usage()
         # The machine is finite: when pods would need more, they share what there is.
         cpu_scale = min(1.0, (self.capacity_cpu_millis - system_cpu) / sum(cpu)) if sum(cpu) else 1.0
         memory_scale = min(1.0, (self.capacity_memory_bytes * 0.95 - system_memory) / sum(memory)) \

@@ -9,7 +9,15 @@ import pytest
 
 from colocation.agent.aggregate import Usage, system_usage
 from colocation.agent.classify import classify
-from colocation.agent.synthetic import PROFILES, SyntheticCollector
+from colocation.agent.synthetic import (
+    CPU_USAGE_ANNOTATION,
+    MEMORY_USAGE_ANNOTATION,
+    PROFILES,
+    SYSTEM_CPU_ANNOTATION,
+    SYSTEM_MEMORY_ANNOTATION,
+    SyntheticCollector,
+    annotated_usage,
+)
 from colocation.apimachinery.quantity import byte_value, cpu_millis
 
 GI = 2**30
@@ -138,3 +146,32 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="positive"):
         SyntheticCollector("n", capacity_cpu_millis=0)
     assert SyntheticCollector("empty", pods_per_node=0).sample(T0).pods == ()
+
+
+def test_usage_annotations_are_the_usage_once_followed() -> None:
+    """The one source kwok's resource metrics and the simulated agents share: what the pods' annotations
+    say, the node being the pods plus its system's annotated usage; a pod the watch lacks uses nothing."""
+    collector = SyntheticCollector("n", pods_per_node=6, profile="spiky", seed=3)
+    pods = collector.pods()
+    annotations = collector.usage_annotations()
+    watched = [{**pod, "metadata": {**pod["metadata"], "annotations": annotations[
+        (pod["metadata"]["namespace"], pod["metadata"]["name"])]}} for pod in pods[:5]]
+    watched[0]["metadata"]["annotations"] = {CPU_USAGE_ANNOTATION: "1500m", MEMORY_USAGE_ANNOTATION: "3Gi"}
+    usage = [annotated_usage(pod) for pod in watched]
+    assert annotated_usage(pods[5]) is None  # pods() carry no usage annotations of their own
+    collector.follow_annotations(lambda: {(ns, name): (cpu, memory) for ns, name, cpu, memory in
+                                          (u for u in usage if u is not None)})
+    for at in (T0, T0 + 1, T0 + 3600):  # no noise, no bursts: the same every second
+        sample = collector.sample(at)
+        by_name = {p.name: (p.cpu_millis, p.memory_bytes) for p in sample.pods}
+        assert by_name[pods[0]["metadata"]["name"]] == (1500, 3 * GI)
+        for pod in pods[1:5]:
+            given = annotations[(pod["metadata"]["namespace"], pod["metadata"]["name"])]
+            assert by_name[pod["metadata"]["name"]] == (cpu_millis(given[CPU_USAGE_ANNOTATION]),
+                                                        byte_value(given[MEMORY_USAGE_ANNOTATION]))
+        assert by_name[pods[5]["metadata"]["name"]] == (0, 0)
+        system = collector.system_annotations()
+        assert sample.node_cpu_millis == round(float(system[SYSTEM_CPU_ANNOTATION]) * 1000) + sum(
+            cpu for cpu, _ in by_name.values())
+        assert sample.node_memory_bytes == int(system[SYSTEM_MEMORY_ANNOTATION]) + sum(
+            memory for _, memory in by_name.values())
