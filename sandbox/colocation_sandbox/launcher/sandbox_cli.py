@@ -69,13 +69,23 @@ from colocation.clicommon import common_options
               help="Where the operator replicas keep NodeMetrics: in memory, or in a NATS JetStream cluster of 3 "
                    "servers the sandbox starts on this machine (nats-server built by hack/nats/build.sh), with TLS "
                    "on clients and routes and a user for the operators (STATE_DIR/nats).")
+@click.option("--kwok-resource-metrics", is_flag=True, default=False,
+              help="With --apiserver kube: kwok serves a kubelet's resource metrics (/metrics/resource, TLS) for the "
+                   "simulated nodes, and their usage, for kwok and for their agents alike, is what annotations on "
+                   "their pods say (steady: each pod's mean) plus the node's system usage.")
+@click.option("--metrics-server", "metrics_servers", type=click.IntRange(0, 4), default=0, show_default=True,
+              metavar="REPLICAS",
+              help="With --apiserver kube: run this many metrics-server processes (built by "
+                   "hack/metrics-server/build.sh) behind the v1beta1.metrics.k8s.io APIService, scraping kwok "
+                   "(implies --kwok-resource-metrics and --no-serve-resource-metrics: one APIService serves "
+                   "metrics.k8s.io). 0: none.")
 @common_options
 def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
                     probe_interval: float, operators: int, operator_args: tuple[str, ...],
                     serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
                     agents: bool, agent_args: tuple[str, ...], max_restart_period: float,
-                    audit_log: Path | None, store: str) -> None:
+                    audit_log: Path | None, store: str, kwok_resource_metrics: bool, metrics_servers: int) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
     capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
     answers, and runs until interrupted (SIGINT/SIGTERM).
@@ -89,13 +99,17 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
     if apiserver == "kube":
         _run_kube(api_only=api_only, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
                   operators=operators, operator_args=operator_args,
-                  components=_components(serve_resource_metrics, serve_custom_metrics), nodes=nodes,
-                  pods_per_node=pods_per_node, agents=agents, agent_args=agent_args, audit_log=audit_log,
-                  max_restart_period=max_restart_period, store=store)
+                  components=_components(serve_resource_metrics and not metrics_servers, serve_custom_metrics),
+                  nodes=nodes, pods_per_node=pods_per_node, agents=agents, agent_args=agent_args, audit_log=audit_log,
+                  max_restart_period=max_restart_period, store=store, kwok_resource_metrics=kwok_resource_metrics,
+                  metrics_servers=metrics_servers)
         return
     if audit_log is not None:
         raise click.BadParameter("the builtin server keeps no audit log; use --apiserver kube",
                                  param_hint="--audit-log")
+    if kwok_resource_metrics or metrics_servers:
+        raise click.BadParameter("the builtin server has no kwok nor metrics-server; use --apiserver kube",
+                                 param_hint="--metrics-server" if metrics_servers else "--kwok-resource-metrics")
     from colocation_sandbox.launcher.builtin_sandbox import Sandbox, SandboxConfig
     from colocation_sandbox.launcher.sandbox_runner import serve_forever
 
@@ -147,6 +161,7 @@ def _run_kube(**options: object) -> None:
     """The real control plane (colocation_sandbox.launcher.controlplane), with the same processes and flags."""
     from colocation_sandbox.launcher.controlplane.binaries import BinariesMissing
     from colocation_sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig, serve_kube_sandbox
+    from colocation_sandbox.launcher.controlplane.metricsserver import MetricsServerMissing
     from colocation_sandbox.launcher.controlplane.podnetwork import PodNetworkUnavailable
     from colocation_sandbox.launcher.nats_cluster import NatsServerMissing
 
@@ -159,5 +174,5 @@ def _run_kube(**options: object) -> None:
 
     try:
         asyncio.run(main())
-    except (BinariesMissing, PodNetworkUnavailable, NatsServerMissing) as error:
+    except (BinariesMissing, PodNetworkUnavailable, NatsServerMissing, MetricsServerMissing) as error:
         raise click.ClickException(str(error)) from None

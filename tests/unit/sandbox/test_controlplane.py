@@ -13,7 +13,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from colocation_sandbox.launcher.controlplane import kwokstages, pki
+from colocation.agent import synthetic
+from colocation_sandbox.launcher.controlplane import kwokstages, metricsserver, pki
 from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from colocation_sandbox.launcher.controlplane.components import audit_flags
 from colocation_sandbox.launcher.controlplane.container_spec import (
@@ -101,6 +102,39 @@ def test_kwok_is_told_three_transitions(tmp_path: Path) -> None:
     assert {"key": ".status.phase", "operator": "In", "values": ["Pending"]} in running["selector"]["matchExpressions"]
     assert "podIP:" in running["next"]["statusTemplate"] and "\\\n" not in running["next"]["statusTemplate"]
     assert written[2]["spec"]["next"] == {"delete": True}
+
+
+def test_kwok_gives_nodes_their_kubelet_port_and_resource_metrics_when_asked(tmp_path: Path) -> None:
+    written = list(yaml.safe_load_all(kwokstages.write(tmp_path / "stages.yaml",
+                                                       metricsserver.kwok_documents()).read_text()))
+    assert [d["kind"] for d in written] == ["Stage", "Stage", "Stage", "ClusterResourceUsage", "Metric"]
+    ready = written[0]["spec"]["next"]["statusTemplate"]
+    assert "{{ with NodePort }}" in ready and "Port: {{ . }}" in ready  # no port: no daemonEndpoints
+    usage, metric = written[3], written[4]
+    assert metricsserver.metrics_path("n") == metric["spec"]["path"].replace("{nodeName}", "n")
+    names = {m["name"]: m for m in metric["spec"]["metrics"]}
+    # What metrics-server reads of a kubelet's /metrics/resource.
+    assert {"node_cpu_usage_seconds_total", "node_memory_working_set_bytes", "container_cpu_usage_seconds_total",
+            "container_memory_working_set_bytes", "container_start_time_seconds"} <= set(names)
+    assert synthetic.SYSTEM_CPU_ANNOTATION in names["node_cpu_usage_seconds_total"]["value"]
+    cpu = usage["spec"]["usages"][0]["usage"]["cpu"]["expression"]
+    assert synthetic.CPU_USAGE_ANNOTATION in cpu
+
+
+def test_metrics_server_replicas_each_get_an_endpoint_behind_one_apiservice() -> None:
+    made = metricsserver.routing_objects("10.244.1.1", [4443, 4444], b"CA")
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for obj in made:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    (apiservice,) = by_kind["APIService"]
+    assert apiservice["metadata"]["name"] == "v1beta1.metrics.k8s.io"
+    assert apiservice["spec"]["service"] == {"namespace": "kube-system", "name": "metrics-server", "port": 443}
+    (service,) = by_kind["Service"]
+    assert "selector" not in service["spec"]  # its endpoints are ours: the processes are no pods
+    assert [(s["endpoints"][0]["addresses"], s["ports"][0]["port"]) for s in by_kind["EndpointSlice"]] == [
+        (["10.244.1.1"], 4443), (["10.244.1.1"], 4444)]
+    assert all(s["metadata"]["labels"]["kubernetes.io/service-name"] == "metrics-server"
+               for s in by_kind["EndpointSlice"])
 
 
 @pytest.mark.skipif(kubectl_binary() is None, reason="no kubectl to render manifests/ with")

@@ -24,3 +24,25 @@ def test_the_real_control_plane_runs_the_nats_store_too(tmp_path: Path, monkeypa
                                        "--state-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert [config.store for config in started] == ["nats"]
+
+
+def test_metrics_server_takes_metrics_k8s_io_from_the_operators(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """One APIService serves a group version: with metrics-server, the operators' resource-metrics
+    component (its APIService and --serve-resource-metrics) is left out; kwok's metrics come with it."""
+    started: list[KubeSandboxConfig] = []
+
+    async def serve(config: KubeSandboxConfig, stop: asyncio.Event) -> None:
+        started.append(config)
+
+    monkeypatch.setattr(kube_sandbox, "serve_kube_sandbox", serve)
+    for extra in (["--metrics-server", "2"], ["--kwok-resource-metrics"], []):
+        result = CliRunner().invoke(main, ["sandbox", "--apiserver", "kube", "--state-dir", str(tmp_path), *extra])
+        assert result.exit_code == 0, result.output
+    with_server, kwok_only, neither = started
+    assert with_server.metrics_servers == 2 and "resource-metrics" not in with_server.components
+    assert kwok_only.kwok_resource_metrics and kwok_only.metrics_servers == 0
+    assert "resource-metrics" in kwok_only.components and "resource-metrics" in neither.components
+    assert not neither.kwok_resource_metrics and neither.metrics_servers == 0
+    refused = CliRunner().invoke(main, ["sandbox", "--metrics-server", "1", "--state-dir", str(tmp_path)])
+    assert refused.exit_code != 0 and "use --apiserver kube" in refused.output

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import aiohttp
 
+from colocation.apimachinery import certificates
 from colocation_sandbox.launcher.child_processes import start_logged, terminate
 from colocation_sandbox.launcher.controlplane import pki
 from colocation_sandbox.launcher.controlplane.binaries import Binaries
@@ -43,6 +44,9 @@ class ClusterSettings:
     etcd_compaction_interval: str = "1m"  # kube-apiserver's default is 5m; short so 410 paths get exercised
     kwok_stages: Path | None = None
     audit_log: Path | None = None  # opt-in: kube-apiserver's audit log of writes (AUDIT_POLICY)
+    # opt-in: kwok serves kubelet-style resource metrics (controlplane.metricsserver) on the node
+    # address at this port, which each Node's status names; 0: kwok listens on loopback only
+    kwok_metrics_port: int = 0
 
 
 # What `--audit-log` records: every write, at Metadata level (who, which verb on which object, the
@@ -196,8 +200,17 @@ class ControlPlane:
             self.binaries.path("kwok"), "--kubeconfig", kubeconfig,
             "--manage-nodes-with-annotation-selector", f"{KWOK_NODE_ANNOTATION}=fake",
             "--cidr", KWOK_POD_CIDR, "--node-ip", node_ip, "--node-lease-duration-seconds", "40",
-            "--server-address", f"127.0.0.1:{free_port()}",
         ]
+        port = self.settings.kwok_metrics_port
+        if port:
+            # Where metrics-server dials a node: its address and status port, TLS as a kubelet's.
+            certificates.issue_certificate(self.pki.ca, "kwok", ip_addresses=(node_ip,)).write(
+                self.pki.directory, "kwok")
+            command += ["--server-address", f"{node_ip}:{port}", "--node-port", str(port),
+                        "--tls-cert-file", self.pki.file("kwok.crt"),
+                        "--tls-private-key-file", self.pki.file("kwok.key")]
+        else:
+            command += ["--server-address", f"127.0.0.1:{free_port()}"]
         if self.settings.kwok_stages is not None:
             command += ["--config", str(self.settings.kwok_stages)]
         return Component(name="kwok", command=command, log_path=self._log("kwok"))

@@ -11,6 +11,7 @@ leader's node rule and the manifests' agent RBAC apply as for real agents.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -19,6 +20,7 @@ from colocation.agent.simulated import SimulatedNode
 from colocation.agent.synthetic import PROFILES
 from colocation.kube import permissions
 from colocation_sandbox.launcher.child_processes import TOKEN_SECONDS
+from colocation_sandbox.launcher.controlplane import metricsserver
 from colocation_sandbox.launcher.controlplane.components import KWOK_NODE_ANNOTATION
 from colocation_sandbox.launcher.controlplane.restclient import RestClient
 
@@ -30,21 +32,30 @@ PARALLEL_CALLS = 16
 PROGRESS_EVERY_SECONDS = 10.0
 
 
-def simulated_specs(count: int, pods_per_node: int) -> list[SimulatedNode]:
-    """Nodes 1..count-1, as the builtin sandbox numbers them (node 0 is this machine)."""
+def simulated_specs(count: int, pods_per_node: int, *, usage_annotations: bool = False) -> list[SimulatedNode]:
+    """Nodes 1..count-1, as the builtin sandbox numbers them (node 0 is this machine). With
+    `usage_annotations`, their usage is what their pods' and their own annotations say."""
     return [SimulatedNode(node=f"sim-node-{index}", token="", seed=index, profile=PROFILES[(index - 1) % len(PROFILES)],
-                          pods=pods_per_node) for index in range(1, count)]
+                          pods=pods_per_node, usage_annotations=usage_annotations) for index in range(1, count)]
 
 
 def _kwok_node(spec: SimulatedNode) -> dict[str, Any]:
-    node = spec.collector().node()
-    metadata = {**node["metadata"], "annotations": {**(node["metadata"].get("annotations") or {}),
-                                                    KWOK_NODE_ANNOTATION: "fake"}}
+    collector = spec.collector()
+    node = collector.node()
+    annotations = {**(node["metadata"].get("annotations") or {}), KWOK_NODE_ANNOTATION: "fake"}
+    if spec.usage_annotations:
+        annotations |= {**collector.system_annotations(), **metricsserver.node_annotations(spec.node)}
+        # Not Ready yet: kwok's ready stage (kwokstages) then gives it its address and kubelet port,
+        # where metrics-server scrapes it.
+        node = {**node, "status": {k: v for k, v in node["status"].items() if k != "conditions"}}
+    metadata = {**node["metadata"], "annotations": annotations}
     return {**node, "metadata": metadata, "spec": {**(node.get("spec") or {}), "taints": [KWOK_TAINT]}}
 
 
-def _bound_pod(pod: dict[str, Any]) -> dict[str, Any]:
+def _bound_pod(pod: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
     metadata = {k: v for k, v in pod["metadata"].items() if k not in ("uid", "resourceVersion", "creationTimestamp")}
+    if annotations:
+        metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
     spec = {**pod["spec"], "tolerations": [{"operator": "Exists"}]}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
@@ -71,8 +82,10 @@ async def create_nodes(client: RestClient, specs: list[SimulatedNode]) -> None:
     namespaces: set[str] = set()
     pods: list[dict[str, Any]] = []
     for spec in specs:
-        for pod in spec.collector().pods():
-            pods.append(_bound_pod(pod))
+        collector = spec.collector()
+        usage = collector.usage_annotations() if spec.usage_annotations else {}
+        for pod in collector.pods():
+            pods.append(_bound_pod(pod, usage.get((pod["metadata"]["namespace"], pod["metadata"]["name"]))))
             namespaces.add(pod["metadata"].get("namespace") or "default")
     for namespace in sorted(namespaces):
         await client.must("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}}, ok=(201, 409))
@@ -122,7 +135,5 @@ async def agent_tokens(client: RestClient, specs: list[SimulatedNode], timeout: 
         tokens[node] = answer["status"]["token"]
 
     await _bounded([request(node, pod) for node, pod in by_node.items()], "tokens")
-    return [SimulatedNode(node=s.node, token=tokens[s.node], seed=s.seed, profile=s.profile, pods=s.pods,
-                          cpu_millis=s.cpu_millis, memory_bytes=s.memory_bytes)
-            for s in specs]
+    return [dataclasses.replace(s, token=tokens[s.node]) for s in specs]
 

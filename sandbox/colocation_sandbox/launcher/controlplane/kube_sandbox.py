@@ -5,7 +5,9 @@ the scheduler and kwok; then (unless --api-only) crds/ and manifests/ applied wi
 user applies them; this machine's node with its kubelet, which runs the operator replicas and
 this node's agent from the pods the Deployment and the DaemonSet create; the simulated nodes and
 their agents. With `store="nats"`, a NATS cluster (colocation_sandbox.launcher.nats_cluster) starts
-before the nodes, serving clients on the bridge's address, where the operator pods reach it.
+before the nodes, serving clients on the bridge's address, where the operator pods reach it. With
+`metrics_servers`, metrics-server processes serve metrics.k8s.io from kwok's resource metrics
+(colocation_sandbox.launcher.controlplane.metricsserver), started once the nodes exist.
 `ready: kubeconfig=PATH` is printed once every APIService of the project is Available.
 SIGINT/SIGTERM stops everything started, last first, and removes the pod network.
 """
@@ -33,7 +35,7 @@ from colocation_sandbox.launcher.child_processes import (
     terminate,
     write_state,
 )
-from colocation_sandbox.launcher.controlplane import fakenodes, kwokstages, pki
+from colocation_sandbox.launcher.controlplane import fakenodes, kwokstages, metricsserver, pki
 from colocation_sandbox.launcher.controlplane.binaries import Binaries, locate
 from colocation_sandbox.launcher.controlplane.components import ClusterSettings, ControlPlane
 from colocation_sandbox.launcher.controlplane.kubelet import NodeKubelet
@@ -69,6 +71,10 @@ class KubeSandboxConfig:
     audit_log: Path | None = None  # kube-apiserver's audit log of writes (components.AUDIT_POLICY)
     max_restart_period: float = 300.0  # the kubelet's crashLoopBackOff.maxContainerRestartPeriod
     store: str = "memory"  # "nats": the operator replicas keep NodeMetrics in a NATS cluster started here
+    # kwok serves kubelet-style resource metrics of the simulated nodes, whose usage (theirs and their
+    # agents') is then what their annotations say (controlplane.metricsserver)
+    kwok_resource_metrics: bool = False
+    metrics_servers: int = 0  # metrics-server processes behind v1beta1.metrics.k8s.io (implies the above)
 
 
 def kubectl(binaries: Binaries, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
@@ -110,6 +116,7 @@ class KubeSandbox:
         self.simulated_agents: list[asyncio.subprocess.Process] = []
         self._simulated_states: list[dict[str, Any]] = []
         self.nats: NatsCluster | None = None
+        self.metrics_servers: metricsserver.MetricsServers | None = None
         self.operator_args = config.operator_args  # the flags of every replica, the store's first
 
     @property
@@ -122,12 +129,17 @@ class KubeSandbox:
         binaries = await asyncio.to_thread(locate)
         with_nats = config.store == "nats" and not config.api_only and config.operators > 0
         nats_server = await asyncio.to_thread(locate_nats_server) if with_nats else None
+        with_metrics_server = config.metrics_servers > 0 and not config.api_only
+        metrics_server = await asyncio.to_thread(metricsserver.locate_metrics_server) if with_metrics_server else None
         self.network = network = await asyncio.to_thread(PodNetwork.create)
         pki_ = pki.create(config.state_dir / "pki", apiserver_ips=(network.gateway, SERVICE_IP))
+        kwok_metrics = self.usage_annotations
         settings = ClusterSettings(apiserver_host=network.gateway,
                                    apiserver_port=config.port or free_port(network.gateway),
-                                   kwok_stages=kwokstages.write(config.state_dir / "kwok-stages.yaml"),
-                                   audit_log=config.audit_log.resolve() if config.audit_log else None)
+                                   kwok_stages=kwokstages.write(config.state_dir / "kwok-stages.yaml",
+                                                                metricsserver.kwok_documents() if kwok_metrics else []),
+                                   audit_log=config.audit_log.resolve() if config.audit_log else None,
+                                   kwok_metrics_port=free_port(network.gateway) if kwok_metrics else 0)
         self.plane = ControlPlane(binaries=binaries, pki=pki_, state_dir=config.state_dir, settings=settings)
         await self.plane.start(node_ip=network.gateway)
         (config.state_dir / "controlplane.json").write_bytes(orjson.dumps({  # where benchmarks scrape metrics
@@ -146,11 +158,36 @@ class KubeSandbox:
         if not config.api_only:
             await self._install(binaries)
             await self._start_nodes(pki_)
+            if metrics_server is not None:
+                await self._start_metrics_servers(binaries, metrics_server)
             await _wait("the project's APIServices Available", self._apiservices_available,
                         AVAILABLE_TIMEOUT_SECONDS)
             if config.nodes > 0 and config.agents:
                 await _wait("this node's agent running", self._node_agent_running, AVAILABLE_TIMEOUT_SECONDS)
             self._write_agents_state()
+
+    @property
+    def usage_annotations(self) -> bool:
+        return self.config.kwok_resource_metrics or self.config.metrics_servers > 0
+
+    async def _start_metrics_servers(self, binaries: Binaries, binary: str) -> None:
+        assert self.network is not None and self.plane is not None
+        self.metrics_servers = servers = metricsserver.MetricsServers(
+            binary=binary, plane=self.plane, host=self.network.gateway, replicas=self.config.metrics_servers,
+            node_selector=f"{SIMULATED_LABEL}=true")  # this machine's stand-in kubelet serves no resource metrics
+        await asyncio.to_thread(kubectl, binaries, self.kubeconfig_path, "apply", "-f", "-", stdin=yaml.safe_dump_all(
+            metricsserver.objects(self.network.gateway, servers.claim_ports(), self.plane.pki.ca.cert_pem)))
+        await servers.start()
+        await _wait("metrics-server's APIService Available", self._metrics_server_available, AVAILABLE_TIMEOUT_SECONDS)
+        log.info("metrics-server serving metrics.k8s.io", extra={"replicas": len(servers.ports)})
+
+    async def _metrics_server_available(self) -> bool:
+        assert self.client is not None and self.metrics_servers is not None
+        self.metrics_servers.check_running()
+        status, body = await self.client.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/"
+                                                         f"{metricsserver.APISERVICE}")
+        return status == 200 and any(c.get("type") == "Available" and c.get("status") == "True"
+                                     for c in (body.get("status") or {}).get("conditions") or ())
 
     async def _default_service_account(self) -> bool:
         assert self.client is not None
@@ -185,7 +222,7 @@ class KubeSandbox:
                                    run_agents=config.nodes > 0 and config.agents, on_state=self._write_agents_state,
                                    max_restart_period=config.max_restart_period)
         await self.kubelet.start()
-        specs = fakenodes.simulated_specs(config.nodes, config.pods_per_node)
+        specs = fakenodes.simulated_specs(config.nodes, config.pods_per_node, usage_annotations=self.usage_annotations)
         if specs:
             await fakenodes.create_nodes(self.client, specs)
         if specs and config.agents:
@@ -250,6 +287,8 @@ class KubeSandbox:
             await self.client.close()
         if self.nats is not None:
             await self.nats.stop()
+        if self.metrics_servers is not None:
+            await self.metrics_servers.stop()
         if self.plane is not None:
             await self.plane.stop()
         if self.network is not None:

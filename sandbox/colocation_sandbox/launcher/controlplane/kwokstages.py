@@ -1,9 +1,10 @@
 """What kwok does to the simulated nodes and their pods, as kwok Stage objects (its configuration API).
 
 Three transitions, the least that makes a fake node behave like a healthy kubelet's: a new node
-becomes Ready with an address (its Lease kwok renews by itself, every 10 s of a 40 s duration); a
-pending pod on it becomes Running and Ready with an address from kwok's pool; a pod marked for
-deletion is removed, as the kubelet does once its containers stop.
+becomes Ready with an address, and the port of its kubelet endpoint when kwok has a `--node-port`
+(its Lease kwok renews by itself, every 10 s of a 40 s duration); a pending pod on it becomes
+Running and Ready with an address from kwok's pool; a pod marked for deletion is removed, as the
+kubelet does once its containers stop.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ addresses:
   address: {{ NodeIP | Quote }}
 - type: Hostname
   address: {{ .metadata.name | Quote }}
+{{ with NodePort }}
+daemonEndpoints:
+  kubeletEndpoint:
+    Port: {{ . }}
+{{ end }}
 """
 
 _RUNNING_POD = """\
@@ -89,6 +95,7 @@ def stages() -> list[dict[str, Any]]:
     ]
 
 
-def write(path: Path) -> Path:
-    path.write_text(yaml.safe_dump_all(stages(), sort_keys=False))
+def write(path: Path, extra: list[dict[str, Any]] | None = None) -> Path:
+    """The stages, and `extra` kwok configuration documents after them, in one file for `--config`."""
+    path.write_text(yaml.safe_dump_all([*stages(), *(extra or [])], sort_keys=False))
     return path

@@ -1,0 +1,235 @@
+"""metrics-server beside the real control plane, scraping kwok's kubelet-style resource metrics.
+
+kwok serves, for each simulated node, what a kubelet's /metrics/resource says (its `Metric`
+configuration, below), from one source the simulated agents read too: the pods' usage
+annotations (`ClusterResourceUsage`) plus the node's system usage annotations
+(colocation.agent.synthetic). It listens on the node address (the pod network's gateway) with a
+certificate of the cluster CA, on the port each Node's status names (`--node-port`); each Node is
+annotated with the path metrics-server (0.7 and later) scrapes.
+
+metrics-server (hack/metrics-server/build.sh) runs as processes on the gateway address, one port
+each, as the user `metrics-server` with the RBAC its own manifests give it (delegated
+authentication and authorization through kube-apiserver). The APIService v1beta1.metrics.k8s.io
+routes to them through a selector-less Service and an EndpointSlice per replica (kube-apiserver
+routes aggregated APIs to endpoints here). The sandbox then leaves out the operator's own
+metrics.k8s.io: one APIService serves a group version.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from colocation.agent.synthetic import (
+    CPU_USAGE_ANNOTATION,
+    MEMORY_USAGE_ANNOTATION,
+    SYSTEM_CPU_ANNOTATION,
+    SYSTEM_MEMORY_ANNOTATION,
+)
+from colocation.apimachinery import certificates
+from colocation_sandbox.launcher.child_processes import terminate
+from colocation_sandbox.launcher.controlplane.binaries import run_build_script, source_root
+from colocation_sandbox.launcher.controlplane.components import Component, ControlPlane
+from colocation_sandbox.launcher.port_claims import free_port
+
+BUILD_SCRIPT = Path("hack") / "metrics-server" / "build.sh"
+BIN_ENV = "COLOCATION_METRICS_SERVER"
+BUILD_TIMEOUT_SECONDS = 1800
+RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
+NAMESPACE = "kube-system"
+NAME = "metrics-server"
+USER = "metrics-server"
+APISERVICE = "v1beta1.metrics.k8s.io"
+PART_OF_LABEL = {"app.kubernetes.io/part-of": "colocation-sandbox"}
+RESOLUTION = "15s"  # metrics-server's default and its manifests' setting
+STOP_GRACE_SECONDS = 10.0
+
+
+class MetricsServerMissing(RuntimeError):
+    """metrics-server is not built and cannot be; the message is one line, fit for a CLI."""
+
+
+def locate_metrics_server(*, build: bool = True) -> str:
+    """The metrics-server binary: $COLOCATION_METRICS_SERVER, else hack/metrics-server/build.sh's
+    (built if needed and `build`, with its progress on stderr)."""
+    given = os.environ.get(BIN_ENV)
+    if given:
+        if not os.access(given, os.X_OK):
+            raise MetricsServerMissing(f"{BIN_ENV}={given} is not an executable")
+        return given
+    root = source_root(BUILD_SCRIPT)
+    if root is None:
+        raise MetricsServerMissing(f"no source checkout with {BUILD_SCRIPT}: set {BIN_ENV} to a metrics-server binary")
+    if build and shutil.which("go") is None:
+        raise MetricsServerMissing("metrics-server is built from its Go module and go is not on the PATH "
+                                   "(Go 1.26 is needed)")
+    return run_build_script(root / BUILD_SCRIPT, build=build, timeout=BUILD_TIMEOUT_SECONDS,
+                            missing=MetricsServerMissing)
+
+
+# ---- kwok ---------------------------------------------------------------------------------------
+
+def metrics_path(node: str) -> str:
+    return f"/metrics/nodes/{node}/metrics/resource"
+
+
+def node_annotations(node: str) -> dict[str, str]:
+    return {RESOURCE_METRICS_PATH_ANNOTATION: metrics_path(node)}
+
+
+def _from_annotation(key: str) -> str:
+    # A pod without the annotation uses nothing, as the simulated agents count it.
+    return f'"{key}" in pod.metadata.annotations ? Quantity(pod.metadata.annotations["{key}"]) : Quantity("0")'
+
+
+def _series(name: str, kind: str, dimension: str, value: str, help_: str) -> dict[str, Any]:
+    labels = {"container": [("container", "container.name")], "pod": []}.get(dimension)
+    series: dict[str, Any] = {"name": name, "kind": kind, "dimension": dimension, "help": help_, "value": value}
+    if labels is not None:
+        series["labels"] = [{"name": label, "value": expression} for label, expression in labels] + [
+            {"name": "namespace", "value": "pod.metadata.namespace"}, {"name": "pod", "value": "pod.metadata.name"}]
+    return series
+
+
+def kwok_documents() -> list[dict[str, Any]]:
+    """kwok's configuration for the resource metrics: where usage comes from, and the series a
+    kubelet's /metrics/resource has (those metrics-server reads). A node's cpu counter grows by its
+    pods' usage and its system's (annotated in cores); its working set is theirs plus the system's."""
+    system_cpu = f'double(node.metadata.annotations["{SYSTEM_CPU_ANNOTATION}"])'
+    system_memory = f'double(node.metadata.annotations["{SYSTEM_MEMORY_ANNOTATION}"])'
+    usage = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterResourceUsage",
+             "metadata": {"name": "colocation-usage-from-annotations"},
+             "spec": {"usages": [{"usage": {
+                 "cpu": {"expression": _from_annotation(CPU_USAGE_ANNOTATION)},
+                 "memory": {"expression": _from_annotation(MEMORY_USAGE_ANNOTATION)}}}]}}
+    metric = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Metric",
+              "metadata": {"name": "colocation-resource-metrics"},
+              "spec": {"path": "/metrics/nodes/{nodeName}/metrics/resource", "metrics": [
+                  _series("scrape_error", "gauge", "node", "0", "1 if there was an error getting the node's metrics"),
+                  _series("node_cpu_usage_seconds_total", "counter", "node",
+                          f'node.CumulativeUsage("cpu") + node.SinceSecond() * {system_cpu}',
+                          "Cumulative cpu time consumed by the node in core-seconds"),
+                  _series("node_memory_working_set_bytes", "gauge", "node",
+                          f'node.Usage("memory") + {system_memory}', "Current working set of the node in bytes"),
+                  _series("container_start_time_seconds", "gauge", "container", "pod.SinceSecond()",
+                          "Start time of the container since unix epoch in seconds"),
+                  _series("container_cpu_usage_seconds_total", "counter", "container",
+                          'pod.CumulativeUsage("cpu", container.name)',
+                          "Cumulative cpu time consumed by the container in core-seconds"),
+                  _series("container_memory_working_set_bytes", "gauge", "container",
+                          'pod.Usage("memory", container.name)', "Current working set of the container in bytes"),
+                  _series("pod_cpu_usage_seconds_total", "counter", "pod", 'pod.CumulativeUsage("cpu")',
+                          "Cumulative cpu time consumed by the pod in core-seconds"),
+                  _series("pod_memory_working_set_bytes", "gauge", "pod", 'pod.Usage("memory")',
+                          "Current working set of the pod in bytes"),
+              ]}}
+    return [usage, metric]
+
+
+# ---- metrics-server -----------------------------------------------------------------------------
+
+def _rbac() -> list[dict[str, Any]]:
+    user = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]
+    meta = {"labels": PART_OF_LABEL}
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "colocation-sandbox:metrics-server", **meta},
+         "rules": [{"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
+                   {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "colocation-sandbox:metrics-server", **meta}, "subjects": user,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "colocation-sandbox:metrics-server"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "colocation-sandbox:metrics-server:auth-delegator", **meta}, "subjects": user,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "colocation-sandbox:metrics-server:auth-reader", "namespace": NAMESPACE, **meta},
+         "subjects": user,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "extension-apiserver-authentication-reader"}},
+    ]
+
+
+def routing_objects(host: str, ports: list[int], ca_pem: bytes) -> list[dict[str, Any]]:
+    """The Service, one EndpointSlice per replica (each its own port), and the APIService."""
+    meta = {"namespace": NAMESPACE, "labels": PART_OF_LABEL}
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": NAME, **meta},
+         "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}}]
+    for index, port in enumerate(ports):
+        objects.append({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": f"{NAME}-{index}", "namespace": NAMESPACE,
+                         "labels": {**PART_OF_LABEL, "kubernetes.io/service-name": NAME,
+                                    "endpointslice.kubernetes.io/managed-by": "colocation-sandbox"}},
+            "addressType": "IPv4", "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [host], "conditions": {"ready": True}}]})
+    objects.append({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": APISERVICE, "labels": PART_OF_LABEL},
+        "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                 "versionPriority": 100, "caBundle": base64.b64encode(ca_pem).decode(),
+                 "service": {"namespace": NAMESPACE, "name": NAME, "port": 443}}})
+    return objects
+
+
+def objects(host: str, ports: list[int], ca_pem: bytes) -> list[dict[str, Any]]:
+    return [*_rbac(), *routing_objects(host, ports, ca_pem)]
+
+
+@dataclass(kw_only=True)
+class MetricsServers:
+    """`replicas` metrics-server processes on `host` (the gateway), each on a port of its own."""
+
+    binary: str
+    plane: ControlPlane
+    host: str
+    replicas: int
+    node_selector: str
+    components: list[Component] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+
+    def _command(self, index: int, port: int) -> list[str]:
+        kubeconfig = str(self.plane.component_kubeconfig("metrics-server", USER))
+        pki_ = self.plane.pki
+        certificates.issue_certificate(pki_.ca, f"{NAME}.{NAMESPACE}.svc", dns_names=(f"{NAME}.{NAMESPACE}.svc",),
+                                       ip_addresses=(self.host,)).write(pki_.directory, f"metrics-server-{index}")
+        return [
+            self.binary, "--kubeconfig", kubeconfig,
+            "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
+            "--bind-address", self.host, "--secure-port", str(port),
+            "--tls-cert-file", pki_.file(f"metrics-server-{index}.crt"),
+            "--tls-private-key-file", pki_.file(f"metrics-server-{index}.key"),
+            # As kwokctl runs it, but verifying kwok's certificate, which the cluster CA signed, and
+            # dialing the InternalIP (the Hostname address is a name nothing resolves here).
+            "--kubelet-preferred-address-types=InternalIP", "--kubelet-use-node-status-port",
+            "--kubelet-certificate-authority", pki_.file("ca.crt"),
+            "--metric-resolution", RESOLUTION, "--node-selector", self.node_selector,
+            "--profiling=false", "--v", "1",
+        ]
+
+    def claim_ports(self) -> list[int]:
+        """A port for each replica, known before they start (the objects name them)."""
+        self.ports = [free_port(self.host) for _ in range(self.replicas)]
+        return self.ports
+
+    async def start(self) -> None:
+        """Start the replicas (on the claimed ports); their RBAC must exist by then, or they exit."""
+        for index, port in enumerate(self.ports or self.claim_ports()):
+            component = Component(name=f"metrics-server-{index}", command=self._command(index, port),
+                                  log_path=self.plane.state_dir / "logs" / f"metrics-server-{index}.log")
+            await component.start()
+            self.components.append(component)
+
+    def check_running(self) -> None:
+        for component in self.components:
+            component.check_running()
+
+    async def stop(self) -> None:
+        await terminate([c.process for c in self.components], STOP_GRACE_SECONDS)
+        self.components.clear()
