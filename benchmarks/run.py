@@ -21,6 +21,7 @@ from benchmarks import (
     leader_scale,
     leader_scale_report,
     machine,
+    metrics_server,
     nats_ingest,
     operator_ingest,
     outage_recovery,
@@ -32,11 +33,13 @@ from benchmarks.client import say
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ("capacity", operator_ingest.SUITE, cp_suite.FAILOVER, cp_suite.CONTROL_PLANE, cp_suite.CONTROL_PLANE_KUBE,
           leader_scale.SUITE, agent_cost.SUITE, connection_memory.SUITE, outage_recovery.SUITE, jetstream_costs.SUITE,
-          nats_ingest.SUITE)
+          nats_ingest.SUITE, metrics_server.SUITE)
 # What a bare `make bench` runs: agent-cost (6 min: its 5 windows must outlast the agent's 300 s
-# aggregation window) and outage-recovery (5.4 min at its 100 nodes, 2026-11-28: a real control plane
-# started for each of its two 45 s freezes) only when named.
-DEFAULT_SUITES = tuple(suite for suite in SUITES if suite not in (agent_cost.SUITE, outage_recovery.SUITE))
+# aggregation window), outage-recovery (5.4 min at its 100 nodes, 2026-11-28: a real control plane
+# started for each of its two 45 s freezes) and metrics-server (two real control planes, each with
+# a 300 s window; it needs `make metrics-server`) only when named.
+DEFAULT_SUITES = tuple(suite for suite in SUITES
+                       if suite not in (agent_cost.SUITE, outage_recovery.SUITE, metrics_server.SUITE))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,7 +64,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=Path, default=None,
                    help="Where the servers keep kubeconfigs and logs (default: a temporary directory).")
     p.add_argument("--suite", action="append", choices=SUITES, default=None,
-                   help="Run only this suite (repeatable); default: every suite but agent-cost and outage-recovery.")
+                   help="Run only this suite (repeatable); default: every suite but agent-cost, outage-recovery and "
+                        "metrics-server.")
     cp_suite.add_arguments(p)
     operator_ingest.add_arguments(p, prefix="ingest-")
     leader_scale.add_arguments(p)
@@ -70,6 +74,7 @@ def parser() -> argparse.ArgumentParser:
     outage_recovery.add_arguments(p)
     jetstream_costs.add_arguments(p)
     nats_ingest.add_arguments(p)
+    metrics_server.add_arguments(p)
     return p
 
 
@@ -115,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         if nats_ingest.SUITE in suites:
             nats_ingest.run_suite(nats_ingest.config_from(args, (args.state_dir or Path(scratch)) / "nats-ingest"),
                                   args.output, command)
+        if metrics_server.SUITE in suites:
+            metrics_server.run_suite(metrics_server.config_from(
+                args, (args.state_dir or Path(scratch)) / "metrics-server"), args.output, command, args.ms_raw)
     return 0
 
 
