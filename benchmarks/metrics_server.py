@@ -21,7 +21,8 @@ not serving it), then with the operators serving it (`--serve-resource-metrics`)
   Service); the sandbox's kubelet restarts an operator replica.
 
 Per-node figures divide by the simulated nodes (those metrics-server scrapes). The verdicts say
-for each row whether we are ahead. Raw samples: benchmarks/plots/metrics_server.json.
+for each row whether we are ahead, unless the agents' self-check found a problem over a window
+(then none is given). Raw samples: benchmarks/plots/metrics_server.json.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from benchmarks import cp_cluster, cp_kube_metrics, machine, markdown, processes
 from benchmarks.client import Request, say
 from benchmarks.outage_recovery import CpuUse, component_of
 from benchmarks.polling import eventually_async
+from colocation.agent import selfcheck
 from colocation.agent.synthetic import CPU_USAGE_ANNOTATION
 from colocation.apimachinery.quantity import cpu_millis, format_millis, parse_quantity
 
@@ -85,6 +87,7 @@ class Phase:
     step_seconds: list[float] = field(default_factory=list)
     kill_reads: list[tuple[float, int]] = field(default_factory=list)  # (seconds after the kill, status; 0: none)
     killed: str = ""
+    agent_problems: list[str] = field(default_factory=list)  # the agents' self-check over the window
 
     def per_node_minute(self, value: float) -> float:
         return value / self.simulated_nodes / (self.window_seconds / 60)
@@ -162,12 +165,14 @@ async def apiserver_metrics(cluster: cp_cluster.Cluster) -> cp_kube_metrics.Samp
 
 async def measure_window(cluster: cp_cluster.Cluster, phase: Phase, seconds: float) -> None:
     cpu = CpuUse(cluster.server.pid)
+    checks_before = await selfcheck.read_sandbox(cluster.state_dir)
     before = await apiserver_metrics(cluster)
     cpu.read()
     started = time.monotonic()
     await asyncio.sleep(seconds)  # the measurement window itself
     cpu.read()
     after = await apiserver_metrics(cluster)
+    _, phase.agent_problems = selfcheck.sandbox_verdict(checks_before, await selfcheck.read_sandbox(cluster.state_dir))
     phase.window_seconds = time.monotonic() - started
     phase.cpu_seconds = cpu.used()
     phase.rss_bytes = rss_by_component(cluster.server.pid)
@@ -290,11 +295,12 @@ def verdict(theirs: float, ours: float) -> str:
 def render(phases: list[Phase], config: MetricsServerConfig, where: machine.Machine, command: str,
            seconds: float) -> str:
     theirs, ours = phases
+    problems = [f"{p.system} run: {problem}" for p in phases for problem in p.agent_problems]
     rows = []
     for label, value, fmt in ROWS:
         a, b = value(theirs), value(ours)
         ratio = f"{b / a:,.2f}" if a else "—"
-        rows.append([label, fmt(a), fmt(b), ratio, verdict(a, b)])
+        rows.append([label, fmt(a), fmt(b), ratio, "inconclusive" if problems else verdict(a, b)])
     components = sorted(set(theirs.cpu_seconds) | set(ours.cpu_seconds))
     raw_cpu = [[name, f"{theirs.cpu_seconds.get(name, 0.0):,.2f}", f"{ours.cpu_seconds.get(name, 0.0):,.2f}",
                 f"{theirs.rss_bytes.get(name, 0) / 2**20:,.0f}", f"{ours.rss_bytes.get(name, 0) / 2**20:,.0f}"]
@@ -311,6 +317,8 @@ def render(phases: list[Phase], config: MetricsServerConfig, where: machine.Mach
         "included). Less is better on every row.", "",
         markdown.table(["", "metrics-server", "colocation", "ratio (ours / theirs)", "verdict"], rows), "",
         f"Killed: {theirs.killed}; {ours.killed}.", "",
+        *([f"No verdict: the agents' self-check found problems over a window: {'; '.join(problems)}.", ""]
+          if problems else ["The agents' self-check was clean over both windows.", ""]),
         "Raw: CPU seconds over the window and RSS (MiB) at its end, by component:", "",
         markdown.table(["component", "CPU s, metrics-server run", "CPU s, colocation run", "RSS, metrics-server run",
                         "RSS, colocation run"], raw_cpu), "",

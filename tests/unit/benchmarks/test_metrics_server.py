@@ -43,6 +43,10 @@ def test_per_node_figures_and_the_verdict_of_each_row(tmp_path: Path) -> None:
     assert rows["load step seen by metrics.k8s.io, median s"][1:3] == ["25.0", "9.0"]
     assert rows["after a SIGKILL: failed reads"][-1] == "ahead"
     assert "commit abc1234" in text and "Load steps seen (s): metrics-server [20.0, 25.0, 30.0]" in text
+    assert "self-check was clean" in text
+    ours.agent_problems = ["simulated agents: a late heartbeat"]
+    troubled = metrics_server.render([theirs, ours], MetricsServerConfig(nodes=11), WHERE, "cmd", 90)
+    assert "No verdict" in troubled and " ahead |" not in troubled and "inconclusive" in troubled
     output = tmp_path / "BENCHMARKS.md"
     markdown.write_section(output, metrics_server.SUITE, text)
     assert "<!-- metrics-server:begin -->" in output.read_text()
