@@ -16,9 +16,8 @@ not serving it), then with the operators serving it (`--serve-resource-metrics`)
   GET /apis/metrics.k8s.io/v1beta1/nodes/NODE (what `kubectl top node` reads) shows 90 % of it;
 - a SIGKILL of one serving replica (the first metrics-server process, or the operators' leader),
   then `--ms-kill-seconds` of reads of the node list, 5 a second: how many fail, and the longest
-  stretch without a good answer. Nothing restarts a metrics-server process in the sandbox (a
-  kubelet would restart its container, and its readiness probe would take it out of the
-  Service); the sandbox's kubelet restarts an operator replica.
+  stretch without a good answer. The sandbox restarts either as a kubelet would (for
+  metrics-server: out of its EndpointSlice at once, back once its /readyz answers).
 
 Per-node figures divide by the simulated nodes (those metrics-server scrapes). The verdicts say
 for each row whether we are ahead, unless the agents' self-check found a problem over a window

@@ -5,13 +5,16 @@ metrics for the simulated nodes from their pods' usage annotations, two metrics-
 scrape them behind v1beta1.metrics.k8s.io, and the simulated agents report the same annotations
 to the operator (whose own metrics.k8s.io is then not registered). The test computes each node's
 usage from the annotations alone and asks both sides; then it raises one pod's cpu annotation and
-waits for both to follow. Only with `--apiserver kube`, and skipped when metrics-server is not
-built (`make metrics-server`).
+waits for both to follow. Last, it SIGKILLs one metrics-server replica. Only with `--apiserver
+kube`, and skipped when metrics-server is not built (`make metrics-server`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -129,3 +132,37 @@ async def test_a_load_step_in_the_annotations_reaches_metrics_server_and_our_age
     # metrics-server scrapes every 15 s and rates over the last two scrapes; our window is 10 s.
     await eventually_async(lambda: both_show(admin, node, cpu + STEP_MILLIS, memory), timeout=90, interval=2,
                            message=f"{node} after a step of {STEP_MILLIS}m")
+
+
+def replica_pid(state_dir: Path, index: int) -> int | None:
+    """The pid of the sandbox's metrics-server replica `index` (its certificate names it), if running."""
+    certificate = str(state_dir / "pki" / f"metrics-server-{index}.crt")
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            args = cmdline.read_bytes().split(b"\0")
+            if Path(args[0].decode()).name == "metrics-server" and certificate.encode() in args:
+                return int(cmdline.parent.name)
+    return None
+
+
+async def test_a_killed_replica_leaves_the_service_is_restarted_and_readers_stay_served(
+        admin: Kube, kubeconfig: Path) -> None:
+    """As a kubelet and the EndpointSlice controller would have it: out at once, back once ready."""
+    slice_path = "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices/metrics-server-0"
+    victim = replica_pid(kubeconfig.parent, 0)
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+
+    async def ready() -> bool:
+        return bool((await get(admin, slice_path))["endpoints"][0]["conditions"]["ready"])
+
+    async def out() -> bool:
+        return not await ready()
+
+    await eventually_async(out, timeout=5, interval=0.2, message="the killed replica out of its EndpointSlice")
+    for _ in range(10):  # the other replica answers every read meanwhile
+        status, body = await admin.request("GET", "/apis/metrics.k8s.io/v1beta1/nodes")
+        assert status == 200, body
+    await eventually_async(ready, timeout=60, interval=1, message="the restarted replica ready again")
+    restarted = replica_pid(kubeconfig.parent, 0)
+    assert restarted is not None and restarted != victim

@@ -15,6 +15,7 @@ SIGINT/SIGTERM stops everything started, last first, and removes the pod network
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -117,6 +118,7 @@ class KubeSandbox:
         self._simulated_states: list[dict[str, Any]] = []
         self.nats: NatsCluster | None = None
         self.metrics_servers: metricsserver.MetricsServers | None = None
+        self._supervisor: asyncio.Task[None] | None = None
         self.operator_args = config.operator_args  # the flags of every replica, the store's first
 
     @property
@@ -178,12 +180,21 @@ class KubeSandbox:
         await asyncio.to_thread(kubectl, binaries, self.kubeconfig_path, "apply", "-f", "-", stdin=yaml.safe_dump_all(
             metricsserver.objects(self.network.gateway, servers.claim_ports(), self.plane.pki.ca.cert_pem)))
         await servers.start()
+        self._supervisor = asyncio.create_task(servers.supervise(self._set_metrics_server_ready))
         await _wait("metrics-server's APIService Available", self._metrics_server_available, AVAILABLE_TIMEOUT_SECONDS)
         log.info("metrics-server serving metrics.k8s.io", extra={"replicas": len(servers.ports)})
 
+    async def _set_metrics_server_ready(self, index: int, ready: bool) -> None:
+        assert self.client is not None and self.metrics_servers is not None
+        await self.client.must("PATCH", f"/apis/discovery.k8s.io/v1/namespaces/{metricsserver.NAMESPACE}/"
+                                        f"endpointslices/{metricsserver.NAME}-{index}",
+                               metricsserver.endpoint_slice_ready_patch(self.metrics_servers.host, ready),
+                               content_type="application/merge-patch+json")
+
     async def _metrics_server_available(self) -> bool:
         assert self.client is not None and self.metrics_servers is not None
-        self.metrics_servers.check_running()
+        if self._supervisor is not None and self._supervisor.done():
+            self._supervisor.result()  # the supervisor failed: say why
         status, body = await self.client.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/"
                                                          f"{metricsserver.APISERVICE}")
         return status == 200 and any(c.get("type") == "Available" and c.get("status") == "True"
@@ -287,6 +298,10 @@ class KubeSandbox:
             await self.client.close()
         if self.nats is not None:
             await self.nats.stop()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
         if self.metrics_servers is not None:
             await self.metrics_servers.stop()
         if self.plane is not None:

@@ -17,12 +17,18 @@ metrics.k8s.io: one APIService serves a group version.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import logging
 import os
 import shutil
+import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 from colocation.agent.synthetic import (
     CPU_USAGE_ANNOTATION,
@@ -34,7 +40,10 @@ from colocation.apimachinery import certificates
 from colocation_sandbox.launcher.child_processes import terminate
 from colocation_sandbox.launcher.controlplane.binaries import run_build_script, source_root
 from colocation_sandbox.launcher.controlplane.components import Component, ControlPlane
+from colocation_sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 from colocation_sandbox.launcher.port_claims import free_port
+
+log = logging.getLogger(__name__)
 
 BUILD_SCRIPT = Path("hack") / "metrics-server" / "build.sh"
 BIN_ENV = "COLOCATION_METRICS_SERVER"
@@ -47,6 +56,10 @@ APISERVICE = "v1beta1.metrics.k8s.io"
 PART_OF_LABEL = {"app.kubernetes.io/part-of": "colocation-sandbox"}
 RESOLUTION = "15s"  # metrics-server's default and its manifests' setting
 STOP_GRACE_SECONDS = 10.0
+# metrics-server's own manifests: readinessProbe httpGet /readyz, initialDelaySeconds 20, periodSeconds 10.
+READINESS_DELAY_SECONDS = 20.0
+READINESS_PERIOD_SECONDS = 10.0
+PROBE_TIMEOUT_SECONDS = 1.0
 
 
 class MetricsServerMissing(RuntimeError):
@@ -168,7 +181,7 @@ def routing_objects(host: str, ports: list[int], ca_pem: bytes) -> list[dict[str
                          "labels": {**PART_OF_LABEL, "kubernetes.io/service-name": NAME,
                                     "endpointslice.kubernetes.io/managed-by": "colocation-sandbox"}},
             "addressType": "IPv4", "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [host], "conditions": {"ready": True}}]})
+            "endpoints": [_endpoint(host, True)]})
     objects.append({
         "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
         "metadata": {"name": APISERVICE, "labels": PART_OF_LABEL},
@@ -182,9 +195,24 @@ def objects(host: str, ports: list[int], ca_pem: bytes) -> list[dict[str, Any]]:
     return [*_rbac(), *routing_objects(host, ports, ca_pem)]
 
 
+def _endpoint(host: str, ready: bool) -> dict[str, Any]:
+    return {"addresses": [host], "conditions": {"ready": ready}}
+
+
+def endpoint_slice_ready_patch(host: str, ready: bool) -> dict[str, Any]:
+    """A merge patch of a replica's EndpointSlice (its list is replaced whole): its endpoint, ready or not."""
+    return {"endpoints": [_endpoint(host, ready)]}
+
+
 @dataclass(kw_only=True)
 class MetricsServers:
-    """`replicas` metrics-server processes on `host` (the gateway), each on a port of its own."""
+    """`replicas` metrics-server processes on `host` (the gateway), each on a port of its own.
+
+    `supervise` plays the kubelet and the EndpointSlice controller for them, as metrics-server's own
+    manifests would have them (restartPolicy Always, a readiness probe of /readyz after 20 s, then
+    every 10 s): a process that exits is taken out of its EndpointSlice at once and restarted with
+    the kubelet's CrashLoopBackOff, and put back once its /readyz answers.
+    """
 
     binary: str
     plane: ControlPlane
@@ -229,6 +257,41 @@ class MetricsServers:
     def check_running(self) -> None:
         for component in self.components:
             component.check_running()
+
+    async def ready(self, index: int) -> bool:
+        """Whether replica `index` answers /readyz (its certificate checked against the cluster CA)."""
+        context = ssl.create_default_context(cafile=self.plane.pki.file("ca.crt"))
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_SECONDS)) as session, \
+                    session.get(f"https://{self.host}:{self.ports[index]}/readyz", ssl=context) as response:
+                return response.status == 200
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False
+
+    async def supervise(self, set_ready: Callable[[int, bool], Awaitable[None]]) -> None:
+        """Until cancelled: restart each replica that exits, out of its EndpointSlice until ready again."""
+        backoffs = [CrashLoopBackOff() for _ in self.components]
+        for backoff in backoffs:
+            backoff.started()
+        await asyncio.gather(*(self._keep(index, backoffs[index], set_ready) for index in range(len(self.components))))
+
+    async def _keep(self, index: int, backoff: CrashLoopBackOff, set_ready: Callable[[int, bool], Awaitable[None]]) \
+            -> None:
+        component = self.components[index]
+        while True:
+            assert component.process is not None
+            code = await component.process.wait()
+            log.warning("metrics-server exited; restarting it", extra={"replica": index, "code": code})
+            await set_ready(index, False)
+            await asyncio.sleep(backoff.exited())  # the kubelet's restart delay (0 the first time)
+            await component.start()
+            backoff.started()
+            await asyncio.sleep(READINESS_DELAY_SECONDS)  # the probe's initialDelaySeconds
+            while component.process.returncode is None:
+                if await self.ready(index):
+                    await set_ready(index, True)
+                    break
+                await asyncio.sleep(READINESS_PERIOD_SECONDS)  # the probe's periodSeconds
 
     async def stop(self) -> None:
         await terminate([c.process for c in self.components], STOP_GRACE_SECONDS)
