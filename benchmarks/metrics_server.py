@@ -115,7 +115,10 @@ class Phase:
 
     @property
     def longest_gap(self) -> float:
-        """The longest time between two good answers after the kill (from the kill to the first)."""
+        """The longest time between two good answers after the kill (from the kill to the first) with a
+        failed read between them; 0 when no read failed (the read interval is not a gap)."""
+        if not self.failed_reads:
+            return 0.0
         good = [0.0, *(at for at, status in self.kill_reads if status == 200)]
         end = self.kill_reads[-1][0] if self.kill_reads else 0.0
         if self.kill_reads and self.kill_reads[-1][1] != 200:

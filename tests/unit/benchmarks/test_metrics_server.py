@@ -24,6 +24,8 @@ def test_the_longest_gap_runs_from_the_kill_to_the_first_good_answer_or_to_the_e
     assert recovered.failed_reads == 2 and recovered.longest_gap == 2.5
     never = phase("metrics-server", cpu=1, rss=1, requests=1, steps=[], reads=[(0.2, 200), (0.4, 503), (9.0, 503)])
     assert never.failed_reads == 2 and never.longest_gap == 8.8
+    served = phase("colocation", cpu=1, rss=1, requests=1, steps=[], reads=[(0.2, 200), (0.4, 200), (0.9, 200)])
+    assert served.failed_reads == 0 and served.longest_gap == 0.0
 
 
 def test_per_node_figures_and_the_verdict_of_each_row(tmp_path: Path) -> None:
