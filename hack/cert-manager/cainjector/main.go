@@ -15,6 +15,7 @@ import (
 
 	cmscheme "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/scheme"
 	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
+	"github.com/cert-manager/cert-manager/pkg/util"
 	corev1 "k8s.io/api/core/v1"
 	apiext "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -41,6 +42,8 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("reading kubeconfig: %w", err)
 	}
+	// Its user agent names the field manager of the caBundle patches, which cannot be empty.
+	restConfig = util.RestConfigWithUserAgent(restConfig, "cainjector")
 	scheme := runtime.NewScheme()
 	utilruntime.Must(kscheme.AddToScheme(scheme))
 	utilruntime.Must(cmscheme.AddToScheme(scheme))
