@@ -69,13 +69,17 @@ from colocation.clicommon import common_options
               help="Where the operator replicas keep NodeMetrics: in memory, or in a NATS JetStream cluster of 3 "
                    "servers the sandbox starts on this machine (nats-server built by hack/nats/build.sh), with TLS "
                    "on clients and routes and a user for the operators (STATE_DIR/nats).")
+@click.option("--cert-manager", "cert_manager", is_flag=True, default=False,
+              help="With --apiserver kube: cert-manager issues the operators' serving certificate "
+                   "(manifests/components/cert-manager), its controller and cainjector built by "
+                   "hack/cert-manager/build.sh and run as processes.")
 @common_options
 def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
                     probe_interval: float, operators: int, operator_args: tuple[str, ...],
                     serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
                     agents: bool, agent_args: tuple[str, ...], max_restart_period: float,
-                    audit_log: Path | None, store: str) -> None:
+                    audit_log: Path | None, store: str, cert_manager: bool) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
     capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
     answers, and runs until interrupted (SIGINT/SIGTERM).
@@ -89,13 +93,17 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
     if apiserver == "kube":
         _run_kube(api_only=api_only, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
                   operators=operators, operator_args=operator_args,
-                  components=_components(serve_resource_metrics, serve_custom_metrics), nodes=nodes,
+                  components=(*_components(serve_resource_metrics, serve_custom_metrics),
+                              *(("cert-manager",) if cert_manager else ())), nodes=nodes,
                   pods_per_node=pods_per_node, agents=agents, agent_args=agent_args, audit_log=audit_log,
                   max_restart_period=max_restart_period, store=store)
         return
     if audit_log is not None:
         raise click.BadParameter("the builtin server keeps no audit log; use --apiserver kube",
                                  param_hint="--audit-log")
+    if cert_manager:
+        raise click.BadParameter("cert-manager runs against the real control plane only; use --apiserver kube",
+                                 param_hint="--cert-manager")
     from colocation_sandbox.launcher.builtin_sandbox import Sandbox, SandboxConfig
     from colocation_sandbox.launcher.sandbox_runner import serve_forever
 

@@ -7,6 +7,8 @@ this node's agent from the pods the Deployment and the DaemonSet create; the sim
 their agents. With `store="nats"`, a NATS cluster (colocation_sandbox.launcher.nats_cluster) starts
 before the nodes, serving clients on the bridge's address, where the operator pods reach it.
 `ready: kubeconfig=PATH` is printed once every APIService of the project is Available.
+With the `cert-manager` component, cert-manager's CRDs are applied before the project and its
+controller and cainjector (hack/cert-manager/build.sh) run as processes with the admin kubeconfig.
 SIGINT/SIGTERM stops everything started, last first, and removes the pod network.
 """
 
@@ -34,7 +36,7 @@ from colocation_sandbox.launcher.child_processes import (
     write_state,
 )
 from colocation_sandbox.launcher.controlplane import fakenodes, kwokstages, pki
-from colocation_sandbox.launcher.controlplane.binaries import Binaries, locate
+from colocation_sandbox.launcher.controlplane.binaries import Binaries, locate, locate_cert_manager
 from colocation_sandbox.launcher.controlplane.components import ClusterSettings, ControlPlane
 from colocation_sandbox.launcher.controlplane.kubelet import NodeKubelet
 from colocation_sandbox.launcher.controlplane.podnetwork import PodNetwork
@@ -51,6 +53,8 @@ SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service's ClusterIP: a SAN of the s
 AVAILABLE_TIMEOUT_SECONDS = 300.0
 KUBECTL_TIMEOUT_SECONDS = 120.0
 SIMULATED_AGENT_STOP_GRACE = 10.0
+CERT_MANAGER = "cert-manager"  # the component (manifests/components/cert-manager) that needs cert-manager
+CERT_MANAGER_STOP_GRACE = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +114,7 @@ class KubeSandbox:
         self.simulated_agents: list[asyncio.subprocess.Process] = []
         self._simulated_states: list[dict[str, Any]] = []
         self.nats: NatsCluster | None = None
+        self.cert_manager: list[asyncio.subprocess.Process] = []
         self.operator_args = config.operator_args  # the flags of every replica, the store's first
 
     @property
@@ -120,6 +125,8 @@ class KubeSandbox:
         config = self.config
         config.state_dir.mkdir(parents=True, exist_ok=True)
         binaries = await asyncio.to_thread(locate)
+        with_cert_manager = CERT_MANAGER in config.components and not config.api_only
+        cert_manager = await asyncio.to_thread(locate_cert_manager) if with_cert_manager else None
         with_nats = config.store == "nats" and not config.api_only and config.operators > 0
         nats_server = await asyncio.to_thread(locate_nats_server) if with_nats else None
         self.network = network = await asyncio.to_thread(PodNetwork.create)
@@ -144,6 +151,8 @@ class KubeSandbox:
                                             client_host=network.beside_address, secure=True)
             self.operator_args = (*self.nats.operator_args(), *config.operator_args)
         if not config.api_only:
+            if cert_manager is not None:
+                await self._start_cert_manager(binaries, cert_manager)
             await self._install(binaries)
             await self._start_nodes(pki_)
             await _wait("the project's APIServices Available", self._apiservices_available,
@@ -172,6 +181,24 @@ class KubeSandbox:
         await asyncio.to_thread(kubectl, binaries, kubeconfig, "apply", "-f", "-",
                                 stdin=yaml.safe_dump_all(objects))
         log.info("project installed with kubectl", extra={"crds": len(crds), "objects": len(objects)})
+
+    async def _start_cert_manager(self, binaries: Binaries, directory: Path) -> None:
+        """cert-manager's CRDs, then its controller and cainjector, as a user installs cert-manager
+        before the component that uses it."""
+        kubeconfig = self.kubeconfig_path
+        crds = [doc for path in sorted((directory / "crds").glob("*.yaml"))
+                for doc in yaml.safe_load_all(path.read_text()) if doc]
+        await asyncio.to_thread(kubectl, binaries, kubeconfig, "apply", "--server-side", "-f", "-",
+                                stdin=yaml.safe_dump_all(crds))
+        await asyncio.to_thread(kubectl, binaries, kubeconfig, "wait", "--for=condition=Established",
+                                "--timeout=60s", *(f"crd/{crd['metadata']['name']}" for crd in crds))
+        logs = self.config.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for name in ("cert-manager-controller", "cert-manager-cainjector"):
+            process = await start_logged([str(directory / name), f"--kubeconfig={kubeconfig}"],
+                                         logs / f"{name}.log", {})
+            self.cert_manager.append(process)
+            log.info("cert-manager started", extra={"program": name, "pid": process.pid})
 
     async def _start_nodes(self, pki_: pki.Pki) -> None:
         assert self.network is not None and self.plane is not None and self.client is not None
@@ -250,6 +277,7 @@ class KubeSandbox:
             await self.client.close()
         if self.nats is not None:
             await self.nats.stop()
+        await terminate(self.cert_manager, CERT_MANAGER_STOP_GRACE)
         if self.plane is not None:
             await self.plane.stop()
         if self.network is not None:
