@@ -81,7 +81,8 @@ def operator_pod_spec_with_cert_manager() -> dict[str, Any]:
 def test_a_secret_volume_is_read_from_the_directory_the_kubelet_wrote() -> None:
     spec = operator_pod_spec_with_cert_manager()
     container = spec["containers"][0]
-    args = container_command(spec, container, {}, {"serving-certificate": "/state/volumes/op/serving-certificate"})[1]
+    args = container_command(spec, container, {},
+                             volume_dirs={"serving-certificate": "/state/volumes/op/serving-certificate"})[1]
     assert "--tls-cert-file=/state/volumes/op/serving-certificate/tls.crt" in args
     assert "--tls-ca-file=/state/volumes/op/serving-certificate/ca.crt" in args
 

@@ -31,7 +31,7 @@ def container_environment(container: Obj, fields: dict[str, str]) -> dict[str, s
     return env
 
 
-def container_command(pod_spec: Obj, container: Obj, env: dict[str, str],
+def container_command(pod_spec: Obj, container: Obj, env: dict[str, str], *,
                       volume_dirs: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
     """(program, args) for a `colocation` container, run here by this Python: `$(VAR)` expanded in
     args, and every path under a volume's mountPath read from where the volume is on this machine

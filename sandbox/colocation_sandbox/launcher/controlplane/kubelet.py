@@ -350,7 +350,7 @@ class NodeKubelet:
         return container_environment(running.container, fields)
 
     def _command(self, running: RunningPod, env: dict[str, str], kubeconfig: Path) -> list[str]:
-        program, args = container_command(running.spec, running.container, env, running.volume_dirs)
+        program, args = container_command(running.spec, running.container, env, volume_dirs=running.volume_dirs)
         subcommand = args[0] if args else ""
         return ["ip", "netns", "exec", running.netns, *program, *args, "--kubeconfig", str(kubeconfig),
                 *self.extra_args.get(subcommand, ())]
