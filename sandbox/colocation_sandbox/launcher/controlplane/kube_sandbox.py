@@ -5,7 +5,7 @@ the scheduler and kwok; then (unless --api-only) crds/ and manifests/ applied wi
 user applies them; this machine's node with its kubelet, which runs the operator replicas and
 this node's agent from the pods the Deployment and the DaemonSet create; the simulated nodes and
 their agents. With `store="nats"`, a NATS cluster (colocation_sandbox.launcher.nats_cluster) starts
-before the nodes, serving clients on the bridge's address, where the operator pods reach it.
+before the nodes, serving clients on the bridge's second address, where the operator pods reach it.
 `ready: kubeconfig=PATH` is printed once every APIService of the project is Available.
 With the `cert-manager` component, cert-manager's CRDs are applied before the project and its
 controller and cainjector (hack/cert-manager/build.sh) run as processes with the admin kubeconfig.
