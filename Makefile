@@ -23,10 +23,11 @@ KUBE_BUILD := hack/kube/build.sh
 HELM_BUILD := hack/helm/build.sh
 NATS_BUILD := hack/nats/build.sh
 PROMETHEUS_BUILD := hack/prometheus/build.sh
+CERT_MANAGER_BUILD := hack/cert-manager/build.sh
 METRICS_SERVER_BUILD := hack/metrics-server/build.sh
 CHART := charts/colocation
 
-.PHONY: help venv run test lint typecheck docs unit fuzz e2e e2e-kube kube kubectl-ready helm nats prometheus metrics-server chart bench e2e-kind clean
+.PHONY: help venv run test lint typecheck docs unit fuzz e2e e2e-kube kube kubectl-ready helm nats prometheus cert-manager metrics-server chart bench e2e-kind clean
 
 help:  ## show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -85,7 +86,7 @@ e2e-kube: $(STAMP) kubectl-ready  ## e2e tests against the real control plane (`
 	@if command -v go >/dev/null; then $(BIN)/pytest tests/e2e --apiserver kube $(PYTEST_ARGS); \
 	else echo "skip: e2e against the real control plane: Go 1.26 is not installed, so it cannot be built"; fi
 
-test: lint typecheck docs kubectl-ready chart nats prometheus metrics-server unit  ## everything CI runs: lint, types, docs, unit, e2e on the sandbox and on the real control plane
+test: lint typecheck docs kubectl-ready chart nats prometheus cert-manager metrics-server unit  ## everything CI runs: lint, types, docs, unit, e2e on the sandbox and on the real control plane
 	BIN=$(BIN) scripts/e2e-both.sh $(PYTEST_ARGS)
 
 helm:  ## build helm 4 from its Go module (cached in ~/.cache/colocation; cold: about 4 minutes)
@@ -100,6 +101,11 @@ nats:  ## build nats-server from its Go module (cached in ~/.cache/colocation; c
 prometheus:  ## build prometheus and promtool from their Go module (cached in ~/.cache/colocation), where Go is installed
 	@if command -v go >/dev/null; then time $(PROMETHEUS_BUILD) >/dev/null; \
 	else echo "skip: prometheus and promtool: Go 1.26 is not installed, so they cannot be built"; fi
+
+# tests/e2e/test_cert_manager.py skips, saying so, without it.
+cert-manager:  ## build cert-manager's controller and cainjector (ours, over its v1.21.2 packages; cached in ~/.cache/colocation)
+	@if command -v go >/dev/null; then time $(CERT_MANAGER_BUILD) >/dev/null; \
+	else echo "skip: cert-manager: Go 1.26 is not installed, so it cannot be built"; fi
 
 # The metrics-server e2e test and `colocation sandbox --apiserver kube --metrics-server` need it.
 metrics-server:  ## build metrics-server from its Go module (cached in ~/.cache/colocation), where Go is installed

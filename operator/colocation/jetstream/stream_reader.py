@@ -4,9 +4,10 @@ A reader has a pull consumer of its own (no acknowledgements; it holds nothing o
 it stops) and fetches a batch at a time, so one that falls behind reads slower instead of losing
 messages as a push subscription's slow consumer would. After any error it subscribes again from
 the sequence after the last it applied, with backoff. Subclasses say what a message does
-(`_apply`), and what a quiet stream means (`_quiet`, `_caught_up`). Each time the reader finds
-itself caught up, it tells `confirmed` when the fetch that showed it was sent: the reader held the
-whole stream then. Cut off from the servers, those calls stop.
+(`_apply`), and what a quiet stream means (`_quiet`, `_caught_up`). Each time a fetch finds the
+reader caught up, or within one batch of the stream's end (a stream written faster than a fetch
+empties it), it tells `confirmed` when that fetch was sent. Cut off from the servers, those calls
+stop.
 """
 
 from __future__ import annotations
@@ -97,9 +98,12 @@ class StreamReader:
                 for message in messages:
                     self._apply(message)
                 self._advanced.set()
-                behind = bool(messages) and messages[-1].metadata.num_pending > 0
+                pending = messages[-1].metadata.num_pending if messages else 0
+                behind = bool(messages) and pending > 0
                 if messages and not behind:
                     self._caught_up()
+                elif messages and pending <= self._batch:
+                    self._confirm()  # a busy stream: within a batch of its end, which the next fetch takes
                 retry.reset()
         finally:
             with contextlib.suppress(Exception):
@@ -117,6 +121,9 @@ class StreamReader:
     def _caught_up(self) -> None:
         """The reader held the whole stream when the last fetch was sent (a subclass's `_quiet`
         calls this only once the servers answered it: an idle fetch also times out when cut off)."""
+        self._confirm()
+        self.synced.set()
+
+    def _confirm(self) -> None:
         if self._confirmed is not None:
             self._confirmed(self._asked_at)
-        self.synced.set()

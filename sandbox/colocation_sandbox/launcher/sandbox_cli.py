@@ -79,13 +79,18 @@ from colocation.clicommon import common_options
                    "hack/metrics-server/build.sh) behind the v1beta1.metrics.k8s.io APIService, scraping kwok "
                    "(implies --kwok-resource-metrics and --no-serve-resource-metrics: one APIService serves "
                    "metrics.k8s.io). 0: none.")
+@click.option("--cert-manager", "cert_manager", is_flag=True, default=False,
+              help="With --apiserver kube: cert-manager issues the operators' serving certificate "
+                   "(manifests/components/cert-manager), its controller and cainjector built by "
+                   "hack/cert-manager/build.sh and run as processes.")
 @common_options
 def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
                     probe_interval: float, operators: int, operator_args: tuple[str, ...],
                     serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
                     agents: bool, agent_args: tuple[str, ...], max_restart_period: float,
-                    audit_log: Path | None, store: str, kwok_resource_metrics: bool, metrics_servers: int) -> None:
+                    audit_log: Path | None, store: str, kwok_resource_metrics: bool, metrics_servers: int,
+                    cert_manager: bool) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
     capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
     answers, and runs until interrupted (SIGINT/SIGTERM).
@@ -99,7 +104,8 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
     if apiserver == "kube":
         _run_kube(api_only=api_only, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
                   operators=operators, operator_args=operator_args,
-                  components=_components(serve_resource_metrics and not metrics_servers, serve_custom_metrics),
+                  components=(*_components(serve_resource_metrics and not metrics_servers, serve_custom_metrics),
+                              *(("cert-manager",) if cert_manager else ())),
                   nodes=nodes, pods_per_node=pods_per_node, agents=agents, agent_args=agent_args, audit_log=audit_log,
                   max_restart_period=max_restart_period, store=store, kwok_resource_metrics=kwok_resource_metrics,
                   metrics_servers=metrics_servers)
@@ -110,6 +116,9 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
     if kwok_resource_metrics or metrics_servers:
         raise click.BadParameter("the builtin server has no kwok nor metrics-server; use --apiserver kube",
                                  param_hint="--metrics-server" if metrics_servers else "--kwok-resource-metrics")
+    if cert_manager:
+        raise click.BadParameter("cert-manager runs against the real control plane only; use --apiserver kube",
+                                 param_hint="--cert-manager")
     from colocation_sandbox.launcher.builtin_sandbox import Sandbox, SandboxConfig
     from colocation_sandbox.launcher.sandbox_runner import serve_forever
 

@@ -215,6 +215,11 @@ def test_a_replica_that_goes_moves_only_the_nodes_it_ranked_first() -> None:
     assert len(leader.ranked_for(keys[0])) == 4
 
 
+def node_a_reporter(delivery: Delivery, metrics: AgentMetrics, clock: FakeClock) -> Reporter:
+    return Reporter("node-a", delivery, lambda: Snapshot.of(body()), options=ReportOptions(), metrics=metrics,
+                    clock=clock, rng=random.Random(7))
+
+
 async def test_where_every_replica_takes_reports_a_new_leader_gets_no_resend() -> None:
     kube, clock = FakeKube(), FakeClock(1000.0)
     kube.lease = lease("op-0", 1, {"op-0": 1, "op-1": 2}, anywhere=True)
@@ -226,9 +231,7 @@ async def test_where_every_replica_takes_reports_a_new_leader_gets_no_resend() -
         return 200, {}
 
     metrics = AgentMetrics()
-    reporter = Reporter("node-a", Delivery(kube, locator, put, timeout=5.0, clock=clock),
-                        lambda: Snapshot.of(body()), options=ReportOptions(), metrics=metrics, clock=clock,
-                        rng=random.Random(7))
+    reporter = node_a_reporter(Delivery(kube, locator, put, timeout=5.0, clock=clock), metrics, clock)
     await reporter.check()
     assert len(sent) == 1
     kube.lease = lease("op-1", 2, {"op-0": 1, "op-1": 2}, anywhere=True)
@@ -272,9 +275,7 @@ async def test_a_replica_that_cannot_write_is_passed_over_at_once_and_asked_last
         return 200, {}
 
     metrics = AgentMetrics()
-    reporter = Reporter("node-a", Delivery(kube, locator, put, timeout=5.0, clock=clock),
-                        lambda: Snapshot.of(body()), options=ReportOptions(), metrics=metrics, clock=clock,
-                        rng=random.Random(7))
+    reporter = node_a_reporter(Delivery(kube, locator, put, timeout=5.0, clock=clock), metrics, clock)
     await reporter.check()
     assert sent[0] == first.identity and len(sent) == 2  # the other replica took it in the same attempt
     assert metrics.registry.get_sample_value("colocation_agent_reports_failed_total",

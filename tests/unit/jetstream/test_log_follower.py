@@ -120,3 +120,38 @@ async def test_a_follower_cut_off_from_the_servers_stops_confirming_its_copy_unt
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_follower_of_a_stream_written_as_fast_as_it_reads_still_confirms_its_copy() -> None:
+    clock = FakeClock()
+    stream = StreamModel(wall=clock.wall)
+    writer = JetStreamModel(stream).context()
+    await ensure_stream(writer, LogSettings(), wall=clock.wall)
+    log = NodeMetricLog(writer, timeout=1.0)
+    writes = [0]
+
+    async def write(count: int) -> None:  # a new node each time: the stream keeps a node's last write only
+        for _ in range(count):
+            writes[0] += 1
+            await log.append(f"node-{writes[0]}", value(f"node-{writes[0]}", "1"), last=0)
+
+    async def busy(what: str) -> None:  # another replica writes a batch before every fetch
+        await one_pass(what)
+        if what == "fetch":
+            await write(BATCH)
+            clock.advance(1)
+
+    BATCH = 4
+    await write(2)  # two writes pending at every fetch: the follower is never caught up
+    store = NodeMetricStore(clock_wall=clock.wall, clock_monotonic=clock.monotonic, versions=LogPositions())
+    confirmed: list[float] = []
+    follower = LogFollower(JetStreamModel(stream, turn=busy).context(), store, batch=BATCH, idle=0.01,
+                           wall=clock.wall, monotonic=clock.monotonic, confirmed=confirmed.append)
+    task = asyncio.create_task(follower.run())
+    try:
+        await eventually_async(lambda: len(set(confirmed)) >= 5, message="confirmations while writes keep coming")
+        assert not follower.synced.is_set()  # never caught up: every fetch left two writes pending
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from colocation_sandbox.launcher.controlplane.container_spec import (
     container_command,
     container_environment,
     expand_variables,
+    secret_files,
+    write_secret_volume,
 )
 from colocation_sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig, _project_objects
 from colocation_sandbox.launcher.controlplane.podnetwork import SUPERNET, free_subnet, owner_pid
@@ -61,6 +64,52 @@ def test_a_path_that_only_starts_like_a_mount_is_not_rewritten() -> None:
     container = {"command": ["colocation"], "args": ["x", "/hostile", "/host", "/host/a"],
                  "volumeMounts": [{"name": "host", "mountPath": "/host"}]}
     assert container_command(spec, container, {})[1] == ["x", "/hostile", "/real", "/real/a"]
+
+
+def operator_pod_spec_with_cert_manager() -> dict[str, Any]:
+    """The operator Deployment's pod spec as manifests/ renders with the cert-manager component."""
+    from colocation_sandbox.launcher.project_install import render_manifests
+
+    kubectl = kubectl_binary()
+    if kubectl is None:
+        pytest.skip("no kubectl to render the manifests with kustomize")
+    objects = render_manifests(REPO, components=("cert-manager",), kubectl=kubectl)
+    deployment = next(o for o in objects
+                      if o["kind"] == "Deployment" and o["metadata"]["name"] == "colocation-operator")
+    return dict(deployment["spec"]["template"]["spec"])
+
+
+def test_a_secret_volume_is_read_from_the_directory_the_kubelet_wrote() -> None:
+    spec = operator_pod_spec_with_cert_manager()
+    container = spec["containers"][0]
+    args = container_command(spec, container, {},
+                             volume_dirs={"serving-certificate": "/state/volumes/op/serving-certificate"})[1]
+    assert "--tls-cert-file=/state/volumes/op/serving-certificate/tls.crt" in args
+    assert "--tls-ca-file=/state/volumes/op/serving-certificate/ca.crt" in args
+
+
+def test_a_secret_volume_holds_its_keys_or_its_items() -> None:
+    secret = {"data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5"}}
+    assert secret_files({"secretName": "s"}, secret) == {"tls.crt": b"cert", "tls.key": b"key"}
+    items = {"secretName": "s", "items": [{"key": "tls.key", "path": "private.pem"}]}
+    assert secret_files(items, secret) == {"private.pem": b"key"}
+
+
+def test_a_secret_volume_is_replaced_at_once_and_only_when_it_changed(tmp_path: Path) -> None:
+    volume = tmp_path / "serving"
+    assert write_secret_volume(volume, {"tls.crt": b"cert-1", "tls.key": b"key-1", "old": b"x"})
+    opened = (volume / "tls.crt").open("rb")  # a reader holding the first version
+    assert not write_secret_volume(volume, {"tls.crt": b"cert-1", "tls.key": b"key-1", "old": b"x"})
+    assert write_secret_volume(volume, {"tls.crt": b"cert-2", "tls.key": b"key-2"})
+    # Both files of the new version through the one `..data` link, swapped in one rename; the
+    # key the Secret lost is gone, and so is the previous version's directory.
+    assert (volume / "tls.crt").read_bytes() == b"cert-2" and (volume / "tls.key").read_bytes() == b"key-2"
+    assert (volume / "tls.crt").is_symlink() and os.readlink(volume / "tls.crt") == "..data/tls.crt"
+    assert not (volume / "old").exists()
+    assert sorted(p.name for p in volume.iterdir() if p.name.startswith("..") and p.is_dir()
+                  and not p.is_symlink()) == [os.readlink(volume / "..data")]
+    with opened:
+        assert opened.read() == b"cert-1"
 
 
 def test_the_pod_network_takes_a_subnet_no_route_uses() -> None:

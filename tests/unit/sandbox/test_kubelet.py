@@ -1,8 +1,10 @@
-"""The launcher's kubelet with fake processes: restartPolicy, and the status of a pod that is done."""
+"""The launcher's kubelet with fake processes: restartPolicy, the status of a pod that is done, and
+Secret volumes."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -14,6 +16,7 @@ from colocation.apimachinery.objects import Obj
 from colocation_sandbox.launcher.controlplane import kubelet as kubelet_module
 from colocation_sandbox.launcher.controlplane import pki
 from colocation_sandbox.launcher.controlplane.kubelet import NodeKubelet
+from tests.timing import eventually_async
 
 WAIT_SECONDS = 10.0
 
@@ -51,12 +54,19 @@ class FakeApi:
         self.changed = asyncio.Condition()
         self.silent = False  # stalled: every call times out, as a SIGSTOPped kube-apiserver's
         self.tokens = 0
+        self.secrets: dict[str, Obj] = {}  # by path; GET of any other one answers 404
+        self.secret_reads = 0
 
     async def request(self, method: str, path: str, body: Any = None, **_options: Any) -> tuple[int, Any]:
         if self.silent:
             async with self.changed:
                 self.changed.notify_all()  # a call was made: whoever waits looks again
             raise TimeoutError
+        if method == "GET" and "/secrets/" in path:
+            self.secret_reads += 1
+            async with self.changed:
+                self.changed.notify_all()
+            return (200, self.secrets[path]) if path in self.secrets else (404, {})
         if method == "PATCH" and path.endswith("/status"):
             self.statuses.append(body["status"])
         elif method == "DELETE":
@@ -103,6 +113,7 @@ class Node:
     def __init__(self, kubelet: NodeKubelet, api: FakeApi, network: FakeNetwork) -> None:
         self.kubelet, self.api, self.network = kubelet, api, network
         self.processes: list[FakeProcess] = []
+        self.commands: list[list[str]] = []
 
     async def started(self, count: int) -> FakeProcess:
         """The container's `count`-th process, once started."""
@@ -123,6 +134,7 @@ async def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator
     fake = Node(kubelet, api, network)
 
     async def start_logged(command: list[str], *_args: Any, **_options: Any) -> FakeProcess:
+        fake.commands.append(command)
         fake.processes.append(FakeProcess(1000 + len(fake.processes)))
         return fake.processes[-1]
 
@@ -258,3 +270,29 @@ def test_each_probe_runs_on_its_own_period() -> None:
     rounds = [kubelet_module.next_probes(due, periods) for _ in range(6)]
     assert rounds == [(2.0, {"readiness"}), (4.0, {"readiness"}), (6.0, {"readiness"}), (8.0, {"readiness"}),
                       (10.0, {"readiness", "liveness"}), (12.0, {"readiness"})]
+
+
+def serving_secret(cert: str) -> Obj:
+    return {"data": {"tls.crt": base64.b64encode(cert.encode()).decode(), "tls.key": "a2V5"}}
+
+
+async def test_a_secret_volume_is_written_before_the_container_starts_and_again_when_it_changes(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kubelet_module, "SECRET_REFRESH_SECONDS", 0.05)
+    pod = job_pod("Always")
+    pod["spec"]["containers"][0]["args"] += ["--tls-cert-file=/etc/serving/tls.crt"]
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "serving", "mountPath": "/etc/serving"}]
+    pod["spec"]["volumes"] = [{"name": "serving", "secret": {"secretName": "serving"}}]
+    await node.kubelet._on_event("ADDED", pod)
+    # No Secret yet: nothing starts (the kubelet's ContainerCreating); it is looked for again.
+    async with node.api.changed:
+        await asyncio.wait_for(node.api.changed.wait_for(lambda: node.api.secret_reads >= 2), WAIT_SECONDS)
+    assert node.processes == []
+    node.api.secrets["/api/v1/namespaces/default/secrets/serving"] = serving_secret("cert-1")
+    await node.started(1)
+    (flag,) = [arg for arg in node.commands[0] if arg.startswith("--tls-cert-file=")]
+    cert_file = Path(flag.split("=", 1)[1])
+    assert await asyncio.to_thread(cert_file.read_text) == "cert-1" and cert_file.parent != Path("/etc/serving")
+    node.api.secrets["/api/v1/namespaces/default/secrets/serving"] = serving_secret("cert-2")
+    await eventually_async(lambda: cert_file.read_text() == "cert-2")
+    assert len(node.processes) == 1  # renewed in place: the container goes on

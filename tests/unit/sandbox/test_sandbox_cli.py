@@ -46,3 +46,20 @@ def test_metrics_server_takes_metrics_k8s_io_from_the_operators(tmp_path: Path,
     assert not neither.kwok_resource_metrics and neither.metrics_servers == 0
     refused = CliRunner().invoke(main, ["sandbox", "--metrics-server", "1", "--state-dir", str(tmp_path)])
     assert refused.exit_code != 0 and "use --apiserver kube" in refused.output
+
+
+def test_cert_manager_installs_its_component_last_on_the_real_control_plane_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[KubeSandboxConfig] = []
+
+    async def serve(config: KubeSandboxConfig, stop: asyncio.Event) -> None:
+        started.append(config)
+
+    monkeypatch.setattr(kube_sandbox, "serve_kube_sandbox", serve)
+    result = CliRunner().invoke(main, ["sandbox", "--apiserver", "kube", "--cert-manager",
+                                       "--state-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    # Last: the component annotates the APIServices of the components before it.
+    assert [config.components for config in started] == [("resource-metrics", "custom-metrics", "cert-manager")]
+    refused = CliRunner().invoke(main, ["sandbox", "--cert-manager", "--state-dir", str(tmp_path)])
+    assert refused.exit_code != 0 and "--apiserver kube" in refused.output

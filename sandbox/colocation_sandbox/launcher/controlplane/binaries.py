@@ -67,6 +67,21 @@ def locate(*, build: bool = True) -> Binaries:
     return Binaries(directory)
 
 
+CERT_MANAGER_BUILD_SCRIPT = Path("hack") / "cert-manager" / "build.sh"
+
+
+def locate_cert_manager(*, build: bool = True) -> Path:
+    """The directory of cert-manager's controller and cainjector (and its CRDs, in crds/), built by
+    hack/cert-manager/build.sh (building them if needed, with its progress on stderr)."""
+    root = source_root(CERT_MANAGER_BUILD_SCRIPT)
+    if root is None:
+        raise BinariesMissing(f"no source checkout with {CERT_MANAGER_BUILD_SCRIPT}: cert-manager is built from it")
+    if build and shutil.which("go") is None:
+        raise BinariesMissing("cert-manager is built from Go modules and go is not on the PATH")
+    return Path(run_build_script(root / CERT_MANAGER_BUILD_SCRIPT, build=build, timeout=BUILD_TIMEOUT_SECONDS,
+                                 missing=BinariesMissing))
+
+
 def run_build_script(script: Path, *, build: bool, timeout: float, missing: type[RuntimeError]) -> str:
     """What one of hack/'s build scripts built (the last line it printed), building it if `build`
     (its progress on stderr), else only checking; `missing` (a one-line message) when it fails."""

@@ -5,10 +5,12 @@ the scheduler and kwok; then (unless --api-only) crds/ and manifests/ applied wi
 user applies them; this machine's node with its kubelet, which runs the operator replicas and
 this node's agent from the pods the Deployment and the DaemonSet create; the simulated nodes and
 their agents. With `store="nats"`, a NATS cluster (colocation_sandbox.launcher.nats_cluster) starts
-before the nodes, serving clients on the bridge's address, where the operator pods reach it. With
-`metrics_servers`, metrics-server processes serve metrics.k8s.io from kwok's resource metrics
-(colocation_sandbox.launcher.controlplane.metricsserver), started once the nodes exist.
+before the nodes, serving clients on the bridge's second address, where the operator pods reach
+it. With `metrics_servers`, metrics-server processes serve metrics.k8s.io from kwok's resource
+metrics (colocation_sandbox.launcher.controlplane.metricsserver), started once the nodes exist.
 `ready: kubeconfig=PATH` is printed once every APIService of the project is Available.
+With the `cert-manager` component, cert-manager's CRDs are applied before the project and its
+controller and cainjector (hack/cert-manager/build.sh) run as processes with the admin kubeconfig.
 SIGINT/SIGTERM stops everything started, last first, and removes the pod network.
 """
 
@@ -37,7 +39,7 @@ from colocation_sandbox.launcher.child_processes import (
     write_state,
 )
 from colocation_sandbox.launcher.controlplane import fakenodes, kwokstages, metricsserver, pki
-from colocation_sandbox.launcher.controlplane.binaries import Binaries, locate
+from colocation_sandbox.launcher.controlplane.binaries import Binaries, locate, locate_cert_manager
 from colocation_sandbox.launcher.controlplane.components import ClusterSettings, ControlPlane
 from colocation_sandbox.launcher.controlplane.kubelet import NodeKubelet
 from colocation_sandbox.launcher.controlplane.podnetwork import PodNetwork
@@ -54,6 +56,8 @@ SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service's ClusterIP: a SAN of the s
 AVAILABLE_TIMEOUT_SECONDS = 300.0
 KUBECTL_TIMEOUT_SECONDS = 120.0
 SIMULATED_AGENT_STOP_GRACE = 10.0
+CERT_MANAGER = "cert-manager"  # the component (manifests/components/cert-manager) that needs cert-manager
+CERT_MANAGER_STOP_GRACE = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +123,7 @@ class KubeSandbox:
         self.nats: NatsCluster | None = None
         self.metrics_servers: metricsserver.MetricsServers | None = None
         self._supervisor: asyncio.Task[None] | None = None
+        self.cert_manager: list[asyncio.subprocess.Process] = []
         self.operator_args = config.operator_args  # the flags of every replica, the store's first
 
     @property
@@ -129,6 +134,8 @@ class KubeSandbox:
         config = self.config
         config.state_dir.mkdir(parents=True, exist_ok=True)
         binaries = await asyncio.to_thread(locate)
+        with_cert_manager = CERT_MANAGER in config.components and not config.api_only
+        cert_manager = await asyncio.to_thread(locate_cert_manager) if with_cert_manager else None
         with_nats = config.store == "nats" and not config.api_only and config.operators > 0
         nats_server = await asyncio.to_thread(locate_nats_server) if with_nats else None
         with_metrics_server = config.metrics_servers > 0 and not config.api_only
@@ -158,6 +165,8 @@ class KubeSandbox:
                                             client_host=network.beside_address, secure=True)
             self.operator_args = (*self.nats.operator_args(), *config.operator_args)
         if not config.api_only:
+            if cert_manager is not None:
+                await self._start_cert_manager(binaries, cert_manager)
             await self._install(binaries)
             await self._start_nodes(pki_)
             if metrics_server is not None:
@@ -220,6 +229,24 @@ class KubeSandbox:
         await asyncio.to_thread(kubectl, binaries, kubeconfig, "apply", "-f", "-",
                                 stdin=yaml.safe_dump_all(objects))
         log.info("project installed with kubectl", extra={"crds": len(crds), "objects": len(objects)})
+
+    async def _start_cert_manager(self, binaries: Binaries, directory: Path) -> None:
+        """cert-manager's CRDs, then its controller and cainjector, as a user installs cert-manager
+        before the component that uses it."""
+        kubeconfig = self.kubeconfig_path
+        crds = [doc for path in sorted((directory / "crds").glob("*.yaml"))
+                for doc in yaml.safe_load_all(path.read_text()) if doc]
+        await asyncio.to_thread(kubectl, binaries, kubeconfig, "apply", "--server-side", "-f", "-",
+                                stdin=yaml.safe_dump_all(crds))
+        await asyncio.to_thread(kubectl, binaries, kubeconfig, "wait", "--for=condition=Established",
+                                "--timeout=60s", *(f"crd/{crd['metadata']['name']}" for crd in crds))
+        logs = self.config.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for name in ("cert-manager-controller", "cert-manager-cainjector"):
+            process = await start_logged([str(directory / name), f"--kubeconfig={kubeconfig}"],
+                                         logs / f"{name}.log", {})
+            self.cert_manager.append(process)
+            log.info("cert-manager started", extra={"program": name, "pid": process.pid})
 
     async def _start_nodes(self, pki_: pki.Pki) -> None:
         assert self.network is not None and self.plane is not None and self.client is not None
@@ -304,6 +331,7 @@ class KubeSandbox:
                 await self._supervisor
         if self.metrics_servers is not None:
             await self.metrics_servers.stop()
+        await terminate(self.cert_manager, CERT_MANAGER_STOP_GRACE)
         if self.plane is not None:
             await self.plane.stop()
         if self.network is not None:

@@ -5,7 +5,9 @@ gets a network namespace and address (`podnetwork`) and a token bound to the pod
 kubeconfig; pods of image `colocation:*` run their container's command as a process. Readiness
 probes set the pod's Ready condition; containers restart as the pod's restartPolicy says, with
 CrashLoopBackOff; deletion stops them within the grace period. It authenticates as
-`system:node:NAME`, so the Node authorizer and NodeRestriction apply to it.
+`system:node:NAME`, so the Node authorizer and NodeRestriction apply to it. A Secret volume is
+written under STATE_DIR/volumes before the container starts (which waits for the Secret to exist),
+and written again when the Secret changes (read every SECRET_REFRESH_SECONDS).
 
 What it does, and why not kwok: docs/development.md#the-real-control-plane
 """
@@ -16,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import shutil
 import signal
 import ssl
 import time
@@ -43,6 +46,9 @@ from colocation_sandbox.launcher.controlplane.container_spec import (
     container_command,
     container_environment,
     container_port,
+    secret_files,
+    secret_volumes,
+    write_secret_volume,
 )
 from colocation_sandbox.launcher.controlplane.pod_status import (
     ContainerReport,
@@ -62,6 +68,9 @@ LEASE_DURATION_SECONDS = 40
 LEASE_RENEW_SECONDS = 10.0
 OUR_IMAGE = re.compile(r"^(?:.*/)?colocation(?::.*)?$")
 PROBE_TIMEOUT_FLOOR = 1.0
+# How often a Secret volume's Secret is read again (the kubelet's sync period and cache take up to
+# about a minute; shorter here, so that tests of a renewal wait less).
+SECRET_REFRESH_SECONDS = 10.0
 
 
 def _now() -> str:
@@ -98,6 +107,7 @@ class RunningPod:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stopping: bool = False
     crash_loop: CrashLoopBackOff = field(default_factory=CrashLoopBackOff)
+    volume_dirs: dict[str, str] = field(default_factory=dict)  # Secret volumes: name -> directory written
 
     @property
     def container(self) -> Obj:
@@ -246,6 +256,11 @@ class NodeKubelet:
         running.netns, running.address = self.network.add_pod(key)
         logs.mkdir(parents=True, exist_ok=True)
         self.pods[key] = running
+        if running.runs_process and secret_volumes(running.spec):
+            # Not started before its Secrets exist (the kubelet's ContainerCreating): in a task, not
+            # holding up the informer's other pods.
+            running.tasks.append(asyncio.create_task(self._mount_and_start(running, pod)))
+            return
         if running.runs_process:
             try:
                 await self._start_container(running, pod)
@@ -262,6 +277,53 @@ class NodeKubelet:
             running.started_at = _now()
         await self._write_status(running, pod)
         self._write_state()
+
+    async def _mount_and_start(self, running: RunningPod, pod: Obj) -> None:
+        backoff = Backoff(initial=min(0.5, SECRET_REFRESH_SECONDS), maximum=SECRET_REFRESH_SECONDS, jitter=0.2)
+        while True:
+            try:
+                if await self._write_secret_volumes(running):
+                    await self._start_container(running, pod)
+                    break
+                log.info("waiting for the pod's Secrets", extra={"pod": running.key})
+            except (aiohttp.ClientError, TimeoutError, RuntimeError, OSError) as error:
+                log.warning("pod not started yet", extra={"pod": running.key, "error": repr(error)})
+            await asyncio.sleep(backoff.next_delay())  # retried with backoff, as the kubelet retries a mount
+        running.tasks.append(asyncio.create_task(self._supervise(running, pod)))
+        running.tasks.append(asyncio.create_task(self._refresh_secret_volumes(running)))
+        if running.container.get("readinessProbe") or running.container.get("livenessProbe"):
+            running.tasks.append(asyncio.create_task(self._probe_loop(running, pod)))
+        await self._write_status(running, pod)
+        self._write_state()
+
+    async def _write_secret_volumes(self, running: RunningPod) -> bool:
+        """Write each Secret volume's files (STATE_DIR/volumes/NAMESPACE_POD/VOLUME); False while a
+        Secret that is not optional does not exist."""
+        namespace = running.key.split("/", 1)[0]
+        for volume, source in secret_volumes(running.spec).items():
+            status, secret = await self.client.request(
+                "GET", f"/api/v1/namespaces/{namespace}/secrets/{source['secretName']}")
+            if status == 404 and not source.get("optional"):
+                return False
+            if status not in (200, 404):
+                raise RuntimeError(f"reading Secret {source['secretName']}: {status}")
+            directory = self._volume_root(running) / volume
+            if await asyncio.to_thread(write_secret_volume, directory,
+                                       secret_files(source, secret) if status == 200 else {}):
+                log.info("secret volume written", extra={"pod": running.key, "volume": volume})
+            running.volume_dirs[volume] = str(directory)
+        return True
+
+    async def _refresh_secret_volumes(self, running: RunningPod) -> None:
+        while not running.stopping:
+            await asyncio.sleep(SECRET_REFRESH_SECONDS)  # the refresh period
+            try:
+                await self._write_secret_volumes(running)
+            except (aiohttp.ClientError, TimeoutError, RuntimeError, OSError) as error:
+                log.warning("secret volume refresh failed", extra={"pod": running.key, "error": repr(error)})
+
+    def _volume_root(self, running: RunningPod) -> Path:
+        return self.state_dir / "volumes" / running.key.replace("/", "_")
 
     # ---- containers ---------------------------------------------------------------------------------
 
@@ -288,7 +350,7 @@ class NodeKubelet:
         return container_environment(running.container, fields)
 
     def _command(self, running: RunningPod, env: dict[str, str], kubeconfig: Path) -> list[str]:
-        program, args = container_command(running.spec, running.container, env)
+        program, args = container_command(running.spec, running.container, env, volume_dirs=running.volume_dirs)
         subcommand = args[0] if args else ""
         return ["ip", "netns", "exec", running.netns, *program, *args, "--kubeconfig", str(kubeconfig),
                 *self.extra_args.get(subcommand, ())]
@@ -440,6 +502,8 @@ class NodeKubelet:
             task.cancel()
         await terminate([running.process], max(grace, 0.1), signals)
         self.network.remove_pod(running.key)
+        if running.volume_dirs:
+            shutil.rmtree(self._volume_root(running), ignore_errors=True)
         self.pods.pop(running.key, None)
         self._write_state()
 

@@ -99,7 +99,7 @@ def _from_annotation(key: str) -> str:
     return f'"{key}" in pod.metadata.annotations ? Quantity(pod.metadata.annotations["{key}"]) : Quantity("0")'
 
 
-def _series(name: str, kind: str, dimension: str, value: str, help_: str) -> dict[str, Any]:
+def _series(name: str, kind: str, dimension: str, *, value: str, help_: str) -> dict[str, Any]:
     labels = {"container": [("container", "container.name")], "pod": []}.get(dimension)
     series: dict[str, Any] = {"name": name, "kind": kind, "dimension": dimension, "help": help_, "value": value}
     if labels is not None:
@@ -122,23 +122,26 @@ def kwok_documents() -> list[dict[str, Any]]:
     metric = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Metric",
               "metadata": {"name": "colocation-resource-metrics"},
               "spec": {"path": "/metrics/nodes/{nodeName}/metrics/resource", "metrics": [
-                  _series("scrape_error", "gauge", "node", "0", "1 if there was an error getting the node's metrics"),
+                  _series("scrape_error", "gauge", "node", value="0",
+                          help_="1 if there was an error getting the node's metrics"),
                   _series("node_cpu_usage_seconds_total", "counter", "node",
-                          f'node.CumulativeUsage("cpu") + node.SinceSecond() * {system_cpu}',
-                          "Cumulative cpu time consumed by the node in core-seconds"),
+                          value=f'node.CumulativeUsage("cpu") + node.SinceSecond() * {system_cpu}',
+                          help_="Cumulative cpu time consumed by the node in core-seconds"),
                   _series("node_memory_working_set_bytes", "gauge", "node",
-                          f'node.Usage("memory") + {system_memory}', "Current working set of the node in bytes"),
-                  _series("container_start_time_seconds", "gauge", "container", "pod.SinceSecond()",
-                          "Start time of the container since unix epoch in seconds"),
+                          value=f'node.Usage("memory") + {system_memory}',
+                          help_="Current working set of the node in bytes"),
+                  _series("container_start_time_seconds", "gauge", "container", value="pod.SinceSecond()",
+                          help_="Start time of the container since unix epoch in seconds"),
                   _series("container_cpu_usage_seconds_total", "counter", "container",
-                          'pod.CumulativeUsage("cpu", container.name)',
-                          "Cumulative cpu time consumed by the container in core-seconds"),
+                          value='pod.CumulativeUsage("cpu", container.name)',
+                          help_="Cumulative cpu time consumed by the container in core-seconds"),
                   _series("container_memory_working_set_bytes", "gauge", "container",
-                          'pod.Usage("memory", container.name)', "Current working set of the container in bytes"),
-                  _series("pod_cpu_usage_seconds_total", "counter", "pod", 'pod.CumulativeUsage("cpu")',
-                          "Cumulative cpu time consumed by the pod in core-seconds"),
-                  _series("pod_memory_working_set_bytes", "gauge", "pod", 'pod.Usage("memory")',
-                          "Current working set of the pod in bytes"),
+                          value='pod.Usage("memory", container.name)',
+                          help_="Current working set of the container in bytes"),
+                  _series("pod_cpu_usage_seconds_total", "counter", "pod", value='pod.CumulativeUsage("cpu")',
+                          help_="Cumulative cpu time consumed by the pod in core-seconds"),
+                  _series("pod_memory_working_set_bytes", "gauge", "pod", value='pod.Usage("memory")',
+                          help_="Current working set of the pod in bytes"),
               ]}}
     return [usage, metric]
 
