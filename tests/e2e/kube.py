@@ -414,6 +414,29 @@ async def bound_token(admin: Kube, name: str, rules: list[dict[str, Any]]) -> st
     return str(token["status"]["token"])
 
 
+@contextlib.asynccontextmanager
+async def reading_continuously(kube: Kube, path: str, *, pace: float = 0.1) -> AsyncIterator[list[int]]:
+    """GET `path` every `pace` seconds (a steady load, not a wait) while the block runs; yields the
+    status of every read. The first read that is not 200 fails the block when it ends, with its body."""
+    outcomes: list[int] = []
+    done = asyncio.Event()
+
+    async def read() -> None:
+        while not done.is_set():
+            status, body = await kube.request("GET", path)
+            outcomes.append(status)
+            assert status == 200, body
+            await asyncio.sleep(pace)
+
+    reader = asyncio.create_task(read())
+    try:
+        yield outcomes
+        assert not reader.done(), reader
+    finally:
+        done.set()
+        await reader
+
+
 async def get_from_replica(replica: dict[str, Any], path: str, token: str) -> tuple[int, Any]:
     """GET straight from an operator replica of STATE_DIR/operators.json (loopback on the builtin
     sandbox, its pod's address on the real one), its certificate unchecked: what these tests ask is

@@ -24,7 +24,7 @@ import pytest
 from colocation.kube.permissions import CA_SECRET_NAME, OPERATOR_NAMESPACE, POD_WEBHOOK_CONFIGURATION
 from colocation_sandbox.launcher.controlplane.binaries import BinariesMissing, locate_cert_manager
 from tests.e2e.conftest import apiserver_kind, sandbox_kind_args
-from tests.e2e.kube import Kube, start_sandbox_process
+from tests.e2e.kube import Kube, reading_continuously, start_sandbox_process
 from tests.timing import eventually_async
 
 CERTIFICATE = f"/apis/cert-manager.io/v1/namespaces/{OPERATOR_NAMESPACE}/certificates/colocation-operator-serving"
@@ -136,18 +136,7 @@ async def test_a_forced_renewal_is_served_without_a_failed_read(
         admin: Kube, cert_manager_sandbox: tuple[Path, Path]) -> None:
     before = await _secret(admin)
     revision = (await _get(admin, CERTIFICATE))["status"]["revision"]
-    outcomes: list[int] = []
-    done = asyncio.Event()
-
-    async def read_continuously() -> None:
-        while not done.is_set():
-            status, body = await admin.request("GET", NODEMETRICS)
-            outcomes.append(status)
-            assert status == 200, body
-            await asyncio.sleep(READ_PACE)
-
-    reader = asyncio.create_task(read_continuously())
-    try:
+    async with reading_continuously(admin, NODEMETRICS, pace=READ_PACE) as outcomes:
         await _force_renewal(admin)
 
         async def renewed() -> dict[str, bytes] | None:
@@ -163,10 +152,6 @@ async def test_a_forced_renewal_is_served_without_a_failed_read(
         assert after["ca.crt"] == before["ca.crt"]  # the same CA: the caBundle stays valid
         # The kubelet rewrites the mounted Secret, and each replica reads the files again.
         await eventually_async(lambda: _serve(cert_manager_sandbox[1], after["tls.crt"]), timeout=60, interval=0.5)
-        assert not reader.done(), reader
-    finally:
-        done.set()
-        await reader
     assert len(outcomes) > 20 and set(outcomes) == {200}
 
 

@@ -26,7 +26,7 @@ from colocation.kube.permissions import CA_SECRET_NAME, OPERATOR_NAMESPACE
 from colocation.manager.serving_ca import GENERATION_ANNOTATION
 from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from tests.e2e.conftest import Kubectl, sandbox_kind_args
-from tests.e2e.kube import Kube, start_sandbox_process
+from tests.e2e.kube import Kube, reading_continuously, start_sandbox_process
 from tests.timing import eventually_async
 
 APISERVICE = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha1.metrics.colocation.dev"
@@ -115,18 +115,7 @@ async def test_reads_never_fail_across_certificate_and_ca_rotations(admin: Kube,
                                                                     tls_sandbox: tuple[Path, Path]) -> None:
     first = await _trusted(admin)
     assert len(first) in (1, 2)  # two while an earlier rotation overlaps
-    outcomes: list[int] = []
-    done = asyncio.Event()
-
-    async def read_continuously() -> None:
-        while not done.is_set():
-            status, body = await admin.request("GET", NODEMETRICS)
-            outcomes.append(status)
-            assert status == 200, body
-            await asyncio.sleep(READ_PACE)
-
-    reader = asyncio.create_task(read_continuously())
-    try:
+    async with reading_continuously(admin, NODEMETRICS, pace=READ_PACE) as outcomes:
         # The CA is replaced: the bundle carries a new CA next to the one it trusted so far...
         async def new_ca() -> x509.Certificate | None:
             trusted = await _trusted(admin)
@@ -138,10 +127,6 @@ async def test_reads_never_fail_across_certificate_and_ca_rotations(admin: Kube,
         await eventually_async(lambda: _all_issued_by(tls_sandbox[1], ca.subject), timeout=30, interval=0.5)
         # ...and once the old CA expired, the bundle holds the new one alone.
         await eventually_async(lambda: _only(admin, ca), timeout=60, interval=0.5)
-        assert not reader.done(), reader
-    finally:
-        done.set()
-        await reader
     assert len(outcomes) > 50 and set(outcomes) == {200}
 
 
