@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import urllib.error
 import urllib.parse
@@ -22,7 +21,7 @@ from typing import Any
 
 from benchmarks import polling
 from colocation_sandbox.launcher.child_processes import die_with_parent
-from colocation_sandbox.launcher.controlplane.binaries import run_build_script, source_root
+from colocation_sandbox.launcher.controlplane.binaries import locate_built
 from colocation_sandbox.launcher.port_claims import free_port
 
 BUILD_SCRIPT = Path("hack") / "prometheus" / "build.sh"
@@ -49,13 +48,8 @@ class Binaries:
 def locate(*, build: bool = False) -> Binaries:
     """prometheus and promtool from hack/prometheus/build.sh: built first if `build` (minutes, its
     progress on stderr), else PrometheusMissing when they are not built yet."""
-    root = source_root(BUILD_SCRIPT)
-    if root is None:
-        raise PrometheusMissing(f"no source checkout with {BUILD_SCRIPT}")
-    if build and shutil.which("go") is None:
-        raise PrometheusMissing("Prometheus is built from its Go module and go is not on the PATH (Go 1.26 is needed)")
-    prometheus = run_build_script(root / BUILD_SCRIPT, build=build, timeout=BUILD_TIMEOUT_SECONDS,
-                                  missing=PrometheusMissing)
+    prometheus = locate_built(BUILD_SCRIPT, what="Prometheus", build=build, timeout=BUILD_TIMEOUT_SECONDS,
+                              missing=PrometheusMissing)
     return Binaries(prometheus, str(Path(prometheus).with_name("promtool")))
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ import orjson
 
 from colocation.apimachinery import certificates
 from colocation_sandbox.launcher.child_processes import start_logged, terminate, write_state
-from colocation_sandbox.launcher.controlplane.binaries import run_build_script, source_root
+from colocation_sandbox.launcher.controlplane.binaries import locate_built
 from colocation_sandbox.launcher.port_claims import free_port
 
 BUILD_SCRIPT = Path("hack") / "nats" / "build.sh"
@@ -53,17 +52,8 @@ class NatsServerMissing(RuntimeError):
 def locate_nats_server(*, build: bool = True) -> str:
     """The nats-server binary: $COLOCATION_NATS_SERVER, else hack/nats/build.sh's (built if needed
     and `build`, with its progress on stderr)."""
-    given = os.environ.get(BIN_ENV)
-    if given:
-        if not os.access(given, os.X_OK):
-            raise NatsServerMissing(f"{BIN_ENV}={given} is not an executable")
-        return given
-    root = source_root(BUILD_SCRIPT)
-    if root is None:
-        raise NatsServerMissing(f"no source checkout with {BUILD_SCRIPT}: set {BIN_ENV} to a nats-server binary")
-    if build and shutil.which("go") is None:
-        raise NatsServerMissing("nats-server is built from its Go module and go is not on the PATH (Go 1.26 is needed)")
-    return run_build_script(root / BUILD_SCRIPT, build=build, timeout=BUILD_TIMEOUT_SECONDS, missing=NatsServerMissing)
+    return locate_built(BUILD_SCRIPT, what="nats-server", build=build, timeout=BUILD_TIMEOUT_SECONDS,
+                        missing=NatsServerMissing, env=BIN_ENV)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -73,13 +73,26 @@ CERT_MANAGER_BUILD_SCRIPT = Path("hack") / "cert-manager" / "build.sh"
 def locate_cert_manager(*, build: bool = True) -> Path:
     """The directory of cert-manager's controller and cainjector (and its CRDs, in crds/), built by
     hack/cert-manager/build.sh (building them if needed, with its progress on stderr)."""
-    root = source_root(CERT_MANAGER_BUILD_SCRIPT)
+    return Path(locate_built(CERT_MANAGER_BUILD_SCRIPT, what="cert-manager", build=build,
+                             timeout=BUILD_TIMEOUT_SECONDS, missing=BinariesMissing))
+
+
+def locate_built(script: Path, *, what: str, build: bool, timeout: float, missing: type[RuntimeError],
+                 env: str | None = None) -> str:
+    """What one of hack/'s build scripts (`script`, relative to the checkout) built: $`env` when it
+    is set, else the script's answer, building first if needed and `build` (its progress on
+    stderr). `missing`, with a one-line message, when neither gives it."""
+    given = os.environ.get(env) if env else None
+    if given:
+        if not os.access(given, os.X_OK):
+            raise missing(f"{env}={given} is not an executable")
+        return given
+    root = source_root(script)
     if root is None:
-        raise BinariesMissing(f"no source checkout with {CERT_MANAGER_BUILD_SCRIPT}: cert-manager is built from it")
+        raise missing(f"no source checkout with {script}" + (f": set {env} to a {what} binary" if env else ""))
     if build and shutil.which("go") is None:
-        raise BinariesMissing("cert-manager is built from Go modules and go is not on the PATH")
-    return Path(run_build_script(root / CERT_MANAGER_BUILD_SCRIPT, build=build, timeout=BUILD_TIMEOUT_SECONDS,
-                                 missing=BinariesMissing))
+        raise missing(f"{what} is built from its Go module and go is not on the PATH (Go 1.26 is needed)")
+    return run_build_script(root / script, build=build, timeout=timeout, missing=missing)
 
 
 def run_build_script(script: Path, *, build: bool, timeout: float, missing: type[RuntimeError]) -> str:

@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import os
-import shutil
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -38,7 +36,7 @@ from colocation.agent.synthetic import (
 )
 from colocation.apimachinery import certificates
 from colocation_sandbox.launcher.child_processes import terminate
-from colocation_sandbox.launcher.controlplane.binaries import run_build_script, source_root
+from colocation_sandbox.launcher.controlplane.binaries import locate_built
 from colocation_sandbox.launcher.controlplane.components import Component, ControlPlane
 from colocation_sandbox.launcher.crash_loop_backoff import CrashLoopBackOff
 from colocation_sandbox.launcher.port_claims import free_port
@@ -69,19 +67,8 @@ class MetricsServerMissing(RuntimeError):
 def locate_metrics_server(*, build: bool = True) -> str:
     """The metrics-server binary: $COLOCATION_METRICS_SERVER, else hack/metrics-server/build.sh's
     (built if needed and `build`, with its progress on stderr)."""
-    given = os.environ.get(BIN_ENV)
-    if given:
-        if not os.access(given, os.X_OK):
-            raise MetricsServerMissing(f"{BIN_ENV}={given} is not an executable")
-        return given
-    root = source_root(BUILD_SCRIPT)
-    if root is None:
-        raise MetricsServerMissing(f"no source checkout with {BUILD_SCRIPT}: set {BIN_ENV} to a metrics-server binary")
-    if build and shutil.which("go") is None:
-        raise MetricsServerMissing("metrics-server is built from its Go module and go is not on the PATH "
-                                   "(Go 1.26 is needed)")
-    return run_build_script(root / BUILD_SCRIPT, build=build, timeout=BUILD_TIMEOUT_SECONDS,
-                            missing=MetricsServerMissing)
+    return locate_built(BUILD_SCRIPT, what="metrics-server", build=build, timeout=BUILD_TIMEOUT_SECONDS,
+                        missing=MetricsServerMissing, env=BIN_ENV)
 
 
 # ---- kwok ---------------------------------------------------------------------------------------
