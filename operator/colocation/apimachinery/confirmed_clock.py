@@ -31,7 +31,11 @@ class ConfirmedClock:
 
     def standing(self) -> float:
         """Seconds it has been standing still since the last confirmation (0 while it runs)."""
-        return max(0.0, self._monotonic() - self._confirmed - self.tolerance)
+        return self._standing_at(self._monotonic())
 
     def __call__(self) -> float:
-        return self._monotonic() - self._stood - self.standing()
+        now = self._monotonic()  # read once: two readings could make this one lower than the last
+        return now - self._stood - self._standing_at(now)
+
+    def _standing_at(self, now: float) -> float:
+        return max(0.0, now - self._confirmed - self.tolerance)
