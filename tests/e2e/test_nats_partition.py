@@ -136,8 +136,13 @@ async def test_a_leader_cut_off_from_nats_judges_no_node_silent_and_catches_up_a
         assert warned, "no read from the cut replica said its copy may be stale"
 
         async def caught_up() -> bool:
-            version, warning = await _list(cut, token)
-            return version >= version_at_heal and STALE not in (warning or "")
+            # Until its follower has subscribed again (its backoff), a consistent read on the cut
+            # replica waits for its copy and gets 503: not caught up yet (architecture.md, "Reads").
+            status, listed, warning = await get_with_warning(cut, BASE, token)
+            if status == 503:
+                return False
+            assert status == 200, listed
+            return int(listed["metadata"]["resourceVersion"]) >= version_at_heal and STALE not in (warning or "")
 
         await eventually_async(caught_up, timeout=20, interval=0.5, message="the cut replica's copy caught up")
         version_after, _ = await _list(cut, token)
