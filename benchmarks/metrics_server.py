@@ -35,7 +35,7 @@ import signal
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -183,11 +183,19 @@ async def measure_window(cluster: cp_cluster.Cluster, phase: Phase, seconds: flo
     phase.window_seconds = time.monotonic() - started
     phase.cpu_seconds = cpu.used()
     phase.rss_bytes = rss_by_component(cluster.server.pid)
-    rows = cp_kube_metrics.traffic(cp_kube_metrics.delta(before, after))
+    rows = window_traffic(cp_kube_metrics.delta(before, after))
     total = cp_kube_metrics.sum_traffic(rows.values())
     phase.apiserver_requests, phase.apiserver_bytes = total.requests, total.bytes
     phase.apiserver_traffic = {f"{group or 'core'}/{resource} {verb}": (row.requests, row.bytes)
                                for (group, resource, verb), row in rows.items() if not row.is_zero()}
+
+
+def window_traffic(window: cp_kube_metrics.Samples) -> dict[cp_kube_metrics.Key, cp_kube_metrics.Traffic]:
+    """kube-apiserver's traffic over a window, by row, without the watch requests' response bytes:
+    kube-apiserver counts those when a watch ends, all of its life at once, so they fall in a
+    window or not by chance; what watches send in the window is in the "watch event" rows."""
+    rows = cp_kube_metrics.traffic(window)
+    return {key: replace(row, response_bytes=0.0) if key[2] == "watch" else row for key, row in rows.items()}
 
 
 async def annotated_pod(cluster: cp_cluster.Cluster, node: str) -> dict[str, Any]:

@@ -66,3 +66,14 @@ def test_the_suite_runs_only_when_named() -> None:
     args = run.parser().parse_args(["--suite", "metrics-server", "--ms-nodes", "11", "--ms-window-seconds", "30"])
     config = metrics_server.config_from(args, Path("state"))
     assert (config.nodes, config.window_seconds, config.state_dir) == (11, 30.0, Path("state"))
+
+
+def test_a_watch_counts_what_it_sends_in_the_window_not_its_whole_life_when_it_ends() -> None:
+    pods = (("group", ""), ("resource", "pods"))
+    window = {("apiserver_request_total", (*pods, ("verb", "WATCH"))): 2.0,
+              ("apiserver_response_sizes_sum", (*pods, ("verb", "WATCH"))): 5000.0,  # two watches ended
+              ("apiserver_response_sizes_sum", (*pods, ("verb", "LIST"))): 300.0,
+              ("apiserver_watch_events_sizes_sum", pods): 700.0}
+    rows = metrics_server.window_traffic(window)
+    assert rows[("", "pods", "watch")].bytes == 0 and rows[("", "pods", "watch")].requests == 2
+    assert rows[("", "pods", "list")].bytes == 300 and rows[("", "pods", "watch event")].bytes == 700
