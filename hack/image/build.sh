@@ -87,8 +87,10 @@ import_base() {  # import_base TAR NAME
     "${buildah[@]}" config "${base_config[@]}" "$container"
     "${buildah[@]}" commit --quiet --rm "$container" "$2" >/dev/null
     # An older base (this script changed since) goes: images built on it keep their layers.
-    "${buildah[@]}" images --format '{{.Name}}:{{.Tag}}' | grep '/colocation-python-base:' | grep -vxF "$2" \
-        | xargs -r "${buildah[@]}" rmi >/dev/null
+    local stale
+    stale="$("${buildah[@]}" images --format '{{.Name}}:{{.Tag}}' | grep -F /colocation-python-base: \
+        | grep -vxF "$2" || true)"
+    [[ -z "$stale" ]] || "${buildah[@]}" rmi $stale >/dev/null
 }
 
 build_image() {  # build_image BASE
