@@ -16,6 +16,7 @@
 # whose inputs have not changed is not built again (the stamps are hashes of the inputs).
 # `--can-build` builds nothing: it exits 0 where buildah can build here, else prints why not and exits 1.
 # `--check` builds nothing: it prints the archive's path when it is up to date, else exits 1.
+# COLOCATION_CACHE moves the cache; DEBIAN_MIRROR, the mirror debootstrap reads.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -31,7 +32,7 @@ why_not() {  # prints why the image cannot be built here, or nothing
     for tool in buildah debootstrap; do
         command -v "$tool" >/dev/null || { echo "$tool is not installed (apt-get install buildah debootstrap skopeo)"; return; }
     done
-    [[ "$(id -u)" == 0 ]] || { echo "buildah here runs as root (debootstrap and chroot isolation need it)"; return; }
+    [[ "$(id -u)" == 0 ]] || { echo "it needs root (debootstrap, and buildah's chroot isolation)"; return; }
     "${buildah[@]}" images >/dev/null 2>&1 || echo "buildah does not work here (buildah --storage-driver vfs images fails)"
 }
 if [[ "${1:-}" == "--can-build" ]]; then
