@@ -109,8 +109,9 @@ mkdir -p "$out"
 base_hash="$( (declare -f make_base_tar; declare -p base_config MIRROR) | sha256sum | cut -c1-12)"
 base_tar="$out/python-base-bookworm-$base_hash.tar"
 base="localhost/colocation-python-base:bookworm-$base_hash"
-# The image's inputs: the build context the Dockerfile reads (.dockerignore's allow-list), and the base.
-inputs_hash="$( (echo "$base"; cd "$root" && find Dockerfile .dockerignore pyproject.toml README.md operator \
+# The image's inputs: the build context the Dockerfile reads (.dockerignore's allow-list), the base
+# and how it is built.
+inputs_hash="$( (echo "$base"; declare -f build_image; declare -p ARCHIVE_NAME; cd "$root" && find Dockerfile .dockerignore pyproject.toml README.md operator \
     requirements/image.txt requirements/build.txt -type f ! -path '*/__pycache__/*' ! -name '*.py[cod]' -print0 \
     | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16)"
 stamp="$out/.built-$inputs_hash"
