@@ -25,9 +25,10 @@ NATS_BUILD := hack/nats/build.sh
 PROMETHEUS_BUILD := hack/prometheus/build.sh
 CERT_MANAGER_BUILD := hack/cert-manager/build.sh
 METRICS_SERVER_BUILD := hack/metrics-server/build.sh
+IMAGE_BUILD := hack/image/build.sh
 CHART := charts/colocation
 
-.PHONY: help venv run test lint typecheck docs unit fuzz e2e e2e-kube kube kubectl-ready helm nats prometheus cert-manager metrics-server chart bench e2e-kind clean
+.PHONY: help venv run test lint typecheck docs unit fuzz e2e e2e-kube kube kubectl-ready helm nats prometheus cert-manager metrics-server image chart bench e2e-kind clean
 
 help:  ## show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -86,7 +87,7 @@ e2e-kube: $(STAMP) kubectl-ready  ## e2e tests against the real control plane (`
 	@if command -v go >/dev/null; then $(BIN)/pytest tests/e2e --apiserver kube $(PYTEST_ARGS); \
 	else echo "skip: e2e against the real control plane: Go 1.26 is not installed, so it cannot be built"; fi
 
-test: lint typecheck docs kubectl-ready chart nats prometheus cert-manager metrics-server unit  ## everything CI runs: lint, types, docs, unit, e2e on the sandbox and on the real control plane
+test: lint typecheck docs kubectl-ready chart nats prometheus cert-manager metrics-server image unit  ## everything CI runs: lint, types, docs, unit, e2e on the sandbox and on the real control plane
 	BIN=$(BIN) scripts/e2e-both.sh $(PYTEST_ARGS)
 
 helm:  ## build helm 4 from its Go module (cached in ~/.cache/colocation; cold: about 4 minutes)
@@ -111,6 +112,11 @@ cert-manager:  ## build cert-manager's controller and cainjector (ours, over its
 metrics-server:  ## build metrics-server from its Go module (cached in ~/.cache/colocation), where Go is installed
 	@if command -v go >/dev/null; then time $(METRICS_SERVER_BUILD) >/dev/null; \
 	else echo "skip: metrics-server: Go 1.26 is not installed, so it cannot be built"; fi
+
+# The image's e2e tests (tests/e2e/test_image.py, on the real control plane) skip, saying so, without it.
+image:  ## build the image colocation:dev with buildah (as root) and export it as an OCI archive in ~/.cache/colocation/image
+	@if why="$$($(IMAGE_BUILD) --can-build)"; then time $(IMAGE_BUILD) >/dev/null; \
+	else echo "skip: the image: $$why"; fi
 
 # helm lint and helm template on the chart, with every optional feature off and on; the unit tests
 # (tests/unit/charts) compare what it renders with manifests/.

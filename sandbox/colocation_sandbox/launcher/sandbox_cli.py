@@ -83,6 +83,10 @@ from colocation.clicommon import common_options
               help="With --apiserver kube: cert-manager issues the operators' serving certificate "
                    "(manifests/components/cert-manager), its controller and cainjector built by "
                    "hack/cert-manager/build.sh and run as processes.")
+@click.option("--image", default=None, metavar="NAME",
+              help="With --apiserver kube: run the operator replicas and the agents from this image's root "
+                   "filesystem (in buildah's storage: `make image` builds colocation:dev), each chrooted into it, "
+                   "read-only, as its pod's user. Not with --store nats.")
 @common_options
 def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
@@ -90,7 +94,7 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
                     serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
                     agents: bool, agent_args: tuple[str, ...], max_restart_period: float,
                     audit_log: Path | None, store: str, kwok_resource_metrics: bool, metrics_servers: int,
-                    cert_manager: bool) -> None:
+                    cert_manager: bool, image: str | None) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
     capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
     answers, and runs until interrupted (SIGINT/SIGTERM).
@@ -101,8 +105,10 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
     """
     if not serve_custom_metrics:
         agent_args = ("--scrape-interval=0", *agent_args)  # a later --agent-arg=--scrape-interval=… still wins
+    if image is not None and (apiserver != "kube" or store == "nats"):
+        raise click.BadParameter("runs with --apiserver kube and the in-memory store only", param_hint="--image")
     if apiserver == "kube":
-        _run_kube(api_only=api_only, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
+        _run_kube(image=image, api_only=api_only, port=port, state_dir=state_dir, kubeconfig_out=kubeconfig_out,
                   operators=operators, operator_args=operator_args,
                   components=(*_components(serve_resource_metrics and not metrics_servers, serve_custom_metrics),
                               *(("cert-manager",) if cert_manager else ())),
@@ -169,6 +175,7 @@ def _components(serve_resource_metrics: bool, serve_custom_metrics: bool) -> tup
 def _run_kube(**options: object) -> None:
     """The real control plane (colocation_sandbox.launcher.controlplane), with the same processes and flags."""
     from colocation_sandbox.launcher.controlplane.binaries import BinariesMissing
+    from colocation_sandbox.launcher.controlplane.image_root import ImageUnavailable
     from colocation_sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig, serve_kube_sandbox
     from colocation_sandbox.launcher.controlplane.metricsserver import MetricsServerMissing
     from colocation_sandbox.launcher.controlplane.podnetwork import PodNetworkUnavailable
@@ -183,5 +190,5 @@ def _run_kube(**options: object) -> None:
 
     try:
         asyncio.run(main())
-    except (BinariesMissing, PodNetworkUnavailable, NatsServerMissing, MetricsServerMissing) as error:
+    except (BinariesMissing, PodNetworkUnavailable, NatsServerMissing, MetricsServerMissing, ImageUnavailable) as error:
         raise click.ClickException(str(error)) from None

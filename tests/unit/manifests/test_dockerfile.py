@@ -1,6 +1,6 @@
-"""The Dockerfile and its lock files, read statically (no container engine here): every runtime
-dependency pinned with a hash, installed with --require-hashes, a numeric non-root user, and no
-build tools in the final stage."""
+"""The Dockerfile and its lock files, read statically (tests/e2e/test_image.py runs the image that
+`make image` builds): every runtime dependency pinned with a hash, installed with --require-hashes,
+a numeric non-root user, and no build tools in the final stage."""
 
 from __future__ import annotations
 

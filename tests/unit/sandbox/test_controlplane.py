@@ -19,12 +19,16 @@ from colocation_sandbox.launcher.controlplane import kwokstages, metricsserver, 
 from colocation_sandbox.launcher.controlplane.binaries import kubectl_binary
 from colocation_sandbox.launcher.controlplane.components import audit_flags
 from colocation_sandbox.launcher.controlplane.container_spec import (
+    container_args,
     container_command,
     container_environment,
+    container_mounts,
+    empty_dir_volumes,
     expand_variables,
     secret_files,
     write_secret_volume,
 )
+from colocation_sandbox.launcher.controlplane.image_root import ImageUnavailable, numeric_user, pod_user
 from colocation_sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig, _project_objects
 from colocation_sandbox.launcher.controlplane.podnetwork import SUPERNET, free_subnet, owner_pid
 
@@ -57,6 +61,24 @@ def test_the_agent_container_runs_with_its_own_args_and_host_paths() -> None:
     assert args[:3] == ["agent", "--node-name", "node-1"]
     assert args[args.index("--proc-root") + 1] == "/proc"
     assert args[args.index("--cgroup-root") + 1] == "/sys/fs/cgroup"
+
+
+def test_in_the_image_the_agent_gets_its_mounts_and_its_pods_user() -> None:
+    """With --image, the manifest's volumes are mounted where it says (the emptyDir: the kubelet's
+    directory), its args stay as written, and it runs as its securityContext's user."""
+    spec = agent_pod_spec()
+    container = spec["containers"][0]
+    assert empty_dir_volumes(spec) == ["tmp"]
+    mounts = container_mounts(spec, container, {"tmp": "/state/volumes/tmp"})
+    assert sorted(mounts) == [("/proc", "/host/proc", True), ("/state/volumes/tmp", "/tmp", False),
+                              ("/sys/fs/cgroup", "/host/sys/fs/cgroup", True)]
+    args = container_args(container, {"NODE_NAME": "node-1"})
+    assert args[args.index("--proc-root") + 1] == "/host/proc"
+    assert pod_user(spec, container, (1000, 1000)) == (65532, 65532)
+    assert pod_user({}, {"securityContext": {"runAsUser": 7}}, (1000, 1001)) == (7, 1001)
+    assert numeric_user("65532:65532") == (65532, 65532) and numeric_user("5") == (5, 5)
+    with pytest.raises(ImageUnavailable):
+        numeric_user("colocation")
 
 
 def test_a_path_that_only_starts_like_a_mount_is_not_rewritten() -> None:

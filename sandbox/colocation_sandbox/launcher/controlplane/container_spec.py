@@ -43,14 +43,32 @@ def container_command(pod_spec: Obj, container: Obj, env: dict[str, str], *,
     host_paths.update(volume_dirs or {})
     rewrites = [(mounts[name], path) for name, path in host_paths.items() if name in mounts]
     args = []
-    for arg in container.get("args") or ():
-        value = expand_variables(str(arg), env)
+    for value in container_args(container, env):
         flag, equals, path = value.partition("=") if value.startswith("--") else ("", "", value)
         for mount_path, host_path in rewrites:
             if path == mount_path or path.startswith(mount_path + "/"):
                 path = host_path + path[len(mount_path):]
         args.append(flag + equals + path)
     return [sys.executable, "-m", "colocation", *(container.get("command") or [])[1:]], args
+
+
+def container_args(container: Obj, env: dict[str, str]) -> list[str]:
+    """The container's args with `$(VAR)` expanded, as the kubelet passes them."""
+    return [expand_variables(str(arg), env) for arg in container.get("args") or ()]
+
+
+def container_mounts(pod_spec: Obj, container: Obj, volume_dirs: Mapping[str, str]) -> list[tuple[str, str, bool]]:
+    """(source on this machine, mountPath, readOnly) of each volume the container mounts: a hostPath
+    volume's host path, or `volume_dirs`' directory for the volumes the kubelet made."""
+    sources = {v["name"]: v["hostPath"]["path"] for v in pod_spec.get("volumes") or () if "hostPath" in v}
+    sources.update(volume_dirs)
+    return [(sources[m["name"]], m["mountPath"], bool(m.get("readOnly")))
+            for m in container.get("volumeMounts") or () if m["name"] in sources]
+
+
+def empty_dir_volumes(pod_spec: Obj) -> list[str]:
+    """The names of the pod's emptyDir volumes."""
+    return [v["name"] for v in pod_spec.get("volumes") or () if "emptyDir" in v]
 
 
 def container_port(container: Obj, name: str, default: int) -> int:

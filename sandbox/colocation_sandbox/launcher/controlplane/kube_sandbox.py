@@ -9,6 +9,7 @@ before the nodes, serving clients on the bridge's second address, where the oper
 it. With `metrics_servers`, metrics-server processes serve metrics.k8s.io from kwok's resource
 metrics (colocation_sandbox.launcher.controlplane.metricsserver), started once the nodes exist.
 `ready: kubeconfig=PATH` is printed once every APIService of the project is Available.
+With `image`, the operator replicas and the agents run from that image's root filesystem (image_root).
 With the `cert-manager` component, cert-manager's CRDs are applied before the project and its
 controller and cainjector (hack/cert-manager/build.sh) run as processes with the admin kubeconfig.
 SIGINT/SIGTERM stops everything started, last first, and removes the pod network.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -41,6 +43,7 @@ from colocation_sandbox.launcher.child_processes import (
 from colocation_sandbox.launcher.controlplane import fakenodes, kwokstages, metricsserver, pki
 from colocation_sandbox.launcher.controlplane.binaries import Binaries, locate, locate_cert_manager
 from colocation_sandbox.launcher.controlplane.components import ClusterSettings, ControlPlane
+from colocation_sandbox.launcher.controlplane.image_root import ImageRoot, Mount
 from colocation_sandbox.launcher.controlplane.kubelet import NodeKubelet
 from colocation_sandbox.launcher.controlplane.podnetwork import PodNetwork
 from colocation_sandbox.launcher.controlplane.restclient import RestClient, client_for
@@ -80,6 +83,7 @@ class KubeSandboxConfig:
     # agents') is then what their annotations say (controlplane.metricsserver)
     kwok_resource_metrics: bool = False
     metrics_servers: int = 0  # metrics-server processes behind v1beta1.metrics.k8s.io (implies the above)
+    image: str | None = None  # the operators and agents run from this image's root filesystem (image_root)
 
 
 def kubectl(binaries: Binaries, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
@@ -124,6 +128,7 @@ class KubeSandbox:
         self.metrics_servers: metricsserver.MetricsServers | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self.cert_manager: list[asyncio.subprocess.Process] = []
+        self.image_root: ImageRoot | None = None
         self.operator_args = config.operator_args  # the flags of every replica, the store's first
 
     @property
@@ -140,6 +145,8 @@ class KubeSandbox:
         nats_server = await asyncio.to_thread(locate_nats_server) if with_nats else None
         with_metrics_server = config.metrics_servers > 0 and not config.api_only
         metrics_server = await asyncio.to_thread(metricsserver.locate_metrics_server) if with_metrics_server else None
+        if config.image is not None and not config.api_only:
+            self.image_root = await asyncio.to_thread(ImageRoot.open, config.image)
         self.network = network = await asyncio.to_thread(PodNetwork.create)
         pki_ = pki.create(config.state_dir / "pki", apiserver_ips=(network.gateway, SERVICE_IP))
         kwok_metrics = self.usage_annotations
@@ -258,7 +265,7 @@ class KubeSandbox:
                                    state_dir=config.state_dir, capacity=machine_capacity(), labels=labels,
                                    extra_args={"operator": self.operator_args, "agent": config.agent_args},
                                    run_agents=config.nodes > 0 and config.agents, on_state=self._write_agents_state,
-                                   max_restart_period=config.max_restart_period)
+                                   max_restart_period=config.max_restart_period, image_root=self.image_root)
         await self.kubelet.start()
         specs = fakenodes.simulated_specs(config.nodes, config.pods_per_node, usage_annotations=self.usage_annotations)
         if specs:
@@ -280,11 +287,22 @@ class KubeSandbox:
             nodes_file.chmod(0o600)  # it holds tokens
             port = free_port()
             log_path = state / "logs" / f"agents-simulated-{index}.log"
-            command = [sys.executable, "-m", "colocation", "agent", "--kubeconfig", str(kubeconfig),
-                       "--simulated-nodes", str(nodes_file), "--metrics-bind-address", "127.0.0.1",
-                       "--metrics-port", str(port), "--operator-namespace", permissions.OPERATOR_NAMESPACE,
-                       *self.config.agent_args]
-            process = await start_logged(command, log_path, {"POD_NAMESPACE": permissions.OPERATOR_NAMESPACE})
+            env = {"POD_NAMESPACE": permissions.OPERATOR_NAMESPACE}
+            files = {"--kubeconfig": kubeconfig, "--simulated-nodes": nodes_file}
+            image = self.image_root
+            paths = {flag: str(path) if image is None else f"/run/colocation-sandbox/{path.name}"
+                     for flag, path in files.items()}
+            program = ["agent", *(item for pair in paths.items() for item in pair),
+                       "--metrics-bind-address", "127.0.0.1", "--metrics-port", str(port),
+                       "--operator-namespace", permissions.OPERATOR_NAMESPACE, *self.config.agent_args]
+            if image is None:
+                command = [sys.executable, "-m", "colocation", *program]
+            else:
+                for path in files.values():
+                    os.chown(path, *image.user)  # owner-only files, read by the image's user
+                command = image.command(["colocation", *program], user=image.user, env=env, mounts=[
+                    Mount(path, paths[flag]) for flag, path in files.items()])
+            process = await start_logged(command, log_path, env)
             self.simulated_agents.append(process)
             self._simulated_states.append({"nodes": [s.node for s in group], "simulated": True, "host": "127.0.0.1",
                                            "metricsPort": port, "pid": process.pid, "restarts": 0,
@@ -332,6 +350,8 @@ class KubeSandbox:
         if self.metrics_servers is not None:
             await self.metrics_servers.stop()
         await terminate(self.cert_manager, CERT_MANAGER_STOP_GRACE)
+        if self.image_root is not None:
+            await asyncio.to_thread(self.image_root.close)
         if self.plane is not None:
             await self.plane.stop()
         if self.network is not None:

@@ -7,7 +7,9 @@ probes set the pod's Ready condition; containers restart as the pod's restartPol
 CrashLoopBackOff; deletion stops them within the grace period. It authenticates as
 `system:node:NAME`, so the Node authorizer and NodeRestriction apply to it. A Secret volume is
 written under STATE_DIR/volumes before the container starts (which waits for the Secret to exist),
-and written again when the Secret changes (read every SECRET_REFRESH_SECONDS).
+and written again when the Secret changes (read every SECRET_REFRESH_SECONDS). With `--image`, each
+container runs in the image's root filesystem instead, its volumes mounted where the pod says
+(`image_root`).
 
 What it does, and why not kwok: docs/development.md#the-real-control-plane
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import shutil
 import signal
@@ -43,13 +46,17 @@ from colocation_sandbox.launcher.child_processes import (
 )
 from colocation_sandbox.launcher.controlplane import pki
 from colocation_sandbox.launcher.controlplane.container_spec import (
+    container_args,
     container_command,
     container_environment,
+    container_mounts,
     container_port,
+    empty_dir_volumes,
     secret_files,
     secret_volumes,
     write_secret_volume,
 )
+from colocation_sandbox.launcher.controlplane.image_root import KUBECONFIG, ImageRoot, Mount, pod_user
 from colocation_sandbox.launcher.controlplane.pod_status import (
     ContainerReport,
     container_exit_code,
@@ -128,8 +135,9 @@ class NodeKubelet:
     def __init__(self, *, name: str, server: str, pki_: pki.Pki, network: PodNetwork, state_dir: Path,
                  capacity: tuple[int, int], labels: dict[str, str], extra_args: dict[str, tuple[str, ...]],
                  run_agents: bool = True, on_state: Callable[[], None] | None = None,
-                 max_restart_period: float = 300.0) -> None:
+                 max_restart_period: float = 300.0, image_root: ImageRoot | None = None) -> None:
         self.name = name
+        self.image_root = image_root  # --image: containers run in the image's root filesystem (image_root)
         self.max_restart_period = max_restart_period
         self.server = server
         self.pki = pki_
@@ -350,10 +358,33 @@ class NodeKubelet:
         return container_environment(running.container, fields)
 
     def _command(self, running: RunningPod, env: dict[str, str], kubeconfig: Path) -> list[str]:
-        program, args = container_command(running.spec, running.container, env, volume_dirs=running.volume_dirs)
-        subcommand = args[0] if args else ""
-        return ["ip", "netns", "exec", running.netns, *program, *args, "--kubeconfig", str(kubeconfig),
-                *self.extra_args.get(subcommand, ())]
+        if self.image_root is not None:
+            command = self._command_in_image(self.image_root, running, env, kubeconfig)
+        else:
+            program, args = container_command(running.spec, running.container, env,
+                                              volume_dirs=running.volume_dirs)
+            command = [*program, *args, "--kubeconfig", str(kubeconfig),
+                       *self.extra_args.get(args[0] if args else "", ())]
+        return ["ip", "netns", "exec", running.netns, *command]
+
+    def _command_in_image(self, image: ImageRoot, running: RunningPod, env: dict[str, str],
+                          kubeconfig: Path) -> list[str]:
+        """The container's own command and args, run in the image with its volumes mounted where the
+        pod says (an emptyDir is a new directory of the kubelet's) and its kubeconfig at KUBECONFIG."""
+        for name in empty_dir_volumes(running.spec):
+            if name not in running.volume_dirs:
+                directory = self._volume_root(running) / name
+                directory.mkdir(parents=True, exist_ok=True)
+                directory.chmod(0o777)  # as the kubelet makes an emptyDir: any user of the pod may write
+                running.volume_dirs[name] = str(directory)
+        args = container_args(running.container, env)
+        volumes = container_mounts(running.spec, running.container, running.volume_dirs)
+        mounts = [Mount(Path(source), target, read_only) for source, target, read_only in volumes]
+        program = [*(running.container.get("command") or ()), *args, "--kubeconfig", KUBECONFIG,
+                   *self.extra_args.get(args[0] if args else "", ())]
+        user = pod_user(running.spec, running.container, image.user)
+        os.chown(kubeconfig, *user)  # still owner-only: the container's user reads its own token
+        return image.command(program, user=user, mounts=[*mounts, Mount(kubeconfig, KUBECONFIG)], env=env)
 
     async def _start_container(self, running: RunningPod, pod: Obj) -> None:
         # A restart keeps its token (a week's), as the kubelet keeps a projected token's file: a
