@@ -4,5 +4,6 @@
 pod will use (Koordinator's estimator); `node_figures` reduces a node's NodeMetric and the pods
 bound to it to the numbers a request reads; `load_aware_filter` and `load_aware_score` judge
 candidate nodes; `tentative_placements` counts the pods ranked first that no watch has shown bound.
-Serving the scheduler's extender API sits on top.
+The scheduler extender sits on top: `bound_pods` (the pod cache), `node_figure_cache` (each node's
+figures, computed ahead of requests), `extender_wire` (the scheduler's JSON) and `extender_answers`.
 """

@@ -22,7 +22,7 @@ class TentativePlacements:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
         self._clock = clock
-        self._hold = hold_seconds
+        self.hold_seconds = hold_seconds  # the configuration's tentativeHoldSeconds: set anew when it changes
         self._max = max_entries
         # uid -> (node, pod, expiry): insertion order is expiry order, as the hold is the same for all.
         self._entries: OrderedDict[str, tuple[str, AssignedPod, float]] = OrderedDict()
@@ -31,10 +31,10 @@ class TentativePlacements:
 
     def place(self, uid: str, *, node: str, pod: AssignedPod) -> None:
         """The pod `uid` was ranked first on `node`; a later ranking of the same pod replaces this one."""
-        if self._hold <= 0:
+        if self.hold_seconds <= 0:
             return
         self._forget(uid)
-        self._entries[uid] = (node, pod, self._clock() + self._hold)
+        self._entries[uid] = (node, pod, self._clock() + self.hold_seconds)
         self._by_node.setdefault(node, {})[uid] = pod
         while len(self._entries) > self._max:
             self._forget(next(iter(self._entries)))
@@ -48,6 +48,11 @@ class TentativePlacements:
         """The pods placed on `node` and still held."""
         self._expire()
         return tuple(self._by_node.get(node, {}).values())
+
+    def nodes(self) -> frozenset[str]:
+        """The nodes with pods placed on them and still held."""
+        self._expire()
+        return frozenset(self._by_node)
 
     def __len__(self) -> int:
         self._expire()

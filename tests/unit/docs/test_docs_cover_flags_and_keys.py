@@ -49,6 +49,7 @@ SHARED_FLAGS_HEADING = "Flags of every subcommand"
 # Flags the docs name that belong to other programs, each with its program.
 OTHER_PROGRAMS_FLAGS = {
     "--api-audiences": "kube-apiserver",
+    "--config": "kube-scheduler",
     "--service-account-issuer": "kube-apiserver",
     "--requestheader-*": "kube-apiserver",
     "--proxy-client-*": "kube-apiserver",
