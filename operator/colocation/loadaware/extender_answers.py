@@ -72,9 +72,10 @@ class LoadAwareExtender:
 
 def _best_fresh(names: tuple[str, ...], scores: Mapping[str, int], figures: Mapping[str, NodeFigures], *,
                 now: float, config: LoadAwareConfig) -> str | None:
-    best: str | None = None
-    for name in names:
-        state = freshness(figures.get(name), now=now, expiration_seconds=config.node_metric_expiration_seconds)
-        if state == "fresh" and (best is None or scores[name] > scores[best]):
-            best = name
-    return best
+    """The first fresh candidate of the highest score: the scores in one pass, freshness only for those."""
+    for score in sorted(set(scores.values()), reverse=True):
+        for name in names:
+            if scores[name] == score and freshness(figures.get(name), now=now,
+                                                   expiration_seconds=config.node_metric_expiration_seconds) == "fresh":
+                return name
+    return None

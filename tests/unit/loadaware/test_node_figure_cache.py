@@ -10,6 +10,7 @@ import orjson
 from colocation.loadaware.bound_pods import BoundPods, pruned_pod
 from colocation.loadaware.load_aware_config import LoadAwareConfig
 from colocation.loadaware.node_figure_cache import NodeFigureCache
+from colocation.loadaware.node_figures import AssignedPod
 from colocation.loadaware.tentative_placements import TentativePlacements
 from colocation.nodemetrics.nodemetric_store import NodeMetricStore
 from colocation.nodemetrics.report_schema import validate_report
@@ -73,3 +74,21 @@ def test_a_node_without_a_report_or_allocatable_has_no_figures_and_gone_nodes_ar
     cluster.store.delete("node-2")
     cluster.cache.refresh(config)
     assert cluster.cache.node("node-2", config) is None
+
+
+async def test_a_tentative_pod_adds_what_a_pod_bound_since_the_report_would() -> None:
+    cluster, config = Cluster(), LoadAwareConfig()
+    cluster.report("node-1", "1000m")
+    await cluster.pods.on_sync([pruned_pod(api_pod("old", "node-1", scheduled="2020-01-01T00:00:00Z"))], "1")
+    cluster.cache.refresh(config)
+    base = cluster.cache.node("node-1", config)
+    assert base is not None and base.used["cpu"] == 1000 + 1700  # not in the report: its estimate counts
+    tentatives = TentativePlacements(clock=cluster.clock, hold_seconds=30)
+    cache = NodeFigureCache(cluster.store, cluster.pods, tentatives, allocatable=cluster.allocatable.get)
+    tentatives.place("uid-new", node="node-1", pod=AssignedPod(namespace="default", name="new", prod=True,
+                                                               estimate={"cpu": 500, "memory": 0}, assigned_at=None))
+    held = cache.node("node-1", config)
+    assert held is not None and held.used["cpu"] == base.used["cpu"] + 500
+    assert held.prod_used["cpu"] == base.prod_used["cpu"] + 500
+    cluster.clock.advance(30)
+    assert cache.node("node-1", config) == base  # the hold passed
