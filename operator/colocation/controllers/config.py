@@ -1,9 +1,11 @@
 """The cluster configuration, ConfigMap colocation-config: its keys parsed each on its own.
 
-Each of the five keys holds one strategy with per-node rules (colocation.koordinator.slo_config);
-a key absent or blank takes the built-in defaults. Everything here is pure: the controller feeds
-it the ConfigMap's data and node labels, keeps the last good value of a key whose new value is
-invalid (`ParsedConfig.keeping_last_good`), and posts `ParsedConfig.errors` as Warning events.
+Each of the five NodeSLO keys holds one strategy with per-node rules
+(colocation.koordinator.slo_config); `load-aware-config` holds the scheduler's load-aware
+settings, one object for the whole cluster (colocation.loadaware.load_aware_config). A key absent
+or blank takes the built-in defaults. Everything here is pure: the controller feeds it the
+ConfigMap's data and node labels, keeps the last good value of a key whose new value is invalid
+(`ParsedConfig.keeping_last_good`), and posts `ParsedConfig.errors` as Warning events.
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ from colocation.koordinator.slo_strategies import (
     HostApplicationStrategy,
     NodeStrategies,
     ResourceThresholdStrategy,
+    Strategy,
     SystemStrategy,
 )
+from colocation.loadaware.load_aware_config import LOAD_AWARE_KEY, LoadAwareConfig, parse_load_aware_config
 
 CONFIG_MAP_NAME = "colocation-config"
+# Every key the operator reads, with its model: the NodeSLO strategies and the scheduler's settings.
+CONFIG_KEY_MODELS: dict[str, type[Strategy]] = {**STRATEGY_MODELS, LOAD_AWARE_KEY: LoadAwareConfig}
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ class ParsedConfig:
         return ParsedConfig(keys, self.errors)
 
     def key(self, key: str) -> KeyConfig[Any]:
-        return self.keys.get(key) or KeyConfig(STRATEGY_MODELS[key]())
+        return self.keys.get(key) or KeyConfig(CONFIG_KEY_MODELS[key]())
 
     @property
     def colocation(self) -> KeyConfig[ColocationStrategy]:
@@ -73,11 +79,16 @@ class ParsedConfig:
     def host_applications(self) -> KeyConfig[HostApplicationStrategy]:
         return cast(KeyConfig[HostApplicationStrategy], self.key(HOST_APPLICATION_KEY))
 
+    @property
+    def load_aware(self) -> LoadAwareConfig:
+        """The scheduler's load-aware settings: one value for the cluster, no per-node rules."""
+        return cast(LoadAwareConfig, self.key(LOAD_AWARE_KEY).cluster)
+
 
 def parse_config(data: Mapping[str, str] | None) -> ParsedConfig:
     """Parse the ConfigMap's `data`; every known key independently of the others.
 
-    Keys other than the five strategy keys are ignored. Errors read like
+    Keys other than the five strategy keys and `load-aware-config` are ignored. Errors read like
     `colocation-config: clusterStrategy.cpuReclaimThresholdPercent: Input should be greater
     than or equal to 0 (got -1)`: the key, then the field, then the problem.
     """
@@ -90,6 +101,12 @@ def parse_config(data: Mapping[str, str] | None) -> ParsedConfig:
             keys[key] = parse(model, text) if text and text.strip() else KeyConfig(model())
         except ConfigError as exc:
             errors[key] = f"{key}: {exc}"
+    text = (data or {}).get(LOAD_AWARE_KEY)
+    try:
+        value = parse_load_aware_config(text) if text and text.strip() else LoadAwareConfig()
+        keys[LOAD_AWARE_KEY] = KeyConfig(value)  # no per-node rules: `for_labels` gives it to every node
+    except ConfigError as exc:
+        errors[LOAD_AWARE_KEY] = f"{LOAD_AWARE_KEY}: {exc}"
     return ParsedConfig(keys, errors)
 
 

@@ -95,13 +95,24 @@ def parse_applications_key(model: type[S], text: str) -> KeyConfig[S]:
     return KeyConfig(cluster, tuple(rules))
 
 
-def _document(text: str, fields: set[str], shape: str) -> dict[str, Any]:
+def parse_object_key(model: type[S], text: str) -> S:
+    """Parse a key whose value is one object of `model`'s fields, without per-node rules (the
+    scheduler's `load-aware-config`). Raises ConfigError, worded as for the other keys."""
+    return _validate(model, _json_object(text), "")
+
+
+def _json_object(text: str) -> dict[str, Any]:
     try:
         document = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         raise ConfigError(f"invalid JSON: {exc}") from None
     if not isinstance(document, dict):
         raise ConfigError(f"must be a JSON object, not {_json_type(document)}")
+    return document
+
+
+def _document(text: str, fields: set[str], shape: str) -> dict[str, Any]:
+    document = _json_object(text)
     unknown = sorted(set(document) - fields)
     if unknown:
         raise ConfigError(f'unknown field "{unknown[0]}": expected {shape}')

@@ -138,6 +138,15 @@ def _check_serving_files(cert_file: Path, key_file: Path) -> None:
 @click.option("--evaluation-shards", type=click.IntRange(1, 16), default=1, show_default=True,
               help="With --store nats: share the evaluations of the nodes among the Ready replicas, in this many "
                    "shards, each held through a Lease of its own (1: the leader evaluates every node).")
+@click.option("--scheduler-extender-port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Serve kube-scheduler's load-aware extender (POST /scheduler/filter and /scheduler/prioritize) "
+                   "over HTTPS on this port, with the serving certificate, on every Ready replica; 0: not served. "
+                   "Runs a Pod informer of bound pods.")
+@click.option("--scheduler-extender-client-ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=None,
+              help="Require of every caller of the extender's port a client certificate these CAs (PEM) signed "
+                   "(the scheduler's tlsConfig certFile/keyFile). Default: no client certificate asked; anyone "
+                   "who reaches the port may call it.")
 @common_options
 def operator_command(kubeconfig: Path | None, namespace: str, identity: str | None, *, bind_address: str, port: int,
                      advertise_address: str, tls_cert_file: Path | None, tls_key_file: Path | None,
@@ -152,7 +161,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                      recovery_renewals: int, shutdown_delay: float, service_account_audiences: tuple[str, ...],
                      controllers: bool, store: str, nats_servers: tuple[str, ...], nats_ca_file: str | None,
                      nats_user: str, nats_password_file: str | None, nats_storage: str, nats_replicas: int,
-                     evaluation_shards: int) -> None:
+                     evaluation_shards: int, scheduler_extender_port: int,
+                     scheduler_extender_client_ca_file: Path | None) -> None:
     """Run an operator replica: leader election, the NodeMetric aggregated API, standby replication,
     and on the leader the controllers (NodeSLO, NodeResource batch resources, node health and evictions).
 
@@ -191,6 +201,10 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
     if evaluation_shards > 1 and store != "nats":
         raise click.BadParameter("--evaluation-shards above 1 needs --store nats (every replica then holds every "
                                  "node's reports)")
+    if scheduler_extender_client_ca_file is not None and scheduler_extender_port == 0:
+        raise click.BadParameter("--scheduler-extender-client-ca-file goes with --scheduler-extender-port")
+    if scheduler_extender_port != 0 and scheduler_extender_port == port:
+        raise click.BadParameter("--scheduler-extender-port must differ from --port")
     config = OperatorConfig(kubeconfig=kubeconfig, namespace=namespace, identity=identity or _default_identity(),
                             bind_address=bind_address, port=port, advertise_address=advertise_address,
                             tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, tls_ca_file=tls_ca_file,
@@ -212,7 +226,8 @@ def operator_command(kubeconfig: Path | None, namespace: str, identity: str | No
                             service_account_audiences=tuple(service_account_audiences), ca_policy=ca_policy,
                             nats=nats, nats_log=LogSettings(storage="file" if nats_storage == "file" else "memory",
                                                             replicas=nats_replicas),
-                            evaluation_shards=evaluation_shards)
+                            evaluation_shards=evaluation_shards, scheduler_extender_port=scheduler_extender_port,
+                            scheduler_extender_client_ca_file=scheduler_extender_client_ca_file)
     try:
         config = release_dead_predecessor(config)  # before importing the rest: every second counts
         from colocation.manager.operator_process import run

@@ -45,6 +45,10 @@ class OperatorConfig:
     nats_log: LogSettings = field(default_factory=LogSettings)
     # --evaluation-shards (with --store nats): the nodes' evaluations shared among the replicas.
     evaluation_shards: int = 1
+    # --scheduler-extender-port: kube-scheduler's load-aware extender on its own HTTPS listener (0: off).
+    scheduler_extender_port: int = 0
+    # --scheduler-extender-client-ca-file: callers must present a client certificate these CAs signed.
+    scheduler_extender_client_ca_file: Path | None = None
 
     def is_predecessor(self, holder: str) -> bool:
         """Whether `holder` is this pod's previous process (the container restarted, so it is dead)."""

@@ -59,7 +59,9 @@ from colocation.kube.lease_record import (
 )
 from colocation.kube.nodes import NodeDirectory
 from colocation.kube.transport import kube_transport
+from colocation.loadaware.load_aware_config import LoadAwareConfig
 from colocation.manager.api_assembly import assemble_api, delegated_auth
+from colocation.manager.extender_assembly import SchedulerExtender, assemble_extender
 from colocation.manager.heap_trim import HeapTrimmer, libc_malloc_trim
 from colocation.manager.leader_versions import LeaderVersions
 from colocation.manager.operator_config import OperatorConfig
@@ -454,6 +456,12 @@ class OperatorProcess:
             served.server.ready_check = lambda: self._ready(follower)
             if config.controllers.enabled:  # before the election starts: a replica that leads promotes them
                 self.controllers = self._warm_controllers(api)
+            extender = extender_runner = None
+            if config.scheduler_extender_port:
+                extender = assemble_extender(self.store, self.nodes, config=self._load_aware_config,
+                                             ready=lambda: self._ready(follower) and self._config_loaded(),
+                                             registry=self.metrics.registry)
+                extender_runner = await self._serve_extender(extender)
             # With --store nats the copy of the stream stays current through the drain (below): a
             # draining replica still serves reads, and a frozen copy would answer with older versions.
             copying = asyncio.create_task(self._keep_copy_current(follower))
@@ -468,6 +476,9 @@ class OperatorProcess:
                 tasks.append(asyncio.create_task(authenticator.local.keys.run()))
             if served.pods is not None:
                 tasks.append(asyncio.create_task(served.pods.informer(kube_transport(api)).run()))
+            if extender is not None:
+                tasks += [asyncio.create_task(extender.informer(kube_transport(api)).run()),
+                          asyncio.create_task(extender.refresh_forever())]
             # The pod webhook answers on every replica, from its own copy of the profiles.
             tasks += [asyncio.create_task(informer.run())
                       for informer in served.pod_webhook.informers(kube_transport(api))]
@@ -513,6 +524,8 @@ class OperatorProcess:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await copying
                 self.store.close_watchers()
+                if extender_runner is not None:
+                    await extender_runner.cleanup()
                 await runner.cleanup()
         if self.controllers_failed:
             return EXIT_CONTROLLERS_FAILED
@@ -543,6 +556,36 @@ class OperatorProcess:
             return True
         return follower is not None and follower.serving_copy() and samples_ready
 
+    def _load_aware_config(self) -> LoadAwareConfig:
+        """The load-aware settings of colocation-config, as the controllers read it (every replica runs
+        them); the defaults without controllers."""
+        if self.controllers is None:
+            return _DEFAULT_LOAD_AWARE
+        return self.controllers.config.parsed.load_aware
+
+    def _config_loaded(self) -> bool:
+        return self.controllers is None or self.controllers.config.loaded
+
+    async def _serve_extender(self, extender: SchedulerExtender) -> web.AppRunner:
+        """The extender's own HTTPS listener, with the serving certificate; with a client CA, a caller
+        without a certificate it signed fails the handshake."""
+        config = self.config
+        assert self.tls is not None
+        client_ca = config.scheduler_extender_client_ca_file
+        context = self.tls.server_context(client_ca.read_bytes() if client_ca is not None else None)
+        if client_ca is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+        else:
+            log.warning("the scheduler extender asks no client certificate: anyone who reaches its port may call it "
+                        "(--scheduler-extender-client-ca-file)")
+        runner = web.AppRunner(extender.routes.application(), access_log=None, handle_signals=False,
+                               shutdown_timeout=1.0)
+        await runner.setup()
+        await web.TCPSite(runner, config.bind_address, config.scheduler_extender_port, ssl_context=context).start()
+        log.info("serving the scheduler extender",
+                 extra={"address": f"https://{config.bind_address}:{config.scheduler_extender_port}/scheduler"})
+        return runner
+
     def _custom_metrics_tasks(self, custom_metrics: CustomMetricsApi, token: str) -> list[asyncio.Task[Any]]:
         """Every replica keeps its own samples: housekeeping on its own timer (the built-ins' history
         comes from its NodeMetric copy), and while standby, the leader's feed (with --store nats,
@@ -563,6 +606,9 @@ class OperatorProcess:
         assert self.tls is not None
         # Renewed certificates are loaded into this context in place.
         return self.tls.server_context(client_ca.encode() if client_ca else None)
+
+
+_DEFAULT_LOAD_AWARE = LoadAwareConfig()
 
 
 def _bearer_token(api: Any) -> str:

@@ -11,6 +11,7 @@ import yaml
 
 from colocation.controllers.config import ParsedConfig, parse_config, strategy_for_node
 from colocation.koordinator.slo_strategies import ColocationStrategy, render_nodeslo_spec, with_node_overrides
+from colocation.loadaware.load_aware_config import LOAD_AWARE_KEY, LoadAwareConfig
 from colocation_sandbox.server.crd_schema import prune, validate
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -232,6 +233,29 @@ def test_an_invalid_key_keeps_its_last_good_value() -> None:
 def test_an_invalid_key_without_a_good_value_takes_the_defaults() -> None:
     effective = parse_config({"colocation-config": "{broken"}).keeping_last_good(ParsedConfig())
     assert strategy_for_node(effective, {}).colocation == ColocationStrategy()
+
+
+# --------------------------------------------------------------------------------------------
+# load-aware-config: one object for the cluster (tests/unit/loadaware tests its fields).
+
+
+def test_load_aware_config_is_read_beside_the_other_keys() -> None:
+    parsed = parse_config({LOAD_AWARE_KEY: '{"usageThresholds": {"cpu": 50}}',
+                           "cpu-burst-config": '{"clusterStrategy": {"cpuBurstPercent": 500}}'})
+    assert parsed.errors == {}
+    assert parsed.load_aware.usage_thresholds == {"cpu": 50}
+    assert parsed.cpu_burst.cluster.cpu_burst_percent == 500
+    assert parse_config({}).load_aware == LoadAwareConfig()
+    assert parse_config({LOAD_AWARE_KEY: " \n"}).load_aware == LoadAwareConfig()
+
+
+def test_an_invalid_load_aware_config_is_reported_and_keeps_its_last_good_value() -> None:
+    good = parse_config({LOAD_AWARE_KEY: '{"usageThresholds": {"cpu": 50}}'})
+    edited = parse_config({LOAD_AWARE_KEY: '{"usageThresholds": {"cpu": -5}}'})
+    assert edited.errors == {
+        LOAD_AWARE_KEY: "load-aware-config: usageThresholds.cpu: Input should be greater than or equal to 0 (got -5)"}
+    assert edited.keeping_last_good(good).load_aware.usage_thresholds == {"cpu": 50}
+    assert edited.keeping_last_good(ParsedConfig()).load_aware == LoadAwareConfig()
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Where the truth comes from: the flags of the `colocation` command are its click parsers
 (`colocation.cli.main`, each subcommand's options: every spelling, `--no-…` and former names
 included); the benchmarks' flags are `benchmarks.run.parser()`. The ConfigMap's keys are
-`colocation.koordinator.slo_strategies.STRATEGY_MODELS`, and their fields the pydantic models
+`colocation.controllers.config.CONFIG_KEY_MODELS`, and their fields the pydantic models
 walked by alias.
 
 The rules, over README.md and every page of docs/:
@@ -41,7 +41,7 @@ import pytest
 from pydantic import BaseModel
 
 from colocation import cli
-from colocation.koordinator.slo_strategies import STRATEGY_MODELS
+from colocation.controllers.config import CONFIG_KEY_MODELS
 from tests.unit.docs.markdown_text import DOCS, Section, code_spans, doc_files, first_cells, sections, split_text
 
 CONFIGURATION = DOCS / "configuration.md"
@@ -49,6 +49,7 @@ SHARED_FLAGS_HEADING = "Flags of every subcommand"
 # Flags the docs name that belong to other programs, each with its program.
 OTHER_PROGRAMS_FLAGS = {
     "--api-audiences": "kube-apiserver",
+    "--config": "kube-scheduler",
     "--service-account-issuer": "kube-apiserver",
     "--requestheader-*": "kube-apiserver",
     "--proxy-client-*": "kube-apiserver",
@@ -282,9 +283,9 @@ def test_the_other_programs_flags_are_still_named_somewhere() -> None:
 # Rules 4 and 5.
 
 
-@pytest.mark.parametrize("key", sorted(STRATEGY_MODELS))
+@pytest.mark.parametrize("key", sorted(CONFIG_KEY_MODELS))
 def test_configuration_documents_exactly_each_keys_fields(key: str) -> None:
-    names, lists = model_fields(STRATEGY_MODELS[key])
+    names, lists = model_fields(CONFIG_KEY_MODELS[key])
     documented = documented_fields(key)
     assert sorted(names - documented) == [], f"fields of {key} missing in its table of configuration.md"
     assert sorted(documented - names) == [], f"configuration.md's table of {key} names fields the model lacks"
@@ -296,6 +297,6 @@ def test_config_names_in_the_docs_are_keys_the_operator_reads() -> None:
     wrong = []
     for path in doc_files():
         for span in code_spans(split_text(path.read_text())[0]):
-            if CONFIG_NAME.match(span) and span not in STRATEGY_MODELS and span not in OTHER_CONFIG_NAMES:
+            if CONFIG_NAME.match(span) and span not in CONFIG_KEY_MODELS and span not in OTHER_CONFIG_NAMES:
                 wrong.append(f"{path.name}: {span}")
     assert wrong == []

@@ -6,7 +6,8 @@ service-account tokens, the front-proxy client certificate aggregation needs, an
 routing to endpoints (there is no kube-proxy to route a ClusterIP). The controller manager runs
 its default controllers (garbage collector, namespace, deployment, replicaset, daemonset,
 endpoint, endpointslice, serviceaccount, serviceaccount-token, disruption among them) with
-per-controller service-account credentials; the scheduler places the Deployment's pods; kwok
+per-controller service-account credentials; the scheduler places the Deployment's pods (with the
+operator's load-aware extender once it serves: `scheduler_extender`); kwok
 keeps the simulated nodes' Leases and pods alive.
 """
 
@@ -20,11 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import yaml
 
 from colocation.apimachinery import certificates
 from colocation_sandbox.launcher.child_processes import start_logged, terminate
 from colocation_sandbox.launcher.controlplane import pki
 from colocation_sandbox.launcher.controlplane.binaries import Binaries
+from colocation_sandbox.launcher.controlplane.scheduler_extender import ExtenderSettings, scheduler_configuration
 from colocation_sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
 from colocation_sandbox.launcher.port_claims import free_port
 
@@ -185,14 +188,24 @@ class ControlPlane:
             "--profiling=false", "--v", "1",
         ], log_path=self._log("kube-controller-manager"))
 
-    def _scheduler(self) -> Component:
+    def _scheduler(self, extender: ExtenderSettings | None = None) -> Component:
         kubeconfig = str(self.component_kubeconfig("scheduler", "system:kube-scheduler"))
+        config = self.state_dir / "kube-scheduler.yaml"
+        config.write_text(yaml.safe_dump(scheduler_configuration(kubeconfig, extender)))
         return Component(name="kube-scheduler", command=[
-            self.binaries.path("kube-scheduler"), "--kubeconfig", kubeconfig,
+            self.binaries.path("kube-scheduler"), "--config", str(config),
             "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
             "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
-            "--leader-elect=false", "--profiling=false", "--v", "1",
+            "--profiling=false", "--v", "1",
         ], log_path=self._log("kube-scheduler"))
+
+    async def restart_scheduler(self, extender: ExtenderSettings) -> None:
+        """kube-scheduler again, its configuration now with the extender (pods wait meanwhile)."""
+        index = next(i for i, component in enumerate(self.components) if component.name == "kube-scheduler")
+        if self.components[index].process is not None:
+            await terminate([self.components[index].process], STOP_GRACE_SECONDS)
+        self.components[index] = scheduler = self._scheduler(extender)
+        await scheduler.start()
 
     def _kwok(self, node_ip: str) -> Component:
         kubeconfig = str(self.component_kubeconfig("kwok", "kwok", ("system:masters",)))

@@ -8,6 +8,9 @@ their agents. With `store="nats"`, a NATS cluster (colocation_sandbox.launcher.n
 before the nodes, serving clients on the bridge's second address, where the operator pods reach
 it. With `metrics_servers`, metrics-server processes serve metrics.k8s.io from kwok's resource
 metrics (colocation_sandbox.launcher.controlplane.metricsserver), started once the nodes exist.
+Every replica serves the load-aware scheduler extender; once the project's APIServices are
+Available, kube-scheduler restarts with it (`scheduler_extender`: through a relay on loopback to a
+Ready replica, whose URL STATE_DIR/controlplane.json names as `schedulerExtender`).
 `ready: kubeconfig=PATH` is printed once every APIService of the project is Available.
 With `image`, the operator replicas and the agents run from that image's root filesystem (image_root).
 With the `cert-manager` component, cert-manager's CRDs are applied before the project and its
@@ -18,6 +21,7 @@ SIGINT/SIGTERM stops everything started, last first, and removes the pod network
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import os
@@ -47,6 +51,12 @@ from colocation_sandbox.launcher.controlplane.image_root import ImageRoot, Mount
 from colocation_sandbox.launcher.controlplane.kubelet import NodeKubelet
 from colocation_sandbox.launcher.controlplane.podnetwork import PodNetwork
 from colocation_sandbox.launcher.controlplane.restclient import RestClient, client_for
+from colocation_sandbox.launcher.controlplane.scheduler_extender import (
+    EXTENDER_PORT,
+    SERVICE_NAME,
+    ExtenderSettings,
+    ServiceRelay,
+)
 from colocation_sandbox.launcher.kubeconfig_files import kubeconfig_document, write_kubeconfig
 from colocation_sandbox.launcher.nats_cluster import NatsCluster, locate_nats_server, start_cluster
 from colocation_sandbox.launcher.port_claims import free_port
@@ -130,6 +140,9 @@ class KubeSandbox:
         self.cert_manager: list[asyncio.subprocess.Process] = []
         self.image_root: ImageRoot | None = None
         self.operator_args = config.operator_args  # the flags of every replica, the store's first
+        self.relay: ServiceRelay | None = None
+        self._relay_stop = asyncio.Event()
+        self._relay_task: asyncio.Task[None] | None = None
 
     @property
     def kubeconfig_path(self) -> Path:
@@ -165,6 +178,9 @@ class KubeSandbox:
             self.plane.server, pki_.ca.cert_pem, name="colocation-kube", user=pki.ADMIN_USER, client=admin))
         self.client = client_for(self.plane.server, pki_.directory, "admin")
         await _wait("the default ServiceAccount", self._default_service_account, AVAILABLE_TIMEOUT_SECONDS)
+        # Every replica serves the scheduler extender, to callers with a client certificate of the cluster's CA.
+        self.operator_args = (f"--scheduler-extender-port={EXTENDER_PORT}",
+                              f"--scheduler-extender-client-ca-file={pki_.file('ca.crt')}", *self.operator_args)
         if nats_server is not None:
             # On the bridge's second address: the operator pods' network namespaces have no route to
             # loopback, and a test can cut a pod off from NATS alone (tests/e2e/test_nats_partition.py).
@@ -180,6 +196,8 @@ class KubeSandbox:
                 await self._start_metrics_servers(binaries, metrics_server)
             await _wait("the project's APIServices Available", self._apiservices_available,
                         AVAILABLE_TIMEOUT_SECONDS)
+            if config.operators > 0:
+                await self._schedule_with_extender(pki_)
             if config.nodes > 0 and config.agents:
                 await _wait("this node's agent running", self._node_agent_running, AVAILABLE_TIMEOUT_SECONDS)
             self._write_agents_state()
@@ -215,6 +233,33 @@ class KubeSandbox:
                                                          f"{metricsserver.APISERVICE}")
         return status == 200 and any(c.get("type") == "Available" and c.get("status") == "True"
                                      for c in (body.get("status") or {}).get("conditions") or ())
+
+    async def _schedule_with_extender(self, pki_: pki.Pki) -> None:
+        """kube-scheduler with the operator's extender, through a relay to a Ready replica."""
+        assert self.client is not None and self.plane is not None
+        client = self.client
+        status, secret = await client.request("GET", f"/api/v1/namespaces/{permissions.OPERATOR_NAMESPACE}/secrets/"
+                                                     f"{permissions.CA_SECRET_NAME}")
+        if status != 200:  # the cert-manager component: another CA, which this sandbox does not wire
+            log.warning("no operator CA Secret: kube-scheduler runs without the extender", extra={"status": status})
+            return
+        ca_pem = base64.b64decode(secret["data"]["ca.crt"])
+
+        slices = f"/apis/discovery.k8s.io/v1/namespaces/{permissions.OPERATOR_NAMESPACE}/endpointslices"
+
+        async def list_slices() -> dict[str, Any]:
+            return dict(await client.must("GET", slices, params={
+                "labelSelector": f"kubernetes.io/service-name={SERVICE_NAME}"}))
+
+        self.relay = ServiceRelay(list_slices)
+        url = f"https://127.0.0.1:{await self.relay.start()}/scheduler"
+        self._relay_task = asyncio.create_task(self.relay.follow_endpoints(self._relay_stop))
+        cert, key = pki_.client("scheduler-extender-client", "system:kube-scheduler")
+        await self.plane.restart_scheduler(ExtenderSettings(url_prefix=url, ca_pem=ca_pem, client_cert_file=cert,
+                                                            client_key_file=key))
+        path = self.config.state_dir / "controlplane.json"
+        path.write_bytes(orjson.dumps({**orjson.loads(path.read_bytes()), "schedulerExtender": url}))
+        log.info("kube-scheduler restarted with the load-aware extender", extra={"url": url})
 
     async def _default_service_account(self) -> bool:
         assert self.client is not None
@@ -337,6 +382,11 @@ class KubeSandbox:
 
     async def stop(self) -> None:
         await terminate(self.simulated_agents, SIMULATED_AGENT_STOP_GRACE)
+        self._relay_stop.set()
+        if self._relay_task is not None:
+            await self._relay_task
+        if self.relay is not None:
+            await self.relay.close()
         if self.kubelet is not None:
             await self.kubelet.stop()
         if self.client is not None:

@@ -1,0 +1,163 @@
+"""A node's load as a scheduling request reads it: its reported usage plus what its reports do not show yet.
+
+`reported_load` reads a NodeMetric `status` once, when the report arrives. `node_figures` adds the
+pods bound to the node (and those placed there tentatively) as Koordinator's plugin does: a pod
+counts its estimate, less the usage the report shows for it, when the report does not list it or
+when it was bound less than one report interval before the report (the report's averages barely
+include it). The prod figure is the usage of pods that are prod both in the report and in their
+spec, plus the same estimates for prod pods. Times are the server's: the report's receipt time,
+and PodScheduled's lastTransitionTime.
+
+Which usage: unset `aggregated`, the report's short window (`recentUsage`, 10 s), else its
+`nodeUsage`; with `aggregated`, that aggregation over that window (the longest the report has,
+when no window is named), else `nodeUsage`: a report without the figure is still judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from colocation.apimachinery.goduration import parse_go_duration
+from colocation.apimachinery.quantity import byte_value, cpu_millis
+from colocation.loadaware.load_aware_config import LOAD_AWARE_RESOURCES, LoadAwareConfig
+from colocation.loadaware.pod_estimate import Resources
+
+PodKey = tuple[str, str]  # (namespace, name), as a report names its pods
+Freshness = Literal["fresh", "stale", "missing"]
+DEFAULT_REPORT_INTERVAL_SECONDS = 60.0  # colocation-config metricReportIntervalSeconds, Koordinator's too
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportedLoad:
+    """What one report says, in numbers."""
+
+    received_at: float  # when this server received it (seconds since the epoch, its own clock)
+    node_usage: Resources
+    pod_usages: Mapping[PodKey, Resources] = field(default_factory=dict)
+    prod_pods: frozenset[PodKey] = frozenset()  # the pods it reports as koord-prod
+    report_interval_seconds: float = DEFAULT_REPORT_INTERVAL_SECONDS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssignedPod:
+    """A pod bound to the node, or placed there tentatively."""
+
+    namespace: str
+    name: str
+    estimate: Resources  # pod_estimate.estimate_pod
+    prod: bool
+    assigned_at: float | None  # PodScheduled's lastTransitionTime; None: not bound yet, always estimated
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeFigures:
+    """A node's allocatable and load, ready for the filter and the score."""
+
+    allocatable: Resources
+    received_at: float | None  # None: the node has no NodeMetric
+    used: Resources = field(default_factory=dict)
+    prod_used: Resources = field(default_factory=dict)
+
+
+def reported_load(status: Mapping[str, Any], *, received_at: float, config: LoadAwareConfig,
+                  report_interval_seconds: float = DEFAULT_REPORT_INTERVAL_SECONDS) -> ReportedLoad:
+    """The numbers of a NodeMetric `status` (report_schema's shape) for this configuration."""
+    node = _mapping(status.get("nodeMetric"))
+    recent = _resources(_mapping(node.get("recentUsage")))
+    if config.aggregated is not None:
+        usage = _aggregated(node, config) or _resources(_mapping(node.get("nodeUsage")))
+        short_window = False
+    else:
+        short_window = bool(recent)
+        usage = recent or _resources(_mapping(node.get("nodeUsage")))
+    pod_usages: dict[PodKey, Resources] = {}
+    prod_pods: set[PodKey] = set()
+    pods = status.get("podsMetric")
+    for pod in pods if isinstance(pods, list) else []:
+        pod = _mapping(pod)
+        key = (str(pod.get("namespace", "")), str(pod.get("name", "")))
+        # The pod's figure over the node's window, so that the two subtract meaningfully.
+        figure = _resources(_mapping(pod.get("recentUsage"))) if short_window else {}
+        figure = figure or _resources(_mapping(pod.get("podUsage")))
+        if figure:
+            pod_usages[key] = figure
+            if pod.get("priority") == "koord-prod":
+                prod_pods.add(key)
+    return ReportedLoad(received_at=received_at, node_usage=usage, pod_usages=pod_usages,
+                        prod_pods=frozenset(prod_pods), report_interval_seconds=report_interval_seconds)
+
+
+def node_figures(*, allocatable: Resources, report: ReportedLoad | None,
+                 assigned: Iterable[AssignedPod] = ()) -> NodeFigures:
+    """The node's load: reported usage plus the estimates of pods its report does not show yet."""
+    if report is None:
+        return NodeFigures(allocatable=allocatable, received_at=None)
+    used: dict[str, int] = {name: report.node_usage.get(name, 0) for name in LOAD_AWARE_RESOURCES}
+    prod_used: dict[str, int] = dict.fromkeys(LOAD_AWARE_RESOURCES, 0)
+    settled_before = report.received_at - report.report_interval_seconds
+    for pod in assigned:
+        key = (pod.namespace, pod.name)
+        usage = report.pod_usages.get(key)
+        reported_prod = pod.prod and key in report.prod_pods
+        if reported_prod and usage is not None:
+            _add(prod_used, usage)
+        recent = pod.assigned_at is None or pod.assigned_at > settled_before
+        if usage is None or recent:
+            _add_excess(used, pod.estimate, usage)
+        if pod.prod and (usage is None or recent or not reported_prod):
+            # A prod pod the report does not call prod is not in prod usage: its whole estimate counts.
+            _add_excess(prod_used, pod.estimate, usage if reported_prod else None)
+    return NodeFigures(allocatable=allocatable, received_at=report.received_at, used=used, prod_used=prod_used)
+
+
+def freshness(figures: NodeFigures | None, *, now: float, expiration_seconds: float) -> Freshness:
+    """Whether the node's report is usable: received less than `expiration_seconds` before `now`."""
+    if figures is None or figures.received_at is None:
+        return "missing"
+    return "fresh" if now - figures.received_at < expiration_seconds else "stale"
+
+
+def _aggregated(node: Mapping[str, Any], config: LoadAwareConfig) -> dict[str, int]:
+    assert config.aggregated is not None
+    wanted = config.aggregated.duration_nanos
+    best: tuple[int, dict[str, int]] | None = None
+    entries = node.get("aggregatedNodeUsages")
+    for entry in entries if isinstance(entries, list) else []:
+        entry = _mapping(entry)
+        duration = entry.get("duration")
+        nanos = parse_go_duration(duration) if isinstance(duration, str) else None
+        figure = _resources(_mapping(_mapping(entry.get("usage")).get(config.aggregated.type)))
+        if nanos is None or not figure or (wanted is not None and nanos != wanted):
+            continue
+        if best is None or nanos > best[0]:
+            best = (nanos, figure)
+    return best[1] if best else {}
+
+
+def _resources(resource_map: Mapping[str, Any]) -> dict[str, int]:
+    values = _mapping(resource_map.get("resources"))
+    found: dict[str, int] = {}
+    for name, convert in (("cpu", cpu_millis), ("memory", byte_value)):
+        if name in values:
+            try:
+                found[name] = convert(values[name])
+            except (ValueError, TypeError):
+                continue  # a report that passed validation has none; a hand-built one may
+    return found
+
+
+def _add(total: dict[str, int], more: Resources) -> None:
+    for name in total:
+        total[name] += more.get(name, 0)
+
+
+def _add_excess(total: dict[str, int], estimate: Resources, usage: Resources | None) -> None:
+    """total += max(0, estimate - usage) per resource: the part of the estimate the report misses."""
+    for name in total:
+        total[name] += max(0, estimate.get(name, 0) - (usage or {}).get(name, 0))
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

@@ -1,0 +1,59 @@
+"""The scheduler extender as the manager assembles it (`--scheduler-extender-port`): its pod cache,
+its figures, its answers and its own HTTPS listener.
+
+Every replica serves it, leader and standbys alike, from its NodeMetric copy, its Node directory
+(allocatable) and a Pod informer of bound pods of its own; the configuration is the controllers'
+copy of colocation-config (the defaults without controllers). `refresh_forever` computes each
+node's figures soon after its report arrives, so that a request only reads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from colocation.apiserver.scheduler_extender_routes import ExtenderMetrics, SchedulerExtenderRoutes
+from colocation.kube.informer import Informer, Transport
+from colocation.kube.nodes import NodeDirectory
+from colocation.loadaware.bound_pods import BoundPods
+from colocation.loadaware.extender_answers import LoadAwareExtender
+from colocation.loadaware.load_aware_config import LoadAwareConfig
+from colocation.loadaware.node_figure_cache import NodeFigureCache
+from colocation.loadaware.tentative_placements import TentativePlacements
+from colocation.nodemetrics.storage_interface import NodeMetricReader
+
+REFRESH_SECONDS = 1.0  # a report's figures are ready this long after it arrives, at most
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerExtender:
+    routes: SchedulerExtenderRoutes
+    pods: BoundPods
+    cache: NodeFigureCache
+    config: Callable[[], LoadAwareConfig]
+
+    def informer(self, transport: Transport) -> Informer[dict[str, Any]]:
+        return self.pods.informer(transport)
+
+    async def refresh_forever(self) -> None:
+        while True:
+            self.cache.refresh(self.config())
+            await asyncio.sleep(REFRESH_SECONDS)  # a period, not synchronisation
+
+
+def assemble_extender(store: NodeMetricReader, nodes: NodeDirectory, *, config: Callable[[], LoadAwareConfig],
+                      ready: Callable[[], bool], registry: CollectorRegistry,
+                      clock_wall: Callable[[], float] = time.time,
+                      clock_monotonic: Callable[[], float] = time.monotonic) -> SchedulerExtender:
+    tentatives = TentativePlacements(clock=clock_monotonic, hold_seconds=config().tentative_hold_seconds)
+    pods = BoundPods(on_bound=tentatives.confirm)
+    cache = NodeFigureCache(store, pods, tentatives, allocatable=nodes.allocatable)
+    extender = LoadAwareExtender(cache, tentatives, config=config, clock=clock_wall)
+    routes = SchedulerExtenderRoutes(extender, ready=lambda: pods.synced and nodes.synced and ready(),
+                                     metrics=ExtenderMetrics(registry))
+    return SchedulerExtender(routes=routes, pods=pods, cache=cache, config=config)
