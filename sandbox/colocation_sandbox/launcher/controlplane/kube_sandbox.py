@@ -186,7 +186,7 @@ class KubeSandbox:
             # loopback, and a test can cut a pod off from NATS alone (tests/e2e/test_nats_partition.py).
             self.nats = await start_cluster(config.state_dir / "nats", binary=nats_server,
                                             client_host=network.beside_address, secure=True)
-            self.operator_args = (*self.nats.operator_args(), *config.operator_args)
+            self.operator_args = (*self.nats.operator_args(), *self.operator_args)
         if not config.api_only:
             if cert_manager is not None:
                 await self._start_cert_manager(binaries, cert_manager)

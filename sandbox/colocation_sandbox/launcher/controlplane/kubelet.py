@@ -384,7 +384,10 @@ class NodeKubelet:
                    *self.extra_args.get(args[0] if args else "", ())]
         user = pod_user(running.spec, running.container, image.user)
         os.chown(kubeconfig, *user)  # still owner-only: the container's user reads its own token
-        return image.command(program, user=user, mounts=[*mounts, Mount(kubeconfig, KUBECONFIG)], env=env)
+        # The operators' flags name the cluster CA (the extender's client CA) by its path here: the same path there.
+        cluster_ca = self.pki.file("ca.crt")
+        return image.command(program, user=user, env=env,
+                             mounts=[*mounts, Mount(kubeconfig, KUBECONFIG), Mount(Path(cluster_ca), cluster_ca)])
 
     async def _start_container(self, running: RunningPod, pod: Obj) -> None:
         # A restart keeps its token (a week's), as the kubelet keeps a projected token's file: a
