@@ -68,7 +68,7 @@ def pod_user(pod_spec: Obj, container: Obj, image_user: tuple[int, int]) -> tupl
     return chosen[0], chosen[1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ImageRoot:
     image: str
     image_id: str  # the sha256 of its configuration

@@ -359,7 +359,7 @@ class NodeKubelet:
 
     def _command(self, running: RunningPod, env: dict[str, str], kubeconfig: Path) -> list[str]:
         if self.image_root is not None:
-            command = self._command_in_image(self.image_root, running, env, kubeconfig)
+            command = self._command_in_image(self.image_root, running, env=env, kubeconfig=kubeconfig)
         else:
             program, args = container_command(running.spec, running.container, env,
                                               volume_dirs=running.volume_dirs)
@@ -367,7 +367,7 @@ class NodeKubelet:
                        *self.extra_args.get(args[0] if args else "", ())]
         return ["ip", "netns", "exec", running.netns, *command]
 
-    def _command_in_image(self, image: ImageRoot, running: RunningPod, env: dict[str, str],
+    def _command_in_image(self, image: ImageRoot, running: RunningPod, *, env: dict[str, str],
                           kubeconfig: Path) -> list[str]:
         """The container's own command and args, run in the image with its volumes mounted where the
         pod says (an emptyDir is a new directory of the kubelet's) and its kubeconfig at KUBECONFIG."""
