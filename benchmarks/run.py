@@ -27,19 +27,21 @@ from benchmarks import (
     outage_recovery,
     report,
     sandbox_capacity,
+    scheduler_extender,
 )
 from benchmarks.client import say
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ("capacity", operator_ingest.SUITE, cp_suite.FAILOVER, cp_suite.CONTROL_PLANE, cp_suite.CONTROL_PLANE_KUBE,
           leader_scale.SUITE, agent_cost.SUITE, connection_memory.SUITE, outage_recovery.SUITE, jetstream_costs.SUITE,
-          nats_ingest.SUITE, metrics_server.SUITE)
+          nats_ingest.SUITE, metrics_server.SUITE, scheduler_extender.SUITE)
 # What a bare `make bench` runs: agent-cost (6 min: its 5 windows must outlast the agent's 300 s
 # aggregation window), outage-recovery (5.4 min at its 100 nodes, 2026-11-28: a real control plane
 # started for each of its two 45 s freezes) and metrics-server (two real control planes, each with
-# a 300 s window; it needs `make metrics-server`) only when named.
-DEFAULT_SUITES = tuple(suite for suite in SUITES
-                       if suite not in (agent_cost.SUITE, outage_recovery.SUITE, metrics_server.SUITE))
+# a 300 s window; it needs `make metrics-server`) and scheduler-extender (two real control planes
+# placing thousands of pods) only when named.
+DEFAULT_SUITES = tuple(suite for suite in SUITES if suite not in (
+    agent_cost.SUITE, outage_recovery.SUITE, metrics_server.SUITE, scheduler_extender.SUITE))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -64,8 +66,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=Path, default=None,
                    help="Where the servers keep kubeconfigs and logs (default: a temporary directory).")
     p.add_argument("--suite", action="append", choices=SUITES, default=None,
-                   help="Run only this suite (repeatable); default: every suite but agent-cost, outage-recovery and "
-                        "metrics-server.")
+                   help="Run only this suite (repeatable); default: every suite but agent-cost, outage-recovery, "
+                        "metrics-server and scheduler-extender.")
     cp_suite.add_arguments(p)
     operator_ingest.add_arguments(p, prefix="ingest-")
     leader_scale.add_arguments(p)
@@ -75,6 +77,7 @@ def parser() -> argparse.ArgumentParser:
     jetstream_costs.add_arguments(p)
     nats_ingest.add_arguments(p)
     metrics_server.add_arguments(p)
+    scheduler_extender.add_arguments(p)
     return p
 
 
@@ -123,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         if metrics_server.SUITE in suites:
             metrics_server.run_suite(metrics_server.config_from(
                 args, (args.state_dir or Path(scratch)) / "metrics-server"), args.output, command, args.ms_raw)
+        if scheduler_extender.SUITE in suites:
+            scheduler_extender.run_suite(scheduler_extender.config_from(
+                args, (args.state_dir or Path(scratch)) / "scheduler-extender"), args.output, command, args.se_raw)
     return 0
 
 

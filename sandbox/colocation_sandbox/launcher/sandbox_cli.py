@@ -87,6 +87,9 @@ from colocation.clicommon import common_options
               help="With --apiserver kube: run the operator replicas and the agents from this image's root "
                    "filesystem (in buildah's storage: `make image` builds colocation:dev), each chrooted into it, "
                    "read-only, as its pod's user. Not with --store nats.")
+@click.option("--scheduler-extender/--no-scheduler-extender", default=True, show_default=True,
+              help="With --apiserver kube: restart kube-scheduler with the operators' load-aware extender once they "
+                   "serve. Without it kube-scheduler places pods alone (the replicas still serve the extender).")
 @common_options
 def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
@@ -94,7 +97,7 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
                     serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
                     agents: bool, agent_args: tuple[str, ...], max_restart_period: float,
                     audit_log: Path | None, store: str, kwok_resource_metrics: bool, metrics_servers: int,
-                    cert_manager: bool, image: str | None) -> None:
+                    cert_manager: bool, image: str | None, scheduler_extender: bool) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
     capacity simulation; never for production). Prints `ready: kubeconfig=PATH` once the API
     answers, and runs until interrupted (SIGINT/SIGTERM).
@@ -114,7 +117,7 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
                               *(("cert-manager",) if cert_manager else ())),
                   nodes=nodes, pods_per_node=pods_per_node, agents=agents, agent_args=agent_args, audit_log=audit_log,
                   max_restart_period=max_restart_period, store=store, kwok_resource_metrics=kwok_resource_metrics,
-                  metrics_servers=metrics_servers)
+                  metrics_servers=metrics_servers, scheduler_extender=scheduler_extender)
         return
     if audit_log is not None:
         raise click.BadParameter("the builtin server keeps no audit log; use --apiserver kube",
@@ -122,6 +125,9 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
     if kwok_resource_metrics or metrics_servers:
         raise click.BadParameter("the builtin server has no kwok nor metrics-server; use --apiserver kube",
                                  param_hint="--metrics-server" if metrics_servers else "--kwok-resource-metrics")
+    if not scheduler_extender:
+        raise click.BadParameter("the builtin server runs no kube-scheduler; use --apiserver kube",
+                                 param_hint="--no-scheduler-extender")
     if cert_manager:
         raise click.BadParameter("cert-manager runs against the real control plane only; use --apiserver kube",
                                  param_hint="--cert-manager")

@@ -63,3 +63,19 @@ def test_cert_manager_installs_its_component_last_on_the_real_control_plane_only
     assert [config.components for config in started] == [("resource-metrics", "custom-metrics", "cert-manager")]
     refused = CliRunner().invoke(main, ["sandbox", "--cert-manager", "--state-dir", str(tmp_path)])
     assert refused.exit_code != 0 and "--apiserver kube" in refused.output
+
+
+def test_the_scheduler_runs_without_the_extender_on_request_on_the_real_control_plane_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[KubeSandboxConfig] = []
+
+    async def serve(config: KubeSandboxConfig, stop: asyncio.Event) -> None:
+        started.append(config)
+
+    monkeypatch.setattr(kube_sandbox, "serve_kube_sandbox", serve)
+    for extra in ([], ["--no-scheduler-extender"]):
+        result = CliRunner().invoke(main, ["sandbox", "--apiserver", "kube", "--state-dir", str(tmp_path), *extra])
+        assert result.exit_code == 0, result.output
+    assert [config.scheduler_extender for config in started] == [True, False]
+    refused = CliRunner().invoke(main, ["sandbox", "--no-scheduler-extender", "--state-dir", str(tmp_path)])
+    assert refused.exit_code != 0 and "use --apiserver kube" in refused.output

@@ -10,7 +10,8 @@ it. With `metrics_servers`, metrics-server processes serve metrics.k8s.io from k
 metrics (colocation_sandbox.launcher.controlplane.metricsserver), started once the nodes exist.
 Every replica serves the load-aware scheduler extender; once the project's APIServices are
 Available, kube-scheduler restarts with it (`scheduler_extender`: through a relay on loopback to a
-Ready replica, whose URL STATE_DIR/controlplane.json names as `schedulerExtender`).
+Ready replica, whose URL STATE_DIR/controlplane.json names as `schedulerExtender`), unless
+`scheduler_extender` is off (kube-scheduler then places pods alone).
 `ready: kubeconfig=PATH` is printed once every APIService of the project is Available.
 With `image`, the operator replicas and the agents run from that image's root filesystem (image_root).
 With the `cert-manager` component, cert-manager's CRDs are applied before the project and its
@@ -94,6 +95,7 @@ class KubeSandboxConfig:
     kwok_resource_metrics: bool = False
     metrics_servers: int = 0  # metrics-server processes behind v1beta1.metrics.k8s.io (implies the above)
     image: str | None = None  # the operators and agents run from this image's root filesystem (image_root)
+    scheduler_extender: bool = True  # kube-scheduler restarts with the operators' extender once they serve
 
 
 def kubectl(binaries: Binaries, kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
@@ -196,7 +198,7 @@ class KubeSandbox:
                 await self._start_metrics_servers(binaries, metrics_server)
             await _wait("the project's APIServices Available", self._apiservices_available,
                         AVAILABLE_TIMEOUT_SECONDS)
-            if config.operators > 0:
+            if config.operators > 0 and config.scheduler_extender:
                 await self._schedule_with_extender(pki_)
             if config.nodes > 0 and config.agents:
                 await _wait("this node's agent running", self._node_agent_running, AVAILABLE_TIMEOUT_SECONDS)
