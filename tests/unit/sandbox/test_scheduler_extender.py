@@ -19,7 +19,7 @@ def test_the_scheduler_reads_its_kubeconfig_from_the_file_and_calls_the_extender
     assert "extenders" not in scheduler_configuration("/k", None)
     config = scheduler_configuration("/k", ExtenderSettings(url_prefix="https://127.0.0.1:1/scheduler", ca_pem=b"CA",
                                                             client_cert_file="/c", client_key_file="/key"))
-    assert config["clientConnection"] == {"kubeconfig": "/k"}  # --kubeconfig is ignored with --config
+    assert config["clientConnection"]["kubeconfig"] == "/k"  # --kubeconfig is ignored with --config
     (extender,) = config["extenders"]
     assert extender["filterVerb"] == "filter" and extender["prioritizeVerb"] == "prioritize"
     assert extender["ignorable"] is True and extender["nodeCacheCapable"] is True and extender["httpTimeout"] == "1s"

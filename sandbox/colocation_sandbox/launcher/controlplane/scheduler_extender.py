@@ -35,6 +35,7 @@ ENDPOINTS_PERIOD = 1.0
 CONNECT_TIMEOUT = 1.0
 MAX_CONNECTIONS = 64
 _CHUNK = 65536
+CLIENT_QPS = 500  # kube-scheduler's requests a second to kube-apiserver (burst twice that)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +50,10 @@ def scheduler_configuration(kubeconfig: str, extender: ExtenderSettings | None) 
     """A KubeSchedulerConfiguration: this kubeconfig, no leader election, and the extender if given."""
     config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": kubeconfig}, "leaderElection": {"leaderElect": False},
+        # qps and burst: the defaults (50, 100) would cap bindings near 50 pods a second, which is
+        # less than kube-scheduler places here, and would hide what the extender costs.
+        "clientConnection": {"kubeconfig": kubeconfig, "qps": CLIENT_QPS, "burst": 2 * CLIENT_QPS},
+        "leaderElection": {"leaderElect": False},
     }
     if extender is not None:
         config["extenders"] = [{
