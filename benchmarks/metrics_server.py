@@ -132,7 +132,8 @@ class Phase:
 
 
 def _sandbox_args(system: str) -> tuple[str, ...]:
-    common = ("--apiserver", "kube", "--kwok-resource-metrics")
+    # Without the scheduler extender: it serves neither side, and its pod watches would load both.
+    common = ("--apiserver", "kube", "--kwok-resource-metrics", "--no-scheduler-extender")
     if system == "metrics-server":
         return (*common, "--metrics-server", "2")
     return (*common, "--serve-resource-metrics")  # after cp_cluster's --no-serve-resource-metrics: it wins
