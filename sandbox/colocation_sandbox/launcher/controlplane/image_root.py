@@ -27,6 +27,9 @@ BUILDAH_TIMEOUT_SECONDS = 300.0
 # Where a process finds the kubeconfig the launcher gives it (a real pod reads its token from
 # /var/run/secrets/kubernetes.io/serviceaccount instead).
 KUBECONFIG = "/run/colocation-sandbox/kubeconfig"
+# Where the operators find the cluster CA their extender's client certificates must chain to
+# (outside /tmp, which the pod's emptyDir covers).
+CLUSTER_CA = "/run/colocation-sandbox/cluster-ca.crt"
 
 
 class ImageUnavailable(Exception):

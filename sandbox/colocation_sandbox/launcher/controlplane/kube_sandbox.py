@@ -48,7 +48,7 @@ from colocation_sandbox.launcher.child_processes import (
 from colocation_sandbox.launcher.controlplane import fakenodes, kwokstages, metricsserver, pki
 from colocation_sandbox.launcher.controlplane.binaries import Binaries, locate, locate_cert_manager
 from colocation_sandbox.launcher.controlplane.components import ClusterSettings, ControlPlane
-from colocation_sandbox.launcher.controlplane.image_root import ImageRoot, Mount
+from colocation_sandbox.launcher.controlplane.image_root import CLUSTER_CA, ImageRoot, Mount
 from colocation_sandbox.launcher.controlplane.kubelet import NodeKubelet
 from colocation_sandbox.launcher.controlplane.podnetwork import PodNetwork
 from colocation_sandbox.launcher.controlplane.restclient import RestClient, client_for
@@ -181,8 +181,9 @@ class KubeSandbox:
         self.client = client_for(self.plane.server, pki_.directory, "admin")
         await _wait("the default ServiceAccount", self._default_service_account, AVAILABLE_TIMEOUT_SECONDS)
         # Every replica serves the scheduler extender, to callers with a client certificate of the cluster's CA.
+        client_ca = pki_.file("ca.crt") if config.image is None else CLUSTER_CA
         self.operator_args = (f"--scheduler-extender-port={EXTENDER_PORT}",
-                              f"--scheduler-extender-client-ca-file={pki_.file('ca.crt')}", *self.operator_args)
+                              f"--scheduler-extender-client-ca-file={client_ca}", *self.operator_args)
         if nats_server is not None:
             # On the bridge's second address: the operator pods' network namespaces have no route to
             # loopback, and a test can cut a pod off from NATS alone (tests/e2e/test_nats_partition.py).

@@ -56,7 +56,7 @@ from colocation_sandbox.launcher.controlplane.container_spec import (
     secret_volumes,
     write_secret_volume,
 )
-from colocation_sandbox.launcher.controlplane.image_root import KUBECONFIG, ImageRoot, Mount, pod_user
+from colocation_sandbox.launcher.controlplane.image_root import CLUSTER_CA, KUBECONFIG, ImageRoot, Mount, pod_user
 from colocation_sandbox.launcher.controlplane.pod_status import (
     ContainerReport,
     container_exit_code,
@@ -384,10 +384,8 @@ class NodeKubelet:
                    *self.extra_args.get(args[0] if args else "", ())]
         user = pod_user(running.spec, running.container, image.user)
         os.chown(kubeconfig, *user)  # still owner-only: the container's user reads its own token
-        # The operators' flags name the cluster CA (the extender's client CA) by its path here: the same path there.
-        cluster_ca = self.pki.file("ca.crt")
-        return image.command(program, user=user, env=env,
-                             mounts=[*mounts, Mount(kubeconfig, KUBECONFIG), Mount(Path(cluster_ca), cluster_ca)])
+        return image.command(program, user=user, env=env, mounts=[
+            *mounts, Mount(kubeconfig, KUBECONFIG), Mount(Path(self.pki.file("ca.crt")), CLUSTER_CA)])
 
     async def _start_container(self, running: RunningPod, pod: Obj) -> None:
         # A restart keeps its token (a week's), as the kubelet keeps a projected token's file: a
