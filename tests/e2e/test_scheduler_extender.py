@@ -9,9 +9,8 @@ colocation-config. The sandbox restarts kube-scheduler with the extender once th
 - its data stale (every simulated agent stopped): the extender neither filters nor favours it, and
   it receives pods again;
 - every operator replica gone: pods still schedule (the extender is ignorable);
-- one replica frozen (SIGSTOP): pods still schedule, and the other replica answers. The scheduler
-  keeps its connection: when it was to the frozen replica, one call times out (1 s), and the next
-  connection goes to the other.
+- one replica frozen (SIGSTOP): pods still schedule (a call that reaches it times out after 1 s
+  and is skipped), and once its readiness probe fails the other replica answers every call.
 
 Only with `--apiserver kube`.
 """
@@ -213,21 +212,25 @@ async def test_a_frozen_replica_costs_at_most_the_timeout(cluster: Kube, kubecon
     before = await filter_calls(serving)
     os.kill(frozen["pid"], signal.SIGSTOP)
     try:
+        # Calls that reach the frozen replica time out (1 s) and are skipped: scheduling goes on.
         placed = await schedule(cluster, "frozen", 6)
         assert set(placed.values()) <= set(NODES)
-        # The relay takes turns: the calls that reached the frozen replica timed out and were skipped,
-        # the others were answered.
+        # Once its readiness probe fails, the Service (the relay) sends every call to the other one.
+        await eventually_async(lambda: ready_endpoints(cluster, count=1), timeout=60, interval=0.5,
+                               message="the frozen replica out of the Service's endpoints")
+        placed = await schedule(cluster, "frozen-out", 3)
+        assert set(placed.values()) <= set(NODES)
         assert await filter_calls(serving) > before
     finally:
         os.kill(frozen["pid"], signal.SIGCONT)
 
 
-async def ready_endpoints(kube: Kube) -> bool:
+async def ready_endpoints(kube: Kube, *, count: int = 2) -> bool:
     slices = await get(kube, f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
                              "?labelSelector=kubernetes.io/service-name=colocation-operator")
     ready = [endpoint for item in slices["items"] for endpoint in item.get("endpoints") or ()
              if (endpoint.get("conditions") or {}).get("ready")]
-    return len(ready) == 2
+    return len(ready) == count
 
 
 async def filter_calls(replica: dict[str, Any]) -> float:
