@@ -35,7 +35,7 @@ import signal
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from benchmarks import cp_cluster, cp_kube_metrics, machine, markdown, processes
 from benchmarks.client import Request, say
 from benchmarks.outage_recovery import CpuUse, component_of
 from benchmarks.polling import eventually_async
+from benchmarks.results import Record
 from colocation.agent import selfcheck
 from colocation.agent.synthetic import CPU_USAGE_ANNOTATION
 from colocation.apimachinery.quantity import cpu_millis, format_millis, parse_quantity
@@ -374,10 +375,15 @@ def traffic_rows(theirs: Phase, ours: Phase) -> list[list[str]]:
             for key in keys[:TRAFFIC_ROWS]]
 
 
+class RawSamples(Record):
+    """What benchmarks/plots/metrics_server.json holds: the machine, and each system's phase."""
+
+    machine: machine.Machine
+    phases: list[Phase]
+
+
 def save_raw(phases: list[Phase], path: Path, where: machine.Machine) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps({"machine": asdict(where), "phases": [asdict(p) for p in phases]},
-                                  option=orjson.OPT_INDENT_2))
+    RawSamples(machine=where, phases=phases).to_file(path)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -408,4 +414,4 @@ def run_suite(config: MetricsServerConfig, output: Path, command: str, raw: Path
     return phases
 
 
-__all__ = ["SUITE", "MetricsServerConfig", "Phase", "add_arguments", "config_from", "render", "run_suite"]
+__all__ = ["SUITE", "MetricsServerConfig", "Phase", "RawSamples", "add_arguments", "config_from", "render", "run_suite"]

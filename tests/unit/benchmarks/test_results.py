@@ -16,6 +16,7 @@ from benchmarks.cp_kube import KubeCostReport
 from benchmarks.ingest_figures import SizeReports, StageRuns
 from benchmarks.jetstream_costs import JetStreamCosts
 from benchmarks.leader_scale import ScaleReport
+from benchmarks.metrics_server import RawSamples
 from benchmarks.nats_ingest import NatsIngestReport
 from benchmarks.operator_failover import FailoverReport
 from benchmarks.outage_recovery_report import OutageReport
@@ -29,6 +30,7 @@ MODELS: dict[str, type[SavedFile]] = {
     "plots/control_plane_kube_500.json": KubeCostReport,
     "plots/failover_kills.json": FailoverReport,
     "plots/leader_scale.json": ScaleReport,
+    "plots/metrics_server.json": RawSamples,
     "plots/outage_recovery.json": OutageReport,
     "plots/outage_recovery_500.json": OutageReport,
     "plots/jetstream_costs.json": JetStreamCosts,
