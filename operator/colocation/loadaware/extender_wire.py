@@ -41,7 +41,7 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
         raise ExtenderArgsError("ExtenderArgs.Pod is missing")
     names = args.get("NodeNames")
     if isinstance(names, list):
-        if not all(isinstance(name, str) for name in names):
+        if not set(map(type, names)) <= {str}:  # one C-level pass: 5,000 names cost well under a millisecond
             raise ExtenderArgsError("ExtenderArgs.NodeNames holds a value that is not a string")
         return ExtenderArgs(pod=pod, names=tuple(names))
     nodes = args.get("Nodes")
@@ -58,7 +58,8 @@ def filter_result(args: ExtenderArgs, *, passed: Sequence[str], failed: Mapping[
                   unresolvable: Mapping[str, str] | None = None, error: str = "") -> dict[str, Any]:
     """An ExtenderFilterResult, shaped as the request was (names, or the NodeList's items)."""
     given = set(args.names)
-    kept = [name for name in passed if name in given]  # never a node the scheduler did not send
+    # Never a node the scheduler did not send; the usual answer is a subset, checked at C speed.
+    kept = list(passed) if given.issuperset(passed) else [name for name in passed if name in given]
     result: dict[str, Any] = {
         "NodeNames": kept if args.node_items is None else None,
         "Nodes": None if args.node_items is None else {"items": [args.node_items[name] for name in kept]},

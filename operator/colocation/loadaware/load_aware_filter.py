@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from colocation.loadaware.load_aware_config import LOAD_AWARE_RESOURCES, LoadAwareConfig
-from colocation.loadaware.node_figures import NodeFigures, freshness
+from colocation.loadaware.load_aware_config import LoadAwareConfig, LoadAwareResource
+from colocation.loadaware.node_figures import NodeFigures
 from colocation.loadaware.pod_estimate import JudgedPod
 
 
@@ -35,39 +35,71 @@ class FilterOutcome:
 def filter_nodes(names: Sequence[str], figures: Mapping[str, NodeFigures], *, pod: JudgedPod,
                  config: LoadAwareConfig, now: float) -> FilterOutcome:
     """Judge each candidate in `names` (only those); `now` is the server's clock, as receipt times are."""
+    judge = _Judgement.of(pod, config)
+    expiration = config.node_metric_expiration_seconds
     passed: list[str] = []
     failed: dict[str, str] = {}
-    counts = {"stale": 0, "missing": 0}
+    stale = missing = 0
     for name in names:
         node = figures.get(name)
-        state = freshness(node, now=now, expiration_seconds=config.node_metric_expiration_seconds)
-        reason = overload_reason(node, pod=pod, config=config) if state == "fresh" and node else None
-        if state != "fresh":
-            counts[state] += 1
-        if reason is None:
+        if node is None or node.received_at is None:
+            missing += 1
+            passed.append(name)
+        elif now - node.received_at >= expiration:
+            stale += 1
             passed.append(name)
         else:
-            failed[name] = reason
-    return FilterOutcome(passed=tuple(passed), failed=failed, stale=counts["stale"], missing=counts["missing"])
+            reason = judge.overload_reason(node)
+            if reason is None:
+                passed.append(name)
+            else:
+                failed[name] = reason
+    return FilterOutcome(passed=tuple(passed), failed=failed, stale=stale, missing=missing)
 
 
 def overload_reason(node: NodeFigures, *, pod: JudgedPod, config: LoadAwareConfig) -> str | None:
     """Why a node with a fresh report is too loaded for `pod`, or None if it is not."""
-    if pod.daemon or (pod.batch and config.batch_pods == "skipped"):
+    return _Judgement.of(pod, config).overload_reason(node)
+
+
+@dataclass(frozen=True, slots=True)
+class _Judgement:
+    """What a request's filter needs of the pod and the configuration, computed once per request.
+
+    A resource's load is too high when round_half_up(100 * load / allocatable) > threshold, which
+    for whole numbers is 200 * load >= allocatable * (2 * threshold + 1): no division per node.
+    """
+
+    skip: bool  # a DaemonSet's pod, or a batch pod left to the batch resources
+    prod: bool  # judged against prod pods' usage and prodUsageThresholds
+    # Per resource, cpu then memory: the pod's estimate, 2 * threshold + 1 (0: no check), the reason.
+    checks: tuple[tuple[int, int, str], tuple[int, int, str]]
+
+    @classmethod
+    def of(cls, pod: JudgedPod, config: LoadAwareConfig) -> _Judgement:
+        prod = pod.prod and any(config.prod_usage_thresholds.values())
+        thresholds = config.prod_usage_thresholds if prod else config.usage_thresholds
+
+        def check(resource: LoadAwareResource) -> tuple[int, int, str]:
+            threshold = thresholds.get(resource, 0)
+            reason = f"load-aware: {_figure(prod, config)}{resource} usage above {threshold}% of allocatable"
+            return pod.estimate.get(resource, 0), 2 * threshold + 1 if threshold else 0, reason
+
+        return cls(skip=pod.daemon or (pod.batch and config.batch_pods == "skipped"), prod=prod,
+                   checks=(check("cpu"), check("memory")))
+
+    def overload_reason(self, node: NodeFigures) -> str | None:
+        if self.skip:
+            return None
+        cpu_total, memory_total, cpu_used, memory_used, prod_cpu_used, prod_memory_used = node.flat
+        if self.prod:
+            cpu_used, memory_used = prod_cpu_used, prod_memory_used
+        (cpu_estimate, cpu_bound, cpu_reason), (memory_estimate, memory_bound, memory_reason) = self.checks
+        if cpu_bound and cpu_total > 0 and 200 * (cpu_used + cpu_estimate) >= cpu_total * cpu_bound:
+            return cpu_reason
+        if memory_bound and memory_total > 0 and 200 * (memory_used + memory_estimate) >= memory_total * memory_bound:
+            return memory_reason
         return None
-    prod = pod.prod and any(config.prod_usage_thresholds.values())
-    thresholds = config.prod_usage_thresholds if prod else config.usage_thresholds
-    used = node.prod_used if prod else node.used
-    for resource in LOAD_AWARE_RESOURCES:
-        threshold = thresholds.get(resource, 0)
-        total = node.allocatable.get(resource, 0)
-        if threshold == 0 or total <= 0:
-            continue
-        estimated = used.get(resource, 0) + pod.estimate.get(resource, 0)
-        percent = (200 * estimated + total) // (2 * total)  # estimated * 100 / total, rounded half up
-        if percent > threshold:
-            return f"load-aware: {_figure(prod, config)}{resource} usage above {threshold}% of allocatable"
-    return None
 
 
 def _figure(prod: bool, config: LoadAwareConfig) -> str:

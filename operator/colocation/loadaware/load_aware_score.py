@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from colocation.loadaware.load_aware_config import LoadAwareConfig
-from colocation.loadaware.node_figures import NodeFigures, freshness
+from colocation.loadaware.node_figures import NodeFigures
 from colocation.loadaware.pod_estimate import JudgedPod
 
 MAX_NODE_SCORE = 100  # the scheduler's framework.MaxNodeScore
@@ -45,30 +45,58 @@ def score_nodes(names: Sequence[str], figures: Mapping[str, NodeFigures], *, pod
     """Score each candidate in `names`; `now` is the server's clock, as receipt times are."""
     if pod.batch and config.batch_pods == "skipped":
         return ScoreOutcome(scores=dict.fromkeys(names, 0), neutral=0)
+    weigh = _Weighing.of(pod, config)
+    expiration = config.node_metric_expiration_seconds
     fresh: dict[str, int] = {}
-    counts = {"stale": 0, "missing": 0}
+    stale = missing = 0
     for name in names:
         node = figures.get(name)
-        state = freshness(node, now=now, expiration_seconds=config.node_metric_expiration_seconds)
-        if state == "fresh" and node is not None:
-            fresh[name] = load_score(node, pod=pod, config=config)
+        if node is None or node.received_at is None:
+            missing += 1
+        elif now - node.received_at >= expiration:
+            stale += 1
         else:
-            counts[state] += 1
+            fresh[name] = weigh.load_score(node)
     # The mean rounded half up, then on the 0..10 scale.
     mean = (2 * sum(fresh.values()) + len(fresh)) // (2 * len(fresh)) if fresh else MAX_NODE_SCORE // 2
     neutral = extender_score(mean)
-    scores = {name: extender_score(fresh[name]) if name in fresh else neutral for name in names}
-    return ScoreOutcome(scores=scores, neutral=neutral, stale=counts["stale"], missing=counts["missing"])
+    on_scale = _EXTENDER_SCORES
+    scores = {name: on_scale[fresh[name]] if name in fresh else neutral for name in names}
+    return ScoreOutcome(scores=scores, neutral=neutral, stale=stale, missing=missing)
 
 
 def load_score(node: NodeFigures, *, pod: JudgedPod, config: LoadAwareConfig) -> int:
     """Koordinator's 0..100 score of a node with a fresh report: the weighted mean of its free shares."""
-    total = weights = 0
-    for resource, weight in config.resource_weights.items():
-        used = node.used.get(resource, 0) + pod.estimate.get(resource, 0)
-        total += least_used_score(used, node.allocatable.get(resource, 0)) * weight
-        weights += weight
-    return total // weights if weights else 0
+    return _Weighing.of(pod, config).load_score(node)
+
+
+@dataclass(frozen=True, slots=True)
+class _Weighing:
+    """What a request's scores need of the pod and the configuration, computed once per request."""
+
+    cpu_estimate: int
+    memory_estimate: int
+    cpu_weight: int  # 0: not weighed
+    memory_weight: int
+    weights: int
+
+    @classmethod
+    def of(cls, pod: JudgedPod, config: LoadAwareConfig) -> _Weighing:
+        cpu_weight = config.resource_weights.get("cpu", 0)
+        memory_weight = config.resource_weights.get("memory", 0)
+        return cls(pod.estimate.get("cpu", 0), pod.estimate.get("memory", 0), cpu_weight, memory_weight,
+                   cpu_weight + memory_weight)
+
+    def load_score(self, node: NodeFigures) -> int:
+        if not self.weights:
+            return 0
+        cpu_total, memory_total, cpu_used, memory_used, _, _ = node.flat
+        total = 0
+        if self.cpu_weight:
+            total += least_used_score(cpu_used + self.cpu_estimate, cpu_total) * self.cpu_weight
+        if self.memory_weight:
+            total += least_used_score(memory_used + self.memory_estimate, memory_total) * self.memory_weight
+        return total // self.weights
 
 
 def least_used_score(used: int, capacity: int) -> int:
@@ -81,3 +109,6 @@ def least_used_score(used: int, capacity: int) -> int:
 def extender_score(node_score: int) -> int:
     """A 0..100 score on the extender's 0..10 scale, rounded half up."""
     return (node_score * MAX_EXTENDER_PRIORITY * 2 + MAX_NODE_SCORE) // (2 * MAX_NODE_SCORE)
+
+
+_EXTENDER_SCORES = tuple(extender_score(score) for score in range(MAX_NODE_SCORE + 1))

@@ -59,6 +59,15 @@ class NodeFigures:
     received_at: float | None  # None: the node has no NodeMetric
     used: Resources = field(default_factory=dict)
     prod_used: Resources = field(default_factory=dict)
+    # The same numbers as one tuple, (allocatable, used, prod used) of cpu then memory: a request
+    # reads them for thousands of candidates, and unpacking a tuple costs less than six dict reads.
+    flat: tuple[int, int, int, int, int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        allocatable, used, prod_used = self.allocatable, self.used, self.prod_used
+        object.__setattr__(self, "flat", (allocatable.get("cpu", 0), allocatable.get("memory", 0),
+                                          used.get("cpu", 0), used.get("memory", 0),
+                                          prod_used.get("cpu", 0), prod_used.get("memory", 0)))
 
 
 def reported_load(status: Mapping[str, Any], *, received_at: float, config: LoadAwareConfig,

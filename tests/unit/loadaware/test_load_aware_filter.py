@@ -8,12 +8,18 @@ set `usageThresholds` with `aggregated`: ours picks one figure for both filter a
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from colocation.loadaware.load_aware_config import LoadAwareConfig, parse_load_aware_config
 from colocation.loadaware.load_aware_filter import filter_nodes
+from colocation.loadaware.node_figures import NodeFigures
+from colocation.loadaware.pod_estimate import JudgedPod
 from tests.unit.loadaware.koordinator_nodes import NOW, figures, incoming, pod, status
 
 PROD = 9999  # Koordinator's PriorityProdValueMax
@@ -177,3 +183,19 @@ def test_only_the_nodes_given_are_answered_in_their_order() -> None:
     outcome = filter_nodes(["c", "b", "a"], nodes, pod=incoming(None, config=the_config), config=the_config, now=NOW)
     assert outcome.passed == ("c", "a")
     assert list(outcome.failed) == ["b"]
+
+
+@given(used=st.integers(0, 10**12), estimate=st.integers(0, 10**10), total=st.integers(1, 10**12),
+       threshold=st.integers(1, 100))
+@example(used=131, estimate=0, total=200, threshold=65)  # 65.5 %: rounds up to 66, refused
+@example(used=130, estimate=0, total=200, threshold=65)  # 65.0 %: passes
+def test_a_node_is_refused_exactly_when_its_rounded_percentage_is_above_the_threshold(
+        used: int, estimate: int, total: int, threshold: int) -> None:
+    # The filter compares without dividing (it runs for thousands of candidates per pod); the
+    # percentage rounded half up is what the docs and Koordinator define.
+    the_config = config(usageThresholds={"cpu": threshold, "memory": 0})
+    node = NodeFigures(allocatable={"cpu": total}, received_at=NOW, used={"cpu": used})
+    pod_estimate = JudgedPod(estimate={"cpu": estimate}, prod=False, batch=False, daemon=False)
+    refused = filter_nodes(["n"], {"n": node}, pod=pod_estimate, config=the_config, now=NOW).failed != {}
+    percentage = math.floor(Fraction(100 * (used + estimate), total) + Fraction(1, 2))  # exact
+    assert refused == (percentage > threshold)
