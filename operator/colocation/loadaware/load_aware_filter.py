@@ -62,7 +62,7 @@ def overload_reason(node: NodeFigures, *, pod: JudgedPod, config: LoadAwareConfi
     return _Judgement.of(pod, config).overload_reason(node)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Judgement:
     """What a request's filter needs of the pod and the configuration, computed once per request.
 
