@@ -42,7 +42,8 @@ class SchedulerExtender:
 
     async def refresh_forever(self) -> None:
         while True:
-            self.cache.refresh(self.config())
+            for _ in self.cache.refresh_in_steps(self.config()):
+                await asyncio.sleep(0)  # let waiting requests in: a step is 200 nodes, a few ms
             await asyncio.sleep(REFRESH_SECONDS)  # a period, not synchronisation
 
 

@@ -266,6 +266,11 @@ class NodeMetricStore:
     def get(self, name: str) -> Entry | None:
         return self._entries.get(name)
 
+    def names_changed_since(self, resource_version: int) -> tuple[set[str], int] | None:
+        """`NodeMetricReader.names_changed_since`, from the watch window's events."""
+        names = self._window.names_since(resource_version)
+        return None if names is None else (names, self._versions.current)
+
     def list(self, label_selector: LabelSelector | None = None,
              name: str | None = None) -> tuple[builtins.list[Entry], int]:
         """The matching entries in name order, and the resourceVersion of this state."""

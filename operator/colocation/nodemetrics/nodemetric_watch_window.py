@@ -124,6 +124,18 @@ class EventWindow:
                 and (name is None or event.name == name)
                 and (line := line_for(event, selector, event.line)) is not None]
 
+    def names_since(self, since: int) -> set[str] | None:
+        """The names of the objects changed after `since` (a resourceVersion), newest first until
+        then; None when the window does not reach back to it (a reader must look at everything)."""
+        if since <= 0 or since < self.oldest_resumable:
+            return None
+        names: set[str] = set()
+        for event in reversed(self._events):
+            if event.resource_version <= since:
+                break
+            names.add(event.name)
+        return names
+
     def resumable_since(self, resource_version: int) -> None:
         """Nothing before `resource_version` is known here (a history taken over from a list)."""
         self.oldest_resumable = resource_version

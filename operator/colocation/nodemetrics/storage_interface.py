@@ -60,6 +60,10 @@ class NodeMetricReader(Protocol):
              name: str | None = None) -> tuple[builtins.list[Entry], int]:
         """The matching entries in name order, and the resourceVersion of this state."""
 
+    def names_changed_since(self, resource_version: int) -> tuple[set[str], int] | None:
+        """The nodes changed or gone after `resource_version` and the current resourceVersion, or
+        None when that is too old to tell (as a watch from it would get 410): read everything."""
+
 
 class NodeMetricServing(NodeMetricReader, Protocol):
     def list_body(self, label_selector: LabelSelector | None = None, name: str | None = None) -> bytes:

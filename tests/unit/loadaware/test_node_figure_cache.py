@@ -21,13 +21,13 @@ ALLOCATABLE = MappingProxyType({"cpu": 4000, "memory": 8 * 1024**3})
 
 
 class Cluster:
-    def __init__(self) -> None:
+    def __init__(self, *, full_walk_every: int = 30) -> None:
         self.clock = FakeClock(now=1000.0, wall=1_800_000_000.0)
         self.store = NodeMetricStore(clock_wall=self.clock.wall, clock_monotonic=self.clock.monotonic)
         self.pods = BoundPods()
         self.allocatable = {"node-1": ALLOCATABLE, "node-2": ALLOCATABLE}
         self.cache = NodeFigureCache(self.store, self.pods, TentativePlacements(clock=self.clock, hold_seconds=30),
-                                     allocatable=self.allocatable.get)
+                                     allocatable=self.allocatable.get, full_walk_every=full_walk_every)
 
     def report(self, name: str, cpu: str) -> None:
         self.clock.advance(1)
@@ -77,7 +77,8 @@ def test_a_node_without_a_report_or_allocatable_has_no_figures_and_gone_nodes_ar
 
 
 async def test_a_tentative_pod_adds_what_a_pod_bound_since_the_report_would() -> None:
-    cluster, config = Cluster(), LoadAwareConfig()
+    # With prodUsageThresholds, so that the prod figure is computed too.
+    cluster, config = Cluster(), LoadAwareConfig(prod_usage_thresholds={"cpu": 80})
     cluster.report("node-1", "1000m")
     await cluster.pods.on_sync([pruned_pod(api_pod("old", "node-1", scheduled="2020-01-01T00:00:00Z"))], "1")
     cluster.cache.refresh(config)
@@ -92,3 +93,54 @@ async def test_a_tentative_pod_adds_what_a_pod_bound_since_the_report_would() ->
     assert held.prod_used["cpu"] == base.prod_used["cpu"] + 500
     cluster.clock.advance(30)
     assert cache.node("node-1", config) == base  # the hold passed
+
+
+def test_a_refresh_reads_only_the_nodes_that_reported_since_the_last() -> None:
+    cluster, config = Cluster(), LoadAwareConfig()
+    for name in ("node-1", "node-2"):
+        cluster.report(name, "1000m")
+    cluster.cache.refresh(config)
+    assert (cluster.cache.full_walks, cluster.cache.parsed) == (1, 2)
+    cluster.report("node-2", "3000m")
+    cluster.cache.refresh(config)
+    cluster.cache.refresh(config)  # nothing new: nothing read
+    assert (cluster.cache.full_walks, cluster.cache.parsed) == (1, 3)
+    assert cluster.cache.figures(config)["node-2"].used["cpu"] == 3000
+    cluster.store.delete("node-1")
+    cluster.cache.refresh(config)
+    assert set(cluster.cache.figures(config)) == {"node-2"} and cluster.cache.full_walks == 1
+
+
+def test_a_nodes_allocatable_learnt_without_a_report_counts_at_the_next_full_walk() -> None:
+    cluster, config = Cluster(full_walk_every=3), LoadAwareConfig()
+    cluster.report("node-3", "1000m")  # its Node is not known yet
+    cluster.cache.refresh(config)
+    cluster.allocatable["node-3"] = ALLOCATABLE
+    for _ in range(2):
+        cluster.cache.refresh(config)
+        assert cluster.cache.node("node-3", config) is None  # the store saw no change
+    cluster.cache.refresh(config)  # the third since the last full walk
+    assert cluster.cache.full_walks == 2 and cluster.cache.node("node-3", config) is not None
+
+
+def test_a_refresh_pauses_every_step_and_a_new_configuration_ends_it() -> None:
+    cluster, config = Cluster(), LoadAwareConfig()
+    for name in ("node-1", "node-2"):
+        cluster.report(name, "1000m")
+    steps = cluster.cache.refresh_in_steps(config, step=1)
+    next(steps)  # one node done
+    assert cluster.cache.parsed == 1
+    other = LoadAwareConfig(resource_weights={"cpu": 2})
+    assert cluster.cache.figures(other)["node-2"].used["cpu"] == 1000  # the request refreshed everything
+    parsed = cluster.cache.parsed
+    assert list(steps) == [] and cluster.cache.parsed == parsed  # the paused refresh did no more
+
+
+async def test_the_prod_figure_is_left_at_0_when_no_threshold_reads_it() -> None:
+    cluster = Cluster()
+    cluster.report("node-1", "1000m")
+    await cluster.pods.on_sync([pruned_pod(api_pod("web", "node-1", scheduled=None))], "1")
+    plain, prod = LoadAwareConfig(), LoadAwareConfig(prod_usage_thresholds={"cpu": 80})
+    unread, read = cluster.cache.node("node-1", plain), cluster.cache.node("node-1", prod)
+    assert unread is not None and read is not None and unread.used == read.used
+    assert (unread.prod_used["cpu"], read.prod_used["cpu"]) == (0, 1700)  # a prod pod: 2 cpu limit x 85 %

@@ -237,6 +237,30 @@ def test_a_resource_version_older_than_the_window_is_expired(store: NodeMetricSt
     assert watcher.closed and store.watcher_count == 1
 
 
+def test_the_nodes_changed_since_a_resource_version_come_from_the_window(store: NodeMetricStore) -> None:
+    start = store.put(report("a"), {}).resource_version
+    store.put(report("b"), {})
+    store.put(report("a", cpu="2"), {})
+    store.delete("b")
+    store.put(report("c"), {})
+    assert store.names_changed_since(start) == ({"a", "b", "c"}, store.resource_version)
+    assert store.names_changed_since(store.resource_version) == (set(), store.resource_version)
+    for index in range(5):  # the window holds 5 events: what came after `start` is no longer all there
+        store.put(report("d", cpu=str(index + 2)), {})
+    assert store.names_changed_since(start) is None
+    assert store.names_changed_since(0) is None  # nothing seen yet: read everything
+
+
+def test_after_the_log_restarted_nothing_tells_what_changed_before(clock: FakeClock) -> None:
+    store = log_store(clock)
+    store.apply_logged("node-a", 10, logged("node-a"), received_at=T0)
+    store.caught_up(10)
+    store.apply_logged("node-a", 11, logged("node-a", cpu="3"), received_at=T0)
+    assert store.names_changed_since(10) == ({"node-a"}, 11)
+    store.log_restarted(1_800_000_000_000_000)
+    assert store.names_changed_since(11) is None
+
+
 def test_the_window_counts_its_events_and_the_bytes_only_it_keeps(store: NodeMetricStore) -> None:
     entries = [store.put(report("a" if index % 2 else "b", cpu=str(index + 1)), {})
                for index in range(7)]  # b a b a b a b: the window holds 5 events, the first two fall out
