@@ -9,6 +9,7 @@ import pytest
 
 from colocation.agent.aggregate import Usage, system_usage
 from colocation.agent.classify import classify
+from colocation.agent.scrape import SCRAPE_ANNOTATION
 from colocation.agent.synthetic import (
     CPU_USAGE_ANNOTATION,
     MEMORY_USAGE_ANNOTATION,
@@ -19,7 +20,6 @@ from colocation.agent.synthetic import (
     annotated_usage,
     scraped_pod_count,
 )
-from colocation.agent.scrape import SCRAPE_ANNOTATION
 from colocation.apimachinery.quantity import byte_value, cpu_millis
 
 GI = 2**30
