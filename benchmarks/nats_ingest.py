@@ -8,8 +8,9 @@ node, none and one of the evaluation shards, so the sizing can share them among 
 follower probe's CPU per write at several write rates (`nats_apply_rates`). Then several
 `colocation sandbox` configurations, one after another (`nats_sizing.CONFIG_NAMES`):
 memory-2 (in-memory store, 2 replicas), nats-1 and nats-2 (`--store nats`, 1 and 2 replicas),
-nats-2-custom and memory-2-custom (the same with custom metrics on: the operators serve them and every
-simulated pod, all annotated for scraping, is scraped every `scrape_interval` s), and nats-2-small
+nats-2-custom and memory-2-custom (the same with custom metrics on: the operators serve them and a
+`scraped_share` of each simulated node's pods, annotated for scraping, is scraped every `scrape_interval` s:
+the sandbox's `--scraped-pod-share`), and nats-2-small
 (nats-2 at `small_nodes`: with nats-2, the line of CPU and memory over the nodes). Every configuration
 runs N Nodes of 30 pods whose agents report every `report_interval` s, changed or not
 (`leader_scale.agent_args`). For each:
@@ -54,7 +55,7 @@ from typing import Any
 
 import aiohttp
 import orjson
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from benchmarks import cp_cluster, ingest_profile, leader_scale, machine, nats_apply_rates, processes
 from benchmarks.client import Request, say, sit_out
@@ -101,6 +102,7 @@ from benchmarks.polling import eventually_async
 from benchmarks.results import Record
 from benchmarks.stats import size as human_size
 from colocation.agent import selfcheck
+from colocation.agent.synthetic import scraped_pod_count
 from colocation.apimachinery.stop_signals import install_stop_signal_handlers, on_stop_signals
 from colocation.jetstream.nats_connection import NatsOptions
 
@@ -128,6 +130,9 @@ class IngestConfig(Record):
     probe_window: float = 30.0
     report_interval: float = 10.0
     scrape_interval: float = 5.0  # the agent's default
+    # With custom metrics on, of each simulated node's pods annotated for scraping (issue 36: 0 % and 20 %
+    # in the sizing; at 100 %, 1,000 nodes x 30 pods saturated a 2-core machine's simulated agents).
+    scraped_share: float = Field(default=0.2, ge=0.0, le=1.0)
     profile_seconds: float = 20.0  # py-spy on the leader after each window; 0: none (evaluations stay in)
     # With custom metrics on, well above the series a run makes, so none is dropped (the default is
     # OPERATOR_MAX_SERIES).
@@ -164,11 +169,20 @@ class NatsIngestReport(Record):
     seconds: float = 0.0
     machine: Machine | None = None
 
+    @field_validator("config", mode="before")
+    @classmethod
+    def _scraped_every_pod_before_the_share(cls, config: Any) -> Any:
+        """A file saved before `scraped_share` existed comes from a run that scraped every simulated pod."""
+        if isinstance(config, Mapping) and "scraped_share" not in config:
+            return {**config, "scraped_share": 1.0}
+        return config
+
     def by_name(self) -> dict[str, ConfigRun]:
         return {run.spec.name: run for run in self.runs}
 
     def derived(self) -> Derived:
         return derive(self.by_name(), pods_per_node=self.config.pods_per_node,
+                      scraped_share=self.config.scraped_share,
                       scrape_interval=self.config.scrape_interval, split=self.evaluation_split,
                       apply_rates=self.apply_rates)
 
@@ -412,9 +426,11 @@ async def _run_config(config: IngestConfig, spec: Spec, agent_args: list[str]) -
         # takes the last of a flag pair), and the sandbox then lets the agents scrape.
         operator_args = (f"--custom-metrics-max-series={config.max_series}",)
         agents += (f"--scrape-interval={config.scrape_interval:g}",)
-        extra += ("--serve-custom-metrics",)
+        extra += ("--serve-custom-metrics", f"--scraped-pod-share={config.scraped_share:g}")
+    custom = f", custom metrics on ({_percent(config.scraped_share)} of the pods scraped)" \
+        if spec.custom_metrics else ""
     say(f"nats ingest [{spec.name}]: starting the sandbox ({spec.nodes:,} nodes x {config.pods_per_node} pods, "
-        f"--store {spec.store}, {spec.replicas} replicas{', custom metrics on' if spec.custom_metrics else ''})")
+        f"--store {spec.store}, {spec.replicas} replicas{custom})")
     started = time.monotonic()
     cluster = await cp_cluster.start(state_dir, nodes=spec.nodes, pods_per_node=config.pods_per_node,
                                      operators=spec.replicas, operator_args=operator_args, agent_args=agents,
@@ -476,6 +492,10 @@ def measure_split(nodes: int, pods_per_node: int) -> EvaluationSplit:
 
 
 # ---- the section ----------------------------------------------------------------------------------------
+
+
+def _percent(share: float) -> str:
+    return f"{share * 100:g} %"
 
 
 def _us(value: float) -> str:
@@ -586,7 +606,8 @@ def _replicas_table(report: NatsIngestReport, derived: Derived) -> str:
 
 
 def _samples_table(derived: Derived) -> str:
-    rows = [[costs.store, f"{costs.sample_rate:,.0f}", f"{costs.series:,.0f} ({costs.series_per_pod:.2f} per pod)",
+    rows = [[costs.store, f"{costs.sample_rate:,.0f}",
+             f"{costs.series:,.0f} ({costs.series_per_pod:.2f} per scraped pod)",
              _us(costs.leader_us), _us(costs.standby_us), _us(costs.server_us),
              f"{_bytes(costs.rss_per_series)} ({costs.held:.0f} samples held)",
              _bytes(costs.growth_per_sample), _bytes(costs.steady_series_bytes), _bytes(costs.stream_per_sample)]
@@ -614,6 +635,18 @@ def _sizing_table(rows: list[Sizing]) -> str:
                   "nats-server cores: all / busiest", "nats-server memory each", "Streams on disk, each"], body)
 
 
+def _scraped_pods(config: IngestConfig) -> str:
+    """Which simulated pods the custom-metrics configurations scraped, and how often, in words."""
+    every = f"every {config.scrape_interval:g} s"
+    if config.scraped_share == 1.0:
+        return (f"**every simulated pod scraped (100 %)** {every} (each has the scrape annotation; "
+                "`make run`'s default too)")
+    per_node = scraped_pod_count(config.pods_per_node, config.scraped_share)
+    return (f"**{_percent(config.scraped_share)} of the simulated pods scraped** {every} ({per_node} of each node's "
+            f"{config.pods_per_node} carry the scrape annotation, spread evenly: `--scraped-pod-share "
+            f"{config.scraped_share:g}`; `make run` annotates every pod)")
+
+
 def render(report: NatsIngestReport, command: str) -> str:
     config = report.config
     runs = report.by_name()
@@ -630,9 +663,8 @@ def render(report: NatsIngestReport, command: str) -> str:
         f"{config.nodes:,} Nodes of {config.pods_per_node} pods (nats-2-small: {config.small_nodes:,}) whose agents "
         f"run with `{' '.join(report.agent_args)}`: every node reports every {config.report_interval:g} s. "
         "memory-2: `--store memory`, 2 replicas; nats-1, nats-2: `--store nats` (3 nats-servers on loopback), 1 and "
-        "2 replicas; nats-2-custom, memory-2-custom: 2 replicas with custom metrics on, **every simulated pod "
-        f"scraped (100 %)** every {config.scrape_interval:g} s (each has the scrape annotation; "
-        "`make run`'s default too). A window of "
+        "2 replicas; nats-2-custom, memory-2-custom: 2 replicas with custom metrics on, "
+        f"{_scraped_pods(config)}. A window of "
         f"{config.window:g} s once every replica is Ready and holds every node, and one report interval more: "
         "CPU is utime + stime from /proc, RSS at the window's end, reports and samples each replica's own "
         "counters. The leader's evaluations (their share of a py-spy profile of "
@@ -653,7 +685,9 @@ def render(report: NatsIngestReport, command: str) -> str:
                   "the probe's cost per write):", "", replicas, ""]
     if derived.samples:
         lines += ["### Custom metrics (custom metrics on less off, replica by replica)", "",
-                  f"Every simulated pod is scraped every {config.scrape_interval:g} s. µs per sample: a replica's "
+                  f"{_percent(config.scraped_share)} of the simulated pods "
+                  f"({scraped_pod_count(config.pods_per_node, config.scraped_share)} per node) are scraped every "
+                  f"{config.scrape_interval:g} s; series per pod are per scraped pod. µs per sample: a replica's "
                   "extra CPU over the samples every replica accepted. Extra RSS per series: at the window's end, "
                   "when each series held the samples of the run so far; at the retention's end "
                   f"(`--custom-metrics-retention` {RETENTION:g} s) each holds "
@@ -662,11 +696,11 @@ def render(report: NatsIngestReport, command: str) -> str:
     lines += ["### Sizing (projected from the per-unit costs above; this machine ran "
               f"{config.nodes:,} nodes)", "",
               f"{config.pods_per_node} pods per node, scraped pods every {config.scrape_interval:g} s at the "
-              f"measured series per pod; each replica ≤ 1 core, the evaluations shared in {SIZING_SHARDS} shards "
-              "(`--evaluation-shards`: the busiest replica holds the most); custom metric CPU per sample is "
-              "nats-2-custom's busiest replica's; a, the CPU per write applied, at the row's write rate from the "
-              "in-process points (past the fastest, the fastest's). \"none\": no replica count keeps the busiest "
-              "within a core (the cores it keeps with infinitely many). Memory: replica RSS "
+              "measured series per scraped pod; each replica ≤ 1 core, the evaluations shared in "
+              f"{SIZING_SHARDS} shards (`--evaluation-shards`: the busiest replica holds the most); custom metric "
+              "CPU per sample is nats-2-custom's busiest replica's; a, the CPU per write applied, at the row's "
+              "write rate from the in-process points (past the fastest, the fastest's). \"none\": no replica count "
+              "keeps the busiest within a core (the cores it keeps with infinitely many). Memory: replica RSS "
               f"fixed + per node ({config.pods_per_node} pods each) + series x bytes per series; a replica keeps at "
               f"most `--custom-metrics-max-series` ({OPERATOR_MAX_SERIES:,} by default) series: rows over it need "
               "it raised. nats-server: 3 servers, each with a copy of the streams (3 replicas); the sample stream "
@@ -705,11 +739,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nats-ingest-report-interval", type=float, default=c.report_interval)
     p.add_argument("--nats-ingest-scrape-interval", type=float, default=c.scrape_interval,
                    help="The agents' --scrape-interval with custom metrics on.")
+    p.add_argument("--nats-ingest-scraped-share", type=_share, default=c.scraped_share,
+                   help="With custom metrics on, the share of each simulated node's pods scraped (0 to 1): the "
+                        "sandbox's --scraped-pod-share.")
     p.add_argument("--nats-ingest-profile-seconds", type=float, default=c.profile_seconds,
                    help="py-spy on the leader after each window (separates its evaluations); 0: none.")
     p.add_argument("--nats-ingest-configs", type=_names, default=c.configs,
                    help=f"Configurations to run, comma-separated, of {','.join(CONFIG_NAMES)}.")
     p.add_argument("--nats-ingest-raw", type=Path, default=RAW, help="Where to save the raw figures.")
+
+
+def _share(text: str) -> float:
+    share = float(text)
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"a share is between 0 and 1, not {text}")
+    return share
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -725,6 +769,7 @@ def config_from(args: argparse.Namespace, state_dir: Path) -> IngestConfig:
                         probe_window=args.nats_ingest_probe_window,
                         report_interval=args.nats_ingest_report_interval,
                         scrape_interval=args.nats_ingest_scrape_interval,
+                        scraped_share=args.nats_ingest_scraped_share,
                         profile_seconds=args.nats_ingest_profile_seconds, configs=args.nats_ingest_configs,
                         raw=args.nats_ingest_raw, state_dir=state_dir)
 

@@ -31,9 +31,11 @@ Per-unit costs (µs of CPU, utime + stime; r = reports/s; C = replicas' CPU, in 
   window's servers' CPU less the main window's;
 - custom metrics: a configuration with custom metrics on less the same without, replica by replica
   (leader with leader; the same node count and rate, so fixed costs cancel): extra CPU per sample
-  accepted (by any replica), extra RSS per series; the series hold the samples of the run so far, so
-  the RSS a series has at the retention's end adds SAMPLE_BYTES for each sample more it will hold (the
-  series store's two arrays of doubles); the sample stream's bytes per sample (NATS);
+  accepted (by any replica), extra RSS per series; k, series per scraped pod: the series held over the
+  scraped pods, floor(pods x the run's scraped share) on each simulated node (`scraped_pod_count`); the
+  series hold the samples of the run so far, so the RSS a series has at the retention's end adds
+  SAMPLE_BYTES for each sample more it will hold (the series store's two arrays of doubles); the sample
+  stream's bytes per sample (NATS);
 - memory per node: the busiest replica's and nats-server's RSS at nats-2-small and nats-2, the line
   through them; the NodeMetric stream's bytes per node from the servers' /jsz.
 
@@ -78,6 +80,7 @@ from benchmarks.leader_scale_figures import (
     REPORTS_BEHIND,
 )
 from benchmarks.results import NanFloat, Record
+from colocation.agent.synthetic import scraped_pod_count
 from colocation.jetstream.nodemetric_log import STREAM
 from colocation.kube.permissions import MAX_EVALUATION_SHARDS
 from colocation.manager.operator_config import OperatorConfig
@@ -353,8 +356,10 @@ def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return y0 - slope * x0, slope
 
 
-def sample_costs(custom: ConfigRun, base: ConfigRun, *, pods_per_node: int, scrape_interval: float) -> SampleCosts:
-    """Custom metrics' per-sample CPU and per-series RSS: `custom` less `base`, replica by replica (by role)."""
+def sample_costs(custom: ConfigRun, base: ConfigRun, *, pods_per_node: int, scraped_share: float,
+                 scrape_interval: float) -> SampleCosts:
+    """Custom metrics' per-sample CPU and per-series RSS: `custom` less `base`, replica by replica (by role);
+    `scraped_share` of each simulated node's pods were scraped."""
     rate = custom.sample_rate
     roles = {}
     for role in ("leader", "standby"):
@@ -368,7 +373,8 @@ def sample_costs(custom: ConfigRun, base: ConfigRun, *, pods_per_node: int, scra
             if rate else math.nan
         roles[role] = (extra_cores / rate * 1e6 if rate else math.nan, per_series, growth)
     series = max((r.series for r in custom.replicas), default=0.0)
-    scraped_pods = max(custom.spec.nodes - 1, 0) * pods_per_node  # the first node is the machine's real agent
+    # The first node is the machine's, with a real agent and none of the simulated pods.
+    scraped_pods = max(custom.spec.nodes - 1, 0) * scraped_pod_count(pods_per_node, scraped_share)
     accepted = sum(r.samples_total for r in custom.replicas)  # since the start: all within the retention
     held = accepted / series if series else math.nan
     rss_per_series = max((v[1] for v in roles.values() if not math.isnan(v[1])), default=math.nan)
@@ -385,7 +391,7 @@ def sample_costs(custom: ConfigRun, base: ConfigRun, *, pods_per_node: int, scra
                        if accepted else math.nan, scrape_interval=scrape_interval)
 
 
-def derive(runs: Mapping[str, ConfigRun], *, pods_per_node: int, scrape_interval: float,
+def derive(runs: Mapping[str, ConfigRun], *, pods_per_node: int, scraped_share: float, scrape_interval: float,
            split: EvaluationSplit | None = None, apply_rates: Sequence[ApplyRate] = ()) -> Derived:
     """The per-unit costs from the run's windows (by configuration name) and its in-process
     measurements (the evaluations' split, the applies by write rate); see the module's docstring."""
@@ -431,15 +437,17 @@ def derive(runs: Mapping[str, ConfigRun], *, pods_per_node: int, scrape_interval
             found["apply_model_us"] = _per_report(two, two.replica_cpu()) - found["all_in_us"]
     return Derived(**found, fixed_cores=fixed, marginal_us=marginal, two_ingest_us=marginal - a, apply_probe_us=a,
                    apply_curve=tuple((point.rate, point.us) for point in apply_rates),
-                   samples=_samples(runs, pods_per_node=pods_per_node, scrape_interval=scrape_interval))
+                   samples=_samples(runs, pods_per_node=pods_per_node, scraped_share=scraped_share,
+                                    scrape_interval=scrape_interval))
 
 
-def _samples(runs: Mapping[str, ConfigRun], *, pods_per_node: int, scrape_interval: float) -> dict[str, SampleCosts]:
+def _samples(runs: Mapping[str, ConfigRun], *, pods_per_node: int, scraped_share: float,
+             scrape_interval: float) -> dict[str, SampleCosts]:
     found = {}
     for custom, base in ((NATS_2_CUSTOM, NATS_2), (MEMORY_2_CUSTOM, MEMORY_2)):
         if custom in runs and base in runs and runs[custom].replicas and runs[base].replicas:
             costs = sample_costs(runs[custom], runs[base], pods_per_node=pods_per_node,
-                                 scrape_interval=scrape_interval)
+                                 scraped_share=scraped_share, scrape_interval=scrape_interval)
             found[costs.store] = costs
     return found
 

@@ -64,6 +64,7 @@ class SimulatedNode:
     cpu_millis: int = 16_000
     memory_bytes: int = 64 * 2**30
     usage_annotations: bool = False  # each pod's usage is what its annotations say (synthetic.annotated_usage)
+    scraped_share: float = 1.0  # of the pods that carry the scrape annotations (synthetic.is_scraped)
 
     @classmethod
     def from_json(cls, entry: Mapping[str, Any]) -> SimulatedNode:
@@ -74,16 +75,18 @@ class SimulatedNode:
                    profile=cast(Profile, profile), pods=int(entry.get("pods", 10)),
                    cpu_millis=int(entry.get("cpuMillis", 16_000)),
                    memory_bytes=int(entry.get("memoryBytes", 64 * 2**30)),
-                   usage_annotations=bool(entry.get("usageAnnotations", False)))
+                   usage_annotations=bool(entry.get("usageAnnotations", False)),
+                   scraped_share=float(entry.get("scrapedShare", 1.0)))
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "token": self.token, "seed": self.seed, "profile": self.profile,
                 "pods": self.pods, "cpuMillis": self.cpu_millis, "memoryBytes": self.memory_bytes,
-                "usageAnnotations": self.usage_annotations}
+                "usageAnnotations": self.usage_annotations, "scrapedShare": self.scraped_share}
 
     def collector(self) -> SyntheticCollector:
         return SyntheticCollector(self.node, self.pods, self.profile, seed=self.seed,
-                                  capacity_cpu_millis=self.cpu_millis, capacity_memory_bytes=self.memory_bytes)
+                                  capacity_cpu_millis=self.cpu_millis, capacity_memory_bytes=self.memory_bytes,
+                                  scraped_share=self.scraped_share)
 
 
 def load_simulated_nodes(path: Path) -> list[SimulatedNode]:

@@ -3,7 +3,8 @@
 A `SyntheticCollector` stands in for `RealCollector` on a node that does not exist. It is
 deterministic: the same seed, node and time give the same pods and samples. Each pod's usage
 follows a profile (steady, diurnal, spiky), and so do its custom metrics. `adopt()` takes the
-pods as the API server created them, so samples carry the cluster's UIDs.
+pods as the API server created them, so samples carry the cluster's UIDs. `scraped_share` of the
+pods, spread evenly over the node's, carry the Prometheus scrape annotations; the others none.
 
 The pods, the profiles and the metrics: docs/agent.md#simulated-agents
 """
@@ -52,6 +53,8 @@ _PRIORITY_VALUES: dict[PriorityClass, int] = {name: low for low, _, name in PRIO
 _MASK64 = 2**64 - 1
 _SCRAPE_ANNOTATIONS = {SCRAPE_ANNOTATION: "true", PORT_ANNOTATION: "8080", PATH_ANNOTATION: "/metrics"}
 _GET_SHARE = 0.8  # of a serving pod's requests
+# Products like 0.29 * 100 come out a hair under the whole number they stand for: round first.
+_SHARE_DIGITS = 9
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,6 +154,17 @@ def annotated_usage(pod: Mapping[str, Any]) -> tuple[str, str, int, int] | None:
             cpu_millis(annotations[CPU_USAGE_ANNOTATION]), byte_value(annotations[MEMORY_USAGE_ANNOTATION]))
 
 
+def is_scraped(index: int, share: float) -> bool:
+    """Whether the pod at `index` carries the scrape annotations when `share` of the pods do: the
+    first n pods hold floor(n * share) scraped ones for every n, so they are spread evenly."""
+    return math.floor(round((index + 1) * share, _SHARE_DIGITS)) > math.floor(round(index * share, _SHARE_DIGITS))
+
+
+def scraped_pod_count(pods: int, share: float) -> int:
+    """How many of a node's `pods` carry the scrape annotations: floor(pods * share)."""
+    return math.floor(round(pods * share, _SHARE_DIGITS))
+
+
 def _cgroup_path(pod: _SimulatedPod) -> str:
     """Where kubelet's systemd driver would have put the pod (see cgroups.py)."""
     uid = pod.uid.replace("-", "_")
@@ -174,10 +188,13 @@ class SyntheticCollector:
         capacity_memory_bytes: int = 64 * _GI,
         period_seconds: float = 86_400.0,
         burst_seconds: float = 30.0,
+        scraped_share: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}: expected one of {', '.join(PROFILES)}")
+        if not 0.0 <= scraped_share <= 1.0:
+            raise ValueError(f"scraped_share must be between 0 and 1, not {scraped_share}")
         if pods_per_node < 0 or capacity_cpu_millis <= 0 or capacity_memory_bytes <= 0 or period_seconds <= 0:
             raise ValueError("pods_per_node must be >= 0; capacities and period_seconds must be positive")
         self.node_name = node_name
@@ -186,6 +203,7 @@ class SyntheticCollector:
         self.capacity_memory_bytes = capacity_memory_bytes
         self.period_seconds = period_seconds
         self.burst_seconds = burst_seconds
+        self.scraped_share = scraped_share
         self.samples_total = 0
         self.read_errors_total = 0  # nothing to fail here; kept for the same metrics as RealCollector
         self._clock = clock
@@ -284,7 +302,8 @@ class SyntheticCollector:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "labels": labels,
-                         "annotations": dict(_SCRAPE_ANNOTATIONS)},
+                         "annotations": dict(_SCRAPE_ANNOTATIONS) if is_scraped(pod.index, self.scraped_share)
+                         else {}},
             "spec": {
                 "nodeName": self.node_name,
                 "priorityClassName": workload.priority,

@@ -52,6 +52,9 @@ from colocation.clicommon import common_options
                    "nodes). Ignored with --api-only.")
 @click.option("--pods-per-node", type=click.IntRange(0, 110), default=10, show_default=True,
               help="Pods on each simulated node.")
+@click.option("--scraped-pod-share", "scraped_share", type=click.FloatRange(0, 1), default=1.0, show_default=True,
+              help="Share of each simulated node's pods that carry the Prometheus scrape annotations, "
+                   "floor(pods x share) of them spread evenly; the others are not scraped.")
 @click.option("--agents/--no-agents", default=True, show_default=True,
               help="Run the nodes' agents. Without them the Nodes and their pods still exist (for measuring "
                    "what the rest costs on its own).")
@@ -95,7 +98,7 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
                     probe_interval: float, operators: int, operator_args: tuple[str, ...],
                     serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
-                    agents: bool, agent_args: tuple[str, ...], max_restart_period: float,
+                    scraped_share: float, agents: bool, agent_args: tuple[str, ...], max_restart_period: float,
                     audit_log: Path | None, store: str, kwok_resource_metrics: bool, metrics_servers: int,
                     cert_manager: bool, image: str | None, scheduler_extender: bool) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
@@ -115,7 +118,8 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
                   operators=operators, operator_args=operator_args,
                   components=(*_components(serve_resource_metrics and not metrics_servers, serve_custom_metrics),
                               *(("cert-manager",) if cert_manager else ())),
-                  nodes=nodes, pods_per_node=pods_per_node, agents=agents, agent_args=agent_args, audit_log=audit_log,
+                  nodes=nodes, pods_per_node=pods_per_node, scraped_share=scraped_share, agents=agents,
+                  agent_args=agent_args, audit_log=audit_log,
                   max_restart_period=max_restart_period, store=store, kwok_resource_metrics=kwok_resource_metrics,
                   metrics_servers=metrics_servers, scheduler_extender=scheduler_extender)
         return
@@ -162,7 +166,8 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
             extra_args = (*nats.operator_args(), *extra_args)
         try:
             await serve_forever(sandbox, stop, replicas, operator_args=extra_args, nodes=0 if api_only else nodes,
-                                agent_args=agent_args, pods_per_node=pods_per_node, run_agents=agents)
+                                agent_args=agent_args, pods_per_node=pods_per_node, scraped_share=scraped_share,
+                                run_agents=agents)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         finally:

@@ -137,12 +137,14 @@ class AgentProcess:
 
 class SandboxNodes:
     def __init__(self, sandbox: Sandbox, count: int, agent_args: tuple[str, ...] = (),
-                 *, pods_per_node: int = DEFAULT_PODS_PER_NODE, run_agents: bool = True) -> None:
+                 *, pods_per_node: int = DEFAULT_PODS_PER_NODE, scraped_share: float = 1.0,
+                 run_agents: bool = True) -> None:
         self.sandbox = sandbox
         self.count = count
         self.agent_args = agent_args
         self.run_agents = run_agents  # False: the Nodes and pods only (`--no-agents`)
         self.pods_per_node = pods_per_node
+        self.scraped_share = scraped_share  # of each simulated node's pods with the scrape annotations
         self.namespace = permissions.OPERATOR_NAMESPACE
         self.agents: list[AgentProcess] = []
         self._node_index: dict[str, int] = {}  # node -> its index, which picks its pod CIDR
@@ -222,7 +224,7 @@ class SandboxNodes:
     def _simulated(self, index: int, token: str) -> SimulatedNode:
         return SimulatedNode(node=f"sim-node-{index}", token=token, seed=index,
                              profile=PROFILES[(index - 1) % len(PROFILES)],
-                             pods=self.pods_per_node)
+                             pods=self.pods_per_node, scraped_share=self.scraped_share)
 
     def create_nodes(self) -> tuple[tuple[str, str] | None, list[SimulatedNode]]:
         """Create the Nodes, their pods and agent pods: ((real node, its token), simulated nodes)."""

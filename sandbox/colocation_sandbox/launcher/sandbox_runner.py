@@ -11,12 +11,12 @@ from colocation_sandbox.launcher.sandbox_nodes import SandboxNodes
 
 async def serve_forever(sandbox: Sandbox, stop: asyncio.Event, operators: int = 0,
                         *, operator_args: tuple[str, ...] = (), nodes: int = 0, agent_args: tuple[str, ...] = (),
-                        pods_per_node: int = 10, run_agents: bool = True) -> None:
+                        pods_per_node: int = 10, scraped_share: float = 1.0, run_agents: bool = True) -> None:
     """Serve until `stop`; with `operators`, run that many operator replicas against the sandbox;
     with `nodes`, create that many Nodes and run their agents (see sandbox_nodes)."""
     await sandbox.start()
     replicas = OperatorReplicas(sandbox, operators, operator_args) if operators else None
-    agents = SandboxNodes(sandbox, nodes, agent_args, pods_per_node=pods_per_node,
+    agents = SandboxNodes(sandbox, nodes, agent_args, pods_per_node=pods_per_node, scraped_share=scraped_share,
                           run_agents=run_agents) if nodes else None
     try:
         if replicas is not None:

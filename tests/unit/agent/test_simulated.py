@@ -201,3 +201,11 @@ def test_nodes_start_evenly_spread_over_one_renew_interval() -> None:
     assert start_delays(1, 10.0) == [0.0]
     assert start_delays(4, 10.0) == [0.0, 2.5, 5.0, 7.5]
     assert max(start_delays(5000, 10.0)) < 10.0
+
+
+def test_the_nodes_file_keeps_the_scraped_share_and_reads_every_pod_scraped_without_it() -> None:
+    node = SimulatedNode(node="sim-node-1", token="t", pods=30, scraped_share=0.2)
+    assert node.to_json()["scrapedShare"] == 0.2
+    assert SimulatedNode.from_json(node.to_json()) == node
+    assert node.collector().scraped_share == 0.2
+    assert SimulatedNode.from_json({"node": "sim-node-1", "token": "t"}).scraped_share == 1.0

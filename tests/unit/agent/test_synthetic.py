@@ -9,6 +9,7 @@ import pytest
 
 from colocation.agent.aggregate import Usage, system_usage
 from colocation.agent.classify import classify
+from colocation.agent.scrape import SCRAPE_ANNOTATION
 from colocation.agent.synthetic import (
     CPU_USAGE_ANNOTATION,
     MEMORY_USAGE_ANNOTATION,
@@ -17,6 +18,7 @@ from colocation.agent.synthetic import (
     SYSTEM_MEMORY_ANNOTATION,
     SyntheticCollector,
     annotated_usage,
+    scraped_pod_count,
 )
 from colocation.apimachinery.quantity import byte_value, cpu_millis
 
@@ -146,6 +148,35 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="positive"):
         SyntheticCollector("n", capacity_cpu_millis=0)
     assert SyntheticCollector("empty", pods_per_node=0).sample(T0).pods == ()
+    for share in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="scraped_share must be between 0 and 1"):
+            SyntheticCollector("n", scraped_share=share)
+
+
+def _scraped(collector: SyntheticCollector) -> list[str]:
+    return [pod["metadata"]["name"] for pod in collector.pods()
+            if pod["metadata"]["annotations"].get(SCRAPE_ANNOTATION) == "true"]
+
+
+def test_a_share_of_the_pods_carries_the_scrape_annotations_the_same_ones_for_a_seed() -> None:
+    fifth = _scraped(SyntheticCollector("node-4", pods_per_node=30, seed=9, scraped_share=0.2))
+    assert len(fifth) == 6
+    assert _scraped(SyntheticCollector("node-4", pods_per_node=30, seed=9, scraped_share=0.2)) == fifth
+    # Evenly spread: one in every five pods, the fifth, tenth, ...
+    names = [pod["metadata"]["name"] for pod in SyntheticCollector("node-4", pods_per_node=30, seed=9).pods()]
+    assert fifth == [names[index] for index in (4, 9, 14, 19, 24, 29)]
+    assert _scraped(SyntheticCollector("node-4", pods_per_node=30, seed=9, scraped_share=0.0)) == []
+    assert _scraped(SyntheticCollector("node-4", pods_per_node=30, seed=9)) == names  # the default: every pod
+
+
+def test_the_scraped_pods_are_the_share_of_the_pods_rounded_down() -> None:
+    for pods in (0, 1, 7, 10, 30, 100, 110):
+        for share in (0.0, 0.1, 0.2, 0.29, 1 / 3, 0.5, 0.7, 1.0):
+            scraped = _scraped(SyntheticCollector("n", pods_per_node=pods, scraped_share=share))
+            assert len(scraped) == scraped_pod_count(pods, share)
+    assert [scraped_pod_count(30, share) for share in (0.2, 1 / 3, 0.5)] == [6, 10, 15]
+    assert scraped_pod_count(7, 0.5) == 3
+    assert scraped_pod_count(100, 0.29) == 29  # 0.29 * 100 is 28.999999999999996 in floating point
 
 
 def test_usage_annotations_are_the_usage_once_followed() -> None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
-from benchmarks import machine, nats_ingest
+from benchmarks import cp_cluster, machine, nats_ingest
 from benchmarks.markdown import markers
 from benchmarks.nats_sizing import (
     MEMORY,
@@ -116,7 +119,7 @@ def units(*, ingest: float = 500.0, apply: float = 50.0, evaluation: float = 0.0
 
 
 def test_the_per_unit_costs_from_the_windows() -> None:
-    d = derive(runs(), pods_per_node=30, scrape_interval=5.0)
+    d = derive(runs(), pods_per_node=30, scraped_share=1.0, scrape_interval=5.0)
     assert d.memory_us == pytest.approx(500.0) and d.memory_standby_us == pytest.approx(100.0)
     assert d.all_in_us == pytest.approx(600.0) and d.ratio == pytest.approx(1.2)
     assert d.fixed_cores == pytest.approx(0.01) and d.marginal_us == pytest.approx(600.0)
@@ -137,14 +140,14 @@ def test_the_per_unit_costs_from_the_windows() -> None:
 def test_without_the_small_run_there_is_no_fixed_cost_and_no_two_vs_one() -> None:
     found = runs()
     del found[NATS_2_SMALL]
-    d = derive(found, pods_per_node=30, scrape_interval=5.0)
+    d = derive(found, pods_per_node=30, scraped_share=1.0, scrape_interval=5.0)
     assert d.all_in_us == pytest.approx(600.0) and math.isnan(d.fixed_cores) and math.isnan(d.two_vs_one)
     lines = verdicts(found, d, size(UnitCosts.of(d), Scenario(nodes=100_000, cadence=10.0, share=0.0)))
     assert [v for _, _, v in lines] == ["met", "inconclusive", "inconclusive (projected)"]
 
 
 def test_custom_metrics_cost_per_sample_and_per_series_replica_by_replica() -> None:
-    samples = derive(runs(), pods_per_node=30, scrape_interval=5.0).samples
+    samples = derive(runs(), pods_per_node=30, scraped_share=1.0, scrape_interval=5.0).samples
     nats, memory = samples[NATS], samples[MEMORY]
     assert nats.sample_rate == pytest.approx(1000.0)
     assert nats.leader_us == pytest.approx(10.0) and nats.standby_us == pytest.approx(5.0)
@@ -157,6 +160,14 @@ def test_custom_metrics_cost_per_sample_and_per_series_replica_by_replica() -> N
     assert nats.stream_per_sample == pytest.approx(100.0)
     assert memory.leader_us == pytest.approx(15.0) and memory.standby_us == pytest.approx(5.0)
     assert math.isnan(memory.server_us) and math.isnan(memory.stream_per_sample)
+
+
+def test_series_per_pod_count_the_scraped_pods_only() -> None:
+    # The same 44,955 series over a fifth of the pods: 6 of each simulated node's 30.
+    samples = derive(runs(), pods_per_node=30, scraped_share=0.2, scrape_interval=5.0).samples
+    assert samples[NATS].series_per_pod == pytest.approx(44_955 / (999 * 6))
+    assert math.isnan(derive(runs(), pods_per_node=30, scraped_share=0.0, scrape_interval=5.0)
+                      .samples[NATS].series_per_pod)
 
 
 def test_a_replica_shares_the_ingest_and_applies_every_other_write() -> None:
@@ -198,11 +209,11 @@ def test_the_shards_evaluations_are_shared_and_the_busiest_replica_holds_the_mos
 
 
 def test_without_the_in_process_split_every_replica_pays_every_evaluation() -> None:
-    d = derive(runs(), pods_per_node=30, scrape_interval=5.0)
+    d = derive(runs(), pods_per_node=30, scraped_share=1.0, scrape_interval=5.0)
     assert math.isnan(d.evaluation_global_share)
     assert UnitCosts.of(d).evaluation_global_us == pytest.approx(12.5) and UnitCosts.of(d).evaluation_shard_us == 0.0
     split = EvaluationSplit(nodes=1000, shards=16, whole_us=160.0, no_shard_us=8.0, one_shard_us=18.0)
-    d = derive(runs(), pods_per_node=30, scrape_interval=5.0, split=split)
+    d = derive(runs(), pods_per_node=30, scraped_share=1.0, scrape_interval=5.0, split=split)
     assert d.evaluation_global_share == pytest.approx(0.05)
     u = UnitCosts.of(d)
     assert u.evaluation_global_us == pytest.approx(0.625) and u.evaluation_shard_us == pytest.approx(11.875)
@@ -232,7 +243,8 @@ def _goal(replicas: int) -> Sizing:
 
 
 def _verdicts(found: dict[str, ConfigRun], goal: int = 8) -> list[str]:
-    return [v for _, _, v in verdicts(found, derive(found, pods_per_node=30, scrape_interval=5.0), _goal(goal))]
+    derived = derive(found, pods_per_node=30, scraped_share=1.0, scrape_interval=5.0)
+    return [v for _, _, v in verdicts(found, derived, _goal(goal))]
 
 
 def test_the_verdicts_come_from_the_numbers() -> None:
@@ -246,7 +258,7 @@ def test_two_replicas_dearer_per_report_miss_and_a_held_down_run_is_inconclusive
     probe = found[NATS_2].probe
     assert probe is not None
     probe.cpu = 0.12  # the probe's applies cost 40 µs: w2 = 600 - 40 = 560 µs, 12 % above w1
-    assert derive(found, pods_per_node=30, scrape_interval=5.0).two_vs_one == pytest.approx(0.12)
+    assert derive(found, pods_per_node=30, scraped_share=1.0, scrape_interval=5.0).two_vs_one == pytest.approx(0.12)
     assert _verdicts(found)[1] == "missed"
     probe.cpu = 0.135  # 45 µs: w2 = 555 µs, 11 % above
     assert _verdicts(found)[1] == "missed"
@@ -290,7 +302,11 @@ def test_the_section_states_the_verdicts_and_renders_again_from_the_raw_json(tmp
     assert "| in process: holding none of 16 shards (every node's health, the guard) | 8.0 | µs |" in section
     assert "| g / e: the evaluations' part every replica pays | 5% |" in section
     assert "none (≥ 1.15 cores each)" in section
-    assert "every simulated pod scraped (100 %)" in section
+    assert "**20 % of the simulated pods scraped** every 5 s (6 of each node's 30 carry the scrape annotation" \
+        in section
+    assert "20 % of the simulated pods (6 per node) are scraped every 5 s" in section
+    assert "(7.50 per scraped pod)" in section  # 44,955 series over 999 nodes x 6 scraped pods
+    assert "100 %" not in section
     assert "Raw samples: `benchmarks/plots/nats_ingest.json`." in section
     saved.to_file(tmp_path / "nats_ingest.json")
     again = nats_ingest.NatsIngestReport.from_file(tmp_path / "nats_ingest.json")
@@ -358,6 +374,38 @@ def test_the_apply_cost_is_taken_at_each_rows_write_rate() -> None:
     # 10,000 writes/s at 100 µs: a replica of 4 takes 2,500 reports/s and applies 7,500 writes/s.
     assert replica_cores(u, Scenario(nodes=100_000, cadence=10.0, share=0.0), 4) == pytest.approx(1.25 + 0.75)
     points = [ApplyRate(rate=100.0, writes=1500, cpu=0.75), ApplyRate(rate=2800.0, writes=42_000, cpu=4.2)]
-    d = derive(runs(), pods_per_node=30, scrape_interval=5.0, apply_rates=points)
+    d = derive(runs(), pods_per_node=30, scraped_share=1.0, scrape_interval=5.0, apply_rates=points)
     assert d.apply_curve == ((100.0, 500.0), (2800.0, 100.0))
     assert UnitCosts.of(d).apply_at(2800.0) == pytest.approx(100.0)
+
+
+def test_the_committed_run_scraped_every_pod_and_says_so() -> None:
+    """benchmarks/plots/nats_ingest.json was saved before the share: its run annotated every simulated pod."""
+    saved = nats_ingest.NatsIngestReport.from_file(nats_ingest.RAW)
+    assert saved.config.scraped_share == 1.0
+    assert "**every simulated pod scraped (100 %)**" in nats_ingest.render(saved, "x")
+    assert nats_ingest.IngestConfig().scraped_share == 0.2
+
+
+def test_the_custom_metrics_sandboxes_annotate_the_configured_share(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[tuple[str, ...]] = []
+
+    async def start(state_dir: Path, **options: Any) -> None:
+        started.append(options["extra"])
+        raise RuntimeError("not starting a sandbox here")
+
+    monkeypatch.setattr(cp_cluster, "start", start)
+    parser = argparse.ArgumentParser()
+    nats_ingest.add_arguments(parser)
+    config = nats_ingest.config_from(parser.parse_args(["--nats-ingest-scraped-share", "0.5"]), tmp_path)
+    assert config.scraped_share == 0.5
+    for spec in config.specs():
+        with pytest.raises(RuntimeError, match="not starting"):
+            asyncio.run(nats_ingest._run_config(config, spec, []))
+    shares = {spec.name: [arg for arg in extra if arg.startswith("--scraped-pod-share")]
+              for spec, extra in zip(config.specs(), started, strict=True)}
+    assert shares == {NATS_2_CUSTOM: ["--scraped-pod-share=0.5"], MEMORY_2_CUSTOM: ["--scraped-pod-share=0.5"],
+                      MEMORY_2: [], NATS_1: [], NATS_2: [], NATS_2_SMALL: []}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--nats-ingest-scraped-share", "1.5"])

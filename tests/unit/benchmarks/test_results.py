@@ -40,7 +40,8 @@ MODELS: dict[str, type[SavedFile]] = {
     "ingest_stages.json": StageRuns,
 }
 # Fields added since a file was written: it loads with their defaults, so they are only in the model.
-ADDED_SINCE = {"ingest_before.json": {"load_average", "server_system_cpu_per_report"}}
+ADDED_SINCE = {"ingest_before.json": {"load_average", "server_system_cpu_per_report"},
+               "plots/nats_ingest.json": {"scraped_share"}}
 
 
 def saved_files() -> set[str]:

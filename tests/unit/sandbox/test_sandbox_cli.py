@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from colocation.agent.simulated import SimulatedNode
 from colocation.cli import main
 from colocation_sandbox.launcher.controlplane import kube_sandbox
 from colocation_sandbox.launcher.controlplane.kube_sandbox import KubeSandboxConfig
@@ -79,3 +81,41 @@ def test_the_scheduler_runs_without_the_extender_on_request_on_the_real_control_
     assert [config.scheduler_extender for config in started] == [True, False]
     refused = CliRunner().invoke(main, ["sandbox", "--no-scheduler-extender", "--state-dir", str(tmp_path)])
     assert refused.exit_code != 0 and "use --apiserver kube" in refused.output
+
+
+def test_the_scraped_pod_share_reaches_every_simulated_node_on_both_api_servers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from colocation_sandbox.launcher import project_install, sandbox_runner
+    from colocation_sandbox.launcher.controlplane import fakenodes
+    from colocation_sandbox.launcher.sandbox_nodes import SandboxNodes
+
+    started: list[KubeSandboxConfig] = []
+
+    async def serve(config: KubeSandboxConfig, stop: asyncio.Event) -> None:
+        started.append(config)
+
+    builtin: list[SandboxNodes] = []
+
+    async def serve_builtin(sandbox: Any, stop: asyncio.Event, operators: int = 0, **options: Any) -> None:
+        builtin.append(SandboxNodes(sandbox, options["nodes"], pods_per_node=options["pods_per_node"],
+                                    scraped_share=options["scraped_share"]))
+
+    monkeypatch.setattr(kube_sandbox, "serve_kube_sandbox", serve)
+    monkeypatch.setattr(sandbox_runner, "serve_forever", serve_builtin)
+    monkeypatch.setattr(project_install, "install_project", lambda *args, **kwargs: None)
+    share = ["--nodes", "3", "--pods-per-node", "30", "--scraped-pod-share", "0.2"]
+    for apiserver in ("kube", "builtin"):
+        result = CliRunner().invoke(main, ["sandbox", "--apiserver", apiserver, "--state-dir", str(tmp_path), *share])
+        assert result.exit_code == 0, result.output
+    (config,) = started
+    assert config.scraped_share == 0.2
+    specs = fakenodes.simulated_specs(config.nodes, config.pods_per_node, scraped_share=config.scraped_share)
+    (nodes,) = builtin
+    for spec in (*specs, *(nodes._simulated(index, "") for index in (1, 2))):
+        assert spec.scraped_share == 0.2 and spec.pods == 30
+        assert SimulatedNode.from_json(spec.to_json()).scraped_share == 0.2  # as the agent process reads it
+    result = CliRunner().invoke(main, ["sandbox", "--apiserver", "kube", "--state-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert started[-1].scraped_share == 1.0  # the default: every pod scraped
+    refused = CliRunner().invoke(main, ["sandbox", "--scraped-pod-share", "1.5", "--state-dir", str(tmp_path)])
+    assert refused.exit_code != 0 and "--scraped-pod-share" in refused.output

@@ -32,11 +32,14 @@ PARALLEL_CALLS = 16
 PROGRESS_EVERY_SECONDS = 10.0
 
 
-def simulated_specs(count: int, pods_per_node: int, *, usage_annotations: bool = False) -> list[SimulatedNode]:
-    """Nodes 1..count-1, as the builtin sandbox numbers them (node 0 is this machine). With
-    `usage_annotations`, their usage is what their pods' and their own annotations say."""
+def simulated_specs(count: int, pods_per_node: int, *, scraped_share: float = 1.0,
+                    usage_annotations: bool = False) -> list[SimulatedNode]:
+    """Nodes 1..count-1, as the builtin sandbox numbers them (node 0 is this machine), `scraped_share`
+    of each one's pods with the scrape annotations. With `usage_annotations`, their usage is what
+    their pods' and their own annotations say."""
     return [SimulatedNode(node=f"sim-node-{index}", token="", seed=index, profile=PROFILES[(index - 1) % len(PROFILES)],
-                          pods=pods_per_node, usage_annotations=usage_annotations) for index in range(1, count)]
+                          pods=pods_per_node, scraped_share=scraped_share, usage_annotations=usage_annotations)
+            for index in range(1, count)]
 
 
 def _kwok_node(spec: SimulatedNode) -> dict[str, Any]:

@@ -85,6 +85,7 @@ class KubeSandboxConfig:
     components: tuple[str, ...] = ()
     nodes: int = 3
     pods_per_node: int = 10
+    scraped_share: float = 1.0  # of each simulated node's pods with the scrape annotations
     agents: bool = True
     agent_args: tuple[str, ...] = ()
     audit_log: Path | None = None  # kube-apiserver's audit log of writes (components.AUDIT_POLICY)
@@ -315,7 +316,8 @@ class KubeSandbox:
                                    run_agents=config.nodes > 0 and config.agents, on_state=self._write_agents_state,
                                    max_restart_period=config.max_restart_period, image_root=self.image_root)
         await self.kubelet.start()
-        specs = fakenodes.simulated_specs(config.nodes, config.pods_per_node, usage_annotations=self.usage_annotations)
+        specs = fakenodes.simulated_specs(config.nodes, config.pods_per_node, scraped_share=config.scraped_share,
+                                          usage_annotations=self.usage_annotations)
         if specs:
             await fakenodes.create_nodes(self.client, specs)
         if specs and config.agents:
