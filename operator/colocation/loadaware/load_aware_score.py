@@ -70,7 +70,7 @@ def load_score(node: NodeFigures, *, pod: JudgedPod, config: LoadAwareConfig) ->
     return _Weighing.of(pod, config).load_score(node)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Weighing:
     """What a request's scores need of the pod and the configuration, computed once per request."""
 
@@ -84,8 +84,8 @@ class _Weighing:
     def of(cls, pod: JudgedPod, config: LoadAwareConfig) -> _Weighing:
         cpu_weight = config.resource_weights.get("cpu", 0)
         memory_weight = config.resource_weights.get("memory", 0)
-        return cls(pod.estimate.get("cpu", 0), pod.estimate.get("memory", 0), cpu_weight, memory_weight,
-                   cpu_weight + memory_weight)
+        return cls(cpu_estimate=pod.estimate.get("cpu", 0), memory_estimate=pod.estimate.get("memory", 0),
+                   cpu_weight=cpu_weight, memory_weight=memory_weight, weights=cpu_weight + memory_weight)
 
     def load_score(self, node: NodeFigures) -> int:
         if not self.weights:
