@@ -32,7 +32,6 @@ from colocation.apimachinery.served_apigroups import (
     json_response,
 )
 from colocation.apimachinery.watch_params import ListOptions, query_flag
-from colocation.kube import permissions
 from colocation.kube.shared_informer import InformerConsumer
 from colocation.nodemetrics.resource_metrics_view import NodeUsage, PodUsage, ResourceMetricsView
 
@@ -44,10 +43,6 @@ NODES = "nodes"
 PODS = "pods"
 POD_CONTAINER_NAME = "pod"
 
-_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                  permissions.ApiCall(group="", resource="pods", verb="list", namespace=None))
-_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                   permissions.ApiCall(group="", resource="pods", verb="watch", namespace=None))
 
 
 # ---- discovery ---------------------------------------------------------------------------------

@@ -51,10 +51,6 @@ from colocation.nodemetrics.storage_interface import NodeMetricReader
 
 log = logging.getLogger(__name__)
 
-_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                  permissions.ApiCall(group="", resource="pods", verb="list", namespace=None))
-_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                   permissions.ApiCall(group="", resource="pods", verb="watch", namespace=None))
 _LIST_NODES = permissions.declared(permissions.OPERATOR_API_CALLS,
                                    permissions.ApiCall(group="", resource="nodes", verb="list", namespace=None))
 _WATCH_NODES = permissions.declared(permissions.OPERATOR_API_CALLS,

@@ -22,9 +22,14 @@ from dataclasses import dataclass
 from typing import Any, Generic
 
 from colocation.apimachinery.objects import Obj
+from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.informer import Informer, InformerOptions, Kept, Transport
 
+_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
+                                  permissions.ApiCall(group="", resource="pods", verb="list", namespace=None))
+_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
+                                   permissions.ApiCall(group="", resource="pods", verb="watch", namespace=None))
 PODS_PATH = "/api/v1/pods"
 # Bound pods that have not finished: what the controllers' formulas, the extender and the metric
 # APIs read. A pod that finishes leaves the selector: the watch shows it DELETED.

@@ -18,13 +18,8 @@ from typing import Any
 
 from colocation.apimachinery.clock import parse_time
 from colocation.koordinator.classes import PRIORITY_LABEL, QOS_LABEL
-from colocation.kube import permissions
 from colocation.kube.shared_informer import InformerConsumer
 
-_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                  permissions.ApiCall(group="", resource="pods", verb="list", namespace=None))
-_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                   permissions.ApiCall(group="", resource="pods", verb="watch", namespace=None))
 _CLASS_LABELS = (PRIORITY_LABEL, QOS_LABEL)
 
 
