@@ -5,7 +5,7 @@ metrics-server serves: NodeMetrics and PodMetrics with `timestamp`, `window` and
 memory only), lists with empty list metadata and items without kind, get and list but no watch,
 `creationTimestamp` the time of the request, names in sort order. The figures are
 `nodemetrics.resource_metrics_view`'s. Each pod has one container entry, "pod", holding the whole
-pod's usage. Only pods that exist are served, with their labels.
+pod's usage. Only pods that exist, are bound and have not finished are served, with their labels.
 
 Where this differs from metrics-server, and why: docs/metrics-apis.md#serving-kubectl-top
 """
@@ -32,8 +32,7 @@ from colocation.apimachinery.served_apigroups import (
     json_response,
 )
 from colocation.apimachinery.watch_params import ListOptions, query_flag
-from colocation.kube import permissions
-from colocation.kube.informer import Informer, Transport
+from colocation.kube.shared_informer import InformerConsumer
 from colocation.nodemetrics.resource_metrics_view import NodeUsage, PodUsage, ResourceMetricsView
 
 GROUP = "metrics.k8s.io"
@@ -44,10 +43,6 @@ NODES = "nodes"
 PODS = "pods"
 POD_CONTAINER_NAME = "pod"
 
-_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                  permissions.ApiCall(group="", resource="pods", verb="list", namespace=None))
-_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                   permissions.ApiCall(group="", resource="pods", verb="watch", namespace=None))
 
 
 # ---- discovery ---------------------------------------------------------------------------------
@@ -97,7 +92,10 @@ class PodLabels(Protocol):
 
 
 class PodDirectory:
-    """(namespace, name) -> labels of every Pod, followed with one list-then-watch of all pods."""
+    """(namespace, name) -> labels of every bound, unfinished Pod: a consumer of the replica's one Pod
+    informer (`colocation.kube.shared_informer.bound_pods_informer`). Only such pods have usage in a
+    node's report; a pod that finishes leaves the informer's selector, whose watch shows it DELETED,
+    and is no longer served, as metrics-server's kubelets no longer report it."""
 
     def __init__(self) -> None:
         self._labels: dict[tuple[str, str], Mapping[str, str]] = {}
@@ -117,9 +115,9 @@ class PodDirectory:
         else:
             self._labels[_key(obj)] = _labels(obj)
 
-    def informer(self, transport: Transport) -> Informer[dict[str, Any]]:
-        return Informer(transport, "/api/v1/pods", on_sync=self.on_sync, on_event=self.on_event, name="pods",
-                        transform=_kept_of_pod)
+    def consumer(self) -> InformerConsumer[dict[str, Any]]:
+        return InformerConsumer(name="metric APIs", transform=_kept_of_pod, on_sync=self.on_sync,
+                                on_event=self.on_event)
 
 
 def _kept_of_pod(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,12 +1,15 @@
 """The controllers, on every replica: the Node, Lease and Pod informers, Kopf's watches and the evaluation loop.
 
 Nodes, the agents' Leases and Pods are followed by informers of our own
-(`colocation.kube.informer`); Kopf watches our own resources and the ConfigMap. `Controllers.run()`
-starts with the process on every replica, and a standby computes the formulas again every
-`PREPARE_EVERY` seconds. Only the evaluation, which writes, waits for `promote()`, and then
-evaluates every node at once; the first evaluation also waits until every pod is listed. With
-evaluation shards (`shards`), a replica also evaluates while it holds a shard (`shards_changed()`),
-and only the nodes of the shards it holds; NodeSLOs and deleted nodes stay the leader's.
+(`colocation.kube.informer`); Kopf watches our own resources and the ConfigMap. In the operator
+the Pods come from the replica's one Pod informer, shared with the metric APIs and the extender,
+which the process runs and which feeds `pod_consumer()` (`own_pod_informer=False`); without it
+`run()` runs a Pod informer of its own. `Controllers.run()` starts with the process on every
+replica, and a standby computes the formulas again every `PREPARE_EVERY` seconds. Only the
+evaluation, which writes, waits for `promote()`, and then evaluates every node at once; the first
+evaluation also waits until every pod is listed. With evaluation shards (`shards`), a replica also
+evaluates while it holds a shard (`shards_changed()`), and only the nodes of the shards it holds;
+NodeSLOs and deleted nodes stay the leader's.
 Handlers write nothing, and every write is fenced by the election (`writers`). If Kopf or the
 loop fails, `run()` raises and the process stops.
 
@@ -34,22 +37,20 @@ from colocation.controllers.controller_metrics import ControllerMetrics
 from colocation.controllers.evaluation_shards import ShardView
 from colocation.controllers.events import EventRecorder
 from colocation.controllers.health import NodeHealthTracker
+from colocation.controllers.kept_pod import KeptPod
 from colocation.controllers.noderesource_controller import NodeResourceReconciler
 from colocation.controllers.nodeslo import NodeSLOReconciler
 from colocation.controllers.settings import ControllerSettings
 from colocation.controllers.writers import KubeWriter
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
-from colocation.kube.informer import Informer, InformerOptions
+from colocation.kube.informer import Informer, Transport
+from colocation.kube.shared_informer import InformerConsumer, bound_pods_informer
 from colocation.kube.transport import kube_transport
 from colocation.nodemetrics.storage_interface import NodeMetricReader
 
 log = logging.getLogger(__name__)
 
-_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                  permissions.ApiCall(group="", resource="pods", verb="list", namespace=None))
-_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                   permissions.ApiCall(group="", resource="pods", verb="watch", namespace=None))
 _LIST_NODES = permissions.declared(permissions.OPERATOR_API_CALLS,
                                    permissions.ApiCall(group="", resource="nodes", verb="list", namespace=None))
 _WATCH_NODES = permissions.declared(permissions.OPERATOR_API_CALLS,
@@ -63,8 +64,6 @@ _LIST_ACCOUNTS = permissions.declared(permissions.OPERATOR_API_CALLS, permission
 _WATCH_ACCOUNTS = permissions.declared(permissions.OPERATOR_API_CALLS, permissions.ApiCall(
     group="", resource="serviceaccounts", verb="watch", namespace=permissions.OPERATOR_NAMESPACE))
 AGENT_LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{permissions.NODE_LEASE_NAMESPACE}/leases"
-# Bound pods that have not finished: the only ones the formula and the exit process look at.
-POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 MIN_SPACING = 0.5  # seconds between two evaluations, however many changes wake the loop
 # Seconds between a standby's passes over the formulas (`NodeResourceReconciler.prepare`): a new
 # leader's first evaluation computes at most this much of the reports again.
@@ -78,8 +77,10 @@ class Controllers:
     def __init__(self, api: client.ApiClient, store: NodeMetricReader, settings: ControllerSettings, *,
                  namespace: str, identity: str, registry: CollectorRegistry,
                  write_budget: Callable[[], float] | None = None, shards: ShardView | None = None,
-                 copy_clock: ConfirmedClock | None = None) -> None:
+                 copy_clock: ConfirmedClock | None = None, own_pod_informer: bool = True) -> None:
         self.api = api
+        # False: the process's shared Pod informer feeds `pod_consumer()`, and `run()` opens no pod watch.
+        self.own_pod_informer = own_pod_informer
         self.settings = settings
         self.namespace = namespace
         self.metrics = ControllerMetrics(registry)
@@ -155,6 +156,14 @@ class Controllers:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._first_evaluation.wait(), FIRST_EVALUATION_HOLD)
 
+    # ---- the pods -------------------------------------------------------------------------------
+
+    def pod_consumer(self) -> InformerConsumer[KeptPod]:
+        """The controllers' share of the Pod informer (bound, unfinished pods): the first evaluation
+        waits for its list (`ClusterState.pods_synced`)."""
+        return InformerConsumer(name="controllers", transform=self.state.pod_kept,
+                                on_sync=self.state.pods_synced_with, on_event=self.state.pod_event)
+
     # ---- the agents' Leases (an informer's callbacks) ---------------------------------------------
 
     async def on_leases_listed(self, items: list[dict[str, Any]], resource_version: str) -> None:
@@ -183,15 +192,10 @@ class Controllers:
 
     # ---- running -------------------------------------------------------------------------------
 
-    async def run(self, restore_signals: Callable[[], None] | None = None) -> None:
-        log.info("controllers starting", extra={"evaluation_interval": self.settings.evaluation_interval,
-                                                "grace_period": self.settings.node_grace_period,
-                                                "eviction_timeout": self.settings.eviction_timeout})
-        transport = kube_transport(self.api)
+    def informers(self, transport: Transport) -> list[Informer[Any]]:
+        """What `run()` follows besides Kopf: Nodes, the agents' Leases, the ServiceAccounts, and
+        the Pods unless the process's shared Pod informer feeds them (`own_pod_informer`)."""
         informers: list[Informer[Any]] = [
-            Informer(transport, "/api/v1/pods", on_sync=self.state.pods_synced_with, on_event=self.state.pod_event,
-                     options=InformerOptions(field_selector=POD_FIELD_SELECTOR), name="pods",
-                     transform=self.state.pod_kept),
             Informer(transport, "/api/v1/nodes", on_sync=self.state.nodes_synced_with,
                      on_event=self.state.node_changed, name="nodes", transform=slim_node),
             Informer(transport, AGENT_LEASES_PATH, on_sync=self.on_leases_listed, on_event=self.on_lease,
@@ -201,6 +205,15 @@ class Controllers:
                      on_sync=self.state.service_accounts_synced_with, on_event=self.state.service_account_changed,
                      name="service accounts"),
         ]
+        if self.own_pod_informer:
+            informers.insert(0, bound_pods_informer(transport, [self.pod_consumer()]))
+        return informers
+
+    async def run(self, restore_signals: Callable[[], None] | None = None) -> None:
+        log.info("controllers starting", extra={"evaluation_interval": self.settings.evaluation_interval,
+                                                "grace_period": self.settings.node_grace_period,
+                                                "eviction_timeout": self.settings.eviction_timeout})
+        informers = self.informers(kube_transport(self.api))
         # Created before Kopf starts: Kopf's shutdown cancels every task started after it, not these.
         tasks = [asyncio.create_task(informer.run(), name=f"{informer.name} informer") for informer in informers]
         tasks.append(asyncio.create_task(self._loop(), name="controllers loop"))

@@ -1,7 +1,7 @@
 """The bound pods of every node, as the extender reads them: what estimates a pod, and when it was bound.
 
-Fed by a Pod informer (`informer`) of bound, unfinished pods on every replica, the way the
-controllers' and the metric APIs' caches are: no API call per scheduling request. Each pod is
+Fed by the replica's one Pod informer of bound, unfinished pods (`consumer`), which the
+controllers' and the metric APIs' caches share: no API call per scheduling request. Each pod is
 pruned as it arrives (`pruned_pod`) to the fields Koordinator's estimator and the filter read
 (class labels, priority, QoS class, owners' kinds, the containers' resources, overhead) and its
 PodScheduled time. Each node has a version, bumped when its pods change, that the figures cache
@@ -18,15 +18,8 @@ from typing import Any
 
 from colocation.apimachinery.clock import parse_time
 from colocation.koordinator.classes import PRIORITY_LABEL, QOS_LABEL
-from colocation.kube import permissions
-from colocation.kube.informer import Informer, InformerOptions, Transport
+from colocation.kube.shared_informer import InformerConsumer
 
-_LIST_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                  permissions.ApiCall(group="", resource="pods", verb="list", namespace=None))
-_WATCH_PODS = permissions.declared(permissions.OPERATOR_API_CALLS,
-                                   permissions.ApiCall(group="", resource="pods", verb="watch", namespace=None))
-# Bound pods that have not finished: the load a node carries or is about to.
-BOUND_POD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 _CLASS_LABELS = (PRIORITY_LABEL, QOS_LABEL)
 
 
@@ -121,10 +114,10 @@ class BoundPods:
         else:
             self._put(obj)
 
-    def informer(self, transport: Transport) -> Informer[dict[str, Any]]:
-        return Informer(transport, "/api/v1/pods", on_sync=self.on_sync, on_event=self.on_event,
-                        options=InformerOptions(field_selector=BOUND_POD_SELECTOR), name="extender pods",
-                        transform=pruned_pod)
+    def consumer(self) -> InformerConsumer[dict[str, Any]]:
+        """Bound pods that have not finished (the informer's selector): the load a node carries or is about to."""
+        return InformerConsumer(name="scheduler extender", transform=pruned_pod, on_sync=self.on_sync,
+                                on_event=self.on_event)
 
     def _put(self, pod: Mapping[str, Any]) -> None:
         key = _key(pod)

@@ -4,9 +4,9 @@ NodeMetric always (with agents' eviction requests, which the leader's controller
 the pod webhook of ClusterColocationProfiles;
 metrics.k8s.io with --serve-resource-metrics; custom and external metrics with
 --serve-custom-metrics, whose samples upload the NodeMetric group accepts for them. Both metric
-APIs serve only pods that exist, with their labels: that takes a Pod informer. Groups are
-registered in the order /apis lists them. The API server and custom metrics know nothing of
-each other; only this module holds both.
+APIs serve only bound, unfinished pods that exist, with their labels: `PodDirectory`, which the
+replica's one Pod informer feeds. Groups are registered in the order /apis lists them. The API
+server and custom metrics know nothing of each other; only this module holds both.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def delegated_auth(api: Any, audiences: tuple[str, ...] = (),
 @dataclass(frozen=True, kw_only=True)
 class ServedApis:
     server: AggregatedApiServer
-    pods: PodDirectory | None  # its informer must run while the metric APIs are served
+    pods: PodDirectory | None  # fed by the replica's Pod informer while the metric APIs are served
     custom_metrics: CustomMetricsApi | None  # its housekeeping and a standby's follower run beside it
     evictions: EvictionRequestsUpload  # the leader's controllers take its requests (`handler`) once they run
     pod_webhook: PodMutationWebhook  # every replica runs its cache's informers

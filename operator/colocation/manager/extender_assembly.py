@@ -2,8 +2,8 @@
 its figures, its answers and its own HTTPS listener.
 
 Every replica serves it, leader and standbys alike, from its NodeMetric copy, its Node directory
-(allocatable) and a Pod informer of bound pods of its own; the configuration is the controllers'
-copy of colocation-config (the defaults without controllers). `refresh_forever` computes each
+(allocatable) and its share of the replica's one Pod informer (`pod_consumer`); the configuration
+is the controllers' copy of colocation-config (the defaults without controllers). `refresh_forever` computes each
 node's figures soon after its report arrives, so that a request only reads them.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from colocation.apiserver.scheduler_extender_routes import ExtenderMetrics, SchedulerExtenderRoutes
-from colocation.kube.informer import Informer, Transport
 from colocation.kube.nodes import NodeDirectory
+from colocation.kube.shared_informer import InformerConsumer
 from colocation.loadaware.bound_pods import BoundPods
 from colocation.loadaware.extender_answers import LoadAwareExtender
 from colocation.loadaware.load_aware_config import LoadAwareConfig
@@ -37,8 +37,8 @@ class SchedulerExtender:
     cache: NodeFigureCache
     config: Callable[[], LoadAwareConfig]
 
-    def informer(self, transport: Transport) -> Informer[dict[str, Any]]:
-        return self.pods.informer(transport)
+    def pod_consumer(self) -> InformerConsumer[dict[str, Any]]:
+        return self.pods.consumer()
 
     async def refresh_forever(self) -> None:
         while True:

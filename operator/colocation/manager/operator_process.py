@@ -1,7 +1,9 @@
 """`colocation operator`: one asyncio process with the leader elector, the HTTPS API and its loops.
 
 Every replica serves the NodeMetric API and runs the controllers' watches
-(`colocation.controllers.leader_task`), so a new leader acts at once. The leader accepts reports,
+(`colocation.controllers.leader_task`), so a new leader acts at once. A replica opens one Pod
+list/watch, whatever reads pods: the controllers, the metric APIs' labels and the scheduler
+extender are consumers of one shared informer (`replica_pod_informer`). The leader accepts reports,
 drops silent nodes, and evaluates and writes; each standby follows the leader's watch and sample
 feed. Here the stages meet: the store, the API server and its groups (`api_assembly`), the
 controllers and custom metrics; none of them imports another. Losing the lease ends the process
@@ -35,6 +37,7 @@ from colocation.apiserver.generic_apiserver import ApiRunner
 from colocation.apiserver.kube_reviewers import load_request_header_config
 from colocation.apiserver.nodemetric_routes import NodeMetricGroup
 from colocation.apiserver.replica_followers import ReplicaFollowers
+from colocation.apiserver.resource_metrics_routes import PodDirectory
 from colocation.apiserver.tls_read_buffer import bound_tls_read_buffers
 
 # Imported at start, not on promotion: importing Kopf takes the event loop for about a second,
@@ -48,6 +51,7 @@ from colocation.jetstream.replica_presence import ReplicaPresence
 from colocation.kube import permissions
 from colocation.kube.backoff import Backoff
 from colocation.kube.client import api_client, bound_unacknowledged_sends
+from colocation.kube.informer import Informer, Transport
 from colocation.kube.leader_connection import LeaderAddress
 from colocation.kube.leaderelection import LEADER_CA_ANNOTATION, LEADER_ENDPOINT_ANNOTATION, LeaderElector
 from colocation.kube.lease_holder import holder_pod_name
@@ -58,6 +62,7 @@ from colocation.kube.lease_record import (
     replicas_annotation,
 )
 from colocation.kube.nodes import NodeDirectory
+from colocation.kube.shared_informer import InformerConsumer, bound_pods_informer
 from colocation.kube.transport import kube_transport
 from colocation.loadaware.load_aware_config import LoadAwareConfig
 from colocation.manager.api_assembly import assemble_api, delegated_auth
@@ -133,6 +138,21 @@ async def _retry(what: str, attempt: Callable[[], Awaitable[Any]], stop: asyncio
             log.warning(f"{what} failed, retrying", extra={"error": str(error), "retry_in": round(delay, 2)})
             await wait_set(stop, delay)
     return None
+
+
+def replica_pod_informer(transport: Transport, *, controllers: Controllers | None, metric_pods: PodDirectory | None,
+                         extender: SchedulerExtender | None) -> Informer[tuple[Any, ...]] | None:
+    """The replica's one Pod list/watch (bound, unfinished pods), handed to whichever of the
+    controllers, the metric APIs' labels and the extender's pods it runs, in that order; None
+    without any of them."""
+    consumers: list[InformerConsumer[Any]] = []
+    if controllers is not None:
+        consumers.append(controllers.pod_consumer())
+    if metric_pods is not None:
+        consumers.append(metric_pods.consumer())
+    if extender is not None:
+        consumers.append(extender.pod_consumer())
+    return bound_pods_informer(transport, consumers) if consumers else None
 
 
 class OperatorProcess:
@@ -324,7 +344,8 @@ class OperatorProcess:
         controllers = Controllers(api, self.store, self.config.controllers, namespace=self.config.namespace,
                                   identity=self.config.identity, registry=self.metrics.registry,
                                   write_budget=self.elector.write_budget, shards=self.shard_elections,
-                                  copy_clock=shared.copy_clock if shared is not None else None)
+                                  copy_clock=shared.copy_clock if shared is not None else None,
+                                  own_pod_informer=False)  # run() feeds them from the replica's one Pod informer
         if self.authenticator is not None and self.authenticator.local is not None:
             # Bound tokens are checked locally once the Pod informer has listed the pods.
             self.authenticator.local.pods = ClusterStatePods(controllers.state, self.config.namespace)
@@ -474,11 +495,13 @@ class OperatorProcess:
                 tasks.append(asyncio.create_task(self.tls.run(self.stop)))
             if authenticator.local is not None:  # every replica: a new leader has the keys at once
                 tasks.append(asyncio.create_task(authenticator.local.keys.run()))
-            if served.pods is not None:
-                tasks.append(asyncio.create_task(served.pods.informer(kube_transport(api)).run()))
+            # Created before Kopf starts (in the controllers' task): its shutdown cancels the tasks started after it.
+            pods = replica_pod_informer(kube_transport(api), controllers=self.controllers, metric_pods=served.pods,
+                                        extender=extender)
+            if pods is not None:
+                tasks.append(asyncio.create_task(pods.run(), name="pods informer"))
             if extender is not None:
-                tasks += [asyncio.create_task(extender.informer(kube_transport(api)).run()),
-                          asyncio.create_task(extender.refresh_forever())]
+                tasks.append(asyncio.create_task(extender.refresh_forever()))
             # The pod webhook answers on every replica, from its own copy of the profiles.
             tasks += [asyncio.create_task(informer.run())
                       for informer in served.pod_webhook.informers(kube_transport(api))]
