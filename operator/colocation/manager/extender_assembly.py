@@ -3,8 +3,11 @@ its figures, its answers and its own HTTPS listener.
 
 Every replica serves it, leader and standbys alike, from its NodeMetric copy, its Node directory
 (allocatable) and its share of the replica's one Pod informer (`pod_consumer`); the configuration
-is the controllers' copy of colocation-config (the defaults without controllers). `refresh_forever` computes each
-node's figures soon after its report arrives, so that a request only reads them.
+is the controllers' copy of colocation-config (the defaults without controllers). `refresh_forever`
+computes each node's figures soon after its report arrives, so that a request only reads them.
+When the replica turns ready (a restarted one, its copies just current), the figures are computed
+at once (`WarmOnReady`): those of the last refresh may predate the copy, and would let a hot node
+pass.
 """
 
 from __future__ import annotations
@@ -47,6 +50,26 @@ class SchedulerExtender:
             await asyncio.sleep(REFRESH_SECONDS)  # a period, not synchronisation
 
 
+class WarmOnReady:
+    """The extender's readiness: the replica's, and figures computed since it last turned ready."""
+
+    def __init__(self, ready: Callable[[], bool], cache: NodeFigureCache,
+                 config: Callable[[], LoadAwareConfig]) -> None:
+        self._ready = ready
+        self._cache = cache
+        self._config = config
+        self._warm = False
+
+    def __call__(self) -> bool:
+        if not self._ready():
+            self._warm = False
+            return False
+        if not self._warm:
+            self._cache.refresh(self._config())  # once per transition: what changed since the last refresh
+            self._warm = True
+        return True
+
+
 def assemble_extender(store: NodeMetricReader, nodes: NodeDirectory, *, config: Callable[[], LoadAwareConfig],
                       ready: Callable[[], bool], registry: CollectorRegistry,
                       clock_wall: Callable[[], float] = time.time,
@@ -55,6 +78,6 @@ def assemble_extender(store: NodeMetricReader, nodes: NodeDirectory, *, config: 
     pods = BoundPods(on_bound=tentatives.confirm)
     cache = NodeFigureCache(store, pods, tentatives, allocatable=nodes.allocatable)
     extender = LoadAwareExtender(cache, tentatives, config=config, clock=clock_wall)
-    routes = SchedulerExtenderRoutes(extender, ready=lambda: pods.synced and nodes.synced and ready(),
-                                     metrics=ExtenderMetrics(registry))
+    warm = WarmOnReady(lambda: pods.synced and nodes.synced and ready(), cache, config)
+    routes = SchedulerExtenderRoutes(extender, ready=warm, metrics=ExtenderMetrics(registry))
     return SchedulerExtender(routes=routes, pods=pods, cache=cache, config=config)

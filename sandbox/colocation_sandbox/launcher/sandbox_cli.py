@@ -48,8 +48,12 @@ from colocation.clicommon import common_options
                    "Without it the agents do not scrape (--scrape-interval=0): no one would take their samples.")
 @click.option("--nodes", type=click.IntRange(0, 10_000), default=3, show_default=True,
               help="Nodes to create, with their agents: the first is this machine, measured by a real "
-                   "`colocation agent` process; the others are simulated (synthetic load, one process per 500 "
-                   "nodes). Ignored with --api-only.")
+                   "`colocation agent` process; the others are simulated (synthetic load, one process per "
+                   "--simulated-nodes-per-agent nodes). Ignored with --api-only.")
+@click.option("--simulated-nodes-per-agent", "nodes_per_agent", type=click.IntRange(1, 500), default=500,
+              show_default=True,
+              help="Simulated nodes per agent process. 1: one process per node, so that a test can stop one "
+                   "node's reports (SIGSTOP the process agents.json lists for it).")
 @click.option("--pods-per-node", type=click.IntRange(0, 110), default=10, show_default=True,
               help="Pods on each simulated node.")
 @click.option("--scraped-pod-share", "scraped_share", type=click.FloatRange(0, 1), default=1.0, show_default=True,
@@ -97,8 +101,9 @@ from colocation.clicommon import common_options
 def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, host: str, port: int, state_dir: Path,
                     kubeconfig_out: Path | None, watch_window: int, bookmark_interval: float,
                     probe_interval: float, operators: int, operator_args: tuple[str, ...],
-                    serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, pods_per_node: int,
-                    scraped_share: float, agents: bool, agent_args: tuple[str, ...], max_restart_period: float,
+                    serve_resource_metrics: bool, serve_custom_metrics: bool, nodes: int, nodes_per_agent: int,
+                    pods_per_node: int, scraped_share: float,
+                    agents: bool, agent_args: tuple[str, ...], max_restart_period: float,
                     audit_log: Path | None, store: str, kwok_resource_metrics: bool, metrics_servers: int,
                     cert_manager: bool, image: str | None, scheduler_extender: bool) -> None:
     """Run an in-memory Kubernetes API server on loopback HTTPS (for trying the system, tests and
@@ -118,8 +123,9 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
                   operators=operators, operator_args=operator_args,
                   components=(*_components(serve_resource_metrics and not metrics_servers, serve_custom_metrics),
                               *(("cert-manager",) if cert_manager else ())),
-                  nodes=nodes, pods_per_node=pods_per_node, scraped_share=scraped_share, agents=agents,
-                  agent_args=agent_args, audit_log=audit_log,
+                  nodes=nodes, pods_per_node=pods_per_node, scraped_share=scraped_share,
+                  simulated_nodes_per_agent=nodes_per_agent, agents=agents, agent_args=agent_args,
+                  audit_log=audit_log,
                   max_restart_period=max_restart_period, store=store, kwok_resource_metrics=kwok_resource_metrics,
                   metrics_servers=metrics_servers, scheduler_extender=scheduler_extender)
         return
@@ -167,7 +173,7 @@ def sandbox_command(kubeconfig: Path | None, apiserver: str, api_only: bool, *, 
         try:
             await serve_forever(sandbox, stop, replicas, operator_args=extra_args, nodes=0 if api_only else nodes,
                                 agent_args=agent_args, pods_per_node=pods_per_node, scraped_share=scraped_share,
-                                run_agents=agents)
+                                run_agents=agents, nodes_per_agent=nodes_per_agent)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         finally:

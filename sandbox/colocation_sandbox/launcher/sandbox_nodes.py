@@ -2,10 +2,10 @@
 
 Node 0 is this machine, measured by a real `colocation agent` (label `colocation.dev/simulated:
 "false"`). The others are simulated (`"true"`), with their synthetic pods, one agent process per
-`SIMULATED_NODES_PER_PROCESS` nodes (`simulation_groups`). Every agent has a token of
-ServiceAccount colocation-agent bound to its own pod on its node, so the leader's node rule and
-the agents' RBAC apply. Agent processes that exit restart after the kubelet's back-off
-(`crash_loop_backoff`). `STATE_DIR/agents.json` lists them.
+`SIMULATED_NODES_PER_PROCESS` nodes (`simulation_groups`; `--simulated-nodes-per-agent` fewer).
+Every agent has a token of ServiceAccount colocation-agent bound to its own pod on its node, so
+the leader's node rule and the agents' RBAC apply. Agent processes that exit restart after the
+kubelet's back-off (`crash_loop_backoff`). `STATE_DIR/agents.json` lists them.
 
 More: docs/development.md#the-sandbox
 """
@@ -117,9 +117,9 @@ def _ready(node: dict[str, Any], now: str) -> dict[str, Any]:
 SIMULATED_NODES_PER_PROCESS = 500
 
 
-def simulation_groups(specs: Sequence[SpecT]) -> list[list[SpecT]]:
-    """The simulated nodes dealt round-robin over ceil(n / SIMULATED_NODES_PER_PROCESS) agent processes."""
-    processes = -(-len(specs) // SIMULATED_NODES_PER_PROCESS)
+def simulation_groups(specs: Sequence[SpecT], per_process: int = SIMULATED_NODES_PER_PROCESS) -> list[list[SpecT]]:
+    """The simulated nodes dealt round-robin over ceil(n / per_process) agent processes."""
+    processes = -(-len(specs) // per_process)
     return [list(specs[index::processes]) for index in range(processes)]
 
 
@@ -138,13 +138,14 @@ class AgentProcess:
 class SandboxNodes:
     def __init__(self, sandbox: Sandbox, count: int, agent_args: tuple[str, ...] = (),
                  *, pods_per_node: int = DEFAULT_PODS_PER_NODE, scraped_share: float = 1.0,
-                 run_agents: bool = True) -> None:
+                 run_agents: bool = True, nodes_per_agent: int = SIMULATED_NODES_PER_PROCESS) -> None:
         self.sandbox = sandbox
         self.count = count
         self.agent_args = agent_args
         self.run_agents = run_agents  # False: the Nodes and pods only (`--no-agents`)
         self.pods_per_node = pods_per_node
         self.scraped_share = scraped_share  # of each simulated node's pods with the scrape annotations
+        self.nodes_per_agent = nodes_per_agent  # simulated nodes per agent process
         self.namespace = permissions.OPERATOR_NAMESPACE
         self.agents: list[AgentProcess] = []
         self._node_index: dict[str, int] = {}  # node -> its index, which picks its pod CIDR
@@ -288,7 +289,7 @@ class SandboxNodes:
             # The kubeconfig gives the server and its CA; each simulated agent uses its own token.
             kubeconfig = self.sandbox.write_kubeconfig(self.state_dir / "simulated-agents.kubeconfig",
                                                        token=simulated[0].token)
-        for index, group in enumerate(simulation_groups(simulated)):
+        for index, group in enumerate(simulation_groups(simulated, self.nodes_per_agent)):
             nodes_file = self.state_dir / f"simulated-nodes-{index}.json"
             nodes_file.write_bytes(orjson.dumps([spec.to_json() for spec in group], option=orjson.OPT_INDENT_2))
             nodes_file.chmod(0o600)  # it holds tokens

@@ -48,14 +48,15 @@ class Harness:
         await self.nodes.on_sync([node(name) for name in NODES], "1")
         await self.extender.pods.on_sync([], "1")
 
-    def report(self, name: str, cpu: str) -> None:
+    def report(self, name: str, cpu: str, *, refresh: bool = True) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock.wall()))
         raw = orjson.dumps({"apiVersion": "metrics.colocation.dev/v1alpha1", "kind": "NodeMetric",
                             "metadata": {"name": name},
                             "status": {"updateTime": stamp, "podsMetric": [],
                                        "nodeMetric": {"nodeUsage": {"resources": {"cpu": cpu, "memory": "1Gi"}}}}})
         self.store.put(validate_report(raw, name), {})
-        self.extender.cache.refresh(self.config)  # the second's refresh, now
+        if refresh:
+            self.extender.cache.refresh(self.config)  # the second's refresh, now
 
     def sample(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels) or 0.0
@@ -140,6 +141,17 @@ async def test_a_replica_that_is_not_ready_answers_503_so_the_scheduler_goes_on_
     response = await client.post("/scheduler/filter", data=orjson.dumps({"Pod": pending_pod("a"), "NodeNames": []}))
     assert response.status == 503
     assert h.sample("colocation_scheduler_extender_request_duration_seconds_count", verb="filter", code="503") == 1
+
+
+async def test_a_replica_that_turns_ready_answers_from_its_copy_not_from_figures_computed_before(
+        harness: tuple[Harness, TestClient[Any, Any]]) -> None:
+    h, client = harness
+    h.ready = False  # a restarted replica: its copy of the NodeMetrics still empty
+    h.extender.cache.refresh(h.config)  # the periodic refresh, before the copy arrives
+    h.report("node-1", "3600m", refresh=False)  # the copy arrives, and the replica is ready before the next refresh
+    h.ready = True
+    result = await call(client, "filter", pending_pod("web-1"), list(NODES))
+    assert list(result["FailedAndUnresolvableNodes"]) == ["node-1"]
 
 
 async def test_a_body_that_is_no_extender_args_is_answered_400(harness: tuple[Harness, TestClient[Any, Any]]) -> None:

@@ -14,6 +14,10 @@ def test_each_process_simulates_at_most_its_share_and_every_node_once() -> None:
     assert sorted(node for group in groups for node in group) == sorted(nodes)
 
 
+def test_one_node_per_process_gives_each_simulated_node_its_own_agent() -> None:
+    assert simulation_groups(["a", "b", "c"], per_process=1) == [["a"], ["b"], ["c"]]
+
+
 def test_a_small_sandbox_has_one_process_and_none_without_simulated_nodes() -> None:
     assert simulation_groups(["a", "b"]) == [["a", "b"]]
     assert simulation_groups(SIMULATED_NODES_PER_PROCESS * ["n"]) == [SIMULATED_NODES_PER_PROCESS * ["n"]]

@@ -62,7 +62,12 @@ from colocation_sandbox.launcher.kubeconfig_files import kubeconfig_document, wr
 from colocation_sandbox.launcher.nats_cluster import NatsCluster, locate_nats_server, start_cluster
 from colocation_sandbox.launcher.port_claims import free_port
 from colocation_sandbox.launcher.project_install import load_crds, project_root, render_manifests
-from colocation_sandbox.launcher.sandbox_nodes import machine_capacity, machine_node_name, simulation_groups
+from colocation_sandbox.launcher.sandbox_nodes import (
+    SIMULATED_NODES_PER_PROCESS,
+    machine_capacity,
+    machine_node_name,
+    simulation_groups,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +91,7 @@ class KubeSandboxConfig:
     nodes: int = 3
     pods_per_node: int = 10
     scraped_share: float = 1.0  # of each simulated node's pods with the scrape annotations
+    simulated_nodes_per_agent: int = SIMULATED_NODES_PER_PROCESS
     agents: bool = True
     agent_args: tuple[str, ...] = ()
     audit_log: Path | None = None  # kube-apiserver's audit log of writes (components.AUDIT_POLICY)
@@ -331,7 +337,7 @@ class KubeSandbox:
         kubeconfig = write_kubeconfig(state / "simulated-agents.kubeconfig", kubeconfig_document(
             self.plane.server, pki_.ca.cert_pem, name="colocation-kube", user="simulated-agents",
             token=specs[0].token, namespace=permissions.OPERATOR_NAMESPACE))
-        for index, group in enumerate(simulation_groups(specs)):
+        for index, group in enumerate(simulation_groups(specs, self.config.simulated_nodes_per_agent)):
             nodes_file = state / f"simulated-nodes-{index}.json"
             nodes_file.write_bytes(orjson.dumps([spec.to_json() for spec in group], option=orjson.OPT_INDENT_2))
             nodes_file.chmod(0o600)  # it holds tokens
