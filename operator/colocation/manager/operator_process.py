@@ -483,6 +483,9 @@ class OperatorProcess:
                                              ready=lambda: self._ready(follower) and self._config_loaded(),
                                              registry=self.metrics.registry)
                 extender_runner = await self._serve_extender(extender)
+                # Ready only once the extender answers too: the Service sends the scheduler's calls to
+                # Ready replicas, and a 503 makes it place the pod without the load filter.
+                served.server.ready_check = extender.routes.ready
             # With --store nats the copy of the stream stays current through the drain (below): a
             # draining replica still serves reads, and a frozen copy would answer with older versions.
             copying = asyncio.create_task(self._keep_copy_current(follower))
