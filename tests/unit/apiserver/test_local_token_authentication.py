@@ -20,9 +20,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from colocation.apimachinery.errors import ApiError
-from colocation.apimachinery.jws import b64url_encode, jwk, key_id, sign_es256
+from colocation.apimachinery.jws import b64url_encode, jwk, key_id, sign_es256, signature_valid
 from colocation.apimachinery.served_apigroups import Caller
-from colocation.apiserver import local_token_authentication
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator
 from colocation.apiserver.local_token_authentication import (
@@ -297,13 +296,12 @@ async def test_configured_audiences_replace_the_issuer(setup: Setup) -> None:
 async def test_a_verified_token_is_remembered_for_minutes_without_checking_its_signature_again(
         setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
     checked: list[str] = []
-    real = local_token_authentication.signature_valid
 
     def counting(jws: Any, key: Any) -> bool:
         checked.append(jws.header.get("kid", ""))
-        return real(jws, key)
+        return signature_valid(jws, key)
 
-    monkeypatch.setattr(local_token_authentication, "signature_valid", counting)
+    monkeypatch.setattr("colocation.apiserver.local_token_authentication.signature_valid", counting)
     assert setup.authenticator.local is not None
     await setup.authenticator.local.keys.refresh()  # fetched at start (a first fetch empties the cache)
     token = setup.issuer.token()
