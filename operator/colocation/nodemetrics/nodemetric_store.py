@@ -241,7 +241,10 @@ class NodeMetricStore:
             return
         entry, body = logged_entry(position, value, received_at=received_at, seen_at=self._monotonic(),
                                    figures=figures)
-        if previous is not None and previous.labels == entry.labels and same_status(previous.body, body):
+        # Figures differ only where statuses do (they are read from the status): most writes are
+        # changes, and the comparison then inflates nothing.
+        if previous is not None and previous.figures == entry.figures and previous.labels == entry.labels \
+                and same_status(previous.body, body):
             self._entries[name] = dataclasses.replace(previous, last_seen_monotonic=entry.last_seen_monotonic)
             return
         self._store(entry)

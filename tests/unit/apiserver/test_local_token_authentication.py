@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from colocation.apimachinery.errors import ApiError
-from colocation.apimachinery.jws import b64url_encode, jwk, key_id, sign_es256
+from colocation.apimachinery.jws import b64url_encode, jwk, key_id, sign_es256, signature_valid
 from colocation.apimachinery.served_apigroups import Caller
 from colocation.apiserver.apiserver_metrics import ServerMetrics
 from colocation.apiserver.delegated_authentication import DelegatingAuthenticator
@@ -290,6 +290,28 @@ async def test_configured_audiences_replace_the_issuer(setup: Setup) -> None:
     assert (await authenticator.authenticate(headers, None, None)).username == AGENT_USER
     with pytest.raises(ApiError):
         await authenticator.authenticate({"Authorization": f"Bearer {setup.issuer.token()}"}, None, None)
+    assert setup.reviewer.calls == []
+
+
+async def test_a_verified_token_is_remembered_for_minutes_without_checking_its_signature_again(
+        setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[str] = []
+
+    def counting(jws: Any, key: Any) -> bool:
+        checked.append(jws.header.get("kid", ""))
+        return signature_valid(jws, key)
+
+    monkeypatch.setattr("colocation.apiserver.local_token_authentication.signature_valid", counting)
+    assert setup.authenticator.local is not None
+    await setup.authenticator.local.keys.refresh()  # fetched at start (a first fetch empties the cache)
+    token = setup.issuer.token()
+    await setup.authenticate(token)
+    setup.wall.now += 9 * 60  # the agent reports on; the pod stays bound (checked every time)
+    await setup.authenticate(token)
+    assert len(checked) == 1
+    setup.wall.now += 2 * 60  # past VERIFIED_TTL: verified again
+    await setup.authenticate(token)
+    assert len(checked) == 2
     assert setup.reviewer.calls == []
 
 

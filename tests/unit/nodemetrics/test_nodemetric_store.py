@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from colocation.apimachinery import objects
 from colocation.apimachinery.errors import ApiError
 from colocation.apimachinery.selectors import LabelSelector
 from colocation.apimachinery.watch_queue import Bookmark, event_line
@@ -643,6 +644,23 @@ def test_on_a_log_the_same_content_again_refreshes_the_node_without_an_event(clo
     store.apply_logged("node-a", 46, logged("node-a", cpu="2"), received_at=T0 + 11)
     store.apply_logged("node-a", 47, None, received_at=T0 + 12)
     assert drain(watcher) == [("MODIFIED", "node-a", "46"), ("DELETED", "node-a", "47")]
+
+
+def test_on_a_log_a_changed_report_is_applied_without_inflating_the_last_one(
+        clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = log_store(clock)
+    store.apply_logged("node-a", 40, logged("node-a"), received_at=T0)
+    inflations: list[int] = []
+
+    def counting(kept: bytes) -> bytes:
+        inflations.append(len(kept))
+        return objects.inflated(kept)
+
+    monkeypatch.setattr("colocation.nodemetrics.storage_interface.inflated", counting)
+    store.apply_logged("node-a", 41, logged("node-a", cpu="2"), received_at=T0 + 10)
+    assert inflations == []
+    entry = store.get("node-a")
+    assert entry is not None and entry.resource_version == 41 and entry.figures.cpu_millis == 2000
 
 
 def test_watches_resume_only_from_where_the_copy_caught_up_and_end_when_the_log_restarts(clock: FakeClock) -> None:
