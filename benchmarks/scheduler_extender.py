@@ -26,13 +26,12 @@ import asyncio
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import orjson
 
 from benchmarks import machine, markdown
 from benchmarks.client import say
+from benchmarks.results import Record
 from benchmarks.scheduler_extender_kube import KubeConfig, Placement, SystemRun
 from benchmarks.scheduler_extender_kube import run as run_kube
 from benchmarks.scheduler_extender_latency import LatencyFigures
@@ -169,10 +168,16 @@ def render(results: Results, config: SchedulerExtenderConfig, where: machine.Mac
     return "\n".join(lines).rstrip() + "\n"
 
 
+class SchedulerExtenderSamples(Record):
+    """What benchmarks/plots/scheduler_extender.json holds: the machine, each size's calls, each system's run."""
+
+    machine: machine.Machine
+    latency: list[LatencyFigures]
+    runs: list[SystemRun]
+
+
 def save_raw(results: Results, path: Path, where: machine.Machine) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps({"machine": asdict(where), "latency": [asdict(f) for f in results.latency],
-                                   "runs": [asdict(run) for run in results.runs]}, option=orjson.OPT_INDENT_2))
+    SchedulerExtenderSamples(machine=where, latency=results.latency, runs=results.runs).to_file(path)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

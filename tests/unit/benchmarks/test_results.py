@@ -21,6 +21,7 @@ from benchmarks.nats_ingest import NatsIngestReport
 from benchmarks.operator_failover import FailoverReport
 from benchmarks.outage_recovery_report import OutageReport
 from benchmarks.results import SavedFile
+from benchmarks.scheduler_extender import SchedulerExtenderSamples
 
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 MODELS: dict[str, type[SavedFile]] = {
@@ -33,6 +34,7 @@ MODELS: dict[str, type[SavedFile]] = {
     "plots/metrics_server.json": RawSamples,
     "plots/outage_recovery.json": OutageReport,
     "plots/outage_recovery_500.json": OutageReport,
+    "plots/scheduler_extender.json": SchedulerExtenderSamples,
     "plots/jetstream_costs.json": JetStreamCosts,
     "plots/nats_ingest.json": NatsIngestReport,
     "ingest_before.json": SizeReports,

@@ -121,6 +121,14 @@ def test_the_report_gives_each_verdict_from_the_same_runs_numbers(tmp_path: Path
     assert "<!-- scheduler-extender:begin -->" in output.read_text()
 
 
+def test_the_raw_samples_load_back_as_they_were_run(tmp_path: Path) -> None:
+    latency = [LatencyFigures(1000, [0.001, 0.002], [0.003], 700)]
+    results = Results(latency, runs())
+    scheduler_extender.save_raw(results, tmp_path / "raw.json", WHERE)
+    saved = scheduler_extender.SchedulerExtenderSamples.from_file(tmp_path / "raw.json")
+    assert (saved.latency, saved.runs, saved.machine) == (results.latency, results.runs, WHERE)
+
+
 async def test_the_latency_part_times_both_verbs_through_the_extenders_application() -> None:
     figures = await measure(50, 3)
     assert len(figures.filter_seconds) == len(figures.prioritize_seconds) == 3
