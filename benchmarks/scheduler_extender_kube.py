@@ -72,6 +72,7 @@ class Throughput:
     pods: int
     created_at: list[float] = field(default_factory=list)  # seconds from the first create, per pod
     bound_at: list[float] = field(default_factory=list)  # seconds from the first create, per pod, sorted
+    watch_resumes: int = 0  # times kube-apiserver closed the watch of bound pods (BoundWatch)
 
     @property
     def pods_per_second(self) -> float:
@@ -152,41 +153,69 @@ def pod(name: str, phase: str, cpu: int, *, annotated: bool) -> dict[str, Any]:
 
 
 class BoundWatch:
-    """The pods of a phase the API shows bound, with the time each was first seen so (loop time)."""
+    """The pods of a phase the API shows bound, with the time each was first seen so (loop time).
+
+    kube-apiserver closes a watch whose client it finds slow to take events ("Forcing watcher close
+    due to unresponsiveness"), which a burst of 1,000 pods on a 2-core machine can cause: the watch
+    then lists what it missed (seen bound at the list's time, later than they were: the throughput
+    is only undercounted) and watches again from the list, as an informer does.
+    """
 
     def __init__(self, client: Client, phase: str) -> None:
         self.client = client
         self.phase = phase
         self.seen: dict[str, tuple[float, str]] = {}  # pod -> (loop time, node)
         self.connected = asyncio.Event()
+        self.resumed = 0  # watches kube-apiserver ended before the last pod was seen bound
 
     async def run(self) -> None:
+        selectors = f"labelSelector={PHASE_LABEL}%3D{self.phase}&fieldSelector=spec.nodeName%21%3D"
+        resource_version = await self._list(selectors)
+        self.connected.set()
+        while True:
+            await self._watch(selectors, resource_version)
+            self.resumed += 1
+            resource_version = await self._list(selectors)
+
+    async def _list(self, selectors: str) -> str:
+        listed = await self.client.json(Request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods?{selectors}"))
+        now = asyncio.get_running_loop().time()
+        for obj in listed["items"]:
+            self._saw(obj, now)
+        return str(listed["metadata"]["resourceVersion"])
+
+    async def _watch(self, selectors: str, resource_version: str) -> None:
         loop = asyncio.get_running_loop()
-        path = (f"/api/v1/namespaces/{NAMESPACE}/pods?watch=1&labelSelector={PHASE_LABEL}%3D{self.phase}"
-                f"&fieldSelector=spec.nodeName%21%3D&timeoutSeconds={int(BOUND_TIMEOUT)}")
+        path = (f"/api/v1/namespaces/{NAMESPACE}/pods?watch=1&{selectors}&resourceVersion={resource_version}"
+                f"&allowWatchBookmarks=false&timeoutSeconds={int(BOUND_TIMEOUT)}")
         async with self.client.session.get(path, headers={"Accept": "application/json"},
                                            timeout=aiohttp.ClientTimeout(total=BOUND_TIMEOUT + 30,
                                                                          sock_connect=30)) as response:
             if response.status != 200:
                 raise RuntimeError(f"watch {path}: {response.status} {(await response.read())[:300]!r}")
-            self.connected.set()
             async for line in response.content:
                 if not line.strip():
                     continue
                 event = orjson.loads(line)
-                obj = event.get("object") or {}
-                name = (obj.get("metadata") or {}).get("name")
-                node = (obj.get("spec") or {}).get("nodeName")
-                if event.get("type") in ("ADDED", "MODIFIED") and name and node and name not in self.seen:
-                    self.seen[name] = (loop.time(), node)
+                if event.get("type") == "ERROR":  # 410 Expired: the list that follows catches up
+                    return
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    self._saw(event.get("object") or {}, loop.time())
+
+    def _saw(self, obj: dict[str, Any], at: float) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        node = (obj.get("spec") or {}).get("nodeName")
+        if name and node and name not in self.seen:
+            self.seen[name] = (at, node)
 
 
 Bound = dict[str, tuple[float, str]]  # pod -> (seconds from the first create to its binding seen, node)
 
 
-async def place(cluster: cp_cluster.Cluster, phase: str, pods: list[dict[str, Any]]) -> tuple[list[float], Bound]:
+async def place(cluster: cp_cluster.Cluster, phase: str,
+                pods: list[dict[str, Any]]) -> tuple[list[float], Bound, int]:
     """Create `pods` (8 in flight) with a watch of the bound ones; (seconds from the start at which each
-    was created, pod -> (seconds from the start it was seen bound, node))."""
+    was created, pod -> (seconds from the start it was seen bound, node), watches resumed)."""
     loop = asyncio.get_running_loop()
     watcher_client = Client(cluster.endpoint, concurrency=1, timeout=BOUND_TIMEOUT + 60)
     watch = BoundWatch(watcher_client, phase)
@@ -209,9 +238,9 @@ async def place(cluster: cp_cluster.Cluster, phase: str, pods: list[dict[str, An
         await eventually_async(lambda: len(watch.seen) >= len(pods) or task.done(), BOUND_TIMEOUT, interval=0.2,
                                message=f"{phase}: {len(pods)} pods bound")
         if len(watch.seen) < len(pods):
-            task.result()  # the watch failed or ended early: say why
-            raise RuntimeError(f"{phase}: the watch ended with {len(watch.seen)} of {len(pods)} pods bound")
-        return created, {name: (at - started, node) for name, (at, node) in watch.seen.items()}
+            task.result()  # the watch failed: say why
+            raise RuntimeError(f"{phase}: the watch stopped with {len(watch.seen)} of {len(pods)} pods bound")
+        return created, {name: (at - started, node) for name, (at, node) in watch.seen.items()}, watch.resumed
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -330,18 +359,19 @@ async def patch_config(cluster: cp_cluster.Cluster, load_aware: dict[str, Any]) 
 
 async def measure_throughput(cluster: cp_cluster.Cluster, system_index: int, pods: int) -> Throughput:
     phase = f"throughput-{system_index}"
-    created, bound = await place(cluster, phase, [pod(f"tp-{system_index}-{i}", phase, THROUGHPUT_POD_CPU,
-                                                      annotated=False) for i in range(pods)])
+    created, bound, resumed = await place(cluster, phase, [pod(f"tp-{system_index}-{i}", phase, THROUGHPUT_POD_CPU,
+                                                               annotated=False) for i in range(pods)])
     await delete_phase(cluster, phase)
-    return Throughput(pods=pods, created_at=sorted(created), bound_at=sorted(at for at, _ in bound.values()))
+    return Throughput(pods=pods, created_at=sorted(created), bound_at=sorted(at for at, _ in bound.values()),
+                      watch_resumes=resumed)
 
 
 async def measure_placement(cluster: cp_cluster.Cluster, label: str, phase: str, config: KubeConfig,
                             allocatable: dict[str, int], base: dict[str, int]) -> Placement:
     cpu = placement_pod_cpu(allocatable, config.placement_pods, config.new_load)
     result = Placement(label=label, pod_cpu=cpu, allocatable=dict(allocatable), base=dict(base))
-    _, bound = await place(cluster, phase, [pod(f"{phase}-{i}", phase, cpu, annotated=True)
-                                            for i in range(config.placement_pods)])
+    _, bound, _ = await place(cluster, phase, [pod(f"{phase}-{i}", phase, cpu, annotated=True)
+                                               for i in range(config.placement_pods)])
     result.placed = {name: node for name, (_, node) in bound.items()}
     result.seconds = max((at for at, _ in bound.values()), default=0.0)
     await delete_phase(cluster, phase)
