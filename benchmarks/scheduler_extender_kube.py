@@ -4,8 +4,9 @@ Two sandboxes, one after the other (`colocation sandbox --apiserver kube --kwok-
 2 operator replicas, reports every 2 s): kube-scheduler alone (`--no-scheduler-extender`), then
 with the operators' load-aware extender. In each:
 
-- throughput: `pods` pods of 10m cpu created at once (8 requests in flight), and a watch of the
-  bound ones: each pod's seconds from the first create to the watch showing it bound;
+- throughput: `pods` pods of 10m cpu created (8 requests in flight) with a node selector no node
+  matches, then every simulated node labelled to match (`measure_throughput`), and a watch of the
+  bound ones: each pod's seconds from the first label sent to the watch showing it bound;
 - placement: each simulated node's pods' cpu annotations set to a skewed load (the first at 80 % of
   its allocatable, the last at 10 %, linear between), which their agents report; once every
   NodeMetric shows it (and, with the extender, once it refuses the hottest node), `placement_pods`
@@ -24,8 +25,10 @@ import asyncio
 import base64
 import contextlib
 import json
+import math
 import ssl
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,7 @@ from colocation.kube import permissions
 SYSTEMS = ("kube-scheduler", "kube-scheduler + extender")
 NAMESPACE = "default"
 PHASE_LABEL = "bench.colocation.dev/phase"
+OPEN_LABEL = "bench.colocation.dev/open"  # the throughput's pods wait for nodes with this label
 CONFIG_MAP = f"/api/v1/namespaces/{permissions.OPERATOR_NAMESPACE}/configmaps/colocation-config"
 NODEMETRICS = "/apis/metrics.colocation.dev/v1alpha1/nodemetrics"
 MERGE_PATCH = "application/merge-patch+json"
@@ -70,8 +74,8 @@ class KubeConfig:
 @dataclass
 class Throughput:
     pods: int
-    created_at: list[float] = field(default_factory=list)  # seconds from the first create, per pod
-    bound_at: list[float] = field(default_factory=list)  # seconds from the first create, per pod, sorted
+    opened_at: list[float] = field(default_factory=list)  # seconds from the first node label sent, per node
+    bound_at: list[float] = field(default_factory=list)  # seconds from the first node label sent, per pod, sorted
     watch_resumes: int = 0  # times kube-apiserver closed the watch of bound pods (BoundWatch)
 
     @property
@@ -79,15 +83,15 @@ class Throughput:
         return len(self.bound_at) / self.bound_at[-1] if self.bound_at and self.bound_at[-1] > 0 else float("nan")
 
     @property
-    def created_per_second(self) -> float:
-        last = max(self.created_at, default=0.0)
-        return len(self.created_at) / last if last > 0 else float("nan")
+    def opened_in(self) -> float:
+        """Seconds the client took to label every node: the pods could go anywhere after that."""
+        return max(self.opened_at, default=math.nan)
 
     @property
     def client_bound(self) -> bool:
-        """The scheduler finished less than 10 % after the last create: it waited for our client, whose
-        rate it then measures, not its own."""
-        return not self.bound_at or max(self.created_at, default=0.0) >= 0.9 * self.bound_at[-1]
+        """The scheduler finished less than 10 % after the last node was labelled: it waited for our
+        client, whose rate it then measures, not its own."""
+        return not self.bound_at or not self.opened_at or self.opened_in >= 0.9 * self.bound_at[-1]
 
 
 @dataclass
@@ -212,10 +216,12 @@ class BoundWatch:
 Bound = dict[str, tuple[float, str]]  # pod -> (seconds from the first create to its binding seen, node)
 
 
-async def place(cluster: cp_cluster.Cluster, phase: str,
-                pods: list[dict[str, Any]]) -> tuple[list[float], Bound, int]:
+async def place(cluster: cp_cluster.Cluster, phase: str, pods: list[dict[str, Any]], *,
+                release: Callable[[float], Awaitable[None]] | None = None) -> tuple[list[float], Bound, int]:
     """Create `pods` (8 in flight) with a watch of the bound ones; (seconds from the start at which each
-    was created, pod -> (seconds from the start it was seen bound, node), watches resumed)."""
+    was created, pod -> (seconds from the start it was seen bound, node), watches resumed). With
+    `release`, the pods cannot be placed yet: once all are created, the start is now, and
+    `release(start)` lets the scheduler place them."""
     loop = asyncio.get_running_loop()
     watcher_client = Client(cluster.endpoint, concurrency=1, timeout=BOUND_TIMEOUT + 60)
     watch = BoundWatch(watcher_client, phase)
@@ -235,6 +241,9 @@ async def place(cluster: cp_cluster.Cluster, phase: str,
                                            on_response=on_response, progress=say)
         if result.errors:
             raise RuntimeError(f"{phase}: {result.errors} creates failed, the first: {result.first_error}")
+        if release is not None:
+            started = loop.time()
+            await release(started)
         await eventually_async(lambda: len(watch.seen) >= len(pods) or task.done(), BOUND_TIMEOUT, interval=0.2,
                                message=f"{phase}: {len(pods)} pods bound")
         if len(watch.seen) < len(pods):
@@ -359,11 +368,39 @@ async def patch_config(cluster: cp_cluster.Cluster, load_aware: dict[str, Any]) 
 
 async def measure_throughput(cluster: cp_cluster.Cluster, system_index: int, pods: int) -> Throughput:
     phase = f"throughput-{system_index}"
-    created, bound, resumed = await place(cluster, phase, [pod(f"tp-{system_index}-{i}", phase, THROUGHPUT_POD_CPU,
-                                                               annotated=False) for i in range(pods)])
+    """`pods` pods created while no node may take them (their node selector names a label no node has
+    yet), then every simulated node given that label, 8 at a time: from then on the scheduler places
+    them as fast as it can, and the client's create rate no longer paces it."""
+    phase = f"throughput-{system_index}"
+    nodes = sorted(await simulated_allocatable(cluster), key=_node_order)
+    specs = [pod(f"tp-{system_index}-{i}", phase, THROUGHPUT_POD_CPU, annotated=False) for i in range(pods)]
+    for spec in specs:
+        spec["spec"]["nodeSelector"][OPEN_LABEL] = phase
+    opened: list[float] = []
+
+    async def open_nodes(started: float) -> None:
+        def on_response(index: int, status: int, body: bytes, finished: float) -> None:
+            if status == 200:
+                opened.append(finished - started)
+
+        await label_nodes(cluster, nodes, phase, on_response=on_response)
+
+    _, bound, resumed = await place(cluster, phase, specs, release=open_nodes)
+    await label_nodes(cluster, nodes, None)
     await delete_phase(cluster, phase)
-    return Throughput(pods=pods, created_at=sorted(created), bound_at=sorted(at for at, _ in bound.values()),
+    return Throughput(pods=pods, opened_at=sorted(opened), bound_at=sorted(at for at, _ in bound.values()),
                       watch_resumes=resumed)
+
+
+async def label_nodes(cluster: cp_cluster.Cluster, nodes: list[str], value: str | None, *,
+                      on_response: Callable[[int, int, bytes, float], None] | None = None) -> None:
+    """Set OPEN_LABEL to `value` on every node in `nodes` (None: remove it)."""
+    body = orjson.dumps({"metadata": {"labels": {OPEN_LABEL: value}}})
+    result = await cluster.client.load(f"{OPEN_LABEL}={value}", len(nodes),
+                                       lambda i: Request("PATCH", f"/api/v1/nodes/{nodes[i]}", body,
+                                                         content_type=MERGE_PATCH), on_response=on_response)
+    if result.errors:
+        raise RuntimeError(f"labelling nodes: {result.errors} failed, the first: {result.first_error}")
 
 
 async def measure_placement(cluster: cp_cluster.Cluster, label: str, phase: str, config: KubeConfig,

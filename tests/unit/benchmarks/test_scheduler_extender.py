@@ -27,9 +27,9 @@ def spread_over(nodes: list[str]) -> dict[str, str]:
 
 
 def runs(*, client_bound: bool = False, problems: list[str] | None = None) -> list[SystemRun]:
-    fast_creates = [0.01 * i for i in range(1, 101)]
-    alone = Throughput(pods=100, created_at=fast_creates, bound_at=[0.05 * i for i in range(1, 101)])  # 20 pods/s
-    extended = Throughput(pods=100, created_at=fast_creates if not client_bound else [0.06 * i for i in range(1, 101)],
+    fast_labels = [0.01 * i for i in range(1, 11)]  # 10 nodes labelled within 0.1 s
+    alone = Throughput(pods=100, opened_at=fast_labels, bound_at=[0.05 * i for i in range(1, 101)])  # 20 pods/s
+    extended = Throughput(pods=100, opened_at=fast_labels if not client_bound else [0.6 * i for i in range(1, 11)],
                           bound_at=[0.0625 * i for i in range(1, 101)])  # 16 pods/s
     # The default scheduler spreads by requests: 4 pods each; the extender puts them on the cool nodes.
     default = placement("kube-scheduler", spread_over(["sim-node-1", "sim-node-2", "sim-node-3"] * 4))
@@ -55,11 +55,11 @@ def test_node_usage_counts_the_base_and_the_placed_pods_in_percent_of_allocatabl
 def test_throughput_is_the_pods_over_the_last_binding_and_a_client_bound_run_says_so() -> None:
     alone, extended = (r.throughput for r in runs())
     assert alone.pods_per_second == pytest.approx(20.0) and extended.pods_per_second == pytest.approx(16.0)
-    assert alone.created_per_second == pytest.approx(100.0) and not alone.client_bound
+    assert alone.opened_in == pytest.approx(0.1) and not alone.client_bound
     slow = runs(client_bound=True)[1].throughput
-    assert slow.client_bound  # the last create at 6.0 s, the last binding at 6.25 s
-    assert Throughput(pods=1, created_at=[1.0], bound_at=[1.05]).client_bound
-    assert not Throughput(pods=1, created_at=[0.5], bound_at=[1.0]).client_bound
+    assert slow.client_bound  # the last node labelled at 6.0 s, the last binding at 6.25 s
+    assert Throughput(pods=1, opened_at=[1.0], bound_at=[1.05]).client_bound
+    assert not Throughput(pods=1, opened_at=[0.5], bound_at=[1.0]).client_bound
     assert Throughput(pods=1).client_bound and Throughput(pods=1).pods_per_second != Throughput(pods=1).pods_per_second
 
 
