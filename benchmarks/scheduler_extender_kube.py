@@ -77,6 +77,7 @@ class Throughput:
     opened_at: list[float] = field(default_factory=list)  # seconds from the first node label sent, per node
     bound_at: list[float] = field(default_factory=list)  # seconds from the first node label sent, per pod, sorted
     watch_resumes: int = 0  # times kube-apiserver closed the watch of bound pods (BoundWatch)
+    last_listed: bool = False  # the last binding was seen in a list after such a close: its time is late
 
     @property
     def pods_per_second(self) -> float:
@@ -171,6 +172,7 @@ class BoundWatch:
         self.seen: dict[str, tuple[float, str]] = {}  # pod -> (loop time, node)
         self.connected = asyncio.Event()
         self.resumed = 0  # watches kube-apiserver ended before the last pod was seen bound
+        self.listed: set[str] = set()  # pods first seen bound in a list after a watch ended
 
     async def run(self) -> None:
         selectors = f"labelSelector={PHASE_LABEL}%3D{self.phase}&fieldSelector=spec.nodeName%21%3D"
@@ -185,7 +187,8 @@ class BoundWatch:
         listed = await self.client.json(Request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods?{selectors}"))
         now = asyncio.get_running_loop().time()
         for obj in listed["items"]:
-            self._saw(obj, now)
+            if self._saw(obj, now) and self.connected.is_set():
+                self.listed.add(obj["metadata"]["name"])
         return str(listed["metadata"]["resourceVersion"])
 
     async def _watch(self, selectors: str, resource_version: str) -> None:
@@ -206,20 +209,23 @@ class BoundWatch:
                 if event.get("type") in ("ADDED", "MODIFIED"):
                     self._saw(event.get("object") or {}, loop.time())
 
-    def _saw(self, obj: dict[str, Any], at: float) -> None:
+    def _saw(self, obj: dict[str, Any], at: float) -> bool:
+        """Record a pod seen bound for the first time; whether it was."""
         name = (obj.get("metadata") or {}).get("name")
         node = (obj.get("spec") or {}).get("nodeName")
         if name and node and name not in self.seen:
             self.seen[name] = (at, node)
+            return True
+        return False
 
 
 Bound = dict[str, tuple[float, str]]  # pod -> (seconds from the first create to its binding seen, node)
 
 
 async def place(cluster: cp_cluster.Cluster, phase: str, pods: list[dict[str, Any]], *,
-                release: Callable[[float], Awaitable[None]] | None = None) -> tuple[list[float], Bound, int]:
+                release: Callable[[float], Awaitable[None]] | None = None) -> tuple[list[float], Bound, BoundWatch]:
     """Create `pods` (8 in flight) with a watch of the bound ones; (seconds from the start at which each
-    was created, pod -> (seconds from the start it was seen bound, node), watches resumed). With
+    was created, pod -> (seconds from the start it was seen bound, node), the watch). With
     `release`, the pods cannot be placed yet: once all are created, the start is now, and
     `release(start)` lets the scheduler place them."""
     loop = asyncio.get_running_loop()
@@ -249,7 +255,7 @@ async def place(cluster: cp_cluster.Cluster, phase: str, pods: list[dict[str, An
         if len(watch.seen) < len(pods):
             task.result()  # the watch failed: say why
             raise RuntimeError(f"{phase}: the watch stopped with {len(watch.seen)} of {len(pods)} pods bound")
-        return created, {name: (at - started, node) for name, (at, node) in watch.seen.items()}, watch.resumed
+        return created, {name: (at - started, node) for name, (at, node) in watch.seen.items()}, watch
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -385,11 +391,12 @@ async def measure_throughput(cluster: cp_cluster.Cluster, system_index: int, pod
 
         await label_nodes(cluster, nodes, phase, on_response=on_response)
 
-    _, bound, resumed = await place(cluster, phase, specs, release=open_nodes)
+    _, bound, watch = await place(cluster, phase, specs, release=open_nodes)
     await label_nodes(cluster, nodes, None)
     await delete_phase(cluster, phase)
+    last = max(bound, key=lambda name: bound[name][0], default=None)
     return Throughput(pods=pods, opened_at=sorted(opened), bound_at=sorted(at for at, _ in bound.values()),
-                      watch_resumes=resumed)
+                      watch_resumes=watch.resumed, last_listed=last in watch.listed)
 
 
 async def label_nodes(cluster: cp_cluster.Cluster, nodes: list[str], value: str | None, *,

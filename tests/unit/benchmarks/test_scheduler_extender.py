@@ -121,6 +121,15 @@ def test_the_report_gives_each_verdict_from_the_same_runs_numbers(tmp_path: Path
     assert "<!-- scheduler-extender:begin -->" in output.read_text()
 
 
+def test_a_last_binding_seen_only_in_a_list_after_a_closed_watch_states_no_throughput_verdict() -> None:
+    late = runs()
+    late[1].throughput.last_listed = True
+    reasons = scheduler_extender.throughput_inconclusive(late)
+    assert reasons == ["kube-scheduler + extender: kube-apiserver closed the watch as too slow, and the last binding "
+                       "was seen in the list after it (its time is late)"]
+    assert scheduler_extender.throughput_inconclusive(runs()) == []
+
+
 def test_the_raw_samples_load_back_as_they_were_run(tmp_path: Path) -> None:
     latency = [LatencyFigures(1000, [0.001, 0.002], [0.003], 700)]
     results = Results(latency, runs())
