@@ -80,13 +80,15 @@ def less_is_better(reference: float, value: float) -> str:
     return "better" if value < reference else "worse"
 
 
-def problems_of(runs: list[SystemRun]) -> list[str]:
-    return [f"{run.system}: {problem}" for run in runs for problem in run.agent_problems]
+def problems_of(runs: list[SystemRun], part: str) -> list[str]:
+    """The agents' problems over `part` ("throughput" or "placement") of each run."""
+    return [f"{run.system}: {problem}" for run in runs
+            for problem in (run.throughput_problems if part == "throughput" else run.placement_problems)]
 
 
 def throughput_inconclusive(runs: list[SystemRun]) -> list[str]:
     """Why the throughput comparison states no verdict: the agents' problems, or a run limited by its client."""
-    reasons = problems_of(runs)
+    reasons = problems_of(runs, "throughput")
     reasons += [f"{run.system}: the nodes were labelled no faster than the pods were bound (the client was measured)"
                 for run in runs if run.throughput.client_bound]
     reasons += [f"{run.system}: kube-apiserver closed the watch as too slow, and the last binding was seen in the "
@@ -112,7 +114,8 @@ def throughput_lines(runs: list[SystemRun]) -> list[str]:
     reasons = throughput_inconclusive(runs)
     rows = [[run.system, f"{run.throughput.pods:,}", f"{run.throughput.pods_per_second:,.1f}",
              f"{run.throughput.opened_in:,.2f}", f"{run.throughput.bound_at[-1]:,.1f}"
-             if run.throughput.bound_at else "n/a", f"{run.throughput.watch_resumes:,}"] for run in runs]
+             if run.throughput.bound_at else "n/a", f"{run.throughput.watch_resumes:,}", run.throughput.timed_by]
+            for run in runs]
     alone, extended = runs[0].throughput.pods_per_second, runs[1].throughput.pods_per_second
     ratio = extended / alone if alone > 0 and not math.isnan(extended) else math.nan
     verdict = ("inconclusive: " + "; ".join(reasons)) if reasons else (
@@ -122,12 +125,13 @@ def throughput_lines(runs: list[SystemRun]) -> list[str]:
             "The real kube-scheduler (its client at 500 QPS, burst 1,000) binding pods of 10m cpu. The pods are "
             "created first with a node selector no node matches; then every simulated node is given that label, 8 "
             "requests in flight, and a watch times each binding. Pods/s: the pods over the seconds from the first "
-            "label sent to the last binding. When kube-apiserver closed the watch as too slow (it does so under "
-            "such a burst on 2 cores), the watch listed the pods bound meanwhile and went on: those count as bound "
-            "when listed. The rate depends on the last binding's time alone: when that pod was seen in such a list, "
-            "the run states no verdict.", "",
+            "label sent to the last binding. Each binding's time is its Scheduled Event's (`eventTime`, in "
+            "microseconds, written by kube-scheduler). Without an Event for every pod, it is when the watch showed "
+            "the pod bound; when kube-apiserver closed the watch as too slow (it does so under such a burst on 2 "
+            "cores), the watch listed the pods bound meanwhile and went on, and if the last binding was seen in such "
+            "a list, the run states no verdict.", "",
             markdown.table(["scheduler", "pods", "bound pods/s", "nodes labelled in, s", "last bound, s",
-                            "watch resumed"],
+                            "watch resumed", "timed by"],
                            rows), "",
             f"Ratio (with / without the extender): {ratio:.2f}. Verdict: {verdict}." if not math.isnan(ratio)
             else f"Verdict: {verdict}."]
@@ -138,7 +142,7 @@ def placement_lines(runs: list[SystemRun], config: KubeConfig) -> list[str]:
     if not placements:
         return []
     reference_stdev, reference_max = spread(placements[0])
-    reasons = problems_of(runs)
+    reasons = problems_of(runs, "placement")
     rows = []
     for index, placement in enumerate(placements):
         stdev, highest = spread(placement)
@@ -159,7 +163,7 @@ def placement_lines(runs: list[SystemRun], config: KubeConfig) -> list[str]:
             markdown.table(["scheduler", "pods", "pod cpu", "usage std dev, %", "max node usage, %",
                             "most pods on one node", "verdict"], rows), "",
             *([f"No verdict: the agents' self-check found problems: {'; '.join(reasons)}."] if reasons
-              else ["The agents' self-check was clean over both runs."])]
+              else ["The agents' self-check was clean over both runs' placements."])]
 
 
 def render(results: Results, config: SchedulerExtenderConfig, where: machine.Machine, command: str,

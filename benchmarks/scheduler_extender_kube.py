@@ -15,8 +15,8 @@ with the operators' load-aware extender. In each:
 - with the extender, the placement again with `tentativeHoldSeconds: 0` in load-aware-config (once
   every replica logged the configuration read): the burst without tentative placements.
 
-Each phase's pods are deleted before the next. The agents' self-check is read before the first
-phase and after the last.
+Each phase's pods are deleted before the next. The agents' self-check is read before the throughput,
+after it and after the last placement: each part's verdict counts only its own problems.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ HOT_SHARE, COOL_SHARE = 0.80, 0.10  # the skew: the first simulated node's pods,
 THROUGHPUT_POD_CPU = 10  # millis
 BOUND_TIMEOUT = 600.0
 SEEN_TIMEOUT = 180.0
+EVENTS_TIMEOUT = 30.0
 START_TIMEOUT = 600.0
 EXTENDER_SERVER_NAME = f"colocation-operator.{permissions.OPERATOR_NAMESPACE}.svc"
 
@@ -78,6 +80,9 @@ class Throughput:
     bound_at: list[float] = field(default_factory=list)  # seconds from the first node label sent, per pod, sorted
     watch_resumes: int = 0  # times kube-apiserver closed the watch of bound pods (BoundWatch)
     last_listed: bool = False  # the last binding was seen in a list after such a close: its time is late
+    # "scheduler events": bound_at from kube-scheduler's Scheduled Events (eventTime, in microseconds);
+    # "watch": from when the watch showed each pod bound (some pod had no Event)
+    timed_by: str = "watch"
 
     @property
     def pods_per_second(self) -> float:
@@ -125,7 +130,9 @@ class SystemRun:
     system: str
     throughput: Throughput
     placements: list[Placement] = field(default_factory=list)
-    agent_problems: list[str] = field(default_factory=list)
+    # The agents' self-check over each part: the throughput's burst, then the placements.
+    throughput_problems: list[str] = field(default_factory=list)
+    placement_problems: list[str] = field(default_factory=list)
 
 
 def skew_targets(allocatable: dict[str, int]) -> dict[str, int]:
@@ -384,7 +391,12 @@ async def measure_throughput(cluster: cp_cluster.Cluster, system_index: int, pod
         spec["spec"]["nodeSelector"][OPEN_LABEL] = phase
     opened: list[float] = []
 
+    wall_start = 0.0
+
     async def open_nodes(started: float) -> None:
+        nonlocal wall_start
+        wall_start = time.time() - (asyncio.get_running_loop().time() - started)
+
         def on_response(index: int, status: int, body: bytes, finished: float) -> None:
             if status == 200:
                 opened.append(finished - started)
@@ -392,11 +404,38 @@ async def measure_throughput(cluster: cp_cluster.Cluster, system_index: int, pod
         await label_nodes(cluster, nodes, phase, on_response=on_response)
 
     _, bound, watch = await place(cluster, phase, specs, release=open_nodes)
+
+    async def every_pod_scheduled() -> dict[str, float] | None:
+        times = await scheduled_times(cluster, set(bound))
+        return times if len(times) == len(bound) else None
+
+    scheduled = None
+    with contextlib.suppress(TimeoutError):  # kube-scheduler sends its Events after the bindings
+        scheduled = await eventually_async(every_pod_scheduled, EVENTS_TIMEOUT, interval=0.5,
+                                           message=f"{phase}: a Scheduled Event for every pod")
     await label_nodes(cluster, nodes, None)
     await delete_phase(cluster, phase)
+    if scheduled is not None:
+        return Throughput(pods=pods, opened_at=sorted(opened),
+                          bound_at=sorted(at - wall_start for at in scheduled.values()),
+                          watch_resumes=watch.resumed, timed_by="scheduler events")
     last = max(bound, key=lambda name: bound[name][0], default=None)
     return Throughput(pods=pods, opened_at=sorted(opened), bound_at=sorted(at for at, _ in bound.values()),
                       watch_resumes=watch.resumed, last_listed=last in watch.listed)
+
+
+async def scheduled_times(cluster: cp_cluster.Cluster, pods: set[str]) -> dict[str, float]:
+    """pod -> when kube-scheduler bound it (its Scheduled Event's eventTime, seconds since the epoch), for
+    the pods in `pods` that have one: a watch's times are late when kube-apiserver is busy, these are not."""
+    listed = await cluster.client.json(Request(
+        "GET", f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events?fieldSelector=reason%3DScheduled"))
+    times: dict[str, float] = {}
+    for event in listed["items"]:
+        name = (event.get("regarding") or {}).get("name")
+        stamp = event.get("eventTime")
+        if name in pods and stamp:
+            times[name] = datetime.fromisoformat(stamp).timestamp()
+    return times
 
 
 async def label_nodes(cluster: cp_cluster.Cluster, nodes: list[str], value: str | None, *,
@@ -436,6 +475,8 @@ async def run_system(config: KubeConfig, index: int) -> SystemRun:
         say(f"scheduler-extender: {system}: {config.pods} pods for the throughput")
         run = SystemRun(system=system, throughput=await measure_throughput(cluster, index, config.pods))
         say(f"scheduler-extender: {system}: {run.throughput.pods_per_second:,.1f} pods/s")
+        checks_between = await selfcheck.read_sandbox(cluster.state_dir)
+        _, run.throughput_problems = selfcheck.sandbox_verdict(checks_before, checks_between)
         allocatable = await simulated_allocatable(cluster)
         base = await set_skew(cluster, skew_targets(allocatable))
         await eventually_async(lambda: skew_reported(cluster, base, allocatable), SEEN_TIMEOUT, interval=1.0,
@@ -451,8 +492,8 @@ async def run_system(config: KubeConfig, index: int) -> SystemRun:
             await patch_config(cluster, {"tentativeHoldSeconds": 0})
             run.placements.append(await measure_placement(cluster, f"{system}, tentativeHoldSeconds 0",
                                                           f"place-{index}-hold0", config, allocatable, base))
-        _, run.agent_problems = selfcheck.sandbox_verdict(checks_before,
-                                                          await selfcheck.read_sandbox(cluster.state_dir))
+        _, run.placement_problems = selfcheck.sandbox_verdict(checks_between,
+                                                              await selfcheck.read_sandbox(cluster.state_dir))
         return run
     finally:
         await cluster.close()

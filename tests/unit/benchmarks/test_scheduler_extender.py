@@ -26,7 +26,8 @@ def spread_over(nodes: list[str]) -> dict[str, str]:
     return {f"pod-{i}": node for i, node in enumerate(nodes)}
 
 
-def runs(*, client_bound: bool = False, problems: list[str] | None = None) -> list[SystemRun]:
+def runs(*, client_bound: bool = False, problems: list[str] | None = None,
+         burst_problems: list[str] | None = None) -> list[SystemRun]:
     fast_labels = [0.01 * i for i in range(1, 11)]  # 10 nodes labelled within 0.1 s
     alone = Throughput(pods=100, opened_at=fast_labels, bound_at=[0.05 * i for i in range(1, 101)])  # 20 pods/s
     extended = Throughput(pods=100, opened_at=fast_labels if not client_bound else [0.6 * i for i in range(1, 11)],
@@ -36,7 +37,8 @@ def runs(*, client_bound: bool = False, problems: list[str] | None = None) -> li
     best = placement("kube-scheduler + extender", spread_over(["sim-node-3"] * 8 + ["sim-node-2"] * 4))
     burst = placement("kube-scheduler + extender, tentativeHoldSeconds 0", spread_over(["sim-node-3"] * 12))
     return [SystemRun("kube-scheduler", alone, [default]),
-            SystemRun("kube-scheduler + extender", extended, [best, burst], agent_problems=problems or [])]
+            SystemRun("kube-scheduler + extender", extended, [best, burst], throughput_problems=burst_problems or [],
+                      placement_problems=problems or [])]
 
 
 def test_node_usage_counts_the_base_and_the_placed_pods_in_percent_of_allocatable() -> None:
@@ -113,7 +115,10 @@ def test_the_report_gives_each_verdict_from_the_same_runs_numbers(tmp_path: Path
     assert "self-check was clean" in text
     troubled = scheduler_extender.render(Results(latency, runs(problems=["a late heartbeat"])), config, WHERE,
                                          "cmd", 120)
-    assert "inconclusive" in troubled and "spread better" not in troubled and "binds 0.80x" not in troubled
+    assert "inconclusive" in troubled and "spread better" not in troubled and "binds 0.80x" in troubled
+    burst = scheduler_extender.render(Results(latency, runs(burst_problems=["a late heartbeat"])), config, WHERE,
+                                      "cmd", 120)
+    assert "binds 0.80x" not in burst and "spread better" in burst  # each part judged by its own problems
     client_bound = scheduler_extender.render(Results([], runs(client_bound=True)), config, WHERE, "cmd", 120)
     assert "the client was measured" in client_bound and "### Latency" not in client_bound
     output = tmp_path / "BENCHMARKS.md"
