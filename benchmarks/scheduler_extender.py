@@ -87,13 +87,20 @@ def problems_of(runs: list[SystemRun], part: str) -> list[str]:
 
 
 def throughput_inconclusive(runs: list[SystemRun]) -> list[str]:
-    """Why the throughput comparison states no verdict: the agents' problems, or a run limited by its client."""
+    """Why the throughput comparison states no verdict: the agents' problems, or a burst limited by its client
+    or timed late."""
     reasons = problems_of(runs, "throughput")
     reasons += [f"{run.system}: the nodes were labelled no faster than the pods were bound (the client was measured)"
-                for run in runs if run.throughput.client_bound]
+                for run in runs if any(burst.client_bound for burst in run.bursts)]
     reasons += [f"{run.system}: kube-apiserver closed the watch as too slow, and the last binding was seen in the "
-                "list after it (its time is late)" for run in runs if run.throughput.last_listed]
+                "list after it (its time is late)" for run in runs if any(burst.last_listed for burst in run.bursts)]
     return reasons
+
+
+def median_rate(run: SystemRun) -> float:
+    """The median of the run's bursts' pods per second."""
+    rates = [burst.pods_per_second for burst in run.bursts]
+    return statistics.median(rates) if rates and not any(math.isnan(rate) for rate in rates) else math.nan
 
 
 def latency_lines(figures: list[LatencyFigures]) -> list[str]:
@@ -112,17 +119,17 @@ def latency_lines(figures: list[LatencyFigures]) -> list[str]:
 
 def throughput_lines(runs: list[SystemRun]) -> list[str]:
     reasons = throughput_inconclusive(runs)
-    rows = [[run.system, f"{run.throughput.pods:,}", f"{run.throughput.pods_per_second:,.1f}",
-             f"{run.throughput.opened_in:,.2f}", f"{run.throughput.bound_at[-1]:,.1f}"
-             if run.throughput.bound_at else "n/a", f"{run.throughput.watch_resumes:,}", run.throughput.timed_by]
-            for run in runs]
-    alone, extended = runs[0].throughput.pods_per_second, runs[1].throughput.pods_per_second
+    rows = [[run.system, str(index + 1), f"{burst.pods:,}", f"{burst.pods_per_second:,.1f}", f"{burst.opened_in:,.2f}",
+             f"{burst.bound_at[-1]:,.1f}" if burst.bound_at else "n/a", f"{burst.watch_resumes:,}", burst.timed_by]
+            for run in runs for index, burst in enumerate(run.bursts)]
+    alone, extended = median_rate(runs[0]), median_rate(runs[1])
     ratio = extended / alone if alone > 0 and not math.isnan(extended) else math.nan
     verdict = ("inconclusive: " + "; ".join(reasons)) if reasons else (
         f"with the extender kube-scheduler binds {ratio:.2f}x the pods per second it binds alone"
         if not math.isnan(ratio) else "not measured")
     return ["### Throughput", "",
-            "The real kube-scheduler (its client at 500 QPS, burst 1,000) binding pods of 10m cpu. The pods are "
+            "The real kube-scheduler (its client at 500 QPS, burst 1,000) binding pods of 10m cpu, in bursts, each "
+            "system's figure the median of its bursts. In each burst the pods are "
             "created first with a node selector no node matches; then every simulated node is given that label, 8 "
             "requests in flight, and a watch times each binding. Pods/s: the pods over the seconds from the first "
             "label sent to the last binding. Each binding's time is its Scheduled Event's (`eventTime`, in "
@@ -130,10 +137,11 @@ def throughput_lines(runs: list[SystemRun]) -> list[str]:
             "the pod bound; when kube-apiserver closed the watch as too slow (it does so under such a burst on 2 "
             "cores), the watch listed the pods bound meanwhile and went on, and if the last binding was seen in such "
             "a list, the run states no verdict.", "",
-            markdown.table(["scheduler", "pods", "bound pods/s", "nodes labelled in, s", "last bound, s",
+            markdown.table(["scheduler", "burst", "pods", "bound pods/s", "nodes labelled in, s", "last bound, s",
                             "watch resumed", "timed by"],
                            rows), "",
-            f"Ratio (with / without the extender): {ratio:.2f}. Verdict: {verdict}." if not math.isnan(ratio)
+            f"Medians: {alone:,.1f} pods/s alone, {extended:,.1f} with the extender. Ratio (with / without the "
+            f"extender): {ratio:.2f}. Verdict: {verdict}." if not math.isnan(ratio)
             else f"Verdict: {verdict}."]
 
 
@@ -205,7 +213,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                                  "(one is this machine's).")
     p.add_argument("--se-pods-per-node", type=int, default=k.pods_per_node,
                    help="scheduler-extender: pods on each simulated node before the runs.")
-    p.add_argument("--se-pods", type=int, default=k.pods, help="scheduler-extender: pods of the throughput runs.")
+    p.add_argument("--se-pods", type=int, default=k.pods, help="scheduler-extender: pods of each throughput burst.")
+    p.add_argument("--se-bursts", type=int, default=k.bursts,
+                   help="scheduler-extender: throughput bursts per system (the figure is their median).")
     p.add_argument("--se-placement-pods", type=int, default=k.placement_pods,
                    help="scheduler-extender: pods placed on the skewed load.")
     p.add_argument("--se-new-load", type=float, default=k.new_load,
@@ -223,7 +233,8 @@ def config_from(args: argparse.Namespace, state_dir: Path) -> SchedulerExtenderC
         parts=parts, latency_nodes=tuple(int(n) for n in args.se_latency_nodes.split(",") if n),
         latency_calls=args.se_latency_calls,
         kube=KubeConfig(state_dir=state_dir, nodes=args.se_nodes, pods_per_node=args.se_pods_per_node,
-                        pods=args.se_pods, placement_pods=args.se_placement_pods, new_load=args.se_new_load))
+                        pods=args.se_pods, bursts=args.se_bursts, placement_pods=args.se_placement_pods,
+                        new_load=args.se_new_load))
 
 
 def run_suite(config: SchedulerExtenderConfig, output: Path, command: str, raw: Path = RAW) -> Results:

@@ -4,9 +4,9 @@ Two sandboxes, one after the other (`colocation sandbox --apiserver kube --kwok-
 2 operator replicas, reports every 2 s): kube-scheduler alone (`--no-scheduler-extender`), then
 with the operators' load-aware extender. In each:
 
-- throughput: `pods` pods of 10m cpu created (8 requests in flight) with a node selector no node
-  matches, then every simulated node labelled to match (`measure_throughput`), and a watch of the
-  bound ones: each pod's seconds from the first label sent to the watch showing it bound;
+- throughput, `bursts` times: `pods` pods of 10m cpu created (8 requests in flight) with a node
+  selector no node matches, then every simulated node labelled to match (`measure_throughput`):
+  each pod's seconds from the first label sent to its binding;
 - placement: each simulated node's pods' cpu annotations set to a skewed load (the first at 80 % of
   its allocatable, the last at 10 %, linear between), which their agents report; once every
   NodeMetric shows it (and, with the extender, once it refuses the hottest node), `placement_pods`
@@ -69,6 +69,7 @@ class KubeConfig:
     nodes: int = 50  # one is this machine's
     pods_per_node: int = 2
     pods: int = 1000  # throughput
+    bursts: int = 3  # throughput bursts per system: each system's figure is their median
     placement_pods: int = 500
     new_load: float = 0.15  # of the simulated nodes' allocatable cpu, what the placed pods use
 
@@ -128,9 +129,9 @@ class Placement:
 @dataclass
 class SystemRun:
     system: str
-    throughput: Throughput
+    bursts: list[Throughput]
     placements: list[Placement] = field(default_factory=list)
-    # The agents' self-check over each part: the throughput's burst, then the placements.
+    # The agents' self-check over each part: the throughput's bursts, then the placements.
     throughput_problems: list[str] = field(default_factory=list)
     placement_problems: list[str] = field(default_factory=list)
 
@@ -472,9 +473,11 @@ async def run_system(config: KubeConfig, index: int) -> SystemRun:
     try:
         await patch_config(cluster, {})
         checks_before = await selfcheck.read_sandbox(cluster.state_dir)
-        say(f"scheduler-extender: {system}: {config.pods} pods for the throughput")
-        run = SystemRun(system=system, throughput=await measure_throughput(cluster, index, config.pods))
-        say(f"scheduler-extender: {system}: {run.throughput.pods_per_second:,.1f} pods/s")
+        run = SystemRun(system=system, bursts=[])
+        for burst in range(config.bursts):
+            say(f"scheduler-extender: {system}: {config.pods} pods for the throughput ({burst + 1} of {config.bursts})")
+            run.bursts.append(await measure_throughput(cluster, index * config.bursts + burst, config.pods))
+            say(f"scheduler-extender: {system}: {run.bursts[-1].pods_per_second:,.1f} pods/s")
         checks_between = await selfcheck.read_sandbox(cluster.state_dir)
         _, run.throughput_problems = selfcheck.sandbox_verdict(checks_before, checks_between)
         allocatable = await simulated_allocatable(cluster)

@@ -36,8 +36,8 @@ def runs(*, client_bound: bool = False, problems: list[str] | None = None,
     default = placement("kube-scheduler", spread_over(["sim-node-1", "sim-node-2", "sim-node-3"] * 4))
     best = placement("kube-scheduler + extender", spread_over(["sim-node-3"] * 8 + ["sim-node-2"] * 4))
     burst = placement("kube-scheduler + extender, tentativeHoldSeconds 0", spread_over(["sim-node-3"] * 12))
-    return [SystemRun("kube-scheduler", alone, [default]),
-            SystemRun("kube-scheduler + extender", extended, [best, burst], throughput_problems=burst_problems or [],
+    return [SystemRun("kube-scheduler", [alone], [default]),
+            SystemRun("kube-scheduler + extender", [extended], [best, burst], throughput_problems=burst_problems or [],
                       placement_problems=problems or [])]
 
 
@@ -55,10 +55,10 @@ def test_node_usage_counts_the_base_and_the_placed_pods_in_percent_of_allocatabl
 
 
 def test_throughput_is_the_pods_over_the_last_binding_and_a_client_bound_run_says_so() -> None:
-    alone, extended = (r.throughput for r in runs())
+    alone, extended = (r.bursts[0] for r in runs())
     assert alone.pods_per_second == pytest.approx(20.0) and extended.pods_per_second == pytest.approx(16.0)
     assert alone.opened_in == pytest.approx(0.1) and not alone.client_bound
-    slow = runs(client_bound=True)[1].throughput
+    slow = runs(client_bound=True)[1].bursts[0]
     assert slow.client_bound  # the last node labelled at 6.0 s, the last binding at 6.25 s
     assert Throughput(pods=1, opened_at=[1.0], bound_at=[1.05]).client_bound
     assert not Throughput(pods=1, opened_at=[0.5], bound_at=[1.0]).client_bound
@@ -128,11 +128,18 @@ def test_the_report_gives_each_verdict_from_the_same_runs_numbers(tmp_path: Path
 
 def test_a_last_binding_seen_only_in_a_list_after_a_closed_watch_states_no_throughput_verdict() -> None:
     late = runs()
-    late[1].throughput.last_listed = True
+    late[1].bursts[0].last_listed = True
     reasons = scheduler_extender.throughput_inconclusive(late)
     assert reasons == ["kube-scheduler + extender: kube-apiserver closed the watch as too slow, and the last binding "
                        "was seen in the list after it (its time is late)"]
     assert scheduler_extender.throughput_inconclusive(runs()) == []
+
+
+def test_each_systems_throughput_is_the_median_of_its_bursts() -> None:
+    run = runs()[0]
+    run.bursts = [Throughput(pods=100, opened_at=[0.1], bound_at=[seconds * i / 100 for i in range(1, 101)])
+                  for seconds in (2.0, 5.0, 4.0)]
+    assert scheduler_extender.median_rate(run) == pytest.approx(25.0)  # 50, 20 and 25 pods/s
 
 
 def test_the_raw_samples_load_back_as_they_were_run(tmp_path: Path) -> None:
