@@ -42,8 +42,7 @@ MODELS: dict[str, type[SavedFile]] = {
     "ingest_stages.json": StageRuns,
 }
 # Fields added since a file was written: it loads with their defaults, so they are only in the model.
-ADDED_SINCE = {"ingest_before.json": {"load_average", "server_system_cpu_per_report"},
-               "plots/nats_ingest.json": {"scraped_share"}}
+ADDED_SINCE = {"ingest_before.json": {"load_average", "server_system_cpu_per_report"}}
 
 
 def saved_files() -> set[str]:
