@@ -231,28 +231,21 @@ Bound = dict[str, tuple[float, str]]  # pod -> (seconds from the first create to
 
 
 async def place(cluster: cp_cluster.Cluster, phase: str, pods: list[dict[str, Any]], *,
-                release: Callable[[float], Awaitable[None]] | None = None) -> tuple[list[float], Bound, BoundWatch]:
-    """Create `pods` (8 in flight) with a watch of the bound ones; (seconds from the start at which each
-    was created, pod -> (seconds from the start it was seen bound, node), the watch). With
-    `release`, the pods cannot be placed yet: once all are created, the start is now, and
-    `release(start)` lets the scheduler place them."""
+                release: Callable[[float], Awaitable[None]] | None = None) -> tuple[Bound, BoundWatch]:
+    """Create `pods` (8 in flight) with a watch of the bound ones; (pod -> (seconds from the start it
+    was seen bound, node), the watch). The start is the first create; with `release`, the pods
+    cannot be placed yet: once all are created, the start is now, and `release(start)` lets the
+    scheduler place them."""
     loop = asyncio.get_running_loop()
     watcher_client = Client(cluster.endpoint, concurrency=1, timeout=BOUND_TIMEOUT + 60)
     watch = BoundWatch(watcher_client, phase)
     task = asyncio.create_task(watch.run())
     try:
         await asyncio.wait_for(watch.connected.wait(), 30)
-        created: list[float] = []
         started = loop.time()
-
-        def on_response(index: int, status: int, body: bytes, finished: float) -> None:
-            if status == 201:
-                created.append(finished - started)
-
         result = await cluster.client.load(f"{phase} creates", len(pods),
                                            lambda i: Request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods",
-                                                             orjson.dumps(pods[i])),
-                                           on_response=on_response, progress=say)
+                                                             orjson.dumps(pods[i])), progress=say)
         if result.errors:
             raise RuntimeError(f"{phase}: {result.errors} creates failed, the first: {result.first_error}")
         if release is not None:
@@ -263,7 +256,7 @@ async def place(cluster: cp_cluster.Cluster, phase: str, pods: list[dict[str, An
         if len(watch.seen) < len(pods):
             task.result()  # the watch failed: say why
             raise RuntimeError(f"{phase}: the watch stopped with {len(watch.seen)} of {len(pods)} pods bound")
-        return created, {name: (at - started, node) for name, (at, node) in watch.seen.items()}, watch
+        return {name: (at - started, node) for name, (at, node) in watch.seen.items()}, watch
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -404,7 +397,7 @@ async def measure_throughput(cluster: cp_cluster.Cluster, system_index: int, pod
 
         await label_nodes(cluster, nodes, phase, on_response=on_response)
 
-    _, bound, watch = await place(cluster, phase, specs, release=open_nodes)
+    bound, watch = await place(cluster, phase, specs, release=open_nodes)
 
     async def every_pod_scheduled() -> dict[str, float] | None:
         times = await scheduled_times(cluster, set(bound))
@@ -454,8 +447,8 @@ async def measure_placement(cluster: cp_cluster.Cluster, label: str, phase: str,
                             allocatable: dict[str, int], base: dict[str, int]) -> Placement:
     cpu = placement_pod_cpu(allocatable, config.placement_pods, config.new_load)
     result = Placement(label=label, pod_cpu=cpu, allocatable=dict(allocatable), base=dict(base))
-    _, bound, _ = await place(cluster, phase, [pod(f"{phase}-{i}", phase, cpu, annotated=True)
-                                               for i in range(config.placement_pods)])
+    bound, _ = await place(cluster, phase, [pod(f"{phase}-{i}", phase, cpu, annotated=True)
+                                            for i in range(config.placement_pods)])
     result.placed = {name: node for name, (_, node) in bound.items()}
     result.seconds = max((at for at, _ in bound.values()), default=0.0)
     await delete_phase(cluster, phase)
