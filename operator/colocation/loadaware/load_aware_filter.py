@@ -57,11 +57,6 @@ def filter_nodes(names: Sequence[str], figures: Mapping[str, NodeFigures], *, po
     return FilterOutcome(passed=tuple(passed), failed=failed, stale=stale, missing=missing)
 
 
-def overload_reason(node: NodeFigures, *, pod: JudgedPod, config: LoadAwareConfig) -> str | None:
-    """Why a node with a fresh report is too loaded for `pod`, or None if it is not."""
-    return _Judgement.of(pod, config).overload_reason(node)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Judgement:
     """What a request's filter needs of the pod and the configuration, computed once per request.

@@ -105,22 +105,15 @@ class NodeFigureCache:
                 yield
                 if config is not self._config:
                     return
-        if changes is None:  # forget the nodes gone
-            gone = [name for name in self._reports.keys() | self._inputs.keys() if self._store.get(name) is None]
-            for cache in (self._reports, self._inputs, self._current, self._assigned):
-                for name in gone:
-                    cache.pop(name, None)
-        else:
-            for name in names:
-                if name not in self._current:
-                    self._reports.pop(name, None)
+        if changes is None:  # forget the nodes gone from the store since they were looked at
+            for name in [name for name in self._reports.keys() | self._inputs.keys() if self._store.get(name) is None]:
+                self._forget(name)
 
     def _update(self, name: str, config: LoadAwareConfig) -> None:
         entry = self._store.get(name)
         allocatable = self._allocatable(name)
         if entry is None or allocatable is None:
-            for cache in (self._current, self._inputs, self._assigned):
-                cache.pop(name, None)
+            self._forget(name)
             return
         inputs = (entry.resource_version, self._pods.version(name), allocatable)
         before = self._inputs.get(name)
@@ -131,6 +124,10 @@ class NodeFigureCache:
         self._current[name] = node_figures(allocatable=dict(allocatable), report=self._report(entry, config),
                                            assigned=assigned, prod_usage=_prod_usage(config))
         self._inputs[name] = inputs
+
+    def _forget(self, name: str) -> None:
+        for cache in (self._reports, self._inputs, self._current, self._assigned):
+            cache.pop(name, None)
 
     def _with_tentative(self, name: str) -> NodeFigures | None:
         """The node's figures with its tentative pods added. `node_figures` adds each pod on its own,

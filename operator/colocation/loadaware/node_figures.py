@@ -113,7 +113,7 @@ class PodUsages(Mapping[PodKey, Resources]):
     def __getitem__(self, key: PodKey) -> Resources:
         parsed = self._parsed.get(key)
         if parsed is None:
-            parsed = self._parsed[key] = _resources({"resources": self._figures[key]})
+            parsed = self._parsed[key] = _quantities(self._figures[key])
         return parsed
 
     def __contains__(self, key: object) -> bool:
@@ -183,7 +183,10 @@ def _aggregated(node: Mapping[str, Any], config: LoadAwareConfig) -> dict[str, i
 
 
 def _resources(resource_map: Mapping[str, Any]) -> dict[str, int]:
-    values = _mapping(resource_map.get("resources"))
+    return _quantities(_mapping(resource_map.get("resources")))
+
+
+def _quantities(values: Mapping[str, Any]) -> dict[str, int]:
     found: dict[str, int] = {}
     for name, convert in (("cpu", cpu_millis), ("memory", byte_value)):
         if name in values:
